@@ -1,0 +1,137 @@
+"""Fit the physical efficiency factors of one GPU type to measured runs.
+
+Only factors that mean something physically are fitted, one set per GPU type, never per row:
+the achievable matmul fraction, the FlashAttention fraction, the achievable HBM fraction, and
+(when the data can identify them) the per-kernel overhead and the achievable fractions of the
+links. The fit minimises the squared log error of tokens/s per GPU with
+:func:`scipy.optimize.least_squares` inside each factor's catalog range, and refuses to fit a
+factor the data cannot identify (its predictions barely move across its range, or it is
+collinear with another).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from fsdpsim import engine
+from fsdpsim.catalog import Catalog
+from fsdpsim.errors import ConfigError
+from fsdpsim.measurements import engine_inputs, summarise
+
+#: engine input name -> (catalog [efficiency] key, catalog units per engine unit, bounds)
+FACTORS = {
+    "matmul_fraction": ("matmul_fraction", 1.0, (0.2, 1.0)),
+    "attention_fraction": ("attention_fraction", 1.0, (0.1, 1.0)),
+    "hbm_fraction": ("hbm_fraction", 1.0, (0.3, 1.0)),
+    "kernel_overhead_s": ("kernel_overhead_us", 1e6, (0.0, 50e-6)),
+    "matmul_half_k": ("matmul_half_k", 1.0, (0.0, 1024.0)),
+    "link_fraction": ("link_fraction", 1.0, (0.3, 1.0)),
+    "comm_compute_slowdown": ("comm_compute_slowdown", 1.0, (0.0, 0.5)),
+}
+DEFAULT_FACTORS = ("matmul_fraction", "attention_fraction", "hbm_fraction")
+#: A factor is identifiable when moving it across 50 % of its range changes some prediction by
+#: at least this much (relative).
+MIN_SENSITIVITY = 0.005
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    gpus: tuple[str, ...]
+    values: dict[str, float]
+    """Fitted engine-unit values, by engine input name."""
+    before: dict[str, float]
+    after: dict[str, float]
+    rows: pd.DataFrame
+    refused: dict[str, str]
+
+    def overlay_toml(self, source: str) -> str:
+        """A catalog overlay (``override = true``) that sets the fitted factors."""
+        today = _dt.date.today().isoformat()
+        lines = ["# Written by `fsdpsim calibrate`; pass with --catalog DIR or FSDPSIM_CATALOG.",
+                 f"# Fitted to {source}: {self.after['rows']} rows, tokens/s per GPU MAPE "
+                 f"{100 * self.before['mape']:.1f} % -> {100 * self.after['mape']:.1f} %."]
+        for gpu in self.gpus:
+            lines += ["", "[[accelerator]]", f'id = "{gpu}"', "override = true",
+                      "", "[accelerator.efficiency]"]
+            for name, value in self.values.items():
+                key, scale, _ = FACTORS[name]
+                lines.append(f"{key} = {value * scale:.4g}")
+            lines.append(f'source = "fsdpsim calibrate on {today}: least squares of log '
+                         f'tokens/s per GPU over {self.after["rows"]} rows of {source}"')
+        return "\n".join(lines) + "\n"
+
+
+def _predict(x: dict[str, np.ndarray], names: Sequence[str], theta: np.ndarray) -> np.ndarray:
+    y = dict(x)
+    for name, value in zip(names, theta):
+        y[name] = np.full_like(np.asarray(x[name], dtype=float), value)
+    y["ceilings"] = 0.0
+    return np.asarray(engine.evaluate(y)["tokens_per_s_per_gpu"], dtype=float)
+
+
+def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
+        factors: Sequence[str] = DEFAULT_FACTORS) -> CalibrationResult:
+    """Fit ``factors`` shared by the accelerators ``gpus`` to the rows run on them."""
+    ids = tuple(catalog.accelerator(g).id for g in gpus)
+    unknown = [f for f in factors if f not in FACTORS]
+    if unknown:
+        raise ConfigError(f"cannot fit {', '.join(unknown)}; fittable: {', '.join(FACTORS)}")
+    use = frame[(frame["skip"] == "") & frame["gpu"].isin(ids)].reset_index(drop=True)
+    if len(use) < len(factors) + 2:
+        raise ConfigError(f"{len(use)} usable rows for {', '.join(ids)}: too few to fit "
+                          f"{len(factors)} factors (need at least {len(factors) + 2})")
+    x = engine_inputs(use, catalog)
+    measured = use["tokens_per_s_per_gpu"].to_numpy(dtype=float)
+    start = np.array([float(np.mean(x[f])) for f in factors])
+    lo = np.array([FACTORS[f][2][0] for f in factors])
+    hi = np.array([FACTORS[f][2][1] for f in factors])
+    start = np.clip(start, lo + 1e-9, hi - 1e-9)
+
+    refused: dict[str, str] = {}
+    base = _predict(x, factors, start)
+    keep = []
+    for i, name in enumerate(factors):
+        probe = start.copy()
+        probe[i] = lo[i] + 0.5 * (hi[i] - lo[i]) if abs(start[i] - lo[i]) > abs(hi[i] - start[i]) \
+            else hi[i] - 0.5 * (hi[i] - lo[i])
+        change = np.max(np.abs(_predict(x, factors, probe) / base - 1.0))
+        if change < MIN_SENSITIVITY:
+            refused[name] = (f"not identifiable from these rows: moving it to {probe[i]:.3g} "
+                             f"changes predictions by at most {100 * change:.2f} %")
+        else:
+            keep.append(i)
+    names = [factors[i] for i in keep]
+    if not names:
+        raise ConfigError("no factor can be identified from these rows: " + "; ".join(
+            f"{k}: {v}" for k, v in refused.items()))
+
+    def residuals(theta):
+        full = start.copy()
+        full[keep] = theta
+        return np.log(_predict(x, factors, full) / measured)
+
+    sol = least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac")
+    jac = sol.jac
+    if jac.shape[1] > 1:
+        sv = np.linalg.svd(jac, compute_uv=False)
+        if sv[-1] < 1e-6 * sv[0]:
+            raise ConfigError(f"factors {', '.join(names)} are not separately identifiable from "
+                              f"these rows (collinear); fit fewer with --factor")
+    theta = start.copy()
+    theta[keep] = sol.x
+    before_rows = use.copy()
+    before_rows["predicted_tokens_per_s_per_gpu"] = base
+    before_rows["error"] = base / measured - 1.0
+    after_pred = _predict(x, factors, theta)
+    after_rows = use.copy()
+    after_rows["predicted_tokens_per_s_per_gpu"] = after_pred
+    after_rows["error"] = after_pred / measured - 1.0
+    return CalibrationResult(gpus=ids, values={n: float(theta[factors.index(n)]) for n in names},
+                             before=summarise(before_rows), after=summarise(after_rows),
+                             rows=after_rows, refused=refused)

@@ -1,0 +1,509 @@
+"""The hardware catalog: the only code that reads catalog files.
+
+Catalog files are TOML. A file holds any number of entries as arrays of tables named by kind::
+
+    [[accelerator]]
+    id = "h100-sxm5-80gb"
+    ...
+
+    [[network]]
+    id = "ib-ndr-400"
+    ...
+
+Kinds are ``accelerator``, ``network``, ``node`` and ``cluster``. Keys carry datasheet units and
+direction (``hbm_bandwidth_tb_per_s``, ``gb_per_s_per_direction``); the loader converts them to
+SI once. Loading is strict: an unknown key, a missing required field, a wrong type or a value
+outside its plausible range is a :class:`~fsdpsim.errors.ConfigError` naming the file, the entry,
+the key and the accepted range.
+
+User folders (``--catalog DIR``, or ``FSDPSIM_CATALOG`` with ``os.pathsep``-separated folders)
+are read after the built-in catalog. An entry whose id already exists replaces it; with
+``override = true`` it is merged into the existing entry instead (only the keys it gives
+change), which is how ``fsdpsim calibrate`` writes its overlays.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from fsdpsim.errors import ConfigError, suggest
+from fsdpsim.hardware import Accelerator, Cluster, Efficiency, Link, Network, Node
+from fsdpsim.units import (
+    GB_PER_S_BYTES_PER_S,
+    GBIT_PER_S_BYTES_PER_S,
+    GIB_BYTES,
+    TB_PER_S_BYTES_PER_S,
+    TFLOPS_FLOPS_PER_S,
+    US_S,
+)
+
+KINDS = ("accelerator", "network", "node", "cluster")
+#: GEMM reduction length at which a tile reaches half its main-loop rate, when an entry does not
+#: give one: the prologue/epilogue of a 128x128 tile is worth about 64 k-steps (an estimate to
+#: be calibrated per GPU; see fsdpsim.costs.compute.gemm_time_s).
+DEFAULT_MATMUL_HALF_K = 64.0
+ENV_VAR = "FSDPSIM_CATALOG"
+_NUM = (int, float)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One accepted key: its type, whether it is required, and its plausible range or choices."""
+
+    types: type | tuple[type, ...]
+    required: bool = True
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] | None = None
+    unit: str = ""
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.lo is not None:
+            return f"{self.lo:g}..{self.hi:g}{(' ' + self.unit) if self.unit else ''}"
+        names = self.types if isinstance(self.types, tuple) else (self.types,)
+        return " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in names)
+
+
+_TYPE_NAMES = {str: "text", int: "integer", float: "number", bool: "true/false", list: "list",
+               _dt.date: "date"}
+
+_COMMON = {
+    "id": Field(str),
+    "name": Field(str),
+    "aliases": Field(list, False),
+    "source": Field(str),
+    "retrieved": Field((str, _dt.date)),
+    "notes": Field(str, False),
+    "override": Field(bool, False),
+}
+
+_PEAK = {p: Field(_NUM, False, 0.1, 100_000, unit="TFLOP/s")
+         for p in ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")}
+
+_LINK = {
+    "kind": Field(str),
+    "gb_per_s_per_direction": Field(_NUM, True, 1, 10_000, unit="GB/s"),
+    "per_peer_gb_per_s_per_direction": Field(_NUM, False, 1, 10_000, unit="GB/s"),
+    "latency_us": Field(_NUM, True, 0.05, 100, unit="us"),
+    "topology": Field(str, True, choices=("switch", "mesh", "pcie", "torus", "single")),
+    "domain_size": Field(int, False, 1, 100_000),
+    "source": Field(str, False),
+}
+
+_EFFICIENCY = {
+    "matmul_fraction": Field(_NUM, True, 0.05, 1.0),
+    "matmul_half_gflop": Field(_NUM, True, 0.0, 1e4, unit="GFLOP"),
+    "matmul_half_k": Field(_NUM, False, 0.0, 4096),
+    "attention_fraction": Field(_NUM, True, 0.05, 1.0),
+    "hbm_fraction": Field(_NUM, True, 0.2, 1.0),
+    "link_fraction": Field(_NUM, True, 0.2, 1.1),
+    "kernel_overhead_us": Field(_NUM, True, 0.0, 100, unit="us"),
+    "comm_compute_slowdown": Field(_NUM, True, 0.0, 0.5),
+    "source": Field(str),
+}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "accelerator": {
+        **_COMMON,
+        "vendor": Field(str),
+        "memory_gib": Field(_NUM, True, 1, 4096, unit="GiB"),
+        "memory_usable_gib": Field(_NUM, False, 1, 4096, unit="GiB"),
+        "hbm_bandwidth_tb_per_s": Field(_NUM, True, 0.05, 100, unit="TB/s"),
+        "runtime_reserved_gib": Field(_NUM, True, 0.0, 32, unit="GiB"),
+        "allocator_fraction": Field(_NUM, True, 0.0, 0.5),
+        "tdp_w": Field(_NUM, False, 10, 5000, unit="W"),
+        "year": Field(int, False, 2010, 2040),
+        "price_usd": Field(_NUM, False, 100, 10_000_000, unit="USD"),
+        "rent_usd_per_hour": Field(_NUM, False, 0.01, 500, unit="USD/h"),
+        "peak_dense_tflops": _PEAK,
+        "intra_node_link": _LINK,
+        "efficiency": _EFFICIENCY,
+    },
+    "network": {
+        **_COMMON,
+        "kind": Field(str, True, choices=("infiniband", "roce", "ethernet", "efa", "slingshot",
+                                          "tcpx", "ici", "local")),
+        "gbit_per_s_per_nic": Field(_NUM, True, 1, 10_000, unit="Gb/s"),
+        "latency_us": Field(_NUM, True, 0.05, 1000, unit="us"),
+        "achievable_fraction": Field(_NUM, True, 0.1, 1.0),
+        "fraction_source": Field(str),
+    },
+    "node": {
+        **_COMMON,
+        "accelerator": Field(str),
+        "gpus_per_node": Field(int, True, 1, 1024),
+        "nics_per_node": Field(_NUM, True, 0.25, 1024),
+        "network": Field(str),
+        "intra_node_link": {k: Field(f.types, False, f.lo, f.hi, f.choices, f.unit)
+                            for k, f in _LINK.items()},
+        "power_kw": Field(_NUM, False, 0.1, 1000, unit="kW"),
+        "price_usd": Field(_NUM, False, 100, 100_000_000, unit="USD"),
+    },
+    "cluster": {
+        **_COMMON,
+        "node": Field(str),
+        "num_nodes": Field(int, False, 1, 1_000_000),
+        "topology": Field(str),
+        "oversubscription": Field(_NUM, False, 1.0, 64),
+    },
+}
+
+
+@dataclass(frozen=True)
+class _Raw:
+    kind: str
+    data: dict
+    origins: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return self.data["id"]
+
+    @property
+    def where(self) -> str:
+        return " + ".join(self.origins)
+
+
+def builtin_dir() -> Path:
+    """The catalog shipped with fsdpsim (``hardware_catalog/`` in the source tree).
+
+    An installed wheel carries it as the data package ``fsdpsim.hardware_catalog``; a source
+    checkout on ``sys.path`` has it beside the package.
+    """
+    source_tree = Path(__file__).resolve().parent.parent / "hardware_catalog"
+    try:
+        return Path(str(resources.files("fsdpsim.hardware_catalog")))
+    except ModuleNotFoundError:
+        return source_tree
+
+
+def _check_value(key: str, value: Any, spec: Field, where: str) -> None:
+    if isinstance(value, bool) and spec.types is not bool and bool not in (
+        spec.types if isinstance(spec.types, tuple) else (spec.types,)
+    ):
+        raise ConfigError(f"{where}: key {key!r} = {value!r} has the wrong type; "
+                          f"accepted: {spec.describe()}")
+    if not isinstance(value, spec.types):
+        raise ConfigError(f"{where}: key {key!r} = {value!r} has the wrong type; "
+                          f"accepted: {spec.describe()}")
+    if spec.choices and value not in spec.choices:
+        raise ConfigError(f"{where}: key {key!r} = {value!r} is not accepted; "
+                          f"accepted: {spec.describe()}")
+    if spec.lo is not None and not (spec.lo <= value <= spec.hi):
+        raise ConfigError(f"{where}: key {key!r} = {value!r} is outside the plausible range "
+                          f"{spec.describe()}")
+    if spec.types is list and not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: key {key!r} must be a list of text")
+
+
+def _check_table(data: Mapping, schema: Mapping, where: str, partial: bool) -> None:
+    for key, value in data.items():
+        spec = schema.get(key)
+        if spec is None:
+            raise ConfigError(f"{where}: unknown key {key!r}{suggest(key, schema)}; accepted keys: "
+                              f"{', '.join(schema)}")
+        if isinstance(spec, dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: key {key!r} must be a table ([{key}])")
+            _check_table(value, spec, f"{where} [{key}]", partial)
+        else:
+            _check_value(key, value, spec, where)
+    if partial:
+        return
+    for key, spec in schema.items():
+        if isinstance(spec, Field) and spec.required and key not in data:
+            raise ConfigError(f"{where}: missing required key {key!r} ({spec.describe()})")
+        if isinstance(spec, dict) and key not in data and any(
+            isinstance(s, Field) and s.required for s in spec.values()
+        ):
+            raise ConfigError(f"{where}: missing required table [{key}]")
+
+
+def _read_file(path: Path) -> list[_Raw]:
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); catalog files must be "
+                          "UTF-8 TOML") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read catalog file: {exc.strerror}") from None
+    out = []
+    for kind, entries in doc.items():
+        if kind not in SCHEMAS:
+            raise ConfigError(f"{path}: unknown table [[{kind}]]{suggest(kind, KINDS)}; "
+                              f"accepted: {', '.join(f'[[{k}]]' for k in KINDS)}")
+        if not isinstance(entries, list):
+            raise ConfigError(f"{path}: [{kind}] must be an array of tables, written [[{kind}]]")
+        for i, data in enumerate(entries):
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: [[{kind}]] entry #{i + 1} must be a table, written "
+                                  f"[[{kind}]] followed by key = value lines")
+            ident = data.get("id")
+            if not isinstance(ident, str) or not ident:
+                raise ConfigError(f"{path}: [[{kind}]] entry #{i + 1} has no text 'id'")
+            if ident != ident.lower() or " " in ident:
+                raise ConfigError(f"{path}: [[{kind}]] id {ident!r} must be lowercase without "
+                                  "spaces (e.g. 'h100-sxm5-80gb')")
+            where = f"{path}: [[{kind}]] {ident!r}"
+            _check_table(data, SCHEMAS[kind], where, partial=bool(data.get("override")))
+            for alias in data.get("aliases", []):
+                if alias != alias.lower() or " " in alias or not alias:
+                    raise ConfigError(f"{where}: key 'aliases': {alias!r} must be lowercase "
+                                      "without spaces (lookups are case-insensitive)")
+            out.append(_Raw(kind, data, (str(path),)))
+    return out
+
+
+def _deep_merge(base: dict, extra: Mapping) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        if key == "override":
+            continue
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _catalog_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise ConfigError(f"catalog folder {str(folder)!r} does not exist or is not a folder")
+    return sorted(p for p in folder.rglob("*.toml") if p.is_file())
+
+
+def user_dirs_from_env() -> tuple[str, ...]:
+    """Folders named by ``FSDPSIM_CATALOG`` (``os.pathsep``-separated), in order."""
+    value = os.environ.get(ENV_VAR, "")
+    return tuple(p for p in value.split(os.pathsep) if p)
+
+
+class Catalog:
+    """All entries of all kinds, resolved into hardware objects, with alias lookup."""
+
+    def __init__(self, raws: Iterable[_Raw]):
+        merged: dict[tuple[str, str], _Raw] = {}
+        for raw in raws:
+            key = (raw.kind, raw.id)
+            if raw.data.get("override"):
+                if key not in merged:
+                    raise ConfigError(f"{raw.where}: [[{raw.kind}]] {raw.id!r} has override = true "
+                                      f"but no earlier entry with that id exists"
+                                      f"{suggest(raw.id, [k[1] for k in merged if k[0] == raw.kind])}")
+                old = merged[key]
+                data = _deep_merge(old.data, raw.data)
+                _check_table(data, SCHEMAS[raw.kind], f"{raw.where}: [[{raw.kind}]] {raw.id!r}",
+                             partial=False)
+                merged[key] = _Raw(raw.kind, data, old.origins + raw.origins)
+            else:
+                merged[key] = raw
+        self._raw: dict[str, dict[str, _Raw]] = {k: {} for k in KINDS}
+        for (kind, ident), raw in merged.items():
+            self._raw[kind][ident] = raw
+        self._aliases: dict[str, dict[str, str]] = {k: {} for k in KINDS}
+        for kind in KINDS:
+            for ident, raw in self._raw[kind].items():
+                for alias in raw.data.get("aliases", []):
+                    other = self._aliases[kind].get(alias)
+                    if alias in self._raw[kind] or (other and other != ident):
+                        raise ConfigError(f"{raw.where}: alias {alias!r} of {ident!r} is already "
+                                          f"the id or alias of {other or alias!r}")
+                    self._aliases[kind][alias] = ident
+        self._objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
+        for kind in KINDS:
+            for ident in self._raw[kind]:
+                self.get(kind, ident)
+
+    # -- lookup -------------------------------------------------------------------------------
+    def ids(self, kind: str) -> list[str]:
+        return sorted(self._raw[kind])
+
+    def resolve_id(self, kind: str, name: str) -> str:
+        """Canonical id for an id or alias of ``kind``; a clear error with suggestions if none."""
+        key = str(name).strip().lower()
+        if key in self._raw[kind]:
+            return key
+        if key in self._aliases[kind]:
+            return self._aliases[kind][key]
+        choices = list(self._raw[kind]) + list(self._aliases[kind])
+        raise ConfigError(f"unknown {kind} {name!r}{suggest(key, choices)}; "
+                          f"see `fsdpsim catalog list --kind {kind}`")
+
+    def get(self, kind: str, name: str):
+        ident = self.resolve_id(kind, name)
+        obj = self._objects[kind].get(ident)
+        if obj is None:
+            obj = _BUILDERS[kind](self, self._raw[kind][ident])
+            self._objects[kind][ident] = obj
+        return obj
+
+    def accelerator(self, name: str) -> Accelerator:
+        return self.get("accelerator", name)
+
+    def network(self, name: str) -> Network:
+        return self.get("network", name)
+
+    def node(self, name: str) -> Node:
+        return self.get("node", name)
+
+    def cluster(self, name: str) -> Cluster:
+        return self.get("cluster", name)
+
+    def find(self, name: str) -> tuple[str, str]:
+        """(kind, id) of ``name`` in any kind; a clear error with suggestions across kinds."""
+        key = str(name).strip().lower()
+        for kind in KINDS:
+            if key in self._raw[kind] or key in self._aliases[kind]:
+                return kind, self.resolve_id(kind, key)
+        choices = [i for k in KINDS for i in list(self._raw[k]) + list(self._aliases[k])]
+        raise ConfigError(f"unknown catalog id {name!r}{suggest(key, choices)}; "
+                          "see `fsdpsim catalog list`")
+
+    def raw(self, kind: str, name: str) -> Mapping[str, Any]:
+        """The entry as written (datasheet units), merged over overlays, read-only."""
+        return MappingProxyType(self._raw[kind][self.resolve_id(kind, name)].data)
+
+    def origins(self, kind: str, name: str) -> tuple[str, ...]:
+        return self._raw[kind][self.resolve_id(kind, name)].origins
+
+
+# -- builders: datasheet units -> SI, once -------------------------------------------------------
+def _text_date(value: Any) -> str:
+    return value.isoformat() if isinstance(value, _dt.date) else str(value)
+
+
+def _link(d: Mapping, where: str) -> Link:
+    per_peer = d.get("per_peer_gb_per_s_per_direction")
+    return Link(
+        kind=d["kind"],
+        bandwidth_bytes_per_s=d["gb_per_s_per_direction"] * GB_PER_S_BYTES_PER_S,
+        latency_s=d["latency_us"] * US_S,
+        topology=d["topology"],
+        per_peer_bandwidth_bytes_per_s=None if per_peer is None else per_peer * GB_PER_S_BYTES_PER_S,
+        domain_size=d.get("domain_size"),
+    )
+
+
+def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
+    d = raw.data
+    peaks = {p: v * TFLOPS_FLOPS_PER_S for p, v in d.get("peak_dense_tflops", {}).items()}
+    if not ({"bf16", "fp16", "fp32"} & set(peaks)):
+        raise ConfigError(f"{raw.where}: [[accelerator]] {raw.id!r}: [peak_dense_tflops] needs at "
+                          "least one of bf16, fp16, fp32")
+    e = d["efficiency"]
+    eff = Efficiency(
+        matmul_fraction=e["matmul_fraction"],
+        matmul_half_flops=e["matmul_half_gflop"] * 1e9,
+        matmul_half_k=e.get("matmul_half_k", DEFAULT_MATMUL_HALF_K),
+        attention_fraction=e["attention_fraction"],
+        hbm_fraction=e["hbm_fraction"],
+        link_fraction=e["link_fraction"],
+        kernel_overhead_s=e["kernel_overhead_us"] * US_S,
+        comm_compute_slowdown=e["comm_compute_slowdown"],
+        source=e["source"],
+    )
+    memory_gib = d.get("memory_usable_gib", d["memory_gib"])
+    return Accelerator(
+        id=raw.id, name=d["name"], vendor=d["vendor"],
+        memory_bytes=memory_gib * GIB_BYTES,
+        hbm_bandwidth_bytes_per_s=d["hbm_bandwidth_tb_per_s"] * TB_PER_S_BYTES_PER_S,
+        peak_flops_per_s=MappingProxyType(peaks),
+        link=_link(d["intra_node_link"], raw.where),
+        efficiency=eff,
+        runtime_reserved_bytes=d["runtime_reserved_gib"] * GIB_BYTES,
+        allocator_fraction=d["allocator_fraction"],
+        source=d["source"], retrieved=_text_date(d["retrieved"]),
+        tdp_w=d.get("tdp_w"), year=d.get("year"), price_usd=d.get("price_usd"),
+        rent_usd_per_hour=d.get("rent_usd_per_hour"), notes=d.get("notes", ""),
+        aliases=tuple(d.get("aliases", ())),
+    )
+
+
+def _build_network(cat: Catalog, raw: _Raw) -> Network:
+    d = raw.data
+    return Network(
+        id=raw.id, name=d["name"], kind=d["kind"],
+        nic_bandwidth_bytes_per_s=d["gbit_per_s_per_nic"] * GBIT_PER_S_BYTES_PER_S,
+        latency_s=d["latency_us"] * US_S,
+        achievable_fraction=d["achievable_fraction"],
+        source=d["source"], retrieved=_text_date(d["retrieved"]), notes=d.get("notes", ""),
+        aliases=tuple(d.get("aliases", ())),
+    )
+
+
+def _ref(cat: Catalog, kind: str, name: str, raw: _Raw):
+    try:
+        return cat.get(kind, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{raw.where}: [[{raw.kind}]] {raw.id!r}: {exc}") from None
+
+
+def _build_node(cat: Catalog, raw: _Raw) -> Node:
+    d = raw.data
+    acc: Accelerator = _ref(cat, "accelerator", d["accelerator"], raw)
+    link = acc.link
+    if d.get("intra_node_link"):
+        base = {
+            "kind": link.kind,
+            "gb_per_s_per_direction": link.bandwidth_bytes_per_s / GB_PER_S_BYTES_PER_S,
+            "latency_us": link.latency_s / US_S,
+            "topology": link.topology,
+        }
+        if link.per_peer_bandwidth_bytes_per_s is not None:
+            base["per_peer_gb_per_s_per_direction"] = (
+                link.per_peer_bandwidth_bytes_per_s / GB_PER_S_BYTES_PER_S)
+        if link.domain_size is not None:
+            base["domain_size"] = link.domain_size
+        link = _link({**base, **d["intra_node_link"]}, raw.where)
+    return Node(
+        id=raw.id, name=d["name"], accelerator=acc, gpus_per_node=d["gpus_per_node"],
+        nics_per_node=d["nics_per_node"], network=_ref(cat, "network", d["network"], raw),
+        link=link, source=d["source"], retrieved=_text_date(d["retrieved"]),
+        power_kw=d.get("power_kw"), price_usd=d.get("price_usd"), notes=d.get("notes", ""),
+        aliases=tuple(d.get("aliases", ())),
+    )
+
+
+def _build_cluster(cat: Catalog, raw: _Raw) -> Cluster:
+    d = raw.data
+    return Cluster(
+        id=raw.id, name=d["name"], node=_ref(cat, "node", d["node"], raw),
+        num_nodes=d.get("num_nodes"), topology=d["topology"], source=d["source"],
+        retrieved=_text_date(d["retrieved"]), oversubscription=d.get("oversubscription", 1.0),
+        notes=d.get("notes", ""), aliases=tuple(d.get("aliases", ())),
+    )
+
+
+_BUILDERS = {"accelerator": _build_accelerator, "network": _build_network,
+             "node": _build_node, "cluster": _build_cluster}
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(dirs: tuple[str, ...]) -> Catalog:
+    raws: list[_Raw] = []
+    for folder in (str(builtin_dir()),) + dirs:
+        for path in _catalog_files(Path(folder)):
+            raws.extend(_read_file(path))
+    return Catalog(raws)
+
+
+def load_catalog(extra_dirs: Iterable[str | os.PathLike] = (), *, use_env: bool = True) -> Catalog:
+    """The built-in catalog, extended by ``FSDPSIM_CATALOG`` folders and then ``extra_dirs``.
+
+    Results are cached per list of folders; files are read on first use, never at import.
+    """
+    dirs = (user_dirs_from_env() if use_env else ()) + tuple(str(Path(d)) for d in extra_dirs)
+    return _load_cached(dirs)

@@ -1,0 +1,205 @@
+"""The ``fsdpsim`` command line: parse, call, render. No formulas live here.
+
+Every error from bad input is one line on stderr and exit status 2 (:func:`main`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from fsdpsim import __version__
+from fsdpsim import render
+from fsdpsim.catalog import KINDS, load_catalog
+from fsdpsim.errors import ConfigError
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, TFLOPS_FLOPS_PER_S
+
+FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(render.FORMATS),
+                             default="table", show_default=True, help="Output format.")
+
+
+def _catalog(ctx: click.Context):
+    return load_catalog(ctx.obj.get("catalog_dirs", ()))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fsdpsim")
+@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(),
+              envvar=None, help="Extra catalog folder (repeatable); also FSDPSIM_CATALOG.")
+@click.pass_context
+def cli(ctx: click.Context, catalog_dirs: tuple[str, ...]) -> None:
+    """fsdpsim: predict step time, throughput, MFU and memory of FSDP training."""
+    ctx.ensure_object(dict)
+    ctx.obj["catalog_dirs"] = catalog_dirs
+
+
+# -- catalog -------------------------------------------------------------------------------------
+@cli.group()
+def catalog() -> None:
+    """List and show hardware catalog entries."""
+
+
+def _summary(cat, kind: str, ident: str) -> dict[str, Any]:
+    if kind == "accelerator":
+        a = cat.accelerator(ident)
+        peak = a.peak_flops_per_s
+        return {"id": a.id, "name": a.name, "memory_gib": round(a.memory_bytes / GIB_BYTES, 2),
+                "hbm_tb_per_s": a.hbm_bandwidth_bytes_per_s / 1e12,
+                "bf16_tflops": (peak.get("bf16") or peak.get("fp16") or 0) / TFLOPS_FLOPS_PER_S,
+                "link_gb_per_s": a.link.bandwidth_bytes_per_s / 1e9,
+                "aliases": ", ".join(a.aliases)}
+    if kind == "network":
+        n = cat.network(ident)
+        return {"id": n.id, "name": n.name, "kind": n.kind,
+                "gbit_per_s_per_nic": n.nic_bandwidth_bytes_per_s / GBIT_PER_S_BYTES_PER_S,
+                "latency_us": n.latency_s * 1e6, "achievable_fraction": n.achievable_fraction,
+                "aliases": ", ".join(n.aliases)}
+    if kind == "node":
+        n = cat.node(ident)
+        return {"id": n.id, "name": n.name, "accelerator": n.accelerator.id,
+                "gpus_per_node": n.gpus_per_node, "network": n.network.id,
+                "nics_per_node": n.nics_per_node,
+                "inter_node_gbit_per_s_per_gpu": round(n.inter_node_gbit_per_s_per_gpu, 2),
+                "aliases": ", ".join(n.aliases)}
+    c = cat.cluster(ident)
+    return {"id": c.id, "name": c.name, "node": c.node.id, "accelerator": c.node.accelerator.id,
+            "num_nodes": c.num_nodes if c.num_nodes is not None else "",
+            "gpus": c.num_nodes * c.node.gpus_per_node if c.num_nodes else "",
+            "aliases": ", ".join(c.aliases)}
+
+
+@catalog.command("list")
+@click.option("--kind", type=click.Choice(KINDS), default=None, help="Only this kind of entry.")
+@FORMAT_OPTION
+@click.pass_context
+def catalog_list(ctx: click.Context, kind: str | None, fmt: str) -> None:
+    """List catalog entries (all kinds, or one)."""
+    cat = _catalog(ctx)
+    kinds = [kind] if kind else list(KINDS)
+    if fmt == "table":
+        blocks = []
+        for k in kinds:
+            rows = [_summary(cat, k, i) for i in cat.ids(k)]
+            blocks.append(f"{k}s ({len(rows)})\n{render.table(rows)}")
+        click.echo("\n\n".join(blocks))
+        return
+    rows = [{"kind": k, **_summary(cat, k, i)} for k in kinds for i in cat.ids(k)]
+    click.echo(render.to_json(rows) if fmt == "json" else render.csv_text(rows), nl=fmt == "json")
+
+
+@catalog.command("show")
+@click.argument("entry_id")
+@FORMAT_OPTION
+@click.pass_context
+def catalog_show(ctx: click.Context, entry_id: str, fmt: str) -> None:
+    """Show one entry of any kind, as written (datasheet units), with its files."""
+    cat = _catalog(ctx)
+    kind, ident = cat.find(entry_id)
+    raw = dict(cat.raw(kind, ident))
+    data = {"kind": kind, **raw, "files": list(cat.origins(kind, ident))}
+    if fmt == "json":
+        click.echo(render.to_json(data))
+    elif fmt == "csv":
+        click.echo(render.csv_text([data]), nl=False)
+    else:
+        click.echo(f"{kind} {ident}")
+        click.echo("\n".join(render.raw_entry_lines(raw)))
+        click.echo(f"  files  {', '.join(cat.origins(kind, ident))}")
+
+
+# -- model ---------------------------------------------------------------------------------------
+@cli.group()
+def model() -> None:
+    """List and show model specifications."""
+
+
+@model.command("list")
+@FORMAT_OPTION
+def model_list(fmt: str) -> None:
+    """List the built-in model presets."""
+    from fsdpsim.presets import PRESETS
+
+    rows = [{"id": name, "n_params": spec.n_params, "n_layers": spec.n_layers,
+             "d_model": spec.d_model, "n_heads": spec.n_heads, "kv_heads": spec.kv_heads,
+             "ffn": f"{spec.ffn_kind} {spec.ffn_size}", "vocab": spec.vocab_size}
+            for name, spec in sorted(PRESETS.items(), key=lambda kv: kv[1].n_params)]
+    _emit_rows(rows, fmt)
+
+
+def _model_dict(spec) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    counts = spec.param_counts()
+    return {"spec": asdict(spec), "n_params": spec.n_params,
+            "params": {k: v for k, v in counts.items()},
+            "block_params": spec.block_params, "matmul_params": spec.matmul_params,
+            "active_params": spec.active_params}
+
+
+@model.command("show")
+@click.argument("model_name")
+@FORMAT_OPTION
+def model_show(model_name: str, fmt: str) -> None:
+    """Show a preset or a Hugging Face config.json: spec and parameter breakdown."""
+    from fsdpsim.presets import get_model
+
+    spec = get_model(model_name)
+    data = _model_dict(spec)
+    if fmt == "json":
+        click.echo(render.to_json(data))
+        return
+    if fmt == "csv":
+        click.echo(render.csv_text([data]), nl=False)
+        return
+    click.echo(f"model {spec.name}")
+    click.echo(render.key_values([(k, v) for k, v in data["spec"].items()]))
+    n = spec.n_params
+    rows = [{"component": k, "params": f"{v:,}", "share": f"{100 * v / n:.2f} %"}
+            for k, v in data["params"].items()]
+    rows.append({"component": "total", "params": f"{n:,}", "share": "100.00 %"})
+    click.echo("\nparameters")
+    click.echo(render.table(rows))
+    click.echo(f"\nper block {spec.block_params:,}; used in matmuls per token "
+               f"{spec.matmul_params:,}; active per token {spec.active_params:,}")
+
+
+def _emit_rows(rows, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(render.to_json(rows))
+    elif fmt == "csv":
+        click.echo(render.csv_text(rows), nl=False)
+    else:
+        click.echo(render.table(rows))
+
+
+# The predict and validate commands live in their own modules to keep this one short.
+from fsdpsim import cli_predict  # noqa: E402  (registers commands on `cli`)
+
+cli_predict.register(cli)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI; bad input → one line on stderr, exit status 2."""
+    try:
+        cli.main(args=argv, prog_name="fsdpsim", standalone_mode=False)
+    except ConfigError as exc:
+        click.echo(f"fsdpsim: error: {exc}", err=True)
+        return 2
+    except click.UsageError as exc:
+        hint = f" (try `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        click.echo(f"fsdpsim: error: {exc.format_message()}{hint}", err=True)
+        return 2
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        click.echo("fsdpsim: aborted", err=True)
+        return 1
+    except BrokenPipeError:  # pragma: no cover - e.g. `fsdpsim catalog list | head`
+        return 0
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""``fsdpsim predict`` and ``fsdpsim validate``: parse, call, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fsdpsim import render
+from fsdpsim.catalog import load_catalog
+from fsdpsim.errors import ConfigError
+from fsdpsim.parallel import RECOMPUTES, SHARDINGS, SHARDING_HELP, ParallelPlan, TrainingConfig
+from fsdpsim.units import GIB_BYTES, parse_quantity
+
+BOTTLENECK_WORDS = {
+    "compute": "compute: matmul and attention kernels set the pace",
+    "hbm_bandwidth": "HBM bandwidth: memory-bound kernels (norms, activations, loss, optimizer) dominate",
+    "intra_node_link": "intra-node link: exposed collectives limited by NVLink/PCIe bandwidth",
+    "inter_node_link": "inter-node network: exposed collectives limited by the NICs' bandwidth",
+    "memory_capacity": "memory capacity: the configuration does not fit in GPU memory",
+}
+
+
+def _auto_int(value: str | None, what: str) -> int | None:
+    if value is None or str(value).lower() == "auto":
+        return None
+    number = parse_quantity(value, what=what)
+    if number != int(number) or number < 1:
+        raise ConfigError(f"{what} must be a positive integer or 'auto', got {value!r}")
+    return int(number)
+
+
+def build_prediction(ctx: click.Context, **o: Any):
+    """Resolve options into objects and call :func:`fsdpsim.predict.predict`."""
+    from fsdpsim.predict import predict
+    from fsdpsim.presets import get_model
+    from fsdpsim.system import resolve_system
+
+    cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
+    system = resolve_system(cat, gpu=o["gpu"], cluster=o["cluster"],
+                            gpus_per_node=o["gpus_per_node"], network=o["network"],
+                            inter_node_gbps_per_gpu=o["inter_node_gbps_per_gpu"])
+    seq_len = _auto_int(o["seq_len"], "--seq-len")
+    spec = get_model(o["model"])
+    if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
+        spec = spec.with_seq_len(seq_len)
+    plan = ParallelPlan(num_gpus=o["num_gpus"], gpus_per_node=system.gpus_per_node,
+                        sharding=o["sharding"], shard_group_size=o["shard_group_size"],
+                        reshard_after_forward=o["reshard_after_forward"])
+    recompute = None if o["recompute"] == "auto" else o["recompute"]
+    training = TrainingConfig(seq_len=seq_len or 4096,
+                              micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
+                              global_batch=_auto_int(o["global_batch"], "--global-batch"),
+                              recompute=recompute, precision=o["precision"],
+                              reduce_dtype=o["reduce_dtype"], optimizer=o["optimizer"],
+                              flash_attention=o["flash_attention"])
+    return predict(spec, system, plan, training)
+
+
+def predict_options(f):
+    opts = [
+        click.option("--model", "model", default="llama3-8b", show_default=True,
+                     help="Preset id or path to a Hugging Face config.json."),
+        click.option("--gpu", default=None, help="Accelerator id or alias (e.g. h100)."),
+        click.option("--cluster", default=None, help="Node or cluster id instead of --gpu."),
+        click.option("--num-gpus", type=click.IntRange(min=1), default=8, show_default=True),
+        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+                     help="Default: the node's, else 8."),
+        click.option("--network", default=None, help="Network id (NIC type) between nodes."),
+        click.option("--inter-node-gbps-per-gpu", type=float, default=None,
+                     help="Override: inter-node Gb/s per GPU, one direction."),
+        click.option("--seq-len", default="4096", show_default=True),
+        click.option("--micro-batch", default="auto", show_default=True),
+        click.option("--global-batch", default=None, help="Sequences per step; default: one "
+                     "micro-batch per GPU."),
+        click.option("--sharding", type=click.Choice(SHARDINGS), default="full",
+                     show_default=True, help=SHARDING_HELP),
+        click.option("--shard-group-size", type=click.IntRange(min=1), default=None,
+                     help="HSDP shard group (default: one node)."),
+        click.option("--reshard-after-forward/--no-reshard-after-forward", default=True,
+                     show_default=True),
+        click.option("--recompute", type=click.Choice(("auto",) + RECOMPUTES), default="auto",
+                     show_default=True),
+        click.option("--precision", type=click.Choice(("bf16", "fp16", "fp8", "fp32")),
+                     default="bf16", show_default=True),
+        click.option("--reduce-dtype", type=click.Choice(("fp32", "bf16", "fp16")), default=None,
+                     help="Gradient reduce dtype (default fp32)."),
+        click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
+                     show_default=True),
+        click.option("--flash-attention/--eager-attention", default=True, show_default=True),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def predict_table(p) -> str:
+    d = p.to_dict()
+    v = p.values
+    t, m, c, th = d["time"], d["memory"], d["comm"], d["thresholds"]
+    tr, pl = d["training"], d["plan"]
+    lines = [f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — {d['system']}"]
+    lines.append(render.key_values([
+        ("plan", f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x dp_replicate "
+                 f"{pl['dp_replicate']}), reshard after forward: "
+                 f"{'yes' if pl['reshard_after_forward'] else 'no'}"),
+        ("training", f"seq {tr['seq_len']:,}, micro-batch {tr['micro_batch']} x {tr['grad_accum']} "
+                     f"accumulation = {tr['global_batch']:,} sequences/step, recompute "
+                     f"{tr['recompute']}, {tr['precision']}, {tr['optimizer']}, reduce "
+                     f"{tr['reduce_dtype']}"),
+    ]))
+    if d["chosen"].get("why"):
+        lines.append(f"  ({d['chosen']['why']})")
+    lines.append("\nthroughput")
+    lines.append(render.key_values([
+        ("step time", f"{render.seconds(d['step_time_s'])}  (bounds: "
+                      f"{render.seconds(t['step_lower_bound_s'])} perfect overlap .. "
+                      f"{render.seconds(t['step_upper_bound_s'])} no overlap)"),
+        ("tokens/s", f"{d['tokens_per_s']:,.0f}"),
+        ("tokens/s per GPU", f"{d['tokens_per_s_per_gpu']:,.0f}"),
+        ("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}"),
+        ("bottleneck", BOTTLENECK_WORDS[d["bottleneck"]]),
+    ]))
+    cap, peak = m["capacity_bytes"], m["peak_bytes"]
+    status = (f"fits, {render.gib(cap - peak)} free" if d["fits"]
+              else f"DOES NOT FIT, {render.gib(peak - cap)} over")
+    lines.append(f"\nmemory per GPU ({render.gib(cap)} usable; {status})")
+    rows = [(k.removesuffix("_bytes").replace("_", " "), render.gib(m[k]))
+            for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "unsharded_params_bytes",
+                      "unsharded_grads_bytes", "activations_bytes", "logits_bytes",
+                      "runtime_reserved_bytes", "fragmentation_bytes")]
+    rows.append(("peak", f"{render.gib(peak)}  ({100 * peak / cap:.0f} % of capacity)"))
+    lines.append(render.key_values(rows))
+    lines.append("\ntime per step")
+    lines.append(render.key_values([
+        ("compute", f"{render.seconds(t['compute_s'])}  (GEMM {render.seconds(t['gemm_s'])}, "
+                    f"attention {render.seconds(t['attention_s'])}, memory-bound "
+                    f"{render.seconds(t['memory_bound_s'])}, of which recompute "
+                    f"{render.seconds(t['recompute_s'])}; optimizer "
+                    f"{render.seconds(t['optimizer_s'])})"),
+        ("all-gather", f"{render.gib(c['all_gather_bytes'])} in {render.seconds(c['all_gather_s'])}"),
+        ("reduce-scatter", f"{render.gib(c['reduce_scatter_bytes'])} in "
+                           f"{render.seconds(c['reduce_scatter_s'])}"),
+        ("all-reduce", f"{render.gib(c['all_reduce_bytes'])} in {render.seconds(c['all_reduce_s'])}"),
+        ("exposed comm", f"{render.seconds(c['exposed_comm_s'])} "
+                         f"({100 * c['exposed_comm_s'] / d['step_time_s']:.1f} % of the step)"),
+    ]))
+    bw = th["min_inter_node_gbps_per_gpu"]
+    have = v.get("nic_share_gbps", None)
+    lines.append("\nthresholds (Wang et al. 2025)")
+    lines.append(render.key_values([
+        ("inter-node bandwidth per GPU to hide comm",
+         "no inter-node traffic" if bw == 0 else
+         ("cannot hide (intra-node link alone is slower than compute)" if bw is None
+          else f"{bw:,.1f} Gb/s" + (f" (have {have:,.0f})" if have else ""))),
+        ("critical tokens per GPU per micro-batch",
+         f"{th['critical_tokens_per_gpu']:,.0f} (have {tr['micro_batch'] * tr['seq_len']:,})"),
+        ("largest micro-batch that fits", f"{th['max_micro_batch']}"),
+        (f"longest sequence at micro-batch {tr['micro_batch']}", f"{th['max_seq_len']:,}"),
+    ]))
+    if d["notes"]:
+        lines.append("\nnotes")
+        lines.extend(f"  - {n}" for n in d["notes"])
+    return "\n".join(lines)
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("predict")
+    @predict_options
+    @render_option
+    @click.pass_context
+    def predict_cmd(ctx: click.Context, fmt: str, **options: Any) -> None:
+        """Predict step time, throughput, MFU, memory and bottleneck of one setup."""
+        if options["gpu"] is None and options["cluster"] is None:
+            options["gpu"] = "h100"
+        p = build_prediction(ctx, **options)
+        if fmt == "json":
+            click.echo(render.to_json(p.to_dict()))
+        elif fmt == "csv":
+            click.echo(render.csv_text([p.to_dict()]), nl=False)
+        else:
+            click.echo(predict_table(p))
+
+
+def render_option(f):
+    return click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
+                        show_default=True, help="Output format.")(f)
+
+
+__all__ = ["register", "build_prediction", "predict_table", "GIB_BYTES"]

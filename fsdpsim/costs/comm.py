@@ -1,0 +1,144 @@
+"""Communication: bytes of every FSDP/ZeRO/DDP collective and their time on a two-level network.
+
+Collective volumes (per GPU, per step)
+--------------------------------------
+FSDP groups parameters into units (one per transformer block plus the root: embeddings, final
+norm and LM head). Per unit and micro-batch (Zhao et al. 2023, PyTorch FSDP, arXiv 2304.11277
+§3.2; Rajbhandari et al. 2020, ZeRO §7):
+
+=============  ==========================  ===========================  =======================
+strategy       all-gather (shard group)    reduce-scatter (shard grp)   all-reduce
+=============  ==========================  ===========================  =======================
+full (ZeRO-3)  forward, and backward when  every micro-batch            –
+               resharded after forward
+grad_op (Z-2)  forward                     every micro-batch            –
+optimizer (Z1) once per step, after the    once per step (last micro-   –
+               optimizer step               batch)
+none (DDP)     –                           –                            full grads, once a step
+hybrid (HSDP)  as full, within the shard   as full, within the group    the shard (unit / S)
+               group of size S                                          across R replicas,
+                                                                        every micro-batch
+=============  ==========================  ===========================  =======================
+
+The root unit is not resharded after forward by default (FSDP2 ``reshard_after_forward=None``,
+and FSDP1 FULL_SHARD alike), so it is gathered once per micro-batch: AG calls = 2·U − 1 per
+micro-batch with U units (verified against torch 2.13 in
+``shared/reference/torch_validation_on_cpu.md`` §2).
+
+Bytes are tensor bytes (AG: the gathered output; RS: the padded input; AR: the buffer), the
+quantities torch's ``c10d`` ops see. FSDP2 pads every parameter's dim 0 to a multiple of the
+shard-group size; FSDP1 pads each unit's flat parameter (:func:`padded_numel`).
+
+Time (alpha-beta model of ring collectives on a two-level network)
+------------------------------------------------------------------
+A ring over a group of k GPUs that spans n nodes with g group members per node moves
+(k−1)/k · M bytes over every ring edge for an all-gather or reduce-scatter of an M-byte buffer,
+and twice that for an all-reduce (Patarasuk & Yuan 2009; Thakur et al. 2005). Edges inside a
+node run on the scale-up link; NCCL spreads its rings over all NICs, so the node-crossing edges
+of the g members of one group share g NICs' worth of bandwidth (per-GPU NIC share × g): the
+ring's bus bandwidth is ``min(link, g · nic_share)`` at their achievable fractions, the
+nccl-tests ``busbw`` definition (NVIDIA nccl-tests PERFORMANCE.md). Each of the k−1 ring steps
+pays a latency α (the inter-node one when the ring leaves the node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fsdpsim.costs.compute import as_array
+
+STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
+STRATEGY_CODES = {name: i for i, name in enumerate(STRATEGIES)}
+FULL, GRAD_OP, OPTIMIZER, NONE, HYBRID = range(5)
+
+
+def padded_numel(shapes: Sequence[tuple[str, tuple[int, ...]]], shard_size,
+                 per_parameter: bool = True):
+    """Elements of one FSDP unit after padding for ``shard_size`` ranks [-].
+
+    FSDP2 (``fully_shard``) shards every parameter on dim 0 and pads it to
+    ``ceil(d0 / S) · S`` rows; FSDP1 flattens the unit and pads the flat parameter to a multiple
+    of S (torch 2.13 ``_fsdp_param.py`` / ``_flat_param.py``; checked in
+    torch_validation_on_cpu.md §2 rules 2-3). ``shapes`` is a list of (name, shape) pairs
+    (:meth:`fsdpsim.model.ModelSpec.unit_parameter_shapes`). Vectorised over ``shard_size``.
+    """
+    shapes = [shape for _, shape in shapes]
+    s = as_array(shard_size)
+    if per_parameter:
+        total = np.zeros_like(s)
+        for shape in shapes:
+            d0 = float(shape[0]) if len(shape) else 1.0
+            rest = float(np.prod(shape[1:])) if len(shape) > 1 else 1.0
+            total = total + np.ceil(d0 / s) * s * rest
+        return total
+    flat = float(sum(int(np.prod(shape)) for shape in shapes))
+    return np.ceil(flat / s) * s
+
+
+def ring_time_s(message_bytes, group_size, members_per_node, link_bytes_per_s,
+                nic_share_bytes_per_s, link_latency_s, nic_latency_s, passes=1.0):
+    """Time of a ring collective over ``group_size`` GPUs [s].
+
+    Parameters
+    ----------
+    message_bytes : M, the full buffer (all-gather output, reduce-scatter input) [B]
+    group_size : k, GPUs in the group [-]
+    members_per_node : g, group members per node (k when the group fits in one node) [-]
+    link_bytes_per_s : achievable scale-up bandwidth per GPU, one direction [B/s]
+    nic_share_bytes_per_s : achievable NIC bandwidth per GPU, one direction [B/s]
+    link_latency_s, nic_latency_s : per ring step [s]
+    passes : 1 for all-gather and reduce-scatter, 2 for all-reduce [-]
+
+    ``t = passes · (k−1) · (M / k / busbw + α)`` with ``busbw = link`` inside a node and
+    ``min(link, g · nic_share)`` across nodes (``link`` drops out when g = 1).
+    """
+    k = as_array(group_size)
+    g = np.minimum(as_array(members_per_node), k)
+    multi_node = k > g
+    inter_bw = g * as_array(nic_share_bytes_per_s)
+    intra_bw = np.where(g > 1, as_array(link_bytes_per_s), np.inf)
+    busbw = np.where(multi_node, np.minimum(intra_bw, inter_bw), as_array(link_bytes_per_s))
+    alpha = np.where(multi_node, as_array(nic_latency_s), as_array(link_latency_s))
+    steps = np.maximum(k - 1.0, 0.0)
+    t = as_array(passes) * steps * (as_array(message_bytes) / np.maximum(k, 1.0) / busbw + alpha)
+    return np.where(k > 1, t, 0.0)
+
+
+def ring_inter_node_seconds_per_byte_per_s(message_bytes, group_size, members_per_node, passes=1.0):
+    """The numerator X of the inter-node part of :func:`ring_time_s`: t_inter = X / nic_share.
+
+    ``X = passes · (k−1)/k · M / g`` for groups that span nodes, else 0. Dividing by a per-GPU
+    NIC bandwidth gives seconds; used to solve for the bandwidth that hides communication.
+    """
+    k = as_array(group_size)
+    g = np.minimum(as_array(members_per_node), k)
+    x = as_array(passes) * np.maximum(k - 1.0, 0.0) / np.maximum(k, 1.0) * as_array(message_bytes) / g
+    return np.where(k > g, x, 0.0)
+
+
+def fsdp_calls_per_microbatch(strategy, reshard_after_forward):
+    """Per-unit collective calls per micro-batch for block units: (all-gather, reduce-scatter,
+    all-reduce), each an array; see the module table. Root units use ``reshard=False``.
+
+    ``strategy`` is an integer code array (:data:`STRATEGY_CODES`).
+    """
+    st = np.asarray(strategy)
+    reshard = np.asarray(reshard_after_forward, dtype=float)
+    sharded_params = (st == FULL) | (st == HYBRID)
+    ag = np.where(sharded_params, 1.0 + reshard, np.where(st == GRAD_OP, 1.0, 0.0))
+    rs = np.where(sharded_params | (st == GRAD_OP), 1.0, 0.0)
+    ar = np.where(st == HYBRID, 1.0, 0.0)
+    return ag, rs, ar
+
+
+def fsdp_calls_per_step(strategy):
+    """Per-unit calls that happen once per optimizer step, not per micro-batch:
+    (all-gather, reduce-scatter, all-reduce). ZeRO-1 reduce-scatters the accumulated gradient
+    and all-gathers the updated parameters once; DDP all-reduces once (``no_sync`` for the
+    other micro-batches; Li et al. 2020, PyTorch DDP, VLDB §3.2.4)."""
+    st = np.asarray(strategy)
+    zero1 = np.where(st == OPTIMIZER, 1.0, 0.0)
+    ar = np.where(st == NONE, 1.0, 0.0)
+    return zero1, zero1, ar

@@ -1,0 +1,230 @@
+"""Compute: FLOPs of every matmul and the time the GPU needs for them and for memory-bound work.
+
+All functions are pure and vectorised: arguments may be Python numbers or numpy arrays that
+broadcast together; results are numpy arrays (0-d for scalar inputs).
+
+FLOP conventions (stated once, used everywhere)
+------------------------------------------------
+* A matmul of an (m × k) by a (k × n) matrix costs 2·m·n·k FLOPs (one multiply and one add).
+* Backward of a linear layer = 2 × its forward (input gradient + weight gradient).
+* **Model FLOPs** (for MFU) follow PaLM (Chowdhery et al. 2022, App. B): every weight matmul,
+  the LM head included, forward + backward = 6·N_mm·T, plus attention scores and values over
+  the full s × s square, 12·L·s·q_dim per token. No recompute, no causal discount. This is what
+  published MFU figures (MosaicML, Megatron) count and what ``torch.utils.flop_counter`` reports
+  for a model with manual attention.
+* **Executed FLOPs** (for HFU and time) are what the kernels do: causal FlashAttention computes
+  only the lower triangle (half the square; Dao 2023, arXiv 2307.08691 §3.1), its backward costs
+  2.5 × its forward (it recomputes the scores; five matmuls against the forward's two), and
+  activation checkpointing adds one more forward of each recomputed layer (Korthikanti et al.
+  2022, arXiv 2205.05198 §5).
+
+Time model
+----------
+* A GEMM runs at ``min(compute roof, memory roof)`` (roofline, Williams et al. 2009), its
+  compute rate scaled by a tile efficiency ``k / (k + k_half)`` in the reduction dimension and
+  with a fixed per-kernel tail that sets the half-performance size ``n_1/2`` (Hockney 1988):
+  ``t = max(F / (R·k/(k + k_half)), B / W) + n_half / R`` where R = dense peak × achievable
+  matmul fraction and W = HBM bandwidth × achievable fraction (:func:`gemm_time_s`).
+* Attention runs at ``peak × attention_fraction`` (a catalog value per GPU type and kernel).
+* Element-wise work (norms, activations, residual adds, rotary, casts, loss, optimizer) is
+  bandwidth bound: bytes / W.
+* The CPU issues kernels at most one per ``kernel_overhead_s``: a layer's time is at least
+  ``n_kernels × kernel_overhead_s`` (small models at small batch are launch bound).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Kernels per transformer layer (forward, backward) in eager PyTorch with fused attention:
+#: norm, QKV, rotary, attention, out-proj, residual add, norm, up(+gate), activation, down,
+#: residual add ≈ 12 forward; backward roughly twice as many (dgrad + wgrad per GEMM).
+KERNELS_PER_LAYER_FWD = 12
+KERNELS_PER_LAYER_BWD = 24
+
+
+def as_array(x) -> np.ndarray:
+    """``np.asarray(x, dtype=float)``: the one conversion cost functions apply to inputs."""
+    return np.asarray(x, dtype=float)
+
+
+# -- FLOPs ---------------------------------------------------------------------------------------
+def layer_gemm_shapes(d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts=1):
+    """The (n, k) weight shapes of one layer's GEMMs, as a list of (n, k, multiplicity).
+
+    Each entry is multiplied by m = tokens at call time. QKV is one fused GEMM of width
+    q_dim + 2·kv_dim (GQA: Ainslie et al. 2023); the SwiGLU MLP has gate and up of width
+    ffn_size (Shazeer 2020), the GELU MLP one up projection (Vaswani et al. 2017).
+    ``active_experts`` repeats the MLP for mixture-of-experts top-k routing (Fedus et al. 2022).
+    """
+    d = as_array(d_model)
+    up_width = np.where(swiglu, 2.0, 1.0) * as_array(ffn_size)
+    return [
+        (as_array(q_dim) + 2.0 * as_array(kv_dim), d, 1.0),   # fused QKV projection
+        (d, as_array(q_dim), 1.0),                          # attention output projection
+        (up_width, d, as_array(active_experts)),            # MLP up (and gate)
+        (d, as_array(ffn_size), as_array(active_experts)),  # MLP down
+    ]
+
+
+def layer_matmul_flops_fwd(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts=1):
+    """Forward FLOPs of one layer's weight matmuls [FLOP]: 2·T·Σ n·k.
+
+    Parameters
+    ----------
+    tokens : tokens in the micro-batch, b·s [-]
+    d_model, q_dim, kv_dim, ffn_size : layer widths [-]
+    swiglu : True for a gated (3-matrix) MLP [-]
+    """
+    t = as_array(tokens)
+    return sum(2.0 * t * n * k * mult for n, k, mult in
+               layer_gemm_shapes(d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts))
+
+
+def attention_flops_fwd(micro_batch, seq_len, q_dim, causal=True):
+    """Forward FLOPs of attention scores (Q·Kᵀ) and values (P·V) of one layer [FLOP].
+
+    Two matmuls of 2·b·s²·q_dim each: 4·b·s²·q_dim over the full square (PaLM App. B:
+    12·L·H·Q·T per token for forward+backward). A causal kernel skips the upper triangle:
+    half of it (FlashAttention-2, Dao 2023 §3.1).
+    """
+    full = 4.0 * as_array(micro_batch) * as_array(seq_len) ** 2 * as_array(q_dim)
+    return np.where(causal, 0.5, 1.0) * full
+
+
+def lm_head_flops_fwd(tokens, d_model, vocab_size):
+    """Forward FLOPs of the output projection to the vocabulary [FLOP]: 2·T·d·V."""
+    return 2.0 * as_array(tokens) * as_array(d_model) * as_array(vocab_size)
+
+
+def model_flops_per_token(matmul_params, n_layers, seq_len, q_dim):
+    """PaLM model FLOPs per token for forward + backward [FLOP/token].
+
+    6·N_mm + 12·L·s·q_dim (Chowdhery et al. 2022, App. B), where N_mm counts every weight used in
+    a matmul (LM head included; embeddings lookups, norms and biases excluded).
+    """
+    return 6.0 * as_array(matmul_params) + 12.0 * as_array(n_layers) * as_array(seq_len) * as_array(q_dim)
+
+
+# -- time ---------------------------------------------------------------------------------------
+def gemm_time_s(m, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k,
+                elem_bytes=2.0):
+    """Time of one (m × k)·(k × n) GEMM [s]: roofline, tile efficiency and Hockney tail.
+
+    ``t = max(2mnk / (R · k/(k + k_half)), elem·(mk + kn + mn) / W) + n_half / R``
+
+    * roofline: the GEMM is bound by compute or by its operand traffic (Williams et al. 2009);
+    * tile efficiency: each output tile runs a main loop over the reduction dimension k plus a
+      fixed prologue/epilogue worth ``k_half`` iterations, so the compute rate is
+      ``R · k / (k + k_half)`` (Hockney 1988's r_inf, n_1/2 law applied to the tile loop; the
+      reason small-width models run their GEMMs below peak);
+    * Hockney tail: a fixed launch/wave-quantisation time ``n_half / R`` per kernel.
+
+    R and W are achievable rates [FLOP/s, B/s]; ``half_flops`` [FLOP], ``half_k`` [-].
+    """
+    m, n, k = as_array(m), as_array(n), as_array(k)
+    flops = 2.0 * m * n * k
+    traffic_bytes = elem_bytes * (m * k + k * n + m * n)
+    r = as_array(matmul_flops_per_s)
+    tile_eff = k / (k + as_array(half_k))
+    return (np.maximum(flops / (r * tile_eff), traffic_bytes / as_array(hbm_bytes_per_s))
+            + as_array(half_flops) / r)
+
+
+def linear_time_s(tokens, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k,
+                  elem_bytes=2.0):
+    """Forward and backward time of a linear layer y = x·Wᵀ, x: (T × k), W: (n × k) [s].
+
+    Forward reduces over k; the input gradient dx = dy·W reduces over n; the weight gradient
+    dW = dyᵀ·x reduces over the T tokens. Returns (forward, backward).
+    """
+    args = (matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k, elem_bytes)
+    fwd = gemm_time_s(tokens, n, k, *args)
+    dgrad = gemm_time_s(tokens, k, n, *args)
+    wgrad = gemm_time_s(n, k, tokens, *args)
+    return fwd, dgrad + wgrad
+
+
+def layer_gemm_times_s(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts,
+                       matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k, elem_bytes=2.0):
+    """Forward and backward time of one layer's GEMMs [s] (see :func:`linear_time_s`)."""
+    fwd = bwd = 0.0
+    for n, k, mult in layer_gemm_shapes(d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts):
+        f, b = linear_time_s(tokens, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops,
+                             half_k, elem_bytes)
+        fwd = fwd + mult * f
+        bwd = bwd + mult * b
+    return fwd, bwd
+
+
+def layer_elementwise_bytes(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, rotary,
+                            linear_bias=False, act_bytes=2.0):
+    """HBM traffic of one layer's bandwidth-bound kernels, (forward, backward) [B].
+
+    Each kernel reads its inputs and writes its outputs once (elements per token):
+
+    * forward: 2 norms (read d, write d) = 4d; 2 residual adds (read 2d, write d) = 6d;
+      activation GELU (read f, write f) = 2f or SwiGLU (read 2f, write f) = 3f;
+      rotary on q and k (read, write) = 2(q + kv).
+    * backward: each norm's input gradient (read dy, x; write dx) plus its weight/bias
+      gradient reduction, which PyTorch's ``layer_norm_backward`` runs as a second kernel
+      reading dy and x again = 5d each, 10d; the two residual branches' gradient sums (3d each,
+      6d); GELU backward (read dy, x; write dx) 3f or SwiGLU (read dy, gate, up; write two
+      grads) 5f; rotary 2(q + kv); with biases, ``grad_bias = dy.sum(0)`` reads every linear
+      output gradient once: (q + 2kv) + d + f_up + d.
+
+    Derived here from the kernel list of an eager PyTorch block; the same tensor accounting
+    Korthikanti et al. 2022 §4.1 use for stored activations.
+    """
+    t = as_array(tokens) * act_bytes
+    d, q, kv, f = as_array(d_model), as_array(q_dim), as_array(kv_dim), as_array(ffn_size)
+    rope = np.where(rotary, 2.0 * (q + kv), 0.0)
+    f_up = np.where(swiglu, 2.0, 1.0) * f
+    bias_grads = np.where(linear_bias, (q + 2.0 * kv) + d + f_up + d, 0.0)
+    fwd = t * (10.0 * d + np.where(swiglu, 3.0, 2.0) * f + rope)
+    bwd = t * (16.0 * d + np.where(swiglu, 5.0, 3.0) * f + rope + bias_grads)
+    return fwd, bwd
+
+
+#: Bytes moved per logit by an unfused PyTorch cross-entropy on bf16 logits: the upcast to fp32
+#: (read 2, write 4), log-softmax (read 4, write 4), its backward (read 4 + 4, write 4) and the
+#: cast of the gradient back to bf16 (read 4, write 2) = 36 B; the GEMM writes the bf16 logits
+#: (2 B) and reads the bf16 gradient (2 B) as part of its own traffic.
+LOSS_BYTES_PER_LOGIT = 36.0
+#: A fused cross-entropy kernel (flash-attn ``CrossEntropyLoss``, Liger) reads the bf16 logits
+#: once and writes the gradient in their place: 4 B per logit.
+FUSED_LOSS_BYTES_PER_LOGIT = 4.0
+
+#: Bytes per local parameter of one AdamW step in fp32 with foreach kernels: read param, grad,
+#: exp_avg, exp_avg_sq (16 B) and write param, exp_avg, exp_avg_sq (12 B) (Loshchilov & Hutter
+#: 2019, Alg. 2; PyTorch ``torch.optim.AdamW(foreach=True)``). SGD with momentum: read param,
+#: grad, buffer, write param, buffer = 20 B.
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 28.0, "sgd": 20.0}
+
+
+def memory_bound_time_s(traffic_bytes, hbm_bytes_per_s):
+    """Time of bandwidth-bound kernels [s]: bytes / achievable HBM bandwidth."""
+    return as_array(traffic_bytes) / as_array(hbm_bytes_per_s)
+
+
+def attention_time_s(flops, peak_flops_per_s, attention_fraction, head_dim=np.inf, half_k=0.0):
+    """Time of the fused attention kernel [s].
+
+    The kernel runs at ``peak · attention_fraction · hd / (hd + k_half)``: its two matmuls
+    reduce over the head dimension (Q·Kᵀ) and over key blocks, so, like a GEMM tile
+    (:func:`gemm_time_s`), a short head dimension spends more of each tile in its fixed
+    prologue/epilogue. FlashAttention-2 runs head dimension 64 at about 0.8× the rate of 128
+    on A100 (Dao 2023, arXiv 2307.08691, Fig. 4-5), which this law reproduces with k_half ≈ 64.
+    """
+    hd = as_array(head_dim)
+    tile_eff = hd / (hd + as_array(half_k))
+    return as_array(flops) / (as_array(peak_flops_per_s) * as_array(attention_fraction) * tile_eff)
+
+
+def launch_bound_s(gpu_time_s, n_kernels, kernel_overhead_s):
+    """A kernel sequence takes at least one launch interval per kernel [s].
+
+    The CPU enqueues kernels asynchronously; when the GPU finishes them faster than the CPU can
+    issue them, the stream is launch bound: ``max(Σ t_gpu, n · t_launch)``.
+    """
+    return np.maximum(as_array(gpu_time_s), as_array(n_kernels) * as_array(kernel_overhead_s))

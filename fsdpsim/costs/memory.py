@@ -1,0 +1,555 @@
+"""Memory: bytes per GPU of FSDP / ZeRO training, term by term, and the ceilings they imply.
+
+All functions are pure and vectorised: numeric arguments may be Python numbers or numpy arrays
+that broadcast together; categorical arguments (``strategy``, ``recompute``, ``ffn_kind``) are
+strings or numpy arrays of strings (``strategy`` also takes the integer codes of
+:data:`STRATEGIES`, the order :mod:`fsdpsim.costs.comm` uses). Results are numpy arrays (0-d for
+scalar inputs).
+
+When the peak happens
+---------------------
+The peak of a step is taken at the **start of backward**, just after the loss: every saved
+activation of every layer is still alive, the logits and the loss temporaries are alive, and
+the model states (optimizer states exist from the second step on) and the FSDP buffers of the
+units in flight are allocated. During backward, activations are freed layer by layer faster
+than gradients and buffers appear, so this is the maximum for a transformer stack. Terms whose
+lifetimes only touch (the logits gradient, the first layer's recompute working set, the first
+unit's unsharded gradient) are added, which makes the figure a slight upper bound.
+
+Terms (the keys of :func:`peak_memory_bytes`)
+---------------------------------------------
+=========================  =============================================================
+``params_bytes``           resident parameter copy; sharded for full/hybrid
+``grads_bytes``            gradients; sharded for grad_op/full/hybrid (allocated all step:
+                           gradient accumulation or ``zero_grad(set_to_none=False)``)
+``optimizer_bytes``        optimizer states; sharded except for none (DDP)
+``unsharded_params_bytes`` compute-dtype parameters beyond the resident copy: the
+                           all-gathered units in flight (FSDP), or every unit when they are
+                           not resharded after forward, or a cast of all parameters
+``unsharded_grads_bytes``  one unit's unsharded gradient and its reduce-dtype cast
+``activations_bytes``      saved activations of all layers, the recompute working set of one
+                           layer, and the inputs of the final norm and LM head
+``logits_bytes``           LM-head output and cross-entropy temporaries
+``runtime_reserved_bytes`` CUDA context, NCCL and cuBLAS workspaces (an input)
+``fragmentation_bytes``    ``allocator_fraction`` × every allocator-managed term above
+``peak_bytes``             the sum
+=========================  =============================================================
+
+Byte recipes
+------------
+* PyTorch FSDP with ``MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)`` and AdamW (the
+  defaults): the sharded fp32 parameter is the master copy (``param_bytes=4``), sharded fp32
+  gradients (4), two fp32 moments (``optimizer_bytes_per_param=8``; SGD with momentum 4, plain
+  SGD 0); all-gathered parameters and the computed gradients are bf16 (2), reduced in fp32 (4)
+  (Zhao et al. 2023, arXiv 2304.11277 §4.4).
+* ZeRO paper / DeepSpeed mixed precision: fp16 parameters and gradients (2, 2) and K = 12 bytes
+  of optimizer state (fp32 master, momentum, variance) (Rajbhandari et al. 2020, §3.1).
+
+``strategy="grad_op"`` is ZeRO-2 as the ZeRO paper counts it: the parameter copy
+(``param_bytes``) is replicated. PyTorch's SHARD_GRAD_OP (and FSDP2
+``reshard_after_forward=False``) instead keeps an fp32 shard and, from forward to the end of
+backward, the bf16 unsharded parameters of every unit: at the peak that is
+``strategy="full", reshard_after_forward=False`` with the PyTorch recipe, or ``"grad_op"`` with
+``param_bytes=2`` and the fp32 master counted in ``optimizer_bytes_per_param=12``.
+
+Other parallel degrees
+----------------------
+``n_params``, ``unit_numel`` and ``n_layers`` are what one rank holds before FSDP sharding:
+divide by the tensor and pipeline degrees before calling. Activations and logits take ``tp``
+(heads, FFN columns and vocabulary split; the h-sized tensors too with sequence parallelism)
+and ``cp`` (context parallelism splits the sequence). ``saved_microbatches`` is the number of
+micro-batches whose activations a pipeline stage holds at once (1 without pipelining).
+
+References
+----------
+[1] Rajbhandari, Rasley, Ruwase, He, "ZeRO: Memory Optimizations Toward Training Trillion
+    Parameter Models", SC 2020, arXiv 1910.02054: §3.1 (2Ψ + 2Ψ + KΨ, K = 12), §5 and Fig. 1.
+[2] Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel", PVLDB
+    16(12) 2023, arXiv 2304.11277: §3.2.1 (peak O(Σψ_i/F + max ψ_i)), §3.4 (rate limiter: at
+    most two in-flight all-gathers), §4.4 (K_full·Σψ_i/F + K_low·max ψ_i).
+[3] Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+    MLSys 2023, arXiv 2205.05198: §4.1 Eq. 1 (sbh(34 + 5as/h)), §4.2, §5, Table 2.
+[4] Dao, "FlashAttention-2", arXiv 2307.08691, Alg. 1-2: only the output and the fp32
+    row logsumexp are saved for backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fsdpsim.costs.compute import as_array
+from fsdpsim.errors import ConfigError, suggest
+
+#: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
+STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
+FULL, GRAD_OP, OPTIMIZER, NONE, HYBRID = range(5)
+#: Activation recomputation policies ([3] §5).
+RECOMPUTE = ("none", "selective", "full")
+RC_NONE, RC_SELECTIVE, RC_FULL = range(3)
+#: MLP kinds: GELU (two matrices) or a gated linear unit such as SwiGLU (three).
+FFN_KINDS = ("gelu", "swiglu")
+
+MASK_BYTES = 1.0      # a dropout mask is a bool tensor, 1 byte per element ([3] §4.1)
+LSE_BYTES = 4.0       # FlashAttention's saved row logsumexp is fp32 ([4])
+FP32_BYTES = 4.0
+
+
+def choice_codes(value, names, what):
+    """Map a string (array) or integer-code (array) to integer codes of ``names``.
+
+    Raises :class:`ConfigError` naming every unknown value and the accepted ones.
+    """
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iu":
+        bad = arr[(arr < 0) | (arr >= len(names))]
+        if bad.size:
+            raise ConfigError(f"{what}: codes {sorted(set(bad.tolist()))} are out of range; "
+                              f"accepted: 0..{len(names) - 1} for {', '.join(names)}")
+        return arr
+    if arr.dtype.kind not in "USO":
+        raise ConfigError(f"{what}: expected a string or an array of strings, got {value!r}; "
+                          f"accepted: {', '.join(names)}")
+    codes = np.full(arr.shape, -1)
+    for i, name in enumerate(names):
+        codes = np.where(arr == name, i, codes)
+    if np.any(codes < 0):
+        bad = sorted({str(v) for v in np.atleast_1d(arr)[np.atleast_1d(codes) < 0]})
+        raise ConfigError(f"{what}: unknown value(s) {', '.join(map(repr, bad))}; accepted: "
+                          f"{', '.join(names)}" + suggest(bad[0], names))
+    return codes
+
+
+def _check_at_least_one(what, value):
+    x = as_array(value)
+    if np.any(x < 1):
+        raise ConfigError(f"{what} must be >= 1, got {sorted(set(x[x < 1].ravel().tolist()))}")
+    return x
+
+
+# -- model states --------------------------------------------------------------------------------
+def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_bytes=4.0,
+                      grad_bytes=4.0, optimizer_bytes_per_param=8.0, padded_n_params=None):
+    """Parameters, gradients and optimizer states resident on one GPU [B].
+
+    Parameters
+    ----------
+    n_params : Ψ, parameters of one model replica on this rank (after TP/PP) [-]
+    shard_size : N_d, GPUs the states are sharded over (the FSDP shard group) [-]
+    replicate_size : replicas of the shard group (HYBRID_SHARD); per-GPU memory does not depend
+        on it, it is validated so that callers can pass the whole mesh [-]
+    strategy : "full" (ZeRO-3 / FULL_SHARD), "grad_op" (ZeRO-2), "optimizer" (ZeRO-1),
+        "none" (DDP / NO_SHARD) or "hybrid" (HYBRID_SHARD: full within the shard group) [-]
+    param_bytes : bytes per element of the resident parameter copy [B]
+    grad_bytes : bytes per element of the resident gradient [B]
+    optimizer_bytes_per_param : K, optimizer-state bytes per parameter [B]
+    padded_n_params : Ψ rounded up by FSDP's padding for this ``shard_size`` (default Ψ) [-]
+
+    Returns
+    -------
+    dict of ``params_bytes``, ``grads_bytes``, ``optimizer_bytes`` [B]
+
+    Notes
+    -----
+    With the sharded count Ψ_s = padded / N_d ([1] §5, Fig. 1):
+
+    ==========  ==========  ==========  ==========
+    strategy    params      grads       optimizer
+    ==========  ==========  ==========  ==========
+    none        p·Ψ         g·Ψ         K·Ψ
+    optimizer   p·Ψ         g·Ψ         K·Ψ_s
+    grad_op     p·Ψ         g·Ψ_s       K·Ψ_s
+    full/hybrid p·Ψ_s       g·Ψ_s       K·Ψ_s
+    ==========  ==========  ==========  ==========
+
+    With p = g = 2, K = 12 this is the ZeRO paper's (2 + 2 + K)·Ψ accounting ([1] §3.1); with
+    p = g = 4, K = 8 it is PyTorch FSDP's fp32 sharded master parameters and gradients with
+    AdamW ([2] §3.2.1, §4.4).
+    """
+    st = choice_codes(strategy, STRATEGIES, "strategy")
+    n = as_array(n_params)
+    padded = n if padded_n_params is None else as_array(padded_n_params)
+    n_shard = padded / _check_at_least_one("shard_size", shard_size)
+    _check_at_least_one("replicate_size", replicate_size)
+
+    params_sharded = (st == FULL) | (st == HYBRID)
+    grads_sharded = params_sharded | (st == GRAD_OP)
+    optimizer_sharded = st != NONE
+    return {
+        "params_bytes": as_array(param_bytes) * np.where(params_sharded, n_shard, n),
+        "grads_bytes": as_array(grad_bytes) * np.where(grads_sharded, n_shard, n),
+        "optimizer_bytes": as_array(optimizer_bytes_per_param) * np.where(optimizer_sharded,
+                                                                           n_shard, n),
+    }
+
+
+# -- FSDP transient buffers ----------------------------------------------------------------------
+def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes=4.0,
+                      compute_param_bytes=2.0, reduce_grad_bytes=4.0, compute_grad_bytes=2.0,
+                      prefetch_units=2, reshard_after_forward=True, resident_numel=0.0):
+    """Unsharded parameter and gradient buffers alive at the start of backward [B].
+
+    Parameters
+    ----------
+    unit_numel : ψ_max, elements of the largest FSDP unit, padded (``costs.comm.padded_numel``) [-]
+    n_params : Ψ, parameters of the model replica on this rank [-]
+    shard_size : F, GPUs the parameters are sharded over [-]
+    strategy : as in :func:`model_state_bytes` [-]
+    param_bytes : bytes per element of the resident parameter copy [B]
+    compute_param_bytes : K_low, bytes per element of the parameters used in matmuls [B]
+    reduce_grad_bytes : bytes per element of the gradient in the reduction collective [B]
+    compute_grad_bytes : bytes per element of the gradient autograd produces [B]
+    prefetch_units : units whose gathered parameters coexist (the unit computing and the one
+        prefetched; the rate limiter allows two in-flight all-gathers, [2] §3.4) [-]
+    reshard_after_forward : False keeps every unit's gathered parameters from forward through
+        backward (FSDP2 ``reshard_after_forward=False``, FSDP1 SHARD_GRAD_OP) [-]
+    resident_numel : elements of units never resharded after forward, e.g. a root unit that
+        holds the embedding and LM head [-]
+
+    Returns
+    -------
+    dict of ``unsharded_params_bytes``, ``unsharded_grads_bytes`` [B]
+
+    Notes
+    -----
+    Parameters, for full/hybrid ([2] §4.4: peak = K_full·Σψ_i/F + K_low·max ψ_i, here with
+    ``prefetch_units`` units in flight)::
+
+        K_low · min(prefetch_units·ψ_max + resident_numel, Ψ)     resharded after forward
+        K_low · Ψ                                                  not resharded
+
+    and zero when F = 1 and K_low equals ``param_bytes`` (the shard is the whole parameter;
+    FSDP1 turns into NO_SHARD). For none/optimizer/grad_op the full parameters are resident
+    already (:func:`model_state_bytes`); only when the compute dtype differs does a cast of every
+    parameter stay alive until backward (autocast's weight cache, FSDP NO_SHARD's low-precision
+    copy): ``K_low · Ψ``, else 0.
+
+    Gradients, every strategy: the unit being reduced holds its unsharded gradient in the
+    compute dtype plus a cast to the reduce dtype when they differ,
+    ``ψ_max · (g_c + g_r·[g_r ≠ g_c])``. The reduce-scatter output (ψ_max/F) is neglected.
+    """
+    st = choice_codes(strategy, STRATEGIES, "strategy")
+    unit = as_array(unit_numel)
+    n = as_array(n_params)
+    f = _check_at_least_one("shard_size", shard_size)
+    k_low = as_array(compute_param_bytes)
+    g_c = as_array(compute_grad_bytes)
+    g_r = as_array(reduce_grad_bytes)
+
+    params_sharded = (st == FULL) | (st == HYBRID)
+    # A separate compute copy exists when it is gathered from shards or cast to another dtype.
+    separate_copy = (k_low != as_array(param_bytes)) | (params_sharded & (f > 1))
+    in_flight_numel = np.minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
+    gathered_numel = np.where(params_sharded & np.asarray(reshard_after_forward, dtype=bool),
+                              in_flight_numel, n)
+    return {
+        "unsharded_params_bytes": np.where(separate_copy, k_low * gathered_numel, 0.0),
+        "unsharded_grads_bytes": unit * (g_c + np.where(g_r != g_c, g_r, 0.0)),
+    }
+
+
+# -- activations ---------------------------------------------------------------------------------
+def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
+                               n_heads, recompute="none", *, flash_attention=True, act_bytes=2.0,
+                               dropout=False, fused_glu=True, tp=1, cp=1,
+                               sequence_parallel=True):
+    """Bytes one transformer layer saves for backward on one GPU [B].
+
+    Parameters
+    ----------
+    micro_batch : b, sequences per micro-batch [-]
+    seq_len : s, tokens per sequence [-]
+    d_model : h, hidden size [-]
+    q_dim : q, query width (heads × head dim) [-]
+    kv_dim : kv, key/value width (KV heads × head dim; = q for MHA) [-]
+    ffn_size : f, MLP inner width [-]
+    ffn_kind : "gelu" or "swiglu" (any gated unit) [-]
+    n_heads : a, query heads [-]
+    recompute : "none", "selective" (attention core recomputed) or "full" (layer input kept) [-]
+    flash_attention : True when the attention kernel does not materialise s × s scores [-]
+    act_bytes : bytes per activation element (2 for bf16) [B]
+    dropout : True when dropout is active (masks are saved) [-]
+    fused_glu : for swiglu, True when the gate activation is fused (Megatron, compiled code:
+        saves gate and up outputs); False for eager ``silu(w1 x) * w3 x``, which also saves the
+        SiLU output [-]
+    tp : tensor-parallel degree [-]
+    cp : context-parallel degree (splits the sequence) [-]
+    sequence_parallel : True when h-sized tensors are split over ``tp`` too [-]
+
+    Notes
+    -----
+    Per token, with e = ``act_bytes`` and the tensors each op saves (Korthikanti et al. [3]
+    §4.1, written for general widths)::
+
+        attention   e·h   LN1 input             MLP   e·h   LN2 input
+                    e·h   QKV-projection input         e·h   up (and gate) input
+                    e·(q + 2kv)   Q, K, V              e·2f  GELU input and output, or
+                    e·q   output-projection input      e·3f  gate, up outputs and their product
+                    1·h   output dropout mask          1·h   MLP dropout mask
+                                                       (e·4f unfused SwiGLU: + SiLU output)
+
+    so GELU, MHA, f = 4h, no dropout gives 2·(2h + 2q + 2kv) + 2·(2h + 2f) = 32·h bytes per
+    token. The attention core adds per layer, with b·a·s² scores:
+
+    * FlashAttention: the fp32 row logsumexp, 4·b·a·s ([4]); the dropout mask is regenerated.
+    * otherwise: softmax output e·b·a·s², with dropout + mask 1·b·a·s² + dropout output e·b·a·s².
+
+    With dropout, no flash and bf16 this is s·b·h·(34 + 5·a·s/h), [3] Eq. 1.
+
+    Recomputation ([3] §5, Table 2): "selective" recomputes the attention core, dropping its
+    terms (the s² ones, or the logsumexp with flash); "full" keeps only the layer input, e·h per
+    token. Parallelism ([3] §4.2, Table 2): Q, K, V, attention and f-sized terms, and the s²
+    terms, are split over ``tp``; the h-sized ones only with ``sequence_parallel`` (giving
+    sbh(10 + 24/t + 5as/(ht)) without it, sbh/t·(34 + 5as/h) with it). ``cp`` divides the
+    tokens each rank holds, and its queries' rows of the score matrix.
+    """
+    rc = choice_codes(recompute, RECOMPUTE, "recompute")
+    glu = choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") == 1
+    b, s, h = as_array(micro_batch), as_array(seq_len), as_array(d_model)
+    q, kv, f, a = as_array(q_dim), as_array(kv_dim), as_array(ffn_size), as_array(n_heads)
+    e = as_array(act_bytes)
+    t = _check_at_least_one("tp", tp)
+    c = _check_at_least_one("cp", cp)
+    drop = np.asarray(dropout, dtype=float)
+    h_split = np.where(sequence_parallel, t, 1.0)   # divisor of the h-sized tensors
+
+    tokens = b * s / c                              # tokens this rank holds
+    h_terms = (4.0 * e * h                          # LN1 input, QKV input, LN2 input, MLP input
+               + 2.0 * drop * MASK_BYTES * h) / h_split  # the two residual-branch dropout masks
+    n_ffn = np.where(glu, np.where(fused_glu, 3.0, 4.0), 2.0)
+    head_terms = (e * (q + 2.0 * kv)                # Q, K, V
+                  + e * q                           # attention output = output-projection input
+                  + e * n_ffn * f) / t              # activation inputs / outputs
+    linear_bytes = tokens * (h_terms + head_terms)
+
+    local_heads = a / t
+    rows = b * local_heads * s / c                  # score rows (queries) on this rank
+    core_flash = LSE_BYTES * rows
+    core_plain = rows * s * (e                      # softmax output
+                             + drop * (MASK_BYTES + e))  # attention-dropout mask and output
+    core_bytes = np.where(flash_attention, core_flash, core_plain)
+
+    layer_input_bytes = tokens * e * h / h_split
+    return np.where(rc == RC_FULL, layer_input_bytes,
+                    np.where(rc == RC_SELECTIVE, linear_bytes, linear_bytes + core_bytes))
+
+
+def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
+                            n_heads, recompute="none", **options):
+    """Extra bytes re-materialised while one layer runs its backward under recomputation [B].
+
+    Parameters are those of :func:`activation_bytes_per_layer` (``options`` its keywords).
+
+    Notes
+    -----
+    Before its backward a recomputed layer rebuilds what it did not keep:
+    ``A(recompute="none") − A(recompute)``: the whole layer except its input for "full", the
+    attention core for "selective", nothing for "none" ([3] §5). Only one layer is rebuilt at a
+    time. Activation gradients inside the layer are neglected.
+    """
+    shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
+    return (activation_bytes_per_layer(*shape, "none", **options)
+            - activation_bytes_per_layer(*shape, recompute, **options))
+
+
+def head_activation_bytes(micro_batch, seq_len, d_model, *, act_bytes=2.0, tp=1, cp=1,
+                          sequence_parallel=True):
+    """Activations saved outside the layers: the final norm's input and the LM head's input [B].
+
+    ``2 · e · h`` per token (h-sized, split over ``tp`` with sequence parallelism), never
+    recomputed (torchtitan and Megatron checkpoint the layers only). The embedding output is
+    the first layer's input and is counted there.
+    """
+    h_split = np.where(sequence_parallel, _check_at_least_one("tp", tp), 1.0)
+    tokens = as_array(micro_batch) * as_array(seq_len) / _check_at_least_one("cp", cp)
+    return tokens * 2.0 * as_array(act_bytes) * as_array(d_model) / h_split
+
+
+def logits_bytes(micro_batch, seq_len, vocab_size, *, logits_dtype_bytes=2.0, loss_fp32=True,
+                 tp=1, cp=1, fused=False):
+    """Peak bytes of the LM-head output and the cross-entropy temporaries [B].
+
+    Parameters
+    ----------
+    micro_batch : b [-]
+    seq_len : s [-]
+    vocab_size : V [-]
+    logits_dtype_bytes : bytes per element of the LM-head output (2 for bf16) [B]
+    loss_fp32 : True when the loss upcasts to fp32 (``F.cross_entropy`` under autocast) [-]
+    tp : splits the vocabulary (vocab-parallel cross-entropy) [-]
+    cp : splits the sequence [-]
+    fused : a fused cross-entropy kernel (flash-attn ``CrossEntropyLoss``, Liger) that computes
+        the loss row by row in fp32 registers and writes the gradient in place of the logits:
+        only the logits themselves, x bytes per logit [-]
+
+    Notes
+    -----
+    ``b·s·V/(tp·cp) · (x + 3·y)``, x = ``logits_dtype_bytes``, y = 4 with ``loss_fp32`` else x:
+    14 bytes per logit for bf16 logits and an fp32 loss. Eager PyTorch computes cross-entropy
+    as log-softmax then NLL. The forward holds the logits (x), their fp32 upcast (y) and the
+    log-softmax output (y, saved for backward) = x + 2y; the upcast is freed after it. The
+    backward of the log-softmax then holds the logits (still referenced by the training loop),
+    the saved log-softmax output, the dense gradient from the NLL backward and the gradient it
+    writes for the upcast logits: x + 3y, the larger of the two. Fused or chunked losses
+    (e.g. Liger kernels) need far less.
+    """
+    x = as_array(logits_dtype_bytes)
+    y = np.where(loss_fp32, FP32_BYTES, x)
+    n_logits = (as_array(micro_batch) * as_array(seq_len) * as_array(vocab_size)
+                / (_check_at_least_one("tp", tp) * _check_at_least_one("cp", cp)))
+    return n_logits * np.where(fused, x, x + 3.0 * y)
+
+
+# -- the peak -------------------------------------------------------------------------------------
+PEAK_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes", "unsharded_params_bytes",
+             "unsharded_grads_bytes", "activations_bytes", "logits_bytes",
+             "runtime_reserved_bytes", "fragmentation_bytes", "peak_bytes")
+
+
+def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, micro_batch,
+                      seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads, vocab_size,
+                      recompute="none", replicate_size=1, padded_n_params=None,
+                      param_bytes=4.0, grad_bytes=4.0, optimizer_bytes_per_param=8.0,
+                      compute_param_bytes=2.0, compute_grad_bytes=2.0, reduce_grad_bytes=4.0,
+                      prefetch_units=2, reshard_after_forward=True, resident_numel=0.0,
+                      flash_attention=True, act_bytes=2.0, dropout=False, fused_glu=True,
+                      logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
+                      sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
+                      allocator_fraction=0.0):
+    """Peak memory of one GPU at the start of backward, term by term [B].
+
+    Parameters
+    ----------
+    n_params, shard_size, replicate_size, strategy, padded_n_params, param_bytes, grad_bytes,
+    optimizer_bytes_per_param :
+        model states, see :func:`model_state_bytes`
+    unit_numel, compute_param_bytes, compute_grad_bytes, reduce_grad_bytes, prefetch_units,
+    reshard_after_forward, resident_numel :
+        FSDP buffers, see :func:`fsdp_buffer_bytes`
+    n_layers : transformer layers on this rank [-]
+    micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads, recompute,
+    flash_attention, act_bytes, dropout, fused_glu, tp, cp, sequence_parallel :
+        activations, see :func:`activation_bytes_per_layer`
+    vocab_size, logits_dtype_bytes, loss_fp32, fused_loss :
+        see :func:`logits_bytes` (``fused_loss`` is its ``fused``)
+    saved_microbatches : micro-batches whose activations are alive at once (pipelining) [-]
+    runtime_reserved_bytes : memory outside the caching allocator: CUDA context, NCCL and
+        cuBLAS workspaces [B]
+    allocator_fraction : fragmentation of the caching allocator as a fraction of the bytes it
+        hands out [-]
+
+    Returns
+    -------
+    dict of arrays broadcast to one shape, keys :data:`PEAK_KEYS` [B]
+
+    Notes
+    -----
+    ``activations = saved_microbatches · n_layers · A(recompute) + W(recompute) + H``, with A
+    from :func:`activation_bytes_per_layer`, W from :func:`recompute_working_bytes` (one layer
+    re-materialised during its backward) and H from :func:`head_activation_bytes`.
+    ``fragmentation = allocator_fraction · (states + buffers + activations + logits)`` and
+    ``peak`` is the sum of all terms. Why the start of backward: see the module docstring.
+    """
+    states = model_state_bytes(n_params, shard_size, replicate_size, strategy,
+                               param_bytes=param_bytes, grad_bytes=grad_bytes,
+                               optimizer_bytes_per_param=optimizer_bytes_per_param,
+                               padded_n_params=padded_n_params)
+    buffers = fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy,
+                                param_bytes=param_bytes, compute_param_bytes=compute_param_bytes,
+                                reduce_grad_bytes=reduce_grad_bytes,
+                                compute_grad_bytes=compute_grad_bytes,
+                                prefetch_units=prefetch_units,
+                                reshard_after_forward=reshard_after_forward,
+                                resident_numel=resident_numel)
+    layer_shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
+    layer_options = dict(flash_attention=flash_attention, act_bytes=act_bytes, dropout=dropout,
+                         fused_glu=fused_glu, tp=tp, cp=cp, sequence_parallel=sequence_parallel)
+    saved_per_layer = activation_bytes_per_layer(*layer_shape, recompute, **layer_options)
+    working = recompute_working_bytes(*layer_shape, recompute, **layer_options)
+    head = head_activation_bytes(micro_batch, seq_len, d_model, act_bytes=act_bytes, tp=tp,
+                                 cp=cp, sequence_parallel=sequence_parallel)
+    terms = {**states, **buffers}
+    terms["activations_bytes"] = (as_array(saved_microbatches) * as_array(n_layers)
+                                  * saved_per_layer + working + head)
+    terms["logits_bytes"] = logits_bytes(micro_batch, seq_len, vocab_size,
+                                         logits_dtype_bytes=logits_dtype_bytes,
+                                         loss_fp32=loss_fp32, tp=tp, cp=cp, fused=fused_loss)
+    allocated = sum(terms.values())
+    terms["runtime_reserved_bytes"] = as_array(runtime_reserved_bytes)
+    terms["fragmentation_bytes"] = as_array(allocator_fraction) * allocated
+    terms["peak_bytes"] = allocated + terms["fragmentation_bytes"] + terms["runtime_reserved_bytes"]
+    shape = np.broadcast_shapes(*(np.shape(v) for v in terms.values()))
+    return {key: np.broadcast_to(terms[key], shape).astype(float) for key in PEAK_KEYS}
+
+
+# -- ceilings -------------------------------------------------------------------------------------
+def fits(peak_bytes, capacity_bytes):
+    """True where the peak fits in the GPU's memory: ``peak ≤ capacity`` [-]."""
+    return as_array(peak_bytes) <= as_array(capacity_bytes)
+
+
+def max_micro_batch(capacity_bytes, **config):
+    """Largest integer micro-batch whose peak fits in ``capacity_bytes``; 0 when none does [-].
+
+    Parameters
+    ----------
+    capacity_bytes : memory available to the process [B]
+    **config : every keyword of :func:`peak_memory_bytes` except ``micro_batch``
+
+    Notes
+    -----
+    The peak is affine in b (activations and logits scale with b, states and buffers do not):
+    ``peak(b) = P0 + b·(P1 − P0)``, so ``b_max = floor((C − P0)/(P1 − P0))``. The estimate is
+    then checked against the peak itself and moved by one where rounding put it across the
+    boundary, so ``peak(b_max) ≤ C < peak(b_max + 1)`` holds exactly. Needs ``seq_len > 0``.
+    """
+    if "micro_batch" in config:
+        raise TypeError("max_micro_batch solves for micro_batch; do not pass it")
+    cap = as_array(capacity_bytes)
+
+    def peak_at(b):
+        return peak_memory_bytes(micro_batch=b, **config)["peak_bytes"]
+
+    p0, p1 = peak_at(0.0), peak_at(1.0)
+    slope = p1 - p0
+    room = np.maximum(cap - p0, 0.0)
+    est = np.floor(np.where(slope > 0, room / np.where(slope > 0, slope, 1.0), 0.0))
+    est = np.where((est > 0) & (peak_at(est) > cap), est - 1.0, est)
+    est = np.where(peak_at(est + 1.0) <= cap, est + 1.0, est)
+    return est.astype(np.int64)
+
+
+def max_seq_len(capacity_bytes, *, multiple_of=1, upper_bound=2**24, **config):
+    """Largest sequence length (a multiple of ``multiple_of``) whose peak fits; 0 if none [-].
+
+    Parameters
+    ----------
+    capacity_bytes : memory available to the process [B]
+    multiple_of : the answer is k·multiple_of for an integer k (e.g. 128 or the CP degree) [-]
+    upper_bound : largest length searched; returned when even it fits [-]
+    **config : every keyword of :func:`peak_memory_bytes` except ``seq_len``
+
+    Notes
+    -----
+    The peak is non-decreasing in s (linear with FlashAttention, quadratic without), so a
+    vectorised bisection over the integer k finds the exact boundary in ⌈log2(upper_bound)⌉
+    evaluations of the peak: ``peak(s_max) ≤ C < peak(s_max + multiple_of)``.
+    """
+    if "seq_len" in config:
+        raise TypeError("max_seq_len solves for seq_len; do not pass it")
+    cap = as_array(capacity_bytes)
+    step = _check_at_least_one("multiple_of", multiple_of)
+
+    def peak_at(k):
+        return peak_memory_bytes(seq_len=k * step, **config)["peak_bytes"]
+
+    hi = np.floor(as_array(upper_bound) / step)
+    shape = np.broadcast_shapes(cap.shape, hi.shape, np.shape(peak_at(0.0)))
+    lo = np.zeros(shape)
+    hi = np.broadcast_to(hi, shape).copy()
+    top_fits = peak_at(hi) <= cap
+    # invariant: peak(hi) > cap; lo fits or lo == 0
+    while np.any(hi - lo > 1):
+        mid = np.floor((lo + hi) / 2.0)
+        ok = peak_at(mid) <= cap
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return (np.where(top_fits, hi, lo) * step).astype(np.int64)

@@ -1,0 +1,181 @@
+"""Hardware objects: accelerators, their links, scale-out networks, nodes and clusters.
+
+All fields are SI floats (bytes, bytes/s, FLOP/s, seconds) and names carry the unit. The only
+code that builds these from files is :mod:`fsdpsim.catalog`; the cost functions in
+:mod:`fsdpsim.costs` take plain numbers derived from them, never the objects themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Mapping
+
+from fsdpsim.errors import ConfigError
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
+
+Topology = Literal["switch", "mesh", "pcie", "torus", "single"]
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions and overheads of one accelerator type (calibrated, with sources).
+
+    These are the only numbers fsdpsim fits to measurements (``fsdpsim calibrate``); one set
+    per GPU type, never per run.
+    """
+
+    matmul_fraction: float
+    """Best-shape dense GEMM throughput / dense peak (MAMF, [MLE-acc] §6.1 of hardware.md)."""
+    matmul_half_flops: float
+    """GEMM size [FLOP] at which the rate is half of the best-shape rate (Hockney n_1/2)."""
+    matmul_half_k: float
+    """Reduction length [-] at which a GEMM tile runs at half its main-loop rate."""
+    attention_fraction: float
+    """FlashAttention forward throughput / dense peak (Dao 2023; Shah et al. 2024)."""
+    hbm_fraction: float
+    """Achievable / nominal HBM bandwidth for streaming kernels."""
+    link_fraction: float
+    """Ring collective bus bandwidth / per-direction intra-node link bandwidth (nccl-tests)."""
+    kernel_overhead_s: float
+    """Launch plus tail time per kernel [s]; dominates tiny models."""
+    comm_compute_slowdown: float
+    """Fractional compute slowdown while collectives run concurrently (SM/HBM contention)."""
+    source: str
+
+
+@dataclass(frozen=True)
+class Link:
+    """An intra-node (scale-up) link as one GPU sees it."""
+
+    kind: str
+    bandwidth_bytes_per_s: float
+    """Per GPU, one direction, aggregated over all its links."""
+    latency_s: float
+    topology: Topology
+    per_peer_bandwidth_bytes_per_s: float | None = None
+    """For meshes without a switch: one direction to a single peer."""
+    domain_size: int | None = None
+    """Most GPUs that share this link domain (e.g. 72 for NVL72); None = the node."""
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator as software sees it (an MI250X GCD, one GPU of a GB200 superchip)."""
+
+    id: str
+    name: str
+    vendor: str
+    memory_bytes: float
+    """Capacity the framework can allocate from (usable where measured, else the label in GiB)."""
+    hbm_bandwidth_bytes_per_s: float
+    peak_flops_per_s: Mapping[str, float]
+    """Dense (no 2:4 sparsity) peak per precision name."""
+    link: Link
+    efficiency: Efficiency
+    runtime_reserved_bytes: float
+    """CUDA/ROCm context, NCCL buffers and other memory outside the allocator's reach."""
+    allocator_fraction: float
+    """Fraction of the remaining capacity lost to allocator fragmentation and caching."""
+    source: str
+    retrieved: str
+    tdp_w: float | None = None
+    year: int | None = None
+    price_usd: float | None = None
+    rent_usd_per_hour: float | None = None
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def peak_for(self, precision: str) -> float:
+        """Dense peak FLOP/s for ``precision``; a clear error if this part lacks it."""
+        value = self.peak_flops_per_s.get(precision)
+        if value is None:
+            have = ", ".join(sorted(self.peak_flops_per_s))
+            raise ConfigError(
+                f"precision {precision!r} is not available on {self.id}; it has: {have}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Network:
+    """A scale-out network technology (one NIC)."""
+
+    id: str
+    name: str
+    kind: str
+    nic_bandwidth_bytes_per_s: float
+    """Line rate of one NIC, one direction."""
+    latency_s: float
+    achievable_fraction: float
+    """Ring bus bandwidth / line rate for large messages (nccl-tests)."""
+    source: str
+    retrieved: str
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Node:
+    """A server: accelerators, the links between them and its NICs."""
+
+    id: str
+    name: str
+    accelerator: Accelerator
+    gpus_per_node: int
+    nics_per_node: float
+    network: Network
+    link: Link
+    """The intra-node link (the accelerator's unless the node overrides it)."""
+    source: str
+    retrieved: str
+    power_kw: float | None = None
+    price_usd: float | None = None
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def inter_node_bandwidth_bytes_per_s_per_gpu(self) -> float:
+        """Line rate of the node's NICs shared by its GPUs, one direction, per GPU."""
+        return self.nics_per_node * self.network.nic_bandwidth_bytes_per_s / self.gpus_per_node
+
+    @property
+    def inter_node_gbit_per_s_per_gpu(self) -> float:
+        return self.inter_node_bandwidth_bytes_per_s_per_gpu / GBIT_PER_S_BYTES_PER_S
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A named installation: a node type times a node count."""
+
+    id: str
+    name: str
+    node: Node
+    num_nodes: int | None
+    topology: str
+    source: str
+    retrieved: str
+    oversubscription: float = 1.0
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class System:
+    """What a prediction runs on: an accelerator type, node shape and network, resolved.
+
+    This is the one hardware object the prediction layer reads; it is built from a catalog
+    accelerator, node or cluster plus user overrides (``--gpus-per-node``,
+    ``--inter-node-gbps-per-gpu``).
+    """
+
+    accelerator: Accelerator
+    gpus_per_node: int
+    link: Link
+    inter_node_bandwidth_bytes_per_s_per_gpu: float
+    """Line rate per GPU, one direction (NICs per node × rate / GPUs per node)."""
+    inter_node_latency_s: float
+    inter_node_fraction: float
+    label: str = ""
+    extra: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

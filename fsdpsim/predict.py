@@ -1,0 +1,247 @@
+"""``predict``: one configuration in, one :class:`Prediction` out.
+
+This module turns objects (a :class:`~fsdpsim.model.ModelSpec`, a resolved
+:class:`~fsdpsim.hardware.System`, a :class:`~fsdpsim.parallel.ParallelPlan` and a
+:class:`~fsdpsim.parallel.TrainingConfig`) into the flat numeric inputs of
+:func:`fsdpsim.engine.evaluate`, resolves the ``auto`` knobs by evaluating every candidate in
+one vectorised call, and wraps the chosen row into a frozen result with ``to_dict()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+from fsdpsim import engine
+from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
+from fsdpsim.errors import ConfigError
+from fsdpsim.hardware import System
+from fsdpsim.model import ModelSpec
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.units import DTYPE_BYTES, GBIT_PER_S_BYTES_PER_S
+
+#: Micro-batch sizes tried by ``auto`` when no global batch pins the per-GPU batch.
+AUTO_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MEMORY_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes", "unsharded_params_bytes",
+               "unsharded_grads_bytes", "activations_bytes", "logits_bytes",
+               "runtime_reserved_bytes", "fragmentation_bytes")
+COMM_KEYS = ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "all_gather_s",
+             "reduce_scatter_s", "all_reduce_s", "exposed_comm_s")
+TIME_KEYS = ("compute_s", "gemm_s", "attention_s", "memory_bound_s", "recompute_s",
+             "optimizer_s", "comm_s", "exposed_comm_s", "step_lower_bound_s",
+             "step_upper_bound_s")
+
+
+def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True) -> dict[str, Any]:
+    """Numeric model inputs of :func:`engine.evaluate`; padding is vectorised over shard_size."""
+    shapes = spec.unit_parameter_shapes()
+    block_padded = padded_numel(shapes["block"], shard_size, per_parameter)
+    root_padded = padded_numel(shapes["root"], shard_size, per_parameter)
+    return {
+        "n_layers": spec.n_layers, "d_model": spec.d_model, "n_heads": spec.n_heads,
+        "q_dim": spec.q_dim, "kv_dim": spec.kv_dim,
+        "ffn_size": spec.active_ffn_size if spec.is_moe else spec.ffn_size,
+        "swiglu": spec.ffn_kind == "swiglu", "rotary": spec.position == "rotary",
+        "linear_bias": spec.mlp_bias or spec.qkv_bias or spec.attn_out_bias,
+        "vocab_size": spec.vocab_size, "n_params": spec.n_params,
+        "matmul_params": spec.matmul_params,
+        "active_experts": spec.experts_per_token if spec.is_moe else 1,
+        "block_numel": spec.block_params,
+        "block_numel_padded": block_padded, "root_numel_padded": root_padded,
+        "n_params_padded": spec.n_layers * block_padded + root_padded,
+    }
+
+
+def system_inputs(system: System, precision: str) -> dict[str, Any]:
+    """Numeric hardware inputs of :func:`engine.evaluate` for one compute precision."""
+    acc = system.accelerator
+    eff = acc.efficiency
+    link = system.link
+    return {
+        "peak_flops_per_s": acc.peak_for(precision),
+        "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
+        "matmul_half_k": eff.matmul_half_k,
+        "attention_fraction": eff.attention_fraction,
+        "hbm_bytes_per_s": acc.hbm_bandwidth_bytes_per_s, "hbm_fraction": eff.hbm_fraction,
+        "link_bytes_per_s": link.bandwidth_bytes_per_s, "link_fraction": eff.link_fraction,
+        "link_latency_s": link.latency_s,
+        "nic_share_bytes_per_s": system.inter_node_bandwidth_bytes_per_s_per_gpu,
+        "nic_fraction": system.inter_node_fraction, "nic_latency_s": system.inter_node_latency_s,
+        "kernel_overhead_s": eff.kernel_overhead_s,
+        "comm_compute_slowdown": eff.comm_compute_slowdown,
+        "memory_bytes": acc.memory_bytes, "runtime_reserved_bytes": acc.runtime_reserved_bytes,
+        "allocator_fraction": acc.allocator_fraction,
+    }
+
+
+def plan_inputs(plan: ParallelPlan) -> dict[str, Any]:
+    return {
+        "num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
+        "strategy": STRATEGY_CODES[plan.sharding], "shard_size": plan.dp_shard,
+        "replicate_size": plan.dp_replicate, "reshard": float(plan.reshard_after_forward),
+    }
+
+
+def training_inputs(training: TrainingConfig) -> dict[str, Any]:
+    compute_bytes = DTYPE_BYTES[training.precision]
+    # fp8 training keeps bf16 master weights for the all-gather in today's FSDP recipes.
+    gather_bytes = 2.0 if training.precision == "fp8" else compute_bytes
+    reduce = training.reduce_dtype or ("fp32" if training.precision != "fp32" else "fp32")
+    return {
+        "seq_len": training.seq_len, "compute_bytes": gather_bytes,
+        "reduce_bytes": DTYPE_BYTES[reduce],
+        "optimizer": engine.OPTIMIZER_CODES[training.optimizer],
+        "flash": float(training.flash_attention),
+        "fused_loss": float(training.fused_loss),
+    }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The prediction for one configuration; ``to_dict()`` gives the JSON form."""
+
+    values: Mapping[str, float]
+    """Flat outputs of :func:`engine.evaluate` for the chosen row (SI units in names)."""
+    inputs: Mapping[str, Any]
+    model: str
+    system: str
+    plan: Mapping[str, Any]
+    training: Mapping[str, Any]
+    chosen: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str) -> float:
+        values = object.__getattribute__(self, "values")
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.values["fits"])
+
+    @property
+    def bottleneck(self) -> str:
+        return engine.BOTTLENECKS[int(self.values["bottleneck"])]
+
+    def to_dict(self) -> dict[str, Any]:
+        v = self.values
+        min_bw = v["min_inter_node_bytes_per_s_per_gpu"]
+        return {
+            "model": self.model,
+            "system": self.system,
+            "plan": dict(self.plan),
+            "training": dict(self.training),
+            "chosen": dict(self.chosen),
+            "step_time_s": v["step_time_s"],
+            "tokens_per_s": v["tokens_per_s"],
+            "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
+            "mfu": v["mfu"],
+            "hfu": v["hfu"],
+            "model_flops_per_step": v["model_flops_per_step"],
+            "hardware_flops_per_step": v["hardware_flops_per_step"],
+            "fits": self.fits,
+            "bottleneck": self.bottleneck,
+            "memory": {"peak_bytes": v["peak_bytes"], "capacity_bytes": v["capacity_bytes"],
+                       **{k: v[k] for k in MEMORY_KEYS}},
+            "time": {k: v[k] for k in TIME_KEYS},
+            "comm": {k: v[k] for k in COMM_KEYS},
+            "thresholds": {
+                "min_inter_node_gbps_per_gpu": (min_bw / GBIT_PER_S_BYTES_PER_S
+                                                if np.isfinite(min_bw) else None),
+                "critical_tokens_per_gpu": v["critical_tokens_per_gpu"],
+                "max_micro_batch": int(v["max_micro_batch"]),
+                "max_seq_len": int(v["max_seq_len"]),
+            },
+            "notes": list(self.notes),
+        }
+
+
+def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
+    row = {}
+    for key, arr in out.items():
+        a = np.asarray(arr)
+        value = a.reshape(-1)[i] if a.size > 1 else a.reshape(-1)[0]
+        row[key] = bool(value) if a.dtype == bool else float(value)
+    return row
+
+
+def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
+            training: TrainingConfig) -> Prediction:
+    """Predict one training step; ``auto`` knobs pick the fastest setting that fits."""
+    if plan.gpus_per_node != system.gpus_per_node:
+        raise ConfigError(f"plan gpus_per_node({plan.gpus_per_node}) != system "
+                          f"gpus_per_node({system.gpus_per_node})")
+    dp = plan.dp
+    if training.global_batch is not None and training.global_batch % dp:
+        raise ConfigError(f"global_batch({training.global_batch}) is not divisible by the "
+                          f"data-parallel degree ({dp}); use a multiple of {dp}")
+    per_gpu = None if training.global_batch is None else training.global_batch // dp
+    if training.micro_batch is not None:
+        mbs = [training.micro_batch]
+        training.grad_accum(dp, training.micro_batch)  # raises if it does not split
+    elif per_gpu is not None:
+        mbs = [m for m in range(1, per_gpu + 1) if per_gpu % m == 0]
+    else:
+        mbs = list(AUTO_MICRO_BATCHES)
+    recomputes = [training.recompute] if training.recompute else ["none", "selective", "full"]
+    mb_grid, rc_grid = np.meshgrid(np.array(mbs, dtype=float),
+                                   np.array([engine.RECOMPUTE_CODES[r] for r in recomputes]),
+                                   indexing="ij")
+    mb_flat, rc_flat = mb_grid.ravel(), rc_grid.ravel()
+    accum = (np.ones_like(mb_flat) if per_gpu is None else per_gpu / mb_flat)
+
+    x: dict[str, Any] = {}
+    x.update(model_inputs(spec, plan.dp_shard))
+    x.update(system_inputs(system, training.precision))
+    x.update(plan_inputs(plan))
+    x.update(training_inputs(training))
+    x.update({"micro_batch": mb_flat, "recompute": rc_flat, "grad_accum": accum})
+    out = engine.evaluate(x)
+
+    fits = np.broadcast_to(out["fits"], mb_flat.shape)
+    speed = np.broadcast_to(out["tokens_per_s"], mb_flat.shape)
+    n = mb_flat.size
+    if fits.any():
+        i = int(np.argmax(np.where(fits, speed, -np.inf)))
+    else:
+        i = int(np.argmin(np.broadcast_to(out["peak_bytes"], mb_flat.shape)))
+    row = _row(out, i)
+    rc_name = {v: k for k, v in engine.RECOMPUTE_CODES.items()}[int(rc_flat[i])]
+    chosen: dict[str, str] = {"micro_batch": str(int(mb_flat[i])), "recompute": rc_name,
+                              "grad_accum": str(int(accum[i]))}
+    notes = [system.extra.get("notes", "")] if system.extra.get("notes") else []
+    auto = [name for name, given in (("micro_batch", training.micro_batch),
+                                     ("recompute", training.recompute)) if given is None]
+    if auto and n > 1:
+        n_fit = int(fits.sum())
+        why = (f"fastest of {n_fit} fitting candidates out of {n}" if n_fit
+               else f"none of {n} candidates fits; showing the smallest memory footprint")
+        chosen["why"] = f"auto {', '.join(auto)}: {why}"
+    if not row["fits"]:
+        over = row["peak_bytes"] - row["capacity_bytes"]
+        notes.append(f"does not fit: needs {over / 2**30:.1f} GiB more than the "
+                     f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; largest micro-batch that "
+                     f"fits: {int(row['max_micro_batch'])}, longest sequence at this micro-batch: "
+                     f"{int(row['max_seq_len'])}")
+    return Prediction(
+        values=MappingProxyType(row), inputs=MappingProxyType({k: x[k] for k in x
+                                                                if np.ndim(x[k]) == 0}),
+        model=spec.name, system=system.label,
+        plan={"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
+              "sharding": plan.sharding, "dp_shard": plan.dp_shard,
+              "dp_replicate": plan.dp_replicate,
+              "reshard_after_forward": plan.reshard_after_forward},
+        training={"seq_len": training.seq_len, "micro_batch": int(mb_flat[i]),
+                  "grad_accum": int(accum[i]),
+                  "global_batch": int(mb_flat[i] * accum[i] * dp),
+                  "recompute": rc_name, "precision": training.precision,
+                  "optimizer": training.optimizer,
+                  "reduce_dtype": training.reduce_dtype or "fp32",
+                  "flash_attention": training.flash_attention,
+                  "fused_loss": training.fused_loss},
+        chosen=chosen, notes=tuple(notes),
+    )

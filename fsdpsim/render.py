@@ -1,0 +1,102 @@
+"""Rendering: tables, JSON and CSV for the CLI. Human units appear here and nowhere deeper."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim.units import GIB_BYTES
+
+FORMATS = ("table", "json", "csv")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def to_json(data: Any) -> str:
+    """JSON text; non-finite floats become null, numpy scalars plain numbers."""
+    return json.dumps(_jsonable(data), indent=2)
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping → one level with ``a.b`` keys (for CSV rows)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = "; ".join(str(v) for v in value)
+        else:
+            out[name] = value
+    return out
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str] | None = None) -> str:
+    """Aligned plain-text table of ``rows``."""
+    if not rows:
+        return "(no rows)"
+    frame = pd.DataFrame(list(rows), columns=list(columns) if columns else None)
+    frame = frame.astype(object).where(frame.notna(), "")
+    return frame.to_string(index=False)
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    return pd.DataFrame([flatten(r) for r in rows]).to_csv(index=False)
+
+
+def key_values(pairs: Sequence[tuple[str, Any]], indent: int = 2) -> str:
+    """Aligned ``key  value`` lines."""
+    width = max((len(k) for k, _ in pairs), default=0)
+    return "\n".join(f"{' ' * indent}{k:<{width}}  {v}" for k, v in pairs)
+
+
+def gib(x: float) -> str:
+    return f"{x / GIB_BYTES:,.2f} GiB"
+
+
+def seconds(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    if x >= 1:
+        return f"{x:,.3f} s"
+    return f"{x * 1e3:,.2f} ms"
+
+
+def raw_entry_lines(data: Mapping[str, Any], indent: int = 2) -> list[str]:
+    """A catalog entry as written (datasheet units), subtables indented."""
+    lines: list[str] = []
+    scalars = [(k, v) for k, v in data.items() if not isinstance(v, Mapping)]
+    if scalars:
+        lines.append(key_values([(k, _show(v)) for k, v in scalars], indent))
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            lines.append(f"{' ' * indent}[{key}]")
+            lines.extend(raw_entry_lines(value, indent + 2))
+    return lines
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)

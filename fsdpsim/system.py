@@ -1,0 +1,68 @@
+"""Resolve what a prediction runs on: an accelerator, a node shape and a network.
+
+The user names a GPU (``--gpu``) or a node/cluster preset (``--cluster``), and may override the
+GPUs per node, the network or the inter-node bandwidth per GPU. The result is one
+:class:`~fsdpsim.hardware.System`, with a label that says where every number came from.
+"""
+
+from __future__ import annotations
+
+from fsdpsim.catalog import Catalog
+from fsdpsim.errors import ConfigError
+from fsdpsim.hardware import System
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
+
+#: Used when only a GPU is named: one 400 Gb/s NDR InfiniBand NIC per GPU, 8 GPUs per node
+#: (the DGX H100 / HGX layout, hardware.md §5). Reports say so.
+DEFAULT_NETWORK = "ib-ndr-400"
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | None = None,
+                   gpus_per_node: int | None = None, network: str | None = None,
+                   inter_node_gbps_per_gpu: float | None = None) -> System:
+    """Build the :class:`System` for a prediction; a clear error on conflicting options."""
+    if gpu is None and cluster is None:
+        raise ConfigError("name the hardware: --gpu ID or --cluster ID "
+                          "(see `fsdpsim catalog list`)")
+    notes = []
+    if cluster is not None:
+        kind, ident = catalog.find(cluster)
+        if kind == "cluster":
+            node = catalog.cluster(ident).node
+        elif kind == "node":
+            node = catalog.node(ident)
+        else:
+            raise ConfigError(f"--cluster {cluster!r} is a {kind}; it takes a node or cluster id "
+                              "(see `fsdpsim catalog list --kind node`)")
+        acc = node.accelerator
+        if gpu is not None and catalog.accelerator(gpu).id != acc.id:
+            raise ConfigError(f"--gpu {gpu!r} conflicts with --cluster {cluster!r}, whose GPU is "
+                              f"{acc.id}; give one of them")
+        per_node = gpus_per_node or node.gpus_per_node
+        net = catalog.network(network) if network else node.network
+        share = node.nics_per_node * net.nic_bandwidth_bytes_per_s / per_node
+        link = node.link
+        label = f"{ident} ({per_node}x {acc.id}, {node.nics_per_node:g}x {net.id} per node)"
+    else:
+        acc = catalog.accelerator(gpu)
+        per_node = gpus_per_node or DEFAULT_GPUS_PER_NODE
+        net = catalog.network(network or DEFAULT_NETWORK)
+        share = net.nic_bandwidth_bytes_per_s
+        link = acc.link
+        label = f"{per_node}x {acc.id} per node, 1x {net.id} per GPU"
+        if network is None and inter_node_gbps_per_gpu is None:
+            notes.append(f"network not given: assumed 1x {net.id} per GPU")
+    if per_node < 1:
+        raise ConfigError(f"gpus_per_node must be a positive integer, got {per_node}")
+    if inter_node_gbps_per_gpu is not None:
+        if not inter_node_gbps_per_gpu > 0:
+            raise ConfigError(f"--inter-node-gbps-per-gpu must be > 0, got {inter_node_gbps_per_gpu}")
+        share = inter_node_gbps_per_gpu * GBIT_PER_S_BYTES_PER_S
+        label += f", inter-node overridden to {inter_node_gbps_per_gpu:g} Gb/s per GPU"
+    return System(
+        accelerator=acc, gpus_per_node=per_node, link=link,
+        inter_node_bandwidth_bytes_per_s_per_gpu=share,
+        inter_node_latency_s=net.latency_s, inter_node_fraction=net.achievable_fraction,
+        label=label, extra={"notes": "; ".join(notes), "network": net.id},
+    )

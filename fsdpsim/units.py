@@ -1,0 +1,58 @@
+"""Unit conversions used at the edges (catalog loader, CLI, plots).
+
+Inside the library every quantity is an SI float whose name carries the unit (``_bytes``,
+``_s``, ``_flops_per_s``, ``_bytes_per_s``). Datasheet units (TB/s, GiB, Gb/s, TFLOP/s) appear
+only in catalog keys and display columns, and are converted here, once.
+"""
+
+from __future__ import annotations
+
+GIB_BYTES = 2.0**30
+GB_BYTES = 1e9
+TB_PER_S_BYTES_PER_S = 1e12
+GB_PER_S_BYTES_PER_S = 1e9
+GBIT_PER_S_BYTES_PER_S = 1e9 / 8.0
+TFLOPS_FLOPS_PER_S = 1e12
+US_S = 1e-6
+MS_S = 1e-3
+HOUR_S = 3600.0
+
+#: Bytes per element of each precision name fsdpsim accepts.
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+
+
+def gib(x_bytes: float) -> float:
+    """Bytes to GiB (2**30 bytes) for display."""
+    return x_bytes / GIB_BYTES
+
+
+def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:
+    """Network line rate in Gb/s (decimal, one direction) to bytes/s."""
+    return gbit_per_s * GBIT_PER_S_BYTES_PER_S
+
+
+def bytes_per_s_to_gbit_per_s(bytes_per_s: float) -> float:
+    """Bytes/s to Gb/s (decimal) for display."""
+    return bytes_per_s / GBIT_PER_S_BYTES_PER_S
+
+
+def parse_quantity(text: str, *, what: str) -> float:
+    """Parse ``"7b"``, ``"1.5t"``, ``"125m"``, ``"15t"``, ``"4096"``, ``"32k"`` into a float.
+
+    Suffixes are decimal (k=1e3, m=1e6, b=g=1e9, t=1e12). ``what`` names the option in errors.
+    """
+    from fsdpsim.errors import ConfigError
+
+    s = str(text).strip().lower().replace("_", "")
+    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    factor = 1.0
+    if s and s[-1] in mult:
+        factor = mult[s[-1]]
+        s = s[:-1]
+    try:
+        value = float(s) * factor
+    except ValueError:
+        raise ConfigError(
+            f"{what}: cannot read {text!r} as a number; use e.g. 4096, 32k, 7b or 1.5t"
+        ) from None
+    return value

@@ -1,0 +1,1 @@
+"""Built-in hardware catalog data (TOML files); read only by :mod:`fsdpsim.catalog`."""
