@@ -28,13 +28,17 @@ from fsdpsim.measurements import engine_inputs, summarise
 FACTORS = {
     "matmul_fraction": ("matmul_fraction", 1.0, (0.2, 1.0)),
     "attention_fraction": ("attention_fraction", 1.0, (0.1, 1.0)),
-    "hbm_fraction": ("hbm_fraction", 1.0, (0.3, 1.0)),
+    "hbm_fraction": ("hbm_fraction", 1.0, (0.6, 1.0)),
     "kernel_overhead_s": ("kernel_overhead_us", 1e6, (0.0, 50e-6)),
-    "matmul_half_k": ("matmul_half_k", 1.0, (0.0, 1024.0)),
+    "matmul_half_k": ("matmul_half_k", 1.0, (0.0, 256.0)),
+    "attention_half_kv": ("attention_half_kv", 1.0, (0.0, 4096.0)),
     "link_fraction": ("link_fraction", 1.0, (0.3, 1.0)),
     "comm_compute_slowdown": ("comm_compute_slowdown", 1.0, (0.0, 0.5)),
+    "nic_fraction": ("achievable_fraction", 1.0, (0.02, 1.0)),
 }
-DEFAULT_FACTORS = ("matmul_fraction", "attention_fraction", "hbm_fraction")
+DEFAULT_FACTORS = ("matmul_fraction", "matmul_half_k", "attention_fraction",
+                   "attention_half_kv", "hbm_fraction", "nic_fraction")
+NETWORK_FACTORS = ("nic_fraction",)
 #: A factor is identifiable when moving it across 50 % of its range changes some prediction by
 #: at least this much (relative).
 MIN_SENSITIVITY = 0.005
@@ -50,20 +54,31 @@ class CalibrationResult:
     rows: pd.DataFrame
     refused: dict[str, str]
 
+    networks: tuple[str, ...] = ()
+
     def overlay_toml(self, source: str) -> str:
-        """A catalog overlay (``override = true``) that sets the fitted factors."""
+        """A catalog overlay (``override = true``) that sets the fitted factors: accelerator
+        efficiencies on every fitted GPU, the network fraction on the rows' network."""
         today = _dt.date.today().isoformat()
+        how = (f"fsdpsim calibrate on {today}: least squares of log tokens/s per GPU over "
+               f"{self.after['rows']} rows of {source}")
         lines = ["# Written by `fsdpsim calibrate`; pass with --catalog DIR or FSDPSIM_CATALOG.",
                  f"# Fitted to {source}: {self.after['rows']} rows, tokens/s per GPU MAPE "
                  f"{100 * self.before['mape']:.1f} % -> {100 * self.after['mape']:.1f} %."]
-        for gpu in self.gpus:
-            lines += ["", "[[accelerator]]", f'id = "{gpu}"', "override = true",
-                      "", "[accelerator.efficiency]"]
-            for name, value in self.values.items():
-                key, scale, _ = FACTORS[name]
-                lines.append(f"{key} = {value * scale:.4g}")
-            lines.append(f'source = "fsdpsim calibrate on {today}: least squares of log '
-                         f'tokens/s per GPU over {self.after["rows"]} rows of {source}"')
+        gpu_factors = {n: v for n, v in self.values.items() if n not in NETWORK_FACTORS}
+        if gpu_factors:
+            for gpu in self.gpus:
+                lines += ["", "[[accelerator]]", f'id = "{gpu}"', "override = true",
+                          "", "[accelerator.efficiency]"]
+                for name, value in gpu_factors.items():
+                    key, scale, _ = FACTORS[name]
+                    lines.append(f"{key} = {value * scale:.4g}")
+                lines.append(f'source = "{how}"')
+        if "nic_fraction" in self.values:
+            for net in self.networks:
+                lines += ["", "[[network]]", f'id = "{net}"', "override = true",
+                          f"achievable_fraction = {self.values['nic_fraction']:.4g}",
+                          f'fraction_source = "{how}"']
         return "\n".join(lines) + "\n"
 
 
@@ -132,6 +147,12 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     after_rows = use.copy()
     after_rows["predicted_tokens_per_s_per_gpu"] = after_pred
     after_rows["error"] = after_pred / measured - 1.0
+    networks = tuple(sorted({str(n) for n in use.get("network", pd.Series(dtype=str)).dropna()
+                             if str(n)}))
+    if "nic_fraction" in names and len(networks) != 1:
+        raise ConfigError(f"nic_fraction is a property of one network, but the rows use "
+                          f"{len(networks)} ({', '.join(networks) or 'none named'}); give the "
+                          "network column or drop nic_fraction with --factor")
     return CalibrationResult(gpus=ids, values={n: float(theta[factors.index(n)]) for n in names},
                              before=summarise(before_rows), after=summarise(after_rows),
-                             rows=after_rows, refused=refused)
+                             rows=after_rows, refused=refused, networks=networks)

@@ -50,6 +50,9 @@ KINDS = ("accelerator", "network", "node", "cluster")
 #: give one: the prologue/epilogue of a 128x128 tile is worth about 64 k-steps (an estimate to
 #: be calibrated per GPU; see fsdpsim.costs.compute.gemm_time_s).
 DEFAULT_MATMUL_HALF_K = 64.0
+#: Keys per query tile at which a FlashAttention tile reaches half its main-loop rate, when an
+#: entry does not give one (an estimate: a 128-key block's prologue/epilogue; calibrated per GPU).
+DEFAULT_ATTENTION_HALF_KV = 128.0
 ENV_VAR = "FSDPSIM_CATALOG"
 _NUM = (int, float)
 
@@ -104,6 +107,7 @@ _EFFICIENCY = {
     "matmul_fraction": Field(_NUM, True, 0.05, 1.0),
     "matmul_half_gflop": Field(_NUM, True, 0.0, 1e4, unit="GFLOP"),
     "matmul_half_k": Field(_NUM, False, 0.0, 4096),
+    "attention_half_kv": Field(_NUM, False, 0.0, 65536),
     "attention_fraction": Field(_NUM, True, 0.05, 1.0),
     "hbm_fraction": Field(_NUM, True, 0.2, 1.0),
     "link_fraction": Field(_NUM, True, 0.2, 1.1),
@@ -408,6 +412,7 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         matmul_fraction=e["matmul_fraction"],
         matmul_half_flops=e["matmul_half_gflop"] * 1e9,
         matmul_half_k=e.get("matmul_half_k", DEFAULT_MATMUL_HALF_K),
+        attention_half_kv=e.get("attention_half_kv", DEFAULT_ATTENTION_HALF_KV),
         attention_fraction=e["attention_fraction"],
         hbm_fraction=e["hbm_fraction"],
         link_fraction=e["link_fraction"],

@@ -52,7 +52,8 @@ def _summary(cat, kind: str, ident: str) -> dict[str, Any]:
                 "aliases": ", ".join(a.aliases)}
     if kind == "network":
         n = cat.network(ident)
-        return {"id": n.id, "name": n.name, "kind": n.kind,
+        # "fabric", not "kind": in JSON/CSV rows "kind" is the catalog kind (network).
+        return {"id": n.id, "name": n.name, "fabric": n.kind,
                 "gbit_per_s_per_nic": n.nic_bandwidth_bytes_per_s / GBIT_PER_S_BYTES_PER_S,
                 "latency_us": n.latency_s * 1e6, "achievable_fraction": n.achievable_fraction,
                 "aliases": ", ".join(n.aliases)}
@@ -98,7 +99,8 @@ def catalog_show(ctx: click.Context, entry_id: str, fmt: str) -> None:
     cat = _catalog(ctx)
     kind, ident = cat.find(entry_id)
     raw = dict(cat.raw(kind, ident))
-    data = {"kind": kind, **raw, "files": list(cat.origins(kind, ident))}
+    # The entry stays under its own key: its fields (a network's `kind`) must not clobber ours.
+    data = {"kind": kind, "id": ident, "entry": raw, "files": list(cat.origins(kind, ident))}
     if fmt == "json":
         click.echo(render.to_json(data))
     elif fmt == "csv":
@@ -175,9 +177,25 @@ def _emit_rows(rows, fmt: str) -> None:
 
 
 # The predict and validate commands live in their own modules to keep this one short.
-from fsdpsim import cli_predict  # noqa: E402  (registers commands on `cli`)
+from fsdpsim import cli_predict, cli_validate  # noqa: E402  (register commands on `cli`)
 
 cli_predict.register(cli)
+cli_validate.register(cli)
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line: the error contract is exactly one line on stderr."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _error(message: str) -> int:
+    click.echo(f"fsdpsim: error: {_one_line(message)}", err=True)
+    return 2
+
+
+#: click >= 8.2 raises this (a UsageError whose message is the whole help text) for a group
+#: called without a command; click 8.1 prints the help and exits 0 instead.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,12 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="fsdpsim", standalone_mode=False)
     except ConfigError as exc:
-        click.echo(f"fsdpsim: error: {exc}", err=True)
-        return 2
+        return _error(str(exc))
+    except _NO_ARGS_IS_HELP as exc:
+        ctx = exc.ctx
+        commands = ", ".join(ctx.command.list_commands(ctx)) if ctx else ""
+        path = ctx.command_path if ctx else "fsdpsim"
+        return _error(f"missing command; accepted: {commands} (try `{path} --help`)")
     except click.UsageError as exc:
         hint = f" (try `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-        click.echo(f"fsdpsim: error: {exc.format_message()}{hint}", err=True)
-        return 2
+        return _error(f"{exc.format_message()}{hint}")
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.Abort:

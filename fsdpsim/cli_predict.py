@@ -1,4 +1,4 @@
-"""``fsdpsim predict`` and ``fsdpsim validate``: parse, call, render."""
+"""``fsdpsim predict``: parse, call, render (``validate``/``calibrate`` are in cli_validate.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fsdpsim import render
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import RECOMPUTES, SHARDINGS, SHARDING_HELP, ParallelPlan, TrainingConfig
-from fsdpsim.units import GIB_BYTES, parse_quantity
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, parse_quantity
 
 BOTTLENECK_WORDS = {
     "compute": "compute: matmul and attention kernels set the pace",
@@ -21,12 +21,20 @@ BOTTLENECK_WORDS = {
 }
 
 
+#: Largest count an option takes. Counts become float64 inside the engine, and products such as
+#: micro_batch x num_gpus must stay exact integers (< 2**53) so reports never show a rounded batch.
+MAX_COUNT = 2**31
+MAX_GPUS = 2**22
+
+
 def _auto_int(value: str | None, what: str) -> int | None:
-    if value is None or str(value).lower() == "auto":
+    if value is None or str(value).strip().lower() == "auto":
         return None
     number = parse_quantity(value, what=what)
-    if number != int(number) or number < 1:
-        raise ConfigError(f"{what} must be a positive integer or 'auto', got {value!r}")
+    # `not 1 <= x <= max` also rejects nan; int() of nan or inf would raise.
+    if not 1 <= number <= MAX_COUNT or number != int(number):
+        raise ConfigError(f"{what} must be a whole number from 1 to {MAX_COUNT:,} or 'auto', "
+                          f"got {value!r}")
     return int(number)
 
 
@@ -63,8 +71,9 @@ def predict_options(f):
                      help="Preset id or path to a Hugging Face config.json."),
         click.option("--gpu", default=None, help="Accelerator id or alias (e.g. h100)."),
         click.option("--cluster", default=None, help="Node or cluster id instead of --gpu."),
-        click.option("--num-gpus", type=click.IntRange(min=1), default=8, show_default=True),
-        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+        click.option("--num-gpus", type=click.IntRange(1, MAX_GPUS), default=8,
+                     show_default=True),
+        click.option("--gpus-per-node", type=click.IntRange(1, MAX_GPUS), default=None,
                      help="Default: the node's, else 8."),
         click.option("--network", default=None, help="Network id (NIC type) between nodes."),
         click.option("--inter-node-gbps-per-gpu", type=float, default=None,
@@ -75,7 +84,7 @@ def predict_options(f):
                      "micro-batch per GPU."),
         click.option("--sharding", type=click.Choice(SHARDINGS), default="full",
                      show_default=True, help=SHARDING_HELP),
-        click.option("--shard-group-size", type=click.IntRange(min=1), default=None,
+        click.option("--shard-group-size", type=click.IntRange(1, MAX_GPUS), default=None,
                      help="HSDP shard group (default: one node)."),
         click.option("--reshard-after-forward/--no-reshard-after-forward", default=True,
                      show_default=True),
@@ -100,7 +109,6 @@ def _pct(x: float) -> str:
 
 def predict_table(p) -> str:
     d = p.to_dict()
-    v = p.values
     t, m, c, th = d["time"], d["memory"], d["comm"], d["thresholds"]
     tr, pl = d["training"], d["plan"]
     lines = [f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — {d['system']}"]
@@ -146,21 +154,23 @@ def predict_table(p) -> str:
         ("reduce-scatter", f"{render.gib(c['reduce_scatter_bytes'])} in "
                            f"{render.seconds(c['reduce_scatter_s'])}"),
         ("all-reduce", f"{render.gib(c['all_reduce_bytes'])} in {render.seconds(c['all_reduce_s'])}"),
-        ("exposed comm", f"{render.seconds(c['exposed_comm_s'])} "
-                         f"({100 * c['exposed_comm_s'] / d['step_time_s']:.1f} % of the step)"),
+        ("exposed comm", f"{render.seconds(c['exposed_s'])} "
+                         f"({100 * c['exposed_s'] / d['step_time_s']:.1f} % of the step)"),
     ]))
     bw = th["min_inter_node_gbps_per_gpu"]
-    have = v.get("nic_share_gbps", None)
+    have = p.inputs["nic_share_bytes_per_s"] / GBIT_PER_S_BYTES_PER_S
     lines.append("\nthresholds (Wang et al. 2025)")
     lines.append(render.key_values([
         ("inter-node bandwidth per GPU to hide comm",
          "no inter-node traffic" if bw == 0 else
          ("cannot hide (intra-node link alone is slower than compute)" if bw is None
-          else f"{bw:,.1f} Gb/s" + (f" (have {have:,.0f})" if have else ""))),
+          else f"{bw:,.1f} Gb/s (have {have:,.0f} Gb/s)")),
         ("critical tokens per GPU per micro-batch",
          f"{th['critical_tokens_per_gpu']:,.0f} (have {tr['micro_batch'] * tr['seq_len']:,})"),
-        ("largest micro-batch that fits", f"{th['max_micro_batch']}"),
-        (f"longest sequence at micro-batch {tr['micro_batch']}", f"{th['max_seq_len']:,}"),
+        ("largest micro-batch that fits", f"{th['max_micro_batch']}" if th["max_micro_batch"]
+         else "none: even micro-batch 1 does not fit with this plan"),
+        (f"longest sequence at micro-batch {tr['micro_batch']}", f"{th['max_seq_len']:,}"
+         if th["max_seq_len"] else "none: not even 1 token fits with this plan"),
     ]))
     if d["notes"]:
         lines.append("\nnotes")

@@ -37,7 +37,7 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     Required keys (units in names): model ``n_layers, d_model, n_heads, q_dim, kv_dim,
     ffn_size, swiglu, rotary, vocab_size, n_params, matmul_params, active_experts,
     block_numel, block_numel_padded, root_numel_padded, n_params_padded``; hardware
-    ``peak_flops_per_s, matmul_fraction, matmul_half_flops, matmul_half_k, attention_fraction,
+    ``peak_flops_per_s, matmul_fraction, matmul_half_flops, matmul_half_k, attention_fraction, attention_half_kv,
     hbm_bytes_per_s, hbm_fraction, link_bytes_per_s, link_fraction, link_latency_s,
     nic_share_bytes_per_s, nic_fraction, nic_latency_s, kernel_overhead_s,
     comm_compute_slowdown, memory_bytes, runtime_reserved_bytes, allocator_fraction``; plan
@@ -71,12 +71,15 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     eager_scores_bytes = np.where(flash, 0.0, 3.0 * elem * b * g["n_heads"] * s * s)
     attn_fwd_s = compute.attention_time_s(attn_flops_fwd, g["peak_flops_per_s"],
                                           np.where(flash, g["attention_fraction"], g["matmul_fraction"]),
-                                          g["q_dim"] / g["n_heads"], g["matmul_half_k"])
+                                          np.where(flash, 0.5, 1.0) * s,
+                                          np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
     attn_fwd_s = attn_fwd_s + compute.memory_bound_time_s(eager_scores_bytes, hbm_rate)
     # FlashAttention backward: 2.5x forward FLOPs (recomputes scores); eager: 2x plus score traffic.
     attn_bwd_s = np.where(flash, 2.5, 2.0) * attn_fwd_s
+    # Element-wise work and activations see every routed expert's width (k · f_expert).
+    routed_ffn = g["ffn_size"] * g["active_experts"]
     ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
-        tokens, g["d_model"], g["q_dim"], g["kv_dim"], g["ffn_size"], swiglu, rotary,
+        tokens, g["d_model"], g["q_dim"], g["kv_dim"], routed_ffn, swiglu, rotary,
         g.get("linear_bias", np.zeros(())) > 0, elem)
     ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, hbm_rate)
     ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, hbm_rate)
@@ -335,7 +338,8 @@ def memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
         shard_size=g["shard_size"], replicate_size=g["replicate_size"], strategy=mem_strategy,
         reshard_after_forward=reshard, n_layers=g["n_layers"], micro_batch=g["micro_batch"],
         seq_len=g["seq_len"], d_model=g["d_model"], q_dim=g["q_dim"], kv_dim=g["kv_dim"],
-        ffn_size=g["ffn_size"], ffn_kind=(g["swiglu"] > 0).astype(int), n_heads=g["n_heads"],
+        ffn_size=g["ffn_size"] * g["active_experts"], ffn_kind=(g["swiglu"] > 0).astype(int),
+        n_heads=g["n_heads"],
         vocab_size=g["vocab_size"], recompute=np.asarray(g["recompute"]).astype(int),
         param_bytes=4.0, grad_bytes=4.0,
         optimizer_bytes_per_param=np.where(np.asarray(g["optimizer"]) == 0,

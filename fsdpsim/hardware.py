@@ -32,6 +32,8 @@ class Efficiency:
     """GEMM size [FLOP] at which the rate is half of the best-shape rate (Hockney n_1/2)."""
     matmul_half_k: float
     """Reduction length [-] at which a GEMM tile runs at half its main-loop rate."""
+    attention_half_kv: float
+    """Keys per query tile [-] at which a FlashAttention tile runs at half its main-loop rate."""
     attention_fraction: float
     """FlashAttention forward throughput / dense peak (Dao 2023; Shah et al. 2024)."""
     hbm_fraction: float

@@ -260,6 +260,9 @@ def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"model config file {str(path)!r} not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); a config.json is "
+                          "expected") from None
     except OSError as exc:
         raise ConfigError(f"cannot read model config file {str(path)!r}: {exc}") from None
     try:
@@ -275,7 +278,7 @@ def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None
     accepted = ", ".join(SUPPORTED_MODEL_TYPES)
     if model_type is None:
         raise ConfigError(f"{path}: missing key 'model_type' (accepted: {accepted})")
-    if model_type not in _READERS:
+    if not isinstance(model_type, str) or model_type not in _READERS:
         hint = suggest(str(model_type), SUPPORTED_MODEL_TYPES)
         raise ConfigError(
             f"{path}: model_type {model_type!r} is not supported{hint} (accepted: {accepted})"

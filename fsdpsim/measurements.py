@@ -10,6 +10,7 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``gpu``                    catalog accelerator id
 ``n_gpus``, ``gpus_per_node``
 ``inter_node_gbps_per_gpu``  NIC line rate per GPU, one direction
+``network``                catalog network id (latency, achievable fraction); optional
 ``seq_len``, ``micro_batch``, ``grad_accum``
 ``sharding``               full | grad_op | optimizer | none | hybrid
 ``recompute``              none | selective | full
@@ -81,10 +82,13 @@ def _from_published(raw: pd.DataFrame) -> pd.DataFrame:
             "vocab": r["vocab"], "gpu": _GPU_NAMES.get(str(r["gpu"]).lower(), str(r["gpu"])),
             "n_gpus": int(r["n_gpus"]), "gpus_per_node": gpn,
             "inter_node_gbps_per_gpu": per_node_gbps / gpn, "seq_len": int(r["seq_len"]),
+            "network": "mosaicml-roce-200" if "roce" in inter.lower() else "ib-hdr-200",
             "micro_batch": r["micro_batch"], "grad_accum": r["grad_accum"],
             "sharding": sharding,
             "recompute": "full" if str(r["activation_checkpointing"]).startswith("full") else "none",
-            "reduce_dtype": "bf16" if "pure" in precision.lower() else "fp32",
+            # Composer's FSDP mixed precision: PURE sets reduce_dtype bf16; DEFAULT leaves it
+            # None, which FSDP1 resolves to param_dtype (bf16). Both reduce in bf16.
+            "reduce_dtype": "bf16" if "bf16" in precision.lower() else "fp32",
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
             "fused_loss": True,
             "tokens_per_s_per_gpu": measured, "subset": r.get("subset", ""),
@@ -144,8 +148,10 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
     per_row: list[dict[str, Any]] = []
     for _, row in frame.iterrows():
         spec = spec_for_row(row)
+        network = row.get("network")
         system = resolve_system(catalog, gpu=str(row["gpu"]),
                                 gpus_per_node=int(row["gpus_per_node"]),
+                                network=str(network) if isinstance(network, str) and network else None,
                                 inter_node_gbps_per_gpu=float(row["inter_node_gbps_per_gpu"]))
         plan = ParallelPlan(num_gpus=int(row["n_gpus"]), gpus_per_node=int(row["gpus_per_node"]),
                             sharding=str(row["sharding"]))

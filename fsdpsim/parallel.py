@@ -72,6 +72,9 @@ class ParallelPlan:
             raise ConfigError(f"num_gpus({self.num_gpus}) on one node must divide "
                               f"gpus_per_node({self.gpus_per_node})")
         dp = self.dp
+        if self.sharding == "hybrid" and dp % self.dp_shard:
+            raise ConfigError(f"shard_group_size({self.dp_shard}) must divide the data-parallel "
+                              f"degree ({dp}); accepted: a divisor of {dp}")
         if self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp != self.num_gpus:
             raise ConfigError(f"dp_replicate({self.dp_replicate}) * dp_shard({self.dp_shard}) * "
                               f"tp({self.tp}) * pp({self.pp}) * cp({self.cp}) != "

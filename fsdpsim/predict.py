@@ -29,7 +29,10 @@ MEMORY_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes", "unsharded_para
                "unsharded_grads_bytes", "activations_bytes", "logits_bytes",
                "runtime_reserved_bytes", "fragmentation_bytes")
 COMM_KEYS = ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "all_gather_s",
-             "reduce_scatter_s", "all_reduce_s", "exposed_comm_s")
+             "reduce_scatter_s", "all_reduce_s")
+#: Above this share of capacity PyTorch's caching allocator starts to free and retry
+#: (``num_alloc_retries``), which slows steps in a way fsdpsim does not model; reports flag it.
+MEMORY_PRESSURE_FRACTION = 0.9
 TIME_KEYS = ("compute_s", "gemm_s", "attention_s", "memory_bound_s", "recompute_s",
              "optimizer_s", "comm_s", "exposed_comm_s", "step_lower_bound_s",
              "step_upper_bound_s")
@@ -43,7 +46,8 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True) -> dic
     return {
         "n_layers": spec.n_layers, "d_model": spec.d_model, "n_heads": spec.n_heads,
         "q_dim": spec.q_dim, "kv_dim": spec.kv_dim,
-        "ffn_size": spec.active_ffn_size if spec.is_moe else spec.ffn_size,
+        # One expert's width; the engine multiplies by the experts each token visits.
+        "ffn_size": spec.expert_size if spec.is_moe else spec.ffn_size,
         "swiglu": spec.ffn_kind == "swiglu", "rotary": spec.position == "rotary",
         "linear_bias": spec.mlp_bias or spec.qkv_bias or spec.attn_out_bias,
         "vocab_size": spec.vocab_size, "n_params": spec.n_params,
@@ -64,6 +68,7 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
         "peak_flops_per_s": acc.peak_for(precision),
         "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
         "matmul_half_k": eff.matmul_half_k,
+        "attention_half_kv": eff.attention_half_kv,
         "attention_fraction": eff.attention_fraction,
         "hbm_bytes_per_s": acc.hbm_bandwidth_bytes_per_s, "hbm_fraction": eff.hbm_fraction,
         "link_bytes_per_s": link.bandwidth_bytes_per_s, "link_fraction": eff.link_fraction,
@@ -148,7 +153,7 @@ class Prediction:
             "memory": {"peak_bytes": v["peak_bytes"], "capacity_bytes": v["capacity_bytes"],
                        **{k: v[k] for k in MEMORY_KEYS}},
             "time": {k: v[k] for k in TIME_KEYS},
-            "comm": {k: v[k] for k in COMM_KEYS},
+            "comm": {**{k: v[k] for k in COMM_KEYS}, "exposed_s": v["exposed_comm_s"]},
             "thresholds": {
                 "min_inter_node_gbps_per_gpu": (min_bw / GBIT_PER_S_BYTES_PER_S
                                                 if np.isfinite(min_bw) else None),
@@ -158,6 +163,32 @@ class Prediction:
             },
             "notes": list(self.notes),
         }
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order, in O(sqrt(n))."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def smallest_world_that_fits(spec: ModelSpec, system: System, plan: ParallelPlan,
+                             training: TrainingConfig, max_doublings: int = 16) -> int | None:
+    """Fewest GPUs (the plan's world doubled up to ``max_doublings`` times) on which the model
+    fits with full sharding, micro-batch 1 and full recompute; None if none does.
+
+    One vectorised memory evaluation over the candidate worlds (padding per world size).
+    """
+    worlds = plan.num_gpus * 2.0 ** np.arange(1, max_doublings + 1)
+    x: dict[str, Any] = {}
+    x.update(model_inputs(spec, worlds))
+    x.update(system_inputs(system, training.precision))
+    x.update({"num_gpus": worlds, "gpus_per_node": plan.gpus_per_node,
+              "strategy": STRATEGY_CODES["full"], "shard_size": worlds, "replicate_size": 1.0,
+              "reshard": 1.0})
+    x.update(training_inputs(training))
+    x.update({"micro_batch": 1.0, "recompute": engine.RECOMPUTE_CODES["full"], "grad_accum": 1.0})
+    fits = np.broadcast_to(engine.memory_breakdown(x, ceilings=False)["fits"], worlds.shape)
+    return int(worlds[np.argmax(fits)]) if fits.any() else None
 
 
 def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
@@ -184,7 +215,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         mbs = [training.micro_batch]
         training.grad_accum(dp, training.micro_batch)  # raises if it does not split
     elif per_gpu is not None:
-        mbs = [m for m in range(1, per_gpu + 1) if per_gpu % m == 0]
+        mbs = divisors(per_gpu)
     else:
         mbs = list(AUTO_MICRO_BATCHES)
     recomputes = [training.recompute] if training.recompute else ["none", "selective", "full"]
@@ -221,12 +252,22 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         why = (f"fastest of {n_fit} fitting candidates out of {n}" if n_fit
                else f"none of {n} candidates fits; showing the smallest memory footprint")
         chosen["why"] = f"auto {', '.join(auto)}: {why}"
+    if row["fits"] and row["peak_bytes"] > MEMORY_PRESSURE_FRACTION * row["capacity_bytes"]:
+        notes.append(f"near the memory limit ({100 * row['peak_bytes'] / row['capacity_bytes']:.0f} % "
+                     "of capacity): allocator retries can slow real runs beyond this prediction")
     if not row["fits"]:
         over = row["peak_bytes"] - row["capacity_bytes"]
+        if row["max_micro_batch"] >= 1:
+            what = (f"largest micro-batch that fits: {int(row['max_micro_batch'])}; longest "
+                    f"sequence at this micro-batch: {int(row['max_seq_len'])}")
+        else:
+            world = smallest_world_that_fits(spec, system, plan, training)
+            what = ("not even micro-batch 1 fits with this plan; "
+                    + (f"with full sharding, micro-batch 1 and full recompute it fits on "
+                       f"{world} GPUs" if world else "it does not fit on up to "
+                       f"{plan.num_gpus * 2**16} GPUs either"))
         notes.append(f"does not fit: needs {over / 2**30:.1f} GiB more than the "
-                     f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; largest micro-batch that "
-                     f"fits: {int(row['max_micro_batch'])}, longest sequence at this micro-batch: "
-                     f"{int(row['max_seq_len'])}")
+                     f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; {what}")
     return Prediction(
         values=MappingProxyType(row), inputs=MappingProxyType({k: x[k] for k in x
                                                                 if np.ndim(x[k]) == 0}),

@@ -33,7 +33,7 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         elif kind == "node":
             node = catalog.node(ident)
         else:
-            raise ConfigError(f"--cluster {cluster!r} is a {kind}; it takes a node or cluster id "
+            raise ConfigError(f"--cluster {cluster!r} is the id of a catalog {kind}; it takes a node or cluster id "
                               "(see `fsdpsim catalog list --kind node`)")
         acc = node.accelerator
         if gpu is not None and catalog.accelerator(gpu).id != acc.id:

@@ -31,14 +31,19 @@ shard-group size; FSDP1 pads each unit's flat parameter (:func:`padded_numel`).
 
 Time (alpha-beta model of ring collectives on a two-level network)
 ------------------------------------------------------------------
-A ring over a group of k GPUs that spans n nodes with g group members per node moves
-(k−1)/k · M bytes over every ring edge for an all-gather or reduce-scatter of an M-byte buffer,
-and twice that for an all-reduce (Patarasuk & Yuan 2009; Thakur et al. 2005). Edges inside a
-node run on the scale-up link; NCCL spreads its rings over all NICs, so the node-crossing edges
-of the g members of one group share g NICs' worth of bandwidth (per-GPU NIC share × g): the
-ring's bus bandwidth is ``min(link, g · nic_share)`` at their achievable fractions, the
-nccl-tests ``busbw`` definition (NVIDIA nccl-tests PERFORMANCE.md). Each of the k−1 ring steps
-pays a latency α (the inter-node one when the ring leaves the node).
+A ring over a group of k GPUs moves (k−1)/k · M bytes over every ring edge for an all-gather
+or reduce-scatter of an M-byte buffer, and twice that for an all-reduce (Patarasuk & Yuan 2009;
+Thakur et al. 2005). Edges inside a node run on the scale-up link. NCCL builds one ring per
+channel and spreads the channels over the node's NICs, forwarding inside the node over NVLink,
+so the node-crossing edges of the g group members on a node share g NICs' worth of bandwidth:
+the ring's bus bandwidth is ``min(link, g · nic_share)`` (nic_share = NICs per node × line rate
+/ GPUs per node), each at its achievable fraction. This is the nccl-tests ``busbw``
+(NVIDIA nccl-tests PERFORMANCE.md): 2 nodes of 8 A100 with 4 HDR NICs each measure 86 GB/s,
+86 % of the node's 100 GB/s, far above one GPU's 12.5 GB/s share (hardware.md §6.2). How much
+of the line rate a fabric sustains under many concurrent rings is the network's achievable
+fraction (a catalog value, calibrated: congested RoCE fabrics sustain far less than
+InfiniBand). Each of the k−1 ring steps pays a latency α, the inter-node one when the ring
+leaves the node.
 """
 
 from __future__ import annotations
@@ -114,7 +119,8 @@ def ring_inter_node_seconds_per_byte_per_s(message_bytes, group_size, members_pe
     """
     k = as_array(group_size)
     g = np.minimum(as_array(members_per_node), k)
-    x = as_array(passes) * np.maximum(k - 1.0, 0.0) / np.maximum(k, 1.0) * as_array(message_bytes) / g
+    x = (as_array(passes) * np.maximum(k - 1.0, 0.0) / np.maximum(k, 1.0)
+         * as_array(message_bytes) / g)
     return np.where(k > g, x, 0.0)
 
 

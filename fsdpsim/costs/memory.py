@@ -530,9 +530,12 @@ def max_seq_len(capacity_bytes, *, multiple_of=1, upper_bound=2**24, **config):
 
     Notes
     -----
-    The peak is non-decreasing in s (linear with FlashAttention, quadratic without), so a
-    vectorised bisection over the integer k finds the exact boundary in ⌈log2(upper_bound)⌉
-    evaluations of the peak: ``peak(s_max) ≤ C < peak(s_max + multiple_of)``.
+    Every term is a polynomial of degree at most 2 in s (linear with FlashAttention; the s²
+    scores without it), so three evaluations give it exactly: ``peak(s) = c0 + c1·s + c2·s²``.
+    The positive root of ``peak(s) = C`` is floored to a multiple of ``multiple_of`` and then
+    checked against the peak itself, moving one step where rounding put it across the
+    boundary: ``peak(s_max) ≤ C < peak(s_max + multiple_of)``. A vectorised bisection finishes
+    the few entries the check does not settle (never in practice; it guards the algebra).
     """
     if "seq_len" in config:
         raise TypeError("max_seq_len solves for seq_len; do not pass it")
@@ -542,12 +545,31 @@ def max_seq_len(capacity_bytes, *, multiple_of=1, upper_bound=2**24, **config):
     def peak_at(k):
         return peak_memory_bytes(seq_len=k * step, **config)["peak_bytes"]
 
-    hi = np.floor(as_array(upper_bound) / step)
-    shape = np.broadcast_shapes(cap.shape, hi.shape, np.shape(peak_at(0.0)))
+    hi_bound = np.floor(as_array(upper_bound) / step)
+    scale = np.maximum(np.floor(hi_bound / 4.0), 1.0)
+    p0, p1, p2 = peak_at(0.0), peak_at(scale), peak_at(2.0 * scale)
+    shape = np.broadcast_shapes(cap.shape, hi_bound.shape, np.shape(p0), np.shape(p2))
+    # peak(k) = c0 + c1·k + c2·k² from three samples at k = 0, scale, 2·scale.
+    c2 = (p2 - 2.0 * p1 + p0) / (2.0 * scale**2)
+    c1 = (p1 - p0) / scale - c2 * scale
+    room = cap - p0
+    disc = np.maximum(c1**2 + 4.0 * c2 * room, 0.0)
+    root = np.where(np.abs(c2) > 1e-12 * np.maximum(np.abs(c1), 1e-30),
+                    (-c1 + np.sqrt(disc)) / np.where(c2 != 0, 2.0 * c2, 1.0),
+                    room / np.where(c1 > 0, c1, np.inf))
+    est = np.clip(np.floor(np.where(room >= 0, root, 0.0)), 0.0, hi_bound)
+    est = np.broadcast_to(est, shape).copy()
+    for _ in range(2):  # rounding fix-ups
+        est = np.where((est > 0) & (peak_at(est) > cap), est - 1.0, est)
+        est = np.where((est < hi_bound) & (peak_at(est + 1.0) <= cap), est + 1.0, est)
+    lo_ok = (est == 0) | (peak_at(est) <= cap)
+    hi_ok = (est >= hi_bound) | (peak_at(est + 1.0) > cap)
+    if np.all(lo_ok & hi_ok):
+        return (est * step).astype(np.int64)
+    # Fallback: bisection (the invariant peak(hi) > cap; lo fits or lo == 0).
     lo = np.zeros(shape)
-    hi = np.broadcast_to(hi, shape).copy()
+    hi = np.broadcast_to(hi_bound, shape).copy()
     top_fits = peak_at(hi) <= cap
-    # invariant: peak(hi) > cap; lo fits or lo == 0
     while np.any(hi - lo > 1):
         mid = np.floor((lo + hi) / 2.0)
         ok = peak_at(mid) <= cap

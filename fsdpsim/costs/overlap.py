@@ -8,7 +8,7 @@ homogeneous units this is a two-stage pipeline: the first collective is exposed,
 stage takes ``max(compute, comm)``, then the last compute (and, in backward, the last
 reduce-scatter) is exposed:
 
-    t_phase = c_first + (n − 1) · max(f', c) + f' + c_last
+    t_phase = c_first + (n − 1) · max(f', c) + f + c_last
 
 Compute that runs while NCCL kernels share the SMs and HBM is slowed by a catalog factor σ in
 proportion to the overlapped time: ``f' = f · (1 + σ · min(1, c / f))`` (measured 2-10 %
@@ -36,14 +36,17 @@ def slowed_compute_s(compute_s, overlapped_comm_s, slowdown):
 def pipelined_phase_s(first_comm_s, stage_comm_s, stage_compute_s, n_stages, last_comm_s, slowdown):
     """Two-stream pipeline over ``n_stages`` identical units [s].
 
-    ``c_first + (n − 1) · max(f', c) + f' + c_last`` with ``f'`` from :func:`slowed_compute_s`.
-    The first stage's compute also overlaps nothing but the prefetch of the second unit, which
-    is the ``c`` of the next stage, so every stage sees the same overlap.
+    ``c_first + (n − 1) · max(f', c) + f + c_last`` with ``f'`` from :func:`slowed_compute_s`:
+    each of the first n − 1 computes runs beside the next unit's collective; the last one has
+    nothing left to prefetch (its own collective, ``c_last``, runs after it), so it is not
+    slowed.
     """
     n = as_array(n_stages)
-    f = slowed_compute_s(stage_compute_s, stage_comm_s, slowdown)
+    f_raw = as_array(stage_compute_s)
+    f = slowed_compute_s(f_raw, stage_comm_s, slowdown)
     c = as_array(stage_comm_s)
-    return as_array(first_comm_s) + np.maximum(n - 1.0, 0.0) * np.maximum(f, c) + f + as_array(last_comm_s)
+    return (as_array(first_comm_s) + np.maximum(n - 1.0, 0.0) * np.maximum(f, c) + f_raw
+            + as_array(last_comm_s))
 
 
 def step_bounds_s(compute_s, comm_s):

@@ -1,0 +1,417 @@
+"""The vectorised engine: exact agreement with torch's collectives and FLOP counts, invariants
+checked with hypothesis, and the speed of a single ``predict``.
+
+Reference numbers come from ``shared/reference/torch_validation_on_cpu.md`` (torch 2.13.0,
+gloo, ``TorchDispatchMode`` on ``torch.ops.c10d.*``; ``FlopCounterMode``): §2 (collective
+tensor bytes per rank per step) and §3 (FLOPs). Tensor bytes are what the c10d ops see:
+all-gather the gathered output, reduce-scatter the padded input, all-reduce the buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fsdpsim import engine, predict
+from fsdpsim.catalog import load_catalog
+from fsdpsim.model import ModelSpec
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.presets import get_model
+from fsdpsim.system import resolve_system
+
+RTOL = 1e-12
+CATALOG = load_catalog()
+H100 = resolve_system(CATALOG, gpu="h100-sxm5-80gb")
+SYSTEMS = {acc: resolve_system(CATALOG, gpu=acc)
+           for acc in ("h100-sxm5-80gb", "a100-sxm4-80gb", "mi300x")}
+PRESETS = ("gpt3-125m", "gpt3-1.3b", "llama2-7b", "llama3-8b", "qwen2.5-7b", "mixtral-8x7b")
+
+
+def engine_inputs(spec, system, plan, training, *, micro_batch, recompute="none", grad_accum=1,
+                  per_parameter=True, **overrides):
+    """The flat inputs of :func:`engine.evaluate`, built the way ``predict`` builds them."""
+    x = {}
+    x.update(predict.model_inputs(spec, plan.dp_shard, per_parameter=per_parameter))
+    x.update(predict.system_inputs(system, training.precision))
+    x.update(predict.plan_inputs(plan))
+    x.update(predict.training_inputs(training))
+    x.update(micro_batch=micro_batch, recompute=engine.RECOMPUTE_CODES[recompute],
+             grad_accum=grad_accum)
+    x.update(overrides)
+    return x
+
+
+def scalar(out, key):
+    return float(np.asarray(out[key]))
+
+
+# ================================================================== the tiny GPT of §1
+def tiny_gpt(vocab_size=501, d_model=256, n_layers=2, n_heads=4, seq_len=64) -> ModelSpec:
+    """The validation model: untied, no biases, pre-LayerNorm without bias, learned positions,
+    GELU MLP of width 4d. At the §1 sizes:
+
+    block = 4·256² (q, k, v, o) + 2·1024·256 (up, down) + 2·256 (two LN weights) = 786,944
+    root  = 501·256 (tok) + 64·256 (pos) + 256 (final LN) + 501·256 (head) = 273,152
+    total = 2·786,944 + 273,152 = 1,847,040  (7,388,160 B in fp32)
+
+    LayerNorm with bias would give 2,048 more; tied or no learned positions fewer.
+    """
+    return ModelSpec(
+        name="tiny-gpt", n_layers=n_layers, d_model=d_model, n_heads=n_heads,
+        ffn_size=4 * d_model, ffn_kind="gelu", vocab_size=vocab_size, tied_embeddings=False,
+        position="learned", max_seq_len=seq_len, norm="layernorm", norm_bias=False,
+        qkv_bias=False, attn_out_bias=False, mlp_bias=False,
+    )
+
+
+FP32_MANUAL = TrainingConfig(seq_len=64, precision="fp32", reduce_dtype="fp32",
+                             flash_attention=False)
+
+
+def test_tiny_gpt_matches_the_measured_parameter_count():
+    spec = tiny_gpt()
+    assert spec.n_params == 1_847_040
+    assert spec.block_params == 786_944
+    assert spec.n_params * 4 == 7_388_160
+
+
+def tiny_bytes(plan: ParallelPlan, per_parameter: bool):
+    x = engine_inputs(tiny_gpt(), H100, plan, FP32_MANUAL, micro_batch=4,
+                      per_parameter=per_parameter)
+    out = engine.evaluate(x)
+    return tuple(scalar(out, k) for k in ("all_gather_bytes", "reduce_scatter_bytes",
+                                          "all_reduce_bytes"))
+
+
+# (plan, FSDP2 per-parameter padding?, (AG out, RS in, AR) bytes per rank per step)
+TORCH_COLLECTIVE_BYTES = {
+    # -- measured at W = 4 (table of §2)
+    # FSDP2 default (blocks resharded, root not): 2·Σ − root =
+    # 2·4·(2·786,944 + 274,688) − 4·274,688 = 14,788,608 − 1,098,752
+    "fsdp2-default-w4": (ParallelPlan(4, 8, "full"), True, (13_689_856, 7_394_304, 0)),
+    "fsdp2-no-reshard-w4": (ParallelPlan(4, 8, "full", reshard_after_forward=False), True,
+                            (7_394_304, 7_394_304, 0)),
+    # HSDP 2×2: padding for S = 2 (root 273,664); AR moves one shard Σ/S per rank
+    "fsdp2-hsdp-2x2": (ParallelPlan(4, 8, "hybrid", shard_group_size=2), True,
+                       (13_685_760, 7_390_208, 3_695_104)),
+    "fsdp1-full-shard-w4": (ParallelPlan(4, 8, "full"), False, (13_683_712, 7_388_160, 0)),
+    "fsdp1-shard-grad-op-w4": (ParallelPlan(4, 8, "grad_op"), False, (7_388_160, 7_388_160, 0)),
+    "fsdp1-hybrid-2x2": (ParallelPlan(4, 8, "hybrid", shard_group_size=2), False,
+                         (13_683_712, 7_388_160, 3_694_080)),
+    "fsdp1-no-shard-w4": (ParallelPlan(4, 8, "none"), False, (0, 0, 7_388_160)),
+    # -- W = 2. Measured: reshard_after_forward=False AG 7,390,208 (padded 1,847,552 × 4 B).
+    "fsdp2-no-reshard-w2": (ParallelPlan(2, 8, "full", reshard_after_forward=False), True,
+                            (7_390_208, 7_390_208, 0)),
+    # Default at W = 2 from rule 1 and the measured explicit-True row (14,780,416 = 2·Σ):
+    # 14,780,416 − root 273,664·4 = 13,685,760; RS in = Σ = 7,390,208.
+    "fsdp2-default-w2": (ParallelPlan(2, 8, "full"), True, (13_685_760, 7_390_208, 0)),
+    "fsdp1-no-shard-w2": (ParallelPlan(2, 8, "none"), False, (0, 0, 7_388_160)),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCH_COLLECTIVE_BYTES))
+def test_collective_bytes_equal_torch(case):
+    plan, per_parameter, expected = TORCH_COLLECTIVE_BYTES[case]
+    assert tiny_bytes(plan, per_parameter) == expected  # exact: integers in float64
+
+
+def test_reshard_flag_is_for_blocks_the_root_is_gathered_once():
+    """The engine's ``reshard`` is FSDP2's ``reshard_after_forward=None`` (True for blocks,
+    False for the root), not an explicit True on the root too. The measured explicit-True
+    rows (§2: W=4 AG 6 calls, 14,788,608 B; W=2 14,780,416 B) gather the root a second time
+    in backward; the engine has no input for that and reports one root gather less."""
+    for world, explicit_true, root_padded in ((4, 14_788_608, 274_688), (2, 14_780_416, 273_664)):
+        ag, _, _ = tiny_bytes(ParallelPlan(world, 8, "full"), True)
+        assert ag == explicit_true - 4 * root_padded
+
+
+def test_grad_accum_multiplies_per_microbatch_collectives_only():
+    # FSDP2 default at W = 4 with 3 micro-batches: AG and RS every micro-batch → ×3.
+    x = engine_inputs(tiny_gpt(), H100, ParallelPlan(4, 8, "full"), FP32_MANUAL, micro_batch=4,
+                      grad_accum=3)
+    out = engine.evaluate(x)
+    assert scalar(out, "all_gather_bytes") == 3 * 13_689_856
+    assert scalar(out, "reduce_scatter_bytes") == 3 * 7_394_304
+    # DDP all-reduces once per step (no_sync on the others): unchanged.
+    x = engine_inputs(tiny_gpt(), H100, ParallelPlan(4, 8, "none"), FP32_MANUAL, micro_batch=4,
+                      grad_accum=3, per_parameter=False)
+    assert scalar(engine.evaluate(x), "all_reduce_bytes") == 7_388_160
+    # ZeRO-1: one reduce-scatter and one all-gather of the (flat-padded) model per step.
+    x = engine_inputs(tiny_gpt(), H100, ParallelPlan(4, 8, "optimizer"), FP32_MANUAL,
+                      micro_batch=4, grad_accum=3, per_parameter=False)
+    out = engine.evaluate(x)
+    assert (scalar(out, "all_gather_bytes"), scalar(out, "reduce_scatter_bytes"),
+            scalar(out, "all_reduce_bytes")) == (7_388_160, 7_388_160, 0)
+
+
+def test_bf16_gather_fp32_reduce_bytes():
+    # Mixed precision (bf16 compute, fp32 reduce): AG bytes halve, RS bytes stay fp32.
+    training = dataclasses.replace(FP32_MANUAL, precision="bf16")
+    x = engine_inputs(tiny_gpt(), H100, ParallelPlan(4, 8, "full"), training, micro_batch=4)
+    out = engine.evaluate(x)
+    assert scalar(out, "all_gather_bytes") == 13_689_856 / 2
+    assert scalar(out, "reduce_scatter_bytes") == 7_394_304
+
+
+# ================================================================== FLOPs (§3)
+def flops(spec, *, seq_len, micro_batch, world=1, flash=False, recompute="none"):
+    training = TrainingConfig(seq_len=seq_len, precision="fp32", flash_attention=flash)
+    x = engine_inputs(spec, H100, ParallelPlan(world, 8, "full"), training,
+                      micro_batch=micro_batch, recompute=recompute)
+    out = engine.evaluate(x)
+    return scalar(out, "model_flops_per_step"), scalar(out, "hardware_flops_per_step")
+
+
+# FlopCounterMode, manual attention: 6·N_mm·T + 12·L·B·s²·d, measured exactly.
+FLOP_COUNTER = [
+    # V512 d256 L2 s64 B4: 6NT = 2,617,245,696 + attention 100,663,296
+    (dict(vocab_size=512, d_model=256, n_layers=2, n_heads=4, seq_len=64), 4, 2_717_908_992),
+    # V1000 d384 L3 s128 B2
+    (dict(vocab_size=1000, d_model=384, n_layers=3, n_heads=6, seq_len=128), 2, 9_196_535_808),
+]
+
+
+@pytest.mark.parametrize("dims, batch, measured", FLOP_COUNTER)
+def test_model_flops_equal_flop_counter(dims, batch, measured):
+    spec = tiny_gpt(**dims)
+    model, executed = flops(spec, seq_len=dims["seq_len"], micro_batch=batch)
+    assert model == measured
+    # Manual attention, no recompute: what the kernels execute is what torch counts.
+    assert executed == measured
+    # Per rank at W = 4 with the same local batch: the step's FLOPs are 4× one rank's.
+    model4, executed4 = flops(spec, seq_len=dims["seq_len"], micro_batch=batch, world=4)
+    assert (model4, executed4) == (4 * measured, 4 * measured)
+
+
+def test_flash_attention_executes_the_causal_half():
+    """With FlashAttention the engine counts executed attention as causal (half the square)
+    with a 2.5× backward: 3.5 · ½ · 4·L·B·s²·d = 7·L·B·s²·d. FlopCounterMode with the CPU
+    SDPA op registered counts the full square with a 2.5× backward, 14·L·B·s²·d
+    (2,734,686,208 for V512 d256 L2 s64 B4): the engine's figure is that minus half the
+    attention, 2,617,245,696 + 7·2·4·64²·256 = 2,617,245,696 + 58,720,256 = 2,675,965,952. Model FLOPs (MFU) keep the full
+    square of PaLM."""
+    spec = tiny_gpt(vocab_size=512)
+    model, executed = flops(spec, seq_len=64, micro_batch=4, flash=True)
+    assert model == 2_717_908_992
+    assert executed == 2_675_965_952
+    assert 2_734_686_208 - 7 * 2 * 4 * 64**2 * 256 == 2_675_965_952
+
+
+def test_full_recompute_adds_one_forward_of_the_blocks():
+    # Extra = L·(2·T·Σ n·k + 4·B·s²·d) = 2·(2·256·786,432 + 4·4·64²·256) = 2·(402,653,184 +
+    # 16,777,216) = 838,860,800 (the LM head is not recomputed).
+    spec = tiny_gpt(vocab_size=512)
+    _, none = flops(spec, seq_len=64, micro_batch=4)
+    _, full = flops(spec, seq_len=64, micro_batch=4, recompute="full")
+    _, selective = flops(spec, seq_len=64, micro_batch=4, recompute="selective")
+    assert full - none == 838_860_800
+    assert selective - none == 2 * 4 * 4 * 64**2 * 256  # attention core only: 33,554,432
+
+
+@pytest.mark.parametrize("name", ["gpt3-125m", "llama3-8b", "qwen2.5-7b"])
+def test_dense_executed_flops_equal_model_flops_without_flash_or_recompute(name):
+    model, executed = flops(get_model(name), seq_len=2048, micro_batch=1, world=8)
+    assert executed == pytest.approx(model, rel=RTOL)
+
+
+def test_moe_executed_flops_count_each_routed_expert_once():
+    """Regression: the MLP of a top-k MoE runs k experts of width f_e, not k experts of
+    width k·f_e (Mixtral once executed 1.8× its model FLOPs)."""
+    spec = get_model("mixtral-8x7b")
+    model, executed = flops(spec, seq_len=2048, micro_batch=1, world=8)
+    # Model FLOPs include the router (6·d·E per token per layer); the engine does not run it.
+    router = 6.0 * spec.n_layers * spec.d_model * spec.n_experts * 2048 * 8
+    assert executed == pytest.approx(model - router, rel=RTOL)
+
+
+# ================================================================== step-time invariants
+@pytest.mark.parametrize("sharding", ["grad_op", "optimizer", "none"])
+def test_single_block_step_within_no_overlap_bound(sharding):
+    """Regression: with one block nothing overlaps its compute, so the concurrent-comm
+    slowdown must not apply and the step is at most the serial sum (it once exceeded it by
+    0.3-0.8 % for DDP / ZeRO-1 / ZeRO-2)."""
+    spec = tiny_gpt(n_layers=1)
+    training = TrainingConfig(seq_len=64)
+    x = engine_inputs(spec, H100, ParallelPlan(16, 8, sharding), training, micro_batch=4)
+    out = engine.evaluate(x)
+    assert scalar(out, "step_time_s") <= scalar(out, "step_upper_bound_s") * (1 + 1e-9)
+
+
+# ================================================================== hypothesis properties
+SHARDINGS = ("full", "grad_op", "optimizer", "none", "hybrid")
+
+
+@st.composite
+def configs(draw, sharding=None, num_gpus=None):
+    """One engine input dict (scalars) from a preset, a catalog GPU and a plan."""
+    spec = get_model(draw(st.sampled_from(PRESETS)))
+    system = SYSTEMS[draw(st.sampled_from(sorted(SYSTEMS)))]
+    sharding = sharding or draw(st.sampled_from(SHARDINGS))
+    gpus = num_gpus or draw(st.sampled_from([2, 4, 8, 16, 32, 64, 256]))
+    plan = ParallelPlan(gpus, 8, sharding, reshard_after_forward=draw(st.booleans()))
+    training = TrainingConfig(seq_len=draw(st.sampled_from([512, 1024, 2048, 4096, 8192])),
+                              flash_attention=draw(st.booleans()))
+    return engine_inputs(spec, system, plan, training,
+                         micro_batch=draw(st.integers(1, 4)),
+                         recompute=draw(st.sampled_from(["none", "selective", "full"])),
+                         grad_accum=draw(st.integers(1, 4)))
+
+
+PROPERTY = settings(max_examples=50, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+NO_CEILINGS = {"ceilings": 0.0}  # the max micro-batch / sequence solvers are not needed here
+
+
+def step_time(x):
+    return scalar(engine.evaluate({**x, **NO_CEILINGS}), "step_time_s")
+
+
+@pytest.mark.parametrize("key", ["nic_share_bytes_per_s", "link_bytes_per_s",
+                                 "peak_flops_per_s", "hbm_bytes_per_s"])
+@PROPERTY
+@given(x=configs(), factor=st.floats(1.0, 100.0))
+def test_step_time_non_increasing_in_every_rate(key, x, factor):
+    faster = {**x, key: x[key] * factor}
+    assert step_time(faster) <= step_time(x) * (1 + 1e-12)
+
+
+@PROPERTY
+@given(k=st.integers(1, 512), g=st.integers(1, 16), message=st.floats(1.0, 1e11),
+       link=st.floats(1e9, 1e12), nic=st.floats(1e9, 1e12))
+def test_ring_all_reduce_is_reduce_scatter_plus_all_gather(k, g, message, link, nic):
+    from fsdpsim.costs import comm
+    ring = dict(link_bytes_per_s=link, nic_share_bytes_per_s=nic, link_latency_s=2e-6,
+                nic_latency_s=7e-6)
+    rs = comm.ring_time_s(message, k, g, **ring)
+    ag = comm.ring_time_s(message, k, g, **ring)
+    ar = comm.ring_time_s(message, k, g, passes=2.0, **ring)
+    assert ar == pytest.approx(rs + ag, rel=RTOL)
+
+
+@PROPERTY
+@given(gpus=st.sampled_from([2, 8, 16, 64, 256]), system=st.sampled_from(sorted(SYSTEMS)),
+       micro_batch=st.integers(1, 4), grad_accum=st.integers(1, 4))
+def test_engine_ddp_all_reduce_equals_zero1_reduce_scatter_plus_all_gather(
+        gpus, system, micro_batch, grad_accum):
+    """DDP all-reduces the model once a step; ZeRO-1 reduce-scatters it and all-gathers it
+    once a step over the same group. Without latency and padding (every Llama-3-8B dimension
+    divides 256) and with equal gather/reduce dtypes, AR time = RS time + AG time and
+    AR bytes = RS bytes = AG bytes (each the whole buffer)."""
+    spec = get_model("llama3-8b")
+    training = TrainingConfig(seq_len=1024, precision="fp32")
+    out = {}
+    for sharding in ("none", "optimizer"):
+        x = engine_inputs(spec, SYSTEMS[system], ParallelPlan(gpus, 8, sharding), training,
+                          micro_batch=micro_batch, grad_accum=grad_accum,
+                          link_latency_s=0.0, nic_latency_s=0.0, **NO_CEILINGS)
+        out[sharding] = engine.evaluate(x)
+    ddp, zero1 = out["none"], out["optimizer"]
+    assert scalar(ddp, "all_reduce_s") == pytest.approx(
+        scalar(zero1, "reduce_scatter_s") + scalar(zero1, "all_gather_s"), rel=1e-12)
+    buffer = 4.0 * spec.n_params
+    assert scalar(ddp, "all_reduce_bytes") == buffer
+    assert scalar(zero1, "reduce_scatter_bytes") == scalar(zero1, "all_gather_bytes") == buffer
+
+
+@PROPERTY
+@given(x=configs(sharding="hybrid", num_gpus=64))
+def test_hsdp_all_reduce_moves_one_shard_of_the_reduce_scatter(x):
+    out = engine.evaluate({**x, **NO_CEILINGS})
+    assert scalar(out, "all_reduce_bytes") * x["shard_size"] == pytest.approx(
+        scalar(out, "reduce_scatter_bytes"), rel=RTOL)
+
+
+def peak_bytes(x):
+    return scalar(engine.evaluate({**x, **NO_CEILINGS}), "peak_bytes")
+
+
+def with_plan(x, spec_name, plan):
+    spec = get_model(spec_name)
+    return {**x, **predict.model_inputs(spec, plan.dp_shard), **predict.plan_inputs(plan)}
+
+
+@PROPERTY
+@given(x=configs(num_gpus=64), spec_name=st.sampled_from(PRESETS),
+       gpus=st.sampled_from([2, 8, 16, 64, 256]))
+def test_memory_never_grows_with_more_sharding(x, spec_name, gpus):
+    peaks = [peak_bytes(with_plan(x, spec_name, ParallelPlan(gpus, 8, s)))
+             for s in ("none", "optimizer", "grad_op", "full")]
+    assert all(a >= b * (1 - 1e-12) for a, b in zip(peaks, peaks[1:])), peaks
+
+
+@PROPERTY
+@given(x=configs(num_gpus=8), spec_name=st.sampled_from(PRESETS), reshard=st.booleans(),
+       per_parameter=st.booleans())
+def test_full_shard_memory_non_increasing_in_world_size(x, spec_name, reshard, per_parameter):
+    """Sharded states fall as 1/W while the gathered units stay; padding only adds. FSDP1's
+    flat padding adds < W elements per unit, so W runs to 1024. FSDP2 pads every dim 0 to a
+    multiple of W, which is a real cost once W nears a parameter's row count (GPT-3 125M at
+    W = 512: its 768-row weights pad to 1024 rows and the padded unsharded gradient grows
+    22 %, more than the shards save), so there W stops at 256, where the padding left (GPT-3's
+    odd vocabulary, Mixtral's 8-row router) is small beside the shards."""
+    spec = get_model(spec_name)
+    worlds = (1, 2, 4, 8, 16, 32, 64, 128, 256) + ((512, 1024) if not per_parameter else ())
+    peaks = []
+    for n in worlds:
+        plan = ParallelPlan(n, 8, "full", reshard_after_forward=reshard)
+        peaks.append(peak_bytes({**x, **predict.model_inputs(spec, n, per_parameter),
+                                 **predict.plan_inputs(plan)}))
+    assert all(a >= b * (1 - 1e-12) for a, b in zip(peaks, peaks[1:])), peaks
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(xs=st.lists(configs(), min_size=2, max_size=5))
+def test_scalar_and_array_paths_agree(xs):
+    stacked = {key: np.array([x[key] for x in xs]) for key in xs[0]}
+    together = engine.evaluate(stacked)
+    for i, x in enumerate(xs):
+        alone = engine.evaluate(x)
+        assert set(alone) == set(together)
+        for key, value in alone.items():
+            np.testing.assert_array_equal(
+                np.broadcast_to(together[key], (len(xs),))[i], value, err_msg=key)
+
+
+@PROPERTY
+@given(x=configs())
+def test_step_time_between_bounds_and_utilisation_at_most_one(x):
+    out = engine.evaluate({**x, **NO_CEILINGS})
+    step = scalar(out, "step_time_s")
+    assert step >= scalar(out, "step_lower_bound_s") * (1 - 1e-9)
+    assert step <= scalar(out, "step_upper_bound_s") * (1 + 1e-9)
+    assert 0.0 < scalar(out, "mfu") <= 1.0
+    assert 0.0 < scalar(out, "hfu") <= 1.0
+
+
+@PROPERTY
+@given(x=configs())
+def test_throughput_accounts_for_every_token(x):
+    out = engine.evaluate({**x, **NO_CEILINGS})
+    tokens = x["micro_batch"] * x["seq_len"] * x["grad_accum"] * x["num_gpus"]
+    assert scalar(out, "tokens_per_step") == tokens
+    assert scalar(out, "tokens_per_s_per_gpu") * x["num_gpus"] * scalar(out, "step_time_s") == \
+        pytest.approx(tokens, rel=RTOL)
+
+
+# ================================================================== speed
+def test_predict_is_fast():
+    """One ``predict`` (Llama-3-8B, H100, 64 GPUs, fixed micro-batch and recompute) is one
+    vectorised evaluation: target < 10 ms median; asserted < 20 ms for loaded CI machines."""
+    spec, plan = get_model("llama3-8b"), ParallelPlan(64, 8, "full")
+    training = TrainingConfig(seq_len=8192, micro_batch=1, recompute="full")
+    for _ in range(3):
+        predict.predict(spec, H100, plan, training)
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        predict.predict(spec, H100, plan, training)
+        times.append(time.perf_counter() - start)
+    median_ms = statistics.median(times) * 1e3
+    print(f"predict median over 20 calls: {median_ms:.2f} ms")
+    assert median_ms < 20.0
