@@ -42,6 +42,7 @@ NETWORK_FACTORS = ("nic_fraction",)
 #: A factor is identifiable when moving it across 50 % of its range changes some prediction by
 #: at least this much (relative).
 MIN_SENSITIVITY = 0.005
+CV_FOLDS = 5
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,18 @@ class CalibrationResult:
     refused: dict[str, str]
 
     networks: tuple[str, ...] = ()
+    cross_validated: dict[str, float] | None = None
+    """Error summary of 5-fold cross-validated predictions (out of sample)."""
+    interval: tuple[float, float] = (1.0, 1.0)
+    """5th and 95th percentiles of measured / predicted tokens/s, out of sample."""
 
     def overlay_toml(self, source: str) -> str:
         """A catalog overlay (``override = true``) that sets the fitted factors: accelerator
         efficiencies on every fitted GPU, the network fraction on the rows' network."""
         today = _dt.date.today().isoformat()
         how = (f"fsdpsim calibrate on {today}: least squares of log tokens/s per GPU over "
-               f"{self.after['rows']} rows of {source}")
+               f"{self.after['rows']} rows of {source}; interval = 5-95 % of measured/predicted "
+               f"in {CV_FOLDS}-fold cross-validation")
         lines = ["# Written by `fsdpsim calibrate`; pass with --catalog DIR or FSDPSIM_CATALOG.",
                  f"# Fitted to {source}: {self.after['rows']} rows, tokens/s per GPU MAPE "
                  f"{100 * self.before['mape']:.1f} % -> {100 * self.after['mape']:.1f} %."]
@@ -73,6 +79,8 @@ class CalibrationResult:
                 for name, value in gpu_factors.items():
                     key, scale, _ = FACTORS[name]
                     lines.append(f"{key} = {value * scale:.4g}")
+                lines.append(f"throughput_ratio_p05 = {self.interval[0]:.4g}")
+                lines.append(f"throughput_ratio_p95 = {self.interval[1]:.4g}")
                 lines.append(f'source = "{how}"')
         if "nic_fraction" in self.values:
             for net in self.networks:
@@ -126,18 +134,17 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         raise ConfigError("no factor can be identified from these rows: " + "; ".join(
             f"{k}: {v}" for k, v in refused.items()))
 
-    def residuals(theta):
-        full = start.copy()
-        full[keep] = theta
-        return np.log(_predict(x, factors, full) / measured)
+    def solve(rows: np.ndarray):
+        def residuals(theta):
+            full = start.copy()
+            full[keep] = theta
+            sub = {k: (v[rows] if np.ndim(v) else v) for k, v in x.items()}
+            return np.log(_predict(sub, factors, full) / measured[rows])
 
-    sol = least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac")
-    jac = sol.jac
-    if jac.shape[1] > 1:
-        sv = np.linalg.svd(jac, compute_uv=False)
-        if sv[-1] < 1e-6 * sv[0]:
-            raise ConfigError(f"factors {', '.join(names)} are not separately identifiable from "
-                              f"these rows (collinear); fit fewer with --factor")
+        return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac")
+
+    everything = np.arange(len(use))
+    sol = solve(everything)
     theta = start.copy()
     theta[keep] = sol.x
     before_rows = use.copy()
@@ -147,6 +154,21 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     after_rows = use.copy()
     after_rows["predicted_tokens_per_s_per_gpu"] = after_pred
     after_rows["error"] = after_pred / measured - 1.0
+    # Out-of-sample check: k-fold cross-validation refits on k-1 folds and predicts the
+    # held-out fold; its ratios measured/predicted give the prediction interval.
+    folds = np.arange(len(use)) % CV_FOLDS
+    np.random.default_rng(0).shuffle(folds)
+    cv_pred = np.empty(len(use))
+    for k in range(CV_FOLDS):
+        held = folds == k
+        cv_theta = start.copy()
+        cv_theta[keep] = solve(everything[~held]).x
+        cv_pred[held] = _predict(x, factors, cv_theta)[held]
+    cv_rows = use.copy()
+    cv_rows["predicted_tokens_per_s_per_gpu"] = cv_pred
+    cv_rows["error"] = cv_pred / measured - 1.0
+    ratio = measured / cv_pred
+    interval = (float(np.quantile(ratio, 0.05)), float(np.quantile(ratio, 0.95)))
     networks = tuple(sorted({str(n) for n in use.get("network", pd.Series(dtype=str)).dropna()
                              if str(n)}))
     if "nic_fraction" in names and len(networks) != 1:
@@ -155,4 +177,5 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
                           "network column or drop nic_fraction with --factor")
     return CalibrationResult(gpus=ids, values={n: float(theta[factors.index(n)]) for n in names},
                              before=summarise(before_rows), after=summarise(after_rows),
-                             rows=after_rows, refused=refused, networks=networks)
+                             rows=after_rows, refused=refused, networks=networks,
+                             cross_validated=summarise(cv_rows), interval=interval)

@@ -129,7 +129,11 @@ def predict_table(p) -> str:
                       f"{render.seconds(t['step_lower_bound_s'])} perfect overlap .. "
                       f"{render.seconds(t['step_upper_bound_s'])} no overlap)"),
         ("tokens/s", f"{d['tokens_per_s']:,.0f}"),
-        ("tokens/s per GPU", f"{d['tokens_per_s_per_gpu']:,.0f}"),
+        ("tokens/s per GPU", f"{d['tokens_per_s_per_gpu']:,.0f}  (90 % range "
+                             f"{d['interval']['tokens_per_s_per_gpu_low']:,.0f} .. "
+                             f"{d['interval']['tokens_per_s_per_gpu_high']:,.0f}; "
+                             + ("calibrated GPU type)" if d['interval']['calibrated'] else
+                                "GPU type not calibrated: wider range)")),
         ("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}"),
         ("bottleneck", BOTTLENECK_WORDS[d["bottleneck"]]),
     ]))

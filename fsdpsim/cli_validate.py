@@ -85,6 +85,10 @@ def register(cli: click.Group) -> None:
         result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
         click.echo(_summary_line("before", result.before))
         click.echo(_summary_line("after ", result.after))
+        if result.cross_validated:
+            click.echo(_summary_line("5-fold cross-validated", result.cross_validated))
+        lo, hi = result.interval
+        click.echo(f"  measured/predicted, 5-95 % out of sample: {lo:.3f} .. {hi:.3f}")
         for name, value in result.values.items():
             key, scale, (lo, hi) = FACTORS[name]
             at_bound = " (at its bound)" if min(value - lo, hi - value) <= 1e-6 * (hi - lo) else ""

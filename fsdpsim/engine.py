@@ -223,7 +223,15 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     gemm_total = k * (L * (gemm_fwd_s + gemm_bwd_s) + head_gemm_s + head_gemm_bwd_s)
     attn_total = k * L * (attn_fwd_s + attn_bwd_s)
     hbm_total = k * (L * (ew_fwd_s + ew_bwd_s) + loss_s + 3.0 * embed_s) + optimizer_s
-    inter_share = _inter_node_share(g, block_param_bytes, shard, shard_per_node, link_rate, nic_rate)
+    # Share of the communication time whose ring is bound by the NICs: the shard-group
+    # collectives (all-gather, reduce-scatter) and the replica / DDP all-reduces separately.
+    ar_group = np.where(is_ddp, world_dp, repl)
+    ar_per_node = np.where(is_ddp, dp_per_node, repl_per_node)
+    nic_comm_s = (np.where(_nic_bound(shard, shard_per_node, link_rate, nic_rate),
+                           all_gather_s + reduce_scatter_s, 0.0)
+                  + np.where(_nic_bound(ar_group, ar_per_node, link_rate, nic_rate),
+                             all_reduce_s, 0.0))
+    inter_share = np.where(comm_s > 0, nic_comm_s / np.where(comm_s > 0, comm_s, 1.0), 0.0)
     exposed_inter = exposed_s * inter_share
     exposed_intra = exposed_s - exposed_inter
     scores = np.stack(np.broadcast_arrays(gemm_total + attn_total, hbm_total, exposed_intra,
@@ -279,13 +287,12 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
             for k, v in x.items()}
 
 
-def _inter_node_share(g, message_bytes, group, per_node, link_rate, nic_rate):
-    """Fraction of a shard-group collective's bandwidth time spent on the inter-node hop."""
-    multi = group > per_node
-    intra_t = np.where(per_node > 1, 1.0 / link_rate, 0.0)
-    inter_t = np.where(multi, 1.0 / (per_node * nic_rate), 0.0)
-    return np.where(multi & (inter_t >= intra_t), 1.0, 0.0) * np.where(
-        g["replicate_size"] > 1, 1.0, 1.0)
+def _nic_bound(group, per_node, link_rate, nic_rate):
+    """True where a ring over ``group`` GPUs is limited by the NICs rather than the link
+    (the binding term of :func:`comm.ring_time_s`)."""
+    g = np.minimum(per_node, group)
+    intra = np.where(g > 1, link_rate, np.inf)
+    return (group > g) & (g * nic_rate <= intra)
 
 
 def _min_nic_share_bytes_per_s(g, compute_mb_s, ag_calls, fsdp_like, is_hybrid, elem, shard,

@@ -45,6 +45,12 @@ class Efficiency:
     comm_compute_slowdown: float
     """Fractional compute slowdown while collectives run concurrently (SM/HBM contention)."""
     source: str
+    throughput_ratio_p05: float = 0.70
+    """5th percentile of measured / predicted tokens/s (cross-validated calibration residuals)."""
+    throughput_ratio_p95: float = 1.10
+    """95th percentile of measured / predicted tokens/s."""
+    calibrated: bool = False
+    """True when the interval comes from this GPU type's own calibration."""
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,8 @@ class Prediction:
     training: Mapping[str, Any]
     chosen: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    interval: Mapping[str, Any] = field(default_factory=dict)
+    """90 % prediction interval of throughput and step time (see :func:`prediction_interval`)."""
 
     def __getattr__(self, name: str) -> float:
         values = object.__getattribute__(self, "values")
@@ -154,6 +156,7 @@ class Prediction:
                        **{k: v[k] for k in MEMORY_KEYS}},
             "time": {k: v[k] for k in TIME_KEYS},
             "comm": {**{k: v[k] for k in COMM_KEYS}, "exposed_s": v["exposed_comm_s"]},
+            "interval": dict(self.interval),
             "thresholds": {
                 "min_inter_node_gbps_per_gpu": (min_bw / GBIT_PER_S_BYTES_PER_S
                                                 if np.isfinite(min_bw) else None),
@@ -163,6 +166,26 @@ class Prediction:
             },
             "notes": list(self.notes),
         }
+
+
+def prediction_interval(values: Mapping[str, float], system: System) -> dict[str, Any]:
+    """5-95 % range of tokens/s and step time from the GPU type's calibration residuals.
+
+    ``fsdpsim calibrate`` stores the 5th and 95th percentiles of measured / predicted tokens/s
+    from 5-fold cross-validation (out-of-sample) in the catalog; the range is the prediction
+    scaled by them. GPU types without their own calibration use a wider, documented default
+    (``fsdpsim.catalog.UNCALIBRATED_INTERVAL``) and are marked ``calibrated: false``.
+    """
+    eff = system.accelerator.efficiency
+    lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
+    tps = values["tokens_per_s_per_gpu"]
+    return {"tokens_per_s_per_gpu_low": tps * lo, "tokens_per_s_per_gpu_high": tps * hi,
+            "tokens_per_s_low": values["tokens_per_s"] * lo,
+            "tokens_per_s_high": values["tokens_per_s"] * hi,
+            "step_time_s_low": values["step_time_s"] / hi,
+            "step_time_s_high": values["step_time_s"] / lo,
+            "mfu_low": values["mfu"] * lo, "mfu_high": values["mfu"] * hi,
+            "calibrated": eff.calibrated, "coverage": 0.9}
 
 
 def divisors(n: int) -> list[int]:
@@ -284,5 +307,5 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "reduce_dtype": training.reduce_dtype or "fp32",
                   "flash_attention": training.flash_attention,
                   "fused_loss": training.fused_loss},
-        chosen=chosen, notes=tuple(notes),
+        chosen=chosen, notes=tuple(notes), interval=prediction_interval(row, system),
     )

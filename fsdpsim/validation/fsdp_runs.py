@@ -208,15 +208,20 @@ def comm_counter():
 
 
 def count_flops(spec: ModelSpec, *, batch: int, seq_len: int, checkpoint: bool = False,
-                attention: str = "manual", seed: int = 0) -> int:
+                early_stop: bool = True, attention: str = "manual", seed: int = 0) -> int:
     """FLOPs that ``FlopCounterMode`` counts for one forward and backward of the reference
     model (cross-entropy loss on next-token targets), on one process [FLOP].
 
     ``checkpoint=True`` wraps every block in non-reentrant ``torch.utils.checkpoint``: the
-    backward recomputes each block's forward, and the counter sees it.
+    backward recomputes each block's forward, and the counter sees it. With ``early_stop``
+    (torch's default, ``torch.utils.checkpoint.set_checkpoint_early_stop``) the recompute
+    stops once every tensor saved for backward is back, so a block's trailing ops whose
+    outputs backward does not need (the MLP down projection and the residual add) are not
+    recomputed; ``early_stop=False`` recomputes the whole block forward.
     """
     import torch
     import torch.nn.functional as F
+    from torch.utils.checkpoint import set_checkpoint_early_stop
     from torch.utils.flop_counter import FlopCounterMode
 
     from fsdpsim.validation.reference import build_reference_model
@@ -226,7 +231,7 @@ def count_flops(spec: ModelSpec, *, batch: int, seq_len: int, checkpoint: bool =
     if checkpoint:
         model.blocks = torch.nn.ModuleList(_checkpointed_class()(b) for b in model.blocks)
     idx = torch.randint(0, spec.vocab_size, (batch, seq_len))
-    with FlopCounterMode(display=False) as counter:
+    with set_checkpoint_early_stop(early_stop), FlopCounterMode(display=False) as counter:
         logits = model(idx)
         F.cross_entropy(logits.flatten(0, 1), idx.roll(-1, dims=1).flatten()).backward()
     return int(counter.get_total_flops())

@@ -1,0 +1,381 @@
+"""The grid of a sweep: option values (from the command line or a TOML grid file) → a :class:`Grid`.
+
+Every grid option takes a list: comma-separated text (``"h100,b200"``), a TOML list, or a
+number. Counts (``num-gpus``, ``seq-len``, ``micro-batch``, ``global-batch``,
+``gpus-per-node``) also take a range ``A..B``: A, every power of two strictly between, and B
+(``8..4096`` → 8, 16, ..., 4096). Model sizes take ``A..B`` as a 1-2-5 series (``1b..1t`` → 1b,
+2b, 5b, ..., 500b, 1t; see :mod:`fsdpsim.model_ladder`).
+
+The knobs ``sharding``, ``micro-batch`` and ``recompute`` also take ``auto``: the knob is left
+free, every candidate is evaluated and each point keeps the fastest that fits (the rule of
+``fsdpsim predict``). ``best = true`` leaves every knob that is not given free.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from fsdpsim.catalog import Catalog
+from fsdpsim.errors import ConfigError
+from fsdpsim.hardware import System
+from fsdpsim.model import ModelSpec
+from fsdpsim.model_ladder import format_size, ladder_model, series_125
+from fsdpsim.parallel import PRECISIONS, RECOMPUTES, SHARDINGS
+from fsdpsim.system import resolve_system
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, parse_quantity
+
+#: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
+GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
+             "inter-node-gbps-per-gpu", "num-gpus", "seq-len", "micro-batch", "global-batch",
+             "sharding", "recompute", "precision", "best", "price", "pue", "tokens", "ceilings")
+#: Values used for options given neither on the command line nor in the grid file.
+DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
+            "micro-batch": "auto", "recompute": "auto"}
+DEFAULT_MODEL = "llama3-8b"
+DEFAULT_GPU = "h100"
+#: Largest count accepted (counts become float64 in the engine; products must stay exact).
+MAX_COUNT = 2**31
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One hardware choice of the grid: a resolved system and where it came from."""
+
+    system: System
+    gpu: str
+    """Accelerator id."""
+    cluster: str
+    """Node or cluster id, "" when built from ``--gpu``."""
+    network: str
+    max_gpus: int | None
+    """GPUs in the named cluster; None for a GPU or node (no limit)."""
+
+    @property
+    def inter_node_gbps_per_gpu(self) -> float:
+        return self.system.inter_node_bandwidth_bytes_per_s_per_gpu / GBIT_PER_S_BYTES_PER_S
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Every axis of a sweep, resolved. A knob set to None is free (``auto``)."""
+
+    models: tuple[ModelSpec, ...]
+    hardware: tuple[Hardware, ...]
+    precisions: tuple[str, ...]
+    num_gpus: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    global_batches: tuple[int | None, ...]
+    shardings: tuple[str, ...] | None
+    micro_batches: tuple[int, ...] | None
+    recomputes: tuple[str, ...] | None
+    price_usd_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
+    """Rent per GPU-hour by accelerator id (catalog values with user overrides)."""
+    tdp_w: Mapping[str, float] = field(default_factory=dict)
+    """Board power by accelerator id (catalog)."""
+    pue: float = 1.0
+    """Power usage effectiveness of the facility [-] (1 = GPUs only)."""
+    train_tokens: float | None = None
+    """Tokens of a whole training run, for time/cost/energy to train [-]."""
+    ceilings: bool = True
+    """Solve the largest micro-batch and sequence length that fit for every row."""
+
+    @property
+    def axes(self) -> tuple[tuple, ...]:
+        """The point axes in row order; a free knob is one placeholder value."""
+        return (self.models, self.hardware, self.precisions, self.num_gpus, self.seq_lens,
+                self.global_batches, self.shardings or ("auto",),
+                self.micro_batches or (0,), self.recomputes or ("auto",))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(a) for a in self.axes)
+
+    @property
+    def n_points(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def free(self) -> tuple[str, ...]:
+        """The knobs left free."""
+        return tuple(name for name, axis in (("sharding", self.shardings),
+                                             ("micro_batch", self.micro_batches),
+                                             ("recompute", self.recomputes)) if axis is None)
+
+
+# -- reading values -----------------------------------------------------------------------------
+def normalise_key(key: str) -> str:
+    return str(key).strip().lower().replace("_", "-")
+
+
+def read_grid_file(path: str | Path) -> dict[str, Any]:
+    """The options in a TOML grid file (keys: :data:`GRID_KEYS`)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"grid file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"grid file {str(path)!r} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"grid file {str(path)!r} is not valid TOML: {exc}") from None
+    out = {}
+    for key, value in data.items():
+        name = normalise_key(key)
+        if name not in GRID_KEYS:
+            raise ConfigError(f"grid file {str(path)!r}: unknown key {key!r}; accepted: "
+                              f"{', '.join(GRID_KEYS)}")
+        out[name] = value
+    return out
+
+
+def split_values(value: Any, what: str) -> list[str]:
+    """Text items of an option value: comma-separated text, a number, or a list of those."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise ConfigError(f"{what}: cannot read {item!r}; give text, a number or a list")
+        out += [part.strip() for part in str(item).split(",") if part.strip()]
+    if not out:
+        raise ConfigError(f"{what}: no values given")
+    return out
+
+
+def _count(text: str, what: str) -> int:
+    number = parse_quantity(text, what=what)
+    if not 1 <= number <= MAX_COUNT or number != int(number):
+        raise ConfigError(f"{what}: {text!r} is not a whole number from 1 to {MAX_COUNT:,}")
+    return int(number)
+
+
+def parse_counts(value: Any, what: str) -> list[int]:
+    """Whole numbers and ranges ``A..B`` (A, the powers of two strictly between, B)."""
+    out: list[int] = []
+    for item in split_values(value, what):
+        if ".." in item:
+            lo_text, hi_text = item.split("..", 1)
+            lo, hi = _count(lo_text, what), _count(hi_text, what)
+            if lo > hi:
+                raise ConfigError(f"{what}: range {item!r} is empty; give the smaller value "
+                                  f"first (e.g. {hi}..{lo})")
+            between = [2**k for k in range(lo.bit_length(), hi.bit_length()) if lo < 2**k < hi]
+            out += [lo, *between] + ([hi] if hi != lo else [])
+        else:
+            out.append(_count(item, what))
+    return list(dict.fromkeys(out))
+
+
+def parse_choices(value: Any, what: str, choices: tuple[str, ...],
+                  allow_auto: bool = False) -> tuple[str, ...] | None:
+    """Names from ``choices`` (None for ``auto`` where allowed)."""
+    items = [v.lower() for v in split_values(value, what)]
+    if allow_auto and "auto" in items:
+        if len(items) > 1:
+            raise ConfigError(f"{what}: 'auto' cannot be combined with other values")
+        return None
+    for item in items:
+        if item not in choices:
+            extra = ", auto" if allow_auto else ""
+            raise ConfigError(f"{what} {item!r} is not accepted; accepted: "
+                              f"{', '.join(choices)}{extra}")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_sizes(value: Any) -> list[float]:
+    """Model sizes: ``7b``, ``1.5t`` and 1-2-5 ranges ``1b..1t``."""
+    out: list[float] = []
+    for item in split_values(value, "--model-sizes"):
+        if ".." in item:
+            lo, hi = (parse_quantity(t, what="--model-sizes") for t in item.split("..", 1))
+            out += series_125(lo, hi)
+        else:
+            out.append(parse_quantity(item, what="--model-sizes"))
+    return list(dict.fromkeys(out))
+
+
+def parse_prices(value: Any, catalog: Catalog) -> dict[str, float]:
+    """``GPU=USD/h`` items (``h100=2.5/h``, ``b200=5``) → USD per GPU-hour by accelerator id."""
+    if isinstance(value, Mapping):
+        value = [f"{k}={v}" for k, v in value.items()]
+    out = {}
+    for item in split_values(value, "--price"):
+        gpu, sep, price = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--price {item!r}: give GPU=USD_PER_HOUR, e.g. h100=2.5/h")
+        try:
+            acc = catalog.accelerator(gpu.strip())
+        except ConfigError as exc:
+            raise ConfigError(f"--price {item!r}: {exc}") from None
+        text = price.strip().lower().lstrip("$")
+        for suffix in ("/gpu-hour", "/hour", "/hr", "/h"):
+            text = text.removesuffix(suffix)
+        try:
+            usd = float(text)
+        except ValueError:
+            raise ConfigError(f"--price {item!r}: cannot read {price!r} as USD per GPU-hour; "
+                              "use e.g. h100=2.5/h") from None
+        if not 0 < usd < math.inf:
+            raise ConfigError(f"--price {item!r}: the price must be > 0 USD per GPU-hour")
+        out[acc.id] = usd
+    return out
+
+
+def _positive_float(value: Any, what: str, minimum: float = 0.0) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: cannot read {value!r} as a number") from None
+    if not minimum < number < math.inf:
+        raise ConfigError(f"{what} must be a number > {minimum:g}, got {value!r}")
+    return number
+
+
+def _pue(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--pue: cannot read {value!r} as a number") from None
+    if not 1.0 <= number <= 10.0:
+        raise ConfigError(f"--pue must be from 1 (GPUs only) to 10, got {value!r}")
+    return number
+
+
+def _knob_counts(value: Any, what: str) -> tuple[int, ...] | None:
+    """Counts, or None for ``auto``."""
+    items = [v.lower() for v in split_values(value, what)]
+    if "auto" in items:
+        if len(items) > 1:
+            raise ConfigError(f"{what}: 'auto' cannot be combined with other values")
+        return None
+    return tuple(parse_counts(items, what))
+
+
+def _flag(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise ConfigError(f"{what}: cannot read {value!r} as true or false")
+
+
+# -- building the grid --------------------------------------------------------------------------
+def _models(options: Mapping[str, Any]) -> tuple[ModelSpec, ...]:
+    from fsdpsim.presets import get_model
+
+    models: list[ModelSpec] = []
+    if "model" in options:
+        models += [get_model(name) for name in split_values(options["model"], "--model")]
+    if "model-sizes" in options:
+        models += [ladder_model(n) for n in parse_sizes(options["model-sizes"])]
+    if not models:
+        models = [get_model(DEFAULT_MODEL)]
+    names = [m.name for m in models]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"--model: {', '.join(dupes)} given more than once")
+    return tuple(models)
+
+
+def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, ...]:
+    sources = [("gpu", g) for g in split_values(options["gpu"], "--gpu")] if "gpu" in options else []
+    if "cluster" in options:
+        sources += [("cluster", c) for c in split_values(options["cluster"], "--cluster")]
+    if not sources:
+        sources = [("gpu", DEFAULT_GPU)]
+    per_node = (parse_counts(options["gpus-per-node"], "--gpus-per-node")
+                if "gpus-per-node" in options else [None])
+    networks = (split_values(options["network"], "--network") if "network" in options else [None])
+    bandwidths = ([_positive_float(v, "--inter-node-gbps-per-gpu")
+                   for v in split_values(options["inter-node-gbps-per-gpu"],
+                                         "--inter-node-gbps-per-gpu")]
+                  if "inter-node-gbps-per-gpu" in options else [None])
+    out = []
+    for kind, name in sources:
+        for gpn in per_node:
+            for net in networks:
+                for bw in bandwidths:
+                    system = resolve_system(catalog, gpu=name if kind == "gpu" else None,
+                                            cluster=name if kind == "cluster" else None,
+                                            gpus_per_node=gpn, network=net,
+                                            inter_node_gbps_per_gpu=bw)
+                    cluster_id, max_gpus = "", None
+                    if kind == "cluster":
+                        found, cluster_id = catalog.find(name)
+                        if found == "cluster":
+                            nodes = catalog.cluster(cluster_id).num_nodes
+                            max_gpus = nodes * system.gpus_per_node if nodes else None
+                    out.append(Hardware(system=system, gpu=system.accelerator.id,
+                                        cluster=cluster_id, network=system.extra["network"],
+                                        max_gpus=max_gpus))
+    labels = [h.system.label for h in out]
+    if len(set(labels)) != len(labels):
+        raise ConfigError("the hardware options name the same system more than once: "
+                          + "; ".join(sorted({x for x in labels if labels.count(x) > 1})))
+    return tuple(out)
+
+
+def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
+    """Resolve sweep options (names as in :data:`GRID_KEYS`) into a :class:`Grid`."""
+    options = {normalise_key(k): v for k, v in options.items() if v is not None}
+    unknown = sorted(set(options) - set(GRID_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown sweep option {unknown[0]!r}; accepted: {', '.join(GRID_KEYS)}")
+    best = _flag(options.get("best", False), "--best")
+    knobs = {"sharding": options.get("sharding"), "micro-batch": options.get("micro-batch"),
+             "recompute": options.get("recompute")}
+    for key, value in knobs.items():
+        if value is None:
+            knobs[key] = "auto" if best else DEFAULTS[key]
+    get = lambda key: options.get(key, DEFAULTS.get(key))  # noqa: E731
+    global_batches: list[int | None] = []
+    if "global-batch" in options:
+        for item in split_values(options["global-batch"], "--global-batch"):
+            global_batches += ([None] if item.lower() in ("none", "auto")
+                               else parse_counts(item, "--global-batch"))
+    hardware = _hardware(catalog, options)
+    prices = {h.gpu: h.system.accelerator.rent_usd_per_hour for h in hardware
+              if h.system.accelerator.rent_usd_per_hour}
+    if "price" in options:
+        prices.update(parse_prices(options["price"], catalog))
+    tokens = None
+    if "tokens" in options:
+        tokens = parse_quantity(options["tokens"], what="--tokens")
+        if not 0 < tokens < math.inf:
+            raise ConfigError(f"--tokens must be > 0, got {options['tokens']!r}")
+    return Grid(
+        models=_models(options),
+        hardware=hardware,
+        precisions=parse_choices(get("precision"), "--precision", PRECISIONS),
+        num_gpus=tuple(parse_counts(get("num-gpus"), "--num-gpus")),
+        seq_lens=tuple(parse_counts(get("seq-len"), "--seq-len")),
+        global_batches=tuple(dict.fromkeys(global_batches)) or (None,),
+        shardings=parse_choices(knobs["sharding"], "--sharding", SHARDINGS, allow_auto=True),
+        micro_batches=_knob_counts(knobs["micro-batch"], "--micro-batch"),
+        recomputes=parse_choices(knobs["recompute"], "--recompute", RECOMPUTES, allow_auto=True),
+        price_usd_per_gpu_hour=prices,
+        tdp_w={h.gpu: h.system.accelerator.tdp_w for h in hardware if h.system.accelerator.tdp_w},
+        pue=_pue(options.get("pue", 1.0)),
+        train_tokens=tokens,
+        ceilings=_flag(options.get("ceilings", True), "--ceilings"),
+    )
+
+
+def describe(grid: Grid) -> str:
+    """One line: the axes and their sizes."""
+    parts = [f"{len(grid.models)} models", f"{len(grid.hardware)} systems",
+             f"{len(grid.num_gpus)} GPU counts", f"{len(grid.seq_lens)} sequence lengths"]
+    if grid.free:
+        parts.append(f"free: {', '.join(grid.free)}")
+    return f"{grid.n_points:,} points ({'; '.join(parts)})"
+
+
+__all__ = ["Grid", "Hardware", "GRID_KEYS", "build_grid", "read_grid_file", "parse_counts",
+           "parse_prices", "format_size"]

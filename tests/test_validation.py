@@ -1,0 +1,140 @@
+"""Accuracy against the published calibration runs, and the calibration machinery itself.
+
+The published file lives in ``../shared/validation`` beside the repository (as CI lays it out);
+tests that need it skip when it is absent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fsdpsim.calibration import FACTORS, fit
+from fsdpsim.catalog import load_catalog
+from fsdpsim.cli import main
+from fsdpsim.errors import ConfigError
+from fsdpsim.measurements import (
+    engine_inputs,
+    load_measurements,
+    predict_measurements,
+    summarise,
+)
+from fsdpsim import engine
+
+from conftest import VALIDATION_CSV
+
+needs_data = pytest.mark.skipif(not VALIDATION_CSV.exists(),
+                                reason="shared/validation is not beside the repository")
+A100S = ("a100-sxm4-80gb", "a100-sxm4-40gb")
+
+
+@pytest.fixture(scope="module")
+def published():
+    return load_measurements(VALIDATION_CSV)
+
+
+@needs_data
+def test_fsdp_rows_meet_the_accuracy_floor(published):
+    """Issue floor: MAPE <= 7 % on the 139 MosaicML FSDP rows (in-sample after calibration)."""
+    result = predict_measurements(published, load_catalog(use_env=False))
+    s = summarise(result)
+    print(f"\nMosaicML FSDP rows: {s}")
+    assert s["rows"] == 139
+    assert s["mape"] <= 0.07
+    assert s["median_ape"] <= 0.05
+    assert abs(s["bias"]) <= 0.02
+    # Every row but the near-OOM MPT-30B seq-8192 run stays within 25 %.
+    bad = result[result["error"].abs() > 0.25]
+    assert list(bad["id"]) == ["mosaic-080"], bad[["id", "error"]]
+
+
+@needs_data
+def test_every_measured_run_fits_in_memory(published):
+    """These runs happened, so fsdpsim must not call any of them out of memory; MosaicML tuned
+    micro-batches to the memory limit, so most sit above half the capacity."""
+    use = published[published["skip"] == ""].reset_index(drop=True)
+    mem = engine.memory_breakdown(engine_inputs(use, load_catalog(use_env=False)))
+    share = mem["peak_bytes"] / mem["capacity_bytes"]
+    assert mem["fits"].all(), use.loc[~mem["fits"], "id"].tolist()
+    assert np.median(share) > 0.5
+
+
+@needs_data
+def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(published):
+    skipped = published[published["skip"] != ""]
+    assert len(skipped) == 23
+    assert set(skipped["skip"]) <= {"tensor/pipeline parallel: not modelled yet",
+                                    "framework other than PyTorch FSDP: not modelled yet"}
+
+
+def _synthetic(published, truth: dict[str, float]) -> pd.DataFrame:
+    """Measurements made by the engine itself with known factors: calibration must recover them."""
+    use = published[(published["skip"] == "") & published["gpu"].isin(A100S)].reset_index(drop=True)
+    x = engine_inputs(use, load_catalog(use_env=False))
+    for name, value in truth.items():
+        x[name] = np.full(len(use), value)
+    x["ceilings"] = 0.0
+    frame = use.copy()
+    frame["tokens_per_s_per_gpu"] = engine.evaluate(x)["tokens_per_s_per_gpu"]
+    return frame
+
+
+@needs_data
+def test_calibration_recovers_known_factors(published):
+    truth = {"matmul_fraction": 0.7, "attention_fraction": 0.45, "hbm_fraction": 0.8}
+    frame = _synthetic(published, truth)
+    result = fit(frame, load_catalog(use_env=False), A100S, tuple(truth))
+    for name, value in truth.items():
+        assert result.values[name] == pytest.approx(value, rel=0.01), name
+    assert result.after["mape"] < 1e-3 < result.before["mape"]
+
+
+@needs_data
+def test_calibration_refuses_a_factor_the_rows_cannot_identify(published):
+    single_node = published[(published["n_gpus"] == 8) & (published["skip"] == "")]
+    result = fit(single_node, load_catalog(use_env=False), A100S,
+                 ("matmul_fraction", "nic_fraction"))
+    assert "nic_fraction" in result.refused and "matmul_fraction" in result.values
+    with pytest.raises(ConfigError, match="no factor can be identified"):
+        fit(single_node, load_catalog(use_env=False), A100S, ("nic_fraction",))
+
+
+def test_unknown_factor_is_a_config_error(tmp_path):
+    frame = pd.DataFrame({"skip": ["", ""], "gpu": ["h100-sxm5-80gb"] * 2})
+    with pytest.raises(ConfigError, match="fittable"):
+        fit(frame, load_catalog(use_env=False), ["h100"], ("warp_speed",))
+
+
+@needs_data
+def test_calibrate_writes_an_overlay_that_validate_uses(tmp_path, capsys):
+    overlay = tmp_path / "overlay" / "a100.toml"
+    code = main(["calibrate", "--measurements", str(VALIDATION_CSV), "--gpu", A100S[0],
+                 "--gpu", A100S[1], "--factor", "matmul_fraction", "--factor", "hbm_fraction",
+                 "--output", str(overlay)])
+    out = capsys.readouterr().out
+    assert code == 0 and overlay.exists(), out
+    assert "before:" in out and "after :" in out
+    text = overlay.read_text()
+    assert text.count("override = true") == 2 and "matmul_fraction" in text
+    code = main(["--catalog", str(overlay.parent), "validate", str(VALIDATION_CSV),
+                 "--format", "json"])
+    assert code == 0
+    assert '"mape"' in capsys.readouterr().out
+
+
+def test_validate_bad_file_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "m.csv"
+    bad.write_text("gpu,n_gpus\nh100,8\n")
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing column" in err[0]
+    assert main(["validate", str(tmp_path / "nope.csv")]) == 2
+
+
+def test_factor_table_is_consistent_with_the_engine_inputs():
+    from fsdpsim.predict import system_inputs
+    from fsdpsim.system import resolve_system
+
+    keys = system_inputs(resolve_system(load_catalog(use_env=False), gpu="h100"), "bf16")
+    assert set(FACTORS) <= set(keys)
