@@ -86,8 +86,17 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 
     block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s,
                                          compute.KERNELS_PER_LAYER_FWD, g["kernel_overhead_s"])
-    # Recompute in backward: full = the whole block forward again; selective = attention core.
-    recompute_s = np.where(recompute == 2, block_fwd_s, np.where(recompute == 1, attn_fwd_s, 0.0))
+    # Recompute in backward: full = the block forward again up to the last tensor backward
+    # needs. torch's default non-reentrant checkpoint stops early (``set_checkpoint_early_stop``,
+    # torch.utils.checkpoint, torch >= 2.1; checked with FlopCounterMode in
+    # tests/test_torch_exact.py), so the MLP down projection, whose output nothing saves, is not
+    # recomputed. Selective = the attention core only (Korthikanti et al. 2022 §5).
+    down_fwd_s = g["active_experts"] * compute.linear_time_s(
+        tokens, g["d_model"], g["ffn_size"], matmul_rate, hbm_rate, g["matmul_half_flops"],
+        g["matmul_half_k"], elem)[0]
+    down_fwd_flops = 2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"]
+    recompute_s = np.where(recompute == 2, block_fwd_s - down_fwd_s,
+                           np.where(recompute == 1, attn_fwd_s, 0.0))
     block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s,
                                          compute.KERNELS_PER_LAYER_BWD,
                                          g["kernel_overhead_s"]) + recompute_s
@@ -210,7 +219,7 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         + L * np.where(recompute == 2,
                        compute.layer_matmul_flops_fwd(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
                                                       g["ffn_size"], swiglu, g["active_experts"])
-                       + attn_flops_fwd,
+                       - down_fwd_flops + attn_flops_fwd,
                        np.where(recompute == 1, attn_flops_fwd, 0.0)))
     hardware_flops = executed_mb_flops * k * world_dp
     peak_total = g["peak_flops_per_s"] * gpus

@@ -369,12 +369,16 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
 
 
 def describe(grid: Grid) -> str:
-    """One line: the axes and their sizes."""
-    parts = [f"{len(grid.models)} models", f"{len(grid.hardware)} systems",
-             f"{len(grid.num_gpus)} GPU counts", f"{len(grid.seq_lens)} sequence lengths"]
+    """One line: the number of points and the axes that have more than one value."""
+    names = ("models", "systems", "precisions", "GPU counts", "sequence lengths",
+             "global batches", "shardings", "micro-batches", "recomputes")
+    parts = [f"{n} {name}" for n, name in zip(grid.shape, names) if n > 1]
+    text = f"{grid.n_points:,} points"
+    if parts:
+        text += f" ({' x '.join(parts)})"
     if grid.free:
-        parts.append(f"free: {', '.join(grid.free)}")
-    return f"{grid.n_points:,} points ({'; '.join(parts)})"
+        text += f"; free: {', '.join(grid.free)}"
+    return text
 
 
 __all__ = ["Grid", "Hardware", "GRID_KEYS", "build_grid", "read_grid_file", "parse_counts",

@@ -46,6 +46,7 @@ are excluded from the engine's optimizer bytes and checked separately.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from dataclasses import dataclass
 
@@ -62,7 +63,14 @@ from fsdpsim.system import resolve_system
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from fsdpsim.validation.fsdp_runs import RunCase, count_flops, launch, run_cases  # noqa: E402
+from fsdpsim.validation.fsdp_runs import (  # noqa: E402
+    RunCase,
+    RunError,
+    count_flops,
+    launch,
+    launcher_probe,
+    run_cases,
+)
 
 SEQ_LEN = 32
 MICRO_BATCH = 2
@@ -80,8 +88,6 @@ SPEC = ModelSpec(
 N_PARAMS = 2 * 52_404 + 68_310  # 173,118 → 692,472 B in fp32
 
 SYSTEM = resolve_system(load_catalog(), gpu="h100-sxm5-80gb")  # irrelevant to bytes and FLOPs
-TRAINING = TrainingConfig(seq_len=SEQ_LEN, precision="fp32", reduce_dtype="fp32",
-                          flash_attention=False)
 
 
 # ============================================================================ the engine side
@@ -237,6 +243,22 @@ def _comm_table(results: dict[str, list]) -> str:
                   header, rows)
 
 
+def _state_table(results: dict[str, list]) -> str:
+    rows = []
+    for case in (c for c in CASES if c.run.state_bytes):
+        pred = evaluate(SPEC, case.plan, per_parameter=True)
+        states = [r["steps"][-1]["state"] for r in results[case.name]]
+        for key in ("params_bytes", "grads_bytes", "optimizer_bytes"):
+            rows.append([case.name, key, f"{pred[key]:,.0f}", *(f"{s[key]:,}" for s in states)])
+        rows.append([case.name, "AdamW step counters", "excluded",
+                     *(f"{s['step_bytes']:,}" for s in states)])
+    width = max(c.world for c in CASES)
+    header = ["case", "quantity", "engine", *(f"rank {r}" for r in range(width))]
+    rows = [r + [""] * (len(header) - len(r)) for r in rows]
+    return _table("Sharded state bytes per rank after the step (FSDP2 full shard; local "
+                  "shards without padding):", header, rows)
+
+
 @pytest.fixture(scope="module")
 def runs() -> dict[str, list]:
     """Every case's per-rank results: one spawned run per world size, all its cases inside."""
@@ -250,7 +272,23 @@ def runs() -> dict[str, list]:
         for case in cases:
             results[case.name] = [rank_out[case.name] for rank_out in per_rank]
     print(_comm_table(results))
+    print(_state_table(results))
     return results
+
+
+# ============================================================================ the launcher
+def test_launcher_reports_a_failing_rank_and_kills_the_hung_one():
+    with pytest.raises(RunError, match=r"(?s)rank 0 of 2 failed.*ValueError: probe failure"):
+        launch(launcher_probe, 2, ("fail",), timeout_s=LAUNCH_TIMEOUT_S)
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("fsdpsim")]
+
+
+def test_launcher_times_out_instead_of_blocking():
+    start = time.perf_counter()
+    with pytest.raises(RunError, match="timed out after 4 s"):
+        launch(launcher_probe, 2, ("hang",), timeout_s=4.0)
+    assert time.perf_counter() - start < 4.0 + 15.0  # the kill does not wait for the ranks
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("fsdpsim")]
 
 
 # ============================================================================ comm tests
@@ -317,24 +355,6 @@ def test_sharded_state_bytes_equal_engine(runs, name):
         assert all(s["step_bytes"] == 4 * s["n_param_tensors"] for s in states)
 
 
-def test_print_state_table(runs):
-    rows = []
-    for name in STATE_CASES:
-        case = BY_NAME[name]
-        pred = evaluate(SPEC, case.plan, per_parameter=True)
-        states = [r["steps"][-1]["state"] for r in runs[name]]
-        for key in ("params_bytes", "grads_bytes", "optimizer_bytes"):
-            rows.append([name, key, f"{pred[key]:,.0f}",
-                         *(f"{s[key]:,}" for s in states)])
-        rows.append([name, "step counters (excluded)", "–",
-                     *(f"{s['step_bytes']:,}" for s in states)])
-    width = max(c.world for c in CASES)
-    header = ["case", "quantity", "engine", *(f"rank {r}" for r in range(width))]
-    rows = [r + [""] * (len(header) - len(r)) for r in rows]
-    print("\n" + _table("Sharded state bytes per rank after the step (FSDP2 full shard, "
-                        "unpadded local shards):", header, rows))
-
-
 # ============================================================================ FLOPs
 FLOP_SPECS = {
     "padding-gpt (gelu, MHA, learned)": SPEC,
@@ -376,13 +396,12 @@ def flop_counts() -> dict[str, dict[str, int]]:
         c = counts[name]
         rows.append([name, "fwd+bwd", f"{c['plain']:,}",
                      f"{plain['model_flops_per_step']:,.0f}", "model_flops_per_step"])
-        rows.append(["", "checkpoint, early_stop=False", f"{c['full']:,}",
+        rows.append(["", "checkpoint, torch default (early stop)", f"{c['early_stop']:,}",
                      f"{full['hardware_flops_per_step']:,.0f}",
                      "hardware_flops_per_step (recompute=full, flash=False)"])
-        rows.append(["", "checkpoint, torch default", f"{c['early_stop']:,}",
-                     f"{full['hardware_flops_per_step']:,.0f}",
-                     f"same; torch skips the down proj., "
-                     f"{down_projection_forward(spec, FLOP_BATCH, SEQ_LEN):,} (xfail)"])
+        rows.append(["", "checkpoint, early_stop=False", f"{c['full']:,}",
+                     f"{full['hardware_flops_per_step'] + down_projection_forward(spec, FLOP_BATCH, SEQ_LEN):,.0f}",
+                     "same + the down projection torch's default skips"])
     print("\n" + _table(f"FlopCounterMode vs engine (b{FLOP_BATCH} s{SEQ_LEN}, manual "
                         "attention, one process, non-reentrant checkpoint per block):",
                         ["model", "run", "FlopCounterMode", "engine", "engine output"], rows))
@@ -403,11 +422,14 @@ def test_flop_counter_equals_model_flops(flop_counts, name):
 
 @pytest.mark.parametrize("name", list(FLOP_SPECS))
 def test_full_block_recompute_equals_engine_full_recompute(flop_counts, name):
-    """``set_checkpoint_early_stop(False)``: backward recomputes each block's whole forward."""
+    """``set_checkpoint_early_stop(False)``: backward recomputes each block's whole forward,
+    which is the engine's full recompute plus the down projection it (like torch's default)
+    leaves out."""
     spec = FLOP_SPECS[name]
     pred = evaluate(spec, ParallelPlan(1, 8, "full"), micro_batch=FLOP_BATCH, recompute="full")
     expected = pred["model_flops_per_step"] + extra_forward_of_blocks(spec, FLOP_BATCH, SEQ_LEN)
-    assert flop_counts[name]["full"] == expected == pred["hardware_flops_per_step"]
+    assert flop_counts[name]["full"] == expected == (
+        pred["hardware_flops_per_step"] + down_projection_forward(spec, FLOP_BATCH, SEQ_LEN))
 
 
 @pytest.mark.parametrize("name", list(FLOP_SPECS))
@@ -423,14 +445,6 @@ def test_default_checkpoint_skips_the_down_projection(flop_counts, name):
     assert flop_counts[name]["early_stop"] == expected
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine recompute='full' recomputes the whole block forward (hardware_flops_per_step and "
-    "recompute_s = block_fwd_s), but torch's default non-reentrant checkpoint (early stop, as "
-    "used by checkpoint_wrapper/torchtitan) does not recompute each block's MLP down "
-    "projection, L*2*T*f*d FLOPs (here 4,460,544 of 14,462,976 recomputed for padding-gpt). "
-    "Proposed fix: subtract the down-projection forward (FLOPs and GEMM time) from full "
-    "recompute, or add a recompute mode for early-stop checkpointing; reentrant / "
-    "early_stop=False matches today's engine exactly."))
 @pytest.mark.parametrize("name", list(FLOP_SPECS))
 def test_default_checkpoint_equals_engine_full_recompute(flop_counts, name):
     spec = FLOP_SPECS[name]

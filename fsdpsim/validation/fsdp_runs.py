@@ -1,6 +1,6 @@
 """Real FSDP training steps on CPU (gloo), counted exactly: collectives, FLOPs, sharded state.
 
-The yardstick for :func:`fsdpsim.engine.evaluate`'s per-step numbers. Three tools:
+The yardstick for :func:`fsdpsim.engine.evaluate`'s per-step numbers:
 
 * :func:`launch` runs a worker function in ``W`` spawned processes joined by a gloo process
   group (MASTER_ADDR 127.0.0.1, a free port per run, one intra-op thread per rank) and returns
@@ -33,6 +33,7 @@ import queue as queue_module
 import socket
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -144,6 +145,17 @@ def launch(worker: Callable, world_size: int, args: Sequence[Any] = (), *,
         results_q.close()
         results_q.join_thread()
     return [results[r] for r in range(world_size)]
+
+
+def launcher_probe(rank: int, world_size: int, behaviour: str) -> int:
+    """A worker for testing :func:`launch` itself: ``"ok"`` returns the rank, ``"fail"``
+    raises on rank 0 while the others block forever, ``"hang"`` blocks on every rank."""
+    if behaviour == "fail" and rank == 0:
+        raise ValueError(f"probe failure on rank {rank} of {world_size}")
+    if behaviour in ("fail", "hang"):
+        while True:
+            time.sleep(1.0)
+    return rank
 
 
 # ============================================================================ counting
@@ -352,10 +364,13 @@ def _wrap(model, case: RunCase, world_size: int):
         from fsdpsim.validation.reference import Block
 
         kwargs = {"device_mesh": mesh} if mesh is not None else {}
-        return FullyShardedDataParallel(
-            model, auto_wrap_policy=ModuleWrapPolicy({Block}),
-            sharding_strategy=ShardingStrategy[case.fsdp1_strategy],
-            device_id=torch.device("cpu"), **kwargs)
+        with warnings.catch_warnings():  # NO_SHARD is deprecated in favour of DDP; still runs
+            warnings.filterwarnings("ignore", message="The `NO_SHARD` sharding strategy",
+                                    category=FutureWarning)
+            return FullyShardedDataParallel(
+                model, auto_wrap_policy=ModuleWrapPolicy({Block}),
+                sharding_strategy=ShardingStrategy[case.fsdp1_strategy],
+                device_id=torch.device("cpu"), **kwargs)
     raise ValueError(f"wrapper {case.wrapper!r} is not one of: fsdp2, fsdp1")
 
 

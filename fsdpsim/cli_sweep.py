@@ -1,0 +1,223 @@
+"""``fsdpsim sweep``: parse the grid, run :func:`fsdpsim.sweep.run_sweep`, write the rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+import pandas as pd
+
+from fsdpsim import render
+from fsdpsim.catalog import load_catalog
+from fsdpsim.errors import ConfigError
+from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
+from fsdpsim.parallel import SHARDING_HELP
+from fsdpsim.units import GIB_BYTES
+
+FORMATS = ("table", "csv", "json", "parquet")
+#: Show a progress bar on stderr from this many candidate configurations (about a second).
+PROGRESS_MIN_CANDIDATES = 500_000
+DAY_S = 86_400.0
+
+_LIST = "comma-separated, repeatable"
+
+
+def sweep_options(f):
+    opts = [
+        click.option("--grid", "grid_file", type=click.Path(dir_okay=False), default=None,
+                     help="TOML grid file; keys are these option names (the command line "
+                          "wins where both give a value)."),
+        click.option("--model", multiple=True, help=f"Preset ids or config.json paths ({_LIST})."),
+        click.option("--model-sizes", multiple=True,
+                     help="Llama-style ladder models of these sizes: 7b,70b or a 1-2-5 range "
+                          "1b..1t (fsdpsim.model_ladder)."),
+        click.option("--gpu", multiple=True, help=f"Accelerator ids or aliases ({_LIST}); "
+                     "default h100."),
+        click.option("--cluster", multiple=True, help=f"Node or cluster ids ({_LIST})."),
+        click.option("--gpus-per-node", multiple=True, help="Override GPUs per node."),
+        click.option("--network", multiple=True, help=f"Network ids between nodes ({_LIST})."),
+        click.option("--inter-node-gbps-per-gpu", multiple=True,
+                     help="Inter-node Gb/s per GPU, one direction, e.g. 50,100,200,400."),
+        click.option("--num-gpus", multiple=True,
+                     help="GPU counts: 8,64 or 8..4096 (powers of two between); default 8."),
+        click.option("--seq-len", multiple=True, help="Sequence lengths (ranges as --num-gpus); "
+                     "default 4096."),
+        click.option("--micro-batch", multiple=True,
+                     help="Micro-batch sizes, or auto (free: fastest that fits); default auto."),
+        click.option("--global-batch", multiple=True,
+                     help="Sequences per step, or none (one micro-batch per GPU); default none."),
+        click.option("--sharding", multiple=True,
+                     help=f"Strategies or auto (free); default full. {SHARDING_HELP}."),
+        click.option("--recompute", multiple=True,
+                     help="none, selective, full, or auto (free); default auto."),
+        click.option("--precision", multiple=True, help="bf16, fp16, fp8, fp32; default bf16."),
+        click.option("--best/--no-best", default=None,
+                     help="Leave every knob not given free (sharding, micro-batch, recompute) "
+                          "and keep, per point, the fastest setting that fits."),
+        click.option("--price", multiple=True,
+                     help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog."),
+        click.option("--pue", default=None, help="Facility PUE for energy (default 1: GPUs only)."),
+        click.option("--tokens", default=None,
+                     help="Tokens of a training run (e.g. 15t): adds time, cost and energy to "
+                          "train them."),
+        click.option("--ceilings/--no-ceilings", default=None,
+                     help="Solve the largest micro-batch and sequence that fit (default on; off "
+                          "is about 3x faster)."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                     show_default=True, help="Output format (parquet needs pyarrow)."),
+        click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+                     help="Write to FILE instead of stdout."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def merge_options(grid_file: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """Grid-file values overridden by those given on the command line."""
+    merged = read_grid_file(grid_file) if grid_file else {}
+    for name, value in options.items():
+        if value is not None and value != ():
+            merged[name.replace("_", "-")] = list(value) if isinstance(value, tuple) else value
+    return merged
+
+
+def check_output(fmt: str, output: str | None) -> None:
+    """Fail before the sweep runs when the output cannot be written."""
+    if fmt == "parquet":
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ConfigError("--format parquet needs pyarrow, which is not installed: "
+                              "pip install pyarrow (or use --format csv)")
+        if output is None:
+            raise ConfigError("--format parquet writes a binary file: give --output FILE")
+    if output is not None:
+        parent = Path(output).resolve().parent
+        if not parent.is_dir():
+            raise ConfigError(f"--output {output!r}: folder {str(parent)!r} does not exist")
+
+
+def run(ctx: click.Context, grid: Grid) -> pd.DataFrame:
+    """Run the sweep, with a progress bar on stderr for big grids."""
+    from fsdpsim.sweep import estimated_candidates, run_sweep
+
+    if estimated_candidates(grid) < PROGRESS_MIN_CANDIDATES:
+        return run_sweep(grid)
+    with click.progressbar(length=grid.n_points, label=f"sweeping {grid.n_points:,} points",
+                           file=click.get_text_stream("stderr")) as bar:
+        return run_sweep(grid, progress=bar.update)
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain dicts; missing values as None."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+# -- the table view ------------------------------------------------------------------------------
+def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value * scale if scale != 1.0 else value:{spec}}{unit}"
+
+
+def table_text(frame: pd.DataFrame, grid: Grid) -> str:
+    """A compact view: the varying inputs, the chosen knobs and the headline numbers."""
+    varying = [c for c in ("model", "gpu", "cluster", "network", "inter_node_gbps_per_gpu",
+                           "plan.num_gpus", "training.seq_len", "training.precision")
+               if frame[c].astype(str).nunique() > 1 or c in ("model", "gpu", "plan.num_gpus")]
+    if "cluster" in varying and (frame["cluster"] == "").all():
+        varying.remove("cluster")
+    short = {"inter_node_gbps_per_gpu": "Gb/s/GPU", "plan.num_gpus": "GPUs",
+             "training.seq_len": "seq", "training.precision": "prec"}
+    rows = []
+    for r in records(frame):
+        row = {short.get(c, c): r[c] for c in varying}
+        row.update({
+            "sharding": r["plan.sharding"] or "-",
+            "mbs": _fmt(r["training.micro_batch"], "d"),
+            "batch": _fmt(r["training.global_batch"], ",d"),
+            "recompute": r["training.recompute"] or "-",
+            "step": _fmt(r["step_time_s"], ",.1f", 1e3, " ms"),
+            "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
+            "MFU": _fmt(r["mfu"], ".1f", 100, " %"),
+            "peak": _fmt(r["memory.peak_bytes"], ".1f", 1 / GIB_BYTES, " GiB"),
+            "bottleneck": r["bottleneck"] or "-",
+            "$/Mtok": _fmt(r["cost_usd_per_million_tokens"], ".3f"),
+            "kWh/Mtok": _fmt(r["energy_kwh_per_million_tokens"], ".3f"),
+        })
+        if grid.train_tokens is not None:
+            row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
+            row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
+            row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
+        row["infeasible"] = r["infeasible"] or ""
+        rows.append(row)
+    feasible = int(frame["infeasible"].isna().sum())
+    head = f"fsdpsim sweep: {describe(grid)} -> {len(frame):,} rows, {feasible:,} feasible"
+    return "\n".join([head, render.table(rows), "", "notes", *(f"  - {n}" for n in notes(grid, frame))])
+
+
+def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
+    """What the cost and energy columns assume."""
+    out = [f"energy = TDP x GPUs x time x PUE {grid.pue:g}: an upper bound of accelerator "
+           "board power (CPUs, NICs, switches not counted)",
+           "cost = GPU-hours x rent per GPU-hour (catalog rent_usd_per_hour: an order-of-"
+           "magnitude on-demand rate, unless --price)"]
+    no_price = sorted(set(frame["gpu"]) - set(grid.price_usd_per_gpu_hour))
+    if no_price:
+        out.append(f"no price for {', '.join(no_price)}: give --price {no_price[0]}=USD/h")
+    no_tdp = sorted(set(frame["gpu"]) - set(grid.tdp_w))
+    if no_tdp:
+        out.append(f"no TDP in the catalog for {', '.join(no_tdp)}: energy left empty")
+    if grid.free:
+        out.append(f"free knobs ({', '.join(grid.free)}): each row is the fastest candidate "
+                   "that fits (else the smallest memory footprint)")
+    return out
+
+
+def write(frame: pd.DataFrame, grid: Grid, fmt: str, output: str | None) -> None:
+    if fmt == "parquet":
+        frame.to_parquet(output, index=False)
+        return
+    if fmt == "csv":
+        text = frame.to_csv(index=False)
+    elif fmt == "json":
+        text = render.to_json(records(frame)) + "\n"
+    else:
+        text = table_text(frame, grid) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("sweep")
+    @sweep_options
+    @click.pass_context
+    def sweep_cmd(ctx: click.Context, grid_file: str | None, fmt: str, output: str | None,
+                  **options: Any) -> None:
+        """Predict every configuration of a grid: one row each, with every prediction field.
+
+        Lists are comma-separated; GPU counts and sequence lengths take ranges A..B (powers of
+        two between). Invalid combinations and configurations that do not fit are rows with an
+        `infeasible` reason. Example:
+
+          fsdpsim sweep --model llama3-8b,llama3-70b --gpu h100,b200 --num-gpus 8..1024 --best
+        """
+        check_output(fmt, output)
+        cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
+        grid = build_grid(cat, merge_options(grid_file, options))
+        frame = run(ctx, grid)
+        try:
+            write(frame, grid, fmt, output)
+        except OSError as exc:
+            raise ConfigError(f"cannot write --output {output!r}: {exc.strerror or exc}") from None
+        if output is not None:
+            feasible = int(frame["infeasible"].isna().sum())
+            click.echo(f"fsdpsim sweep: {len(frame):,} rows ({feasible:,} feasible) written to "
+                       f"{output}")
+
+
+__all__ = ["register", "FORMATS", "table_text", "records"]

@@ -1,0 +1,439 @@
+"""``sweep``: predict every configuration of a :class:`~fsdpsim.grid.Grid` with the one engine.
+
+The grid is walked in chunks of points. For each chunk the numeric inputs of
+:func:`fsdpsim.engine.evaluate` are built as arrays (from the same ``model_inputs``,
+``system_inputs``, ``plan_inputs`` and ``training_inputs`` that :func:`fsdpsim.predict.predict`
+uses, evaluated once per distinct combination and gathered) and the engine is called once per
+block of at most ``eval_chunk`` configurations. A row therefore carries exactly the numbers
+``predict`` gives for the same configuration.
+
+Free knobs (``auto``) are expanded into their candidates (sharding: every strategy; recompute:
+none, selective, full; micro-batch: the divisors of the per-GPU batch, else 1, 2, 4, ..., 256)
+in predict's order; a first pass without the memory ceilings ranks them, and each point keeps
+the fastest candidate that fits (when none fits: the smallest peak memory, as predict does),
+which a second pass evaluates in full.
+
+Invalid combinations (a GPU count that is not whole nodes, a precision the GPU lacks, a global
+batch that does not split) become rows with an ``infeasible`` reason and no prediction. Rows
+that do not fit, or need more GPUs than the named cluster has, keep their prediction and say why
+in ``infeasible``; their cost and energy columns are empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim import engine
+from fsdpsim.costs import economics
+from fsdpsim.errors import ConfigError
+from fsdpsim.grid import Grid
+from fsdpsim.parallel import RECOMPUTES, SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, TIME_KEYS, divisors,
+                             model_inputs, plan_inputs, prediction_interval, system_inputs,
+                             training_inputs)
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, HOUR_S
+
+#: Configurations per engine call: large enough to amortise the call, small enough that the
+#: temporaries stay in cache (measured fastest on the development machine; benchmarks/).
+EVAL_CHUNK = 65_536
+#: Candidate configurations expanded at a time (bounds memory for huge grids).
+CANDIDATES_PER_CHUNK = 262_144
+J_PER_KWH = 3.6e6
+_DEFAULT_TRAINING = TrainingConfig(seq_len=1)
+_RANK_KEYS = ("tokens_per_s", "fits", "peak_bytes")
+
+#: Output columns taken from the engine, named as in predict's JSON flattened with dots.
+THROUGHPUT_COLUMNS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu",
+                      "model_flops_per_step", "hardware_flops_per_step")
+DETAIL_COLUMNS = {
+    "memory.peak_bytes": "peak_bytes", "memory.capacity_bytes": "capacity_bytes",
+    **{f"memory.{k}": k for k in MEMORY_KEYS},
+    **{f"time.{k}": k for k in TIME_KEYS},
+    **{f"comm.{k}": k for k in COMM_KEYS}, "comm.exposed_s": "exposed_comm_s",
+}
+INT_COLUMNS = ("n_params", "plan.num_gpus", "plan.gpus_per_node", "plan.dp_shard",
+               "plan.dp_replicate", "training.seq_len", "training.micro_batch",
+               "training.grad_accum", "training.global_batch", "candidates",
+               "candidates_fitting", "thresholds.max_micro_batch", "thresholds.max_seq_len")
+
+
+class _Tables:
+    """Inputs per distinct combination (model × sequence, system × precision, plan), once."""
+
+    def __init__(self, grid: Grid):
+        self.grid = grid
+        # Learned position tables grow with the sequence, as `fsdpsim predict` does.
+        self.specs, spec_id = [], {}
+        self.spec_of = np.zeros((len(grid.models), len(grid.seq_lens)), dtype=np.int64)
+        for i, spec in enumerate(grid.models):
+            for j, seq in enumerate(grid.seq_lens):
+                s = (spec.with_seq_len(seq) if spec.position == "learned"
+                     and seq > spec.max_seq_len else spec)
+                key = (i, s.max_seq_len if s is not spec else -1)
+                if key not in spec_id:
+                    spec_id[key] = len(self.specs)
+                    self.specs.append(s)
+                self.spec_of[i, j] = spec_id[key]
+        # System × precision: inputs, or why the GPU cannot run that precision.
+        nh, npr = len(grid.hardware), len(grid.precisions)
+        self.system_reason = np.full((nh, npr), None, dtype=object)
+        rows = []
+        for h, hw in enumerate(grid.hardware):
+            for p, precision in enumerate(grid.precisions):
+                try:
+                    rows.append(system_inputs(hw.system, precision))
+                except ConfigError as exc:
+                    rows.append(system_inputs(hw.system, "fp32"))
+                    self.system_reason[h, p] = str(exc)
+        self.system = _columns(rows)
+        # GPU count × system × sharding: plan inputs, or why the plan is invalid (whole nodes).
+        ng, ns = len(grid.num_gpus), len(SHARDINGS)
+        self.plan_reason = np.full((ng, nh), None, dtype=object)
+        rows = []
+        for g, n in enumerate(grid.num_gpus):
+            for h, hw in enumerate(grid.hardware):
+                per_node = hw.system.gpus_per_node
+                for code, sharding in enumerate(SHARDINGS):
+                    try:
+                        plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node, sharding=sharding)
+                        rows.append(plan_inputs(plan))
+                    except ConfigError as exc:  # never evaluated: the point is invalid
+                        self.plan_reason[g, h] = str(exc)
+                        rows.append({"num_gpus": n, "gpus_per_node": per_node, "strategy": code,
+                                     "shard_size": 1, "replicate_size": n, "reshard": 1.0})
+        self.plan = _columns(rows)
+        self.plan_shape = (ng, nh, ns)
+        self.training = _columns([training_inputs(TrainingConfig(seq_len=1, precision=p))
+                                  for p in grid.precisions])
+        self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
+
+    def plan_index(self, g, h, sharding):
+        """Row of the plan table for GPU-count, system and sharding codes."""
+        return np.ravel_multi_index((g, h, sharding), self.plan_shape)
+
+    def model_columns(self, spec: np.ndarray, shard: np.ndarray):
+        """Model inputs per distinct (spec, shard size) pair, and each row's index into them."""
+        key = spec.astype(np.int64) * 2**32 + shard.astype(np.int64)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        u_spec, u_shard = uniq // 2**32, (uniq % 2**32).astype(float)
+        parts = []
+        for s in np.unique(u_spec):
+            shards = u_shard[u_spec == s]
+            x = model_inputs(self.specs[int(s)], shards)
+            parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
+                          for k, v in x.items()})
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, inverse
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def _gather(columns: dict[str, np.ndarray], index: np.ndarray, out: dict[str, Any]) -> None:
+    """``out[k] = columns[k][index]``; a column with one value stays a scalar (cheaper)."""
+    for k, values in columns.items():
+        out[k] = values[0] if np.all(values == values[0]) else values[index]
+
+
+def _first_reason(reasons: np.ndarray, mask: np.ndarray, fmt: Callable[..., str], *cols) -> None:
+    """Set ``reasons`` where ``mask`` holds and none is set yet, formatting once per distinct row."""
+    idx = np.flatnonzero(mask & np.equal(reasons, None))
+    if idx.size:
+        keys = np.stack([np.asarray(c)[idx] for c in cols], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        reasons[idx] = np.array([fmt(*u) for u in uniq], dtype=object)[inverse.ravel()]
+
+
+def estimated_candidates(grid: Grid) -> int:
+    """Configurations a sweep evaluates: points times the candidates of the free knobs (a
+    global batch's divisors are counted as the nine default micro-batches)."""
+    per_point = ((len(SHARDINGS) if grid.shardings is None else 1)
+                 * (len(RECOMPUTES) if grid.recomputes is None else 1)
+                 * (len(AUTO_MICRO_BATCHES) if grid.micro_batches is None else 1))
+    return grid.n_points * per_point
+
+
+def run_sweep(grid: Grid, *, progress: Callable[[int], None] | None = None,
+              eval_chunk: int = EVAL_CHUNK) -> pd.DataFrame:
+    """One row per point of ``grid`` with every prediction field (see the module docstring).
+
+    ``progress`` is called with the number of points finished after each chunk.
+    """
+    tables = _Tables(grid)
+    step = max(1, CANDIDATES_PER_CHUNK * grid.n_points // max(estimated_candidates(grid), 1))
+    frames = []
+    for start in range(0, grid.n_points, step):
+        stop = min(start + step, grid.n_points)
+        frames.append(_sweep_points(grid, tables, np.arange(start, stop), eval_chunk))
+        if progress is not None:
+            progress(stop - start)
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray, eval_chunk: int) -> pd.DataFrame:
+    """The rows of ``points`` (flat indices into ``grid.shape``)."""
+    p = dict(zip(("m", "h", "pr", "g", "sq", "gb", "sh", "mb", "rc"),
+                 np.unravel_index(points, grid.shape)))
+    n = points.size
+    num_gpus = np.array(grid.num_gpus)[p["g"]]
+    gbatch = np.array([np.nan if b is None else b for b in grid.global_batches])[p["gb"]]
+    sh_code = (np.full(n, -1) if grid.shardings is None
+               else np.array([SHARDINGS.index(s) for s in grid.shardings])[p["sh"]])
+    mb_fixed = (np.full(n, np.nan) if grid.micro_batches is None
+                else np.array(grid.micro_batches, dtype=float)[p["mb"]])
+    rc_code = (np.full(n, -1) if grid.recomputes is None
+               else np.array([RECOMPUTES.index(r) for r in grid.recomputes])[p["rc"]])
+    dp = num_gpus  # tp = pp = cp = 1 today: the data-parallel degree is the world size
+
+    # ---- invalid combinations: a reason and no prediction --------------------------------------
+    reasons = t.plan_reason[p["g"], p["h"]].copy()
+    reasons = np.where(np.equal(reasons, None), t.system_reason[p["h"], p["pr"]], reasons)
+    has_gb = ~np.isnan(gbatch)
+    gb_int = np.where(has_gb, gbatch, 0).astype(np.int64)
+    _first_reason(reasons, has_gb & (gb_int % dp != 0),
+                  lambda b, d: f"global_batch({b}) is not divisible by the data-parallel degree "
+                               f"({d})", gb_int, dp)
+    per_gpu = np.where(has_gb, gb_int // dp, 0)
+    mb_int = np.where(np.isnan(mb_fixed), 1, mb_fixed).astype(np.int64)
+    _first_reason(reasons, has_gb & ~np.isnan(mb_fixed) & (per_gpu % mb_int != 0),
+                  lambda b, d, q, k: f"global_batch({b}) / dp({d}) = {q} sequences per GPU does "
+                                     f"not split into micro-batches of {k}",
+                  gb_int, dp, per_gpu, mb_int)
+    valid = np.equal(reasons, None)
+
+    # ---- candidates of the valid points, evaluated --------------------------------------------
+    c = _expand(grid, valid, sh_code, per_gpu, mb_fixed, rc_code)
+    c["accum"] = np.where(has_gb[c["owner"]], per_gpu[c["owner"]] / c["mb"], 1.0)
+    seq = np.array(grid.seq_lens, dtype=float)[p["sq"]]
+
+    def inputs(rows: np.ndarray) -> dict[str, Any]:
+        o = c["owner"][rows]
+        x: dict[str, Any] = {}
+        plan = t.plan_index(p["g"][o], p["h"][o], c["sh"][rows])
+        cols, inverse = t.model_columns(t.spec_of[p["m"][o], p["sq"][o]],
+                                        t.plan["shard_size"][plan])
+        _gather(cols, inverse, x)
+        _gather(t.system, np.ravel_multi_index((p["h"][o], p["pr"][o]), t.system_reason.shape), x)
+        _gather(t.plan, plan, x)
+        _gather(t.training, p["pr"][o], x)
+        x.update(seq_len=seq[o], micro_batch=c["mb"][rows], recompute=c["rc"][rows],
+                 grad_accum=c["accum"][rows])
+        return x
+
+    free = bool(grid.free)
+    n_cand = c["owner"].size
+    out = _evaluate(inputs, n_cand, eval_chunk, ceilings=grid.ceilings and not free,
+                    keys=_RANK_KEYS if free else None)
+    counts = np.bincount(c["owner"], minlength=n)
+    fitting = np.bincount(c["owner"], weights=out["fits"].astype(float), minlength=n)
+    if free and n_cand:
+        win = _winners(c["owner"], out)
+        out = _evaluate(lambda rows: inputs(win[rows]), win.size, eval_chunk,
+                        ceilings=grid.ceilings)
+        c = {k: v[win] for k, v in c.items()}
+    return _frame(grid, t, p, c, out, reasons, valid, counts, fitting, gbatch)
+
+
+def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code) -> dict[str, np.ndarray]:
+    """Candidates of the valid points in predict's order (sharding, micro-batch, recompute):
+    the owning point, sharding code, micro-batch and recompute code of each."""
+    owner = np.flatnonzero(valid)
+    sh = sh_code[owner]
+    if grid.shardings is None:
+        k = len(SHARDINGS)
+        owner, sh = np.repeat(owner, k), np.tile(np.arange(k), owner.size)
+    if grid.micro_batches is None:
+        # Divisors of the per-GPU batch when a global batch pins it, else AUTO_MICRO_BATCHES.
+        uniq, inverse = np.unique(per_gpu[owner], return_inverse=True)
+        lists = [list(AUTO_MICRO_BATCHES) if u == 0 else divisors(int(u)) for u in uniq]
+        sizes = np.array([len(x) for x in lists], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        flat = np.array([v for x in lists for v in x], dtype=float)
+        reps = sizes[inverse.ravel()] if owner.size else np.zeros(0, dtype=np.int64)
+        row = np.repeat(np.arange(owner.size), reps)
+        offset = np.arange(row.size) - np.repeat(np.cumsum(reps) - reps, reps)
+        mb = flat[starts[inverse.ravel()][row] + offset] if row.size else np.zeros(0)
+        owner, sh = owner[row], sh[row]
+    else:
+        mb = mb_fixed[owner]
+    if grid.recomputes is None:
+        k = len(RECOMPUTES)
+        owner, sh, mb = np.repeat(owner, k), np.repeat(sh, k), np.repeat(mb, k)
+        rc = np.tile(np.arange(k), owner.size // k)
+    else:
+        rc = rc_code[owner]
+    return {"owner": owner, "sh": sh, "mb": mb, "rc": rc}
+
+
+def _evaluate(inputs: Callable[[np.ndarray], dict], n: int, eval_chunk: int, *, ceilings: bool,
+              keys=None) -> dict[str, np.ndarray]:
+    """:func:`engine.evaluate` over ``n`` rows in blocks; outputs as full-length arrays."""
+    parts: list[dict[str, np.ndarray]] = []
+    for start in range(0, n, eval_chunk):
+        rows = np.arange(start, min(start + eval_chunk, n))
+        x = inputs(rows)
+        x["ceilings"] = 1.0 if ceilings else 0.0
+        y = engine.evaluate(x)
+        parts.append({k: np.broadcast_to(y[k], rows.shape) for k in (keys or y)})
+    if not parts:
+        return {"fits": np.zeros(0, dtype=bool)}
+    return {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+
+
+def _winners(owner: np.ndarray, out: dict[str, np.ndarray]) -> np.ndarray:
+    """Index of each point's chosen candidate: the fastest that fits, first on ties; when none
+    fits, the smallest peak memory (predict's rule). Points in ascending order."""
+    fits = out["fits"].astype(bool)
+    # Per point: whether any candidate fits; a fitting point ranks only its fitting rows.
+    any_fit = np.bincount(owner, weights=fits, minlength=owner.max() + 1)[owner] > 0
+    primary = np.where(any_fit, ~fits, False)
+    secondary = np.where(any_fit, -out["tokens_per_s"], out["peak_bytes"])
+    order = np.lexsort((np.arange(owner.size), secondary, primary, owner))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = owner[order][1:] != owner[order][:-1]
+    return order[first]
+
+
+def _frame(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitting,
+           gbatch) -> pd.DataFrame:
+    """The output rows: inputs, every prediction field, cost, energy and ``infeasible``."""
+    n = valid.size
+    at = np.flatnonzero(valid)  # rows with a prediction; c and out hold one entry per such row
+
+    def spread(values, fill=np.nan):
+        full = np.full(n, fill, dtype=float if isinstance(fill, float) else object)
+        full[at] = values
+        return full
+
+    def value(key):  # no valid row: no engine call, no outputs
+        return out[key] if at.size else np.zeros(0)
+
+    def per_system(attr):
+        return np.array([attr(x) for x in grid.hardware], dtype=float)[p["h"]]
+
+    def named(names, codes):  # text columns as categoricals: cheap for millions of rows
+        return pd.Categorical.from_codes(codes, categories=list(dict.fromkeys(names))
+                                         ) if len(set(names)) == len(names) else \
+            np.array(names, dtype=object)[codes]
+
+    def knob(names, codes):  # a chosen knob; missing (-1) where the point is invalid
+        full = np.full(n, -1)
+        full[at] = codes
+        return pd.Categorical.from_codes(full, categories=list(names))
+
+    def constant(value):
+        return pd.Categorical.from_codes(np.zeros(n, dtype=int), categories=[value])
+
+    spec_rows = t.spec_of[p["m"], p["sq"]]
+    num_gpus = np.array(grid.num_gpus, dtype=float)[p["g"]]
+    plan_rows = t.plan_index(p["g"][at], p["h"][at], c["sh"])
+    global_batch = gbatch.copy()
+    global_batch[at] = c["mb"] * c["accum"] * num_gpus[at]  # dp = num_gpus
+    hw = grid.hardware
+    cols: dict[str, Any] = {
+        "model": named([s.name for s in t.specs], spec_rows),
+        "n_params": np.array([s.n_params for s in t.specs], dtype=float)[spec_rows],
+        "system": named([x.system.label for x in hw], p["h"]),
+        "gpu": named([x.gpu for x in hw], p["h"]),
+        "cluster": named([x.cluster for x in hw], p["h"]),
+        "network": named([x.network for x in hw], p["h"]),
+        "inter_node_gbps_per_gpu": per_system(lambda x: x.inter_node_gbps_per_gpu),
+        "plan.num_gpus": num_gpus,
+        "plan.gpus_per_node": per_system(lambda x: x.system.gpus_per_node),
+        "plan.sharding": knob(SHARDINGS, c["sh"]),
+        "plan.dp_shard": spread(t.plan["shard_size"][plan_rows]),
+        "plan.dp_replicate": spread(t.plan["replicate_size"][plan_rows]),
+        "plan.reshard_after_forward": np.full(n, True),
+        "training.seq_len": np.array(grid.seq_lens, dtype=float)[p["sq"]],
+        "training.micro_batch": spread(c["mb"]),
+        "training.grad_accum": spread(c["accum"]),
+        "training.global_batch": global_batch,
+        "training.recompute": knob(RECOMPUTES, c["rc"]),
+        "training.precision": named(list(grid.precisions), p["pr"]),
+        "training.optimizer": constant(_DEFAULT_TRAINING.optimizer),
+        "training.reduce_dtype": constant(_DEFAULT_TRAINING.reduce_dtype or "fp32"),
+        "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
+        "training.fused_loss": np.full(n, _DEFAULT_TRAINING.fused_loss),
+        "candidates": counts.astype(float),
+        "candidates_fitting": fitting,
+    }
+    for key in THROUGHPUT_COLUMNS:
+        cols[key] = spread(value(key))
+    cols["fits"] = np.zeros(n, dtype=bool)
+    cols["fits"][at] = value("fits")
+    cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
+    for name, key in DETAIL_COLUMNS.items():
+        cols[name] = spread(value(key))
+    cols.update(_intervals(grid, p["h"], at, cols))
+    min_bw = value("min_inter_node_bytes_per_s_per_gpu") / GBIT_PER_S_BYTES_PER_S
+    cols["thresholds.min_inter_node_gbps_per_gpu"] = spread(
+        np.where(np.isfinite(min_bw), min_bw, np.nan))  # predict: null = cannot hide
+    cols["thresholds.critical_tokens_per_gpu"] = spread(value("critical_tokens_per_gpu"))
+    for k in ("max_micro_batch", "max_seq_len"):  # absent without ceilings
+        cols[f"thresholds.{k}"] = spread(out[k]) if k in out else np.full(n, np.nan)
+
+    # ---- evaluated, but not a run one can do: a reason, and no cost or energy -----------------
+    max_gpus = t.max_gpus[p["h"]]
+    _first_reason(reasons, num_gpus > max_gpus, lambda g, have, i: (
+        f"num_gpus({int(g)}) is more than cluster {hw[int(i)].cluster} has ({int(have)})"),
+        num_gpus, max_gpus, p["h"])
+    gib = lambda key: np.round(np.nan_to_num(cols[key]) / GIB_BYTES, 2)  # noqa: E731
+    _first_reason(reasons, valid & ~cols["fits"], lambda a, b: (
+        f"does not fit: peak {a:.2f} GiB > {b:.2f} GiB usable"),
+        gib("memory.peak_bytes"), gib("memory.capacity_bytes"))
+    cols.update(_economics(grid, cols, p["h"], np.equal(reasons, None)))
+    cols["infeasible"] = reasons
+    frame = pd.DataFrame(cols)
+    for name in INT_COLUMNS:
+        values = frame[name].to_numpy(dtype=float)
+        missing = np.isnan(values)
+        frame[name] = pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64),
+                                             missing)
+    return frame
+
+
+def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any]):
+    """predict's 90 % interval columns (:func:`fsdpsim.predict.prediction_interval`), computed
+    for all rows of one system at once."""
+    n = h.size
+    out: dict[str, np.ndarray] = {}
+    for i, hw in enumerate(grid.hardware):
+        rows = at[h[at] == i]
+        if not rows.size:
+            continue
+        values = {k: cols[k][rows] for k in ("tokens_per_s_per_gpu", "tokens_per_s",
+                                             "step_time_s", "mfu")}
+        for k, v in prediction_interval(values, hw.system).items():
+            column = out.setdefault(f"interval.{k}", np.full(n, None if isinstance(v, bool)
+                                                             else np.nan, dtype=object
+                                                             if isinstance(v, bool) else float))
+            column[rows] = v
+    return out
+
+
+def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray,
+               ok: np.ndarray) -> dict[str, np.ndarray]:
+    """Cost and energy per million tokens (and of a whole run with ``grid.train_tokens``)."""
+    price_h = np.array([grid.price_usd_per_gpu_hour.get(x.gpu, np.nan) for x in grid.hardware],
+                       dtype=float)[h]
+    tdp = np.array([grid.tdp_w.get(x.gpu, np.nan) for x in grid.hardware], dtype=float)[h]
+    tps = np.where(ok, cols["tokens_per_s"], np.nan)
+    gpus = cols["plan.num_gpus"]
+    usd_per_token = economics.cost_per_token_usd(price_h / HOUR_S, gpus, tps)
+    j_per_token = economics.energy_per_token_j(tdp, gpus, tps, grid.pue)
+    out = {"price_usd_per_gpu_hour": price_h, "tdp_w": tdp, "pue": np.full(ok.size, grid.pue),
+           "cost_usd_per_million_tokens": 1e6 * usd_per_token,
+           "energy_kwh_per_million_tokens": 1e6 * j_per_token / J_PER_KWH}
+    if grid.train_tokens is not None:
+        tokens = grid.train_tokens
+        out.update({
+            "train_tokens": np.full(ok.size, tokens),
+            "train_time_s": economics.time_to_train_s(tokens, tps),
+            "train_cost_usd": economics.training_cost_usd(tokens, price_h / HOUR_S, gpus, tps),
+            "train_energy_kwh": economics.training_energy_j(tokens, tdp, gpus, tps,
+                                                            grid.pue) / J_PER_KWH,
+        })
+    return out

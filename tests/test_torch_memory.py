@@ -1,0 +1,255 @@
+"""Per-rank FSDP2 memory at real model sizes, without a GPU: torch's FSDPMemTracker vs fsdpsim.
+
+Each run case builds the reference model (``fsdpsim.validation.reference``) under
+``FakeTensorMode``, shards it with FSDP2 (every block, then the root) over the fake process group
+at W ranks, trains in bf16 with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
+fp32 sharded parameters and AdamW, and tracks one forward + backward with ``FSDPMemTracker``
+(see ``fsdpsim/validation/fake_memory.py`` for the protocol). fsdpsim gets the same case:
+FULL_SHARD over W, ``flash`` 1 for SDPA and 0 for manual attention, ``fused_loss`` 0,
+``recompute`` none or full. ``pytest -s`` prints the side-by-side table of every case.
+
+What agrees exactly (to the byte)
+    * sharded parameters, sharded gradients and AdamW states: ``4·padded/W``, ``4·padded/W``,
+      ``8·padded/W`` plus 4 B per parameter tensor (AdamW's ``step`` scalars, which fsdpsim
+      leaves out);
+    * the gathered parameters: the root unit alone at the start of backward (it is not
+      resharded after forward), root + two blocks in bf16 at a peak inside a block's backward
+      (fsdpsim's ``unsharded_params_bytes``: prefetch 2 + resident root); the reduce-scatter
+      input (fp32, one block) at such a peak is 2/3 of fsdpsim's ``unsharded_grads_bytes``; the
+      other third, the bf16 unsharded gradient, is being produced at that moment (tracker: Temp);
+    * the logits term: bf16 logits + ``F.cross_entropy`` on their fp32 upcast peak at
+      ``x + 3y = 14`` B per logit, fsdpsim's ``logits_bytes``;
+    * the activations saved per layer and everything alive at the start of backward, once the
+      differences listed next are added to fsdpsim's per-layer term.
+
+Inherent differences, asserted explicitly (not fsdpsim errors)
+    * CPU artefact: ``nn.RMSNorm`` on CPU runs the composite (saves the fp32 upcast of its input
+      and the fp32 normalised tensor, 8·h B per token); CUDA's ``_fused_rms_norm`` saves the bf16
+      input and the fp32 rstd (2·h + 4). The run tags these fp32 tensors; 6/8 of the tagged
+      bytes alive at the peak do not exist on a GPU and are taken out before the peak is
+      compared. Up to +24 % on the raw peak of llama2-7b at s = 4096 without checkpointing.
+    * Reference-model layout: with rotary positions q is rotated after the head transpose, so
+      SDPA's output is contiguous in [B, H, T, hs] and the output projection saves a second,
+      transposed copy (e·q B per token); the rotary cos/sin tables are saved too.
+    * Manual attention builds its causal mask in every layer (s² bools saved by masked_fill).
+    * Norm statistics (RMSNorm rstd, LayerNorm mean/rstd), learned-position ids, the loss scalar.
+    * Allocator rounding: on CPU the tracker counts exact bytes; CUDA's 512-byte rounding is
+      below 0.01 % for these tensors.
+
+fsdpsim errors, marked ``xfail(strict=True)`` (fixes reported to the memory-model owners)
+    * Eager SwiGLU also saves the SiLU output: ``engine.memory_config`` does not pass
+      ``fused_glu``, so ``activation_bytes_per_layer`` uses its default ``fused_glu=True``
+      (compiled/Megatron kernels); eager PyTorch needs ``False``: + e·f B per token per layer.
+    * The peak sums every term's own maximum: the logits/cross-entropy peak (14 B per logit,
+      only alive while the loss runs its backward, when only the root is gathered) plus two
+      gathered blocks, a unit's gradient buffers and, with checkpointing, one recomputed layer
+      (alive only later, in a block's backward). With checkpointing that overestimates by up to
+      21 % (gpt3-1.3b s=4096) and 12 % (llama2-7b W=64). The larger of the two moments
+      (:func:`fake_memory.phase_peak_bytes`) is within 3 % in every case.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+from fsdpsim.costs import memory as mem  # noqa: E402
+from fsdpsim.validation.fake_memory import (  # noqa: E402
+    COMPUTE_BYTES,
+    MemoryCase,
+    explained_saved_bytes_per_layer,
+    format_table,
+    fsdpsim_inputs,
+    fsdpsim_memory,
+    loss_peak_bytes,
+    measure_memory,
+    phase_peak_bytes,
+    saved_bytes_per_layer,
+)
+
+PHASE_SUM = ("fsdpsim's peak adds the loss-backward logits peak to terms that only exist later, "
+             "in a block's backward (two gathered blocks, a unit's gradient buffers, one "
+             "recomputed layer); fix: peak = max(loss_backward, first_block_backward), see "
+             "fake_memory.phase_peak_bytes")
+EAGER_GLU = ("engine.memory_config does not pass fused_glu, so eager SwiGLU's saved SiLU output "
+             "(e*f bytes per token per layer) is missing; fix: fused_glu=False for eager PyTorch")
+
+#: Full fake FSDP2 runs (seconds each): 7B Llama at W=8 and 64, a GELU/GPT model, with and without
+#: checkpointing, s = 1024 and 4096, micro-batch 1 and 2, SDPA and manual attention.
+RUN_CASES = [
+    pytest.param(MemoryCase("llama2-7b", 8, 1, 1024), id="llama7b-W8-b1-s1024"),
+    pytest.param(MemoryCase("llama2-7b", 8, 1, 4096), id="llama7b-W8-b1-s4096"),
+    pytest.param(MemoryCase("llama2-7b", 8, 1, 4096, "full"), id="llama7b-W8-b1-s4096-AC"),
+    pytest.param(MemoryCase("llama2-7b", 64, 2, 1024, "full"), id="llama7b-W64-b2-s1024-AC"),
+    pytest.param(MemoryCase("gpt3-1.3b", 8, 2, 1024), id="gpt1.3b-W8-b2-s1024"),
+    pytest.param(MemoryCase("gpt3-1.3b", 8, 1, 4096, "none", "manual"),
+                 id="gpt1.3b-W8-b1-s4096-manual"),
+    pytest.param(MemoryCase("gpt3-1.3b", 8, 1, 4096, "full", "manual"),
+                 id="gpt1.3b-W8-b1-s4096-AC-manual"),
+]
+#: Peak ratios fsdpsim/tracker outside 10 % today (see PHASE_SUM).
+PEAK_XFAIL = {"llama7b-W64-b2-s1024-AC", "gpt1.3b-W8-b1-s4096-AC-manual"}
+
+#: One block only (milliseconds each): the saved-activation accounting.
+LAYER_CASES = [
+    MemoryCase("llama2-7b", 8, 1, 1024), MemoryCase("llama2-7b", 8, 2, 4096),
+    MemoryCase("llama2-7b", 8, 1, 1024, "none", "manual"),
+    MemoryCase("llama2-7b", 8, 1, 4096, "full"),
+    MemoryCase("gpt3-1.3b", 8, 2, 1024), MemoryCase("gpt3-1.3b", 8, 1, 4096, "none", "manual"),
+    MemoryCase("mpt-7b", 8, 1, 2048), MemoryCase("mpt-7b", 8, 1, 2048, "full", "manual"),
+]
+
+_MEASURED: dict[MemoryCase, object] = {}
+
+
+def measured(case: MemoryCase):
+    """One fake run per case for the whole module."""
+    if case not in _MEASURED:
+        _MEASURED[case] = measure_memory(case)
+    return _MEASURED[case]
+
+
+def _case_id(case: MemoryCase) -> str:
+    return case.label.replace(" ", "-")
+
+
+def _unit_bytes(case: MemoryCase) -> tuple[float, float]:
+    """(root, block) numel after FSDP2 padding for W ranks [-]."""
+    x = fsdpsim_inputs(case)
+    return float(np.asarray(x["root_numel_padded"])), float(np.asarray(x["block_numel_padded"]))
+
+
+# -- model states ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", RUN_CASES)
+def test_model_states(case):
+    """Sharded params, sharded grads and AdamW states: within 2 % (in fact exact, the optimizer
+    term up to AdamW's 4-byte ``step`` scalar per parameter tensor)."""
+    m, p = measured(case), fsdpsim_memory(case)
+    assert m.peak["Sharded Param"] == pytest.approx(p["params_bytes"], rel=0.02)
+    assert m.peak["Sharded Grad"] == pytest.approx(p["grads_bytes"], rel=0.02)
+    assert m.peak["OptState"] == pytest.approx(p["optimizer_bytes"], rel=0.02)
+    # exact: 4·padded/W, and 8·padded/W + 4 B × tensors
+    assert m.peak["Sharded Param"] == p["params_bytes"]
+    assert m.peak["Sharded Grad"] == p["grads_bytes"]
+    assert m.peak["OptState"] == p["optimizer_bytes"] + 4 * m.n_param_tensors
+
+
+# -- FSDP buffers ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", RUN_CASES)
+def test_gathered_params_and_reduce_scatter_buffers(case):
+    """Root resident from forward on; at a peak inside a block's backward the root and two
+    blocks are gathered (fsdpsim's term exactly) and one block's fp32 reduce-scatter input is
+    held (2/3 of fsdpsim's bf16 + fp32 gradient term); at a peak in the loss backward only the
+    root is gathered and no reduce-scatter buffer exists."""
+    m, p = measured(case), fsdpsim_memory(case)
+    root, block = _unit_bytes(case)
+    start = m.start_of_backward
+    assert start["Unsharded Param"] == COMPUTE_BYTES * root
+    assert start["All Gather"] == start["Reduce Scatter"] == start["Unsharded Grad"] == 0
+    gathered = m.peak["Unsharded Param"] + m.peak["All Gather"]
+    if gathered == COMPUTE_BYTES * root:  # peak while the loss runs its backward
+        assert m.peak["Reduce Scatter"] == 0
+    else:  # peak in a block's backward
+        assert gathered == p["unsharded_params_bytes"] == COMPUTE_BYTES * (root + 2 * block)
+        assert m.peak["Reduce Scatter"] == 4.0 * block == pytest.approx(
+            p["unsharded_grads_bytes"] * 4.0 / 6.0)
+
+
+# -- activations ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", LAYER_CASES, ids=_case_id)
+def test_saved_bytes_per_layer_explained(case):
+    """What one block saves on CPU = fsdpsim's per-layer term + the listed eager/CPU terms,
+    to the byte (``explained_saved_bytes_per_layer``)."""
+    terms = explained_saved_bytes_per_layer(case)
+    assert saved_bytes_per_layer(case) == terms["total"], terms
+
+
+def _engine_layer_bytes(case: MemoryCase) -> float:
+    """The engine's per-layer activation term: (activations - head) / L (no recompute)."""
+    s = case.spec
+    head = float(mem.head_activation_bytes(case.micro_batch, case.seq_len, s.d_model,
+                                           act_bytes=COMPUTE_BYTES))
+    return (fsdpsim_memory(case)["activations_bytes"] - head) / s.n_layers
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=EAGER_GLU))
+    if c.spec.ffn_kind == "swiglu" else c
+    for c in LAYER_CASES if c.recompute == "none"], ids=_case_id)
+def test_engine_layer_term_vs_gpu_equivalent(case):
+    """The engine's per-layer activations within 10 % of what the block would save on a GPU:
+    the CPU-exact explanation (checked to the byte above) with CUDA's fused RMSNorm and fp32
+    LayerNorm statistics; the other eager terms (attention-output copy, rotary tables, causal
+    mask) stay."""
+    gpu_equivalent = explained_saved_bytes_per_layer(case, cuda=True)["total"]
+    assert _engine_layer_bytes(case) == pytest.approx(gpu_equivalent, rel=0.10)
+
+
+@pytest.mark.parametrize("b,s,vocab", [(1, 1024, 32000), (2, 4096, 50257), (1, 2048, 50368)])
+def test_logits_term_is_14_bytes_per_logit(b, s, vocab):
+    """bf16 logits held by the loop + ``F.cross_entropy(logits.float())``: forward and backward
+    peak at x + 3y = 14 B per logit, fsdpsim's ``logits_bytes`` (up to nll's 8-byte scalars)."""
+    peak = loss_peak_bytes(b, s, vocab)
+    assert peak == pytest.approx(float(mem.logits_bytes(b, s, vocab)), abs=64)
+
+
+@pytest.mark.parametrize("case", RUN_CASES)
+def test_start_of_backward_activations_explained(case):
+    """At the start of backward (fsdpsim's assumed peak moment) the tracker's Activation is
+    L × the block's saved bytes + the head's saved bytes + logits and log-softmax output
+    (x + y = 6 B per logit) + learned-position ids (8 B each) + the 8-byte loss scalars."""
+    m = measured(case)
+    s = case.spec
+    tokens = case.micro_batch * case.seq_len
+    if s.norm == "rmsnorm":  # CPU composite: fp32 upcast + rstd + fp32 normalised + bf16 output
+        head = tokens * (4 * s.d_model + 4 + 4 * s.d_model + 2 * s.d_model)
+    else:  # LayerNorm: bf16 input, bf16 mean/rstd (CPU), bf16 output
+        head = tokens * (2 * s.d_model + 2 + 2 + 2 * s.d_model)
+    pos_ids = 8 * case.seq_len if s.position == "learned" else 0
+    logits = 6 * tokens * s.vocab_size
+    expected = s.n_layers * saved_bytes_per_layer(case) + head + logits + pos_ids + 8
+    assert m.start_of_backward["Activation"] == expected
+    assert m.start_of_backward["Temp"] == 0
+
+
+# -- the peak -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", [
+    pytest.param(*c.values, marks=pytest.mark.xfail(strict=True, reason=PHASE_SUM), id=c.id)
+    if c.id in PEAK_XFAIL else c for c in RUN_CASES])
+def test_peak_within_10_percent(case):
+    """fsdpsim's peak within 10 % of the tracker's peak without the CPU-only RMSNorm excess.
+    Prints the side-by-side table (``pytest -s``)."""
+    m, p = measured(case), fsdpsim_memory(case)
+    print("\n" + format_table(m, p, phase_peak_bytes(case, fused_glu=False)))
+    corrected = m.peak["Total"] - m.cpu_rmsnorm_excess_bytes
+    assert m.cpu_rmsnorm_excess_bytes == 0.75 * m.cpu_rmsnorm_fp32_at_peak_bytes
+    if case.spec.norm != "rmsnorm":
+        assert m.cpu_rmsnorm_fp32_at_peak_bytes == 0
+    assert p["peak_bytes"] == pytest.approx(corrected, rel=0.10)
+
+
+@pytest.mark.parametrize("case", RUN_CASES)
+def test_proposed_two_phase_peak(case):
+    """The proposed fix (larger of the loss-backward and first-block-backward moments, eager
+    SwiGLU) is within 3 % of the tracker's peak without the CPU-only RMSNorm excess."""
+    m = measured(case)
+    corrected = m.peak["Total"] - m.cpu_rmsnorm_excess_bytes
+    assert phase_peak_bytes(case, fused_glu=False)["peak_bytes"] == pytest.approx(corrected,
+                                                                                  rel=0.03)
+
+
+def test_runs_are_fast():
+    """Every fake run above took seconds, not minutes (CI budget)."""
+    t0 = time.perf_counter()
+    for param in RUN_CASES:
+        measured(param.values[0])
+    slow = {c.label: round(m.wall_s, 1) for c, m in _MEASURED.items() if m.wall_s > 30.0}
+    assert not slow, slow
+    assert time.perf_counter() - t0 < 600.0
+    print("\nfake FSDP2 runs: " + ", ".join(f"{c.label}: {m.wall_s:.1f} s"
+                                            for c, m in _MEASURED.items()))
