@@ -364,6 +364,8 @@ def memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
         compute_param_bytes=g["compute_bytes"], compute_grad_bytes=g["compute_bytes"],
         reduce_grad_bytes=g["reduce_bytes"], flash_attention=g["flash"] > 0,
         act_bytes=g["compute_bytes"], fused_loss=g.get("fused_loss", np.zeros(())) > 0,
+        # Eager PyTorch SwiGLU saves silu(gate) as well (a compiled or fused kernel does not).
+        fused_glu=g.get("fused_glu", np.zeros(())) > 0,
         runtime_reserved_bytes=g["runtime_reserved_bytes"],
         allocator_fraction=g["allocator_fraction"],
     )

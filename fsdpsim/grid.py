@@ -6,6 +6,9 @@ number. Counts (``num-gpus``, ``seq-len``, ``micro-batch``, ``global-batch``,
 (``8..4096`` → 8, 16, ..., 4096). Model sizes take ``A..B`` as a 1-2-5 series (``1b..1t`` → 1b,
 2b, 5b, ..., 500b, 1t; see :mod:`fsdpsim.model_ladder`).
 
+Hardware is the union of the ``gpu`` and ``cluster`` lists, each crossed with the
+``gpus-per-node``, ``network`` and ``inter-node-gbps-per-gpu`` lists (default: ``h100``).
+
 The knobs ``sharding``, ``micro-batch`` and ``recompute`` also take ``auto``: the knob is left
 free, every candidate is evaluated and each point keeps the fastest that fits (the rule of
 ``fsdpsim predict``). ``best = true`` leaves every knob that is not given free.

@@ -85,8 +85,9 @@ class _Tables:
             for p, precision in enumerate(grid.precisions):
                 try:
                     rows.append(system_inputs(hw.system, precision))
-                except ConfigError as exc:
-                    rows.append(system_inputs(hw.system, "fp32"))
+                except ConfigError as exc:  # never evaluated: the point is invalid
+                    some = next(iter(hw.system.accelerator.peak_flops_per_s))
+                    rows.append(system_inputs(hw.system, some))
                     self.system_reason[h, p] = str(exc)
         self.system = _columns(rows)
         # GPU count × system × sharding: plan inputs, or why the plan is invalid (whole nodes).
@@ -141,10 +142,15 @@ def _gather(columns: dict[str, np.ndarray], index: np.ndarray, out: dict[str, An
 def _first_reason(reasons: np.ndarray, mask: np.ndarray, fmt: Callable[..., str], *cols) -> None:
     """Set ``reasons`` where ``mask`` holds and none is set yet, formatting once per distinct row."""
     idx = np.flatnonzero(mask & np.equal(reasons, None))
-    if idx.size:
-        keys = np.stack([np.asarray(c)[idx] for c in cols], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        reasons[idx] = np.array([fmt(*u) for u in uniq], dtype=object)[inverse.ravel()]
+    if not idx.size:
+        return
+    values, codes = zip(*(np.unique(np.asarray(c)[idx], return_inverse=True) for c in cols))
+    dims = tuple(v.size for v in values)
+    keys, inverse = np.unique(np.ravel_multi_index([c.ravel() for c in codes], dims),
+                              return_inverse=True)
+    parts = np.unravel_index(keys, dims)
+    messages = [fmt(*(v[i] for v, i in zip(values, row))) for row in zip(*parts)]
+    reasons[idx] = np.array(messages, dtype=object)[inverse.ravel()]
 
 
 def estimated_candidates(grid: Grid) -> int:
@@ -164,17 +170,34 @@ def run_sweep(grid: Grid, *, progress: Callable[[int], None] | None = None,
     """
     tables = _Tables(grid)
     step = max(1, CANDIDATES_PER_CHUNK * grid.n_points // max(estimated_candidates(grid), 1))
-    frames = []
+    parts = []
     for start in range(0, grid.n_points, step):
         stop = min(start + step, grid.n_points)
-        frames.append(_sweep_points(grid, tables, np.arange(start, stop), eval_chunk))
+        parts.append(_sweep_points(grid, tables, np.arange(start, stop), eval_chunk))
         if progress is not None:
             progress(stop - start)
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame = pd.DataFrame({k: _concat([q[k] for q in parts]) for k in parts[0]}, copy=False)
+    for name in INT_COLUMNS:  # whole numbers, missing where the point has no prediction
+        values = frame[name].to_numpy(dtype=float)
+        missing = np.isnan(values)
+        frame[name] = pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64),
+                                             missing)
+    return frame
 
 
-def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray, eval_chunk: int) -> pd.DataFrame:
-    """The rows of ``points`` (flat indices into ``grid.shape``)."""
+def _concat(parts: list) -> Any:
+    """One column from its chunks (categoricals of one chunk share their categories)."""
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], pd.Categorical):
+        return pd.Categorical.from_codes(np.concatenate([q.codes for q in parts]),
+                                         categories=parts[0].categories)
+    return np.concatenate(parts)
+
+
+def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
+                  eval_chunk: int) -> dict[str, Any]:
+    """The columns of the rows of ``points`` (flat indices into ``grid.shape``)."""
     p = dict(zip(("m", "h", "pr", "g", "sq", "gb", "sh", "mb", "rc"),
                  np.unravel_index(points, grid.shape)))
     n = points.size
@@ -234,7 +257,7 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray, eval_chunk: int) -
         out = _evaluate(lambda rows: inputs(win[rows]), win.size, eval_chunk,
                         ceilings=grid.ceilings)
         c = {k: v[win] for k, v in c.items()}
-    return _frame(grid, t, p, c, out, reasons, valid, counts, fitting, gbatch)
+    return _columns_of(grid, t, p, c, out, reasons, valid, counts, fitting, gbatch)
 
 
 def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code) -> dict[str, np.ndarray]:
@@ -297,8 +320,8 @@ def _winners(owner: np.ndarray, out: dict[str, np.ndarray]) -> np.ndarray:
     return order[first]
 
 
-def _frame(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitting,
-           gbatch) -> pd.DataFrame:
+def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitting,
+                gbatch) -> dict[str, Any]:
     """The output rows: inputs, every prediction field, cost, energy and ``infeasible``."""
     n = valid.size
     at = np.flatnonzero(valid)  # rows with a prediction; c and out hold one entry per such row
@@ -380,19 +403,13 @@ def _frame(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitting,
     _first_reason(reasons, num_gpus > max_gpus, lambda g, have, i: (
         f"num_gpus({int(g)}) is more than cluster {hw[int(i)].cluster} has ({int(have)})"),
         num_gpus, max_gpus, p["h"])
-    gib = lambda key: np.round(np.nan_to_num(cols[key]) / GIB_BYTES, 2)  # noqa: E731
-    _first_reason(reasons, valid & ~cols["fits"], lambda a, b: (
-        f"does not fit: peak {a:.2f} GiB > {b:.2f} GiB usable"),
-        gib("memory.peak_bytes"), gib("memory.capacity_bytes"))
+    # (The peak is in memory.peak_bytes; one message per capacity keeps this cheap.)
+    _first_reason(reasons, valid & ~cols["fits"], lambda b: (
+        f"does not fit: peak memory > {b:.2f} GiB usable"),
+        np.round(np.nan_to_num(cols["memory.capacity_bytes"]) / GIB_BYTES, 2))
     cols.update(_economics(grid, cols, p["h"], np.equal(reasons, None)))
     cols["infeasible"] = reasons
-    frame = pd.DataFrame(cols)
-    for name in INT_COLUMNS:
-        values = frame[name].to_numpy(dtype=float)
-        missing = np.isnan(values)
-        frame[name] = pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64),
-                                             missing)
-    return frame
+    return cols
 
 
 def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any]):

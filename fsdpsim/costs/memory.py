@@ -8,13 +8,20 @@ scalar inputs).
 
 When the peak happens
 ---------------------
-The peak of a step is taken at the **start of backward**, just after the loss: every saved
-activation of every layer is still alive, the logits and the loss temporaries are alive, and
-the model states (optimizer states exist from the second step on) and the FSDP buffers of the
-units in flight are allocated. During backward, activations are freed layer by layer faster
-than gradients and buffers appear, so this is the maximum for a transformer stack. Terms whose
-lifetimes only touch (the logits gradient, the first layer's recompute working set, the first
-unit's unsharded gradient) are added, which makes the figure a slight upper bound.
+Two moments compete, and the peak is the larger (checked against torch's ``FSDPMemTracker``
+under ``FakeTensorMode`` in ``tests/test_torch_memory.py``):
+
+* **the loss backward** — every saved activation is alive, only the root unit is gathered (a
+  block's pre-backward all-gather starts after the LM head's backward), and the logits and the
+  cross-entropy temporaries are at their largest;
+* **the first block's backward** — the root and two blocks are gathered, one unit's gradient
+  buffers exist, one layer is re-materialised under recompute, and of the loss only the logits
+  the training loop still references remain.
+
+Model states are counted in both (sharded gradients exist from the first step on with gradient
+accumulation or ``zero_grad(set_to_none=False)``; with ``set_to_none=True`` they are absent at
+the loss backward, so the figure is then a slight upper bound). The breakdown reported is that of
+the binding moment.
 
 Terms (the keys of :func:`peak_memory_bytes`)
 ---------------------------------------------
@@ -414,7 +421,7 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
                       flash_attention=True, act_bytes=2.0, dropout=False, fused_glu=True,
                       logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
                       sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
-                      allocator_fraction=0.0):
+                      allocator_fraction=0.0, moment="peak"):
     """Peak memory of one GPU at the start of backward, term by term [B].
 
     Parameters
@@ -436,18 +443,25 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
         cuBLAS workspaces [B]
     allocator_fraction : fragmentation of the caching allocator as a fraction of the bytes it
         hands out [-]
+    moment : "peak" (the larger of the two moments), "loss" or "block" (one of them) [-]
 
     Returns
     -------
-    dict of arrays broadcast to one shape, keys :data:`PEAK_KEYS` [B]
+    dict of arrays broadcast to one shape, keys :data:`PEAK_KEYS` [B]: the terms of the
+    binding moment
 
     Notes
     -----
-    ``activations = saved_microbatches · n_layers · A(recompute) + W(recompute) + H``, with A
-    from :func:`activation_bytes_per_layer`, W from :func:`recompute_working_bytes` (one layer
-    re-materialised during its backward) and H from :func:`head_activation_bytes`.
-    ``fragmentation = allocator_fraction · (states + buffers + activations + logits)`` and
-    ``peak`` is the sum of all terms. Why the start of backward: see the module docstring.
+    With S = saved_microbatches · n_layers · A(recompute) (A from
+    :func:`activation_bytes_per_layer`), W from :func:`recompute_working_bytes` (one layer
+    re-materialised during its backward) and H from :func:`head_activation_bytes`:
+
+    * loss backward: states + the gathered root + S + H + :func:`logits_bytes`;
+    * first block backward: states + :func:`fsdp_buffer_bytes` + S + W + the logits the loop
+      holds (``logits_dtype_bytes`` per logit).
+
+    Each is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``; the peak is the
+    larger (module docstring).
     """
     states = model_state_bytes(n_params, shard_size, replicate_size, strategy,
                                param_bytes=param_bytes, grad_bytes=grad_bytes,
@@ -467,16 +481,42 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
     working = recompute_working_bytes(*layer_shape, recompute, **layer_options)
     head = head_activation_bytes(micro_batch, seq_len, d_model, act_bytes=act_bytes, tp=tp,
                                  cp=cp, sequence_parallel=sequence_parallel)
-    terms = {**states, **buffers}
-    terms["activations_bytes"] = (as_array(saved_microbatches) * as_array(n_layers)
-                                  * saved_per_layer + working + head)
-    terms["logits_bytes"] = logits_bytes(micro_batch, seq_len, vocab_size,
-                                         logits_dtype_bytes=logits_dtype_bytes,
-                                         loss_fp32=loss_fp32, tp=tp, cp=cp, fused=fused_loss)
+    saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
+    # Moment A, the loss backward: only the root unit is gathered (a block's pre-backward
+    # all-gather starts after the LM head's backward), no unit gradient yet, the cross-entropy
+    # temporaries at their largest.
+    root_only = fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy,
+                                  param_bytes=param_bytes, compute_param_bytes=compute_param_bytes,
+                                  reduce_grad_bytes=reduce_grad_bytes,
+                                  compute_grad_bytes=compute_grad_bytes, prefetch_units=0,
+                                  reshard_after_forward=reshard_after_forward,
+                                  resident_numel=resident_numel)
+    at_loss = {**states, "unsharded_params_bytes": root_only["unsharded_params_bytes"],
+               "unsharded_grads_bytes": 0.0 * root_only["unsharded_grads_bytes"],
+               "activations_bytes": saved_all + head,
+               "logits_bytes": logits_bytes(micro_batch, seq_len, vocab_size,
+                                            logits_dtype_bytes=logits_dtype_bytes,
+                                            loss_fp32=loss_fp32, tp=tp, cp=cp, fused=fused_loss)}
+    # Moment B, the first block's backward: the root and two blocks gathered, one unit's
+    # gradient buffers, one layer re-materialised; of the loss only the logits the training
+    # loop still references remain (their gradient is written in place or freed).
+    held_logits = (as_array(logits_dtype_bytes) * as_array(micro_batch) * as_array(seq_len)
+                   * as_array(vocab_size) / (_check_at_least_one("tp", tp)
+                                             * _check_at_least_one("cp", cp)))
+    in_block = {**states, **buffers, "activations_bytes": saved_all + working,
+                "logits_bytes": held_logits}
+
+    def total(terms):
+        allocated = sum(terms.values())
+        return allocated * (1.0 + as_array(allocator_fraction)) + as_array(runtime_reserved_bytes)
+
+    peak_a, peak_b = total(at_loss), total(in_block)
+    use_a = np.where(moment == "loss", True, np.where(moment == "block", False, peak_a >= peak_b))
+    terms = {k: np.where(use_a, at_loss[k], in_block[k]) for k in at_loss}
     allocated = sum(terms.values())
     terms["runtime_reserved_bytes"] = as_array(runtime_reserved_bytes)
     terms["fragmentation_bytes"] = as_array(allocator_fraction) * allocated
-    terms["peak_bytes"] = allocated + terms["fragmentation_bytes"] + terms["runtime_reserved_bytes"]
+    terms["peak_bytes"] = np.where(use_a, peak_a, peak_b)
     shape = np.broadcast_shapes(*(np.shape(v) for v in terms.values()))
     return {key: np.broadcast_to(terms[key], shape).astype(float) for key in PEAK_KEYS}
 
@@ -505,6 +545,11 @@ def max_micro_batch(capacity_bytes, **config):
     if "micro_batch" in config:
         raise TypeError("max_micro_batch solves for micro_batch; do not pass it")
     cap = as_array(capacity_bytes)
+
+    if config.get("moment", "peak") == "peak":
+        # The peak is the larger of two moments, each affine in b: solve each, keep the smaller.
+        return np.minimum(max_micro_batch(capacity_bytes, moment="loss", **config),
+                          max_micro_batch(capacity_bytes, moment="block", **config))
 
     def peak_at(b):
         return peak_memory_bytes(micro_batch=b, **config)["peak_bytes"]
@@ -541,6 +586,12 @@ def max_seq_len(capacity_bytes, *, multiple_of=1, upper_bound=2**24, **config):
         raise TypeError("max_seq_len solves for seq_len; do not pass it")
     cap = as_array(capacity_bytes)
     step = _check_at_least_one("multiple_of", multiple_of)
+
+    if config.get("moment", "peak") == "peak":
+        # Each moment is a polynomial of degree <= 2 in s: solve each, keep the smaller.
+        both = dict(multiple_of=multiple_of, upper_bound=upper_bound)
+        return np.minimum(max_seq_len(capacity_bytes, moment="loss", **both, **config),
+                          max_seq_len(capacity_bytes, moment="block", **both, **config))
 
     def peak_at(k):
         return peak_memory_bytes(seq_len=k * step, **config)["peak_bytes"]
