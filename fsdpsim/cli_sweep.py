@@ -99,7 +99,7 @@ def check_output(fmt: str, output: str | None) -> None:
             raise ConfigError(f"--output {output!r}: folder {str(parent)!r} does not exist")
 
 
-def run(ctx: click.Context, grid: Grid) -> pd.DataFrame:
+def run(grid: Grid) -> pd.DataFrame:
     """Run the sweep, with a progress bar on stderr for big grids."""
     from fsdpsim.sweep import estimated_candidates, run_sweep
 
@@ -209,7 +209,7 @@ def register(cli: click.Group) -> None:
         check_output(fmt, output)
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         grid = build_grid(cat, merge_options(grid_file, options))
-        frame = run(ctx, grid)
+        frame = run(grid)
         try:
             write(frame, grid, fmt, output)
         except OSError as exc:
