@@ -64,19 +64,48 @@ def register(cli: click.Group) -> None:
         click.echo(_summary_line("tokens/s per GPU", summary))
 
     @cli.command("calibrate")
-    @click.option("--measurements", required=True, type=click.Path(dir_okay=False),
+    @click.option("--measurements", type=click.Path(dir_okay=False), default=None,
                   help="Measured runs (fsdpsim schema or the published calibration CSV).")
-    @click.option("--gpu", "gpus", multiple=True, required=True,
+    @click.option("--gpu", "gpus", multiple=True,
                   help="Accelerator(s) sharing one set of factors (repeatable).")
     @click.option("--factor", "factors", multiple=True,
                   help="Factors to fit (repeatable); default: the matmul, attention, HBM and "
                        "network ones.")
+    @click.option("--local", "local", is_flag=True, default=False,
+                  help="Measure this machine with torch micro-benchmarks (gloo ranks, about "
+                       "30 s) and write a catalog entry for it (local-cpu, local-node) instead "
+                       "of fitting measured runs.")
+    @click.option("--ranks", type=click.IntRange(2, 64), default=None,
+                  help="With --local: processes measured at once, the node's GPUs per node "
+                       "[default: 2].")
+    @click.option("--quick", is_flag=True, default=False,
+                  help="With --local: a reduced budget (about 15 s), noisier.")
     @click.option("--output", type=click.Path(dir_okay=False), default=None,
-                  help="Write the catalog overlay here (a .toml inside a folder for --catalog).")
+                  help="Write the catalog overlay here (a .toml inside a folder for --catalog); "
+                       f"with --local the default is {LOCAL_DEFAULT_OUTPUT}.")
     @click.pass_context
-    def calibrate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
-                      factors: tuple[str, ...], output: str | None) -> None:
-        """Fit the physical efficiency factors of one GPU type to measured runs."""
+    def calibrate_cmd(ctx: click.Context, measurements: str | None, gpus: tuple[str, ...],
+                      factors: tuple[str, ...], local: bool, ranks: int | None, quick: bool,
+                      output: str | None) -> None:
+        """Fit the physical efficiency factors of one GPU type to measured runs, or measure
+        this machine (--local)."""
+        if local:
+            given = [name for name, value in (("--measurements", measurements), ("--gpu", gpus),
+                                              ("--factor", factors)) if value]
+            if given:
+                raise ConfigError(f"calibrate --local measures this machine and takes no "
+                                  f"{', '.join(given)}; drop {'it' if len(given) == 1 else 'them'}, or "
+                                  "drop --local to fit "
+                                  "measured runs")
+            _calibrate_local(ranks or 2, quick, output or LOCAL_DEFAULT_OUTPUT)
+            return
+        if ranks is not None or quick:
+            raise ConfigError("--ranks and --quick only apply to calibrate --local")
+        if not measurements or not gpus:
+            missing = " and ".join(name for name, value in (("--measurements CSV", measurements),
+                                                            ("--gpu ID", gpus)) if not value)
+            raise ConfigError(f"calibrate needs {missing} (fit factors to measured runs), or "
+                              "--local (measure this machine)")
         from fsdpsim.calibration import DEFAULT_FACTORS, FACTORS, fit
         from fsdpsim.measurements import load_measurements
 
@@ -97,11 +126,59 @@ def register(cli: click.Group) -> None:
             click.echo(f"  not fitted: {name}: {why}")
         overlay = result.overlay_toml(Path(measurements).name)
         if output:
-            Path(output).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                Path(output).write_text(overlay)
-            except OSError as exc:
-                raise ConfigError(f"cannot write {output}: {exc.strerror}") from None
+            _write(output, overlay)
             click.echo(f"wrote {output}; use it with --catalog {Path(output).parent}")
         else:
             click.echo("\n" + overlay)
+
+
+LOCAL_DEFAULT_OUTPUT = "./fsdpsim-local/local.toml"
+
+
+def _write(output: str, text: str) -> None:
+    path = Path(output)
+    if path.is_dir():
+        raise ConfigError(f"--output {output!r} is a folder; give a file name such as "
+                          f"{path / 'local.toml'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {output}: {exc.strerror}") from None
+
+
+def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
+    """``calibrate --local``: measure, write the entry, check that the catalog loads it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError("calibrate --local needs torch: pip install 'fsdpsim[torch]'") from None
+    from fsdpsim.validation import local_bench
+    from fsdpsim.validation.fsdp_runs import RunError
+
+    if not output.endswith(".toml"):
+        raise ConfigError(f"--output {output!r} must end in .toml (catalog folders are read for "
+                          "*.toml files)")
+    cfg = (local_bench.BenchConfig.quick(ranks) if quick else local_bench.BenchConfig(ranks=ranks))
+    click.echo(f"measuring this machine on {ranks} gloo ranks"
+               f"{' (quick budget)' if quick else ''} ...", err=True)
+    try:
+        result = local_bench.measure_local(cfg)
+    except RunError as exc:
+        last = [line for line in str(exc).strip().splitlines() if line.strip()][-1]
+        raise ConfigError(f"calibrate --local: the benchmark ranks failed: {last.strip()}") from None
+    for line in result.summary_lines():
+        click.echo(line)
+    _write(output, local_bench.catalog_toml(result))
+    folder = Path(output).parent
+    problems = local_bench.out_of_range(local_bench.catalog_entries(result))
+    if problems:
+        raise ConfigError(f"wrote {output}, but fsdpsim's catalog ranges refuse "
+                          f"{len(problems)} measured value(s): {'; '.join(problems)}")
+    try:
+        load_catalog([folder], use_env=False)
+    except ConfigError as exc:
+        raise ConfigError(f"wrote {output}, but the catalog does not load it: {exc}") from None
+    click.echo(f"wrote {output}; use it with: fsdpsim --catalog {folder} predict --cluster "
+               f"{local_bench.NODE_ID} --num-gpus {ranks} --precision fp32 --eager-attention "
+               "--model ...")

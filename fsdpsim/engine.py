@@ -31,7 +31,32 @@ def _optimizer_traffic_bytes_per_param(code):
                     compute.OPTIMIZER_BYTES_PER_PARAM["sgd"])
 
 
+#: Rows per internal block: a large grid is evaluated in blocks so that the ~1,500 temporaries
+#: of one evaluation stay in cache (measured 1.3-1.6x faster than one call on 10^6 rows).
+BLOCK_ROWS = 65_536
+
+
 def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Predict one step for every configuration in ``x`` (broadcast); see :func:`_evaluate`.
+
+    Inputs with more than :data:`BLOCK_ROWS` configurations are evaluated block by block and
+    concatenated; results are identical to one call.
+    """
+    shape = np.broadcast_shapes(*(np.shape(v) for v in x.values()))
+    n = int(np.prod(shape)) if shape else 1
+    if n <= BLOCK_ROWS:
+        return _evaluate(x)
+    flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
+            for k, v in x.items()}
+    parts = []
+    for start in range(0, n, BLOCK_ROWS):
+        stop = min(start + BLOCK_ROWS, n)
+        out = _evaluate({k: (v[start:stop] if np.ndim(v) else v) for k, v in flat.items()})
+        parts.append({k: np.broadcast_to(v, (stop - start,)) for k, v in out.items()})
+    return {k: np.concatenate([p[k] for p in parts]).reshape(shape) for k in parts[0]}
+
+
+def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast).
 
     Required keys (units in names): model ``n_layers, d_model, n_heads, q_dim, kv_dim,
@@ -128,19 +153,23 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # DDP and ZeRO-1 reduce over the whole data-parallel group (shard_size is 1 for DDP).
     world_dp = shard * repl
     dp_per_node = np.minimum(world_dp, per_node)
-    ag_block_s = comm.ring_time_s(block_param_bytes, shard, shard_per_node, **ring)
-    ag_root_s = comm.ring_time_s(root_param_bytes, shard, shard_per_node, **ring)
-    rs_block_s = comm.ring_time_s(block_grad_bytes, shard, shard_per_node, **ring)
-    rs_root_s = comm.ring_time_s(root_grad_bytes, shard, shard_per_node, **ring)
-    # HSDP: all-reduce of each shard across replicas; DDP: of the whole unit across all GPUs.
-    hsdp_ar_block_s = comm.ring_time_s(block_grad_bytes / shard, repl, repl_per_node, passes=2.0, **ring)
-    hsdp_ar_root_s = comm.ring_time_s(root_grad_bytes / shard, repl, repl_per_node, passes=2.0, **ring)
-    ddp_ar_block_s = comm.ring_time_s(block_grad_bytes, world_dp, dp_per_node, passes=2.0, **ring)
-    ddp_ar_root_s = comm.ring_time_s(root_grad_bytes, world_dp, dp_per_node, passes=2.0, **ring)
-    zero1_rs_block_s = comm.ring_time_s(block_grad_bytes, world_dp, dp_per_node, **ring)
-    zero1_rs_root_s = comm.ring_time_s(root_grad_bytes, world_dp, dp_per_node, **ring)
-    zero1_ag_all_s = comm.ring_time_s((L * g["block_numel_padded"] + g["root_numel_padded"]) * elem,
-                                      world_dp, dp_per_node, **ring)
+    # One (seconds per byte, latency) pair per group; every collective is then a multiply-add.
+    shard_spb, shard_lat = comm.ring_coefficients(shard, shard_per_node, **ring)
+    repl_spb, repl_lat = comm.ring_coefficients(repl, repl_per_node, **ring)
+    world_spb, world_lat = comm.ring_coefficients(world_dp, dp_per_node, **ring)
+    ag_block_s = block_param_bytes * shard_spb + shard_lat
+    ag_root_s = root_param_bytes * shard_spb + shard_lat
+    rs_block_s = block_grad_bytes * shard_spb + shard_lat
+    rs_root_s = root_grad_bytes * shard_spb + shard_lat
+    # HSDP: all-reduce (two passes) of each shard across replicas; DDP: of the whole unit.
+    hsdp_ar_block_s = 2.0 * (block_grad_bytes / shard * repl_spb + repl_lat)
+    hsdp_ar_root_s = 2.0 * (root_grad_bytes / shard * repl_spb + repl_lat)
+    ddp_ar_block_s = 2.0 * (block_grad_bytes * world_spb + world_lat)
+    ddp_ar_root_s = 2.0 * (root_grad_bytes * world_spb + world_lat)
+    zero1_rs_block_s = block_grad_bytes * world_spb + world_lat
+    zero1_rs_root_s = root_grad_bytes * world_spb + world_lat
+    zero1_ag_all_s = ((L * g["block_numel_padded"] + g["root_numel_padded"]) * elem * world_spb
+                      + world_lat)
 
     ag_calls, rs_calls, ar_calls = comm.fsdp_calls_per_microbatch(strategy, g["reshard"])
     is_hybrid = strategy == comm.HYBRID
@@ -315,21 +344,18 @@ def _min_nic_share_bytes_per_s(g, compute_mb_s, ag_calls, fsdp_like, is_hybrid, 
     """
     block_p = g["block_numel_padded"] * elem
     root_p = g["root_numel_padded"] * elem
-    block_g = g["block_numel_padded"] * g["reduce_bytes"]
-    root_g = g["root_numel_padded"] * g["reduce_bytes"]
-    x_ag = L * ag_calls * comm.ring_inter_node_seconds_per_byte_per_s(block_p, shard, shard_per_node) \
-        + comm.ring_inter_node_seconds_per_byte_per_s(root_p, shard, shard_per_node)
-    x_rs = comm.ring_inter_node_seconds_per_byte_per_s(L * block_g + root_g, shard, shard_per_node)
-    x_ar = comm.ring_inter_node_seconds_per_byte_per_s((L * block_g + root_g) / shard, repl,
-                                                       repl_per_node, passes=2.0)
-    x = np.where(fsdp_like, x_ag + x_rs, 0.0) + np.where(is_hybrid, x_ar, 0.0)
+    grads = (L * g["block_numel_padded"] + g["root_numel_padded"]) * g["reduce_bytes"]
+    gathered = L * ag_calls * block_p + root_p
+    # Inter-node numerators per byte (M = 1), once per group.
+    x_shard = comm.ring_inter_node_seconds_per_byte_per_s(1.0, shard, shard_per_node)
+    x_repl = comm.ring_inter_node_seconds_per_byte_per_s(1.0, repl, repl_per_node, passes=2.0)
+    x = (np.where(fsdp_like, x_shard * (gathered + grads), 0.0)
+         + np.where(is_hybrid, x_repl * grads / shard, 0.0))
     # The intra-node bandwidth floor: with infinite NIC bandwidth the ring runs at link speed.
-    infinite = dict(link_bytes_per_s=link_rate, nic_share_bytes_per_s=np.inf,
-                    link_latency_s=g["link_latency_s"], nic_latency_s=g["nic_latency_s"])
-    floor_s = np.where(fsdp_like,
-                       L * ag_calls * comm.ring_time_s(block_p, shard, shard_per_node, **infinite)
-                       + comm.ring_time_s(root_p, shard, shard_per_node, **infinite)
-                       + L * comm.ring_time_s(block_g, shard, shard_per_node, **infinite), 0.0)
+    spb, lat = comm.ring_coefficients(shard, shard_per_node, link_rate, np.inf,
+                                      g["link_latency_s"], g["nic_latency_s"])
+    calls = L * ag_calls + 1.0 + L + 1.0  # all-gathers (blocks, root), reduce-scatters
+    floor_s = np.where(fsdp_like, (gathered + grads) * spb + calls * lat, 0.0)
     room = compute_mb_s - floor_s
     need = np.where(room > 0, x / np.where(room > 0, room, 1.0), np.inf)
     return np.where(x > 0, need / g["nic_fraction"], 0.0)

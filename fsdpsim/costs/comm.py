@@ -82,6 +82,27 @@ def padded_numel(shapes: Sequence[tuple[str, tuple[int, ...]]], shard_size,
     return np.ceil(flat / s) * s
 
 
+def ring_coefficients(group_size, members_per_node, link_bytes_per_s, nic_share_bytes_per_s,
+                      link_latency_s, nic_latency_s):
+    """Per-byte and fixed time of one ring pass over a group: ``(s_per_byte, latency_s)``.
+
+    ``t = passes · (M · s_per_byte + latency_s)`` for an M-byte buffer (:func:`ring_time_s`),
+    with ``s_per_byte = (k−1)/k / busbw`` and ``latency_s = (k−1)·α``; both 0 for k ≤ 1.
+    ``busbw = link`` inside a node and ``min(link, g · nic_share)`` across nodes (``link``
+    drops out when g = 1); α is the NIC latency once the ring leaves the node. Computing the
+    pair once per group lets every collective on that group cost one multiply-add.
+    """
+    k = as_array(group_size)
+    g = np.minimum(as_array(members_per_node), k)
+    multi_node = k > g
+    link = as_array(link_bytes_per_s)
+    intra_bw = np.where(g > 1, link, np.inf)
+    busbw = np.where(multi_node, np.minimum(intra_bw, g * as_array(nic_share_bytes_per_s)), link)
+    alpha = np.where(multi_node, as_array(nic_latency_s), as_array(link_latency_s))
+    steps = np.maximum(k - 1.0, 0.0)
+    return steps / np.maximum(k, 1.0) / busbw, steps * alpha
+
+
 def ring_time_s(message_bytes, group_size, members_per_node, link_bytes_per_s,
                 nic_share_bytes_per_s, link_latency_s, nic_latency_s, passes=1.0):
     """Time of a ring collective over ``group_size`` GPUs [s].
@@ -96,19 +117,11 @@ def ring_time_s(message_bytes, group_size, members_per_node, link_bytes_per_s,
     link_latency_s, nic_latency_s : per ring step [s]
     passes : 1 for all-gather and reduce-scatter, 2 for all-reduce [-]
 
-    ``t = passes · (k−1) · (M / k / busbw + α)`` with ``busbw = link`` inside a node and
-    ``min(link, g · nic_share)`` across nodes (``link`` drops out when g = 1).
+    ``t = passes · (k−1) · (M / k / busbw + α)`` (:func:`ring_coefficients`).
     """
-    k = as_array(group_size)
-    g = np.minimum(as_array(members_per_node), k)
-    multi_node = k > g
-    inter_bw = g * as_array(nic_share_bytes_per_s)
-    intra_bw = np.where(g > 1, as_array(link_bytes_per_s), np.inf)
-    busbw = np.where(multi_node, np.minimum(intra_bw, inter_bw), as_array(link_bytes_per_s))
-    alpha = np.where(multi_node, as_array(nic_latency_s), as_array(link_latency_s))
-    steps = np.maximum(k - 1.0, 0.0)
-    t = as_array(passes) * steps * (as_array(message_bytes) / np.maximum(k, 1.0) / busbw + alpha)
-    return np.where(k > 1, t, 0.0)
+    per_byte, latency = ring_coefficients(group_size, members_per_node, link_bytes_per_s,
+                                          nic_share_bytes_per_s, link_latency_s, nic_latency_s)
+    return as_array(passes) * (as_array(message_bytes) * per_byte + latency)
 
 
 def ring_inter_node_seconds_per_byte_per_s(message_bytes, group_size, members_per_node, passes=1.0):

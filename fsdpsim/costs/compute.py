@@ -122,13 +122,20 @@ def gemm_time_s(m, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k
 
     R and W are achievable rates [FLOP/s, B/s]; ``half_flops`` [FLOP], ``half_k`` [-].
     """
-    m, n, k = as_array(m), as_array(n), as_array(k)
-    flops = 2.0 * m * n * k
-    traffic_bytes = elem_bytes * (m * k + k * n + m * n)
-    r = as_array(matmul_flops_per_s)
-    tile_eff = 1.0 / (1.0 + as_array(half_k) / k)  # k / (k + k_half), finite at k = inf
-    return (np.maximum(flops / (r * tile_eff), traffic_bytes / as_array(hbm_bytes_per_s))
-            + as_array(half_flops) / r)
+    inv_r = 1.0 / as_array(matmul_flops_per_s)
+    return _gemm_time_s(as_array(m), as_array(n), as_array(k), inv_r,
+                        1.0 / as_array(hbm_bytes_per_s), as_array(half_flops) * inv_r,
+                        as_array(half_k), elem_bytes)
+
+
+def _gemm_time_s(m, n, k, inv_r, inv_w, tail_s, half_k, elem_bytes):
+    """:func:`gemm_time_s` with the rate-only terms precomputed (1/R, 1/W, n_half/R).
+
+    ``flops / (R · k/(k + k_half)) = 2mn·(k + k_half) / R`` (finite at k = inf).
+    """
+    compute_s = 2.0 * m * n * (k + half_k) * inv_r
+    memory_s = elem_bytes * (m * k + k * n + m * n) * inv_w
+    return np.maximum(compute_s, memory_s) + tail_s
 
 
 def linear_time_s(tokens, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k,
@@ -138,10 +145,13 @@ def linear_time_s(tokens, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops,
     Forward reduces over k; the input gradient dx = dy·W reduces over n; the weight gradient
     dW = dyᵀ·x reduces over the T tokens. Returns (forward, backward).
     """
-    args = (matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k, elem_bytes)
-    fwd = gemm_time_s(tokens, n, k, *args)
-    dgrad = gemm_time_s(tokens, k, n, *args)
-    wgrad = gemm_time_s(n, k, tokens, *args)
+    inv_r = 1.0 / as_array(matmul_flops_per_s)
+    args = (inv_r, 1.0 / as_array(hbm_bytes_per_s), as_array(half_flops) * inv_r,
+            as_array(half_k), elem_bytes)
+    t, n, k = as_array(tokens), as_array(n), as_array(k)
+    fwd = _gemm_time_s(t, n, k, *args)
+    dgrad = _gemm_time_s(t, k, n, *args)
+    wgrad = _gemm_time_s(n, k, t, *args)
     return fwd, dgrad + wgrad
 
 

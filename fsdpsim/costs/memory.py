@@ -341,10 +341,11 @@ def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn
 
 
 def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
-                            n_heads, recompute="none", **options):
+                            n_heads, recompute="none", *, saved_bytes=None, **options):
     """Extra bytes re-materialised while one layer runs its backward under recomputation [B].
 
-    Parameters are those of :func:`activation_bytes_per_layer` (``options`` its keywords).
+    Parameters are those of :func:`activation_bytes_per_layer` (``options`` its keywords);
+    ``saved_bytes``, when given, is ``A(recompute)`` already computed by the caller.
 
     Notes
     -----
@@ -354,8 +355,9 @@ def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_si
     time. Activation gradients inside the layer are neglected.
     """
     shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
-    return (activation_bytes_per_layer(*shape, "none", **options)
-            - activation_bytes_per_layer(*shape, recompute, **options))
+    if saved_bytes is None:
+        saved_bytes = activation_bytes_per_layer(*shape, recompute, **options)
+    return activation_bytes_per_layer(*shape, "none", **options) - saved_bytes
 
 
 def head_activation_bytes(micro_batch, seq_len, d_model, *, act_bytes=2.0, tp=1, cp=1,
@@ -478,7 +480,8 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
     layer_options = dict(flash_attention=flash_attention, act_bytes=act_bytes, dropout=dropout,
                          fused_glu=fused_glu, tp=tp, cp=cp, sequence_parallel=sequence_parallel)
     saved_per_layer = activation_bytes_per_layer(*layer_shape, recompute, **layer_options)
-    working = recompute_working_bytes(*layer_shape, recompute, **layer_options)
+    working = recompute_working_bytes(*layer_shape, recompute, saved_bytes=saved_per_layer,
+                                      **layer_options)
     head = head_activation_bytes(micro_batch, seq_len, d_model, act_bytes=act_bytes, tp=tp,
                                  cp=cp, sequence_parallel=sequence_parallel)
     saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
@@ -518,7 +521,8 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
     terms["fragmentation_bytes"] = as_array(allocator_fraction) * allocated
     terms["peak_bytes"] = np.where(use_a, peak_a, peak_b)
     shape = np.broadcast_shapes(*(np.shape(v) for v in terms.values()))
-    return {key: np.broadcast_to(terms[key], shape).astype(float) for key in PEAK_KEYS}
+    # Read-only broadcast views: no copies on the hot path of a sweep.
+    return {key: np.broadcast_to(np.asarray(terms[key], dtype=float), shape) for key in PEAK_KEYS}
 
 
 # -- ceilings -------------------------------------------------------------------------------------

@@ -1,0 +1,688 @@
+"""Measure this machine with torch micro-benchmarks and write it as a catalog entry.
+
+``fsdpsim calibrate --local`` runs :func:`measure_local` and writes :func:`catalog_toml`: an
+``[[accelerator]]`` (one gloo rank with one intra-op thread, the way
+:func:`fsdpsim.validation.fsdp_runs.launch` runs ranks), a ``[[network]]`` and a ``[[node]]``
+of ``ranks`` such accelerators, so that ``fsdpsim --catalog DIR predict --cluster local-node``
+predicts FSDP steps on this host. Every value is measured, on all ranks at once (they share
+the cores and the memory bus, as in a real run), and the fit is the engine's own law:
+
+* dense peak [FLOP/s] = the best measured matmul rate over a shape sweep (median of samples
+  per shape). ``matmul_fraction``, ``matmul_half_k`` and ``matmul_half_gflop`` are fitted
+  (``scipy.optimize.least_squares``, log residuals) to the whole sweep with
+  :func:`fsdpsim.costs.compute.gemm_time_s`, the function the engine calls. The fraction is
+  free (not 1 by construction) because the law is monotone in size while a CPU's best shape
+  is often a mid-size one that fits its caches: with the fraction pinned at 1, the large
+  GEMMs of a transformer were predicted up to 2x too fast.
+* bf16 peak: measured the same way, and written only when the CPU has native bf16 dot
+  products (``avx512_bf16`` or ``amx_bf16`` in ``/proc/cpuinfo``); elsewhere torch converts
+  through fp32 and a "peak" would mislead.
+* memory bandwidth [B/s] = the best of a large ``copy_`` (read + write) and axpy
+  ``y += a·x`` (2 reads + 1 write) on arrays far larger than the caches; ``hbm_fraction`` = 1.
+* link = the gloo all-gather between the ranks on this host: ``t(M) = (W−1)·(α + M/W/busbw)``
+  fitted over message sizes (M = gathered output bytes; nccl-tests busbw convention, the
+  engine's :func:`fsdpsim.costs.comm.ring_time_s`); ``link_fraction`` = 1. The reduce-scatter
+  is measured too and reported (the engine has one link rate for both).
+* ``kernel_overhead_us`` = the time of one tiny in-place op in a loop (dispatcher overhead).
+* ``comm_compute_slowdown`` = matmul rate alone / matmul rate while an all-gather is in
+  flight − 1 (gloo runs collectives on its own threads, on the same cores), clipped to the
+  catalog range.
+* attention: ``scaled_dot_product_attention`` (causal) at two lengths, fraction and half-rate
+  key length fitted to :func:`fsdpsim.costs.compute.attention_time_s`.
+* memory: ``MemTotal`` of ``/proc/meminfo`` (``memory_gib``); the ranks share it, so
+  ``memory_usable_gib`` is that / ranks. ``runtime_reserved_gib`` = a rank's resident memory
+  after importing torch and joining the group.
+
+:func:`fsdp_step_times` (a :func:`launch` worker) times real FSDP2 training steps of the
+reference model, for comparing with the prediction (``tests/test_local_step.py``).
+
+torch is imported inside the functions: importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fsdpsim.costs.compute import attention_time_s, gemm_time_s
+from fsdpsim.model import ModelSpec
+from fsdpsim.units import GIB_BYTES
+
+ACCELERATOR_ID = "local-cpu"
+NETWORK_ID = "local-loopback"
+NODE_ID = "local-node"
+FP32_BYTES = 4.0
+#: Native bf16 dot-product instructions (x86 flags in /proc/cpuinfo).
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+# ============================================================================ settings
+@dataclass(frozen=True)
+class BenchConfig:
+    """What :func:`measure_local` runs; :meth:`quick` is a reduced budget for tests."""
+
+    ranks: int = 2
+    """Processes (one intra-op thread each) measured at once; the node's ``gpus_per_node``."""
+    sample_s: float = 0.02
+    """Target duration of one timed sample [s]; each value is the median of ``samples``."""
+    samples: int = 5
+    copy_mib: int = 64
+    """Size of each array in the bandwidth test [MiB] (far beyond the caches)."""
+    gemm_cubes: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024)
+    """Square GEMMs s × s × s (the small-size tail: Hockney n_1/2)."""
+    gemm_k_sweep: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+    """512 × 512 × k GEMMs (the tile law in the reduction length)."""
+    gemm_model_dims: tuple[int, ...] = (256, 512)
+    """Transformer GEMMs at 1,024 tokens for these widths d: QKV, out, MLP up, down, and the
+    weight gradient of MLP up (k = tokens)."""
+    gather_bytes: tuple[int, ...] = (4096, 65536, 524288, 4194304, 16777216)
+    """All-gather output sizes [B] for the alpha-beta fit."""
+    attention_lens: tuple[int, ...] = (256, 1024)
+
+    @classmethod
+    def quick(cls, ranks: int = 2) -> BenchConfig:
+        return cls(ranks=ranks, sample_s=0.008, samples=3, copy_mib=32,
+                   gemm_cubes=(16, 64, 128, 256, 512), gemm_k_sweep=(16, 64, 256, 1024),
+                   gemm_model_dims=(256,), gather_bytes=(4096, 262144, 4194304, 16777216),
+                   attention_lens=(256, 512))
+
+
+def gemm_shapes(cfg: BenchConfig) -> list[tuple[int, int, int]]:
+    """(m, n, k) of every GEMM in the sweep, in order, without repeats."""
+    tokens = 1024
+    shapes = [(s, s, s) for s in cfg.gemm_cubes] + [(512, 512, k) for k in cfg.gemm_k_sweep]
+    for d in cfg.gemm_model_dims:
+        shapes += [(tokens, 3 * d, d), (tokens, d, d), (tokens, 4 * d, d), (tokens, d, 4 * d),
+                   (4 * d, d, tokens)]
+    return list(dict.fromkeys(shapes))
+
+
+# ============================================================================ host facts
+def cpu_model() -> str:
+    """``model name`` of the first processor in /proc/cpuinfo (else ``platform.processor``)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_vendor() -> str:
+    text = cpu_model().lower()
+    for key, name in (("amd", "AMD"), ("intel", "Intel"), ("arm", "Arm"), ("neoverse", "Arm")):
+        if key in text:
+            return name
+    return "unknown"
+
+
+def cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def memory_total_bytes() -> float:
+    """Physical memory [B]: ``MemTotal`` of /proc/meminfo, else ``os.sysconf``."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _resident_bytes() -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return float(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+# ============================================================================ the worker
+def _median_time_s(fn, sample_s: float, samples: int) -> float:
+    """Median seconds per call of ``fn`` over ``samples`` samples of about ``sample_s`` each."""
+    fn()  # warm-up (allocations, kernel selection)
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    reps = max(1, min(10_000, int(sample_s / one)))
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        out.append((time.perf_counter() - t0) / reps)
+    return statistics.median(out)
+
+
+def _gemm_rates(shapes, dtype, cfg: BenchConfig) -> list[float]:
+    import torch
+
+    times = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, dtype=dtype)
+        b = torch.randn(k, n, dtype=dtype)
+        c = torch.empty(m, n, dtype=dtype)
+        times.append(_median_time_s(lambda: torch.mm(a, b, out=c), cfg.sample_s, cfg.samples))
+    return times
+
+
+def _collective_times(op: str, sizes: Sequence[int], world: int, cfg: BenchConfig) -> list[float]:
+    """Seconds per call of a gloo all-gather / reduce-scatter of ``sizes`` full-buffer bytes.
+
+    The number of calls per sample depends on the size only, so every rank issues the same.
+    """
+    import torch
+    import torch.distributed as dist
+
+    out = []
+    for size in sizes:
+        full = torch.zeros(size // 4, dtype=torch.float32)
+        shard = torch.zeros(size // 4 // world, dtype=torch.float32)
+        if op == "all_gather":
+            call = lambda: dist.all_gather_single(full, shard)  # noqa: E731
+        else:
+            call = lambda: dist.reduce_scatter_single(shard, full)  # noqa: E731
+        reps = max(2, min(200, (16 << 20) // size))
+        call()
+        per_sample = []
+        for _ in range(cfg.samples):
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                call()
+            per_sample.append((time.perf_counter() - t0) / reps)
+        out.append(statistics.median(per_sample))
+    return out
+
+
+def _overlap_rates(world: int, cfg: BenchConfig) -> tuple[float, float]:
+    """Matmul FLOP/s alone, and while gloo all-gathers are in flight on this rank."""
+    import torch
+    import torch.distributed as dist
+
+    s = 256
+    a, b = torch.randn(s, s), torch.randn(s, s)
+    c = torch.empty(s, s)
+    flops = 2.0 * s**3
+    alone = flops / _median_time_s(lambda: torch.mm(a, b, out=c), cfg.sample_s, cfg.samples)
+    size = 16 << 20
+    full = torch.zeros(size // 4)
+    shard = torch.zeros(size // 4 // world)
+    calls, busy_s = 0, 0.0
+    dist.barrier()
+    for _ in range(4 * cfg.samples):  # same count on every rank
+        work = dist.all_gather_single(full, shard, async_op=True)
+        t0 = time.perf_counter()
+        while not work.is_completed():
+            torch.mm(a, b, out=c)
+            calls += 1
+        busy_s += time.perf_counter() - t0
+        work.wait()
+    during = flops * calls / busy_s if calls else alone
+    return alone, during
+
+
+def bench_worker(rank: int, world_size: int, cfg: BenchConfig) -> dict[str, Any]:
+    """:func:`launch` worker: every measurement on this rank, phases in lockstep."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    res: dict[str, Any] = {"resident_bytes": _resident_bytes()}
+    dist.barrier()
+    res["gemm_fp32_s"] = _gemm_rates(gemm_shapes(cfg), torch.float32, cfg)
+    dist.barrier()
+    res["gemm_bf16_s"] = _gemm_rates(gemm_shapes(cfg)[-6:], torch.bfloat16, cfg)
+    dist.barrier()
+    n = cfg.copy_mib * (1 << 20) // 4
+    x, y = torch.ones(n), torch.zeros(n)
+    res["copy_bytes_per_s"] = 2 * 4 * n / _median_time_s(lambda: y.copy_(x), cfg.sample_s,
+                                                         cfg.samples)
+    res["axpy_bytes_per_s"] = 3 * 4 * n / _median_time_s(lambda: y.add_(x, alpha=0.5),
+                                                         cfg.sample_s, cfg.samples)
+    del x, y
+    tiny = torch.zeros(1)
+    res["tiny_op_s"] = _median_time_s(lambda: tiny.add_(1.0), cfg.sample_s, cfg.samples)
+    att = []
+    for s in cfg.attention_lens:
+        q, k, v = (torch.randn(1, 4, s, 64) for _ in range(3))
+        att.append(_median_time_s(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                  cfg.sample_s, cfg.samples))
+    res["attention_s"] = att
+    dist.barrier()
+    res["all_gather_s"] = _collective_times("all_gather", cfg.gather_bytes, world_size, cfg)
+    res["reduce_scatter_s"] = _collective_times("reduce_scatter", cfg.gather_bytes, world_size,
+                                                cfg)
+    res["overlap_flops_per_s"] = _overlap_rates(world_size, cfg)
+    return res
+
+
+# ============================================================================ fits
+def fit_gemm_law(shapes: Sequence[tuple[int, int, int]], times_s: Sequence[float],
+                 peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+                 elem_bytes: float = FP32_BYTES) -> tuple[float, float, float, float]:
+    """Fit :func:`gemm_time_s` to a shape sweep at a given peak and bandwidth.
+
+    Free parameters: the matmul fraction (of ``peak_flops_per_s``, 0.05..1), ``half_k`` [-]
+    and ``half_flops`` [FLOP]. Minimises the squared log error of predicted / measured time
+    (every shape weighs the same, small or large). Returns (fraction, half_k, half_flops,
+    rms log error).
+    """
+    from scipy.optimize import least_squares
+
+    m, n, k = (np.array(v, dtype=float) for v in zip(*shapes))
+    t = np.asarray(times_s, dtype=float)
+
+    def resid(p):  # p = (fraction, half_k, half MFLOP)
+        return np.log(gemm_time_s(m, n, k, p[0] * peak_flops_per_s, bandwidth_bytes_per_s,
+                                  p[2] * 1e6, p[1], elem_bytes) / t)
+
+    fit = least_squares(resid, x0=[0.8, 16.0, 1.0], bounds=([0.05, 0.0, 0.0], [1.0, 4096.0, 1e7]),
+                        x_scale=[0.1, 16.0, 1.0])
+    rms = float(np.sqrt(np.mean(fit.fun**2)))
+    return float(fit.x[0]), float(fit.x[1]), float(fit.x[2] * 1e6), rms
+
+
+def fit_alpha_beta(message_bytes: Sequence[float], times_s: Sequence[float],
+                   world_size: int) -> tuple[float, float]:
+    """Ring all-gather fit ``t = (W−1)·(α + M/W/busbw)`` → (busbw [B/s], α [s]).
+
+    Weighted least squares on relative error (small messages set α, large ones busbw), with
+    α ≥ 0 and busbw > 0 (:func:`fsdpsim.costs.comm.ring_time_s`'s form).
+    """
+    from scipy.optimize import least_squares
+
+    size = np.asarray(message_bytes, dtype=float)
+    t = np.asarray(times_s, dtype=float)
+    steps = world_size - 1.0
+
+    def resid(p):  # p = (alpha [us], seconds per GB of bus traffic)
+        return (steps * (p[0] * 1e-6 + size / world_size * p[1] * 1e-9)) / t - 1.0
+
+    guess_per_gb = float(t[-1] / (steps * size[-1] / world_size) * 1e9)
+    fit = least_squares(resid, x0=[10.0, guess_per_gb], bounds=([0.0, 1e-6], [1e6, 1e6]))
+    return 1e9 / fit.x[1], fit.x[0] * 1e-6
+
+
+def fit_attention(seq_lens: Sequence[int], times_s: Sequence[float], heads_dim: int,
+                  peak_flops_per_s: float) -> tuple[float, float]:
+    """(fraction, half_kv) of :func:`attention_time_s` for causal SDPA (kv = s/2), batch 1."""
+    from scipy.optimize import least_squares
+
+    s = np.asarray(seq_lens, dtype=float)
+    flops = 0.5 * 4.0 * s**2 * heads_dim
+    t = np.asarray(times_s, dtype=float)
+
+    def resid(p):
+        return np.log(attention_time_s(flops, peak_flops_per_s, p[0], s / 2.0, p[1]) / t)
+
+    fit = least_squares(resid, x0=[0.3, 16.0], bounds=([0.01, 0.0], [1.0, 65536.0]),
+                        x_scale=[0.1, 16.0])
+    return float(fit.x[0]), float(fit.x[1])
+
+
+# ============================================================================ the result
+@dataclass(frozen=True)
+class LocalMeasurement:
+    """This host, measured (SI units; every rank-dependent value averaged over ranks)."""
+
+    cpu_model: str
+    vendor: str
+    date: str
+    ranks: int
+    torch_version: str
+    fp32_peak_flops_per_s: float
+    """Best measured fp32 matmul rate of one rank (1 thread) while every rank runs [FLOP/s]."""
+    fp32_best_shape: tuple[int, int, int]
+    bf16_peak_flops_per_s: float
+    bf16_native: bool
+    gemm_shapes: tuple[tuple[int, int, int], ...]
+    gemm_fp32_s: tuple[float, ...]
+    matmul_fraction: float
+    """Fitted rate of large GEMMs / the best measured shape (the law is monotone in size; a
+    CPU's best shape can be a mid-size one that fits its caches)."""
+    matmul_half_k: float
+    matmul_half_flops: float
+    gemm_fit_rms_log_error: float
+    copy_bytes_per_s: float
+    axpy_bytes_per_s: float
+    memory_total_bytes: float
+    resident_bytes: float
+    kernel_overhead_s: float
+    attention_fraction: float
+    attention_half_kv: float
+    gather_bytes: tuple[int, ...]
+    all_gather_s: tuple[float, ...]
+    reduce_scatter_s: tuple[float, ...]
+    link_busbw_bytes_per_s: float
+    link_latency_s: float
+    reduce_scatter_busbw_bytes_per_s: float
+    reduce_scatter_latency_s: float
+    matmul_alone_flops_per_s: float
+    matmul_during_comm_flops_per_s: float
+    elapsed_s: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return max(self.copy_bytes_per_s, self.axpy_bytes_per_s)
+
+    @property
+    def comm_compute_slowdown(self) -> float:
+        """Compute slowdown under concurrent gloo traffic, clipped to the catalog's 0..0.5."""
+        raw = self.matmul_alone_flops_per_s / self.matmul_during_comm_flops_per_s - 1.0
+        return float(min(max(raw, 0.0), 0.5))
+
+    def summary_lines(self) -> list[str]:
+        g = lambda v: f"{v / 1e9:.1f}"  # noqa: E731
+        lines = [
+            f"{self.cpu_model}, {self.ranks} ranks x 1 thread, torch {self.torch_version}, "
+            f"measured in {self.elapsed_s:.1f} s",
+            f"  matmul fp32  best {g(self.fp32_peak_flops_per_s)} GFLOP/s per rank at "
+            f"{'x'.join(map(str, self.fp32_best_shape))}; fit fraction "
+            f"{self.matmul_fraction:.3f}, half_k "
+            f"{self.matmul_half_k:.1f}, half {self.matmul_half_flops / 1e9:.4g} GFLOP "
+            f"(rms log error {self.gemm_fit_rms_log_error:.2f})",
+            f"  matmul bf16  best {g(self.bf16_peak_flops_per_s)} GFLOP/s "
+            f"({'native' if self.bf16_native else 'no native bf16: not written'})",
+            f"  memory       copy {g(self.copy_bytes_per_s)} GB/s, axpy "
+            f"{g(self.axpy_bytes_per_s)} GB/s per rank; RAM {self.memory_total_bytes / GIB_BYTES:.1f} GiB",
+            f"  gloo         all-gather busbw {g(self.link_busbw_bytes_per_s)} GB/s, latency "
+            f"{self.link_latency_s * 1e6:.0f} us; reduce-scatter busbw "
+            f"{g(self.reduce_scatter_busbw_bytes_per_s)} GB/s, latency "
+            f"{self.reduce_scatter_latency_s * 1e6:.0f} us",
+            f"  overheads    tiny op {self.kernel_overhead_s * 1e6:.2f} us; matmul under "
+            f"all-gather {g(self.matmul_during_comm_flops_per_s)} vs alone "
+            f"{g(self.matmul_alone_flops_per_s)} GFLOP/s (slowdown {self.comm_compute_slowdown:.2f})",
+            f"  attention    SDPA causal fraction {self.attention_fraction:.2f}, half_kv "
+            f"{self.attention_half_kv:.0f}",
+        ]
+        return lines + [f"  note: {n}" for n in self.notes]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+def summarise(per_rank: Sequence[dict[str, Any]], cfg: BenchConfig, elapsed_s: float,
+              torch_version: str, flags: frozenset[str] | None = None,
+              date: _dt.date | None = None) -> LocalMeasurement:
+    """Combine the ranks' raw timings (mean over ranks; collectives: the slowest rank) and fit."""
+    def mean(key):
+        return np.mean([np.asarray(r[key], dtype=float) for r in per_rank], axis=0)
+
+    shapes = gemm_shapes(cfg)
+    t32 = mean("gemm_fp32_s")
+    flops = np.array([2.0 * m * n * k for m, n, k in shapes])
+    rates = flops / t32
+    best = int(np.argmax(rates))
+    peak = float(rates[best])
+    bw = float(max(mean("copy_bytes_per_s"), mean("axpy_bytes_per_s")))
+    fraction, half_k, half_flops, rms = fit_gemm_law(shapes, t32, peak, bw)
+    bf16_rates = flops[-6:] / mean("gemm_bf16_s")
+    flags = cpu_flags() if flags is None else flags
+    gather = [float(max(r["all_gather_s"][i] for r in per_rank)) for i in range(len(cfg.gather_bytes))]
+    scatter = [float(max(r["reduce_scatter_s"][i] for r in per_rank))
+               for i in range(len(cfg.gather_bytes))]
+    busbw, alpha = fit_alpha_beta(cfg.gather_bytes, gather, cfg.ranks)
+    rs_busbw, rs_alpha = fit_alpha_beta(cfg.gather_bytes, scatter, cfg.ranks)
+    att_fraction, att_half = fit_attention(cfg.attention_lens, mean("attention_s"), 4 * 64, peak)
+    overlap = mean("overlap_flops_per_s")
+    notes = []
+    if rs_busbw < 0.8 * busbw:
+        notes.append(f"gloo reduce-scatter is slower than all-gather ({rs_busbw / 1e9:.2f} vs "
+                     f"{busbw / 1e9:.2f} GB/s busbw); the catalog has one link rate, the "
+                     "all-gather's, so reduce-scatters are predicted too fast")
+    return LocalMeasurement(
+        cpu_model=cpu_model(), vendor=cpu_vendor(), date=(date or _dt.date.today()).isoformat(),
+        ranks=cfg.ranks, torch_version=torch_version,
+        fp32_peak_flops_per_s=peak, fp32_best_shape=shapes[best],
+        bf16_peak_flops_per_s=float(bf16_rates.max()),
+        bf16_native=bool(set(BF16_FLAGS) & set(flags)),
+        gemm_shapes=tuple(shapes), gemm_fp32_s=tuple(float(v) for v in t32),
+        matmul_fraction=fraction, matmul_half_k=half_k, matmul_half_flops=half_flops,
+        gemm_fit_rms_log_error=rms,
+        copy_bytes_per_s=float(mean("copy_bytes_per_s")),
+        axpy_bytes_per_s=float(mean("axpy_bytes_per_s")),
+        memory_total_bytes=memory_total_bytes(),
+        resident_bytes=float(mean("resident_bytes")),
+        kernel_overhead_s=float(mean("tiny_op_s")),
+        attention_fraction=att_fraction, attention_half_kv=att_half,
+        gather_bytes=tuple(cfg.gather_bytes), all_gather_s=tuple(gather),
+        reduce_scatter_s=tuple(scatter),
+        link_busbw_bytes_per_s=busbw, link_latency_s=alpha,
+        reduce_scatter_busbw_bytes_per_s=rs_busbw, reduce_scatter_latency_s=rs_alpha,
+        matmul_alone_flops_per_s=float(overlap[0]),
+        matmul_during_comm_flops_per_s=float(overlap[1]),
+        elapsed_s=elapsed_s, notes=tuple(notes),
+    )
+
+
+def measure_local(cfg: BenchConfig | None = None, *, timeout_s: float = 180.0) -> LocalMeasurement:
+    """Run every micro-benchmark on ``cfg.ranks`` spawned gloo ranks and fit the laws.
+
+    Raises :class:`~fsdpsim.validation.fsdp_runs.RunError` when a rank fails or times out.
+    """
+    import torch
+
+    from fsdpsim.validation.fsdp_runs import launch
+
+    cfg = cfg or BenchConfig()
+    t0 = time.perf_counter()
+    per_rank = launch(bench_worker, cfg.ranks, (cfg,), timeout_s=timeout_s)
+    return summarise(per_rank, cfg, time.perf_counter() - t0, str(torch.__version__))
+
+
+# ============================================================================ the catalog entry
+def _num(value: float) -> str:
+    """A TOML number with 4 significant digits (always a float: ``95.0``, ``3.52e-02``)."""
+    text = f"{value:.4g}"
+    return text if any(c in text for c in ".en") else text + ".0"
+
+
+def _str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # JSON string escapes are valid TOML
+
+
+def catalog_entries(m: LocalMeasurement) -> dict[str, dict[str, Any]]:
+    """The three entries as plain dicts in catalog units (keys as in ``catalog.SCHEMAS``)."""
+    source = f"fsdpsim calibrate --local on {m.date}, {m.cpu_model}"
+    peaks = {"fp32": m.fp32_peak_flops_per_s / 1e12}
+    if m.bf16_native:
+        peaks["bf16"] = m.bf16_peak_flops_per_s / 1e12
+    busbw_gb = m.link_busbw_bytes_per_s / 1e9
+    latency_us = m.link_latency_s * 1e6
+    accelerator = {
+        "id": ACCELERATOR_ID, "name": f"{m.cpu_model}, one rank of {m.ranks} (1 thread each)",
+        "vendor": m.vendor,
+        "memory_gib": m.memory_total_bytes / GIB_BYTES,
+        "memory_usable_gib": m.memory_total_bytes / GIB_BYTES / m.ranks,
+        "hbm_bandwidth_tb_per_s": m.bandwidth_bytes_per_s / 1e12,
+        "runtime_reserved_gib": m.resident_bytes / GIB_BYTES,
+        "allocator_fraction": 0.0,
+        "source": source, "retrieved": m.date,
+        "peak_dense_tflops": peaks,
+        "intra_node_link": {"kind": "gloo-loopback", "gb_per_s_per_direction": busbw_gb,
+                            "latency_us": latency_us, "topology": "switch", "source": source},
+        "efficiency": {
+            "matmul_fraction": m.matmul_fraction, "matmul_half_gflop": m.matmul_half_flops / 1e9,
+            "matmul_half_k": m.matmul_half_k,
+            "attention_fraction": min(max(m.attention_fraction, 0.05), 1.0),
+            "attention_half_kv": m.attention_half_kv,
+            "hbm_fraction": 1.0, "link_fraction": 1.0,
+            "kernel_overhead_us": m.kernel_overhead_s * 1e6,
+            "comm_compute_slowdown": m.comm_compute_slowdown, "source": source,
+        },
+    }
+    network = {"id": NETWORK_ID, "name": "Loopback: one host, no network", "kind": "local",
+               "gbit_per_s_per_nic": busbw_gb * 8.0, "latency_us": latency_us,
+               "achievable_fraction": 1.0,
+               "fraction_source": "measured gloo all-gather on this host (no inter-node traffic)",
+               "source": source, "retrieved": m.date}
+    node = {"id": NODE_ID, "name": f"This host as one node of {m.ranks} CPU ranks",
+            "accelerator": ACCELERATOR_ID, "gpus_per_node": m.ranks, "nics_per_node": 1,
+            "network": NETWORK_ID, "source": source, "retrieved": m.date}
+    return {"accelerator": accelerator, "network": network, "node": node}
+
+
+def out_of_range(entries: dict[str, dict[str, Any]]) -> list[str]:
+    """Values that ``fsdpsim.catalog.SCHEMAS`` would refuse, one line each (empty: loads)."""
+    from fsdpsim.catalog import SCHEMAS, Field
+
+    problems = []
+
+    def walk(data, schema, where):
+        for key, value in data.items():
+            spec = schema.get(key)
+            if isinstance(spec, dict):
+                walk(value, spec, f"{where}.{key}")
+            elif isinstance(spec, Field) and spec.lo is not None and not isinstance(value, str):
+                if not spec.lo <= value <= spec.hi:
+                    problems.append(f"{where}.{key} = {value:.4g} is outside the catalog range "
+                                    f"{spec.describe()}")
+
+    for kind, data in entries.items():
+        walk(data, SCHEMAS[kind], kind)
+    return problems
+
+
+def _comments(m: LocalMeasurement) -> dict[str, str]:
+    bf16 = ("native avx512_bf16/amx_bf16: best measured bf16 matmul" if m.bf16_native else "")
+    return {
+        "memory_gib": "MemTotal of /proc/meminfo",
+        "memory_usable_gib": f"shared by the {m.ranks} ranks of the node",
+        "hbm_bandwidth_tb_per_s": (f"best of copy {m.copy_bytes_per_s / 1e9:.1f} and axpy "
+                                   f"{m.axpy_bytes_per_s / 1e9:.1f} GB/s (read + write bytes), "
+                                   "every rank at once"),
+        "runtime_reserved_gib": "resident memory of a rank after importing torch",
+        "allocator_fraction": "host malloc: not modelled",
+        "fp32": ("best measured fp32 matmul, one thread, every rank at once, at "
+                 + "x".join(map(str, m.fp32_best_shape))),
+        "bf16": bf16,
+        "gb_per_s_per_direction": "gloo all-gather busbw, alpha-beta fit over message sizes",
+        "latency_us": "gloo all-gather latency per ring step (same fit)",
+        "matmul_fraction": "fitted with the two below: large GEMMs / the best measured shape",
+        "matmul_half_gflop": "fitted to the shape sweep (engine's gemm_time_s)",
+        "matmul_half_k": f"fitted; rms log error {m.gemm_fit_rms_log_error:.2f}",
+        "attention_fraction": "SDPA causal, fitted with attention_half_kv",
+        "hbm_fraction": "1: relative to the measured bandwidth",
+        "link_fraction": "1: relative to the measured busbw",
+        "kernel_overhead_us": "one tiny in-place op in a loop",
+        "comm_compute_slowdown": (f"matmul alone / under all-gather - 1 = "
+                                  f"{m.matmul_alone_flops_per_s / m.matmul_during_comm_flops_per_s - 1:.2f}"
+                                  ", clipped to 0..0.5"),
+    }
+
+
+def _table(lines: list[str], prefix: str, data: dict[str, Any], comments: dict[str, str]) -> None:
+    subtables = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            subtables.append((key, value))
+            continue
+        if key == "retrieved":
+            text = value  # a TOML local date
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(value)
+        elif isinstance(value, float):
+            text = _num(value)
+        else:
+            text = _str(value)
+        note = comments.get(key, "")
+        lines.append(f"{key} = {text}" + (f"  # {note}" if note else ""))
+    for key, value in subtables:
+        lines.append("")
+        lines.append(f"[{prefix}.{key}]")
+        _table(lines, f"{prefix}.{key}", value, comments)
+
+
+def catalog_toml(m: LocalMeasurement) -> str:
+    """The catalog file text: header with the raw measurements, then the three entries."""
+    entries = catalog_entries(m)
+    lines = [f"# Written by `fsdpsim calibrate --local` on {m.date} (torch {m.torch_version}).",
+             f"# Host: {m.cpu_model}; {m.ranks} gloo ranks x 1 intra-op thread, measured at once.",
+             "# One 'accelerator' is one such rank. Use: fsdpsim --catalog <this folder> predict",
+             f"#   --cluster {NODE_ID} --num-gpus {m.ranks} --precision fp32 --eager-attention ...",
+             "# Raw timings (median per value):"]
+    lines += ["#   " + line.strip() for line in m.summary_lines()[1:]]
+    for problem in out_of_range(entries):
+        lines.append(f"# WARNING: {problem}")
+    comments = _comments(m)
+    for kind in ("accelerator", "network", "node"):
+        lines += ["", f"[[{kind}]]"]
+        _table(lines, kind, entries[kind], comments if kind == "accelerator" else {})
+    return "\n".join(lines) + "\n"
+
+
+# ============================================================================ real FSDP steps
+def fsdp_step_times(rank: int, world_size: int, spec: ModelSpec, micro_batch: int,
+                    seq_len: int, steps: int) -> list[float]:
+    """:func:`launch` worker: wall time of each FSDP2 training step on this rank [s].
+
+    The reference model (fp32, manual attention) with ``fully_shard`` on every block and the
+    root (torch defaults), AdamW; a step is forward, cross-entropy, backward, ``step`` and
+    ``zero_grad``, timed from a barrier to ``loss.item()``.
+    """
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from fsdpsim.validation.fsdp_runs import RunCase, _wrap
+    from fsdpsim.validation.reference import build_reference_model
+
+    torch.manual_seed(0)
+    model = _wrap(build_reference_model(spec, attention="manual"), RunCase("step", spec),
+                  world_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(1000 + rank)
+    out = []
+    for _ in range(steps):
+        idx = torch.randint(0, spec.vocab_size, (micro_batch, seq_len), generator=gen)
+        dist.barrier()
+        t0 = time.perf_counter()
+        logits = model(idx)
+        loss = F.cross_entropy(logits.flatten(0, 1), idx.roll(-1, dims=1).flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        loss.item()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def measured_step_s(per_rank: Sequence[Sequence[float]], warmup: int) -> tuple[float, list[float]]:
+    """Median over the steps after ``warmup`` of the slowest rank's time; and those times."""
+    slowest = [max(ts) for ts in zip(*per_rank)][warmup:]
+    if not slowest:
+        raise ValueError(f"warmup({warmup}) leaves no timed step of {len(per_rank[0])}")
+    return float(statistics.median(slowest)), slowest
+
+
+__all__ = ["BenchConfig", "LocalMeasurement", "measure_local", "catalog_toml", "catalog_entries",
+           "out_of_range", "fit_gemm_law", "fit_alpha_beta", "fit_attention", "fsdp_step_times",
+           "measured_step_s"]
