@@ -161,7 +161,7 @@ def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
                           "*.toml files)")
     cfg = (local_bench.BenchConfig.quick(ranks) if quick else local_bench.BenchConfig(ranks=ranks))
     click.echo(f"measuring this machine on {ranks} gloo ranks"
-               f"{' (quick budget)' if quick else ''} ...", err=True)
+               f"{' (quick budget)' if quick else ''} ...")
     try:
         result = local_bench.measure_local(cfg)
     except RunError as exc:

@@ -31,6 +31,24 @@ def _optimizer_traffic_bytes_per_param(code):
                     compute.OPTIMIZER_BYTES_PER_PARAM["sgd"])
 
 
+#: Above this share of capacity PyTorch's caching allocator starts to free and retry
+#: (``num_alloc_retries``), which slows steps in a way fsdpsim does not model: reports flag it
+#: and ``auto`` knobs prefer candidates below it.
+MEMORY_PRESSURE_FRACTION = 0.9
+
+
+def choice_rank(out: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """How ``auto`` knobs rank candidates (predict and sweep alike): ``(tier, key)``, smaller
+    first. Tier 0 fits with headroom (peak ≤ :data:`MEMORY_PRESSURE_FRACTION` of capacity),
+    tier 1 fits only tightly, tier 2 does not fit; within a fitting tier the fastest
+    (``key = -tokens/s``), otherwise the smallest peak memory."""
+    peak, cap = np.asarray(out["peak_bytes"]), np.asarray(out["capacity_bytes"])
+    fits = np.asarray(out["fits"], dtype=bool)
+    tier = np.where(fits, np.where(peak <= MEMORY_PRESSURE_FRACTION * cap, 0, 1), 2)
+    key = np.where(fits, -np.asarray(out["tokens_per_s"]), peak)
+    return tier, key
+
+
 #: Rows per internal block: a large grid is evaluated in blocks so that the ~1,500 temporaries
 #: of one evaluation stay in cache (measured 1.3-1.6x faster than one call on 10^6 rows).
 BLOCK_ROWS = 65_536

@@ -30,9 +30,7 @@ MEMORY_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes", "unsharded_para
                "runtime_reserved_bytes", "fragmentation_bytes")
 COMM_KEYS = ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "all_gather_s",
              "reduce_scatter_s", "all_reduce_s")
-#: Above this share of capacity PyTorch's caching allocator starts to free and retry
-#: (``num_alloc_retries``), which slows steps in a way fsdpsim does not model; reports flag it.
-MEMORY_PRESSURE_FRACTION = 0.9
+MEMORY_PRESSURE_FRACTION = engine.MEMORY_PRESSURE_FRACTION
 TIME_KEYS = ("compute_s", "gemm_s", "attention_s", "memory_bound_s", "recompute_s",
              "optimizer_s", "comm_s", "exposed_comm_s", "step_lower_bound_s",
              "step_upper_bound_s")
@@ -257,12 +255,9 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     out = engine.evaluate(x)
 
     fits = np.broadcast_to(out["fits"], mb_flat.shape)
-    speed = np.broadcast_to(out["tokens_per_s"], mb_flat.shape)
     n = mb_flat.size
-    if fits.any():
-        i = int(np.argmax(np.where(fits, speed, -np.inf)))
-    else:
-        i = int(np.argmin(np.broadcast_to(out["peak_bytes"], mb_flat.shape)))
+    tier, key = (np.broadcast_to(a, mb_flat.shape) for a in engine.choice_rank(out))
+    i = int(np.lexsort((np.arange(n), key, tier))[0])
     row = _row(out, i)
     rc_name = {v: k for k, v in engine.RECOMPUTE_CODES.items()}[int(rc_flat[i])]
     chosen: dict[str, str] = {"micro_batch": str(int(mb_flat[i])), "recompute": rc_name,
@@ -272,7 +267,11 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                                      ("recompute", training.recompute)) if given is None]
     if auto and n > 1:
         n_fit = int(fits.sum())
-        why = (f"fastest of {n_fit} fitting candidates out of {n}" if n_fit
+        roomy = int((tier == 0).sum())
+        why = (f"fastest of {roomy} candidates that fit below "
+               f"{100 * MEMORY_PRESSURE_FRACTION:.0f} % of memory (of {n})" if roomy
+               else f"fastest of {n_fit} candidates that fit, all above "
+                    f"{100 * MEMORY_PRESSURE_FRACTION:.0f} % of memory (of {n})" if n_fit
                else f"none of {n} candidates fits; showing the smallest memory footprint")
         chosen["why"] = f"auto {', '.join(auto)}: {why}"
     if row["fits"] and row["peak_bytes"] > MEMORY_PRESSURE_FRACTION * row["capacity_bytes"]:

@@ -43,7 +43,7 @@ EVAL_CHUNK = 65_536
 CANDIDATES_PER_CHUNK = 262_144
 J_PER_KWH = 3.6e6
 _DEFAULT_TRAINING = TrainingConfig(seq_len=1)
-_RANK_KEYS = ("tokens_per_s", "fits", "peak_bytes")
+_RANK_KEYS = ("tokens_per_s", "fits", "peak_bytes", "capacity_bytes")
 
 #: Output columns taken from the engine, named as in predict's JSON flattened with dots.
 THROUGHPUT_COLUMNS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu",
@@ -307,14 +307,11 @@ def _evaluate(inputs: Callable[[np.ndarray], dict], n: int, eval_chunk: int, *, 
 
 
 def _winners(owner: np.ndarray, out: dict[str, np.ndarray]) -> np.ndarray:
-    """Index of each point's chosen candidate: the fastest that fits, first on ties; when none
-    fits, the smallest peak memory (predict's rule). Points in ascending order."""
-    fits = out["fits"].astype(bool)
-    # Per point: whether any candidate fits; a fitting point ranks only its fitting rows.
-    any_fit = np.bincount(owner, weights=fits, minlength=owner.max() + 1)[owner] > 0
-    primary = np.where(any_fit, ~fits, False)
-    secondary = np.where(any_fit, -out["tokens_per_s"], out["peak_bytes"])
-    order = np.lexsort((np.arange(owner.size), secondary, primary, owner))
+    """Index of each point's chosen candidate by :func:`engine.choice_rank` (predict's rule:
+    the fastest that fits with memory headroom, then the fastest that fits, else the smallest
+    peak memory), first on ties. Points in ascending order."""
+    tier, key = engine.choice_rank(out)
+    order = np.lexsort((np.arange(owner.size), key, tier, owner))
     first = np.ones(order.size, dtype=bool)
     first[1:] = owner[order][1:] != owner[order][:-1]
     return order[first]

@@ -258,7 +258,10 @@ def test_best_picks_the_fastest_fitting_row(cat):
     assert len(every) == 8 * 5 * 9 * 3 and len(best) == 8
     keys = ["model", "gpu", "plan.num_gpus"]
     fitting = every[every["fits"]].astype({"model": str, "gpu": str})
-    fastest = fitting.loc[fitting.groupby(keys)["tokens_per_s"].idxmax()]
+    # predict's rule (engine.choice_rank): the fastest with memory headroom, else the fastest.
+    roomy = fitting["memory.peak_bytes"] <= 0.9 * fitting["memory.capacity_bytes"]
+    ranked = fitting.assign(tier=np.where(roomy, 0, 1), speed=-fitting["tokens_per_s"])
+    fastest = ranked.sort_values(["tier", "speed"], kind="stable").groupby(keys).head(1)
     for row in best.astype({"model": str, "gpu": str}).to_dict("records"):
         match = fastest[(fastest["model"] == row["model"]) & (fastest["gpu"] == row["gpu"])
                         & (fastest["plan.num_gpus"] == row["plan.num_gpus"])]
