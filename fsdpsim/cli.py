@@ -178,10 +178,12 @@ def _emit_rows(rows, fmt: str) -> None:
 
 # The predict and validate commands live in their own modules to keep this one short.
 from fsdpsim import cli_predict, cli_sweep, cli_validate  # noqa: E402  (register commands on `cli`)
+from fsdpsim import cli_plot  # noqa: E402
 
 cli_predict.register(cli)
 cli_validate.register(cli)
 cli_sweep.register(cli)
+cli_plot.register(cli)
 
 
 def _one_line(text: str) -> str:

@@ -25,7 +25,9 @@ DAY_S = 86_400.0
 _LIST = "comma-separated, repeatable"
 
 
-def sweep_options(f):
+def grid_options(f):
+    """The grid options of ``fsdpsim sweep`` (everything but ``--format`` and ``--output``);
+    ``fsdpsim plot`` takes the same ones."""
     opts = [
         click.option("--grid", "grid_file", type=click.Path(dir_okay=False), default=None,
                      help="TOML grid file; keys are these option names (the command line "
@@ -66,14 +68,19 @@ def sweep_options(f):
         click.option("--ceilings/--no-ceilings", default=None,
                      help="Solve the largest micro-batch and sequence that fit for every row "
                           "(default on; off is about 3x faster on grids without free knobs)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
-                     show_default=True, help="Output format (parquet needs pyarrow)."),
-        click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-                     help="Write to FILE instead of stdout."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+def sweep_options(f):
+    """:func:`grid_options` plus ``--format`` and ``--output``."""
+    f = click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+                     help="Write to FILE instead of stdout.")(f)
+    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                     show_default=True, help="Output format (parquet needs pyarrow).")(f)
+    return grid_options(f)
 
 
 def merge_options(grid_file: str | None, options: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,412 @@
+"""Figures (``fsdpsim.plots``), their data (``fsdpsim.plot_data``) and ``fsdpsim plot``.
+
+Every figure is checked from the Figure object: a title, axis labels with a unit, a legend,
+text of at least 9 pt, tick labels that do not overlap, and the content (one line per option,
+the plotted values equal to the sweep rows, the hide-communication threshold where the
+engine's bandwidth need equals the bandwidth, a non-dominated and complete Pareto front, bars
+that add up to the step time).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
+from matplotlib.text import Text
+
+from fsdpsim import plot_data, plots
+from fsdpsim.catalog import ENV_VAR, load_catalog
+from fsdpsim.cli import cli, main
+from fsdpsim.errors import ConfigError
+from fsdpsim.grid import build_grid
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.predict import predict
+from fsdpsim.presets import get_model
+from fsdpsim.sweep import run_sweep
+from fsdpsim.system import resolve_system
+
+UNIT = re.compile(r"\[[^\]]+\]|\([^)]+\)")
+MAP_BANDWIDTHS = (12.5, 25, 50, 100, 200, 400, 800, 1600)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_catalog(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog(use_env=False)
+
+
+def sweep(cat, **options):
+    return run_sweep(build_grid(cat, {k.replace("_", "-"): v for k, v in options.items()}))
+
+
+@pytest.fixture(scope="module")
+def throughput_rows(cat):
+    return sweep(cat, model_sizes="1b,10b,100b,1t", gpu="a100-40gb,h100", num_gpus="64",
+                 best=True)
+
+
+@pytest.fixture(scope="module")
+def ladder_rows(cat):
+    return sweep(cat, model_sizes="1b,3b,10b,30b,100b,300b,1t", gpu="a100-40gb,h200",
+                 num_gpus="8,64,512", best=True)
+
+
+@pytest.fixture(scope="module")
+def seq_rows(cat):
+    return sweep(cat, model="llama3-8b", gpu="a100-40gb,h200", num_gpus="8,64",
+                 micro_batch="1", recompute="full")
+
+
+@pytest.fixture(scope="module")
+def map_rows(cat):
+    return plots.bandwidth_map_rows("llama3-8b", "h100", num_gpus=64,
+                                    bandwidths_gbps=MAP_BANDWIDTHS, catalog=cat)
+
+
+@pytest.fixture(scope="module")
+def pareto_rows(cat):
+    return sweep(cat, model="llama3-70b", gpu="a100-40gb,h100", num_gpus="32..1024",
+                 global_batch="1024", tokens="1t", best=True)
+
+
+@pytest.fixture(scope="module")
+def breakdown_rows(cat):
+    return sweep(cat, model="llama3-8b", gpu="h100", num_gpus="64",
+                 inter_node_gbps_per_gpu="25,100,400", best=True)
+
+
+# -- readability, from the figure objects --------------------------------------------------------
+def check_readable(fig, *, categorical_y: bool = False):
+    """Title, labelled axes with units, a legend, text >= 9 pt, no overlapping tick labels."""
+    ax = fig.axes[0]
+    assert ax.get_title().strip()
+    assert UNIT.search(ax.get_xlabel()), ax.get_xlabel()
+    assert UNIT.search(ax.get_ylabel()) or categorical_y, ax.get_ylabel()
+    assert ax.get_legend() is not None or fig.legends
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for text in fig.findobj(Text):
+        if text.get_visible() and text.get_text().strip():
+            assert text.get_fontsize() >= 9, (text.get_text(), text.get_fontsize())
+    for axes in fig.axes:
+        for axis in (axes.xaxis, axes.yaxis):
+            boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels(which="both")
+                     if t.get_visible() and t.get_text().strip()]
+            for i, a in enumerate(boxes):
+                for b in boxes[i + 1:]:
+                    assert not a.overlaps(b), f"tick labels overlap on {axis.axis_name}"
+    return ax
+
+
+def test_figures_draw_on_the_agg_canvas_without_pyplot(throughput_rows):
+    fig = plots.throughput_vs_model_size(throughput_rows)
+    assert type(fig.canvas).__name__ == "FigureCanvasAgg"
+    source = Path(plots.__file__).read_text()
+    assert "import pyplot" not in source and "matplotlib.pyplot" not in source
+
+
+# -- 1. throughput -----------------------------------------------------------------------------
+@pytest.mark.parametrize("metric, scale", [("tokens_per_s_per_gpu", 1.0), ("mfu", 100.0)])
+def test_throughput_one_line_per_system_with_the_rows_values(throughput_rows, metric, scale):
+    fig = plots.throughput_vs_model_size(throughput_rows, metric=metric)
+    ax = check_readable(fig)
+    assert len(ax.lines) == throughput_rows["system"].nunique() == 2
+    assert ax.get_xscale() == "log"
+    ok = plot_data.feasible(throughput_rows)
+    for line, gpu in zip(ax.lines, ("a100-sxm4-40gb", "h100-sxm5-80gb")):
+        want = throughput_rows[ok & (throughput_rows["gpu"] == gpu)].sort_values("n_params")
+        assert line.get_label() == gpu
+        np.testing.assert_allclose(line.get_xdata(), want["n_params"].astype(float))
+        np.testing.assert_allclose(line.get_ydata(), want[metric].astype(float) * scale,
+                                   rtol=1e-12)
+    # 1T does not fit on 64 A100 40GB: that line ends early.
+    assert len(ax.lines[0].get_xdata()) < len(ax.lines[1].get_xdata())
+
+
+def test_throughput_best_of_varying_axes_and_bad_options(cat):
+    rows = sweep(cat, model_sizes="1b,10b", gpu="h100", num_gpus="8,64", best=True)
+    fig = plots.throughput_vs_model_size(rows, by="gpu")
+    ax = fig.axes[0]
+    assert len(ax.lines) == 1 and "best of num gpus" in ax.get_title()
+    best = rows.groupby("n_params")["tokens_per_s_per_gpu"].max().to_numpy()
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), best)
+    with pytest.raises(ConfigError, match="metric 'tflops'"):
+        plots.throughput_vs_model_size(rows, metric="tflops")
+    with pytest.raises(ConfigError, match="by='vendor' is not a column"):
+        plots.throughput_vs_model_size(rows, by="vendor")
+
+
+def test_throughput_from_options_uses_the_sweep(cat):
+    fig = plots.throughput_vs_model_size({"model-sizes": "1b,10b", "gpu": "h100,b200",
+                                          "num-gpus": "64"}, catalog=cat)
+    ax = check_readable(fig)
+    assert [line.get_label() for line in ax.lines] == ["h100-sxm5-80gb", "b200"]
+    assert all(len(line.get_xdata()) == 2 for line in ax.lines)
+
+
+# -- 2. memory ceilings ------------------------------------------------------------------------
+def test_memory_ceiling_model_size_is_the_largest_fitting_model(ladder_rows):
+    fig = plots.memory_ceiling(ladder_rows)
+    ax = check_readable(fig)
+    assert len(ax.lines) == ladder_rows["gpu"].nunique() == 2
+    assert "(39 GiB)" in ax.lines[0].get_label() and "(141 GiB)" in ax.lines[1].get_label()
+    for line, gpu in zip(ax.lines, ("a100-sxm4-40gb", "h200-sxm-141gb")):
+        for n, y in zip(line.get_xdata(), line.get_ydata()):
+            part = ladder_rows[(ladder_rows["gpu"] == gpu) & (ladder_rows["plan.num_gpus"] == n)]
+            fitting = [float(p) for p, f in zip(part["n_params"], part["fits"]) if f]
+            assert y == max(fitting)
+    # More GPUs never lower the ceiling (FSDP shards the states).
+    assert all(np.all(np.diff(line.get_ydata()) >= 0) for line in ax.lines)
+
+
+def test_memory_ceiling_marks_capped_points(cat):
+    rows = sweep(cat, model_sizes="1b,2b", gpu="h200", num_gpus="8", best=True)
+    table = plot_data.model_size_ceiling(rows)
+    assert table["capped"].all()  # 2B fits on 8 H200: the real ceiling is higher
+    fig = plots.memory_ceiling(rows)
+    assert any(isinstance(c, PathCollection) for c in fig.axes[0].collections)
+    assert any("ceiling is higher" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+
+
+def test_memory_ceiling_seq_len(seq_rows):
+    fig = plots.memory_ceiling(seq_rows, kind="seq_len")
+    ax = check_readable(fig)
+    assert len(ax.lines) == 2
+    for line, gpu in zip(ax.lines, ("a100-sxm4-40gb", "h200-sxm-141gb")):
+        want = seq_rows[seq_rows["gpu"] == gpu].sort_values("plan.num_gpus")
+        want = want[want["thresholds.max_seq_len"] > 0]
+        np.testing.assert_array_equal(line.get_ydata(), want["thresholds.max_seq_len"])
+    with pytest.raises(ConfigError, match="kind 'gpus'"):
+        plots.memory_ceiling(seq_rows, kind="gpus")
+
+
+# -- 3. bandwidth map ----------------------------------------------------------------------------
+def test_bandwidth_map_rows_are_the_engine(map_rows, cat):
+    assert len(map_rows) == len(MAP_BANDWIDTHS) * len(plot_data.MAP_MICRO_BATCHES)
+    row = map_rows[(map_rows["inter_node_gbps_per_gpu"] == 50)
+                   & (map_rows["training.micro_batch"] == 4)].iloc[0]
+    p = predict(get_model("llama3-8b"), resolve_system(cat, gpu="h100", inter_node_gbps_per_gpu=50),
+                ParallelPlan(num_gpus=64, gpus_per_node=8),
+                TrainingConfig(seq_len=1024, micro_batch=4, recompute=row["training.recompute"]))
+    d = p.to_dict()
+    assert row["tokens_per_s_per_gpu"] == pytest.approx(d["tokens_per_s_per_gpu"], rel=1e-12)
+    assert row["thresholds.min_inter_node_gbps_per_gpu"] == pytest.approx(
+        d["thresholds"]["min_inter_node_gbps_per_gpu"], rel=1e-12)
+
+
+def test_bandwidth_map_threshold_contour_is_where_the_need_equals_the_bandwidth(map_rows, cat):
+    fig = plots.bandwidth_map(map_rows, catalog=cat)
+    ax = check_readable(fig)
+    threshold = [c for c in ax.collections if c.get_gid() == plots.THRESHOLD_GID]
+    assert len(threshold) == 1
+    vertices = np.concatenate([p.vertices for p in threshold[0].get_paths() if len(p.vertices)])
+    assert len(vertices) >= 2
+    need = map_rows.assign(tokens=map_rows["training.seq_len"] * map_rows["training.micro_batch"])
+    checked = 0
+    for x, y in vertices:
+        row = need[np.isclose(need["tokens"], y, rtol=1e-9)].sort_values("inter_node_gbps_per_gpu")
+        if row.empty:
+            continue  # a vertex on a vertical grid edge
+        bw = row["inter_node_gbps_per_gpu"].to_numpy()
+        hidden = bw >= row["thresholds.min_inter_node_gbps_per_gpu"].fillna(np.inf).to_numpy()
+        j = np.searchsorted(bw, x)  # the grid cell [bw[j-1], bw[j]] holding the vertex
+        assert 0 < j < bw.size and not hidden[j - 1] and hidden[j], (x, y)
+        checked += 1
+    assert checked >= 2
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("hide-comm threshold" in t for t in legend)
+    assert any("does not fit" in t for t in legend)  # 128k tokens per GPU do not fit on 80 GB
+    cbar = fig.axes[1]
+    assert cbar.get_ylabel() == "MFU [%]"
+
+
+def test_bandwidth_map_marks_real_clusters_at_their_bandwidth(map_rows, cat):
+    fig = plots.bandwidth_map(map_rows, tokens_per_gpu=8192, catalog=cat)
+    ax = fig.axes[0]
+    marks = {float(line.get_xdata()[0]): line.get_label() for line in ax.lines}
+    assert marks == {50.0: "50 Gb/s: p4d", 100.0: "100 Gb/s: leonardo",
+                     200.0: "200 Gb/s: juwels-booster, jupiter, perlmutter",
+                     400.0: "400 Gb/s: dgx-h100"}
+    assert all(line.get_ydata()[0] == 8192 for line in ax.lines)
+    bare = plots.bandwidth_map(map_rows, clusters=(), catalog=cat)
+    assert not bare.axes[0].lines
+
+
+def test_bandwidth_map_rejects_mixed_rows(map_rows, throughput_rows):
+    with pytest.raises(ConfigError, match="vary in gpu"):
+        plots.bandwidth_map(pd.concat([map_rows, map_rows.assign(gpu="b200")]))
+    with pytest.raises(ConfigError, match="needs the sweep columns"):
+        plots.bandwidth_map(map_rows.drop(columns="thresholds.min_inter_node_gbps_per_gpu"))
+
+
+# -- 4. procurement Pareto front ---------------------------------------------------------------
+def test_pareto_front_hand_worked():
+    x = [1, 2, 3, 2, 4, 1, 3]
+    y = [5, 3, 1, 4, 1, 5, 2]
+    # (1,5) twice (equal, both kept), (2,3), (3,1); (2,4) by (2,3), (4,1) by (3,1), (3,2) by (3,1).
+    assert plot_data.pareto_front(x, y).tolist() == [True, True, True, False, False, True, False]
+
+
+def test_procurement_pareto_front_is_non_dominated_and_complete(pareto_rows):
+    fig = plots.procurement_pareto(pareto_rows)
+    ax = check_readable(fig)
+    options = np.concatenate([c.get_offsets() for c in ax.collections
+                              if c.get_gid() == plots.OPTIONS_GID])
+    front = np.concatenate([c.get_offsets() for c in ax.collections
+                            if c.get_gid() == plots.FRONT_GID])
+    ok = plot_data.feasible(pareto_rows) & pareto_rows["cost_usd_per_million_tokens"].notna()
+    assert len(options) == ok.sum() >= 8
+    np.testing.assert_allclose(np.sort(options[:, 0]),
+                               np.sort(pareto_rows.loc[ok, "train_time_s"] / 86_400.0))
+
+    def dominated(p, others):
+        return np.any(np.all(others <= p, axis=1) & np.any(others < p, axis=1))
+
+    assert not any(dominated(p, options) for p in front)
+    on_front = {tuple(p) for p in front}
+    assert all(dominated(p, options) for p in options if tuple(p) not in on_front)
+    labels = [t for t in ax.texts if t.get_visible()]
+    assert labels and all("GPUs" in t.get_text() for t in labels)
+
+
+def test_procurement_pareto_needs_a_time_to_train(cat):
+    rows = sweep(cat, model="llama3-8b", gpu="h100", num_gpus="8,64", best=True)
+    with pytest.raises(ConfigError, match="--tokens"):
+        plots.procurement_pareto(rows)
+    fig = plots.procurement_pareto(rows, tokens=1e12)
+    assert "1T tokens" in fig.axes[0].get_xlabel()
+    no_price = sweep(cat, model="llama3-8b", gpu="b200", num_gpus="8", tokens="1t")
+    with pytest.raises(ConfigError, match="price"):
+        plots.procurement_pareto(no_price)
+
+
+# -- 5. step breakdown -------------------------------------------------------------------------
+def test_step_components_add_up_to_the_step(cat):
+    rows = sweep(cat, model="llama3-8b,gpt3-1.3b", gpu="h100", num_gpus="8,64",
+                 sharding="full,grad_op,optimizer,none,hybrid", recompute="none,selective,full",
+                 micro_batch="1,4")
+    rows = rows[rows["step_time_s"].notna()]
+    parts = plot_data.step_components(rows)
+    assert list(parts.columns) == list(plot_data.STEP_PARTS)
+    assert (parts.to_numpy() >= 0).all() and (parts["pipeline bubble"] == 0).all()
+    np.testing.assert_allclose(parts.sum(axis=1), rows["step_time_s"], rtol=1e-12)
+    np.testing.assert_allclose(parts["recompute"], rows["time.recompute_s"])
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_step_breakdown_bars(breakdown_rows, normalize):
+    fig = plots.step_breakdown(breakdown_rows, normalize=normalize)
+    ax = check_readable(fig, categorical_y=True)
+    containers = [c for c in ax.containers if isinstance(c, BarContainer)]
+    names = [c.get_label() for c in containers]
+    assert names[:4] == ["GEMM", "attention", "memory-bound", "recompute"]
+    assert "exposed communication" in names and "optimizer" in names
+    assert any(n.startswith("pipeline bubble") for n in names)  # the slot, 0 today
+    widths = np.sum([[bar.get_width() for bar in c] for c in containers], axis=0)
+    step = breakdown_rows["step_time_s"].to_numpy()
+    want = np.full(step.size, 100.0) if normalize else step * (1e3 if step.max() < 2 else 1.0)
+    np.testing.assert_allclose(widths, want, rtol=1e-9)
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        f"{b} Gb/s · mbs {m} · recompute {r}" for b, m, r in
+        zip([25, 100, 400], breakdown_rows["training.micro_batch"],
+            breakdown_rows["training.recompute"])]
+    # Less bandwidth, more exposed communication.
+    exposed = [c for c in containers if c.get_label() == "exposed communication"][0]
+    assert exposed[0].get_width() > exposed[2].get_width()
+
+
+def test_step_breakdown_limits_bars(throughput_rows):
+    with pytest.raises(ConfigError, match="at most 3 configurations"):
+        plots.step_breakdown(throughput_rows, max_bars=3)
+
+
+# -- saving and the command line ---------------------------------------------------------------
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml"),
+                                           (".pdf", b"%PDF")])
+def test_save_by_suffix(tmp_path, breakdown_rows, suffix, magic):
+    path = plots.save(plots.step_breakdown(breakdown_rows), tmp_path / f"f{suffix.upper()}")
+    assert path.read_bytes().startswith(magic)
+
+
+def test_save_rejects_bad_paths(tmp_path, breakdown_rows):
+    fig = plots.step_breakdown(breakdown_rows)
+    with pytest.raises(ConfigError, match=r"unknown suffix '\.jpg'; accepted: \.png, \.svg"):
+        plots.save(fig, tmp_path / "f.jpg")
+    with pytest.raises(ConfigError, match="folder"):
+        plots.save(fig, tmp_path / "missing" / "f.png")
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture(scope="module")
+def rows_csv(tmp_path_factory, pareto_rows):
+    path = tmp_path_factory.mktemp("rows") / "rows.csv"
+    from fsdpsim.cli_sweep import write
+    write(pareto_rows, None, "csv", str(path))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["pareto", "breakdown", "throughput"])
+def test_cli_plot_from_a_csv(tmp_path, rows_csv, kind):
+    out = tmp_path / f"{kind}.png"
+    args = ["plot", kind, "--input", str(rows_csv), "--output", str(out)]
+    if kind == "throughput":
+        args += ["--by", "plan.num_gpus", "--metric", "mfu"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(b"\x89PNG") and "written to" in result.output
+
+
+def test_cli_plot_with_inline_sweep_options(tmp_path):
+    out = tmp_path / "t.svg"
+    result = CliRunner().invoke(cli, ["plot", "throughput", "--model", "llama3-8b,llama3-70b",
+                                      "--gpu", "h100,b200", "--num-gpus", "64", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "a sweep of 4 rows" in result.output and out.stat().st_size > 0
+    out = tmp_path / "b.png"
+    result = CliRunner().invoke(cli, ["plot", "bandwidth", "--inter-node-gbps-per-gpu",
+                                      "25,100,400", "--micro-batch", "1,4,16", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["plot", "pie", "-o", "x.png"], "unknown plot kind 'pie'; accepted: throughput, memory"),
+    (["plot", "pareto", "-o", "x.jpg"], "unknown suffix '.jpg'"),
+    (["plot", "pareto", "--metric", "mfu", "-o", "x.png"], "--metric applies to the throughput"),
+    (["plot", "pareto", "--input", "nowhere.csv", "-o", "x.png"], "does not exist"),
+    (["plot", "pareto", "--input", "rows.txt", "-o", "x.png"], "unknown suffix '.txt'"),
+    (["plot", "pareto"], "Missing option '--output'"),
+])
+def test_cli_plot_errors_are_one_line(capsys, args, message):
+    rc, out, err = run(capsys, *args)
+    assert rc == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_cli_plot_errors_on_rows(capsys, tmp_path, rows_csv):
+    bad = tmp_path / "bad.csv"
+    pd.read_csv(rows_csv).drop(columns=["cost_usd_per_million_tokens"]).to_csv(bad, index=False)
+    rc, _, err = run(capsys, "plot", "pareto", "--input", str(bad), "-o", str(tmp_path / "p.png"))
+    assert rc == 2 and "needs the sweep columns cost_usd_per_million_tokens" in err
+    assert err.count("\n") == 1
+    rc, _, err = run(capsys, "plot", "pareto", "--input", str(rows_csv), "--gpu", "h100",
+                     "-o", str(tmp_path / "p.png"))
+    assert rc == 2 and "not both" in err
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    rc, _, err = run(capsys, "plot", "pareto", "--input", str(empty), "-o", str(tmp_path / "p.png"))
+    assert rc == 2 and "cannot be read" in err and err.count("\n") == 1
