@@ -94,14 +94,16 @@ _COMMON = {
     "override": Field(bool, False),
 }
 
-_PEAK = {p: Field(_NUM, False, 0.1, 100_000, unit="TFLOP/s")
+# Lower bounds admit CPU hosts measured by `fsdpsim calibrate --local` (tens of GFLOP/s,
+# tens of GB/s, gloo links below 1 GB/s with ~0.5 ms per step).
+_PEAK = {p: Field(_NUM, False, 0.001, 100_000, unit="TFLOP/s")
          for p in ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")}
 
 _LINK = {
     "kind": Field(str),
-    "gb_per_s_per_direction": Field(_NUM, True, 1, 10_000, unit="GB/s"),
+    "gb_per_s_per_direction": Field(_NUM, True, 0.01, 10_000, unit="GB/s"),
     "per_peer_gb_per_s_per_direction": Field(_NUM, False, 1, 10_000, unit="GB/s"),
-    "latency_us": Field(_NUM, True, 0.05, 100, unit="us"),
+    "latency_us": Field(_NUM, True, 0.05, 10_000, unit="us"),
     "topology": Field(str, True, choices=("switch", "mesh", "pcie", "torus", "single")),
     "domain_size": Field(int, False, 1, 100_000),
     "source": Field(str, False),
@@ -118,7 +120,7 @@ _EFFICIENCY = {
     "hbm_fraction": Field(_NUM, True, 0.2, 1.0),
     "link_fraction": Field(_NUM, True, 0.2, 1.1),
     "kernel_overhead_us": Field(_NUM, True, 0.0, 100, unit="us"),
-    "comm_compute_slowdown": Field(_NUM, True, 0.0, 0.5),
+    "comm_compute_slowdown": Field(_NUM, True, 0.0, 5.0),
     "source": Field(str),
 }
 
@@ -128,7 +130,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "vendor": Field(str),
         "memory_gib": Field(_NUM, True, 1, 4096, unit="GiB"),
         "memory_usable_gib": Field(_NUM, False, 1, 4096, unit="GiB"),
-        "hbm_bandwidth_tb_per_s": Field(_NUM, True, 0.05, 100, unit="TB/s"),
+        "hbm_bandwidth_tb_per_s": Field(_NUM, True, 0.001, 100, unit="TB/s"),
         "runtime_reserved_gib": Field(_NUM, True, 0.0, 32, unit="GiB"),
         "allocator_fraction": Field(_NUM, True, 0.0, 0.5),
         "tdp_w": Field(_NUM, False, 10, 5000, unit="W"),

@@ -93,9 +93,9 @@ def register(cli: click.Group) -> None:
             given = [name for name, value in (("--measurements", measurements), ("--gpu", gpus),
                                               ("--factor", factors)) if value]
             if given:
+                them = "it" if len(given) == 1 else "them"
                 raise ConfigError(f"calibrate --local measures this machine and takes no "
-                                  f"{', '.join(given)}; drop {'it' if len(given) == 1 else 'them'}, or "
-                                  "drop --local to fit "
+                                  f"{', '.join(given)}; drop {them}, or drop --local to fit "
                                   "measured runs")
             _calibrate_local(ranks or 2, quick, output or LOCAL_DEFAULT_OUTPUT)
             return
@@ -149,6 +149,9 @@ def _write(output: str, text: str) -> None:
 
 def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
     """``calibrate --local``: measure, write the entry, check that the catalog loads it."""
+    if not output.endswith(".toml"):
+        raise ConfigError(f"--output {output!r} must end in .toml (catalog folders are read for "
+                          "*.toml files)")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -156,9 +159,6 @@ def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
     from fsdpsim.validation import local_bench
     from fsdpsim.validation.fsdp_runs import RunError
 
-    if not output.endswith(".toml"):
-        raise ConfigError(f"--output {output!r} must end in .toml (catalog folders are read for "
-                          "*.toml files)")
     cfg = (local_bench.BenchConfig.quick(ranks) if quick else local_bench.BenchConfig(ranks=ranks))
     click.echo(f"measuring this machine on {ranks} gloo ranks"
                f"{' (quick budget)' if quick else ''} ...")

@@ -49,6 +49,9 @@ def choice_rank(out: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return tier, key
 
 
+#: Exposed communication at or above this share of the step names a link as the bottleneck.
+EXPOSED_COMM_BINDS = 0.1
+
 #: Rows per internal block: a large grid is evaluated in blocks so that the ~1,500 temporaries
 #: of one evaluation stay in cache (measured 1.3-1.6x faster than one call on 10^6 rows).
 BLOCK_ROWS = 65_536
@@ -290,9 +293,11 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     inter_share = np.where(comm_s > 0, nic_comm_s / np.where(comm_s > 0, comm_s, 1.0), 0.0)
     exposed_inter = exposed_s * inter_share
     exposed_intra = exposed_s - exposed_inter
-    scores = np.stack(np.broadcast_arrays(gemm_total + attn_total, hbm_total, exposed_intra,
-                                          exposed_inter))
-    bottleneck = np.argmax(scores, axis=0)
+    # Communication binds once its exposed part is a sizeable share of the step (more bandwidth
+    # would then buy at least that much); otherwise the larger of compute and memory-bound work.
+    on_chip = np.where(gemm_total + attn_total >= hbm_total, 0, 1)
+    link = np.where(exposed_inter >= exposed_intra, 3, 2)
+    bottleneck = np.where(exposed_s >= EXPOSED_COMM_BINDS * step_s, link, on_chip)
     bottleneck = np.where(mem["fits"], bottleneck, 4)
 
     # ---- thresholds (Wang et al. 2025, arXiv 2504.03655; derivation in the docs) --------------

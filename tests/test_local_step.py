@@ -9,21 +9,18 @@ CPU timing on a shared 2-core machine is noisy (other jobs, SMT siblings, gloo t
 same cores), so the assertion is loose: within a factor of 2.5 (``pytest -s`` prints the
 numbers).
 
-The catalog's plausible ranges are GPU-sized: a CPU rank's fp32 peak (< 0.1 TFLOP/s), memory
-bandwidth (< 0.05 TB/s), gloo link (< 1 GB/s, latency > 100 us) and the compute slowdown
-under concurrent gloo traffic (> 0.5) fall outside them. Until ``fsdpsim.catalog.SCHEMAS``
-accepts CPU values, the fixture ``cpu_ranges`` widens exactly those bounds for the duration of
-a test (it changes nothing once they are wide enough).
+The catalog's plausible ranges admit CPU hosts (fp32 peaks of tens of GFLOP/s, tens of GB/s of
+memory bandwidth, gloo links below 1 GB/s with ~0.5 ms per ring step, compute slowdowns above
+0.5 under concurrent gloo traffic), so the written entry loads as it is.
 """
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
 
-from fsdpsim.catalog import SCHEMAS, Field, load_catalog
+from fsdpsim.catalog import load_catalog
 from fsdpsim.cli import main
 from fsdpsim.costs.compute import attention_time_s, gemm_time_s
 from fsdpsim.model import ModelSpec
@@ -44,15 +41,6 @@ from fsdpsim.validation.local_bench import (
     out_of_range,
 )
 
-#: (path in SCHEMAS, lowest value a CPU rank needs, highest) — the bounds a CPU falls outside.
-CPU_RANGES = (
-    (("accelerator", "peak_dense_tflops", "fp32"), 1e-3, None),
-    (("accelerator", "peak_dense_tflops", "bf16"), 1e-3, None),
-    (("accelerator", "hbm_bandwidth_tb_per_s"), 1e-3, None),
-    (("accelerator", "intra_node_link", "gb_per_s_per_direction"), 1e-2, None),
-    (("accelerator", "intra_node_link", "latency_us"), None, 1e4),
-    (("accelerator", "efficiency", "comm_compute_slowdown"), None, 10.0),
-)
 RATIO_BAND = 2.5  # measured / predicted step time must lie in [1/2.5, 2.5]
 
 SPEC = ModelSpec(
@@ -62,19 +50,6 @@ SPEC = ModelSpec(
 )
 SEQ_LEN, MICRO_BATCH, WORLD = 256, 4, 2
 STEPS, WARMUP = 12, 4  # median of the 8 steps after 4 warm-up steps
-
-
-@pytest.fixture
-def cpu_ranges(monkeypatch):
-    """Widen the catalog bounds that CPU values fall outside (no-op where already wide)."""
-    for path, lo, hi in CPU_RANGES:
-        table = SCHEMAS
-        for key in path[:-1]:
-            table = table[key]
-        old: Field = table[path[-1]]
-        new = dataclasses.replace(old, lo=old.lo if lo is None else min(old.lo, lo),
-                                  hi=old.hi if hi is None else max(old.hi, hi))
-        monkeypatch.setitem(table, path[-1], new)
 
 
 def fake_measurement(**changes) -> LocalMeasurement:
@@ -140,7 +115,7 @@ def test_measured_step_is_the_median_of_the_slowest_rank_after_warmup():
 
 
 # ============================================================================ the entry
-def test_entry_loads_and_carries_the_measured_values(tmp_path, cpu_ranges):
+def test_entry_loads_and_carries_the_measured_values(tmp_path):
     m = fake_measurement()
     (tmp_path / "local.toml").write_text(catalog_toml(m))
     cat = load_catalog([tmp_path], use_env=False)
@@ -160,7 +135,7 @@ def test_entry_loads_and_carries_the_measured_values(tmp_path, cpu_ranges):
     assert "fsdpsim calibrate --local on 2026-11-30, AMD EPYC" in acc.source
 
 
-def test_entry_without_native_bf16_has_fp32_only(tmp_path, cpu_ranges):
+def test_entry_without_native_bf16_has_fp32_only(tmp_path):
     (tmp_path / "local.toml").write_text(catalog_toml(fake_measurement(bf16_native=False)))
     acc = load_catalog([tmp_path], use_env=False).accelerator("local-cpu")
     assert set(acc.peak_flops_per_s) == {"fp32"}
@@ -191,7 +166,8 @@ def test_calibrate_option_errors_are_one_line(argv, text, capsys, monkeypatch):
     assert len(err) == 1 and text in err[0], err
 
 
-def test_calibrate_local_writes_the_entry(tmp_path, capsys, monkeypatch, cpu_ranges):
+def test_calibrate_local_writes_the_entry(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")  # the command checks for it before measuring
     seen = {}
 
     def fake(cfg):
@@ -212,6 +188,7 @@ def test_calibrate_local_writes_the_entry(tmp_path, capsys, monkeypatch, cpu_ran
 
 
 def test_calibrate_local_names_the_refused_bounds(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
     monkeypatch.setattr(local_bench, "measure_local",
                         lambda cfg: fake_measurement(copy_bytes_per_s=1e6, axpy_bytes_per_s=1e6))
     out = tmp_path / "local.toml"
@@ -221,17 +198,16 @@ def test_calibrate_local_names_the_refused_bounds(tmp_path, capsys, monkeypatch)
 
 
 # ============================================================================ real runs
-@pytest.mark.torch
-@pytest.mark.slow
-def test_predicted_fsdp_step_on_this_cpu(tmp_path, cpu_ranges):
-    """calibrate --local (reduced budget), then real FSDP2 steps against the prediction."""
-    pytest.importorskip("torch")
+def _calibrate_predict_and_run(folder) -> tuple[float, str]:
+    """calibrate --local (reduced budget) into ``folder``, predict, run real steps;
+    (measured / predicted step time, a report)."""
     from fsdpsim.validation.fsdp_runs import launch
     from fsdpsim.validation.local_bench import fsdp_step_times, measure_local
 
     m = measure_local(BenchConfig.quick(WORLD), timeout_s=180.0)
-    (tmp_path / "local.toml").write_text(catalog_toml(m))
-    system = resolve_system(load_catalog([tmp_path], use_env=False), cluster="local-node")
+    folder.mkdir()
+    (folder / "local.toml").write_text(catalog_toml(m))
+    system = resolve_system(load_catalog([folder], use_env=False), cluster="local-node")
     p = predict(SPEC, system, ParallelPlan(num_gpus=WORLD, gpus_per_node=WORLD),
                 TrainingConfig(seq_len=SEQ_LEN, micro_batch=MICRO_BATCH, recompute="none",
                                precision="fp32", flash_attention=False))
@@ -239,14 +215,36 @@ def test_predicted_fsdp_step_on_this_cpu(tmp_path, cpu_ranges):
                       timeout_s=240.0)
     measured, steps = measured_step_s(per_rank, WARMUP)
     predicted = p.step_time_s
-    ratio = measured / predicted
     t = p.to_dict()["time"]
-    print("\n" + "\n".join(m.summary_lines()))
-    print(f"FSDP2 step, {SPEC.name}, seq {SEQ_LEN}, micro-batch {MICRO_BATCH}, W {WORLD}, fp32: "
-          f"measured {measured * 1e3:.0f} ms (median of {len(steps)}: "
-          f"{', '.join(f'{s * 1e3:.0f}' for s in steps)}), predicted {predicted * 1e3:.0f} ms "
-          f"(compute {t['compute_s'] * 1e3:.0f}, GEMM {t['gemm_s'] * 1e3:.0f}, attention "
-          f"{t['attention_s'] * 1e3:.0f}, memory-bound {t['memory_bound_s'] * 1e3:.0f}, comm "
-          f"{t['comm_s'] * 1e3:.0f}, exposed {t['exposed_comm_s'] * 1e3:.0f}); "
-          f"measured / predicted = {ratio:.2f}")
-    assert 1.0 / RATIO_BAND <= ratio <= RATIO_BAND
+    report = "\n".join(m.summary_lines()) + (
+        f"\nFSDP2 step, {SPEC.name}, seq {SEQ_LEN}, micro-batch {MICRO_BATCH}, W {WORLD}, fp32: "
+        f"measured {measured * 1e3:.0f} ms (median of {len(steps)}: "
+        f"{', '.join(f'{s * 1e3:.0f}' for s in steps)}), predicted {predicted * 1e3:.0f} ms "
+        f"(compute {t['compute_s'] * 1e3:.0f}, GEMM {t['gemm_s'] * 1e3:.0f}, attention "
+        f"{t['attention_s'] * 1e3:.0f}, memory-bound {t['memory_bound_s'] * 1e3:.0f}, comm "
+        f"{t['comm_s'] * 1e3:.0f}, exposed {t['exposed_comm_s'] * 1e3:.0f}); "
+        f"measured / predicted = {measured / predicted:.2f}")
+    return measured / predicted, report
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_predicted_fsdp_step_on_this_cpu(tmp_path):
+    """calibrate --local (reduced budget), then real FSDP2 steps against the prediction.
+
+    On a quiet machine the ratio is about 1.3 (2026-11-30: 1.31, 1.36): fsdpsim prices
+    element-wise kernels at the streaming bandwidth, while on one CPU thread softmax, GELU and
+    log-softmax are compute bound, and FSDP2's copy-in/out and hooks are not modelled. Other
+    jobs on the machine slow the steps by up to 2x more. A ratio outside the band is measured
+    once more (calibration included) before the test fails: contention passes, a wrong model
+    does not.
+    """
+    pytest.importorskip("torch")
+    ratios = []
+    for attempt in range(2):
+        ratio, report = _calibrate_predict_and_run(tmp_path / f"attempt{attempt}")
+        print(f"\nattempt {attempt + 1}:\n{report}")
+        ratios.append(ratio)
+        if 1.0 / RATIO_BAND <= ratio <= RATIO_BAND:
+            break
+    assert 1.0 / RATIO_BAND <= ratios[-1] <= RATIO_BAND, ratios
