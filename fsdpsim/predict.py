@@ -252,13 +252,18 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     x.update(plan_inputs(plan))
     x.update(training_inputs(training))
     x.update({"micro_batch": mb_flat, "recompute": rc_flat, "grad_accum": accum})
-    out = engine.evaluate(x)
-
-    fits = np.broadcast_to(out["fits"], mb_flat.shape)
     n = mb_flat.size
+    # Rank every candidate without the ceiling solves, then evaluate the chosen one in full.
+    out = engine.evaluate({**x, "ceilings": 0.0}) if n > 1 else engine.evaluate(x)
+    fits = np.broadcast_to(out["fits"], mb_flat.shape)
     tier, key = (np.broadcast_to(a, mb_flat.shape) for a in engine.choice_rank(out))
     i = int(np.lexsort((np.arange(n), key, tier))[0])
-    row = _row(out, i)
+    if n > 1:
+        out = engine.evaluate({**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i],
+                               "grad_accum": accum[i]})
+        row = _row(out, 0)
+    else:
+        row = _row(out, i)
     rc_name = {v: k for k, v in engine.RECOMPUTE_CODES.items()}[int(rc_flat[i])]
     chosen: dict[str, str] = {"micro_batch": str(int(mb_flat[i])), "recompute": rc_name,
                               "grad_accum": str(int(accum[i]))}

@@ -127,8 +127,11 @@ def choice_codes(value, names, what):
 
 
 def _check_at_least_one(what, value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # the common scalar case
+        if value >= 1:
+            return np.float64(value)
     x = as_array(value)
-    if np.any(x < 1):
+    if (x < 1).any():
         raise ConfigError(f"{what} must be >= 1, got {sorted(set(x[x < 1].ravel().tolist()))}")
     return x
 
@@ -614,13 +617,12 @@ def max_seq_len(capacity_bytes, *, multiple_of=1, upper_bound=2**24, **config):
                     room / np.where(c1 > 0, c1, np.inf))
     est = np.clip(np.floor(np.where(room >= 0, root, 0.0)), 0.0, hi_bound)
     est = np.broadcast_to(est, shape).copy()
-    for _ in range(2):  # rounding fix-ups
-        est = np.where((est > 0) & (peak_at(est) > cap), est - 1.0, est)
-        est = np.where((est < hi_bound) & (peak_at(est + 1.0) <= cap), est + 1.0, est)
-    lo_ok = (est == 0) | (peak_at(est) <= cap)
-    hi_ok = (est >= hi_bound) | (peak_at(est + 1.0) > cap)
-    if np.all(lo_ok & hi_ok):
-        return (est * step).astype(np.int64)
+    for _ in range(3):  # check the boundary; step by one where rounding crossed it
+        lo_ok = (est == 0) | (peak_at(est) <= cap)
+        hi_ok = (est >= hi_bound) | (peak_at(est + 1.0) > cap)
+        if np.all(lo_ok & hi_ok):
+            return (est * step).astype(np.int64)
+        est = np.where(~lo_ok, est - 1.0, np.where(~hi_ok, est + 1.0, est))
     # Fallback: bisection (the invariant peak(hi) > cap; lo fits or lo == 0).
     lo = np.zeros(shape)
     hi = np.broadcast_to(hi_bound, shape).copy()
