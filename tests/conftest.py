@@ -9,3 +9,59 @@ if str(ROOT) not in sys.path:
 
 SHARED = ROOT.parent / "shared"
 VALIDATION_CSV = SHARED / "validation" / "published_calibration.csv"
+
+# -- shared by the CLI, sweep and plot tests --------------------------------------------------
+import pytest  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from fsdpsim.catalog import ENV_VAR, load_catalog  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_user_catalog(monkeypatch):
+    """A developer's FSDPSIM_CATALOG must not change what the tests see."""
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+@pytest.fixture(scope="module")
+def cat():
+    """The built-in catalog alone."""
+    return load_catalog(use_env=False)
+
+
+def sweep(cat, **options):
+    """Run a sweep from keyword options (``num_gpus="8..64"`` = ``--num-gpus 8..64``)."""
+    from fsdpsim.grid import build_grid
+    from fsdpsim.sweep import run_sweep
+
+    return run_sweep(build_grid(cat, {k.replace("_", "-"): v for k, v in options.items()}))
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    """``fsdpsim ARGS`` through :func:`fsdpsim.cli.main`: (exit status, stdout, stderr)."""
+    from fsdpsim.cli import main
+
+    capsys.readouterr()
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def invoke(*args: str) -> str:
+    """stdout of a command that must succeed (CliRunner; exceptions propagate)."""
+    from fsdpsim.cli import cli
+
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def assert_one_line_error(rc: int, out: str, err: str) -> str:
+    """Bad input: exit status 2, nothing on stdout, one ``fsdpsim: error: ...`` line, no traceback."""
+    assert rc == 2, (rc, out, err)
+    assert out == ""
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fsdpsim: error: ") and lines[0] != "fsdpsim: error: "
+    return lines[0]

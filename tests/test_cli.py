@@ -8,6 +8,8 @@ the error tests go through ``main`` (with capsys), the output tests through clic
 
 from __future__ import annotations
 
+from conftest import run, invoke, assert_one_line_error
+
 import csv
 import io
 import json
@@ -51,37 +53,6 @@ TINY_LLAMA = {
 }
 TINY_LLAMA_PARAMS = {"embedding": 64_000, "position_embedding": 0, "attention": 24_576,
                      "mlp": 49_152, "norms": 320, "lm_head": 64_000}
-
-
-@pytest.fixture(autouse=True)
-def _no_user_catalog(monkeypatch):
-    """A developer's FSDPSIM_CATALOG must not change what these tests see."""
-    monkeypatch.delenv(ENV_VAR, raising=False)
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    """``fsdpsim ARGS`` through :func:`main`: (exit status, stdout, stderr)."""
-    capsys.readouterr()
-    rc = main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def invoke(*args: str) -> str:
-    """stdout of a command that must succeed (CliRunner; exceptions propagate)."""
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def assert_one_line_error(rc: int, out: str, err: str) -> str:
-    assert rc == 2, (rc, out, err)
-    assert out == ""
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("fsdpsim: error: ") and lines[0] != "fsdpsim: error: "
-    return lines[0]
 
 
 def predict_json(*args: str) -> dict:

@@ -9,6 +9,8 @@ that add up to the step time).
 
 from __future__ import annotations
 
+from conftest import sweep, run
+
 import re
 from pathlib import Path
 
@@ -21,32 +23,15 @@ from matplotlib.container import BarContainer
 from matplotlib.text import Text
 
 from fsdpsim import plot_data, plots
-from fsdpsim.catalog import ENV_VAR, load_catalog
-from fsdpsim.cli import cli, main
+from fsdpsim.cli import cli
 from fsdpsim.errors import ConfigError
-from fsdpsim.grid import build_grid
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.predict import predict
 from fsdpsim.presets import get_model
-from fsdpsim.sweep import run_sweep
 from fsdpsim.system import resolve_system
 
 UNIT = re.compile(r"\[[^\]]+\]|\([^)]+\)")
 MAP_BANDWIDTHS = (12.5, 25, 50, 100, 200, 400, 800, 1600)
-
-
-@pytest.fixture(autouse=True)
-def _no_user_catalog(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
-
-
-@pytest.fixture(scope="module")
-def cat():
-    return load_catalog(use_env=False)
-
-
-def sweep(cat, **options):
-    return run_sweep(build_grid(cat, {k.replace("_", "-"): v for k, v in options.items()}))
 
 
 @pytest.fixture(scope="module")
@@ -344,13 +329,6 @@ def test_save_rejects_bad_paths(tmp_path, breakdown_rows):
         plots.save(fig, tmp_path / "f.jpg")
     with pytest.raises(ConfigError, match="folder"):
         plots.save(fig, tmp_path / "missing" / "f.png")
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture(scope="module")

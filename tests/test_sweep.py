@@ -7,6 +7,8 @@ through click's ``CliRunner``.
 
 from __future__ import annotations
 
+from conftest import sweep, run, invoke, assert_one_line_error
+
 import importlib.util
 import io
 import json
@@ -20,7 +22,6 @@ import pytest
 from click.testing import CliRunner
 
 from fsdpsim import cli_sweep
-from fsdpsim.catalog import ENV_VAR, load_catalog
 from fsdpsim.cli import cli, main
 from fsdpsim.costs import economics
 from fsdpsim.errors import ConfigError
@@ -35,43 +36,6 @@ from fsdpsim.sweep import run_sweep
 from fsdpsim.system import resolve_system
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def _no_user_catalog(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
-
-
-@pytest.fixture(scope="module")
-def cat():
-    return load_catalog(use_env=False)
-
-
-def sweep(cat, **options):
-    return run_sweep(build_grid(cat, {k.replace("_", "-"): v for k, v in options.items()}))
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def invoke(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def assert_one_line_error(rc: int, out: str, err: str) -> str:
-    assert rc == 2, (rc, out, err)
-    assert out == ""
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("fsdpsim: error: ")
-    return lines[0]
 
 
 def same(a, b) -> bool:
