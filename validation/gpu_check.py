@@ -360,6 +360,9 @@ def _worker(rank: int, world: int, port: int, cases: Sequence[Case], steps: int,
             dist.all_gather_object(gathered, result)
             if rank == 0:
                 queue.put((case, gathered))
+        # All ranks leave together: a rank tearing gloo down while a peer still talks to it
+        # aborts ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

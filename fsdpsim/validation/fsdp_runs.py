@@ -76,6 +76,9 @@ def _rank_main(worker: Callable, rank: int, world_size: int, port: int, args: tu
                                 timeout=datetime.timedelta(seconds=timeout_s))
         try:
             result = worker(rank, world_size, *args)
+            # Leave together: tearing gloo down while a peer still talks to it aborts the
+            # process ("terminate called without an active exception").
+            dist.barrier()
         finally:
             dist.destroy_process_group()
         result_queue.put((rank, True, result))
