@@ -126,7 +126,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     routed_ffn = g["ffn_size"] * g["active_experts"]
     ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
         tokens, g["d_model"], g["q_dim"], g["kv_dim"], routed_ffn, swiglu, rotary,
-        g.get("linear_bias", np.zeros(())) > 0, elem)
+        g["linear_bias"] > 0, elem)
     ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, hbm_rate)
     ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, hbm_rate)
 
@@ -151,7 +151,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     head_gemm_s, head_gemm_bwd_s = compute.linear_time_s(
         tokens, g["vocab_size"], g["d_model"], matmul_rate, hbm_rate, g["matmul_half_flops"],
         g["matmul_half_k"], elem)
-    fused_loss = g.get("fused_loss", np.zeros(())) > 0
+    fused_loss = g["fused_loss"] > 0
     loss_bytes_per_logit = np.where(fused_loss, compute.FUSED_LOSS_BYTES_PER_LOGIT,
                                     compute.LOSS_BYTES_PER_LOGIT)
     loss_s = compute.memory_bound_time_s(tokens * g["vocab_size"] * loss_bytes_per_logit, hbm_rate)
@@ -255,7 +255,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                         + np.where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
 
     # ---- memory ------------------------------------------------------------------------------
-    mem = memory_breakdown(g, ceilings=bool(np.all(as_array(x.get("ceilings", 1.0)) > 0)))
+    mem = _memory(g, ceilings=bool(np.all(g["ceilings"] > 0)))
 
     # ---- throughput and utilisation ----------------------------------------------------------
     gpus = g["num_gpus"]
@@ -342,10 +342,16 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     return out
 
 
+#: Inputs that may be left out, and their values then: no fused loss or GLU kernel, no linear
+#: biases, memory ceilings solved.
+OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "ceilings": 1.0}
+
+
 def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Inputs as arrays: categorical codes as integers, everything else as floats."""
+    """Inputs as arrays: categorical codes as integers, everything else as floats; optional
+    inputs (:data:`OPTIONAL_INPUTS`) filled in."""
     return {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else as_array(v))
-            for k, v in x.items()}
+            for k, v in {**OPTIONAL_INPUTS, **x}.items()}
 
 
 def _nic_bound(group, per_node, link_rate, nic_rate):
@@ -385,7 +391,8 @@ def _min_nic_share_bytes_per_s(g, compute_mb_s, ag_calls, fsdp_like, is_hybrid, 
 
 
 def memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
-    """Keyword arguments of :func:`memory.peak_memory_bytes` for the engine inputs ``g``.
+    """Keyword arguments of :func:`memory.peak_memory_bytes` for the engine inputs ``g`` (as
+    :func:`prepare` returns them: optional inputs filled in).
 
     PyTorch FSDP recipe: fp32 sharded master parameters and gradients, AdamW's two fp32 moments
     (SGD: one momentum buffer), gathered parameters and computed gradients in the compute dtype,
@@ -412,18 +419,22 @@ def memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
                                            OPTIMIZER_STATE_BYTES_PER_PARAM["sgd"]),
         compute_param_bytes=g["compute_bytes"], compute_grad_bytes=g["compute_bytes"],
         reduce_grad_bytes=g["reduce_bytes"], flash_attention=g["flash"] > 0,
-        act_bytes=g["compute_bytes"], fused_loss=g.get("fused_loss", np.zeros(())) > 0,
+        act_bytes=g["compute_bytes"], fused_loss=g["fused_loss"] > 0,
         # Eager PyTorch SwiGLU saves silu(gate) as well (a compiled or fused kernel does not).
-        fused_glu=g.get("fused_glu", np.zeros(())) > 0,
+        fused_glu=g["fused_glu"] > 0,
         runtime_reserved_bytes=g["runtime_reserved_bytes"],
         allocator_fraction=g["allocator_fraction"],
     )
 
 
-def memory_breakdown(g: Mapping[str, np.ndarray], ceilings: bool = True) -> dict[str, np.ndarray]:
-    """Per-GPU memory of every configuration in ``g`` (see :mod:`fsdpsim.costs.memory`), whether
+def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str, np.ndarray]:
+    """Per-GPU memory of every configuration in ``x`` (see :mod:`fsdpsim.costs.memory`), whether
     it fits, and (``ceilings``) the largest micro-batch and sequence length that fit."""
-    g = prepare(g)
+    return _memory(prepare(x), ceilings)
+
+
+def _memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.ndarray]:
+    """:func:`memory_breakdown` of inputs already passed through :func:`prepare`."""
     config = memory_config(g)
     out = memory.peak_memory_bytes(**config)
     capacity = g["memory_bytes"]

@@ -37,7 +37,7 @@ from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import model_inputs, plan_inputs, system_inputs, training_inputs
+from fsdpsim.predict import config_inputs
 from fsdpsim.system import resolve_system
 
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
@@ -160,11 +160,7 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
                                   recompute=str(row["recompute"]),
                                   reduce_dtype=str(row.get("reduce_dtype", "fp32")),
                                   fused_loss=_truthy(row.get("fused_loss", False)))
-        x = {}
-        x.update(model_inputs(spec, plan.dp_shard))
-        x.update(system_inputs(system, training.precision))
-        x.update(plan_inputs(plan))
-        x.update(training_inputs(training))
+        x = config_inputs(spec, system, plan, training)
         x.update({"micro_batch": mb, "grad_accum": ga,
                   "recompute": engine.RECOMPUTE_CODES[training.recompute]})
         per_row.append(x)

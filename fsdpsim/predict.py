@@ -92,7 +92,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
     compute_bytes = DTYPE_BYTES[training.precision]
     # fp8 training keeps bf16 master weights for the all-gather in today's FSDP recipes.
     gather_bytes = 2.0 if training.precision == "fp8" else compute_bytes
-    reduce = training.reduce_dtype or ("fp32" if training.precision != "fp32" else "fp32")
+    reduce = training.reduce_dtype or "fp32"
     return {
         "seq_len": training.seq_len, "compute_bytes": gather_bytes,
         "reduce_bytes": DTYPE_BYTES[reduce],
@@ -100,6 +100,13 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "flash": float(training.flash_attention),
         "fused_loss": float(training.fused_loss),
     }
+
+
+def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
+                  training: TrainingConfig) -> dict[str, Any]:
+    """The engine inputs of one configuration, except micro-batch, recompute and grad-accum."""
+    return {**model_inputs(spec, plan.dp_shard), **system_inputs(system, training.precision),
+            **plan_inputs(plan), **training_inputs(training)}
 
 
 @dataclass(frozen=True)
@@ -246,11 +253,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     mb_flat, rc_flat = mb_grid.ravel(), rc_grid.ravel()
     accum = (np.ones_like(mb_flat) if per_gpu is None else per_gpu / mb_flat)
 
-    x: dict[str, Any] = {}
-    x.update(model_inputs(spec, plan.dp_shard))
-    x.update(system_inputs(system, training.precision))
-    x.update(plan_inputs(plan))
-    x.update(training_inputs(training))
+    x = config_inputs(spec, system, plan, training)
     x.update({"micro_batch": mb_flat, "recompute": rc_flat, "grad_accum": accum})
     n = mb_flat.size
     # Rank every candidate without the ceiling solves, then evaluate the chosen one in full.

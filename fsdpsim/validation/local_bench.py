@@ -141,27 +141,28 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def memory_total_bytes() -> float:
-    """Physical memory [B]: ``MemTotal`` of /proc/meminfo, else ``os.sysconf``."""
+def _proc_kib_bytes(path: str, key: str) -> float | None:
+    """The ``key:  N kB`` line of a /proc status file in bytes, or None when absent."""
     try:
-        with open("/proc/meminfo") as fh:
+        with open(path) as fh:
             for line in fh:
-                if line.startswith("MemTotal:"):
+                if line.startswith(key + ":"):
                     return float(line.split()[1]) * 1024.0
     except OSError:
         pass
+    return None
+
+
+def memory_total_bytes() -> float:
+    """Physical memory [B]: ``MemTotal`` of /proc/meminfo, else ``os.sysconf``."""
+    total = _proc_kib_bytes("/proc/meminfo", "MemTotal")
+    if total is not None:
+        return total
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def _resident_bytes() -> float:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return float(line.split()[1]) * 1024.0
-    except OSError:
-        pass
-    return 0.0
+    return _proc_kib_bytes("/proc/self/status", "VmRSS") or 0.0
 
 
 # ============================================================================ the worker
