@@ -32,24 +32,28 @@ def register(cli: click.Group) -> None:
     @cli.command("validate")
     @click.argument("measurements", type=click.Path(dir_okay=False))
     @click.option("--gpu", "gpus", multiple=True, help="Only rows on these accelerators.")
+    @click.option("--framework", default=None,
+                  help="Only rows whose framework contains this text (e.g. fsdp, deepspeed).")
     @click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
                   show_default=True)
     @click.pass_context
     def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
-                     fmt: str) -> None:
+                     framework: str | None, fmt: str) -> None:
         """Predict every run of a measurements CSV and report the error of tokens/s per GPU."""
-        from fsdpsim.measurements import load_measurements, predict_measurements, summarise
+        from fsdpsim.measurements import (by_framework, load_measurements, predict_measurements,
+                                          summarise, summarise_groups)
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        frame = load_measurements(measurements)
+        frame = by_framework(load_measurements(measurements, cat), framework)
         if gpus:
             ids = {cat.accelerator(g).id for g in gpus}
             frame = frame[frame["gpu"].isin(ids)]
         skipped = frame[frame["skip"] != ""]
         result = predict_measurements(frame, cat)
         summary = summarise(result)
+        groups = summarise_groups(result)
         if fmt == "json":
-            click.echo(render.to_json({"summary": summary,
+            click.echo(render.to_json({"summary": summary, "by_framework": groups,
                                        "skipped": skipped[["id", "skip"]].to_dict("records"),
                                        "rows": result.to_dict("records")}))
             return
@@ -61,6 +65,9 @@ def register(cli: click.Group) -> None:
         if len(skipped):
             reasons = skipped["skip"].value_counts()
             click.echo("skipped: " + "; ".join(f"{n} rows: {r}" for r, n in reasons.items()))
+        if len(groups) > 1:
+            for name, group in groups.items():
+                click.echo(_summary_line(f"  {name}", group))
         click.echo(_summary_line("tokens/s per GPU", summary))
 
     @cli.command("calibrate")
@@ -68,6 +75,8 @@ def register(cli: click.Group) -> None:
                   help="Measured runs (fsdpsim schema or the published calibration CSV).")
     @click.option("--gpu", "gpus", multiple=True,
                   help="Accelerator(s) sharing one set of factors (repeatable).")
+    @click.option("--framework", default="fsdp", show_default=True,
+                  help="Fit only rows whose framework contains this text ('' for all rows).")
     @click.option("--factor", "factors", multiple=True,
                   help="Factors to fit (repeatable); default: the matmul, attention, HBM and "
                        "network ones.")
@@ -85,7 +94,7 @@ def register(cli: click.Group) -> None:
                        f"with --local the default is {LOCAL_DEFAULT_OUTPUT}.")
     @click.pass_context
     def calibrate_cmd(ctx: click.Context, measurements: str | None, gpus: tuple[str, ...],
-                      factors: tuple[str, ...], local: bool, ranks: int | None, quick: bool,
+                      framework: str, factors: tuple[str, ...], local: bool, ranks: int | None, quick: bool,
                       output: str | None) -> None:
         """Fit the physical efficiency factors of one GPU type to measured runs, or measure
         this machine (--local)."""
@@ -107,10 +116,10 @@ def register(cli: click.Group) -> None:
             raise ConfigError(f"calibrate needs {missing} (fit factors to measured runs), or "
                               "--local (measure this machine)")
         from fsdpsim.calibration import DEFAULT_FACTORS, FACTORS, fit
-        from fsdpsim.measurements import load_measurements
+        from fsdpsim.measurements import by_framework, load_measurements
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        frame = load_measurements(measurements)
+        frame = by_framework(load_measurements(measurements, cat), framework)
         result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
         click.echo(_summary_line("before", result.before))
         click.echo(_summary_line("after ", result.after))

@@ -16,12 +16,14 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``recompute``              none | selective | full
 ``reduce_dtype``           fp32 | bf16
 ``fused_loss``             true when the run used a fused cross-entropy (optional)
+``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
 ``tokens_per_s_per_gpu``   the measurement
 =========================  =========================================================
 
-The published calibration file in ``shared/validation`` (columns ``source_key``, ``gpu`` as
-"A100 80GB", ...) is recognised and converted. Rows fsdpsim cannot model yet (tensor or pipeline
-parallel) are kept with a ``skip`` reason instead of a silently wrong number.
+Published tables (the columns of ``shared/validation/published_calibration.csv``, and vTrain's
+ground truth) are recognised and converted by :mod:`fsdpsim.published`. Rows fsdpsim cannot
+model yet (tensor or pipeline parallel, an accelerator not in the catalog) are kept with a
+``skip`` reason instead of a silently wrong number.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim import engine
-from fsdpsim.catalog import Catalog
+from fsdpsim import published
+from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
@@ -42,63 +45,15 @@ from fsdpsim.system import resolve_system
 
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
             "micro_batch", "grad_accum", "sharding", "recompute", "tokens_per_s_per_gpu")
-_GPU_NAMES = {"a100 80gb": "a100-sxm4-80gb", "a100 sxm4 80gb": "a100-sxm4-80gb",
-              "a100 40gb": "a100-sxm4-40gb"}
-
-
 def _truthy(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "y")
     return bool(value) and not (isinstance(value, float) and np.isnan(value))
 
 
-def _first_int(text: Any) -> int:
-    return int(str(text).strip().split()[0])
-
-
-def _from_published(raw: pd.DataFrame) -> pd.DataFrame:
-    """Convert ``published_calibration.csv`` rows to the fsdpsim schema."""
-    rows = []
-    for _, r in raw.iterrows():
-        skip = ""
-        tp, pp = r.get("tp"), r.get("pp")
-        if (pd.notna(tp) and tp > 1) or (pd.notna(pp) and pp > 1) or pd.isna(tp):
-            skip = "tensor/pipeline parallel: not modelled yet"
-        sharding_text = str(r.get("sharding", "")).lower()
-        sharding = ("grad_op" if "grad_op" in sharding_text else
-                    "full" if ("full_shard" in sharding_text or "zero-3" in sharding_text)
-                    else "none")
-        if r["source_key"] != "mosaicml_llmfoundry":
-            skip = skip or "framework other than PyTorch FSDP: not modelled yet"
-        inter = str(r.get("inter_node_interconnect", ""))
-        per_node_gbps = 1600.0 if "1600" in inter else 8 * 200.0
-        gpn = _first_int(r["gpus_per_node"])
-        measured = r["tokens_per_s_per_gpu"]
-        precision = str(r.get("precision", ""))
-        rows.append({
-            "id": r["id"], "arch": "mpt" if str(r["model"]).lower().startswith("mpt") else "gpt",
-            "model": r["model"], "n_layers": r["n_layers"], "d_model": r["d_model"],
-            "n_heads": r["n_heads"], "n_kv_heads": r["n_kv_heads"], "ffn_size": r["ffn_size"],
-            "vocab": r["vocab"], "gpu": _GPU_NAMES.get(str(r["gpu"]).lower(), str(r["gpu"])),
-            "n_gpus": int(r["n_gpus"]), "gpus_per_node": gpn,
-            "inter_node_gbps_per_gpu": per_node_gbps / gpn, "seq_len": int(r["seq_len"]),
-            "network": "mosaicml-roce-200" if "roce" in inter.lower() else "ib-hdr-200",
-            "micro_batch": r["micro_batch"], "grad_accum": r["grad_accum"],
-            "sharding": sharding,
-            "recompute": "full" if str(r["activation_checkpointing"]).startswith("full") else "none",
-            # Composer's FSDP mixed precision: PURE sets reduce_dtype bf16; DEFAULT leaves it
-            # None, which FSDP1 resolves to param_dtype (bf16). Both reduce in bf16.
-            "reduce_dtype": "bf16" if "bf16" in precision.lower() else "fp32",
-            # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
-            "fused_loss": True,
-            "tokens_per_s_per_gpu": measured, "subset": r.get("subset", ""),
-            "skip": skip or ("" if pd.notna(measured) else "no tokens/s measurement"),
-        })
-    return pd.DataFrame(rows)
-
-
-def load_measurements(path: str | Path) -> pd.DataFrame:
-    """Read a measurements CSV (fsdpsim schema or the published calibration file)."""
+def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.DataFrame:
+    """Read a measurements CSV (fsdpsim schema, the published-runs layout or vTrain's); the
+    catalog (default: the built-in one) matches free-text GPU names of published tables."""
     try:
         raw = pd.read_csv(path)
     except FileNotFoundError:
@@ -107,7 +62,9 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
         raise ConfigError(f"{path}: cannot parse as CSV: {exc}") from None
     raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
     if "source_key" in raw.columns:
-        return _from_published(raw)
+        return published.from_published(raw, catalog or load_catalog())
+    if published.is_vtrain(raw.columns):
+        return published.from_vtrain(raw)
     missing = [c for c in REQUIRED if c not in raw.columns]
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; required: "
@@ -149,16 +106,19 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
     for _, row in frame.iterrows():
         spec = spec_for_row(row)
         network = row.get("network")
+        gbps = float(row["inter_node_gbps_per_gpu"])
         system = resolve_system(catalog, gpu=str(row["gpu"]),
                                 gpus_per_node=int(row["gpus_per_node"]),
                                 network=str(network) if isinstance(network, str) and network else None,
-                                inter_node_gbps_per_gpu=float(row["inter_node_gbps_per_gpu"]))
+                                inter_node_gbps_per_gpu=gbps if gbps == gbps else None)
         plan = ParallelPlan(num_gpus=int(row["n_gpus"]), gpus_per_node=int(row["gpus_per_node"]),
                             sharding=str(row["sharding"]))
         mb, ga = int(row["micro_batch"]), int(row["grad_accum"])
         training = TrainingConfig(seq_len=int(row["seq_len"]), micro_batch=mb,
                                   recompute=str(row["recompute"]),
                                   reduce_dtype=str(row.get("reduce_dtype", "fp32")),
+                                  precision=str(row.get("precision", "bf16")),
+                                  flash_attention=_truthy(row.get("flash_attention", True)),
                                   fused_loss=_truthy(row.get("fused_loss", False)))
         x = config_inputs(spec, system, plan, training)
         x.update({"micro_batch": mb, "grad_accum": ga,
@@ -188,6 +148,23 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     return result
+
+
+def by_framework(frame: pd.DataFrame, framework: str | None) -> pd.DataFrame:
+    """Rows whose ``framework`` contains ``framework`` (case-insensitive); all rows for None.
+    A file without a framework column counts as PyTorch FSDP (fsdpsim's own schema)."""
+    if not framework:
+        return frame
+    names = frame["framework"] if "framework" in frame.columns else pd.Series(
+        "PyTorch FSDP", index=frame.index)
+    return frame[names.fillna("").str.lower().str.contains(framework.lower(), regex=False)]
+
+
+def summarise_groups(result: pd.DataFrame, column: str = "framework") -> dict[str, dict]:
+    """:func:`summarise` per value of ``column`` (e.g. per framework)."""
+    if column not in result.columns:
+        return {}
+    return {str(name): summarise(group) for name, group in result.groupby(column, sort=True)}
 
 
 def summarise(result: pd.DataFrame) -> dict[str, float]:

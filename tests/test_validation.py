@@ -15,6 +15,7 @@ from fsdpsim.catalog import load_catalog
 from fsdpsim.cli import main
 from fsdpsim.errors import ConfigError
 from fsdpsim.measurements import (
+    by_framework,
     engine_inputs,
     load_measurements,
     predict_measurements,
@@ -30,8 +31,14 @@ A100S = ("a100-sxm4-80gb", "a100-sxm4-40gb")
 
 
 @pytest.fixture(scope="module")
-def published():
+def every_row():
     return load_measurements(VALIDATION_CSV)
+
+
+@pytest.fixture(scope="module")
+def published(every_row):
+    """The PyTorch FSDP rows (MosaicML llm-foundry): the rows the A100 factors are fitted to."""
+    return by_framework(every_row, "fsdp")
 
 
 @needs_data
@@ -61,11 +68,29 @@ def test_every_measured_run_fits_in_memory(published):
 
 
 @needs_data
-def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(published):
-    skipped = published[published["skip"] != ""]
-    assert len(skipped) == 23
-    assert set(skipped["skip"]) <= {"tensor/pipeline parallel: not modelled yet",
-                                    "framework other than PyTorch FSDP: not modelled yet"}
+def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(every_row):
+    """Megatron TP/PP rows and rows whose layout or micro-batch is not stated are skipped;
+    the data-parallel DeepSpeed ZeRO-3 rows are modelled (as FULL_SHARD)."""
+    skipped = every_row[every_row["skip"] != ""]
+    assert set(skipped["skip"]) == {"tensor/pipeline/context parallel: not modelled yet",
+                                    "parallel layout (tp/pp/cp) not stated",
+                                    "micro-batch not stated"}
+    assert len(skipped) == 17 and skipped["id"].str.startswith("megatron").all()
+    zero3 = every_row[every_row["framework"].str.contains("ZeRO-3")]
+    assert len(zero3) == 6 and (zero3["skip"] == "").all()
+    assert set(zero3["sharding"]) == {"full"} and set(zero3["precision"]) == {"fp16"}
+    assert not zero3["flash_attention"].any()  # SC21 (2021) predates FlashAttention
+
+
+@needs_data
+def test_validate_reports_each_framework(capsys):
+    assert main(["validate", str(VALIDATION_CSV)]) == 0
+    out = capsys.readouterr().out
+    assert "Composer + PyTorch FSDP" in out and "DeepSpeed ZeRO-3" in out
+    assert "skipped: 15 rows: tensor/pipeline/context parallel" in out
+    assert main(["validate", str(VALIDATION_CSV), "--framework", "deepspeed",
+                 "--format", "json"]) == 0
+    assert '"rows": 6' in capsys.readouterr().out
 
 
 def _synthetic(published, truth: dict[str, float]) -> pd.DataFrame:

@@ -1,0 +1,342 @@
+"""Read published measurement tables into fsdpsim's measurement schema.
+
+Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measurements`):
+
+* **published runs** (``shared/validation/published_calibration.csv`` and files with its
+  columns: ``source_key``, ``gpu`` as "A100 80GB", ``framework``, ``sharding``, ``tp``/``pp``/``cp``,
+  free-text ``precision``, ``inter_node_interconnect`` ...). Every row is read by what it says,
+  not by which source it comes from: the accelerator is matched against the catalog, the
+  inter-node network is parsed from its text, the measurement is taken from tokens/s, step
+  time or TFLOP/s per GPU (with the accounting the row states).
+* **vTrain ground truth** (``vtrain_ground_truth_*.csv``: ``# GPUs``, ``hidden size``, ...,
+  ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024).
+
+Rows fsdpsim cannot model (tensor, pipeline or context parallel; an accelerator missing from the
+catalog; no measurement) keep a ``skip`` reason instead of getting a silently wrong number.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim.catalog import Catalog
+from fsdpsim.errors import ConfigError
+
+#: Megatron-DeepSpeed GPT vocabulary (GPT-2 BPE) of the vTrain runs.
+VTRAIN_VOCAB = 50257
+#: What the vTrain README states for its runs: A100 nodes of 8 GPUs, NVLink inside a node,
+#: 4x 200 Gb/s HDR InfiniBand per node, activation checkpointing (github.com/VIA-Research/vTrain).
+VTRAIN_GPU, VTRAIN_GPUS_PER_NODE, VTRAIN_NODE_GBPS = "a100-sxm4-80gb", 8, 4 * 200.0
+
+_GBPS = r"g(?:b/s|bps|bit/s|b)"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+
+
+def _number(value: Any) -> float:
+    """A number from a cell that may carry text ("8 (assumed ...)"); NaN when there is none."""
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    m = re.search(r"[-+]?\d+(?:\.\d+)?", _text(value).replace(",", ""))
+    return float(m.group()) if m else float("nan")
+
+
+def _or(value: Any, default: float) -> float:
+    number = _number(value)
+    return number if number == number else default
+
+
+# ------------------------------------------------------------------------------ accelerator
+def match_accelerator(catalog: Catalog, text: str, memory_gb: float = float("nan")) -> str | None:
+    """The catalog accelerator id a free-text GPU name means ("A100 80GB", "H100 SXM5",
+    "NVIDIA H200 141GB"), or None when no single entry matches.
+
+    An exact id or alias wins; otherwise the family (the first part of an id, e.g. ``h100``) must
+    appear in the text, the memory (from the text or ``memory_gb``) must be within 15 % of the
+    entry's, and "PCIe" selects the PCIe part (SXM otherwise)."""
+    low = text.strip().lower()
+    if not low:
+        return None
+    mem = _number(m.group(1)) if (m := re.search(r"(\d+)\s*gb", low)) else memory_gb
+
+    def memory_matches(ident: str) -> bool:
+        return mem != mem or abs(catalog.accelerator(ident).memory_bytes / 2**30 - mem) <= 0.15 * mem
+
+    for candidate in (low, low.replace(" ", "-"), re.sub(r"^nvidia[ -]", "", low).replace(" ", "-")):
+        try:
+            ident = catalog.resolve_id("accelerator", candidate)
+        except ConfigError:
+            continue
+        if memory_matches(ident):
+            return ident
+    words = set(re.split(r"[^a-z0-9]+", low))
+    ids = catalog.ids("accelerator")
+    family = [i for i in ids if i.split("-")[0] in words or i in words]
+    if not family:
+        return None
+    family = [i for i in family if memory_matches(i)]
+    pcie = [i for i in family if "pcie" in i]
+    family = pcie if "pcie" in words else ([i for i in family if "pcie" not in i] or family)
+    if len(family) == 1:
+        return family[0]
+    if family:  # several memory sizes and none given: the family's own alias decides
+        for word in words:
+            try:
+                ident = catalog.resolve_id("accelerator", word)
+            except ConfigError:
+                continue
+            if ident in family:
+                return ident
+    return None
+
+
+# ------------------------------------------------------------------------------ network
+def parse_network(text: str, gpus_per_node: int, source: str = "") -> tuple[str | None, float | None]:
+    """(catalog network id, Gb/s per GPU one direction) from a free-text inter-node description.
+
+    "8x 200 Gb/s HDR InfiniBand per node", "1600 Gbps per node RoCE", "400 Gb/s per GPU",
+    "EFA v2 3200 Gbps per node". (None, None) when the text names no rate."""
+    low = text.lower()
+    nic_gbps = per_gpu = None
+    if m := re.search(rf"(\d+)\s*[x×]\s*(\d+)\s*{_GBPS}", low):
+        nic_gbps = float(m.group(2))
+        per_gpu = float(m.group(1)) * nic_gbps / gpus_per_node
+    elif m := re.search(rf"([\d,]+(?:\.\d+)?)\s*{_GBPS}\s*(?:per|/)\s*node", low):
+        per_gpu = _number(m.group(1)) / gpus_per_node
+    elif m := re.search(rf"([\d,]+(?:\.\d+)?)\s*{_GBPS}\s*(?:per|/)\s*gpu", low):
+        per_gpu = _number(m.group(1))
+    elif m := re.search(rf"([\d,]+(?:\.\d+)?)\s*{_GBPS}", low):
+        per_gpu = nic_gbps = _number(m.group(1))
+    if per_gpu is None:
+        return None, None
+    rate = nic_gbps or per_gpu
+    if "roce" in low or "ethernet" in low:
+        network = ("mosaicml-roce-200" if "mosaic" in source.lower()
+                   else f"roce-{min((100, 200, 400), key=lambda r: abs(r - rate))}")
+    elif "efa" in low:
+        network = "efa-v1" if "v1" in low or "p4d" in low else "efa-v2"
+    elif "slingshot" in low:
+        network = "slingshot-11"
+    elif "tcpxo" in low:
+        network = "gcp-tcpxo"
+    elif "tcpx" in low:
+        network = "gcp-tcpx"
+    elif "edr" in low:
+        network = "ib-edr-100"
+    elif "hdr" in low:
+        network = "ib-hdr100" if rate <= 100 else "ib-hdr-200"
+    elif "xdr" in low:
+        network = "ib-xdr-800"
+    elif "ndr" in low:
+        network = "ib-ndr200" if rate <= 200 else "ib-ndr-400"
+    else:  # InfiniBand or unnamed: the generation by its line rate
+        network = {100: "ib-edr-100", 200: "ib-hdr-200", 400: "ib-ndr-400", 800: "ib-xdr-800"}[
+            min((100, 200, 400, 800), key=lambda r: abs(r - rate))]
+    return network, per_gpu
+
+
+# ------------------------------------------------------------------------------ knobs
+def parse_sharding(sharding: str, framework: str = "") -> str:
+    """fsdpsim sharding from FSDP/ZeRO/DDP words (FULL_SHARD, ZeRO-3, SHARD_GRAD_OP, ...)."""
+    low = f"{sharding} {framework}".lower().replace("_", "-")
+    if "hybrid" in low or "hsdp" in low:
+        return "hybrid"
+    if "grad-op" in low or re.search(r"zero[- ]?(?:stage[- ]?)?2", low):
+        return "grad_op"
+    if re.search(r"zero[- ]?(?:stage[- ]?)?1", low):
+        return "optimizer"
+    if "full-shard" in low or re.search(r"zero[- ]?(?:stage[- ]?)?3", low):
+        return "full"
+    if "no-shard" in low or "ddp" in low or "replica" in low or "none" in _text(sharding).lower():
+        return "none"
+    return "full" if "fsdp" in low or "fully-shard" in low else "none"
+
+
+def parse_recompute(text: str) -> str:
+    low = text.lower()
+    if "selective" in low:
+        return "selective"
+    if low.startswith(("full", "true", "yes")) or "full" in low:
+        return "full"
+    return "none"
+
+
+def parse_precision(text: str, framework: str = "") -> tuple[str, str]:
+    """(compute precision, gradient reduce dtype) from a precision description.
+
+    Composer's FSDP mixed-precision modes (composer/trainer/mosaic_fsdp_utils.py,
+    ``get_mixed_precision``, torch 2.x releases): PURE = params, reduce and buffers in the
+    compute dtype; DEFAULT = params in the compute dtype, **reduce in fp32**. DeepSpeed and
+    Megatron reduce in the model dtype; otherwise fp32 reduction is assumed (torchtitan's
+    default, ``mixed_precision_reduce = float32``)."""
+    low = text.lower()
+    compute = ("fp8" if "fp8" in low else "fp16" if ("fp16" in low or "half" in low)
+               else "fp32" if ("fp32" in low or "tf32" in low) and "bf16" not in low else "bf16")
+    reduce_dtype = "fp32" if compute in ("fp32", "fp8") else compute
+    fw = framework.lower()
+    if "pure" in low or "deepspeed" in fw or "megatron" in fw:
+        reduce_dtype = {"fp8": "bf16", "fp32": "fp32"}.get(compute, compute)
+    elif "default" in low or "reduce fp32" in low or "fp32 reduce" in low or compute == "bf16":
+        reduce_dtype = "fp32"
+    return compute, reduce_dtype
+
+
+def uses_flash_attention(*texts: str) -> bool:
+    """Whether a run used FlashAttention: stated in its notes, or else assumed for runs after
+    FlashAttention appeared (Dao et al., arXiv 2205.14135, May 2022); runs published before
+    2022 (a year or an arXiv id of 2021 or earlier in the source) materialise the scores."""
+    low = " ".join(texts).lower()
+    if re.search(r"no flash|without flash|eager attention|math attention", low):
+        return False
+    if "flash" in low:
+        return True
+    years = [int(y) for y in re.findall(r"\b(20[0-2]\d)\b", low)]
+    years += [2000 + int(a) for a in re.findall(r"arxiv[: ]*(\d{2})\d{2}\.\d{4,5}", low)]
+    return not years or max(years) >= 2022
+
+
+def _arch(model: str) -> str:
+    low = model.lower()
+    if low.startswith("mpt"):
+        return "mpt"
+    if any(k in low for k in ("llama", "mistral", "qwen", "mixtral")):
+        return "llama"
+    return "gpt"
+
+
+# ------------------------------------------------------------------------------ measurement
+def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
+    """The measured tokens/s per GPU of a published row and where it came from.
+
+    In order: ``tokens_per_s_per_gpu``; ``tokens_per_s_total`` / GPUs; global batch tokens /
+    ``step_time_s`` / GPUs; ``tflops_per_gpu`` divided by the FLOPs per token of the accounting
+    the row states: Megatron's eq. 3 (Narayanan et al., SC21, counts the recompute forward:
+    96·l·h²·(1 + s/6h + V/16lh) per token) when ``tflops_counts_recompute`` says so, otherwise
+    the MosaicML model FLOPs 6·N + 12·L·d·s per token (llm-foundry benchmarking README)."""
+    n_gpus, seq = _number(r.get("n_gpus")), _number(r.get("seq_len"))
+    direct = _number(r.get("tokens_per_s_per_gpu"))
+    if direct == direct:
+        return direct, "tokens_per_s_per_gpu"
+    total = _number(r.get("tokens_per_s_total"))
+    if total == total:
+        return total / n_gpus, "tokens_per_s_total"
+    step = _number(r.get("step_time_s"))
+    tokens = _number(r.get("global_batch_tokens"))
+    if tokens != tokens:
+        tokens = _number(r.get("global_batch_seqs")) * seq
+    if step == step and tokens == tokens:
+        return tokens / step / n_gpus, "step_time_s"
+    tflops = _number(r.get("tflops_per_gpu"))
+    if tflops == tflops:
+        layers, d, vocab = (_number(r.get(k)) for k in ("n_layers", "d_model", "vocab"))
+        if "yes" in _text(r.get("tflops_counts_recompute")).lower():
+            per_token = 96 * layers * d**2 * (1 + seq / (6 * d) + vocab / (16 * layers * d))
+            return tflops * 1e12 / per_token, "tflops_per_gpu (Megatron eq. 3)"
+        n_params = _number(r.get("n_params"))
+        if n_params == n_params:
+            return tflops * 1e12 / (6 * n_params + 12 * layers * d * seq), "tflops_per_gpu (6N+12Lds)"
+    return float("nan"), ""
+
+
+# ------------------------------------------------------------------------------ converters
+def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Convert rows with the published-calibration columns to the fsdpsim schema."""
+    rows = []
+    for _, r in raw.iterrows():
+        skip = ""
+        # a missing cell means "not stated"; a missing column means no such parallelism
+        degrees = {k: _number(r[k]) if k in raw.columns else 1.0 for k in ("tp", "pp", "cp")}
+        if any(v > 1 for v in degrees.values()):
+            skip = "tensor/pipeline/context parallel: not modelled yet"
+        elif any(v != v for v in degrees.values()):
+            skip = "parallel layout (tp/pp/cp) not stated"
+        gpu_text = _text(r.get("gpu"))
+        gpu = match_accelerator(catalog, gpu_text, _number(r.get("gpu_mem_gb")))
+        if gpu is None:
+            skip = skip or f"GPU {gpu_text!r} is not in the catalog"
+        n_gpus = int(_number(r["n_gpus"]))
+        gpn = _number(r.get("gpus_per_node"))
+        gpn = int(gpn) if gpn == gpn else min(n_gpus, 8)
+        framework = _text(r.get("framework"))
+        network, per_gpu = parse_network(_text(r.get("inter_node_interconnect")), gpn,
+                                         _text(r.get("source_key")) + " " + framework)
+        precision, reduce_dtype = parse_precision(_text(r.get("precision")), framework)
+        mb, ga = _number(r.get("micro_batch")), _number(r.get("grad_accum"))
+        dp = _number(r.get("dp"))
+        dp = dp if dp == dp else n_gpus
+        global_seqs = _number(r.get("global_batch_seqs"))
+        if ga != ga and mb == mb and global_seqs == global_seqs:
+            ga = max(1.0, round(global_seqs / (mb * dp)))
+        if mb != mb:  # not guessed: a wrong micro-batch teaches the model wrong physics
+            skip = skip or "micro-batch not stated"
+            mb, ga = 1.0, 1.0
+        elif ga != ga:
+            skip = skip or "gradient accumulation not stated"
+            ga = 1.0
+        measured, measured_from = tokens_per_s_per_gpu(r)
+        if measured != measured:
+            skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
+        model = _text(r.get("model"))
+        heads = _number(r.get("n_heads"))
+        rows.append({
+            "id": r.get("id", f"row-{len(rows) + 1}"), "arch": _arch(model), "model": model,
+            "n_layers": r.get("n_layers"), "d_model": r.get("d_model"), "n_heads": heads,
+            "n_kv_heads": _or(r.get("n_kv_heads"), heads),
+            "ffn_size": _or(r.get("ffn_size"), 4 * _number(r.get("d_model"))),
+            "vocab": r.get("vocab"), "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
+            "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
+            "network": network or "", "seq_len": int(_number(r["seq_len"])),
+            "micro_batch": mb, "grad_accum": ga,
+            "sharding": parse_sharding(_text(r.get("sharding")), framework),
+            "recompute": parse_recompute(_text(r.get("activation_checkpointing"))),
+            "precision": precision, "reduce_dtype": reduce_dtype,
+            # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
+            "fused_loss": _arch(model) == "mpt",
+            "flash_attention": uses_flash_attention(*(_text(r.get(k)) for k in (
+                "notes", "framework", "source", "source_locator"))),
+            "framework": framework, "tokens_per_s_per_gpu": measured,
+            "measured_from": measured_from, "subset": r.get("subset", ""), "skip": skip,
+        })
+    return pd.DataFrame(rows)
+
+
+def is_vtrain(columns) -> bool:
+    return {"# GPUs", "hidden size", "iteration time (ms)"} <= set(columns)
+
+
+def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
+    """Convert vTrain ground-truth rows (Megatron-DeepSpeed GPT on A100) to the fsdpsim schema.
+
+    Iteration time → tokens/s per GPU = global batch · sequence / time / GPUs. Data-parallel-only
+    rows are modelled as DDP gradient all-reduce (ZeRO-1's reduce-scatter + all-gather moves the
+    same bytes); fp16 mixed precision as in Megatron-DeepSpeed's GPT examples."""
+    rows = []
+    for i, r in raw.reset_index(drop=True).iterrows():
+        tp, pp = int(r["tensor parallelism"]), int(r["pipeline parallelism"])
+        n_gpus, dp = int(r["# GPUs"]), int(r["data parallelism"])
+        mb, gb, seq = int(r["micro batch"]), int(r["global batch"]), int(r["sequence length"])
+        d, layers = int(r["hidden size"]), int(r["# layers"])
+        skip = "tensor/pipeline/context parallel: not modelled yet" if tp > 1 or pp > 1 else ""
+        name = (f"GPT {r['Parameters (billion)']}B" if "Parameters (billion)" in raw.columns
+                else f"GPT L{layers} d{d}")
+        rows.append({
+            "id": f"vtrain-{i + 1:04d}", "arch": "gpt", "model": name, "n_layers": layers,
+            "d_model": d, "n_heads": int(r["attention heads"]),
+            "n_kv_heads": int(r["attention heads"]), "ffn_size": 4 * d, "vocab": VTRAIN_VOCAB,
+            "gpu": VTRAIN_GPU, "n_gpus": n_gpus, "gpus_per_node": min(VTRAIN_GPUS_PER_NODE, n_gpus),
+            "inter_node_gbps_per_gpu": VTRAIN_NODE_GBPS / VTRAIN_GPUS_PER_NODE,
+            "network": "ib-hdr-200", "seq_len": seq, "micro_batch": mb,
+            "grad_accum": max(1, gb // (mb * dp)), "sharding": "none", "recompute": "full",
+            "precision": "fp16", "reduce_dtype": "fp16", "fused_loss": False,
+            "flash_attention": False,  # Megatron-DeepSpeed GPT of vTrain: fused softmax, no flash
+            "framework": "Megatron-DeepSpeed",
+            "tokens_per_s_per_gpu": gb * seq / (float(r["iteration time (ms)"]) / 1e3) / n_gpus,
+            "measured_from": "iteration time (ms)", "subset": "vtrain", "skip": skip,
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,177 @@
+"""Reading published measurement tables: GPU names, networks, knobs and the measurement."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from fsdpsim.catalog import load_catalog
+from fsdpsim.cli import main
+from fsdpsim.measurements import load_measurements, predict_measurements
+from fsdpsim.published import (
+    from_published,
+    from_vtrain,
+    match_accelerator,
+    parse_network,
+    parse_precision,
+    parse_recompute,
+    parse_sharding,
+    tokens_per_s_per_gpu,
+    uses_flash_attention,
+)
+
+CATALOG = load_catalog(use_env=False)
+
+
+@pytest.mark.parametrize("text, memory_gb, expected", [
+    ("A100 80GB", None, "a100-sxm4-80gb"),
+    ("A100 40GB", None, "a100-sxm4-40gb"),
+    ("A100 SXM4 80GB", None, "a100-sxm4-80gb"),
+    ("A100", 40, "a100-sxm4-40gb"),
+    ("A100", None, "a100-sxm4-80gb"),          # the family alias decides
+    ("H100 80GB", None, "h100-sxm5-80gb"),
+    ("NVIDIA H100 SXM5", None, "h100-sxm5-80gb"),
+    ("H100 PCIe", None, "h100-pcie-80gb"),
+    ("h100_80gb", None, "h100-sxm5-80gb"),     # llm-foundry's own spelling
+    ("NVIDIA H200 141GB", None, "h200-sxm-141gb"),
+    ("GH200 96GB", None, "gh200-96gb"),
+    ("MI300X", None, "mi300x"),
+    ("AMD Instinct MI250X", None, "mi250x"),
+    ("Z9000 Hyper", None, None),
+    ("", None, None),
+])
+def test_gpu_names_match_the_catalog(text, memory_gb, expected):
+    assert match_accelerator(CATALOG, text, float("nan") if memory_gb is None else memory_gb) \
+        == expected
+
+
+@pytest.mark.parametrize("text, gpn, source, expected", [
+    ("8x 200 Gb/s HDR InfiniBand per node (Selene, 3-level fat tree)", 8, "",
+     ("ib-hdr-200", 200.0)),
+    ("1600 Gbps per node RoCE (as stated)", 8, "mosaicml_llmfoundry", ("mosaicml-roce-200", 200.0)),
+    ("3200 Gbps per node RoCE", 8, "other lab", ("roce-400", 400.0)),
+    ("400 Gb/s per GPU NDR InfiniBand", 8, "", ("ib-ndr-400", 400.0)),
+    ("4x 200 Gb/s HDR per node", 4, "", ("ib-hdr-200", 200.0)),
+    ("EFA v2, 3200 Gbps per node", 8, "", ("efa-v2", 400.0)),
+    ("Slingshot-11, 4x 200 Gb/s per node", 8, "", ("slingshot-11", 100.0)),
+    ("not stated", 8, "", (None, None)),
+])
+def test_network_text_gives_fabric_and_rate_per_gpu(text, gpn, source, expected):
+    assert parse_network(text, gpn, source) == expected
+
+
+@pytest.mark.parametrize("sharding, framework, expected", [
+    ("FSDP FULL_SHARD (ZeRO-3-like)", "", "full"), ("ZeRO-3", "", "full"),
+    ("SHARD_GRAD_OP", "", "grad_op"), ("ZeRO stage 2", "", "grad_op"),
+    ("ZeRO-1", "", "optimizer"), ("HYBRID_SHARD", "", "hybrid"), ("HSDP 8x16", "", "hybrid"),
+    ("none (DP replicas)", "", "none"), ("NO_SHARD", "", "none"), ("DDP", "", "none"),
+    ("", "torchtitan FSDP2", "full"), ("", "Megatron-LM", "none"),
+])
+def test_sharding_words(sharding, framework, expected):
+    assert parse_sharding(sharding, framework) == expected
+
+
+@pytest.mark.parametrize("text, framework, expected", [
+    ("bf16 pure (FSDP mixed_precision PURE)", "Composer", ("bf16", "bf16")),
+    # Composer DEFAULT (torch 2.x): params bf16, gradients reduced in fp32
+    ("amp_bf16 (FSDP mixed_precision DEFAULT)", "Composer", ("bf16", "fp32")),
+    ("mixed fp16", "Megatron-LM + DeepSpeed ZeRO-3", ("fp16", "fp16")),
+    ("bf16", "torchtitan", ("bf16", "fp32")),
+    ("amp_fp8", "Composer", ("fp8", "fp32")),
+    ("fp32", "", ("fp32", "fp32")),
+])
+def test_precision_and_reduce_dtype(text, framework, expected):
+    assert parse_precision(text, framework) == expected
+
+
+def test_recompute_words():
+    assert [parse_recompute(t) for t in ("full (per-block)", "True", "selective", "none", "")] \
+        == ["full", "full", "selective", "none", "none"]
+
+
+def test_flash_attention_from_notes_and_dates():
+    assert uses_flash_attention("FlashAttention via attn_impl=flash")
+    assert not uses_flash_attention("Narayanan et al., SC21 (arXiv 2104.04473)")
+    assert not uses_flash_attention("GPT-3 runs, 2020")
+    assert uses_flash_attention("torchtitan, 2024")
+    assert uses_flash_attention("")                     # modern default
+    assert not uses_flash_attention("2024, eager attention")
+
+
+def test_measurement_from_each_kind_of_column():
+    """Hand-worked: Megatron eq. 3 for GPT-3 175B at s = 2048, V = 51200: 96·l·h²·(1 + s/6h
+    + V/16lh) = 1.4340e12 FLOPs per token, so 144 TFLOP/s is 100.4 tokens/s per GPU."""
+    base = {"n_gpus": 8, "seq_len": 2048}
+    assert tokens_per_s_per_gpu(pd.Series({**base, "tokens_per_s_per_gpu": 5.0})) \
+        == (5.0, "tokens_per_s_per_gpu")
+    assert tokens_per_s_per_gpu(pd.Series({**base, "tokens_per_s_total": 80.0}))[0] == 10.0
+    step = tokens_per_s_per_gpu(pd.Series({**base, "step_time_s": 2.0, "global_batch_seqs": 16}))
+    assert step == (16 * 2048 / 2.0 / 8, "step_time_s")
+    megatron = pd.Series({**base, "tflops_per_gpu": 144, "n_layers": 96, "d_model": 12288,
+                          "vocab": 51200, "tflops_counts_recompute": "yes (eq.3)"})
+    per_token = 96 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + 51200 / (16 * 96 * 12288))
+    assert per_token == pytest.approx(1.4340e12, rel=1e-4)
+    assert tokens_per_s_per_gpu(megatron)[0] == pytest.approx(144e12 / per_token)
+    mosaic = pd.Series({**base, "tflops_per_gpu": 100, "n_layers": 24, "d_model": 2048,
+                        "n_params": 1.3e9, "tflops_counts_recompute": "no (model TFLOP/s)"})
+    assert tokens_per_s_per_gpu(mosaic)[0] == pytest.approx(
+        100e12 / (6 * 1.3e9 + 12 * 24 * 2048 * 2048))
+    assert tokens_per_s_per_gpu(pd.Series(base))[1] == ""
+
+
+def _row(**over):
+    row = {"id": "r1", "source_key": "some_lab", "model": "Llama-3-8B", "n_layers": 32,
+           "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "ffn_size": 14336, "vocab": 128256,
+           "seq_len": 8192, "gpu": "H100 80GB", "n_gpus": 64, "gpus_per_node": 8,
+           "inter_node_interconnect": "8x 400 Gb/s NDR InfiniBand per node",
+           "framework": "torchtitan (FSDP2)", "tp": 1, "pp": 1, "cp": 1, "sharding": "FSDP2",
+           "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": "selective",
+           "precision": "bf16", "tokens_per_s_per_gpu": 6000.0, "notes": "2024 run"}
+    row.update(over)
+    return row
+
+
+def test_rows_of_any_source_are_read_by_what_they_say():
+    frame = from_published(pd.DataFrame([
+        _row(),
+        _row(id="tp", tp=8),
+        _row(id="gpu", gpu="Z9000"),
+        _row(id="nomb", micro_batch=float("nan"), grad_accum=float("nan")),
+        _row(id="nomeas", tokens_per_s_per_gpu=float("nan")),
+    ]), CATALOG).set_index("id")
+    r = frame.loc["r1"]
+    assert (r["skip"], r["gpu"], r["network"], r["inter_node_gbps_per_gpu"]) == \
+        ("", "h100-sxm5-80gb", "ib-ndr-400", 400.0)
+    assert (r["sharding"], r["recompute"], r["precision"], r["reduce_dtype"], r["arch"]) == \
+        ("full", "selective", "bf16", "fp32", "llama")
+    assert r["flash_attention"] and not r["fused_loss"]
+    assert frame.loc["tp", "skip"] == "tensor/pipeline/context parallel: not modelled yet"
+    assert frame.loc["gpu", "skip"] == "GPU 'Z9000' is not in the catalog"
+    assert frame.loc["nomb", "skip"] == "micro-batch not stated"
+    assert frame.loc["nomeas", "skip"].startswith("no measurement")
+
+
+def test_a_published_layout_file_validates_end_to_end(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    pd.DataFrame([_row(), _row(id="r2", n_gpus=8, tokens_per_s_per_gpu=7000.0),
+                  _row(id="tp", tp=2)]).to_csv(path, index=False)
+    frame = load_measurements(path, CATALOG)
+    result = predict_measurements(frame, CATALOG)
+    assert len(result) == 2 and result["predicted_tokens_per_s_per_gpu"].gt(0).all()
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: 1 rows: tensor/pipeline/context parallel" in out and "2 rows" in out
+
+
+def test_vtrain_rows():
+    raw = pd.DataFrame({"# GPUs": [8, 8], "global batch": [32, 32], "micro batch": [4, 4],
+                        "hidden size": [1024, 1024], "attention heads": [16, 16],
+                        "# layers": [24, 24], "sequence length": [1024, 1024],
+                        "tensor parallelism": [1, 2], "data parallelism": [8, 4],
+                        "pipeline parallelism": [1, 1], "iteration time (ms)": [500.0, 500.0]})
+    frame = from_vtrain(raw)
+    assert list(frame["skip"]) == ["", "tensor/pipeline/context parallel: not modelled yet"]
+    first = frame.iloc[0]
+    assert first["tokens_per_s_per_gpu"] == pytest.approx(32 * 1024 / 0.5 / 8)
+    assert (first["grad_accum"], first["sharding"], first["recompute"]) == (1, "none", "full")
+    assert predict_measurements(frame, CATALOG)["error"].notna().all()
