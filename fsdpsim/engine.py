@@ -130,8 +130,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, hbm_rate)
     ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, hbm_rate)
 
-    block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s,
-                                         compute.KERNELS_PER_LAYER_FWD, g["kernel_overhead_s"])
+    ops_fwd, ops_bwd = compute.host_ops_per_layer(flash, rotary, swiglu, g["rmsnorm"],
+                                                  g["linear_bias"])
+    block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
+                                         g["kernel_overhead_s"])
     # Recompute in backward: full = the block forward again up to the last tensor backward
     # needs. torch's default non-reentrant checkpoint stops early (``set_checkpoint_early_stop``,
     # torch.utils.checkpoint, torch >= 2.1; checked with FlopCounterMode in
@@ -143,8 +145,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     down_fwd_flops = 2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"]
     recompute_s = np.where(recompute == 2, block_fwd_s - down_fwd_s,
                            np.where(recompute == 1, attn_fwd_s, 0.0))
-    block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s,
-                                         compute.KERNELS_PER_LAYER_BWD,
+    block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
                                          g["kernel_overhead_s"]) + recompute_s
 
     # ---- root unit: embedding, final norm, LM head, loss ---------------------------------------
@@ -344,7 +345,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 
 #: Inputs that may be left out, and their values then: no fused loss or GLU kernel, no linear
 #: biases, memory ceilings solved.
-OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "ceilings": 1.0}
+OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
+                   "ceilings": 1.0}
 
 
 def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:

@@ -48,6 +48,7 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True) -> dic
         "ffn_size": spec.expert_size if spec.is_moe else spec.ffn_size,
         "swiglu": spec.ffn_kind == "swiglu", "rotary": spec.position == "rotary",
         "linear_bias": spec.mlp_bias or spec.qkv_bias or spec.attn_out_bias,
+        "rmsnorm": spec.norm == "rmsnorm",
         "vocab_size": spec.vocab_size, "n_params": spec.n_params,
         "matmul_params": spec.matmul_params,
         "active_experts": spec.experts_per_token if spec.is_moe else 1,

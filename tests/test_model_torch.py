@@ -153,3 +153,49 @@ def test_presets_on_meta_device(preset):
     shapes = spec.unit_parameter_shapes()
     assert [(n, tuple(p.shape)) for n, p in model.blocks[0].named_parameters()] == shapes["block"]
     assert math.prod(model.tok_emb.weight.shape) == spec.vocab_size * spec.d_model
+
+
+# ------------------------------------------------------------------ host ops per layer
+def _dispatched_ops(spec: ModelSpec, attention: str) -> tuple[int, int]:
+    """aten ops the dispatcher runs for one block's forward and backward (views included)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fsdpsim.validation.reference import Block
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    model = build_reference_model(spec, attention=attention)
+    block = next(m for m in model.modules() if isinstance(m, Block))
+    x = torch.randn(2, 8, spec.d_model, requires_grad=True)
+    with Count() as fwd:
+        y = block(x)
+    with Count() as bwd:
+        y.sum().backward()
+    return fwd.n, bwd.n
+
+
+@pytest.mark.parametrize("switch", ["base", "bias", "eager", "swiglu", "rmsnorm"])
+def test_host_ops_per_layer_are_what_torch_dispatches(switch):
+    """The engine's host-bound floor counts eager ops per layer; the counts are torch's."""
+    from fsdpsim.costs import compute
+
+    import dataclasses
+
+    base = ModelSpec(name="gpt-block", n_layers=1, d_model=32, n_heads=4, ffn_size=64,
+                     ffn_kind="gelu", vocab_size=37, tied_embeddings=True, max_seq_len=8,
+                     position="learned", norm="layernorm", norm_bias=True, qkv_bias=False,
+                     attn_out_bias=False, mlp_bias=False)
+    spec = {"base": base, "eager": base,
+            "bias": dataclasses.replace(base, qkv_bias=True, attn_out_bias=True, mlp_bias=True),
+            "swiglu": dataclasses.replace(base, ffn_kind="swiglu"),
+            "rmsnorm": dataclasses.replace(base, norm="rmsnorm", norm_bias=False)}[switch]
+    measured = _dispatched_ops(spec, "manual" if switch == "eager" else "sdpa")
+    flags = dict(flash=switch != "eager", rotary=False, swiglu=switch == "swiglu",
+                 rmsnorm=switch == "rmsnorm", linear_bias=switch == "bias")
+    expected = tuple(int(v) for v in compute.host_ops_per_layer(**flags))
+    assert measured == expected

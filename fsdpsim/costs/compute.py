@@ -28,19 +28,28 @@ Time model
 * Attention runs at ``peak × attention_fraction`` (a catalog value per GPU type and kernel).
 * Element-wise work (norms, activations, residual adds, rotary, casts, loss, optimizer) is
   bandwidth bound: bytes / W.
-* The CPU issues kernels at most one per ``kernel_overhead_s``: a layer's time is at least
-  ``n_kernels × kernel_overhead_s`` (small models at small batch are launch bound).
+* The host issues the work: every eager PyTorch op costs ``kernel_overhead_s`` of CPU time
+  (Python, dispatcher, autograd, launch), and a layer takes at least ``n_ops ×
+  kernel_overhead_s`` (:func:`host_ops_per_layer`; small models at small batch are host bound).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-#: Kernels per transformer layer (forward, backward) in eager PyTorch with fused attention:
-#: norm, QKV, rotary, attention, out-proj, residual add, norm, up(+gate), activation, down,
-#: residual add ≈ 12 forward; backward roughly twice as many (dgrad + wgrad per GEMM).
-KERNELS_PER_LAYER_FWD = 12
-KERNELS_PER_LAYER_BWD = 24
+#: Host-side operations per transformer layer in eager PyTorch: every aten op the dispatcher
+#: runs (GEMMs, element-wise kernels, views, casts), (forward, backward). Counted with
+#: TorchDispatchMode on fsdpsim.validation.reference's block, torch 2.13 (tests/test_model_torch.py
+#: counts them again): a GPT block with LayerNorm, GELU, fused (SDPA) attention and no linear
+#: biases is 41 forward, 79 backward; each switch adds its measured ops. Rotary embeddings with
+#: precomputed frequencies (q and k: view, complex multiply, view back) are an estimate: the
+#: reference computes its frequencies on every call.
+HOST_OPS_BASE = (41, 79)
+HOST_OPS_LINEAR_BIAS = (0, 18)
+HOST_OPS_EAGER_ATTENTION = (20, 21)
+HOST_OPS_SWIGLU = (5, 12)
+HOST_OPS_RMSNORM = (12, 30)
+HOST_OPS_ROTARY = (8, 16)
 
 
 def as_array(x) -> np.ndarray:
@@ -230,6 +239,22 @@ def attention_time_s(flops, peak_flops_per_s, attention_fraction, kv_len=np.inf,
     n = as_array(kv_len)
     tile_eff = 1.0 / (1.0 + as_array(half_k) / n)  # n / (n + k_half), finite at n = inf
     return as_array(flops) / (as_array(peak_flops_per_s) * as_array(attention_fraction) * tile_eff)
+
+
+def host_ops_per_layer(flash, rotary, swiglu, rmsnorm, linear_bias):
+    """Eager PyTorch ops one transformer layer dispatches (forward, backward) [-].
+
+    Counted, not estimated (see :data:`HOST_OPS_BASE`): the base GPT block plus the ops eager
+    attention, SwiGLU, RMSNorm (composite) and linear biases add, and rotary embeddings
+    (estimated). With :func:`launch_bound_s` this is the host-bound floor of a layer's time."""
+    switches = ((~(as_array(flash) > 0), HOST_OPS_EAGER_ATTENTION), (rotary, HOST_OPS_ROTARY),
+                (swiglu, HOST_OPS_SWIGLU), (rmsnorm, HOST_OPS_RMSNORM),
+                (linear_bias, HOST_OPS_LINEAR_BIAS))
+    fwd, bwd = float(HOST_OPS_BASE[0]), float(HOST_OPS_BASE[1])
+    for on, (f, b) in switches:
+        on = as_array(on) > 0
+        fwd, bwd = fwd + np.where(on, f, 0.0), bwd + np.where(on, b, 0.0)
+    return as_array(fwd), as_array(bwd)
 
 
 def launch_bound_s(gpu_time_s, n_kernels, kernel_overhead_s):
