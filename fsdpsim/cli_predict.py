@@ -47,7 +47,8 @@ def build_prediction(ctx: click.Context, **o: Any):
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     system = resolve_system(cat, gpu=o["gpu"], cluster=o["cluster"],
                             gpus_per_node=o["gpus_per_node"], network=o["network"],
-                            inter_node_gbps_per_gpu=o["inter_node_gbps_per_gpu"])
+                            inter_node_gbps_per_gpu=o["inter_node_gbps_per_gpu"],
+                            power_cap_w=o["power_cap_w"])
     seq_len = _auto_int(o["seq_len"], "--seq-len")
     spec = get_model(o["model"])
     if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
@@ -78,6 +79,9 @@ def predict_options(f):
         click.option("--network", default=None, help="Network id (NIC type) between nodes."),
         click.option("--inter-node-gbps-per-gpu", type=float, default=None,
                      help="Override: inter-node Gb/s per GPU, one direction."),
+        click.option("--power-cap-w", type=float, default=None,
+                     help="Board power limit per GPU below TDP (nvidia-smi -pl); lowers the "
+                          "compute clock (uncalibrated DVFS model)."),
         click.option("--seq-len", default="4096", show_default=True),
         click.option("--micro-batch", default="auto", show_default=True),
         click.option("--global-batch", default=None, help="Sequences per step; default: one "
@@ -133,7 +137,7 @@ def predict_table(p) -> str:
                              f"{d['interval']['tokens_per_s_per_gpu_low']:,.0f} .. "
                              f"{d['interval']['tokens_per_s_per_gpu_high']:,.0f}; "
                              + ("calibrated GPU type)" if d['interval']['calibrated'] else
-                                "GPU type not calibrated: wider range)")),
+                                "not calibrated: wider range)")),
         ("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}"),
         ("bottleneck", BOTTLENECK_WORDS[d["bottleneck"]]),
     ]))

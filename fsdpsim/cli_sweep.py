@@ -43,6 +43,8 @@ def grid_options(f):
         click.option("--network", multiple=True, help=f"Network ids between nodes ({_LIST})."),
         click.option("--inter-node-gbps-per-gpu", multiple=True,
                      help="Inter-node Gb/s per GPU, one direction, e.g. 50,100,200,400."),
+        click.option("--power-cap-w", multiple=True,
+                     help="Board power limits per GPU, e.g. 500,600,700 (uncalibrated DVFS model)."),
         click.option("--num-gpus", multiple=True,
                      help="GPU counts: 8,64 or 8..4096 (powers of two between); default 8."),
         click.option("--seq-len", multiple=True, help="Sequence lengths (ranges as --num-gpus); "
@@ -132,11 +134,12 @@ def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
 def table_text(frame: pd.DataFrame, grid: Grid) -> str:
     """A compact view: the varying inputs, the chosen knobs and the headline numbers."""
     varying = [c for c in ("model", "gpu", "cluster", "network", "inter_node_gbps_per_gpu",
+                           "power_cap_w",
                            "plan.num_gpus", "training.seq_len", "training.precision")
                if frame[c].astype(str).nunique() > 1 or c in ("model", "gpu", "plan.num_gpus")]
     if "cluster" in varying and (frame["cluster"] == "").all():
         varying.remove("cluster")
-    short = {"inter_node_gbps_per_gpu": "Gb/s/GPU", "plan.num_gpus": "GPUs",
+    short = {"inter_node_gbps_per_gpu": "Gb/s/GPU", "power_cap_w": "cap W", "plan.num_gpus": "GPUs",
              "training.seq_len": "seq", "training.precision": "prec"}
     rows = []
     for r in records(frame):

@@ -103,7 +103,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     elem = g["compute_bytes"]
 
     # ---- achievable rates (catalog peaks x achievable fractions) ------------------------------
-    matmul_rate = g["peak_flops_per_s"] * g["matmul_fraction"]
+    # A power cap lowers the sustained clock (compute.power_capped_clock_ratio): the FLOP/s the
+    # kernels see drop with it, while MFU stays measured against the nominal peak.
+    clocked_peak = g["peak_flops_per_s"] * g["compute_clock_ratio"]
+    matmul_rate = clocked_peak * g["matmul_fraction"]
     hbm_rate = g["hbm_bytes_per_s"] * g["hbm_fraction"]
     link_rate = g["link_bytes_per_s"] * g["link_fraction"]
     nic_rate = g["nic_share_bytes_per_s"] * g["nic_fraction"]
@@ -115,7 +118,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     attn_flops_fwd = compute.attention_flops_fwd(b, s, g["q_dim"], causal=flash)
     # Eager attention materialises the s x s scores: bandwidth bound on top of its matmuls.
     eager_scores_bytes = np.where(flash, 0.0, 3.0 * elem * b * g["n_heads"] * s * s)
-    attn_fwd_s = compute.attention_time_s(attn_flops_fwd, g["peak_flops_per_s"],
+    attn_fwd_s = compute.attention_time_s(attn_flops_fwd, clocked_peak,
                                           np.where(flash, g["attention_fraction"], g["matmul_fraction"]),
                                           np.where(flash, 0.5, 1.0) * s,
                                           np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
@@ -346,7 +349,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 #: Inputs that may be left out, and their values then: no fused loss or GLU kernel, no linear
 #: biases, memory ceilings solved.
 OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
-                   "ceilings": 1.0}
+                   "compute_clock_ratio": 1.0, "ceilings": 1.0}
 
 
 def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ free, every candidate is evaluated and each point keeps the fastest that fits (t
 
 from __future__ import annotations
 
+import itertools
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, parse_quantity
 
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
-             "inter-node-gbps-per-gpu", "num-gpus", "seq-len", "micro-batch", "global-batch",
+             "inter-node-gbps-per-gpu", "power-cap-w", "num-gpus", "seq-len", "micro-batch", "global-batch",
              "sharding", "recompute", "precision", "best", "price", "pue", "tokens", "ceilings")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
@@ -56,6 +57,12 @@ class Hardware:
     network: str
     max_gpus: int | None
     """GPUs in the named cluster; None for a GPU or node (no limit)."""
+
+    @property
+    def power_cap_w(self) -> float:
+        """Board power limit, NaN when the GPU runs at its TDP."""
+        cap = self.system.power_cap_w
+        return float("nan") if cap is None else float(cap)
 
     @property
     def inter_node_gbps_per_gpu(self) -> float:
@@ -300,24 +307,25 @@ def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, .
                    for v in split_values(options["inter-node-gbps-per-gpu"],
                                          "--inter-node-gbps-per-gpu")]
                   if "inter-node-gbps-per-gpu" in options else [None])
+    caps = ([_positive_float(v, "--power-cap-w")
+             for v in split_values(options["power-cap-w"], "--power-cap-w")]
+            if "power-cap-w" in options else [None])
     out = []
     for kind, name in sources:
-        for gpn in per_node:
-            for net in networks:
-                for bw in bandwidths:
-                    system = resolve_system(catalog, gpu=name if kind == "gpu" else None,
-                                            cluster=name if kind == "cluster" else None,
-                                            gpus_per_node=gpn, network=net,
-                                            inter_node_gbps_per_gpu=bw)
-                    cluster_id, max_gpus = "", None
-                    if kind == "cluster":
-                        found, cluster_id = catalog.find(name)
-                        if found == "cluster":
-                            nodes = catalog.cluster(cluster_id).num_nodes
-                            max_gpus = nodes * system.gpus_per_node if nodes else None
-                    out.append(Hardware(system=system, gpu=system.accelerator.id,
-                                        cluster=cluster_id, network=system.extra["network"],
-                                        max_gpus=max_gpus))
+        for gpn, net, bw, cap in itertools.product(per_node, networks, bandwidths, caps):
+            system = resolve_system(catalog, gpu=name if kind == "gpu" else None,
+                                    cluster=name if kind == "cluster" else None,
+                                    gpus_per_node=gpn, network=net,
+                                    inter_node_gbps_per_gpu=bw, power_cap_w=cap)
+            cluster_id, max_gpus = "", None
+            if kind == "cluster":
+                found, cluster_id = catalog.find(name)
+                if found == "cluster":
+                    nodes = catalog.cluster(cluster_id).num_nodes
+                    max_gpus = nodes * system.gpus_per_node if nodes else None
+            out.append(Hardware(system=system, gpu=system.accelerator.id,
+                                cluster=cluster_id, network=system.extra["network"],
+                                max_gpus=max_gpus))
     labels = [h.system.label for h in out]
     if len(set(labels)) != len(labels):
         raise ConfigError("the hardware options name the same system more than once: "

@@ -186,4 +186,8 @@ class System:
     inter_node_latency_s: float
     inter_node_fraction: float
     label: str = ""
+    power_cap_w: float | None = None
+    """Board power limit below TDP (``nvidia-smi -pl``); None = run at TDP."""
+    compute_clock_ratio: float = 1.0
+    """Sustained compute clock relative to TDP operation (from the power cap) [-]."""
     extra: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

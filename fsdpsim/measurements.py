@@ -17,6 +17,7 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``reduce_dtype``           fp32 | bf16
 ``fused_loss``             true when the run used a fused cross-entropy (optional)
 ``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
+``power_cap_w``            board power limit below TDP (optional)
 ``tokens_per_s_per_gpu``   the measurement
 =========================  =========================================================
 
@@ -107,10 +108,12 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
         spec = spec_for_row(row)
         network = row.get("network")
         gbps = float(row["inter_node_gbps_per_gpu"])
+        cap = float(row.get("power_cap_w", float("nan")))
         system = resolve_system(catalog, gpu=str(row["gpu"]),
                                 gpus_per_node=int(row["gpus_per_node"]),
                                 network=str(network) if isinstance(network, str) and network else None,
-                                inter_node_gbps_per_gpu=gbps if gbps == gbps else None)
+                                inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
+                                power_cap_w=cap if cap == cap else None)
         plan = ParallelPlan(num_gpus=int(row["n_gpus"]), gpus_per_node=int(row["gpus_per_node"]),
                             sharding=str(row["sharding"]))
         mb, ga = int(row["micro_batch"]), int(row["grad_accum"])

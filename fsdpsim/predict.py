@@ -17,6 +17,7 @@ import numpy as np
 
 from fsdpsim import engine
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
+from fsdpsim.catalog_schema import UNCALIBRATED_INTERVAL
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
@@ -65,6 +66,7 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
     link = system.link
     return {
         "peak_flops_per_s": acc.peak_for(precision),
+        "compute_clock_ratio": system.compute_clock_ratio,
         "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
         "matmul_half_k": eff.matmul_half_k,
         "attention_half_kv": eff.attention_half_kv,
@@ -184,6 +186,9 @@ def prediction_interval(values: Mapping[str, float], system: System) -> dict[str
     """
     eff = system.accelerator.efficiency
     lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
+    calibrated = eff.calibrated and system.power_cap_w is None
+    if not calibrated:  # the power-cap model is uncalibrated: at least the uncalibrated range
+        lo, hi = min(lo, UNCALIBRATED_INTERVAL[0]), max(hi, UNCALIBRATED_INTERVAL[1])
     tps = values["tokens_per_s_per_gpu"]
     return {"tokens_per_s_per_gpu_low": tps * lo, "tokens_per_s_per_gpu_high": tps * hi,
             "tokens_per_s_low": values["tokens_per_s"] * lo,
@@ -191,7 +196,7 @@ def prediction_interval(values: Mapping[str, float], system: System) -> dict[str
             "step_time_s_low": values["step_time_s"] / hi,
             "step_time_s_high": values["step_time_s"] / lo,
             "mfu_low": values["mfu"] * lo, "mfu_high": values["mfu"] * hi,
-            "calibrated": eff.calibrated, "coverage": 0.9}
+            "calibrated": calibrated, "coverage": 0.9}
 
 
 def divisors(n: int) -> list[int]:

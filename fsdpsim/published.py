@@ -96,6 +96,23 @@ def match_accelerator(catalog: Catalog, text: str, memory_gb: float = float("nan
     return None
 
 
+def parse_power_cap(catalog: Catalog, gpu: str | None, *texts: str) -> float | None:
+    """A board power cap below the GPU's TDP stated in the row: any wattage below TDP in the GPU
+    name ("H100 80GB (500 W)"), or one next to cap/limit/at/@ in the other texts ("power-capped
+    to 500W", "H100 at 500 W"); None when none is stated."""
+    if gpu is None or catalog.accelerator(gpu).tdp_w is None:
+        return None
+    tdp = catalog.accelerator(gpu).tdp_w
+    for i, text in enumerate(texts):
+        for m in re.finditer(r"(\d[\d,]{1,4})\s*w\b", text.lower()):
+            context = text.lower()[max(0, m.start() - 30):m.end() + 10]
+            watts = _number(m.group(1))
+            named = i == 0 or re.search(r"cap|limit|@|throttl|\bat\b", context)
+            if named and 0.1 * tdp < watts < tdp:
+                return watts
+    return None
+
+
 # ------------------------------------------------------------------------------ network
 def parse_network(text: str, gpus_per_node: int, source: str = "") -> tuple[str | None, float | None]:
     """(catalog network id, Gb/s per GPU one direction) from a free-text inter-node description.
@@ -284,6 +301,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
         model = _text(r.get("model"))
         heads = _number(r.get("n_heads"))
+        cap = parse_power_cap(catalog, gpu, gpu_text, _text(r.get("notes")))
         rows.append({
             "id": r.get("id", f"row-{len(rows) + 1}"), "arch": _arch(model), "model": model,
             "n_layers": r.get("n_layers"), "d_model": r.get("d_model"), "n_heads": heads,
@@ -300,6 +318,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "fused_loss": _arch(model) == "mpt",
             "flash_attention": uses_flash_attention(*(_text(r.get(k)) for k in (
                 "notes", "framework", "source", "source_locator"))),
+            "power_cap_w": cap if cap is not None else float("nan"),
             "framework": framework, "tokens_per_s_per_gpu": measured,
             "measured_from": measured_from, "subset": r.get("subset", ""), "skip": skip,
         })

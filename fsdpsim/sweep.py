@@ -361,6 +361,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "cluster": named([x.cluster for x in hw], p["h"]),
         "network": named([x.network for x in hw], p["h"]),
         "inter_node_gbps_per_gpu": per_system(lambda x: x.inter_node_gbps_per_gpu),
+        "power_cap_w": per_system(lambda x: x.power_cap_w),
         "plan.num_gpus": num_gpus,
         "plan.gpus_per_node": per_system(lambda x: x.system.gpus_per_node),
         "plan.sharding": knob(SHARDINGS, c["sh"]),
@@ -434,10 +435,13 @@ def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray,
     price_h = np.array([grid.price_usd_per_gpu_hour.get(x.gpu, np.nan) for x in grid.hardware],
                        dtype=float)[h]
     tdp = np.array([grid.tdp_w.get(x.gpu, np.nan) for x in grid.hardware], dtype=float)[h]
+    # A capped GPU draws at most its cap (the energy model charges board power for the step).
+    cap = np.array([x.system.power_cap_w or np.inf for x in grid.hardware], dtype=float)[h]
+    board_w = np.minimum(tdp, cap)
     tps = np.where(ok, cols["tokens_per_s"], np.nan)
     gpus = cols["plan.num_gpus"]
     usd_per_token = economics.cost_per_token_usd(price_h / HOUR_S, gpus, tps)
-    j_per_token = economics.energy_per_token_j(tdp, gpus, tps, grid.pue)
+    j_per_token = economics.energy_per_token_j(board_w, gpus, tps, grid.pue)
     out = {"price_usd_per_gpu_hour": price_h, "tdp_w": tdp, "pue": np.full(ok.size, grid.pue),
            "cost_usd_per_million_tokens": 1e6 * usd_per_token,
            "energy_kwh_per_million_tokens": 1e6 * j_per_token / J_PER_KWH}
@@ -447,7 +451,7 @@ def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray,
             "train_tokens": np.full(ok.size, tokens),
             "train_time_s": economics.time_to_train_s(tokens, tps),
             "train_cost_usd": economics.training_cost_usd(tokens, price_h / HOUR_S, gpus, tps),
-            "train_energy_kwh": economics.training_energy_j(tokens, tdp, gpus, tps,
+            "train_energy_kwh": economics.training_energy_j(tokens, board_w, gpus, tps,
                                                             grid.pue) / J_PER_KWH,
         })
     return out

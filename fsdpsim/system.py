@@ -20,7 +20,8 @@ DEFAULT_GPUS_PER_NODE = 8
 
 def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | None = None,
                    gpus_per_node: int | None = None, network: str | None = None,
-                   inter_node_gbps_per_gpu: float | None = None) -> System:
+                   inter_node_gbps_per_gpu: float | None = None,
+                   power_cap_w: float | None = None) -> System:
     """Build the :class:`System` for a prediction; a clear error on conflicting options."""
     if gpu is None and cluster is None:
         raise ConfigError("name the hardware: --gpu ID or --cluster ID "
@@ -60,9 +61,30 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
             raise ConfigError(f"--inter-node-gbps-per-gpu must be > 0, got {inter_node_gbps_per_gpu}")
         share = inter_node_gbps_per_gpu * GBIT_PER_S_BYTES_PER_S
         label += f", inter-node overridden to {inter_node_gbps_per_gpu:g} Gb/s per GPU"
+    clock = 1.0
+    if power_cap_w is not None:
+        clock = _power_cap_clock(acc, power_cap_w)
+        label += f", power-capped to {power_cap_w:g} W of {acc.tdp_w:g} W"
+        notes.append(f"power cap {power_cap_w:g} W: compute clock x{clock:.3f} (DVFS cube law, "
+                     "uncalibrated: wider range)")
     return System(
         accelerator=acc, gpus_per_node=per_node, link=link,
         inter_node_bandwidth_bytes_per_s_per_gpu=share,
         inter_node_latency_s=net.latency_s, inter_node_fraction=net.achievable_fraction,
         label=label, extra={"notes": "; ".join(notes), "network": net.id},
+        power_cap_w=power_cap_w, compute_clock_ratio=clock,
     )
+
+
+def _power_cap_clock(acc, power_cap_w: float) -> float:
+    from fsdpsim.costs.compute import STATIC_POWER_FRACTION, power_capped_clock_ratio
+
+    if acc.tdp_w is None:
+        raise ConfigError(f"--power-cap-w needs the GPU's TDP, and {acc.id} has no tdp_w in the "
+                          "catalog; add it (see README, Adding hardware) or drop the cap")
+    floor = STATIC_POWER_FRACTION * acc.tdp_w
+    if not floor < power_cap_w <= acc.tdp_w:
+        raise ConfigError(f"--power-cap-w {power_cap_w:g} is outside what {acc.id} accepts: more "
+                          f"than its static draw ({floor:g} W) and at most its TDP "
+                          f"({acc.tdp_w:g} W)")
+    return float(power_capped_clock_ratio(power_cap_w, acc.tdp_w))

@@ -257,6 +257,29 @@ def host_ops_per_layer(flash, rotary, swiglu, rmsnorm, linear_bias):
     return as_array(fwd), as_array(bwd)
 
 
+#: Board power an idle-but-busy GPU draws regardless of clock (leakage, HBM, fans excluded),
+#: as a fraction of TDP: an H100 SXM idles near 70 W of 700 W in nvidia-smi. An estimate.
+STATIC_POWER_FRACTION = 0.10
+#: Dynamic power P ∝ C·V²·f with the voltage tracking the clock along the DVFS curve (V ∝ f):
+#: P_dyn ∝ f³ (CMOS dynamic power; Weste & Harris, "CMOS VLSI Design", 4th ed., §5.1).
+DVFS_POWER_EXPONENT = 3.0
+
+
+def power_capped_clock_ratio(power_cap_w, tdp_w, static_fraction=STATIC_POWER_FRACTION,
+                             exponent=DVFS_POWER_EXPONENT):
+    """Sustained compute clock under a board power cap, relative to the clock at TDP [-].
+
+    Dense GEMMs draw the full TDP at the rated sustained clock; capped, the firmware lowers the
+    clock until ``P_static + P_dyn(f) <= cap`` with ``P_dyn ∝ f^exponent``:
+    ``f_cap / f_TDP = ((cap − P_static) / (TDP − P_static)) ** (1 / exponent)``, 1 at or above
+    TDP. Tensor-core FLOP/s scale with the clock; HBM bandwidth, links and the host do not.
+    Uncalibrated: no capped measurement is in fsdpsim's calibration data."""
+    cap, tdp = as_array(power_cap_w), as_array(tdp_w)
+    static = static_fraction * tdp
+    ratio = (np.maximum(cap - static, 0.0) / (tdp - static)) ** (1.0 / exponent)
+    return np.minimum(ratio, 1.0)
+
+
 def launch_bound_s(gpu_time_s, n_kernels, kernel_overhead_s):
     """A kernel sequence takes at least one launch interval per kernel [s].
 
