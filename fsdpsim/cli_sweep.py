@@ -170,8 +170,8 @@ def table_text(frame: pd.DataFrame, grid: Grid) -> str:
 
 def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
     """What the cost and energy columns assume."""
-    out = [f"energy = TDP x GPUs x time x PUE {grid.pue:g}: an upper bound of accelerator "
-           "board power (CPUs, NICs, switches not counted)",
+    out = [f"energy = board power (TDP, or the power cap) x GPUs x time x PUE {grid.pue:g}: an "
+           "upper bound of accelerator power (CPUs, NICs, switches not counted)",
            "cost = GPU-hours x rent per GPU-hour (catalog rent_usd_per_hour: an order-of-"
            "magnitude on-demand rate, unless --price)"]
     no_price = sorted(set(frame["gpu"]) - set(grid.price_usd_per_gpu_hour))
