@@ -359,7 +359,7 @@ def test_cli_table_and_grid_file(tmp_path):
     assert lines[0].startswith("fsdpsim sweep: 4 points")
     assert "train days" in lines[1] and "tok/s/GPU" in lines[1]
     assert len([ln for ln in lines if "llama3-" in ln]) == 4
-    assert any("upper bound of accelerator board power" in ln for ln in lines)
+    assert any("upper bound of accelerator power" in ln for ln in lines)
     assert any("no price for b200" in ln for ln in lines)
 
 
