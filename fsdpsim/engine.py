@@ -146,7 +146,11 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         tokens, g["d_model"], g["ffn_size"], matmul_rate, hbm_rate, g["matmul_half_flops"],
         g["matmul_half_k"], elem)[0]
     down_fwd_flops = 2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"]
-    recompute_s = np.where(recompute == 2, block_fwd_s - down_fwd_s,
+    # The recomputed forward is host bound like the forward, less the down projection's ops.
+    full_recompute_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s - down_fwd_s,
+                                              ops_fwd - compute.HOST_OPS_DOWN_PROJECTION,
+                                              g["kernel_overhead_s"])
+    recompute_s = np.where(recompute == 2, full_recompute_s,
                            np.where(recompute == 1, attn_fwd_s, 0.0))
     block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
                                          g["kernel_overhead_s"]) + recompute_s

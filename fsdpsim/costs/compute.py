@@ -50,6 +50,8 @@ HOST_OPS_EAGER_ATTENTION = (20, 21)
 HOST_OPS_SWIGLU = (5, 12)
 HOST_OPS_RMSNORM = (12, 30)
 HOST_OPS_ROTARY = (8, 16)
+#: The MLP down projection's forward ops (t, mm, view), skipped by torch's early-stop recompute.
+HOST_OPS_DOWN_PROJECTION = 3
 
 
 def as_array(x) -> np.ndarray:
