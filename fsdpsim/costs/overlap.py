@@ -29,7 +29,7 @@ def slowed_compute_s(compute_s, overlapped_comm_s, slowdown):
     """Compute time stretched by concurrent communication [s]: f · (1 + σ · min(1, c / f))."""
     f = as_array(compute_s)
     c = as_array(overlapped_comm_s)
-    with np.errstate(invalid="ignore", divide="ignore"):  # inf comm over inf compute
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # inf or huge ratios
         ratio = np.where(f > 0, np.minimum(1.0, c / np.where(f > 0, f, 1.0)), 0.0)
     return f * (1.0 + as_array(slowdown) * ratio)
 
