@@ -75,12 +75,21 @@ def match_accelerator(catalog: Catalog, text: str, memory_gb: float = float("nan
             continue
         if memory_matches(ident):
             return ident
-    words = set(re.split(r"[^a-z0-9]+", low))
+    tokens = [w for w in re.split(r"[^a-z0-9]+", low) if w]
+    for a, b in zip(tokens, tokens[1:]):  # "TPU v5p" -> tpu-v5p
+        try:
+            ident = catalog.resolve_id("accelerator", f"{a}-{b}")
+        except ConfigError:
+            continue
+        if memory_matches(ident):
+            return ident
+    words = set(tokens)
     ids = catalog.ids("accelerator")
     family = [i for i in ids if i.split("-")[0] in words or i in words]
     if not family:
         return None
-    family = [i for i in family if memory_matches(i)]
+    # a per-package memory ("MI250X 128GB" = 2 GCDs) may match no entry: then the family decides
+    family = [i for i in family if memory_matches(i)] or family
     pcie = [i for i in family if "pcie" in i]
     family = pcie if "pcie" in words else ([i for i in family if "pcie" not in i] or family)
     if len(family) == 1:
@@ -232,8 +241,8 @@ def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
     """The measured tokens/s per GPU of a published row and where it came from.
 
     In order: ``tokens_per_s_per_gpu``; ``tokens_per_s_total`` / GPUs; global batch tokens /
-    ``step_time_s`` / GPUs; ``tflops_per_gpu`` divided by the FLOPs per token of the accounting
-    the row states: Megatron's eq. 3 (Narayanan et al., SC21, counts the recompute forward:
+    ``step_time_s`` / GPUs; ``tflops_per_gpu`` (or ``mfu_pct`` × ``peak_tflops_basis``) divided
+    by the FLOPs per token of the accounting the row states: Megatron's eq. 3 (Narayanan et al., SC21, counts the recompute forward:
     96·l·h²·(1 + s/6h + V/16lh) per token) when ``tflops_counts_recompute`` says so, otherwise
     the MosaicML model FLOPs 6·N + 12·L·d·s per token (llm-foundry benchmarking README)."""
     n_gpus, seq = _number(r.get("n_gpus")), _number(r.get("seq_len"))
@@ -250,6 +259,10 @@ def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
     if step == step and tokens == tokens:
         return tokens / step / n_gpus, "step_time_s"
     tflops = _number(r.get("tflops_per_gpu"))
+    mfu = _number(r.get("mfu_pct"))
+    peak = _number(r.get("peak_tflops_basis"))
+    if tflops != tflops and mfu == mfu and peak == peak:
+        tflops = mfu / 100.0 * peak  # MFU = model TFLOP/s per GPU / the stated peak
     if tflops == tflops:
         layers, d, vocab = (_number(r.get(k)) for k in ("n_layers", "d_model", "vocab"))
         if "yes" in _text(r.get("tflops_counts_recompute")).lower():

@@ -37,6 +37,9 @@ CATALOG = load_catalog(use_env=False)
     ("GH200 96GB", None, "gh200-96gb"),
     ("MI300X", None, "mi300x"),
     ("AMD Instinct MI250X", None, "mi250x"),
+    ("TPU v5p", None, "tpu-v5p"),
+    ("MI250X 128GB", None, "mi250x"),             # per-package memory: the family decides
+    ("H100 SXM5 80GB HBM3", None, "h100-sxm5-80gb"),
     ("Z9000 Hyper", None, None),
     ("", None, None),
 ])
@@ -116,6 +119,10 @@ def test_measurement_from_each_kind_of_column():
                         "n_params": 1.3e9, "tflops_counts_recompute": "no (model TFLOP/s)"})
     assert tokens_per_s_per_gpu(mosaic)[0] == pytest.approx(
         100e12 / (6 * 1.3e9 + 12 * 24 * 2048 * 2048))
+    from_mfu = pd.Series({**base, "mfu_pct": 50.0, "peak_tflops_basis": "312 TFLOP/s (A100)",
+                          "n_layers": 24, "d_model": 2048, "n_params": 1.3e9})
+    assert tokens_per_s_per_gpu(from_mfu)[0] == pytest.approx(
+        156e12 / (6 * 1.3e9 + 12 * 24 * 2048 * 2048))
     assert tokens_per_s_per_gpu(pd.Series(base))[1] == ""
 
 
