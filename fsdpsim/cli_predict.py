@@ -136,8 +136,10 @@ def predict_table(p) -> str:
         ("tokens/s per GPU", f"{d['tokens_per_s_per_gpu']:,.0f}  (90 % range "
                              f"{d['interval']['tokens_per_s_per_gpu_low']:,.0f} .. "
                              f"{d['interval']['tokens_per_s_per_gpu_high']:,.0f}; "
-                             + ("calibrated GPU type)" if d['interval']['calibrated'] else
-                                "not calibrated: wider range)")),
+                             + ("calibrated GPU type" if d['interval']['calibrated'] else
+                                "not calibrated: wider range")
+                             + ("; near the memory limit: lower low end)"
+                                if d['interval'].get('near_memory_limit') else ")")),
         ("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}"),
         ("bottleneck", BOTTLENECK_WORDS[d["bottleneck"]]),
     ]))

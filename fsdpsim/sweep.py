@@ -421,10 +421,12 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any]):
             continue
         values = {k: cols[k][rows] for k in ("tokens_per_s_per_gpu", "tokens_per_s",
                                              "step_time_s", "mfu")}
+        values.update(peak_bytes=cols["memory.peak_bytes"][rows],
+                      capacity_bytes=cols["memory.capacity_bytes"][rows])
         for k, v in prediction_interval(values, hw.system).items():
-            column = out.setdefault(f"interval.{k}", np.full(n, None if isinstance(v, bool)
-                                                             else np.nan, dtype=object
-                                                             if isinstance(v, bool) else float))
+            flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
+            column = out.setdefault(f"interval.{k}", np.full(n, None if flag else np.nan,
+                                                             dtype=object if flag else float))
             column[rows] = v
     return out
 

@@ -105,3 +105,22 @@ def test_resolve_system_reports_the_cap():
     assert "power-capped to 500 W of 700 W" in system.label
     with pytest.raises(ConfigError):
         resolve_system(CATALOG, gpu="h100", power_cap_w=0)
+
+
+def test_range_widens_near_the_memory_limit():
+    """Calibration rows above 85 % of memory ran as slow as 0.75x their prediction; the 90 %
+    range says so there and only there."""
+    from fsdpsim.predict import NEAR_LIMIT_RATIO_LOW
+
+    system = resolve_system(CATALOG, gpu="a100")
+    tight = predict(get_model("mpt-30b"), system, ParallelPlan(8, 8),
+                    TrainingConfig(seq_len=8192, micro_batch=1, recompute="full")).to_dict()
+    roomy = predict(get_model("mpt-1b"), system, ParallelPlan(8, 8),
+                    TrainingConfig(seq_len=2048, micro_batch=1, recompute="full")).to_dict()
+    assert tight["memory"]["peak_bytes"] > 0.85 * tight["memory"]["capacity_bytes"]
+    assert tight["interval"]["near_memory_limit"] and not roomy["interval"]["near_memory_limit"]
+    assert tight["interval"]["tokens_per_s_per_gpu_low"] == pytest.approx(
+        NEAR_LIMIT_RATIO_LOW * tight["tokens_per_s_per_gpu"])
+    p05 = system.accelerator.efficiency.throughput_ratio_p05
+    assert roomy["interval"]["tokens_per_s_per_gpu_low"] == pytest.approx(
+        p05 * roomy["tokens_per_s_per_gpu"])
