@@ -22,7 +22,10 @@ def _summary_line(name: str, s: dict) -> str:
 
 
 def _rows_table(frame) -> str:
-    view = frame[[c for c in ROW_COLUMNS if c in frame.columns]].copy()
+    columns = [c for c in ROW_COLUMNS if c in frame.columns]
+    if "knobs" in frame.columns and (frame["knobs"] != "").any():
+        columns.append("knobs")
+    view = frame[columns].copy()
     view["error"] = [f"{100 * e:+.1f} %" for e in view["error"]]
     view["predicted_tokens_per_s_per_gpu"] = view["predicted_tokens_per_s_per_gpu"].round(0)
     return view.to_string(index=False)

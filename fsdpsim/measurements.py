@@ -11,9 +11,10 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``n_gpus``, ``gpus_per_node``
 ``inter_node_gbps_per_gpu``  NIC line rate per GPU, one direction
 ``network``                catalog network id (latency, achievable fraction); optional
-``seq_len``, ``micro_batch``, ``grad_accum``
+``seq_len``, ``micro_batch``, ``grad_accum``  (``micro_batch`` may be ``auto``: what ``predict``
+                           would choose; ``global_batch_seqs`` then fixes the batch)
 ``sharding``               full | grad_op | optimizer | none | hybrid
-``recompute``              none | selective | full
+``recompute``              none | selective | full | auto
 ``reduce_dtype``           fp32 | bf16
 ``fused_loss``             true when the run used a fused cross-entropy (optional)
 ``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
@@ -62,8 +63,9 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot parse as CSV: {exc}") from None
     raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
+    catalog = catalog or load_catalog()
     if "source_key" in raw.columns:
-        return published.from_published(raw, catalog or load_catalog())
+        return resolve_auto_knobs(published.from_published(raw, catalog), catalog)
     if published.is_vtrain(raw.columns):
         return published.from_vtrain(raw)
     missing = [c for c in REQUIRED if c not in raw.columns]
@@ -76,7 +78,7 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     frame["skip"] = frame["skip"].fillna("")
     if "id" not in frame.columns:
         frame["id"] = [f"row-{i + 1}" for i in range(len(frame))]
-    return frame
+    return resolve_auto_knobs(frame, catalog)
 
 
 def spec_for_row(row: pd.Series) -> ModelSpec:
@@ -101,28 +103,74 @@ def spec_for_row(row: pd.Series) -> ModelSpec:
     return spec.with_seq_len(seq) if spec.position == "learned" else spec
 
 
+def _row_setup(row: pd.Series, catalog: Catalog) -> tuple[ModelSpec, Any, ParallelPlan, dict]:
+    """The model, system, plan and training options one measurement row describes."""
+    spec = spec_for_row(row)
+    network = row.get("network")
+    gbps = float(row["inter_node_gbps_per_gpu"])
+    cap = float(row.get("power_cap_w", float("nan")))
+    system = resolve_system(catalog, gpu=str(row["gpu"]),
+                            gpus_per_node=int(row["gpus_per_node"]),
+                            network=str(network) if isinstance(network, str) and network else None,
+                            inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
+                            power_cap_w=cap if cap == cap else None)
+    plan = ParallelPlan(num_gpus=int(row["n_gpus"]), gpus_per_node=int(row["gpus_per_node"]),
+                        sharding=str(row["sharding"]))
+    options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
+                   precision=str(row.get("precision", "bf16")),
+                   flash_attention=_truthy(row.get("flash_attention", True)),
+                   fused_loss=_truthy(row.get("fused_loss", False)))
+    return spec, system, plan, options
+
+
+def _unstated(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or \
+        str(value).strip().lower() in ("", "auto", "nan")
+
+
+def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Rows that do not state their micro-batch or recompute mode get what ``predict`` would
+    choose for them (``auto``: the fastest setting that fits; with the row's global batch when
+    it is known), and a ``knobs`` column says so. The issue this follows: published runs rarely
+    state these knobs, and guessing them badly teaches the model wrong physics."""
+    frame = frame.copy()
+    if "knobs" not in frame.columns:
+        frame["knobs"] = ""
+    for i, row in frame.iterrows():
+        auto_mb, auto_rc = _unstated(row["micro_batch"]), _unstated(row["recompute"])
+        if row["skip"] or not (auto_mb or auto_rc):
+            continue
+        from fsdpsim.predict import predict
+
+        spec, system, plan, options = _row_setup(row, catalog)
+        global_seqs = float(row.get("global_batch_seqs", float("nan")))
+        if global_seqs != global_seqs and not auto_mb and not _unstated(row["grad_accum"]):
+            global_seqs = float(row["micro_batch"]) * float(row["grad_accum"]) * plan.dp
+        usable = global_seqs == global_seqs and global_seqs % plan.dp == 0
+        training = TrainingConfig(micro_batch=None if auto_mb else int(row["micro_batch"]),
+                                  recompute=None if auto_rc else str(row["recompute"]),
+                                  global_batch=int(global_seqs) if usable else None, **options)
+        try:
+            chosen = predict(spec, system, plan, training).training
+        except ConfigError as exc:
+            frame.at[i, "skip"] = f"auto knobs: {exc}"
+            continue
+        frame.at[i, "micro_batch"] = chosen["micro_batch"]
+        frame.at[i, "grad_accum"] = chosen["grad_accum"]
+        frame.at[i, "recompute"] = chosen["recompute"]
+        frame.at[i, "knobs"] = "auto: " + ", ".join(
+            f"{k} {chosen[k]}" for k, auto in (("micro_batch", auto_mb), ("recompute", auto_rc))
+            if auto)
+    return frame
+
+
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
     """Stack the engine inputs of every row (rows with a ``skip`` reason must be dropped)."""
     per_row: list[dict[str, Any]] = []
     for _, row in frame.iterrows():
-        spec = spec_for_row(row)
-        network = row.get("network")
-        gbps = float(row["inter_node_gbps_per_gpu"])
-        cap = float(row.get("power_cap_w", float("nan")))
-        system = resolve_system(catalog, gpu=str(row["gpu"]),
-                                gpus_per_node=int(row["gpus_per_node"]),
-                                network=str(network) if isinstance(network, str) and network else None,
-                                inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
-                                power_cap_w=cap if cap == cap else None)
-        plan = ParallelPlan(num_gpus=int(row["n_gpus"]), gpus_per_node=int(row["gpus_per_node"]),
-                            sharding=str(row["sharding"]))
+        spec, system, plan, options = _row_setup(row, catalog)
         mb, ga = int(row["micro_batch"]), int(row["grad_accum"])
-        training = TrainingConfig(seq_len=int(row["seq_len"]), micro_batch=mb,
-                                  recompute=str(row["recompute"]),
-                                  reduce_dtype=str(row.get("reduce_dtype", "fp32")),
-                                  precision=str(row.get("precision", "bf16")),
-                                  flash_attention=_truthy(row.get("flash_attention", True)),
-                                  fused_loss=_truthy(row.get("fused_loss", False)))
+        training = TrainingConfig(micro_batch=mb, recompute=str(row["recompute"]), **options)
         x = config_inputs(spec, system, plan, training)
         x.update({"micro_batch": mb, "grad_accum": ga,
                   "recompute": engine.RECOMPUTE_CODES[training.recompute]})

@@ -301,14 +301,10 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         dp = _number(r.get("dp"))
         dp = dp if dp == dp else n_gpus
         global_seqs = _number(r.get("global_batch_seqs"))
-        if ga != ga and mb == mb and global_seqs == global_seqs:
-            ga = max(1.0, round(global_seqs / (mb * dp)))
-        if mb != mb:  # not guessed: a wrong micro-batch teaches the model wrong physics
-            skip = skip or "micro-batch not stated"
-            mb, ga = 1.0, 1.0
-        elif ga != ga:
-            skip = skip or "gradient accumulation not stated"
-            ga = 1.0
+        if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
+            ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
+        # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
+        # predict's auto would choose (with the global batch when it is known).
         measured, measured_from = tokens_per_s_per_gpu(r)
         if measured != measured:
             skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
@@ -325,7 +321,9 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "network": network or "", "seq_len": int(_number(r["seq_len"])),
             "micro_batch": mb, "grad_accum": ga,
             "sharding": parse_sharding(_text(r.get("sharding")), framework),
-            "recompute": parse_recompute(_text(r.get("activation_checkpointing"))),
+            "recompute": (parse_recompute(_text(r.get("activation_checkpointing")))
+                          if _text(r.get("activation_checkpointing")).strip() else "auto"),
+            "global_batch_seqs": global_seqs,
             "precision": precision, "reduce_dtype": reduce_dtype,
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
             "fused_loss": _arch(model) == "mpt",

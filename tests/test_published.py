@@ -154,8 +154,31 @@ def test_rows_of_any_source_are_read_by_what_they_say():
     assert r["flash_attention"] and not r["fused_loss"]
     assert frame.loc["tp", "skip"] == "tensor/pipeline/context parallel: not modelled yet"
     assert frame.loc["gpu", "skip"] == "GPU 'Z9000' is not in the catalog"
-    assert frame.loc["nomb", "skip"] == "micro-batch not stated"
+    assert frame.loc["nomb", "skip"] == "" and pd.isna(frame.loc["nomb", "micro_batch"])
     assert frame.loc["nomeas", "skip"].startswith("no measurement")
+
+
+def test_unstated_knobs_get_what_predict_would_choose():
+    """Published runs rarely state micro-batch and recompute; they are resolved as predict's
+    auto would resolve them (within the stated global batch), and marked."""
+    from fsdpsim.measurements import resolve_auto_knobs
+    from fsdpsim.parallel import ParallelPlan, TrainingConfig
+    from fsdpsim.predict import predict
+    from fsdpsim.presets import get_model
+    from fsdpsim.system import resolve_system
+
+    frame = resolve_auto_knobs(from_published(pd.DataFrame([
+        _row(id="a", micro_batch=float("nan"), grad_accum=float("nan"), global_batch_seqs=128,
+             activation_checkpointing=float("nan"))]), CATALOG), CATALOG)
+    row = frame.iloc[0]
+    assert row["knobs"] == (f"auto: micro_batch {int(row['micro_batch'])}, recompute "
+                            f"{row['recompute']}")
+    assert row["micro_batch"] * row["grad_accum"] * 64 == 128
+    system = resolve_system(CATALOG, gpu="h100", network="ib-ndr-400",
+                            inter_node_gbps_per_gpu=400.0)
+    chosen = predict(get_model("llama3-8b"), system, ParallelPlan(64, 8),
+                     TrainingConfig(seq_len=8192, global_batch=128)).training
+    assert (row["micro_batch"], row["recompute"]) == (chosen["micro_batch"], chosen["recompute"])
 
 
 def test_a_published_layout_file_validates_end_to_end(tmp_path, capsys):

@@ -73,9 +73,13 @@ def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(every_row):
     the data-parallel DeepSpeed ZeRO-3 rows are modelled (as FULL_SHARD)."""
     skipped = every_row[every_row["skip"] != ""]
     assert set(skipped["skip"]) == {"tensor/pipeline/context parallel: not modelled yet",
-                                    "parallel layout (tp/pp/cp) not stated",
-                                    "micro-batch not stated"}
-    assert len(skipped) == 17 and skipped["id"].str.startswith("megatron").all()
+                                    "parallel layout (tp/pp/cp) not stated"}
+    assert len(skipped) == 16 and skipped["id"].str.startswith("megatron").all()
+    # the data-parallel Megatron row states no micro-batch: it gets what predict would choose
+    auto = every_row[every_row["knobs"] != ""]
+    assert list(auto["id"]) == ["megatron-sc21-t1-01"]
+    assert auto.iloc[0]["knobs"].startswith("auto: micro_batch")
+    assert auto.iloc[0]["micro_batch"] * auto.iloc[0]["grad_accum"] * 32 == 512
     zero3 = every_row[every_row["framework"].str.contains("ZeRO-3")]
     assert len(zero3) == 6 and (zero3["skip"] == "").all()
     assert set(zero3["sharding"]) == {"full"} and set(zero3["precision"]) == {"fp16"}
@@ -88,6 +92,7 @@ def test_validate_reports_each_framework(capsys):
     out = capsys.readouterr().out
     assert "Composer + PyTorch FSDP" in out and "DeepSpeed ZeRO-3" in out
     assert "skipped: 15 rows: tensor/pipeline/context parallel" in out
+    assert "1 rows: parallel layout (tp/pp/cp) not stated" in out
     assert main(["validate", str(VALIDATION_CSV), "--framework", "deepspeed",
                  "--format", "json"]) == 0
     assert '"rows": 6' in capsys.readouterr().out
