@@ -55,7 +55,8 @@ def build_prediction(ctx: click.Context, **o: Any):
         spec = spec.with_seq_len(seq_len)
     plan = ParallelPlan(num_gpus=o["num_gpus"], gpus_per_node=system.gpus_per_node,
                         sharding=o["sharding"], shard_group_size=o["shard_group_size"],
-                        reshard_after_forward=o["reshard_after_forward"])
+                        reshard_after_forward=o["reshard_after_forward"],
+                        keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
     recompute = None if o["recompute"] == "auto" else o["recompute"]
     training = TrainingConfig(seq_len=seq_len or 4096,
                               micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
@@ -92,6 +93,14 @@ def predict_options(f):
                      help="HSDP shard group (default: one node)."),
         click.option("--reshard-after-forward/--no-reshard-after-forward", default=True,
                      show_default=True),
+        click.option("--keep-params-gathered/--regather-params", default=False,
+                     show_default=True,
+                     help="With gradient accumulation: gather each unit once per step and keep "
+                          "it (costs the full unsharded parameters in memory)."),
+        click.option("--grad-sync", type=click.Choice(("every", "last")), default="every",
+                     show_default=True,
+                     help="Reduce-scatter gradients every micro-batch, or only the last "
+                          "(FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False))."),
         click.option("--recompute", type=click.Choice(("auto",) + RECOMPUTES), default="auto",
                      show_default=True),
         click.option("--precision", type=click.Choice(("bf16", "fp16", "fp8", "fp32")),
@@ -119,7 +128,10 @@ def predict_table(p) -> str:
     lines.append(render.key_values([
         ("plan", f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x dp_replicate "
                  f"{pl['dp_replicate']}), reshard after forward: "
-                 f"{'yes' if pl['reshard_after_forward'] else 'no'}"),
+                 f"{'yes' if pl['reshard_after_forward'] else 'no'}"
+                 + (", parameters kept gathered for the step" if pl["keep_gathered"] else "")
+                 + (", gradient sync on the last micro-batch" if pl["grad_sync"] == "last"
+                    else "")),
         ("training", f"seq {tr['seq_len']:,}, micro-batch {tr['micro_batch']} x {tr['grad_accum']} "
                      f"accumulation = {tr['global_batch']:,} sequences/step, recompute "
                      f"{tr['recompute']}, {tr['precision']}, {tr['optimizer']}, reduce "

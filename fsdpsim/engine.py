@@ -200,17 +200,28 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     zero1_ag_all_s = ((L * g["block_numel_padded"] + g["root_numel_padded"]) * elem * world_spb
                       + world_lat)
 
-    ag_calls, rs_calls, ar_calls = comm.fsdp_calls_per_microbatch(strategy, g["reshard"])
+    # Kept gathered (FSDP2 reshard_after_forward=False and set_reshard_after_backward(False)
+    # until the last micro-batch): each unit is gathered once per step, never re-gathered.
+    keep = np.asarray(g["keep_gathered"]) > 0
+    ag_calls, rs_calls, ar_calls = comm.fsdp_calls_per_microbatch(
+        strategy, (np.asarray(g["reshard"]) > 0) & ~keep)
     is_hybrid = strategy == comm.HYBRID
     is_ddp = strategy == comm.NONE
     is_zero1 = strategy == comm.OPTIMIZER
     fsdp_like = ag_calls > 0
+    # Gradient sync on the last micro-batch only (FSDP1 no_sync, FSDP2
+    # set_requires_gradient_sync(False)): the others reduce-scatter nothing.
+    sync_last = (np.asarray(g["grad_sync_last"]) > 0) & (rs_calls > 0)
+    k = g["grad_accum"]
+    ag_steps = np.where(keep & fsdp_like, 1.0, k)           # micro-batches that all-gather
+    rs_steps = np.where(sync_last, 1.0, k)                  # micro-batches that reduce
 
     # ---- forward: root gather, then the block pipeline -----------------------------------------
     fwd_ag_s = np.where(fsdp_like, ag_block_s, 0.0)
     fwd_first_s = np.where(fsdp_like, ag_root_s + ag_block_s, 0.0)
     fwd_s = overlap.pipelined_phase_s(fwd_first_s, fwd_ag_s, block_fwd_s, L, 0.0,
                                       g["comm_compute_slowdown"]) + head_fwd_s
+    fwd_kept_s = L * block_fwd_s + head_fwd_s  # a later micro-batch on kept parameters
 
     # ---- backward: per-micro-batch collectives, plus once-per-step ones on the last ------------
     bwd_ag_s = np.where(fsdp_like & (ag_calls > 1), ag_block_s, 0.0)
@@ -227,7 +238,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         return head + overlap.pipelined_phase_s(first, stage_comm, block_bwd_s, L, block_comm_s,
                                                 g["comm_compute_slowdown"]) + root_comm_s
 
-    bwd_mb_s = backward_s(mb_rs_s + mb_ar_s, root_tail_s)
+    bwd_mb_s = backward_s(np.where(sync_last, 0.0, mb_rs_s + mb_ar_s),
+                          np.where(sync_last, 0.0, root_tail_s))
     bwd_last_s = backward_s(mb_rs_s + mb_ar_s + step_block_comm_s, root_tail_s + step_root_comm_s)
 
     # ---- optimizer step on the local shard, and ZeRO-1's parameter gather after it ------------
@@ -237,17 +249,17 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         hbm_rate)
     post_step_s = np.where(is_zero1, zero1_ag_all_s, 0.0)
 
-    k = g["grad_accum"]
-    step_s = k * fwd_s + (k - 1.0) * bwd_mb_s + bwd_last_s + optimizer_s + post_step_s
+    step_s = (fwd_s + (k - 1.0) * np.where(keep & fsdp_like, fwd_kept_s, fwd_s)
+              + (k - 1.0) * bwd_mb_s + bwd_last_s + optimizer_s + post_step_s)
 
     # ---- totals, bounds ---------------------------------------------------------------------
     compute_mb_s = L * (block_fwd_s + block_bwd_s) + head_fwd_s + head_bwd_s
     compute_s = k * compute_mb_s + optimizer_s
     ag_per_mb_s = np.where(fsdp_like, L * ag_block_s * ag_calls + ag_root_s, 0.0)
-    all_gather_s = k * ag_per_mb_s + post_step_s
+    all_gather_s = ag_steps * ag_per_mb_s + post_step_s
     rs_per_mb_s = np.where(rs_calls > 0, L * rs_block_s + rs_root_s, 0.0)
-    reduce_scatter_s = k * rs_per_mb_s + np.where(is_zero1, L * zero1_rs_block_s + zero1_rs_root_s, 0.0)
-    all_reduce_s = (k * np.where(is_hybrid, L * hsdp_ar_block_s + hsdp_ar_root_s, 0.0)
+    reduce_scatter_s = rs_steps * rs_per_mb_s + np.where(is_zero1, L * zero1_rs_block_s + zero1_rs_root_s, 0.0)
+    all_reduce_s = (rs_steps * np.where(is_hybrid, L * hsdp_ar_block_s + hsdp_ar_root_s, 0.0)
                     + np.where(is_ddp, L * ddp_ar_block_s + ddp_ar_root_s, 0.0))
     comm_s = all_gather_s + reduce_scatter_s + all_reduce_s
     exposed_s = np.maximum(step_s - compute_s, 0.0)
@@ -256,10 +268,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # Tensor bytes per GPU per step (the quantities torch's c10d ops see).
     units_ag = L * ag_calls * g["block_numel_padded"] + np.where(fsdp_like, g["root_numel_padded"], 0.0)
     all_params_padded = L * g["block_numel_padded"] + g["root_numel_padded"]
-    all_gather_bytes = (k * units_ag + np.where(is_zero1, all_params_padded, 0.0)) * elem
-    reduce_scatter_bytes = (k * np.where(rs_calls > 0, all_params_padded, 0.0)
+    all_gather_bytes = (ag_steps * units_ag + np.where(is_zero1, all_params_padded, 0.0)) * elem
+    reduce_scatter_bytes = (rs_steps * np.where(rs_calls > 0, all_params_padded, 0.0)
                             + np.where(is_zero1, all_params_padded, 0.0)) * g["reduce_bytes"]
-    all_reduce_bytes = (k * np.where(is_hybrid, all_params_padded / shard, 0.0)
+    all_reduce_bytes = (rs_steps * np.where(is_hybrid, all_params_padded / shard, 0.0)
                         + np.where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
 
     # ---- memory ------------------------------------------------------------------------------
@@ -353,7 +365,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 #: Inputs that may be left out, and their values then: no fused loss or GLU kernel, no linear
 #: biases, memory ceilings solved.
 OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
-                   "compute_clock_ratio": 1.0, "ceilings": 1.0}
+                   "compute_clock_ratio": 1.0, "keep_gathered": 0.0, "grad_sync_last": 0.0,
+                   "ceilings": 1.0}
 
 
 def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -412,7 +425,11 @@ def memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
     """
     strategy = np.asarray(g["strategy"])
     mem_strategy = np.where(strategy == comm.GRAD_OP, comm.FULL, strategy)
-    reshard = np.where(strategy == comm.GRAD_OP, False, g["reshard"] > 0)
+    keep = np.asarray(g["keep_gathered"]) > 0
+    reshard = np.where((strategy == comm.GRAD_OP) | keep, False, g["reshard"] > 0)
+    sharded_grads = (strategy == comm.FULL) | (strategy == comm.HYBRID) | (strategy == comm.GRAD_OP)
+    accumulated = np.where((np.asarray(g["grad_sync_last"]) > 0) & sharded_grads
+                           & (np.asarray(g.get("grad_accum", 1.0)) > 1), g["n_params_padded"], 0.0)
     return dict(
         n_params=g["n_params"], unit_numel=g["block_numel_padded"],
         resident_numel=g["root_numel_padded"], padded_n_params=g["n_params_padded"],
@@ -432,7 +449,7 @@ def memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
         # Eager PyTorch SwiGLU saves silu(gate) as well (a compiled or fused kernel does not).
         fused_glu=g["fused_glu"] > 0,
         runtime_reserved_bytes=g["runtime_reserved_bytes"],
-        allocator_fraction=g["allocator_fraction"],
+        allocator_fraction=g["allocator_fraction"], accumulated_grad_numel=accumulated,
     )
 
 

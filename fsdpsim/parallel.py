@@ -20,6 +20,7 @@ SHARDINGS = ("full", "grad_op", "optimizer", "none", "hybrid")
 RECOMPUTES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adamw", "sgd")
+GRAD_SYNCS = ("every", "last")
 SHARDING_HELP = ("full = FULL_SHARD/ZeRO-3, grad_op = SHARD_GRAD_OP/ZeRO-2, optimizer = ZeRO-1, "
                  "none = NO_SHARD/DDP, hybrid = HYBRID_SHARD/HSDP")
 
@@ -48,6 +49,16 @@ class ParallelPlan:
     """HSDP shard-group size; None = gpus_per_node (capped at the world)."""
     reshard_after_forward: bool = True
     """Free gathered parameters after forward and gather them again in backward (ZeRO-3)."""
+    keep_gathered: bool = False
+    """Keep every unit's gathered parameters for the whole step: gathered once in the first
+    micro-batch's forward, never resharded until the last backward (FSDP2
+    ``reshard_after_forward=False`` + ``set_reshard_after_backward(False)``); costs the full
+    unsharded parameters in memory. Sharded-parameter strategies only."""
+    grad_sync: str = "every"
+    """"every": reduce-scatter gradients in every micro-batch's backward; "last": only in the
+    last one, accumulating unsharded gradients until then (FSDP1 ``no_sync``, FSDP2
+    ``set_requires_gradient_sync(False)``). Sharded-gradient strategies only (DDP and ZeRO-1
+    reduce once per step already)."""
     tp: int = 1
     """Tensor-parallel degree (reserved: must be 1 today)."""
     pp: int = 1
@@ -79,6 +90,13 @@ class ParallelPlan:
             raise ConfigError(f"dp_replicate({self.dp_replicate}) * dp_shard({self.dp_shard}) * "
                               f"tp({self.tp}) * pp({self.pp}) * cp({self.cp}) != "
                               f"world_size({self.num_gpus}); shard_group_size must divide {dp}")
+        _choice("grad_sync", self.grad_sync, GRAD_SYNCS)
+        if self.keep_gathered and self.sharding not in ("full", "hybrid", "grad_op"):
+            raise ConfigError(f"keep_gathered applies to sharded parameters (sharding full, "
+                              f"hybrid or grad_op); sharding {self.sharding!r} keeps them whole")
+        if self.grad_sync == "last" and self.sharding not in ("full", "hybrid", "grad_op"):
+            raise ConfigError(f"grad_sync 'last' applies to sharding full, hybrid or grad_op; "
+                              f"sharding {self.sharding!r} already reduces once per step")
         if self.sharding != "hybrid" and self.shard_group_size not in (None, dp):
             raise ConfigError(f"shard_group_size={self.shard_group_size} only applies to "
                               f"sharding 'hybrid' (got sharding {self.sharding!r})")

@@ -88,6 +88,7 @@ def plan_inputs(plan: ParallelPlan) -> dict[str, Any]:
         "num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
         "strategy": STRATEGY_CODES[plan.sharding], "shard_size": plan.dp_shard,
         "replicate_size": plan.dp_replicate, "reshard": float(plan.reshard_after_forward),
+        "keep_gathered": float(plan.keep_gathered), "grad_sync_last": float(plan.grad_sync == "last"),
     }
 
 
@@ -351,7 +352,8 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         plan={"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
               "sharding": plan.sharding, "dp_shard": plan.dp_shard,
               "dp_replicate": plan.dp_replicate,
-              "reshard_after_forward": plan.reshard_after_forward},
+              "reshard_after_forward": plan.reshard_after_forward,
+              "keep_gathered": plan.keep_gathered, "grad_sync": plan.grad_sync},
         training={"seq_len": training.seq_len, "micro_batch": int(mb_flat[i]),
                   "grad_accum": int(accum[i]),
                   "global_batch": int(mb_flat[i] * accum[i] * dp),

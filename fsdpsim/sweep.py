@@ -104,7 +104,8 @@ class _Tables:
                     except ConfigError as exc:  # never evaluated: the point is invalid
                         self.plan_reason[g, h] = str(exc)
                         rows.append({"num_gpus": n, "gpus_per_node": per_node, "strategy": code,
-                                     "shard_size": 1, "replicate_size": n, "reshard": 1.0})
+                                     "shard_size": 1, "replicate_size": n, "reshard": 1.0,
+                                     "keep_gathered": 0.0, "grad_sync_last": 0.0})
         self.plan = _columns(rows)
         self.plan_shape = (ng, nh, ns)
         self.training = _columns([training_inputs(TrainingConfig(seq_len=1, precision=p))
@@ -368,6 +369,8 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "plan.dp_shard": spread(t.plan["shard_size"][plan_rows]),
         "plan.dp_replicate": spread(t.plan["replicate_size"][plan_rows]),
         "plan.reshard_after_forward": np.full(n, True),
+        "plan.keep_gathered": np.full(n, False),
+        "plan.grad_sync": np.full(n, "every", dtype=object),
         "training.seq_len": np.array(grid.seq_lens, dtype=float)[p["sq"]],
         "training.micro_batch": spread(c["mb"]),
         "training.grad_accum": spread(c["accum"]),

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fsdpsim import engine, predict
 from fsdpsim.catalog import load_catalog
+from fsdpsim.errors import ConfigError
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.presets import get_model
@@ -418,3 +419,58 @@ def test_predict_is_fast():
     median_ms = statistics.median(times) * 1e3
     print(f"predict median over 20 calls: {median_ms:.2f} ms")
     assert median_ms < 20.0
+
+
+# ------------------------------------------------- gradient accumulation, told not to re-gather
+def _accum(**plan_kw):
+    plan = ParallelPlan(64, 8, "full", **plan_kw)
+    training = TrainingConfig(seq_len=4096, micro_batch=2, global_batch=512, recompute="full")
+    return predict.predict(get_model("llama3-8b"), H100, plan, training).to_dict()
+
+
+def test_kept_gathered_parameters_are_gathered_once_per_step():
+    """4 micro-batches: the default gathers every block twice per micro-batch (forward, and
+    again in backward) and the root once; kept gathered, every unit once per step — and the
+    whole unsharded model (bf16) stays in memory instead of two blocks in flight."""
+    base, kept = _accum(), _accum(keep_gathered=True, reshard_after_forward=False)
+    spec = get_model("llama3-8b")
+    assert kept["comm"]["all_gather_bytes"] == pytest.approx(2.0 * spec.n_params, rel=1e-3)
+    L = spec.n_layers
+    assert base["comm"]["all_gather_bytes"] / kept["comm"]["all_gather_bytes"] == pytest.approx(
+        4 * (2 * L * spec.block_params + spec.n_params - L * spec.block_params) / spec.n_params,
+        rel=1e-3)
+    assert kept["comm"]["reduce_scatter_bytes"] == base["comm"]["reduce_scatter_bytes"]
+    assert kept["memory"]["unsharded_params_bytes"] == pytest.approx(2.0 * spec.n_params, rel=1e-3)
+    assert kept["step_time_s"] <= base["step_time_s"]
+
+
+def test_gradient_sync_on_the_last_micro_batch():
+    """Reduce-scatter once per step instead of per micro-batch; the unsharded fp32 gradient of
+    the whole model accumulates meanwhile."""
+    base, last = _accum(), _accum(grad_sync="last")
+    assert last["comm"]["reduce_scatter_bytes"] == pytest.approx(
+        base["comm"]["reduce_scatter_bytes"] / 4)
+    assert last["comm"]["all_gather_bytes"] == base["comm"]["all_gather_bytes"]
+    extra = last["memory"]["unsharded_grads_bytes"] - base["memory"]["unsharded_grads_bytes"]
+    assert extra == pytest.approx(4.0 * get_model("llama3-8b").n_params, rel=1e-3)
+    assert last["step_time_s"] <= base["step_time_s"]
+
+
+def test_one_micro_batch_is_unchanged_by_either_knob():
+    plan = dict(num_gpus=64, gpus_per_node=8, sharding="full")
+    training = TrainingConfig(seq_len=4096, micro_batch=2, recompute="full")
+    spec = get_model("llama3-8b")
+    base = predict.predict(spec, H100, ParallelPlan(**plan), training).to_dict()
+    last = predict.predict(spec, H100, ParallelPlan(**plan, grad_sync="last"), training).to_dict()
+    assert last["step_time_s"] == base["step_time_s"]
+    assert last["memory"]["peak_bytes"] == base["memory"]["peak_bytes"]
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(sharding="none", grad_sync="last"), "already reduces once per step"),
+    (dict(sharding="optimizer", keep_gathered=True), "keeps them whole"),
+    (dict(sharding="full", grad_sync="sometimes"), "grad_sync 'sometimes' is not accepted"),
+])
+def test_accumulation_knobs_reject_what_they_cannot_mean(kw, words):
+    with pytest.raises(ConfigError, match=words):
+        ParallelPlan(64, 8, **kw)

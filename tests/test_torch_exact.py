@@ -116,11 +116,15 @@ def engine_calls(plan: ParallelPlan, n_layers: int, grad_accum: int) -> dict[str
     L blocks with the plan's reshard flag, the root unit with reshard False, per micro-batch;
     plus the once-per-step calls of every unit."""
     code = STRATEGY_CODES[plan.sharding]
-    block = fsdp_calls_per_microbatch(code, plan.reshard_after_forward)
+    block = fsdp_calls_per_microbatch(code, plan.reshard_after_forward and not plan.keep_gathered)
     root = fsdp_calls_per_microbatch(code, False)
     per_step = fsdp_calls_per_step(code)
-    calls = [grad_accum * (n_layers * b + r) + (n_layers + 1) * s
-             for b, r, s in zip(block, root, per_step)]
+    # kept gathered: one gathering micro-batch per step; gradient sync on the last: one reducing
+    repeats = (1 if plan.keep_gathered else grad_accum,
+               1 if plan.grad_sync == "last" else grad_accum,
+               1 if plan.grad_sync == "last" else grad_accum)
+    calls = [m * (n_layers * b + r) + (n_layers + 1) * s
+             for m, b, r, s in zip(repeats, block, root, per_step)]
     return dict(zip(("all_gather", "reduce_scatter", "all_reduce"), (int(c) for c in calls)))
 
 
@@ -167,6 +171,14 @@ CASES = [
     _fsdp1("fsdp1-full-shard-w2", 2, ParallelPlan(2, 8, "full"), "FULL_SHARD"),
     _fsdp1("fsdp1-full-shard-accum2-w2", 2, ParallelPlan(2, 8, "full"), "FULL_SHARD",
            grad_accum=2),
+    # Told not to re-gather or not to sync every micro-batch (the issue's "unless told not to").
+    _fsdp2("fsdp2-sync-last-accum2-w2", 2, ParallelPlan(2, 8, "full", grad_sync="last"),
+           grad_accum=2, grad_sync_last=True),
+    _fsdp2("fsdp2-keep-gathered-accum2-w2", 2,
+           ParallelPlan(2, 8, "full", reshard_after_forward=False, keep_gathered=True),
+           grad_accum=2, reshard_after_forward=False, keep_gathered=True),
+    _fsdp1("fsdp1-full-shard-accum2-nosync-w2", 2, ParallelPlan(2, 8, "full", grad_sync="last"),
+           "FULL_SHARD", grad_accum=2, no_sync=True),
     # DDP-like: the engine all-reduces once per step, i.e. no_sync on the other micro-batches.
     _fsdp1("fsdp1-no-shard-accum2-nosync-w2", 2, ParallelPlan(2, 8, "none"), "NO_SHARD",
            grad_accum=2, no_sync=True),

@@ -33,7 +33,9 @@ Terms (the keys of :func:`peak_memory_bytes`)
 ``unsharded_params_bytes`` compute-dtype parameters beyond the resident copy: the
                            all-gathered units in flight (FSDP), or every unit when they are
                            not resharded after forward, or a cast of all parameters
-``unsharded_grads_bytes``  one unit's unsharded gradient and its reduce-dtype cast
+``unsharded_grads_bytes``  one unit's unsharded gradient and its reduce-dtype cast (plus, when
+                           the gradient sync waits for the last micro-batch, every
+                           accumulated unsharded gradient)
 ``activations_bytes``      saved activations of all layers, the recompute working set of one
                            layer, and the inputs of the final norm and LM head
 ``logits_bytes``           LM-head output and cross-entropy temporaries
@@ -426,7 +428,7 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
                       flash_attention=True, act_bytes=2.0, dropout=False, fused_glu=True,
                       logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
                       sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
-                      allocator_fraction=0.0, moment="peak"):
+                      allocator_fraction=0.0, accumulated_grad_numel=0.0, moment="peak"):
     """Peak memory of one GPU at the start of backward, term by term [B].
 
     Parameters
@@ -448,6 +450,10 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
         cuBLAS workspaces [B]
     allocator_fraction : fragmentation of the caching allocator as a fraction of the bytes it
         hands out [-]
+    accumulated_grad_numel : elements whose unsharded gradient accumulates across micro-batches
+        when the gradient sync waits for the last one (FSDP1 ``no_sync``, FSDP2
+        ``set_requires_gradient_sync(False)``), kept in the reduce dtype; 0 when gradients are
+        reduce-scattered every micro-batch [-]
     moment : "peak" (the larger of the two moments), "loss" or "block" (one of them) [-]
 
     Returns
@@ -497,8 +503,10 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
                                   compute_grad_bytes=compute_grad_bytes, prefetch_units=0,
                                   reshard_after_forward=reshard_after_forward,
                                   resident_numel=resident_numel)
+    accumulated = as_array(accumulated_grad_numel) * as_array(reduce_grad_bytes)
+    buffers = {**buffers, "unsharded_grads_bytes": buffers["unsharded_grads_bytes"] + accumulated}
     at_loss = {**states, "unsharded_params_bytes": root_only["unsharded_params_bytes"],
-               "unsharded_grads_bytes": 0.0 * root_only["unsharded_grads_bytes"],
+               "unsharded_grads_bytes": 0.0 * root_only["unsharded_grads_bytes"] + accumulated,
                "activations_bytes": saved_all + head,
                "logits_bytes": logits_bytes(micro_batch, seq_len, vocab_size,
                                             logits_dtype_bytes=logits_dtype_bytes,

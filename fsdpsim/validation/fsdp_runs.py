@@ -297,6 +297,11 @@ class RunCase:
     """Micro-batches per optimizer step [-]."""
     no_sync: bool = False
     """FSDP1: run all but the last micro-batch under ``model.no_sync()``."""
+    grad_sync_last: bool = False
+    """FSDP2: ``set_requires_gradient_sync(False)`` for all but the last micro-batch."""
+    keep_gathered: bool = False
+    """FSDP2: ``set_reshard_after_backward(False)`` for all but the last micro-batch (with
+    ``reshard_after_forward=False``: each unit is gathered once per step)."""
     steps: int = 2
     """Optimizer steps; collectives are counted per step."""
     state_bytes: bool = False
@@ -406,6 +411,10 @@ def run_case(rank: int, world_size: int, case: RunCase) -> dict[str, Any]:
                 last = mb == case.grad_accum - 1
                 sync = (model.no_sync() if case.no_sync and not last
                         else contextlib.nullcontext())
+                if case.grad_sync_last:
+                    model.set_requires_gradient_sync(last)
+                if case.keep_gathered:
+                    model.set_reshard_after_backward(last)
                 with sync:
                     logits = model(idx)
                     loss = F.cross_entropy(logits.flatten(0, 1), idx.roll(-1, dims=1).flatten())
