@@ -452,8 +452,9 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
         hands out [-]
     accumulated_grad_numel : elements whose unsharded gradient accumulates across micro-batches
         when the gradient sync waits for the last one (FSDP1 ``no_sync``, FSDP2
-        ``set_requires_gradient_sync(False)``), kept in the reduce dtype; 0 when gradients are
-        reduce-scattered every micro-batch [-]
+        ``set_requires_gradient_sync(False)``), kept in the reduce dtype (FSDP2 upcasts it:
+        ``FSDPParam.to_accumulated_grad_if_needed``); 0 when gradients are reduce-scattered
+        every micro-batch [-]
     moment : "peak" (the larger of the two moments), "loss" or "block" (one of them) [-]
 
     Returns
