@@ -21,13 +21,11 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsdpsim import __version__
 from fsdpsim.catalog import ENV_VAR, KINDS, load_catalog
-from fsdpsim.cli import cli, main
 from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import SHARDINGS
 from fsdpsim.presets import PRESETS, get_model

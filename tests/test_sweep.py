@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsdpsim import cli_sweep
-from fsdpsim.cli import cli, main
+from fsdpsim.cli import cli
 from fsdpsim.costs import economics
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import build_grid, parse_counts, parse_prices, parse_sizes, read_grid_file
