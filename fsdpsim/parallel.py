@@ -91,6 +91,8 @@ class ParallelPlan:
                               f"tp({self.tp}) * pp({self.pp}) * cp({self.cp}) != "
                               f"world_size({self.num_gpus}); shard_group_size must divide {dp}")
         _choice("grad_sync", self.grad_sync, GRAD_SYNCS)
+        if self.keep_gathered:  # kept gathered for the step: nothing is resharded after forward
+            object.__setattr__(self, "reshard_after_forward", False)
         if self.keep_gathered and self.sharding not in ("full", "hybrid", "grad_op"):
             raise ConfigError(f"keep_gathered applies to sharded parameters (sharding full, "
                               f"hybrid or grad_op); sharding {self.sharding!r} keeps them whole")
