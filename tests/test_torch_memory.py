@@ -242,3 +242,28 @@ def test_summary_and_runtime():
                      f"{sim / GIB:8.2f} {sim / corrected - 1:+7.1%} {prop / GIB:8.2f} "
                      f"{prop / corrected - 1:+7.1%} {m.wall_s:6.1f}")
     print("\n" + "\n".join(lines))
+
+
+# -- gradient accumulation told not to re-gather or sync --------------------------------------
+ACCUM_BASE = MemoryCase("gpt3-1.3b", 8, 1, 1024, grad_accum=2)
+ACCUM_CASES = {"sync-last": MemoryCase("gpt3-1.3b", 8, 1, 1024, grad_accum=2,
+                                       grad_sync_last=True),
+               "kept": MemoryCase("gpt3-1.3b", 8, 1, 1024, grad_accum=2, keep_gathered=True)}
+
+
+@pytest.mark.parametrize("name", sorted(ACCUM_CASES))
+def test_accumulation_memory_equals_the_tracker(name):
+    """Two micro-batches under FSDPMemTracker: ``set_requires_gradient_sync(False)`` keeps the
+    unsharded fp32 gradient of every parameter; kept gathered keeps every bf16 parameter.
+    fsdpsim's peak and its increase over the default both match the tracker (2026-11-30:
+    9.732257 / 9.732100 GiB and 7.081996 / 7.081758 GiB, tracker / fsdpsim)."""
+    case = ACCUM_CASES[name]
+    base_m, m = measured(ACCUM_BASE), measured(case)
+    base_p, p = fsdpsim_memory(ACCUM_BASE), fsdpsim_memory(case)
+    print(f"\n{case.label}: tracker {m.peak['Total'] / 2**30:.6f} GiB, fsdpsim "
+          f"{p['peak_bytes'] / 2**30:.6f} GiB")
+    assert m.cpu_rmsnorm_fp32_at_peak_bytes == 0  # LayerNorm model: nothing to correct
+    assert p["peak_bytes"] == pytest.approx(m.peak["Total"], rel=1e-3)
+    grew = m.peak["Total"] - base_m.peak["Total"]
+    assert grew > 0.3 * base_m.peak["Total"]
+    assert p["peak_bytes"] - base_p["peak_bytes"] == pytest.approx(grew, rel=1e-3)

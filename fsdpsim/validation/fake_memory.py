@@ -110,6 +110,13 @@ class MemoryCase:
     attention: Literal["sdpa", "manual"] = "sdpa"
     """``"sdpa"`` is fsdpsim's ``flash=1`` (only the output and the row logsumexp are saved);
     ``"manual"`` is ``flash=0`` (the s × s softmax output is saved)."""
+    grad_accum: int = 1
+    """Micro-batches per step, all tracked [-]."""
+    grad_sync_last: bool = False
+    """``set_requires_gradient_sync(False)`` on all but the last micro-batch."""
+    keep_gathered: bool = False
+    """``reshard_after_forward=False`` and ``set_reshard_after_backward(False)`` on all but the
+    last micro-batch."""
 
     @property
     def spec(self) -> ModelSpec:
@@ -124,8 +131,10 @@ class MemoryCase:
 
     @property
     def label(self) -> str:
+        accum = (f" ga={self.grad_accum}" + (" sync-last" if self.grad_sync_last else "")
+                 + (" kept" if self.keep_gathered else "")) if self.grad_accum > 1 else ""
         return (f"{self.model} W={self.world_size} b={self.micro_batch} s={self.seq_len} "
-                f"{'AC' if self.recompute == 'full' else 'noAC'} {self.attention}")
+                f"{'AC' if self.recompute == 'full' else 'noAC'} {self.attention}{accum}")
 
 
 @dataclass(frozen=True)
@@ -160,13 +169,15 @@ def fsdpsim_inputs(case: MemoryCase) -> dict[str, Any]:
     x: dict[str, Any] = {}
     x.update(model_inputs(case.spec, case.world_size))
     x.update(plan_inputs(ParallelPlan(num_gpus=case.world_size,
-                                      gpus_per_node=min(8, case.world_size))))
+                                      gpus_per_node=min(8, case.world_size),
+                                      keep_gathered=case.keep_gathered,
+                                      grad_sync="last" if case.grad_sync_last else "every")))
     x.update(training_inputs(TrainingConfig(
         seq_len=case.seq_len, micro_batch=case.micro_batch, recompute=case.recompute,
         precision="bf16", reduce_dtype="fp32", optimizer="adamw",
         flash_attention=case.flash, fused_loss=False)))
     x.update(micro_batch=case.micro_batch, recompute=engine.RECOMPUTE_CODES[case.recompute],
-             grad_accum=1, memory_bytes=1e15, runtime_reserved_bytes=0.0,
+             grad_accum=case.grad_accum, memory_bytes=1e15, runtime_reserved_bytes=0.0,
              allocator_fraction=0.0)
     return x
 
@@ -341,12 +352,13 @@ def measure_memory(case: MemoryCase) -> Measurement:
     with fake_process_group(case.world_size) as mesh, FakeTensorMode():
         model = build_reference_model(spec, dtype=torch.float32, device="cpu",
                                       attention=case.attention)
+        reshard = False if case.keep_gathered else None  # None: torch's default
         for block in model.blocks:
-            fully_shard(block, mesh=mesh, mp_policy=mp)
+            fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         if case.recompute == "full":
             for i, block in enumerate(model.blocks):
                 model.blocks[i] = _checkpointed(block)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         params = list(model.parameters())
         opt = torch.optim.AdamW(params, lr=1e-4, foreach=False)
         for p in params:  # AdamW states and the sharded gradients exist from step 2 on
@@ -360,11 +372,19 @@ def measure_memory(case: MemoryCase) -> Measurement:
         handles = tracker.norm_hooks(model)
         try:
             with tracker:
-                logits = model(idx)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(0, 1))
-                start = _named(tracker.get_tracker_snapshot("current"))
-                loss.backward()
-                del loss, logits
+                for mb in range(case.grad_accum):
+                    last = mb == case.grad_accum - 1
+                    if mb:  # the tracker follows one forward per module; the peak is kept
+                        tracker.reset_mod_stats()
+                    if case.grad_sync_last:
+                        model.set_requires_gradient_sync(last)
+                    if case.keep_gathered:
+                        model.set_reshard_after_backward(last)
+                    logits = model(idx)
+                    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(0, 1))
+                    start = _named(tracker.get_tracker_snapshot("current"))
+                    loss.backward()
+                    del loss, logits
         finally:
             for h in handles:
                 h.remove()
