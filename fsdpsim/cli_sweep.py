@@ -58,6 +58,12 @@ def grid_options(f):
         click.option("--recompute", multiple=True,
                      help="none, selective, full, or auto (free); default auto."),
         click.option("--precision", multiple=True, help="bf16, fp16, fp8, fp32; default bf16."),
+        click.option("--grad-sync", type=click.Choice(("every", "last")), default=None,
+                     help="With accumulation, reduce gradients every micro-batch or only the "
+                          "last, for the sharded strategies (default every)."),
+        click.option("--keep-params-gathered/--regather-params", default=None,
+                     help="With accumulation, gather each unit once per step and keep it, for "
+                          "the sharded-parameter strategies (default: re-gather)."),
         click.option("--best/--no-best", default=None,
                      help="Leave every knob not given free (sharding, micro-batch, recompute) "
                           "and keep, per point, the fastest setting that fits."),

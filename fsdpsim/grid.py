@@ -35,7 +35,8 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, parse_quantity
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
              "inter-node-gbps-per-gpu", "power-cap-w", "num-gpus", "seq-len", "micro-batch", "global-batch",
-             "sharding", "recompute", "precision", "best", "price", "pue", "tokens", "ceilings")
+             "sharding", "recompute", "precision", "best", "price", "pue", "tokens", "ceilings",
+             "grad-sync", "keep-params-gathered")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -90,6 +91,10 @@ class Grid:
     """Power usage effectiveness of the facility [-] (1 = GPUs only)."""
     train_tokens: float | None = None
     """Tokens of a whole training run, for time/cost/energy to train [-]."""
+    grad_sync: str = "every"
+    """Gradient sync with accumulation ("every" or "last"), for the sharded strategies."""
+    keep_gathered: bool = False
+    """Keep parameters gathered for the step, for the sharded-parameter strategies."""
     ceilings: bool = True
     """Solve the largest micro-batch and sequence length that fit for every row."""
 
@@ -376,6 +381,10 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         pue=_pue(options.get("pue", 1.0)),
         train_tokens=tokens,
         ceilings=_flag(options.get("ceilings", True), "--ceilings"),
+        grad_sync=parse_choices(options.get("grad-sync", "every"), "--grad-sync",
+                                ("every", "last"))[0],
+        keep_gathered=_flag(options.get("keep-params-gathered", False),
+                            "--keep-params-gathered"),
     )
 
 

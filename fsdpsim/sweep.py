@@ -31,6 +31,9 @@ from fsdpsim.costs import economics
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDINGS, ParallelPlan, TrainingConfig
+
+#: Strategies whose gradients are sharded: the accumulation knobs apply to them only.
+SHARDED = ("full", "grad_op", "hybrid")
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, TIME_KEYS, divisors,
                              model_inputs, plan_inputs, prediction_interval, system_inputs,
                              training_inputs)
@@ -98,8 +101,12 @@ class _Tables:
             for h, hw in enumerate(grid.hardware):
                 per_node = hw.system.gpus_per_node
                 for code, sharding in enumerate(SHARDINGS):
+                    # the accumulation knobs mean something for the sharded strategies only
+                    accum = (dict(keep_gathered=grid.keep_gathered, grad_sync=grid.grad_sync)
+                             if sharding in SHARDED else {})
                     try:
-                        plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node, sharding=sharding)
+                        plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node, sharding=sharding,
+                                            **accum)
                         rows.append(plan_inputs(plan))
                     except ConfigError as exc:  # never evaluated: the point is invalid
                         self.plan_reason[g, h] = str(exc)
@@ -349,6 +356,9 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         return pd.Categorical.from_codes(np.zeros(n, dtype=int), categories=[value])
 
     spec_rows = t.spec_of[p["m"], p["sq"]]
+    sharding_names = np.asarray(knob(SHARDINGS, c["sh"]).astype(object))
+    sharded = np.isin(sharding_names, SHARDED)
+    kept = sharded & grid.keep_gathered
     num_gpus = np.array(grid.num_gpus, dtype=float)[p["g"]]
     plan_rows = t.plan_index(p["g"][at], p["h"][at], c["sh"])
     global_batch = gbatch.copy()
@@ -368,9 +378,10 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "plan.sharding": knob(SHARDINGS, c["sh"]),
         "plan.dp_shard": spread(t.plan["shard_size"][plan_rows]),
         "plan.dp_replicate": spread(t.plan["replicate_size"][plan_rows]),
-        "plan.reshard_after_forward": np.full(n, True),
-        "plan.keep_gathered": np.full(n, False),
-        "plan.grad_sync": np.full(n, "every", dtype=object),
+        "plan.reshard_after_forward": ~kept,
+        "plan.keep_gathered": kept,
+        "plan.grad_sync": np.where(sharded & (grid.grad_sync == "last"), "last",
+                                   "every").astype(object),
         "training.seq_len": np.array(grid.seq_lens, dtype=float)[p["sq"]],
         "training.micro_batch": spread(c["mb"]),
         "training.grad_accum": spread(c["accum"]),

@@ -164,12 +164,18 @@ POINTS = [  # (sweep options, predict arguments): fixed micro-batch and recomput
     ({"model": "llama3-8b", "gpu": "h100", "num_gpus": "4", "micro_batch": "1",
       "recompute": "full", "sharding": "grad_op", "inter_node_gbps_per_gpu": "100"},
      ("llama3-8b", "h100", 4, "grad_op", dict(micro_batch=1, recompute="full"))),
+    ({"model": "llama3-8b", "gpu": "h100", "num_gpus": "64", "micro_batch": "2",
+      "recompute": "full", "global_batch": "512", "grad_sync": "last",
+      "keep_params_gathered": "true"},
+     ("llama3-8b", "h100", 64, "full", dict(micro_batch=2, recompute="full", global_batch=512),
+      dict(grad_sync="last", keep_gathered=True))),
 ]
 
 
-def _predict(cat, model, gpu, num_gpus, sharding, training, **system):
+def _predict(cat, model, gpu, num_gpus, sharding, training, plan_kw=None, **system):
     sysm = resolve_system(cat, gpu=gpu, **system)
-    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=sysm.gpus_per_node, sharding=sharding)
+    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=sysm.gpus_per_node, sharding=sharding,
+                        **(plan_kw or {}))
     return predict(get_model(model), sysm, plan, TrainingConfig(**{"seq_len": 4096, **training}))
 
 
