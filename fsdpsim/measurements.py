@@ -78,6 +78,7 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     frame["skip"] = frame["skip"].fillna("")
     if "id" not in frame.columns:
         frame["id"] = [f"row-{i + 1}" for i in range(len(frame))]
+    _check_columns(frame)
     return resolve_auto_knobs(frame, catalog)
 
 
@@ -136,6 +137,8 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     frame = frame.copy()
     if "knobs" not in frame.columns:
         frame["knobs"] = ""
+    for column in ("micro_batch", "grad_accum", "recompute", "knobs"):
+        frame[column] = frame[column].astype(object)  # "auto" text becomes a number
     for i, row in frame.iterrows():
         auto_mb, auto_rc = _unstated(row["micro_batch"]), _unstated(row["recompute"])
         if row["skip"] or not (auto_mb or auto_rc):
@@ -161,7 +164,51 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         frame.at[i, "knobs"] = "auto: " + ", ".join(
             f"{k} {chosen[k]}" for k, auto in (("micro_batch", auto_mb), ("recompute", auto_rc))
             if auto)
+    _check_knobs(frame)
     return frame
+
+
+def _number_or_nan(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _whole(value: Any) -> bool:
+    """A finite whole number >= 1."""
+    number = _number_or_nan(value)
+    return bool(np.isfinite(number) and number >= 1 and number == int(number))
+
+
+def _check_columns(frame: pd.DataFrame) -> None:
+    """One clear error for a row of fsdpsim's schema whose numbers are not usable."""
+    for _, row in frame[frame["skip"] == ""].iterrows():
+        for column in ("n_gpus", "gpus_per_node", "seq_len"):
+            if not _whole(row[column]):
+                raise ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
+                                  "accepted: a whole number >= 1")
+        for column, empty_ok in (("inter_node_gbps_per_gpu", True), ("tokens_per_s_per_gpu", False)):
+            text = str(row[column]).strip().lower()
+            number = _number_or_nan(row[column])
+            if empty_ok and text in ("", "nan", "none"):
+                continue
+            if not (np.isfinite(number) and number > 0):
+                raise ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
+                                  "accepted: a positive number" + (" (or empty)" if empty_ok else ""))
+
+
+def _check_knobs(frame: pd.DataFrame) -> None:
+    """One clear error for a modelled row whose micro-batch, accumulation or recompute mode is
+    not usable (a traceback later would be worse)."""
+    for _, row in frame[frame["skip"] == ""].iterrows():
+        for column in ("micro_batch", "grad_accum"):
+            if not _whole(row[column]):
+                raise ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
+                                  "accepted: a whole number >= 1, or auto (micro_batch)")
+        if str(row["recompute"]) not in engine.RECOMPUTE_CODES:
+            raise ConfigError(f"row {row['id']!r}: recompute {row['recompute']!r} is not "
+                              f"accepted; accepted: {', '.join(engine.RECOMPUTE_CODES)}, auto")
 
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:

@@ -168,3 +168,30 @@ def test_factor_table_is_consistent_with_the_engine_inputs():
 
     keys = system_inputs(resolve_system(load_catalog(use_env=False), gpu="h100"), "bf16")
     assert set(FACTORS) <= set(keys)
+
+
+_SCHEMA = ("id,model,gpu,n_gpus,gpus_per_node,inter_node_gbps_per_gpu,seq_len,micro_batch,"
+           "grad_accum,sharding,recompute,tokens_per_s_per_gpu").split(",")
+_GOOD = dict(zip(_SCHEMA, "x,llama3-8b,h100,16,8,400,4096,2,1,full,none,8000".split(",")))
+
+
+@pytest.mark.parametrize("column", _SCHEMA[1:])
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "1e400"])
+def test_a_bad_cell_is_one_line_exit_2(tmp_path, capsys, column, value):
+    """Every column of fsdpsim's measurement schema: an unusable value is one line naming the
+    row, the column and what is accepted, exit 2 — never a traceback or a silent number."""
+    path = tmp_path / "m.csv"
+    pd.DataFrame([{**_GOOD, column: value}]).to_csv(path, index=False)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fsdpsim: error:"), err
+
+
+def test_auto_knobs_in_fsdpsim_schema(tmp_path, capsys):
+    path = tmp_path / "m.csv"
+    pd.DataFrame([{**_GOOD, "micro_batch": "auto", "grad_accum": "auto", "recompute": "auto",
+                   "global_batch_seqs": 64}]).to_csv(path, index=False)
+    assert main(["validate", str(path), "--format", "json"]) == 0
+    import json
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["knobs"].startswith("auto: micro_batch") and row["micro_batch"] * row["grad_accum"] * 16 == 64
