@@ -47,10 +47,19 @@ def register(cli: click.Group) -> None:
                                           summarise, summarise_groups)
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        frame = by_framework(load_measurements(measurements, cat), framework)
+        every = load_measurements(measurements, cat)
+        frame = by_framework(every, framework)
         if gpus:
             ids = {cat.accelerator(g).id for g in gpus}
             frame = frame[frame["gpu"].isin(ids)]
+        if frame.empty:
+            names = sorted(set(every["framework"].fillna(""))) if "framework" in every else []
+            raise ConfigError(
+                "no row of the file matches " + " and ".join(
+                    f"{flag} {value!r}" for flag, value in (("--framework", framework),
+                                                            ("--gpu", ",".join(gpus)))
+                    if value) + "; the file has GPUs " + ", ".join(sorted(set(every["gpu"])))
+                + (f" and frameworks {', '.join(repr(n) for n in names)}" if names else ""))
         skipped = frame[frame["skip"] != ""]
         result = predict_measurements(frame, cat)
         summary = summarise(result)

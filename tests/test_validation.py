@@ -195,3 +195,10 @@ def test_auto_knobs_in_fsdpsim_schema(tmp_path, capsys):
     import json
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert row["knobs"].startswith("auto: micro_batch") and row["micro_batch"] * row["grad_accum"] * 16 == 64
+
+
+@needs_data
+def test_a_filter_that_matches_nothing_says_what_the_file_has(capsys):
+    assert main(["validate", str(VALIDATION_CSV), "--framework", "jax"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--framework 'jax'" in err[0] and "a100-sxm4-40gb" in err[0]
