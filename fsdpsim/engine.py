@@ -321,13 +321,17 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     bottleneck = np.where(mem["fits"], bottleneck, 4)
 
     # ---- thresholds (Wang et al. 2025, arXiv 2504.03655; derivation in the docs) --------------
-    comm_mb_s = np.where(fsdp_like, ag_per_mb_s + rs_per_mb_s, 0.0) + np.where(
-        is_hybrid, L * hsdp_ar_block_s + hsdp_ar_root_s, 0.0)
+    # Per micro-batch on average over the step (kept-gathered units and a last-micro-batch
+    # gradient sync spread one step's collectives over its k micro-batches).
+    ag_share, rs_share = ag_steps / k, rs_steps / k
+    comm_mb_s = np.where(fsdp_like, ag_share * ag_per_mb_s + rs_share * rs_per_mb_s, 0.0) + \
+        np.where(is_hybrid, rs_share * (L * hsdp_ar_block_s + hsdp_ar_root_s), 0.0)
     # Tokens per GPU per micro-batch at which block compute equals block communication, with
     # compute linear in tokens at this operating point.
     critical_tokens = tokens * comm_mb_s / compute_mb_s
     min_nic = _min_nic_share_bytes_per_s(g, compute_mb_s, ag_calls, fsdp_like, is_hybrid, elem,
-                                         shard, shard_per_node, repl, repl_per_node, L, link_rate)
+                                         shard, shard_per_node, repl, repl_per_node, L, link_rate,
+                                         ag_share, rs_share)
 
     out = {
         "step_time_s": step_s,
@@ -385,9 +389,12 @@ def _nic_bound(group, per_node, link_rate, nic_rate):
 
 
 def _min_nic_share_bytes_per_s(g, compute_mb_s, ag_calls, fsdp_like, is_hybrid, elem, shard,
-                               shard_per_node, repl, repl_per_node, L, link_rate):
+                               shard_per_node, repl, repl_per_node, L, link_rate,
+                               ag_share=1.0, rs_share=1.0):
     """Smallest per-GPU NIC bandwidth (achievable) at which a micro-batch's collectives take no
     longer than its compute, solved in closed form: t_comm(B) = intra + latency + X / B.
+    ``ag_share`` / ``rs_share``: the fraction of micro-batches that gather / reduce (1 by
+    default; less with kept-gathered parameters or a last-micro-batch gradient sync).
 
     X sums the inter-node numerators of every collective (:func:`comm.ring_inter_node_seconds_per_byte_per_s`);
     returned as line rate (divided by the NIC fraction). 0 when no collective leaves a node;
@@ -395,8 +402,8 @@ def _min_nic_share_bytes_per_s(g, compute_mb_s, ag_calls, fsdp_like, is_hybrid, 
     """
     block_p = g["block_numel_padded"] * elem
     root_p = g["root_numel_padded"] * elem
-    grads = (L * g["block_numel_padded"] + g["root_numel_padded"]) * g["reduce_bytes"]
-    gathered = L * ag_calls * block_p + root_p
+    grads = rs_share * (L * g["block_numel_padded"] + g["root_numel_padded"]) * g["reduce_bytes"]
+    gathered = ag_share * (L * ag_calls * block_p + root_p)
     # Inter-node numerators per byte (M = 1), once per group.
     x_shard = comm.ring_inter_node_seconds_per_byte_per_s(1.0, shard, shard_per_node)
     x_repl = comm.ring_inter_node_seconds_per_byte_per_s(1.0, repl, repl_per_node, passes=2.0)
@@ -405,7 +412,7 @@ def _min_nic_share_bytes_per_s(g, compute_mb_s, ag_calls, fsdp_like, is_hybrid, 
     # The intra-node bandwidth floor: with infinite NIC bandwidth the ring runs at link speed.
     spb, lat = comm.ring_coefficients(shard, shard_per_node, link_rate, np.inf,
                                       g["link_latency_s"], g["nic_latency_s"])
-    calls = L * ag_calls + 1.0 + L + 1.0  # all-gathers (blocks, root), reduce-scatters
+    calls = ag_share * (L * ag_calls + 1.0) + rs_share * (L + 1.0)  # all-gathers, reduce-scatters
     floor_s = np.where(fsdp_like, (gathered + grads) * spb + calls * lat, 0.0)
     room = compute_mb_s - floor_s
     need = np.where(room > 0, x / np.where(room > 0, room, 1.0), np.inf)

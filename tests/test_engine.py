@@ -474,3 +474,13 @@ def test_one_micro_batch_is_unchanged_by_either_knob():
 def test_accumulation_knobs_reject_what_they_cannot_mean(kw, words):
     with pytest.raises(ConfigError, match=words):
         ParallelPlan(64, 8, **kw)
+
+
+def test_thresholds_follow_the_step_average_with_the_accumulation_knobs():
+    """Kept-gathered units and a last-micro-batch sync spread one step's collectives over its
+    micro-batches: the bandwidth needed to hide them and the critical tokens both fall."""
+    runs = [_accum(), _accum(grad_sync="last"),
+            _accum(grad_sync="last", keep_gathered=True, reshard_after_forward=False)]
+    bw = [r["thresholds"]["min_inter_node_gbps_per_gpu"] for r in runs]
+    tokens = [r["thresholds"]["critical_tokens_per_gpu"] for r in runs]
+    assert bw[0] > bw[1] > bw[2] > 0 and tokens[0] > tokens[1] > tokens[2] > 0
