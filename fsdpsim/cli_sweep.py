@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import math
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,7 @@ def run(grid: Grid) -> pd.DataFrame:
     if estimated_candidates(grid) < PROGRESS_MIN_CANDIDATES:
         return run_sweep(grid)
     with click.progressbar(length=grid.n_points, label=f"sweeping {grid.n_points:,} points",
-                           file=click.get_text_stream("stderr")) as bar:
+                           file=sys.stderr) as bar:
         return run_sweep(grid, progress=bar.update)
 
 
