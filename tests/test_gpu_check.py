@@ -181,3 +181,28 @@ def _number(text: str):
         return float(text) if text != "" else float("nan")
     except ValueError:
         return text
+
+
+def test_headroom_sweep_ballast_and_rows():
+    """--headroom runs each case again with a ballast tensor so fsdpsim's predicted peak is a
+    given share of the memory left; those rows record num_alloc_retries and are data for the
+    allocator-pressure model, so their step time is not checked against fsdpsim."""
+    assert script.parse_shares("0.85, 0.9,0.98") == [0.85, 0.9, 0.98]
+    for bad in ("0", "1.5", "x", ","):
+        with pytest.raises(ConfigError, match="--headroom"):
+            script.parse_shares(bad)
+    case = script.Case("gpt3-350m", 8, "none", target_share=0.95)
+    assert script.ballast_bytes(case, 100e9, 57e9) == int(100e9 - 57e9 / 0.95)
+    assert script.ballast_bytes(script.Case("gpt3-350m", 8), 100e9, 57e9) == 0
+    assert script.ballast_bytes(case, 50e9, 57e9) == 0
+    pred = script.predict_case(case, "h200-sxm-141gb", 1, CATALOG)
+    row = script.make_row(case, "h200-sxm-141gb", "NVIDIA H200", 1,
+                          {"step_s": 3.0 * pred["predicted_step_s"], "steps": 10,
+                           "max_allocated_bytes": pred["predicted_allocated_bytes"],
+                           "max_reserved_bytes": pred["predicted_allocated_bytes"],
+                           "num_alloc_retries": 42, "ballast_bytes": 7},
+                          VERSIONS, "2026-11-30", CATALOG)
+    assert row["id"].endswith("-at0.95") and row["target_share"] == 0.95
+    assert (row["num_alloc_retries"], row["ballast_bytes"]) == (42, 7)
+    assert script.check_row(row, CATALOG) == []  # 3x slower: not a failure for such a row
+    assert set(row) == set(script.COLUMNS)
