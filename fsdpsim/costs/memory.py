@@ -4,7 +4,8 @@ All functions are pure and vectorised: numeric arguments may be Python numbers o
 that broadcast together; categorical arguments (``strategy``, ``recompute``, ``ffn_kind``) are
 strings or numpy arrays of strings (``strategy`` also takes the integer codes of
 :data:`STRATEGIES`, the order :mod:`fsdpsim.costs.comm` uses). Results are numpy arrays (0-d for
-scalar inputs).
+scalar inputs). The activation terms (saved tensors per layer, recompute working set, LM-head
+inputs, logits and loss) live in :mod:`fsdpsim.costs.activations` and are re-exported here.
 
 When the peak happens
 ---------------------
@@ -86,58 +87,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the memory model)
+    FFN_KINDS,
+    RECOMPUTE,
+    activation_bytes_per_layer,
+    head_activation_bytes,
+    logits_bytes,
+    recompute_working_bytes,
+)
+from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
+from fsdpsim.costs.args import choice_codes
 from fsdpsim.costs.compute import as_array
-from fsdpsim.errors import ConfigError, suggest
 
 #: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 FULL, GRAD_OP, OPTIMIZER, NONE, HYBRID = range(5)
-#: Activation recomputation policies ([3] §5).
-RECOMPUTE = ("none", "selective", "full")
-RC_NONE, RC_SELECTIVE, RC_FULL = range(3)
-#: MLP kinds: GELU (two matrices) or a gated linear unit such as SwiGLU (three).
-FFN_KINDS = ("gelu", "swiglu")
-
-MASK_BYTES = 1.0      # a dropout mask is a bool tensor, 1 byte per element ([3] §4.1)
-LSE_BYTES = 4.0       # FlashAttention's saved row logsumexp is fp32 ([4])
-FP32_BYTES = 4.0
-
-
-def choice_codes(value, names, what):
-    """Map a string (array) or integer-code (array) to integer codes of ``names``.
-
-    Raises :class:`ConfigError` naming every unknown value and the accepted ones.
-    """
-    arr = np.asarray(value)
-    if arr.dtype.kind in "iu":
-        bad = arr[(arr < 0) | (arr >= len(names))]
-        if bad.size:
-            raise ConfigError(f"{what}: codes {sorted(set(bad.tolist()))} are out of range; "
-                              f"accepted: 0..{len(names) - 1} for {', '.join(names)}")
-        return arr
-    if arr.dtype.kind not in "USO":
-        raise ConfigError(f"{what}: expected a string or an array of strings, got {value!r}; "
-                          f"accepted: {', '.join(names)}")
-    codes = np.full(arr.shape, -1)
-    for i, name in enumerate(names):
-        codes = np.where(arr == name, i, codes)
-    if np.any(codes < 0):
-        bad = sorted({str(v) for v in np.atleast_1d(arr)[np.atleast_1d(codes) < 0]})
-        raise ConfigError(f"{what}: unknown value(s) {', '.join(map(repr, bad))}; accepted: "
-                          f"{', '.join(names)}" + suggest(bad[0], names))
-    return codes
-
-
-def _check_at_least_one(what, value):
-    if isinstance(value, (int, float)) and not isinstance(value, bool):  # the common scalar case
-        if value >= 1:
-            return np.float64(value)
-    x = as_array(value)
-    if (x < 1).any():
-        raise ConfigError(f"{what} must be >= 1, got {sorted(set(x[x < 1].ravel().tolist()))}")
-    return x
-
-
 # -- model states --------------------------------------------------------------------------------
 def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_bytes=4.0,
                       grad_bytes=4.0, optimizer_bytes_per_param=8.0, padded_n_params=None):
@@ -257,160 +221,6 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
         "unsharded_params_bytes": np.where(separate_copy, k_low * gathered_numel, 0.0),
         "unsharded_grads_bytes": unit * (g_c + np.where(g_r != g_c, g_r, 0.0)),
     }
-
-
-# -- activations ---------------------------------------------------------------------------------
-def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
-                               n_heads, recompute="none", *, flash_attention=True, act_bytes=2.0,
-                               dropout=False, fused_glu=True, tp=1, cp=1,
-                               sequence_parallel=True):
-    """Bytes one transformer layer saves for backward on one GPU [B].
-
-    Parameters
-    ----------
-    micro_batch : b, sequences per micro-batch [-]
-    seq_len : s, tokens per sequence [-]
-    d_model : h, hidden size [-]
-    q_dim : q, query width (heads × head dim) [-]
-    kv_dim : kv, key/value width (KV heads × head dim; = q for MHA) [-]
-    ffn_size : f, MLP inner width [-]
-    ffn_kind : "gelu" or "swiglu" (any gated unit) [-]
-    n_heads : a, query heads [-]
-    recompute : "none", "selective" (attention core recomputed) or "full" (layer input kept) [-]
-    flash_attention : True when the attention kernel does not materialise s × s scores [-]
-    act_bytes : bytes per activation element (2 for bf16) [B]
-    dropout : True when dropout is active (masks are saved) [-]
-    fused_glu : for swiglu, True when the gate activation is fused (Megatron, compiled code:
-        saves gate and up outputs); False for eager ``silu(w1 x) * w3 x``, which also saves the
-        SiLU output [-]
-    tp : tensor-parallel degree [-]
-    cp : context-parallel degree (splits the sequence) [-]
-    sequence_parallel : True when h-sized tensors are split over ``tp`` too [-]
-
-    Notes
-    -----
-    Per token, with e = ``act_bytes`` and the tensors each op saves (Korthikanti et al. [3]
-    §4.1, written for general widths)::
-
-        attention   e·h   LN1 input             MLP   e·h   LN2 input
-                    e·h   QKV-projection input         e·h   up (and gate) input
-                    e·(q + 2kv)   Q, K, V              e·2f  GELU input and output, or
-                    e·q   output-projection input      e·3f  gate, up outputs and their product
-                    1·h   output dropout mask          1·h   MLP dropout mask
-                                                       (e·4f unfused SwiGLU: + SiLU output)
-
-    so GELU, MHA, f = 4h, no dropout gives 2·(2h + 2q + 2kv) + 2·(2h + 2f) = 32·h bytes per
-    token. The attention core adds per layer, with b·a·s² scores:
-
-    * FlashAttention: the fp32 row logsumexp, 4·b·a·s ([4]); the dropout mask is regenerated.
-    * otherwise: softmax output e·b·a·s², with dropout + mask 1·b·a·s² + dropout output e·b·a·s².
-
-    With dropout, no flash and bf16 this is s·b·h·(34 + 5·a·s/h), [3] Eq. 1.
-
-    Recomputation ([3] §5, Table 2): "selective" recomputes the attention core, dropping its
-    terms (the s² ones, or the logsumexp with flash); "full" keeps only the layer input, e·h per
-    token. Parallelism ([3] §4.2, Table 2): Q, K, V, attention and f-sized terms, and the s²
-    terms, are split over ``tp``; the h-sized ones only with ``sequence_parallel`` (giving
-    sbh(10 + 24/t + 5as/(ht)) without it, sbh/t·(34 + 5as/h) with it). ``cp`` divides the
-    tokens each rank holds, and its queries' rows of the score matrix.
-    """
-    rc = choice_codes(recompute, RECOMPUTE, "recompute")
-    glu = choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") == 1
-    b, s, h = as_array(micro_batch), as_array(seq_len), as_array(d_model)
-    q, kv, f, a = as_array(q_dim), as_array(kv_dim), as_array(ffn_size), as_array(n_heads)
-    e = as_array(act_bytes)
-    t = _check_at_least_one("tp", tp)
-    c = _check_at_least_one("cp", cp)
-    drop = np.asarray(dropout, dtype=float)
-    h_split = np.where(sequence_parallel, t, 1.0)   # divisor of the h-sized tensors
-
-    tokens = b * s / c                              # tokens this rank holds
-    h_terms = (4.0 * e * h                          # LN1 input, QKV input, LN2 input, MLP input
-               + 2.0 * drop * MASK_BYTES * h) / h_split  # the two residual-branch dropout masks
-    n_ffn = np.where(glu, np.where(fused_glu, 3.0, 4.0), 2.0)
-    head_terms = (e * (q + 2.0 * kv)                # Q, K, V
-                  + e * q                           # attention output = output-projection input
-                  + e * n_ffn * f) / t              # activation inputs / outputs
-    linear_bytes = tokens * (h_terms + head_terms)
-
-    local_heads = a / t
-    rows = b * local_heads * s / c                  # score rows (queries) on this rank
-    core_flash = LSE_BYTES * rows
-    core_plain = rows * s * (e                      # softmax output
-                             + drop * (MASK_BYTES + e))  # attention-dropout mask and output
-    core_bytes = np.where(flash_attention, core_flash, core_plain)
-
-    layer_input_bytes = tokens * e * h / h_split
-    return np.where(rc == RC_FULL, layer_input_bytes,
-                    np.where(rc == RC_SELECTIVE, linear_bytes, linear_bytes + core_bytes))
-
-
-def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
-                            n_heads, recompute="none", *, saved_bytes=None, **options):
-    """Extra bytes re-materialised while one layer runs its backward under recomputation [B].
-
-    Parameters are those of :func:`activation_bytes_per_layer` (``options`` its keywords);
-    ``saved_bytes``, when given, is ``A(recompute)`` already computed by the caller.
-
-    Notes
-    -----
-    Before its backward a recomputed layer rebuilds what it did not keep:
-    ``A(recompute="none") − A(recompute)``: the whole layer except its input for "full", the
-    attention core for "selective", nothing for "none" ([3] §5). Only one layer is rebuilt at a
-    time. Activation gradients inside the layer are neglected.
-    """
-    shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
-    if saved_bytes is None:
-        saved_bytes = activation_bytes_per_layer(*shape, recompute, **options)
-    return activation_bytes_per_layer(*shape, "none", **options) - saved_bytes
-
-
-def head_activation_bytes(micro_batch, seq_len, d_model, *, act_bytes=2.0, tp=1, cp=1,
-                          sequence_parallel=True):
-    """Activations saved outside the layers: the final norm's input and the LM head's input [B].
-
-    ``2 · e · h`` per token (h-sized, split over ``tp`` with sequence parallelism), never
-    recomputed (torchtitan and Megatron checkpoint the layers only). The embedding output is
-    the first layer's input and is counted there.
-    """
-    h_split = np.where(sequence_parallel, _check_at_least_one("tp", tp), 1.0)
-    tokens = as_array(micro_batch) * as_array(seq_len) / _check_at_least_one("cp", cp)
-    return tokens * 2.0 * as_array(act_bytes) * as_array(d_model) / h_split
-
-
-def logits_bytes(micro_batch, seq_len, vocab_size, *, logits_dtype_bytes=2.0, loss_fp32=True,
-                 tp=1, cp=1, fused=False):
-    """Peak bytes of the LM-head output and the cross-entropy temporaries [B].
-
-    Parameters
-    ----------
-    micro_batch : b [-]
-    seq_len : s [-]
-    vocab_size : V [-]
-    logits_dtype_bytes : bytes per element of the LM-head output (2 for bf16) [B]
-    loss_fp32 : True when the loss upcasts to fp32 (``F.cross_entropy`` under autocast) [-]
-    tp : splits the vocabulary (vocab-parallel cross-entropy) [-]
-    cp : splits the sequence [-]
-    fused : a fused cross-entropy kernel (flash-attn ``CrossEntropyLoss``, Liger) that computes
-        the loss row by row in fp32 registers and writes the gradient in place of the logits:
-        only the logits themselves, x bytes per logit [-]
-
-    Notes
-    -----
-    ``b·s·V/(tp·cp) · (x + 3·y)``, x = ``logits_dtype_bytes``, y = 4 with ``loss_fp32`` else x:
-    14 bytes per logit for bf16 logits and an fp32 loss. Eager PyTorch computes cross-entropy
-    as log-softmax then NLL. The forward holds the logits (x), their fp32 upcast (y) and the
-    log-softmax output (y, saved for backward) = x + 2y; the upcast is freed after it. The
-    backward of the log-softmax then holds the logits (still referenced by the training loop),
-    the saved log-softmax output, the dense gradient from the NLL backward and the gradient it
-    writes for the upcast logits: x + 3y, the larger of the two. Fused or chunked losses
-    (e.g. Liger kernels) need far less.
-    """
-    x = as_array(logits_dtype_bytes)
-    y = np.where(loss_fp32, FP32_BYTES, x)
-    n_logits = (as_array(micro_batch) * as_array(seq_len) * as_array(vocab_size)
-                / (_check_at_least_one("tp", tp) * _check_at_least_one("cp", cp)))
-    return n_logits * np.where(fused, x, x + 3.0 * y)
 
 
 # -- the peak -------------------------------------------------------------------------------------

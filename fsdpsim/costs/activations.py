@@ -1,0 +1,191 @@
+"""Activation memory: what one transformer layer saves for backward, the recompute working set,
+the LM-head inputs and the logits and loss temporaries (part of :mod:`fsdpsim.costs.memory`).
+
+Pure and vectorised like the rest of :mod:`fsdpsim.costs`; categorical arguments
+(``recompute``, ``ffn_kind``) are strings or arrays of strings. Checked against torch's saved
+tensors and ``FSDPMemTracker`` in ``tests/test_torch_memory.py``.
+
+References
+----------
+[1] Rajbhandari, Rasley, Ruwase, He, "ZeRO: Memory Optimizations Toward Training Trillion
+    Parameter Models", SC 2020, arXiv 1910.02054: §3.1 (2Ψ + 2Ψ + KΨ, K = 12), §5 and Fig. 1.
+[2] Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel", PVLDB
+    16(12) 2023, arXiv 2304.11277: §3.2.1 (peak O(Σψ_i/F + max ψ_i)), §3.4 (rate limiter: at
+    most two in-flight all-gathers), §4.4 (K_full·Σψ_i/F + K_low·max ψ_i).
+[3] Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+    MLSys 2023, arXiv 2205.05198: §4.1 Eq. 1 (sbh(34 + 5as/h)), §4.2, §5, Table 2.
+[4] Dao, "FlashAttention-2", arXiv 2307.08691, Alg. 1-2: only the output and the fp32
+    row logsumexp are saved for backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
+from fsdpsim.costs.args import choice_codes
+from fsdpsim.costs.compute import as_array
+
+#: Activation recomputation policies ([3] §5).
+RECOMPUTE = ("none", "selective", "full")
+RC_NONE, RC_SELECTIVE, RC_FULL = range(3)
+#: MLP kinds: GELU (two matrices) or a gated linear unit such as SwiGLU (three).
+FFN_KINDS = ("gelu", "swiglu")
+
+MASK_BYTES = 1.0      # a dropout mask is a bool tensor, 1 byte per element ([3] §4.1)
+LSE_BYTES = 4.0       # FlashAttention's saved row logsumexp is fp32 ([4])
+FP32_BYTES = 4.0
+
+
+# -- activations ---------------------------------------------------------------------------------
+def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
+                               n_heads, recompute="none", *, flash_attention=True, act_bytes=2.0,
+                               dropout=False, fused_glu=True, tp=1, cp=1,
+                               sequence_parallel=True):
+    """Bytes one transformer layer saves for backward on one GPU [B].
+
+    Parameters
+    ----------
+    micro_batch : b, sequences per micro-batch [-]
+    seq_len : s, tokens per sequence [-]
+    d_model : h, hidden size [-]
+    q_dim : q, query width (heads × head dim) [-]
+    kv_dim : kv, key/value width (KV heads × head dim; = q for MHA) [-]
+    ffn_size : f, MLP inner width [-]
+    ffn_kind : "gelu" or "swiglu" (any gated unit) [-]
+    n_heads : a, query heads [-]
+    recompute : "none", "selective" (attention core recomputed) or "full" (layer input kept) [-]
+    flash_attention : True when the attention kernel does not materialise s × s scores [-]
+    act_bytes : bytes per activation element (2 for bf16) [B]
+    dropout : True when dropout is active (masks are saved) [-]
+    fused_glu : for swiglu, True when the gate activation is fused (Megatron, compiled code:
+        saves gate and up outputs); False for eager ``silu(w1 x) * w3 x``, which also saves the
+        SiLU output [-]
+    tp : tensor-parallel degree [-]
+    cp : context-parallel degree (splits the sequence) [-]
+    sequence_parallel : True when h-sized tensors are split over ``tp`` too [-]
+
+    Notes
+    -----
+    Per token, with e = ``act_bytes`` and the tensors each op saves (Korthikanti et al. [3]
+    §4.1, written for general widths)::
+
+        attention   e·h   LN1 input             MLP   e·h   LN2 input
+                    e·h   QKV-projection input         e·h   up (and gate) input
+                    e·(q + 2kv)   Q, K, V              e·2f  GELU input and output, or
+                    e·q   output-projection input      e·3f  gate, up outputs and their product
+                    1·h   output dropout mask          1·h   MLP dropout mask
+                                                       (e·4f unfused SwiGLU: + SiLU output)
+
+    so GELU, MHA, f = 4h, no dropout gives 2·(2h + 2q + 2kv) + 2·(2h + 2f) = 32·h bytes per
+    token. The attention core adds per layer, with b·a·s² scores:
+
+    * FlashAttention: the fp32 row logsumexp, 4·b·a·s ([4]); the dropout mask is regenerated.
+    * otherwise: softmax output e·b·a·s², with dropout + mask 1·b·a·s² + dropout output e·b·a·s².
+
+    With dropout, no flash and bf16 this is s·b·h·(34 + 5·a·s/h), [3] Eq. 1.
+
+    Recomputation ([3] §5, Table 2): "selective" recomputes the attention core, dropping its
+    terms (the s² ones, or the logsumexp with flash); "full" keeps only the layer input, e·h per
+    token. Parallelism ([3] §4.2, Table 2): Q, K, V, attention and f-sized terms, and the s²
+    terms, are split over ``tp``; the h-sized ones only with ``sequence_parallel`` (giving
+    sbh(10 + 24/t + 5as/(ht)) without it, sbh/t·(34 + 5as/h) with it). ``cp`` divides the
+    tokens each rank holds, and its queries' rows of the score matrix.
+    """
+    rc = choice_codes(recompute, RECOMPUTE, "recompute")
+    glu = choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") == 1
+    b, s, h = as_array(micro_batch), as_array(seq_len), as_array(d_model)
+    q, kv, f, a = as_array(q_dim), as_array(kv_dim), as_array(ffn_size), as_array(n_heads)
+    e = as_array(act_bytes)
+    t = _check_at_least_one("tp", tp)
+    c = _check_at_least_one("cp", cp)
+    drop = np.asarray(dropout, dtype=float)
+    h_split = np.where(sequence_parallel, t, 1.0)   # divisor of the h-sized tensors
+
+    tokens = b * s / c                              # tokens this rank holds
+    h_terms = (4.0 * e * h                          # LN1 input, QKV input, LN2 input, MLP input
+               + 2.0 * drop * MASK_BYTES * h) / h_split  # the two residual-branch dropout masks
+    n_ffn = np.where(glu, np.where(fused_glu, 3.0, 4.0), 2.0)
+    head_terms = (e * (q + 2.0 * kv)                # Q, K, V
+                  + e * q                           # attention output = output-projection input
+                  + e * n_ffn * f) / t              # activation inputs / outputs
+    linear_bytes = tokens * (h_terms + head_terms)
+
+    local_heads = a / t
+    rows = b * local_heads * s / c                  # score rows (queries) on this rank
+    core_flash = LSE_BYTES * rows
+    core_plain = rows * s * (e                      # softmax output
+                             + drop * (MASK_BYTES + e))  # attention-dropout mask and output
+    core_bytes = np.where(flash_attention, core_flash, core_plain)
+
+    layer_input_bytes = tokens * e * h / h_split
+    return np.where(rc == RC_FULL, layer_input_bytes,
+                    np.where(rc == RC_SELECTIVE, linear_bytes, linear_bytes + core_bytes))
+
+
+def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
+                            n_heads, recompute="none", *, saved_bytes=None, **options):
+    """Extra bytes re-materialised while one layer runs its backward under recomputation [B].
+
+    Parameters are those of :func:`activation_bytes_per_layer` (``options`` its keywords);
+    ``saved_bytes``, when given, is ``A(recompute)`` already computed by the caller.
+
+    Notes
+    -----
+    Before its backward a recomputed layer rebuilds what it did not keep:
+    ``A(recompute="none") − A(recompute)``: the whole layer except its input for "full", the
+    attention core for "selective", nothing for "none" ([3] §5). Only one layer is rebuilt at a
+    time. Activation gradients inside the layer are neglected.
+    """
+    shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
+    if saved_bytes is None:
+        saved_bytes = activation_bytes_per_layer(*shape, recompute, **options)
+    return activation_bytes_per_layer(*shape, "none", **options) - saved_bytes
+
+
+def head_activation_bytes(micro_batch, seq_len, d_model, *, act_bytes=2.0, tp=1, cp=1,
+                          sequence_parallel=True):
+    """Activations saved outside the layers: the final norm's input and the LM head's input [B].
+
+    ``2 · e · h`` per token (h-sized, split over ``tp`` with sequence parallelism), never
+    recomputed (torchtitan and Megatron checkpoint the layers only). The embedding output is
+    the first layer's input and is counted there.
+    """
+    h_split = np.where(sequence_parallel, _check_at_least_one("tp", tp), 1.0)
+    tokens = as_array(micro_batch) * as_array(seq_len) / _check_at_least_one("cp", cp)
+    return tokens * 2.0 * as_array(act_bytes) * as_array(d_model) / h_split
+
+
+def logits_bytes(micro_batch, seq_len, vocab_size, *, logits_dtype_bytes=2.0, loss_fp32=True,
+                 tp=1, cp=1, fused=False):
+    """Peak bytes of the LM-head output and the cross-entropy temporaries [B].
+
+    Parameters
+    ----------
+    micro_batch : b [-]
+    seq_len : s [-]
+    vocab_size : V [-]
+    logits_dtype_bytes : bytes per element of the LM-head output (2 for bf16) [B]
+    loss_fp32 : True when the loss upcasts to fp32 (``F.cross_entropy`` under autocast) [-]
+    tp : splits the vocabulary (vocab-parallel cross-entropy) [-]
+    cp : splits the sequence [-]
+    fused : a fused cross-entropy kernel (flash-attn ``CrossEntropyLoss``, Liger) that computes
+        the loss row by row in fp32 registers and writes the gradient in place of the logits:
+        only the logits themselves, x bytes per logit [-]
+
+    Notes
+    -----
+    ``b·s·V/(tp·cp) · (x + 3·y)``, x = ``logits_dtype_bytes``, y = 4 with ``loss_fp32`` else x:
+    14 bytes per logit for bf16 logits and an fp32 loss. Eager PyTorch computes cross-entropy
+    as log-softmax then NLL. The forward holds the logits (x), their fp32 upcast (y) and the
+    log-softmax output (y, saved for backward) = x + 2y; the upcast is freed after it. The
+    backward of the log-softmax then holds the logits (still referenced by the training loop),
+    the saved log-softmax output, the dense gradient from the NLL backward and the gradient it
+    writes for the upcast logits: x + 3y, the larger of the two. Fused or chunked losses
+    (e.g. Liger kernels) need far less.
+    """
+    x = as_array(logits_dtype_bytes)
+    y = np.where(loss_fp32, FP32_BYTES, x)
+    n_logits = (as_array(micro_batch) * as_array(seq_len) * as_array(vocab_size)
+                / (_check_at_least_one("tp", tp) * _check_at_least_one("cp", cp)))
+    return n_logits * np.where(fused, x, x + 3.0 * y)
