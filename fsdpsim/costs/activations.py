@@ -5,17 +5,10 @@ Pure and vectorised like the rest of :mod:`fsdpsim.costs`; categorical arguments
 (``recompute``, ``ffn_kind``) are strings or arrays of strings. Checked against torch's saved
 tensors and ``FSDPMemTracker`` in ``tests/test_torch_memory.py``.
 
-References
-----------
-[1] Rajbhandari, Rasley, Ruwase, He, "ZeRO: Memory Optimizations Toward Training Trillion
-    Parameter Models", SC 2020, arXiv 1910.02054: §3.1 (2Ψ + 2Ψ + KΨ, K = 12), §5 and Fig. 1.
-[2] Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel", PVLDB
-    16(12) 2023, arXiv 2304.11277: §3.2.1 (peak O(Σψ_i/F + max ψ_i)), §3.4 (rate limiter: at
-    most two in-flight all-gathers), §4.4 (K_full·Σψ_i/F + K_low·max ψ_i).
-[3] Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
-    MLSys 2023, arXiv 2205.05198: §4.1 Eq. 1 (sbh(34 + 5as/h)), §4.2, §5, Table 2.
-[4] Dao, "FlashAttention-2", arXiv 2307.08691, Alg. 1-2: only the output and the fp32
-    row logsumexp are saved for backward.
+References (numbered as in :mod:`fsdpsim.costs.memory`)
+--------------------------------------------------------
+[3] Korthikanti et al. 2023, arXiv 2205.05198: §4.1 Eq. 1, §4.2, §5, Table 2.
+[4] Dao, "FlashAttention-2", arXiv 2307.08691, Alg. 1-2 (output and fp32 logsumexp saved).
 """
 
 from __future__ import annotations
