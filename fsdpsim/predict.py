@@ -67,6 +67,7 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
     return {
         "peak_flops_per_s": acc.peak_for(precision),
         "compute_clock_ratio": system.compute_clock_ratio,
+        "attention_peak_ratio": _attention_peak_ratio(acc, precision),
         "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
         "matmul_half_k": eff.matmul_half_k,
         "attention_half_kv": eff.attention_half_kv,
@@ -81,6 +82,16 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
         "memory_bytes": acc.memory_bytes, "runtime_reserved_bytes": acc.runtime_reserved_bytes,
         "allocator_fraction": acc.allocator_fraction,
     }
+
+
+def _attention_peak_ratio(acc, precision: str) -> float:
+    """Attention's peak relative to the GEMMs' [-]: FP8 training (Transformer Engine's
+    ``fp8_autocast``) runs the GEMMs of its linear layers in FP8 while attention stays in the
+    16-bit type (TE user guide, "Using FP8 with Transformer Engine"); other precisions: 1."""
+    if precision != "fp8":
+        return 1.0
+    sixteen = acc.peak_flops_per_s.get("bf16") or acc.peak_flops_per_s.get("fp16")
+    return sixteen / acc.peak_for("fp8") if sixteen else 1.0
 
 
 def plan_inputs(plan: ParallelPlan) -> dict[str, Any]:
@@ -103,6 +114,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "optimizer": engine.OPTIMIZER_CODES[training.optimizer],
         "flash": float(training.flash_attention),
         "fused_loss": float(training.fused_loss),
+        "fp8_gemm": float(training.precision == "fp8"),
     }
 
 

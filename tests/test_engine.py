@@ -484,3 +484,22 @@ def test_thresholds_follow_the_step_average_with_the_accumulation_knobs():
     bw = [r["thresholds"]["min_inter_node_gbps_per_gpu"] for r in runs]
     tokens = [r["thresholds"]["critical_tokens_per_gpu"] for r in runs]
     assert bw[0] > bw[1] > bw[2] > 0 and tokens[0] > tokens[1] > tokens[2] > 0
+
+
+def test_fp8_runs_gemms_in_fp8_and_attention_in_bf16():
+    """Transformer Engine's FP8 recipe: the linear layers' GEMMs at the FP8 peak (with cast and
+    transpose traffic), attention at the 16-bit peak."""
+    from fsdpsim.costs import compute
+
+    spec = get_model("mpt-3b")
+    plan = ParallelPlan(8, 8, "full")
+    runs = {p: predict.predict(spec, H100, plan, TrainingConfig(
+        seq_len=8192, micro_batch=3, recompute="none", precision=p)).to_dict()["time"]
+        for p in ("bf16", "fp8")}
+    assert runs["fp8"]["attention_s"] == pytest.approx(runs["bf16"]["attention_s"], rel=1e-9)
+    assert runs["fp8"]["gemm_s"] == pytest.approx(runs["bf16"]["gemm_s"] / 2, rel=0.05)
+    fwd, bwd = compute.fp8_cast_bytes(3 * 8192, spec.d_model, spec.q_dim, spec.kv_dim,
+                                      spec.ffn_size, False, spec.block_params)
+    hbm = H100.accelerator.hbm_bandwidth_bytes_per_s * H100.accelerator.efficiency.hbm_fraction
+    extra = runs["fp8"]["memory_bound_s"] - runs["bf16"]["memory_bound_s"]
+    assert extra == pytest.approx(spec.n_layers * (fwd + bwd) / hbm, rel=1e-6)

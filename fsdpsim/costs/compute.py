@@ -282,6 +282,30 @@ def power_capped_clock_ratio(power_cap_w, tdp_w, static_fraction=STATIC_POWER_FR
     return np.minimum(ratio, 1.0)
 
 
+#: Bytes per element of an FP8 cast with its transposed copy: read 2 (bf16), write 1 + 1
+#: (Transformer Engine's fused ``nvte_cast_transpose``: the GEMM operand and its transpose for
+#: the weight-gradient GEMM).
+FP8_CAST_TRANSPOSE_BYTES = 4.0
+
+
+def fp8_cast_bytes(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, layer_matmul_params):
+    """HBM bytes of the FP8 casts one layer's GEMMs need per micro-batch, (forward, backward) [B].
+
+    Forward: every GEMM input (QKV and up/gate projections read the normed hidden state, the
+    output projection the attention output, the down projection the MLP activation) and the
+    layer's weights are cast to FP8 with a transposed copy; backward: the gradient of every
+    GEMM output (QKV, out-proj, up/gate, down) is cast the same way. Each element costs
+    :data:`FP8_CAST_TRANSPOSE_BYTES` (Transformer Engine, C API ``cast_transpose``)."""
+    t = as_array(tokens)
+    gate = np.where(as_array(swiglu) > 0, 2.0, 1.0)
+    inputs = 2.0 * as_array(d_model) + as_array(q_dim) + as_array(ffn_size)
+    outputs = (as_array(q_dim) + 2.0 * as_array(kv_dim) + as_array(d_model)
+               + gate * as_array(ffn_size) + as_array(d_model))
+    fwd = FP8_CAST_TRANSPOSE_BYTES * (t * inputs + as_array(layer_matmul_params))
+    bwd = FP8_CAST_TRANSPOSE_BYTES * t * outputs
+    return fwd, bwd
+
+
 def launch_bound_s(gpu_time_s, n_kernels, kernel_overhead_s):
     """A kernel sequence takes at least one launch interval per kernel [s].
 
