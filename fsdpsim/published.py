@@ -47,8 +47,14 @@ def _number(value: Any) -> float:
     return float(m.group()) if m else float("nan")
 
 
-def _or(value: Any, default: float) -> float:
+def _positive(value: Any) -> float:
+    """A finite number > 0 from a cell, else NaN (unstated or unusable)."""
     number = _number(value)
+    return number if np.isfinite(number) and number > 0 else float("nan")
+
+
+def _or(value: Any, default: float) -> float:
+    number = _positive(value)
     return number if number == number else default
 
 
@@ -245,30 +251,37 @@ def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
     by the FLOPs per token of the accounting the row states: Megatron's eq. 3 (Narayanan et al., SC21, counts the recompute forward:
     96·l·h²·(1 + s/6h + V/16lh) per token) when ``tflops_counts_recompute`` says so, otherwise
     the MosaicML model FLOPs 6·N + 12·L·d·s per token (llm-foundry benchmarking README)."""
-    n_gpus, seq = _number(r.get("n_gpus")), _number(r.get("seq_len"))
-    direct = _number(r.get("tokens_per_s_per_gpu"))
+    value, source = _measured(r)
+    return (value, source) if np.isfinite(value) and value > 0 else (float("nan"), "")
+
+
+def _measured(r: pd.Series) -> tuple[float, str]:
+    """:func:`tokens_per_s_per_gpu` before the check that the value is usable (every input is a
+    finite positive number or NaN, so nothing divides by zero)."""
+    n_gpus, seq = _positive(r.get("n_gpus")), _positive(r.get("seq_len"))
+    direct = _positive(r.get("tokens_per_s_per_gpu"))
     if direct == direct:
         return direct, "tokens_per_s_per_gpu"
-    total = _number(r.get("tokens_per_s_total"))
+    total = _positive(r.get("tokens_per_s_total"))
     if total == total:
         return total / n_gpus, "tokens_per_s_total"
-    step = _number(r.get("step_time_s"))
-    tokens = _number(r.get("global_batch_tokens"))
+    step = _positive(r.get("step_time_s"))
+    tokens = _positive(r.get("global_batch_tokens"))
     if tokens != tokens:
-        tokens = _number(r.get("global_batch_seqs")) * seq
+        tokens = _positive(r.get("global_batch_seqs")) * seq
     if step == step and tokens == tokens:
         return tokens / step / n_gpus, "step_time_s"
-    tflops = _number(r.get("tflops_per_gpu"))
-    mfu = _number(r.get("mfu_pct"))
-    peak = _number(r.get("peak_tflops_basis"))
+    tflops = _positive(r.get("tflops_per_gpu"))
+    mfu = _positive(r.get("mfu_pct"))
+    peak = _positive(r.get("peak_tflops_basis"))
     if tflops != tflops and mfu == mfu and peak == peak:
         tflops = mfu / 100.0 * peak  # MFU = model TFLOP/s per GPU / the stated peak
     if tflops == tflops:
-        layers, d, vocab = (_number(r.get(k)) for k in ("n_layers", "d_model", "vocab"))
+        layers, d, vocab = (_positive(r.get(k)) for k in ("n_layers", "d_model", "vocab"))
         if "yes" in _text(r.get("tflops_counts_recompute")).lower():
             per_token = 96 * layers * d**2 * (1 + seq / (6 * d) + vocab / (16 * layers * d))
             return tflops * 1e12 / per_token, "tflops_per_gpu (Megatron eq. 3)"
-        n_params = _number(r.get("n_params"))
+        n_params = _positive(r.get("n_params"))
         if n_params == n_params:
             return tflops * 1e12 / (6 * n_params + 12 * layers * d * seq), "tflops_per_gpu (6N+12Lds)"
     return float("nan"), ""
@@ -290,17 +303,25 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         gpu = match_accelerator(catalog, gpu_text, _number(r.get("gpu_mem_gb")))
         if gpu is None:
             skip = skip or f"GPU {gpu_text!r} is not in the catalog"
-        n_gpus = int(_number(r["n_gpus"]))
-        gpn = _number(r.get("gpus_per_node"))
+        counts = {k: _number(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
+                                                   "n_heads", "vocab")}
+        unstated = [k for k, v in counts.items()
+                    if not (np.isfinite(v) and v >= 1 and v == int(v))]
+        if unstated:
+            skip = skip or f"{', '.join(unstated)} not stated as whole numbers"
+        n_gpus = int(counts["n_gpus"]) if "n_gpus" not in unstated else 1
+        gpn = _positive(r.get("gpus_per_node"))
+        if gpn == gpn and (gpn != int(gpn) or gpn > 1e6):
+            gpn = float("nan")
         gpn = int(gpn) if gpn == gpn else min(n_gpus, 8)
         framework = _text(r.get("framework"))
         network, per_gpu = parse_network(_text(r.get("inter_node_interconnect")), gpn,
                                          _text(r.get("source_key")) + " " + framework)
         precision, reduce_dtype = parse_precision(_text(r.get("precision")), framework)
-        mb, ga = _number(r.get("micro_batch")), _number(r.get("grad_accum"))
-        dp = _number(r.get("dp"))
+        mb, ga = _positive(r.get("micro_batch")), _positive(r.get("grad_accum"))
+        dp = _positive(r.get("dp"))
         dp = dp if dp == dp else n_gpus
-        global_seqs = _number(r.get("global_batch_seqs"))
+        global_seqs = _positive(r.get("global_batch_seqs"))
         if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
             ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
         # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
@@ -318,7 +339,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "ffn_size": _or(r.get("ffn_size"), 4 * _number(r.get("d_model"))),
             "vocab": r.get("vocab"), "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
             "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
-            "network": network or "", "seq_len": int(_number(r["seq_len"])),
+            "network": network or "",
+            "seq_len": int(counts["seq_len"]) if "seq_len" not in unstated else 1,
             "micro_batch": mb, "grad_accum": ga,
             "sharding": parse_sharding(_text(r.get("sharding")), framework),
             "recompute": (parse_recompute(_text(r.get("activation_checkpointing")))

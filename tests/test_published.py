@@ -145,6 +145,8 @@ def test_rows_of_any_source_are_read_by_what_they_say():
         _row(id="gpu", gpu="Z9000"),
         _row(id="nomb", micro_batch=float("nan"), grad_accum=float("nan")),
         _row(id="nomeas", tokens_per_s_per_gpu=float("nan")),
+        _row(id="nogpus", n_gpus=float("nan")),
+        _row(id="noarch", d_model=float("nan"), seq_len="?"),
     ]), CATALOG).set_index("id")
     r = frame.loc["r1"]
     assert (r["skip"], r["gpu"], r["network"], r["inter_node_gbps_per_gpu"]) == \
@@ -156,6 +158,8 @@ def test_rows_of_any_source_are_read_by_what_they_say():
     assert frame.loc["gpu", "skip"] == "GPU 'Z9000' is not in the catalog"
     assert frame.loc["nomb", "skip"] == "" and pd.isna(frame.loc["nomb", "micro_batch"])
     assert frame.loc["nomeas", "skip"].startswith("no measurement")
+    assert frame.loc["nogpus", "skip"] == "n_gpus not stated as whole numbers"
+    assert frame.loc["noarch", "skip"] == "seq_len, d_model not stated as whole numbers"
 
 
 def test_unstated_knobs_get_what_predict_would_choose():
@@ -205,3 +209,18 @@ def test_vtrain_rows():
     assert first["tokens_per_s_per_gpu"] == pytest.approx(32 * 1024 / 0.5 / 8)
     assert (first["grad_accum"], first["sharding"], first["recompute"]) == (1, "none", "full")
     assert predict_measurements(frame, CATALOG)["error"].notna().all()
+
+
+@pytest.mark.parametrize("column", ["n_gpus", "gpus_per_node", "seq_len", "n_layers", "d_model",
+                                    "n_kv_heads", "ffn_size", "dp", "micro_batch",
+                                    "global_batch_seqs", "step_time_s", "tflops_per_gpu"])
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "", "1e400", "2.5"])
+def test_garbage_cells_never_raise(tmp_path, capsys, column, value):
+    """A published-layout row with an unusable cell is skipped with a reason or modelled from
+    its other columns; validate never shows a traceback."""
+    path = tmp_path / "runs.csv"
+    row = _row(tokens_per_s_per_gpu=float("nan"), step_time_s=2.0, global_batch_seqs=128,
+               tflops_per_gpu=300.0, dp=64, tflops_counts_recompute="no", n_params=8.0e9)
+    pd.DataFrame([{**row, column: value}, _row(id="ok")]).to_csv(path, index=False)
+    assert main(["validate", str(path)]) in (0, 2)
+    assert "Traceback" not in capsys.readouterr().err
