@@ -369,18 +369,26 @@ def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
     rows are modelled as DDP gradient all-reduce (ZeRO-1's reduce-scatter + all-gather moves the
     same bytes); fp16 mixed precision as in Megatron-DeepSpeed's GPT examples."""
     rows = []
+    columns = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "n_gpus": "# GPUs",
+               "dp": "data parallelism", "mb": "micro batch", "gb": "global batch",
+               "seq": "sequence length", "d": "hidden size", "layers": "# layers",
+               "heads": "attention heads"}
     for i, r in raw.reset_index(drop=True).iterrows():
-        tp, pp = int(r["tensor parallelism"]), int(r["pipeline parallelism"])
-        n_gpus, dp = int(r["# GPUs"]), int(r["data parallelism"])
-        mb, gb, seq = int(r["micro batch"]), int(r["global batch"]), int(r["sequence length"])
-        d, layers = int(r["hidden size"]), int(r["# layers"])
-        skip = "tensor/pipeline/context parallel: not modelled yet" if tp > 1 or pp > 1 else ""
+        values = {k: _positive(r.get(c)) for k, c in columns.items()}
+        bad = [columns[k] for k, v in values.items() if not (v == v and v == int(v) and v < 2**31)]
+        v = {k: (int(x) if columns[k] not in bad else 1) for k, x in values.items()}
+        tp, pp, n_gpus, dp = v["tp"], v["pp"], v["n_gpus"], v["dp"]
+        mb, gb, seq, d, layers = v["mb"], v["gb"], v["seq"], v["d"], v["layers"]
+        time_s = _positive(r.get("iteration time (ms)")) / 1e3
+        skip = ("tensor/pipeline/context parallel: not modelled yet" if tp > 1 or pp > 1
+                else f"{', '.join(bad)} not stated as whole numbers" if bad
+                else "" if time_s == time_s else "no iteration time")
         name = (f"GPT {r['Parameters (billion)']}B" if "Parameters (billion)" in raw.columns
                 else f"GPT L{layers} d{d}")
         rows.append({
             "id": f"vtrain-{i + 1:04d}", "arch": "gpt", "model": name, "n_layers": layers,
-            "d_model": d, "n_heads": int(r["attention heads"]),
-            "n_kv_heads": int(r["attention heads"]), "ffn_size": 4 * d, "vocab": VTRAIN_VOCAB,
+            "d_model": d, "n_heads": v["heads"], "n_kv_heads": v["heads"], "ffn_size": 4 * d,
+            "vocab": VTRAIN_VOCAB,
             "gpu": VTRAIN_GPU, "n_gpus": n_gpus, "gpus_per_node": min(VTRAIN_GPUS_PER_NODE, n_gpus),
             "inter_node_gbps_per_gpu": VTRAIN_NODE_GBPS / VTRAIN_GPUS_PER_NODE,
             "network": "ib-hdr-200", "seq_len": seq, "micro_batch": mb,
@@ -388,7 +396,7 @@ def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
             "precision": "fp16", "reduce_dtype": "fp16", "fused_loss": False,
             "flash_attention": False,  # Megatron-DeepSpeed GPT of vTrain: fused softmax, no flash
             "framework": "Megatron-DeepSpeed",
-            "tokens_per_s_per_gpu": gb * seq / (float(r["iteration time (ms)"]) / 1e3) / n_gpus,
+            "tokens_per_s_per_gpu": gb * seq / time_s / n_gpus,
             "measured_from": "iteration time (ms)", "subset": "vtrain", "skip": skip,
         })
     return pd.DataFrame(rows)

@@ -224,3 +224,17 @@ def test_garbage_cells_never_raise(tmp_path, capsys, column, value):
     pd.DataFrame([{**row, column: value}, _row(id="ok")]).to_csv(path, index=False)
     assert main(["validate", str(path)]) in (0, 2)
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("column", ["# GPUs", "micro batch", "global batch", "hidden size",
+                                    "data parallelism", "iteration time (ms)"])
+@pytest.mark.parametrize("value", ["abc", "0", "", "1e400", "2.5"])
+def test_vtrain_garbage_cells_are_skipped_with_a_reason(column, value):
+    raw = pd.DataFrame({"# GPUs": [8], "global batch": [32], "micro batch": [4],
+                        "hidden size": [1024], "attention heads": [16], "# layers": [24],
+                        "sequence length": [1024], "tensor parallelism": [1],
+                        "data parallelism": [8], "pipeline parallelism": [1],
+                        "iteration time (ms)": [500.0]}).astype(object)
+    raw.loc[0, column] = value
+    row = from_vtrain(raw).iloc[0]
+    assert row["skip"] in (f"{column} not stated as whole numbers", "no iteration time")
