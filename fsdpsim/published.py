@@ -43,7 +43,7 @@ def _number(value: Any) -> float:
     """A number from a cell that may carry text ("8 (assumed ...)"); NaN when there is none."""
     if isinstance(value, (int, float, np.integer, np.floating)):
         return float(value)
-    m = re.search(r"[-+]?\d+(?:\.\d+)?", _text(value).replace(",", ""))
+    m = re.search(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", _text(value).replace(",", ""))
     return float(m.group()) if m else float("nan")
 
 
