@@ -106,8 +106,8 @@ def register(cli: click.Group) -> None:
                        f"with --local the default is {LOCAL_DEFAULT_OUTPUT}.")
     @click.pass_context
     def calibrate_cmd(ctx: click.Context, measurements: str | None, gpus: tuple[str, ...],
-                      framework: str, factors: tuple[str, ...], local: bool, ranks: int | None, quick: bool,
-                      output: str | None) -> None:
+                      framework: str, factors: tuple[str, ...], local: bool,
+                      ranks: int | None, quick: bool, output: str | None) -> None:
         """Fit the physical efficiency factors of one GPU type to measured runs, or measure
         this machine (--local)."""
         if local:

@@ -118,7 +118,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     attn_flops_fwd = compute.attention_flops_fwd(b, s, g["q_dim"], causal=flash)
     # Eager attention materialises the s x s scores: bandwidth bound on top of its matmuls.
     eager_scores_bytes = np.where(flash, 0.0, 3.0 * elem * b * g["n_heads"] * s * s)
-    attn_fwd_s = compute.attention_time_s(attn_flops_fwd, clocked_peak * g["attention_peak_ratio"],
+    attn_peak = clocked_peak * g["attention_peak_ratio"]  # FP8 training: attention in 16-bit
+    attn_fwd_s = compute.attention_time_s(attn_flops_fwd, attn_peak,
                                           np.where(flash, g["attention_fraction"], g["matmul_fraction"]),
                                           np.where(flash, 0.5, 1.0) * s,
                                           np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
@@ -130,14 +131,14 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
         tokens, g["d_model"], g["q_dim"], g["kv_dim"], routed_ffn, swiglu, rotary,
         g["linear_bias"] > 0, elem)
-    cast_fwd_bytes, cast_bwd_bytes = compute.fp8_cast_bytes(
-        tokens, g["d_model"], g["q_dim"], g["kv_dim"], routed_ffn, swiglu,
-        g["block_numel"])
     fp8 = g["fp8_gemm"] > 0
-    ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes + np.where(fp8, cast_fwd_bytes, 0.0),
-                                           hbm_rate)
-    ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes + np.where(fp8, cast_bwd_bytes, 0.0),
-                                           hbm_rate)
+    if np.any(fp8):  # FP8 GEMM operands are cast (and transposed) first: extra HBM traffic
+        cast_fwd_bytes, cast_bwd_bytes = compute.fp8_cast_bytes(
+            tokens, g["d_model"], g["q_dim"], g["kv_dim"], routed_ffn, swiglu, g["block_numel"])
+        ew_fwd_bytes = ew_fwd_bytes + np.where(fp8, cast_fwd_bytes, 0.0)
+        ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, cast_bwd_bytes, 0.0)
+    ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, hbm_rate)
+    ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, hbm_rate)
 
     ops_fwd, ops_bwd = compute.host_ops_per_layer(flash, rotary, swiglu, g["rmsnorm"],
                                                   g["linear_bias"])

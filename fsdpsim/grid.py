@@ -34,9 +34,9 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, parse_quantity
 
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
-             "inter-node-gbps-per-gpu", "power-cap-w", "num-gpus", "seq-len", "micro-batch", "global-batch",
-             "sharding", "recompute", "precision", "best", "price", "pue", "tokens", "ceilings",
-             "grad-sync", "keep-params-gathered")
+             "inter-node-gbps-per-gpu", "power-cap-w", "num-gpus", "seq-len", "micro-batch",
+             "global-batch", "sharding", "recompute", "precision", "best", "price", "pue",
+             "tokens", "ceilings", "grad-sync", "keep-params-gathered")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}

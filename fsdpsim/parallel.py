@@ -21,6 +21,9 @@ RECOMPUTES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adamw", "sgd")
 GRAD_SYNCS = ("every", "last")
+#: Strategies that shard parameters and gradients: the accumulation knobs (keep_gathered,
+#: grad_sync) mean something for these only.
+SHARDED = ("full", "grad_op", "hybrid")
 SHARDING_HELP = ("full = FULL_SHARD/ZeRO-3, grad_op = SHARD_GRAD_OP/ZeRO-2, optimizer = ZeRO-1, "
                  "none = NO_SHARD/DDP, hybrid = HYBRID_SHARD/HSDP")
 
@@ -93,10 +96,10 @@ class ParallelPlan:
         _choice("grad_sync", self.grad_sync, GRAD_SYNCS)
         if self.keep_gathered:  # kept gathered for the step: nothing is resharded after forward
             object.__setattr__(self, "reshard_after_forward", False)
-        if self.keep_gathered and self.sharding not in ("full", "hybrid", "grad_op"):
+        if self.keep_gathered and self.sharding not in SHARDED:
             raise ConfigError(f"keep_gathered applies to sharded parameters (sharding full, "
                               f"hybrid or grad_op); sharding {self.sharding!r} keeps them whole")
-        if self.grad_sync == "last" and self.sharding not in ("full", "hybrid", "grad_op"):
+        if self.grad_sync == "last" and self.sharding not in SHARDED:
             raise ConfigError(f"grad_sync 'last' applies to sharding full, hybrid or grad_op; "
                               f"sharding {self.sharding!r} already reduces once per step")
         if self.sharding != "hybrid" and self.shard_group_size not in (None, dp):

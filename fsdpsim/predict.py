@@ -16,8 +16,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from fsdpsim import engine
-from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
 from fsdpsim.catalog_schema import UNCALIBRATED_INTERVAL
+from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec

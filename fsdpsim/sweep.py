@@ -30,10 +30,7 @@ from fsdpsim import engine
 from fsdpsim.costs import economics
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
-from fsdpsim.parallel import RECOMPUTES, SHARDINGS, ParallelPlan, TrainingConfig
-
-#: Strategies whose gradients are sharded: the accumulation knobs apply to them only.
-SHARDED = ("full", "grad_op", "hybrid")
+from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, TIME_KEYS, divisors,
                              model_inputs, plan_inputs, prediction_interval, system_inputs,
                              training_inputs)
