@@ -53,6 +53,12 @@ def _positive(value: Any) -> float:
     return number if np.isfinite(number) and number > 0 else float("nan")
 
 
+def _count(value: Any) -> int | None:
+    """A whole count >= 1 from a cell (GPUs, layers, a batch), or None when it is not one."""
+    number = _positive(value)
+    return int(number) if number == number and number == int(number) and number < 2**31 else None
+
+
 def _or(value: Any, default: float) -> float:
     number = _positive(value)
     return number if number == number else default
@@ -303,17 +309,14 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         gpu = match_accelerator(catalog, gpu_text, _number(r.get("gpu_mem_gb")))
         if gpu is None:
             skip = skip or f"GPU {gpu_text!r} is not in the catalog"
-        counts = {k: _number(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
-                                                   "n_heads", "vocab")}
-        unstated = [k for k, v in counts.items()
-                    if not (np.isfinite(v) and v >= 1 and v == int(v))]
+        counts = {k: _count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
+                                                 "n_heads", "vocab")}
+        unstated = [k for k, v in counts.items() if v is None]
         if unstated:
             skip = skip or f"{', '.join(unstated)} not stated as whole numbers"
-        n_gpus = int(counts["n_gpus"]) if "n_gpus" not in unstated else 1
-        gpn = _positive(r.get("gpus_per_node"))
-        if gpn == gpn and (gpn != int(gpn) or gpn > 1e6):
-            gpn = float("nan")
-        gpn = int(gpn) if gpn == gpn else min(n_gpus, 8)
+        n_gpus = counts["n_gpus"] or 1
+        gpn = _count(r.get("gpus_per_node"))
+        gpn = gpn if gpn and gpn <= 1e6 else min(n_gpus, 8)
         framework = _text(r.get("framework"))
         network, per_gpu = parse_network(_text(r.get("inter_node_interconnect")), gpn,
                                          _text(r.get("source_key")) + " " + framework)
@@ -340,7 +343,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "vocab": r.get("vocab"), "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
             "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
             "network": network or "",
-            "seq_len": int(counts["seq_len"]) if "seq_len" not in unstated else 1,
+            "seq_len": counts["seq_len"] or 1,
             "micro_batch": mb, "grad_accum": ga,
             "sharding": parse_sharding(_text(r.get("sharding")), framework),
             "recompute": (parse_recompute(_text(r.get("activation_checkpointing")))
@@ -374,9 +377,9 @@ def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
                "seq": "sequence length", "d": "hidden size", "layers": "# layers",
                "heads": "attention heads"}
     for i, r in raw.reset_index(drop=True).iterrows():
-        values = {k: _positive(r.get(c)) for k, c in columns.items()}
-        bad = [columns[k] for k, v in values.items() if not (v == v and v == int(v) and v < 2**31)]
-        v = {k: (int(x) if columns[k] not in bad else 1) for k, x in values.items()}
+        counts = {k: _count(r.get(c)) for k, c in columns.items()}
+        bad = [columns[k] for k, n in counts.items() if n is None]
+        v = {k: n or 1 for k, n in counts.items()}
         tp, pp, n_gpus, dp = v["tp"], v["pp"], v["n_gpus"], v["dp"]
         mb, gb, seq, d, layers = v["mb"], v["gb"], v["seq"], v["d"], v["layers"]
         time_s = _positive(r.get("iteration time (ms)")) / 1e3
