@@ -42,7 +42,7 @@ from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import config_inputs
+from fsdpsim.predict import config_inputs, predict
 from fsdpsim.system import resolve_system
 
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
@@ -143,8 +143,6 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         auto_mb, auto_rc = _unstated(row["micro_batch"]), _unstated(row["recompute"])
         if row["skip"] or not (auto_mb or auto_rc):
             continue
-        from fsdpsim.predict import predict
-
         spec, system, plan, options = _row_setup(row, catalog)
         global_seqs = float(row.get("global_batch_seqs", float("nan")))
         if global_seqs != global_seqs and not auto_mb and not _unstated(row["grad_accum"]):
