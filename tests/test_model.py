@@ -17,10 +17,8 @@ from fsdpsim.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
 from fsdpsim.model import COMPONENTS, ModelSpec
 from fsdpsim.presets import ALIASES, PRESETS, get_model, list_models
 
-CALIBRATION = Path("/work/shared/validation/published_calibration.csv")
-if not CALIBRATION.exists():  # the checkout's own copy, if there is one
-    CALIBRATION = (Path(__file__).resolve().parents[1]
-                   / "shared/validation/published_calibration.csv")
+CALIBRATION = (Path(__file__).resolve().parents[1]
+               / "validation/data/published_calibration.csv")
 
 
 def _rows(source_key: str) -> list[dict[str, str]]:
