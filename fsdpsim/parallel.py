@@ -1,10 +1,16 @@
 """The parallel plan and the training configuration, with their validation.
 
-A plan places ``num_gpus`` GPUs (``gpus_per_node`` per node) on the product of parallel
-degrees ``dp_replicate × dp_shard × tp × pp × cp``. Today fsdpsim models the data-parallel
-dimensions (DDP, ZeRO-1/2/3 = FSDP, HSDP); ``tp``, ``pp`` and ``cp`` are part of the plan so the
-cost functions and the search can grow into them, and are rejected with a clear message until
-their cost models land.
+A plan is a device mesh, as torchtitan's ``ParallelDims`` is: ``num_gpus`` GPUs
+(``gpus_per_node`` per scale-up domain) laid out as ``pp × dp_replicate × dp_shard × cp × tp``
+in :data:`DEFAULT_MESH_ORDER` (outermost first, TP innermost so its group stays on NVLink),
+plus a ZeRO stage for the data dimension (``sharding``), a pipeline schedule, the sequence- and
+context-parallel variants, and the accumulation knobs. :mod:`fsdpsim.layout` places each mesh
+dimension's groups on the network tiers.
+
+The data-parallel group of the parameters and gradients is ``dp_shard × cp`` (context-parallel
+ranks hold the same weights, so FSDP shards over them too: torchtitan's ``dp_shard_cp`` mesh;
+Megatron's distributed optimizer reduces over ``data_parallel_group_with_cp``), replicated
+``dp_replicate`` times (HSDP).
 """
 
 from __future__ import annotations
@@ -26,6 +32,13 @@ GRAD_SYNCS = ("every", "last")
 SHARDED = ("full", "grad_op", "hybrid")
 SHARDING_HELP = ("full = FULL_SHARD/ZeRO-3, grad_op = SHARD_GRAD_OP/ZeRO-2, optimizer = ZeRO-1, "
                  "none = NO_SHARD/DDP, hybrid = HYBRID_SHARD/HSDP")
+#: ZeRO stage -> the FSDP-style spelling (``--zero`` and ``--sharding`` mean the same plans).
+ZERO_STAGES = {0: "none", 1: "optimizer", 2: "grad_op", 3: "full"}
+#: Mesh dimensions, outermost first (torchtitan ``ParallelDims``: pp, dp_replicate, dp_shard,
+#: cp, tp): tensor parallelism innermost, on adjacent ranks of one scale-up domain.
+DEFAULT_MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+CP_KINDS = ("ring", "all2all")
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -33,23 +46,29 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} {value!r} is not accepted; accepted: {', '.join(choices)}")
 
 
+def _positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
 @dataclass(frozen=True)
 class ParallelPlan:
-    """How the GPUs are used.
+    """How the GPUs are used: the degrees of the device mesh, its order, and the strategies.
 
-    ``shard_group_size`` only matters for ``hybrid`` (default: one node). For the other
-    strategies the data-parallel group is the whole world (``none`` replicates, the ZeRO
-    stages shard over it).
+    ``shard_group_size`` only matters for ``hybrid`` (default: one scale-up domain's worth of
+    data-parallel ranks). For the other strategies the data-parallel group is the whole
+    ``dp × cp`` (``none`` replicates, the ZeRO stages shard over it).
     """
 
     num_gpus: int
     """GPUs in the job [-]."""
     gpus_per_node: int
-    """GPUs that share a scale-up link domain (NVLink) and a node's NICs [-]."""
+    """GPUs of the job in one scale-up (NVLink) domain: a node of 8, or the GPUs used in one
+    NVL72 rack [-]."""
     sharding: Sharding = "full"
     """full (ZeRO-3), grad_op (ZeRO-2), optimizer (ZeRO-1), none (DDP), hybrid (HSDP)."""
     shard_group_size: int | None = None
-    """HSDP shard-group size; None = gpus_per_node (capped at the world)."""
+    """HSDP ``dp_shard`` degree; None = the data-parallel ranks of one scale-up domain."""
     reshard_after_forward: bool = True
     """Free gathered parameters after forward and gather them again in backward (ZeRO-3)."""
     keep_gathered: bool = False
@@ -63,22 +82,67 @@ class ParallelPlan:
     ``set_requires_gradient_sync(False)``). Sharded-gradient strategies only (DDP and ZeRO-1
     reduce once per step already)."""
     tp: int = 1
-    """Tensor-parallel degree (reserved: must be 1 today)."""
+    """Tensor-parallel degree (Megatron column/row split of attention and MLP) [-]."""
     pp: int = 1
-    """Pipeline-parallel degree (reserved: must be 1 today)."""
+    """Pipeline-parallel degree (stages) [-]."""
     cp: int = 1
-    """Context-parallel degree (reserved: must be 1 today)."""
+    """Context-parallel degree (the sequence split over ranks) [-]."""
+    vpp: int = 1
+    """Virtual pipeline stages (model chunks) per pipeline rank; > 1 means interleaved 1F1B [-]."""
+    pp_schedule: str | None = None
+    """gpipe, 1f1b, interleaved or zb-h1; None = interleaved when vpp > 1, else 1f1b."""
+    sequence_parallel: bool | None = None
+    """Split norms, dropout and residual activations over the TP group (Korthikanti et al.
+    2022); None = on when tp > 1."""
+    cp_kind: str = "ring"
+    """ring (KV blocks passed around the CP ring) or all2all (Ulysses: heads <-> sequence)."""
+    tp_overlap: bool = False
+    """Overlap TP collectives with the GEMMs beside them (async TP, Megatron tp-comm-overlap)."""
+    mesh_order: tuple[str, ...] = DEFAULT_MESH_ORDER
+    """The mesh dimensions from outermost to innermost (a permutation of DEFAULT_MESH_ORDER)."""
+    pp_first_layers: int | None = None
+    """Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers);
+    None = an even split."""
+    pp_last_layers: int | None = None
+    """Layers on the last pipeline stage; None = an even split."""
 
     def __post_init__(self) -> None:
         _choice("sharding", self.sharding, SHARDINGS)
-        for name in ("num_gpus", "gpus_per_node", "tp", "pp", "cp"):
+        for name in ("num_gpus", "gpus_per_node", "tp", "pp", "cp", "vpp"):
+            _positive_int(name, getattr(self, name))
+        if self.shard_group_size is not None:
+            _positive_int("shard_group_size", self.shard_group_size)
+        if self.pp_schedule is None:
+            object.__setattr__(self, "pp_schedule", "interleaved" if self.vpp > 1 else "1f1b")
+        _choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
+        if self.sequence_parallel is None:
+            object.__setattr__(self, "sequence_parallel", self.tp > 1)
+        _choice("cp_kind", self.cp_kind, CP_KINDS)
+        order = tuple(self.mesh_order)
+        object.__setattr__(self, "mesh_order", order)
+        if sorted(order) != sorted(DEFAULT_MESH_ORDER):
+            raise ConfigError(f"mesh_order {','.join(order)!r} is not accepted; accepted: a "
+                              f"permutation of {','.join(DEFAULT_MESH_ORDER)}")
+        if self.vpp > 1 and self.pp_schedule != "interleaved":
+            raise ConfigError(f"vpp({self.vpp}) needs pp_schedule 'interleaved' (got "
+                              f"{self.pp_schedule!r})")
+        if self.pp_schedule == "interleaved" and self.pp > 1 and self.vpp < 2:
+            raise ConfigError("pp_schedule 'interleaved' needs vpp >= 2 model chunks per stage")
+        if self.sequence_parallel and self.tp == 1:
+            object.__setattr__(self, "sequence_parallel", False)
+        if self.tp_overlap and self.tp == 1:
+            raise ConfigError("tp_overlap needs tp > 1")
+        for name in ("pp_first_layers", "pp_last_layers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("tp", "pp", "cp"):
-            if getattr(self, name) != 1:
-                raise ConfigError(f"{name}={getattr(self, name)} is not supported yet: fsdpsim models "
-                                  f"data parallelism (FSDP/ZeRO/DDP/HSDP) today; use {name}=1")
+            if value is not None:
+                _positive_int(name, value)
+                if self.pp < 2:
+                    raise ConfigError(f"{name}={value} needs pp >= 2")
+        model_parallel = self.tp * self.pp * self.cp
+        if self.num_gpus % model_parallel:
+            raise ConfigError(f"tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = {model_parallel} "
+                              f"does not divide num_gpus({self.num_gpus}); accepted: degrees "
+                              f"whose product divides {self.num_gpus}")
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise ConfigError(f"num_gpus({self.num_gpus}) is not a multiple of "
                               f"gpus_per_node({self.gpus_per_node}); use whole nodes")
@@ -89,10 +153,10 @@ class ParallelPlan:
         if self.sharding == "hybrid" and dp % self.dp_shard:
             raise ConfigError(f"shard_group_size({self.dp_shard}) must divide the data-parallel "
                               f"degree ({dp}); accepted: a divisor of {dp}")
-        if self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp != self.num_gpus:
+        if self.dp_replicate * self.dp_shard * self.cp * self.tp * self.pp != self.num_gpus:
             raise ConfigError(f"dp_replicate({self.dp_replicate}) * dp_shard({self.dp_shard}) * "
-                              f"tp({self.tp}) * pp({self.pp}) * cp({self.cp}) != "
-                              f"world_size({self.num_gpus}); shard_group_size must divide {dp}")
+                              f"cp({self.cp}) * tp({self.tp}) * pp({self.pp}) != "
+                              f"num_gpus({self.num_gpus}); shard_group_size must divide {dp}")
         _choice("grad_sync", self.grad_sync, GRAD_SYNCS)
         if self.keep_gathered:  # kept gathered for the step: nothing is resharded after forward
             object.__setattr__(self, "reshard_after_forward", False)
@@ -106,19 +170,56 @@ class ParallelPlan:
             raise ConfigError(f"shard_group_size={self.shard_group_size} only applies to "
                               f"sharding 'hybrid' (got sharding {self.sharding!r})")
 
+    @classmethod
+    def from_degrees(cls, *, num_gpus: int, gpus_per_node: int, zero: int = 3,
+                     dp_shard: int | None = None, dp_replicate: int | None = None,
+                     **options) -> "ParallelPlan":
+        """A plan from mesh degrees and a ZeRO stage (the ``--zero/--dp-shard/--dp-replicate``
+        spelling): ZeRO-3 with ``dp_replicate > 1`` is HSDP; DDP replicates over everything;
+        ZeRO-1/2 shard over the whole data-parallel group. Each given degree is checked."""
+        if zero not in ZERO_STAGES:
+            raise ConfigError(f"zero {zero!r} is not accepted; accepted: 0, 1, 2, 3")
+        model_parallel = (options.get("tp", 1) * options.get("pp", 1) * options.get("cp", 1))
+        dp = num_gpus // model_parallel if num_gpus % model_parallel == 0 else None
+        sharding = ZERO_STAGES[zero]
+        shard_group = None
+        if dp_shard is not None or dp_replicate is not None:
+            if dp is None:
+                cls(num_gpus=num_gpus, gpus_per_node=gpus_per_node, **options)  # names degrees
+            shard = dp_shard if dp_shard is not None else dp // dp_replicate
+            repl = dp_replicate if dp_replicate is not None else (dp // dp_shard if dp_shard else 0)
+            if shard * repl != dp or shard < 1:
+                raise ConfigError(
+                    f"dp_replicate({repl}) * dp_shard({shard}) * cp({options.get('cp', 1)}) * "
+                    f"tp({options.get('tp', 1)}) * pp({options.get('pp', 1)}) != "
+                    f"num_gpus({num_gpus}); the data-parallel degree is {dp}")
+            if zero == 0 and shard > 1:
+                raise ConfigError(f"dp_shard({shard}) > 1 needs zero 1, 2 or 3 (zero 0 is DDP: "
+                                  "it replicates)")
+            if zero in (1, 2) and repl > 1:
+                raise ConfigError(f"dp_replicate({repl}) > 1 with zero {zero} is not modelled; "
+                                  "accepted: zero 3 (HSDP) or zero 0 (DDP)")
+            if zero == 3 and repl > 1:
+                sharding, shard_group = "hybrid", shard
+        return cls(num_gpus=num_gpus, gpus_per_node=gpus_per_node, sharding=sharding,
+                   shard_group_size=shard_group, **options)
+
     @property
     def dp(self) -> int:
-        """Data-parallel degree: replicas × shards [-]."""
+        """Data-parallel degree: replicas × shards, excluding CP [-]."""
         return self.num_gpus // (self.tp * self.pp * self.cp)
 
     @property
     def dp_shard(self) -> int:
-        """GPUs one parameter/gradient/optimizer state is sharded over [-]."""
+        """Data-parallel ranks one parameter/gradient/optimizer state is sharded over,
+        excluding CP (FSDP shards over ``dp_shard × cp``: :attr:`shard_group`) [-]."""
         if self.sharding == "none":
             return 1
         if self.sharding == "hybrid":
-            size = self.shard_group_size or min(self.gpus_per_node, self.dp)
-            return size
+            if self.shard_group_size:
+                return self.shard_group_size
+            per_domain = max(1, self.gpus_per_node // (self.tp * self.cp))
+            return min(per_domain, self.dp)
         return self.dp
 
     @property
@@ -129,8 +230,89 @@ class ParallelPlan:
         return self.dp // self.dp_shard
 
     @property
+    def shard_group(self) -> int:
+        """GPUs the parameters, gradients and optimizer states are sharded over: dp_shard × cp
+        (1 for DDP) [-]."""
+        return 1 if self.sharding == "none" else self.dp_shard * self.cp
+
+    @property
+    def grad_group(self) -> int:
+        """GPUs that hold the same weights and average their gradients: dp × cp [-]."""
+        return self.dp * self.cp
+
+    @property
+    def degrees(self) -> dict[str, int]:
+        """Every mesh degree by name (their product is num_gpus)."""
+        return {"pp": self.pp, "dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard,
+                "cp": self.cp, "tp": self.tp}
+
+    @property
     def num_nodes(self) -> int:
         return max(1, self.num_gpus // self.gpus_per_node)
+
+    def stage_layers(self, n_layers: int) -> tuple[int, int, int]:
+        """Layers on the (first, middle, last) pipeline stages; a clear error when they do not
+        split: every stage's layers divide into ``vpp`` chunks (Megatron's rule)."""
+        if self.pp == 1:
+            if n_layers % self.vpp:
+                raise ConfigError(f"n_layers({n_layers}) is not divisible by vpp({self.vpp})")
+            return n_layers, n_layers, n_layers
+        first, last = self.pp_first_layers, self.pp_last_layers
+        rest_stages = self.pp - (first is not None) - (last is not None)
+        rest = n_layers - (first or 0) - (last or 0)
+        if rest_stages == 0:
+            if rest != 0:
+                raise ConfigError(f"pp_first_layers({first}) + pp_last_layers({last}) != "
+                                  f"n_layers({n_layers}) with pp(2)")
+            middle = first
+        elif rest < rest_stages or rest % rest_stages:
+            raise ConfigError(
+                f"n_layers({n_layers}) does not split over pp({self.pp})"
+                + (f" with pp_first_layers({first})" if first else "")
+                + (f" and pp_last_layers({last})" if last else "")
+                + f": {rest} layers left for {rest_stages} stages")
+        else:
+            middle = rest // rest_stages
+        first = middle if first is None else first
+        last = middle if last is None else last
+        for name, count in (("first", first), ("middle", middle), ("last", last)):
+            if count % self.vpp:
+                raise ConfigError(f"the {name} pipeline stage's {count} layers are not divisible "
+                                  f"by vpp({self.vpp}); accepted: n_layers divisible by "
+                                  f"pp({self.pp}) * vpp({self.vpp})")
+        return first, middle, last
+
+    def check_model(self, *, n_layers: int, n_heads: int, n_kv_heads: int, seq_len: int) -> None:
+        """Degrees the model must divide: heads and KV heads by TP (Megatron splits whole
+        heads), layers by PP × vpp, the sequence by 2·CP (ring attention's load-balanced causal
+        chunks) or heads by TP·CP (Ulysses all-to-all)."""
+        if n_heads % self.tp:
+            raise ConfigError(f"n_heads({n_heads}) is not divisible by tp({self.tp}); "
+                              f"accepted: tp dividing {n_heads}")
+        if n_kv_heads % self.tp and self.tp % n_kv_heads:
+            raise ConfigError(f"n_kv_heads({n_kv_heads}) and tp({self.tp}) do not divide each "
+                              "other; accepted: tp a divisor or multiple of the KV heads")
+        self.stage_layers(n_layers)
+        if self.cp > 1 and self.cp_kind == "ring" and seq_len % (2 * self.cp):
+            raise ConfigError(f"seq_len({seq_len}) is not divisible by 2 * cp({self.cp}) = "
+                              f"{2 * self.cp} (load-balanced causal chunks of ring attention)")
+        if self.cp > 1 and self.cp_kind == "all2all" and n_heads % (self.tp * self.cp):
+            raise ConfigError(f"n_heads({n_heads}) is not divisible by tp({self.tp}) * "
+                              f"cp({self.cp}) (all-to-all context parallelism splits heads)")
+
+    def describe(self) -> str:
+        """The plan in one line: ``dp_shard 16 × tp 8 × pp 4 (1f1b, m=32)`` style."""
+        parts = []
+        if self.dp_replicate > 1:
+            parts.append(f"dp_replicate {self.dp_replicate}")
+        if self.dp_shard > 1 or self.sharding == "none":
+            name = {"none": "ddp", "optimizer": "zero1", "grad_op": "zero2"}.get(self.sharding,
+                                                                              "dp_shard")
+            parts.append(f"{name} {self.dp if self.sharding == 'none' else self.dp_shard}")
+        for name in ("cp", "tp", "pp"):
+            if getattr(self, name) > 1:
+                parts.append(f"{name} {getattr(self, name)}")
+        return " × ".join(parts) or "1 GPU"
 
 
 @dataclass(frozen=True)

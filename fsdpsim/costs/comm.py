@@ -161,3 +161,35 @@ def fsdp_calls_per_step(strategy):
     zero1 = np.where(st == OPTIMIZER, 1.0, 0.0)
     ar = np.where(st == NONE, 1.0, 0.0)
     return zero1, zero1, ar
+
+
+def all_to_all_coefficients(group_size, members_per_node, link_bytes_per_s,
+                            nic_share_bytes_per_s, link_latency_s, nic_latency_s):
+    """Per-byte and fixed time of an all-to-all over a group: ``(s_per_byte, latency_s)``.
+
+    Each of the k ranks sends 1/k of its M-byte buffer to every other rank (NCCL's all-to-all
+    is k−1 concurrent send/recv pairs). Of its M bytes, (g−1)/k go to the g−1 peers in its
+    scale-up domain over the link and (k−g)/k leave the domain over the GPU's NIC share, the
+    two concurrently (different engines), so ``t = M · max((g−1)/k / link, (k−g)/k / nic)
+    + (k−1)·α`` (Thakur et al. 2005 §4 pairwise exchange; DeepSpeed-Ulysses, Jacobs et al.
+    2023, arXiv 2309.14509 §3.1 for the communication volume). α is the NIC latency once the
+    group spans domains. ``M`` is the local buffer [B].
+    """
+    k = as_array(group_size)
+    g = np.minimum(as_array(members_per_node), k)
+    kk = np.maximum(k, 1.0)
+    intra = (g - 1.0) / kk / as_array(link_bytes_per_s)
+    inter = np.where(k > g, (k - g) / kk / as_array(nic_share_bytes_per_s), 0.0)
+    alpha = np.where(k > g, as_array(nic_latency_s), as_array(link_latency_s))
+    return np.maximum(intra, inter), np.maximum(k - 1.0, 0.0) * alpha
+
+
+def p2p_coefficients(same_domain, link_bytes_per_s, nic_share_bytes_per_s, link_latency_s,
+                     nic_latency_s):
+    """Per-byte and fixed time of one point-to-point transfer between pipeline neighbours:
+    over the scale-up link when both stages share a domain, else over the sender's NIC share
+    (``(s_per_byte, latency_s)``; Narayanan et al. SC21 §3.2: activations and their gradients
+    cross stage boundaries once per micro-batch each way)."""
+    same = np.asarray(same_domain, dtype=bool)
+    spb = np.where(same, 1.0 / as_array(link_bytes_per_s), 1.0 / as_array(nic_share_bytes_per_s))
+    return spb, np.where(same, as_array(link_latency_s), as_array(nic_latency_s))

@@ -238,7 +238,8 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
                       flash_attention=True, act_bytes=2.0, dropout=False, fused_glu=True,
                       logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
                       sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
-                      allocator_fraction=0.0, accumulated_grad_numel=0.0, moment="peak"):
+                      allocator_fraction=0.0, accumulated_grad_numel=0.0, moment="peak",
+                      recomputed_layers=None):
     """Peak memory of one GPU at the start of backward, term by term [B].
 
     Parameters
@@ -256,6 +257,9 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
     vocab_size, logits_dtype_bytes, loss_fp32, fused_loss :
         see :func:`logits_bytes` (``fused_loss`` is its ``fused``)
     saved_microbatches : micro-batches whose activations are alive at once (pipelining) [-]
+    recomputed_layers : layers that apply ``recompute``; the others keep everything
+        (``recompute="none"``): Megatron's ``--recompute-num-layers`` with the block method.
+        None = all ``n_layers`` [-]
     runtime_reserved_bytes : memory outside the caching allocator: CUDA context, NCCL and
         cuBLAS workspaces [B]
     allocator_fraction : fragmentation of the caching allocator as a fraction of the bytes it
@@ -304,7 +308,14 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
                                       **layer_options)
     head = head_activation_bytes(micro_batch, seq_len, d_model, act_bytes=act_bytes, tp=tp,
                                  cp=cp, sequence_parallel=sequence_parallel)
-    saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
+    if recomputed_layers is None:
+        saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
+    else:  # K layers recompute, the other n - K keep every activation
+        k = np.minimum(as_array(recomputed_layers), as_array(n_layers))
+        kept_per_layer = activation_bytes_per_layer(*layer_shape, "none", **layer_options)
+        saved_all = as_array(saved_microbatches) * (
+            k * saved_per_layer + (as_array(n_layers) - k) * kept_per_layer)
+        working = np.where(k > 0, working, 0.0)
     # Moment A, the loss backward: only the root unit is gathered (a block's pre-backward
     # all-gather starts after the LM head's backward), no unit gradient yet, the cross-entropy
     # temporaries at their largest.

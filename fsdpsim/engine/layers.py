@@ -1,0 +1,140 @@
+"""Engine stage 2: the compute time of one transformer layer and of the root (embedding, LM
+head, loss) for one micro-batch on one rank, with the rank's tensor-parallel widths and
+context-parallel tokens. Every formula is in :mod:`fsdpsim.costs.compute`; this module only
+composes them.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from fsdpsim.costs import compute
+
+
+def rates(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Achievable rates: catalog peaks x achievable fractions [FLOP/s, B/s].
+
+    A power cap lowers the sustained clock (compute.power_capped_clock_ratio): the FLOP/s the
+    kernels see drop with it, while MFU stays measured against the nominal peak."""
+    clocked_peak = g["peak_flops_per_s"] * g["compute_clock_ratio"]
+    return {
+        "clocked_peak": clocked_peak,
+        "matmul": clocked_peak * g["matmul_fraction"],
+        "hbm": g["hbm_bytes_per_s"] * g["hbm_fraction"],
+        "link": g["link_bytes_per_s"] * g["link_fraction"],
+        "nic": g["nic_share_bytes_per_s"] * g["nic_fraction"],
+    }
+
+
+def widths(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One rank's share of the layer (Megatron column/row split, Shoeybi et al. 2019 §3): query,
+    KV and MLP widths and heads divided by ``tp`` (KV heads fewer than ``tp`` are replicated:
+    at least one head per rank), the vocabulary divided by ``tp``; tokens b·s/cp (context
+    parallelism splits the sequence); h-sized element-wise work divided by ``tp`` with sequence
+    parallelism (Korthikanti et al. 2022 §4.2.2)."""
+    tp, cp = g["tp"], g["cp"]
+    head_dim = g["q_dim"] / g["n_heads"]
+    return {
+        "tokens": g["micro_batch"] * g["seq_len"] / cp,
+        "q": g["q_dim"] / tp,
+        "kv": np.maximum(g["kv_dim"] / tp, np.minimum(head_dim, g["kv_dim"])),
+        "ffn": g["ffn_size"] / tp,
+        "heads": g["n_heads"] / tp,
+        "vocab": g["vocab_size"] / tp,
+        "d_elementwise": np.where(g["sequence_parallel"] > 0, g["d_model"] / tp, g["d_model"]),
+    }
+
+
+def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
+                w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Forward, backward and recompute time of one layer, one micro-batch, one rank [s]."""
+    b, s = g["micro_batch"], g["seq_len"]
+    tokens = w["tokens"]
+    swiglu, rotary, flash = g["swiglu"] > 0, g["rotary"] > 0, g["flash"] > 0
+    recompute = np.asarray(g["recompute"])
+    elem = g["compute_bytes"]
+    cp = g["cp"]
+    gemm_fwd_s, gemm_bwd_s = compute.layer_gemm_times_s(
+        tokens, g["d_model"], w["q"], w["kv"], w["ffn"], swiglu, g["active_experts"],
+        r["matmul"], r["hbm"], g["matmul_half_flops"], g["matmul_half_k"], elem)
+    # Attention of the rank's heads over its queries: a 1/cp share of the (causal) work either
+    # way (ring: load-balanced chunks against every KV block; all-to-all: heads/cp over the
+    # whole sequence). Each ring step's kernel sees one KV block of s/cp keys.
+    attn_flops_fwd = compute.attention_flops_fwd(b, s, w["q"], causal=flash) / cp
+    kv_len = np.where(flash, 0.5, 1.0) * s / np.where(g["cp_all2all"] > 0, 1.0, cp)
+    # Eager attention materialises the s x s scores: bandwidth bound on top of its matmuls.
+    eager_scores_bytes = np.where(flash, 0.0, 3.0 * elem * b * w["heads"] * s * s / cp)
+    attn_peak = r["clocked_peak"] * g["attention_peak_ratio"]  # FP8 training: attention in 16-bit
+    attn_fwd_s = compute.attention_time_s(attn_flops_fwd, attn_peak,
+                                          np.where(flash, g["attention_fraction"], g["matmul_fraction"]),
+                                          kv_len,
+                                          np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
+    attn_fwd_s = attn_fwd_s + compute.memory_bound_time_s(eager_scores_bytes, r["hbm"])
+    # FlashAttention backward: 2.5x forward FLOPs (recomputes scores); eager: 2x plus score traffic.
+    attn_bwd_s = np.where(flash, 2.5, 2.0) * attn_fwd_s
+    # Element-wise work and activations see every routed expert's width (k · f_expert).
+    routed_ffn = w["ffn"] * g["active_experts"]
+    ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
+        tokens, w["d_elementwise"], w["q"], w["kv"], routed_ffn, swiglu, rotary,
+        g["linear_bias"] > 0, elem)
+    fp8 = g["fp8_gemm"] > 0
+    if np.any(fp8):  # FP8 GEMM operands are cast (and transposed) first: extra HBM traffic
+        cast_fwd_bytes, cast_bwd_bytes = compute.fp8_cast_bytes(
+            tokens, g["d_model"], w["q"], w["kv"], routed_ffn, swiglu,
+            g["block_numel"] / g["tp"])
+        ew_fwd_bytes = ew_fwd_bytes + np.where(fp8, cast_fwd_bytes, 0.0)
+        ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, cast_bwd_bytes, 0.0)
+    ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, r["hbm"])
+    ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, r["hbm"])
+
+    ops_fwd, ops_bwd = compute.host_ops_per_layer(flash, rotary, swiglu, g["rmsnorm"],
+                                                  g["linear_bias"])
+    block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
+                                         g["kernel_overhead_s"])
+    # Recompute in backward: full = the block forward again up to the last tensor backward
+    # needs. torch's default non-reentrant checkpoint stops early (``set_checkpoint_early_stop``,
+    # torch.utils.checkpoint, torch >= 2.1; checked with FlopCounterMode in
+    # tests/test_torch_exact.py), so the MLP down projection, whose output nothing saves, is not
+    # recomputed. Selective = the attention core only (Korthikanti et al. 2022 §5).
+    down_fwd_s = g["active_experts"] * compute.linear_time_s(
+        tokens, g["d_model"], w["ffn"], r["matmul"], r["hbm"], g["matmul_half_flops"],
+        g["matmul_half_k"], elem)[0]
+    # The recomputed forward is host bound like the forward, less the down projection's ops.
+    full_recompute_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s - down_fwd_s,
+                                              ops_fwd - compute.HOST_OPS_DOWN_PROJECTION,
+                                              g["kernel_overhead_s"])
+    recompute_s = np.where(recompute == 2, full_recompute_s,
+                           np.where(recompute == 1, attn_fwd_s, 0.0))
+    block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
+                                         g["kernel_overhead_s"])
+    return {"gemm_fwd_s": gemm_fwd_s, "gemm_bwd_s": gemm_bwd_s, "attn_fwd_s": attn_fwd_s,
+            "attn_bwd_s": attn_bwd_s, "ew_fwd_s": ew_fwd_s, "ew_bwd_s": ew_bwd_s,
+            "block_fwd_s": block_fwd_s, "block_bwd_s": block_bwd_s, "recompute_s": recompute_s,
+            "attn_flops_fwd": attn_flops_fwd}
+
+
+def root_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
+               w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The root's compute for one micro-batch on one rank [s]: embedding lookup (first pipeline
+    stage), final norm, LM head and loss (last stage); the vocabulary split over ``tp``
+    (vocab-parallel embedding, column-parallel head, vocab-parallel cross-entropy)."""
+    tokens = w["tokens"]
+    elem = g["compute_bytes"]
+    head_gemm_s, head_gemm_bwd_s = compute.linear_time_s(
+        tokens, w["vocab"], g["d_model"], r["matmul"], r["hbm"], g["matmul_half_flops"],
+        g["matmul_half_k"], elem)
+    loss_bytes_per_logit = np.where(g["fused_loss"] > 0, compute.FUSED_LOSS_BYTES_PER_LOGIT,
+                                    compute.LOSS_BYTES_PER_LOGIT)
+    loss_s = compute.memory_bound_time_s(tokens * w["vocab"] * loss_bytes_per_logit, r["hbm"])
+    embed_s = compute.memory_bound_time_s(2.0 * tokens * g["d_model"] * elem, r["hbm"])
+    # upcast + log-softmax: 14 of 36 B/logit in forward, the rest in backward
+    head_fwd_s = head_gemm_s + 0.4 * loss_s
+    head_bwd_s = head_gemm_bwd_s + 0.6 * loss_s
+    return {"head_gemm_s": head_gemm_s, "head_gemm_bwd_s": head_gemm_bwd_s, "loss_s": loss_s,
+            "embed_s": embed_s, "embed_fwd_s": embed_s, "embed_bwd_s": 2.0 * embed_s,
+            "head_fwd_s": head_fwd_s, "head_bwd_s": head_bwd_s,
+            # pp = 1: one stage holds both ends
+            "root_fwd_s": head_gemm_s + 0.4 * loss_s + embed_s,
+            "root_bwd_s": head_gemm_bwd_s + 0.6 * loss_s + 2.0 * embed_s}

@@ -1,0 +1,65 @@
+"""Where each mesh dimension's groups land on the network tiers.
+
+A plan's mesh (:class:`fsdpsim.parallel.ParallelPlan`) numbers the GPUs row-major in its
+``mesh_order`` (outermost first), as ``torch.distributed.device_mesh.init_device_mesh`` and
+Megatron's ``RankGenerator`` do: the innermost dimension's ranks are adjacent. The network has
+two tiers: a scale-up domain of ``gpus_per_node`` consecutive ranks (NVLink: an 8-GPU node, or
+the GPUs used in one NVL72 rack), then the scale-out network (each GPU's share of its node's
+NICs). A group's collectives run on the scale-up link while all its members share a domain, and
+cross the scale-out tier otherwise; how many members share each domain decides the ring's
+bandwidth (:func:`fsdpsim.costs.comm.ring_coefficients`).
+
+:func:`group_layout` gives, for every group a plan communicates in, its size and the members it
+has in one scale-up domain; these are the ``*_size`` / ``*_per_node`` inputs of the engine.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from fsdpsim.parallel import ParallelPlan
+
+#: The groups the engine communicates in, as sets of mesh dimensions.
+GROUPS = {
+    "tp": ("tp",),
+    "cp": ("cp",),
+    "pp": ("pp",),
+    "shard": ("dp_shard", "cp"),          # FSDP / ZeRO shard group (dp_shard x cp)
+    "replicate": ("dp_replicate",),       # HSDP replicas of a shard
+    "dp_world": ("dp_replicate", "dp_shard", "cp"),  # DDP / ZeRO-1 gradient group
+}
+
+
+def strides(plan: ParallelPlan) -> dict[str, int]:
+    """Rank distance between neighbours along each mesh dimension (row-major mesh)."""
+    degrees = plan.degrees
+    out, stride = {}, 1
+    for name in reversed(plan.mesh_order):
+        out[name] = stride
+        stride *= degrees[name]
+    return out
+
+
+def members_per_domain(plan: ParallelPlan, dims: tuple[str, ...], domain_gpus: int) -> int:
+    """Members of the group spanned by ``dims`` (the one holding rank 0) inside rank 0's
+    scale-up domain of ``domain_gpus`` consecutive ranks [-]. Every group of an aligned mesh
+    has the same count."""
+    degrees, step = plan.degrees, strides(plan)
+    ranks = np.zeros(1, dtype=np.int64)
+    for name in dims:
+        ranks = (ranks[:, None] + step[name] * np.arange(degrees[name])[None, :]).ravel()
+    return int(np.count_nonzero(ranks < domain_gpus))
+
+
+def group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str, int]:
+    """Size and members per scale-up domain of every group in :data:`GROUPS`:
+    ``{"tp_size": 8, "tp_per_node": 8, ...}`` [-]."""
+    domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
+    degrees = plan.degrees
+    out = {}
+    for group, dims in GROUPS.items():
+        out[f"{group}_size"] = prod(degrees[d] for d in dims)
+        out[f"{group}_per_node"] = members_per_domain(plan, dims, domain)
+    return out
