@@ -9,7 +9,15 @@ import click
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import RECOMPUTES, SHARDINGS, SHARDING_HELP, ParallelPlan, TrainingConfig
+from fsdpsim.parallel import (
+    CP_KINDS,
+    PP_SCHEDULES,
+    RECOMPUTES,
+    SHARDING_HELP,
+    SHARDINGS,
+    ParallelPlan,
+    TrainingConfig,
+)
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, parse_quantity
 
 BOTTLENECK_WORDS = {
@@ -18,6 +26,8 @@ BOTTLENECK_WORDS = {
     "intra_node_link": "intra-node link: exposed collectives limited by NVLink/PCIe bandwidth",
     "inter_node_link": "inter-node network: exposed collectives limited by the NICs' bandwidth",
     "memory_capacity": "memory capacity: the configuration does not fit in GPU memory",
+    "pipeline_bubble": "pipeline bubble: stages idle in warm-up and cool-down (more micro-batches "
+                       "or virtual stages would help)",
 }
 
 
@@ -53,18 +63,44 @@ def build_prediction(ctx: click.Context, **o: Any):
     spec = get_model(o["model"])
     if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
         spec = spec.with_seq_len(seq_len)
-    plan = ParallelPlan(num_gpus=o["num_gpus"], gpus_per_node=system.gpus_per_node,
-                        sharding=o["sharding"], shard_group_size=o["shard_group_size"],
-                        reshard_after_forward=o["reshard_after_forward"],
-                        keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
+    plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
     training = TrainingConfig(seq_len=seq_len or 4096,
                               micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
                               global_batch=_auto_int(o["global_batch"], "--global-batch"),
                               recompute=recompute, precision=o["precision"],
                               reduce_dtype=o["reduce_dtype"], optimizer=o["optimizer"],
-                              flash_attention=o["flash_attention"])
+                              flash_attention=o["flash_attention"],
+                              recompute_layers=o.get("recompute_layers"))
     return predict(spec, system, plan, training)
+
+
+def build_plan(o: dict, system) -> ParallelPlan:
+    """The plan the options describe: ``--sharding`` (FSDP spelling) or ``--zero`` with
+    ``--dp-shard/--dp-replicate`` (mesh spelling), plus the model-parallel degrees."""
+    from fsdpsim.system import domain_gpus
+
+    per_domain = domain_gpus(system, o["num_gpus"])
+    hybrid = dict(tp=o.get("tp", 1), pp=o.get("pp", 1), cp=o.get("cp", 1), vpp=o.get("vpp", 1),
+                  pp_schedule=o.get("pp_schedule"), sequence_parallel=o.get("sequence_parallel"),
+                  cp_kind=o.get("cp_kind") or "ring", tp_overlap=bool(o.get("tp_overlap")),
+                  pp_first_layers=o.get("pp_first_layers"),
+                  pp_last_layers=o.get("pp_last_layers"),
+                  reshard_after_forward=o["reshard_after_forward"],
+                  keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
+    if o.get("mesh_order"):
+        hybrid["mesh_order"] = tuple(x.strip() for x in o["mesh_order"].split(","))
+    zero, shard, repl = o.get("zero"), o.get("dp_shard"), o.get("dp_replicate")
+    if zero is not None or shard is not None or repl is not None:
+        if o["sharding"] != "full" or o["shard_group_size"] is not None:
+            raise ConfigError("give the data-parallel plan once: --sharding/--shard-group-size "
+                              "or --zero/--dp-shard/--dp-replicate, not both")
+        return ParallelPlan.from_degrees(num_gpus=o["num_gpus"], gpus_per_node=per_domain,
+                                         zero=3 if zero is None else zero, dp_shard=shard,
+                                         dp_replicate=repl, **hybrid)
+    return ParallelPlan(num_gpus=o["num_gpus"], gpus_per_node=per_domain,
+                        sharding=o["sharding"], shard_group_size=o["shard_group_size"],
+                        **hybrid)
 
 
 def predict_options(f):
@@ -103,6 +139,39 @@ def predict_options(f):
                           "(FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False))."),
         click.option("--recompute", type=click.Choice(("auto",) + RECOMPUTES), default="auto",
                      show_default=True),
+        click.option("--recompute-layers", type=click.IntRange(0, MAX_COUNT), default=None,
+                     help="Recompute only the first K layers of each pipeline stage "
+                          "(Megatron --recompute-num-layers); default: all."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None,
+                     help="ZeRO stage of the data dimension (0 DDP, 1 optimizer, 2 +gradients, "
+                          "3 +parameters = FSDP); the mesh spelling of --sharding."),
+        click.option("--dp-shard", type=click.IntRange(1, MAX_GPUS), default=None,
+                     help="Data-parallel ranks the states are sharded over (with --zero)."),
+        click.option("--dp-replicate", type=click.IntRange(1, MAX_GPUS), default=None,
+                     help="Replicas of each shard group (ZeRO-3: HSDP)."),
+        click.option("--tp", type=click.IntRange(1, MAX_GPUS), default=1, show_default=True,
+                     help="Tensor-parallel degree (Megatron column/row split)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+                     help="Split norm/dropout activations over TP (default: on when tp > 1)."),
+        click.option("--tp-overlap/--no-tp-overlap", default=False, show_default=True,
+                     help="Overlap TP collectives with GEMMs (async TP)."),
+        click.option("--pp", type=click.IntRange(1, MAX_GPUS), default=1, show_default=True,
+                     help="Pipeline-parallel degree (stages)."),
+        click.option("--vpp", type=click.IntRange(1, 1024), default=1, show_default=True,
+                     help="Virtual stages (model chunks) per pipeline rank: interleaved 1F1B."),
+        click.option("--pp-schedule", type=click.Choice(PP_SCHEDULES), default=None,
+                     help="Pipeline schedule (default: interleaved when --vpp > 1, else 1f1b)."),
+        click.option("--pp-first-layers", type=click.IntRange(1, MAX_COUNT), default=None,
+                     help="Layers on the first pipeline stage (uneven split)."),
+        click.option("--pp-last-layers", type=click.IntRange(1, MAX_COUNT), default=None,
+                     help="Layers on the last pipeline stage (uneven split)."),
+        click.option("--cp", type=click.IntRange(1, MAX_GPUS), default=1, show_default=True,
+                     help="Context-parallel degree (sequence split)."),
+        click.option("--cp-kind", type=click.Choice(CP_KINDS), default="ring", show_default=True,
+                     help="ring attention or all2all (Ulysses)."),
+        click.option("--mesh-order", default=None,
+                     help="Mesh dimensions outermost first, comma-separated (default "
+                          "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),
         click.option("--precision", type=click.Choice(("bf16", "fp16", "fp8", "fp32")),
                      default="bf16", show_default=True),
         click.option("--reduce-dtype", type=click.Choice(("fp32", "bf16", "fp16")), default=None,
@@ -126,8 +195,9 @@ def predict_table(p) -> str:
     tr, pl = d["training"], d["plan"]
     lines = [f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — {d['system']}"]
     lines.append(render.key_values([
-        ("plan", f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x dp_replicate "
-                 f"{pl['dp_replicate']}), reshard after forward: "
+        ("plan", (f"{pl['line']}; " if pl["tp"] * pl["pp"] * pl["cp"] > 1 else "")
+                 + f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x "
+                 f"dp_replicate {pl['dp_replicate']}), reshard after forward: "
                  f"{'yes' if pl['reshard_after_forward'] else 'no'}"
                  + (", parameters kept gathered for the step" if pl["keep_gathered"] else "")
                  + (", gradient sync on the last micro-batch" if pl["grad_sync"] == "last"
@@ -176,6 +246,13 @@ def predict_table(p) -> str:
         ("reduce-scatter", f"{render.gib(c['reduce_scatter_bytes'])} in "
                            f"{render.seconds(c['reduce_scatter_s'])}"),
         ("all-reduce", f"{render.gib(c['all_reduce_bytes'])} in {render.seconds(c['all_reduce_s'])}"),
+        *[(label, f"{render.gib(c[f'{dim}_bytes'])} in {render.seconds(c[f'{dim}_s'])}, "
+                  f"exposed {render.seconds(c[f'{dim}_exposed_s'])}")
+          for dim, label in (("tp", "tensor parallel"), ("cp", "context parallel"),
+                             ("pp", "pipeline p2p")) if pl[dim] > 1],
+        *([("pipeline bubble", f"{render.seconds(t['bubble_s'])} "
+                               f"({100 * t['bubble_s'] / d['step_time_s']:.1f} % of the step)")]
+          if pl["pp"] > 1 else []),
         ("exposed comm", f"{render.seconds(c['exposed_s'])} "
                          f"({100 * c['exposed_s'] / d['step_time_s']:.1f} % of the step)"),
     ]))

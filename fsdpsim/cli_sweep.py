@@ -77,6 +77,21 @@ def grid_options(f):
         click.option("--ceilings/--no-ceilings", default=None,
                      help="Solve the largest micro-batch and sequence that fit for every row "
                           "(default on; off is about 3x faster on grids without free knobs)."),
+        click.option("--tp", multiple=True, help=f"Tensor-parallel degrees ({_LIST}); "
+                     "crossed with --pp and --cp."),
+        click.option("--pp", multiple=True, help=f"Pipeline-parallel degrees ({_LIST})."),
+        click.option("--cp", multiple=True, help=f"Context-parallel degrees ({_LIST})."),
+        click.option("--vpp", default=None, help="Virtual stages per pipeline rank (pp > 1)."),
+        click.option("--pp-schedule", default=None,
+                     help="gpipe, 1f1b, interleaved or zb-h1 (pp > 1; default 1f1b, "
+                          "interleaved with --vpp > 1)."),
+        click.option("--cp-kind", default=None, help="ring (default) or all2all."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+                     help="Sequence parallelism with tp > 1 (default on)."),
+        click.option("--tp-overlap/--no-tp-overlap", default=None,
+                     help="Overlap TP collectives with GEMMs (tp > 1)."),
+        click.option("--recompute-layers", default=None,
+                     help="Recompute only the first K layers of each stage."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -151,6 +166,8 @@ def table_text(frame: pd.DataFrame, grid: Grid) -> str:
     rows = []
     for r in records(frame):
         row = {short.get(c, c): r[c] for c in varying}
+        if any(layout != (1, 1, 1) for layout in grid.layouts):
+            row["plan"] = r["plan.line"] or "-"
         row.update({
             "sharding": r["plan.sharding"] or "-",
             "mbs": _fmt(r["training.micro_batch"], "d"),

@@ -28,7 +28,7 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.model_ladder import format_size, ladder_model, series_125
-from fsdpsim.parallel import PRECISIONS, RECOMPUTES, SHARDINGS
+from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS
 from fsdpsim.system import resolve_system
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, parse_quantity
 
@@ -36,7 +36,8 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, parse_quantity
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
              "inter-node-gbps-per-gpu", "power-cap-w", "num-gpus", "seq-len", "micro-batch",
              "global-batch", "sharding", "recompute", "precision", "best", "price", "pue",
-             "tokens", "ceilings", "grad-sync", "keep-params-gathered")
+             "tokens", "ceilings", "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp",
+             "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -97,11 +98,24 @@ class Grid:
     """Keep parameters gathered for the step, for the sharded-parameter strategies."""
     ceilings: bool = True
     """Solve the largest micro-batch and sequence length that fit for every row."""
+    layouts: tuple[tuple[int, int, int], ...] = ((1, 1, 1),)
+    """Model-parallel degrees (tp, pp, cp): the product of the --tp, --pp and --cp lists."""
+    vpp: int = 1
+    """Virtual stages per pipeline rank (layouts with pp > 1)."""
+    pp_schedule: str | None = None
+    """Pipeline schedule of layouts with pp > 1; None = interleaved when vpp > 1, else 1f1b."""
+    cp_kind: str = "ring"
+    sequence_parallel: bool | None = None
+    """None = on for layouts with tp > 1."""
+    tp_overlap: bool = False
+    """Overlap TP collectives with GEMMs (layouts with tp > 1)."""
+    recompute_layers: int | None = None
 
     @property
     def axes(self) -> tuple[tuple, ...]:
         """The point axes in row order; a free knob is one placeholder value."""
-        return (self.models, self.hardware, self.precisions, self.num_gpus, self.seq_lens,
+        return (self.models, self.hardware, self.precisions, self.num_gpus, self.layouts,
+                self.seq_lens,
                 self.global_batches, self.shardings or ("auto",),
                 self.micro_batches or (0,), self.recomputes or ("auto",))
 
@@ -385,12 +399,32 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                                 ("every", "last"))[0],
         keep_gathered=_flag(options.get("keep-params-gathered", False),
                             "--keep-params-gathered"),
+        layouts=tuple(itertools.product(*(parse_counts(options.get(k, "1"), f"--{k}")
+                                          for k in ("tp", "pp", "cp")))),
+        vpp=_one_count(options.get("vpp", 1), "--vpp"),
+        pp_schedule=(parse_choices(options["pp-schedule"], "--pp-schedule", PP_SCHEDULES)[0]
+                     if "pp-schedule" in options else None),
+        cp_kind=parse_choices(options.get("cp-kind", "ring"), "--cp-kind", CP_KINDS)[0],
+        sequence_parallel=(None if options.get("sequence-parallel") is None
+                           else _flag(options["sequence-parallel"], "--sequence-parallel")),
+        tp_overlap=_flag(options.get("tp-overlap", False), "--tp-overlap"),
+        recompute_layers=(None if options.get("recompute-layers") is None else
+                          _one_count(options["recompute-layers"], "--recompute-layers", 0)),
     )
+
+
+def _one_count(value: Any, what: str, least: int = 1) -> int:
+    """One whole number (not a list) of at least ``least``."""
+    values = parse_counts(value, what) if least >= 1 else [int(parse_quantity(value, what=what))]
+    if len(values) != 1 or values[0] < least or values[0] != int(values[0]):
+        raise ConfigError(f"{what} takes one whole number >= {least}, got {value!r}")
+    return int(values[0])
 
 
 def describe(grid: Grid) -> str:
     """One line: the number of points and the axes that have more than one value."""
-    names = ("models", "systems", "precisions", "GPU counts", "sequence lengths",
+    names = ("models", "systems", "precisions", "GPU counts", "tp x pp x cp layouts",
+             "sequence lengths",
              "global batches", "shardings", "micro-batches", "recomputes")
     parts = [f"{n} {name}" for n, name in zip(grid.shape, names) if n > 1]
     text = f"{grid.n_points:,} points"

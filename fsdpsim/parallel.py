@@ -337,6 +337,9 @@ class TrainingConfig:
     fused_loss: bool = False
     """Fused cross-entropy that writes the gradient in place of the logits (flash-attn, Liger);
     False = PyTorch ``F.cross_entropy`` on upcast fp32 logits."""
+    recompute_layers: int | None = None
+    """Layers of each pipeline stage that apply ``recompute`` (the first K; Megatron
+    ``--recompute-num-layers`` with the block method); None = every layer."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -351,6 +354,10 @@ class TrainingConfig:
         if self.reduce_dtype is not None:
             _choice("reduce_dtype", self.reduce_dtype, ("fp32", "bf16", "fp16"))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
+        if self.recompute_layers is not None:
+            if not isinstance(self.recompute_layers, int) or self.recompute_layers < 0:
+                raise ConfigError(f"recompute_layers must be a whole number >= 0, got "
+                                  f"{self.recompute_layers!r}")
 
     def grad_accum(self, dp: int, micro_batch: int) -> int:
         """Micro-batches per step; a clear error if the batch does not split evenly."""

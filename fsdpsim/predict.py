@@ -33,16 +33,49 @@ COMM_KEYS = ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "al
              "reduce_scatter_s", "all_reduce_s")
 MEMORY_PRESSURE_FRACTION = engine.MEMORY_PRESSURE_FRACTION
 TIME_KEYS = ("compute_s", "gemm_s", "attention_s", "memory_bound_s", "recompute_s",
-             "optimizer_s", "comm_s", "exposed_comm_s", "step_lower_bound_s",
+             "optimizer_s", "comm_s", "exposed_comm_s", "bubble_s", "step_lower_bound_s",
              "step_upper_bound_s")
+#: Per-dimension communication of hybrid plans: bytes per GPU per step, seconds, and the
+#: seconds not hidden behind compute (``comm.tp_bytes`` etc.; pipeline point-to-point
+#: transfers are not overlapped).
+MODEL_PARALLEL_COMM = {"tp": ("tp_bytes", "tp_s", "tp_exposed_s"),
+                       "cp": ("cp_bytes", "cp_s", "cp_exposed_s"),
+                       "pp": ("pp_bytes", "pp_s", "pp_s")}
 
 
-def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True) -> dict[str, Any]:
-    """Numeric model inputs of :func:`engine.evaluate`; padding is vectorised over shard_size."""
+def _split_root(shapes):
+    """The root's parameters by pipeline stage: (first stage: token and position embeddings;
+    last stage: final norm and LM head)."""
+    embed = [(n, sh) for n, sh in shapes if n.startswith(("tok_emb", "pos_emb"))]
+    head = [(n, sh) for n, sh in shapes if not n.startswith(("tok_emb", "pos_emb"))]
+    return embed, head
+
+
+def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
+                 tp: int = 1) -> dict[str, Any]:
+    """Numeric model inputs of :func:`engine.evaluate`; padding is vectorised over shard_size.
+
+    With ``tp > 1`` the parameter counts are one tensor-parallel rank's
+    (:func:`fsdpsim.costs.tensor_parallel.tp_local_shapes`), which FSDP then shards on dim 0
+    (2D FSDP + TP, torchtitan). ``embed_*`` / ``head_*`` are the root's first- and last-stage
+    parts for pipelining; a tied embedding is held by both end stages (Megatron keeps a copy on
+    the last stage and all-reduces their gradients)."""
     shapes = spec.unit_parameter_shapes()
-    block_padded = padded_numel(shapes["block"], shard_size, per_parameter)
-    root_padded = padded_numel(shapes["root"], shard_size, per_parameter)
-    return {
+    block, root = shapes["block"], shapes["root"]
+    if tp > 1:
+        from fsdpsim.costs.tensor_parallel import tp_local_shapes
+
+        block, root = tp_local_shapes(block, tp), tp_local_shapes(root, tp)
+    embed, head = _split_root(root)
+    if spec.tied_embeddings:
+        head = head + [(n, sh) for n, sh in embed if n.startswith("tok_emb")]
+    block_padded = padded_numel(block, shard_size, per_parameter)
+    root_padded = padded_numel(root, shard_size, per_parameter)
+
+    def numel(shapes_):
+        return float(sum(int(np.prod(sh)) for _, sh in shapes_))
+
+    out = {
         "n_layers": spec.n_layers, "d_model": spec.d_model, "n_heads": spec.n_heads,
         "q_dim": spec.q_dim, "kv_dim": spec.kv_dim,
         # One expert's width; the engine multiplies by the experts each token visits.
@@ -56,7 +89,14 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True) -> dic
         "block_numel": spec.block_params,
         "block_numel_padded": block_padded, "root_numel_padded": root_padded,
         "n_params_padded": spec.n_layers * block_padded + root_padded,
+        "block_numel_rank": numel(block),
+        "embed_numel_rank": numel(embed), "head_numel_rank": numel(head),
+        "embed_numel_padded": padded_numel(embed, shard_size, per_parameter),
+        "head_numel_padded": padded_numel(head, shard_size, per_parameter),
     }
+    out["n_params_rank"] = (spec.n_params if tp == 1 else
+                            spec.n_layers * out["block_numel_rank"] + numel(root))
+    return out
 
 
 def system_inputs(system: System, precision: str) -> dict[str, Any]:
@@ -94,13 +134,33 @@ def _attention_peak_ratio(acc, precision: str) -> float:
     return sixteen / acc.peak_for("fp8") if sixteen else 1.0
 
 
-def plan_inputs(plan: ParallelPlan) -> dict[str, Any]:
-    return {
+def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, Any]:
+    """Numeric plan inputs of :func:`engine.evaluate`: strategy, degrees, schedule, and the
+    size and members per scale-up domain of every group (:func:`fsdpsim.layout.group_layout`).
+    ``n_layers`` (needed with pp > 1) gives the layers of the first, middle and last stages."""
+    from fsdpsim.layout import group_layout
+    from fsdpsim.parallel import PP_SCHEDULES
+
+    x = {
         "num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
-        "strategy": STRATEGY_CODES[plan.sharding], "shard_size": plan.dp_shard,
-        "replicate_size": plan.dp_replicate, "reshard": float(plan.reshard_after_forward),
+        "strategy": STRATEGY_CODES[plan.sharding], "reshard": float(plan.reshard_after_forward),
         "keep_gathered": float(plan.keep_gathered), "grad_sync_last": float(plan.grad_sync == "last"),
+        "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp, "dp": plan.dp,
+        "pp_schedule": PP_SCHEDULES.index(plan.pp_schedule),  # costs.schedule.SCHEDULE_CODES
+        "sequence_parallel": float(plan.sequence_parallel),
+        "cp_all2all": float(plan.cp_kind == "all2all"), "tp_overlap": float(plan.tp_overlap),
     }
+    x.update(group_layout(plan))
+    # The engine's FSDP shard group is dp_shard x cp (ZeRO stages and DDP: over the whole
+    # dp x cp group); HSDP replicates it dp_replicate times.
+    x["shard_size"] = plan.shard_group
+    x["replicate_size"] = plan.dp_replicate
+    if plan.sharding == "none":
+        x["shard_per_node"] = 1
+    if n_layers is not None:
+        first, mid, last = plan.stage_layers(n_layers)
+        x.update({"layers_first": first, "layers_mid": mid, "layers_last": last})
+    return x
 
 
 def training_inputs(training: TrainingConfig) -> dict[str, Any]:
@@ -115,14 +175,19 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "flash": float(training.flash_attention),
         "fused_loss": float(training.fused_loss),
         "fp8_gemm": float(training.precision == "fp8"),
+        "recompute_layers": (-1.0 if training.recompute_layers is None
+                             else float(training.recompute_layers)),
     }
 
 
 def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
                   training: TrainingConfig) -> dict[str, Any]:
     """The engine inputs of one configuration, except micro-batch, recompute and grad-accum."""
-    return {**model_inputs(spec, plan.dp_shard), **system_inputs(system, training.precision),
-            **plan_inputs(plan), **training_inputs(training)}
+    plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads, n_kv_heads=spec.kv_heads,
+                     seq_len=training.seq_len)
+    return {**model_inputs(spec, plan.shard_group, tp=plan.tp),
+            **system_inputs(system, training.precision),
+            **plan_inputs(plan, spec.n_layers), **training_inputs(training)}
 
 
 @dataclass(frozen=True)
@@ -174,9 +239,14 @@ class Prediction:
             "fits": self.fits,
             "bottleneck": self.bottleneck,
             "memory": {"peak_bytes": v["peak_bytes"], "capacity_bytes": v["capacity_bytes"],
-                       **{k: v[k] for k in MEMORY_KEYS}},
+                       **{k: v[k] for k in MEMORY_KEYS},
+                       # per pipeline stage (both the one stage without pipelining)
+                       "stages": {"first": v["peak_bytes_first_stage"],
+                                  "last": v["peak_bytes_last_stage"]}},
             "time": {k: v[k] for k in TIME_KEYS},
-            "comm": {**{k: v[k] for k in COMM_KEYS}, "exposed_s": v["exposed_comm_s"]},
+            "comm": {**{k: v[k] for k in COMM_KEYS}, "exposed_s": v["exposed_comm_s"],
+                     **{f"{dim}_{name}": v[key] for dim, keys in MODEL_PARALLEL_COMM.items()
+                        for name, key in zip(("bytes", "s", "exposed_s"), keys)}},
             "interval": dict(self.interval),
             "thresholds": {
                 "min_inter_node_gbps_per_gpu": (min_bw / GBIT_PER_S_BYTES_PER_S
@@ -284,10 +354,32 @@ def _slow_network_note(x, system: System, plan: ParallelPlan, mb, rc, accum, row
             f"per GPU ({100 * (tps / row['tokens_per_s_per_gpu'] - 1):+.0f} %)")
 
 
+def plan_summary(plan: ParallelPlan, grad_accum: int) -> dict[str, Any]:
+    """The ``plan`` object of a report: every degree, the strategies and a one-line form."""
+    line = plan.describe()
+    if plan.pp > 1:
+        line += f" ({plan.pp_schedule}" + (f", v={plan.vpp}" if plan.vpp > 1 else "") + \
+            f", m={grad_accum})"
+    return {"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
+            "sharding": plan.sharding, "zero": {"none": 0, "optimizer": 1, "grad_op": 2,
+                                                "full": 3, "hybrid": 3}[plan.sharding],
+            "dp": plan.dp, "dp_shard": plan.dp_shard, "dp_replicate": plan.dp_replicate,
+            "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp,
+            "pp_schedule": plan.pp_schedule, "sequence_parallel": plan.sequence_parallel,
+            "cp_kind": plan.cp_kind, "tp_overlap": plan.tp_overlap,
+            "mesh_order": ",".join(plan.mesh_order),
+            "pp_first_layers": plan.pp_first_layers, "pp_last_layers": plan.pp_last_layers,
+            "reshard_after_forward": plan.reshard_after_forward,
+            "keep_gathered": plan.keep_gathered, "grad_sync": plan.grad_sync,
+            "line": line}
+
+
 def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
             training: TrainingConfig) -> Prediction:
     """Predict one training step; ``auto`` knobs pick the fastest setting that fits."""
-    if plan.gpus_per_node != system.gpus_per_node:
+    from fsdpsim.system import domain_gpus
+
+    if plan.gpus_per_node not in (system.gpus_per_node, domain_gpus(system, plan.num_gpus)):
         raise ConfigError(f"plan gpus_per_node({plan.gpus_per_node}) != system "
                           f"gpus_per_node({system.gpus_per_node})")
     dp = plan.dp
@@ -361,11 +453,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         values=MappingProxyType(row), inputs=MappingProxyType({k: x[k] for k in x
                                                                 if np.ndim(x[k]) == 0}),
         model=spec.name, system=system.label,
-        plan={"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
-              "sharding": plan.sharding, "dp_shard": plan.dp_shard,
-              "dp_replicate": plan.dp_replicate,
-              "reshard_after_forward": plan.reshard_after_forward,
-              "keep_gathered": plan.keep_gathered, "grad_sync": plan.grad_sync},
+        plan=plan_summary(plan, int(accum[i])),
         training={"seq_len": training.seq_len, "micro_batch": int(mb_flat[i]),
                   "grad_accum": int(accum[i]),
                   "global_batch": int(mb_flat[i] * accum[i] * dp),
@@ -373,6 +461,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "optimizer": training.optimizer,
                   "reduce_dtype": training.reduce_dtype or "fp32",
                   "flash_attention": training.flash_attention,
-                  "fused_loss": training.fused_loss},
+                  "fused_loss": training.fused_loss,
+                  "recompute_layers": training.recompute_layers},
         chosen=chosen, notes=tuple(notes), interval=prediction_interval(row, system),
     )

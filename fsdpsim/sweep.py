@@ -31,9 +31,10 @@ from fsdpsim.costs import economics
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
-from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, TIME_KEYS, divisors,
-                             model_inputs, plan_inputs, prediction_interval, system_inputs,
-                             training_inputs)
+from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
+                             TIME_KEYS, divisors, model_inputs, plan_inputs, plan_summary,
+                             prediction_interval, system_inputs, training_inputs)
+from fsdpsim.system import domain_gpus
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, HOUR_S
 
 #: Configurations per engine call: large enough to amortise the call, small enough that the
@@ -53,9 +54,13 @@ DETAIL_COLUMNS = {
     **{f"memory.{k}": k for k in MEMORY_KEYS},
     **{f"time.{k}": k for k in TIME_KEYS},
     **{f"comm.{k}": k for k in COMM_KEYS}, "comm.exposed_s": "exposed_comm_s",
+    **{f"comm.{dim}_{name}": key for dim, keys in MODEL_PARALLEL_COMM.items()
+       for name, key in zip(("bytes", "s", "exposed_s"), keys)},
+    "memory.stages.first": "peak_bytes_first_stage", "memory.stages.last": "peak_bytes_last_stage",
 }
 INT_COLUMNS = ("n_params", "plan.num_gpus", "plan.gpus_per_node", "plan.dp_shard",
-               "plan.dp_replicate", "training.seq_len", "training.micro_batch",
+               "plan.dp_replicate", "plan.zero", "plan.dp", "plan.tp", "plan.pp", "plan.cp",
+               "plan.vpp", "training.seq_len", "training.micro_batch",
                "training.grad_accum", "training.global_batch", "candidates",
                "candidates_fitting", "thresholds.max_micro_batch", "thresholds.max_seq_len")
 
@@ -90,48 +95,84 @@ class _Tables:
                     rows.append(system_inputs(hw.system, some))
                     self.system_reason[h, p] = str(exc)
         self.system = _columns(rows)
-        # GPU count × system × sharding: plan inputs, or why the plan is invalid (whole nodes).
-        ng, ns = len(grid.num_gpus), len(SHARDINGS)
-        self.plan_reason = np.full((ng, nh), None, dtype=object)
-        rows = []
+        # GPU count × system × layout × sharding: plan inputs, or why the plan is invalid.
+        ng, nl, ns = len(grid.num_gpus), len(grid.layouts), len(SHARDINGS)
+        self.plan_reason = np.full((ng, nh, nl), None, dtype=object)
+        rows, self.plan_text = [], []
         for g, n in enumerate(grid.num_gpus):
             for h, hw in enumerate(grid.hardware):
-                per_node = hw.system.gpus_per_node
-                for code, sharding in enumerate(SHARDINGS):
-                    # the accumulation knobs mean something for the sharded strategies only
-                    accum = (dict(keep_gathered=grid.keep_gathered, grad_sync=grid.grad_sync)
-                             if sharding in SHARDED else {})
-                    try:
-                        plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node, sharding=sharding,
-                                            **accum)
-                        rows.append(plan_inputs(plan))
-                    except ConfigError as exc:  # never evaluated: the point is invalid
-                        self.plan_reason[g, h] = str(exc)
-                        rows.append({"num_gpus": n, "gpus_per_node": per_node, "strategy": code,
-                                     "shard_size": 1, "replicate_size": n, "reshard": 1.0,
-                                     "keep_gathered": 0.0, "grad_sync_last": 0.0})
-        self.plan = _columns(rows)
-        self.plan_shape = (ng, nh, ns)
-        self.training = _columns([training_inputs(TrainingConfig(seq_len=1, precision=p))
-                                  for p in grid.precisions])
+                per_node = domain_gpus(hw.system, n)
+                for l, layout in enumerate(grid.layouts):
+                    hybrid = layout_options(grid, layout)
+                    for code, sharding in enumerate(SHARDINGS):
+                        # the accumulation knobs mean something for the sharded strategies only
+                        accum = (dict(keep_gathered=grid.keep_gathered, grad_sync=grid.grad_sync)
+                                 if sharding in SHARDED else {})
+                        try:
+                            plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node,
+                                                sharding=sharding, **accum, **hybrid)
+                            rows.append(plan_inputs(plan))
+                            self.plan_text.append((plan_summary(plan, 1), plan))
+                        except ConfigError as exc:  # never evaluated: the point is invalid
+                            if self.plan_reason[g, h, l] is None:
+                                self.plan_reason[g, h, l] = str(exc)
+                            rows.append(None)
+                            self.plan_text.append((None, None))
+        template = next((r for r in rows if r is not None), None)
+        if template is None:  # no valid plan at all: placeholder rows, never evaluated
+            template = plan_inputs(ParallelPlan(num_gpus=1, gpus_per_node=1))
+        self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
+        self.plan_shape = (ng, nh, nl, ns)
+        self.training = _columns([training_inputs(TrainingConfig(
+            seq_len=1, precision=p, recompute_layers=grid.recompute_layers))
+            for p in grid.precisions])
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
+        # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
+        # 2 x CP): a reason per (spec, layout, sequence length).
+        self.model_reason = np.full((len(self.specs), nl, len(grid.seq_lens)), None,
+                                    dtype=object)
+        for l, layout in enumerate(grid.layouts):
+            if layout == (1, 1, 1):
+                continue
+            tp, pp, cp = layout
+            probe = ParallelPlan(num_gpus=tp * pp * cp, gpus_per_node=1,
+                                 **layout_options(grid, layout))
+            for i, spec in enumerate(self.specs):
+                for j, seq in enumerate(grid.seq_lens):
+                    try:
+                        probe.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
+                                          n_kv_heads=spec.kv_heads, seq_len=seq)
+                    except ConfigError as exc:
+                        self.model_reason[i, l, j] = str(exc)
 
-    def plan_index(self, g, h, sharding):
-        """Row of the plan table for GPU-count, system and sharding codes."""
-        return np.ravel_multi_index((g, h, sharding), self.plan_shape)
+    def plan_index(self, g, h, layout, sharding):
+        """Row of the plan table for GPU-count, system, layout and sharding codes."""
+        return np.ravel_multi_index((g, h, layout, sharding), self.plan_shape)
 
-    def model_columns(self, spec: np.ndarray, shard: np.ndarray):
-        """Model inputs per distinct (spec, shard size) pair, and each row's index into them."""
-        key = spec.astype(np.int64) * 2**32 + shard.astype(np.int64)
+    def model_columns(self, spec: np.ndarray, shard: np.ndarray, tp: np.ndarray):
+        """Model inputs per distinct (spec, TP degree, shard size), and each row's index."""
+        key = (spec.astype(np.int64) * 2**20 + tp.astype(np.int64)) * 2**32 + shard.astype(np.int64)
         uniq, inverse = np.unique(key, return_inverse=True)
-        u_spec, u_shard = uniq // 2**32, (uniq % 2**32).astype(float)
+        u_spec, u_tp = uniq // 2**52, (uniq // 2**32) % 2**20
+        u_shard = (uniq % 2**32).astype(float)
         parts = []
-        for s in np.unique(u_spec):
-            shards = u_shard[u_spec == s]
-            x = model_inputs(self.specs[int(s)], shards)
+        for s, t in sorted(set(zip(u_spec.tolist(), u_tp.tolist()))):
+            shards = u_shard[(u_spec == s) & (u_tp == t)]
+            x = model_inputs(self.specs[int(s)], shards, tp=int(t))
             parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
                           for k, v in x.items()})
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, inverse
+
+
+def layout_options(grid: Grid, layout: tuple[int, int, int]) -> dict[str, Any]:
+    """The ParallelPlan options of one (tp, pp, cp) layout of the grid: the grid's hybrid
+    settings where they apply (vpp and the schedule with pp > 1, sequence parallelism and
+    overlap with tp > 1)."""
+    tp, pp, cp = layout
+    return dict(tp=tp, pp=pp, cp=cp, vpp=grid.vpp if pp > 1 else 1,
+                pp_schedule=grid.pp_schedule if pp > 1 else None,
+                sequence_parallel=grid.sequence_parallel if tp > 1 else False,
+                cp_kind=grid.cp_kind, tp_overlap=grid.tp_overlap and tp > 1)
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -203,7 +244,7 @@ def _concat(parts: list) -> Any:
 def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
                   eval_chunk: int) -> dict[str, Any]:
     """The columns of the rows of ``points`` (flat indices into ``grid.shape``)."""
-    p = dict(zip(("m", "h", "pr", "g", "sq", "gb", "sh", "mb", "rc"),
+    p = dict(zip(("m", "h", "pr", "g", "ly", "sq", "gb", "sh", "mb", "rc"),
                  np.unravel_index(points, grid.shape)))
     n = points.size
     num_gpus = np.array(grid.num_gpus)[p["g"]]
@@ -214,11 +255,14 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
                 else np.array(grid.micro_batches, dtype=float)[p["mb"]])
     rc_code = (np.full(n, -1) if grid.recomputes is None
                else np.array([RECOMPUTES.index(r) for r in grid.recomputes])[p["rc"]])
-    dp = num_gpus  # tp = pp = cp = 1 today: the data-parallel degree is the world size
+    layouts = np.array(grid.layouts, dtype=np.int64)[p["ly"]]
+    dp = num_gpus // np.prod(layouts, axis=1)  # the data-parallel degree: GPUs / (tp pp cp)
 
     # ---- invalid combinations: a reason and no prediction --------------------------------------
-    reasons = t.plan_reason[p["g"], p["h"]].copy()
+    reasons = t.plan_reason[p["g"], p["h"], p["ly"]].copy()
     reasons = np.where(np.equal(reasons, None), t.system_reason[p["h"], p["pr"]], reasons)
+    reasons = np.where(np.equal(reasons, None),
+                       t.model_reason[t.spec_of[p["m"], p["sq"]], p["ly"], p["sq"]], reasons)
     has_gb = ~np.isnan(gbatch)
     gb_int = np.where(has_gb, gbatch, 0).astype(np.int64)
     _first_reason(reasons, has_gb & (gb_int % dp != 0),
@@ -240,15 +284,18 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     def inputs(rows: np.ndarray) -> dict[str, Any]:
         o = c["owner"][rows]
         x: dict[str, Any] = {}
-        plan = t.plan_index(p["g"][o], p["h"][o], c["sh"][rows])
+        plan = t.plan_index(p["g"][o], p["h"][o], p["ly"][o], c["sh"][rows])
         cols, inverse = t.model_columns(t.spec_of[p["m"][o], p["sq"][o]],
-                                        t.plan["shard_size"][plan])
+                                        t.plan["shard_size"][plan], t.plan["tp"][plan])
         _gather(cols, inverse, x)
         _gather(t.system, np.ravel_multi_index((p["h"][o], p["pr"][o]), t.system_reason.shape), x)
         _gather(t.plan, plan, x)
         _gather(t.training, p["pr"][o], x)
         x.update(seq_len=seq[o], micro_batch=c["mb"][rows], recompute=c["rc"][rows],
                  grad_accum=c["accum"][rows])
+        # Even pipeline stages (the model checks guarantee the split).
+        layers = x["n_layers"] / x["pp"]
+        x.update(layers_first=layers, layers_mid=layers, layers_last=layers)
         return x
 
     free = bool(grid.free)
@@ -357,9 +404,11 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     sharded = np.isin(sharding_names, SHARDED)
     kept = sharded & grid.keep_gathered
     num_gpus = np.array(grid.num_gpus, dtype=float)[p["g"]]
-    plan_rows = t.plan_index(p["g"][at], p["h"][at], c["sh"])
+    plan_rows = t.plan_index(p["g"][at], p["h"][at], p["ly"][at], c["sh"])
+    layouts = np.array(grid.layouts, dtype=float)[p["ly"]]
+    dp = num_gpus / np.prod(layouts, axis=1)
     global_batch = gbatch.copy()
-    global_batch[at] = c["mb"] * c["accum"] * num_gpus[at]  # dp = num_gpus
+    global_batch[at] = c["mb"] * c["accum"] * dp[at]
     hw = grid.hardware
     cols: dict[str, Any] = {
         "model": named([s.name for s in t.specs], spec_rows),
@@ -371,10 +420,9 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "inter_node_gbps_per_gpu": per_system(lambda x: x.inter_node_gbps_per_gpu),
         "power_cap_w": per_system(lambda x: x.power_cap_w),
         "plan.num_gpus": num_gpus,
-        "plan.gpus_per_node": per_system(lambda x: x.system.gpus_per_node),
+        "plan.gpus_per_node": spread(t.plan["gpus_per_node"][plan_rows]),
         "plan.sharding": knob(SHARDINGS, c["sh"]),
-        "plan.dp_shard": spread(t.plan["shard_size"][plan_rows]),
-        "plan.dp_replicate": spread(t.plan["replicate_size"][plan_rows]),
+        **_plan_columns(t, plan_rows, c["accum"], spread, n),
         "plan.reshard_after_forward": ~kept,
         "plan.keep_gathered": kept,
         "plan.grad_sync": np.where(sharded & (grid.grad_sync == "last"), "last",
@@ -389,6 +437,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.reduce_dtype": constant(_DEFAULT_TRAINING.reduce_dtype or "fp32"),
         "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
         "training.fused_loss": np.full(n, _DEFAULT_TRAINING.fused_loss),
+        "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }
@@ -418,6 +467,40 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         np.round(np.nan_to_num(cols["memory.capacity_bytes"]) / GIB_BYTES, 2))
     cols.update(_economics(grid, cols, p["h"], np.equal(reasons, None)))
     cols["infeasible"] = reasons
+    return cols
+
+
+#: Plan fields of predict's report (:func:`fsdpsim.predict.plan_summary`) that the sweep takes
+#: from the plan table; the rest it writes itself.
+PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
+               "pp_schedule", "sequence_parallel", "cp_kind", "tp_overlap", "mesh_order",
+               "pp_first_layers", "pp_last_layers")
+
+
+def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any]:
+    """predict's ``plan`` fields for the chosen plan of every row (one summary per distinct
+    plan and number of micro-batches: the one-line form shows m for pipelines)."""
+    cols: dict[str, Any] = {}
+    summaries = [summary for summary, _ in t.plan_text]
+    for name in PLAN_FIELDS:
+        if name == "sharding":
+            continue
+        values = [None if sm is None else sm[name] for sm in summaries]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+               if v is not None) and any(v is not None for v in values):
+            table = np.array([np.nan if v is None else v for v in values], dtype=float)
+            cols[f"plan.{name}"] = spread(table[plan_rows])
+        else:
+            table = np.array(values, dtype=object)
+            cols[f"plan.{name}"] = spread(table[plan_rows], fill=None)
+    lines = np.full(plan_rows.size, None, dtype=object)
+    keys = {}
+    for i, (row, m) in enumerate(zip(plan_rows.tolist(), accum.tolist())):
+        key = (row, int(m))
+        if key not in keys:
+            keys[key] = plan_summary(t.plan_text[row][1], int(m))["line"]
+        lines[i] = keys[key]
+    cols["plan.line"] = spread(lines, fill=None)
     return cols
 
 

@@ -47,7 +47,9 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         label = f"{ident} ({per_node}x {acc.id}, {node.nics_per_node:g}x {net.id} per node)"
     else:
         acc = catalog.accelerator(gpu)
-        per_node = gpus_per_node or DEFAULT_GPUS_PER_NODE
+        # A rack-scale NVLink domain (NVL72) is the scale-up unit when no node is named.
+        rack = acc.link.domain_size if (acc.link.domain_size or 0) > DEFAULT_GPUS_PER_NODE else None
+        per_node = gpus_per_node or rack or DEFAULT_GPUS_PER_NODE
         net = catalog.network(network or DEFAULT_NETWORK)
         share = net.nic_bandwidth_bytes_per_s
         link = acc.link
@@ -74,6 +76,30 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         label=label, extra={"notes": "; ".join(notes), "network": net.id},
         power_cap_w=power_cap_w, compute_clock_ratio=clock,
     )
+
+
+def domain_gpus(system: System, num_gpus: int) -> int:
+    """GPUs of the job in one scale-up domain [-].
+
+    A job fills whole nodes (``num_gpus`` a multiple of the node, or a divisor of it on one
+    node). A rack-scale NVLink domain (NVL72: 72 GPUs in 4-GPU compute trays) need not be
+    filled: a job of fewer GPUs runs inside one rack, and a larger job that does not fill whole
+    racks uses the same number of GPUs in each rack, the largest multiple of a tray that
+    divides the job (256 GPUs on NVL72 racks: 64 per rack, as deployments leave spare trays)."""
+    per = system.gpus_per_node
+    domain = system.link.domain_size
+    if domain is None or domain <= 8 or per < domain:
+        return per
+    if num_gpus <= per:
+        return num_gpus
+    if num_gpus % per == 0:
+        return per
+    used = [d for d in range(per, 0, -1) if num_gpus % d == 0 and d % RACK_TRAY_GPUS == 0]
+    return used[0] if used else per
+
+
+#: GPUs per compute tray of an NVL72 rack (each tray with its own NICs; NVIDIA GB200 NVL72).
+RACK_TRAY_GPUS = 4
 
 
 def _power_cap_clock(acc, power_cap_w: float) -> float:

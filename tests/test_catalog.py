@@ -34,7 +34,7 @@ FOLDER_KIND = {"accelerators": "accelerator", "networks": "network", "nodes": "n
 ACCELERATOR_IDS = [
     "v100-sxm2-16gb", "v100-sxm2-32gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "a100-sxm4-64gb",
     "a100-pcie-40gb", "a100-pcie-80gb", "l4", "l40s", "h100-sxm5-80gb", "h100-pcie-80gb",
-    "h200-sxm-141gb", "gh200-96gb", "gh200-144gb", "b200", "gb200", "b300", "mi250x", "mi300x",
+    "h200-sxm-141gb", "gh200-96gb", "gh200-144gb", "b200", "gb200", "gb300", "b300", "mi250x", "mi300x",
     "mi325x", "mi355x", "gaudi2", "gaudi3", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e",
 ]
 NETWORK_IDS = [
@@ -57,6 +57,7 @@ NODE_GBIT_PER_GPU = {
     "dgx-b200": 400,
     "dgx-b300": 800,             # 8 x XDR 800 / 8
     "gb200-nvl72": 400,          # 72 x CX-7 400 / 72
+    "gb300-nvl72": 800,          # 72 x CX-8 800 / 72
     "p4d": 50,                   # 4 x EFA 100 / 8
     "p5": 400,                   # 32 x EFA 100 / 8
     "p5e": 400,
@@ -209,6 +210,7 @@ def test_accelerator_is_physically_consistent(builtin, ident):
 @pytest.mark.parametrize("ident,bf16_tflops,memory_gib,hbm_tb_per_s", [
     ("mi250x", 191.5, 64, 1.6384),          # per GCD = half the package
     ("gb200", 2500, 186, 8.0),              # per GPU of the superchip
+    ("gb300", 2500, 279, 8.0),              # per GPU of the GB300 superchip
     ("h100-sxm5-80gb", 989.4, 80, 3.35),    # dense: 1,979 "with sparsity" / 2
     ("h100-pcie-80gb", 756, 80, 2.0),
     ("a100-sxm4-40gb", 312, 39.49, 1.555),  # CUDA-visible capacity

@@ -169,6 +169,15 @@ POINTS = [  # (sweep options, predict arguments): fixed micro-batch and recomput
       "keep_params_gathered": "true"},
      ("llama3-8b", "h100", 64, "full", dict(micro_batch=2, recompute="full", global_batch=512),
       dict(grad_sync="last", keep_gathered=True))),
+    ({"model": "llama3-8b", "gpu": "h100", "num_gpus": "32", "micro_batch": "1",
+      "recompute": "selective", "tp": "2", "cp": "2", "seq_len": "16384", "global_batch": "64"},
+     ("llama3-8b", "h100", 32, "full",
+      dict(micro_batch=1, recompute="selective", seq_len=16384, global_batch=64),
+      dict(tp=2, cp=2))),
+    ({"model": "llama3-70b", "gpu": "h100", "num_gpus": "64", "micro_batch": "1",
+      "recompute": "full", "tp": "8", "sharding": "optimizer", "tp_overlap": "true"},
+     ("llama3-70b", "h100", 64, "optimizer", dict(micro_batch=1, recompute="full"),
+      dict(tp=8, tp_overlap=True))),
 ]
 
 

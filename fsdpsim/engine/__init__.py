@@ -270,7 +270,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         "all_reduce_bytes": all_reduce_bytes,
         "tp_s": tp_s,
         "tp_exposed_s": tp_exposed_s,
-        "tp_bytes": k * (L_stage * tpc["tp_layer_bytes"]),
+        "tp_bytes": k * (L_stage * tpc["tp_layer_bytes"] + tpc["tp_root_bytes"]),
         "cp_s": cp_s,
         "cp_exposed_s": cp_exposed_s,
         "cp_bytes": k * L_stage * cpc["cp_layer_bytes"],

@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm
+from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
 def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray]):
@@ -22,7 +23,7 @@ def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray])
     ring = dict(link_bytes_per_s=r["link"], nic_share_bytes_per_s=r["nic"],
                 link_latency_s=g["link_latency_s"], nic_latency_s=g["nic_latency_s"])
     return {name: comm.ring_coefficients(g[f"{name}_size"], g[f"{name}_per_node"], **ring)
-            for name in ("shard", "replicate", "dp_world", "tp", "cp")}
+            for name in ("shard", "replicate", "dp_world", "tp")}
 
 
 def data_parallel(g, co, n_units):
@@ -55,34 +56,51 @@ def data_parallel(g, co, n_units):
     return t
 
 
-def tensor_parallel(g, co, w, layer):
-    """Tensor-parallel collectives of one layer and one micro-batch, and what of them is
-    exposed [s].
+def _ring_time_s(c, prefix, spb, lat):
+    """Seconds of the all-reduces (two ring passes), all-gathers and reduce-scatters (one pass
+    each) counted in ``c`` under ``prefix`` (``forward`` / ``backward``)."""
+    return (2.0 * (c[f"{prefix}_all_reduce_bytes"] * spb + c[f"{prefix}_all_reduce_calls"] * lat)
+            + c[f"{prefix}_all_gather_bytes"] * spb + c[f"{prefix}_all_gather_calls"] * lat
+            + c[f"{prefix}_reduce_scatter_bytes"] * spb
+            + c[f"{prefix}_reduce_scatter_calls"] * lat)
 
-    Per layer, forward and backward each: two all-reduces of the b·s/cp × h activations
-    (Shoeybi et al. 2019 §3, Fig. 3: the f and g operators), or with sequence parallelism two
-    all-gathers and two reduce-scatters of the same bytes (Korthikanti et al. 2022 §4.2.2):
-    the same ring time, so ``4 · (M · s_per_byte + α)`` either way, M = tokens·h·bytes.
+
+def _bytes(c):
+    return sum(c[f"{d}_{kind}_bytes"] for d in ("forward", "backward")
+               for kind in ("all_reduce", "all_gather", "reduce_scatter"))
+
+
+def tensor_parallel(g, co, w, layer):
+    """Tensor-parallel collectives of one layer and of the root, one micro-batch, and what of
+    them is exposed [s].
+
+    Volumes from :func:`fsdpsim.costs.tensor_parallel.tp_layer_collectives` (Megatron: two
+    all-reduces forward and two backward per layer, Shoeybi et al. 2019 §3; with sequence
+    parallelism all-gathers and reduce-scatters of the same bytes plus the backward re-gather
+    of the saved shard, Korthikanti et al. 2022 §4.2.2), checked call for call against torch
+    DTensor on gloo. Each runs as a ring on the TP group's tier (all-reduce: two passes).
     Exposed by default; with ``tp_overlap`` (async TP / Megatron's TP comm overlap) it hides
     behind the GEMMs next to it and only the excess shows.
     """
     spb, lat = co["tp"]
-    m_bytes = w["tokens"] * g["d_model"] * g["compute_bytes"]
-    per_pass = m_bytes * spb + lat
-    fwd_s = np.where(g["tp_size"] > 1, 4.0 * per_pass, 0.0)
-    bwd_s = fwd_s
+    on = g["tp_size"] > 1
+    sp = g["sequence_parallel"] > 0
+    layer_c = tensor_parallel_costs.tp_layer_collectives(
+        g["micro_batch"] * g["seq_len"] / g["cp"], g["d_model"], g["compute_bytes"], g["tp"], sp)
+    root_c = tensor_parallel_costs.tp_head_collectives(
+        g["micro_batch"] * g["seq_len"] / g["cp"], g["d_model"], g["vocab_size"],
+        g["compute_bytes"], g["tp"], sp)
+    fwd_s = np.where(on, _ring_time_s(layer_c, "forward", spb, lat), 0.0)
+    bwd_s = np.where(on, _ring_time_s(layer_c, "backward", spb, lat), 0.0)
     overlap = g["tp_overlap"] > 0
     fwd_exposed = np.where(overlap, np.maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
     bwd_exposed = np.where(overlap, np.maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
-    # Root: vocab-parallel embedding (all-reduce, or reduce-scatter with SP) and the LM head's
-    # input gather (SP) / input-gradient all-reduce: two passes each way; the vocab-parallel
-    # cross-entropy's three fp32 all-reduces of b·s/cp values (max, sum-exp, target logit).
-    loss_s = 3.0 * 2.0 * (w["tokens"] * 4.0 * spb + lat)
-    root_s = np.where(g["tp_size"] > 1, 4.0 * per_pass + loss_s, 0.0)
+    root_s = np.where(on, _ring_time_s(root_c, "forward", spb, lat)
+                      + _ring_time_s(root_c, "backward", spb, lat), 0.0)
     return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
             "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
-            "tp_root_s": root_s,
-            "tp_layer_bytes": np.where(g["tp_size"] > 1, 8.0 * m_bytes, 0.0)}
+            "tp_root_s": root_s, "tp_layer_bytes": np.where(on, _bytes(layer_c), 0.0),
+            "tp_root_bytes": np.where(on, _bytes(root_c), 0.0)}
 
 
 def context_parallel(g, co, w, layer, r):
@@ -90,30 +108,38 @@ def context_parallel(g, co, w, layer, r):
 
     Ring (Liu et al. 2023, arXiv 2310.01889; Megatron/TE ``AttnFuncWithCPAndKVP2P``): the
     local K and V blocks travel cp−1 hops around the ring in forward, K, V and their gradients
-    in backward: the volume of an all-gather of K,V (forward) and twice that (backward), each
-    hop overlapped with the attention of the block before it, so only the excess over the
-    attention compute is exposed. All-to-all (Ulysses, Jacobs et al. 2023 §3.1): q, k, v
-    are exchanged before attention and the output after it (heads <-> sequence), the reverse
-    in backward; not overlapped.
+    in backward (:func:`fsdpsim.costs.tensor_parallel.cp_ring_attention_bytes`); each hop is a
+    send/recv between ring neighbours (over the link inside a scale-up domain, else the NIC)
+    and overlaps the attention of the block before it, so only the excess over the attention
+    compute is exposed. All-to-all (Ulysses, Jacobs et al. 2023 §3.1,
+    :func:`~fsdpsim.costs.tensor_parallel.cp_all_to_all_bytes`): q, k, v are exchanged before
+    attention and the output after it, the reverse in backward; not overlapped.
     """
     elem = g["compute_bytes"]
     cp = g["cp_size"]
-    kv_local = 2.0 * w["tokens"] * w["kv"] * elem
-    spb, lat = co["cp"]
-    ring_fwd = cp * kv_local * spb + lat
-    ring_bwd = 2.0 * ring_fwd
+    tokens = g["micro_batch"] * g["seq_len"]
+    ring = tensor_parallel_costs.cp_ring_attention_bytes(tokens, g["kv_dim"], elem, g["cp"],
+                                                         g["tp"])
+    spb, lat = comm.p2p_coefficients(g["cp_per_node"] >= cp, r["link"], r["nic"],
+                                     g["link_latency_s"], g["nic_latency_s"])
+    ring_fwd = ring["forward_bytes"] * spb + ring["forward_calls"] * lat
+    ring_bwd = (ring["backward_kv_bytes"] + ring["backward_dkv_bytes"]) * spb \
+        + ring["backward_kv_calls"] * lat
+    a2a = tensor_parallel_costs.cp_all_to_all_bytes(tokens, g["q_dim"], g["kv_dim"], elem,
+                                                    g["cp"], g["tp"])
     a2a_spb, a2a_lat = comm.all_to_all_coefficients(
         cp, g["cp_per_node"], r["link"], r["nic"], g["link_latency_s"], g["nic_latency_s"])
-    a2a_bytes = w["tokens"] * (2.0 * w["q"] + 2.0 * w["kv"]) * elem
-    a2a = a2a_bytes * a2a_spb + 4.0 * a2a_lat
+    a2a_fwd = a2a["forward_bytes"] * a2a_spb + a2a["forward_calls"] * a2a_lat
+    a2a_bwd = a2a["backward_bytes"] * a2a_spb + a2a["backward_calls"] * a2a_lat
     all2all = g["cp_all2all"] > 0
     on = cp > 1
-    fwd_s = np.where(on, np.where(all2all, a2a, ring_fwd), 0.0)
-    bwd_s = np.where(on, np.where(all2all, a2a, ring_bwd), 0.0)
+    fwd_s = np.where(on, np.where(all2all, a2a_fwd, ring_fwd), 0.0)
+    bwd_s = np.where(on, np.where(all2all, a2a_bwd, ring_bwd), 0.0)
     fwd_exposed = np.where(all2all, fwd_s, np.maximum(fwd_s - layer["attn_fwd_s"], 0.0))
     bwd_exposed = np.where(all2all, bwd_s, np.maximum(bwd_s - layer["attn_bwd_s"], 0.0))
-    byte_count = np.where(on, np.where(all2all, 2.0 * a2a_bytes * (cp - 1.0) / cp,
-                                       3.0 * (cp - 1.0) * kv_local), 0.0)
+    byte_count = np.where(on, np.where(all2all, a2a["forward_bytes"] + a2a["backward_bytes"],
+                                       ring["forward_bytes"] + ring["backward_kv_bytes"]
+                                       + ring["backward_dkv_bytes"]), 0.0)
     return {"cp_layer_fwd_s": fwd_s, "cp_layer_bwd_s": bwd_s,
             "cp_layer_fwd_exposed_s": fwd_exposed, "cp_layer_bwd_exposed_s": bwd_exposed,
             "cp_layer_bytes": byte_count}

@@ -114,7 +114,9 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
     the first and last stages (each kept as ``peak_bytes_first_stage`` /
     ``peak_bytes_last_stage``)."""
     if not np.any(g["pp"] > 1):
-        return stage_memory(g, ceilings)
+        out = stage_memory(g, ceilings)
+        out["peak_bytes_first_stage"] = out["peak_bytes_last_stage"] = out["peak_bytes"]
+        return out
     only = stage_memory(g, ceilings)
     first = stage_memory(g, ceilings, "first")
     last = stage_memory(g, ceilings, "last")
