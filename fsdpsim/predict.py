@@ -43,6 +43,11 @@ MODEL_PARALLEL_COMM = {"tp": ("tp_bytes", "tp_s", "tp_exposed_s"),
                        "pp": ("pp_bytes", "pp_s", "pp_s")}
 
 
+#: Megatron's default --make-vocab-size-divisible-by: the vocabulary is padded to a multiple of
+#: this times the TP degree.
+VOCAB_PAD = 128
+
+
 def _split_root(shapes):
     """The root's parameters by pipeline stage: (first stage: token and position embeddings;
     last stage: final norm and LM head)."""
@@ -62,9 +67,15 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     the last stage and all-reduces their gradients)."""
     shapes = spec.unit_parameter_shapes()
     block, root = shapes["block"], shapes["root"]
+    vocab = spec.vocab_size
     if tp > 1:
         from fsdpsim.costs.tensor_parallel import tp_local_shapes
 
+        # Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-
+        # by 128, megatron/training/tokenizer _vocab_size_with_padding) so it splits evenly.
+        vocab = -(-spec.vocab_size // (VOCAB_PAD * tp)) * VOCAB_PAD * tp
+        root = [(n, (vocab,) + tuple(sh[1:]) if n.startswith(("tok_emb", "lm_head"))
+                 and sh and sh[0] == spec.vocab_size else sh) for n, sh in root]
         block, root = tp_local_shapes(block, tp), tp_local_shapes(root, tp)
     embed, head = _split_root(root)
     if spec.tied_embeddings:
@@ -83,7 +94,7 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
         "swiglu": spec.ffn_kind == "swiglu", "rotary": spec.position == "rotary",
         "linear_bias": spec.mlp_bias or spec.qkv_bias or spec.attn_out_bias,
         "rmsnorm": spec.norm == "rmsnorm",
-        "vocab_size": spec.vocab_size, "n_params": spec.n_params,
+        "vocab_size": vocab, "n_params": spec.n_params,
         "matmul_params": spec.matmul_params,
         "active_experts": spec.experts_per_token if spec.is_moe else 1,
         "block_numel": spec.block_params,
@@ -415,6 +426,10 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         row = _row(out, 0)
     else:
         row = _row(out, i)
+    if not row.get("pipeline_ok", True):  # raises, naming the schedule and the counts
+        from fsdpsim.costs.schedule import check_schedule
+
+        check_schedule(plan.pp_schedule, plan.pp, int(accum[i]), plan.vpp)
     rc_name = {v: k for k, v in engine.RECOMPUTE_CODES.items()}[int(rc_flat[i])]
     chosen: dict[str, str] = {"micro_batch": str(int(mb_flat[i])), "recompute": rc_name,
                               "grad_accum": str(int(accum[i]))}

@@ -44,7 +44,7 @@ EVAL_CHUNK = 65_536
 CANDIDATES_PER_CHUNK = 262_144
 J_PER_KWH = 3.6e6
 _DEFAULT_TRAINING = TrainingConfig(seq_len=1)
-_RANK_KEYS = ("tokens_per_s", "fits", "peak_bytes", "capacity_bytes")
+_RANK_KEYS = ("tokens_per_s", "fits", "peak_bytes", "capacity_bytes", "pipeline_ok")
 
 #: Output columns taken from the engine, named as in predict's JSON flattened with dots.
 THROUGHPUT_COLUMNS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu",
@@ -457,6 +457,11 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         cols[f"thresholds.{k}"] = spread(out[k]) if k in out else np.full(n, np.nan)
 
     # ---- evaluated, but not a run one can do: a reason, and no cost or energy -----------------
+    ok = np.ones(n, dtype=bool)
+    ok[at] = value("pipeline_ok")
+    _first_reason(reasons, valid & ~ok, lambda m, pp: (
+        f"the interleaved schedule needs the micro-batches ({int(m)}) in whole rounds of "
+        f"pp({int(pp)})"), spread(c["accum"]), layouts[:, 1])
     max_gpus = t.max_gpus[p["h"]]
     _first_reason(reasons, num_gpus > max_gpus, lambda g, have, i: (
         f"num_gpus({int(g)}) is more than cluster {hw[int(i)].cluster} has ({int(have)})"),

@@ -139,3 +139,74 @@ def test_cp_divides_activations_and_tokens(cat):
     ulysses = _predict(cat, num_gpus=16, seq_len=32768, cp=2, cp_kind="all2all").values
     assert ring["cp_exposed_s"] <= ring["cp_s"]
     assert ulysses["cp_exposed_s"] == ulysses["cp_s"] > 0
+
+
+# -- pipelines --------------------------------------------------------------------------------
+def _pp(cat, pp, gb=256, mb=1, **kw):
+    kw.setdefault("sharding", "optimizer")
+    return _predict(cat, model="llama3-70b", num_gpus=64, tp=8, pp=pp, mb=mb, gb=gb, **kw)
+
+
+def test_pp_one_is_the_data_parallel_step(cat):
+    assert _pp(cat, 1).values["bubble_s"] == 0.0
+
+
+def test_bubble_shrinks_with_more_microbatches_and_with_interleaving(cat):
+    few, many = _pp(cat, 4, gb=64), _pp(cat, 4, gb=512)
+    assert few.values["bubble_s"] / few.step_time_s > many.values["bubble_s"] / many.step_time_s
+    plain = _pp(cat, 4, gb=256)
+    inter = _pp(cat, 4, gb=256, vpp=2)
+    zb = _pp(cat, 4, gb=256, pp_schedule="zb-h1")
+    assert inter.values["bubble_s"] < plain.values["bubble_s"]
+    assert zb.values["bubble_s"] < plain.values["bubble_s"]
+    # 1F1B with m micro-batches and p stages: bubble close to (p-1)/(m+p-1) of the step
+    # (the embedding, head and p2p make it slightly larger).
+    m, p = 256 // 2, 4  # dp = 64 / (tp 8 x pp 4) = 2
+    share = plain.values["bubble_s"] / plain.step_time_s
+    assert (p - 1) / (m + p - 1) * 0.8 <= share <= (p - 1) / (m + p - 1) * 1.6
+
+
+def test_more_stages_less_parameter_memory_and_first_stage_binds(cat):
+    one, four = _pp(cat, 1), _pp(cat, 4)
+    assert four.params_bytes < one.params_bytes / 3
+    st = four.to_dict()["memory"]["stages"]
+    assert four.values["peak_bytes"] == max(st["first"], st["last"])
+    # The first stage holds pp micro-batches in flight under 1F1B, the last one.
+    assert st["first"] > st["last"] or four.logits_bytes > 0
+
+
+def test_interleaving_needs_whole_rounds_of_microbatches(cat):
+    with pytest.raises(ConfigError, match="divisible by pp"):
+        _pp(cat, 4, gb=2 * 6, vpp=2)  # dp 2: 6 micro-batches, not whole rounds of 4
+
+
+def test_uneven_stages(cat):
+    even = _pp(cat, 4)
+    uneven = _pp(cat, 4, pp_first_layers=18, pp_last_layers=18)
+    assert uneven.to_dict()["plan"]["pp_first_layers"] == 18
+    assert uneven.step_time_s != even.step_time_s
+    with pytest.raises(ConfigError, match=r"does not split over pp\(4\)"):
+        _pp(cat, 4, pp_first_layers=19)  # 61 layers left for 3 stages
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zb-h1"])
+def test_pipeline_step_within_bounds(cat, schedule):
+    v = _pp(cat, 4, pp_schedule=schedule).values
+    assert v["step_lower_bound_s"] <= v["step_time_s"] * (1 + 1e-12)
+    assert v["step_time_s"] <= v["step_upper_bound_s"] * (1 + 1e-12)
+    assert v["bubble_s"] > 0
+
+
+def test_sweep_takes_pipeline_lists(cat):
+    from fsdpsim.grid import build_grid
+    from fsdpsim.sweep import run_sweep
+
+    grid = build_grid(cat, {"model": "llama3-70b", "gpu": "h100", "num-gpus": "64",
+                            "tp": "8", "pp": "1,2,4", "global-batch": "256",
+                            "micro-batch": "1", "recompute": "full", "sharding": "optimizer"})
+    frame = run_sweep(grid)
+    assert list(frame["plan.pp"]) == [1, 2, 4]
+    for _, row in frame.iterrows():
+        p = _pp(cat, int(row["plan.pp"]))
+        assert row["step_time_s"] == p.step_time_s
+        assert row["time.bubble_s"] == p.values["bubble_s"]

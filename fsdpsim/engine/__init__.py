@@ -55,6 +55,8 @@ def choice_rank(out: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     peak, cap = np.asarray(out["peak_bytes"]), np.asarray(out["capacity_bytes"])
     fits = np.asarray(out["fits"], dtype=bool)
     tier = np.where(fits, np.where(peak <= MEMORY_PRESSURE_FRACTION * cap, 0, 1), 2)
+    if "pipeline_ok" in out:  # a schedule the micro-batch count cannot run: last resort
+        tier = np.where(np.asarray(out["pipeline_ok"], dtype=bool), tier, 3)
     key = np.where(fits, -np.asarray(out["tokens_per_s"]), peak)
     return tier, key
 
@@ -138,6 +140,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                              rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
     step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
     bubble_s = np.zeros_like(step_s)
+    pipeline_ok = np.ones(np.shape(step_s), dtype=bool)
     if piped:
         mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
                                 0.0)
@@ -153,11 +156,12 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         # the weight-gradient GEMMs are half of the GEMM backward FLOPs.
         wgrad_s = np.where(np.asarray(g["pp_schedule"]) == 3,
                            g["layers_mid"] * 0.5 * lt["gemm_bwd_s"], 0.0)
-        piped_step_s, piped_bubble_s = step.pipeline_step_s(
+        piped_step_s, piped_bubble_s, piped_ok = step.pipeline_step_s(
             g, f, mid, first_extra, last_extra, p2p_s, wgrad_s, optimizer_s, post_step_s)
         pp_on = g["pp"] > 1
         step_s = np.where(pp_on, piped_step_s, step_s)
         bubble_s = np.where(pp_on, piped_bubble_s, 0.0)
+        pipeline_ok = np.where(pp_on, piped_ok, True)
 
     # ---- totals per GPU (the busiest stage) ------------------------------------------------------
     root_share = np.where(g["pp"] > 1, 0.0, 1.0)
@@ -191,7 +195,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     pp_s = k * 2.0 * p2p_s
     comm_s = all_gather_s + reduce_scatter_s + all_reduce_s + tp_s + cp_s + pp_s
     exposed_s = np.maximum(step_s - compute_s - bubble_s, 0.0)
-    lower_s = np.maximum(compute_s, comm_s)
+    # Bounds: every stream fully overlapped (compute with its bubble; data-parallel collectives
+    # on their communicator; tensor/context/pipeline traffic on theirs), and nothing overlapped.
+    lower_s = np.maximum(np.maximum(compute_s + bubble_s, all_gather_s + reduce_scatter_s
+                                    + all_reduce_s), tp_s + cp_s + pp_s)
     upper_s = compute_s + comm_s + bubble_s
 
     # Tensor bytes per GPU per step (the quantities torch's c10d ops see).
@@ -277,6 +284,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         "pp_s": pp_s,
         "pp_bytes": k * 2.0 * p2p_bytes,
         "bottleneck": bottleneck,
+        "pipeline_ok": pipeline_ok,
         "critical_tokens_per_gpu": critical_tokens,
         "min_inter_node_bytes_per_s_per_gpu": min_nic,
     }

@@ -107,8 +107,16 @@ def pipeline_step_s(g, f, mid, first_extra, last_extra, p2p_s, wgrad_s, optimize
     fwd_avg = (mid["fwd_s"] + (k - 1.0) * np.where(f["keep"] & f["fsdp_like"], mid["fwd_kept_s"],
                                                    mid["fwd_s"])) / k
     bwd_avg = mid["bwd_mb_s"]
+    # Interleaving needs the micro-batches in whole rounds of pp (Megatron): other
+    # configurations are evaluated as 1F1B and flagged (``pipeline_ok``) so a caller can
+    # reject them (predict) or drop them from the candidates (auto knobs, sweep).
+    ok = schedule.schedule_feasible(g["pp_schedule"], g["pp"], g["vpp"], k)
+    code = np.where(ok, g["pp_schedule"], schedule.SCHEDULE_CODES["1f1b"])
+    vpp = np.where(ok, g["vpp"], 1.0)
+    # Stages lighter than the middle ones (an uneven split) do not shorten the steady state:
+    # their extra work is clamped at zero.
+    extras = [np.maximum(e, 0.0) for e in (*first_extra, *last_extra)]
     makespan, bubble = schedule.pipeline_time_s(
-        g["pp_schedule"], g["pp"], g["vpp"], k, fwd_avg, bwd_avg - wgrad_s, wgrad_s, p2p_s,
-        first_extra[0], first_extra[1], last_extra[0], last_extra[1])
+        code, g["pp"], vpp, k, fwd_avg, bwd_avg - wgrad_s, wgrad_s, p2p_s, *extras)
     tail = mid["bwd_last_s"] - mid["bwd_mb_s"]
-    return makespan + tail + optimizer_s + post_step_s, bubble
+    return makespan + tail + optimizer_s + post_step_s, bubble, ok

@@ -1,0 +1,273 @@
+"""Closed forms of the pipeline makespan, one per schedule (used by
+:func:`fsdpsim.costs.schedule.pipeline_time_s`).
+
+Model and method
+----------------
+Stage 0 (first) runs F0 = f + e_F forward and B0 = b + e_B backward per micro-batch (the
+embedding extras), stage p − 1 (last) FL = f + l_F and BL = b + l_B (final norm, LM head,
+loss), the p − 2 middle stages f and b; T_s = F_s + B_s, c is one point-to-point transfer.
+Every stage runs its action list in order (:func:`fsdpsim.costs.schedule.stage_actions`), an
+action starts when its stage is free and its input has arrived. That recurrence is a longest-
+path (max-plus) computation on the DAG whose nodes are the actions, weighted by their times,
+and whose edges are "next on the same stage" (weight 0) and "data to the adjacent virtual
+stage" (weight c): the makespan is the weight of the heaviest path from the first forward to
+the last action. A closed form is therefore a maximum over the
+path families that can be critical; each candidate below is a real path, so every form is a
+lower bound of the simulation and is exact when its family list is complete.
+
+Path vocabulary (1F1B-like schedules). The *top* is stage 0's own sequence, the *bottom* the
+last stage's; a *trip* leaves the top at a forward F(i), runs the forward chain down to the
+last stage, runs the bottom from F(i) to B(j) (j ≥ i), and the backward chain back up to the
+top's B(j). A zero-width trip costs, beyond its two top nodes,
+
+    R = (p − 2)·x + T_L + 2·c,    x = f + b + 2·c                                  (1)
+
+(x: one middle stage passed down and up). A *partial* trip turns at a middle stage d; it
+replaces d top pairs by d·x. Every family's value is linear in its integer parameters (where
+the trips start, how wide they are, how many), so its maximum lies at the ends of their
+ranges; what is left is the short candidate lists below. They equal the event simulation to
+1e-9 on thousands of random configurations (``tests/test_schedule.py``: p ≤ 16, m ≤ 64,
+random stage times, extras and c, including zeros).
+
+References: [1] Huang et al. 2019, "GPipe", arXiv 1811.06965; [2] Narayanan et al. 2021,
+SC21, arXiv 2104.04473; [3] Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv
+2401.10241.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NEG = -np.inf
+
+
+def _max(*xs):
+    return np.maximum.reduce(np.broadcast_arrays(*xs))
+
+
+def gpipe_time_s(p, m, f, b, c, ef, eb, lf, lb):
+    """GPipe makespan [s] (exact): ``ΣF + ΣB + 2(p−1)c + (m−1)(max F + max B)``.
+
+    All forwards, then all backwards, in micro-batch order on every stage: each phase is a
+    permutation flow shop with identical jobs: a path through its (micro-batch × stage)
+    lattice visits every stage at least once and spends its m − 1 remaining steps on the
+    slowest one, Σ_s F_s + (m − 1)·max_s F_s (with equal stages, [1]'s bubble
+    (p − 1)/(m + p − 1)). A path crosses from the forward lattice to the backward one at
+    some stage j (its last forward precedes its first backward); the value only grows with
+    j, so it crosses at the last stage. ``b`` is the full backward. p = 1: both extras sit
+    on the one stage and the form is m·(F + B).
+    """
+    one = p == 1
+    max_f = f + np.where(one, ef + lf, np.maximum(ef, lf))
+    max_b = b + np.where(one, eb + lb, np.maximum(eb, lb))
+    step = (p * f + ef + lf) + (p * b + eb + lb) + 2.0 * (p - 1) * c + (m - 1) * (max_f + max_b)
+    return np.where(one, m * (f + b + (ef + eb + lf + lb)), step)
+
+
+def one_f_one_b_time_s(p, m, f, b, c, ef, eb, lf, lb):
+    """1F1B makespan [s] (exact; ``b`` is the full backward).
+
+    With R and x from (1), base = F0 + B0 + R (one trip at micro-batch 0), m ≥ p:
+
+    * A  ``m·T0``: stage 0 never waits.
+    * D  ``base + (m−1)·T_L``: fill, then the last stage paces every micro-batch, then drain
+      (equal stages, c = 0: (m + p − 1)(f + b), [2] §2.2.1).
+    * B/E ``base + (m−1)·T0 − (p−1)·min(F0, B0)``: stage 0 waits once, for micro-batch 0's
+      round trip (its p − 1 warm-up forwards hide in it) or for the last one's (its p − 1
+      cool-down backwards do).
+    * G  ``base + (p−1)·max(F0, B0) + (m−p)·T_L``: stage 0's warm-up (or cool-down), the
+      rest paced by the last stage.
+    * C  ``2R + (m−p+1)·T0`` (m > p): both waits.
+    * cycling ``F0 + B0 + N·R + (N−1)·T0 + fill(r)`` with N = ⌊(m−1)/p⌋ + 1 trips, one every
+      p micro-batches, and r = (m−1) mod p left over: fill = max(r·T0, r·T_L, T0 + (r−1)·x,
+      T_L + (r−1)·x) (the leftover on the top, the bottom, or as one partial trip anchored at
+      either end; only the bottom options when N = 1). With c > 0 this is the critical path
+      of equal stages: (m + p − 1)(f + b) + 2c·(p − 1 + m − 1 − ⌈(m−1)/p⌉).
+
+    m < p (stage s < p − m runs all forwards first): A, ``base + (m−1)·max(T_L, F0, B0)``,
+    ``m·T0 + (p−m)·x`` (stage 0's forwards, a partial trip to the first 1F1B stage, its
+    backwards) and ``base + T_L + (m−2)·x``.
+    """
+    F0, B0, FL, BL = f + ef, b + eb, f + lf, b + lb
+    T0, TL = F0 + B0, FL + BL
+    x = f + b + 2.0 * c
+    R = (p - 2) * x + TL + 2.0 * c                              # (1)
+    base = F0 + B0 + R
+    A = m * T0
+    few = _max(base + (m - 1) * _max(TL, F0, B0), A + (p - m) * x,
+               np.where(m >= 2, base + TL + (m - 2) * x, NEG))
+    n_trips, r = (m - 1) // p + 1, (m - 1) % p
+    fill = np.where(r == 0, 0.0, np.where(
+        n_trips == 1, _max(r * TL, TL + (r - 1) * x),
+        _max(r * T0, r * TL, T0 + (r - 1) * x, TL + (r - 1) * x)))
+    many = _max(base + (m - 1) * TL,                                            # D
+                base + (m - 1) * T0 - (p - 1) * np.minimum(F0, B0),             # B, E
+                base + (p - 1) * np.maximum(F0, B0) + (m - p) * TL,             # G
+                np.where(m > p, 2.0 * R + (m - p + 1) * T0, NEG),               # C
+                F0 + B0 + n_trips * R + (n_trips - 1) * T0 + fill)              # cycling
+    step = np.maximum(A, np.where(m < p, few, many))
+    return np.where(p == 1, m * (f + b + (ef + eb + lf + lb)), step)
+
+
+def zb_h1_time_s(p, m, f, b, w, c, ef, eb, lf, lb):
+    """ZB-H1 makespan [s] (exact; ``b`` the input-gradient pass B, ``w`` the weight pass W).
+
+    The 1F1B families with three changes that follow from the order of [3] §2.1:
+
+    * Stage 0 runs each W right after its B, so on the top a backward counts B0' = B0 + w,
+      while the trips' backward chains (1) carry B only: W is off the inter-stage critical
+      path, which is where ZB-H1 gains: equal stages, c = 0, w ≤ b: bubble (p−1)(f + b − w).
+    * The last stage runs W(k − p + 1) after B(k): a bottom run gets one W per micro-batch
+      (T_L = FL + BL + w), except the first p − 1 micro-batches of a run that starts at
+      micro-batch 0 (D: ``(m−p)·w``; the cycling fill for N = 1 uses T_L without w). That
+      deficit adds the family ``F0 + B0' + 2R + T0 + (m−1−p)·T_L`` (a round trip, then the
+      bottom).
+    * A path may end on any stage after its last B and the W's still owed there (stage s ≥ 1
+      owes min(s, m) + [s ≤ m − 1] of them): families that end with the backward chain to
+      stage 0 add ``max(0, max_s tail(s) − up0)`` with tail(s) = (p−1−s)(b + c) +
+      n_W(s)·w for s ∈ {1, min(m, p) − 1, p − 1} and up0 = (p−2)·b + (p−1)·c + B0' (the
+      ends of a linear family). With w > b this makes the bubble (p − 1)·f.
+
+    m < p: the 1F1B list for m < p with these changes (the stage-0 path ``base + (m−1)·B0'``
+    ends on the top and takes no end term).
+    """
+    F0, B0 = f + ef, b + eb + w                                 # stage 0: B then its W
+    TLb = f + lf + b + lb
+    TL = TLb + w
+    T0 = F0 + B0
+    x = f + b + 2.0 * c
+    R = (p - 2) * x + TLb + 2.0 * c                             # (1), chains carry B only
+    base = F0 + B0 + R
+    up0 = (p - 2) * b + (p - 1) * c + B0
+
+    def tail(s):
+        n_w = np.where(s <= m - 1, s + 1, m)
+        return (p - 1 - s) * (b + c) + n_w * w
+
+    s_mid = np.maximum(1, np.minimum(m, p) - 1)
+    end = np.maximum(0.0, _max(tail(1), tail(s_mid), tail(p - 1)) - up0)
+    A = m * T0
+    few = _max(base + (m - 1) * np.maximum(TLb, F0) + end, base + (m - 1) * B0,
+               A + (p - m) * x, np.where(m >= 2, base + TLb + (m - 2) * x + end, NEG))
+    n_trips, r = (m - 1) // p + 1, (m - 1) % p
+    fill = np.where(r == 0, 0.0, np.where(
+        n_trips == 1, _max(r * TLb, TLb + (r - 1) * x),
+        _max(r * T0, r * TL, T0 + (r - 1) * x, TL + (r - 1) * x)))
+    many = _max(base + (m - 1) * TLb + (m - p) * w + end,                      # D
+                base + (m - 1) * T0 - (p - 1) * F0,                             # B
+                base + (m - 1) * T0 - (p - 1) * B0 + end,                       # E
+                base + (p - 1) * F0 + (m - p) * TL + end,                       # G
+                np.where(m > p, _max(2.0 * R + (m - p + 1) * T0,                # C
+                                     F0 + B0 + 2.0 * R + T0 + (m - 1 - p) * TL) + end, NEG),
+                F0 + B0 + n_trips * R + (n_trips - 1) * T0 + fill + end)        # cycling
+    step = np.maximum(A, np.where(m < p, few, many))
+    return np.where(p == 1, m * (f + (b + w) + (ef + eb + lf + lb)), step)
+
+
+def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
+    """Interleaved 1F1B makespan [s] (``b`` the full backward; m divisible by p).
+
+    Exact for equal stages (no extras) with c ≤ min(f, b)/v:
+
+        (m + (p − 1)/v)·(f + b) + 2·(p·v − 1)·c                                   (2)
+
+    ([2] §2.2.2: the bubble (p − 1)(f + b) shrinks by v): the forward chain of micro-batch 0
+    through all p·v virtual stages, the last stage's steady state from its first chunk-(v−1)
+    forward to the last micro-batch's chunk-(v−1) backward, and that micro-batch's backward
+    chain back through all virtual stages. Otherwise the maximum of these real paths, a lower
+    bound whose error the tests bound:
+
+    * (2) with the extras: ``+ e_F + e_B + m·(l_F + l_B)``;
+    * stage 0 busy throughout, ``m·T0``;
+    * stage 0 waiting for micro-batch 0's round trip through all virtual stages before its
+      first backward, for the last micro-batch's after its last forward, or both;
+    * one excursion from stage 0's forward k1 down to the last stage (same chunk), along it
+      to its backward k2 and back up, for k1 ∈ {0, p − 1, m·v − 1} and k2 ∈ {0, p − 1,
+      m·v − 1 − (v − 1)·p, m·v − 1} (the ends of the warm-up and of the steady state);
+      and the hybrids of an excursion with (2): micro-batch 0's chain down, the last stage,
+      up at k2; or down at k1, the last stage, the last micro-batch's chain.
+
+    The remaining error comes from paths that switch between the first and the last stage
+    several times, also through the wrap-around edges between chunks (stage p − 1's chunk c
+    feeds stage 0's chunk c + 1); their breakpoints depend on v and were not worth more
+    candidates. Stage sequences are summed in closed form (:class:`_Stage`).
+    """
+    n = m * v
+    fc, bc = f / v, b / v
+    T0 = f + b + ef + eb
+    top = _Stage(p, v, n, np.minimum((v - 1) * p + 2 * (p - 1), n), fc, bc, ef, 0, eb, v - 1)
+    bottom = _Stage(p, v, n, np.minimum((v - 1) * p, n), fc, bc, lf, v - 1, lb, 0)
+    chain = (m + (p - 1) / v) * (f + b) + ef + eb + m * (lf + lb) + 2.0 * (p * v - 1) * c
+    f_chain = p * f + ef + lf + (p * v - 1) * c                # micro-batch 0, all virtual stages
+    b_chain = p * b + eb + lb + (p * v - 1) * c                # the last one, all virtual stages
+    up_to_top = (p - 1) * bc + lb + (p - 1) * c                # last chunk, stages p−1 .. 1
+    down_from_top = (p - 1) * fc + lf + (p - 1) * c
+    first_b, last_f = top.pos_b(0), top.pos_f(n - 1)
+    cands = [m * T0, chain,
+             top.upto(last_f) + down_from_top + b_chain,                          # end wait
+             f_chain + up_to_top + top.total - top.upto(first_b - 1),             # start wait
+             np.where(first_b < last_f, f_chain + up_to_top + top.segment(first_b, last_f)
+                      + down_from_top + b_chain, NEG)]                            # both
+    down = (p - 2) * fc + (p - 1) * c                           # middle stages, one chunk
+    up = (p - 2) * bc + (p - 1) * c
+    late = n - 1 - (v - 1) * p                 # the last stage's last steady backward
+    first_last_chunk = bottom.pos_f((v - 1) * p)              # its first chunk-(v-1) forward
+    ends = [np.clip(k, 0, n - 1) for k in (0, p - 1, late, n - 1)]
+    for k1 in [np.clip(k, 0, n - 1) for k in (0, p - 1, n - 1)]:
+        for k2 in ends:
+            jf, jb = bottom.pos_f(k1), bottom.pos_b(k2)
+            value = (top.upto(top.pos_f(k1)) + down + bottom.segment(jf, jb) + up
+                     + top.total - top.upto(top.pos_b(k2) - 1))
+            cands.append(np.where(jb >= jf, value, NEG))
+        # down from the top at k1, along the last stage, then the last micro-batch's chain
+        jf, jb = bottom.pos_f(k1), bottom.pos_b(late)
+        cands.append(np.where(jb >= jf, top.upto(top.pos_f(k1)) + down
+                              + bottom.segment(jf, jb - 1) + b_chain, NEG))
+    for k2 in ends:
+        # micro-batch 0's chain down, along the last stage, up at k2, the top to the end
+        jb = bottom.pos_b(k2)
+        cands.append(np.where(jb >= first_last_chunk, f_chain + bottom.segment(
+            first_last_chunk + 1, jb) + up + top.total - top.upto(top.pos_b(k2) - 1), NEG))
+    return np.where(p == 1, m * (f + b + (ef + eb + lf + lb)), _max(*cands))
+
+
+class _Stage:
+    """Closed-form sums over one stage's interleaved sequence (arrays broadcast).
+
+    The sequence is ``warmup`` forwards, then (forward, backward) pairs, then the remaining
+    backwards; forward k runs chunk (k // p) % v, backward k chunk v − 1 − (k // p) % v.
+    Forwards whose ``(k // p) % v == f_key`` cost ``f_extra`` more, backwards whose
+    ``(k // p) % v == b_key`` ``b_extra`` more.
+    """
+
+    def __init__(self, p, v, n, warmup, fc, bc, f_extra, f_key, b_extra, b_key):
+        self.p, self.v, self.n, self.w = p, v, n, warmup
+        self.fc, self.bc = fc, bc
+        self.f_extra, self.f_key, self.b_extra, self.b_key = f_extra, f_key, b_extra, b_key
+        self.total = self.upto(2 * n - 1)
+
+    def pos_f(self, k):
+        """Position of forward k in the sequence."""
+        return np.where(k < self.w, k, 2 * k - self.w)
+
+    def pos_b(self, k):
+        """Position of backward k in the sequence."""
+        return np.where(k < self.n - self.w, self.w + 2 * k + 1, self.n + k)
+
+    def _count(self, k, key):
+        """How many of 0 .. k − 1 have (j // p) % v == key."""
+        period = self.p * self.v
+        return (k // period) * self.p + np.clip(k % period - key * self.p, 0, self.p)
+
+    def upto(self, pos):
+        """Time of the sequence's positions 0 .. pos (pos = −1: nothing) [s]."""
+        length = pos + 1
+        steady = np.clip(length - self.w, 0, 2 * (self.n - self.w))
+        n_f = np.minimum(length, self.w) + (steady + 1) // 2
+        n_b = steady // 2 + np.clip(length - self.w - 2 * (self.n - self.w), 0, self.w)
+        return (n_f * self.fc + n_b * self.bc + self.f_extra * self._count(n_f, self.f_key)
+                + self.b_extra * self._count(n_b, self.b_key))
+
+    def segment(self, first, last):
+        """Time of positions first .. last [s]."""
+        return self.upto(last) - self.upto(first - 1)
