@@ -11,6 +11,7 @@ from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import (
     CP_KINDS,
+    FRAMEWORKS,
     PP_SCHEDULES,
     RECOMPUTES,
     SHARDING_HELP,
@@ -86,6 +87,7 @@ def build_plan(o: dict, system) -> ParallelPlan:
                   cp_kind=o.get("cp_kind") or "ring", tp_overlap=bool(o.get("tp_overlap")),
                   pp_first_layers=o.get("pp_first_layers"),
                   pp_last_layers=o.get("pp_last_layers"),
+                  framework=o.get("framework") or "torch",
                   reshard_after_forward=o["reshard_after_forward"],
                   keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
     if o.get("mesh_order"):
@@ -169,6 +171,10 @@ def predict_options(f):
                      help="Context-parallel degree (sequence split)."),
         click.option("--cp-kind", type=click.Choice(CP_KINDS), default="ring", show_default=True,
                      help="ring attention or all2all (Ulysses)."),
+        click.option("--framework", type=click.Choice(FRAMEWORKS), default="torch",
+                     show_default=True,
+                     help="Recipe: torch (FSDP/torchtitan: fp32 params) or megatron (bf16 "
+                          "params, fp32 grads and master in the distributed optimizer)."),
         click.option("--mesh-order", default=None,
                      help="Mesh dimensions outermost first, comma-separated (default "
                           "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),

@@ -38,6 +38,11 @@ ZERO_STAGES = {0: "none", 1: "optimizer", 2: "grad_op", 3: "full"}
 #: cp, tp): tensor parallelism innermost, on adjacent ranks of one scale-up domain.
 DEFAULT_MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+#: Training frameworks whose recipes differ in ways the model sees: "torch" (PyTorch FSDP /
+#: DDP / torchtitan: fp32 parameters, cast to bf16 for compute) and "megatron" (Megatron-LM /
+#: NeMo: bf16 parameters, fp32 main gradients, fp32 master copy in the distributed optimizer,
+#: parameter all-gather overlapped with the next forward).
+FRAMEWORKS = ("torch", "megatron")
 CP_KINDS = ("ring", "all2all")
 
 
@@ -105,6 +110,8 @@ class ParallelPlan:
     None = an even split."""
     pp_last_layers: int | None = None
     """Layers on the last pipeline stage; None = an even split."""
+    framework: str = "torch"
+    """torch or megatron: the mixed-precision recipe and overlap behaviour (:data:`FRAMEWORKS`)."""
 
     def __post_init__(self) -> None:
         _choice("sharding", self.sharding, SHARDINGS)
@@ -118,6 +125,7 @@ class ParallelPlan:
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         _choice("cp_kind", self.cp_kind, CP_KINDS)
+        _choice("framework", self.framework, FRAMEWORKS)
         order = tuple(self.mesh_order)
         object.__setattr__(self, "mesh_order", order)
         if sorted(order) != sorted(DEFAULT_MESH_ORDER):
@@ -275,7 +283,11 @@ class ParallelPlan:
             middle = rest // rest_stages
         first = middle if first is None else first
         last = middle if last is None else last
-        for name, count in (("first", first), ("middle", middle), ("last", last)):
+        # Stages given their own count may hold uneven chunks (Megatron's account-for-embedding
+        # and -loss splits); the evenly split ones divide into vpp chunks.
+        for name, count in (("first", first if self.pp_first_layers is None else middle),
+                            ("middle", middle),
+                            ("last", last if self.pp_last_layers is None else middle)):
             if count % self.vpp:
                 raise ConfigError(f"the {name} pipeline stage's {count} layers are not divisible "
                                   f"by vpp({self.vpp}); accepted: n_layers divisible by "

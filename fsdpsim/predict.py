@@ -160,6 +160,7 @@ def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, An
         "pp_schedule": PP_SCHEDULES.index(plan.pp_schedule),  # costs.schedule.SCHEDULE_CODES
         "sequence_parallel": float(plan.sequence_parallel),
         "cp_all2all": float(plan.cp_kind == "all2all"), "tp_overlap": float(plan.tp_overlap),
+        "megatron": float(plan.framework == "megatron"),
     }
     x.update(group_layout(plan))
     # The engine's FSDP shard group is dp_shard x cp (ZeRO stages and DDP: over the whole
@@ -382,7 +383,7 @@ def plan_summary(plan: ParallelPlan, grad_accum: int) -> dict[str, Any]:
             "pp_first_layers": plan.pp_first_layers, "pp_last_layers": plan.pp_last_layers,
             "reshard_after_forward": plan.reshard_after_forward,
             "keep_gathered": plan.keep_gathered, "grad_sync": plan.grad_sync,
-            "line": line}
+            "framework": plan.framework, "line": line}
 
 
 def predict(spec: ModelSpec, system: System, plan: ParallelPlan,

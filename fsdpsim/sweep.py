@@ -479,7 +479,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
 #: from the plan table; the rest it writes itself.
 PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
                "pp_schedule", "sequence_parallel", "cp_kind", "tp_overlap", "mesh_order",
-               "pp_first_layers", "pp_last_layers")
+               "pp_first_layers", "pp_last_layers", "framework")
 
 
 def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any]:
