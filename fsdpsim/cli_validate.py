@@ -10,9 +10,15 @@ from fsdpsim import render
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
 
-ROW_COLUMNS = ("id", "model", "gpu", "n_gpus", "seq_len", "micro_batch", "grad_accum",
+ROW_COLUMNS = ("id", "model", "gpu", "n_gpus", "layout", "seq_len", "micro_batch", "grad_accum",
                "recompute", "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error",
                "bottleneck")
+#: Groupings printed by default (each only when it splits the rows into two or more groups).
+DEFAULT_BY = ("framework", "subset", "generation")
+BY_TITLES = {"framework": "by framework", "subset": "by subset",
+             "source": "by source", "gpu": "by GPU",
+             "generation": "by GPU generation x precision"}
+NAME_WIDTH = 44
 
 
 def _summary_line(name: str, s: dict) -> str:
@@ -21,7 +27,37 @@ def _summary_line(name: str, s: dict) -> str:
             f"bias {100 * s['bias']:+.1f} %")
 
 
+def _group_table(title: str, groups: dict[str, dict]) -> list[str]:
+    """One grouping as lines of at most ~90 characters: a header, then a row per group."""
+    lines = [f"{title:<{NAME_WIDTH + 2}} {'rows':>5} {'MAPE':>8} {'median':>8} {'worst':>8} "
+             f"{'bias':>8}"]
+    for name, s in groups.items():
+        short = name if len(name) <= NAME_WIDTH else name[:NAME_WIDTH - 1] + "…"
+        lines.append(f"  {short:<{NAME_WIDTH}} {s['rows']:>5} {100 * s['mape']:>6.1f} % "
+                     f"{100 * s['median_ape']:>6.1f} % {100 * s['worst_ape']:>6.1f} % "
+                     f"{100 * s['bias']:>+6.1f} %")
+    return lines
+
+
+def _layout(row) -> str:
+    """The plan of a row in a few characters: ``tp8 pp35 v3 dp9 zero1`` style."""
+    parts = [f"{name}{int(row[name])}" for name in ("tp", "pp", "cp")
+             if name in row and row[name] == row[name] and int(row[name]) > 1]
+    vpp = row.get("vpp")
+    if parts and vpp == vpp and vpp not in (None, "") and int(vpp) > 1:
+        parts.append(f"v{int(vpp)}")
+    model_parallel = 1
+    for name in ("tp", "pp", "cp"):
+        if name in row and row[name] == row[name]:
+            model_parallel *= int(row[name])
+    dp = int(row["n_gpus"]) // model_parallel
+    zero = {"none": "ddp", "optimizer": "zero1", "grad_op": "zero2", "full": "zero3",
+            "hybrid": "hsdp"}.get(str(row.get("sharding")), str(row.get("sharding")))
+    return " ".join(parts + [f"dp{dp}", zero])
+
+
 def _rows_table(frame) -> str:
+    frame = frame.assign(layout=[_layout(row) for _, row in frame.iterrows()])
     columns = [c for c in ROW_COLUMNS if c in frame.columns]
     if "knobs" in frame.columns and (frame["knobs"] != "").any():
         columns.append("knobs")
@@ -31,20 +67,34 @@ def _rows_table(frame) -> str:
     return view.to_string(index=False)
 
 
+def _skipped_lines(skipped, total: int) -> list[str]:
+    """The skip reasons, most frequent first, wrapped to 100 characters."""
+    import textwrap
+
+    lines = [f"skipped {len(skipped)} of {total} rows:"]
+    for reason, n in skipped["skip"].value_counts().items():
+        lines += textwrap.wrap(f"{n:>4}  {reason}", 100, subsequent_indent=" " * 6)
+    return lines
+
+
 def register(cli: click.Group) -> None:
     @cli.command("validate")
     @click.argument("measurements", type=click.Path(dir_okay=False))
     @click.option("--gpu", "gpus", multiple=True, help="Only rows on these accelerators.")
     @click.option("--framework", default=None,
                   help="Only rows whose framework contains this text (e.g. fsdp, deepspeed).")
+    @click.option("--by", "by", multiple=True, type=click.Choice(tuple(BY_TITLES)),
+                  help="Summaries per group (repeatable): framework, subset, source, gpu, or "
+                       "generation (GPU generation x precision, core rows only); default: "
+                       "framework, subset and generation, each where it splits the rows.")
     @click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
                   show_default=True)
     @click.pass_context
     def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
-                     framework: str | None, fmt: str) -> None:
+                     framework: str | None, by: tuple[str, ...], fmt: str) -> None:
         """Predict every run of a measurements CSV and report the error of tokens/s per GPU."""
         from fsdpsim.measurements import (by_framework, load_measurements, predict_measurements,
-                                          summarise, summarise_groups)
+                                          summarise, summarise_by, summarise_groups)
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         every = load_measurements(measurements, cat)
@@ -64,8 +114,10 @@ def register(cli: click.Group) -> None:
         result = predict_measurements(frame, cat)
         summary = summarise(result)
         groups = summarise_groups(result)
+        groupings = {name: summarise_by(result, name) for name in (by or DEFAULT_BY)}
         if fmt == "json":
             click.echo(render.to_json({"summary": summary, "by_framework": groups,
+                                       "by": groupings,
                                        "skipped": skipped[["id", "skip"]].to_dict("records"),
                                        "rows": result.to_dict("records")}))
             return
@@ -75,11 +127,13 @@ def register(cli: click.Group) -> None:
         click.echo(_rows_table(result.sort_values("error")))
         click.echo("")
         if len(skipped):
-            reasons = skipped["skip"].value_counts()
-            click.echo("skipped: " + "; ".join(f"{n} rows: {r}" for r, n in reasons.items()))
-        if len(groups) > 1:
-            for name, group in groups.items():
-                click.echo(_summary_line(f"  {name}", group))
+            click.echo("\n".join(_skipped_lines(skipped, len(frame))))
+        for name, found in groupings.items():
+            if found and (by or len(found) > 1):
+                core = "subset" in result.columns and (result["subset"] == "core").any()
+                title = BY_TITLES[name] + (" (core rows)" if name == "generation" and core
+                                           else "")
+                click.echo("\n".join(_group_table(title, found)))
         click.echo(_summary_line("tokens/s per GPU", summary))
 
     @cli.command("calibrate")

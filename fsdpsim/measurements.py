@@ -22,14 +22,35 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``tokens_per_s_per_gpu``   the measurement
 =========================  =========================================================
 
-Published tables (the columns of ``shared/validation/published_calibration.csv``, and vTrain's
-ground truth) are recognised and converted by :mod:`fsdpsim.published`. Rows fsdpsim cannot
-model yet (tensor or pipeline parallel, an accelerator not in the catalog) are kept with a
-``skip`` reason instead of a silently wrong number.
+The parallel layout (optional columns; a missing column or an empty cell takes the default;
+:class:`fsdpsim.parallel.ParallelPlan` documents each):
+
+=========================  =========================================================
+``tp``, ``pp``, ``cp``     tensor, pipeline, context-parallel degrees (default 1); the
+                           data-parallel degree is ``n_gpus / (tp·pp·cp)``
+``vpp``                    model chunks per pipeline rank (default 1); ``auto`` with
+                           pp > 1: the interleaved schedule with the fastest chunk count
+                           that fits
+``sequence_parallel``      true | false (default: on when tp > 1)
+``pp_schedule``            gpipe | 1f1b | interleaved | zb-h1 (default: interleaved when
+                           vpp > 1, else 1f1b)
+``cp_kind``                ring | all2all (default ring)
+``pp_first_layers``,       layers on the first / last pipeline stage (default: an even
+``pp_last_layers``         split)
+``recompute_layers``       layers of each stage that recompute (default: all)
+``ep``                     expert-parallel degree (default 1; > 1 is not modelled yet)
+=========================  =========================================================
+
+Published tables (the columns of ``shared/validation/published_calibration.csv`` and
+``hybrid_calibration.csv``, and vTrain's ground truth) are recognised and converted by
+:mod:`fsdpsim.published`. Rows fsdpsim cannot model (mixture of experts, an accelerator not in
+the catalog, a layout the plan rejects) are kept with a ``skip`` reason instead of a silently
+wrong number; in fsdpsim's own schema such a row is an error that names it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +60,22 @@ import pandas as pd
 from fsdpsim import engine
 from fsdpsim import published
 from fsdpsim.catalog import Catalog, load_catalog
+from fsdpsim.costs.schedule import SCHEDULE_CODES, schedule_feasible
 from fsdpsim.errors import ConfigError
 from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import config_inputs, predict
-from fsdpsim.system import resolve_system
+from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, ParallelPlan, TrainingConfig
+from fsdpsim.predict import config_inputs, divisors, predict
+from fsdpsim.published_plan import gpu_generation
+from fsdpsim.system import domain_gpus, resolve_system
 
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
             "micro_batch", "grad_accum", "sharding", "recompute", "tokens_per_s_per_gpu")
+#: The layout columns of the schema and their defaults (missing column or empty cell).
+PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
+                "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
+                "pp_last_layers": None, "recompute_layers": None, "ep": 1}
+
+
 def _truthy(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "y")
@@ -65,9 +94,10 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
     catalog = catalog or load_catalog()
     if "source_key" in raw.columns:
-        return resolve_auto_knobs(published.from_published(raw, catalog), catalog)
+        frame = _check_layouts(published.from_published(raw, catalog), catalog, strict=False)
+        return resolve_auto_knobs(frame, catalog)
     if published.is_vtrain(raw.columns):
-        return published.from_vtrain(raw)
+        return _check_layouts(published.from_vtrain(raw), catalog, strict=False)
     missing = [c for c in REQUIRED if c not in raw.columns]
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; required: "
@@ -79,7 +109,16 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     if "id" not in frame.columns:
         frame["id"] = [f"row-{i + 1}" for i in range(len(frame))]
     _check_columns(frame)
-    return resolve_auto_knobs(frame, catalog)
+    if "generation" not in frame.columns:
+        frame["generation"] = [_generation(catalog, g) for g in frame["gpu"]]
+    return resolve_auto_knobs(_check_layouts(frame, catalog, strict=True), catalog)
+
+
+def _generation(catalog: Catalog, gpu: Any) -> str:
+    try:
+        return gpu_generation(catalog.accelerator(str(gpu)).id)
+    except ConfigError:  # reported by the row's checks
+        return gpu_generation(str(gpu))
 
 
 def spec_for_row(row: pd.Series) -> ModelSpec:
@@ -104,24 +143,92 @@ def spec_for_row(row: pd.Series) -> ModelSpec:
     return spec.with_seq_len(seq) if spec.position == "learned" else spec
 
 
-def _row_setup(row: pd.Series, catalog: Catalog) -> tuple[ModelSpec, Any, ParallelPlan, dict]:
-    """The model, system, plan and training options one measurement row describes."""
+def _cell(row: pd.Series, column: str) -> Any:
+    """A layout cell of the row, or its :data:`PLAN_COLUMNS` default when missing or empty."""
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and np.isnan(value)) or \
+            (isinstance(value, str) and value.strip().lower() in ("", "nan")):
+        return PLAN_COLUMNS[column]
+    return value
+
+
+def _whole_cell(row: pd.Series, column: str) -> int | None:
+    value = _cell(row, column)
+    return None if value is None else int(float(value))
+
+
+def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
+    """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
+    ``auto`` chunk count); a clear error when the plan's checks refuse it."""
+    ep = _whole_cell(row, "ep")
+    if ep != 1:
+        raise ConfigError(f"ep({ep}) > 1: expert parallelism is not modelled yet (issue 13)")
+    sp = _cell(row, "sequence_parallel")
+    schedule = _cell(row, "pp_schedule")
+    return ParallelPlan(
+        num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
+        tp=_whole_cell(row, "tp"), pp=_whole_cell(row, "pp"), cp=_whole_cell(row, "cp"),
+        vpp=vpp or _whole_cell(row, "vpp"),
+        pp_schedule=str(schedule) if schedule is not None else None,
+        sequence_parallel=None if sp is None else _truthy(sp),
+        cp_kind=str(_cell(row, "cp_kind")),
+        pp_first_layers=_whole_cell(row, "pp_first_layers"),
+        pp_last_layers=_whole_cell(row, "pp_last_layers"))
+
+
+def _row_setup(row: pd.Series, catalog: Catalog,
+               vpp: int | None = None) -> tuple[ModelSpec, Any, ParallelPlan, dict]:
+    """The model, system, plan and training options one measurement row describes.
+
+    The scale-up domain is what ``predict`` uses (:func:`fsdpsim.system.domain_gpus`): the
+    row's GPUs per node, or on NVL72 racks the GPUs the job uses in each rack."""
     spec = spec_for_row(row)
     network = row.get("network")
     gbps = float(row["inter_node_gbps_per_gpu"])
     cap = float(row.get("power_cap_w", float("nan")))
-    system = resolve_system(catalog, gpu=str(row["gpu"]),
-                            gpus_per_node=int(row["gpus_per_node"]),
-                            network=str(network) if isinstance(network, str) and network else None,
-                            inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
-                            power_cap_w=cap if cap == cap else None)
-    plan = ParallelPlan(num_gpus=int(row["n_gpus"]), gpus_per_node=int(row["gpus_per_node"]),
-                        sharding=str(row["sharding"]))
+
+    def system_for(per_node: int):
+        return resolve_system(
+            catalog, gpu=str(row["gpu"]), gpus_per_node=per_node,
+            network=str(network) if isinstance(network, str) and network else None,
+            inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
+            power_cap_w=cap if cap == cap else None)
+
+    system = system_for(int(row["gpus_per_node"]))
+    per_domain = domain_gpus(system, int(row["n_gpus"]))
+    if per_domain != system.gpus_per_node:
+        system = system_for(per_domain)
+    plan = row_plan(row, per_domain, vpp)
     options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
                    precision=str(row.get("precision", "bf16")),
                    flash_attention=_truthy(row.get("flash_attention", True)),
-                   fused_loss=_truthy(row.get("fused_loss", False)))
+                   fused_loss=_truthy(row.get("fused_loss", False)),
+                   recompute_layers=_whole_cell(row, "recompute_layers"))
     return spec, system, plan, options
+
+
+def _auto_vpp(row: pd.Series) -> bool:
+    return str(row.get("vpp", "")).strip().lower() == "auto"
+
+
+def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.DataFrame:
+    """Build every modelled row's plan and check it against its model (heads by TP, layers by
+    PP × vpp, sequence by CP): a published row the plan refuses gets the reason as ``skip``;
+    in fsdpsim's own schema (``strict``) it is an error naming the row."""
+    frame = frame.copy()
+    for i, row in frame.iterrows():
+        if row["skip"] or _auto_vpp(row):
+            continue
+        try:
+            spec, _, plan, options = _row_setup(row, catalog)
+            plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
+                             n_kv_heads=spec.kv_heads, seq_len=options["seq_len"])
+            TrainingConfig(**options)
+        except ConfigError as exc:
+            if strict:
+                raise ConfigError(f"row {row['id']!r}: {exc}") from None
+            frame.at[i, "skip"] = f"layout: {exc}"
+    return frame
 
 
 def _unstated(value: Any) -> bool:
@@ -129,41 +236,85 @@ def _unstated(value: Any) -> bool:
         str(value).strip().lower() in ("", "auto", "nan")
 
 
+def _vpp_candidates(row: pd.Series, spec: ModelSpec) -> list[int]:
+    """Model chunks per pipeline rank an ``auto`` interleaved schedule may use: every v >= 2
+    with n_layers divisible by pp × v (Megatron's rule)."""
+    pp = _whole_cell(row, "pp")
+    found = [v for v in range(2, spec.n_layers // pp + 1) if spec.n_layers % (pp * v) == 0]
+    if not found:
+        raise ConfigError(f"n_layers({spec.n_layers}) does not split into pp({pp}) x vpp >= 2 "
+                          "model chunks (interleaved schedule)")
+    return found
+
+
 def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """Rows that do not state their micro-batch or recompute mode get what ``predict`` would
-    choose for them (``auto``: the fastest setting that fits; with the row's global batch when
-    it is known), and a ``knobs`` column says so. The issue this follows: published runs rarely
-    state these knobs, and guessing them badly teaches the model wrong physics."""
+    """Rows that do not state their micro-batch, recompute mode or (interleaved schedule)
+    number of model chunks get what ``predict`` would choose for them (``auto``: the fastest
+    setting that fits; with the row's global batch when it is known), and a ``knobs`` column
+    says so. The issue this follows: published runs rarely state these knobs, and guessing them
+    badly teaches the model wrong physics."""
     frame = frame.copy()
     if "knobs" not in frame.columns:
         frame["knobs"] = ""
-    for column in ("micro_batch", "grad_accum", "recompute", "knobs"):
-        frame[column] = frame[column].astype(object)  # "auto" text becomes a number
+    for column in ("micro_batch", "grad_accum", "recompute", "knobs", "vpp"):
+        if column in frame.columns:
+            frame[column] = frame[column].astype(object)  # "auto" text becomes a number
     for i, row in frame.iterrows():
         auto_mb, auto_rc = _unstated(row["micro_batch"]), _unstated(row["recompute"])
-        if row["skip"] or not (auto_mb or auto_rc):
+        auto_vpp = _auto_vpp(row)
+        if row["skip"] or not (auto_mb or auto_rc or auto_vpp):
             continue
-        spec, system, plan, options = _row_setup(row, catalog)
-        global_seqs = float(row.get("global_batch_seqs", float("nan")))
-        if global_seqs != global_seqs and not auto_mb and not _unstated(row["grad_accum"]):
-            global_seqs = float(row["micro_batch"]) * float(row["grad_accum"]) * plan.dp
-        usable = global_seqs == global_seqs and global_seqs % plan.dp == 0
-        training = TrainingConfig(micro_batch=None if auto_mb else int(row["micro_batch"]),
-                                  recompute=None if auto_rc else str(row["recompute"]),
-                                  global_batch=int(global_seqs) if usable else None, **options)
         try:
-            chosen = predict(spec, system, plan, training).training
+            vpps = _vpp_candidates(row, spec_for_row(row)) if auto_vpp else [None]
+            best = None
+            for vpp in vpps:
+                chosen = _predict_knobs(row, catalog, vpp, auto_mb, auto_rc)
+                rank = tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(chosen.values))
+                if best is None or rank < best[0]:
+                    best = (rank, vpp, chosen.training)
         except ConfigError as exc:
             frame.at[i, "skip"] = f"auto knobs: {exc}"
             continue
+        _, vpp, chosen = best
         frame.at[i, "micro_batch"] = chosen["micro_batch"]
         frame.at[i, "grad_accum"] = chosen["grad_accum"]
         frame.at[i, "recompute"] = chosen["recompute"]
+        if auto_vpp:
+            frame.at[i, "vpp"] = vpp
         frame.at[i, "knobs"] = "auto: " + ", ".join(
-            f"{k} {chosen[k]}" for k, auto in (("micro_batch", auto_mb), ("recompute", auto_rc))
-            if auto)
+            [f"{k} {chosen[k]}" for k, auto in (("micro_batch", auto_mb), ("recompute", auto_rc))
+             if auto] + ([f"vpp {vpp}"] if auto_vpp else []))
     _check_knobs(frame)
     return frame
+
+
+def _predict_knobs(row: pd.Series, catalog: Catalog, vpp: int | None, auto_mb: bool,
+                   auto_rc: bool):
+    """``predict`` of one row with its unstated knobs left to ``auto``."""
+    spec, system, plan, options = _row_setup(row, catalog, vpp)
+    global_seqs = float(row.get("global_batch_seqs", float("nan")))
+    if global_seqs != global_seqs and not auto_mb and not _unstated(row["grad_accum"]):
+        global_seqs = float(row["micro_batch"]) * float(row["grad_accum"]) * plan.dp
+    usable = global_seqs == global_seqs and global_seqs % plan.dp == 0
+    training = TrainingConfig(micro_batch=None if auto_mb else int(row["micro_batch"]),
+                              recompute=None if auto_rc else str(row["recompute"]),
+                              global_batch=int(global_seqs) if usable else None, **options)
+    if not (auto_mb and usable and plan.pp > 1):
+        return predict(spec, system, plan, training)
+    # A pipelined step's micro-batches are its schedule's: only micro-batch sizes whose count
+    # the schedule accepts are candidates (interleaved 1F1B needs a multiple of pp).
+    per_gpu = int(global_seqs) // plan.dp
+    code = SCHEDULE_CODES[plan.pp_schedule]
+    sizes = [mb for mb in divisors(per_gpu)
+             if bool(schedule_feasible(code, plan.pp, plan.vpp, per_gpu // mb))]
+    if not sizes:
+        raise ConfigError(f"no micro-batch size splits {per_gpu} sequences per data-parallel "
+                          f"rank into a micro-batch count the {plan.pp_schedule} schedule "
+                          f"accepts with pp({plan.pp})")
+    candidates = [predict(spec, system, plan, replace(training, micro_batch=mb)) for mb in sizes]
+    ranks = [tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(p.values))
+             for p in candidates]
+    return candidates[ranks.index(min(ranks))]
 
 
 def _number_or_nan(value: Any) -> float:
@@ -194,6 +345,32 @@ def _check_columns(frame: pd.DataFrame) -> None:
             if not (np.isfinite(number) and number > 0):
                 raise ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
                                   "accepted: a positive number" + (" (or empty)" if empty_ok else ""))
+        _check_plan_columns(row)
+
+
+def _check_plan_columns(row: pd.Series) -> None:
+    """One clear error for a layout cell of fsdpsim's schema that is not usable."""
+    def refuse(column: str, accepted: str) -> ConfigError:
+        return ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
+                           f"accepted: {accepted} (or empty: {PLAN_COLUMNS[column]})")
+
+    for column in ("tp", "pp", "cp", "vpp", "ep", "pp_first_layers", "pp_last_layers"):
+        value = _cell(row, column)
+        if value is None or (column == "vpp" and _auto_vpp(row)):
+            continue
+        if not _whole(value):
+            raise refuse(column, "a whole number >= 1" + (" or auto" if column == "vpp" else ""))
+    layers = _cell(row, "recompute_layers")
+    if layers is not None and not (_whole(layers) or _number_or_nan(layers) == 0):
+        raise refuse("recompute_layers", "a whole number >= 0")
+    sp = _cell(row, "sequence_parallel")
+    if sp is not None and str(sp).strip().lower() not in ("true", "false", "1", "0", "yes",
+                                                          "no", "1.0", "0.0"):
+        raise refuse("sequence_parallel", "true or false")
+    for column, choices in (("pp_schedule", PP_SCHEDULES), ("cp_kind", CP_KINDS)):
+        value = _cell(row, column)
+        if value is not None and str(value) not in choices:
+            raise refuse(column, ", ".join(choices))
 
 
 def _check_knobs(frame: pd.DataFrame) -> None:
@@ -210,7 +387,9 @@ def _check_knobs(frame: pd.DataFrame) -> None:
 
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
-    """Stack the engine inputs of every row (rows with a ``skip`` reason must be dropped)."""
+    """Stack the engine inputs of every row (rows with a ``skip`` reason must be dropped):
+    :func:`fsdpsim.predict.config_inputs` of the row's objects (the one builder ``predict``
+    uses) plus its micro-batch, accumulation and recompute mode."""
     per_row: list[dict[str, Any]] = []
     for _, row in frame.iterrows():
         spec, system, plan, options = _row_setup(row, catalog)
@@ -261,6 +440,34 @@ def summarise_groups(result: pd.DataFrame, column: str = "framework") -> dict[st
     if column not in result.columns:
         return {}
     return {str(name): summarise(group) for name, group in result.groupby(column, sort=True)}
+
+
+#: Groupings of the ``validate`` summary: name -> (columns whose values name a group, whether
+#: only ``core`` rows count when the file marks a subset as core).
+GROUPINGS = {"framework": (("framework",), False), "subset": (("subset",), False),
+             "source": (("source_key",), False), "gpu": (("gpu",), False),
+             "generation": (("generation", "precision_format"), True)}
+
+
+def summarise_by(result: pd.DataFrame, by: str) -> dict[str, dict]:
+    """:func:`summarise` per group of :data:`GROUPINGS` (e.g. ``generation``: GPU generation ×
+    number format, over the ``core`` rows); {} when the rows carry no such columns. A missing
+    ``precision_format`` (fsdpsim's own schema, vTrain) is the compute precision."""
+    columns, core_only = GROUPINGS[by]
+    frame = result
+    if core_only and "subset" in frame.columns and (frame["subset"] == "core").any():
+        frame = frame[frame["subset"] == "core"]
+    parts = []
+    for column in columns:
+        if column == "precision_format" and column not in frame.columns:
+            column = "precision"
+        if column not in frame.columns:
+            return {}
+        parts.append(frame[column].fillna("").astype(str))
+    if frame.empty:
+        return {}
+    label = parts[0].str.cat(parts[1:], sep=" ") if len(parts) > 1 else parts[0]
+    return {name: summarise(group) for name, group in frame.groupby(label, sort=True)}
 
 
 def summarise(result: pd.DataFrame) -> dict[str, float]:

@@ -11,8 +11,15 @@ Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measurements
 * **vTrain ground truth** (``vtrain_ground_truth_*.csv``: ``# GPUs``, ``hidden size``, ...,
   ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024).
 
-Rows fsdpsim cannot model (tensor, pipeline or context parallel; an accelerator missing from the
-catalog; no measurement) keep a ``skip`` reason instead of getting a silently wrong number.
+The whole parallel layout is carried over: tensor, pipeline (with virtual stages), context and
+data parallelism, sequence parallelism, the pipeline schedule. What a row leaves unstated is
+filled by the conventions of the framework it names
+(:data:`fsdpsim.published_plan.FRAMEWORK_CONVENTIONS`: e.g.
+Megatron-Core's distributed optimizer and sequence parallelism) or left to ``auto``; column
+``modelled_as`` says where a row is modelled by something close to, but not exactly, what ran.
+Rows fsdpsim cannot model (mixture of experts; an accelerator missing from the catalog; a
+layout that does not multiply to the GPU count; no measurement) keep a ``skip`` reason instead
+of getting a silently wrong number.
 """
 
 from __future__ import annotations
@@ -25,9 +32,19 @@ import pandas as pd
 
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
+from fsdpsim.published_plan import (
+    APPROXIMATED_FORMATS,
+    framework_conventions,
+    gpu_generation,
+    precision_format,
+    read_layout,
+)
 
 #: Megatron-DeepSpeed GPT vocabulary (GPT-2 BPE) of the vTrain runs.
 VTRAIN_VOCAB = 50257
+#: Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by`` (default 128)
+#: × TP so that the embedding and LM head split evenly (``_vocab_size_with_padding``).
+MEGATRON_VOCAB_MULTIPLE = 128
 #: What the vTrain README states for its runs: A100 nodes of 8 GPUs, NVLink inside a node,
 #: 4x 200 Gb/s HDR InfiniBand per node, activation checkpointing (github.com/VIA-Research/vTrain).
 VTRAIN_GPU, VTRAIN_GPUS_PER_NODE, VTRAIN_NODE_GBPS = "a100-sxm4-80gb", 8, 4 * 200.0
@@ -57,6 +74,15 @@ def _count(value: Any) -> int | None:
     """A whole count >= 1 from a cell (GPUs, layers, a batch), or None when it is not one."""
     number = _positive(value)
     return int(number) if number == number and number == int(number) and number < 2**31 else None
+
+
+def tp_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary a TP-split embedding holds: as stated when TP divides it, else Megatron's
+    padding to a multiple of :data:`MEGATRON_VOCAB_MULTIPLE` × TP."""
+    if vocab % tp == 0:
+        return vocab
+    multiple = MEGATRON_VOCAB_MULTIPLE * tp
+    return -(-vocab // multiple) * multiple
 
 
 def _or(value: Any, default: float) -> float:
@@ -149,6 +175,10 @@ def parse_network(text: str, gpus_per_node: int, source: str = "") -> tuple[str 
         per_gpu = _number(m.group(1)) / gpus_per_node
     elif m := re.search(rf"([\d,]+(?:\.\d+)?)\s*{_GBPS}\s*(?:per|/)\s*gpu", low):
         per_gpu = _number(m.group(1))
+    elif m := re.search(rf"([\d,]+(?:\.\d+)?)\s*{_GBPS}\D*?(\d+)\s*(?:hca|nic|adapter|port)s?"
+                        r"\s*(?:per|/)\s*node", low):  # "100 Gb/s, 1 HCA per node"
+        nic_gbps = _number(m.group(1))
+        per_gpu = float(m.group(2)) * nic_gbps / gpus_per_node
     elif m := re.search(rf"([\d,]+(?:\.\d+)?)\s*{_GBPS}", low):
         per_gpu = nic_gbps = _number(m.group(1))
     if per_gpu is None:
@@ -181,8 +211,16 @@ def parse_network(text: str, gpus_per_node: int, source: str = "") -> tuple[str 
 
 # ------------------------------------------------------------------------------ knobs
 def parse_sharding(sharding: str, framework: str = "") -> str:
-    """fsdpsim sharding from FSDP/ZeRO/DDP words (FULL_SHARD, ZeRO-3, SHARD_GRAD_OP, ...)."""
-    low = f"{sharding} {framework}".lower().replace("_", "-")
+    """fsdpsim sharding from FSDP/ZeRO/DDP words (FULL_SHARD, ZeRO-3, SHARD_GRAD_OP, ...): the
+    sharding cell's words, else the framework's ("torchtitan FSDP2"), else none (DDP)."""
+    return sharding_words(sharding) or sharding_words(framework) or "none"
+
+
+def sharding_words(text: str) -> str | None:
+    """The data-parallel strategy a text names, or None ("not stated", "no FSDP (FSDP=0);
+    optimizer sharding not stated" name none)."""
+    low = _text(text).lower().replace("_", "-")
+    low = re.sub(r"\bno[- ]fsdp\b|\bfsdp\s*=\s*0\b", "", low)  # "no FSDP (FSDP=0)"
     if "hybrid" in low or "hsdp" in low:
         return "hybrid"
     if "grad-op" in low or re.search(r"zero[- ]?(?:stage[- ]?)?2", low):
@@ -191,9 +229,11 @@ def parse_sharding(sharding: str, framework: str = "") -> str:
         return "optimizer"
     if "full-shard" in low or re.search(r"zero[- ]?(?:stage[- ]?)?3", low):
         return "full"
-    if "no-shard" in low or "ddp" in low or "replica" in low or "none" in _text(sharding).lower():
+    if re.search(r"no-shard|ddp|replica|\bnone\b(?! stated)", low):
         return "none"
-    return "full" if "fsdp" in low or "fully-shard" in low else "none"
+    if "fsdp" in low or "fully-shard" in low:
+        return "full"
+    return None
 
 
 def parse_recompute(text: str) -> str:
@@ -234,7 +274,9 @@ def uses_flash_attention(*texts: str) -> bool:
         return False
     if "flash" in low:
         return True
-    years = [int(y) for y in re.findall(r"\b(20[0-2]\d)\b", low)]
+    # a year, not a quantity ("2003 TFLOP/s", "2048 GPUs", "2010 ms")
+    years = [int(y) for y in re.findall(r"\b(20[0-2]\d)\b(?![\d.,]\d|\s*(?:[tgpm]?flop|[kmgt]i?b\b"
+                                        r"|tok|ms\b|s\b|w\b|%|gpus?\b|x\b))", low)]
     years += [2000 + int(a) for a in re.findall(r"arxiv[: ]*(\d{2})\d{2}\.\d{4,5}", low)]
     return not years or max(years) >= 2022
 
@@ -256,7 +298,11 @@ def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
     ``step_time_s`` / GPUs; ``tflops_per_gpu`` (or ``mfu_pct`` × ``peak_tflops_basis``) divided
     by the FLOPs per token of the accounting the row states: Megatron's eq. 3 (Narayanan et al., SC21, counts the recompute forward:
     96·l·h²·(1 + s/6h + V/16lh) per token) when ``tflops_counts_recompute`` says so, otherwise
-    the MosaicML model FLOPs 6·N + 12·L·d·s per token (llm-foundry benchmarking README)."""
+    model FLOPs 6·N + 12·L·d·s per token (full attention square: the llm-foundry benchmarking
+    README, NeMo 1.x and 24.x/25.0x tables), or 6·N + 6·L·d·s where the row says its count is
+    causal (Megatron-Bridge tables). N is ``moe_active_params`` when stated; in a table with
+    that column (``hybrid_calibration.csv``, whose README defines it) a dense model's N is its
+    parameters less the input embedding (NeMo's count); otherwise ``n_params``."""
     value, source = _measured(r)
     return (value, source) if np.isfinite(value) and value > 0 else (float("nan"), "")
 
@@ -287,43 +333,73 @@ def _measured(r: pd.Series) -> tuple[float, str]:
         if "yes" in _text(r.get("tflops_counts_recompute")).lower():
             per_token = 96 * layers * d**2 * (1 + seq / (6 * d) + vocab / (16 * layers * d))
             return tflops * 1e12 / per_token, "tflops_per_gpu (Megatron eq. 3)"
+        counting = _text(r.get("tflops_counts_recompute")).lower()
         n_params = _positive(r.get("n_params"))
-        if n_params == n_params:
-            return tflops * 1e12 / (6 * n_params + 12 * layers * d * seq), "tflops_per_gpu (6N+12Lds)"
+        active = _positive(r.get("moe_active_params"))
+        if active != active and "moe_active_params" in r.index:
+            active = n_params - vocab * d  # active weights incl. the LM head, less the embedding
+        n = active if active == active and active > 0 else n_params
+        causal = "causal" in counting and "non-causal" not in counting
+        attention = 6 if causal else 12  # per layer per token: fwd + bwd of QK^T and AV
+        if n == n:
+            return (tflops * 1e12 / (6 * n + attention * layers * d * seq),
+                    f"tflops_per_gpu (6N+{attention}Lds)")
     return float("nan"), ""
 
 
 # ------------------------------------------------------------------------------ converters
 def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """Convert rows with the published-calibration columns to the fsdpsim schema."""
+    """Convert rows with the published-calibration columns to the fsdpsim schema, with their
+    whole parallel layout (:func:`fsdpsim.published_plan.read_layout`) and the conventions of
+    the framework each row names where it does not say."""
     rows = []
     for _, r in raw.iterrows():
+        framework = _text(r.get("framework"))
+        conventions = framework_conventions(framework)
+        modelled_as: list[str] = []
+        counts = {k: _count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
+                                                 "n_heads", "vocab")}
+        n_gpus = counts["n_gpus"] or 1
         skip = ""
-        # a missing cell means "not stated"; a missing column means no such parallelism
-        degrees = {k: _number(r[k]) if k in raw.columns else 1.0 for k in ("tp", "pp", "cp")}
-        if any(v > 1 for v in degrees.values()):
-            skip = "tensor/pipeline/context parallel: not modelled yet"
-        elif any(v != v for v in degrees.values()):
-            skip = "parallel layout (tp/pp/cp) not stated"
+        if _positive(r.get("ep")) > 1 or _positive(r.get("moe_experts")) > 0:
+            skip = "mixture of experts: not modelled yet (issue 13)"
+        layout, notes, why = read_layout(r, raw.columns, n_gpus, counts["n_layers"], conventions)
+        modelled_as += notes
+        skip = skip or why
         gpu_text = _text(r.get("gpu"))
         gpu = match_accelerator(catalog, gpu_text, _number(r.get("gpu_mem_gb")))
         if gpu is None:
             skip = skip or f"GPU {gpu_text!r} is not in the catalog"
-        counts = {k: _count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
-                                                 "n_heads", "vocab")}
         unstated = [k for k, v in counts.items() if v is None]
         if unstated:
             skip = skip or f"{', '.join(unstated)} not stated as whole numbers"
-        n_gpus = counts["n_gpus"] or 1
         gpn = _count(r.get("gpus_per_node"))
         gpn = gpn if gpn and gpn <= 1e6 else min(n_gpus, 8)
-        framework = _text(r.get("framework"))
+        domain = catalog.accelerator(gpu).link.domain_size if gpu else None
+        if domain and domain > 8:  # a rack-scale NVLink domain (NVL72): its trays share it
+            gpn = domain
         network, per_gpu = parse_network(_text(r.get("inter_node_interconnect")), gpn,
                                          _text(r.get("source_key")) + " " + framework)
-        precision, reduce_dtype = parse_precision(_text(r.get("precision")), framework)
+        precision_text = _text(r.get("precision"))
+        precision, reduce_dtype = parse_precision(precision_text, framework)
+        number_format = precision_format(precision_text, precision)
+        if number_format in APPROXIMATED_FORMATS:
+            precision, reduce_dtype = parse_precision("fp8", framework)
+            modelled_as.append(f"{APPROXIMATED_FORMATS[number_format]} modelled as FP8 "
+                               "(block-scaled formats: the MoE/low-precision issue)")
+        sharding_text = _text(r.get("sharding"))
+        sharding = parse_sharding(sharding_text, framework)
+        if conventions.get("sharding") and sharding_words(sharding_text) is None:
+            sharding = conventions["sharding"]
+            modelled_as.append(f"sharding not stated: {conventions['name']}'s default "
+                               f"({sharding})")
+        model_parallel = np.prod([layout.get(k, 1) for k in ("tp", "pp", "cp")])
+        dp = n_gpus // model_parallel if n_gpus % model_parallel == 0 else n_gpus
+        zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
+        if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
+            modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled over all "
+                               f"{dp} data-parallel ranks")
         mb, ga = _positive(r.get("micro_batch")), _positive(r.get("grad_accum"))
-        dp = _positive(r.get("dp"))
-        dp = dp if dp == dp else n_gpus
         global_seqs = _positive(r.get("global_batch_seqs"))
         if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
             ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
@@ -334,31 +410,63 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
         model = _text(r.get("model"))
         heads = _number(r.get("n_heads"))
+        vocab = r.get("vocab")
+        if counts["vocab"] and layout.get("tp", 1) > 1:
+            vocab = tp_vocab(counts["vocab"], layout["tp"])
+            if vocab != counts["vocab"]:
+                modelled_as.append(f"vocab {counts['vocab']} padded to {vocab} (Megatron: a "
+                                   f"multiple of {MEGATRON_VOCAB_MULTIPLE} x tp)")
         cap = parse_power_cap(catalog, gpu, gpu_text, _text(r.get("notes")))
+        texts = [_text(r.get(k)) for k in ("notes", "framework", "source", "source_locator")]
+        generation = gpu_generation(gpu or gpu_text)
+        checkpointing = _text(r.get("activation_checkpointing"))
         rows.append({
             "id": r.get("id", f"row-{len(rows) + 1}"), "arch": _arch(model), "model": model,
             "n_layers": r.get("n_layers"), "d_model": r.get("d_model"), "n_heads": heads,
             "n_kv_heads": _or(r.get("n_kv_heads"), heads),
             "ffn_size": _or(r.get("ffn_size"), 4 * _number(r.get("d_model"))),
-            "vocab": r.get("vocab"), "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
+            "vocab": vocab, "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
             "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
             "network": network or "",
             "seq_len": counts["seq_len"] or 1,
             "micro_batch": mb, "grad_accum": ga,
-            "sharding": parse_sharding(_text(r.get("sharding")), framework),
-            "recompute": (parse_recompute(_text(r.get("activation_checkpointing")))
-                          if _text(r.get("activation_checkpointing")).strip() else "auto"),
+            "sharding": sharding,
+            "recompute": parse_recompute(checkpointing) if _stated(checkpointing) else "auto",
             "global_batch_seqs": global_seqs,
+            **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},
+            "pp_schedule": layout.get("pp_schedule", ""),
+            "sequence_parallel": layout.get("sequence_parallel", False),
+            "pp_first_layers": layout.get("pp_first_layers", float("nan")),
+            "pp_last_layers": layout.get("pp_last_layers", float("nan")),
+            "ep": _or(r.get("ep"), 1.0),
             "precision": precision, "reduce_dtype": reduce_dtype,
+            "precision_format": number_format, "precision_note": precision_text,
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
-            "fused_loss": _arch(model) == "mpt",
-            "flash_attention": uses_flash_attention(*(_text(r.get(k)) for k in (
-                "notes", "framework", "source", "source_locator"))),
+            "fused_loss": _arch(model) == "mpt" or bool(conventions.get("fused_loss")),
+            "flash_attention": _flash(texts, conventions, generation),
             "power_cap_w": cap if cap is not None else float("nan"),
-            "framework": framework, "tokens_per_s_per_gpu": measured,
-            "measured_from": measured_from, "subset": r.get("subset", ""), "skip": skip,
+            "framework": framework, "source_key": _text(r.get("source_key")),
+            "generation": generation, "tokens_per_s_per_gpu": measured,
+            "measured_from": measured_from, "subset": _text(r.get("subset")),
+            "modelled_as": "; ".join(modelled_as), "skip": skip,
         })
     return pd.DataFrame(rows)
+
+
+def _flash(texts: list[str], conventions: dict, generation: str) -> bool:
+    """Fused attention: as the row says; else the framework's default (Megatron-Core: on);
+    else by date (:func:`uses_flash_attention`). FlashAttention's kernels need sm_75+ (v1) /
+    sm_80+ (v2), so a Volta run that says nothing is eager."""
+    if re.search(r"flash|eager attention|math attention", " ".join(texts).lower()):
+        return uses_flash_attention(*texts)
+    return generation != "Volta" and (bool(conventions.get("flash"))
+                                      or uses_flash_attention(*texts))
+
+
+def _stated(text: str) -> bool:
+    """Whether a knob's cell says something ("not stated", "?", "" say nothing)."""
+    low = text.strip().lower()
+    return bool(low) and not re.match(r"(not|none) stated|unknown|n/?a$|\?$", low)
 
 
 def is_vtrain(columns) -> bool:
@@ -368,9 +476,13 @@ def is_vtrain(columns) -> bool:
 def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
     """Convert vTrain ground-truth rows (Megatron-DeepSpeed GPT on A100) to the fsdpsim schema.
 
-    Iteration time → tokens/s per GPU = global batch · sequence / time / GPUs. Data-parallel-only
-    rows are modelled as DDP gradient all-reduce (ZeRO-1's reduce-scatter + all-gather moves the
-    same bytes); fp16 mixed precision as in Megatron-DeepSpeed's GPT examples."""
+    Iteration time → tokens/s per GPU = global batch · sequence / time / GPUs. The layout is
+    the row's TP × PP × DP (tensor parallelism innermost, 8 GPUs per node), the plain 1F1B
+    schedule, no sequence parallelism (Megatron-DeepSpeed's ``--sequence-parallel`` is opt-in),
+    full activation checkpointing (vTrain README); the data-parallel gradients as DDP
+    all-reduce (ZeRO-1's reduce-scatter + all-gather moves the same bytes); fp16 mixed
+    precision as in Megatron-DeepSpeed's GPT examples. A row whose degrees do not multiply to
+    its GPU count is skipped."""
     rows = []
     columns = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "n_gpus": "# GPUs",
                "dp": "data parallelism", "mb": "micro batch", "gb": "global batch",
@@ -383,22 +495,25 @@ def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
         tp, pp, n_gpus, dp = v["tp"], v["pp"], v["n_gpus"], v["dp"]
         mb, gb, seq, d, layers = v["mb"], v["gb"], v["seq"], v["d"], v["layers"]
         time_s = _positive(r.get("iteration time (ms)")) / 1e3
-        skip = ("tensor/pipeline/context parallel: not modelled yet" if tp > 1 or pp > 1
-                else f"{', '.join(bad)} not stated as whole numbers" if bad
+        skip = (f"{', '.join(bad)} not stated as whole numbers" if bad
+                else f"layout tp({tp}) * pp({pp}) * dp({dp}) != # GPUs({n_gpus})"
+                if tp * pp * dp != n_gpus
                 else "" if time_s == time_s else "no iteration time")
         name = (f"GPT {r['Parameters (billion)']}B" if "Parameters (billion)" in raw.columns
                 else f"GPT L{layers} d{d}")
         rows.append({
             "id": f"vtrain-{i + 1:04d}", "arch": "gpt", "model": name, "n_layers": layers,
             "d_model": d, "n_heads": v["heads"], "n_kv_heads": v["heads"], "ffn_size": 4 * d,
-            "vocab": VTRAIN_VOCAB,
+            "vocab": tp_vocab(VTRAIN_VOCAB, tp),
             "gpu": VTRAIN_GPU, "n_gpus": n_gpus, "gpus_per_node": min(VTRAIN_GPUS_PER_NODE, n_gpus),
             "inter_node_gbps_per_gpu": VTRAIN_NODE_GBPS / VTRAIN_GPUS_PER_NODE,
             "network": "ib-hdr-200", "seq_len": seq, "micro_batch": mb,
             "grad_accum": max(1, gb // (mb * dp)), "sharding": "none", "recompute": "full",
+            "tp": tp, "pp": pp, "cp": 1, "vpp": 1, "pp_schedule": "1f1b",
+            "sequence_parallel": False, "ep": 1,
             "precision": "fp16", "reduce_dtype": "fp16", "fused_loss": False,
             "flash_attention": False,  # Megatron-DeepSpeed GPT of vTrain: fused softmax, no flash
-            "framework": "Megatron-DeepSpeed",
+            "framework": "Megatron-DeepSpeed", "generation": gpu_generation(VTRAIN_GPU),
             "tokens_per_s_per_gpu": gb * seq / time_s / n_gpus,
             "measured_from": "iteration time (ms)", "subset": "vtrain", "skip": skip,
         })

@@ -73,6 +73,7 @@ def test_calibration_rows_unchanged(golden, tool):
     data = Path(__file__).resolve().parents[1] / "validation" / "data"
     now = tool.measurement_predictions(data)
     for name, rows in golden["measurements"].items():
-        assert now[name].keys() == rows.keys(), name
+        # every row modelled then is modelled now (hybrid rows modelled since may be added)
+        assert rows.keys() <= now[name].keys(), name
         for i, v in rows.items():
             assert math.isclose(now[name][i], v, rel_tol=1e-12), (name, i, now[name][i], v)

@@ -154,7 +154,9 @@ def test_rows_of_any_source_are_read_by_what_they_say():
     assert (r["sharding"], r["recompute"], r["precision"], r["reduce_dtype"], r["arch"]) == \
         ("full", "selective", "bf16", "fp32", "llama")
     assert r["flash_attention"] and not r["fused_loss"]
-    assert frame.loc["tp", "skip"] == "tensor/pipeline/context parallel: not modelled yet"
+    assert (r["tp"], r["pp"], r["cp"], r["vpp"]) == (1, 1, 1, 1)
+    tp = frame.loc["tp"]  # tensor parallel: modelled; torchtitan's TP plan is sequence-parallel
+    assert (tp["skip"], tp["tp"], tp["sequence_parallel"]) == ("", 8, True)
     assert frame.loc["gpu", "skip"] == "GPU 'Z9000' is not in the catalog"
     assert frame.loc["nomb", "skip"] == "" and pd.isna(frame.loc["nomb", "micro_batch"])
     assert frame.loc["nomeas", "skip"].startswith("no measurement")
@@ -188,13 +190,14 @@ def test_unstated_knobs_get_what_predict_would_choose():
 def test_a_published_layout_file_validates_end_to_end(tmp_path, capsys):
     path = tmp_path / "runs.csv"
     pd.DataFrame([_row(), _row(id="r2", n_gpus=8, tokens_per_s_per_gpu=7000.0),
-                  _row(id="tp", tp=2)]).to_csv(path, index=False)
+                  _row(id="tp", tp=2), _row(id="gpu", gpu="Z9000")]).to_csv(path, index=False)
     frame = load_measurements(path, CATALOG)
     result = predict_measurements(frame, CATALOG)
-    assert len(result) == 2 and result["predicted_tokens_per_s_per_gpu"].gt(0).all()
+    assert len(result) == 3 and result["predicted_tokens_per_s_per_gpu"].gt(0).all()
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "skipped: 1 rows: tensor/pipeline/context parallel" in out and "2 rows" in out
+    assert "skipped 1 of 4 rows:" in out and "GPU 'Z9000' is not in the catalog" in out
+    assert "tokens/s per GPU: 3 rows" in out
 
 
 def test_vtrain_rows():
@@ -204,7 +207,10 @@ def test_vtrain_rows():
                         "tensor parallelism": [1, 2], "data parallelism": [8, 4],
                         "pipeline parallelism": [1, 1], "iteration time (ms)": [500.0, 500.0]})
     frame = from_vtrain(raw)
-    assert list(frame["skip"]) == ["", "tensor/pipeline/context parallel: not modelled yet"]
+    assert list(frame["skip"]) == ["", ""]
+    assert list(frame["tp"]) == [1, 2] and list(frame["pp_schedule"]) == ["1f1b"] * 2
+    # Megatron pads the vocabulary to a multiple of 128 x tp for the TP-split embedding
+    assert list(frame["vocab"]) == [50257, 50432]
     first = frame.iloc[0]
     assert first["tokens_per_s_per_gpu"] == pytest.approx(32 * 1024 / 0.5 / 8)
     assert (first["grad_accum"], first["sharding"], first["recompute"]) == (1, "none", "full")

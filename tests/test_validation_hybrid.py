@@ -1,0 +1,330 @@
+"""``fsdpsim validate`` on hybrid-parallel published runs (issue 9 §3 "Against published runs").
+
+Each source's mapping is checked on hand-read rows of ``validation/data`` (degrees, schedule,
+sharding, precision, skip reasons); the engine inputs of a hybrid row equal what
+``predict.config_inputs`` builds from the objects the row describes; every dense core row of
+``hybrid_calibration.csv`` is modelled or skipped for a listed reason; the CLI prints the
+groupings the issue's accuracy floors are read from. Accuracy is printed, and asserted only as
+far as it holds today (no model constant is tuned to these rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fsdpsim.catalog import load_catalog
+from fsdpsim.cli import main
+from fsdpsim.measurements import (
+    _row_setup,
+    by_framework,
+    engine_inputs,
+    load_measurements,
+    predict_measurements,
+    spec_for_row,
+    summarise,
+    summarise_by,
+)
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.predict import config_inputs
+from fsdpsim.system import resolve_system
+
+from conftest import VALIDATION_DATA
+
+CATALOG = load_catalog(use_env=False)
+HYBRID = VALIDATION_DATA / "hybrid_calibration.csv"
+PUBLISHED = VALIDATION_DATA / "published_calibration.csv"
+VTRAIN_MULTI = VALIDATION_DATA / "vtrain_ground_truth_multi.csv"
+MOE = "mixture of experts: not modelled yet (issue 13)"
+#: Dense core rows of hybrid_calibration.csv that may be skipped today, by reason prefix, and why.
+ALLOWED_CORE_SKIPS = {
+    # Llama 3.1 405B (126 layers) on Megatron-Bridge: the embedding and the loss each take a
+    # layer's slot (account_for_embedding/loss_in_pipeline_split), so with virtual stages the
+    # first and last stages hold chunks of unequal size; ParallelPlan.stage_layers refuses it.
+    "layout: the first pipeline stage's": "uneven first/last stages with virtual stages",
+}
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    return load_measurements(HYBRID, CATALOG).set_index("id", drop=False)
+
+
+@pytest.fixture(scope="module")
+def published():
+    return load_measurements(PUBLISHED, CATALOG).set_index("id", drop=False)
+
+
+@pytest.fixture(scope="module")
+def vtrain_multi():
+    return load_measurements(VTRAIN_MULTI, CATALOG)
+
+
+# ------------------------------------------------------------------ each source's mapping
+def test_sc21_ptd_p_rows_are_interleaved_1f1b_with_full_recompute(published):
+    """SC21 Table 1 (GPT-529.6B: 105 layers on tp 8 x pp 35, dp 9): interleaved schedule with
+    the only chunk count that splits 3 layers per stage (3), full recompute, DDP, fp16, eager
+    attention (2021), no sequence parallelism (pre-dates it)."""
+    r = published.loc["megatron-sc21-t1-09"]
+    assert r["skip"] == ""
+    assert (r["tp"], r["pp"], r["cp"], r["vpp"], r["pp_schedule"]) == (8, 35, 1, 3, "interleaved")
+    assert (r["sharding"], r["recompute"], r["precision"], r["reduce_dtype"]) == \
+        ("none", "full", "fp16", "fp16")
+    assert not r["sequence_parallel"] and not r["flash_attention"]
+    assert r["knobs"].startswith("auto: micro_batch") and r["knobs"].endswith("vpp 3")
+    assert r["micro_batch"] * r["grad_accum"] * 9 == 2520  # the stated global batch, dp 9
+
+
+def test_sc21_table2_pipeline_degree_is_derived_from_the_stated_dp(published):
+    """Table 2 states model-parallel size 96 = tp 8 x pp ?, with dp 4 on 384 GPUs: pp 12."""
+    r = published.loc["megatron-sc21-t2-07"]
+    assert r["skip"] == "" and (r["tp"], r["pp"], r["micro_batch"]) == (8, 12, 1)
+    assert "pp 12 derived" in r["modelled_as"]
+    assert r["vpp"] in (2, 4, 8) and r["pp_schedule"] == "interleaved"  # 8 layers per stage
+    assert published.loc["megatron-sc21-text-01", "skip"] == \
+        "parallel layout (tp/pp/cp) not stated"
+    zero3 = published.loc["megatron-sc21-t2-01"]
+    assert (zero3["skip"], zero3["sharding"], zero3["tp"], zero3["pp"]) == ("", "full", 1, 1)
+
+
+def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
+    """Llama 3 70B on 64 GB200 (tp 2, pp 4, vpp 5, NVFP4): the distributed optimizer (ZeRO-1),
+    sequence parallelism with TP, the interleaved schedule, NVFP4 modelled as FP8 (said in
+    ``modelled_as``), recompute not stated (auto), one NVL72 rack's NVLink domain."""
+    r = hybrid.loc["mbridge-2602-002"]
+    assert r["skip"] == ""
+    assert (r["tp"], r["pp"], r["cp"], r["vpp"], r["pp_schedule"]) == (2, 4, 1, 5, "interleaved")
+    assert (r["sharding"], r["precision"], r["precision_format"]) == ("optimizer", "fp8", "nvfp4")
+    assert r["sequence_parallel"] and r["flash_attention"] and r["fused_loss"]
+    assert r["precision_note"] == "nvfp4 (NVFP4)" and "NVFP4 modelled as FP8" in r["modelled_as"]
+    assert r["knobs"].startswith("auto: recompute")
+    assert (r["gpu"], r["gpus_per_node"], r["generation"]) == ("gb200", 72, "Blackwell")
+    spec, system, plan, _ = _row_setup(r, CATALOG)
+    assert plan.gpus_per_node == system.gpus_per_node == 64  # 64 of 72 GPUs per rack used
+    fsdp = hybrid.loc["mbridge-2511-027"]  # Llama 3 8B on 8 H100, Megatron-FSDP, FP8-CS
+    assert (fsdp["sharding"], fsdp["precision"], fsdp["precision_format"], fsdp["gpu"],
+            fsdp["gpus_per_node"]) == ("full", "fp8", "fp8", "h100-sxm5-80gb", 8)
+    assert fsdp["precision_note"] == "fp8 (FP8-CS, per-tensor current scaling)"
+    mx = hybrid.loc["mbridge-2511-002"]  # source label FP8-MX: MXFP8 block scaling
+    assert (mx["precision"], mx["precision_format"]) == ("fp8", "mxfp8")
+
+
+def test_megatron_bridge_405b_stages_account_for_embedding_and_loss(hybrid):
+    """126 layers over pp 16 x vpp 4 (GB200): Megatron-Bridge counts the embedding and the loss
+    as layers (128 = 16 x 4 x 2), so the first and last stages hold 7 layers, the others 8.
+    Until the plan accepts chunks of unequal size the row is skipped with the plan's reason."""
+    r = hybrid.loc["mbridge-2602-013"]
+    assert (r["tp"], r["pp"], r["vpp"], r["pp_first_layers"], r["pp_last_layers"]) == \
+        (4, 16, 4, 7, 7)
+    assert "account_for_embedding/loss" in r["modelled_as"]
+    assert r["skip"] == "" or r["skip"].startswith("layout: ")
+
+
+def test_moe_and_inconsistent_layouts_are_skipped_with_their_reason(hybrid):
+    assert hybrid.loc["mbridge-2608-001", "skip"] == MOE          # DeepSeek-V3, ep 32
+    assert hybrid.loc["primuspipe-007", "skip"] == MOE            # Qwen3-235B-A22B, ep 8
+    # NeMo long-sequence B200 table: the stated degrees multiply to a quarter of the GPUs
+    row = hybrid.loc["nemocp-001"]
+    assert row["skip"] == "layout dp(2) * tp(1) * pp(1) * cp(1) = 2 != n_gpus(8)"
+    assert row["subset"] == "doubtful"
+    assert hybrid.loc["nemocp-017", "skip"] == "parallel layout (tp/pp/cp) not stated"
+    assert hybrid.loc["primuspipe-001", "skip"] == "seq_len not stated as whole numbers"
+
+
+def test_internevo_rows(hybrid):
+    """InternEvo: ZeRO-1 (zero1=-1 over every DP rank, zero1=4/8 within groups: modelled over
+    all ranks and said so), TP 2 without sequence parallelism (its configs), 4 x 100 Gb/s RoCE
+    per node, checkpointing as stated."""
+    r = hybrid.loc["internevo-026"]  # 16 GPUs, tp 2, zero1=4
+    assert (r["skip"], r["tp"], r["sharding"], r["recompute"], r["precision"]) == \
+        ("", 2, "optimizer", "none", "bf16")
+    assert not r["sequence_parallel"] and r["flash_attention"]
+    assert (r["network"], r["inter_node_gbps_per_gpu"]) == ("roce-100", 50.0)
+    assert "ZeRO-1 within groups of 4 modelled over all 8" in r["modelled_as"]
+    assert hybrid.loc["internevo-033", "recompute"] == "full"
+    assert hybrid.loc["internevo-001", "modelled_as"] == ""  # zero1=-1: exactly ZeRO-1
+
+
+def test_dlperf_v100_rows(hybrid):
+    """DLPerf GPT on V100 (2020-21): fp16, eager attention, DDP, 1F1B for PP, 1 EDR HCA per
+    8-GPU node; recompute as stated (OneFlow: full) or auto (Megatron-LM: not stated)."""
+    r = hybrid.loc["dlperf-033"]  # OneFlow, dp 2 x tp 4 x pp 4 on 32 GPUs
+    assert (r["skip"], r["tp"], r["pp"], r["vpp"], r["pp_schedule"]) == ("", 4, 4, 1, "")
+    assert (r["precision"], r["sharding"], r["recompute"]) == ("fp16", "none", "full")
+    assert not r["flash_attention"] and not r["sequence_parallel"]
+    assert (r["network"], r["inter_node_gbps_per_gpu"], r["generation"]) == \
+        ("ib-edr-100", 12.5, "Volta")
+    megatron = hybrid.loc["dlperf-034"]
+    assert megatron["knobs"].startswith("auto: recompute")
+
+
+def test_nemo_long_sequence_rows_convert_their_tflops(hybrid):
+    """No tokens/s in NeMo's CP table: its TFLOP/s count the full attention square with N
+    less the input embedding (the row's note: 16,665 tokens/s per GPU for Llama 2 7B at 4K)."""
+    r = hybrid.loc["nemocp-016"]
+    assert r["measured_from"] == "tflops_per_gpu (6N+12Lds)"
+    assert r["tokens_per_s_per_gpu"] == pytest.approx(16665, rel=1e-3)
+    cp = hybrid.loc["nemocp-024"]  # 64 H100, tp 4 x cp 2 x dp 8, 64K tokens
+    assert (cp["skip"], cp["tp"], cp["cp"], cp["sequence_parallel"]) == ("", 4, 2, True)
+
+
+def test_vtrain_multi_node_rows_are_all_modelled(vtrain_multi):
+    """vTrain: TP x PP x DP on 64-512 A100, 1F1B, full recompute, no sequence parallelism;
+    Megatron pads the GPT-2 vocabulary to a multiple of 128 x tp."""
+    assert len(vtrain_multi) == 109 and (vtrain_multi["skip"] == "").all()
+    r = vtrain_multi[(vtrain_multi["tp"] == 8) & (vtrain_multi["pp"] == 4)].iloc[0]
+    assert (r["pp_schedule"], r["recompute"], r["sharding"], r["vocab"]) == \
+        ("1f1b", "full", "none", 51200)
+    assert not r["sequence_parallel"] and r["generation"] == "Ampere"
+
+
+# ------------------------------------------------------------------ one builder
+@pytest.mark.parametrize("row_id, objects", [
+    ("megatron-sc21-t1-05", lambda r: (
+        resolve_system(CATALOG, gpu="a100-sxm4-80gb", gpus_per_node=8, network="ib-hdr-200",
+                       inter_node_gbps_per_gpu=200.0),
+        ParallelPlan(num_gpus=512, gpus_per_node=8, sharding="none", tp=8, pp=2,
+                     vpp=int(r["vpp"]), sequence_parallel=False),
+        TrainingConfig(seq_len=2048, micro_batch=int(r["micro_batch"]), recompute="full",
+                       precision="fp16", reduce_dtype="fp16", flash_attention=False))),
+])
+def test_engine_inputs_equal_predicts_builder(published, row_id, objects):
+    """The engine inputs of a hybrid row are exactly ``config_inputs`` of the objects it
+    describes (built here by hand from the row as read), plus its knobs."""
+    r = published.loc[row_id]
+    system, plan, training = objects(r)
+    expected = config_inputs(spec_for_row(r), system, plan, training)
+    got = engine_inputs(published.loc[[row_id]].reset_index(drop=True), CATALOG)
+    _same_inputs(expected, got)
+    assert (got["micro_batch"][0], got["grad_accum"][0]) == (r["micro_batch"], r["grad_accum"])
+
+
+def test_engine_inputs_equal_predicts_builder_on_an_nvl72_rack(hybrid):
+    r = hybrid.loc["mbridge-2602-002"]
+    system = resolve_system(CATALOG, gpu="gb200", gpus_per_node=64)
+    plan = ParallelPlan(num_gpus=64, gpus_per_node=64, sharding="optimizer", tp=2, pp=4, vpp=5,
+                        sequence_parallel=True)
+    training = TrainingConfig(seq_len=8192, micro_batch=1, recompute=str(r["recompute"]),
+                              precision="fp8", reduce_dtype="bf16", flash_attention=True,
+                              fused_loss=True)
+    expected = config_inputs(spec_for_row(r), system, plan, training)
+    got = engine_inputs(hybrid.loc[["mbridge-2602-002"]].reset_index(drop=True), CATALOG)
+    _same_inputs(expected, got)
+
+
+def _same_inputs(expected: dict, got: dict) -> None:
+    """Every input of ``config_inputs`` equals the stacked row exactly (NaN equal to NaN)."""
+    assert set(expected) <= set(got)
+    differ = {k: (v, got[k][0]) for k, v in expected.items()
+              if not np.array_equal(np.asarray(v, dtype=float), got[k][0], equal_nan=True)}
+    assert not differ, differ
+
+
+# ------------------------------------------------------------------ coverage and accuracy
+def test_every_dense_core_row_is_modelled_or_skipped_for_a_listed_reason(hybrid):
+    core = hybrid[(hybrid["subset"] == "core") & (hybrid["skip"] != MOE)]
+    skipped = core[core["skip"] != ""]
+    unlisted = skipped[[not any(s.startswith(p) for p in ALLOWED_CORE_SKIPS)
+                        for s in skipped["skip"]]]
+    print(f"\n{len(core)} dense core rows: {len(core) - len(skipped)} modelled, "
+          f"{len(skipped)} skipped")
+    for reason, n in skipped["skip"].value_counts().items():
+        print(f"  {n:>3}  {reason}")
+    assert unlisted.empty, unlisted[["id", "skip"]].to_string()
+    assert len(core) - len(skipped) >= 100
+    assert set(hybrid["subset"]) == {"core", "doubtful", "finetune", "unusable"}
+
+
+def _accuracy(name: str, frame: pd.DataFrame) -> dict:
+    s = summarise(predict_measurements(frame, CATALOG))
+    print(f"{name}: {s['rows']} rows, MAPE {100 * s['mape']:.1f} %, median "
+          f"{100 * s['median_ape']:.1f} %, worst {100 * s['worst_ape']:.1f} %, "
+          f"bias {100 * s['bias']:+.1f} %")
+    return s
+
+
+def test_accuracy_on_the_issue_floors_is_reported(published, vtrain_multi, hybrid):
+    """The issue's floors (vTrain multi-node <= 12 %, SC21 PTD-P <= 10 %, dense core rows <= 12 %
+    per generation and precision) are targets for the hybrid physics; this prints where the
+    model stands and asserts only that every group is predicted."""
+    print()
+    assert _accuracy("vTrain multi-node", vtrain_multi)["rows"] == 109
+    assert _accuracy("SC21 PTD-P", by_framework(published, "ptd-p"))["rows"] == 16
+    assert _accuracy("SC21 ZeRO-3", by_framework(published, "zero-3"))["rows"] == 6
+    groups = summarise_by(predict_measurements(hybrid, CATALOG), "generation")
+    for name, s in groups.items():
+        print(f"hybrid core {name}: {s['rows']} rows, MAPE {100 * s['mape']:.1f} %, median "
+              f"{100 * s['median_ape']:.1f} %, bias {100 * s['bias']:+.1f} %")
+    assert {"Ampere bf16", "Hopper fp8", "Volta fp16"} <= set(groups)
+    assert all(np.isfinite(s["mape"]) for s in groups.values())
+
+
+# ------------------------------------------------------------------ the CLI
+@pytest.mark.parametrize("path, titles", [
+    (HYBRID, ("by framework", "by subset", "by GPU generation x precision (core rows)")),
+    (PUBLISHED, ("by framework", "by subset")),
+    (VTRAIN_MULTI, ()),
+])
+def test_validate_prints_the_groupings(capsys, path, titles):
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    summary = out[out.index("\n\n") + 2:]  # after the rows table
+    for title in titles:
+        assert title in summary
+    assert "tokens/s per GPU:" in summary
+    assert max(len(line) for line in summary.splitlines()) <= 100, summary
+
+
+def test_validate_by_option(capsys):
+    assert main(["validate", str(HYBRID), "--by", "generation", "--by", "source",
+                 "--format", "json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["by"]) == {"generation", "source"}
+    assert "Hopper fp8" in out["by"]["generation"]
+    assert main(["validate", str(PUBLISHED), "--framework", "ptd-p", "--by", "gpu"]) == 0
+    assert "by GPU" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ fsdpsim's own schema
+_OWN = dict(id="x", model="llama3-8b", gpu="h100", n_gpus=16, gpus_per_node=8,
+            inter_node_gbps_per_gpu=400, seq_len=4096, micro_batch="auto", grad_accum="auto",
+            sharding="optimizer", recompute="full", tokens_per_s_per_gpu=8000,
+            global_batch_seqs=64, tp=2, pp=2, vpp="auto", sequence_parallel="true")
+
+
+def test_own_schema_carries_the_layout(tmp_path):
+    """tp 2 x pp 2 x dp 4 on 16 H100 with the interleaved chunk count and micro-batch left to
+    auto: llama3-8b's 32 layers split into pp 2 x v for v in 2, 4, 8, 16."""
+    path = tmp_path / "m.csv"
+    pd.DataFrame([_OWN, {**_OWN, "id": "y", "vpp": "", "pp": "", "cp": 2,
+                         "cp_kind": "all2all", "recompute_layers": 4}]).to_csv(path, index=False)
+    frame = load_measurements(path, CATALOG).set_index("id", drop=False)
+    x = frame.loc["x"]
+    assert x["vpp"] in (2, 4, 8, 16) and x["knobs"].endswith(f"vpp {x['vpp']}")
+    assert x["micro_batch"] * x["grad_accum"] * 4 == 64 and x["grad_accum"] % 2 == 0
+    _, _, plan, options = _row_setup(x, CATALOG)
+    assert (plan.tp, plan.pp, plan.dp, plan.pp_schedule, plan.sequence_parallel) == \
+        (2, 2, 4, "interleaved", True)
+    _, _, plan, options = _row_setup(frame.loc["y"], CATALOG)
+    assert (plan.tp, plan.pp, plan.cp, plan.cp_kind, plan.dp) == (2, 1, 2, "all2all", 4)
+    assert options["recompute_layers"] == 4
+    assert predict_measurements(frame, CATALOG)["predicted_tokens_per_s_per_gpu"].gt(0).all()
+
+
+@pytest.mark.parametrize("column, value, says", [
+    ("tp", "1.5", "tp 1.5 is not accepted"),
+    ("vpp", "many", "accepted: a whole number >= 1 or auto"),
+    ("pp_schedule", "zigzag", "gpipe, 1f1b, interleaved, zb-h1"),
+    ("cp_kind", "spiral", "ring, all2all"), ("sequence_parallel", "maybe", "true or false"),
+    ("ep", 8, "expert parallelism is not modelled yet"),
+    ("tp", 3, "tp(3) * pp(2) * cp(1) = 6 does not divide num_gpus(16)"),
+])
+def test_own_schema_bad_layout_is_one_line_naming_the_row(tmp_path, capsys, column, value, says):
+    path = tmp_path / "m.csv"
+    pd.DataFrame([{**_OWN, "vpp": 2, column: value}]).to_csv(path, index=False)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 'x'" in err[0] and says in err[0], err
