@@ -28,6 +28,7 @@ from fsdpsim.measurements import engine_inputs, summarise
 FACTORS = {
     "matmul_fraction": ("matmul_fraction", 1.0, (0.2, 1.0)),
     "attention_fraction": ("attention_fraction", 1.0, (0.1, 1.0)),
+    "fused_attention_fraction": ("fused_attention_fraction", 1.0, (0.1, 1.0)),
     "hbm_fraction": ("hbm_fraction", 1.0, (0.6, 1.0)),
     "kernel_overhead_s": ("kernel_overhead_us", 1e6, (0.0, 50e-6)),
     "matmul_half_k": ("matmul_half_k", 1.0, (0.0, 256.0)),

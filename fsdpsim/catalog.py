@@ -310,6 +310,7 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         throughput_ratio_p95=e.get("throughput_ratio_p95", UNCALIBRATED_INTERVAL[1]),
         calibrated="throughput_ratio_p05" in e and "throughput_ratio_p95" in e,
         attention_fraction=e["attention_fraction"],
+        fused_attention_fraction=e.get("fused_attention_fraction", e["attention_fraction"]),
         hbm_fraction=e["hbm_fraction"],
         link_fraction=e["link_fraction"],
         kernel_overhead_s=e["kernel_overhead_us"] * US_S,

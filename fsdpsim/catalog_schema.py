@@ -83,6 +83,7 @@ _EFFICIENCY = {
     "throughput_ratio_p05": Field(_NUM, False, 0.1, 1.0),
     "throughput_ratio_p95": Field(_NUM, False, 1.0, 10.0),
     "attention_fraction": Field(_NUM, True, 0.05, 1.0),
+    "fused_attention_fraction": Field(_NUM, False, 0.05, 1.0),
     "hbm_fraction": Field(_NUM, True, 0.2, 1.0),
     "link_fraction": Field(_NUM, True, 0.2, 1.1),
     "kernel_overhead_us": Field(_NUM, True, 0.0, 100, unit="us"),

@@ -72,7 +72,8 @@ def build_prediction(ctx: click.Context, **o: Any):
                               recompute=recompute, precision=o["precision"],
                               reduce_dtype=o["reduce_dtype"], optimizer=o["optimizer"],
                               flash_attention=o["flash_attention"],
-                              recompute_layers=o.get("recompute_layers"))
+                              recompute_layers=o.get("recompute_layers"),
+                              dropout=bool(o.get("dropout")))
     return predict(spec, system, plan, training)
 
 
@@ -185,6 +186,9 @@ def predict_options(f):
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
         click.option("--flash-attention/--eager-attention", default=True, show_default=True),
+        click.option("--dropout/--no-dropout", default=False, show_default=True,
+                     help="Attention and residual dropout (Megatron GPT 0.1): its traffic "
+                          "and masks."),
     ]
     for opt in reversed(opts):
         f = opt(f)

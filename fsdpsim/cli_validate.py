@@ -77,6 +77,22 @@ def _skipped_lines(skipped, total: int) -> list[str]:
     return lines
 
 
+#: Rows a fit leaves out: subsets their file marks as doubtful or not pre-training, and number
+#: formats modelled by an approximation (MXFP8/NVFP4 as FP8, fsdpsim.published_plan).
+UNFIT_SUBSETS = ("doubtful", "finetune", "unusable")
+
+
+def fit_rows(frame):
+    """The rows a calibration may fit: no doubtful, fine-tuning or unusable subset, and no
+    number format modelled by an approximation. Validation still reports all of them."""
+    from fsdpsim.published_plan import APPROXIMATED_FORMATS
+
+    keep = ~frame.get("subset", "").astype(str).isin(UNFIT_SUBSETS)
+    if "precision_format" in frame.columns:
+        keep &= ~frame["precision_format"].astype(str).isin(tuple(APPROXIMATED_FORMATS))
+    return frame[keep]
+
+
 def register(cli: click.Group) -> None:
     @cli.command("validate")
     @click.argument("measurements", type=click.Path(dir_okay=False))
@@ -185,7 +201,7 @@ def register(cli: click.Group) -> None:
         from fsdpsim.measurements import by_framework, load_measurements
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        frame = by_framework(load_measurements(measurements, cat), framework)
+        frame = fit_rows(by_framework(load_measurements(measurements, cat), framework))
         result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
         click.echo(_summary_line("before", result.before))
         click.echo(_summary_line("after ", result.after))

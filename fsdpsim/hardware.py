@@ -51,6 +51,10 @@ class Efficiency:
     """95th percentile of measured / predicted tokens/s."""
     calibrated: bool = False
     """True when the interval comes from this GPU type's own calibration."""
+    fused_attention_fraction: float | None = None
+    """Attention throughput / dense peak of the fused attention kernel Megatron-LM / NeMo use
+    (Transformer Engine's cuDNN fused attention; FlashAttention-3 class on Hopper and later);
+    None = ``attention_fraction`` (the PyTorch SDPA FlashAttention-2 kernel)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``recompute``              none | selective | full | auto
 ``reduce_dtype``           fp32 | bf16
 ``fused_loss``             true when the run used a fused cross-entropy (optional)
+``dropout``                true when attention and residual dropout were on (optional)
 ``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
 ``power_cap_w``            board power limit below TDP (optional)
 ``tokens_per_s_per_gpu``   the measurement
@@ -38,6 +39,8 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
 ``pp_first_layers``,       layers on the first / last pipeline stage (default: an even
 ``pp_last_layers``         split)
 ``recompute_layers``       layers of each stage that recompute (default: all)
+``recipe``                 torch (default) or megatron: the mixed-precision recipe
+                           (ParallelPlan ``framework``)
 ``ep``                     expert-parallel degree (default 1; > 1 is not modelled yet)
 =========================  =========================================================
 
@@ -73,7 +76,7 @@ REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_le
 #: The layout columns of the schema and their defaults (missing column or empty cell).
 PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
-                "pp_last_layers": None, "recompute_layers": None, "ep": 1}
+                "pp_last_layers": None, "recompute_layers": None, "ep": 1, "recipe": "torch"}
 
 
 def _truthy(value: Any) -> bool:
@@ -173,7 +176,8 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         sequence_parallel=None if sp is None else _truthy(sp),
         cp_kind=str(_cell(row, "cp_kind")),
         pp_first_layers=_whole_cell(row, "pp_first_layers"),
-        pp_last_layers=_whole_cell(row, "pp_last_layers"))
+        pp_last_layers=_whole_cell(row, "pp_last_layers"),
+        framework=str(_cell(row, "recipe") or "torch"))
 
 
 def _row_setup(row: pd.Series, catalog: Catalog,
@@ -203,6 +207,7 @@ def _row_setup(row: pd.Series, catalog: Catalog,
                    precision=str(row.get("precision", "bf16")),
                    flash_attention=_truthy(row.get("flash_attention", True)),
                    fused_loss=_truthy(row.get("fused_loss", False)),
+                   dropout=_truthy(row.get("dropout", False)),
                    recompute_layers=_whole_cell(row, "recompute_layers"))
     return spec, system, plan, options
 

@@ -349,6 +349,9 @@ class TrainingConfig:
     fused_loss: bool = False
     """Fused cross-entropy that writes the gradient in place of the logits (flash-attn, Liger);
     False = PyTorch ``F.cross_entropy`` on upcast fp32 logits."""
+    dropout: bool = False
+    """Dropout on the attention probabilities and the residual branches (Megatron GPT's 0.1;
+    Llama-style recipes use none): its element-wise traffic and saved masks."""
     recompute_layers: int | None = None
     """Layers of each pipeline stage that apply ``recompute`` (the first K; Megatron
     ``--recompute-num-layers`` with the block method); None = every layer."""

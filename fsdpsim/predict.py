@@ -9,6 +9,7 @@ one vectorised call, and wraps the chosen row into a frozen result with ``to_dic
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -84,7 +85,7 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     root_padded = padded_numel(root, shard_size, per_parameter)
 
     def numel(shapes_):
-        return float(sum(int(np.prod(sh)) for _, sh in shapes_))
+        return float(sum(math.prod(sh) for _, sh in shapes_))
 
     out = {
         "n_layers": spec.n_layers, "d_model": spec.d_model, "n_heads": spec.n_heads,
@@ -123,6 +124,8 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
         "matmul_half_k": eff.matmul_half_k,
         "attention_half_kv": eff.attention_half_kv,
         "attention_fraction": eff.attention_fraction,
+        "fused_attention_fraction": (eff.attention_fraction if eff.fused_attention_fraction
+                                     is None else eff.fused_attention_fraction),
         "hbm_bytes_per_s": acc.hbm_bandwidth_bytes_per_s, "hbm_fraction": eff.hbm_fraction,
         "link_bytes_per_s": link.bandwidth_bytes_per_s, "link_fraction": eff.link_fraction,
         "link_latency_s": link.latency_s,
@@ -187,6 +190,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "flash": float(training.flash_attention),
         "fused_loss": float(training.fused_loss),
         "fp8_gemm": float(training.precision == "fp8"),
+        "dropout": float(training.dropout),
         "recompute_layers": (-1.0 if training.recompute_layers is None
                              else float(training.recompute_layers)),
     }
@@ -351,14 +355,24 @@ def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
 OBSERVED_NIC_FRACTION = 0.15
 
 
-def _slow_network_note(x, system: System, plan: ParallelPlan, mb, rc, accum, row) -> str:
-    """A sensitivity line for multi-node plans: the prediction if inter-node collectives ran at
-    :data:`OBSERVED_NIC_FRACTION` of line rate; empty when that changes little (< 5 %)."""
+def _slow_network_twin(x, system: System, plan: ParallelPlan) -> dict[str, Any]:
+    """Inputs that add a second row to the chosen configuration's evaluation: the same
+    configuration with inter-node collectives at :data:`OBSERVED_NIC_FRACTION` of line rate
+    (:func:`_slow_network_note`). Empty for single-node plans and when the system's fraction is
+    that low already."""
     if plan.num_gpus <= system.gpus_per_node or system.inter_node_fraction <= OBSERVED_NIC_FRACTION:
+        return {}
+    return {"nic_fraction": np.array([x["nic_fraction"], OBSERVED_NIC_FRACTION])}
+
+
+def _slow_network_note(out, row) -> str:
+    """A sensitivity line for multi-node plans: the prediction if inter-node collectives ran at
+    :data:`OBSERVED_NIC_FRACTION` of line rate (the second row of ``out``, added by
+    :func:`_slow_network_twin`); empty without that row or when it changes little (< 5 %)."""
+    per_gpu = np.asarray(out["tokens_per_s_per_gpu"]).reshape(-1)
+    if per_gpu.size < 2:
         return ""
-    slow = engine.evaluate({**x, "micro_batch": mb, "recompute": rc, "grad_accum": accum,
-                            "nic_fraction": OBSERVED_NIC_FRACTION, "ceilings": 0.0})
-    tps = float(np.asarray(slow["tokens_per_s_per_gpu"]).reshape(-1)[0])
+    tps = float(per_gpu[1])
     if tps >= 0.95 * row["tokens_per_s_per_gpu"]:
         return ""
     return (f"network sensitivity: at {100 * OBSERVED_NIC_FRACTION:.0f} % of the NICs' line rate "
@@ -416,17 +430,17 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     x = config_inputs(spec, system, plan, training)
     x.update({"micro_batch": mb_flat, "recompute": rc_flat, "grad_accum": accum})
     n = mb_flat.size
-    # Rank every candidate without the ceiling solves, then evaluate the chosen one in full.
-    out = engine.evaluate({**x, "ceilings": 0.0}) if n > 1 else engine.evaluate(x)
-    fits = np.broadcast_to(out["fits"], mb_flat.shape)
-    tier, key = (np.broadcast_to(a, mb_flat.shape) for a in engine.choice_rank(out))
-    i = int(np.lexsort((np.arange(n), key, tier))[0])
-    if n > 1:
-        out = engine.evaluate({**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i],
-                               "grad_accum": accum[i]})
-        row = _row(out, 0)
-    else:
-        row = _row(out, i)
+    i = 0
+    if n > 1:  # rank every candidate without the ceiling solves
+        ranked = engine.evaluate({**x, "ceilings": 0.0})
+        fits = np.broadcast_to(ranked["fits"], mb_flat.shape)
+        tier, key = (np.broadcast_to(a, mb_flat.shape) for a in engine.choice_rank(ranked))
+        i = int(np.lexsort((np.arange(n), key, tier))[0])
+    # The chosen one in full; its twin on a slower network (the sensitivity note) as a second
+    # row of the same vectorised call.
+    out = engine.evaluate({**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i],
+                           "grad_accum": accum[i], **_slow_network_twin(x, system, plan)})
+    row = _row(out, 0)
     if not row.get("pipeline_ok", True):  # raises, naming the schedule and the counts
         from fsdpsim.costs.schedule import check_schedule
 
@@ -449,7 +463,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     if row["fits"] and row["peak_bytes"] > MEMORY_PRESSURE_FRACTION * row["capacity_bytes"]:
         notes.append(f"near the memory limit ({100 * row['peak_bytes'] / row['capacity_bytes']:.0f} % "
                      "of capacity): allocator retries can slow real runs beyond this prediction")
-    slow = _slow_network_note(x, system, plan, mb_flat[i], rc_flat[i], accum[i], row)
+    slow = _slow_network_note(out, row)
     if slow:
         notes.append(slow)
     if not row["fits"]:
@@ -466,8 +480,9 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         notes.append(f"does not fit: needs {over / 2**30:.1f} GiB more than the "
                      f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; {what}")
     return Prediction(
-        values=MappingProxyType(row), inputs=MappingProxyType({k: x[k] for k in x
-                                                                if np.ndim(x[k]) == 0}),
+        values=MappingProxyType(row),
+        inputs=MappingProxyType({k: v for k, v in x.items()
+                                 if isinstance(v, (int, float)) or np.ndim(v) == 0}),
         model=spec.name, system=system.label,
         plan=plan_summary(plan, int(accum[i])),
         training={"seq_len": training.seq_len, "micro_batch": int(mb_flat[i]),
@@ -477,7 +492,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "optimizer": training.optimizer,
                   "reduce_dtype": training.reduce_dtype or "fp32",
                   "flash_attention": training.flash_attention,
-                  "fused_loss": training.fused_loss,
+                  "fused_loss": training.fused_loss, "dropout": training.dropout,
                   "recompute_layers": training.recompute_layers},
         chosen=chosen, notes=tuple(notes), interval=prediction_interval(row, system),
     )

@@ -282,10 +282,13 @@ def uses_flash_attention(*texts: str) -> bool:
 
 
 def _arch(model: str) -> str:
+    """The architecture family a model name implies: Llama-style (SwiGLU, RMSNorm, rotary)
+    for Llama, Mistral, Qwen, InternLM (InternLM-7B: LLaMA-style blocks, Cai et al. 2024
+    §2) and Nemotron-4 descendants are not Llama-style (squared ReLU; modelled as GPT)."""
     low = model.lower()
     if low.startswith("mpt"):
         return "mpt"
-    if any(k in low for k in ("llama", "mistral", "qwen", "mixtral")):
+    if any(k in low for k in ("llama", "mistral", "qwen", "mixtral", "internlm")):
         return "llama"
     return "gpt"
 
@@ -431,7 +434,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "seq_len": counts["seq_len"] or 1,
             "micro_batch": mb, "grad_accum": ga,
             "sharding": sharding,
-            "recompute": parse_recompute(checkpointing) if _stated(checkpointing) else "auto",
+            "recompute": (parse_recompute(checkpointing) if _stated(checkpointing)
+                          else conventions.get("recompute", "auto")),
             "global_batch_seqs": global_seqs,
             **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},
             "pp_schedule": layout.get("pp_schedule", ""),
@@ -446,6 +450,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "flash_attention": _flash(texts, conventions, generation),
             "power_cap_w": cap if cap is not None else float("nan"),
             "framework": framework, "source_key": _text(r.get("source_key")),
+            "recipe": conventions.get("recipe", "torch"),
+            "dropout": bool(conventions.get("dropout", False)) and _arch(model) == "gpt",
             "generation": generation, "tokens_per_s_per_gpu": measured,
             "measured_from": measured_from, "subset": _text(r.get("subset")),
             "modelled_as": "; ".join(modelled_as), "skip": skip,
@@ -513,7 +519,8 @@ def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
             "sequence_parallel": False, "ep": 1,
             "precision": "fp16", "reduce_dtype": "fp16", "fused_loss": False,
             "flash_attention": False,  # Megatron-DeepSpeed GPT of vTrain: fused softmax, no flash
-            "framework": "Megatron-DeepSpeed", "generation": gpu_generation(VTRAIN_GPU),
+            "framework": "Megatron-DeepSpeed", "recipe": "megatron", "dropout": True,
+            "generation": gpu_generation(VTRAIN_GPU),
             "tokens_per_s_per_gpu": gb * seq / time_s / n_gpus,
             "measured_from": "iteration time (ms)", "subset": "vtrain", "skip": skip,
         })

@@ -23,19 +23,31 @@ import numpy as np
 #:   cross-entropy, as their performance recipes set them (Megatron-Bridge "Performance tuning
 #:   guide"; NeMo ``llama3_70b`` recipes: ``use_distributed_optimizer``,
 #:   ``sequence_parallel=True``; NeMo ``GPTConfig.cross_entropy_loss_fusion = True``), and
-#:   fused attention (Transformer Engine's flash/cuDNN backends).
+#:   fused attention (Transformer Engine's flash/cuDNN backends); no activation recompute
+#:   unless the row says so (``TransformerConfig.recompute_granularity = None`` by default;
+#:   the performance summaries list recompute only where their configs set it).
 #: * Megatron-LM PTD-P (Narayanan et al., SC21, arXiv 2104.04473 §2.2): the interleaved 1F1B
 #:   schedule; the paper states no chunk count, so it is chosen as ``auto``.
 #: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
+#: * ``dropout``: GPT training in Megatron-LM (``--attention-dropout 0.1 --hidden-dropout 0.1``,
+#:   arguments.py defaults) and OneFlow-GPT (its Megatron port); Llama-style recipes use none.
+#: * ``recipe``: the mixed-precision recipe (:data:`fsdpsim.parallel.FRAMEWORKS`): Megatron
+#:   and its descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy
+#:   with the (distributed) optimizer; InternEvo's hybrid ZeRO does the same.
 #: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
 #: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
 #: and did not exist before 2022), data-parallel sharding as the row's words say.
 FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("megatron-core", "megatron-bridge", "nemo"),
      {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
-      "fused_loss": True, "flash": True, "embedding_loss_split": True}),
-    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True}),
-    (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False}),
+      "fused_loss": True, "flash": True, "embedding_loss_split": True, "recipe": "megatron",
+      "recompute": "none"}),
+    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "recipe": "megatron",
+                  "dropout": True}),
+    (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
+                                 "recipe": "megatron"}),
+    (("megatron",), {"name": "Megatron-LM", "recipe": "megatron", "dropout": True}),
+    (("oneflow",), {"name": "OneFlow-GPT", "recipe": "megatron", "dropout": True}),
     (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
 )
 

@@ -438,6 +438,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
         "training.fused_loss": np.full(n, _DEFAULT_TRAINING.fused_loss),
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
+        "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }

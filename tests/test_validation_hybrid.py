@@ -91,14 +91,15 @@ def test_sc21_table2_pipeline_degree_is_derived_from_the_stated_dp(published):
 def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
     """Llama 3 70B on 64 GB200 (tp 2, pp 4, vpp 5, NVFP4): the distributed optimizer (ZeRO-1),
     sequence parallelism with TP, the interleaved schedule, NVFP4 modelled as FP8 (said in
-    ``modelled_as``), recompute not stated (auto), one NVL72 rack's NVLink domain."""
+    ``modelled_as``), recompute not stated (none: Megatron-Core's default), Megatron's
+    mixed-precision recipe, one NVL72 rack's NVLink domain."""
     r = hybrid.loc["mbridge-2602-002"]
     assert r["skip"] == ""
     assert (r["tp"], r["pp"], r["cp"], r["vpp"], r["pp_schedule"]) == (2, 4, 1, 5, "interleaved")
     assert (r["sharding"], r["precision"], r["precision_format"]) == ("optimizer", "fp8", "nvfp4")
     assert r["sequence_parallel"] and r["flash_attention"] and r["fused_loss"]
     assert r["precision_note"] == "nvfp4 (NVFP4)" and "NVFP4 modelled as FP8" in r["modelled_as"]
-    assert r["knobs"].startswith("auto: recompute")
+    assert (r["recompute"], r["recipe"], r["dropout"]) == ("none", "megatron", False)
     assert (r["gpu"], r["gpus_per_node"], r["generation"]) == ("gb200", 72, "Blackwell")
     spec, system, plan, _ = _row_setup(r, CATALOG)
     assert plan.gpus_per_node == system.gpus_per_node == 64  # 64 of 72 GPUs per rack used
@@ -185,9 +186,10 @@ def test_vtrain_multi_node_rows_are_all_modelled(vtrain_multi):
         resolve_system(CATALOG, gpu="a100-sxm4-80gb", gpus_per_node=8, network="ib-hdr-200",
                        inter_node_gbps_per_gpu=200.0),
         ParallelPlan(num_gpus=512, gpus_per_node=8, sharding="none", tp=8, pp=2,
-                     vpp=int(r["vpp"]), sequence_parallel=False),
+                     vpp=int(r["vpp"]), sequence_parallel=False, framework="megatron"),
         TrainingConfig(seq_len=2048, micro_batch=int(r["micro_batch"]), recompute="full",
-                       precision="fp16", reduce_dtype="fp16", flash_attention=False))),
+                       precision="fp16", reduce_dtype="fp16", flash_attention=False,
+                       dropout=True))),
 ])
 def test_engine_inputs_equal_predicts_builder(published, row_id, objects):
     """The engine inputs of a hybrid row are exactly ``config_inputs`` of the objects it
@@ -204,7 +206,7 @@ def test_engine_inputs_equal_predicts_builder_on_an_nvl72_rack(hybrid):
     r = hybrid.loc["mbridge-2602-002"]
     system = resolve_system(CATALOG, gpu="gb200", gpus_per_node=64)
     plan = ParallelPlan(num_gpus=64, gpus_per_node=64, sharding="optimizer", tp=2, pp=4, vpp=5,
-                        sequence_parallel=True)
+                        sequence_parallel=True, framework="megatron")
     training = TrainingConfig(seq_len=8192, micro_batch=1, recompute=str(r["recompute"]),
                               precision="fp8", reduce_dtype="bf16", flash_attention=True,
                               fused_loss=True)

@@ -34,7 +34,7 @@ FP32_BYTES = 4.0
 def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
                                n_heads, recompute="none", *, flash_attention=True, act_bytes=2.0,
                                dropout=False, fused_glu=True, tp=1, cp=1,
-                               sequence_parallel=True):
+                               sequence_parallel=True, check=True):
     """Bytes one transformer layer saves for backward on one GPU [B].
 
     Parameters
@@ -57,6 +57,9 @@ def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn
     tp : tensor-parallel degree [-]
     cp : context-parallel degree (splits the sequence) [-]
     sequence_parallel : True when h-sized tensors are split over ``tp`` too [-]
+    check : False skips the argument checks: ``recompute`` and ``ffn_kind`` are then integer
+        codes of :data:`RECOMPUTE` and :data:`FFN_KINDS` and ``tp``, ``cp`` at least 1 (the
+        engine's inputs, checked when its plan was built) [-]
 
     Notes
     -----
@@ -85,13 +88,26 @@ def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn
     sbh(10 + 24/t + 5as/(ht)) without it, sbh/t·(34 + 5as/h) with it). ``cp`` divides the
     tokens each rank holds, and its queries' rows of the score matrix.
     """
-    rc = choice_codes(recompute, RECOMPUTE, "recompute")
-    glu = choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") == 1
+    rc = choice_codes(recompute, RECOMPUTE, "recompute") if check else np.asarray(recompute)
+    saved = saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size,
+                                  ffn_kind, n_heads, flash_attention=flash_attention,
+                                  act_bytes=act_bytes, dropout=dropout, fused_glu=fused_glu, tp=tp,
+                                  cp=cp, sequence_parallel=sequence_parallel, check=check)
+    return select_policy(rc, saved)
+
+
+def saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
+                          n_heads, *, flash_attention=True, act_bytes=2.0, dropout=False,
+                          fused_glu=True, tp=1, cp=1, sequence_parallel=True, check=True):
+    """Bytes one layer saves for backward under each policy of :data:`RECOMPUTE`, as a tuple
+    ``(none, selective, full)`` [B]: the terms of :func:`activation_bytes_per_layer` (its
+    parameters and Notes), computed once for all three policies."""
+    glu = (choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") if check else np.asarray(ffn_kind)) == 1
     b, s, h = as_array(micro_batch), as_array(seq_len), as_array(d_model)
     q, kv, f, a = as_array(q_dim), as_array(kv_dim), as_array(ffn_size), as_array(n_heads)
     e = as_array(act_bytes)
-    t = _check_at_least_one("tp", tp)
-    c = _check_at_least_one("cp", cp)
+    t = _check_at_least_one("tp", tp) if check else as_array(tp)
+    c = _check_at_least_one("cp", cp) if check else as_array(cp)
     drop = np.asarray(dropout, dtype=float)
     h_split = np.where(sequence_parallel, t, 1.0)   # divisor of the h-sized tensors
 
@@ -112,16 +128,25 @@ def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn
     core_bytes = np.where(flash_attention, core_flash, core_plain)
 
     layer_input_bytes = tokens * e * h / h_split
-    return np.where(rc == RC_FULL, layer_input_bytes,
-                    np.where(rc == RC_SELECTIVE, linear_bytes, linear_bytes + core_bytes))
+    return linear_bytes + core_bytes, linear_bytes, layer_input_bytes
+
+
+def select_policy(recompute_codes, saved):
+    """The entry of :func:`saved_bytes_by_policy`'s ``(none, selective, full)`` that each
+    integer recompute code picks [B]."""
+    none, selective, full = saved
+    return np.where(recompute_codes == RC_FULL, full,
+                    np.where(recompute_codes == RC_SELECTIVE, selective, none))
 
 
 def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
-                            n_heads, recompute="none", *, saved_bytes=None, **options):
+                            n_heads, recompute="none", *, saved_bytes=None, kept_bytes=None,
+                            **options):
     """Extra bytes re-materialised while one layer runs its backward under recomputation [B].
 
     Parameters are those of :func:`activation_bytes_per_layer` (``options`` its keywords);
-    ``saved_bytes``, when given, is ``A(recompute)`` already computed by the caller.
+    ``saved_bytes`` and ``kept_bytes``, when given, are ``A(recompute)`` and
+    ``A(recompute="none")`` already computed by the caller.
 
     Notes
     -----
@@ -133,24 +158,30 @@ def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_si
     shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
     if saved_bytes is None:
         saved_bytes = activation_bytes_per_layer(*shape, recompute, **options)
-    return activation_bytes_per_layer(*shape, "none", **options) - saved_bytes
+    if kept_bytes is None:
+        none = "none" if options.get("check", True) else RC_NONE
+        kept_bytes = activation_bytes_per_layer(*shape, none, **options)
+    return kept_bytes - saved_bytes
 
 
 def head_activation_bytes(micro_batch, seq_len, d_model, *, act_bytes=2.0, tp=1, cp=1,
-                          sequence_parallel=True):
+                          sequence_parallel=True, check=True):
     """Activations saved outside the layers: the final norm's input and the LM head's input [B].
 
     ``2 · e · h`` per token (h-sized, split over ``tp`` with sequence parallelism), never
     recomputed (torchtitan and Megatron checkpoint the layers only). The embedding output is
-    the first layer's input and is counted there.
+    the first layer's input and is counted there. ``check=False`` skips the checks of ``tp`` and
+    ``cp`` (as in :func:`activation_bytes_per_layer`).
     """
-    h_split = np.where(sequence_parallel, _check_at_least_one("tp", tp), 1.0)
-    tokens = as_array(micro_batch) * as_array(seq_len) / _check_at_least_one("cp", cp)
+    t = _check_at_least_one("tp", tp) if check else as_array(tp)
+    c = _check_at_least_one("cp", cp) if check else as_array(cp)
+    h_split = np.where(sequence_parallel, t, 1.0)
+    tokens = as_array(micro_batch) * as_array(seq_len) / c
     return tokens * 2.0 * as_array(act_bytes) * as_array(d_model) / h_split
 
 
 def logits_bytes(micro_batch, seq_len, vocab_size, *, logits_dtype_bytes=2.0, loss_fp32=True,
-                 tp=1, cp=1, fused=False):
+                 tp=1, cp=1, fused=False, check=True):
     """Peak bytes of the LM-head output and the cross-entropy temporaries [B].
 
     Parameters
@@ -165,6 +196,7 @@ def logits_bytes(micro_batch, seq_len, vocab_size, *, logits_dtype_bytes=2.0, lo
     fused : a fused cross-entropy kernel (flash-attn ``CrossEntropyLoss``, Liger) that computes
         the loss row by row in fp32 registers and writes the gradient in place of the logits:
         only the logits themselves, x bytes per logit [-]
+    check : False skips the checks of ``tp`` and ``cp`` (both at least 1) [-]
 
     Notes
     -----
@@ -179,6 +211,7 @@ def logits_bytes(micro_batch, seq_len, vocab_size, *, logits_dtype_bytes=2.0, lo
     """
     x = as_array(logits_dtype_bytes)
     y = np.where(loss_fp32, FP32_BYTES, x)
-    n_logits = (as_array(micro_batch) * as_array(seq_len) * as_array(vocab_size)
-                / (_check_at_least_one("tp", tp) * _check_at_least_one("cp", cp)))
+    t = _check_at_least_one("tp", tp) if check else as_array(tp)
+    c = _check_at_least_one("cp", cp) if check else as_array(cp)
+    n_logits = as_array(micro_batch) * as_array(seq_len) * as_array(vocab_size) / (t * c)
     return n_logits * np.where(fused, x, x + 3.0 * y)

@@ -48,6 +48,7 @@ leaves the node.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -72,13 +73,15 @@ def padded_numel(shapes: Sequence[tuple[str, tuple[int, ...]]], shard_size,
     shapes = [shape for _, shape in shapes]
     s = as_array(shard_size)
     if per_parameter:
-        total = np.zeros_like(s)
-        for shape in shapes:
-            d0 = float(shape[0]) if len(shape) else 1.0
-            rest = float(np.prod(shape[1:])) if len(shape) > 1 else 1.0
-            total = total + np.ceil(d0 / s) * s * rest
-        return total
-    flat = float(sum(int(np.prod(shape)) for shape in shapes))
+        if not shapes:
+            return np.zeros_like(s)
+        # One row per parameter (whole numbers: the sum over rows is exact in any order).
+        column = (len(shapes),) + (1,) * s.ndim
+        d0 = np.array([float(shape[0]) if len(shape) else 1.0 for shape in shapes])
+        rest = np.array([float(math.prod(shape[1:])) if len(shape) > 1 else 1.0
+                         for shape in shapes])
+        return (np.ceil(d0.reshape(column) / s) * s * rest.reshape(column)).sum(axis=0)
+    flat = float(sum(math.prod(shape) for shape in shapes))
     return np.ceil(flat / s) * s
 
 

@@ -156,10 +156,21 @@ def linear_time_s(tokens, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops,
     Forward reduces over k; the input gradient dx = dy·W reduces over n; the weight gradient
     dW = dyᵀ·x reduces over the T tokens. Returns (forward, backward).
     """
+    return _linear_time_s(as_array(tokens), as_array(n), as_array(k),
+                          *_gemm_rates(matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k),
+                          elem_bytes)
+
+
+def _gemm_rates(matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k):
+    """The rate-only terms of :func:`_gemm_time_s`: (1/R, 1/W, n_half/R, k_half)."""
     inv_r = 1.0 / as_array(matmul_flops_per_s)
-    args = (inv_r, 1.0 / as_array(hbm_bytes_per_s), as_array(half_flops) * inv_r,
-            as_array(half_k), elem_bytes)
-    t, n, k = as_array(tokens), as_array(n), as_array(k)
+    return (inv_r, 1.0 / as_array(hbm_bytes_per_s), as_array(half_flops) * inv_r,
+            as_array(half_k))
+
+
+def _linear_time_s(t, n, k, inv_r, inv_w, tail_s, half_k, elem_bytes):
+    """:func:`linear_time_s` with the rate-only terms precomputed (:func:`_gemm_rates`)."""
+    args = (inv_r, inv_w, tail_s, half_k, elem_bytes)
     fwd = _gemm_time_s(t, n, k, *args)
     dgrad = _gemm_time_s(t, k, n, *args)
     wgrad = _gemm_time_s(n, k, t, *args)
@@ -169,10 +180,11 @@ def linear_time_s(tokens, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops,
 def layer_gemm_times_s(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts,
                        matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k, elem_bytes=2.0):
     """Forward and backward time of one layer's GEMMs [s] (see :func:`linear_time_s`)."""
+    rates = _gemm_rates(matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k)
+    t = as_array(tokens)
     fwd = bwd = 0.0
     for n, k, mult in layer_gemm_shapes(d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts):
-        f, b = linear_time_s(tokens, n, k, matmul_flops_per_s, hbm_bytes_per_s, half_flops,
-                             half_k, elem_bytes)
+        f, b = _linear_time_s(t, as_array(n), as_array(k), *rates, elem_bytes)
         fwd = fwd + mult * f
         bwd = bwd + mult * b
     return fwd, bwd
@@ -223,6 +235,20 @@ FUSED_LOSS_BYTES_PER_LOGIT = 4.0
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 28.0, "sgd": 20.0}
 
 
+#: Bytes per element of a dropout mask (a bool tensor; Korthikanti et al. 2022 §4.1).
+DROPOUT_MASK_BYTES = 1.0
+
+
+def dropout_bytes(elements, elem_bytes=2.0):
+    """HBM bytes of one dropout pass over ``elements`` values, forward or backward [B].
+
+    Forward reads the input and writes the output and a 1-byte mask; backward reads the output
+    gradient and the mask and writes the input gradient: ``(2·e + 1)`` bytes per element either
+    way (PyTorch ``native_dropout`` / Megatron's fused scale-mask-softmax-dropout keep the mask,
+    Korthikanti et al. 2022 §4.1)."""
+    return as_array(elements) * (2.0 * as_array(elem_bytes) + DROPOUT_MASK_BYTES)
+
+
 def memory_bound_time_s(traffic_bytes, hbm_bytes_per_s):
     """Time of bandwidth-bound kernels [s]: bytes / achievable HBM bandwidth."""
     return as_array(traffic_bytes) / as_array(hbm_bytes_per_s)
@@ -255,7 +281,7 @@ def host_ops_per_layer(flash, rotary, swiglu, rmsnorm, linear_bias):
     fwd, bwd = float(HOST_OPS_BASE[0]), float(HOST_OPS_BASE[1])
     for on, (f, b) in switches:
         on = as_array(on) > 0
-        fwd, bwd = fwd + np.where(on, f, 0.0), bwd + np.where(on, b, 0.0)
+        fwd, bwd = fwd + on * float(f), bwd + on * float(b)  # f or 0 ops where switched on
     return as_array(fwd), as_array(bwd)
 
 

@@ -85,6 +85,8 @@ References
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the memory model)
@@ -94,6 +96,8 @@ from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the
     head_activation_bytes,
     logits_bytes,
     recompute_working_bytes,
+    saved_bytes_by_policy,
+    select_policy,
 )
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
@@ -104,7 +108,8 @@ STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 FULL, GRAD_OP, OPTIMIZER, NONE, HYBRID = range(5)
 # -- model states --------------------------------------------------------------------------------
 def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_bytes=4.0,
-                      grad_bytes=4.0, optimizer_bytes_per_param=8.0, padded_n_params=None):
+                      grad_bytes=4.0, optimizer_bytes_per_param=8.0, padded_n_params=None,
+                      check=True):
     """Parameters, gradients and optimizer states resident on one GPU [B].
 
     Parameters
@@ -119,6 +124,8 @@ def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_b
     grad_bytes : bytes per element of the resident gradient [B]
     optimizer_bytes_per_param : K, optimizer-state bytes per parameter [B]
     padded_n_params : Ψ rounded up by FSDP's padding for this ``shard_size`` (default Ψ) [-]
+    check : False skips the argument checks: ``strategy`` is then an integer code of
+        :data:`STRATEGIES` and the group sizes are at least 1 (the engine's inputs) [-]
 
     Returns
     -------
@@ -141,11 +148,13 @@ def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_b
     p = g = 4, K = 8 it is PyTorch FSDP's fp32 sharded master parameters and gradients with
     AdamW ([2] §3.2.1, §4.4).
     """
-    st = choice_codes(strategy, STRATEGIES, "strategy")
+    st = choice_codes(strategy, STRATEGIES, "strategy") if check else np.asarray(strategy)
     n = as_array(n_params)
     padded = n if padded_n_params is None else as_array(padded_n_params)
-    n_shard = padded / _check_at_least_one("shard_size", shard_size)
-    _check_at_least_one("replicate_size", replicate_size)
+    n_shard = padded / (_check_at_least_one("shard_size", shard_size) if check
+                        else as_array(shard_size))
+    if check:
+        _check_at_least_one("replicate_size", replicate_size)
 
     params_sharded = (st == FULL) | (st == HYBRID)
     grads_sharded = params_sharded | (st == GRAD_OP)
@@ -161,7 +170,8 @@ def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_b
 # -- FSDP transient buffers ----------------------------------------------------------------------
 def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes=4.0,
                       compute_param_bytes=2.0, reduce_grad_bytes=4.0, compute_grad_bytes=2.0,
-                      prefetch_units=2, reshard_after_forward=True, resident_numel=0.0):
+                      prefetch_units=2, reshard_after_forward=True, resident_numel=0.0,
+                      check=True):
     """Unsharded parameter and gradient buffers alive at the start of backward [B].
 
     Parameters
@@ -180,6 +190,7 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
         backward (FSDP2 ``reshard_after_forward=False``, FSDP1 SHARD_GRAD_OP) [-]
     resident_numel : elements of units never resharded after forward, e.g. a root unit that
         holds the embedding and LM head [-]
+    check : False skips the argument checks (as in :func:`model_state_bytes`) [-]
 
     Returns
     -------
@@ -203,10 +214,10 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     compute dtype plus a cast to the reduce dtype when they differ,
     ``ψ_max · (g_c + g_r·[g_r ≠ g_c])``. The reduce-scatter output (ψ_max/F) is neglected.
     """
-    st = choice_codes(strategy, STRATEGIES, "strategy")
+    st = choice_codes(strategy, STRATEGIES, "strategy") if check else np.asarray(strategy)
     unit = as_array(unit_numel)
     n = as_array(n_params)
-    f = _check_at_least_one("shard_size", shard_size)
+    f = _check_at_least_one("shard_size", shard_size) if check else as_array(shard_size)
     k_low = as_array(compute_param_bytes)
     g_c = as_array(compute_grad_bytes)
     g_r = as_array(reduce_grad_bytes)
@@ -239,7 +250,7 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
                       logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
                       sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
                       allocator_fraction=0.0, accumulated_grad_numel=0.0, moment="peak",
-                      recomputed_layers=None):
+                      recomputed_layers=None, check=True):
     """Peak memory of one GPU at the start of backward, term by term [B].
 
     Parameters
@@ -270,6 +281,9 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
         ``FSDPParam.to_accumulated_grad_if_needed``); 0 when gradients are reduce-scattered
         every micro-batch [-]
     moment : "peak" (the larger of the two moments), "loss" or "block" (one of them) [-]
+    check : False skips the argument checks: ``strategy``, ``recompute`` and ``ffn_kind`` are
+        then integer codes (:data:`STRATEGIES`, :data:`RECOMPUTE`, :data:`FFN_KINDS`) and the
+        group sizes and degrees at least 1 (the engine's inputs, checked with its plan) [-]
 
     Returns
     -------
@@ -289,42 +303,115 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
     Each is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``; the peak is the
     larger (module docstring).
     """
+    config = dict(locals())  # the keywords above, passed on unchanged
+    return binding_terms(*memory_moments(**{k: v for k, v in config.items() if k != "moment"}),
+                         moment=moment)
+
+
+def binding_terms(at_loss, in_block, moment="peak"):
+    """The terms of the moment that binds, broadcast to one shape [B]: the result of
+    :func:`peak_memory_bytes` from the two moments of :func:`memory_moments`. ``moment``:
+    "peak" (the larger ``peak_bytes``, entry by entry), "loss" or "block"."""
+    peak_a, peak_b = at_loss["peak_bytes"], in_block["peak_bytes"]
+    if isinstance(moment, str) and moment == "peak":
+        use_a = peak_a >= peak_b
+    else:
+        use_a = np.where(moment == "loss", True, np.where(moment == "block", False,
+                                                            peak_a >= peak_b))
+    shape = np.broadcast_shapes(*{np.shape(v) for terms in (at_loss, in_block)
+                                  for v in (use_a, *terms.values())})
+    everywhere_a = np.all(use_a)
+    if everywhere_a or not np.any(use_a):  # one moment binds everywhere: no selection
+        terms = at_loss if everywhere_a else in_block
+        return {key: _read_only(terms[key], shape) for key in PEAK_KEYS}
+    return {key: _read_only(np.where(use_a, at_loss[key], in_block[key]), shape)
+            for key in PEAK_KEYS}
+
+
+def _read_only(value, shape):
+    """``value`` as a read-only float array of ``shape``: a view (no copies on the hot path of a
+    sweep), or for a small result a copy, which is quicker to make than a broadcast view."""
+    arr = np.asarray(value, dtype=float)
+    if arr.shape == shape:
+        arr = arr.view()
+    elif math.prod(shape) > SMALL_BROADCAST:
+        return np.broadcast_to(arr, shape)
+    else:
+        full = np.empty(shape)
+        full[...] = arr
+        arr = full
+    arr.flags.writeable = False
+    return arr
+
+
+#: Results up to this many entries are broadcast by copying (see :func:`_read_only`).
+SMALL_BROADCAST = 1024
+
+
+def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micro_batch,
+                   seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads, vocab_size,
+                   recompute="none", replicate_size=1, padded_n_params=None,
+                   param_bytes=4.0, grad_bytes=4.0, optimizer_bytes_per_param=8.0,
+                   compute_param_bytes=2.0, compute_grad_bytes=2.0, reduce_grad_bytes=4.0,
+                   prefetch_units=2, reshard_after_forward=True, resident_numel=0.0,
+                   flash_attention=True, act_bytes=2.0, dropout=False, fused_glu=True,
+                   logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
+                   sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
+                   allocator_fraction=0.0, accumulated_grad_numel=0.0, recomputed_layers=None,
+                   check=True):
+    """Both moments of :func:`peak_memory_bytes` in one pass, term by term [B].
+
+    Parameters are those of :func:`peak_memory_bytes` (but ``moment``). Returns
+    ``(at_loss, in_block)``: for the loss backward and the first block's backward, a dict with
+    the keys :data:`PEAK_KEYS` each (not broadcast to one shape); each moment's ``peak_bytes``
+    is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``. The ceilings
+    (:mod:`fsdpsim.costs.ceilings`) solve each moment for one unknown.
+    """
+    if check:  # once here; the terms below take the checked values
+        strategy = choice_codes(strategy, STRATEGIES, "strategy")
+        shard_size = _check_at_least_one("shard_size", shard_size)
+        _check_at_least_one("replicate_size", replicate_size)
+        recompute = choice_codes(recompute, RECOMPUTE, "recompute")
+        ffn_kind = choice_codes(ffn_kind, FFN_KINDS, "ffn_kind")
+        tp, cp = _check_at_least_one("tp", tp), _check_at_least_one("cp", cp)
+    else:
+        tp, cp = as_array(tp), as_array(cp)
+    recompute = np.asarray(recompute)
     states = model_state_bytes(n_params, shard_size, replicate_size, strategy,
                                param_bytes=param_bytes, grad_bytes=grad_bytes,
                                optimizer_bytes_per_param=optimizer_bytes_per_param,
-                               padded_n_params=padded_n_params)
+                               padded_n_params=padded_n_params, check=False)
+    buffer_options = dict(param_bytes=param_bytes, compute_param_bytes=compute_param_bytes,
+                          reduce_grad_bytes=reduce_grad_bytes,
+                          compute_grad_bytes=compute_grad_bytes,
+                          reshard_after_forward=reshard_after_forward,
+                          resident_numel=resident_numel, check=False)
     buffers = fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy,
-                                param_bytes=param_bytes, compute_param_bytes=compute_param_bytes,
-                                reduce_grad_bytes=reduce_grad_bytes,
-                                compute_grad_bytes=compute_grad_bytes,
-                                prefetch_units=prefetch_units,
-                                reshard_after_forward=reshard_after_forward,
-                                resident_numel=resident_numel)
+                                prefetch_units=prefetch_units, **buffer_options)
     layer_shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
-    layer_options = dict(flash_attention=flash_attention, act_bytes=act_bytes, dropout=dropout,
-                         fused_glu=fused_glu, tp=tp, cp=cp, sequence_parallel=sequence_parallel)
-    saved_per_layer = activation_bytes_per_layer(*layer_shape, recompute, **layer_options)
+    # What a layer saves under each recompute policy, computed once: A(recompute) and A("none").
+    by_policy = saved_bytes_by_policy(*layer_shape, flash_attention=flash_attention,
+                                      act_bytes=act_bytes, dropout=dropout, fused_glu=fused_glu,
+                                      tp=tp, cp=cp, sequence_parallel=sequence_parallel,
+                                      check=False)
+    saved_per_layer = select_policy(recompute, by_policy)
+    kept_per_layer = by_policy[0]
     working = recompute_working_bytes(*layer_shape, recompute, saved_bytes=saved_per_layer,
-                                      **layer_options)
+                                      kept_bytes=kept_per_layer)
     head = head_activation_bytes(micro_batch, seq_len, d_model, act_bytes=act_bytes, tp=tp,
-                                 cp=cp, sequence_parallel=sequence_parallel)
+                                 cp=cp, sequence_parallel=sequence_parallel, check=False)
     if recomputed_layers is None:
         saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
     else:  # K layers recompute, the other n - K keep every activation
         k = np.minimum(as_array(recomputed_layers), as_array(n_layers))
-        kept_per_layer = activation_bytes_per_layer(*layer_shape, "none", **layer_options)
         saved_all = as_array(saved_microbatches) * (
             k * saved_per_layer + (as_array(n_layers) - k) * kept_per_layer)
         working = np.where(k > 0, working, 0.0)
     # Moment A, the loss backward: only the root unit is gathered (a block's pre-backward
     # all-gather starts after the LM head's backward), no unit gradient yet, the cross-entropy
     # temporaries at their largest.
-    root_only = fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy,
-                                  param_bytes=param_bytes, compute_param_bytes=compute_param_bytes,
-                                  reduce_grad_bytes=reduce_grad_bytes,
-                                  compute_grad_bytes=compute_grad_bytes, prefetch_units=0,
-                                  reshard_after_forward=reshard_after_forward,
-                                  resident_numel=resident_numel)
+    root_only = fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, prefetch_units=0,
+                                  **buffer_options)
     accumulated = as_array(accumulated_grad_numel) * as_array(reduce_grad_bytes)
     buffers = {**buffers, "unsharded_grads_bytes": buffers["unsharded_grads_bytes"] + accumulated}
     at_loss = {**states, "unsharded_params_bytes": root_only["unsharded_params_bytes"],
@@ -332,32 +419,30 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
                "activations_bytes": saved_all + head,
                "logits_bytes": logits_bytes(micro_batch, seq_len, vocab_size,
                                             logits_dtype_bytes=logits_dtype_bytes,
-                                            loss_fp32=loss_fp32, tp=tp, cp=cp, fused=fused_loss)}
+                                            loss_fp32=loss_fp32, tp=tp, cp=cp, fused=fused_loss,
+                                            check=False)}
     # Moment B, the first block's backward: the root and two blocks gathered, one unit's
     # gradient buffers, one layer re-materialised; of the loss only the logits the training
     # loop still references remain (their gradient is written in place or freed).
     held_logits = (as_array(logits_dtype_bytes) * as_array(micro_batch) * as_array(seq_len)
-                   * as_array(vocab_size) / (_check_at_least_one("tp", tp)
-                                             * _check_at_least_one("cp", cp)))
+                   * as_array(vocab_size) / (tp * cp))
     in_block = {**states, **buffers, "activations_bytes": saved_all + working,
                 "logits_bytes": held_logits}
 
-    def total(terms):
+    reserved, fraction = as_array(runtime_reserved_bytes), as_array(allocator_fraction)
+    for terms in (at_loss, in_block):
         allocated = sum(terms.values())
-        return allocated * (1.0 + as_array(allocator_fraction)) + as_array(runtime_reserved_bytes)
-
-    peak_a, peak_b = total(at_loss), total(in_block)
-    use_a = np.where(moment == "loss", True, np.where(moment == "block", False, peak_a >= peak_b))
-    terms = {k: np.where(use_a, at_loss[k], in_block[k]) for k in at_loss}
-    allocated = sum(terms.values())
-    terms["runtime_reserved_bytes"] = as_array(runtime_reserved_bytes)
-    terms["fragmentation_bytes"] = as_array(allocator_fraction) * allocated
-    terms["peak_bytes"] = np.where(use_a, peak_a, peak_b)
-    shape = np.broadcast_shapes(*(np.shape(v) for v in terms.values()))
-    # Read-only broadcast views: no copies on the hot path of a sweep.
-    return {key: np.broadcast_to(np.asarray(terms[key], dtype=float), shape) for key in PEAK_KEYS}
+        terms["runtime_reserved_bytes"] = reserved
+        terms["fragmentation_bytes"] = fraction * allocated
+        terms["peak_bytes"] = allocated * (1.0 + fraction) + reserved
+    return at_loss, in_block
 
 
-# The ceilings (fits, max_micro_batch, max_seq_len) solve this module's peak for one unknown;
-# they live in fsdpsim.costs.ceilings and are re-exported here.
-from fsdpsim.costs.ceilings import fits, max_micro_batch, max_seq_len  # noqa: E402,F401
+# The ceilings (fits, max_micro_batch, max_seq_len, peak_and_ceilings) solve this module's
+# peak for one unknown; they live in fsdpsim.costs.ceilings and are re-exported here.
+from fsdpsim.costs.ceilings import (  # noqa: E402,F401
+    fits,
+    max_micro_batch,
+    max_seq_len,
+    peak_and_ceilings,
+)

@@ -326,6 +326,8 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
         for k, form in enumerate((closed.gpipe_time_s, closed.one_f_one_b_time_s,
                                   closed.interleaved_time_s, closed.zb_h1_time_s)):
             on = code == k
+            if not on.any():
+                continue
             args = (p, m, f, full_b, c, ef, eb, lf, lb)
             if k == INTERLEAVED:
                 args = (p, v, m, f, full_b, c, ef, eb, lf, lb)

@@ -53,6 +53,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -73,6 +74,11 @@ ROTATE_METHODS = ("all_gather", "all_to_all")
 def _empty(shape) -> dict:
     zero = np.zeros(shape)
     return {f"{p}_{k}_{q}": zero for p in PHASES for k in TP_KINDS for q in ("calls", "bytes")}
+
+
+def _full(value, shape) -> np.ndarray:
+    """``value`` as a new float array of ``shape`` (broadcast only where its shape differs)."""
+    return (value if np.shape(value) == shape else np.broadcast_to(value, shape)) * 1.0
 
 
 # -- tensor parallelism: one transformer layer ---------------------------------------------------
@@ -132,8 +138,8 @@ def tp_layer_collectives(tokens, d_model, act_bytes, tp, sequence_parallel, *,
         "backward_all_gather": (2.0 + 2.0 * regather) * sp,    # ḡ': output gradients (+ inputs)
     }
     for key, calls in counts.items():
-        out[f"{key}_calls"] = np.broadcast_to(calls, shape) * 1.0
-        out[f"{key}_bytes"] = np.broadcast_to(calls * m, shape) * 1.0
+        out[f"{key}_calls"] = _full(calls, shape)
+        out[f"{key}_bytes"] = _full(calls * m, shape)
     return out
 
 
@@ -204,8 +210,8 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
     shape = np.broadcast(*[x for pair in terms.values() for x in pair]).shape
     out = _empty(shape)
     for key, (calls, nbytes) in terms.items():
-        out[f"{key}_calls"] = np.broadcast_to(calls, shape) * 1.0
-        out[f"{key}_bytes"] = np.broadcast_to(nbytes, shape) * 1.0
+        out[f"{key}_calls"] = _full(calls, shape)
+        out[f"{key}_bytes"] = _full(nbytes, shape)
     return out
 
 
@@ -235,6 +241,7 @@ _ROLES = (
 )
 
 
+@functools.lru_cache(maxsize=4096)  # a handful of names, looked up on every predict
 def tp_role(name: str) -> str:
     """How tensor parallelism splits the parameter ``name`` of
     :meth:`fsdpsim.model.ModelSpec.unit_parameter_shapes`: ``"column"`` (dim 0), ``"row"``

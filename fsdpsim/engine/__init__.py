@@ -72,7 +72,8 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     Inputs with more than :data:`BLOCK_ROWS` configurations are evaluated block by block and
     concatenated; results are identical to one call.
     """
-    shape = np.broadcast_shapes(*(np.shape(v) for v in x.values()))
+    shape = np.broadcast_shapes(*{() if isinstance(v, (int, float)) else np.shape(v)
+                                  for v in x.values()})
     n = int(np.prod(shape)) if shape else 1
     if n <= BLOCK_ROWS:
         return _evaluate(x)
@@ -305,7 +306,7 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "ceilings": 1.0,
                    "tp": 1.0, "pp": 1.0, "cp": 1.0, "vpp": 1.0, "pp_schedule": 1,
                    "sequence_parallel": 0.0, "cp_all2all": 0.0, "tp_overlap": 0.0,
-                   "recompute_layers": -1.0, "megatron": 0.0,
+                   "recompute_layers": -1.0, "megatron": 0.0, "dropout": 0.0,
                    "tp_size": 1.0, "tp_per_node": 1.0, "cp_size": 1.0, "cp_per_node": 1.0,
                    "pp_size": 1.0, "pp_per_node": 1.0}
 
@@ -317,6 +318,8 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
     g = {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else as_array(v))
          for k, v in {**OPTIONAL_INPUTS, **x}.items()}
+    if "fused_attention_fraction" not in g and "attention_fraction" in g:
+        g["fused_attention_fraction"] = g["attention_fraction"]
     shard, repl, per_node = g["shard_size"], g["replicate_size"], g["gpus_per_node"]
     if "dp_world_size" not in g:
         g["dp_world_size"] = shard * repl

@@ -67,13 +67,27 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     # Eager attention materialises the s x s scores: bandwidth bound on top of its matmuls.
     eager_scores_bytes = np.where(flash, 0.0, 3.0 * elem * b * w["heads"] * s * s / cp)
     attn_peak = r["clocked_peak"] * g["attention_peak_ratio"]  # FP8 training: attention in 16-bit
+    # Megatron / NeMo run Transformer Engine's cuDNN fused attention, not PyTorch SDPA.
+    attn_fraction = np.where(g["megatron"] > 0, g["fused_attention_fraction"],
+                             g["attention_fraction"])
     attn_fwd_s = compute.attention_time_s(attn_flops_fwd, attn_peak,
-                                          np.where(flash, g["attention_fraction"], g["matmul_fraction"]),
+                                          np.where(flash, attn_fraction, g["matmul_fraction"]),
                                           kv_len,
                                           np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
     attn_fwd_s = attn_fwd_s + compute.memory_bound_time_s(eager_scores_bytes, r["hbm"])
     # FlashAttention backward: 2.5x forward FLOPs (recomputes scores); eager: 2x plus score traffic.
     attn_bwd_s = np.where(flash, 2.5, 2.0) * attn_fwd_s
+    # Dropout (Megatron GPT's default 0.1; fused into FlashAttention's kernel): per element it
+    # reads its input, writes its output and a 1-byte mask, and its backward reads the gradient
+    # and the mask and writes a gradient: on the s x s probabilities of eager attention and on
+    # the two residual branches (compute.dropout_bytes).
+    dropout = g["dropout"] > 0
+    if np.any(dropout):
+        drop_attn_bytes = np.where(flash, 0.0, compute.dropout_bytes(
+            b * w["heads"] * s * s / cp, elem))
+        drop_attn_s = np.where(dropout, compute.memory_bound_time_s(drop_attn_bytes, r["hbm"]),
+                               0.0)
+        attn_fwd_s, attn_bwd_s = attn_fwd_s + drop_attn_s, attn_bwd_s + drop_attn_s
     # Element-wise work and activations see every routed expert's width (k · f_expert).
     routed_ffn = w["ffn"] * g["active_experts"]
     ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
@@ -86,6 +100,10 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
             g["block_numel"] / g["tp"])
         ew_fwd_bytes = ew_fwd_bytes + np.where(fp8, cast_fwd_bytes, 0.0)
         ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, cast_bwd_bytes, 0.0)
+    if np.any(dropout):  # the two residual-branch dropouts (h-sized, split with SP)
+        drop_h = np.where(dropout, compute.dropout_bytes(2.0 * tokens * w["d_elementwise"], elem),
+                          0.0)
+        ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + drop_h, ew_bwd_bytes + drop_h
     ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, r["hbm"])
     ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, r["hbm"])
 
@@ -98,9 +116,9 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     # torch.utils.checkpoint, torch >= 2.1; checked with FlopCounterMode in
     # tests/test_torch_exact.py), so the MLP down projection, whose output nothing saves, is not
     # recomputed. Selective = the attention core only (Korthikanti et al. 2022 §5).
-    down_fwd_s = g["active_experts"] * compute.linear_time_s(
+    down_fwd_s = g["active_experts"] * compute.gemm_time_s(
         tokens, g["d_model"], w["ffn"], r["matmul"], r["hbm"], g["matmul_half_flops"],
-        g["matmul_half_k"], elem)[0]
+        g["matmul_half_k"], elem)
     # The recomputed forward is host bound like the forward, less the down projection's ops.
     full_recompute_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s - down_fwd_s,
                                               ops_fwd - compute.HOST_OPS_DOWN_PROJECTION,

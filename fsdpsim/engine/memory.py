@@ -18,6 +18,8 @@ from fsdpsim.costs import comm, memory
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
+#: Megatron keeps the fp32 master copy of its bf16 parameters with the optimizer state.
+MEGATRON_MASTER_BYTES = 4.0
 
 
 def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str, object]:
@@ -47,9 +49,11 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
 
         first = stage == "first"
         n_layers = g["layers_first"] if first else g["layers_last"]
-        in_flight = (schedule.in_flight_microbatches(g["pp_schedule"], g["pp"], g["vpp"],
-                                                     g["grad_accum"]) if first
-                     else np.where(np.asarray(g["pp_schedule"]) == 0, g["grad_accum"], 1.0))
+        # Micro-batches in flight on the stage at its peak (the schedule's count; the first
+        # stage holds the most, the last one under 1F1B, more when interleaved).
+        in_flight = schedule.in_flight_microbatches(g["pp_schedule"], g["pp"], g["vpp"],
+                                                    g["grad_accum"],
+                                                    0.0 if first else g["pp"] - 1.0)
         vocab = 0.0 if first else g["vocab_size"]
         root_rank = g["embed_numel_rank"] if first else g["head_numel_rank"]
         root = g["embed_numel_padded"] if first else g["head_numel_padded"]
@@ -59,6 +63,7 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
     accumulated = np.where((np.asarray(g["grad_sync_last"]) > 0) & sharded_grads
                            & (np.asarray(g.get("grad_accum", 1.0)) > 1), padded, 0.0)
     rl = np.asarray(g["recompute_layers"])
+    megatron = np.asarray(g["megatron"]) > 0
     config = dict(
         n_params=n_params, unit_numel=unit,
         resident_numel=root, padded_n_params=padded,
@@ -68,17 +73,26 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
         ffn_size=g["ffn_size"] * g["active_experts"], ffn_kind=(g["swiglu"] > 0).astype(int),
         n_heads=g["n_heads"],
         vocab_size=vocab, recompute=np.asarray(g["recompute"]).astype(int),
-        param_bytes=4.0, grad_bytes=4.0,
+        # PyTorch recipe: fp32 parameters (the master copy) and gradients; Megatron's: bf16
+        # parameters, main gradients in the reduce dtype (fp32 by default, bf16 in NeMo's
+        # performance recipes: grad_reduce_in_fp32 = False), and the fp32 master copy with the
+        # optimizer (Megatron-LM distrib_optimizer.md: 2 + 4 + 12/N bytes per parameter).
+        param_bytes=np.where(megatron, g["compute_bytes"], 4.0),
+        # Megatron's gradient buffer is in the reduce dtype (grad_reduce_in_fp32).
+        grad_bytes=np.where(megatron, g["reduce_bytes"], 4.0),
         optimizer_bytes_per_param=np.where(np.asarray(g["optimizer"]) == 0,
                                            OPTIMIZER_STATE_BYTES_PER_PARAM["adamw"],
-                                           OPTIMIZER_STATE_BYTES_PER_PARAM["sgd"]),
+                                           OPTIMIZER_STATE_BYTES_PER_PARAM["sgd"])
+        + np.where(megatron, MEGATRON_MASTER_BYTES, 0.0),
         compute_param_bytes=g["compute_bytes"], compute_grad_bytes=g["compute_bytes"],
         reduce_grad_bytes=g["reduce_bytes"], flash_attention=g["flash"] > 0,
         act_bytes=g["compute_bytes"], fused_loss=g["fused_loss"] > 0,
         # Eager PyTorch SwiGLU saves silu(gate) as well (a compiled or fused kernel does not).
-        fused_glu=g["fused_glu"] > 0,
+        fused_glu=g["fused_glu"] > 0, dropout=g["dropout"] > 0,
         runtime_reserved_bytes=g["runtime_reserved_bytes"],
         allocator_fraction=g["allocator_fraction"], accumulated_grad_numel=accumulated,
+        # Codes and degrees come checked from the plan and prepare(): no argument checks.
+        check=False,
     )
     if np.any(g["tp"] > 1) or np.any(g["cp"] > 1):
         config.update(tp=g["tp"], cp=g["cp"], sequence_parallel=g["sequence_parallel"] > 0)
@@ -93,17 +107,47 @@ def stage_memory(g: Mapping[str, np.ndarray], ceilings: bool,
                  stage: str = "only") -> dict[str, np.ndarray]:
     """Peak memory terms of one stage, whether it fits, and (``ceilings``) the largest
     micro-batch and sequence length that fit."""
-    config = memory_config(g, stage)
-    out = memory.peak_memory_bytes(**config)
+    return _memory_of(g, memory_config(g, stage), ceilings)
+
+
+def end_stages_memory(g: Mapping[str, np.ndarray],
+                      ceilings: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`stage_memory` of the first and of the last pipeline stage, from one evaluation:
+    the two stages' inputs stacked on a new leading axis (every term is computed entry by
+    entry, so each stage's numbers are those of its own call)."""
+    configs = memory_config(g, "first"), memory_config(g, "last")
+    ndim = max(np.ndim(v) for v in (g["memory_bytes"], g["cp"], *configs[0].values(),
+                                    *configs[1].values()))
+    both = {key: (a if a is configs[1][key] else _stack_pair(a, configs[1][key], ndim))
+            for key, a in configs[0].items()}
+    out = _memory_of(g, both, ceilings)
+    return tuple({key: (v[i] if np.ndim(v) > ndim else v) for key, v in out.items()}
+                 for i in (0, 1))
+
+
+def _stack_pair(a, b, ndim) -> np.ndarray:
+    """``a`` and ``b`` broadcast together (padded to ``ndim`` dimensions), stacked on a new
+    leading axis, their dtype kept."""
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    out = np.empty((2,) + (1,) * (ndim - len(shape)) + shape, dtype=np.result_type(a, b))
+    out[0], out[1] = a, b
+    return out
+
+
+def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
+               ceilings: bool) -> dict[str, np.ndarray]:
+    """:func:`stage_memory` for the keywords ``config`` of :func:`memory_config`."""
     capacity = g["memory_bytes"]
+    # With the ceilings, the peak and both solves share one evaluation of the memory model.
+    out = (memory.peak_and_ceilings(capacity, **config) if ceilings
+           else memory.peak_memory_bytes(**config))
+    limits = {key: out.pop(key) for key in ("max_micro_batch", "max_seq_len") if key in out}
     out["capacity_bytes"] = np.broadcast_to(capacity, np.shape(out["peak_bytes"])).astype(float)
     out["fits"] = memory.fits(out["peak_bytes"], capacity)
-    if ceilings:
-        no_mb = {k: v for k, v in config.items() if k != "micro_batch"}
-        no_s = {k: v for k, v in config.items() if k != "seq_len"}
+    if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
         multiple = 2.0 * g["cp"] if np.any(g["cp"] > 1) else 1
-        out["max_micro_batch"] = memory.max_micro_batch(capacity, **no_mb).astype(float)
-        out["max_seq_len"] = memory.max_seq_len(capacity, **no_s).astype(float)
+        out["max_micro_batch"] = limits["max_micro_batch"].astype(float)
+        out["max_seq_len"] = limits["max_seq_len"].astype(float)
         if np.any(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks
             out["max_seq_len"] = np.floor(out["max_seq_len"] / multiple) * multiple
     return out
@@ -117,18 +161,22 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
         out = stage_memory(g, ceilings)
         out["peak_bytes_first_stage"] = out["peak_bytes_last_stage"] = out["peak_bytes"]
         return out
-    only = stage_memory(g, ceilings)
-    first = stage_memory(g, ceilings, "first")
-    last = stage_memory(g, ceilings, "last")
     piped = g["pp"] > 1
+    # The single stage only for rows without pipelining (a sweep may mix them in).
+    only = None if np.all(piped) else stage_memory(g, ceilings)
+    first, last = end_stages_memory(g, ceilings)
     use_first = first["peak_bytes"] >= last["peak_bytes"]
+
+    def per_row(staged, key):
+        return staged if only is None else np.where(piped, staged, only[key])
+
     out = {}
     for key in first:
         if key in ("max_micro_batch", "max_seq_len"):
             staged = np.minimum(first[key], last[key])
         else:
             staged = np.where(use_first, first[key], last[key])
-        out[key] = np.where(piped, staged, only[key])
-    out["peak_bytes_first_stage"] = np.where(piped, first["peak_bytes"], only["peak_bytes"])
-    out["peak_bytes_last_stage"] = np.where(piped, last["peak_bytes"], only["peak_bytes"])
+        out[key] = per_row(staged, key)
+    out["peak_bytes_first_stage"] = per_row(first["peak_bytes"], "peak_bytes")
+    out["peak_bytes_last_stage"] = per_row(last["peak_bytes"], "peak_bytes")
     return out
