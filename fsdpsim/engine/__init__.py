@@ -113,10 +113,14 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     rt = layers.root_times(g, r, w)
 
     # ---- stage 3: collectives ----------------------------------------------------------------
-    co = collectives.group_coefficients(g, r)
-    tpc = collectives.tensor_parallel(g, co, w, lt)
-    cpc = collectives.context_parallel(g, co, w, lt, r)
-    p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r)
+    # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
+    # which are all zero there (sweep speed).
+    co = collectives.group_coefficients(g, r, tp=bool(np.any(g["tp"] > 1)))
+    tpc = (collectives.tensor_parallel(g, co, w, lt) if np.any(g["tp"] > 1)
+           else collectives.NO_TENSOR_PARALLEL)
+    cpc = (collectives.context_parallel(g, co, w, lt, r) if np.any(g["cp"] > 1)
+           else collectives.NO_CONTEXT_PARALLEL)
+    p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
     L_stage = np.where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
     dpc = collectives.data_parallel(g, co, L_stage)
     f = step.fsdp_flags(g)

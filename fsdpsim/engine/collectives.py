@@ -18,12 +18,24 @@ from fsdpsim.costs import comm
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
-def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray]):
-    """``{group: (s_per_byte, latency_s)}`` of a ring over each group of the plan."""
+def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
+                       tp: bool = True):
+    """``{group: (s_per_byte, latency_s)}`` of a ring over each group of the plan (the TP
+    group's only when ``tp``: some row has tp > 1)."""
     ring = dict(link_bytes_per_s=r["link"], nic_share_bytes_per_s=r["nic"],
                 link_latency_s=g["link_latency_s"], nic_latency_s=g["nic_latency_s"])
+    groups = ("shard", "replicate", "dp_world") + (("tp",) if tp else ())
     return {name: comm.ring_coefficients(g[f"{name}_size"], g[f"{name}_per_node"], **ring)
-            for name in ("shard", "replicate", "dp_world", "tp")}
+            for name in groups}
+
+
+#: The tensor- and context-parallel terms of plans without those dimensions (all zero).
+NO_TENSOR_PARALLEL = {k: 0.0 for k in ("tp_layer_fwd_s", "tp_layer_bwd_s",
+                                       "tp_layer_fwd_exposed_s", "tp_layer_bwd_exposed_s",
+                                       "tp_root_s", "tp_layer_bytes", "tp_root_bytes")}
+NO_CONTEXT_PARALLEL = {k: 0.0 for k in ("cp_layer_fwd_s", "cp_layer_bwd_s",
+                                        "cp_layer_fwd_exposed_s", "cp_layer_bwd_exposed_s",
+                                        "cp_layer_bytes")}
 
 
 def data_parallel(g, co, n_units):
