@@ -441,3 +441,6 @@ def test_benchmark_runs_and_reports_a_rate():
     spec.loader.exec_module(bench)
     assert bench.bench_evaluate(n=2000, repeat=1) > 0
     assert bench.bench_evaluate(n=2000, repeat=1, chunk=512) > 0
+    hybrid = bench.bench_inputs(2000, hybrid=True)
+    assert (hybrid["tp"] > 1).any() and (hybrid["pp"] > 1).any() and (hybrid["cp"] > 1).any()
+    assert bench.bench_evaluate(repeat=1, inputs=hybrid) > 0
