@@ -199,19 +199,36 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def _plan_text(pl: dict) -> str:
+    """The plan in the report: the mesh in one line for hybrid plans (with what differs from
+    the defaults), the data-parallel strategy in words otherwise."""
+    extras = ((", parameters kept gathered for the step" if pl["keep_gathered"] else "")
+              + (", gradient sync on the last micro-batch" if pl["grad_sync"] == "last"
+                 else ""))
+    if pl["tp"] * pl["pp"] * pl["cp"] > 1:
+        words = [pl["line"], f"ZeRO-{pl['zero']}" + (" (HSDP)" if pl["sharding"] == "hybrid"
+                                                     else "")]
+        if pl["tp"] > 1:
+            words.append("sequence parallel" if pl["sequence_parallel"] else "no SP")
+        if pl["tp_overlap"]:
+            words.append("TP overlapped")
+        if pl["cp"] > 1:
+            words.append(f"CP {pl['cp_kind']}")
+        if pl["framework"] != "torch":
+            words.append(f"{pl['framework']} recipe")
+        return ", ".join(words) + extras
+    return (f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x dp_replicate "
+            f"{pl['dp_replicate']}), reshard after forward: "
+            f"{'yes' if pl['reshard_after_forward'] else 'no'}" + extras)
+
+
 def predict_table(p) -> str:
     d = p.to_dict()
     t, m, c, th = d["time"], d["memory"], d["comm"], d["thresholds"]
     tr, pl = d["training"], d["plan"]
     lines = [f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — {d['system']}"]
     lines.append(render.key_values([
-        ("plan", (f"{pl['line']}; " if pl["tp"] * pl["pp"] * pl["cp"] > 1 else "")
-                 + f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x "
-                 f"dp_replicate {pl['dp_replicate']}), reshard after forward: "
-                 f"{'yes' if pl['reshard_after_forward'] else 'no'}"
-                 + (", parameters kept gathered for the step" if pl["keep_gathered"] else "")
-                 + (", gradient sync on the last micro-batch" if pl["grad_sync"] == "last"
-                    else "")),
+        ("plan", _plan_text(pl)),
         ("training", f"seq {tr['seq_len']:,}, micro-batch {tr['micro_batch']} x {tr['grad_accum']} "
                      f"accumulation = {tr['global_batch']:,} sequences/step, recompute "
                      f"{tr['recompute']}, {tr['precision']}, {tr['optimizer']}, reduce "
@@ -268,13 +285,19 @@ def predict_table(p) -> str:
     ]))
     bw = th["min_inter_node_gbps_per_gpu"]
     have = p.inputs["nic_share_bytes_per_s"] / GBIT_PER_S_BYTES_PER_S
+    # The seed study's thresholds weigh per-micro-batch FSDP collectives against compute; DDP
+    # and ZeRO-1 reduce once per step, after the last backward.
+    once_per_step = ("n/a: gradients are reduced once per step (DDP / ZeRO-1), not per "
+                     "micro-batch" if pl["sharding"] in ("none", "optimizer") else "")
     lines.append("\nthresholds (Wang et al. 2025)")
     lines.append(render.key_values([
         ("inter-node bandwidth per GPU to hide comm",
+         once_per_step if once_per_step else
          "no inter-node traffic" if bw == 0 else
          ("cannot hide (intra-node link alone is slower than compute)" if bw is None
           else f"{bw:,.1f} Gb/s (have {have:,.0f} Gb/s)")),
         ("critical tokens per GPU per micro-batch",
+         once_per_step if once_per_step else
          f"{th['critical_tokens_per_gpu']:,.0f} (have {tr['micro_batch'] * tr['seq_len']:,})"),
         ("largest micro-batch that fits", f"{th['max_micro_batch']}" if th["max_micro_batch"]
          else "none: even micro-batch 1 does not fit with this plan"),
