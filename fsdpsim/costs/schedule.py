@@ -253,6 +253,11 @@ def in_flight_microbatches(schedule_code, pp, vpp, n_microbatches, stage=0):
 
 
 # ============================================================================ time
+#: Up to this many configurations the closed forms run on Python floats, row by row (same
+#: formulas; numpy's per-call overhead dominates small arrays).
+SMALL = 8
+
+
 def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_bwd_s,
                     stage_wgrad_s=0.0, p2p_s=0.0, first_extra_fwd_s=0.0,
                     first_extra_bwd_s=0.0, last_extra_fwd_s=0.0, last_extra_bwd_s=0.0):
@@ -333,7 +338,11 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
                 args = (p, v, m, f, full_b, c, ef, eb, lf, lb)
             elif k == ZB_H1:
                 args = (p, m, f, b, w, c, ef, eb, lf, lb)
-            step[on] = form(*(x[on] for x in args))
+            if step.size <= SMALL:  # a few rows (predict): Python floats skip numpy's overhead
+                for i in np.flatnonzero(on.reshape(-1)):
+                    step.flat[i] = form(*(float(x.flat[i]) for x in args))
+            else:
+                step[on] = form(*(x[on] for x in args))
     busiest = f + full_b + np.where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))
     return step, step - m * busiest
 

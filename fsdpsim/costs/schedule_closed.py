@@ -41,7 +41,32 @@ import numpy as np
 NEG = -np.inf
 
 
+_FAST = frozenset((float, int, bool))
+
+
+# The forms below run on numpy arrays (sweeps) and, for a few rows, on Python floats
+# (pipeline_time_s): these pick the builtin for scalars, numpy otherwise; equal results.
+def _where(cond, a, b):
+    if type(cond) is bool and type(a) in _FAST and type(b) in _FAST:
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def _minimum(a, b):
+    if type(a) in _FAST and type(b) in _FAST:
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
+def _maximum(a, b):
+    if type(a) in _FAST and type(b) in _FAST:
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
 def _max(*xs):
+    if all(type(x) in _FAST for x in xs):
+        return max(xs)
     return np.maximum.reduce(np.broadcast_arrays(*xs))
 
 
@@ -58,10 +83,10 @@ def gpipe_time_s(p, m, f, b, c, ef, eb, lf, lb):
     on the one stage and the form is m·(F + B).
     """
     one = p == 1
-    max_f = f + np.where(one, ef + lf, np.maximum(ef, lf))
-    max_b = b + np.where(one, eb + lb, np.maximum(eb, lb))
+    max_f = f + _where(one, ef + lf, _maximum(ef, lf))
+    max_b = b + _where(one, eb + lb, _maximum(eb, lb))
     step = (p * f + ef + lf) + (p * b + eb + lb) + 2.0 * (p - 1) * c + (m - 1) * (max_f + max_b)
-    return np.where(one, m * (f + b + (ef + eb + lf + lb)), step)
+    return _where(one, m * (f + b + (ef + eb + lf + lb)), step)
 
 
 def one_f_one_b_time_s(p, m, f, b, c, ef, eb, lf, lb):
@@ -95,18 +120,18 @@ def one_f_one_b_time_s(p, m, f, b, c, ef, eb, lf, lb):
     base = F0 + B0 + R
     A = m * T0
     few = _max(base + (m - 1) * _max(TL, F0, B0), A + (p - m) * x,
-               np.where(m >= 2, base + TL + (m - 2) * x, NEG))
+               _where(m >= 2, base + TL + (m - 2) * x, NEG))
     n_trips, r = (m - 1) // p + 1, (m - 1) % p
-    fill = np.where(r == 0, 0.0, np.where(
+    fill = _where(r == 0, 0.0, _where(
         n_trips == 1, _max(r * TL, TL + (r - 1) * x),
         _max(r * T0, r * TL, T0 + (r - 1) * x, TL + (r - 1) * x)))
     many = _max(base + (m - 1) * TL,                                            # D
-                base + (m - 1) * T0 - (p - 1) * np.minimum(F0, B0),             # B, E
-                base + (p - 1) * np.maximum(F0, B0) + (m - p) * TL,             # G
-                np.where(m > p, 2.0 * R + (m - p + 1) * T0, NEG),               # C
+                base + (m - 1) * T0 - (p - 1) * _minimum(F0, B0),             # B, E
+                base + (p - 1) * _maximum(F0, B0) + (m - p) * TL,             # G
+                _where(m > p, 2.0 * R + (m - p + 1) * T0, NEG),               # C
                 F0 + B0 + n_trips * R + (n_trips - 1) * T0 + fill)              # cycling
-    step = np.maximum(A, np.where(m < p, few, many))
-    return np.where(p == 1, m * (f + b + (ef + eb + lf + lb)), step)
+    step = _maximum(A, _where(m < p, few, many))
+    return _where(p == 1, m * (f + b + (ef + eb + lf + lb)), step)
 
 
 def zb_h1_time_s(p, m, f, b, w, c, ef, eb, lf, lb):
@@ -141,27 +166,27 @@ def zb_h1_time_s(p, m, f, b, w, c, ef, eb, lf, lb):
     up0 = (p - 2) * b + (p - 1) * c + B0
 
     def tail(s):
-        n_w = np.where(s <= m - 1, s + 1, m)
+        n_w = _where(s <= m - 1, s + 1, m)
         return (p - 1 - s) * (b + c) + n_w * w
 
-    s_mid = np.maximum(1, np.minimum(m, p) - 1)
-    end = np.maximum(0.0, _max(tail(1), tail(s_mid), tail(p - 1)) - up0)
+    s_mid = _maximum(1, _minimum(m, p) - 1)
+    end = _maximum(0.0, _max(tail(1), tail(s_mid), tail(p - 1)) - up0)
     A = m * T0
-    few = _max(base + (m - 1) * np.maximum(TLb, F0) + end, base + (m - 1) * B0,
-               A + (p - m) * x, np.where(m >= 2, base + TLb + (m - 2) * x + end, NEG))
+    few = _max(base + (m - 1) * _maximum(TLb, F0) + end, base + (m - 1) * B0,
+               A + (p - m) * x, _where(m >= 2, base + TLb + (m - 2) * x + end, NEG))
     n_trips, r = (m - 1) // p + 1, (m - 1) % p
-    fill = np.where(r == 0, 0.0, np.where(
+    fill = _where(r == 0, 0.0, _where(
         n_trips == 1, _max(r * TLb, TLb + (r - 1) * x),
         _max(r * T0, r * TL, T0 + (r - 1) * x, TL + (r - 1) * x)))
     many = _max(base + (m - 1) * TLb + (m - p) * w + end,                      # D
                 base + (m - 1) * T0 - (p - 1) * F0,                             # B
                 base + (m - 1) * T0 - (p - 1) * B0 + end,                       # E
                 base + (p - 1) * F0 + (m - p) * TL + end,                       # G
-                np.where(m > p, _max(2.0 * R + (m - p + 1) * T0,                # C
+                _where(m > p, _max(2.0 * R + (m - p + 1) * T0,                # C
                                      F0 + B0 + 2.0 * R + T0 + (m - 1 - p) * TL) + end, NEG),
                 F0 + B0 + n_trips * R + (n_trips - 1) * T0 + fill + end)        # cycling
-    step = np.maximum(A, np.where(m < p, few, many))
-    return np.where(p == 1, m * (f + (b + w) + (ef + eb + lf + lb)), step)
+    step = _maximum(A, _where(m < p, few, many))
+    return _where(p == 1, m * (f + (b + w) + (ef + eb + lf + lb)), step)
 
 
 def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
@@ -195,8 +220,8 @@ def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
     n = m * v
     fc, bc = f / v, b / v
     T0 = f + b + ef + eb
-    top = _Stage(p, v, n, np.minimum((v - 1) * p + 2 * (p - 1), n), fc, bc, ef, 0, eb, v - 1)
-    bottom = _Stage(p, v, n, np.minimum((v - 1) * p, n), fc, bc, lf, v - 1, lb, 0)
+    top = _Stage(p, v, n, _minimum((v - 1) * p + 2 * (p - 1), n), fc, bc, ef, 0, eb, v - 1)
+    bottom = _Stage(p, v, n, _minimum((v - 1) * p, n), fc, bc, lf, v - 1, lb, 0)
     chain = (m + (p - 1) / v) * (f + b) + ef + eb + m * (lf + lb) + 2.0 * (p * v - 1) * c
     f_chain = p * f + ef + lf + (p * v - 1) * c                # micro-batch 0, all virtual stages
     b_chain = p * b + eb + lb + (p * v - 1) * c                # the last one, all virtual stages
@@ -206,29 +231,35 @@ def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
     cands = [m * T0, chain,
              top.upto(last_f) + down_from_top + b_chain,                          # end wait
              f_chain + up_to_top + top.total - top.upto(first_b - 1),             # start wait
-             np.where(first_b < last_f, f_chain + up_to_top + top.segment(first_b, last_f)
+             _where(first_b < last_f, f_chain + up_to_top + top.segment(first_b, last_f)
                       + down_from_top + b_chain, NEG)]                            # both
     down = (p - 2) * fc + (p - 1) * c                           # middle stages, one chunk
     up = (p - 2) * bc + (p - 1) * c
     late = n - 1 - (v - 1) * p                 # the last stage's last steady backward
     first_last_chunk = bottom.pos_f((v - 1) * p)              # its first chunk-(v-1) forward
-    ends = [np.clip(k, 0, n - 1) for k in (0, p - 1, late, n - 1)]
-    for k1 in [np.clip(k, 0, n - 1) for k in (0, p - 1, n - 1)]:
+    ends = [_clip(k, 0, n - 1) for k in (0, p - 1, late, n - 1)]
+    for k1 in [_clip(k, 0, n - 1) for k in (0, p - 1, n - 1)]:
         for k2 in ends:
             jf, jb = bottom.pos_f(k1), bottom.pos_b(k2)
             value = (top.upto(top.pos_f(k1)) + down + bottom.segment(jf, jb) + up
                      + top.total - top.upto(top.pos_b(k2) - 1))
-            cands.append(np.where(jb >= jf, value, NEG))
+            cands.append(_where(jb >= jf, value, NEG))
         # down from the top at k1, along the last stage, then the last micro-batch's chain
         jf, jb = bottom.pos_f(k1), bottom.pos_b(late)
-        cands.append(np.where(jb >= jf, top.upto(top.pos_f(k1)) + down
+        cands.append(_where(jb >= jf, top.upto(top.pos_f(k1)) + down
                               + bottom.segment(jf, jb - 1) + b_chain, NEG))
     for k2 in ends:
         # micro-batch 0's chain down, along the last stage, up at k2, the top to the end
         jb = bottom.pos_b(k2)
-        cands.append(np.where(jb >= first_last_chunk, f_chain + bottom.segment(
+        cands.append(_where(jb >= first_last_chunk, f_chain + bottom.segment(
             first_last_chunk + 1, jb) + up + top.total - top.upto(top.pos_b(k2) - 1), NEG))
-    return np.where(p == 1, m * (f + b + (ef + eb + lf + lb)), _max(*cands))
+    return _where(p == 1, m * (f + b + (ef + eb + lf + lb)), _max(*cands))
+
+
+def _clip(x, lo, hi):
+    """``np.clip`` without its per-call overhead (this module calls it thousands of times on
+    small arrays); equal for finite inputs."""
+    return _minimum(_maximum(x, lo), hi)
 
 
 class _Stage:
@@ -248,23 +279,23 @@ class _Stage:
 
     def pos_f(self, k):
         """Position of forward k in the sequence."""
-        return np.where(k < self.w, k, 2 * k - self.w)
+        return _where(k < self.w, k, 2 * k - self.w)
 
     def pos_b(self, k):
         """Position of backward k in the sequence."""
-        return np.where(k < self.n - self.w, self.w + 2 * k + 1, self.n + k)
+        return _where(k < self.n - self.w, self.w + 2 * k + 1, self.n + k)
 
     def _count(self, k, key):
         """How many of 0 .. k − 1 have (j // p) % v == key."""
         period = self.p * self.v
-        return (k // period) * self.p + np.clip(k % period - key * self.p, 0, self.p)
+        return (k // period) * self.p + _clip(k % period - key * self.p, 0, self.p)
 
     def upto(self, pos):
         """Time of the sequence's positions 0 .. pos (pos = −1: nothing) [s]."""
         length = pos + 1
-        steady = np.clip(length - self.w, 0, 2 * (self.n - self.w))
-        n_f = np.minimum(length, self.w) + (steady + 1) // 2
-        n_b = steady // 2 + np.clip(length - self.w - 2 * (self.n - self.w), 0, self.w)
+        steady = _clip(length - self.w, 0, 2 * (self.n - self.w))
+        n_f = _minimum(length, self.w) + (steady + 1) // 2
+        n_b = steady // 2 + _clip(length - self.w - 2 * (self.n - self.w), 0, self.w)
         return (n_f * self.fc + n_b * self.bc + self.f_extra * self._count(n_f, self.f_key)
                 + self.b_extra * self._count(n_b, self.b_key))
 
