@@ -404,21 +404,28 @@ def test_throughput_accounts_for_every_token(x):
 
 
 # ================================================================== speed
-def test_predict_is_fast():
-    """One ``predict`` (Llama-3-8B, H100, 64 GPUs, fixed micro-batch and recompute) is one
-    vectorised evaluation: target < 10 ms median; asserted < 20 ms for loaded CI machines."""
-    spec, plan = get_model("llama3-8b"), ParallelPlan(64, 8, "full")
-    training = TrainingConfig(seq_len=8192, micro_batch=1, recompute="full")
-    for _ in range(3):
+@pytest.mark.parametrize("name, spec, plan, training", [
+    ("llama3-8b FSDP on 64", "llama3-8b", ParallelPlan(64, 8, "full"),
+     TrainingConfig(seq_len=8192, micro_batch=1, recompute="full")),
+    ("gpt3-175b 3D on 1,024", "gpt3-175b",
+     ParallelPlan(1024, 8, "optimizer", tp=8, pp=8, framework="megatron"),
+     TrainingConfig(seq_len=2048, micro_batch=1, recompute="selective", global_batch=1536)),
+])
+def test_predict_is_fast(name, spec, plan, training):
+    """One ``predict`` with its knobs given is one vectorised evaluation (issue 9: <= 2 ms;
+    measured 1.3 and 2.0 ms median on the development machine); asserted < 10 ms so a loaded
+    CI machine does not fail it, which still catches a return to the 6-25 ms of before."""
+    spec = get_model(spec)
+    for _ in range(5):
         predict.predict(spec, H100, plan, training)
     times = []
-    for _ in range(20):
+    for _ in range(30):
         start = time.perf_counter()
         predict.predict(spec, H100, plan, training)
         times.append(time.perf_counter() - start)
     median_ms = statistics.median(times) * 1e3
-    print(f"predict median over 20 calls: {median_ms:.2f} ms")
-    assert median_ms < 20.0
+    print(f"predict {name} median over 30 calls: {median_ms:.2f} ms")
+    assert median_ms < 10.0
 
 
 # ------------------------------------------------- gradient accumulation, told not to re-gather
