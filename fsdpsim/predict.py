@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fsdpsim import engine
+from fsdpsim.engine.inputs import EngineInputs
 from fsdpsim.catalog_schema import UNCALIBRATED_INTERVAL
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
 from fsdpsim.errors import ConfigError
@@ -197,7 +198,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
 
 
 def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
-                  training: TrainingConfig) -> dict[str, Any]:
+                  training: TrainingConfig) -> EngineInputs:
     """The engine inputs of one configuration, except micro-batch, recompute and grad-accum."""
     plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads, n_kv_heads=spec.kv_heads,
                      seq_len=training.seq_len)
@@ -319,24 +320,62 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def smallest_world_that_fits(spec: ModelSpec, system: System, plan: ParallelPlan,
-                             training: TrainingConfig, max_doublings: int = 16) -> int | None:
-    """Fewest GPUs (the plan's world doubled up to ``max_doublings`` times) on which the model
-    fits with full sharding, micro-batch 1 and full recompute; None if none does.
+def full_shard_peaks(spec: ModelSpec, system: System, plan: ParallelPlan,
+                     training: TrainingConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Peak memory per GPU with full sharding, micro-batch 1 and full recompute on every world
+    size a plan can have on this node shape: the divisors of ``gpus_per_node``, then whole
+    nodes doubling up to :data:`fsdpsim.numbers.MAX_GPUS`, and the plan's own world.
 
-    One vectorised memory evaluation over the candidate worlds (padding per world size).
+    One vectorised memory evaluation (padding per world size). Returns (worlds, peak bytes,
+    fits), worlds ascending. Memory per GPU does not fall for ever: FSDP2 pads every
+    parameter's dim 0 to the shard count, so past a few thousand GPUs the padded gathers grow
+    (llama3-8b on H100: 11.4 GiB at 8,192 GPUs, 977 GiB at 4,194,304).
     """
-    worlds = plan.num_gpus * 2.0 ** np.arange(1, max_doublings + 1)
+    from fsdpsim.numbers import MAX_GPUS
+
+    per_node = plan.gpus_per_node
+    nodes = per_node * 2 ** np.arange(0, int(np.log2(MAX_GPUS // per_node)) + 1)
+    worlds = np.unique(np.concatenate([divisors(per_node), nodes, [plan.num_gpus]])).astype(float)
     x: dict[str, Any] = {}
     x.update(model_inputs(spec, worlds))
     x.update(system_inputs(system, training.precision))
-    x.update({"num_gpus": worlds, "gpus_per_node": plan.gpus_per_node,
+    x.update({"num_gpus": worlds, "gpus_per_node": per_node,
               "strategy": STRATEGY_CODES["full"], "shard_size": worlds, "replicate_size": 1.0,
               "reshard": 1.0})
     x.update(training_inputs(training))
     x.update({"micro_batch": 1.0, "recompute": engine.RECOMPUTE_CODES["full"], "grad_accum": 1.0})
-    fits = np.broadcast_to(engine.memory_breakdown(x, ceilings=False)["fits"], worlds.shape)
+    out = engine.memory_breakdown(x, ceilings=False)
+    peaks = np.broadcast_to(out["peak_bytes"], worlds.shape)
+    return worlds, peaks, np.broadcast_to(out["fits"], worlds.shape)
+
+
+def smallest_world_that_fits(spec: ModelSpec, system: System, plan: ParallelPlan,
+                             training: TrainingConfig) -> int | None:
+    """Fewest GPUs (of :func:`full_shard_peaks`'s worlds, smaller ones included) on which the
+    model fits with full sharding, micro-batch 1 and full recompute; None if none does."""
+    worlds, _, fits = full_shard_peaks(spec, system, plan, training)
     return int(worlds[np.argmax(fits)]) if fits.any() else None
+
+
+def _what_would_fit(spec: ModelSpec, system: System, plan: ParallelPlan,
+                    training: TrainingConfig) -> str:
+    """The advice when not even micro-batch 1 fits with the plan as given."""
+    worlds, peaks, fits = full_shard_peaks(spec, system, plan, training)
+    recipe = "with full sharding, micro-batch 1 and full recompute"
+    least = int(np.argmin(peaks))
+    padding = (f"past {int(worlds[least]):,} GPUs memory per GPU grows again, as FSDP2 pads "
+               "every parameter to the shard count")
+    if not fits.any():
+        return (f"{recipe} it does not fit on 1 to {int(worlds[-1]):,} GPUs either: the least "
+                f"memory per GPU is {peaks[least] / 2**30:.1f} GiB, on {int(worlds[least]):,} "
+                f"GPUs; {padding}")
+    smallest, largest = int(worlds[np.argmax(fits)]), int(worlds[fits][-1])
+    here = bool(fits[worlds == plan.num_gpus][0])
+    if here:
+        return f"{recipe} it fits on these {plan.num_gpus:,} GPUs (and on as few as {smallest:,})"
+    if plan.num_gpus > largest:
+        return f"{recipe} it fits on {smallest:,} to {largest:,} GPUs; {padding}"
+    return f"{recipe} it fits on {smallest:,} GPUs"
 
 
 def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
@@ -472,11 +511,8 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
             what = (f"largest micro-batch that fits: {int(row['max_micro_batch'])}; longest "
                     f"sequence at this micro-batch: {int(row['max_seq_len'])}")
         else:
-            world = smallest_world_that_fits(spec, system, plan, training)
             what = ("not even micro-batch 1 fits with this plan; "
-                    + (f"with full sharding, micro-batch 1 and full recompute it fits on "
-                       f"{world} GPUs" if world else "it does not fit on up to "
-                       f"{plan.num_gpus * 2**16} GPUs either"))
+                    + _what_would_fit(spec, system, plan, training))
         notes.append(f"does not fit: needs {over / 2**30:.1f} GiB more than the "
                      f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; {what}")
     return Prediction(

@@ -526,3 +526,17 @@ def test_fp8_runs_gemms_in_fp8_and_attention_in_bf16():
     hbm = H100.accelerator.hbm_bandwidth_bytes_per_s * H100.accelerator.efficiency.hbm_fraction
     extra = runs["fp8"]["memory_bound_s"] - runs["bf16"]["memory_bound_s"]
     assert extra == pytest.approx(spec.n_layers * (fwd + bwd) / hbm, rel=1e-6)
+
+
+def test_the_builder_makes_exactly_the_typed_bundle():
+    """config_inputs (the one builder) produces every key of the typed bundle's four parts and
+    no key the bundle does not declare."""
+    from fsdpsim.engine.inputs import (EngineInputs, ModelInputs, PlanInputs, SystemInputs,
+                                       TrainingInputs)
+
+    plan = ParallelPlan(16, 8, "full", tp=2, pp=2)
+    x = predict.config_inputs(get_model("llama3-8b"), H100, plan, TrainingConfig(seq_len=4096))
+    parts = (set(ModelInputs.__annotations__) | set(SystemInputs.__annotations__)
+             | set(PlanInputs.__annotations__) | set(TrainingInputs.__annotations__))
+    assert set(x) == parts
+    assert parts <= set(EngineInputs.__annotations__)

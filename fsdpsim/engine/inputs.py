@@ -1,0 +1,136 @@
+"""The engine's input bundle: every key :func:`fsdpsim.engine.evaluate` reads, typed.
+
+One builder makes it, :func:`fsdpsim.predict.config_inputs` (from a ModelSpec, a System, a
+ParallelPlan and a TrainingConfig; sweep and the measurement readers call its four parts),
+plus the per-candidate knobs ``micro_batch``, ``recompute`` and ``grad_accum``. Every value is a
+number or a numpy array; arrays broadcast, so one bundle holds one configuration or a million.
+Units are in the names (SI: bytes, seconds, FLOP); categorical values are integer codes.
+``tests/test_engine.py`` checks that the builder produces exactly these keys.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict, Union
+
+import numpy as np
+
+Number = Union[float, int, np.ndarray]
+
+
+class ModelInputs(TypedDict):
+    """:func:`fsdpsim.predict.model_inputs`: one tensor-parallel rank's share of the model."""
+
+    n_layers: Number            # transformer layers [-]
+    d_model: Number             # hidden width h [-]
+    n_heads: Number             # query heads [-]
+    q_dim: Number               # query width, heads x head size [-]
+    kv_dim: Number              # key/value width [-]
+    ffn_size: Number            # MLP width (one expert's for MoE) [-]
+    swiglu: Number              # 0/1 gated MLP
+    rotary: Number              # 0/1 rotary positions
+    linear_bias: Number         # 0/1 biases on linear layers
+    rmsnorm: Number             # 0/1 RMSNorm (else LayerNorm)
+    vocab_size: Number          # vocabulary, padded to 128 x tp when tp > 1 [-]
+    n_params: Number            # whole model [-]
+    matmul_params: Number       # weights used in matmuls (PaLM N_mm) [-]
+    active_experts: Number      # experts a token visits [-]
+    block_numel: Number         # one block's parameters, whole [-]
+    block_numel_padded: Number  # one block's TP-local parameters after FSDP padding [-]
+    root_numel_padded: Number   # embedding, final norm, head: TP-local, padded [-]
+    n_params_padded: Number     # L x block + root, padded [-]
+    n_params_rank: Number       # parameters one TP rank holds, unpadded [-]
+    block_numel_rank: Number    # one block on one TP rank, unpadded [-]
+    embed_numel_rank: Number    # first pipeline stage's root part [-]
+    head_numel_rank: Number     # last pipeline stage's root part (a tied embedding's copy) [-]
+    embed_numel_padded: Number
+    head_numel_padded: Number
+
+
+class SystemInputs(TypedDict):
+    """:func:`fsdpsim.predict.system_inputs`: catalog peaks and achievable fractions."""
+
+    peak_flops_per_s: Number
+    compute_clock_ratio: Number      # power-capped clock / rated [-]
+    attention_peak_ratio: Number     # attention's peak / the GEMMs' (FP8 training) [-]
+    matmul_fraction: Number
+    matmul_half_flops: Number
+    matmul_half_k: Number
+    attention_half_kv: Number
+    attention_fraction: Number       # PyTorch SDPA kernel
+    fused_attention_fraction: Number  # Transformer Engine cuDNN kernel (Megatron recipe)
+    hbm_bytes_per_s: Number
+    hbm_fraction: Number
+    link_bytes_per_s: Number         # scale-up link per GPU, one direction
+    link_fraction: Number
+    link_latency_s: Number
+    nic_share_bytes_per_s: Number    # scale-out line rate per GPU, one direction
+    nic_fraction: Number
+    nic_latency_s: Number
+    kernel_overhead_s: Number        # host time per eager op
+    comm_compute_slowdown: Number
+    memory_bytes: Number
+    runtime_reserved_bytes: Number
+    allocator_fraction: Number
+
+
+class PlanInputs(TypedDict):
+    """:func:`fsdpsim.predict.plan_inputs`: degrees, strategies and the layout on the tiers."""
+
+    num_gpus: Number
+    gpus_per_node: Number       # GPUs of the job per scale-up domain
+    strategy: Number            # fsdpsim.costs.comm.STRATEGY_CODES
+    reshard: Number
+    keep_gathered: Number
+    grad_sync_last: Number
+    tp: Number
+    pp: Number
+    cp: Number
+    vpp: Number
+    dp: Number                  # data-parallel degree, excluding CP
+    pp_schedule: Number         # fsdpsim.costs.schedule.SCHEDULE_CODES
+    sequence_parallel: Number
+    cp_all2all: Number
+    tp_overlap: Number
+    megatron: Number            # 0/1 Megatron recipe
+    layers_first: Number        # layers on the first / a middle / the last pipeline stage
+    layers_mid: Number
+    layers_last: Number
+    # size and members per scale-up domain of each group (fsdpsim.layout.GROUPS)
+    tp_size: Number
+    tp_per_node: Number
+    cp_size: Number
+    cp_per_node: Number
+    pp_size: Number
+    pp_per_node: Number
+    shard_size: Number          # FSDP shard group dp_shard x cp (1 for DDP)
+    shard_per_node: Number
+    replicate_size: Number
+    replicate_per_node: Number
+    dp_world_size: Number       # dp x cp
+    dp_world_per_node: Number
+
+
+class TrainingInputs(TypedDict):
+    """:func:`fsdpsim.predict.training_inputs`."""
+
+    seq_len: Number
+    compute_bytes: Number       # gathered parameters and activations, bytes per element
+    reduce_bytes: Number        # gradient reduction dtype
+    optimizer: Number           # 0 adamw, 1 sgd
+    flash: Number
+    fused_loss: Number
+    fp8_gemm: Number
+    dropout: Number
+    recompute_layers: Number    # -1 = every layer
+
+
+class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, total=False):
+    """Everything :func:`fsdpsim.engine.evaluate` reads: the four parts plus the knobs
+    (``micro_batch``, ``recompute``, ``grad_accum``) and optional switches
+    (:data:`fsdpsim.engine.OPTIONAL_INPUTS`)."""
+
+    micro_batch: Number
+    recompute: Number           # 0 none, 1 selective, 2 full
+    grad_accum: Number          # micro-batches per step
+    ceilings: Number            # 0/1 solve the memory ceilings
+    fused_glu: Number
