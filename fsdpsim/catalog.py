@@ -27,15 +27,16 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import os
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from fsdpsim.errors import ConfigError, suggest
+from fsdpsim.errors import SHOWN_PATH_CHARS, ConfigError, shown, suggest
+from fsdpsim.files import read_toml
 from fsdpsim.hardware import Accelerator, Cluster, Efficiency, Link, Network, Node
+from fsdpsim.numbers import read_number
 from fsdpsim.units import (
     GB_PER_S_BYTES_PER_S,
     GBIT_PER_S_BYTES_PER_S,
@@ -96,9 +97,8 @@ def _check_value(key: str, value: Any, spec: Field, where: str) -> None:
     if spec.choices and value not in spec.choices:
         raise ConfigError(f"{where}: key {key!r} = {value!r} is not accepted; "
                           f"accepted: {spec.describe()}")
-    if spec.lo is not None and not (spec.lo <= value <= spec.hi):
-        raise ConfigError(f"{where}: key {key!r} = {value!r} is outside the plausible range "
-                          f"{spec.describe()}")
+    if spec.lo is not None:  # the one number reader: finite, within the plausible range
+        read_number(value, f"{where}: key {key!r}", spec.rule(), text=False)
     if spec.types is list and not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: key {key!r} must be a list of text")
 
@@ -127,16 +127,9 @@ def _check_table(data: Mapping, schema: Mapping, where: str, partial: bool) -> N
 
 
 def _read_file(path: Path) -> list[_Raw]:
-    try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); catalog files must be "
-                          "UTF-8 TOML") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read catalog file: {exc.strerror}") from None
+    doc = read_toml(path, "catalog file")
+    if not is_catalog_document(doc):
+        return []  # another tool's TOML (a pyproject.toml): not a catalog file
     out = []
     for kind, entries in doc.items():
         if kind not in SCHEMAS:
@@ -176,14 +169,56 @@ def _deep_merge(base: dict, extra: Mapping) -> dict:
     return merged
 
 
-def _catalog_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        raise ConfigError(f"catalog folder {str(folder)!r} does not exist or is not a folder")
-    return sorted(p for p in folder.rglob("*.toml") if p.is_file())
+def is_catalog_document(doc: Mapping[str, Any]) -> bool:
+    """Whether parsed TOML is meant as a catalog file: it names a kind (``[[accelerator]]``,
+    also misspelled ones) or holds any top-level array of tables. Other TOML (``[project]``
+    of a pyproject.toml) is another tool's file and is skipped."""
+    return any(key in SCHEMAS or (isinstance(value, list) and value
+                                  and all(isinstance(v, dict) for v in value))
+               for key, value in doc.items())
+
+
+def _catalog_files(folder: str | Path) -> list[Path]:
+    """The ``*.toml`` files of a catalog folder and of its direct subfolders (the built-in
+    layout: ``accelerators/``, ``networks/`` ...); hidden folders are skipped. Deeper folders are
+    not searched, so a project folder (or ``/``) is never walked."""
+    if not str(folder).strip():
+        raise ConfigError("catalog folder '' is an empty name; give a folder ('.' for the "
+                          "current one)")
+    path = Path(folder)
+    try:
+        if not path.is_dir():
+            raise ConfigError(f"catalog folder {shown(str(folder), SHOWN_PATH_CHARS)} does not "
+                              "exist or is not a folder")
+        subfolders = [path] + sorted(p for p in path.iterdir()
+                                     if p.is_dir() and not p.name.startswith("."))
+        return sorted(p for d in subfolders for p in d.glob("*.toml") if p.is_file())
+    except OSError as exc:
+        raise ConfigError(f"catalog folder {shown(str(folder), SHOWN_PATH_CHARS)} cannot be read: "
+                          f"{exc.strerror or type(exc).__name__}") from None
+    except ValueError:  # a NUL byte in the name
+        raise ConfigError(f"catalog folder {shown(str(folder), SHOWN_PATH_CHARS)} is not a "
+                          "folder name") from None
+
+
+def _no_duplicates(raws: list[_Raw], folder: str) -> None:
+    """One folder (one overlay) gives each id of a kind once; two entries would leave which
+    one wins to the file order."""
+    seen: dict[tuple[str, str], _Raw] = {}
+    for raw in raws:
+        key = (raw.kind, raw.id)
+        if key in seen:
+            first = seen[key]
+            raise ConfigError(f"{raw.where}: [[{raw.kind}]] {raw.id!r} is also given in "
+                              f"{first.where} (catalog folder {folder!r}); give each id once "
+                              "per folder (override = true merges into an entry of an earlier "
+                              "folder)")
+        seen[key] = raw
 
 
 def user_dirs_from_env() -> tuple[str, ...]:
-    """Folders named by ``FSDPSIM_CATALOG`` (``os.pathsep``-separated), in order."""
+    """Folders named by ``FSDPSIM_CATALOG`` (``os.pathsep``-separated), in order; empty items
+    (an empty or unset variable) name no folder."""
     value = os.environ.get(ENV_VAR, "")
     return tuple(p for p in value.split(os.pathsep) if p)
 
@@ -231,12 +266,15 @@ class Catalog:
     def resolve_id(self, kind: str, name: str) -> str:
         """Canonical id for an id or alias of ``kind``; a clear error with suggestions if none."""
         key = str(name).strip().lower()
+        if not key:
+            raise ConfigError(f"{kind} id {shown(name)} is empty; see `fsdpsim catalog list "
+                              f"--kind {kind}`")
         if key in self._raw[kind]:
             return key
         if key in self._aliases[kind]:
             return self._aliases[kind][key]
         choices = list(self._raw[kind]) + list(self._aliases[kind])
-        raise ConfigError(f"unknown {kind} {name!r}{suggest(key, choices)}; "
+        raise ConfigError(f"unknown {kind} {shown(name)}{suggest(key, choices)}; "
                           f"see `fsdpsim catalog list --kind {kind}`")
 
     def get(self, kind: str, name: str):
@@ -262,11 +300,13 @@ class Catalog:
     def find(self, name: str) -> tuple[str, str]:
         """(kind, id) of ``name`` in any kind; a clear error with suggestions across kinds."""
         key = str(name).strip().lower()
+        if not key:
+            raise ConfigError(f"catalog id {shown(name)} is empty; see `fsdpsim catalog list`")
         for kind in KINDS:
             if key in self._raw[kind] or key in self._aliases[kind]:
                 return kind, self.resolve_id(kind, key)
         choices = [i for k in KINDS for i in list(self._raw[k]) + list(self._aliases[k])]
-        raise ConfigError(f"unknown catalog id {name!r}{suggest(key, choices)}; "
+        raise ConfigError(f"unknown catalog id {shown(name)}{suggest(key, choices)}; "
                           "see `fsdpsim catalog list`")
 
     def raw(self, kind: str, name: str) -> Mapping[str, Any]:
@@ -397,8 +437,9 @@ _BUILDERS = {"accelerator": _build_accelerator, "network": _build_network,
 def _load_cached(dirs: tuple[str, ...]) -> Catalog:
     raws: list[_Raw] = []
     for folder in (str(builtin_dir()),) + dirs:
-        for path in _catalog_files(Path(folder)):
-            raws.extend(_read_file(path))
+        overlay = [raw for path in _catalog_files(folder) for raw in _read_file(path)]
+        _no_duplicates(overlay, folder)
+        raws.extend(overlay)
     return Catalog(raws)
 
 
@@ -407,5 +448,7 @@ def load_catalog(extra_dirs: Iterable[str | os.PathLike] = (), *, use_env: bool 
 
     Results are cached per list of folders; files are read on first use, never at import.
     """
-    dirs = (user_dirs_from_env() if use_env else ()) + tuple(str(Path(d)) for d in extra_dirs)
+    dirs = (user_dirs_from_env() if use_env else ()) + tuple(
+        str(Path(d)) if str(d).strip() else "" for d in extra_dirs)  # '' is refused, not '.'
+
     return _load_cached(dirs)

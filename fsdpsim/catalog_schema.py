@@ -38,6 +38,12 @@ class Field:
     choices: tuple[str, ...] | None = None
     unit: str = ""
 
+    def rule(self):
+        """The :class:`fsdpsim.numbers.Rule` of a numeric key with a range."""
+        from fsdpsim.numbers import Rule
+
+        return Rule(self.lo, self.hi, whole=self.types is int, unit=self.unit)
+
     def describe(self) -> str:
         if self.choices:
             return "one of " + ", ".join(self.choices)

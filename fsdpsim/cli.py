@@ -13,6 +13,7 @@ import click
 from fsdpsim import __version__
 from fsdpsim import render
 from fsdpsim.catalog import KINDS, load_catalog
+from fsdpsim.output import OutputClosed, OutputError, echo, flush_stdout
 from fsdpsim.errors import ConfigError
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, TFLOPS_FLOPS_PER_S
 
@@ -84,10 +85,10 @@ def catalog_list(ctx: click.Context, kind: str | None, fmt: str) -> None:
         for k in kinds:
             rows = [_summary(cat, k, i) for i in cat.ids(k)]
             blocks.append(f"{k}s ({len(rows)})\n{render.table(rows)}")
-        click.echo("\n\n".join(blocks))
+        echo("\n\n".join(blocks))
         return
     rows = [{"kind": k, **_summary(cat, k, i)} for k in kinds for i in cat.ids(k)]
-    click.echo(render.to_json(rows) if fmt == "json" else render.csv_text(rows), nl=fmt == "json")
+    echo(render.to_json(rows) if fmt == "json" else render.csv_text(rows), nl=fmt == "json")
 
 
 @catalog.command("show")
@@ -102,13 +103,13 @@ def catalog_show(ctx: click.Context, entry_id: str, fmt: str) -> None:
     # The entry stays under its own key: its fields (a network's `kind`) must not clobber ours.
     data = {"kind": kind, "id": ident, "entry": raw, "files": list(cat.origins(kind, ident))}
     if fmt == "json":
-        click.echo(render.to_json(data))
+        echo(render.to_json(data))
     elif fmt == "csv":
-        click.echo(render.csv_text([data]), nl=False)
+        echo(render.csv_text([data]), nl=False)
     else:
-        click.echo(f"{kind} {ident}")
-        click.echo("\n".join(render.raw_entry_lines(raw)))
-        click.echo(f"  files  {', '.join(cat.origins(kind, ident))}")
+        echo(f"{kind} {ident}")
+        echo("\n".join(render.raw_entry_lines(raw)))
+        echo(f"  files  {', '.join(cat.origins(kind, ident))}")
 
 
 # -- model ---------------------------------------------------------------------------------------
@@ -150,30 +151,30 @@ def model_show(model_name: str, fmt: str) -> None:
     spec = get_model(model_name)
     data = _model_dict(spec)
     if fmt == "json":
-        click.echo(render.to_json(data))
+        echo(render.to_json(data))
         return
     if fmt == "csv":
-        click.echo(render.csv_text([data]), nl=False)
+        echo(render.csv_text([data]), nl=False)
         return
-    click.echo(f"model {spec.name}")
-    click.echo(render.key_values([(k, v) for k, v in data["spec"].items()]))
+    echo(f"model {spec.name}")
+    echo(render.key_values([(k, v) for k, v in data["spec"].items()]))
     n = spec.n_params
     rows = [{"component": k, "params": f"{v:,}", "share": f"{100 * v / n:.2f} %"}
             for k, v in data["params"].items()]
     rows.append({"component": "total", "params": f"{n:,}", "share": "100.00 %"})
-    click.echo("\nparameters")
-    click.echo(render.table(rows))
-    click.echo(f"\nper block {spec.block_params:,}; used in matmuls per token "
+    echo("\nparameters")
+    echo(render.table(rows))
+    echo(f"\nper block {spec.block_params:,}; used in matmuls per token "
                f"{spec.matmul_params:,}; active per token {spec.active_params:,}")
 
 
 def _emit_rows(rows, fmt: str) -> None:
     if fmt == "json":
-        click.echo(render.to_json(rows))
+        echo(render.to_json(rows))
     elif fmt == "csv":
-        click.echo(render.csv_text(rows), nl=False)
+        echo(render.csv_text(rows), nl=False)
     else:
-        click.echo(render.table(rows))
+        echo(render.table(rows))
 
 
 # The predict and validate commands live in their own modules to keep this one short.
@@ -205,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI; bad input → one line on stderr, exit status 2."""
     try:
         cli.main(args=argv, prog_name="fsdpsim", standalone_mode=False)
+        flush_stdout()
+    except OutputClosed:  # e.g. `fsdpsim catalog list | head`: the reader has what it wanted
+        return 0
+    except OutputError as exc:  # e.g. `> /dev/full`: not bad input, but one line all the same
+        _error(str(exc))
+        return 1
     except ConfigError as exc:
         return _error(str(exc))
     except _NO_ARGS_IS_HELP as exc:
@@ -220,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         click.echo("fsdpsim: aborted", err=True)
         return 1
-    except BrokenPipeError:  # pragma: no cover - e.g. `fsdpsim catalog list | head`
-        return 0
+    except MemoryError:
+        return _error("out of memory: this command needs more memory than is free; a sweep "
+                      "written with --format csv or json streams its rows, or give a smaller "
+                      "grid")
     return 0
 
 

@@ -13,6 +13,8 @@ import click
 from fsdpsim.catalog import load_catalog
 from fsdpsim.cli_sweep import grid_options, merge_options, run
 from fsdpsim.errors import ConfigError
+from fsdpsim.numbers import TOKENS_PER_GPU, Rule, option_type
+from fsdpsim.output import echo
 from fsdpsim.grid import build_grid
 
 KINDS = {
@@ -61,7 +63,8 @@ def register(cli: click.Group) -> None:
                   help="Rows of `fsdpsim sweep` (.csv, .json or .parquet) instead of sweeping.")
     @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
                   help="Figure file: .png, .svg or .pdf.")
-    @click.option("--dpi", type=click.IntRange(50, 600), default=120, show_default=True,
+    @click.option("--dpi", type=option_type(Rule(50, 600, whole=True)), default=120,
+                  show_default=True,
                   help="Resolution of a PNG.")
     @click.option("--metric", type=click.Choice(("tokens_per_s_per_gpu", "mfu")), default=None,
                   help="throughput: the y axis (default tokens_per_s_per_gpu).")
@@ -69,7 +72,7 @@ def register(cli: click.Group) -> None:
                   help="throughput: one line per value of this column (default system).")
     @click.option("--ceiling", type=click.Choice(("model-size", "seq-len")), default=None,
                   help="memory: largest model (default) or longest sequence.")
-    @click.option("--tokens-per-gpu", type=click.FloatRange(min=1), default=None,
+    @click.option("--tokens-per-gpu", type=option_type(TOKENS_PER_GPU), default=None,
                   help="bandwidth: tokens per GPU at which clusters are marked (default: the "
                        "best MFU at the highest bandwidth).")
     @click.option("--mark-clusters", default=None,
@@ -117,7 +120,7 @@ def register(cli: click.Group) -> None:
             source = f"a sweep of {len(rows):,} rows"
         fig = _figure(kind, rows, plot, cat)
         plots.save(fig, output, dpi=dpi)
-        click.echo(f"fsdpsim plot: {kind} figure of {source} written to {output}")
+        echo(f"fsdpsim plot: {kind} figure of {source} written to {output}")
 
 
 __all__ = ["register", "KINDS"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -19,7 +20,10 @@ from fsdpsim.parallel import (
     ParallelPlan,
     TrainingConfig,
 )
-from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, parse_quantity
+from fsdpsim.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT,  # noqa: F401
+                             MAX_GPUS, POWER_CAP_W, Rule, count_rule, option_type, read_number)
+from fsdpsim.output import echo
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES
 
 BOTTLENECK_WORDS = {
     "compute": "compute: matmul and attention kernels set the pace",
@@ -32,34 +36,25 @@ BOTTLENECK_WORDS = {
 }
 
 
-#: Largest count an option takes. Counts become float64 inside the engine, and products such as
-#: micro_batch x num_gpus must stay exact integers (< 2**53) so reports never show a rounded batch.
-MAX_COUNT = 2**31
-MAX_GPUS = 2**22
-
-
 def _auto_int(value: str | None, what: str) -> int | None:
+    """A count option (fsdpsim.numbers: the one number reader), or None for ``auto``."""
     if value is None or str(value).strip().lower() == "auto":
         return None
-    number = parse_quantity(value, what=what)
-    # `not 1 <= x <= max` also rejects nan; int() of nan or inf would raise.
-    if not 1 <= number <= MAX_COUNT or number != int(number):
-        raise ConfigError(f"{what} must be a whole number from 1 to {MAX_COUNT:,} or 'auto', "
-                          f"got {value!r}")
-    return int(number)
+    return read_number(value, what, replace(count_rule(what), also="auto"))
 
 
 def build_prediction(ctx: click.Context, **o: Any):
     """Resolve options into objects and call :func:`fsdpsim.predict.predict`."""
     from fsdpsim.predict import predict
     from fsdpsim.presets import get_model
-    from fsdpsim.system import resolve_system
+    from fsdpsim.system import check_cluster_size, resolve_system
 
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     system = resolve_system(cat, gpu=o["gpu"], cluster=o["cluster"],
                             gpus_per_node=o["gpus_per_node"], network=o["network"],
                             inter_node_gbps_per_gpu=o["inter_node_gbps_per_gpu"],
                             power_cap_w=o["power_cap_w"])
+    check_cluster_size(cat, o["cluster"], o["num_gpus"], system.gpus_per_node)
     seq_len = _auto_int(o["seq_len"], "--seq-len")
     spec = get_model(o["model"])
     if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
@@ -112,23 +107,25 @@ def predict_options(f):
                      help="Preset id or path to a Hugging Face config.json."),
         click.option("--gpu", default=None, help="Accelerator id or alias (e.g. h100)."),
         click.option("--cluster", default=None, help="Node or cluster id instead of --gpu."),
-        click.option("--num-gpus", type=click.IntRange(1, MAX_GPUS), default=8,
+        click.option("--num-gpus", type=option_type(GPUS), default=8,
                      show_default=True),
-        click.option("--gpus-per-node", type=click.IntRange(1, MAX_GPUS), default=None,
+        click.option("--gpus-per-node", type=option_type(GPUS), default=None,
                      help="Default: the node's, else 8."),
         click.option("--network", default=None, help="Network id (NIC type) between nodes."),
-        click.option("--inter-node-gbps-per-gpu", type=float, default=None,
+        click.option("--inter-node-gbps-per-gpu", type=option_type(INTER_NODE_GBPS),
+                     default=None,
                      help="Override: inter-node Gb/s per GPU, one direction."),
-        click.option("--power-cap-w", type=float, default=None,
+        click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None,
                      help="Board power limit per GPU below TDP (nvidia-smi -pl); lowers the "
                           "compute clock (uncalibrated DVFS model)."),
-        click.option("--seq-len", default="4096", show_default=True),
+        click.option("--seq-len", default="4096", show_default=True,
+                     help="Tokens per sequence; k = 1,024 here (32k = 32,768)."),
         click.option("--micro-batch", default="auto", show_default=True),
         click.option("--global-batch", default=None, help="Sequences per step; default: one "
                      "micro-batch per GPU."),
         click.option("--sharding", type=click.Choice(SHARDINGS), default="full",
                      show_default=True, help=SHARDING_HELP),
-        click.option("--shard-group-size", type=click.IntRange(1, MAX_GPUS), default=None,
+        click.option("--shard-group-size", type=option_type(GPUS), default=None,
                      help="HSDP shard group (default: one node)."),
         click.option("--reshard-after-forward/--no-reshard-after-forward", default=True,
                      show_default=True),
@@ -142,33 +139,35 @@ def predict_options(f):
                           "(FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False))."),
         click.option("--recompute", type=click.Choice(("auto",) + RECOMPUTES), default="auto",
                      show_default=True),
-        click.option("--recompute-layers", type=click.IntRange(0, MAX_COUNT), default=None,
+        click.option("--recompute-layers", type=option_type(Rule(0, MAX_COUNT, whole=True)),
+                     default=None,
                      help="Recompute only the first K layers of each pipeline stage "
                           "(Megatron --recompute-num-layers); default: all."),
-        click.option("--zero", type=click.IntRange(0, 3), default=None,
+        click.option("--zero", type=option_type(Rule(0, 3, whole=True)), default=None,
                      help="ZeRO stage of the data dimension (0 DDP, 1 optimizer, 2 +gradients, "
                           "3 +parameters = FSDP); the mesh spelling of --sharding."),
-        click.option("--dp-shard", type=click.IntRange(1, MAX_GPUS), default=None,
+        click.option("--dp-shard", type=option_type(GPUS), default=None,
                      help="Data-parallel ranks the states are sharded over (with --zero)."),
-        click.option("--dp-replicate", type=click.IntRange(1, MAX_GPUS), default=None,
+        click.option("--dp-replicate", type=option_type(GPUS), default=None,
                      help="Replicas of each shard group (ZeRO-3: HSDP)."),
-        click.option("--tp", type=click.IntRange(1, MAX_GPUS), default=1, show_default=True,
+        click.option("--tp", type=option_type(GPUS), default=1, show_default=True,
                      help="Tensor-parallel degree (Megatron column/row split)."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=None,
                      help="Split norm/dropout activations over TP (default: on when tp > 1)."),
         click.option("--tp-overlap/--no-tp-overlap", default=False, show_default=True,
                      help="Overlap TP collectives with GEMMs (async TP)."),
-        click.option("--pp", type=click.IntRange(1, MAX_GPUS), default=1, show_default=True,
+        click.option("--pp", type=option_type(GPUS), default=1, show_default=True,
                      help="Pipeline-parallel degree (stages)."),
-        click.option("--vpp", type=click.IntRange(1, 1024), default=1, show_default=True,
+        click.option("--vpp", type=option_type(Rule(1, 1024, whole=True)), default=1,
+                     show_default=True,
                      help="Virtual stages (model chunks) per pipeline rank: interleaved 1F1B."),
         click.option("--pp-schedule", type=click.Choice(PP_SCHEDULES), default=None,
                      help="Pipeline schedule (default: interleaved when --vpp > 1, else 1f1b)."),
-        click.option("--pp-first-layers", type=click.IntRange(1, MAX_COUNT), default=None,
+        click.option("--pp-first-layers", type=option_type(COUNT), default=None,
                      help="Layers on the first pipeline stage (uneven split)."),
-        click.option("--pp-last-layers", type=click.IntRange(1, MAX_COUNT), default=None,
+        click.option("--pp-last-layers", type=option_type(COUNT), default=None,
                      help="Layers on the last pipeline stage (uneven split)."),
-        click.option("--cp", type=click.IntRange(1, MAX_GPUS), default=1, show_default=True,
+        click.option("--cp", type=option_type(GPUS), default=1, show_default=True,
                      help="Context-parallel degree (sequence split)."),
         click.option("--cp-kind", type=click.Choice(CP_KINDS), default="ring", show_default=True,
                      help="ring attention or all2all (Ulysses)."),
@@ -321,11 +320,11 @@ def register(cli: click.Group) -> None:
             options["gpu"] = "h100"
         p = build_prediction(ctx, **options)
         if fmt == "json":
-            click.echo(render.to_json(p.to_dict()))
+            echo(render.to_json(p.to_dict()))
         elif fmt == "csv":
-            click.echo(render.csv_text([p.to_dict()]), nl=False)
+            echo(render.csv_text([p.to_dict()]), nl=False)
         else:
-            click.echo(predict_table(p))
+            echo(predict_table(p))
 
 
 def render_option(f):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import click
 import pandas as pd
@@ -15,6 +17,7 @@ from fsdpsim import render
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
+from fsdpsim.output import ROWS_PER_CHUNK, OutputError, echo, is_stdout, write_chunks
 from fsdpsim.parallel import SHARDING_HELP
 from fsdpsim.units import GIB_BYTES
 
@@ -100,8 +103,8 @@ def grid_options(f):
 
 def sweep_options(f):
     """:func:`grid_options` plus ``--format`` and ``--output``."""
-    f = click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-                     help="Write to FILE instead of stdout.")(f)
+    f = click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),
+                     default=None, help="Write to FILE instead of stdout (- is stdout).")(f)
     f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                      show_default=True, help="Output format (parquet needs pyarrow).")(f)
     return grid_options(f)
@@ -117,28 +120,51 @@ def merge_options(grid_file: str | None, options: dict[str, Any]) -> dict[str, A
 
 
 def check_output(fmt: str, output: str | None) -> None:
-    """Fail before the sweep runs when the output cannot be written."""
+    """Fail before the sweep runs when the output cannot be written (``-`` is stdout)."""
     if fmt == "parquet":
         if importlib.util.find_spec("pyarrow") is None:
             raise ConfigError("--format parquet needs pyarrow, which is not installed: "
                               "pip install pyarrow (or use --format csv)")
-        if output is None:
+        if is_stdout(output):
             raise ConfigError("--format parquet writes a binary file: give --output FILE")
-    if output is not None:
+    if output is not None and not output.strip():
+        raise ConfigError("--output '' is an empty file name; give a file, or - for stdout")
+    if not is_stdout(output):
         parent = Path(output).resolve().parent
         if not parent.is_dir():
             raise ConfigError(f"--output {output!r}: folder {str(parent)!r} does not exist")
 
 
-def run(grid: Grid) -> pd.DataFrame:
-    """Run the sweep, with a progress bar on stderr for big grids."""
-    from fsdpsim.sweep import estimated_candidates, run_sweep
+@contextmanager
+def progress(grid: Grid) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr for big grids: its update function, else None."""
+    from fsdpsim.sweep import estimated_candidates
 
     if estimated_candidates(grid) < PROGRESS_MIN_CANDIDATES:
-        return run_sweep(grid)
+        yield None
+        return
     with click.progressbar(length=grid.n_points, label=f"sweeping {grid.n_points:,} points",
                            file=sys.stderr) as bar:
-        return run_sweep(grid, progress=bar.update)
+        yield bar.update
+
+
+def run(grid: Grid) -> pd.DataFrame:
+    """Run the sweep, with a progress bar on stderr for big grids."""
+    from fsdpsim.sweep import run_sweep
+
+    try:
+        with progress(grid) as update:
+            return run_sweep(grid, progress=update)
+    except MemoryError:
+        raise _out_of_memory(grid) from None
+
+
+def _out_of_memory(grid: Grid) -> ConfigError:
+    from fsdpsim.sweep import estimated_candidates
+
+    return ConfigError(f"the sweep of {describe(grid)} ({estimated_candidates(grid):,} "
+                       "configurations) ran out of memory; --format csv or json writes rows as "
+                       "they are computed (flat memory), or give a smaller grid")
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -153,8 +179,9 @@ def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
     return f"{value * scale if scale != 1.0 else value:{spec}}{unit}"
 
 
-def table_text(frame: pd.DataFrame, grid: Grid) -> str:
-    """A compact view: the varying inputs, the chosen knobs and the headline numbers."""
+def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
+    """A compact view: the varying inputs, the chosen knobs and the headline numbers (with
+    ``head``, the summary line above and the notes below)."""
     varying = [c for c in ("model", "gpu", "cluster", "network", "inter_node_gbps_per_gpu",
                            "power_cap_w",
                            "plan.num_gpus", "training.seq_len", "training.precision")
@@ -187,9 +214,12 @@ def table_text(frame: pd.DataFrame, grid: Grid) -> str:
             row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
         row["infeasible"] = r["infeasible"] or ""
         rows.append(row)
+    if not head:
+        return render.table(rows)
     feasible = int(frame["infeasible"].isna().sum())
-    head = f"fsdpsim sweep: {describe(grid)} -> {len(frame):,} rows, {feasible:,} feasible"
-    return "\n".join([head, render.table(rows), "", "notes", *(f"  - {n}" for n in notes(grid, frame))])
+    first = f"fsdpsim sweep: {describe(grid)} -> {len(frame):,} rows, {feasible:,} feasible"
+    return "\n".join([first, render.table(rows), "", "notes",
+                      *(f"  - {n}" for n in notes(grid, frame))])
 
 
 def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
@@ -210,20 +240,85 @@ def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
     return out
 
 
-def write(frame: pd.DataFrame, grid: Grid, fmt: str, output: str | None) -> None:
-    if fmt == "parquet":
-        frame.to_parquet(output, index=False)
+#: Candidate configurations per chunk when rows are written as they are computed: a quarter of
+#: the in-memory sweep's chunk keeps a 10^6-row CSV sweep well below 1 GiB (the engine still
+#: evaluates 65,536 configurations per call).
+STREAM_CANDIDATES = 65_536
+#: Above this many rows a table is written in blocks as the sweep runs (each block aligned on
+#: its own, with its header); below, as one aligned table.
+TABLE_BLOCK_ROWS = 20_000
+
+
+def _slices(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[pd.DataFrame]:
+    """The rows of ``frames`` in slices of at most ``output.ROWS_PER_CHUNK``; ``counts``
+    accumulates [rows, feasible]."""
+    for frame in frames:
+        counts[0] += len(frame)
+        counts[1] += int(frame["infeasible"].isna().sum())
+        for start in range(0, len(frame), ROWS_PER_CHUNK):
+            yield frame.iloc[start:start + ROWS_PER_CHUNK]
+
+
+def _csv_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[str]:
+    header = True
+    for part in _slices(frames, counts):
+        yield part.to_csv(index=False, header=header)
+        header = False
+
+
+def _json_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[str]:
+    """``render.to_json(records(frame))`` of all rows, one slice at a time (the same text)."""
+    first = True
+    for part in _slices(frames, counts):
+        inner = render.to_json(records(part))[2:-2]  # drop the list's "[\n" and "\n]"
+        yield ("[\n" if first else ",\n") + inner
+        first = False
+    yield "[]\n" if first else "\n]\n"
+
+
+def _table_chunks(frames: Iterable[pd.DataFrame], grid: Grid, counts: list[int]
+                  ) -> Iterator[str]:
+    frames = iter(frames)
+    held: list[pd.DataFrame] = []
+    for frame in frames:
+        held.append(frame)
+        if sum(len(f) for f in held) > TABLE_BLOCK_ROWS:
+            break
+    else:  # small: one aligned table, as always
+        frame = pd.concat(held, ignore_index=True) if len(held) > 1 else held[0]
+        counts[0], counts[1] = len(frame), int(frame["infeasible"].isna().sum())
+        yield table_text(frame, grid) + "\n"
         return
-    if fmt == "csv":
-        text = frame.to_csv(index=False)
-    elif fmt == "json":
-        text = render.to_json(records(frame)) + "\n"
-    else:
-        text = table_text(frame, grid) + "\n"
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        Path(output).write_text(text, encoding="utf-8")
+    yield f"fsdpsim sweep: {describe(grid)} -> {grid.n_points:,} rows, in blocks\n"
+    gpus: set[str] = set()
+    for part in _slices(itertools.chain(held, frames), counts):
+        gpus |= set(part["gpu"].astype(str))
+        yield table_text(part, grid, head=False) + "\n\n"
+    lines = [f"{counts[0]:,} rows, {counts[1]:,} feasible", "", "notes",
+             *(f"  - {n}" for n in notes(grid, pd.DataFrame({"gpu": sorted(gpus)})))]
+    yield "\n".join(lines) + "\n"
+
+
+def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
+          output: str | None) -> tuple[int, int]:
+    """Write the rows of ``frames`` (one DataFrame, or chunks of rows as the sweep computes
+    them) in ``fmt`` to stdout or ``output``; csv, json and big tables stream. Returns (rows,
+    feasible rows)."""
+    if isinstance(frames, pd.DataFrame):
+        frames = [frames]
+    counts = [0, 0]
+    if fmt == "parquet":
+        frame = pd.concat(list(frames), ignore_index=True)
+        try:
+            frame.to_parquet(output, index=False)
+        except OSError as exc:
+            raise OutputError(f"cannot write --output {output!r}: {exc.strerror or exc}"
+                              ) from None
+        return len(frame), int(frame["infeasible"].isna().sum())
+    chunks = {"csv": _csv_chunks, "json": _json_chunks}.get(fmt)
+    write_chunks(chunks(frames, counts) if chunks else _table_chunks(frames, grid, counts),
+                 None if is_stdout(output) else output)
+    return counts[0], counts[1]
 
 
 def register(cli: click.Group) -> None:
@@ -240,18 +335,20 @@ def register(cli: click.Group) -> None:
 
           fsdpsim sweep --model llama3-8b,llama3-70b --gpu h100,b200 --num-gpus 8..1024 --best
         """
+        from fsdpsim.sweep import iter_sweep
+
         check_output(fmt, output)
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         grid = build_grid(cat, merge_options(grid_file, options))
-        frame = run(grid)
         try:
-            write(frame, grid, fmt, output)
-        except OSError as exc:
-            raise ConfigError(f"cannot write --output {output!r}: {exc.strerror or exc}") from None
-        if output is not None:
-            feasible = int(frame["infeasible"].isna().sum())
-            click.echo(f"fsdpsim sweep: {len(frame):,} rows ({feasible:,} feasible) written to "
-                       f"{output}")
+            with progress(grid) as update:
+                rows, feasible = write(iter_sweep(grid, progress=update,
+                                                  candidates_per_chunk=STREAM_CANDIDATES),
+                                       grid, fmt, output)
+        except MemoryError:
+            raise _out_of_memory(grid) from None
+        if not is_stdout(output):
+            echo(f"fsdpsim sweep: {rows:,} rows ({feasible:,} feasible) written to {output}")
 
 
 __all__ = ["register", "FORMATS", "table_text", "records"]

@@ -9,6 +9,8 @@ import click
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
+from fsdpsim.numbers import Rule, option_type
+from fsdpsim.output import echo
 
 ROW_COLUMNS = ("id", "model", "gpu", "n_gpus", "layout", "seq_len", "micro_batch", "grad_accum",
                "recompute", "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error",
@@ -87,7 +89,10 @@ def fit_rows(frame):
     number format modelled by an approximation. Validation still reports all of them."""
     from fsdpsim.published_plan import APPROXIMATED_FORMATS
 
-    keep = ~frame.get("subset", "").astype(str).isin(UNFIT_SUBSETS)
+    import pandas as pd
+
+    subset = frame["subset"] if "subset" in frame.columns else pd.Series("", index=frame.index)
+    keep = ~subset.astype(str).isin(UNFIT_SUBSETS)
     if "precision_format" in frame.columns:
         keep &= ~frame["precision_format"].astype(str).isin(tuple(APPROXIMATED_FORMATS))
     return frame[keep]
@@ -119,12 +124,14 @@ def register(cli: click.Group) -> None:
             ids = {cat.accelerator(g).id for g in gpus}
             frame = frame[frame["gpu"].isin(ids)]
         if frame.empty:
-            names = sorted(set(every["framework"].fillna(""))) if "framework" in every else []
+            names = (sorted({str(n) for n in every["framework"].fillna("")})
+                     if "framework" in every else [])
             raise ConfigError(
                 "no row of the file matches " + " and ".join(
                     f"{flag} {value!r}" for flag, value in (("--framework", framework),
                                                             ("--gpu", ",".join(gpus)))
-                    if value) + "; the file has GPUs " + ", ".join(sorted(set(every["gpu"])))
+                    if value) + "; the file has GPUs "
+                + ", ".join(sorted({str(g) for g in every["gpu"].dropna()}))
                 + (f" and frameworks {', '.join(repr(n) for n in names)}" if names else ""))
         skipped = frame[frame["skip"] != ""]
         result = predict_measurements(frame, cat)
@@ -132,25 +139,25 @@ def register(cli: click.Group) -> None:
         groups = summarise_groups(result)
         groupings = {name: summarise_by(result, name) for name in (by or DEFAULT_BY)}
         if fmt == "json":
-            click.echo(render.to_json({"summary": summary, "by_framework": groups,
-                                       "by": groupings,
-                                       "skipped": skipped[["id", "skip"]].to_dict("records"),
-                                       "rows": result.to_dict("records")}))
+            echo(render.to_json({"summary": summary, "by_framework": groups,
+                                 "by": groupings,
+                                 "skipped": skipped[["id", "skip"]].to_dict("records"),
+                                 "rows": result.to_dict("records")}))
             return
         if fmt == "csv":
-            click.echo(result.to_csv(index=False), nl=False)
+            echo(result.to_csv(index=False), nl=False)
             return
-        click.echo(_rows_table(result.sort_values("error")))
-        click.echo("")
+        echo(_rows_table(result.sort_values("error")))
+        echo("")
         if len(skipped):
-            click.echo("\n".join(_skipped_lines(skipped, len(frame))))
+            echo("\n".join(_skipped_lines(skipped, len(frame))))
         for name, found in groupings.items():
             if found and (by or len(found) > 1):
                 core = "subset" in result.columns and (result["subset"] == "core").any()
                 title = BY_TITLES[name] + (" (core rows)" if name == "generation" and core
                                            else "")
-                click.echo("\n".join(_group_table(title, found)))
-        click.echo(_summary_line("tokens/s per GPU", summary))
+                echo("\n".join(_group_table(title, found)))
+        echo(_summary_line("tokens/s per GPU", summary))
 
     @cli.command("calibrate")
     @click.option("--measurements", type=click.Path(dir_okay=False), default=None,
@@ -166,7 +173,7 @@ def register(cli: click.Group) -> None:
                   help="Measure this machine with torch micro-benchmarks (gloo ranks, about "
                        "30 s) and write a catalog entry for it (local-cpu, local-node) instead "
                        "of fitting measured runs.")
-    @click.option("--ranks", type=click.IntRange(2, 64), default=None,
+    @click.option("--ranks", type=option_type(Rule(2, 64, whole=True)), default=None,
                   help="With --local: processes measured at once, the node's GPUs per node "
                        "[default: 2].")
     @click.option("--quick", is_flag=True, default=False,
@@ -203,24 +210,24 @@ def register(cli: click.Group) -> None:
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         frame = fit_rows(by_framework(load_measurements(measurements, cat), framework))
         result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
-        click.echo(_summary_line("before", result.before))
-        click.echo(_summary_line("after ", result.after))
+        echo(_summary_line("before", result.before))
+        echo(_summary_line("after ", result.after))
         if result.cross_validated:
-            click.echo(_summary_line("5-fold cross-validated", result.cross_validated))
+            echo(_summary_line("5-fold cross-validated", result.cross_validated))
         lo, hi = result.interval
-        click.echo(f"  measured/predicted, 5-95 % out of sample: {lo:.3f} .. {hi:.3f}")
+        echo(f"  measured/predicted, 5-95 % out of sample: {lo:.3f} .. {hi:.3f}")
         for name, value in result.values.items():
             key, scale, (lo, hi) = FACTORS[name]
             at_bound = " (at its bound)" if min(value - lo, hi - value) <= 1e-6 * (hi - lo) else ""
-            click.echo(f"  {key:<22} {value * scale:.4g}{at_bound}")
+            echo(f"  {key:<22} {value * scale:.4g}{at_bound}")
         for name, why in result.refused.items():
-            click.echo(f"  not fitted: {name}: {why}")
+            echo(f"  not fitted: {name}: {why}")
         overlay = result.overlay_toml(Path(measurements).name)
         if output:
             _write(output, overlay)
-            click.echo(f"wrote {output}; use it with --catalog {Path(output).parent}")
+            echo(f"wrote {output}; use it with --catalog {Path(output).parent}")
         else:
-            click.echo("\n" + overlay)
+            echo("\n" + overlay)
 
 
 LOCAL_DEFAULT_OUTPUT = "./fsdpsim-local/local.toml"
@@ -251,15 +258,15 @@ def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
     from fsdpsim.validation.fsdp_runs import RunError
 
     cfg = (local_bench.BenchConfig.quick(ranks) if quick else local_bench.BenchConfig(ranks=ranks))
-    click.echo(f"measuring this machine on {ranks} gloo ranks"
-               f"{' (quick budget)' if quick else ''} ...")
+    echo(f"measuring this machine on {ranks} gloo ranks"
+         f"{' (quick budget)' if quick else ''} ...")
     try:
         result = local_bench.measure_local(cfg)
     except RunError as exc:
         last = [line for line in str(exc).strip().splitlines() if line.strip()][-1]
         raise ConfigError(f"calibrate --local: the benchmark ranks failed: {last.strip()}") from None
     for line in result.summary_lines():
-        click.echo(line)
+        echo(line)
     _write(output, local_bench.catalog_toml(result))
     folder = Path(output).parent
     problems = local_bench.out_of_range(local_bench.catalog_entries(result))
@@ -270,6 +277,6 @@ def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
         load_catalog([folder], use_env=False)
     except ConfigError as exc:
         raise ConfigError(f"wrote {output}, but the catalog does not load it: {exc}") from None
-    click.echo(f"wrote {output}; use it with: fsdpsim --catalog {folder} predict --cluster "
+    echo(f"wrote {output}; use it with: fsdpsim --catalog {folder} predict --cluster "
                f"{local_bench.NODE_ID} --num-gpus {ranks} --precision fp32 --eager-attention "
                "--model ...")

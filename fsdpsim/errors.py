@@ -16,6 +16,25 @@ class ConfigError(ValueError):
     """Bad user input: the message names the value, its origin and what is accepted."""
 
 
+#: Longest text quoted in a message; a longer value is cut and its length given.
+SHOWN_CHARS = 60
+#: The same for file and folder names (PATH_MAX is 4,096 bytes on Linux).
+SHOWN_PATH_CHARS = 1024
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``value`` for a one-line message: ``repr``, long text cut (``'aaa…' (300 characters)``),
+    huge integers by their digit count."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        digits = int(abs(value).bit_length() * 0.30103) + 1  # str() refuses > 4,300 digits
+        return f"an integer of about {digits:,} digits"
+    text = repr(value)
+    if len(text) > limit:
+        length = len(value) if isinstance(value, str) else len(text)
+        text = f"{text[:limit - 10]}…{text[-5:]} ({length:,} characters)"
+    return text
+
+
 def suggest(name: str, choices: Iterable[str], n: int = 3) -> str:
     """Return ``" (did you mean: a, b?)"`` for the closest ``choices`` to ``name``, or ``""``."""
     choices = list(choices)

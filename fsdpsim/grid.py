@@ -18,19 +18,22 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from fsdpsim.catalog import Catalog
-from fsdpsim.errors import ConfigError
+from fsdpsim.errors import ConfigError, shown
+from fsdpsim.files import read_toml
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.model_ladder import format_size, ladder_model, series_125
 from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS
-from fsdpsim.system import resolve_system
-from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, parse_quantity
+from fsdpsim.numbers import (DECIMAL, INTER_NODE_GBPS, MAX_COUNT, MODEL_SIZE, POWER_CAP_W,
+                             PRICE_USD_PER_GPU_HOUR, PUE, TRAIN_TOKENS, Rule, count_rule,
+                             read_number, reject)
+from fsdpsim.system import cluster_gpus, resolve_system
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
@@ -43,8 +46,6 @@ DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding":
             "micro-batch": "auto", "recompute": "auto"}
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_GPU = "h100"
-#: Largest count accepted (counts become float64 in the engine; products must stay exact).
-MAX_COUNT = 2**31
 
 
 @dataclass(frozen=True)
@@ -142,16 +143,7 @@ def normalise_key(key: str) -> str:
 
 def read_grid_file(path: str | Path) -> dict[str, Any]:
     """The options in a TOML grid file (keys: :data:`GRID_KEYS`)."""
-    path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"grid file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"grid file {str(path)!r} cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"grid file {str(path)!r} is not valid TOML: {exc}") from None
+    data = read_toml(path, "grid file")
     out = {}
     for key, value in data.items():
         name = normalise_key(key)
@@ -168,7 +160,9 @@ def split_values(value: Any, what: str) -> list[str]:
     out: list[str] = []
     for item in items:
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise ConfigError(f"{what}: cannot read {item!r}; give text, a number or a list")
+            raise ConfigError(f"{what}: cannot read {shown(item)}; give text, a number or a list")
+        if isinstance(item, int) and abs(item) >= 10**30:  # str() refuses > 4,300 digits
+            raise reject(what, item, "a number of a plausible size")
         out += [part.strip() for part in str(item).split(",") if part.strip()]
     if not out:
         raise ConfigError(f"{what}: no values given")
@@ -176,10 +170,7 @@ def split_values(value: Any, what: str) -> list[str]:
 
 
 def _count(text: str, what: str) -> int:
-    number = parse_quantity(text, what=what)
-    if not 1 <= number <= MAX_COUNT or number != int(number):
-        raise ConfigError(f"{what}: {text!r} is not a whole number from 1 to {MAX_COUNT:,}")
-    return int(number)
+    return read_number(text, what, count_rule(what))
 
 
 def parse_counts(value: Any, what: str) -> list[int]:
@@ -220,10 +211,10 @@ def parse_sizes(value: Any) -> list[float]:
     out: list[float] = []
     for item in split_values(value, "--model-sizes"):
         if ".." in item:
-            lo, hi = (parse_quantity(t, what="--model-sizes") for t in item.split("..", 1))
+            lo, hi = (read_number(t, "--model-sizes", MODEL_SIZE) for t in item.split("..", 1))
             out += series_125(lo, hi)
         else:
-            out.append(parse_quantity(item, what="--model-sizes"))
+            out.append(read_number(item, "--model-sizes", MODEL_SIZE))
     return list(dict.fromkeys(out))
 
 
@@ -243,35 +234,12 @@ def parse_prices(value: Any, catalog: Catalog) -> dict[str, float]:
         text = price.strip().lower().lstrip("$")
         for suffix in ("/gpu-hour", "/hour", "/hr", "/h"):
             text = text.removesuffix(suffix)
-        try:
-            usd = float(text)
-        except ValueError:
-            raise ConfigError(f"--price {item!r}: cannot read {price!r} as USD per GPU-hour; "
-                              "use e.g. h100=2.5/h") from None
-        if not 0 < usd < math.inf:
-            raise ConfigError(f"--price {item!r}: the price must be > 0 USD per GPU-hour")
-        out[acc.id] = usd
+        out[acc.id] = read_number(text, f"--price {gpu.strip()}", PRICE_USD_PER_GPU_HOUR)
     return out
 
 
-def _positive_float(value: Any, what: str, minimum: float = 0.0) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what}: cannot read {value!r} as a number") from None
-    if not minimum < number < math.inf:
-        raise ConfigError(f"{what} must be a number > {minimum:g}, got {value!r}")
-    return number
-
-
 def _pue(value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--pue: cannot read {value!r} as a number") from None
-    if not 1.0 <= number <= 10.0:
-        raise ConfigError(f"--pue must be from 1 (GPUs only) to 10, got {value!r}")
-    return number
+    return read_number(value, "--pue", PUE)
 
 
 def _knob_counts(value: Any, what: str) -> tuple[int, ...] | None:
@@ -322,11 +290,11 @@ def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, .
     per_node = (parse_counts(options["gpus-per-node"], "--gpus-per-node")
                 if "gpus-per-node" in options else [None])
     networks = (split_values(options["network"], "--network") if "network" in options else [None])
-    bandwidths = ([_positive_float(v, "--inter-node-gbps-per-gpu")
+    bandwidths = ([read_number(v, "--inter-node-gbps-per-gpu", INTER_NODE_GBPS)
                    for v in split_values(options["inter-node-gbps-per-gpu"],
                                          "--inter-node-gbps-per-gpu")]
                   if "inter-node-gbps-per-gpu" in options else [None])
-    caps = ([_positive_float(v, "--power-cap-w")
+    caps = ([read_number(v, "--power-cap-w", POWER_CAP_W)
              for v in split_values(options["power-cap-w"], "--power-cap-w")]
             if "power-cap-w" in options else [None])
     out = []
@@ -339,9 +307,7 @@ def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, .
             cluster_id, max_gpus = "", None
             if kind == "cluster":
                 found, cluster_id = catalog.find(name)
-                if found == "cluster":
-                    nodes = catalog.cluster(cluster_id).num_nodes
-                    max_gpus = nodes * system.gpus_per_node if nodes else None
+                max_gpus = cluster_gpus(catalog, name, system.gpus_per_node)
             out.append(Hardware(system=system, gpu=system.accelerator.id,
                                 cluster=cluster_id, network=system.extra["network"],
                                 max_gpus=max_gpus))
@@ -377,9 +343,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         prices.update(parse_prices(options["price"], catalog))
     tokens = None
     if "tokens" in options:
-        tokens = parse_quantity(options["tokens"], what="--tokens")
-        if not 0 < tokens < math.inf:
-            raise ConfigError(f"--tokens must be > 0, got {options['tokens']!r}")
+        tokens = read_number(options["tokens"], "--tokens", TRAIN_TOKENS)
     return Grid(
         models=_models(options),
         hardware=hardware,
@@ -415,7 +379,8 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
 
 def _one_count(value: Any, what: str, least: int = 1) -> int:
     """One whole number (not a list) of at least ``least``."""
-    values = parse_counts(value, what) if least >= 1 else [int(parse_quantity(value, what=what))]
+    values = (parse_counts(value, what) if least >= 1 else
+              [read_number(value, what, Rule(least, MAX_COUNT, whole=True, suffixes=DECIMAL))])
     if len(values) != 1 or values[0] < least or values[0] != int(values[0]):
         raise ConfigError(f"{what} takes one whole number >= {least}, got {value!r}")
     return int(values[0])

@@ -16,8 +16,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsdpsim.errors import ConfigError, suggest
-from fsdpsim.model import ModelSpec
+from fsdpsim.errors import ConfigError, shown, suggest
+from fsdpsim.files import MAX_TEXT_BYTES, read_text
+from fsdpsim.model import ModelSpec, check_plausible_size
+from fsdpsim.numbers import MAX_COUNT, Rule, read_number
+
+#: Plausible ranges of the sizes in a config.json (every real model is far inside them; a
+#: value outside, NaN, Infinity or a 400-digit integer is rejected, never converted).
+_WIDTH = Rule(1, 2**20, whole=True)           # hidden, intermediate, head widths
+_LAYERS = Rule(1, 2**14, whole=True)
+_HEADS = Rule(1, 2**16, whole=True)
+SIZE_RULES: dict[str, Rule] = {
+    **{k: _LAYERS for k in ("num_hidden_layers", "n_layer", "n_layers")},
+    **{k: _HEADS for k in ("num_attention_heads", "num_key_value_heads", "n_head", "n_heads",
+                           "kv_n_heads", "num_local_experts", "num_experts_per_tok")},
+    "vocab_size": Rule(1, 2**24, whole=True),
+    # positions only add parameters for learned tables; rotary configs state large contexts
+    **{k: Rule(1, MAX_COUNT, whole=True) for k in ("max_position_embeddings", "n_positions",
+                                                   "max_seq_len")},
+}
+EXPANSION_RATIO = Rule(0.001, 1024)
 
 
 class _Config:
@@ -31,7 +49,8 @@ class _Config:
 
     def get_int(self, key: str, default: int | None = None, *, required: bool = True,
             data: dict[str, Any] | None = None) -> int | None:
-        """A positive integer; missing -> ``default`` if not required, else an error."""
+        """A whole number within the key's plausible range (:data:`SIZE_RULES`); missing ->
+        ``default`` if not required, else an error."""
         data = self.data if data is None else data
         value = data.get(key)
         if value is None:
@@ -41,11 +60,7 @@ class _Config:
                     f"{self.model_type!r} (required keys: {', '.join(REQUIRED[self.model_type])})"
                 )
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-            raise ConfigError(f"{self._where(key)} = {value!r} must be a positive integer")
-        if value < 1:
-            raise ConfigError(f"{self._where(key)} = {value!r} must be a positive integer")
-        return int(value)
+        return read_number(value, self._where(key), SIZE_RULES.get(key, _WIDTH), text=False)
 
     def get_bool(self, key: str, default: bool, *, data: dict[str, Any] | None = None) -> bool:
         data = self.data if data is None else data
@@ -53,13 +68,20 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ConfigError(f"{self._where(key)} = {value!r} must be true or false")
+            raise ConfigError(f"{self._where(key)} = {shown(value)} must be true or false")
+        return value
+
+    def get_text(self, key: str, default: str, *, data: dict[str, Any] | None = None) -> str:
+        data = self.data if data is None else data
+        value = data.get(key, default)
+        if not isinstance(value, str):
+            raise ConfigError(f"{self._where(key)} = {shown(value)} must be text")
         return value
 
     def get_dict(self, key: str) -> dict[str, Any]:
         value = self.data.get(key) or {}
         if not isinstance(value, dict):
-            raise ConfigError(f"{self._where(key)} = {value!r} must be a JSON object")
+            raise ConfigError(f"{self._where(key)} = {shown(value)} must be a JSON object")
         return value
 
 
@@ -171,7 +193,7 @@ def _mpt(c: _Config) -> dict[str, Any]:
         position = "none"
 
     n_heads = c.get_int("n_heads")
-    attn_type = attn.get("attn_type", "multihead_attention")
+    attn_type = c.get_text("attn_type", "multihead_attention", data=attn)
     kv_heads = {"multihead_attention": n_heads, "multiquery_attention": 1}.get(attn_type)
     if attn_type == "grouped_query_attention":
         kv_heads = c.get_int("kv_n_heads", data=attn)
@@ -180,21 +202,21 @@ def _mpt(c: _Config) -> dict[str, Any]:
             f"{c.path}: attn_config.attn_type {attn_type!r} is not one of: multihead_attention, "
             f"multiquery_attention, grouped_query_attention"
         )
-    norm_type = c.data.get("norm_type", "low_precision_layernorm")
+    norm_type = c.get_text("norm_type", "low_precision_layernorm")
     if norm_type not in _MPT_NORMS:
         raise ConfigError(
             f"{c.path}: norm_type {norm_type!r} is not one of: {', '.join(_MPT_NORMS)}"
             f"{suggest(str(norm_type), _MPT_NORMS)}"
         )
-    ffn_type = ffn.get("ffn_type", "mptmlp")
+    ffn_type = c.get_text("ffn_type", "mptmlp", data=ffn)
     if ffn_type not in _MPT_FFNS:
         raise ConfigError(
             f"{c.path}: ffn_config.ffn_type {ffn_type!r} is not one of: {', '.join(_MPT_FFNS)}"
         )
-    ratio = c.data.get("expansion_ratio", 4)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
-        raise ConfigError(f"{c._where('expansion_ratio')} = {ratio!r} must be a positive number")
-    ffn_size = c.get_int("ffn_hidden_size", int(d_model * ratio), required=False, data=ffn)
+    ratio = read_number(c.data.get("expansion_ratio", 4), c._where("expansion_ratio"),
+                        EXPANSION_RATIO, text=False)
+    ffn_size = c.get_int("ffn_hidden_size", max(1, int(d_model * ratio)), required=False,
+                         data=ffn)
     norm = _MPT_NORMS[norm_type]
     return dict(
         n_layers=c.get_int("n_layers"),
@@ -236,6 +258,22 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_READERS)
 
 
+class _HugeInteger(float):
+    """An integer of more digits than Python converts (4,300): infinite, named by its size."""
+
+    def __new__(cls, digits: int):
+        obj = super().__new__(cls, "inf")
+        obj.digits = digits
+        return obj
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits:,} digits"
+
+
+def _json_int(text: str) -> int | float:
+    return int(text) if len(text) <= 1000 else _HugeInteger(len(text.lstrip("-")))
+
+
 def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (a file or a directory
     that holds one), offline.
@@ -254,23 +292,23 @@ def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None
         required key, or values that make an invalid spec; the message names the file.
     """
     path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"model config file {str(path)!r} not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); a config.json is "
-                          "expected") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read model config file {str(path)!r}: {exc}") from None
+        if path.is_dir():
+            path = path / "config.json"
+    except (OSError, ValueError):  # a name too long for the file system: read_text says so
+        pass
+    text = read_text(path, "model config file", MAX_TEXT_BYTES, expected="a config.json")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path}: line {exc.lineno}, column {exc.colno}: malformed JSON ({exc.msg})"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply to read (a config.json is one flat "
+                          "object with a few nested ones)") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise ConfigError(f"{path}: cannot read as JSON: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a JSON object, got {type(data).__name__}")
 
@@ -288,6 +326,7 @@ def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None
     if name is None:
         name = data.get("_name_or_path") or path.resolve().parent.name or str(path)
     try:
-        return ModelSpec(name=str(name), **fields)
+        spec = ModelSpec(name=str(name)[:200], **fields)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    return check_plausible_size(spec, str(path))

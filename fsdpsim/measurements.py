@@ -60,17 +60,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fsdpsim import engine
+from fsdpsim import engine, numbers
 from fsdpsim import published
 from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.costs.schedule import SCHEDULE_CODES, schedule_feasible
-from fsdpsim.errors import ConfigError
-from fsdpsim.model import ModelSpec
+from fsdpsim.errors import ConfigError, shown
+from fsdpsim.files import MAX_TABLE_BYTES, open_capped
+from fsdpsim.model import ModelSpec, check_plausible_size
+from fsdpsim.numbers import Rule, read_number
 from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, ParallelPlan, TrainingConfig
 from fsdpsim.predict import config_inputs, divisors, predict
 from fsdpsim.published_plan import gpu_generation
 from fsdpsim.system import domain_gpus, resolve_system
 
+#: Block families of the architecture columns (mpt and gpt: GELU, LayerNorm, learned positions).
+ARCHES = ("gpt", "mpt", "llama")
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
             "micro_batch", "grad_accum", "sharding", "recompute", "tokens_per_s_per_gpu")
 #: The layout columns of the schema and their defaults (missing column or empty cell).
@@ -85,22 +89,51 @@ def _truthy(value: Any) -> bool:
     return bool(value) and not (isinstance(value, float) and np.isnan(value))
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "y"), ("0", "false", "no", "n")
+
+
+def _flag(row: pd.Series, column: str, default: bool) -> bool:
+    """A true/false cell; empty (or no such column) is the default."""
+    value = row.get(column, default)
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if _empty(value):
+        return default
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    if isinstance(value, (int, float, np.integer, np.floating)) and value in (0, 1):
+        return bool(value)
+    raise ConfigError(f"row {shown(row.get('id'))}: column {column}: {shown(value)} is not "
+                      f"accepted; accepted: true or false ({', '.join(_TRUE + _FALSE)}), or "
+                      "empty")
+
+
 def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.DataFrame:
     """Read a measurements CSV (fsdpsim schema, the published-runs layout or vTrain's); the
     catalog (default: the built-in one) matches free-text GPU names of published tables."""
+    source = open_capped(path, "measurements file", MAX_TABLE_BYTES)
     try:
-        raw = pd.read_csv(path)
-    except FileNotFoundError:
-        raise ConfigError(f"measurements file {str(path)!r} does not exist") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot parse as CSV: {exc}") from None
+        raw = pd.read_csv(source, dtype={"id": str})  # labels stay text ("1e400", "inf")
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{path}: the file is empty; a measurements CSV has a header line "
+                          f"({', '.join(REQUIRED)}, model) and one line per run") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot parse as CSV: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+                          ) from None
+    if raw.empty:
+        raise ConfigError(f"{path}: no rows, only a header line; a measurements CSV has one "
+                          "line per run below the header")
     raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
     catalog = catalog or load_catalog()
-    if "source_key" in raw.columns:
-        frame = _check_layouts(published.from_published(raw, catalog), catalog, strict=False)
-        return resolve_auto_knobs(frame, catalog)
-    if published.is_vtrain(raw.columns):
-        return _check_layouts(published.from_vtrain(raw), catalog, strict=False)
+    if "source_key" in raw.columns or published.is_vtrain(raw.columns):
+        frame = (published.from_published(raw, catalog) if "source_key" in raw.columns
+                 else published.from_vtrain(raw))
+        _label_rows(frame)
+        _read_cells(frame, COLUMN_RULES, skip=True)  # implausible cells: skipped with the reason
+        frame = _check_layouts(frame, catalog, strict=False)
+        return resolve_auto_knobs(frame, catalog) if "source_key" in raw.columns else frame
     missing = [c for c in REQUIRED if c not in raw.columns]
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; required: "
@@ -109,12 +142,17 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     if "skip" not in frame.columns:
         frame["skip"] = ""
     frame["skip"] = frame["skip"].fillna("")
-    if "id" not in frame.columns:
-        frame["id"] = [f"row-{i + 1}" for i in range(len(frame))]
+    _label_rows(frame)
     _check_columns(frame)
     if "generation" not in frame.columns:
         frame["generation"] = [_generation(catalog, g) for g in frame["gpu"]]
     return resolve_auto_knobs(_check_layouts(frame, catalog, strict=True), catalog)
+
+
+def _label_rows(frame: pd.DataFrame) -> None:
+    """Every row's ``id`` as text; ``row-N`` where the file gives none."""
+    ids = frame["id"] if "id" in frame.columns else [None] * len(frame)
+    frame["id"] = [f"row-{i + 1}" if _empty(v) else str(v) for i, v in enumerate(ids)]
 
 
 def _generation(catalog: Catalog, gpu: Any) -> str:
@@ -130,18 +168,27 @@ def spec_for_row(row: pd.Series) -> ModelSpec:
 
     seq = int(row["seq_len"])
     if "n_layers" in row and pd.notna(row.get("n_layers")):
-        arch = str(row.get("arch", "gpt")).lower()
+        missing = [c for c in ("d_model", "n_heads", "ffn_size", "vocab")
+                   if c not in row or pd.isna(row.get(c))]
+        if missing:
+            raise ConfigError(f"row {shown(row.get('id'))}: n_layers is given, so the "
+                              f"architecture columns are needed too; missing: {', '.join(missing)}")
+        arch = "gpt" if _empty(row.get("arch")) else str(row.get("arch")).strip().lower()
+        if arch not in ARCHES:
+            raise ConfigError(f"row {shown(row.get('id'))}: column arch: {shown(row.get('arch'))} "
+                              f"is not accepted; accepted: {', '.join(ARCHES)}")
         heads = int(row["n_heads"])
         kv = int(row["n_kv_heads"]) if pd.notna(row.get("n_kv_heads")) else heads
         llama = arch == "llama"
-        return ModelSpec(
+        return check_plausible_size(ModelSpec(
             name=str(row.get("model", "model")), n_layers=int(row["n_layers"]),
             d_model=int(row["d_model"]), n_heads=heads, n_kv_heads=kv,
             ffn_size=int(row["ffn_size"]), ffn_kind="swiglu" if llama else "gelu",
             vocab_size=int(row["vocab"]), tied_embeddings=not llama,
             position="rotary" if llama else "learned", max_seq_len=seq,
             norm="rmsnorm" if llama else "layernorm", norm_bias=not llama,
-            qkv_bias=not llama, attn_out_bias=not llama, mlp_bias=not llama)
+            qkv_bias=not llama, attn_out_bias=not llama, mlp_bias=not llama),
+            f"row {shown(row.get('id'))}")
     spec = get_model(str(row["model"]))
     return spec.with_seq_len(seq) if spec.position == "learned" else spec
 
@@ -205,9 +252,9 @@ def _row_setup(row: pd.Series, catalog: Catalog,
     plan = row_plan(row, per_domain, vpp)
     options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
                    precision=str(row.get("precision", "bf16")),
-                   flash_attention=_truthy(row.get("flash_attention", True)),
-                   fused_loss=_truthy(row.get("fused_loss", False)),
-                   dropout=_truthy(row.get("dropout", False)),
+                   flash_attention=_flag(row, "flash_attention", True),
+                   fused_loss=_flag(row, "fused_loss", False),
+                   dropout=_flag(row, "dropout", False),
                    recompute_layers=_whole_cell(row, "recompute_layers"))
     return spec, system, plan, options
 
@@ -322,52 +369,80 @@ def _predict_knobs(row: pd.Series, catalog: Catalog, vpp: int | None, auto_mb: b
     return candidates[ranks.index(min(ranks))]
 
 
-def _number_or_nan(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
+#: The numeric columns of fsdpsim's schema and what each accepts (read with the one number
+#: reader, :func:`fsdpsim.numbers.read_number`); True: an empty cell is allowed.
+_WIDTH, _LAYERS, _HEADS = (Rule(1, 2**20, whole=True), Rule(1, 2**14, whole=True),
+                           Rule(1, 2**16, whole=True))
+COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
+    "n_gpus": (numbers.GPUS, False), "gpus_per_node": (numbers.GPUS, False),
+    "seq_len": (numbers.SEQ_LEN, False),
+    "inter_node_gbps_per_gpu": (numbers.INTER_NODE_GBPS, True),
+    "tokens_per_s_per_gpu": (numbers.TOKENS_PER_S_PER_GPU, False),
+    "power_cap_w": (numbers.POWER_CAP_W, True),
+    "global_batch_seqs": (numbers.COUNT, True),
+    # empty or "auto" (micro_batch, grad_accum, vpp): what predict would choose
+    "micro_batch": (numbers.COUNT, True), "grad_accum": (numbers.COUNT, True),
+    "n_layers": (_LAYERS, True), "d_model": (_WIDTH, True), "n_heads": (_HEADS, True),
+    "n_kv_heads": (_HEADS, True), "ffn_size": (_WIDTH, True),
+    "vocab": (Rule(1, 2**24, whole=True), True),
+    # the layout (empty: the PLAN_COLUMNS default)
+    **{k: (numbers.GPUS, True) for k in ("tp", "pp", "cp", "ep")},
+    "vpp": (Rule(1, 1024, whole=True, also="auto"), True),
+    "pp_first_layers": (_LAYERS, True), "pp_last_layers": (_LAYERS, True),
+    "recompute_layers": (Rule(0, 2**14, whole=True), True),
+}
+_AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
 
 
-def _whole(value: Any) -> bool:
-    """A finite whole number >= 1."""
-    number = _number_or_nan(value)
-    return bool(np.isfinite(number) and number >= 1 and number == int(number))
+def _empty(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+        or (isinstance(value, str) and value.strip().lower() in ("", "nan", "none"))
+
+
+def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
+                skip: bool = False, auto: bool = True) -> None:
+    """Check the numeric cells of every modelled row and write back the numbers read (``" 8 "``
+    and ``"1e3"`` become 8 and 1000); one clear error for the first cell that is not accepted,
+    or with ``skip`` (published tables) that message as the row's skip reason. ``auto``: the
+    word "auto" passes in the columns that take it (resolved later)."""
+    for column, (rule, empty_ok) in columns.items():
+        if column not in frame.columns:
+            continue
+        rows = frame.index[frame["skip"] == ""]
+        values = frame[column].astype(object).copy()
+        for i in rows:
+            value = values.at[i]
+            if empty_ok and _empty(value):
+                values.at[i] = float("nan")
+                continue
+            if auto and isinstance(value, str) and value.strip().lower() == "auto" and \
+                    column in _AUTO_COLUMNS:
+                continue
+            try:
+                values.at[i] = read_number(
+                    value, f"row {shown(frame.at[i, 'id'])}: column {column}", rule)
+            except ConfigError as exc:
+                if not skip:
+                    raise
+                frame.at[i, "skip"] = str(exc)
+        frame[column] = values
 
 
 def _check_columns(frame: pd.DataFrame) -> None:
     """One clear error for a row of fsdpsim's schema whose numbers are not usable."""
+    _read_cells(frame, COLUMN_RULES)
     for _, row in frame[frame["skip"] == ""].iterrows():
-        for column in ("n_gpus", "gpus_per_node", "seq_len"):
-            if not _whole(row[column]):
-                raise ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
-                                  "accepted: a whole number >= 1")
-        for column, empty_ok in (("inter_node_gbps_per_gpu", True), ("tokens_per_s_per_gpu", False)):
-            text = str(row[column]).strip().lower()
-            number = _number_or_nan(row[column])
-            if empty_ok and text in ("", "nan", "none"):
-                continue
-            if not (np.isfinite(number) and number > 0):
-                raise ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
-                                  "accepted: a positive number" + (" (or empty)" if empty_ok else ""))
         _check_plan_columns(row)
 
 
 def _check_plan_columns(row: pd.Series) -> None:
-    """One clear error for a layout cell of fsdpsim's schema that is not usable."""
+    """One clear error for a layout cell of fsdpsim's schema that is not usable (the numeric
+    ones are read by :func:`_read_cells`)."""
     def refuse(column: str, accepted: str) -> ConfigError:
-        return ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
-                           f"accepted: {accepted} (or empty: {PLAN_COLUMNS[column]})")
+        return ConfigError(f"row {shown(row['id'])}: column {column}: {shown(row[column])} is "
+                           f"not accepted; accepted: {accepted} (or empty: "
+                           f"{PLAN_COLUMNS[column]})")
 
-    for column in ("tp", "pp", "cp", "vpp", "ep", "pp_first_layers", "pp_last_layers"):
-        value = _cell(row, column)
-        if value is None or (column == "vpp" and _auto_vpp(row)):
-            continue
-        if not _whole(value):
-            raise refuse(column, "a whole number >= 1" + (" or auto" if column == "vpp" else ""))
-    layers = _cell(row, "recompute_layers")
-    if layers is not None and not (_whole(layers) or _number_or_nan(layers) == 0):
-        raise refuse("recompute_layers", "a whole number >= 0")
     sp = _cell(row, "sequence_parallel")
     if sp is not None and str(sp).strip().lower() not in ("true", "false", "1", "0", "yes",
                                                           "no", "1.0", "0.0"):
@@ -381,14 +456,12 @@ def _check_plan_columns(row: pd.Series) -> None:
 def _check_knobs(frame: pd.DataFrame) -> None:
     """One clear error for a modelled row whose micro-batch, accumulation or recompute mode is
     not usable (a traceback later would be worse)."""
+    _read_cells(frame, {"micro_batch": (numbers.COUNT, False),
+                        "grad_accum": (numbers.COUNT, False)}, auto=False)
     for _, row in frame[frame["skip"] == ""].iterrows():
-        for column in ("micro_batch", "grad_accum"):
-            if not _whole(row[column]):
-                raise ConfigError(f"row {row['id']!r}: {column} {row[column]!r} is not accepted; "
-                                  "accepted: a whole number >= 1, or auto (micro_batch)")
         if str(row["recompute"]) not in engine.RECOMPUTE_CODES:
-            raise ConfigError(f"row {row['id']!r}: recompute {row['recompute']!r} is not "
-                              f"accepted; accepted: {', '.join(engine.RECOMPUTE_CODES)}, auto")
+            raise ConfigError(f"row {shown(row['id'])}: recompute {shown(row['recompute'])} is "
+                              f"not accepted; accepted: {', '.join(engine.RECOMPUTE_CODES)}, auto")
 
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
@@ -437,7 +510,8 @@ def by_framework(frame: pd.DataFrame, framework: str | None) -> pd.DataFrame:
         return frame
     names = frame["framework"] if "framework" in frame.columns else pd.Series(
         "PyTorch FSDP", index=frame.index)
-    return frame[names.fillna("").str.lower().str.contains(framework.lower(), regex=False)]
+    return frame[names.fillna("").astype(str).str.lower().str.contains(framework.lower(),
+                                                                       regex=False)]
 
 
 def summarise_groups(result: pd.DataFrame, column: str = "framework") -> dict[str, dict]:

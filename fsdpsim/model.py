@@ -380,3 +380,22 @@ class ModelSpec:
                 f"sequence length {seq_len!r} for model {self.name!r} must be an integer >= 1"
             )
         return dataclasses.replace(self, max_seq_len=int(seq_len))
+
+
+#: Largest model read from a file (config.json, a measurement row): 10^15 parameters, about a
+#: thousand times the largest trained, and an attention width (heads x head size) of 2^20.
+#: Beyond them a "model" is a typo, and its FLOP counts lose all meaning.
+MAX_PARAMS = 10**15
+MAX_ATTENTION_WIDTH = 2**20
+
+
+def check_plausible_size(spec: ModelSpec, where: str) -> ModelSpec:
+    """``spec`` itself, or a :class:`ConfigError` naming ``where`` when it is implausibly big."""
+    if spec.n_params > MAX_PARAMS:
+        raise ConfigError(f"{where}: a model of {spec.n_params:.3g} parameters is not accepted; "
+                          f"accepted: at most {MAX_PARAMS:.0e} parameters")
+    if max(spec.q_dim, spec.kv_dim) > MAX_ATTENTION_WIDTH:
+        raise ConfigError(f"{where}: an attention width (heads x head size) of "
+                          f"{max(spec.q_dim, spec.kv_dim):,} is not accepted; accepted: at most "
+                          f"{MAX_ATTENTION_WIDTH:,}")
+    return spec

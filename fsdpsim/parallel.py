@@ -93,9 +93,11 @@ class ParallelPlan:
     cp: int = 1
     """Context-parallel degree (the sequence split over ranks) [-]."""
     vpp: int = 1
-    """Virtual pipeline stages (model chunks) per pipeline rank; > 1 means interleaved 1F1B [-]."""
+    """Virtual pipeline stages (model chunks) per pipeline rank; > 1 means interleaved 1F1B.
+    Only with pp > 1 (with pp = 1 it is 1) [-]."""
     pp_schedule: str | None = None
-    """gpipe, 1f1b, interleaved or zb-h1; None = interleaved when vpp > 1, else 1f1b."""
+    """gpipe, 1f1b, interleaved or zb-h1; None = interleaved when vpp > 1, else 1f1b. Only with
+    pp > 1 (with pp = 1 it is 1f1b)."""
     sequence_parallel: bool | None = None
     """Split norms, dropout and residual activations over the TP group (Korthikanti et al.
     2022); None = on when tp > 1."""
@@ -119,6 +121,13 @@ class ParallelPlan:
             _positive_int(name, getattr(self, name))
         if self.shard_group_size is not None:
             _positive_int("shard_group_size", self.shard_group_size)
+        if self.pp == 1 and (self.vpp > 1 or self.pp_schedule not in (None, "1f1b")):
+            # Without a pipeline there is nothing to interleave or schedule (as sweep's
+            # layouts with pp = 1): one chunk, plain 1F1B.
+            if self.pp_schedule is not None:
+                _choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
+            object.__setattr__(self, "vpp", 1)
+            object.__setattr__(self, "pp_schedule", "1f1b")
         if self.pp_schedule is None:
             object.__setattr__(self, "pp_schedule", "interleaved" if self.vpp > 1 else "1f1b")
         _choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError
+from fsdpsim.files import MAX_ROWS_BYTES, open_capped
 from fsdpsim.grid import build_grid
 from fsdpsim.system import resolve_system
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
@@ -126,10 +127,11 @@ def read_rows(path: str | Path) -> pd.DataFrame:
     if reader is None:
         raise ConfigError(f"--input {str(path)!r}: unknown suffix {path.suffix!r}; accepted: "
                           f"{', '.join(readers)}")
-    if not path.is_file():
-        raise ConfigError(f"--input {str(path)!r} does not exist")
+    source = open_capped(path, "--input", MAX_ROWS_BYTES)
     try:
-        return reader(path)
+        # copy(): one block per dtype. read_csv leaves a block per column, and adding columns
+        # to a frame of more than 100 blocks makes pandas warn on stderr (PerformanceWarning).
+        return reader(source).copy()
     except (ValueError, OSError, ImportError) as exc:  # pandas' parse errors are ValueErrors
         raise ConfigError(f"--input {str(path)!r} cannot be read: "
                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"

@@ -20,9 +20,8 @@ References
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from fsdpsim.errors import ConfigError, suggest
+from fsdpsim.errors import ConfigError, shown, suggest
 from fsdpsim.model import ModelSpec
 
 
@@ -139,7 +138,9 @@ def list_models() -> list[str]:
 
 
 def _looks_like_path(text: str) -> bool:
-    return text.endswith(".json") or "/" in text or "\\" in text or Path(text).exists()
+    from fsdpsim.files import looks_like_file
+
+    return text.endswith(".json") or "/" in text or "\\" in text or looks_like_file(text)
 
 
 def get_model(name_or_path: str) -> ModelSpec:
@@ -152,7 +153,7 @@ def get_model(name_or_path: str) -> ModelSpec:
         Unknown id (with the closest preset ids), or an unreadable / unsupported config file.
     """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
-        raise ConfigError(f"model {name_or_path!r} must be a preset id or a config.json path")
+        raise ConfigError(f"model {shown(name_or_path)} must be a preset id or a config.json path")
     key = name_or_path.strip().lower()
     key = ALIASES.get(key, key)
     if key in PRESETS:
@@ -162,6 +163,6 @@ def get_model(name_or_path: str) -> ModelSpec:
 
         return spec_from_hf_config(name_or_path)
     raise ConfigError(
-        f"unknown model {name_or_path!r}{suggest(key, list(PRESETS) + list(ALIASES))}; give a "
+        f"unknown model {shown(name_or_path)}{suggest(key, list(PRESETS) + list(ALIASES))}; give a "
         f"preset id or a path to a Hugging Face config.json (see `fsdpsim model list`)"
     )

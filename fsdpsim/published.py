@@ -32,6 +32,7 @@ import pandas as pd
 
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
+from fsdpsim.numbers import number_in_text
 from fsdpsim.published_plan import (
     APPROXIMATED_FORMATS,
     framework_conventions,
@@ -57,11 +58,9 @@ def _text(value: Any) -> str:
 
 
 def _number(value: Any) -> float:
-    """A number from a cell that may carry text ("8 (assumed ...)"); NaN when there is none."""
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    m = re.search(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", _text(value).replace(",", ""))
-    return float(m.group()) if m else float("nan")
+    """A number from a cell that may carry text ("8 (assumed ...)"); NaN when there is none
+    (:func:`fsdpsim.numbers.number_in_text`: ASCII digits, NaN beyond float range)."""
+    return number_in_text(value)
 
 
 def _positive(value: Any) -> float:
@@ -83,6 +82,10 @@ def tp_vocab(vocab: int, tp: int) -> int:
         return vocab
     multiple = MEGATRON_VOCAB_MULTIPLE * tp
     return -(-vocab // multiple) * multiple
+
+
+def _or_nan(count: int | None) -> float:
+    return float("nan") if count is None else count
 
 
 def _or(value: Any, default: float) -> float:
@@ -413,7 +416,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
         model = _text(r.get("model"))
         heads = _number(r.get("n_heads"))
-        vocab = r.get("vocab")
+        vocab = _or_nan(counts["vocab"])  # the count as read; NaN where not stated (skipped)
         if counts["vocab"] and layout.get("tp", 1) > 1:
             vocab = tp_vocab(counts["vocab"], layout["tp"])
             if vocab != counts["vocab"]:
@@ -425,7 +428,9 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         checkpointing = _text(r.get("activation_checkpointing"))
         rows.append({
             "id": r.get("id", f"row-{len(rows) + 1}"), "arch": _arch(model), "model": model,
-            "n_layers": r.get("n_layers"), "d_model": r.get("d_model"), "n_heads": heads,
+            # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
+            "n_layers": _or_nan(counts["n_layers"]), "d_model": _or_nan(counts["d_model"]),
+            "n_heads": heads,
             "n_kv_heads": _or(r.get("n_kv_heads"), heads),
             "ffn_size": _or(r.get("ffn_size"), 4 * _number(r.get("d_model"))),
             "vocab": vocab, "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from fsdpsim.numbers import number_in_text
+
 #: What a framework does when a row does not say, in the releases the published tables come
 #: from; matched (first match wins) by words of the row's ``framework`` text.
 #:
@@ -91,11 +93,7 @@ def precision_format(text: str, compute: str) -> str:
 
 
 def _number(value: Any) -> float:
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    text = "" if value is None else str(value)
-    m = re.search(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", text.replace(",", ""))
-    return float(m.group()) if m else float("nan")
+    return number_in_text(value)  # ASCII digits only; NaN beyond float range
 
 
 def _whole(value: float) -> bool:

@@ -21,7 +21,7 @@ in ``infeasible``; their cost and energy columns are empty.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -34,7 +34,7 @@ from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, Train
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
                              TIME_KEYS, divisors, model_inputs, plan_inputs, plan_summary,
                              prediction_interval, system_inputs, training_inputs)
-from fsdpsim.system import domain_gpus
+from fsdpsim.system import cluster_too_small, domain_gpus
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, HOUR_S
 
 #: Configurations per engine call: large enough to amortise the call, small enough that the
@@ -214,15 +214,30 @@ def run_sweep(grid: Grid, *, progress: Callable[[int], None] | None = None,
 
     ``progress`` is called with the number of points finished after each chunk.
     """
+    parts = list(iter_sweep(grid, progress=progress, eval_chunk=eval_chunk, frames=False))
+    return _frame({k: _concat([q[k] for q in parts]) for k in parts[0]})
+
+
+def iter_sweep(grid: Grid, *, progress: Callable[[int], None] | None = None,
+               eval_chunk: int = EVAL_CHUNK, frames: bool = True,
+               candidates_per_chunk: int | None = None) -> Iterator[Any]:
+    """The rows of :func:`run_sweep` as consecutive DataFrames of a chunk of points each (at
+    most ``candidates_per_chunk`` candidate configurations, default
+    :data:`CANDIDATES_PER_CHUNK`), for writers that stream: memory stays that of one chunk
+    however big the grid. ``frames=False`` yields the raw columns."""
     tables = _Tables(grid)
-    step = max(1, CANDIDATES_PER_CHUNK * grid.n_points // max(estimated_candidates(grid), 1))
-    parts = []
+    per_chunk = candidates_per_chunk or CANDIDATES_PER_CHUNK
+    step = max(1, per_chunk * grid.n_points // max(estimated_candidates(grid), 1))
     for start in range(0, grid.n_points, step):
         stop = min(start + step, grid.n_points)
-        parts.append(_sweep_points(grid, tables, np.arange(start, stop), eval_chunk))
+        part = _sweep_points(grid, tables, np.arange(start, stop), eval_chunk)
+        yield _frame(part) if frames else part
         if progress is not None:
             progress(stop - start)
-    frame = pd.DataFrame({k: _concat([q[k] for q in parts]) for k in parts[0]}, copy=False)
+
+
+def _frame(columns: dict[str, Any]) -> pd.DataFrame:
+    frame = pd.DataFrame(columns, copy=False)
     for name in INT_COLUMNS:  # whole numbers, missing where the point has no prediction
         values = frame[name].to_numpy(dtype=float)
         missing = np.isnan(values)
@@ -256,7 +271,9 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     rc_code = (np.full(n, -1) if grid.recomputes is None
                else np.array([RECOMPUTES.index(r) for r in grid.recomputes])[p["rc"]])
     layouts = np.array(grid.layouts, dtype=np.int64)[p["ly"]]
-    dp = num_gpus // np.prod(layouts, axis=1)  # the data-parallel degree: GPUs / (tp pp cp)
+    # the data-parallel degree: GPUs / (tp pp cp); at least 1 where the layout does not divide
+    # the GPUs (those points are invalid already: no division by zero, no RuntimeWarning)
+    dp = np.maximum(num_gpus // np.prod(layouts, axis=1), 1)
 
     # ---- invalid combinations: a reason and no prediction --------------------------------------
     reasons = t.plan_reason[p["g"], p["h"], p["ly"]].copy()
@@ -464,9 +481,8 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         f"the interleaved schedule needs the micro-batches ({int(m)}) in whole rounds of "
         f"pp({int(pp)})"), spread(c["accum"]), layouts[:, 1])
     max_gpus = t.max_gpus[p["h"]]
-    _first_reason(reasons, num_gpus > max_gpus, lambda g, have, i: (
-        f"num_gpus({int(g)}) is more than cluster {hw[int(i)].cluster} has ({int(have)})"),
-        num_gpus, max_gpus, p["h"])
+    _first_reason(reasons, num_gpus > max_gpus, lambda g, have, i: cluster_too_small(
+        g, hw[int(i)].cluster, have), num_gpus, max_gpus, p["h"])
     # (The peak is in memory.peak_bytes; one message per capacity keeps this cheap.)
     _first_reason(reasons, valid & ~cols["fits"], lambda b: (
         f"does not fit: peak memory > {b:.2f} GiB usable"),
@@ -515,6 +531,13 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any]):
     for all rows of one system at once."""
     n = h.size
     out: dict[str, np.ndarray] = {}
+    # every column, also in a chunk of points without a prediction (streamed CSV keeps its shape)
+    empty = {k: np.zeros(0) for k in ("tokens_per_s_per_gpu", "tokens_per_s", "step_time_s",
+                                      "mfu", "peak_bytes", "capacity_bytes")}
+    for k, v in prediction_interval(empty, grid.hardware[0].system).items():
+        flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
+        out[f"interval.{k}"] = np.full(n, None if flag else np.nan,
+                                       dtype=object if flag else float)
     for i, hw in enumerate(grid.hardware):
         rows = at[h[at] == i]
         if not rows.size:

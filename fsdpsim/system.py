@@ -10,6 +10,7 @@ from __future__ import annotations
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
+from fsdpsim.numbers import INTER_NODE_GBPS, POWER_CAP_W, read_number
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
 #: Used when only a GPU is named: one 400 Gb/s NDR InfiniBand NIC per GPU, 8 GPUs per node
@@ -26,6 +27,10 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
     if gpu is None and cluster is None:
         raise ConfigError("name the hardware: --gpu ID or --cluster ID "
                           "(see `fsdpsim catalog list`)")
+    for flag, value in (("--gpu", gpu), ("--cluster", cluster), ("--network", network)):
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"{flag} {value!r} is empty; give an id (see `fsdpsim catalog "
+                              "list`) or leave the option out")
     notes = []
     if cluster is not None:
         kind, ident = catalog.find(cluster)
@@ -41,7 +46,7 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
             raise ConfigError(f"--gpu {gpu!r} conflicts with --cluster {cluster!r}, whose GPU is "
                               f"{acc.id}; give one of them")
         per_node = gpus_per_node or node.gpus_per_node
-        net = catalog.network(network) if network else node.network
+        net = catalog.network(network) if network is not None else node.network
         share = node.nics_per_node * net.nic_bandwidth_bytes_per_s / per_node
         link = node.link
         label = f"{ident} ({per_node}x {acc.id}, {node.nics_per_node:g}x {net.id} per node)"
@@ -50,7 +55,7 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         # A rack-scale NVLink domain (NVL72) is the scale-up unit when no node is named.
         rack = acc.link.domain_size if (acc.link.domain_size or 0) > DEFAULT_GPUS_PER_NODE else None
         per_node = gpus_per_node or rack or DEFAULT_GPUS_PER_NODE
-        net = catalog.network(network or DEFAULT_NETWORK)
+        net = catalog.network(DEFAULT_NETWORK if network is None else network)
         share = net.nic_bandwidth_bytes_per_s
         link = acc.link
         label = f"{per_node}x {acc.id} per node, 1x {net.id} per GPU"
@@ -59,16 +64,22 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
     if per_node < 1:
         raise ConfigError(f"gpus_per_node must be a positive integer, got {per_node}")
     if inter_node_gbps_per_gpu is not None:
-        if not inter_node_gbps_per_gpu > 0:
-            raise ConfigError(f"--inter-node-gbps-per-gpu must be > 0, got {inter_node_gbps_per_gpu}")
-        share = inter_node_gbps_per_gpu * GBIT_PER_S_BYTES_PER_S
-        label += f", inter-node overridden to {inter_node_gbps_per_gpu:g} Gb/s per GPU"
+        gbps = read_number(inter_node_gbps_per_gpu, "--inter-node-gbps-per-gpu", INTER_NODE_GBPS)
+        share = gbps * GBIT_PER_S_BYTES_PER_S
+        label += f", inter-node overridden to {gbps:g} Gb/s per GPU"
+    elif not INTER_NODE_GBPS.contains(share / GBIT_PER_S_BYTES_PER_S):
+        raise ConfigError(
+            f"inter-node bandwidth per GPU {share / GBIT_PER_S_BYTES_PER_S:.3g} Gb/s ({net.id} "
+            f"shared by {per_node:,} GPUs per node) is not accepted; accepted: "
+            f"{INTER_NODE_GBPS.describe()}: give fewer --gpus-per-node or "
+            "--inter-node-gbps-per-gpu")
     clock = 1.0
     if power_cap_w is not None:
+        power_cap_w = read_number(power_cap_w, "--power-cap-w", POWER_CAP_W)
         clock = _power_cap_clock(acc, power_cap_w)
-        label += f", power-capped to {power_cap_w:g} W of {acc.tdp_w:g} W"
-        notes.append(f"power cap {power_cap_w:g} W: compute clock x{clock:.3f} (DVFS cube law, "
-                     "uncalibrated: wider range)")
+        label += f", power-capped to {_watts(power_cap_w)} W of {_watts(acc.tdp_w)} W"
+        notes.append(f"power cap {_watts(power_cap_w)} W: compute clock x{clock:.3f} (DVFS cube "
+                     "law, uncalibrated: wider range)")
     return System(
         accelerator=acc, gpus_per_node=per_node, link=link,
         inter_node_bandwidth_bytes_per_s_per_gpu=share,
@@ -110,7 +121,40 @@ def _power_cap_clock(acc, power_cap_w: float) -> float:
                           "catalog; add it (see README, Adding hardware) or drop the cap")
     floor = STATIC_POWER_FRACTION * acc.tdp_w
     if not floor < power_cap_w <= acc.tdp_w:
-        raise ConfigError(f"--power-cap-w {power_cap_w:g} is outside what {acc.id} accepts: more "
-                          f"than its static draw ({floor:g} W) and at most its TDP "
-                          f"({acc.tdp_w:g} W)")
+        raise ConfigError(f"--power-cap-w {_watts(power_cap_w)} is outside what {acc.id} "
+                          f"accepts: more than its static draw ({_watts(floor)} W) and at most "
+                          f"its TDP ({_watts(acc.tdp_w)} W)")
     return float(power_capped_clock_ratio(power_cap_w, acc.tdp_w))
+
+
+def _watts(x: float) -> str:
+    """Watts as given, every digit that matters (700.0001 is not 700)."""
+    return f"{x:.12g}"
+
+
+def cluster_gpus(catalog: Catalog, cluster: str | None, gpus_per_node: int) -> int | None:
+    """GPUs in the named cluster (its nodes x ``gpus_per_node``); None for a node, a GPU or a
+    cluster whose size the catalog does not give."""
+    if cluster is None:
+        return None
+    kind, ident = catalog.find(cluster)
+    if kind != "cluster":
+        return None
+    nodes = catalog.cluster(ident).num_nodes
+    return nodes * gpus_per_node if nodes else None
+
+
+def cluster_too_small(num_gpus: int, cluster: str, have: int) -> str:
+    """The one message for a GPU count larger than the named cluster (predict and sweep)."""
+    return f"num_gpus({int(num_gpus)}) is more than cluster {cluster} has ({int(have)})"
+
+
+def check_cluster_size(catalog: Catalog, cluster: str | None, num_gpus: int,
+                       gpus_per_node: int) -> None:
+    """A clear error when ``num_gpus`` is more than the named cluster has (``sweep`` marks the
+    same point infeasible with the same words)."""
+    have = cluster_gpus(catalog, cluster, gpus_per_node)
+    if have is not None and num_gpus > have:
+        _, ident = catalog.find(cluster)
+        raise ConfigError(cluster_too_small(num_gpus, ident, have) + "; give --num-gpus "
+                          f"{have:,} or fewer, or a bigger cluster")

@@ -37,22 +37,12 @@ def bytes_per_s_to_gbit_per_s(bytes_per_s: float) -> float:
 
 
 def parse_quantity(text: str, *, what: str) -> float:
-    """Parse ``"7b"``, ``"1.5t"``, ``"125m"``, ``"15t"``, ``"4096"``, ``"32k"`` into a float.
+    """Parse ``"7b"``, ``"1.5t"``, ``"125m"``, ``"15t"``, ``"4096"``, ``"4k"`` into a float.
 
     Suffixes are decimal (k=1e3, m=1e6, b=g=1e9, t=1e12). ``what`` names the option in errors.
+    Read by :func:`fsdpsim.numbers.read_number` (finite, ASCII, at most 1e30); fsdpsim's own
+    options use the rule of each option (:mod:`fsdpsim.numbers`).
     """
-    from fsdpsim.errors import ConfigError
+    from fsdpsim.numbers import DECIMAL, Rule, read_number
 
-    s = str(text).strip().lower().replace("_", "")
-    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-    factor = 1.0
-    if s and s[-1] in mult:
-        factor = mult[s[-1]]
-        s = s[:-1]
-    try:
-        value = float(s) * factor
-    except ValueError:
-        raise ConfigError(
-            f"{what}: cannot read {text!r} as a number; use e.g. 4096, 32k, 7b or 1.5t"
-        ) from None
-    return value
+    return read_number(text, what, Rule(-1e30, 1e30, suffixes=DECIMAL))

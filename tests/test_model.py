@@ -273,7 +273,7 @@ def test_get_model_path(tmp_path):
     path = _write(tmp_path, LLAMA3_8B)
     assert get_model(str(path)).n_params == 8_030_261_248
     assert get_model(str(tmp_path)).n_params == 8_030_261_248  # directory holding config.json
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="does not exist"):
         get_model(str(tmp_path / "missing.json"))
 
 
@@ -384,7 +384,8 @@ def test_hf_malformed_json_names_line(tmp_path):
      r"missing key 'hidden_size'.*model_type 'llama'.*required keys: hidden_size"),
     ({k: v for k, v in GPT2_SMALL.items() if k != "n_head"}, r"missing key 'n_head'"),
     ({**LLAMA3_8B, "num_key_value_heads": 5}, r"config\.json: .*n_kv_heads\(5\)"),
-    ({**LLAMA3_8B, "hidden_size": "big"}, r"'hidden_size'.*'big' must be a positive integer"),
+    ({**LLAMA3_8B, "hidden_size": "big"},
+     r"'hidden_size'.*'big' is not accepted; accepted: a whole number"),
     ({**LLAMA3_8B, "tie_word_embeddings": "no"}, r"'tie_word_embeddings'.*true or false"),
     ({**MPT_7B, "norm_type": "batchnorm"}, r"norm_type 'batchnorm'"),
     ([1, 2], r"top level must be a JSON object"),
@@ -397,7 +398,7 @@ def test_hf_bad_configs(tmp_path, config, pattern):
 
 
 def test_hf_missing_file(tmp_path):
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="does not exist"):
         spec_from_hf_config(tmp_path / "nope.json")
 
 

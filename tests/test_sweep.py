@@ -51,7 +51,8 @@ def test_count_ranges_are_powers_of_two_between_the_ends():
     assert parse_counts("8..4096", "--num-gpus") == [2**k for k in range(3, 13)]
     assert parse_counts("24..100", "--num-gpus") == [24, 32, 64, 100]
     assert parse_counts(["8", "16,8", 64], "--num-gpus") == [8, 16, 64]
-    assert parse_counts("4k", "--seq-len") == [4000]
+    assert parse_counts("4k", "--seq-len") == [4096]  # k = 1,024 for sequence lengths
+    assert parse_counts("1k..32k", "--seq-len") == [2**k for k in range(10, 16)]
     assert parse_counts("8..8", "--num-gpus") == [8]
 
 
@@ -84,7 +85,7 @@ def test_grid_file(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key 'modell'; accepted: model, model-sizes"):
         read_grid_file(path)
     path.write_text("model = [\n")
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(ConfigError, match="malformed TOML"):
         read_grid_file(path)
     with pytest.raises(ConfigError, match="does not exist"):
         read_grid_file(tmp_path / "missing.toml")
@@ -419,7 +420,7 @@ def test_cli_parquet(tmp_path, monkeypatch, capsys):
     (["--tokens", "lots"], "--tokens"),
     (["--grid", "/nonexistent/grid.toml"], "does not exist"),
     (["--output", "/nonexistent/dir/out.csv"], "does not exist"),
-    (["--inter-node-gbps-per-gpu", "0"], "must be a number > 0"),
+    (["--inter-node-gbps-per-gpu", "0"], "'0' is not accepted; accepted: a number from 0.001"),
 ])
 def test_cli_bad_input_is_one_line(capsys, args, needle):
     line = assert_one_line_error(*run(capsys, "sweep", *args))

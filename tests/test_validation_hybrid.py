@@ -317,8 +317,8 @@ def test_own_schema_carries_the_layout(tmp_path):
 
 
 @pytest.mark.parametrize("column, value, says", [
-    ("tp", "1.5", "tp 1.5 is not accepted"),
-    ("vpp", "many", "accepted: a whole number >= 1 or auto"),
+    ("tp", "1.5", "column tp: 1.5 is not accepted"),
+    ("vpp", "many", "accepted: a whole number from 1 to 1,024, or auto"),
     ("pp_schedule", "zigzag", "gpipe, 1f1b, interleaved, zb-h1"),
     ("cp_kind", "spiral", "ring, all2all"), ("sequence_parallel", "maybe", "true or false"),
     ("ep", 8, "expert parallelism is not modelled yet"),
