@@ -120,9 +120,15 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         tokens, g["d_model"], w["ffn"], r["matmul"], r["hbm"], g["matmul_half_flops"],
         g["matmul_half_k"], elem)
     # The recomputed forward is host bound like the forward, less the down projection's ops.
-    full_recompute_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s - down_fwd_s,
-                                              ops_fwd - compute.HOST_OPS_DOWN_PROJECTION,
-                                              g["kernel_overhead_s"])
+    # Megatron's checkpoint (tensor_parallel.CheckpointFunction, reentrant: the saved inputs
+    # are run through the whole layer again) does not stop early: it recomputes the down
+    # projection too.
+    early_stop = g["megatron"] <= 0
+    skipped_s = np.where(early_stop, down_fwd_s, 0.0)
+    full_recompute_s = compute.launch_bound_s(
+        gemm_fwd_s + attn_fwd_s + ew_fwd_s - skipped_s,
+        ops_fwd - np.where(early_stop, compute.HOST_OPS_DOWN_PROJECTION, 0.0),
+        g["kernel_overhead_s"])
     recompute_s = np.where(recompute == 2, full_recompute_s,
                            np.where(recompute == 1, attn_fwd_s, 0.0))
     block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,

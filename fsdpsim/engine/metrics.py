@@ -15,8 +15,8 @@ EXPOSED_COMM_BINDS = 0.1
 def executed_flops_per_microbatch(g, recompute_fraction):
     """FLOPs one micro-batch executes over its whole model-parallel group [FLOP]: 3x the
     forward of every weight matmul (PaLM), the attention with FlashAttention's 2.5x backward,
-    and the recomputed forward (torch's early-stop checkpoint skips the MLP down projection)
-    on the share of layers that recompute."""
+    and the recomputed forward (torch's early-stop checkpoint skips the MLP down projection,
+    Megatron's reentrant checkpoint does not) on the share of layers that recompute."""
     b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
     tokens = b * s
     swiglu, flash = g["swiglu"] > 0, g["flash"] > 0
@@ -24,7 +24,9 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     attn_flops_fwd = compute.attention_flops_fwd(b, s, g["q_dim"], causal=flash)
     layer_mm = compute.layer_matmul_flops_fwd(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
                                               g["ffn_size"], swiglu, g["active_experts"])
-    down_fwd_flops = 2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"]
+    # torch's early-stop checkpoint skips the down projection; Megatron's recomputes it.
+    down_fwd_flops = np.where(g["megatron"] > 0, 0.0,
+                              2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"])
     return (L * (3.0 * layer_mm + np.where(flash, 3.5, 3.0) * attn_flops_fwd)
             + 3.0 * compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
             + L * np.where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
