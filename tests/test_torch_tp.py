@@ -149,7 +149,11 @@ def _expected_tp(case, phase):
 
 def _measured(comm, prefix):
     """{kind: (calls, bytes)} of the ops whose name starts with ``prefix``."""
-    from fsdpsim.validation.tp_runs import _kind
+    from fsdpsim.validation.fsdp_runs import collective_kind
+    from fsdpsim.validation.tp_runs import KINDS
+
+    def _kind(op):
+        return collective_kind(op, KINDS)
 
     out = {kind: [0.0, 0.0] for kind in (*tpc.TP_KINDS, "all_to_all", "other")}
     for op, rec in comm["ops"].items():

@@ -162,26 +162,35 @@ def launcher_probe(rank: int, world_size: int, behaviour: str) -> int:
 
 
 # ============================================================================ counting
-def _kind(opname: str) -> str:
-    if "allgather" in opname or "all_gather" in opname:
-        return "all_gather"
-    if "reduce_scatter" in opname:
-        return "reduce_scatter"
-    if "allreduce" in opname or "all_reduce" in opname:
-        return "all_reduce"
+#: Collective kinds by the words of their op names (c10d and functional spellings).
+_KIND_WORDS = (("all_gather", ("allgather", "all_gather")),
+               ("reduce_scatter", ("reduce_scatter",)),
+               ("all_reduce", ("allreduce", "all_reduce")),
+               ("all_to_all", ("alltoall", "all_to_all")))
+
+
+def collective_kind(opname: str, kinds: Sequence[str] = KINDS) -> str:
+    """The collective an op name runs, if it is one of ``kinds``; else ``"other"``."""
+    for kind, words in _KIND_WORDS:
+        if any(word in opname for word in words):
+            return kind if kind in kinds else "other"
     return "other"
+
+
+def tree_nbytes(tree) -> int:
+    """Bytes of every tensor in a pytree of op arguments or results."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return sum(t.numel() * t.element_size() for t in tree_leaves(tree)
+               if isinstance(t, torch.Tensor))
 
 
 @functools.cache
 def _comm_counter_class() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
-    def nbytes(tree) -> int:
-        import torch
-
-        return sum(t.numel() * t.element_size() for t in tree_leaves(tree)
-                   if isinstance(t, torch.Tensor))
+    nbytes = tree_nbytes
 
     class CommCounter(TorchDispatchMode):
         """Counts calls and tensor bytes of every ``c10d`` collective run under it.
@@ -199,7 +208,7 @@ def _comm_counter_class() -> type:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func.namespace == "c10d" and func._opname not in _NOT_COLLECTIVES:
-                kind = _kind(func._opname)
+                kind = collective_kind(func._opname)
                 rec = self.counts[kind]
                 rec["calls"] += 1
                 self.ops[func._opname] = self.ops.get(func._opname, 0) + 1

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdpsim.model import ModelSpec
+from fsdpsim.validation.fsdp_runs import collective_kind, tree_nbytes
 
 #: Collective kinds reported by :func:`tp_counter`.
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "other")
@@ -47,28 +48,12 @@ _FUNCTIONAL = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd
 _NOT_COLLECTIVES = ("barrier", "monitored_barrier_", "wait_tensor", "_wrap_tensor_autograd")
 
 
-def _kind(opname: str) -> str:
-    if "allgather" in opname or "all_gather" in opname:
-        return "all_gather"
-    if "reduce_scatter" in opname:
-        return "reduce_scatter"
-    if "allreduce" in opname or "all_reduce" in opname:
-        return "all_reduce"
-    if "alltoall" in opname or "all_to_all" in opname:
-        return "all_to_all"
-    return "other"
-
-
 @functools.cache
 def _tp_counter_class() -> type:
-    import torch
     from torch.distributed.tensor import DTensor
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
-    def nbytes(tree) -> int:
-        return sum(t.numel() * t.element_size() for t in tree_leaves(tree)
-                   if isinstance(t, torch.Tensor))
+    nbytes = tree_nbytes
 
     class TpCommCounter(TorchDispatchMode):
         """Calls and bytes of every collective, by kind, and calls by op name.
@@ -91,7 +76,7 @@ def _tp_counter_class() -> type:
             out = func(*args, **kwargs)
             ns, name = func.namespace, func._opname
             if (ns == "c10d" or ns in _FUNCTIONAL) and name not in _NOT_COLLECTIVES:
-                kind = _kind(name)
+                kind = collective_kind(name, KINDS)
                 if ns == "c10d":  # in-place ops: (output, input, ...), all-reduce (tensors)
                     size = nbytes(args[0]) if kind in ("all_gather", "all_reduce") else (
                         nbytes(args[1]) if len(args) > 1 else nbytes(args[0]))
