@@ -53,7 +53,6 @@ wrong number; in fsdpsim's own schema such a row is an error that names it.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +62,12 @@ import pandas as pd
 from fsdpsim import engine, numbers
 from fsdpsim import published
 from fsdpsim.catalog import Catalog, load_catalog
-from fsdpsim.costs.schedule import SCHEDULE_CODES, schedule_feasible
 from fsdpsim.errors import ConfigError, shown
 from fsdpsim.files import MAX_TABLE_BYTES, open_capped
 from fsdpsim.model import ModelSpec, check_plausible_size
 from fsdpsim.numbers import Rule, read_number
 from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, ParallelPlan, TrainingConfig
-from fsdpsim.predict import config_inputs, divisors, predict
+from fsdpsim.predict import config_inputs, predict
 from fsdpsim.published_plan import gpu_generation
 from fsdpsim.system import domain_gpus, resolve_system
 
@@ -351,22 +349,9 @@ def _predict_knobs(row: pd.Series, catalog: Catalog, vpp: int | None, auto_mb: b
     training = TrainingConfig(micro_batch=None if auto_mb else int(row["micro_batch"]),
                               recompute=None if auto_rc else str(row["recompute"]),
                               global_batch=int(global_seqs) if usable else None, **options)
-    if not (auto_mb and usable and plan.pp > 1):
-        return predict(spec, system, plan, training)
-    # A pipelined step's micro-batches are its schedule's: only micro-batch sizes whose count
-    # the schedule accepts are candidates (interleaved 1F1B needs a multiple of pp).
-    per_gpu = int(global_seqs) // plan.dp
-    code = SCHEDULE_CODES[plan.pp_schedule]
-    sizes = [mb for mb in divisors(per_gpu)
-             if bool(schedule_feasible(code, plan.pp, plan.vpp, per_gpu // mb))]
-    if not sizes:
-        raise ConfigError(f"no micro-batch size splits {per_gpu} sequences per data-parallel "
-                          f"rank into a micro-batch count the {plan.pp_schedule} schedule "
-                          f"accepts with pp({plan.pp})")
-    candidates = [predict(spec, system, plan, replace(training, micro_batch=mb)) for mb in sizes]
-    ranks = [tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(p.values))
-             for p in candidates]
-    return candidates[ranks.index(min(ranks))]
+    # predict's auto ranks a micro-batch count the pipeline schedule cannot run (interleaved
+    # 1F1B needs whole rounds of pp) last, and refuses it when nothing else is left.
+    return predict(spec, system, plan, training)
 
 
 #: The numeric columns of fsdpsim's schema and what each accepts (read with the one number

@@ -240,18 +240,10 @@ PEAK_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes", "unsharded_params
              "runtime_reserved_bytes", "fragmentation_bytes", "peak_bytes")
 
 
-def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, micro_batch,
-                      seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads, vocab_size,
-                      recompute="none", replicate_size=1, padded_n_params=None,
-                      param_bytes=4.0, grad_bytes=4.0, optimizer_bytes_per_param=8.0,
-                      compute_param_bytes=2.0, compute_grad_bytes=2.0, reduce_grad_bytes=4.0,
-                      prefetch_units=2, reshard_after_forward=True, resident_numel=0.0,
-                      flash_attention=True, act_bytes=2.0, dropout=False, fused_glu=True,
-                      logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
-                      sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
-                      allocator_fraction=0.0, accumulated_grad_numel=0.0, moment="peak",
-                      recomputed_layers=None, check=True):
+def peak_memory_bytes(*, moment="peak", **config):
     """Peak memory of one GPU at the start of backward, term by term [B].
+
+    The keywords (and their defaults) are :func:`memory_moments`'s, listed here.
 
     Parameters
     ----------
@@ -303,9 +295,7 @@ def peak_memory_bytes(*, n_params, unit_numel, shard_size, strategy, n_layers, m
     Each is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``; the peak is the
     larger (module docstring).
     """
-    config = dict(locals())  # the keywords above, passed on unchanged
-    return binding_terms(*memory_moments(**{k: v for k, v in config.items() if k != "moment"}),
-                         moment=moment)
+    return binding_terms(*memory_moments(**config), moment=moment)
 
 
 def binding_terms(at_loss, in_block, moment="peak"):
@@ -361,7 +351,8 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
                    check=True):
     """Both moments of :func:`peak_memory_bytes` in one pass, term by term [B].
 
-    Parameters are those of :func:`peak_memory_bytes` (but ``moment``). Returns
+    Parameters are those documented in :func:`peak_memory_bytes` (but ``moment``), with the
+    defaults of this signature (the one set of them). Returns
     ``(at_loss, in_block)``: for the loss backward and the first block's backward, a dict with
     the keys :data:`PEAK_KEYS` each (not broadcast to one shape); each moment's ``peak_bytes``
     is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``. The ceilings

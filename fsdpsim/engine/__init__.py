@@ -174,16 +174,16 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         pipeline_ok = np.where(pp_on, piped_ok, True)
 
     # ---- totals per GPU (the busiest stage) ------------------------------------------------------
-    root_share = np.where(g["pp"] > 1, 0.0, 1.0)
+    # Pipelined rows hold the root's parts on their end stages only (the busier of the two).
+    root_share = np.where(g["pp"] > 1, 0.0, 1.0) if piped else 1.0
     compute_mb_s = (L_stage * (lt["block_fwd_s"] + (lt["block_bwd_s"] + rc_share * lt["recompute_s"]))
-                    + rt["root_fwd_s"] * root_share + rt["root_bwd_s"] * root_share
-                    + (1.0 - root_share) * np.maximum(
-                        (g["layers_first"] - g["layers_mid"])
-                        * (lt["block_fwd_s"] + lt["block_bwd_s"]) + rt["embed_fwd_s"]
-                        + rt["embed_bwd_s"],
-                        (g["layers_last"] - g["layers_mid"])
-                        * (lt["block_fwd_s"] + lt["block_bwd_s"]) + rt["head_fwd_s"]
-                        + rt["head_bwd_s"]))
+                    + rt["root_fwd_s"] * root_share + rt["root_bwd_s"] * root_share)
+    if piped:
+        compute_mb_s = compute_mb_s + (1.0 - root_share) * np.maximum(
+            (g["layers_first"] - g["layers_mid"]) * (lt["block_fwd_s"] + lt["block_bwd_s"])
+            + rt["embed_fwd_s"] + rt["embed_bwd_s"],
+            (g["layers_last"] - g["layers_mid"]) * (lt["block_fwd_s"] + lt["block_bwd_s"])
+            + rt["head_fwd_s"] + rt["head_bwd_s"])
     compute_s = k * compute_mb_s + optimizer_s
     ag_calls = f["ag_calls"]
     fsdp_like = f["fsdp_like"]
