@@ -21,7 +21,8 @@ from fsdpsim.parallel import (
     TrainingConfig,
 )
 from fsdpsim.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT,  # noqa: F401
-                             MAX_GPUS, POWER_CAP_W, Rule, count_rule, option_type, read_number)
+                             MAX_GPUS, POWER_CAP_W, VPP, Rule, count_rule, option_type,
+                             read_number)
 from fsdpsim.output import echo
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES
 
@@ -158,7 +159,7 @@ def predict_options(f):
                      help="Overlap TP collectives with GEMMs (async TP)."),
         click.option("--pp", type=option_type(GPUS), default=1, show_default=True,
                      help="Pipeline-parallel degree (stages)."),
-        click.option("--vpp", type=option_type(Rule(1, 1024, whole=True)), default=1,
+        click.option("--vpp", type=option_type(VPP), default=1,
                      show_default=True,
                      help="Virtual stages (model chunks) per pipeline rank: interleaved 1F1B."),
         click.option("--pp-schedule", type=click.Choice(PP_SCHEDULES), default=None,

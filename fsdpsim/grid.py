@@ -31,7 +31,7 @@ from fsdpsim.model_ladder import format_size, ladder_model, series_125
 from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS
 from fsdpsim.numbers import (DECIMAL, INTER_NODE_GBPS, MAX_COUNT, MODEL_SIZE, POWER_CAP_W,
                              PRICE_USD_PER_GPU_HOUR, PUE, TRAIN_TOKENS, Rule, count_rule,
-                             read_number, reject)
+                             VPP, read_number, reject)
 from fsdpsim.system import cluster_gpus, resolve_system
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
@@ -365,7 +365,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                             "--keep-params-gathered"),
         layouts=tuple(itertools.product(*(parse_counts(options.get(k, "1"), f"--{k}")
                                           for k in ("tp", "pp", "cp")))),
-        vpp=_one_count(options.get("vpp", 1), "--vpp"),
+        vpp=int(read_number(options.get("vpp", 1), "--vpp", VPP)),
         pp_schedule=(parse_choices(options["pp-schedule"], "--pp-schedule", PP_SCHEDULES)[0]
                      if "pp-schedule" in options else None),
         cp_kind=parse_choices(options.get("cp-kind", "ring"), "--cp-kind", CP_KINDS)[0],

@@ -200,6 +200,8 @@ MAX_GPUS = 2**22
 MAX_SEQ_LEN = 2**24
 
 GPUS = Rule(1, MAX_GPUS, whole=True)
+#: Model chunks per pipeline rank (--vpp), predict and sweep alike.
+VPP = Rule(1, 1024, whole=True)
 COUNT = Rule(1, MAX_COUNT, whole=True)
 SEQ_LEN = Rule(1, MAX_SEQ_LEN, whole=True, unit="tokens", suffixes=BINARY)
 #: A physical floor: below 1 Mb/s per GPU there is no network to speak of (and below ~1e-300
