@@ -35,7 +35,8 @@ from typing import Any, Iterable, Mapping
 
 from fsdpsim.errors import SHOWN_PATH_CHARS, ConfigError, shown, suggest
 from fsdpsim.files import read_toml
-from fsdpsim.hardware import Accelerator, Cluster, Efficiency, Link, Network, Node
+from fsdpsim.hardware import (Accelerator, Cluster, CollectiveLibrary, Efficiency, Link, Network,
+                              Node)
 from fsdpsim.numbers import read_number
 from fsdpsim.units import (
     GB_PER_S_BYTES_PER_S,
@@ -79,10 +80,9 @@ def builtin_dir() -> Path:
     checkout on ``sys.path`` has it beside the package.
     """
     source_tree = Path(__file__).resolve().parent.parent / "hardware_catalog"
-    try:
-        return Path(str(resources.files("fsdpsim.hardware_catalog")))
-    except ModuleNotFoundError:
-        return source_tree
+    if source_tree.is_dir():  # a source checkout (an editable install maps the data package
+        return source_tree    # to the checkout it was made from, maybe another one)
+    return Path(str(resources.files("fsdpsim.hardware_catalog")))
 
 
 def _check_value(key: str, value: Any, spec: Field, where: str) -> None:
@@ -251,8 +251,10 @@ class Catalog:
                 for alias in raw.data.get("aliases", []):
                     other = self._aliases[kind].get(alias)
                     if alias in self._raw[kind] or (other and other != ident):
+                        holder = other or alias
                         raise ConfigError(f"{raw.where}: alias {alias!r} of {ident!r} is already "
-                                          f"the id or alias of {other or alias!r}")
+                                          f"the id or alias of {holder!r} "
+                                          f"({self._raw[kind][holder].where})")
                     self._aliases[kind][alias] = ident
         self._objects: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
         for kind in KINDS:
@@ -296,6 +298,9 @@ class Catalog:
 
     def cluster(self, name: str) -> Cluster:
         return self.get("cluster", name)
+
+    def collectives(self, name: str) -> CollectiveLibrary:
+        return self.get("collectives", name)
 
     def find(self, name: str) -> tuple[str, str]:
         """(kind, id) of ``name`` in any kind; a clear error with suggestions across kinds."""
@@ -383,6 +388,31 @@ def _build_network(cat: Catalog, raw: _Raw) -> Network:
         achievable_fraction=d["achievable_fraction"],
         source=d["source"], retrieved=_text_date(d["retrieved"]), notes=d.get("notes", ""),
         aliases=tuple(d.get("aliases", ())),
+        scale_decay_per_doubling=d.get("scale_decay_per_doubling", 0.0),
+        scale_decay_from_nodes=d.get("scale_decay_from_nodes", 4.0),
+        scale_decay_floor=d.get("scale_decay_floor", 1.0),
+        scale_source=d.get("scale_source", ""),
+        bandwidth_uncertainty=d.get("bandwidth_uncertainty", 0.1),
+    )
+
+
+def _build_collectives(cat: Catalog, raw: _Raw) -> CollectiveLibrary:
+    d = raw.data
+    return CollectiveLibrary(
+        id=raw.id, name=d["name"], library=d["library"], version=d["version"],
+        latency_us=MappingProxyType({p: MappingProxyType(dict(d[p]))
+                                     for p in ("ll", "ll128", "simple")}),
+        net_overhead_s=d["net_overhead_us"] * US_S,
+        ll_multi_node_hop_factor=d["ll_multi_node_hop_factor"],
+        ll_bandwidth_fraction=d["ll_bandwidth_fraction"],
+        ll128_bandwidth_fraction=d["ll128_bandwidth_fraction"],
+        tree_bandwidth_fraction=d["tree_bandwidth_fraction"],
+        ll_max_bytes_per_s=tuple(d[f"ll_max_gb_per_s_{k}"] * GB_PER_S_BYTES_PER_S
+                                 for k in ("one_node", "two_nodes", "more_nodes")),
+        ll128_channel_bytes_per_s=d["ll128_channel_gb_per_s"] * GB_PER_S_BYTES_PER_S,
+        tree_channel_bytes_per_s=d["tree_channel_gb_per_s"] * GB_PER_S_BYTES_PER_S,
+        pat=d["pat"], source=d["source"], retrieved=_text_date(d["retrieved"]),
+        notes=d.get("notes", ""), aliases=tuple(d.get("aliases", ())),
     )
 
 
@@ -425,12 +455,13 @@ def _build_cluster(cat: Catalog, raw: _Raw) -> Cluster:
         id=raw.id, name=d["name"], node=_ref(cat, "node", d["node"], raw),
         num_nodes=d.get("num_nodes"), topology=d["topology"], source=d["source"],
         retrieved=_text_date(d["retrieved"]), oversubscription=d.get("oversubscription", 1.0),
+        pod_gpus=d.get("pod_gpus"),
         notes=d.get("notes", ""), aliases=tuple(d.get("aliases", ())),
     )
 
 
 _BUILDERS = {"accelerator": _build_accelerator, "network": _build_network,
-             "node": _build_node, "cluster": _build_cluster}
+             "node": _build_node, "cluster": _build_cluster, "collectives": _build_collectives}
 
 
 @functools.lru_cache(maxsize=16)

@@ -11,7 +11,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("accelerator", "network", "node", "cluster")
+KINDS = ("accelerator", "network", "node", "cluster", "collectives")
 #: GEMM reduction length at which a tile reaches half its main-loop rate, when an entry does not
 #: give one: the prologue/epilogue of a 128x128 tile is worth about 64 k-steps (an estimate to
 #: be calibrated per GPU; see fsdpsim.costs.compute.gemm_time_s).
@@ -122,6 +122,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "latency_us": Field(_NUM, True, 0.05, 100_000, unit="us"),
         "achievable_fraction": Field(_NUM, True, 0.1, 1.0),
         "fraction_source": Field(str),
+        # Bus bandwidth lost as a job spans more nodes (fsdpsim.costs.nccl.fabric_factor).
+        "scale_decay_per_doubling": Field(_NUM, False, 0.0, 0.5),
+        "scale_decay_from_nodes": Field(_NUM, False, 1, 1_000_000),
+        "scale_decay_floor": Field(_NUM, False, 0.05, 1.0),
+        "scale_source": Field(str, False),
+        # Relative uncertainty of the achievable bandwidth at scale (widens the 90 % range).
+        "bandwidth_uncertainty": Field(_NUM, False, 0.0, 0.9),
     },
     "node": {
         **_COMMON,
@@ -140,5 +147,27 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "num_nodes": Field(int, False, 1, 1_000_000),
         "topology": Field(str),
         "oversubscription": Field(_NUM, False, 1.0, 64),
+        "pod_gpus": Field(int, False, 1, 10_000_000),
+    },
+    "collectives": {
+        **_COMMON,
+        "library": Field(str, True, choices=("nccl", "rccl")),
+        "version": Field(str),
+        "net_overhead_us": Field(_NUM, True, 0.0, 1000, unit="us"),
+        "ll_multi_node_hop_factor": Field(_NUM, True, 1.0, 10.0),
+        "ll_bandwidth_fraction": Field(_NUM, True, 0.01, 1.0),
+        "ll128_bandwidth_fraction": Field(_NUM, True, 0.01, 1.0),
+        "tree_bandwidth_fraction": Field(_NUM, True, 0.01, 1.0),
+        "ll_max_gb_per_s_one_node": Field(_NUM, True, 0.1, 10_000, unit="GB/s"),
+        "ll_max_gb_per_s_two_nodes": Field(_NUM, True, 0.1, 10_000, unit="GB/s"),
+        "ll_max_gb_per_s_more_nodes": Field(_NUM, True, 0.1, 10_000, unit="GB/s"),
+        "ll128_channel_gb_per_s": Field(_NUM, True, 0.1, 10_000, unit="GB/s"),
+        "tree_channel_gb_per_s": Field(_NUM, True, 0.1, 10_000, unit="GB/s"),
+        "pat": Field(bool, True),
+        **{proto: {key: Field(_NUM, True, 0.0, 10_000, unit="us")
+                   for key in ("ring_base_us", "ring_nvlink_hop_us", "ring_pci_hop_us",
+                               "ring_net_hop_us", "tree_base_us", "tree_nvlink_hop_us",
+                               "tree_pci_hop_us", "tree_net_hop_us")}
+           for proto in ("ll", "ll128", "simple")},
     },
 }

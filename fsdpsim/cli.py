@@ -65,6 +65,13 @@ def _summary(cat, kind: str, ident: str) -> dict[str, Any]:
                 "nics_per_node": n.nics_per_node,
                 "inter_node_gbit_per_s_per_gpu": round(n.inter_node_gbit_per_s_per_gpu, 2),
                 "aliases": ", ".join(n.aliases)}
+    if kind == "collectives":
+        lib = cat.collectives(ident)
+        simple = lib.latency_us["simple"]
+        return {"id": lib.id, "name": lib.name, "library": lib.library, "version": lib.version,
+                "ring_base_us": simple["ring_base_us"],
+                "nvlink_hop_us": simple["ring_nvlink_hop_us"],
+                "net_hop_us": simple["ring_net_hop_us"], "aliases": ", ".join(lib.aliases)}
     c = cat.cluster(ident)
     return {"id": c.id, "name": c.name, "node": c.node.id, "accelerator": c.node.accelerator.id,
             "num_nodes": c.num_nodes if c.num_nodes is not None else "",
@@ -84,7 +91,8 @@ def catalog_list(ctx: click.Context, kind: str | None, fmt: str) -> None:
         blocks = []
         for k in kinds:
             rows = [_summary(cat, k, i) for i in cat.ids(k)]
-            blocks.append(f"{k}s ({len(rows)})\n{render.table(rows)}")
+            title = k if k.endswith("s") else f"{k}s"
+            blocks.append(f"{title} ({len(rows)})\n{render.table(rows)}")
         echo("\n\n".join(blocks))
         return
     rows = [{"kind": k, **_summary(cat, k, i)} for k in kinds for i in cat.ids(k)]

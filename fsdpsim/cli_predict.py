@@ -84,7 +84,7 @@ def build_plan(o: dict, system) -> ParallelPlan:
                   cp_kind=o.get("cp_kind") or "ring", tp_overlap=bool(o.get("tp_overlap")),
                   pp_first_layers=o.get("pp_first_layers"),
                   pp_last_layers=o.get("pp_last_layers"),
-                  framework=o.get("framework") or "torch",
+                  framework=o.get("framework") or "fsdp2",
                   reshard_after_forward=o["reshard_after_forward"],
                   keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
     if o.get("mesh_order"):
@@ -172,10 +172,12 @@ def predict_options(f):
                      help="Context-parallel degree (sequence split)."),
         click.option("--cp-kind", type=click.Choice(CP_KINDS), default="ring", show_default=True,
                      help="ring attention or all2all (Ulysses)."),
-        click.option("--framework", type=click.Choice(FRAMEWORKS), default="torch",
-                     show_default=True,
-                     help="Recipe: torch (FSDP/torchtitan: fp32 params) or megatron (bf16 "
-                          "params, fp32 grads and master in the distributed optimizer)."),
+        click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
+                     default="fsdp2", show_default=True,
+                     help="Framework profile: recipe, NCCL release, collective granularity and "
+                          "overlap. fsdp2 (torch), fsdp1, deepspeed-zero3, deepspeed-zero3-2021 "
+                          "(a gather per parameter, no overlap), megatron (Megatron-Core), "
+                          "megatron-2021 (all-reduce after backward)."),
         click.option("--mesh-order", default=None,
                      help="Mesh dimensions outermost first, comma-separated (default "
                           "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),
@@ -195,6 +197,15 @@ def predict_options(f):
     return f
 
 
+def _comm_range_words(interval: dict) -> str:
+    """What widened the range beyond the calibration: the network's and the framework's
+    uncertainty (fsdpsim.predict.comm_uncertainty), when there is any."""
+    parts = [f"{name} ±{100 * interval[key]:.0f} %" for name, key in
+             (("network", "network_uncertainty"), ("framework", "framework_uncertainty"))
+             if interval.get(key)]
+    return ("; with " + ", ".join(parts)) if parts else ""
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -205,6 +216,7 @@ def _plan_text(pl: dict) -> str:
     extras = ((", parameters kept gathered for the step" if pl["keep_gathered"] else "")
               + (", gradient sync on the last micro-batch" if pl["grad_sync"] == "last"
                  else ""))
+    framework = "" if pl["framework"] == "fsdp2" else f", {pl['framework']}"
     if pl["tp"] * pl["pp"] * pl["cp"] > 1:
         words = [pl["line"], f"ZeRO-{pl['zero']}" + (" (HSDP)" if pl["sharding"] == "hybrid"
                                                      else "")]
@@ -214,12 +226,10 @@ def _plan_text(pl: dict) -> str:
             words.append("TP overlapped")
         if pl["cp"] > 1:
             words.append(f"CP {pl['cp_kind']}")
-        if pl["framework"] != "torch":
-            words.append(f"{pl['framework']} recipe")
-        return ", ".join(words) + extras
+        return ", ".join(words) + framework + extras
     return (f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x dp_replicate "
             f"{pl['dp_replicate']}), reshard after forward: "
-            f"{'yes' if pl['reshard_after_forward'] else 'no'}" + extras)
+            f"{'yes' if pl['reshard_after_forward'] else 'no'}" + framework + extras)
 
 
 def predict_table(p) -> str:
@@ -247,6 +257,7 @@ def predict_table(p) -> str:
                              f"{d['interval']['tokens_per_s_per_gpu_high']:,.0f}; "
                              + ("calibrated GPU type" if d['interval']['calibrated'] else
                                 "not calibrated: wider range")
+                             + _comm_range_words(d['interval'])
                              + ("; near the memory limit: lower low end)"
                                 if d['interval'].get('near_memory_limit') else ")")),
         ("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}"),

@@ -126,6 +126,46 @@ class Network:
     retrieved: str
     notes: str = ""
     aliases: tuple[str, ...] = ()
+    scale_decay_per_doubling: float = 0.0
+    """Share of bus bandwidth lost per doubling of nodes past ``scale_decay_from_nodes``."""
+    scale_decay_from_nodes: float = 4.0
+    scale_decay_floor: float = 1.0
+    """The least share of bus bandwidth the decay leaves (:func:`fsdpsim.costs.nccl.fabric_factor`)."""
+    scale_source: str = ""
+    bandwidth_uncertainty: float = 0.1
+    """Relative uncertainty of the achievable bus bandwidth at scale (widens the range)."""
+
+
+@dataclass(frozen=True)
+class CollectiveLibrary:
+    """A collective library's cost-model constants (NCCL ``src/graph/tuning.cc``).
+
+    ``latency_us[protocol][key]`` with protocols ``ll``, ``ll128``, ``simple`` and keys
+    ``ring_base_us, ring_nvlink_hop_us, ring_pci_hop_us, ring_net_hop_us, tree_base_us,
+    tree_nvlink_hop_us, tree_pci_hop_us, tree_net_hop_us``; bandwidth refinements as fractions
+    of the bus bandwidth; LL's bandwidth caps by node count [B/s]."""
+
+    id: str
+    name: str
+    library: str
+    version: str
+    latency_us: Mapping[str, Mapping[str, float]]
+    net_overhead_s: float
+    ll_multi_node_hop_factor: float
+    ll_bandwidth_fraction: float
+    ll128_bandwidth_fraction: float
+    tree_bandwidth_fraction: float
+    ll_max_bytes_per_s: tuple[float, float, float]
+    """LL bus bandwidth cap on 1 node, 2 nodes, more nodes [B/s]."""
+    ll128_channel_bytes_per_s: float
+    """LL128 ring bandwidth cap per channel across nodes [B/s] (one channel per GPU's NICs)."""
+    tree_channel_bytes_per_s: float
+    """Tree all-reduce bandwidth cap per channel across nodes [B/s]."""
+    pat: bool
+    source: str
+    retrieved: str
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +209,8 @@ class Cluster:
     source: str
     retrieved: str
     oversubscription: float = 1.0
+    pod_gpus: int | None = None
+    """GPUs in one non-blocking pod; ``oversubscription`` applies between pods."""
     notes: str = ""
     aliases: tuple[str, ...] = ()
 
@@ -194,4 +236,9 @@ class System:
     """Board power limit below TDP (``nvidia-smi -pl``); None = run at TDP."""
     compute_clock_ratio: float = 1.0
     """Sustained compute clock relative to TDP operation (from the power cap) [-]."""
+    network: Network | None = None
+    """The scale-out network (its decay with scale and uncertainty); None = no decay."""
+    collectives: Mapping[str, CollectiveLibrary] = field(
+        default_factory=lambda: MappingProxyType({}))
+    """The catalog's collective libraries by id (a framework profile picks its release)."""
     extra: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fsdpsim.errors import ConfigError
+from fsdpsim.frameworks import FRAMEWORK_NAMES, canonical
 
 Sharding = Literal["full", "grad_op", "optimizer", "none", "hybrid"]
 Recompute = Literal["none", "selective", "full"]
@@ -38,11 +39,9 @@ ZERO_STAGES = {0: "none", 1: "optimizer", 2: "grad_op", 3: "full"}
 #: cp, tp): tensor parallelism innermost, on adjacent ranks of one scale-up domain.
 DEFAULT_MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
-#: Training frameworks whose recipes differ in ways the model sees: "torch" (PyTorch FSDP /
-#: DDP / torchtitan: fp32 parameters, cast to bf16 for compute) and "megatron" (Megatron-LM /
-#: NeMo: bf16 parameters, fp32 main gradients, fp32 master copy in the distributed optimizer,
-#: parameter all-gather overlapped with the next forward).
-FRAMEWORKS = ("torch", "megatron")
+#: Training frameworks whose implementations differ in ways the model sees (recipe, collective
+#: granularity and overlap): :mod:`fsdpsim.frameworks` (``torch`` = ``fsdp2``).
+FRAMEWORKS = FRAMEWORK_NAMES
 CP_KINDS = ("ring", "all2all")
 
 
@@ -112,8 +111,8 @@ class ParallelPlan:
     None = an even split."""
     pp_last_layers: int | None = None
     """Layers on the last pipeline stage; None = an even split."""
-    framework: str = "torch"
-    """torch or megatron: the mixed-precision recipe and overlap behaviour (:data:`FRAMEWORKS`)."""
+    framework: str = "fsdp2"
+    """The framework profile (:mod:`fsdpsim.frameworks`): recipe, collectives and overlap."""
 
     def __post_init__(self) -> None:
         _choice("sharding", self.sharding, SHARDINGS)
@@ -134,7 +133,7 @@ class ParallelPlan:
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         _choice("cp_kind", self.cp_kind, CP_KINDS)
-        _choice("framework", self.framework, FRAMEWORKS)
+        object.__setattr__(self, "framework", canonical(self.framework))
         order = tuple(self.mesh_order)
         object.__setattr__(self, "mesh_order", order)
         if sorted(order) != sorted(DEFAULT_MESH_ORDER):

@@ -132,11 +132,64 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
         "link_latency_s": link.latency_s,
         "nic_share_bytes_per_s": system.inter_node_bandwidth_bytes_per_s_per_gpu,
         "nic_fraction": system.inter_node_fraction, "nic_latency_s": system.inter_node_latency_s,
+        **fabric_inputs(system),
+        "link_nvlink": float(link.topology != "pcie"),
         "kernel_overhead_s": eff.kernel_overhead_s,
         "comm_compute_slowdown": eff.comm_compute_slowdown,
         "memory_bytes": acc.memory_bytes, "runtime_reserved_bytes": acc.runtime_reserved_bytes,
         "allocator_fraction": acc.allocator_fraction,
     }
+
+
+def fabric_inputs(system: System) -> dict[str, float]:
+    """The scale-out fabric's loss of bus bandwidth with node count
+    (:func:`fsdpsim.costs.nccl.fabric_factor`; catalog network keys ``scale_decay_*``) and the
+    collective library constants of the default framework profile."""
+    from fsdpsim import frameworks
+    from fsdpsim.costs import nccl
+
+    x: dict[str, float] = {}
+    lib = system.collectives.get(frameworks.PROFILES["fsdp2"].collectives)
+    if lib is not None:  # the default profile's release (framework_inputs may replace it)
+        x.update(nccl.library_inputs(lib))
+    net = system.network
+    if net is not None:
+        x.update({"nic_uncertainty": net.bandwidth_uncertainty,
+                  "nic_decay_per_doubling": net.scale_decay_per_doubling,
+                  "nic_decay_from_nodes": net.scale_decay_from_nodes,
+                  "nic_decay_floor": net.scale_decay_floor})
+    return x
+
+
+def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dict[str, Any]:
+    """Engine inputs of the plan's framework profile (:mod:`fsdpsim.frameworks`): its recipe,
+    the collective library release its runs used (NCCL cost-model constants), the number of
+    data-parallel collectives per unit (one, or one per gathered parameter), and whether those
+    collectives overlap compute."""
+    from fsdpsim import frameworks
+    from fsdpsim.costs import nccl
+
+    prof = frameworks.profile(plan.framework)
+    x: dict[str, Any] = {}
+    lib = system.collectives.get(prof.collectives)
+    if lib is not None:
+        x.update(nccl.library_inputs(lib))
+    block_calls = root_calls = 1.0
+    if prof.per_parameter:
+        shapes = spec.unit_parameter_shapes()
+
+        def gathered(unit):
+            return max(1.0, float(sum(math.prod(sh) >= prof.persistence_numel
+                                      for _, sh in shapes[unit])))
+        block_calls, root_calls = gathered("block"), gathered("root")
+    x.update({"megatron": float(prof.recipe == "megatron"),
+              "framework_uncertainty": prof.uncertainty,
+              "param_gather_overlap": float(prof.name == "megatron"),
+              "dp_gather_overlap": float(prof.gather_overlap),
+              "dp_list_collectives": float(prof.list_collectives),
+              "ddp_overlap": float(prof.grad_reduce_overlap),
+              "dp_block_calls": block_calls, "dp_root_calls": root_calls})
+    return x
 
 
 def _attention_peak_ratio(acc, precision: str) -> float:
@@ -164,7 +217,6 @@ def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, An
         "pp_schedule": PP_SCHEDULES.index(plan.pp_schedule),  # costs.schedule.SCHEDULE_CODES
         "sequence_parallel": float(plan.sequence_parallel),
         "cp_all2all": float(plan.cp_kind == "all2all"), "tp_overlap": float(plan.tp_overlap),
-        "megatron": float(plan.framework == "megatron"),
     }
     x.update(group_layout(plan))
     # The engine's FSDP shard group is dp_shard x cp (ZeRO stages and DDP: over the whole
@@ -204,7 +256,8 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
                      seq_len=training.seq_len)
     return {**model_inputs(spec, plan.shard_group, tp=plan.tp),
             **system_inputs(system, training.precision),
-            **plan_inputs(plan, spec.n_layers), **training_inputs(training)}
+            **plan_inputs(plan, spec.n_layers), **training_inputs(training),
+            **framework_inputs(spec, system, plan)}
 
 
 @dataclass(frozen=True)
@@ -282,8 +335,11 @@ class Prediction:
 NEAR_LIMIT_SHARE, NEAR_LIMIT_RATIO_LOW = 0.85, 0.75
 
 
-def prediction_interval(values: Mapping[str, Any], system: System) -> dict[str, Any]:
-    """5-95 % range of tokens/s and step time from the GPU type's calibration residuals.
+def prediction_interval(values: Mapping[str, Any], system: System, *,
+                        comm: tuple[Any, Any] = (1.0, 1.0),
+                        uncertainty: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """5-95 % range of tokens/s and step time from the GPU type's calibration residuals,
+    widened by what is uncertain about the plan's communication.
 
     ``fsdpsim calibrate`` stores the 5th and 95th percentiles of measured / predicted tokens/s
     from 5-fold cross-validation (out-of-sample) in the catalog; the range is the prediction
@@ -291,7 +347,12 @@ def prediction_interval(values: Mapping[str, Any], system: System) -> dict[str, 
     documented default (``fsdpsim.catalog.UNCALIBRATED_INTERVAL``) and are marked
     ``calibrated: false``. Near the memory limit (``peak_bytes`` / ``capacity_bytes`` above
     :data:`NEAR_LIMIT_SHARE`, when given) the low end drops to :data:`NEAR_LIMIT_RATIO_LOW`.
-    Scalars or arrays (a sweep passes one system's rows at once).
+    ``comm`` are the throughput ratios on a slower network and framework (:func:`slower_twin`,
+    evaluated) and on a faster one (:func:`faster_ratio`), from the network class's and the
+    framework profile's uncertainty, wider past the largest measured scale; the low end is
+    multiplied by the first, the high end by the second.
+    ``uncertainty`` = :func:`comm_uncertainty`'s pair, reported. Scalars or arrays (a sweep
+    passes one system's rows at once).
     """
     eff = system.accelerator.efficiency
     lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
@@ -304,14 +365,24 @@ def prediction_interval(values: Mapping[str, Any], system: System) -> dict[str, 
                 > NEAR_LIMIT_SHARE * np.asarray(values["capacity_bytes"], dtype=float))
         lo = np.where(near, min(lo, NEAR_LIMIT_RATIO_LOW), lo)
         near = near.tolist() if np.ndim(near) == 0 else near
+    slower, faster = (np.asarray(r, dtype=float) for r in comm)
+    lo = lo * np.minimum(slower, 1.0)
+    hi = hi * np.maximum(faster, 1.0)
+    if np.ndim(lo) == 0:
+        lo, hi = float(lo), float(hi)
     tps = values["tokens_per_s_per_gpu"]
-    return {"tokens_per_s_per_gpu_low": tps * lo, "tokens_per_s_per_gpu_high": tps * hi,
-            "tokens_per_s_low": values["tokens_per_s"] * lo,
-            "tokens_per_s_high": values["tokens_per_s"] * hi,
-            "step_time_s_low": values["step_time_s"] / hi,
-            "step_time_s_high": values["step_time_s"] / lo,
-            "mfu_low": values["mfu"] * lo, "mfu_high": values["mfu"] * hi,
-            "calibrated": calibrated, "near_memory_limit": near, "coverage": 0.9}
+    out = {"tokens_per_s_per_gpu_low": tps * lo, "tokens_per_s_per_gpu_high": tps * hi,
+           "tokens_per_s_low": values["tokens_per_s"] * lo,
+           "tokens_per_s_high": values["tokens_per_s"] * hi,
+           "step_time_s_low": values["step_time_s"] / hi,
+           "step_time_s_high": values["step_time_s"] / lo,
+           "mfu_low": values["mfu"] * lo, "mfu_high": values["mfu"] * hi,
+           "calibrated": calibrated, "near_memory_limit": near, "coverage": 0.9}
+    if uncertainty is not None:
+        u_fab, u_fw = uncertainty
+        out["network_uncertainty"] = float(u_fab) if np.ndim(u_fab) == 0 else u_fab
+        out["framework_uncertainty"] = float(u_fw) if np.ndim(u_fw) == 0 else u_fw
+    return out
 
 
 def divisors(n: int) -> list[int]:
@@ -387,36 +458,48 @@ def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
     return row
 
 
-#: Inter-node collectives in measured multi-node FSDP/ZeRO training ran far below the NICs' line
-#: rate that nccl-tests reach: MosaicML's FSDP rows fit 15 % of the nodes' RoCE line rate
-#: (catalog mosaicml-roce-200), SC21's DeepSpeed ZeRO-3 rows imply 7-10 % of Selene's HDR
-#: InfiniBand, vTrain's data-parallel Megatron-DeepSpeed rows 10-15 % (README, Accuracy).
-OBSERVED_NIC_FRACTION = 0.15
+#: Nodes up to which a fabric's decay with scale is measured (NVIDIA/nccl#1229: 4-128 nodes);
+#: beyond, the decay is extrapolated and the range widens by the catalog's decay per doubling.
+MEASURED_NODES = 128.0
 
 
-def _slow_network_twin(x, system: System, plan: ParallelPlan) -> dict[str, Any]:
-    """Inputs that add a second row to the chosen configuration's evaluation: the same
-    configuration with inter-node collectives at :data:`OBSERVED_NIC_FRACTION` of line rate
-    (:func:`_slow_network_note`). Empty for single-node plans and when the system's fraction is
-    that low already."""
-    if plan.num_gpus <= system.gpus_per_node or system.inter_node_fraction <= OBSERVED_NIC_FRACTION:
-        return {}
-    return {"nic_fraction": np.array([x["nic_fraction"], OBSERVED_NIC_FRACTION])}
+def comm_uncertainty(x: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Relative uncertainty of inter-node bandwidth and of data-parallel communication for the
+    configurations ``x`` (engine inputs): ``(u_fabric, u_framework)`` [-].
+
+    ``u_fabric`` is the network class's ``bandwidth_uncertainty`` (catalog: 0.10 for
+    InfiniBand, whose large-message busbw is measured at 0.88-0.96 of line rate; 0.3 for
+    Ethernet/cloud fabrics without a measurement at scale), plus the decay per doubling for
+    every doubling of nodes past :data:`MEASURED_NODES`; 0 on one node. ``u_framework`` is the
+    framework profile's (:mod:`fsdpsim.frameworks`)."""
+    nodes = np.asarray(x["num_gpus"], dtype=float) / np.asarray(x["gpus_per_node"], dtype=float)
+    beyond = np.log2(np.maximum(nodes / MEASURED_NODES, 1.0))
+    u_fab = np.where(nodes > 1.0, np.asarray(x.get("nic_uncertainty", 0.1), dtype=float)
+                     + np.asarray(x.get("nic_decay_per_doubling", 0.0), dtype=float) * beyond,
+                     0.0)
+    return np.minimum(u_fab, 0.9), np.asarray(x.get("framework_uncertainty", 0.0), dtype=float)
 
 
-def _slow_network_note(out, row) -> str:
-    """A sensitivity line for multi-node plans: the prediction if inter-node collectives ran at
-    :data:`OBSERVED_NIC_FRACTION` of line rate (the second row of ``out``, added by
-    :func:`_slow_network_twin`); empty without that row or when it changes little (< 5 %)."""
-    per_gpu = np.asarray(out["tokens_per_s_per_gpu"]).reshape(-1)
-    if per_gpu.size < 2:
-        return ""
-    tps = float(per_gpu[1])
-    if tps >= 0.95 * row["tokens_per_s_per_gpu"]:
-        return ""
-    return (f"network sensitivity: at {100 * OBSERVED_NIC_FRACTION:.0f} % of the NICs' line rate "
-            f"(what measured multi-node FSDP/ZeRO runs achieved) this would be {tps:,.0f} tokens/s "
-            f"per GPU ({100 * (tps / row['tokens_per_s_per_gpu'] - 1):+.0f} %)")
+def slower_twin(x: Mapping[str, Any]) -> dict[str, Any]:
+    """The configurations ``x`` again on a slower network and framework
+    (:func:`comm_uncertainty`): inter-node bandwidth x (1 - u_fabric) and data-parallel
+    collectives x 1 / (1 - u_framework). Its throughput relative to ``x``'s lowers the low end
+    of the 90 % range (:func:`prediction_interval`) by what is uncertain for that plan; predict
+    and sweep both evaluate it."""
+    u_fab, u_fw = comm_uncertainty(x)
+    return {**x, "nic_fraction": np.asarray(x["nic_fraction"], dtype=float) * (1.0 - u_fab),
+            "dp_comm_scale": 1.0 / (1.0 - np.minimum(u_fw, 0.9))}
+
+
+def faster_ratio(values: Mapping[str, Any], uncertainty: tuple[Any, Any]) -> Any:
+    """Throughput ratio if communication were faster by the plan's uncertainty: the exposed
+    communication shrinks by u / (1 + u) (u the larger of the network's and the framework's),
+    ``step / (step - exposed · u / (1 + u))`` [-]. Exposed time is all a faster network can
+    win back, so this is the most it can gain; it raises the high end of the range."""
+    u = np.maximum(*(np.asarray(a, dtype=float) for a in uncertainty))
+    step = np.asarray(values["step_time_s"], dtype=float)
+    won = np.asarray(values["exposed_comm_s"], dtype=float) * u / (1.0 + u)
+    return step / np.maximum(step - won, 1e-300)
 
 
 def plan_summary(plan: ParallelPlan, grad_accum: int) -> dict[str, Any]:
@@ -477,9 +560,17 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         i = int(np.lexsort((np.arange(n), key, tier))[0])
     # The chosen one in full; its twin on a slower network (the sensitivity note) as a second
     # row of the same vectorised call.
-    out = engine.evaluate({**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i],
-                           "grad_accum": accum[i], **_slow_network_twin(x, system, plan)})
+    chosen_x = {**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i], "grad_accum": accum[i]}
+    # The chosen one in full, and its twin on a slower network and framework (the plan's
+    # communication uncertainty, slower_twin) as the second row of the same call.
+    low = slower_twin(chosen_x)
+    out = engine.evaluate({**chosen_x, **{k: np.array([chosen_x.get(k, 1.0), low[k]], dtype=float)
+                                          for k in ("nic_fraction", "dp_comm_scale")}})
     row = _row(out, 0)
+    per_gpu = np.asarray(out["tokens_per_s_per_gpu"]).reshape(-1)
+    uncertainty = comm_uncertainty(chosen_x)
+    twin_ratios = (float(per_gpu[1] / per_gpu[0]) if per_gpu.size == 2 and per_gpu[0] > 0
+                   else 1.0, float(faster_ratio(row, uncertainty)))
     if not row.get("pipeline_ok", True):  # raises, naming the schedule and the counts
         from fsdpsim.costs.schedule import check_schedule
 
@@ -502,9 +593,6 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     if row["fits"] and row["peak_bytes"] > MEMORY_PRESSURE_FRACTION * row["capacity_bytes"]:
         notes.append(f"near the memory limit ({100 * row['peak_bytes'] / row['capacity_bytes']:.0f} % "
                      "of capacity): allocator retries can slow real runs beyond this prediction")
-    slow = _slow_network_note(out, row)
-    if slow:
-        notes.append(slow)
     if not row["fits"]:
         over = row["peak_bytes"] - row["capacity_bytes"]
         if row["max_micro_batch"] >= 1:
@@ -530,5 +618,6 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "flash_attention": training.flash_attention,
                   "fused_loss": training.fused_loss, "dropout": training.dropout,
                   "recompute_layers": training.recompute_layers},
-        chosen=chosen, notes=tuple(notes), interval=prediction_interval(row, system),
+        chosen=chosen, notes=tuple(notes),
+        interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty),
     )

@@ -188,8 +188,7 @@ def parse_network(text: str, gpus_per_node: int, source: str = "") -> tuple[str 
         return None, None
     rate = nic_gbps or per_gpu
     if "roce" in low or "ethernet" in low:
-        network = ("mosaicml-roce-200" if "mosaic" in source.lower()
-                   else f"roce-{min((100, 200, 400), key=lambda r: abs(r - rate))}")
+        network = f"roce-{min((100, 200, 400), key=lambda r: abs(r - rate))}"
     elif "efa" in low:
         network = "efa-v1" if "v1" in low or "p4d" in low else "efa-v2"
     elif "slingshot" in low:
@@ -455,7 +454,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "flash_attention": _flash(texts, conventions, generation),
             "power_cap_w": cap if cap is not None else float("nan"),
             "framework": framework, "source_key": _text(r.get("source_key")),
-            "recipe": conventions.get("recipe", "torch"),
+            "recipe": conventions.get("profile", "fsdp2"),
             "dropout": bool(conventions.get("dropout", False)) and _arch(model) == "gpt",
             "generation": generation, "tokens_per_s_per_gpu": measured,
             "measured_from": measured_from, "subset": _text(r.get("subset")),
@@ -524,7 +523,7 @@ def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
             "sequence_parallel": False, "ep": 1,
             "precision": "fp16", "reduce_dtype": "fp16", "fused_loss": False,
             "flash_attention": False,  # Megatron-DeepSpeed GPT of vTrain: fused softmax, no flash
-            "framework": "Megatron-DeepSpeed", "recipe": "megatron", "dropout": True,
+            "framework": "Megatron-DeepSpeed", "recipe": "megatron-2021", "dropout": True,
             "generation": gpu_generation(VTRAIN_GPU),
             "tokens_per_s_per_gpu": gb * seq / time_s / n_gpus,
             "measured_from": "iteration time (ms)", "subset": "vtrain", "skip": skip,

@@ -33,24 +33,31 @@ from fsdpsim.numbers import number_in_text
 #: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
 #: * ``dropout``: GPT training in Megatron-LM (``--attention-dropout 0.1 --hidden-dropout 0.1``,
 #:   arguments.py defaults) and OneFlow-GPT (its Megatron port); Llama-style recipes use none.
-#: * ``recipe``: the mixed-precision recipe (:data:`fsdpsim.parallel.FRAMEWORKS`): Megatron
-#:   and its descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy
-#:   with the (distributed) optimizer; InternEvo's hybrid ZeRO does the same.
+#: * ``profile``: the framework profile (:mod:`fsdpsim.frameworks`: recipe, collective library
+#:   release, granularity and overlap of data-parallel collectives). Megatron and its
+#:   descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy with
+#:   the (distributed) optimizer; InternEvo's hybrid ZeRO does the same. Megatron-LM before
+#:   Megatron-Core (2020-21: SC21's PTD-P, DLPerf's NGC 20.12 runs) all-reduced gradients after
+#:   the backward (``megatron-2021``); SC21's DeepSpeed ZeRO-3 rows ran DeepSpeed's 2021 stage 3
+#:   (``deepspeed-zero3-2021``); Composer's FSDP in torch 2.1 is FSDP1.
 #: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
 #: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
 #: and did not exist before 2022), data-parallel sharding as the row's words say.
 FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("megatron-core", "megatron-bridge", "nemo"),
      {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
-      "fused_loss": True, "flash": True, "embedding_loss_split": True, "recipe": "megatron",
+      "fused_loss": True, "flash": True, "embedding_loss_split": True, "profile": "megatron",
       "recompute": "none"}),
-    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "recipe": "megatron",
+    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
                   "dropout": True}),
     (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
-                                 "recipe": "megatron"}),
-    (("megatron",), {"name": "Megatron-LM", "recipe": "megatron", "dropout": True}),
-    (("oneflow",), {"name": "OneFlow-GPT", "recipe": "megatron", "dropout": True}),
+                                 "profile": "megatron"}),
+    (("deepspeed zero-3", "deepspeed zero3"),
+     {"name": "DeepSpeed ZeRO-3 (2021)", "profile": "deepspeed-zero3-2021", "dropout": True}),
+    (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
+    (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True}),
     (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
+    (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
 )
 
 #: GPU generation (architecture) by catalog id family, for error summaries per generation.

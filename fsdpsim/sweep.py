@@ -32,8 +32,9 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
-                             TIME_KEYS, divisors, model_inputs, plan_inputs, plan_summary,
-                             prediction_interval, system_inputs, training_inputs)
+                             TIME_KEYS, comm_uncertainty, divisors, faster_ratio, model_inputs,
+                             plan_inputs, plan_summary, prediction_interval, slower_twin,
+                             system_inputs, training_inputs)
 from fsdpsim.system import cluster_too_small, domain_gpus
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, HOUR_S
 
@@ -325,8 +326,38 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
         win = _winners(c["owner"], out)
         out = _evaluate(lambda rows: inputs(win[rows]), win.size, eval_chunk,
                         ceilings=grid.ceilings)
-        c = {k: v[win] for k, v in c.items()}
+        c = {k: v[win] for k, v in c.items()}  # ``inputs`` reads c: now the winners' rows
+    out.update(_slower_twins(t, p, c, inputs, eval_chunk))
     return _columns_of(grid, t, p, c, out, reasons, valid, counts, fitting, gbatch)
+
+
+def _slower_twins(t: _Tables, p, c, chosen: Callable[[np.ndarray], dict],
+                  eval_chunk: int) -> dict[str, np.ndarray]:
+    """Each point's chosen configuration again on a slower network and framework
+    (:func:`fsdpsim.predict.slower_twin`, as predict evaluates it): its throughput, and the
+    network's and framework's uncertainty (:func:`fsdpsim.predict.comm_uncertainty`). Only
+    multi-node rows are evaluated (sweep's framework is fsdp2, with no uncertainty of its own;
+    on one node the twin is the row itself)."""
+    n = c["sh"].size
+    o = c["owner"]
+    plan = t.plan_index(p["g"][o], p["h"][o], p["ly"][o], c["sh"])
+    multi = np.flatnonzero(t.plan["num_gpus"][plan] > t.plan["gpus_per_node"][plan])
+    out = {"twin_tokens_per_s_per_gpu": np.full(n, np.nan), "twin_u_fabric": np.zeros(n),
+           "twin_u_framework": np.zeros(n)}
+    if not multi.size:
+        return out
+
+    def twin(rows):
+        x = chosen(multi[rows])
+        u_fab, u_fw = comm_uncertainty(x)
+        out["twin_u_fabric"][multi[rows]] = u_fab
+        out["twin_u_framework"][multi[rows]] = u_fw
+        return slower_twin(x)
+
+    slow = _evaluate(twin, multi.size, eval_chunk, ceilings=False,
+                     keys=("tokens_per_s_per_gpu",))
+    out["twin_tokens_per_s_per_gpu"][multi] = slow["tokens_per_s_per_gpu"]
+    return out
 
 
 def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code) -> dict[str, np.ndarray]:
@@ -466,7 +497,12 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
     for name, key in DETAIL_COLUMNS.items():
         cols[name] = spread(value(key))
-    cols.update(_intervals(grid, p["h"], at, cols))
+    twins = {k: np.full(n, np.nan if k == "twin_tokens_per_s_per_gpu" else 0.0)
+             for k in ("twin_tokens_per_s_per_gpu", "twin_u_fabric", "twin_u_framework")}
+    if at.size:
+        for k in twins:
+            twins[k][at] = out[k]
+    cols.update(_intervals(grid, p["h"], at, cols, twins))
     min_bw = value("min_inter_node_bytes_per_s_per_gpu") / GBIT_PER_S_BYTES_PER_S
     cols["thresholds.min_inter_node_gbps_per_gpu"] = spread(
         np.where(np.isfinite(min_bw), min_bw, np.nan))  # predict: null = cannot hide
@@ -526,7 +562,8 @@ def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any
     return cols
 
 
-def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any]):
+def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
+               twins: dict[str, np.ndarray]):
     """predict's 90 % interval columns (:func:`fsdpsim.predict.prediction_interval`), computed
     for all rows of one system at once."""
     n = h.size
@@ -534,7 +571,8 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any]):
     # every column, also in a chunk of points without a prediction (streamed CSV keeps its shape)
     empty = {k: np.zeros(0) for k in ("tokens_per_s_per_gpu", "tokens_per_s", "step_time_s",
                                       "mfu", "peak_bytes", "capacity_bytes")}
-    for k, v in prediction_interval(empty, grid.hardware[0].system).items():
+    for k, v in prediction_interval(empty, grid.hardware[0].system,
+                                    uncertainty=(np.zeros(0), np.zeros(0))).items():
         flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
         out[f"interval.{k}"] = np.full(n, None if flag else np.nan,
                                        dtype=object if flag else float)
@@ -545,8 +583,14 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any]):
         values = {k: cols[k][rows] for k in ("tokens_per_s_per_gpu", "tokens_per_s",
                                              "step_time_s", "mfu")}
         values.update(peak_bytes=cols["memory.peak_bytes"][rows],
-                      capacity_bytes=cols["memory.capacity_bytes"][rows])
-        for k, v in prediction_interval(values, hw.system).items():
+                      capacity_bytes=cols["memory.capacity_bytes"][rows],
+                      exposed_comm_s=cols["comm.exposed_s"][rows])
+        uncertainty = (twins["twin_u_fabric"][rows], twins["twin_u_framework"][rows])
+        twin = twins["twin_tokens_per_s_per_gpu"][rows]
+        slower = np.where(np.isnan(twin), 1.0, twin / values["tokens_per_s_per_gpu"])
+        comm = (slower, faster_ratio(values, uncertainty))
+        for k, v in prediction_interval(values, hw.system, comm=comm,
+                                        uncertainty=uncertainty).items():
             flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
             column = out.setdefault(f"interval.{k}", np.full(n, None if flag else np.nan,
                                                              dtype=object if flag else float))

@@ -7,6 +7,8 @@ GPUs per node, the network or the inter-node bandwidth per GPU. The result is on
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
@@ -85,7 +87,9 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         inter_node_bandwidth_bytes_per_s_per_gpu=share,
         inter_node_latency_s=net.latency_s, inter_node_fraction=net.achievable_fraction,
         label=label, extra={"notes": "; ".join(notes), "network": net.id},
-        power_cap_w=power_cap_w, compute_clock_ratio=clock,
+        power_cap_w=power_cap_w, compute_clock_ratio=clock, network=net,
+        collectives=MappingProxyType({i: catalog.collectives(i)
+                                      for i in catalog.ids("collectives")}),
     )
 
 

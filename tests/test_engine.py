@@ -52,6 +52,16 @@ def scalar(out, key):
     return float(np.asarray(out[key]))
 
 
+def no_latency():
+    """Every latency term of NCCL's model set to zero (bandwidth-only collectives): the ring
+    Simple protocol is then always the fastest (LL/LL128/tree run below the bus bandwidth)."""
+    from fsdpsim.costs import nccl
+
+    lib = load_catalog(use_env=False).collectives("nccl")
+    return {k: 0.0 for k, v in nccl.library_inputs(lib).items()
+            if k.endswith("_s") and not k.endswith("_per_s") and k.startswith("nccl_")}
+
+
 # ================================================================== the tiny GPT of §1
 def tiny_gpt(vocab_size=501, d_model=256, n_layers=2, n_heads=4, seq_len=64) -> ModelSpec:
     """The validation model: untied, no biases, pre-LayerNorm without bias, learned positions,
@@ -305,7 +315,7 @@ def test_ddp_all_reduce_time_is_zero1_reduce_scatter_plus_all_gather(num_gpus, l
         x = predict.config_inputs(spec, H100, plan, TrainingConfig(seq_len=2048,
                                                                    reduce_dtype="bf16"))
         x.update(micro_batch=1, grad_accum=1, recompute=0, link_latency_s=0.0,
-                 nic_latency_s=0.0, nic_share_bytes_per_s=nic, ceilings=0.0)
+                 nic_latency_s=0.0, nic_share_bytes_per_s=nic, ceilings=0.0, **no_latency())
         out[sharding] = engine.evaluate(x)
     ddp, zero1 = out["none"], out["optimizer"]
     assert float(ddp["all_reduce_s"]) == pytest.approx(
@@ -329,7 +339,7 @@ def test_engine_ddp_all_reduce_equals_zero1_reduce_scatter_plus_all_gather(
     for sharding in ("none", "optimizer"):
         x = engine_inputs(spec, SYSTEMS[system], ParallelPlan(gpus, 8, sharding), training,
                           micro_batch=micro_batch, grad_accum=grad_accum,
-                          link_latency_s=0.0, nic_latency_s=0.0, **NO_CEILINGS)
+                          link_latency_s=0.0, nic_latency_s=0.0, **no_latency(), **NO_CEILINGS)
         out[sharding] = engine.evaluate(x)
     ddp, zero1 = out["none"], out["optimizer"]
     assert scalar(ddp, "all_reduce_s") == pytest.approx(
@@ -531,12 +541,13 @@ def test_fp8_runs_gemms_in_fp8_and_attention_in_bf16():
 def test_the_builder_makes_exactly_the_typed_bundle():
     """config_inputs (the one builder) produces every key of the typed bundle's four parts and
     no key the bundle does not declare."""
-    from fsdpsim.engine.inputs import (EngineInputs, ModelInputs, PlanInputs, SystemInputs,
-                                       TrainingInputs)
+    from fsdpsim.engine.inputs import (EngineInputs, FrameworkInputs, ModelInputs, PlanInputs,
+                                       SystemInputs, TrainingInputs)
 
     plan = ParallelPlan(16, 8, "full", tp=2, pp=2)
     x = predict.config_inputs(get_model("llama3-8b"), H100, plan, TrainingConfig(seq_len=4096))
     parts = (set(ModelInputs.__annotations__) | set(SystemInputs.__annotations__)
-             | set(PlanInputs.__annotations__) | set(TrainingInputs.__annotations__))
+             | set(PlanInputs.__annotations__) | set(TrainingInputs.__annotations__)
+             | set(FrameworkInputs.__annotations__))
     assert set(x) == parts
     assert parts <= set(EngineInputs.__annotations__)

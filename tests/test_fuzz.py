@@ -443,6 +443,15 @@ topology = "fat-tree"
 source = "fuzz"
 retrieved = 2026-11-30
 ''',
+    # An override of the library every default prediction uses, so garbage reaches predict.
+    "collectives": '''[[collectives]]
+id = "nccl-2.30"
+override = true
+net_overhead_us = 1.0
+
+[collectives.simple]
+ring_net_hop_us = 14.0
+''',
 }
 #: Every numeric key of every kind, with the table it lives in.
 _NUMERIC_KEYS = [(kind, table, key, field)
@@ -485,6 +494,8 @@ def overlays(draw):
         'matmul_fraction = 0.05\nkernel_overhead_us = 100\n',
         '[[network]]\nid = "ib-ndr-400"\noverride = true\ngbit_per_s_per_nic = 0.01\n',
         '[[node]]\nid = "dgx-h100"\noverride = true\ngpus_per_node = 1024\nnics_per_node = 0.25\n',
+        '[[network]]\nid = "ib-ndr-400"\noverride = true\nscale_decay_per_doubling = 0.5\n'
+        'scale_decay_floor = 0.05\n',
         ENTRIES["network"],  # the same id twice in one overlay
         "[project]\nname = 'not a catalog'\n",
     ]))

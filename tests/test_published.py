@@ -51,7 +51,7 @@ def test_gpu_names_match_the_catalog(text, memory_gb, expected):
 @pytest.mark.parametrize("text, gpn, source, expected", [
     ("8x 200 Gb/s HDR InfiniBand per node (Selene, 3-level fat tree)", 8, "",
      ("ib-hdr-200", 200.0)),
-    ("1600 Gbps per node RoCE (as stated)", 8, "mosaicml_llmfoundry", ("mosaicml-roce-200", 200.0)),
+    ("1600 Gbps per node RoCE (as stated)", 8, "mosaicml_llmfoundry", ("roce-200", 200.0)),
     ("3200 Gbps per node RoCE", 8, "other lab", ("roce-400", 400.0)),
     ("400 Gb/s per GPU NDR InfiniBand", 8, "", ("ib-ndr-400", 400.0)),
     ("4x 200 Gb/s HDR per node", 4, "", ("ib-hdr-200", 200.0)),

@@ -51,9 +51,14 @@ def test_fsdp_rows_meet_the_accuracy_floor(published):
     assert s["mape"] <= 0.07
     assert s["median_ape"] <= 0.05
     assert abs(s["bias"]) <= 0.02
-    # Every row but the near-OOM MPT-30B seq-8192 run stays within 25 %.
+    # Every row but two memory-pressed runs stays within 25 %: the near-OOM MPT-30B seq-8192 run
+    # (93 % of memory) and MPT-70B on 64 A100-40GB at micro-batch 2 (82 %; llm-foundry's own
+    # table shows it at 35.9 % MFU against 48.9 % on 128 GPUs with micro-batch 4, and
+    # network_at_scale.md §3 finds memory pressure, not the network, the likelier cause). It was
+    # within 15 % only while these rows' fabric had its own fitted 15 %-of-line-rate fraction,
+    # which issue 12 removed (a general RoCE class now).
     bad = result[result["error"].abs() > 0.25]
-    assert list(bad["id"]) == ["mosaic-080"], bad[["id", "error"]]
+    assert sorted(bad["id"]) == ["mosaic-080", "mosaic-140"], bad[["id", "error"]]
 
 
 @needs_data
@@ -84,6 +89,27 @@ def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(every_row):
     assert len(zero3) == 6 and (zero3["skip"] == "").all()
     assert set(zero3["sharding"]) == {"full"} and set(zero3["precision"]) == {"fp16"}
     assert not zero3["flash_attention"].any()  # SC21 (2021) predates FlashAttention
+
+
+@needs_data
+def test_sc21_deepspeed_zero3_rows_with_the_2021_profile(every_row):
+    """Issue 12 floor: the six SC21 DeepSpeed ZeRO-3 rows (GPT-175B and 530B, 384-2,240 A100s,
+    fixed global batch) within 25 % MAPE with the ``deepspeed-zero3-2021`` profile (code facts:
+    a per-parameter gather after a device synchronisation, list collectives with a copy per
+    rank; nothing fitted to these rows), and the shape: per-GPU throughput falls by at least a
+    third from 384 to 768 GPUs and again from 768 to 1,536 (measured -39 % and -50 %)."""
+    zero3 = every_row[every_row["framework"].str.contains("ZeRO-3")].reset_index(drop=True)
+    assert set(zero3["recipe"]) == {"deepspeed-zero3-2021"}
+    result = predict_measurements(zero3, load_catalog(use_env=False))
+    s = summarise(result)
+    print(f"\nSC21 DeepSpeed ZeRO-3 rows: {s}")
+    assert s["rows"] == 6 and s["mape"] <= 0.25
+    gpt175 = result[result["model"].str.contains("174.6B")].sort_values("n_gpus")
+    tps = dict(zip(gpt175["n_gpus"], gpt175["predicted_tokens_per_s_per_gpu"]))
+    assert tps[768] / tps[384] <= 2 / 3 and tps[1536] / tps[768] <= 2 / 3
+    # Without the profile (as modern FSDP2 would run them) they are far too fast.
+    fsdp2 = predict_measurements(zero3.assign(recipe="fsdp2"), load_catalog(use_env=False))
+    assert summarise(fsdp2)["mape"] > 0.5
 
 
 @needs_data

@@ -186,7 +186,7 @@ def test_vtrain_multi_node_rows_are_all_modelled(vtrain_multi):
         resolve_system(CATALOG, gpu="a100-sxm4-80gb", gpus_per_node=8, network="ib-hdr-200",
                        inter_node_gbps_per_gpu=200.0),
         ParallelPlan(num_gpus=512, gpus_per_node=8, sharding="none", tp=8, pp=2,
-                     vpp=int(r["vpp"]), sequence_parallel=False, framework="megatron"),
+                     vpp=int(r["vpp"]), sequence_parallel=False, framework="megatron-2021"),
         TrainingConfig(seq_len=2048, micro_batch=int(r["micro_batch"]), recompute="full",
                        precision="fp16", reduce_dtype="fp16", flash_attention=False,
                        dropout=True))),

@@ -122,7 +122,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
            else collectives.NO_CONTEXT_PARALLEL)
     p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
     L_stage = np.where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
-    dpc = collectives.data_parallel(g, co, L_stage)
+    dpc = collectives.data_parallel(g, co, L_stage, r)
     f = step.fsdp_flags(g)
 
     # Recompute applies to the first K layers of each stage (all when recompute_layers < 0).
@@ -146,7 +146,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # Megatron's distributed optimizer overlaps the parameter all-gather with the next
     # step's forward (--overlap-param-gather): only what outlasts that forward shows.
     post_total_s = post_step_s
-    post_step_s = np.where(g["megatron"] > 0, np.maximum(post_step_s - only["fwd_s"], 0.0),
+    post_step_s = np.where(g["param_gather_overlap"] > 0, np.maximum(post_step_s - only["fwd_s"], 0.0),
                            post_step_s)
     step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
     bubble_s = np.zeros_like(step_s)
@@ -312,7 +312,13 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "sequence_parallel": 0.0, "cp_all2all": 0.0, "tp_overlap": 0.0,
                    "recompute_layers": -1.0, "megatron": 0.0, "dropout": 0.0,
                    "tp_size": 1.0, "tp_per_node": 1.0, "cp_size": 1.0, "cp_per_node": 1.0,
-                   "pp_size": 1.0, "pp_per_node": 1.0}
+                   "pp_size": 1.0, "pp_per_node": 1.0,
+                   # no fabric decay; NVLink inside a node; framework profile fsdp2
+                   "nic_decay_per_doubling": 0.0, "nic_decay_from_nodes": 4.0,
+                   "nic_decay_floor": 1.0, "link_nvlink": 1.0,
+                   "dp_gather_overlap": 1.0, "dp_list_collectives": 0.0, "ddp_overlap": 1.0,
+                   "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
+                   "nic_uncertainty": 0.1, "framework_uncertainty": 0.0}
 
 
 def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -322,6 +328,10 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
     g = {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else as_array(v))
          for k, v in {**OPTIONAL_INPUTS, **x}.items()}
+    if "param_gather_overlap" not in g:  # Megatron's distributed optimizer
+        g["param_gather_overlap"] = g["megatron"]
+    if "nccl_simple_ring_base_s" not in g:  # the default collective library of the catalog
+        g.update({k: as_array(v) for k, v in _default_library_inputs().items()})
     if "fused_attention_fraction" not in g and "attention_fraction" in g:
         g["fused_attention_fraction"] = g["attention_fraction"]
     shard, repl, per_node = g["shard_size"], g["replicate_size"], g["gpus_per_node"]
@@ -341,6 +351,17 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         if key not in g:
             g[key] = g["n_layers"]
     return g
+
+
+def _default_library_inputs() -> dict[str, float]:
+    """NCCL constants of the default framework profile's release, from the built-in catalog
+    (for callers that build engine inputs by hand)."""
+    from fsdpsim.catalog import load_catalog
+    from fsdpsim.costs import nccl
+    from fsdpsim.frameworks import PROFILES
+
+    return nccl.library_inputs(load_catalog(use_env=False).collectives(
+        PROFILES["fsdp2"].collectives))
 
 
 def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str, np.ndarray]:

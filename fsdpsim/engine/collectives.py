@@ -1,8 +1,9 @@
 """Engine stage 3: the time of every collective a micro-batch or a step issues, per group.
 
 Each group of the plan (:mod:`fsdpsim.layout`: tensor, context, pipeline, FSDP shard, HSDP
-replica and data-parallel world) gets one ring (seconds per byte, latency) pair on the tier it
-spans (:func:`fsdpsim.costs.comm.ring_coefficients`); every collective is then a multiply-add.
+replica and data-parallel world) gets NCCL's (algorithm, protocol) candidates on the bus
+bandwidth of the tier it spans (:func:`fsdpsim.costs.nccl.candidates`); every collective is
+then the least of a few multiply-adds, as NCCL picks the fastest.
 Formulas: data-parallel collectives :mod:`fsdpsim.costs.comm`; tensor- and context-parallel
 volumes Shoeybi et al. 2019 §3, Korthikanti et al. 2022 §4.2.2, Liu et al. 2023 (ring
 attention), Jacobs et al. 2023 (Ulysses); pipeline point-to-point Narayanan et al. SC21 §3.2.
@@ -14,19 +15,91 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs import comm
+from fsdpsim.costs import comm, nccl
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
 def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                        tp: bool = True):
-    """``{group: (s_per_byte, latency_s)}`` of a ring over each group of the plan (the TP
-    group's only when ``tp``: some row has tp > 1)."""
-    ring = dict(link_bytes_per_s=r["link"], nic_share_bytes_per_s=r["nic"],
-                link_latency_s=g["link_latency_s"], nic_latency_s=g["nic_latency_s"])
+    """``{group: {"ring": candidates, "ar": candidates}}``: NCCL's (algorithm, protocol)
+    candidates of all-gather/reduce-scatter (``ring``) and all-reduce (``ar``) over each group of
+    the plan (:func:`fsdpsim.costs.nccl.candidates`; the TP group's only when ``tp``: some row
+    has tp > 1), on the bus bandwidth of the tier the group spans (:func:`bus_bandwidth`)."""
     groups = ("shard", "replicate", "dp_world") + (("tp",) if tp else ())
-    return {name: comm.ring_coefficients(g[f"{name}_size"], g[f"{name}_per_node"], **ring)
-            for name in groups}
+    nvlink = g["link_nvlink"] > 0
+    out = {}
+    for name in groups:
+        size, per_node = g[f"{name}_size"], g[f"{name}_per_node"]
+        out[name] = _Candidates(g, size, per_node, bus_bandwidth(g, r, size, per_node), nvlink)
+    return out
+
+
+class _Candidates(dict):
+    """A group's candidates per collective kind, built on first use (a data-parallel grid
+    never all-reduces over the replica group of rows that are not HSDP)."""
+
+    def __init__(self, g, size, per_node, busbw, nvlink):
+        super().__init__()
+        self._args = (g, size, per_node, busbw, nvlink)
+
+    def __missing__(self, key):
+        g, size, per_node, busbw, nvlink = self._args
+        value = nccl.candidates(g, size, per_node, busbw, nvlink, all_reduce=key == "ar")
+        self[key] = value
+        return value
+
+    def rows(self, idx):
+        """The same group on the rows ``idx`` only (a strategy's rows of a mixed grid)."""
+        g, size, per_node, busbw, nvlink = self._args
+        return _Candidates(_Rows(g, idx), take(size, idx), take(per_node, idx),
+                           take(busbw, idx), take(nvlink, idx))
+
+
+def take(x, idx):
+    """``x`` on the rows ``idx`` (scalars and single values stay as they are)."""
+    return x[idx] if np.ndim(x) and np.size(x) > 1 else x
+
+
+class _Rows(dict):
+    """Engine inputs restricted to the rows ``idx``, each taken on first use."""
+
+    def __init__(self, g, idx):
+        super().__init__()
+        self._g, self._idx = g, idx
+
+    def __missing__(self, key):
+        value = take(self._g[key], self._idx)
+        self[key] = value
+        return value
+
+
+def per_strategy2(strategy, code, fn):
+    """``fn(None)`` where every row has strategy ``code``; else ``fn(idx)`` on just those rows
+    (``idx``), zero elsewhere; zeros where none has it. ``fn`` returns a pair (block and root
+    times). Rows are grouped by what they are instead of every row computing every strategy's
+    collectives and masking them away."""
+    mask = strategy == code
+    if not np.any(mask):
+        return 0.0, 0.0
+    if np.all(mask):
+        return fn(None)
+    idx = np.flatnonzero(mask)
+    first, second = np.zeros(np.shape(strategy)), np.zeros(np.shape(strategy))
+    first[idx], second[idx] = fn(idx)
+    return first, second
+
+
+def bus_bandwidth(g, r, size, per_node):
+    """Large-message bus bandwidth of a ring over a group [B/s]: the scale-up link inside a
+    domain; across domains ``min(link, members per node × NIC share × fabric factor)``
+    (:func:`fsdpsim.costs.comm.ring_coefficients`, :func:`fsdpsim.costs.nccl.fabric_factor`)."""
+    gpn = np.minimum(per_node, size)
+    multi = size > gpn
+    nodes = np.ceil(size / np.maximum(gpn, 1.0))
+    fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
+                                g["nic_decay_floor"])
+    intra = np.where(gpn > 1, r["link"], np.inf)
+    return np.where(multi, np.minimum(intra, gpn * r["nic"] * fabric), r["link"])
 
 
 #: The tensor- and context-parallel terms of plans without those dimensions (all zero).
@@ -38,43 +111,90 @@ NO_CONTEXT_PARALLEL = {k: 0.0 for k in ("cp_layer_fwd_s", "cp_layer_bwd_s",
                                         "cp_layer_bytes")}
 
 
-def data_parallel(g, co, n_units):
+#: HBM passes over a gathered tensor per list collective of deepspeed-zero3-2021: the zeroed
+#: output (``torch.zeros``), the copy out of NCCL's flat buffer (read and write), and the
+#: ``param.norm()`` its debug f-string evaluates for every gathered parameter
+#: (partition_parameters.py L776-823, stage3.py fetch_sub_module @c4f4ef5d).
+LIST_HBM_PASSES = 4.0
+
+
+def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
+    """``calls`` data-parallel collectives sharing ``total_bytes`` over ``ranks`` [s]: NCCL's
+    time per call, plus, for list collectives (``listed``: a framework that gathers into or
+    reduces from one tensor per rank), one view and one copy per rank and call (host time of
+    one eager op each, the catalog's ``kernel_overhead_s``) and :data:`LIST_HBM_PASSES` over
+    the call's bytes (:mod:`fsdpsim.frameworks`, deepspeed-zero3-2021)."""
+    per_call = total_bytes / calls
+    t = nccl.time_s(per_call, cands, calls)
+    if listed is None:
+        return t
+    extra = calls * (ranks * g["kernel_overhead_s"] + LIST_HBM_PASSES * per_call / r["hbm"])
+    return t + np.where(listed & (ranks > 1), extra, 0.0)
+
+
+def data_parallel(g, co, n_units, r):
     """FSDP / ZeRO / DDP / HSDP collectives of one stage holding ``n_units`` block units, and
-    the root unit [s]: one call of each kind, per unit (module table of costs/comm.py)."""
+    the root unit [s]: one call of each kind per unit, or one per gathered parameter
+    (``dp_block_calls`` / ``dp_root_calls``, per framework), each at NCCL's chosen algorithm
+    and protocol (module table of costs/comm.py for which collectives run)."""
     elem = g["compute_bytes"]
     shard = g["shard_size"]
-    shard_spb, shard_lat = co["shard"]
-    repl_spb, repl_lat = co["replicate"]
-    world_spb, world_lat = co["dp_world"]
+    sh, rp, wd = co["shard"], co["replicate"], co["dp_world"]
+    bc, rc = g["dp_block_calls"], g["dp_root_calls"]
+    listed = (g["dp_list_collectives"] > 0) if np.any(g["dp_list_collectives"] > 0) else None
     block_param_bytes = g["block_numel_padded"] * elem
     root_param_bytes = g["root_numel_padded"] * elem
     block_grad_bytes = g["block_numel_padded"] * g["reduce_bytes"]
     root_grad_bytes = g["root_numel_padded"] * g["reduce_bytes"]
+    world = g["dp_world_size"]
+    strategy = np.asarray(g["strategy"])
+
+    def dp(total, calls, cands, ranks):
+        return _dp_call_s(g, r, total, calls, cands, ranks, listed)
+
     t = {
-        "ag_block_s": block_param_bytes * shard_spb + shard_lat,
-        "ag_root_s": root_param_bytes * shard_spb + shard_lat,
-        "rs_block_s": block_grad_bytes * shard_spb + shard_lat,
-        "rs_root_s": root_grad_bytes * shard_spb + shard_lat,
-        # HSDP: all-reduce (two passes) of each shard across replicas; DDP: of the whole unit.
-        "hsdp_ar_block_s": 2.0 * (block_grad_bytes / shard * repl_spb + repl_lat),
-        "hsdp_ar_root_s": 2.0 * (root_grad_bytes / shard * repl_spb + repl_lat),
-        "ddp_ar_block_s": 2.0 * (block_grad_bytes * world_spb + world_lat),
-        "ddp_ar_root_s": 2.0 * (root_grad_bytes * world_spb + world_lat),
-        "zero1_rs_block_s": block_grad_bytes * world_spb + world_lat,
-        "zero1_rs_root_s": root_grad_bytes * world_spb + world_lat,
-        "zero1_ag_all_s": ((n_units * g["block_numel_padded"] + g["root_numel_padded"]) * elem
-                           * world_spb + world_lat),
+        "ag_block_s": dp(block_param_bytes, bc, sh["ring"], shard),
+        "ag_root_s": dp(root_param_bytes, rc, sh["ring"], shard),
+        "rs_block_s": dp(block_grad_bytes, bc, sh["ring"], shard),
+        "rs_root_s": dp(root_grad_bytes, rc, sh["ring"], shard),
+        "hsdp_ar_block_s": 0.0, "hsdp_ar_root_s": 0.0, "ddp_ar_block_s": 0.0,
+        "ddp_ar_root_s": 0.0, "zero1_rs_block_s": 0.0, "zero1_rs_root_s": 0.0,
+        "zero1_ag_all_s": 0.0,
     }
+    # HSDP: all-reduce of each shard across replicas; DDP: of the whole unit. Each on the rows
+    # of that strategy only.
+    for code, group, divide, prefix in ((comm.HYBRID, rp, shard, "hsdp"),
+                                        (comm.NONE, wd, 1.0, "ddp")):
+        def all_reduce(idx, grp=group, d=divide):
+            cands = grp["ar"] if idx is None else grp.rows(idx)["ar"]
+            return tuple(nccl.time_s(take(b / d, idx) if idx is not None else b / d, cands)
+                         for b in (block_grad_bytes, root_grad_bytes))
+        t[f"{prefix}_ar_block_s"], t[f"{prefix}_ar_root_s"] = per_strategy2(strategy, code,
+                                                                            all_reduce)
+    if np.any(strategy == comm.OPTIMIZER):  # ZeRO-1 over the whole data-parallel group
+        # (the shard group itself unless replicas are kept: the same candidates, built once)
+        same = bool(np.all(((world == shard) & (g["dp_world_per_node"] == g["shard_per_node"]))
+                           | (strategy != comm.OPTIMIZER)))
+        ring = sh["ring"] if same else wd["ring"]
+        t["zero1_rs_block_s"] = dp(block_grad_bytes, 1.0, ring, world)
+        t["zero1_rs_root_s"] = dp(root_grad_bytes, 1.0, ring, world)
+        t["zero1_ag_all_s"] = dp((n_units * g["block_numel_padded"] + g["root_numel_padded"])
+                                 * elem, 1.0, ring, world)
+    scale = g["dp_comm_scale"]
+    if np.any(scale != 1.0):  # a what-if twin (fsdpsim.predict.comm_twins)
+        t = {k: v * scale for k, v in t.items()}
     return t
 
 
-def _ring_time_s(c, prefix, spb, lat):
-    """Seconds of the all-reduces (two ring passes), all-gathers and reduce-scatters (one pass
-    each) counted in ``c`` under ``prefix`` (``forward`` / ``backward``)."""
-    return (2.0 * (c[f"{prefix}_all_reduce_bytes"] * spb + c[f"{prefix}_all_reduce_calls"] * lat)
-            + c[f"{prefix}_all_gather_bytes"] * spb + c[f"{prefix}_all_gather_calls"] * lat
-            + c[f"{prefix}_reduce_scatter_bytes"] * spb
-            + c[f"{prefix}_reduce_scatter_calls"] * lat)
+def _ring_time_s(c, prefix, cands):
+    """Seconds of the all-reduces, all-gathers and reduce-scatters counted in ``c`` under
+    ``prefix`` (``forward`` / ``backward``): calls of equal size, each at NCCL's choice."""
+    total = 0.0
+    for kind, which in (("all_reduce", "ar"), ("all_gather", "ring"), ("reduce_scatter", "ring")):
+        calls = c[f"{prefix}_{kind}_calls"]
+        per_call = c[f"{prefix}_{kind}_bytes"] / np.maximum(calls, 1.0)
+        total = total + nccl.time_s(per_call, cands[which], calls)
+    return total
 
 
 def _bytes(c):
@@ -94,7 +214,7 @@ def tensor_parallel(g, co, w, layer):
     Exposed by default; with ``tp_overlap`` (async TP / Megatron's TP comm overlap) it hides
     behind the GEMMs next to it and only the excess shows.
     """
-    spb, lat = co["tp"]
+    cands = co["tp"]
     on = g["tp_size"] > 1
     sp = g["sequence_parallel"] > 0
     layer_c = tensor_parallel_costs.tp_layer_collectives(
@@ -102,13 +222,13 @@ def tensor_parallel(g, co, w, layer):
     root_c = tensor_parallel_costs.tp_head_collectives(
         g["micro_batch"] * g["seq_len"] / g["cp"], g["d_model"], g["vocab_size"],
         g["compute_bytes"], g["tp"], sp)
-    fwd_s = np.where(on, _ring_time_s(layer_c, "forward", spb, lat), 0.0)
-    bwd_s = np.where(on, _ring_time_s(layer_c, "backward", spb, lat), 0.0)
+    fwd_s = np.where(on, _ring_time_s(layer_c, "forward", cands), 0.0)
+    bwd_s = np.where(on, _ring_time_s(layer_c, "backward", cands), 0.0)
     overlap = g["tp_overlap"] > 0
     fwd_exposed = np.where(overlap, np.maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
     bwd_exposed = np.where(overlap, np.maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
-    root_s = np.where(on, _ring_time_s(root_c, "forward", spb, lat)
-                      + _ring_time_s(root_c, "backward", spb, lat), 0.0)
+    root_s = np.where(on, _ring_time_s(root_c, "forward", cands)
+                      + _ring_time_s(root_c, "backward", cands), 0.0)
     return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
             "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
             "tp_root_s": root_s, "tp_layer_bytes": np.where(on, _bytes(layer_c), 0.0),

@@ -71,6 +71,37 @@ class SystemInputs(TypedDict):
     memory_bytes: Number
     runtime_reserved_bytes: Number
     allocator_fraction: Number
+    link_nvlink: Number              # 0/1 NVLink hops (else PCIe) in NCCL's latency model
+    nic_uncertainty: Number          # relative uncertainty of the fabric's bandwidth [-]
+    nic_decay_per_doubling: Number   # fabric: bus bandwidth lost per doubling of nodes [-]
+    nic_decay_from_nodes: Number
+    nic_decay_floor: Number
+
+
+#: NCCL cost-model constants (fsdpsim.costs.nccl.library_inputs): per protocol (ll, ll128,
+#: simple) the ring and tree base and per-hop latencies [s], then the bandwidth refinements.
+NcclInputs = TypedDict("NcclInputs", {
+    **{f"nccl_{p}_{k}_s": Number for p in ("ll", "ll128", "simple")
+       for k in ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
+                 "tree_nvlink_hop", "tree_pci_hop", "tree_net_hop")},
+    "nccl_net_overhead_s": Number, "nccl_ll_hop_factor": Number, "nccl_ll_fraction": Number,
+    "nccl_ll128_fraction": Number, "nccl_tree_fraction": Number,
+    "nccl_ll_max_1_bytes_per_s": Number, "nccl_ll_max_2_bytes_per_s": Number,
+    "nccl_ll_max_n_bytes_per_s": Number, "nccl_ll128_channel_bytes_per_s": Number,
+    "nccl_tree_channel_bytes_per_s": Number, "nccl_pat": Number})
+
+
+class FrameworkInputs(NcclInputs):
+    """:func:`fsdpsim.predict.framework_inputs`: the framework profile (fsdpsim.frameworks)."""
+
+    megatron: Number               # 0/1 Megatron recipe
+    framework_uncertainty: Number  # relative spread the profile leaves [-]
+    param_gather_overlap: Number   # 0/1 ZeRO-1 parameter gather hidden by the next forward
+    dp_gather_overlap: Number      # 0/1 data-parallel gathers overlap compute
+    dp_list_collectives: Number    # 0/1 one view and one copy per rank and call
+    ddp_overlap: Number            # 0/1 DDP all-reduce overlaps backward
+    dp_block_calls: Number         # data-parallel collectives per block unit
+    dp_root_calls: Number          # ... per root unit
 
 
 class PlanInputs(TypedDict):
@@ -91,7 +122,6 @@ class PlanInputs(TypedDict):
     sequence_parallel: Number
     cp_all2all: Number
     tp_overlap: Number
-    megatron: Number            # 0/1 Megatron recipe
     layers_first: Number        # layers on the first / a middle / the last pipeline stage
     layers_mid: Number
     layers_last: Number
@@ -124,7 +154,8 @@ class TrainingInputs(TypedDict):
     recompute_layers: Number    # -1 = every layer
 
 
-class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, total=False):
+class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, FrameworkInputs,
+                   total=False):
     """Everything :func:`fsdpsim.engine.evaluate` reads: the four parts plus the knobs
     (``micro_batch``, ``recompute``, ``grad_accum``) and optional switches
     (:data:`fsdpsim.engine.OPTIONAL_INPUTS`)."""
@@ -133,4 +164,5 @@ class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, total=
     recompute: Number           # 0 none, 1 selective, 2 full
     grad_accum: Number          # micro-batches per step
     ceilings: Number            # 0/1 solve the memory ceilings
+    dp_comm_scale: Number       # data-parallel collective times x this (what-if twins)
     fused_glu: Number

@@ -46,6 +46,12 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
     fwd_first_s = np.where(fsdp_like, root * t["ag_root_s"] + t["ag_block_s"], 0.0)
     fwd_s = overlap.pipelined_phase_s(fwd_first_s, fwd_ag_s, block_fwd_s, n_units, 0.0,
                                       slowdown) + root_fwd_s
+    # A framework that synchronises before every gather (deepspeed-zero3-2021) overlaps none:
+    # each unit's gathers, then its compute.
+    serial_ag = g["dp_gather_overlap"] <= 0
+    if np.any(serial_ag):
+        fwd_s = np.where(serial_ag, root * np.where(fsdp_like, t["ag_root_s"], 0.0)
+                         + n_units * (fwd_ag_s + block_fwd_s) + root_fwd_s, fwd_s)
     fwd_kept_s = n_units * block_fwd_s + root_fwd_s  # a later micro-batch on kept parameters
 
     bwd_ag_s = np.where(fsdp_like & (f["ag_calls"] > 1), t["ag_block_s"], 0.0)
@@ -62,13 +68,27 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
         first = np.maximum(0.0, bwd_ag_s - root_bwd_s)
         head = overlap.slowed_compute_s(root_bwd_s, bwd_ag_s, slowdown)
         stage_comm = bwd_ag_s + block_comm_s
-        return head + overlap.pipelined_phase_s(first, stage_comm, block_bwd_s, n_units,
-                                                block_comm_s, slowdown) + root_comm_s
+        out = head + overlap.pipelined_phase_s(first, stage_comm, block_bwd_s, n_units,
+                                               block_comm_s, slowdown) + root_comm_s
+        if np.any(serial_ag):
+            # The device synchronisation before each gather also waits for the reduction
+            # stream: a unit's gradient reduction cannot outlast the next unit's gather, so
+            # gather, compute and reduction run one after another.
+            serial = (n_units * (bwd_ag_s + block_bwd_s + block_comm_s) + root_bwd_s
+                      + root_comm_s)
+            out = np.where(serial_ag, serial, out)
+        return out
 
     sync_last = f["sync_last"]
     bwd_mb_s = backward_s(np.where(sync_last, 0.0, mb_rs_s + mb_ar_s),
                           np.where(sync_last, 0.0, root_tail_s))
     bwd_last_s = backward_s(mb_rs_s + mb_ar_s + step_block_comm_s, root_tail_s + step_root_comm_s)
+    # DDP whose gradient all-reduce runs after the whole backward (megatron-2021).
+    late = f["is_ddp"] & (g["ddp_overlap"] <= 0)
+    if np.any(late):
+        bwd_last_s = np.where(late, backward_s(mb_rs_s + mb_ar_s, root_tail_s)
+                              + n_units * t["ddp_ar_block_s"] + root * t["ddp_ar_root_s"],
+                              bwd_last_s)
     return {"fwd_s": fwd_s, "fwd_kept_s": fwd_kept_s, "bwd_mb_s": bwd_mb_s,
             "bwd_last_s": bwd_last_s}
 

@@ -1,0 +1,189 @@
+"""Collective time with NCCL's own cost structure: protocol and algorithm chosen per call.
+
+NCCL predicts, for every collective call, the time of each (algorithm, protocol) pair and runs
+the fastest (``src/enqueue.cc`` ``topoGetAlgoInfo``; model in ``src/graph/tuning.cc``
+``ncclTopoTuneModel``, constants in the catalog's ``[[collectives]]`` entries)::
+
+    t = latency(algorithm, protocol) + bytes / algorithm_bandwidth(algorithm, protocol)
+
+Ring (every collective; the only algorithm for all-gather and reduce-scatter on nodes with
+several GPUs unless SHARP/NVLS serve them, network_at_scale.md §1): ``nsteps`` = n − 1
+(all-gather, reduce-scatter) or 2(n − 1) (all-reduce), of which ``n_inter`` = N − 1 or
+2(N − 1) cross nodes (N nodes)::
+
+    latency = base[p] + (nsteps − n_inter) · intra[p] + n_inter · net[p]
+    intra[p] = max(hop_nvlink[p] (× the LL factor on several nodes), net_overhead · (3 if Simple))
+    algorithm bandwidth = bus bandwidth · n / nsteps
+
+so an M-byte all-gather costs ``latency + (n−1)/n · M / busbw`` (the nccl-tests ``busbw``
+convention, NVIDIA nccl-tests PERFORMANCE.md). Tree (all-reduce across nodes): latency
+``base[p] + 2 · ((ppn − 1) · intra[p] + log2(N) · net[p])``, algorithm bandwidth half the bus
+bandwidth. PAT (NCCL ≥ 2.23, all-gather/reduce-scatter with one GPU per node): latency
+``base + log2(N) · net/3.5 + 2.8 µs · n``, bandwidth × 0.75.
+
+Per protocol (``tuning.cc`` "model refinements"): Simple runs at the bus bandwidth, LL128 at
+0.92 of it, LL at a fraction capped by ``llMaxBw`` (per node count); tree all-reduce at 0.92
+(LL: 1/3.8, LL128: 120/128). Across nodes LL128 and tree are also capped per channel
+(``perChMaxRingLL128Bw``, ``perChMaxTreeBw``), with one channel per GPU's NICs (a DGX node's
+8 NICs carry 8 channels: busBw = 8 × 24 GB/s on A100/HDR, 8 × 48 on H100/NDR,
+network_at_scale.md §1); the caps are one value per library release in the catalog (NCCL
+keys them by GPU generation). The bus bandwidth is the achievable large-message bus bandwidth
+of the tier the group spans (:mod:`fsdpsim.costs.comm`), times the fabric's decay with node
+count (:func:`fabric_factor`).
+
+Left out, and why: NVLS and CollNet
+(SHARP) algorithms (need switch support the catalog does not record; without them NCCL falls
+back to ring/tree, the conservative choice), and the small-message channel reduction below
+~1 MB (``enqueue.cc``: fewer channels while bytes < channels · threads · 64 B).
+
+All functions are vectorised over numpy arrays; a group's candidates are computed once and
+every collective on it is then ``min`` over a few multiply-adds (:func:`time_s`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fsdpsim.costs.compute import as_array
+
+PROTOCOLS = ("ll", "ll128", "simple")
+_KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
+         "tree_nvlink_hop", "tree_pci_hop", "tree_net_hop")
+US_S = 1e-6
+#: PAT's base latency and its remaining linear term per rank (tuning.cc @5067397c:
+#: baseLatencies PAT 8.0 us; "nRanks * 2.8 // Still a linear part").
+PAT_BASE_S, PAT_PER_RANK_S = 8.0e-6, 2.8e-6
+#: Cost terms of a candidate that does not apply (finite, so 0 bytes x OFF is 0, not NaN).
+OFF = 1e30
+
+
+def library_inputs(lib) -> dict[str, float]:
+    """Engine inputs of a :class:`fsdpsim.hardware.CollectiveLibrary`: scalars, SI units."""
+    x = {f"nccl_{p}_{k}_s": lib.latency_us[p][f"{k}_us"] * US_S
+         for p in PROTOCOLS for k in _KEYS}
+    x.update({"nccl_net_overhead_s": lib.net_overhead_s,
+              "nccl_ll_hop_factor": lib.ll_multi_node_hop_factor,
+              "nccl_ll_fraction": lib.ll_bandwidth_fraction,
+              "nccl_ll128_fraction": lib.ll128_bandwidth_fraction,
+              "nccl_tree_fraction": lib.tree_bandwidth_fraction,
+              "nccl_ll_max_1_bytes_per_s": lib.ll_max_bytes_per_s[0],
+              "nccl_ll_max_2_bytes_per_s": lib.ll_max_bytes_per_s[1],
+              "nccl_ll_max_n_bytes_per_s": lib.ll_max_bytes_per_s[2],
+              "nccl_ll128_channel_bytes_per_s": lib.ll128_channel_bytes_per_s,
+              "nccl_tree_channel_bytes_per_s": lib.tree_channel_bytes_per_s,
+              "nccl_pat": float(lib.pat)})
+    return x
+
+
+def fabric_factor(nodes, decay_per_doubling, from_nodes, floor):
+    """Share of the large-message bus bandwidth a ring keeps on ``nodes`` nodes [-].
+
+    ``max(floor, 1 − decay · log2(nodes / from_nodes))`` past ``from_nodes``, else 1: measured
+    reduce-scatter bus bandwidth on H100 falls about linearly in log(nodes) (NVIDIA/nccl#1229:
+    360, 345, 320, 300, 280, 260 GB/s on 4 to 128 nodes), from routing, ECMP collisions and
+    stragglers that NCCL's own model leaves out (network_at_scale.md §2, §6, §8.6). Per network
+    class in the catalog, with its source.
+    """
+    n = np.maximum(as_array(nodes), 1.0)
+    with np.errstate(divide="ignore"):
+        lost = as_array(decay_per_doubling) * np.log2(np.maximum(n / as_array(from_nodes), 1.0))
+    return np.maximum(as_array(floor), 1.0 - lost)
+
+
+def _ll_max(g, nodes):
+    return np.where(nodes <= 1.0, g["nccl_ll_max_1_bytes_per_s"],
+                    np.where(nodes <= 2.0, g["nccl_ll_max_2_bytes_per_s"],
+                             g["nccl_ll_max_n_bytes_per_s"]))
+
+
+def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvlink,
+               all_reduce: bool):
+    """``[(s_per_byte, latency_s), ...]`` of every (algorithm, protocol) NCCL considers for
+    one collective over ``n`` ranks with ``per_node`` of them per node (module docstring).
+
+    ``busbw_bytes_per_s`` is the large-message bus bandwidth of the tier the group spans (fabric
+    decay included); ``nvlink`` (bool array) says whether intra-node hops are NVLink (else
+    PCIe). ``all_reduce`` adds the tree and doubles the ring's steps. Groups of one rank cost 0.
+    """
+    n = as_array(n)
+    ppn = np.minimum(as_array(per_node), n)
+    nodes = np.maximum(np.ceil(n / np.maximum(ppn, 1.0)), 1.0)
+    multi = nodes > 1.0
+    multi_f = multi.astype(float)
+    active_f = (n > 1.0).astype(float)
+    passes = 2.0 if all_reduce else 1.0
+    steps = passes * np.maximum(n - 1.0, 0.0)
+    inter_steps = passes * (nodes - 1.0)
+    intra_steps = steps - inter_steps
+    share = steps / np.maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
+    bw = as_array(busbw_bytes_per_s)
+    nv = np.asarray(nvlink, dtype=bool)
+    all_nvlink = bool(np.all(nv))
+    any_multi = bool(np.any(multi))
+    ll_max = _ll_max(g, nodes)
+    # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
+    ll128_cap = np.where(multi, ppn * g["nccl_ll128_channel_bytes_per_s"], np.inf)
+    out = []
+    for p in PROTOCOLS:
+        hop = (g[f"nccl_{p}_ring_nvlink_hop_s"] if all_nvlink else
+               np.where(nv, g[f"nccl_{p}_ring_nvlink_hop_s"], g[f"nccl_{p}_ring_pci_hop_s"]))
+        if p == "ll":
+            hop = hop * (1.0 + (g["nccl_ll_hop_factor"] - 1.0) * multi_f)
+        overhead = g["nccl_net_overhead_s"] * (3.0 if p == "simple" else 1.0)
+        intra = np.maximum(hop, overhead * multi_f)  # the network post overhead across nodes
+        lat = (g[f"nccl_{p}_ring_base_s"] + intra_steps * intra
+               + inter_steps * g[f"nccl_{p}_ring_net_hop_s"]) * active_f
+        if p == "simple":
+            pbw = bw
+        elif p == "ll128":
+            pbw = np.minimum(bw * g["nccl_ll128_fraction"], ll128_cap)
+        else:
+            pbw = np.minimum(ll_max, bw * g["nccl_ll_fraction"])
+        out.append((share / pbw, lat))
+    if all_reduce and any_multi:
+        depth = np.log2(nodes)
+        off = OFF * (1.0 - multi_f)  # tree only across nodes (one node: a chain, slower)
+        tree_cap = ppn * g["nccl_tree_channel_bytes_per_s"]
+        for p in PROTOCOLS:
+            hop = (g[f"nccl_{p}_tree_nvlink_hop_s"] if all_nvlink else
+                   np.where(nv, g[f"nccl_{p}_tree_nvlink_hop_s"], g[f"nccl_{p}_tree_pci_hop_s"]))
+            lat = g[f"nccl_{p}_tree_base_s"] + 2.0 * ((ppn - 1.0) * hop
+                                                      + depth * g[f"nccl_{p}_tree_net_hop_s"])
+            if p == "simple":
+                pbw = np.minimum(bw * g["nccl_tree_fraction"], tree_cap)
+            elif p == "ll128":
+                pbw = np.minimum(bw * (120.0 / 128.0), ll128_cap)
+            else:
+                pbw = np.minimum(ll_max, bw / 3.8)
+            out.append((2.0 / pbw + off, lat + off))
+    elif not all_reduce:
+        # PAT: one GPU per node (NCCL >= 2.23), Simple only.
+        pat = (g["nccl_pat"] > 0) & multi & (ppn <= 1.0)
+        if np.any(pat):
+            off = OFF * (1.0 - pat)
+            lat = (PAT_BASE_S + np.log2(nodes) * g["nccl_simple_tree_net_hop_s"] / 3.5
+                   + PAT_PER_RANK_S * n)
+            out.append((share / (0.75 * bw) + off, lat + off))
+    return out
+
+
+def time_s(message_bytes, cands, calls=1.0):
+    """Time of ``calls`` collectives of ``message_bytes`` each (the whole buffer: all-gather
+    output, reduce-scatter input, all-reduce buffer) under NCCL's choice: the least of the
+    candidates' ``latency + bytes · s_per_byte`` [s]."""
+    m = as_array(message_bytes)
+    spb, lat = cands[0]
+    t = m * spb + lat
+    for spb, lat in cands[1:]:
+        t = np.minimum(t, m * spb + lat)
+    return t if isinstance(calls, float) and calls == 1.0 else as_array(calls) * t
+
+
+def bus_bandwidth_bytes_per_s(message_bytes, n, cands, all_reduce=False):
+    """nccl-tests' bus bandwidth of one call: ``factor · M / t`` with factor (n−1)/n for
+    all-gather and reduce-scatter, 2(n−1)/n for all-reduce [B/s] (for tests and plots)."""
+    n = as_array(n)
+    factor = (2.0 if all_reduce else 1.0) * (n - 1.0) / n
+    return factor * as_array(message_bytes) / time_s(message_bytes, cands)

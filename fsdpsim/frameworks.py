@@ -1,0 +1,115 @@
+"""Framework profiles: what each training framework's implementation does that changes time.
+
+A profile is read from the framework's code and documentation (file and version cited), never
+fitted to measured rows. It says which mixed-precision recipe the framework uses (the memory
+model's ``torch`` or ``megatron`` recipe), which collective library release its runs used
+(NCCL's cost-model constants differ between releases: ``[[collectives]]`` in the catalog), how
+fine its data-parallel collectives are (one per FSDP unit, or one per parameter), whether those
+collectives can overlap compute at all, and per-call host work that grows with the number of
+ranks. ``uncertainty`` is the relative spread of step time this profile's simplifications leave
+(it widens the 90 % range, :func:`fsdpsim.predict.prediction_interval`).
+
+Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
+
+* ``fsdp2`` (PyTorch ``fully_shard``, torchtitan; torch 2.13
+  ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): one all-gather
+  (``all_gather_into_tensor``) and one reduce-scatter per FSDP unit, on their own streams,
+  prefetching the next unit (forward) and the previous one (backward), no CPU synchronisation
+  (Zhao et al. 2023, arXiv 2304.11277 §3.3; torchtitan docs/fsdp.md).
+* ``fsdp1`` (``FullyShardedDataParallel``, torch ``_flat_param.py``): one flat parameter per
+  unit, the same collectives and overlap; its rate limiter (at most two all-gathers in flight,
+  §3.4.2) bounds memory, not time, at the unit granularity modelled here.
+* ``deepspeed-zero3`` (DeepSpeed ≥ 0.6, PR #1453, 2022-01: batched all-gather with
+  ``_all_gather_base``, finer-grained synchronisation): gathers batched per prefetch bucket
+  (5e7 elements, about one transformer block of a large model) on a side stream, overlapped.
+* ``deepspeed-zero3-2021`` (DeepSpeed 0.3-0.5, ``runtime/zero/partition_parameters.py`` @c4f4ef5d,
+  2021-04-30): **one all-gather per parameter** (parameters under
+  ``stage3_param_persistence_threshold`` = 1e5 elements stay unpartitioned and are not
+  gathered), each after ``torch.cuda.synchronize()`` (L798), so no gather overlaps compute
+  (DeepSpeed PR #1188: "the async version is not async at all"); list-output
+  ``torch.distributed.all_gather`` over ``world_size`` narrow views built in Python, which
+  ``ProcessGroupNCCL`` fills with one ``copy_`` per rank; gradients by a per-parameter
+  list-input ``reduce_scatter`` (L918-954, one copy per rank to flatten) on the reduction
+  stream (overlapped, ``overlap_comm`` = True). NCCL 2.10 (mid-2021). Each per-rank view and
+  copy costs one eager op of host time (the catalog's ``kernel_overhead_us``).
+* ``megatron`` (Megatron-Core / NeMo / Megatron-Bridge, ``megatron/core/distributed``):
+  distributed optimizer (ZeRO-1) with the gradient reduce-scatter overlapped with backward
+  (``overlap_grad_reduce``) and the parameter all-gather with the next forward
+  (``overlap_param_gather``); bf16 parameters, fp32 main gradients.
+* ``megatron-2021`` (Megatron-LM v2, 2021, ``megatron/training.py`` ``train_step``): the
+  gradient all-reduce of its data-parallel wrapper runs after the whole backward
+  (``model.allreduce_gradients()``), not overlapped; NCCL 2.10.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdpsim.errors import ConfigError, suggest
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework profile (module docstring)."""
+
+    name: str
+    recipe: str
+    """Mixed-precision recipe of the memory model: ``torch`` or ``megatron``."""
+    collectives: str
+    """Catalog id of the collective library release its runs used."""
+    per_parameter: bool = False
+    """One data-parallel collective per parameter (else one per FSDP unit)."""
+    persistence_numel: int = 0
+    """Parameters with fewer elements stay unpartitioned and are not gathered."""
+    gather_overlap: bool = True
+    """All-gathers can run beside compute (no synchronisation before each)."""
+    list_collectives: bool = False
+    """List-output all-gather / list-input reduce-scatter: one view and one copy per rank."""
+    grad_reduce_overlap: bool = True
+    """DDP gradient all-reduce overlaps backward (bucketed), else it runs after it."""
+    uncertainty: float = 0.0
+    """Relative spread of step time this profile leaves [-]."""
+    source: str = ""
+
+
+PROFILES: dict[str, Framework] = {p.name: p for p in (
+    Framework("fsdp2", "torch", "nccl-2.30",
+              source="torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"),
+    Framework("fsdp1", "torch", "nccl-2.30", uncertainty=0.05,
+              source="torch 2.13 torch/distributed/fsdp/_flat_param.py; arXiv 2304.11277 §3"),
+    Framework("deepspeed-zero3", "megatron", "nccl-2.30", uncertainty=0.10,
+              source="DeepSpeed PR #1453 (4912e0ad, 2022-01-20) batched all-gather"),
+    Framework("deepspeed-zero3-2021", "megatron", "nccl-2.10", per_parameter=True,
+              persistence_numel=100_000, gather_overlap=False, list_collectives=True,
+              uncertainty=0.25,
+              source="DeepSpeed runtime/zero/partition_parameters.py @c4f4ef5d (2021-04-30) "
+                     "L603-626, L776-823, L918-954; constants.py; PR #1188"),
+    Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05,
+              source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
+                     "overlap_param_gather)"),
+    Framework("megatron-2021", "megatron", "nccl-2.10", grad_reduce_overlap=False,
+              uncertainty=0.10,
+              source="Megatron-LM v2.x megatron/training.py train_step "
+                     "(model.allreduce_gradients() after backward)"),
+)}
+
+#: Older and alternative spellings.
+ALIASES = {"torch": "fsdp2", "megatron-core": "megatron", "megatron-dist-opt": "megatron",
+           "deepspeed": "deepspeed-zero3", "megatron-lm-2021": "megatron-2021"}
+FRAMEWORKS: tuple[str, ...] = tuple(PROFILES)
+#: Every accepted spelling (CLI choices).
+FRAMEWORK_NAMES: tuple[str, ...] = FRAMEWORKS + tuple(ALIASES)
+
+
+def canonical(name: str) -> str:
+    """The profile name for ``name`` (an alias is resolved); a clear error otherwise."""
+    key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in PROFILES:
+        raise ConfigError(f"framework {name!r} is not accepted{suggest(key, FRAMEWORK_NAMES)}; "
+                          f"accepted: {', '.join(FRAMEWORK_NAMES)}")
+    return key
+
+
+def profile(name: str) -> Framework:
+    return PROFILES[canonical(name)]
