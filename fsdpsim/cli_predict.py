@@ -44,6 +44,10 @@ def _auto_int(value: str | None, what: str) -> int | None:
     return read_number(value, what, replace(count_rule(what), also="auto"))
 
 
+#: Faster settings shown (the best first).
+ADVICE_SHOWN = 3
+
+
 def build_prediction(ctx: click.Context, **o: Any):
     """Resolve options into objects and call :func:`fsdpsim.predict.predict`."""
     from fsdpsim.predict import predict
@@ -54,7 +58,8 @@ def build_prediction(ctx: click.Context, **o: Any):
     system = resolve_system(cat, gpu=o["gpu"], cluster=o["cluster"],
                             gpus_per_node=o["gpus_per_node"], network=o["network"],
                             inter_node_gbps_per_gpu=o["inter_node_gbps_per_gpu"],
-                            power_cap_w=o["power_cap_w"])
+                            power_cap_w=o["power_cap_w"],
+                            placement=o.get("placement") or "packed")
     check_cluster_size(cat, o["cluster"], o["num_gpus"], system.gpus_per_node)
     seq_len = _auto_int(o["seq_len"], "--seq-len")
     spec = get_model(o["model"])
@@ -70,7 +75,11 @@ def build_prediction(ctx: click.Context, **o: Any):
                               flash_attention=o["flash_attention"],
                               recompute_layers=o.get("recompute_layers"),
                               dropout=bool(o.get("dropout")))
-    return predict(spec, system, plan, training)
+    prediction = predict(spec, system, plan, training)
+    from fsdpsim.advice import scale_advice
+
+    return replace(prediction, advice=tuple(scale_advice(spec, system, plan, training,
+                                                         prediction)[:ADVICE_SHOWN]))
 
 
 def build_plan(o: dict, system) -> ParallelPlan:
@@ -119,6 +128,12 @@ def predict_options(f):
         click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None,
                      help="Board power limit per GPU below TDP (nvidia-smi -pl); lowers the "
                           "compute clock (uncalibrated DVFS model)."),
+        click.option("--placement", type=click.Choice(("packed", "fragmented")),
+                     default="packed", show_default=True,
+                     help="Where the job's nodes sit: packed (contiguous, rail-aligned: pods "
+                          "of an oversubscribed cluster are crossed only by groups larger than "
+                          "a pod) or fragmented (scattered: x0.7 inter-node bandwidth, wider "
+                          "range)."),
         click.option("--seq-len", default="4096", show_default=True,
                      help="Tokens per sequence; k = 1,024 here (32k = 32,768)."),
         click.option("--micro-batch", default="auto", show_default=True),
@@ -315,6 +330,10 @@ def predict_table(p) -> str:
         (f"longest sequence at micro-batch {tr['micro_batch']}", f"{th['max_seq_len']:,}"
          if th["max_seq_len"] else "none: not even 1 token fits with this plan"),
     ]))
+    if d.get("advice"):
+        lines.append("\nfaster at this scale")
+        lines.extend(f"  - {a['setting']}: {a['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU "
+                     f"({100 * a['gain']:+.0f} %)" for a in d["advice"])
     if d["notes"]:
         lines.append("\nnotes")
         lines.extend(f"  - {n}" for n in d["notes"])

@@ -49,6 +49,8 @@ def grid_options(f):
                      help="Inter-node Gb/s per GPU, one direction, e.g. 50,100,200,400."),
         click.option("--power-cap-w", multiple=True,
                      help="Board power limits per GPU, e.g. 500,600,700 (uncalibrated DVFS model)."),
+        click.option("--placement", multiple=True,
+                     help="packed and/or fragmented (as predict; default packed)."),
         click.option("--num-gpus", multiple=True,
                      help="GPU counts: 8,64 or 8..4096 (powers of two between); default 8."),
         click.option("--seq-len", multiple=True, help="Sequence lengths (ranges as --num-gpus); "

@@ -37,7 +37,7 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
-             "inter-node-gbps-per-gpu", "power-cap-w", "num-gpus", "seq-len", "micro-batch",
+             "inter-node-gbps-per-gpu", "power-cap-w", "placement", "num-gpus", "seq-len", "micro-batch",
              "global-batch", "sharding", "recompute", "precision", "best", "price", "pue",
              "tokens", "ceilings", "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp",
              "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers")
@@ -297,13 +297,17 @@ def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, .
     caps = ([read_number(v, "--power-cap-w", POWER_CAP_W)
              for v in split_values(options["power-cap-w"], "--power-cap-w")]
             if "power-cap-w" in options else [None])
+    placements = (split_values(options["placement"], "--placement") if "placement" in options
+                  else ["packed"])
     out = []
     for kind, name in sources:
-        for gpn, net, bw, cap in itertools.product(per_node, networks, bandwidths, caps):
+        for gpn, net, bw, cap, place in itertools.product(per_node, networks, bandwidths, caps,
+                                                          placements):
             system = resolve_system(catalog, gpu=name if kind == "gpu" else None,
                                     cluster=name if kind == "cluster" else None,
                                     gpus_per_node=gpn, network=net,
-                                    inter_node_gbps_per_gpu=bw, power_cap_w=cap)
+                                    inter_node_gbps_per_gpu=bw, power_cap_w=cap,
+                                    placement=place)
             cluster_id, max_gpus = "", None
             if kind == "cluster":
                 found, cluster_id = catalog.find(name)

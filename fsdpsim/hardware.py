@@ -238,6 +238,12 @@ class System:
     """Sustained compute clock relative to TDP operation (from the power cap) [-]."""
     network: Network | None = None
     """The scale-out network (its decay with scale and uncertainty); None = no decay."""
+    oversubscription: float = 1.0
+    """Uplink oversubscription between non-blocking pods (a cluster's), 1 = none [-]."""
+    pod_gpus: int | None = None
+    """GPUs per non-blocking pod (a cluster's); None = one non-blocking fabric."""
+    placement: str = "packed"
+    """packed (the job's nodes contiguous, rail-aligned) or fragmented (scattered)."""
     collectives: Mapping[str, CollectiveLibrary] = field(
         default_factory=lambda: MappingProxyType({}))
     """The catalog's collective libraries by id (a framework profile picks its release)."""

@@ -63,3 +63,13 @@ def group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str
         out[f"{group}_size"] = prod(degrees[d] for d in dims)
         out[f"{group}_per_node"] = members_per_domain(plan, dims, domain)
     return out
+
+
+def pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
+    """Members of each group inside one non-blocking pod of ``pod_gpus`` consecutive ranks
+    (``{"shard_per_pod": ..., ...}``); a group's size when there are no pods (None) [-]. With a
+    packed placement a job's ranks fill pods in order (the scheduler keeps jobs contiguous)."""
+    sizes = {g: prod(plan.degrees[d] for d in dims) for g, dims in GROUPS.items()}
+    if not pod_gpus:
+        return {f"{g}_per_pod": n for g, n in sizes.items()}
+    return {f"{g}_per_pod": members_per_domain(plan, GROUPS[g], pod_gpus) for g in GROUPS}

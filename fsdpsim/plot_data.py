@@ -333,7 +333,8 @@ def bandwidth_grid(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     Keys: ``bandwidth_gbps`` (x, ascending), ``tokens`` (y, ascending), ``mfu`` (NaN where
     nothing fits or no row), ``fits``, ``log_ratio`` = log10(bandwidth / bandwidth needed to
     hide the communication) — 0 on the hide-communication threshold, +3 without inter-node
-    traffic, -3 where communication cannot hide at any bandwidth.
+    traffic, -3 where communication cannot hide at any bandwidth — and ``uncertainty``, the
+    rows' median network uncertainty (``interval.network_uncertainty``; 0 without it).
     """
     for column in ("model", "gpu", "plan.num_gpus", "plan.sharding"):
         if column in rows and rows[column].map(_text).nunique() > 1:
@@ -362,7 +363,10 @@ def bandwidth_grid(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     grid["mfu"][i, j] = np.where(frame["fits"], frame["mfu"], np.nan)
     grid["fits"][i, j] = frame["fits"].astype(float)
     grid["log_ratio"][i, j] = np.clip(ratio, -3.0, 3.0)
-    return {"bandwidth_gbps": xs, "tokens": ys, **grid}
+    u = (rows.loc[ok, "interval.network_uncertainty"].astype(float)
+         if "interval.network_uncertainty" in rows else pd.Series(dtype=float))
+    return {"bandwidth_gbps": xs, "tokens": ys, **grid,
+            "uncertainty": float(u.median()) if u.notna().any() else 0.0}
 
 
 def cluster_bandwidths(catalog: Catalog, ids: Sequence[str] = MAP_CLUSTERS

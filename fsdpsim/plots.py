@@ -56,6 +56,10 @@ _PART_COLOURS = ("#1f77b4", "#6baed6", "#9ecae1", "#ff7f0e", "#c7c7c7", "#d62728
 
 
 # -- shared pieces ------------------------------------------------------------------------------
+#: The gid of the uncertainty bands (tests find them in the SVG).
+BAND_GID = "uncertainty-band"
+
+
 def _figure(width: float = 7.5, height: float = 4.8) -> Figure:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -175,10 +179,19 @@ def throughput_vs_model_size(rows: Rows, metric: str = "tokens_per_s_per_gpu",
     best = data.best_per_group(use, ["_label", "n_params"], metric)
     fig = _figure()
     ax = fig.add_subplot()
+    band = (f"interval.{metric}_low", f"interval.{metric}_high")
+    banded = all(c in best for c in band)
     for i, label in enumerate(dict.fromkeys(use["_label"])):
         line = best[best["_label"] == label].sort_values("n_params")
-        ax.plot(line["n_params"].astype(float), line[metric].astype(float) * scale,
-                marker=_MARKERS[i % len(_MARKERS)], label=label, linewidth=1.8, markersize=5)
+        drawn = ax.plot(line["n_params"].astype(float), line[metric].astype(float) * scale,
+                        marker=_MARKERS[i % len(_MARKERS)], label=label, linewidth=1.8,
+                        markersize=5)
+        if banded:  # the 90 % range: calibration residuals, network and framework uncertainty
+            ax.fill_between(line["n_params"].astype(float),
+                            line[band[0]].astype(float) * scale,
+                            line[band[1]].astype(float) * scale,
+                            color=drawn[0].get_color(), alpha=0.15, linewidth=0,
+                            gid=BAND_GID)
     _log_axis(ax.xaxis, best["n_params"], _params)
     if metric == "mfu":
         ax.set_ylim(0, max(5.0, 1.1 * float(best[metric].max()) * scale))
@@ -191,6 +204,8 @@ def throughput_vs_model_size(rows: Rows, metric: str = "tokens_per_s_per_gpu",
     if varying:
         sub = (sub + " · " if sub else "") + "best of " + ", ".join(
             c.split(".")[-1].replace("_", " ") for c in varying)
+    if banded:
+        sub = (sub + " · " if sub else "") + "shaded: 90 % range"
     _finish(ax, f"{name} against model size", "model size [parameters]",
             f"{'MFU' if metric == 'mfu' else 'throughput per GPU'} [{unit}]", sub)
     _legend(ax, title="hardware" if by == "system" else by.split(".")[-1].replace("_", " "),
@@ -303,6 +318,13 @@ def bandwidth_map(rows: Rows, *, tokens_per_gpu: float | None = None,
                              label="does not fit in GPU memory"))
     ratio = g["log_ratio"]
     threshold = None
+    u = g.get("uncertainty", 0.0)
+    if 0 < u < 1 and np.nanmin(ratio) < -np.log10(1 - u) and np.nanmax(ratio) > -np.log10(1 + u):
+        # Where the threshold lies if the network delivers (1 -/+ u) of its expected bandwidth.
+        ax.contourf(X, Y, ratio, levels=[-np.log10(1 + u), -np.log10(1 - u)], colors="red",
+                    alpha=0.18).set_gid(BAND_GID)
+        handles.append(Patch(facecolor="red", alpha=0.18,
+                             label=f"threshold if the network delivers ±{100 * u:.0f} %"))
     if np.nanmin(ratio) < 0 < np.nanmax(ratio):
         threshold = ax.contour(X, Y, ratio, levels=[0.0], colors="red", linewidths=2.2,
                                linestyles="--")

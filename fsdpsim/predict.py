@@ -152,9 +152,16 @@ def fabric_inputs(system: System) -> dict[str, float]:
     lib = system.collectives.get(frameworks.PROFILES["fsdp2"].collectives)
     if lib is not None:  # the default profile's release (framework_inputs may replace it)
         x.update(nccl.library_inputs(lib))
+    from fsdpsim.system import FRAGMENTED_FACTOR, FRAGMENTED_UNCERTAINTY
+
+    fragmented = system.placement == "fragmented"
+    x.update({"oversubscription": system.oversubscription,
+              "pod_gpus": float(system.pod_gpus or np.inf),
+              "placement_factor": FRAGMENTED_FACTOR if fragmented else 1.0})
     net = system.network
     if net is not None:
-        x.update({"nic_uncertainty": net.bandwidth_uncertainty,
+        x.update({"nic_uncertainty": net.bandwidth_uncertainty
+                  + (FRAGMENTED_UNCERTAINTY if fragmented else 0.0),
                   "nic_decay_per_doubling": net.scale_decay_per_doubling,
                   "nic_decay_from_nodes": net.scale_decay_from_nodes,
                   "nic_decay_floor": net.scale_decay_floor})
@@ -231,6 +238,14 @@ def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, An
     return x
 
 
+def pod_inputs(plan: ParallelPlan, system: System) -> dict[str, Any]:
+    """Members of each group inside one non-blocking pod of the system's cluster
+    (:func:`fsdpsim.layout.pod_layout`; the group's size without pods)."""
+    from fsdpsim.layout import pod_layout
+
+    return pod_layout(plan, system.pod_gpus)
+
+
 def training_inputs(training: TrainingConfig) -> dict[str, Any]:
     compute_bytes = DTYPE_BYTES[training.precision]
     # fp8 training keeps bf16 master weights for the all-gather in today's FSDP recipes.
@@ -256,8 +271,8 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
                      seq_len=training.seq_len)
     return {**model_inputs(spec, plan.shard_group, tp=plan.tp),
             **system_inputs(system, training.precision),
-            **plan_inputs(plan, spec.n_layers), **training_inputs(training),
-            **framework_inputs(spec, system, plan)}
+            **plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
+            **training_inputs(training), **framework_inputs(spec, system, plan)}
 
 
 @dataclass(frozen=True)
@@ -275,6 +290,8 @@ class Prediction:
     notes: tuple[str, ...] = ()
     interval: Mapping[str, Any] = field(default_factory=dict)
     """90 % prediction interval of throughput and step time (see :func:`prediction_interval`)."""
+    advice: tuple[Mapping[str, Any], ...] = ()
+    """Faster settings of the same job at this scale (:func:`fsdpsim.advice.scale_advice`)."""
 
     def __getattr__(self, name: str) -> float:
         values = object.__getattribute__(self, "values")
@@ -326,6 +343,7 @@ class Prediction:
                 "max_seq_len": int(v["max_seq_len"]),
             },
             "notes": list(self.notes),
+            "advice": [dict(a) for a in self.advice],
         }
 
 

@@ -33,7 +33,8 @@ from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
                              TIME_KEYS, comm_uncertainty, divisors, faster_ratio, model_inputs,
-                             plan_inputs, plan_summary, prediction_interval, slower_twin,
+                             plan_inputs, plan_summary, pod_inputs, prediction_interval,
+                             slower_twin,
                              system_inputs, training_inputs)
 from fsdpsim.system import cluster_too_small, domain_gpus
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, HOUR_S
@@ -112,7 +113,7 @@ class _Tables:
                         try:
                             plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node,
                                                 sharding=sharding, **accum, **hybrid)
-                            rows.append(plan_inputs(plan))
+                            rows.append({**plan_inputs(plan), **pod_inputs(plan, hw.system)})
                             self.plan_text.append((plan_summary(plan, 1), plan))
                         except ConfigError as exc:  # never evaluated: the point is invalid
                             if self.plan_reason[g, h, l] is None:
@@ -121,7 +122,8 @@ class _Tables:
                             self.plan_text.append((None, None))
         template = next((r for r in rows if r is not None), None)
         if template is None:  # no valid plan at all: placeholder rows, never evaluated
-            template = plan_inputs(ParallelPlan(num_gpus=1, gpus_per_node=1))
+            probe = ParallelPlan(num_gpus=1, gpus_per_node=1)
+            template = {**plan_inputs(probe), **pod_inputs(probe, grid.hardware[0].system)}
         self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
         self.plan_shape = (ng, nh, nl, ns)
         self.training = _columns([training_inputs(TrainingConfig(

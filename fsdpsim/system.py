@@ -15,6 +15,16 @@ from fsdpsim.hardware import System
 from fsdpsim.numbers import INTER_NODE_GBPS, POWER_CAP_W, read_number
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
+#: Where the job's nodes sit in the fabric (``--placement``).
+PLACEMENTS = ("packed", "fragmented")
+#: Bus bandwidth kept with a fragmented placement: Meta's RoCE training clusters lost more than
+#: 30 % with fragmented placement and pinned paths (ECMP collisions; SIGCOMM'24, as summarised
+#: in engineering.fb.com 2024-08-05; network_at_scale.md §6: approximate, a secondary source).
+FRAGMENTED_FACTOR = 0.7
+#: Added to the network's uncertainty with a fragmented placement (how much a job loses depends
+#: on what else runs beside it; no measurement gives more than the >30 % above).
+FRAGMENTED_UNCERTAINTY = 0.2
+
 #: Used when only a GPU is named: one 400 Gb/s NDR InfiniBand NIC per GPU, 8 GPUs per node
 #: (the DGX H100 / HGX layout, hardware.md §5). Reports say so.
 DEFAULT_NETWORK = "ib-ndr-400"
@@ -24,8 +34,11 @@ DEFAULT_GPUS_PER_NODE = 8
 def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | None = None,
                    gpus_per_node: int | None = None, network: str | None = None,
                    inter_node_gbps_per_gpu: float | None = None,
-                   power_cap_w: float | None = None) -> System:
-    """Build the :class:`System` for a prediction; a clear error on conflicting options."""
+                   power_cap_w: float | None = None, placement: str = "packed") -> System:
+    """Build the :class:`System` for a prediction; a clear error on conflicting options.
+
+    ``placement``: ``packed`` (default; the job's nodes contiguous and rail-aligned) or
+    ``fragmented`` (scattered over the fabric; :data:`FRAGMENTED_FACTOR`)."""
     if gpu is None and cluster is None:
         raise ConfigError("name the hardware: --gpu ID or --cluster ID "
                           "(see `fsdpsim catalog list`)")
@@ -33,11 +46,17 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         if value is not None and not str(value).strip():
             raise ConfigError(f"{flag} {value!r} is empty; give an id (see `fsdpsim catalog "
                               "list`) or leave the option out")
+    if placement not in PLACEMENTS:
+        raise ConfigError(f"--placement {placement!r} is not accepted; accepted: "
+                          f"{', '.join(PLACEMENTS)}")
     notes = []
+    oversubscription, pod_gpus = 1.0, None
     if cluster is not None:
         kind, ident = catalog.find(cluster)
         if kind == "cluster":
             node = catalog.cluster(ident).node
+            oversubscription = catalog.cluster(ident).oversubscription
+            pod_gpus = catalog.cluster(ident).pod_gpus
         elif kind == "node":
             node = catalog.node(ident)
         else:
@@ -75,6 +94,10 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
             f"shared by {per_node:,} GPUs per node) is not accepted; accepted: "
             f"{INTER_NODE_GBPS.describe()}: give fewer --gpus-per-node or "
             "--inter-node-gbps-per-gpu")
+    if placement == "fragmented":
+        label += ", fragmented placement"
+        notes.append(f"fragmented placement: inter-node bus bandwidth x{FRAGMENTED_FACTOR:g} "
+                     "(Meta's RoCE clusters, >30 % lost; approximate: wider range)")
     clock = 1.0
     if power_cap_w is not None:
         power_cap_w = read_number(power_cap_w, "--power-cap-w", POWER_CAP_W)
@@ -88,6 +111,7 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         inter_node_latency_s=net.latency_s, inter_node_fraction=net.achievable_fraction,
         label=label, extra={"notes": "; ".join(notes), "network": net.id},
         power_cap_w=power_cap_w, compute_clock_ratio=clock, network=net,
+        oversubscription=oversubscription, pod_gpus=pod_gpus, placement=placement,
         collectives=MappingProxyType({i: catalog.collectives(i)
                                       for i in catalog.ids("collectives")}),
     )

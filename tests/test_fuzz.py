@@ -203,6 +203,7 @@ SHARED_OPTIONS = {  # options predict and sweep both take, with the same meaning
     "--recompute": _mostly(st.sampled_from(("auto",) + RECOMPUTES)),
     "--precision": _mostly(st.sampled_from(PRECISIONS)),
     "--grad-sync": _mostly(st.sampled_from(["every", "last"]), st.just("sometimes")),
+    "--placement": _mostly(st.sampled_from(["packed", "fragmented"]), st.just("random")),
     "--keep-params-gathered": st.just(None),
     # hybrid parallelism: degrees, schedules and variants
     "--tp": _mostly(st.sampled_from(["1", "2", "4", "8", "3"]), one_in=6),
@@ -301,7 +302,8 @@ def test_fuzz_predict_and_sweep_options(capsys, shared, predict_only, sweep_only
         shared, rows[0]["infeasible"])
     expected = flatten(json.loads(out))
     diffs = {k: (v, rows[0].get(k, "absent")) for k, v in expected.items()
-             if not k.startswith("chosen") and k != "notes" and not _same(v, rows[0].get(k))}
+             if not k.startswith("chosen") and k not in ("notes", "advice")
+             and not _same(v, rows[0].get(k))}
     assert not diffs, (shared, diffs)
 
 
@@ -531,6 +533,7 @@ _GRID_VALUES = {
     "network": ['"ib-hdr-200"', '["efa-v1", "roce-100"]'],
     "inter-node-gbps-per-gpu": ["0.001", "[50, 400]", '"100,200"', "1e-4", "100000"],
     "power-cap-w": ["500", "[400, 700]", "700.0001", "69"],
+    "placement": ['"packed"', '["packed", "fragmented"]', '"random"', "1"],
     "num-gpus": ["8", '"8..64"', "[8, 4608, 8192]", '"1..4194304"', "4194305"],
     "seq-len": ["4096", '"1k..8k"', '"16m"', "16777217"],
     "micro-batch": ['"auto"', "[1, 2]", '"1..8"', "2147483648"],

@@ -215,6 +215,29 @@ def test_bandwidth_map_threshold_contour_is_where_the_need_equals_the_bandwidth(
     assert cbar.get_ylabel() == "MFU [%]"
 
 
+def test_throughput_band_is_the_rows_90_percent_range(throughput_rows):
+    """Issue 12 §4: the range (calibration, network and framework uncertainty) as a band."""
+    fig = plots.throughput_vs_model_size(throughput_rows)
+    ax = fig.axes[0]
+    bands = [c for c in ax.collections if c.get_gid() == plots.BAND_GID]
+    assert len(bands) == len(ax.lines) == 2
+    ok = plot_data.feasible(throughput_rows)
+    want = throughput_rows[ok & (throughput_rows["gpu"] == "h100-sxm5-80gb")]
+    ys = np.concatenate([p.vertices[:, 1] for p in bands[1].get_paths()])
+    assert ys.min() == pytest.approx(want["interval.tokens_per_s_per_gpu_low"].min())
+    assert ys.max() == pytest.approx(want["interval.tokens_per_s_per_gpu_high"].max())
+
+
+def test_bandwidth_map_band_around_the_threshold(map_rows, cat):
+    """The threshold moves with the network's uncertainty: a band where it may lie."""
+    u = float(map_rows["interval.network_uncertainty"].median())
+    assert u > 0
+    fig = plots.bandwidth_map(map_rows, catalog=cat)
+    assert [c for c in fig.axes[0].collections if c.get_gid() == plots.BAND_GID]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(f"±{100 * u:.0f} %" in t for t in legend)
+
+
 def test_bandwidth_map_marks_real_clusters_at_their_bandwidth(map_rows, cat):
     fig = plots.bandwidth_map(map_rows, tokens_per_gpu=8192, catalog=cat)
     ax = fig.axes[0]

@@ -197,7 +197,7 @@ def test_sweep_row_equals_predict_exactly(cat, options, args):
     system = ({"inter_node_gbps_per_gpu": float(options["inter_node_gbps_per_gpu"])}
               if "inter_node_gbps_per_gpu" in options else {})
     expected = flatten(_predict(cat, *args, **system).to_dict())
-    compared = [k for k in expected if not k.startswith("chosen") and k != "notes"]
+    compared = [k for k in expected if not k.startswith("chosen") and k not in ("notes", "advice")]
     assert len(compared) > 60
     diffs = {k: (expected[k], row[k]) for k in compared if not same(expected[k], row[k])}
     assert not diffs
@@ -346,7 +346,8 @@ def test_cli_csv_has_every_predict_field():
     frame = pd.read_csv(io.StringIO(text))
     p = json.loads(invoke("predict", "--model", "llama3-8b", "--num-gpus", "64", "--micro-batch",
                           "2", "--recompute", "none", "--format", "json"))
-    flat = {k: v for k, v in flatten(p).items() if not k.startswith("chosen") and k != "notes"}
+    flat = {k: v for k, v in flatten(p).items()
+            if not k.startswith("chosen") and k not in ("notes", "advice")}
     assert set(flat) <= set(frame.columns)
     assert frame["step_time_s"].iloc[1] == p["step_time_s"]  # CSV keeps every digit
     assert "infeasible" in frame.columns and len(frame) == 2
@@ -362,7 +363,7 @@ def test_cli_json_equals_predict_json():
                           str(row["training.micro_batch"]), "--recompute",
                           row["training.recompute"], "--format", "json"))
     for key, value in flatten(p).items():
-        if not key.startswith("chosen") and key != "notes":
+        if not key.startswith("chosen") and key not in ("notes", "advice"):
             assert row[key] == value, key
 
 

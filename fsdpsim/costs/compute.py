@@ -169,25 +169,43 @@ def _gemm_rates(matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k):
 
 
 def _linear_time_s(t, n, k, inv_r, inv_w, tail_s, half_k, elem_bytes):
-    """:func:`linear_time_s` with the rate-only terms precomputed (:func:`_gemm_rates`)."""
-    args = (inv_r, inv_w, tail_s, half_k, elem_bytes)
-    fwd = _gemm_time_s(t, n, k, *args)
-    dgrad = _gemm_time_s(t, k, n, *args)
-    wgrad = _gemm_time_s(n, k, t, *args)
-    return fwd, dgrad + wgrad
+    """:func:`linear_time_s` with the rate-only terms precomputed (:func:`_gemm_rates`).
+
+    The three GEMMs (forward t·n·k, input gradient t·k·n, weight gradient n·k·t) read and write
+    the same three matrices, so their operand traffic ``elem·(tk + kn + tn) / W`` is one term;
+    each then takes :func:`_gemm_time_s`'s ``max(compute, traffic) + tail``."""
+    tn, tk, nk = t * n, t * k, n * k
+    memory_s = elem_bytes * (tk + nk + tn) * inv_w
+    two_inv_r = 2.0 * inv_r
+    fwd = np.maximum(tn * (k + half_k) * two_inv_r, memory_s) + tail_s
+    dgrad = np.maximum(tk * (n + half_k) * two_inv_r, memory_s)
+    wgrad = np.maximum(nk * (t + half_k) * two_inv_r, memory_s)
+    return fwd, dgrad + wgrad + 2.0 * tail_s
 
 
 def layer_gemm_times_s(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts,
                        matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k, elem_bytes=2.0):
     """Forward and backward time of one layer's GEMMs [s] (see :func:`linear_time_s`)."""
+    fwd, bwd, _ = layer_gemm_times_with_down_s(
+        tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts, matmul_flops_per_s,
+        hbm_bytes_per_s, half_flops, half_k, elem_bytes)
+    return fwd, bwd
+
+
+def layer_gemm_times_with_down_s(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu,
+                                 active_experts, matmul_flops_per_s, hbm_bytes_per_s, half_flops,
+                                 half_k, elem_bytes=2.0):
+    """:func:`layer_gemm_times_s` and, third, the forward time of the MLP down projections
+    alone (every active expert's) [s] (what torch's non-reentrant checkpoint skips)."""
     rates = _gemm_rates(matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k)
     t = as_array(tokens)
-    fwd = bwd = 0.0
+    fwd = bwd = down = 0.0
     for n, k, mult in layer_gemm_shapes(d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts):
         f, b = _linear_time_s(t, as_array(n), as_array(k), *rates, elem_bytes)
         fwd = fwd + mult * f
         bwd = bwd + mult * b
-    return fwd, bwd
+        down = mult * f  # the last shape is the MLP down projection
+    return fwd, bwd, down
 
 
 def layer_elementwise_bytes(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, rotary,

@@ -42,6 +42,7 @@ every collective on it is then ``min`` over a few multiply-adds (:func:`time_s`)
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -63,7 +64,8 @@ def library_inputs(lib) -> dict[str, float]:
     """Engine inputs of a :class:`fsdpsim.hardware.CollectiveLibrary`: scalars, SI units."""
     x = {f"nccl_{p}_{k}_s": lib.latency_us[p][f"{k}_us"] * US_S
          for p in PROTOCOLS for k in _KEYS}
-    x.update({"nccl_net_overhead_s": lib.net_overhead_s,
+    x.update({"nccl_id": float(zlib.crc32(lib.id.encode()) % 2**24),  # one value per library
+              "nccl_net_overhead_s": lib.net_overhead_s,
               "nccl_ll_hop_factor": lib.ll_multi_node_hop_factor,
               "nccl_ll_fraction": lib.ll_bandwidth_fraction,
               "nccl_ll128_fraction": lib.ll128_bandwidth_fraction,
@@ -75,6 +77,21 @@ def library_inputs(lib) -> dict[str, float]:
               "nccl_tree_channel_bytes_per_s": lib.tree_channel_bytes_per_s,
               "nccl_pat": float(lib.pat)})
     return x
+
+
+def collapse_constant_library(g: dict) -> None:
+    """Turn the library constants of ``g`` into scalars when every row uses the same library
+    (one ``nccl_id``): arrays of one repeated value cost as much to compute with as any other
+    array. In place."""
+    ident = g.get("nccl_id")
+    if ident is None or np.ndim(ident) == 0 or np.size(ident) == 0:
+        return
+    flat = np.ravel(ident)
+    if np.all(flat == flat[0]):
+        for key in [k for k in g if k.startswith("nccl_")]:
+            value = g[key]
+            if np.ndim(value):
+                g[key] = np.float64(np.ravel(value)[0])
 
 
 def fabric_factor(nodes, decay_per_doubling, from_nodes, floor):
@@ -90,6 +107,25 @@ def fabric_factor(nodes, decay_per_doubling, from_nodes, floor):
     with np.errstate(divide="ignore"):
         lost = as_array(decay_per_doubling) * np.log2(np.maximum(n / as_array(from_nodes), 1.0))
     return np.maximum(as_array(floor), 1.0 - lost)
+
+
+def pod_factor(size, per_pod, per_node, oversubscription):
+    """Share of a ring's inter-node bandwidth left where it crosses oversubscribed pod uplinks
+    [-]: ``min(1, per_pod / (2 · oversubscription · per_node))`` for a group spanning pods,
+    else 1.
+
+    Rings are rail-aligned (NCCL pairs same-index NICs across nodes, ``NCCL_CROSS_NIC``), so a
+    ring inside one non-blocking pod stays off the spine (network_at_scale.md §6). A group of
+    ``per_pod`` members per pod enters and leaves each pod once per channel, one channel per
+    member node's NICs: every pod carries ``(pod GPUs / per_pod)`` such groups, each needing
+    ``2 · per_node`` NIC-rates of uplink, against ``pod GPUs / oversubscription`` NIC-rates of
+    uplink capacity. Llama 3's clusters (1:7 above 3,072-GPU pods) keep the data-parallel
+    groups, the only ones that cross pods, this large (Dubey et al. 2024 §3.3.1)."""
+    per_pod = as_array(per_pod)
+    spans = per_pod < as_array(size)
+    left = np.minimum(1.0, per_pod / (2.0 * as_array(oversubscription)
+                                      * np.maximum(as_array(per_node), 1.0)))
+    return np.where(spans, left, 1.0)
 
 
 def _ll_max(g, nodes):

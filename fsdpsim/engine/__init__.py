@@ -27,6 +27,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs.compute import as_array
+from fsdpsim.costs import nccl
 from fsdpsim.engine import collectives, layers, metrics, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 
@@ -318,7 +319,9 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "nic_decay_floor": 1.0, "link_nvlink": 1.0,
                    "dp_gather_overlap": 1.0, "dp_list_collectives": 0.0, "ddp_overlap": 1.0,
                    "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
-                   "nic_uncertainty": 0.1, "framework_uncertainty": 0.0}
+                   "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,
+                   # one non-blocking fabric, packed placement
+                   "oversubscription": 1.0, "pod_gpus": np.inf, "placement_factor": 1.0}
 
 
 def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -332,6 +335,7 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         g["param_gather_overlap"] = g["megatron"]
     if "nccl_simple_ring_base_s" not in g:  # the default collective library of the catalog
         g.update({k: as_array(v) for k, v in _default_library_inputs().items()})
+    nccl.collapse_constant_library(g)
     if "fused_attention_fraction" not in g and "attention_fraction" in g:
         g["fused_attention_fraction"] = g["attention_fraction"]
     shard, repl, per_node = g["shard_size"], g["replicate_size"], g["gpus_per_node"]

@@ -30,7 +30,8 @@ def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     out = {}
     for name in groups:
         size, per_node = g[f"{name}_size"], g[f"{name}_per_node"]
-        out[name] = _Candidates(g, size, per_node, bus_bandwidth(g, r, size, per_node), nvlink)
+        busbw = bus_bandwidth(g, r, size, per_node, g.get(f"{name}_per_pod"))
+        out[name] = _Candidates(g, size, per_node, busbw, nvlink)
     return out
 
 
@@ -89,15 +90,19 @@ def per_strategy2(strategy, code, fn):
     return first, second
 
 
-def bus_bandwidth(g, r, size, per_node):
+def bus_bandwidth(g, r, size, per_node, per_pod=None):
     """Large-message bus bandwidth of a ring over a group [B/s]: the scale-up link inside a
     domain; across domains ``min(link, members per node × NIC share × fabric factor)``
-    (:func:`fsdpsim.costs.comm.ring_coefficients`, :func:`fsdpsim.costs.nccl.fabric_factor`)."""
+    (:func:`fsdpsim.costs.comm.ring_coefficients`, :func:`fsdpsim.costs.nccl.fabric_factor`),
+    times the pod factor (:func:`fsdpsim.costs.nccl.pod_factor`) for a group that spans the
+    non-blocking pods of an oversubscribed fabric, and the placement factor."""
     gpn = np.minimum(per_node, size)
     multi = size > gpn
     nodes = np.ceil(size / np.maximum(gpn, 1.0))
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
-                                g["nic_decay_floor"])
+                                g["nic_decay_floor"]) * g["placement_factor"]
+    if per_pod is not None and np.any(per_pod < size):
+        fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
     intra = np.where(gpn > 1, r["link"], np.inf)
     return np.where(multi, np.minimum(intra, gpn * r["nic"] * fabric), r["link"])
 

@@ -73,6 +73,9 @@ class SystemInputs(TypedDict):
     allocator_fraction: Number
     link_nvlink: Number              # 0/1 NVLink hops (else PCIe) in NCCL's latency model
     nic_uncertainty: Number          # relative uncertainty of the fabric's bandwidth [-]
+    oversubscription: Number         # uplinks above the cluster's non-blocking pods [-]
+    pod_gpus: Number                 # GPUs per non-blocking pod (inf: none)
+    placement_factor: Number         # bus bandwidth kept by the job's placement [-]
     nic_decay_per_doubling: Number   # fabric: bus bandwidth lost per doubling of nodes [-]
     nic_decay_from_nodes: Number
     nic_decay_floor: Number
@@ -88,7 +91,8 @@ NcclInputs = TypedDict("NcclInputs", {
     "nccl_ll128_fraction": Number, "nccl_tree_fraction": Number,
     "nccl_ll_max_1_bytes_per_s": Number, "nccl_ll_max_2_bytes_per_s": Number,
     "nccl_ll_max_n_bytes_per_s": Number, "nccl_ll128_channel_bytes_per_s": Number,
-    "nccl_tree_channel_bytes_per_s": Number, "nccl_pat": Number})
+    "nccl_tree_channel_bytes_per_s": Number, "nccl_pat": Number,
+    "nccl_id": Number})  # which library (rows of one library share its constants)
 
 
 class FrameworkInputs(NcclInputs):
@@ -138,6 +142,13 @@ class PlanInputs(TypedDict):
     replicate_per_node: Number
     dp_world_size: Number       # dp x cp
     dp_world_per_node: Number
+    # members of each group in one non-blocking pod (fsdpsim.layout.pod_layout)
+    tp_per_pod: Number
+    cp_per_pod: Number
+    pp_per_pod: Number
+    shard_per_pod: Number
+    replicate_per_pod: Number
+    dp_world_per_pod: Number
 
 
 class TrainingInputs(TypedDict):

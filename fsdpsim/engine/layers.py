@@ -56,7 +56,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     recompute = np.asarray(g["recompute"])
     elem = g["compute_bytes"]
     cp = g["cp"]
-    gemm_fwd_s, gemm_bwd_s = compute.layer_gemm_times_s(
+    gemm_fwd_s, gemm_bwd_s, down_fwd_s = compute.layer_gemm_times_with_down_s(
         tokens, g["d_model"], w["q"], w["kv"], w["ffn"], swiglu, g["active_experts"],
         r["matmul"], r["hbm"], g["matmul_half_flops"], g["matmul_half_k"], elem)
     # Attention of the rank's heads over its queries: a 1/cp share of the (causal) work either
@@ -115,10 +115,8 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     # needs. torch's default non-reentrant checkpoint stops early (``set_checkpoint_early_stop``,
     # torch.utils.checkpoint, torch >= 2.1; checked with FlopCounterMode in
     # tests/test_torch_exact.py), so the MLP down projection, whose output nothing saves, is not
-    # recomputed. Selective = the attention core only (Korthikanti et al. 2022 §5).
-    down_fwd_s = g["active_experts"] * compute.gemm_time_s(
-        tokens, g["d_model"], w["ffn"], r["matmul"], r["hbm"], g["matmul_half_flops"],
-        g["matmul_half_k"], elem)
+    # recomputed (``down_fwd_s`` above). Selective = the attention core only (Korthikanti et
+    # al. 2022 §5).
     # The recomputed forward is host bound like the forward, less the down projection's ops.
     # Megatron's checkpoint (tensor_parallel.CheckpointFunction, reentrant: the saved inputs
     # are run through the whole layer again) does not stop early: it recomputes the down
