@@ -134,6 +134,11 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
         "nic_fraction": system.inter_node_fraction, "nic_latency_s": system.inter_node_latency_s,
         **fabric_inputs(system),
         "link_nvlink": float(link.topology != "pcie"),
+        # a switchless mesh (DGX-1 hybrid cube-mesh, MI300X's Infinity Fabric): a subgroup uses
+        # only the links among its members (engine.collectives.bus_bandwidth)
+        "link_mesh": float(link.topology == "mesh"),
+        "link_per_peer_bytes_per_s": (link.per_peer_bandwidth_bytes_per_s
+                                      or link.bandwidth_bytes_per_s),
         "kernel_overhead_s": eff.kernel_overhead_s,
         "comm_compute_slowdown": eff.comm_compute_slowdown,
         "memory_bytes": acc.memory_bytes, "runtime_reserved_bytes": acc.runtime_reserved_bytes,

@@ -131,8 +131,13 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     rc_share = np.where(rl < 0, 1.0, np.minimum(rl, L_stage) / L_stage)
     # A layer as the FSDP schedule sees it: compute plus its exposed TP/CP communication.
     block_fwd_s = lt["block_fwd_s"] + tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]
+    # Full recompute replays the layer's forward, its TP/CP collectives with it (Megatron's
+    # CheckpointFunction and torch's checkpoint rerun the forward ops, collectives included;
+    # selective recompute reruns only the attention core, between them).
+    replay = np.where(np.asarray(g["recompute"]) == 2, rc_share, 0.0)
     block_bwd_s = (lt["block_bwd_s"] + rc_share * lt["recompute_s"] + tpc["tp_layer_bwd_exposed_s"]
-                   + cpc["cp_layer_bwd_exposed_s"])
+                   + cpc["cp_layer_bwd_exposed_s"]
+                   + replay * (tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]))
     root_tp_s = tpc["tp_root_s"]
 
     # ---- stage 4: the step -------------------------------------------------------------------
@@ -198,11 +203,14 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     all_reduce_s = (rs_steps * np.where(is_hybrid, L_stage * dpc["hsdp_ar_block_s"]
                                         + dpc["hsdp_ar_root_s"], 0.0)
                     + np.where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0))
-    tp_s = k * (L_stage * (tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"]) + root_tp_s)
-    tp_exposed_s = k * (L_stage * (tpc["tp_layer_fwd_exposed_s"] + tpc["tp_layer_bwd_exposed_s"])
+    tp_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
+                + root_tp_s)
+    tp_exposed_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_exposed_s"]
+                                   + tpc["tp_layer_bwd_exposed_s"])
                         + root_tp_s)
-    cp_s = k * L_stage * (cpc["cp_layer_fwd_s"] + cpc["cp_layer_bwd_s"])
-    cp_exposed_s = k * L_stage * (cpc["cp_layer_fwd_exposed_s"] + cpc["cp_layer_bwd_exposed_s"])
+    cp_s = k * L_stage * ((1.0 + replay) * cpc["cp_layer_fwd_s"] + cpc["cp_layer_bwd_s"])
+    cp_exposed_s = k * L_stage * ((1.0 + replay) * cpc["cp_layer_fwd_exposed_s"]
+                                  + cpc["cp_layer_bwd_exposed_s"])
     pp_s = k * 2.0 * p2p_s
     comm_s = all_gather_s + reduce_scatter_s + all_reduce_s + tp_s + cp_s + pp_s
     exposed_s = np.maximum(step_s - compute_s - bubble_s, 0.0)
@@ -288,10 +296,11 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         "all_reduce_bytes": all_reduce_bytes,
         "tp_s": tp_s,
         "tp_exposed_s": tp_exposed_s,
-        "tp_bytes": k * (L_stage * tpc["tp_layer_bytes"] + tpc["tp_root_bytes"]),
+        "tp_bytes": k * (L_stage * (tpc["tp_layer_bytes"] + replay * tpc["tp_layer_fwd_bytes"])
+                         + tpc["tp_root_bytes"]),
         "cp_s": cp_s,
         "cp_exposed_s": cp_exposed_s,
-        "cp_bytes": k * L_stage * cpc["cp_layer_bytes"],
+        "cp_bytes": k * L_stage * (cpc["cp_layer_bytes"] + replay * cpc["cp_layer_fwd_bytes"]),
         "pp_s": pp_s,
         "pp_bytes": k * 2.0 * p2p_bytes,
         "bottleneck": bottleneck,
@@ -316,7 +325,7 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "pp_size": 1.0, "pp_per_node": 1.0,
                    # no fabric decay; NVLink inside a node; framework profile fsdp2
                    "nic_decay_per_doubling": 0.0, "nic_decay_from_nodes": 4.0,
-                   "nic_decay_floor": 1.0, "link_nvlink": 1.0,
+                   "nic_decay_floor": 1.0, "link_nvlink": 1.0, "link_mesh": 0.0,
                    "dp_gather_overlap": 1.0, "dp_list_collectives": 0.0, "ddp_overlap": 1.0,
                    "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
                    "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,
@@ -331,6 +340,8 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
     g = {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else as_array(v))
          for k, v in {**OPTIONAL_INPUTS, **x}.items()}
+    if "link_per_peer_bytes_per_s" not in g:
+        g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
     if "param_gather_overlap" not in g:  # Megatron's distributed optimizer
         g["param_gather_overlap"] = g["megatron"]
     if "nccl_simple_ring_base_s" not in g:  # the default collective library of the catalog

@@ -99,21 +99,38 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     gpn = np.minimum(per_node, size)
     multi = size > gpn
     nodes = np.ceil(size / np.maximum(gpn, 1.0))
+    link = r["link"]
+    if np.any(g["link_mesh"] > 0):
+        link = np.where(g["link_mesh"] > 0, mesh_link(g, r, gpn), link)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
     if per_pod is not None and np.any(per_pod < size):
         fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
-    intra = np.where(gpn > 1, r["link"], np.inf)
-    return np.where(multi, np.minimum(intra, gpn * r["nic"] * fabric), r["link"])
+    intra = np.where(gpn > 1, link, np.inf)
+    return np.where(multi, np.minimum(intra, gpn * r["nic"] * fabric), link)
+
+
+def mesh_link(g, r, members):
+    """Achievable link bandwidth of a ring over ``members`` GPUs of a switchless mesh domain
+    [B/s]: each GPU's links go to its ``D − 1`` peers (DGX-1's hybrid cube-mesh: 6 NVLinks
+    per V100 to 4 of 7 peers, one or two each; NVIDIA DGX-1 System Architecture whitepaper), so
+    a group of ``k`` of the ``D`` GPUs reaches only ``(k − 1) / (D − 1)`` of them, and never
+    less than one peer link (``link_per_peer_bytes_per_s``); the whole domain gets the full
+    aggregate (nccl-tests' busbw)."""
+    domain = np.maximum(g["gpus_per_node"], 2.0)
+    share = (np.minimum(members, domain) - 1.0) / (domain - 1.0)
+    floor = g["link_per_peer_bytes_per_s"] / g["link_bytes_per_s"]
+    return r["link"] * np.clip(share, floor, 1.0)
 
 
 #: The tensor- and context-parallel terms of plans without those dimensions (all zero).
 NO_TENSOR_PARALLEL = {k: 0.0 for k in ("tp_layer_fwd_s", "tp_layer_bwd_s",
                                        "tp_layer_fwd_exposed_s", "tp_layer_bwd_exposed_s",
-                                       "tp_root_s", "tp_layer_bytes", "tp_root_bytes")}
+                                       "tp_root_s", "tp_layer_bytes", "tp_root_bytes",
+                                       "tp_layer_fwd_bytes")}
 NO_CONTEXT_PARALLEL = {k: 0.0 for k in ("cp_layer_fwd_s", "cp_layer_bwd_s",
                                         "cp_layer_fwd_exposed_s", "cp_layer_bwd_exposed_s",
-                                        "cp_layer_bytes")}
+                                        "cp_layer_bytes", "cp_layer_fwd_bytes")}
 
 
 #: HBM passes over a gathered tensor per list collective of deepspeed-zero3-2021: the zeroed
@@ -202,8 +219,8 @@ def _ring_time_s(c, prefix, cands):
     return total
 
 
-def _bytes(c):
-    return sum(c[f"{d}_{kind}_bytes"] for d in ("forward", "backward")
+def _bytes(c, directions=("forward", "backward")):
+    return sum(c[f"{d}_{kind}_bytes"] for d in directions
                for kind in ("all_reduce", "all_gather", "reduce_scatter"))
 
 
@@ -237,6 +254,7 @@ def tensor_parallel(g, co, w, layer):
     return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
             "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
             "tp_root_s": root_s, "tp_layer_bytes": np.where(on, _bytes(layer_c), 0.0),
+            "tp_layer_fwd_bytes": np.where(on, _bytes(layer_c, ("forward",)), 0.0),
             "tp_root_bytes": np.where(on, _bytes(root_c), 0.0)}
 
 
@@ -277,9 +295,10 @@ def context_parallel(g, co, w, layer, r):
     byte_count = np.where(on, np.where(all2all, a2a["forward_bytes"] + a2a["backward_bytes"],
                                        ring["forward_bytes"] + ring["backward_kv_bytes"]
                                        + ring["backward_dkv_bytes"]), 0.0)
+    fwd_bytes = np.where(on, np.where(all2all, a2a["forward_bytes"], ring["forward_bytes"]), 0.0)
     return {"cp_layer_fwd_s": fwd_s, "cp_layer_bwd_s": bwd_s,
             "cp_layer_fwd_exposed_s": fwd_exposed, "cp_layer_bwd_exposed_s": bwd_exposed,
-            "cp_layer_bytes": byte_count}
+            "cp_layer_bytes": byte_count, "cp_layer_fwd_bytes": fwd_bytes}
 
 
 def pipeline_p2p(g, w, r):

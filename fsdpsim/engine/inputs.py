@@ -72,6 +72,8 @@ class SystemInputs(TypedDict):
     runtime_reserved_bytes: Number
     allocator_fraction: Number
     link_nvlink: Number              # 0/1 NVLink hops (else PCIe) in NCCL's latency model
+    link_mesh: Number                # 0/1 switchless mesh: subgroups use their own links
+    link_per_peer_bytes_per_s: Number  # one peer link, one direction
     nic_uncertainty: Number          # relative uncertainty of the fabric's bandwidth [-]
     oversubscription: Number         # uplinks above the cluster's non-blocking pods [-]
     pod_gpus: Number                 # GPUs per non-blocking pod (inf: none)
