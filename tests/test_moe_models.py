@@ -486,6 +486,10 @@ def _released(folder: str) -> dict:
     ("Qwen__Qwen3-235B-A22B", {"mlp_only_layers": [94]},
      r"'mlp_only_layers'.* entry: 94 is not accepted; accepted: a whole number from 0 to 93"),
     ("Qwen__Qwen3-235B-A22B", {"moe_intermediate_size": 1.5}, r"'moe_intermediate_size'"),
+    ("meta-llama__Llama-4-Scout-17B-16E", {"text_config": {
+        **_released("meta-llama__Llama-4-Scout-17B-16E")["text_config"],
+        "no_rope_layers": ["yes"] * 48}},
+     r"'text_config.no_rope_layers'.* entry 'yes' is not one of: 0, 1"),
     ("meta-llama__Llama-4-Maverick-17B-128E", {"text_config": "x"},
      r"'text_config'.* = 'x' must be a JSON object"),
 ])

@@ -135,7 +135,7 @@ def _llama4(c: Config) -> dict[str, Any]:
     moe = set(range(step - 1, n_layers, step) if moe_layers is None else moe_layers)
     dense = _dense_layers(n_layers, lambda i: i in moe)
     interval = t.get_int("no_rope_layer_interval", 4, required=False)
-    rope = t.get_list("no_rope_layers", n_layers) or [
+    rope = t.get_choices("no_rope_layers", (0, 1), n_layers) or [
         int((i + 1) % interval != 0) for i in range(n_layers)]
     types = t.get_choices("layer_types", LAYER_TYPES[::2], n_layers) or [
         "chunked_attention" if rope[i] else "full_attention" for i in range(n_layers)]

@@ -125,15 +125,16 @@ class Config:
         return sorted({read_number(i, f"{self.where(key)} entry", rule, text=False)
                        for i in value})
 
-    def get_choices(self, key: str, accepted: tuple[str, ...], length: int) -> list[str] | None:
-        """A per-layer list of words from ``accepted`` (the first ``length`` are used)."""
+    def get_choices(self, key: str, accepted: tuple[Any, ...], length: int) -> list[Any] | None:
+        """A per-layer list of values from ``accepted`` (the first ``length`` are used; JSON
+        booleans are refused where numbers are meant)."""
         value = self.get_list(key, length)
         if value is None:
             return None
         for item in value[:length]:
-            if item not in accepted:
+            if isinstance(item, bool) or item not in accepted or isinstance(item, float):
                 raise ConfigError(f"{self.where(key)} entry {shown(item)} is not one of: "
-                                  f"{', '.join(accepted)}")
+                                  f"{', '.join(str(a) for a in accepted)}")
         return value[:length]
 
     def reject_if(self, key: str, value: Any, accepted: str) -> None:
