@@ -132,9 +132,10 @@ def model_list(fmt: str) -> None:
     """List the built-in model presets."""
     from fsdpsim.presets import PRESETS
 
-    rows = [{"id": name, "n_params": spec.n_params, "n_layers": spec.n_layers,
-             "d_model": spec.d_model, "n_heads": spec.n_heads, "kv_heads": spec.kv_heads,
-             "ffn": f"{spec.ffn_kind} {spec.ffn_size}", "vocab": spec.vocab_size}
+    rows = [{"id": name, "n_params": spec.n_params, "active_params": spec.active_params,
+             "n_layers": spec.n_layers, "d_model": spec.d_model, "n_heads": spec.n_heads,
+             "kv_heads": spec.kv_heads, "ffn": f"{spec.ffn_kind} {spec.ffn_size}",
+             "vocab": spec.vocab_size}
             for name, spec in sorted(PRESETS.items(), key=lambda kv: kv[1].n_params)]
     _emit_rows(rows, fmt)
 
@@ -143,10 +144,13 @@ def _model_dict(spec) -> dict[str, Any]:
     from dataclasses import asdict
 
     counts = spec.param_counts()
-    return {"spec": asdict(spec), "n_params": spec.n_params,
+    return {"spec": asdict(spec), "layer_pattern": spec.layer_pattern, "n_params": spec.n_params,
             "params": {k: v for k, v in counts.items()},
-            "block_params": spec.block_params, "matmul_params": spec.matmul_params,
-            "active_params": spec.active_params}
+            "block_params": spec.block_params if spec.uniform_layers else None,
+            "matmul_params": spec.matmul_params, "active_params": spec.active_params,
+            "active_params_without_embedding": spec.active_params_without_embedding,
+            "expert_params": spec.expert_params, "dense_params": spec.dense_params,
+            "mtp_params": spec.mtp_params}
 
 
 @model.command("show")
@@ -165,6 +169,7 @@ def model_show(model_name: str, fmt: str) -> None:
         echo(render.csv_text([data]), nl=False)
         return
     echo(f"model {spec.name}")
+    echo(f"layers {spec.layer_pattern}")
     echo(render.key_values([(k, v) for k, v in data["spec"].items()]))
     n = spec.n_params
     rows = [{"component": k, "params": f"{v:,}", "share": f"{100 * v / n:.2f} %"}
@@ -172,8 +177,16 @@ def model_show(model_name: str, fmt: str) -> None:
     rows.append({"component": "total", "params": f"{n:,}", "share": "100.00 %"})
     echo("\nparameters")
     echo(render.table(rows))
-    echo(f"\nper block {spec.block_params:,}; used in matmuls per token "
-               f"{spec.matmul_params:,}; active per token {spec.active_params:,}")
+    echo(f"\ntotal {n:,}; active per token {spec.active_params:,} "
+         f"({spec.active_params_without_embedding:,} without the input embedding)")
+    if spec.is_moe:
+        echo(f"routed experts {spec.expert_params:,}; dense (everything else) "
+             f"{spec.dense_params:,}")
+    if spec.mtp_params:
+        echo(f"multi-token prediction modules {spec.mtp_params:,} (not in the total: they "
+             f"share the embedding and head)")
+    block = f"per block {spec.block_params:,}; " if spec.uniform_layers else ""
+    echo(f"{block}used in matmuls per token {spec.matmul_params:,}")
 
 
 def _emit_rows(rows, fmt: str) -> None:

@@ -3,7 +3,9 @@
 A :class:`ModelSpec` describes the architecture only (sizes, which biases and norms exist, how
 positions are encoded, dense or mixture-of-experts MLP); it knows nothing about parallelism or
 hardware. Parameter counts are exact integers for the reference module in
-:mod:`fsdpsim.validation.reference`, and the tests check them against real torch modules.
+:mod:`fsdpsim.validation.reference` (the dense/MoE block the engine models) and for the module
+lists of the newer families in :mod:`fsdpsim.validation.hf_reference`; the tests check them
+against real torch modules.
 
 Counting, per layer of width ``d`` (``q`` = query width ``n_heads * head_size``, ``kv`` = key or
 value width ``n_kv_heads * head_size``, ``f`` = MLP hidden width)::
@@ -11,8 +13,11 @@ value width ``n_kv_heads * head_size``, ``f`` = MLP hidden width)::
     attention = d*q + 2*d*kv + q*d            [+ q + 2*kv if qkv_bias] [+ d if attn_out_bias]
     gelu MLP  = 2*d*f                          [+ f + d if mlp_bias]
     swiglu MLP= 3*d*f                          [+ 2*f + d if mlp_bias]
-    MoE MLP   = d*E (router) + E * expert MLP
+    MoE MLP   = d*E (router) + E * expert MLP  [+ shared expert MLP] [+ E router / score bias]
     norms     = 2 * d * (2 if LayerNorm with bias else 1)
+
+plus q/k norms and attention sinks where present; multi-head latent attention [7] is counted
+in :mod:`fsdpsim.model_layers`.
 
 With ``q = kv = d``, ``f = 4d``, GELU and every bias this is the familiar
 ``12*d**2 + 13*d`` per layer (Kaplan et al. 2020, Table 1; Narayanan et al. 2021, Eq. 2).
@@ -29,6 +34,17 @@ References
     Checkpoints", arXiv:2305.13245 (2023) (grouped-query attention; MQA = one KV head).
 [6] Fedus et al., "Switch Transformers", arXiv:2101.03961 (2021); Jiang et al., "Mixtral of
     Experts", arXiv:2401.04088 (2024), Section 2.1 (top-k router over E expert MLPs).
+[7] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437 (2024), Sec. 2.1 (MLA,
+    DeepSeekMoE with shared experts and the auxiliary-loss-free score bias), Sec. 2.2 (MTP).
+[8] Qwen Team, "Qwen3 Technical Report", arXiv:2505.09388 (2025), Sec. 2 (QK-Norm).
+[9] OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", arXiv:2508.10925 (2025), Sec. 2.1
+    (alternating banded-window and dense attention, attention sinks, biased router).
+[10] Meta, Llama 4 model card (meta-llama/llama-models, models/llama4/MODEL_CARD.md):
+    chunked attention on three of four layers, a shared expert, interleaved MoE layers.
+
+Layers may differ (dense and MoE layers, full / sliding-window / chunked attention): the
+per-layer view is :attr:`ModelSpec.layers` (:mod:`fsdpsim.model_layers`), and forward FLOPs per
+token per layer are :meth:`ModelSpec.layer_flops_per_token` (:mod:`fsdpsim.model_flops`).
 """
 
 from __future__ import annotations
@@ -38,15 +54,21 @@ import numbers
 from dataclasses import dataclass
 from typing import Literal
 
+from fsdpsim import model_checks, model_flops, model_layers
 from fsdpsim.errors import ConfigError, suggest
+from fsdpsim.model_checks import ATTENTION_MASKS, MLA_FIELDS  # noqa: F401 (re-exported)
+from fsdpsim.model_layers import LayerSpec
 
 FfnKind = Literal["gelu", "swiglu"]
 Position = Literal["learned", "rotary", "alibi", "none"]
 Norm = Literal["layernorm", "rmsnorm"]
+AttentionKind = Literal["gqa", "mla"]
+AttentionMask = Literal["full", "sliding", "chunked"]
 
 FFN_KINDS: tuple[str, ...] = ("gelu", "swiglu")
 POSITIONS: tuple[str, ...] = ("learned", "rotary", "alibi", "none")
 NORMS: tuple[str, ...] = ("layernorm", "rmsnorm")
+ATTENTION_KINDS: tuple[str, ...] = ("gqa", "mla")
 
 #: Keys of :meth:`ModelSpec.param_counts`, in display order.
 COMPONENTS: tuple[str, ...] = (
@@ -118,6 +140,52 @@ class ModelSpec:
     """Experts each token is routed to (top-k); 0 for a dense model."""
     expert_ffn_size: int | None = None
     """Hidden width of one expert; None means ``ffn_size``. Only for MoE models."""
+    dense_layers: tuple[int, ...] = ()
+    """Indices (0-based, increasing) of the layers of a MoE model whose MLP is the dense
+    ``ffn_size`` MLP: DeepSeek-V3's ``first_k_dense_replace`` (0, 1, 2) [7], Llama 4
+    Maverick's even layers [10], Qwen3's ``mlp_only_layers``. Empty: every layer is MoE."""
+    shared_expert_ffn_size: int = 0
+    """Hidden width of the shared expert every token passes through besides its routed ones
+    (DeepSeek-V3: ``n_shared_experts x moe_intermediate_size`` [7]; Llama 4: one expert of
+    ``intermediate_size`` [10]); 0 for none."""
+    router_bias: bool = False
+    """The router ``Linear(d_model, n_experts)`` has a bias (gpt-oss [9])."""
+    router_score_bias: bool = False
+    """A per-expert bias added to the routing scores for expert selection only, adjusted
+    outside gradient descent (DeepSeek-V3's auxiliary-loss-free balancing,
+    ``e_score_correction_bias`` [7]); counted as a parameter: it is in the checkpoint and an
+    ``nn.Parameter`` in DeepSeek's own modelling code."""
+    attention_kind: AttentionKind = "gqa"
+    """``"gqa"``: query, key, value and output projections (MHA, GQA, MQA).
+    ``"mla"``: multi-head latent attention, low-rank compressed queries and keys/values [7]."""
+    q_lora_rank: int | None = None
+    """MLA: rank ``d_c'`` of the query compression (None: a full query projection)."""
+    kv_lora_rank: int | None = None
+    """MLA: width ``d_c`` of the compressed key/value latent."""
+    qk_nope_head_dim: int | None = None
+    """MLA: per-head query/key width without rotary positions (``d_h``)."""
+    qk_rope_head_dim: int | None = None
+    """MLA: width of the decoupled rotary query/key part (``d_h^R``; the key part is shared by
+    all heads)."""
+    v_head_dim: int | None = None
+    """MLA: per-head value width."""
+    qk_norm: bool = False
+    """An RMSNorm of width ``head_size`` on every query head and one on every key head, each
+    shared across heads (Qwen3 [8]). Llama 4's weightless L2 norm needs no field."""
+    attention_sinks: bool = False
+    """One learned logit per query head joins the softmax (gpt-oss [9])."""
+    attention_pattern: tuple[AttentionMask, ...] = ("full",)
+    """Attention mask per layer, repeated over the layers (layer ``i`` uses entry
+    ``i % len``): ``"full"`` causal, ``"sliding"`` (each query sees the last
+    ``sliding_window`` tokens), ``"chunked"`` (only its own chunk of ``attention_chunk_size``
+    tokens). gpt-oss: ("sliding", "full"); Llama 4: 3 x "chunked" then "full"."""
+    sliding_window: int | None = None
+    """Tokens a query sees in a ``"sliding"`` layer, itself included [tokens]."""
+    attention_chunk_size: int | None = None
+    """Chunk length of a ``"chunked"`` layer [tokens]."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules trained beside the model (DeepSeek-V3's
+    ``num_nextn_predict_layers`` [7]); not part of :attr:`n_params` (see :attr:`mtp_params`)."""
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
@@ -129,18 +197,22 @@ class ModelSpec:
         for field in ("n_kv_heads", "head_dim", "expert_ffn_size"):
             if getattr(self, field) is not None:
                 self._check_int(field, where, minimum=1)
-        for field in ("n_experts", "experts_per_token"):
+        for field in ("n_experts", "experts_per_token", "shared_expert_ffn_size", "mtp_layers"):
             self._check_int(field, where, minimum=0)
+        for field in MLA_FIELDS + ("sliding_window", "attention_chunk_size"):
+            if getattr(self, field) is not None:
+                self._check_int(field, where, minimum=1)
         for field in (
             "tied_embeddings", "norm_bias", "qkv_bias", "attn_out_bias", "mlp_bias",
-            "lm_head_bias", "final_norm",
+            "lm_head_bias", "final_norm", "router_bias", "router_score_bias", "qk_norm",
+            "attention_sinks",
         ):
             if not isinstance(getattr(self, field), bool):
                 raise ConfigError(
                     f"{field}={getattr(self, field)!r} in {where} must be True or False"
                 )
         for field, accepted in (("ffn_kind", FFN_KINDS), ("position", POSITIONS),
-                                ("norm", NORMS)):
+                                ("norm", NORMS), ("attention_kind", ATTENTION_KINDS)):
             value = getattr(self, field)
             if value not in accepted:
                 hint = suggest(value, accepted) if isinstance(value, str) else ""
@@ -154,7 +226,8 @@ class ModelSpec:
                 f"n_heads({self.n_heads}) % n_kv_heads({kv}) != 0 in {where}: the number of "
                 f"key/value heads must divide the number of query heads"
             )
-        if self.head_dim is None and self.d_model % self.n_heads != 0:
+        if (self.attention_kind == "gqa" and self.head_dim is None
+                and self.d_model % self.n_heads != 0):
             raise ConfigError(
                 f"d_model({self.d_model}) % n_heads({self.n_heads}) != 0 in {where}: give "
                 f"head_dim explicitly or choose n_heads dividing d_model"
@@ -176,6 +249,9 @@ class ModelSpec:
                 f"experts_per_token({self.experts_per_token}) in {where} must be between 1 "
                 f"and n_experts({self.n_experts})"
             )
+        model_checks.check_moe_layers(self, where)
+        model_checks.check_attention(self, where)
+        model_checks.check_attention_pattern(self, where)
 
     def _check_int(self, field: str, where: str, *, minimum: int) -> None:
         value = getattr(self, field)
@@ -188,22 +264,30 @@ class ModelSpec:
     # ------------------------------------------------------------------ derived sizes
     @property
     def kv_heads(self) -> int:
-        """Key/value heads (``n_kv_heads``, defaulting to ``n_heads``)."""
+        """Key/value heads (``n_kv_heads``, defaulting to ``n_heads``; MLA: ``n_heads``)."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
     def head_size(self) -> int:
-        """Width of one head (``head_dim``, defaulting to ``d_model // n_heads``)."""
+        """Width of one query/key head (``head_dim``, defaulting to ``d_model // n_heads``;
+        MLA: ``qk_nope_head_dim + qk_rope_head_dim``)."""
+        if self.attention_kind == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     @property
+    def value_head_size(self) -> int:
+        """Width of one value head: ``head_size``, MLA's ``v_head_dim``."""
+        return self.v_head_dim if self.attention_kind == "mla" else self.head_size
+
+    @property
     def q_dim(self) -> int:
-        """Query (and attention output) width ``n_heads * head_size``."""
+        """Query width ``n_heads * head_size`` (the attention output width unless MLA)."""
         return self.n_heads * self.head_size
 
     @property
     def kv_dim(self) -> int:
-        """Key (= value) width ``kv_heads * head_size``."""
+        """Key (= value, unless MLA) width ``kv_heads * head_size``."""
         return self.kv_heads * self.head_size
 
     @property
@@ -218,8 +302,11 @@ class ModelSpec:
 
     @property
     def active_ffn_size(self) -> int:
-        """MLP hidden width one token passes through: ``ffn_size``, or top-k x expert width."""
-        return self.experts_per_token * self.expert_size if self.is_moe else self.ffn_size
+        """MLP hidden width one token passes through in a MoE layer (top-k x expert width plus
+        the shared expert), or ``ffn_size`` for a dense model."""
+        if not self.is_moe:
+            return self.ffn_size
+        return self.experts_per_token * self.expert_size + self.shared_expert_ffn_size
 
     @property
     def mlp_matrices(self) -> int:
@@ -231,91 +318,139 @@ class ModelSpec:
         """Parameters of one norm layer: the scale, plus a bias for LayerNorm with bias."""
         return self.d_model * (2 if self.norm == "layernorm" and self.norm_bias else 1)
 
-    # ------------------------------------------------------------------ per-layer counts
-    def _attention_layer_params(self) -> int:
-        d, q, kv = self.d_model, self.q_dim, self.kv_dim
-        weights = d * q + 2 * d * kv + q * d  # Wq, Wk, Wv (GQA: kv <= q) and Wo
-        biases = (q + 2 * kv) * self.qkv_bias + d * self.attn_out_bias
-        return weights + biases
+    # ------------------------------------------------------------------ per-layer view
+    @property
+    def layers(self) -> tuple[LayerSpec, ...]:
+        """Every layer: dense or MoE MLP, attention kind and mask, exact counts split into
+        dense and expert parameters (:class:`fsdpsim.model_layers.LayerSpec`)."""
+        return model_layers.layer_specs(self)
 
-    def _one_mlp_params(self, hidden: int) -> int:
-        """One dense MLP (or one expert) of hidden width ``hidden``."""
-        d = self.d_model
-        weights = self.mlp_matrices * d * hidden
-        # gate/up biases are `hidden` wide, the down-projection bias is `d` wide.
-        biases = ((self.mlp_matrices - 1) * hidden + d) * self.mlp_bias
-        return weights + biases
+    @property
+    def uniform_layers(self) -> bool:
+        """True when every layer has the same parameters (masks may still differ)."""
+        return not self.is_moe or not self.dense_layers
 
-    def _mlp_layer_params(self, experts: int | None = None) -> int:
-        """MLP of one layer; for MoE the router plus ``experts`` experts (default: all)."""
-        if not self.is_moe:
-            return self._one_mlp_params(self.ffn_size)
-        experts = self.n_experts if experts is None else experts
-        router = self.d_model * self.n_experts
-        return router + experts * self._one_mlp_params(self.expert_size)
+    @property
+    def layer_pattern(self) -> str:
+        """The layer pattern in one line, e.g. ``"3 dense + 58 MoE layers (256 experts, top-8 +
+        shared), MLA; 1 MTP module"``."""
+        return model_layers.pattern_summary(self)
 
     @property
     def block_params(self) -> int:
-        """Parameters of one transformer block (attention, MLP with all experts, two norms)."""
-        return (
-            self._attention_layer_params()
-            + self._mlp_layer_params()
-            + 2 * self.norm_params_per_norm
-        )
+        """Parameters of one transformer block (attention, MLP with all experts, two norms).
+
+        Raises
+        ------
+        ConfigError
+            When the blocks differ (dense and MoE layers): use :attr:`layers`.
+        """
+        self._require_uniform("block_params")
+        return self.layers[0].params
+
+    def _require_uniform(self, what: str) -> None:
+        if not self.uniform_layers:
+            raise ConfigError(f"model {self.name!r} has {self.layer_pattern}: its blocks differ, "
+                              f"so it has no single {what}; use the per-layer view (layers)")
 
     # ------------------------------------------------------------------ model counts
     def param_counts(self) -> dict[str, int]:
-        """Exact parameter counts by component (keys :data:`COMPONENTS`).
+        """Exact parameter counts of the main model by component (keys :data:`COMPONENTS`).
 
         ``embedding`` = V*d; ``position_embedding`` = max_seq_len*d for learned positions;
-        ``attention``, ``mlp`` (router and all experts) and ``norms`` (block norms plus the
-        final norm) summed over layers; ``lm_head`` = V*d when untied (0 when tied) plus a
+        ``attention`` (projections, their biases, q/k or MLA latent norms, sinks), ``mlp``
+        (dense MLPs; routers, all routed and shared experts) and ``norms`` (block norms plus
+        the final norm) summed over layers; ``lm_head`` = V*d when untied (0 when tied) plus a
         V-wide bias if any. Tied weights are counted once, as torch's ``parameters()`` does.
+        Multi-token-prediction modules are not included (:attr:`mtp_params`).
         """
-        d, V, L = self.d_model, self.vocab_size, self.n_layers
+        d, V = self.d_model, self.vocab_size
+        layers = self.layers
         return {
             "embedding": V * d,
             "position_embedding": self.max_seq_len * d if self.position == "learned" else 0,
-            "attention": L * self._attention_layer_params(),
-            "mlp": L * self._mlp_layer_params(),
-            "norms": (2 * L + self.final_norm) * self.norm_params_per_norm,
+            "attention": sum(layer.attention_params for layer in layers),
+            "mlp": sum(layer.mlp_params for layer in layers),
+            "norms": (sum(layer.norm_params for layer in layers)
+                      + self.final_norm * self.norm_params_per_norm),
             "lm_head": (0 if self.tied_embeddings else V * d) + V * self.lm_head_bias,
         }
 
     @property
     def n_params(self) -> int:
-        """Total parameters (sum of :meth:`param_counts`)."""
+        """Total parameters of the main model (sum of :meth:`param_counts`; no MTP modules)."""
         return sum(self.param_counts().values())
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of all routed experts (what an expert-parallel group shards)."""
+        return sum(layer.expert_params for layer in self.layers)
+
+    @property
+    def dense_params(self) -> int:
+        """Every parameter that is not a routed expert: embeddings, attention, norms, routers,
+        shared experts, dense MLPs, head (``n_params - expert_params``)."""
+        return self.n_params - self.expert_params
 
     @property
     def active_params(self) -> int:
         """Parameters used per token: all of them for dense models; for MoE only the
-        ``experts_per_token`` routed experts of each layer (the router is always used)."""
-        idle_experts = self.n_experts - self.experts_per_token
-        idle = self.n_layers * idle_experts * self._one_mlp_params(self.expert_size)
-        return self.n_params - (idle if self.is_moe else 0)
+        ``experts_per_token`` routed experts of each MoE layer (router and shared expert always
+        used). The whole embedding table is included, as Mistral counts (Mixtral 12.9B)."""
+        idle = sum(layer.params - layer.active_params for layer in self.layers)
+        return self.n_params - idle
+
+    @property
+    def active_params_without_embedding(self) -> int:
+        """:attr:`active_params` less an untied token-embedding table (a token reads one row
+        of it): DeepSeek-V3's "36.6B activated (including 0.9B for the output head)" and
+        gpt-oss's active counts use this convention."""
+        return self.active_params - (0 if self.tied_embeddings else self.vocab_size * self.d_model)
+
+    @property
+    def mtp_params(self) -> int:
+        """Unique parameters of the ``mtp_layers`` multi-token-prediction modules; embedding
+        and output head are shared with the main model (:func:`model_layers.mtp_module_params`).
+        Training with MTP holds ``n_params + mtp_params``; DeepSeek's released checkpoint also
+        stores a copy of the embedding and head per module (685B on Hugging Face)."""
+        return self.mtp_layers * model_layers.mtp_module_params(self)
 
     @property
     def matmul_params(self) -> int:
         """Weights multiplied per token: for FLOP counting (2 FLOP per weight forward).
 
-        Counts every projection weight in attention, the active MLP weights (router and the
-        ``experts_per_token`` routed experts for MoE) and the LM head (V*d, also when tied);
-        excludes embedding lookups, norms and biases. Attention score/value products are not
-        weights and are counted separately by the FLOP model (Kaplan et al. 2020 [1], Sec 2.1).
+        Counts every projection weight in attention (MLA: down and up projections), the
+        active MLP weights (router, the ``experts_per_token`` routed experts and the shared
+        expert for MoE layers) and the LM head (V*d, also when tied); excludes embedding
+        lookups, norms, biases and sinks. Attention score/value products are not weights and
+        are counted separately (:meth:`layer_flops_per_token`; Kaplan et al. 2020 [1], Sec 2.1).
         """
-        d, q, kv = self.d_model, self.q_dim, self.kv_dim
-        attention = d * q + 2 * d * kv + q * d
-        if self.is_moe:
-            mlp = (
-                d * self.n_experts
-                + self.experts_per_token * self.mlp_matrices * d * self.expert_size
-            )
-        else:
-            mlp = self.mlp_matrices * d * self.ffn_size
-        return self.n_layers * (attention + mlp) + self.vocab_size * d
+        return sum(layer.matmul_params for layer in self.layers) + self.vocab_size * self.d_model
+
+    # ------------------------------------------------------------------ FLOPs
+    def layer_flops_per_token(self, seq_len):
+        """Forward FLOPs per token of each layer, for sequences of ``seq_len`` tokens.
+
+        See :func:`fsdpsim.model_flops.layer_flops_per_token`: a dict of arrays of shape
+        ``(n_layers,) + shape(seq_len)`` [FLOP/token].
+        """
+        return model_flops.layer_flops_per_token(self, seq_len)
+
+    def forward_flops_per_token(self, seq_len):
+        """Forward FLOPs per token of the whole model, LM head included [FLOP/token]
+        (:func:`fsdpsim.model_flops.forward_flops_per_token`)."""
+        return model_flops.forward_flops_per_token(self, seq_len)
 
     # ------------------------------------------------------------------ shapes
+    def layer_parameter_shapes(self, index: int) -> Shapes:
+        """Names and ``(out, in)`` shapes of layer ``index``'s parameters, relative to its
+        block (:func:`fsdpsim.model_layers.layer_parameter_shapes`)."""
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not (
+                0 <= index < self.n_layers):
+            raise ConfigError(f"layer index {index!r} of model {self.name!r} must be between 0 "
+                              f"and {self.n_layers - 1}")
+        return model_layers.layer_parameter_shapes(self, int(index))
+
     def unit_parameter_shapes(self) -> dict[str, Shapes]:
         """Parameter names and shapes of one block and of the root, as torch registers them.
 
@@ -324,49 +459,22 @@ class ModelSpec:
         the blocks (token embedding, learned positions, final norm, untied LM head and its
         bias). Tied weights appear once (under ``tok_emb``). Weights use torch's
         ``(out_features, in_features)`` layout, which is what FSDP2 shards on dim 0.
+
+        Raises
+        ------
+        ConfigError
+            When the blocks differ (dense and MoE layers): use :meth:`layer_parameter_shapes`.
         """
-        d, q, kv, V = self.d_model, self.q_dim, self.kv_dim, self.vocab_size
+        self._require_uniform("block shape")
+        return {"block": model_layers.layer_parameter_shapes(self, 0),
+                "root": model_layers.root_parameter_shapes(self)}
 
-        def linear(name: str, n_in: int, n_out: int, bias: bool) -> Shapes:
-            return [(f"{name}.weight", (n_out, n_in))] + (
-                [(f"{name}.bias", (n_out,))] if bias else []
-            )
-
-        def norm(name: str) -> Shapes:
-            has_bias = self.norm == "layernorm" and self.norm_bias
-            return [(f"{name}.weight", (d,))] + ([(f"{name}.bias", (d,))] if has_bias else [])
-
-        def mlp(prefix: str, hidden: int) -> Shapes:
-            out: Shapes = []
-            if self.ffn_kind == "swiglu":
-                out += linear(f"{prefix}gate", d, hidden, self.mlp_bias)
-            out += linear(f"{prefix}up", d, hidden, self.mlp_bias)
-            out += linear(f"{prefix}down", hidden, d, self.mlp_bias)
-            return out
-
-        block: Shapes = norm("attn_norm")
-        block += linear("attn.q", d, q, self.qkv_bias)
-        block += linear("attn.k", d, kv, self.qkv_bias)
-        block += linear("attn.v", d, kv, self.qkv_bias)
-        block += linear("attn.o", q, d, self.attn_out_bias)
-        block += norm("mlp_norm")
-        if self.is_moe:
-            block += linear("mlp.router", d, self.n_experts, False)
-            for e in range(self.n_experts):
-                block += mlp(f"mlp.experts.{e}.", self.expert_size)
-        else:
-            block += mlp("mlp.", self.ffn_size)
-
-        root: Shapes = [("tok_emb.weight", (V, d))]
-        if self.position == "learned":
-            root.append(("pos_emb.weight", (self.max_seq_len, d)))
-        if self.final_norm:
-            root += norm("norm")
-        if not self.tied_embeddings:
-            root.append(("lm_head.weight", (V, d)))
-        if self.lm_head_bias:
-            root.append(("lm_head.bias", (V,)))
-        return {"block": block, "root": root}
+    # ------------------------------------------------------------------ engine support
+    @property
+    def engine_unsupported(self) -> tuple[str, ...]:
+        """Features the step-time engine does not model yet (empty when it models them all;
+        :func:`fsdpsim.model_checks.engine_unsupported`)."""
+        return model_checks.engine_unsupported(self)
 
     # ------------------------------------------------------------------ copies
     def with_seq_len(self, seq_len: int) -> ModelSpec:

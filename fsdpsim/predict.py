@@ -23,6 +23,7 @@ from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
+from fsdpsim.model_checks import check_engine_supported
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.units import DTYPE_BYTES, GBIT_PER_S_BYTES_PER_S
 
@@ -66,7 +67,9 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     (:func:`fsdpsim.costs.tensor_parallel.tp_local_shapes`), which FSDP then shards on dim 0
     (2D FSDP + TP, torchtitan). ``embed_*`` / ``head_*`` are the root's first- and last-stage
     parts for pipelining; a tied embedding is held by both end stages (Megatron keeps a copy on
-    the last stage and all-reduces their gradients)."""
+    the last stage and all-reduces their gradients). Models with layers the engine does not
+    model yet (:attr:`ModelSpec.engine_unsupported`) are refused with a ConfigError."""
+    check_engine_supported(spec)
     shapes = spec.unit_parameter_shapes()
     block, root = shapes["block"], shapes["root"]
     vocab = spec.vocab_size

@@ -16,6 +16,18 @@ References
     ``config.json`` files (Qwen/Qwen2.5-7B, Qwen/Qwen2.5-72B).
 [7] MosaicML llm-foundry, ``scripts/train/yamls/pretrain/mpt-*.yaml`` and
     ``scripts/train/benchmarking/README.md`` (github.com/mosaicml/llm-foundry).
+[8] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437 (2024), Sec. 4.2 and
+    deepseek-ai/DeepSeek-V3 ``config.json``; Kimi Team, "Kimi K2", arXiv:2507.20534 (2025) and
+    moonshotai/Kimi-K2-Instruct ``config.json``.
+[9] Qwen Team, "Qwen3 Technical Report", arXiv:2505.09388 (2025), Tables 1-2, and
+    Qwen/Qwen3-{8B,30B-A3B,235B-A22B} ``config.json``.
+[10] OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", arXiv:2508.10925 (2025), Table 1, and
+    openai/gpt-oss-{20b,120b} ``config.json``.
+[11] Meta, Llama 4 model card and meta-llama/Llama-4-{Scout-17B-16E,Maverick-17B-128E}
+    ``config.json`` (``text_config``; the vision encoder is not modelled).
+
+The released ``config.json`` of each model after [8]-[11] is kept in tests/data/hf_configs/; the
+tests check that each preset equals the spec imported from it.
 """
 
 from __future__ import annotations
@@ -48,6 +60,67 @@ def _llama(name: str, n_layers: int, d_model: int, n_heads: int, n_kv_heads: int
         position="rotary", max_seq_len=max_seq_len, norm="rmsnorm", norm_bias=False,
         qkv_bias=qkv_bias, attn_out_bias=False, mlp_bias=False,
         n_experts=n_experts, experts_per_token=experts_per_token,
+    )
+
+
+def _qwen3_moe(name: str, n_layers: int, d_model: int, n_heads: int, expert: int, *,
+               dense_ffn: int) -> ModelSpec:
+    """Qwen3 MoE [9]: 128 experts top-8 of width ``expert``, no shared expert, QK-Norm on heads
+    of 128, 4 KV heads, vocab 151936, untied, context 40960."""
+    return ModelSpec(
+        name=name, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=4,
+        head_dim=128, ffn_size=dense_ffn, ffn_kind="swiglu", vocab_size=151936,
+        tied_embeddings=False, position="rotary", max_seq_len=40960, norm="rmsnorm",
+        norm_bias=False, qkv_bias=False, attn_out_bias=False, mlp_bias=False, qk_norm=True,
+        n_experts=128, experts_per_token=8, expert_ffn_size=expert,
+    )
+
+
+def _deepseek_v3(name: str, n_heads: int, n_experts: int, first_dense: int, *, vocab_size: int,
+                 max_seq_len: int, mtp_layers: int) -> ModelSpec:
+    """DeepSeek-V3 architecture [8] (also Kimi K2): 61 layers of width 7168, MLA (q rank 1536,
+    kv rank 512, heads of 128 + 64 rotary, values of 128), the first layers dense (18432), the
+    others top-8 of ``n_experts`` experts of 2048 plus one shared, score-bias router."""
+    return ModelSpec(
+        name=name, n_layers=61, d_model=7168, n_heads=n_heads, ffn_size=18432,
+        ffn_kind="swiglu", vocab_size=vocab_size, tied_embeddings=False, position="rotary",
+        max_seq_len=max_seq_len, norm="rmsnorm", norm_bias=False, qkv_bias=False,
+        attn_out_bias=False, mlp_bias=False, attention_kind="mla", q_lora_rank=1536,
+        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+        n_experts=n_experts, experts_per_token=8, expert_ffn_size=2048,
+        shared_expert_ffn_size=2048, router_score_bias=True,
+        dense_layers=tuple(range(first_dense)), mtp_layers=mtp_layers,
+    )
+
+
+def _gpt_oss(name: str, n_layers: int, n_experts: int) -> ModelSpec:
+    """gpt-oss [10]: width 2880, 64 query / 8 KV heads of 64 with biases and sinks, banded
+    window of 128 on every other layer (sliding first), experts of 2880 with biases, top-4,
+    biased router, vocab 201088, untied, context 131072."""
+    return ModelSpec(
+        name=name, n_layers=n_layers, d_model=2880, n_heads=64, n_kv_heads=8, head_dim=64,
+        ffn_size=2880, ffn_kind="swiglu", vocab_size=201088, tied_embeddings=False,
+        position="rotary", max_seq_len=131072, norm="rmsnorm", norm_bias=False, qkv_bias=True,
+        attn_out_bias=True, mlp_bias=True, attention_sinks=True,
+        attention_pattern=("sliding", "full"), sliding_window=128,
+        n_experts=n_experts, experts_per_token=4, router_bias=True,
+    )
+
+
+def _llama4(name: str, n_experts: int, moe_step: int, *, max_seq_len: int) -> ModelSpec:
+    """Llama 4 text model [11]: 48 layers of width 5120, 40 query / 8 KV heads of 128, chunked
+    attention (8192) on three of four layers, full on the fourth; MoE layers every
+    ``moe_step``-th layer with top-1 of ``n_experts`` experts of 8192 plus a shared one,
+    dense layers of 16384; vocab 202048, untied."""
+    return ModelSpec(
+        name=name, n_layers=48, d_model=5120, n_heads=40, n_kv_heads=8, head_dim=128,
+        ffn_size=16384, ffn_kind="swiglu", vocab_size=202048, tied_embeddings=False,
+        position="rotary", max_seq_len=max_seq_len, norm="rmsnorm", norm_bias=False,
+        qkv_bias=False, attn_out_bias=False, mlp_bias=False,
+        attention_pattern=("chunked", "chunked", "chunked", "full"), attention_chunk_size=8192,
+        n_experts=n_experts, experts_per_token=1, expert_ffn_size=8192,
+        shared_expert_ffn_size=8192,
+        dense_layers=tuple(i for i in range(48) if (i + 1) % moe_step != 0),
     )
 
 
@@ -100,6 +173,28 @@ def _build() -> dict[str, ModelSpec]:
                qkv_bias=True),
     ]
 
+    # Mixtral 8x22B [5]: 56 layers, 48 heads, 8 KV heads, vocab 32000 (mistral-community
+    # /Mixtral-8x22B-v0.1), context 65536.
+    specs.append(_llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, vocab_size=32000,
+                        max_seq_len=65536, n_experts=8, experts_per_token=2))
+    # Qwen3 [9]: dense 8B (QK-Norm, heads of 128) and the two MoE models.
+    specs.append(ModelSpec(
+        name="qwen3-8b", n_layers=36, d_model=4096, n_heads=32, n_kv_heads=8, head_dim=128,
+        ffn_size=12288, ffn_kind="swiglu", vocab_size=151936, tied_embeddings=False,
+        position="rotary", max_seq_len=40960, norm="rmsnorm", norm_bias=False, qkv_bias=False,
+        attn_out_bias=False, mlp_bias=False, qk_norm=True))
+    specs += [_qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 768, dense_ffn=6144),
+              _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536, dense_ffn=12288)]
+    # DeepSeek-V3 [8]: 128 heads, 256 experts, 3 dense layers, vocab 129280, one MTP module;
+    # Kimi K2: the same architecture with 64 heads, 384 experts, 1 dense layer, vocab 163840.
+    specs += [_deepseek_v3("deepseek-v3", 128, 256, 3, vocab_size=129280, max_seq_len=163840,
+                           mtp_layers=1),
+              _deepseek_v3("kimi-k2", 64, 384, 1, vocab_size=163840, max_seq_len=131072,
+                           mtp_layers=0)]
+    specs += [_gpt_oss("gpt-oss-20b", 24, 32), _gpt_oss("gpt-oss-120b", 36, 128)]
+    specs += [_llama4("llama4-scout", 16, 1, max_seq_len=10485760),
+              _llama4("llama4-maverick", 128, 2, max_seq_len=1048576)]
+
     # MPT as trained in llm-foundry's benchmark table [7]: the pretrain yamls set d_model,
     # n_heads, n_layers, expansion_ratio 4 and vocab 50368 and leave MPTConfig's defaults
     # no_bias=False, learned_pos_emb=True, alibi=False. So every linear and LayerNorm has a
@@ -129,11 +224,15 @@ ALIASES: dict[str, str] = {
     "llama-2-7b": "llama2-7b",
     "llama-2-13b": "llama2-13b",
     "llama-2-70b": "llama2-70b",
+    "kimi-k2-instruct": "kimi-k2",
+    "llama4-scout-17b-16e": "llama4-scout",
+    "llama4-maverick-17b-128e": "llama4-maverick",
 }
 
 
 def list_models() -> list[str]:
-    """Preset ids in family order (GPT-3, Megatron GPT, Llama, Mistral, Qwen, MPT)."""
+    """Preset ids in family order (GPT-3, Megatron GPT, Llama, Mistral, Qwen, MoE families,
+    MPT)."""
     return list(PRESETS)
 
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fsdpsim import model_layers
 from fsdpsim.errors import ConfigError
 from fsdpsim.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
 from fsdpsim.model import COMPONENTS, ModelSpec
@@ -197,10 +198,18 @@ def test_every_preset_consistent(preset):
     counts = spec.param_counts()
     assert tuple(counts) == COMPONENTS
     assert spec.n_params == sum(counts.values())
-    shapes = spec.unit_parameter_shapes()
-    numel = lambda unit: sum(_prod(shape) for _, shape in shapes[unit])  # noqa: E731
-    assert numel("block") == spec.block_params
-    assert spec.n_layers * numel("block") + numel("root") == spec.n_params
+    numel = lambda shapes: sum(_prod(shape) for _, shape in shapes)  # noqa: E731
+    if spec.uniform_layers:
+        shapes = spec.unit_parameter_shapes()
+        assert numel(shapes["block"]) == spec.block_params
+        assert spec.n_layers * numel(shapes["block"]) + numel(shapes["root"]) == spec.n_params
+    else:  # dense and MoE layers: one shape list per layer
+        with pytest.raises(ConfigError, match="blocks differ"):
+            spec.unit_parameter_shapes()
+    layers = [numel(spec.layer_parameter_shapes(i)) for i in range(spec.n_layers)]
+    assert layers == [layer.params for layer in spec.layers]
+    root = numel(model_layers.root_parameter_shapes(spec))
+    assert sum(layers) + root == spec.n_params
 
 
 def _prod(shape: tuple[int, ...]) -> int:

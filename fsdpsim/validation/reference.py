@@ -216,6 +216,9 @@ def build_reference_model(
         ``"manual"``: ``softmax(q k^T / sqrt(hs) + mask) v`` as explicit matmuls, visible to
         ``FlopCounterMode``; ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention``.
     """
+    from fsdpsim.model_checks import check_engine_supported
+
+    check_engine_supported(spec)  # the block below is the engine's: no MLA, shared experts, ...
     if attention not in ATTENTION_IMPLS:
         raise ConfigError(
             f"attention={attention!r} is not one of: {', '.join(ATTENTION_IMPLS)}"
