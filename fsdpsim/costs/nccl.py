@@ -214,7 +214,7 @@ def time_s(message_bytes, cands, calls=1.0):
     t = m * spb + lat
     for spb, lat in cands[1:]:
         t = np.minimum(t, m * spb + lat)
-    return t if isinstance(calls, float) and calls == 1.0 else as_array(calls) * t
+    return t if np.ndim(calls) == 0 and float(calls) == 1.0 else as_array(calls) * t
 
 
 def bus_bandwidth_bytes_per_s(message_bytes, n, cands, all_reduce=False):

@@ -146,8 +146,9 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
     reduces from one tensor per rank), one view and one copy per rank and call (host time of
     one eager op each, the catalog's ``kernel_overhead_s``) and :data:`LIST_HBM_PASSES` over
     the call's bytes (:mod:`fsdpsim.frameworks`, deepspeed-zero3-2021)."""
-    per_call = total_bytes / calls
-    t = nccl.time_s(per_call, cands, calls)
+    one = np.ndim(calls) == 0 and float(calls) == 1.0
+    per_call = total_bytes if one else total_bytes / calls
+    t = nccl.time_s(per_call, cands, 1.0 if one else calls)
     if listed is None:
         return t
     extra = calls * (ranks * g["kernel_overhead_s"] + LIST_HBM_PASSES * per_call / r["hbm"])
