@@ -340,7 +340,7 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
     g = {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else as_array(v))
          for k, v in {**OPTIONAL_INPUTS, **x}.items()}
-    if "link_per_peer_bytes_per_s" not in g:
+    if "link_per_peer_bytes_per_s" not in g and "link_bytes_per_s" in g:
         g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
     if "param_gather_overlap" not in g:  # Megatron's distributed optimizer
         g["param_gather_overlap"] = g["megatron"]
