@@ -76,9 +76,13 @@ def builtin_dir() -> Path:
     """The catalog shipped with fsdpsim (``hardware_catalog/`` in the source tree).
 
     An installed wheel carries it as the data package ``fsdpsim.hardware_catalog``; a source
-    checkout on ``sys.path`` has it beside the package.
+    checkout on ``sys.path`` has it beside the package, and that one wins: an editable install
+    of another checkout (a git worktree, ``/work/main``) would otherwise pair this checkout's
+    code with that checkout's catalog.
     """
     source_tree = Path(__file__).resolve().parent.parent / "hardware_catalog"
+    if (source_tree / "__init__.py").is_file():
+        return source_tree
     try:
         return Path(str(resources.files("fsdpsim.hardware_catalog")))
     except ModuleNotFoundError:
