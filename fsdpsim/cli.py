@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from fsdpsim import __version__
 from fsdpsim import render
 from fsdpsim.catalog import KINDS, load_catalog
 from fsdpsim.output import OutputClosed, OutputError, echo, flush_stdout
@@ -25,8 +24,19 @@ def _catalog(ctx: click.Context):
     return load_catalog(ctx.obj.get("catalog_dirs", ()))
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: click's own text, with the version read only when asked for."""
+    if not value or ctx.resilient_parsing:
+        return
+    from fsdpsim import __version__
+
+    click.echo(f"fsdpsim, version {__version__}")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="fsdpsim")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version and exit.")
 @click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(),
               envvar=None, help="Extra catalog folder (repeatable); also FSDPSIM_CATALOG.")
 @click.pass_context

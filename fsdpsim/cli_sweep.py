@@ -8,10 +8,9 @@ import math
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import click
-import pandas as pd
 
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
@@ -20,6 +19,9 @@ from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
 from fsdpsim.output import ROWS_PER_CHUNK, OutputError, echo, is_stdout, write_chunks
 from fsdpsim.parallel import SHARDING_HELP
 from fsdpsim.units import GIB_BYTES
+
+if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
+    import pandas as pd
 
 FORMATS = ("table", "csv", "json", "parquet")
 #: Show a progress bar on stderr from this many candidate configurations (about a second).
@@ -174,6 +176,8 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 # -- the table view ------------------------------------------------------------------------------
 def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
+    import pandas as pd
+
     if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value * scale if scale != 1.0 else value:{spec}}{unit}"
@@ -278,6 +282,8 @@ def _json_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[
 
 def _table_chunks(frames: Iterable[pd.DataFrame], grid: Grid, counts: list[int]
                   ) -> Iterator[str]:
+    import pandas as pd
+
     frames = iter(frames)
     held: list[pd.DataFrame] = []
     for frame in frames:
@@ -304,6 +310,8 @@ def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
     """Write the rows of ``frames`` (one DataFrame, or chunks of rows as the sweep computes
     them) in ``fmt`` to stdout or ``output``; csv, json and big tables stream. Returns (rows,
     feasible rows)."""
+    import pandas as pd
+
     if isinstance(frames, pd.DataFrame):
         frames = [frames]
     counts = [0, 0]

@@ -27,7 +27,6 @@ from fsdpsim.errors import ConfigError, shown
 from fsdpsim.files import read_toml
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
-from fsdpsim.model_ladder import format_size, ladder_model, series_125
 from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS
 from fsdpsim.numbers import (DECIMAL, INTER_NODE_GBPS, MAX_COUNT, MODEL_SIZE, POWER_CAP_W,
                              PRICE_USD_PER_GPU_HOUR, PUE, TRAIN_TOKENS, Rule, count_rule,
@@ -212,6 +211,8 @@ def parse_sizes(value: Any) -> list[float]:
     for item in split_values(value, "--model-sizes"):
         if ".." in item:
             lo, hi = (read_number(t, "--model-sizes", MODEL_SIZE) for t in item.split("..", 1))
+            from fsdpsim.model_ladder import series_125  # (numpy: not at start-up)
+
             out += series_125(lo, hi)
         else:
             out.append(read_number(item, "--model-sizes", MODEL_SIZE))
@@ -271,6 +272,8 @@ def _models(options: Mapping[str, Any]) -> tuple[ModelSpec, ...]:
     if "model" in options:
         models += [get_model(name) for name in split_values(options["model"], "--model")]
     if "model-sizes" in options:
+        from fsdpsim.model_ladder import ladder_model
+
         models += [ladder_model(n) for n in parse_sizes(options["model-sizes"])]
     if not models:
         models = [get_model(DEFAULT_MODEL)]
@@ -398,6 +401,13 @@ def describe(grid: Grid) -> str:
     if grid.free:
         text += f"; free: {', '.join(grid.free)}"
     return text
+
+
+def format_size(n_params: float) -> str:
+    """:func:`fsdpsim.model_ladder.format_size` (imported on use: it needs numpy)."""
+    from fsdpsim.model_ladder import format_size as _format_size
+
+    return _format_size(n_params)
 
 
 __all__ = ["Grid", "Hardware", "GRID_KEYS", "build_grid", "read_grid_file", "parse_counts",
