@@ -14,6 +14,7 @@ import click
 
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
+from fsdpsim.cli_procurement import assumption_notes, rate, run_options
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
 from fsdpsim.output import ROWS_PER_CHUNK, OutputError, echo, is_stdout, write_chunks
@@ -74,11 +75,8 @@ def grid_options(f):
                      help="Leave every knob not given free (sharding, micro-batch, recompute) "
                           "and keep, per point, the fastest setting that fits."),
         click.option("--price", multiple=True,
-                     help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog."),
-        click.option("--pue", default=None, help="Facility PUE for energy (default 1: GPUs only)."),
-        click.option("--tokens", default=None,
-                     help="Tokens of a training run (e.g. 15t): adds time, cost and energy to "
-                          "train them."),
+                     help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog "
+                          "(the cloud node's or the GPU's)."),
         click.option("--ceilings/--no-ceilings", default=None,
                      help="Solve the largest micro-batch and sequence that fit for every row "
                           "(default on; off is about 3x faster on grids without free knobs)."),
@@ -100,7 +98,7 @@ def grid_options(f):
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return run_options(f)
 
 
 def sweep_options(f):
@@ -216,6 +214,9 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
             row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
             row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
             row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
+            row["goodput"] = _fmt(r["failures.goodput"], ".1f", 100, " %")
+            row["w/ failures days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+            row["w/ failures $M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
         row["infeasible"] = r["infeasible"] or ""
         rows.append(row)
     if not head:
@@ -227,14 +228,26 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
 
 
 def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
-    """What the cost and energy columns assume."""
-    out = [f"energy = board power (TDP, or the power cap) x GPUs x time x PUE {grid.pue:g}: an "
-           "upper bound of accelerator power (CPUs, NICs, switches not counted)",
-           "cost = GPU-hours x rent per GPU-hour (catalog rent_usd_per_hour: an order-of-"
-           "magnitude on-demand rate, unless --price)"]
-    no_price = sorted(set(frame["gpu"]) - set(grid.price_usd_per_gpu_hour))
+    """What the cost, energy and failure columns assume, and each system's rent."""
+    out = assumption_notes(grid.run)
+    shown = set(frame["gpu"].astype(str))
+    rents, no_price = {}, set()
+    for hw in grid.hardware:
+        price = grid.price(hw)
+        if hw.gpu not in shown:
+            continue
+        if price is None:
+            no_price.add(hw.gpu)
+            continue
+        where = hw.cluster or hw.gpu
+        rents[where] = (f"{where} {rate(price.usd_per_gpu_hour)}/GPU-h "
+                        + ("(--price)" if price.kind == "--price" else
+                           f"({price.kind}, {price.source.split(' ')[0]}, {price.retrieved})"))
+    if rents:
+        out.append("rent: " + "; ".join(rents.values()))
     if no_price:
-        out.append(f"no price for {', '.join(no_price)}: give --price {no_price[0]}=USD/h")
+        first = sorted(no_price)[0]
+        out.append(f"no price for {', '.join(sorted(no_price))}: give --price {first}=USD/h")
     no_tdp = sorted(set(frame["gpu"]) - set(grid.tdp_w))
     if no_tdp:
         out.append(f"no TDP in the catalog for {', '.join(no_tdp)}: energy left empty")
