@@ -322,7 +322,9 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
          if th["max_seq_len"] else "none: not even 1 token fits with this plan"),
     ]))
     if report is not None:
-        lines.append(run_table(report, run))
+        from fsdpsim.procurement import RunAssumptions
+
+        lines.append(run_table(report, run or RunAssumptions()))
     if d["notes"]:
         lines.append("\nnotes")
         lines.extend(f"  - {n}" for n in d["notes"])

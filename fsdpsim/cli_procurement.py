@@ -77,7 +77,20 @@ def count(n: float) -> str:
 def energy(kwh: float | None) -> str:
     if _missing(kwh):
         return "-"
+    if abs(kwh) >= 1e6:
+        return f"{kwh / 1e6:,.2f} GWh"
     return f"{kwh / 1e3:,.1f} MWh" if abs(kwh) >= 1e3 else f"{kwh:,.1f} kWh"
+
+
+def short_source(text: str) -> str:
+    """A price source for a table: all of it when short, else its first address (the full
+    text is in the JSON/CSV)."""
+    if len(text) <= 100:
+        return text
+    for word in text.replace(";", " ").split():
+        if word.startswith("http") or "github.com/" in word:
+            return word
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def duration(seconds: float | None) -> str:
@@ -105,7 +118,8 @@ def price_text(d: Mapping[str, Any]) -> str:
     if d["price_kind"] == "--price":
         return f"{rate(d['price_usd_per_gpu_hour'])} per GPU-hour (--price)"
     return (f"{rate(d['price_usd_per_gpu_hour'])} per GPU-hour, {d['price_kind']} "
-            f"({d['price_source']}, read {d['price_retrieved']})")
+            f"({short_source(d['price_source'])}, read {d['price_retrieved']}; price_source in "
+            "the JSON)")
 
 
 def run_table(d: Mapping[str, Any], run: RunAssumptions) -> str:
@@ -161,7 +175,7 @@ def _run_line(time_s, gpu_hours, cost_usd, energy_kwh) -> str:
 
 
 def _watts(d: Mapping[str, Any]) -> str:
-    return "-" if _missing(d["tdp_w"]) else f"{d['tdp_w']:,.0f} W"
+    return "-" if _missing(d["board_power_w"]) else f"{d['board_power_w']:,.0f} W"
 
 
 def assumption_notes(run: RunAssumptions) -> list[str]:
@@ -180,4 +194,5 @@ def assumption_notes(run: RunAssumptions) -> list[str]:
             "expected time"]
 
 
-__all__ = ["run_options", "run_table", "assumption_notes", "money", "energy", "duration"]
+__all__ = ["run_options", "run_table", "assumption_notes", "money", "energy", "duration",
+           "short_source"]

@@ -14,7 +14,7 @@ import click
 
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
-from fsdpsim.cli_procurement import assumption_notes, rate, run_options
+from fsdpsim.cli_procurement import assumption_notes, rate, run_options, short_source
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
 from fsdpsim.output import ROWS_PER_CHUNK, OutputError, echo, is_stdout, write_chunks
@@ -242,7 +242,7 @@ def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
         where = hw.cluster or hw.gpu
         rents[where] = (f"{where} {rate(price.usd_per_gpu_hour)}/GPU-h "
                         + ("(--price)" if price.kind == "--price" else
-                           f"({price.kind}, {price.source.split(' ')[0]}, {price.retrieved})"))
+                           f"({price.kind}, {short_source(price.source)}, {price.retrieved})"))
     if rents:
         out.append("rent: " + "; ".join(rents.values()))
     if no_price:

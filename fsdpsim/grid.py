@@ -29,8 +29,7 @@ from fsdpsim.hardware import Price, System
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS
 from fsdpsim.numbers import (DECIMAL, INTER_NODE_GBPS, MAX_COUNT, MODEL_SIZE, POWER_CAP_W,
-                             Rule, count_rule,
-                             VPP, read_number, reject)
+                             VPP, Rule, count_rule, read_number, reject)
 from fsdpsim.procurement import RunAssumptions, read_price, read_run_options, resolve_price
 from fsdpsim.system import cluster_gpus, resolve_system
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
@@ -39,8 +38,9 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
              "inter-node-gbps-per-gpu", "power-cap-w", "num-gpus", "seq-len", "micro-batch",
              "global-batch", "sharding", "recompute", "precision", "best", "price", "pue",
-             "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings", "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp",
-             "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers")
+             "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
+             "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp", "pp-schedule",
+             "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}

@@ -160,6 +160,7 @@ def run_columns(*, tokens_per_s, num_gpus, ok, price_usd_per_gpu_hour, tdp_w, po
     out: dict[str, Any] = {
         "price_usd_per_gpu_hour": np.broadcast_to(price_s * HOUR_S, shape).astype(float),
         "tdp_w": np.broadcast_to(tdp, shape).astype(float),
+        "board_power_w": np.broadcast_to(board_w, shape).astype(float),
         "pue": np.full(shape, float(run.pue)),
         "cost_usd_per_million_tokens": masked(
             1e6 * economics.cost_per_token_usd(price_s, gpus, tps)),

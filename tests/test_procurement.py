@@ -79,7 +79,7 @@ def test_predict_json_equals_the_sweep_row_with_tokens_and_failures(hardware):
     assert len(rows) == 1
     flat = flatten(p)
     new = [k for k in flat if k.startswith(("failures.", "train_", "price", "cost", "energy"))]
-    assert len(new) == 24
+    assert len(new) == 24 and "board_power_w" in flat
     for key in flat:
         if not key.startswith("chosen") and key != "notes":
             assert rows[0][key] == flat[key], key
@@ -179,3 +179,12 @@ def test_sweep_columns_have_the_catalog_price_and_default_pue(cat):
     assert set(frame["price_kind"]) == {"on-demand"}
     assert (frame["pue"] == procurement.DEFAULT_PUE).all()
     assert np.isfinite(frame["failures.goodput"]).all()
+
+
+def test_a_power_cap_is_the_board_power_of_the_energy():
+    p = json.loads(invoke("predict", "--model", "llama3-8b", "--num-gpus", "64", "--micro-batch",
+                          "2", "--recompute", "none", "--power-cap-w", "500", "--format",
+                          "json"))
+    assert p["tdp_w"] == 700 and p["board_power_w"] == 500
+    assert p["energy_kwh_per_million_tokens"] == pytest.approx(
+        1e6 * 500 * 64 * procurement.DEFAULT_PUE / p["tokens_per_s"] / 3.6e6, rel=1e-12)
