@@ -188,3 +188,17 @@ def test_a_power_cap_is_the_board_power_of_the_energy():
     assert p["tdp_w"] == 700 and p["board_power_w"] == 500
     assert p["energy_kwh_per_million_tokens"] == pytest.approx(
         1e6 * 500 * 64 * procurement.DEFAULT_PUE / p["tokens_per_s"] / 3.6e6, rel=1e-12)
+
+
+def test_pareto_plot_needs_no_price_option(tmp_path):
+    """Every system of the acceptance sweep has a catalog rent: the plot draws all four."""
+    from fsdpsim import plots
+
+    rows = sweep(load_catalog(use_env=False), model="llama3-8b", gpu="h100,h200,b200,mi300x",
+                 num_gpus="8,64", tokens="1t", best=True)
+    fig = plots.procurement_pareto(rows)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert {"h100-sxm5-80gb", "h200-sxm-141gb", "b200", "mi300x"} <= set(labels)
+    assert invoke("plot", "pareto", "--model", "llama3-8b", "--gpu", "h100,mi300x",
+                  "--num-gpus", "8", "-o", str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 10_000
