@@ -4,7 +4,8 @@ Issue 10 sets a ceiling of 0.2 s of import overhead for ``fsdpsim --version`` an
 ``predict``: every command imports pandas and matplotlib only when it needs them (a sweep, CSV
 output, a plot), numpy and click always.
 
-Each case runs in a fresh interpreter (``sys.executable``, this checkout first on ``sys.path``),
+Each case runs in a fresh interpreter (``sys.executable``, in this checkout, which is first on
+``sys.path``),
 ``--runs`` times (default 9), next to a bare interpreter (``python -c pass``), so the
 difference is what fsdpsim adds. Wall time is reported as the median and the best of the runs;
 as ``bench_sweep.py`` takes the best of 3, the ceiling is judged on the best (on a shared
@@ -70,7 +71,7 @@ def timed(code: str, runs: int) -> tuple[float, float, float]:
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], env=_env(), check=True,
+        subprocess.run([sys.executable, "-c", code], env=_env(), check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -81,7 +82,8 @@ def timed(code: str, runs: int) -> tuple[float, float, float]:
 def slowest_imports(count: int = 10) -> list[tuple[int, str]]:
     """The ``count`` imports of ``import fsdpsim.cli`` with the largest cumulative time [us]."""
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import fsdpsim.cli"],
-                         env=_env(), check=True, capture_output=True, text=True).stderr
+                         env=_env(), check=True, capture_output=True, text=True,
+                         cwd=ROOT).stderr
     rows = []
     for line in out.splitlines():
         parts = line.split("|")
