@@ -77,12 +77,17 @@ def builtin_dir() -> Path:
     """The catalog shipped with fsdpsim (``hardware_catalog/`` in the source tree).
 
     An installed wheel carries it as the data package ``fsdpsim.hardware_catalog``; a source
-    checkout on ``sys.path`` has it beside the package.
+    checkout on ``sys.path`` has it beside the package, and that one wins: an editable install
+    of another checkout (a git worktree, ``/work/main``) would otherwise pair this checkout's
+    code with that checkout's catalog.
     """
     source_tree = Path(__file__).resolve().parent.parent / "hardware_catalog"
-    if source_tree.is_dir():  # a source checkout (an editable install maps the data package
-        return source_tree    # to the checkout it was made from, maybe another one)
-    return Path(str(resources.files("fsdpsim.hardware_catalog")))
+    if (source_tree / "__init__.py").is_file():
+        return source_tree
+    try:
+        return Path(str(resources.files("fsdpsim.hardware_catalog")))
+    except ModuleNotFoundError:
+        return source_tree
 
 
 def _check_value(key: str, value: Any, spec: Field, where: str) -> None:
@@ -374,9 +379,17 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         allocator_fraction=d["allocator_fraction"],
         source=d["source"], retrieved=_text_date(d["retrieved"]),
         tdp_w=d.get("tdp_w"), year=d.get("year"), price_usd=d.get("price_usd"),
-        rent_usd_per_hour=d.get("rent_usd_per_hour"), notes=d.get("notes", ""),
-        aliases=tuple(d.get("aliases", ())),
+        rent_usd_per_hour=d.get("rent_usd_per_hour"), **_price_fields(d),
+        notes=d.get("notes", ""), aliases=tuple(d.get("aliases", ())),
     )
+
+
+def _price_fields(d: Mapping[str, Any]) -> dict[str, str]:
+    """``price_kind``/``price_source``/``price_retrieved`` of an entry with a rent; a rent given
+    without them is an estimate from the entry's own source and date."""
+    return {"price_kind": d.get("price_kind", "estimate"),
+            "price_source": d.get("price_source", d["source"]),
+            "price_retrieved": _text_date(d.get("price_retrieved", d["retrieved"]))}
 
 
 def _build_network(cat: Catalog, raw: _Raw) -> Network:
@@ -444,8 +457,9 @@ def _build_node(cat: Catalog, raw: _Raw) -> Node:
         id=raw.id, name=d["name"], accelerator=acc, gpus_per_node=d["gpus_per_node"],
         nics_per_node=d["nics_per_node"], network=_ref(cat, "network", d["network"], raw),
         link=link, source=d["source"], retrieved=_text_date(d["retrieved"]),
-        power_kw=d.get("power_kw"), price_usd=d.get("price_usd"), notes=d.get("notes", ""),
-        aliases=tuple(d.get("aliases", ())),
+        power_kw=d.get("power_kw"), price_usd=d.get("price_usd"),
+        rent_usd_per_node_hour=d.get("rent_usd_per_node_hour"), **_price_fields(d),
+        notes=d.get("notes", ""), aliases=tuple(d.get("aliases", ())),
     )
 
 

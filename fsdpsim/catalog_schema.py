@@ -56,6 +56,15 @@ class Field:
 _TYPE_NAMES = {str: "text", int: "integer", float: "number", bool: "true/false", list: "list",
                _dt.date: "date"}
 
+#: Kinds of rent (fsdpsim.hardware.PRICE_KINDS; repeated here: the schema imports nothing).
+_PRICE_KINDS = ("on-demand", "estimate")
+#: How a rent is described: its kind, the URL it was read from and the date it was read.
+_PRICE = {
+    "price_kind": Field(str, False, choices=_PRICE_KINDS),
+    "price_source": Field(str, False),
+    "price_retrieved": Field((str, _dt.date), False),
+}
+
 _COMMON = {
     "id": Field(str),
     "name": Field(str),
@@ -110,6 +119,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "year": Field(int, False, 2010, 2040),
         "price_usd": Field(_NUM, False, 100, 10_000_000, unit="USD"),
         "rent_usd_per_hour": Field(_NUM, False, 0.01, 500, unit="USD/h"),
+        **_PRICE,
         "peak_dense_tflops": _PEAK,
         "intra_node_link": _LINK,
         "efficiency": _EFFICIENCY,
@@ -140,6 +150,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                             for k, f in _LINK.items()},
         "power_kw": Field(_NUM, False, 0.1, 1000, unit="kW"),
         "price_usd": Field(_NUM, False, 100, 100_000_000, unit="USD"),
+        "rent_usd_per_node_hour": Field(_NUM, False, 0.01, 50_000, unit="USD/h"),
+        **_PRICE,
     },
     "cluster": {
         **_COMMON,

@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from fsdpsim import __version__
 from fsdpsim import render
 from fsdpsim.catalog import KINDS, load_catalog
 from fsdpsim.output import OutputClosed, OutputError, echo, flush_stdout
@@ -25,8 +24,48 @@ def _catalog(ctx: click.Context):
     return load_catalog(ctx.obj.get("catalog_dirs", ()))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="fsdpsim")
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: click's own text, with the version read only when asked for."""
+    if not value or ctx.resilient_parsing:
+        return
+    from fsdpsim import __version__
+
+    click.echo(f"fsdpsim, version {__version__}")
+    ctx.exit()
+
+
+class LazyGroup(click.Group):
+    """The command group: ``predict``, ``sweep``, ``plot``, ``validate`` and ``calibrate`` live
+    in their own modules, imported (and registered) when a command of theirs is looked up, so
+    ``fsdpsim predict`` does not import the sweep, plot and validation code (fast start)."""
+
+    #: Command name -> the module whose ``register(group)`` defines it.
+    LAZY = {"predict": "fsdpsim.cli_predict", "sweep": "fsdpsim.cli_sweep",
+            "plot": "fsdpsim.cli_plot", "validate": "fsdpsim.cli_validate",
+            "calibrate": "fsdpsim.cli_validate"}
+
+    def _load(self, name: str) -> None:
+        import importlib
+
+        if name in self.commands:
+            return
+        # An unknown name (a typo) loads them all: click suggests the closest of self.commands.
+        names = [name] if name in self.LAZY else [n for n in self.LAZY if n not in self.commands]
+        for module in dict.fromkeys(self.LAZY[n] for n in names):
+            if not any(self.LAZY[n] == module and n in self.commands for n in self.LAZY):
+                importlib.import_module(module).register(self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(self.LAZY))
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version and exit.")
 @click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(),
               envvar=None, help="Extra catalog folder (repeatable); also FSDPSIM_CATALOG.")
 @click.pass_context
@@ -197,15 +236,6 @@ def _emit_rows(rows, fmt: str) -> None:
     else:
         echo(render.table(rows))
 
-
-# The predict and validate commands live in their own modules to keep this one short.
-from fsdpsim import cli_predict, cli_sweep, cli_validate  # noqa: E402  (register commands on `cli`)
-from fsdpsim import cli_plot  # noqa: E402
-
-cli_predict.register(cli)
-cli_validate.register(cli)
-cli_sweep.register(cli)
-cli_plot.register(cli)
 
 
 def _one_line(text: str) -> str:

@@ -9,6 +9,7 @@ import click
 
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
+from fsdpsim.cli_procurement import run_options, run_table
 from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import (
     CP_KINDS,
@@ -48,10 +49,9 @@ def _auto_int(value: str | None, what: str) -> int | None:
 ADVICE_SHOWN = 3
 
 
-def build_prediction(ctx: click.Context, **o: Any):
-    """Resolve options into objects and call :func:`fsdpsim.predict.predict`."""
-    from fsdpsim.predict import predict
-    from fsdpsim.presets import get_model
+def build_system(ctx: click.Context, **o: Any):
+    """The :class:`~fsdpsim.hardware.System` the options name (checked against the cluster's
+    size)."""
     from fsdpsim.system import check_cluster_size, resolve_system
 
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
@@ -61,6 +61,17 @@ def build_prediction(ctx: click.Context, **o: Any):
                             power_cap_w=o["power_cap_w"],
                             placement=o.get("placement") or "packed")
     check_cluster_size(cat, o["cluster"], o["num_gpus"], system.gpus_per_node)
+    return system
+
+
+def build_prediction(ctx: click.Context, system=None, **o: Any):
+    """Resolve options into objects and call :func:`fsdpsim.predict.predict` (on ``system``
+    when given, else the one :func:`build_system` resolves)."""
+    from fsdpsim.predict import predict
+    from fsdpsim.presets import get_model
+
+    if system is None:
+        system = build_system(ctx, **o)
     seq_len = _auto_int(o["seq_len"], "--seq-len")
     spec = get_model(o["model"])
     if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
@@ -206,10 +217,13 @@ def predict_options(f):
         click.option("--dropout/--no-dropout", default=False, show_default=True,
                      help="Attention and residual dropout (Megatron GPT 0.1): its traffic "
                           "and masks."),
+        click.option("--price", default=None,
+                     help="Rent per GPU-hour in USD (e.g. 2.5 or $2.5/h); default: the "
+                          "catalog's (the cloud node's or the GPU's)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return run_options(f)
 
 
 def _comm_range_words(interval: dict) -> str:
@@ -247,7 +261,10 @@ def _plan_text(pl: dict) -> str:
             f"{'yes' if pl['reshard_after_forward'] else 'no'}" + framework + extras)
 
 
-def predict_table(p) -> str:
+def predict_table(p, report: dict | None = None, run=None) -> str:
+    """The table report; with ``report`` (``to_dict`` plus
+    :func:`fsdpsim.procurement.prediction_run`) and ``run``, also cost, energy and time to
+    train."""
     d = p.to_dict()
     t, m, c, th = d["time"], d["memory"], d["comm"], d["thresholds"]
     tr, pl = d["training"], d["plan"]
@@ -334,6 +351,10 @@ def predict_table(p) -> str:
         lines.append("\nfaster at this scale")
         lines.extend(f"  - {a['setting']}: {a['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU "
                      f"({100 * a['gain']:+.0f} %)" for a in d["advice"])
+    if report is not None:
+        from fsdpsim.procurement import RunAssumptions
+
+        lines.append(run_table(report, run or RunAssumptions()))
     if d["notes"]:
         lines.append("\nnotes")
         lines.extend(f"  - {n}" for n in d["notes"])
@@ -346,16 +367,24 @@ def register(cli: click.Group) -> None:
     @render_option
     @click.pass_context
     def predict_cmd(ctx: click.Context, fmt: str, **options: Any) -> None:
-        """Predict step time, throughput, MFU, memory and bottleneck of one setup."""
+        """Predict step time, throughput, MFU, memory and bottleneck of one setup, and what a
+        training run on it costs (rent, energy, days; with failures and checkpoints)."""
+        from fsdpsim import procurement
+
         if options["gpu"] is None and options["cluster"] is None:
             options["gpu"] = "h100"
-        p = build_prediction(ctx, **options)
+        run = procurement.read_run_options(options)
+        price = (None if options["price"] is None
+                 else procurement.read_price(options["price"], "--price"))
+        system = build_system(ctx, **options)
+        p = build_prediction(ctx, system=system, **options)
+        report = {**p.to_dict(), **procurement.prediction_run(p, system, run, price)}
         if fmt == "json":
-            echo(render.to_json(p.to_dict()))
+            echo(render.to_json(report))
         elif fmt == "csv":
-            echo(render.csv_text([p.to_dict()]), nl=False)
+            echo(render.csv_text([report]), nl=False)
         else:
-            echo(predict_table(p))
+            echo(predict_table(p, report, run))
 
 
 def render_option(f):
@@ -363,4 +392,4 @@ def render_option(f):
                         show_default=True, help="Output format.")(f)
 
 
-__all__ = ["register", "build_prediction", "predict_table", "GIB_BYTES"]
+__all__ = ["register", "build_system", "build_prediction", "predict_table", "GIB_BYTES"]

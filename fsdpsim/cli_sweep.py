@@ -8,18 +8,21 @@ import math
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import click
-import pandas as pd
 
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
+from fsdpsim.cli_procurement import assumption_notes, rate, run_options, short_source
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
 from fsdpsim.output import ROWS_PER_CHUNK, OutputError, echo, is_stdout, write_chunks
 from fsdpsim.parallel import SHARDING_HELP
 from fsdpsim.units import GIB_BYTES
+
+if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
+    import pandas as pd
 
 FORMATS = ("table", "csv", "json", "parquet")
 #: Show a progress bar on stderr from this many candidate configurations (about a second).
@@ -74,11 +77,8 @@ def grid_options(f):
                      help="Leave every knob not given free (sharding, micro-batch, recompute) "
                           "and keep, per point, the fastest setting that fits."),
         click.option("--price", multiple=True,
-                     help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog."),
-        click.option("--pue", default=None, help="Facility PUE for energy (default 1: GPUs only)."),
-        click.option("--tokens", default=None,
-                     help="Tokens of a training run (e.g. 15t): adds time, cost and energy to "
-                          "train them."),
+                     help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog "
+                          "(the cloud node's or the GPU's)."),
         click.option("--ceilings/--no-ceilings", default=None,
                      help="Solve the largest micro-batch and sequence that fit for every row "
                           "(default on; off is about 3x faster on grids without free knobs)."),
@@ -100,7 +100,7 @@ def grid_options(f):
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return run_options(f)
 
 
 def sweep_options(f):
@@ -176,6 +176,8 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 # -- the table view ------------------------------------------------------------------------------
 def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
+    import pandas as pd
+
     if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value * scale if scale != 1.0 else value:{spec}}{unit}"
@@ -214,6 +216,9 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
             row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
             row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
             row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
+            row["goodput"] = _fmt(r["failures.goodput"], ".1f", 100, " %")
+            row["w/ failures days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+            row["w/ failures $M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
         row["infeasible"] = r["infeasible"] or ""
         rows.append(row)
     if not head:
@@ -225,14 +230,26 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
 
 
 def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
-    """What the cost and energy columns assume."""
-    out = [f"energy = board power (TDP, or the power cap) x GPUs x time x PUE {grid.pue:g}: an "
-           "upper bound of accelerator power (CPUs, NICs, switches not counted)",
-           "cost = GPU-hours x rent per GPU-hour (catalog rent_usd_per_hour: an order-of-"
-           "magnitude on-demand rate, unless --price)"]
-    no_price = sorted(set(frame["gpu"]) - set(grid.price_usd_per_gpu_hour))
+    """What the cost, energy and failure columns assume, and each system's rent."""
+    out = assumption_notes(grid.run)
+    shown = set(frame["gpu"].astype(str))
+    rents, no_price = {}, set()
+    for hw in grid.hardware:
+        price = grid.price(hw)
+        if hw.gpu not in shown:
+            continue
+        if price is None:
+            no_price.add(hw.gpu)
+            continue
+        where = hw.cluster or hw.gpu
+        rents[where] = (f"{where} {rate(price.usd_per_gpu_hour)}/GPU-h "
+                        + ("(--price)" if price.kind == "--price" else
+                           f"({price.kind}, {short_source(price.source)}, {price.retrieved})"))
+    if rents:
+        out.append("rent: " + "; ".join(rents.values()))
     if no_price:
-        out.append(f"no price for {', '.join(no_price)}: give --price {no_price[0]}=USD/h")
+        first = sorted(no_price)[0]
+        out.append(f"no price for {', '.join(sorted(no_price))}: give --price {first}=USD/h")
     no_tdp = sorted(set(frame["gpu"]) - set(grid.tdp_w))
     if no_tdp:
         out.append(f"no TDP in the catalog for {', '.join(no_tdp)}: energy left empty")
@@ -280,6 +297,8 @@ def _json_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[
 
 def _table_chunks(frames: Iterable[pd.DataFrame], grid: Grid, counts: list[int]
                   ) -> Iterator[str]:
+    import pandas as pd
+
     frames = iter(frames)
     held: list[pd.DataFrame] = []
     for frame in frames:
@@ -306,6 +325,8 @@ def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
     """Write the rows of ``frames`` (one DataFrame, or chunks of rows as the sweep computes
     them) in ``fmt`` to stdout or ``output``; csv, json and big tables stream. Returns (rows,
     feasible rows)."""
+    import pandas as pd
+
     if isinstance(frames, pd.DataFrame):
         frames = [frames]
     counts = [0, 0]

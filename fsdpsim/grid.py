@@ -25,13 +25,12 @@ from typing import Any, Mapping
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError, shown
 from fsdpsim.files import read_toml
-from fsdpsim.hardware import System
+from fsdpsim.hardware import Price, System
 from fsdpsim.model import ModelSpec
-from fsdpsim.model_ladder import format_size, ladder_model, series_125
 from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS
 from fsdpsim.numbers import (DECIMAL, INTER_NODE_GBPS, MAX_COUNT, MODEL_SIZE, POWER_CAP_W,
-                             PRICE_USD_PER_GPU_HOUR, PUE, TRAIN_TOKENS, Rule, count_rule,
-                             VPP, read_number, reject)
+                             VPP, Rule, count_rule, read_number, reject)
+from fsdpsim.procurement import RunAssumptions, read_price, read_run_options, resolve_price
 from fsdpsim.system import cluster_gpus, resolve_system
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
@@ -39,8 +38,9 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
              "inter-node-gbps-per-gpu", "power-cap-w", "placement", "num-gpus", "seq-len", "micro-batch",
              "global-batch", "sharding", "recompute", "precision", "best", "price", "pue",
-             "tokens", "ceilings", "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp",
-             "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers")
+             "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
+             "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp", "pp-schedule",
+             "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -85,14 +85,13 @@ class Grid:
     shardings: tuple[str, ...] | None
     micro_batches: tuple[int, ...] | None
     recomputes: tuple[str, ...] | None
-    price_usd_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
-    """Rent per GPU-hour by accelerator id (catalog values with user overrides)."""
+    price_overrides: Mapping[str, float] = field(default_factory=dict)
+    """Rent per GPU-hour by accelerator id that the user gave (``--price``); the others come
+    from the catalog (:func:`fsdpsim.procurement.resolve_price`)."""
     tdp_w: Mapping[str, float] = field(default_factory=dict)
     """Board power by accelerator id (catalog)."""
-    pue: float = 1.0
-    """Power usage effectiveness of the facility [-] (1 = GPUs only)."""
-    train_tokens: float | None = None
-    """Tokens of a whole training run, for time/cost/energy to train [-]."""
+    run: RunAssumptions = field(default_factory=RunAssumptions)
+    """Tokens to train, PUE, failure rate, checkpoint bandwidth and restart time."""
     grad_sync: str = "every"
     """Gradient sync with accumulation ("every" or "last"), for the sharded strategies."""
     keep_gathered: bool = False
@@ -111,6 +110,20 @@ class Grid:
     tp_overlap: bool = False
     """Overlap TP collectives with GEMMs (layouts with tp > 1)."""
     recompute_layers: int | None = None
+
+    @property
+    def pue(self) -> float:
+        """Power usage effectiveness of the facility [-]."""
+        return self.run.pue
+
+    @property
+    def train_tokens(self) -> float | None:
+        """Tokens of a whole training run, for time/cost/energy to train [-]."""
+        return self.run.tokens
+
+    def price(self, hardware: Hardware) -> Price | None:
+        """The rent per GPU-hour of one hardware choice (the user's, else the catalog's)."""
+        return resolve_price(hardware.system, self.price_overrides.get(hardware.gpu))
 
     @property
     def axes(self) -> tuple[tuple, ...]:
@@ -212,6 +225,8 @@ def parse_sizes(value: Any) -> list[float]:
     for item in split_values(value, "--model-sizes"):
         if ".." in item:
             lo, hi = (read_number(t, "--model-sizes", MODEL_SIZE) for t in item.split("..", 1))
+            from fsdpsim.model_ladder import series_125  # (numpy: not at start-up)
+
             out += series_125(lo, hi)
         else:
             out.append(read_number(item, "--model-sizes", MODEL_SIZE))
@@ -231,15 +246,8 @@ def parse_prices(value: Any, catalog: Catalog) -> dict[str, float]:
             acc = catalog.accelerator(gpu.strip())
         except ConfigError as exc:
             raise ConfigError(f"--price {item!r}: {exc}") from None
-        text = price.strip().lower().lstrip("$")
-        for suffix in ("/gpu-hour", "/hour", "/hr", "/h"):
-            text = text.removesuffix(suffix)
-        out[acc.id] = read_number(text, f"--price {gpu.strip()}", PRICE_USD_PER_GPU_HOUR)
+        out[acc.id] = read_price(price, f"--price {gpu.strip()}")
     return out
-
-
-def _pue(value: Any) -> float:
-    return read_number(value, "--pue", PUE)
 
 
 def _knob_counts(value: Any, what: str) -> tuple[int, ...] | None:
@@ -271,6 +279,8 @@ def _models(options: Mapping[str, Any]) -> tuple[ModelSpec, ...]:
     if "model" in options:
         models += [get_model(name) for name in split_values(options["model"], "--model")]
     if "model-sizes" in options:
+        from fsdpsim.model_ladder import ladder_model
+
         models += [ladder_model(n) for n in parse_sizes(options["model-sizes"])]
     if not models:
         models = [get_model(DEFAULT_MODEL)]
@@ -341,13 +351,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
             global_batches += ([None] if item.lower() in ("none", "auto")
                                else parse_counts(item, "--global-batch"))
     hardware = _hardware(catalog, options)
-    prices = {h.gpu: h.system.accelerator.rent_usd_per_hour for h in hardware
-              if h.system.accelerator.rent_usd_per_hour}
-    if "price" in options:
-        prices.update(parse_prices(options["price"], catalog))
-    tokens = None
-    if "tokens" in options:
-        tokens = read_number(options["tokens"], "--tokens", TRAIN_TOKENS)
+    prices = parse_prices(options["price"], catalog) if "price" in options else {}
     return Grid(
         models=_models(options),
         hardware=hardware,
@@ -358,10 +362,9 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         shardings=parse_choices(knobs["sharding"], "--sharding", SHARDINGS, allow_auto=True),
         micro_batches=_knob_counts(knobs["micro-batch"], "--micro-batch"),
         recomputes=parse_choices(knobs["recompute"], "--recompute", RECOMPUTES, allow_auto=True),
-        price_usd_per_gpu_hour=prices,
+        price_overrides=prices,
         tdp_w={h.gpu: h.system.accelerator.tdp_w for h in hardware if h.system.accelerator.tdp_w},
-        pue=_pue(options.get("pue", 1.0)),
-        train_tokens=tokens,
+        run=read_run_options(options),
         ceilings=_flag(options.get("ceilings", True), "--ceilings"),
         grad_sync=parse_choices(options.get("grad-sync", "every"), "--grad-sync",
                                 ("every", "last"))[0],
@@ -402,6 +405,13 @@ def describe(grid: Grid) -> str:
     if grid.free:
         text += f"; free: {', '.join(grid.free)}"
     return text
+
+
+def format_size(n_params: float) -> str:
+    """:func:`fsdpsim.model_ladder.format_size` (imported on use: it needs numpy)."""
+    from fsdpsim.model_ladder import format_size as _format_size
+
+    return _format_size(n_params)
 
 
 __all__ = ["Grid", "Hardware", "GRID_KEYS", "build_grid", "read_grid_file", "parse_counts",

@@ -15,7 +15,23 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
 Topology = Literal["switch", "mesh", "pcie", "torus", "single"]
+#: What a rent in the catalog is: a provider's published on-demand list price, or an estimate
+#: (derived from other list prices, or remembered; the entry's comment says how).
+PRICE_KINDS = ("on-demand", "estimate")
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+
+@dataclass(frozen=True)
+class Price:
+    """Rent of one GPU for one hour, and where the number comes from."""
+
+    usd_per_gpu_hour: float
+    kind: str
+    """One of :data:`PRICE_KINDS`, or ``--price`` for a user's own."""
+    source: str
+    """URL (or ``--price``) the number was read from."""
+    retrieved: str
+    """Date the price was read at its source (ISO)."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +112,20 @@ class Accelerator:
     year: int | None = None
     price_usd: float | None = None
     rent_usd_per_hour: float | None = None
+    """Rent per GPU-hour (catalog ``rent_usd_per_hour``), described by ``price_*``."""
+    price_kind: str = "estimate"
+    price_source: str = ""
+    price_retrieved: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = ()
+
+    @property
+    def price(self) -> Price | None:
+        """The rent of one of these GPUs per hour, with its source; None when unknown."""
+        if self.rent_usd_per_hour is None:
+            return None
+        return Price(float(self.rent_usd_per_hour), self.price_kind, self.price_source,
+                     self.price_retrieved)
 
     def peak_for(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``; a clear error if this part lacks it."""
@@ -184,8 +212,21 @@ class Node:
     retrieved: str
     power_kw: float | None = None
     price_usd: float | None = None
+    rent_usd_per_node_hour: float | None = None
+    """Rent of the whole node (a cloud instance) per hour, as providers list it."""
+    price_kind: str = "estimate"
+    price_source: str = ""
+    price_retrieved: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = ()
+
+    @property
+    def price(self) -> Price | None:
+        """Rent per GPU-hour of this node (its hourly rent / its GPUs); None when unknown."""
+        if self.rent_usd_per_node_hour is None:
+            return None
+        return Price(float(self.rent_usd_per_node_hour) / self.gpus_per_node, self.price_kind,
+                     self.price_source, self.price_retrieved)
 
     @property
     def inter_node_bandwidth_bytes_per_s_per_gpu(self) -> float:
@@ -248,3 +289,5 @@ class System:
         default_factory=lambda: MappingProxyType({}))
     """The catalog's collective libraries by id (a framework profile picks its release)."""
     extra: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    price: Price | None = None
+    """Rent per GPU-hour: the node's (a cloud instance) when named, else the accelerator's."""

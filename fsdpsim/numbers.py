@@ -212,6 +212,13 @@ PUE = Rule(1, 10)
 PRICE_USD_PER_GPU_HOUR = Rule(0.0001, 10_000, unit="USD per GPU-hour")
 #: Tokens of a training run: up to a million times Llama 3's 15T.
 TRAIN_TOKENS = Rule(1, 1e19, unit="tokens", suffixes=DECIMAL)
+#: Mean time between job-stopping failures per GPU: an hour to 100,000 years (Llama 3's H100s:
+#: 50,677 hours, fsdpsim.procurement).
+GPU_MTBF_HOURS = Rule(1, 1e9, unit="hours per GPU")
+#: Checkpoint write bandwidth of a whole job: 1 MB/s to 10 PB/s (Llama 3's storage: 2,000).
+CHECKPOINT_GB_PER_S = Rule(0.001, 1e7, unit="GB/s")
+#: Time to restart after a failure: none to a week.
+RESTART_MIN = Rule(0, 10_080, unit="minutes")
 #: Model sizes of the ladder (--model-sizes): 1M to 1,000T parameters.
 MODEL_SIZE = Rule(1e6, 1e15, unit="parameters", suffixes=DECIMAL)
 TOKENS_PER_GPU = Rule(1, 1e12, unit="tokens per GPU", suffixes=DECIMAL)

@@ -6,15 +6,14 @@ import json
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
-import pandas as pd
-
 from fsdpsim.units import GIB_BYTES
 
 FORMATS = ("table", "json", "csv")
 
 
 def _jsonable(value: Any) -> Any:
+    import numpy as np  # not at start-up: `fsdpsim --version` needs no numpy
+
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -54,12 +53,16 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str] | None = Non
     """Aligned plain-text table of ``rows``."""
     if not rows:
         return "(no rows)"
+    import pandas as pd  # imported here, not at start-up (benchmarks/bench_startup.py)
+
     frame = pd.DataFrame(list(rows), columns=list(columns) if columns else None)
     frame = frame.astype(object).where(frame.notna(), "")
     return frame.to_string(index=False)
 
 
 def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    import pandas as pd
+
     return pd.DataFrame([flatten(r) for r in rows]).to_csv(index=False)
 
 

@@ -26,8 +26,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from fsdpsim import engine
-from fsdpsim.costs import economics
+from fsdpsim import engine, procurement
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
@@ -37,14 +36,13 @@ from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_P
                              slower_twin,
                              system_inputs, training_inputs)
 from fsdpsim.system import cluster_too_small, domain_gpus
-from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, HOUR_S
+from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES
 
 #: Configurations per engine call: large enough to amortise the call, small enough that the
 #: temporaries stay in cache (measured fastest on the development machine; benchmarks/).
 EVAL_CHUNK = 65_536
 #: Candidate configurations expanded at a time (bounds memory for huge grids).
 CANDIDATES_PER_CHUNK = 262_144
-J_PER_KWH = 3.6e6
 _DEFAULT_TRAINING = TrainingConfig(seq_len=1)
 _RANK_KEYS = ("tokens_per_s", "fits", "peak_bytes", "capacity_bytes", "pipeline_ok")
 
@@ -525,7 +523,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     _first_reason(reasons, valid & ~cols["fits"], lambda b: (
         f"does not fit: peak memory > {b:.2f} GiB usable"),
         np.round(np.nan_to_num(cols["memory.capacity_bytes"]) / GIB_BYTES, 2))
-    cols.update(_economics(grid, cols, p["h"], np.equal(reasons, None)))
+    cols.update(_economics(grid, cols, p["h"], p["pr"], np.equal(reasons, None)))
     cols["infeasible"] = reasons
     return cols
 
@@ -600,29 +598,26 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
     return out
 
 
-def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray,
-               ok: np.ndarray) -> dict[str, np.ndarray]:
-    """Cost and energy per million tokens (and of a whole run with ``grid.train_tokens``)."""
-    price_h = np.array([grid.price_usd_per_gpu_hour.get(x.gpu, np.nan) for x in grid.hardware],
-                       dtype=float)[h]
+def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray, pr: np.ndarray,
+               ok: np.ndarray) -> dict[str, Any]:
+    """Cost, energy, time to train and failure columns: :func:`fsdpsim.procurement.run_columns`
+    on every row (the function predict's report calls), with each system's price and TDP."""
+    prices = [grid.price(x) for x in grid.hardware]
+    price_h = np.array([np.nan if x is None else x.usd_per_gpu_hour for x in prices])[h]
     tdp = np.array([grid.tdp_w.get(x.gpu, np.nan) for x in grid.hardware], dtype=float)[h]
     # A capped GPU draws at most its cap (the energy model charges board power for the step).
     cap = np.array([x.system.power_cap_w or np.inf for x in grid.hardware], dtype=float)[h]
-    board_w = np.minimum(tdp, cap)
-    tps = np.where(ok, cols["tokens_per_s"], np.nan)
-    gpus = cols["plan.num_gpus"]
-    usd_per_token = economics.cost_per_token_usd(price_h / HOUR_S, gpus, tps)
-    j_per_token = economics.energy_per_token_j(board_w, gpus, tps, grid.pue)
-    out = {"price_usd_per_gpu_hour": price_h, "tdp_w": tdp, "pue": np.full(ok.size, grid.pue),
-           "cost_usd_per_million_tokens": 1e6 * usd_per_token,
-           "energy_kwh_per_million_tokens": 1e6 * j_per_token / J_PER_KWH}
-    if grid.train_tokens is not None:
-        tokens = grid.train_tokens
-        out.update({
-            "train_tokens": np.full(ok.size, tokens),
-            "train_time_s": economics.time_to_train_s(tokens, tps),
-            "train_cost_usd": economics.training_cost_usd(tokens, price_h / HOUR_S, gpus, tps),
-            "train_energy_kwh": economics.training_energy_j(tokens, board_w, gpus, tps,
-                                                            grid.pue) / J_PER_KWH,
-        })
-    return out
+    compute_bytes = np.array([training_inputs(TrainingConfig(seq_len=1, precision=x))
+                              ["compute_bytes"] for x in grid.precisions], dtype=float)[pr]
+    megatron = np.equal(np.asarray(cols["plan.framework"], dtype=object), "megatron")
+    ckpt = procurement.checkpoint_bytes(cols["n_params"], compute_bytes,
+                                        engine.OPTIMIZER_CODES[_DEFAULT_TRAINING.optimizer],
+                                        megatron)
+    out = procurement.run_columns(tokens_per_s=cols["tokens_per_s"],
+                                  num_gpus=cols["plan.num_gpus"], ok=ok,
+                                  price_usd_per_gpu_hour=price_h, tdp_w=tdp, power_cap_w=cap,
+                                  checkpoint_bytes_=ckpt, run=grid.run)
+    text = procurement.price_columns(prices)
+    first = {k: v for k, v in out.items() if not k.startswith(("failures.", "train_"))}
+    return {**first, **{k: np.array(v, dtype=object)[h] for k, v in text.items()},
+            **{k: v for k, v in out.items() if k not in first}}

@@ -63,6 +63,7 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
             raise ConfigError(f"--cluster {cluster!r} is the id of a catalog {kind}; it takes a node or cluster id "
                               "(see `fsdpsim catalog list --kind node`)")
         acc = node.accelerator
+        price = node.price or acc.price
         if gpu is not None and catalog.accelerator(gpu).id != acc.id:
             raise ConfigError(f"--gpu {gpu!r} conflicts with --cluster {cluster!r}, whose GPU is "
                               f"{acc.id}; give one of them")
@@ -73,6 +74,7 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         label = f"{ident} ({per_node}x {acc.id}, {node.nics_per_node:g}x {net.id} per node)"
     else:
         acc = catalog.accelerator(gpu)
+        price = acc.price
         # A rack-scale NVLink domain (NVL72) is the scale-up unit when no node is named.
         rack = acc.link.domain_size if (acc.link.domain_size or 0) > DEFAULT_GPUS_PER_NODE else None
         per_node = gpus_per_node or rack or DEFAULT_GPUS_PER_NODE
@@ -114,6 +116,7 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         oversubscription=oversubscription, pod_gpus=pod_gpus, placement=placement,
         collectives=MappingProxyType({i: catalog.collectives(i)
                                       for i in catalog.ids("collectives")}),
+        price=price,
     )
 
 

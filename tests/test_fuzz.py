@@ -218,8 +218,16 @@ SHARED_OPTIONS = {  # options predict and sweep both take, with the same meaning
     "--no-sequence-parallel": st.just(None),
     "--tp-overlap": st.just(None),
     "--recompute-layers": _mostly(st.sampled_from(["0", "1", "2", "16"]), one_in=6),
+    # a training run: tokens, energy, failures and checkpoints (issue 10)
+    "--pue": _float([1, 1.2, 1.56, 10], [10.5, 0.9]),
+    "--tokens": _float(["15t", "1", "1e19", "1k"], ["1e20", "0.5"]),
+    "--gpu-mtbf-hours": _float([1, 100, 50677, "1e9"], ["0.5", "1e10", "-1"]),
+    "--checkpoint-gb-per-s": _float([0.001, 1, 2000, "1e7"], ["1e-4", "2e7"]),
+    "--restart-min": _float([0, 1, 10, 10080], ["-1", "10081"]),
 }
 PREDICT_ONLY = {
+    "--price": _mostly(st.sampled_from(["2.5", "$2.5/h", "0.0001", "1e4", "3/gpu-hour"]),
+                       st.sampled_from(["h100=2.5/h", "nan", "-1", "1e5", "cheap", ""])),
     "--shard-group-size": _count([1, 2, 8, 16, 3]),
     "--reduce-dtype": _mostly(st.sampled_from(["fp32", "bf16", "fp16"]), st.just("fp8")),
     "--optimizer": _mostly(st.sampled_from(["adamw", "sgd"]), st.just("adam")),
@@ -241,8 +249,6 @@ SWEEP_ONLY = {
                                               "10t", "1b..1t"])),
     "--price": _mostly(st.sampled_from(["h100=2.5/h", "h100=$0.0001", "h100=1e5", "a100=nan",
                                         "h100=inf", "h100=-1", "h100"])),
-    "--pue": _float([1, 1.2, 10], [10.5, 0.9]),
-    "--tokens": _float(["15t", "1", "1e19", "1k"], ["1e20", "0.5"]),
     "--best": st.just(None),
     "--no-ceilings": st.just(None),
 }
@@ -576,6 +582,9 @@ _GRID_VALUES = {
     "price": ['"h100=2.5/h"', '{h100 = 3}', '{h100 = "nan"}', '"a100=1e5"'],
     "pue": ["1.2", "10", "0.5", '"1.1"'],
     "tokens": ['"15t"', "1e19", "1e20", '"1k"'],
+    "gpu-mtbf-hours": ["50677", "1", '"1e9"', "0"],
+    "checkpoint-gb-per-s": ["2000", "0.001", '"1e7"', "0"],
+    "restart-min": ["10", "0", '"10080"', "-1"],
     "ceilings": ["true", "false"],
     "grad-sync": ['"every"', '"last"'],
     "keep-params-gathered": ["true", "false"],

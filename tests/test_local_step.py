@@ -135,6 +135,14 @@ def test_entry_loads_and_carries_the_measured_values(tmp_path):
     assert "fsdpsim calibrate --local on 2026-11-30, AMD EPYC" in acc.source
 
 
+def test_a_fit_at_its_zero_bound_writes_a_loadable_zero(tmp_path):
+    """least_squares ends a fit bounded below by 0 at a residue (5.8e-20 on a loaded machine);
+    the entry must still load: the residue is written as 0."""
+    (tmp_path / "local.toml").write_text(catalog_toml(fake_measurement(attention_half_kv=5.8e-20)))
+    acc = load_catalog([tmp_path], use_env=False).accelerator("local-cpu")
+    assert acc.efficiency.attention_half_kv == 0.0
+
+
 def test_entry_without_native_bf16_has_fp32_only(tmp_path):
     (tmp_path / "local.toml").write_text(catalog_toml(fake_measurement(bf16_native=False)))
     acc = load_catalog([tmp_path], use_env=False).accelerator("local-cpu")

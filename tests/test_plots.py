@@ -293,7 +293,7 @@ def test_procurement_pareto_needs_a_time_to_train(cat):
         plots.procurement_pareto(rows)
     fig = plots.procurement_pareto(rows, tokens=1e12)
     assert "1T tokens" in fig.axes[0].get_xlabel()
-    no_price = sweep(cat, model="llama3-8b", gpu="b200", num_gpus="8", tokens="1t")
+    no_price = sweep(cat, model="llama3-8b", gpu="gaudi3", num_gpus="8", tokens="1t")
     with pytest.raises(ConfigError, match="price"):
         plots.procurement_pareto(no_price)
 

@@ -22,6 +22,27 @@ OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
 MEGATRON_MASTER_BYTES = 4.0
 
 
+def state_bytes_per_param(compute_bytes, reduce_bytes, optimizer, megatron):
+    """Bytes per parameter of the resident parameter copy, the gradient and the optimizer
+    states of the training recipe: (p, g, K) of :func:`fsdpsim.costs.memory.model_state_bytes`.
+
+    PyTorch recipe: fp32 parameters (the master copy) and gradients; Megatron's: bf16
+    parameters, main gradients in the reduce dtype (fp32 by default, bf16 in NeMo's performance
+    recipes: grad_reduce_in_fp32 = False), and the fp32 master copy with the optimizer
+    (Megatron-LM distrib_optimizer.md: 2 + 4 + 12/N bytes per parameter). ``optimizer`` is the
+    engine's code (0 AdamW, 1 SGD); ``megatron`` > 0 for Megatron's recipe. A checkpoint holds
+    p + K of them (:func:`fsdpsim.costs.goodput.checkpoint_bytes`).
+    """
+    megatron = np.asarray(megatron) > 0
+    param_bytes = np.where(megatron, compute_bytes, 4.0)
+    grad_bytes = np.where(megatron, reduce_bytes, 4.0)
+    optimizer_bytes = (np.where(np.asarray(optimizer) == 0,
+                                OPTIMIZER_STATE_BYTES_PER_PARAM["adamw"],
+                                OPTIMIZER_STATE_BYTES_PER_PARAM["sgd"])
+                       + np.where(megatron, MEGATRON_MASTER_BYTES, 0.0))
+    return param_bytes, grad_bytes, optimizer_bytes
+
+
 def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str, object]:
     """Keyword arguments of :func:`memory.peak_memory_bytes` for the engine inputs ``g`` (as
     :func:`fsdpsim.engine.prepare` returns them) and a pipeline ``stage``: "only" (no
@@ -63,7 +84,8 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
     accumulated = np.where((np.asarray(g["grad_sync_last"]) > 0) & sharded_grads
                            & (np.asarray(g.get("grad_accum", 1.0)) > 1), padded, 0.0)
     rl = np.asarray(g["recompute_layers"])
-    megatron = np.asarray(g["megatron"]) > 0
+    param_bytes, grad_bytes, optimizer_bytes = state_bytes_per_param(
+        g["compute_bytes"], g["reduce_bytes"], g["optimizer"], g["megatron"])
     config = dict(
         n_params=n_params, unit_numel=unit,
         resident_numel=root, padded_n_params=padded,
@@ -73,17 +95,8 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
         ffn_size=g["ffn_size"] * g["active_experts"], ffn_kind=(g["swiglu"] > 0).astype(int),
         n_heads=g["n_heads"],
         vocab_size=vocab, recompute=np.asarray(g["recompute"]).astype(int),
-        # PyTorch recipe: fp32 parameters (the master copy) and gradients; Megatron's: bf16
-        # parameters, main gradients in the reduce dtype (fp32 by default, bf16 in NeMo's
-        # performance recipes: grad_reduce_in_fp32 = False), and the fp32 master copy with the
-        # optimizer (Megatron-LM distrib_optimizer.md: 2 + 4 + 12/N bytes per parameter).
-        param_bytes=np.where(megatron, g["compute_bytes"], 4.0),
-        # Megatron's gradient buffer is in the reduce dtype (grad_reduce_in_fp32).
-        grad_bytes=np.where(megatron, g["reduce_bytes"], 4.0),
-        optimizer_bytes_per_param=np.where(np.asarray(g["optimizer"]) == 0,
-                                           OPTIMIZER_STATE_BYTES_PER_PARAM["adamw"],
-                                           OPTIMIZER_STATE_BYTES_PER_PARAM["sgd"])
-        + np.where(megatron, MEGATRON_MASTER_BYTES, 0.0),
+        param_bytes=param_bytes, grad_bytes=grad_bytes,
+        optimizer_bytes_per_param=optimizer_bytes,
         compute_param_bytes=g["compute_bytes"], compute_grad_bytes=g["compute_bytes"],
         reduce_grad_bytes=g["reduce_bytes"], flash_attention=g["flash"] > 0,
         act_bytes=g["compute_bytes"], fused_loss=g["fused_loss"] > 0,

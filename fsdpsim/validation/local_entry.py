@@ -125,8 +125,13 @@ class LocalMeasurement:
 
 # ============================================================================ the catalog entry
 def _num(value: float) -> str:
-    """A TOML number with 4 significant digits (always a float: ``95.0``, ``3.52e-02``)."""
-    text = f"{value:.4g}"
+    """A TOML number with 4 significant digits (always a float: ``95.0``, ``3.52e-02``).
+
+    A fit that ends on a lower bound of 0 returns a residue such as 5.8e-20; the catalog reader
+    refuses nonzero values below :data:`fsdpsim.numbers.TINY`, so they are written as 0."""
+    from fsdpsim.numbers import TINY
+
+    text = f"{0.0 if abs(value) < TINY else value:.4g}"
     return text if any(c in text for c in ".en") else text + ".0"
 
 
