@@ -247,7 +247,7 @@ def seq_len_ceiling(rows: pd.DataFrame) -> pd.DataFrame:
     frame = best[keys + ["thresholds.max_seq_len", "memory.capacity_bytes"]].rename(
         columns={"thresholds.max_seq_len": "max_seq_len",
                  "memory.capacity_bytes": "capacity_bytes"})
-    frame = frame[frame["max_seq_len"] > 0].assign(capped=False)
+    frame = with_columns(frame[frame["max_seq_len"] > 0], capped=False)
     return frame.sort_values(keys).reset_index(drop=True)
 
 
@@ -265,6 +265,12 @@ def pareto_front(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
             front[i] = True
             best_y, last = y[i], i
     return front
+
+
+def with_columns(frame: pd.DataFrame, **columns) -> pd.DataFrame:
+    """``frame.assign(**columns)`` in one concatenation (sweep rows hold many categorical
+    columns, one block each, and pandas warns on every insert into such a frame)."""
+    return pd.concat([frame, pd.DataFrame(columns, index=frame.index)], axis=1)
 
 
 def train_time_s(rows: pd.DataFrame, tokens: float | None) -> pd.Series:

@@ -175,7 +175,7 @@ def throughput_vs_model_size(rows: Rows, metric: str = "tokens_per_s_per_gpu",
     ok = data.feasible(frame) & frame[metric].notna()
     if not ok.any():
         raise ConfigError("no row of the throughput plot fits in memory: nothing to draw")
-    use = frame[ok].assign(_label=labels[ok])
+    use = data.with_columns(frame[ok], _label=labels[ok])
     best = data.best_per_group(use, ["_label", "n_params"], metric)
     fig = _figure()
     ax = fig.add_subplot()
@@ -378,8 +378,8 @@ def procurement_pareto(rows: Rows, *, tokens: float | None = None,
     if not ok.any():
         raise ConfigError("no row of the pareto plot can run and has a price: give prices "
                           "(--price GPU=USD/h) and check that the configurations fit")
-    use = frame[ok].assign(_days=days[ok], _cost=cost[ok],
-                           _group=data.group_labels(frame[ok], "system"))
+    use = data.with_columns(frame[ok], _days=days[ok], _cost=cost[ok],
+                                _group=data.group_labels(frame[ok], "system"))
     front = data.pareto_front(use["_days"], use["_cost"])
     fig = _figure(7.5, 5.0)
     ax = fig.add_subplot()
