@@ -390,26 +390,21 @@ class _Search:
         self.sign = sign
         self.k_seen = np.concatenate([np.zeros((n, 1)), k], axis=1)
         self.f_seen = np.concatenate([f0[:, None], f], axis=1)
-        ok = np.isfinite(self.k_seen) & np.isfinite(self.f_seen)
-        up = f0 < 0
+        ks, fs = self.k_seen, self.f_seen
+        ok = np.isfinite(ks) & np.isfinite(fs)
+        up = (f0 < 0)[:, None]
         # Upwards (f0 < 0): the lowest k > 0 with f >= 0; below it, the highest k >= 0 seen.
-        hi_up = np.min(np.where(ok & (self.k_seen > 0) & (self.f_seen >= 0), self.k_seen,
-                                np.inf), axis=1)
-        lo_up = np.max(np.where(ok & (self.k_seen < hi_up[:, None]) & (self.k_seen >= 0),
-                                self.k_seen, -np.inf), axis=1)
         # Downwards (f0 >= 0): the highest k < 0 with f < 0; above it, the lowest k <= 0 seen.
-        lo_dn = np.max(np.where(ok & (self.k_seen < 0) & (self.f_seen < 0), self.k_seen,
-                                -np.inf), axis=1)
-        hi_dn = np.min(np.where(ok & (self.k_seen > lo_dn[:, None]) & (self.k_seen <= 0),
-                                self.k_seen, np.inf), axis=1)
-        self.lo, self.hi = np.where(up, lo_up, lo_dn), np.where(up, hi_up, hi_dn)
+        hi, f_hi = _extreme(ok & up & (ks > 0) & (fs >= 0), ks, fs, lowest=True)
+        lo, f_lo = _extreme(ok & ~up & (ks < 0) & (fs < 0), ks, fs, lowest=False)
+        lo_up, f_lo_up = _extreme(ok & up & (ks >= 0) & (ks < hi[:, None]), ks, fs,
+                                  lowest=False)
+        hi_dn, f_hi_dn = _extreme(ok & ~up & (ks <= 0) & (ks > lo[:, None]), ks, fs,
+                                  lowest=True)
+        up = up[:, 0]
+        self.lo, self.f_lo = np.where(up, lo_up, lo), np.where(up, f_lo_up, f_lo)
+        self.hi, self.f_hi = np.where(up, hi, hi_dn), np.where(up, f_hi, f_hi_dn)
         self.active = np.isfinite(self.lo) & np.isfinite(self.hi) & (self.hi - self.lo > 1)
-        self.f_lo, self.f_hi = self._value(self.lo), self._value(self.hi)
-
-    def _value(self, k):
-        hit = self.k_seen == k[:, None]
-        return np.where(hit.any(axis=1), np.nanmax(np.where(hit, self.f_seen, -np.inf), axis=1),
-                        np.nan)
 
     def proposals(self, spread: int) -> np.ndarray:
         """Lattice points strictly inside each active bracket (NaN: none): the midpoint (the
@@ -421,11 +416,13 @@ class _Search:
         lo, hi = self.lo, self.hi
         width = hi - lo
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            below = np.max(np.where(self.k_seen < lo[:, None], self.k_seen, -np.inf), axis=1)
-            above = np.min(np.where(self.k_seen > hi[:, None], self.k_seen, np.inf), axis=1)
+            below, f_below = _extreme(self.k_seen < lo[:, None], self.k_seen, self.f_seen,
+                                      lowest=False)
+            above, f_above = _extreme(self.k_seen > hi[:, None], self.k_seen, self.f_seen,
+                                      lowest=True)
             roots = [self._line_root(k1, f1, k2, f2) for k1, f1, k2, f2 in (
-                (lo, self.f_lo, hi, self.f_hi), (below, self._value(below), lo, self.f_lo),
-                (hi, self.f_hi, above, self._value(above)))]
+                (lo, self.f_lo, hi, self.f_hi), (below, f_below, lo, self.f_lo),
+                (hi, self.f_hi, above, f_above))]
             at_roots = np.floor(np.stack(roots, axis=1))
             k = np.concatenate([
                 np.floor(0.5 * (lo + hi))[:, None],
@@ -450,14 +447,28 @@ class _Search:
         self.k_seen = np.concatenate([self.k_seen, np.where(seen, k, np.nan)], axis=1)
         self.f_seen = np.concatenate([self.f_seen, np.where(seen, f, np.nan)], axis=1)
         inside = seen & (k > self.lo[:, None]) & (k < self.hi[:, None]) & self.active[:, None]
-        hi = np.min(np.where(inside & (f >= 0), k, self.hi[:, None]), axis=1)
-        lo = np.max(np.where(inside & (k < hi[:, None]), k, self.lo[:, None]), axis=1)
-        self.lo, self.hi = lo, hi
-        self.f_lo, self.f_hi = self._value(lo), self._value(hi)
-        self.active &= hi - lo > 1
+        hi, f_hi = _extreme(inside & (f >= 0), k, f, lowest=True)
+        moved = np.isfinite(hi)
+        self.hi = np.where(moved, hi, self.hi)
+        self.f_hi = np.where(moved, f_hi, self.f_hi)
+        lo, f_lo = _extreme(inside & (k < self.hi[:, None]), k, f, lowest=False)
+        moved = np.isfinite(lo)
+        self.lo = np.where(moved, lo, self.lo)
+        self.f_lo = np.where(moved, f_lo, self.f_lo)
+        self.active &= self.hi - self.lo > 1
 
     def result(self) -> np.ndarray:
         """``k*``: the bracket's ``hi``; +∞ where the grid's top does not reach, −∞ where its
         bottom does."""
         k = np.where(np.isfinite(self.hi), self.hi, np.inf)
         return np.where(np.isinf(self.lo) & np.isfinite(self.hi) & (self.hi <= 0), -np.inf, k)
+
+
+def _extreme(mask, k, f, lowest: bool):
+    """Per row, the lowest (or highest) ``k`` where ``mask`` holds and its ``f``; ±∞ and NaN
+    where it holds nowhere."""
+    fill = np.inf if lowest else -np.inf
+    masked = np.where(mask, k, fill)
+    j = (np.argmin if lowest else np.argmax)(masked, axis=1)[:, None]
+    best = np.take_along_axis(masked, j, axis=1)[:, 0]
+    return best, np.where(np.isfinite(best), np.take_along_axis(f, j, axis=1)[:, 0], np.nan)

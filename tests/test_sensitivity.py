@@ -235,7 +235,7 @@ def random_plans(n: int, seed: int = 12) -> dict[str, np.ndarray]:
 
 
 def test_no_contradiction_between_bottleneck_and_thresholds_on_12000_random_plans():
-    """The consistency rule holds on every row (12,000 random plans, about 15 s on the 2-core
+    """The consistency rule holds on every row (12,000 random plans, about 3 s on the 2-core
     development machine); the gains are never negative (the engine is monotone in every
     resource), and the network share is a share."""
     x = random_plans(12_000)
