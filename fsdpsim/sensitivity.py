@@ -61,14 +61,14 @@ bandwidth, tests/test_engine.py::test_step_time_non_increasing_in_every_rate; in
 the 95 % function need not be: where it turns, a search finds a crossing within the first grid
 interval whose ends differ in sign, which a sweep and ``predict`` could place differently —
 always on the side of the plan that the bottleneck says). A row's search brackets it from the
-plan's own point
-(``k = 0``, evaluated once and shared by the bottleneck and the searches) towards the side the
-plan's sign points to, over a grid evaluated with the plan, then narrows the bracket to
-adjacent lattice points: each round evaluates the midpoint and both lattice neighbours of the
-roots of three secants, straight in 1/B or in b where NCCL's ``latency + bytes / bandwidth``
-and compute's linearity in tokens make the functions about linear. The answer does not depend
-on the path, so a sweep (many rows per call, few points per row) equals ``predict`` (one row,
-a dense first grid and wide rounds: two or three engine calls) to the last digit.
+plan's own point (``k = 0``, evaluated once and shared by the bottleneck and the searches)
+towards the side the plan's sign points to, over a grid evaluated with the plan, then narrows
+the bracket to adjacent lattice points: each round evaluates the midpoint and both lattice
+neighbours of the roots of three secants, straight in 1/B or in b where NCCL's ``latency +
+bytes / bandwidth`` and compute's linearity in tokens make the functions about linear. The
+answer does not depend on the path, so a sweep (many rows per call, few points per row) equals
+``predict`` (one row, a dense first grid and wider rounds: two engine calls, rarely three) to
+the last digit.
 """
 
 from __future__ import annotations
