@@ -35,6 +35,9 @@ BOTTLENECK_WORDS = {
     "memory_capacity": "memory capacity: the configuration does not fit in GPU memory",
     "pipeline_bubble": "pipeline bubble: stages idle in warm-up and cool-down (more micro-batches "
                        "or virtual stages would help)",
+    "collective_latency": "collective latency: exposed collectives that more bandwidth would not "
+                          "speed up (too many ranks per collective, small messages or no "
+                          "overlap; HSDP or larger micro-batches help)",
 }
 
 
@@ -326,27 +329,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
         ("exposed comm", f"{render.seconds(c['exposed_s'])} "
                          f"({100 * c['exposed_s'] / d['step_time_s']:.1f} % of the step)"),
     ]))
-    bw = th["min_inter_node_gbps_per_gpu"]
-    have = p.inputs["nic_share_bytes_per_s"] / GBIT_PER_S_BYTES_PER_S
-    # The seed study's thresholds weigh per-micro-batch FSDP collectives against compute; DDP
-    # and ZeRO-1 reduce once per step, after the last backward.
-    once_per_step = ("n/a: gradients are reduced once per step (DDP / ZeRO-1), not per "
-                     "micro-batch" if pl["sharding"] in ("none", "optimizer") else "")
-    lines.append("\nthresholds (Wang et al. 2025)")
-    lines.append(render.key_values([
-        ("inter-node bandwidth per GPU to hide comm",
-         once_per_step if once_per_step else
-         "no inter-node traffic" if bw == 0 else
-         ("cannot hide (intra-node link alone is slower than compute)" if bw is None
-          else f"{bw:,.1f} Gb/s (have {have:,.0f} Gb/s)")),
-        ("critical tokens per GPU per micro-batch",
-         once_per_step if once_per_step else
-         f"{th['critical_tokens_per_gpu']:,.0f} (have {tr['micro_batch'] * tr['seq_len']:,})"),
-        ("largest micro-batch that fits", f"{th['max_micro_batch']}" if th["max_micro_batch"]
-         else "none: even micro-batch 1 does not fit with this plan"),
-        (f"longest sequence at micro-batch {tr['micro_batch']}", f"{th['max_seq_len']:,}"
-         if th["max_seq_len"] else "none: not even 1 token fits with this plan"),
-    ]))
+    lines.extend(threshold_lines(d, p.inputs["nic_share_bytes_per_s"] / GBIT_PER_S_BYTES_PER_S))
     if d.get("advice"):
         lines.append("\nfaster at this scale")
         lines.extend(f"  - {a['setting']}: {a['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU "
@@ -359,6 +342,64 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
         lines.append("\nnotes")
         lines.extend(f"  - {n}" for n in d["notes"])
     return "\n".join(lines)
+
+
+def threshold_lines(d: dict, have_gbps: float) -> list[str]:
+    """The thresholds and sensitivities of a prediction (fsdpsim.sensitivity): the 95 % readings
+    that the bottleneck follows, the seed paper's hide-communication readings, the memory
+    ceilings, and each resource's gain when 5 % faster."""
+    th, sens, tr, pl = d["thresholds"], d["sensitivity"], d["training"], d["plan"]
+    have_tokens = tr["micro_batch"] * tr["seq_len"] // pl["cp"]
+    # The seed study's reading weighs per-micro-batch FSDP collectives against compute; DDP and
+    # ZeRO-1 reduce once per step, after the last backward.
+    once_per_step = ("n/a: gradients are reduced once per step (DDP / ZeRO-1), not per "
+                     "micro-batch" if pl["sharding"] in ("none", "optimizer") else "")
+
+    def gbps(v, zero, null, gives=""):
+        return (zero if v == 0 else null if v is None
+                else f"{v:,.1f} Gb/s (have {have_gbps:,.0f} Gb/s{gives})")
+
+    def tokens(v, null):
+        return ("any, down to one token" if v == 0 else null if v is None
+                else f"{v:,.0f} (have {have_tokens:,})")
+
+    share = f"{100 * th['throughput_share']:.0f} %"
+    lines = [f"\nthresholds for {share} of the throughput with infinite inter-node bandwidth "
+             "(a plan that fits is network-bound exactly when these exceed what it has)",
+             render.key_values([
+                 ("inter-node bandwidth per GPU", gbps(
+                     th["inter_node_gbps_per_gpu_at_share"],
+                     "any: no inter-node traffic that matters",
+                     "beyond 2^30 x the present bandwidth",
+                     f", which gives {100 * sens['inter_node_throughput_share']:.1f} %")),
+                 ("tokens per GPU per micro-batch", tokens(
+                     th["critical_tokens_per_gpu_at_share"],
+                     "none: larger micro-batches do not reach it"))]),
+             "\nhide-communication thresholds (Wang et al. 2025: a micro-batch's data-parallel "
+             "collectives take no longer than its compute)",
+             render.key_values([
+                 ("inter-node bandwidth per GPU to hide comm", once_per_step or gbps(
+                     th["min_inter_node_gbps_per_gpu"], "no inter-node traffic that matters",
+                     "cannot hide at any bandwidth")),
+                 ("critical tokens per GPU per micro-batch", once_per_step or tokens(
+                     th["critical_tokens_per_gpu"], "none: larger micro-batches do not hide it"))]),
+             "\nmemory ceilings",
+             render.key_values([
+                 ("largest micro-batch that fits", f"{th['max_micro_batch']}"
+                  if th["max_micro_batch"] else "none: even micro-batch 1 does not fit with "
+                  "this plan"),
+                 (f"longest sequence at micro-batch {tr['micro_batch']}",
+                  f"{th['max_seq_len']:,}" if th["max_seq_len"]
+                  else "none: not even 1 token fits with this plan")])]
+    words = {"compute": "compute (peak FLOP/s)", "hbm_bandwidth": "HBM bandwidth",
+             "intra_node_link": "intra-node link", "inter_node_link": "inter-node network"}
+    cost = f"{100 - 100 * th['throughput_share']:.0f} %"
+    lines.append(f"\nsensitivity (tokens/s gained with each resource "
+                 f"{100 * (sens['speedup'] - 1):.0f} % faster; the bottleneck is the largest, the "
+                 f"network only when it costs more than {cost})")
+    lines.append(render.key_values([(words[k], f"{100 * v:+.2f} %")
+                                    for k, v in sens["throughput_gain"].items()]))
+    return lines
 
 
 def register(cli: click.Group) -> None:

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fsdpsim import engine, numbers
+from fsdpsim import engine, numbers, sensitivity
 from fsdpsim import published
 from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError, shown
@@ -481,8 +481,9 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     result["predicted_tokens_per_s_per_gpu"] = out["tokens_per_s_per_gpu"]
     result["predicted_mfu"] = out["mfu"]
     result["fits"] = out["fits"]
+    # the bottleneck as predict reports it (fsdpsim.sensitivity), not the engine's heuristic
     result["bottleneck"] = [engine.BOTTLENECKS[int(b)] for b in np.broadcast_to(
-        out["bottleneck"], len(use))]
+        sensitivity.analyse(x)["bottleneck"], len(use))]
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     return result

@@ -339,8 +339,11 @@ def bandwidth_grid(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     Keys: ``bandwidth_gbps`` (x, ascending), ``tokens`` (y, ascending), ``mfu`` (NaN where
     nothing fits or no row), ``fits``, ``log_ratio`` = log10(bandwidth / bandwidth needed to
     hide the communication) — 0 on the hide-communication threshold, +3 without inter-node
-    traffic, -3 where communication cannot hide at any bandwidth — and ``uncertainty``, the
-    rows' median network uncertainty (``interval.network_uncertainty``; 0 without it).
+    traffic, -3 where communication cannot hide at any bandwidth; ``log_ratio_share`` the same
+    for the bandwidth at which throughput reaches 95 % of its infinite-bandwidth value (0 where
+    the bottleneck turns to the network; NaN for rows of a sweep file without that column);
+    ``uncertainty``, the rows' median network uncertainty (``interval.network_uncertainty``;
+    0 without it).
     """
     for column in ("model", "gpu", "plan.num_gpus", "plan.sharding"):
         if column in rows and rows[column].map(_text).nunique() > 1:
@@ -350,10 +353,13 @@ def bandwidth_grid(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     ok = rows["mfu"].notna()
     r = rows[ok]
     tokens = r["training.seq_len"].astype(float) * r["training.micro_batch"].astype(float)
+    share_col = "thresholds.inter_node_gbps_per_gpu_at_share"  # absent in older sweep files
     frame = pd.DataFrame({"x": r["inter_node_gbps_per_gpu"].astype(float).round(6),
                           "y": tokens, "mfu": r["mfu"].astype(float),
                           "fits": r["fits"].astype(bool),
-                          "need": r["thresholds.min_inter_node_gbps_per_gpu"].astype(float)})
+                          "need": r["thresholds.min_inter_node_gbps_per_gpu"].astype(float),
+                          "need_share": (r[share_col].astype(float) if share_col in r
+                                         else np.nan)})
     if frame.duplicated(["x", "y"]).any():
         raise ConfigError("the bandwidth map needs one row per bandwidth and tokens per GPU; the "
                           "rows repeat some (e.g. several sequence lengths giving equal tokens)")
@@ -361,14 +367,18 @@ def bandwidth_grid(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     if xs.size < 2 or ys.size < 2:
         raise ConfigError("the bandwidth map needs at least two bandwidths "
                           "(--inter-node-gbps-per-gpu) and two tokens per GPU (--micro-batch)")
-    grid = {k: np.full((ys.size, xs.size), np.nan) for k in ("mfu", "fits", "log_ratio")}
+    grid = {k: np.full((ys.size, xs.size), np.nan)
+            for k in ("mfu", "fits", "log_ratio", "log_ratio_share")}
     i, j = np.searchsorted(ys, frame["y"]), np.searchsorted(xs, frame["x"])
-    need = frame["need"].to_numpy()
-    ratio = np.where(np.isnan(need), -3.0, np.where(need <= 0, 3.0, np.log10(
-        frame["x"].to_numpy() / np.where(need > 0, need, 1.0))))
     grid["mfu"][i, j] = np.where(frame["fits"], frame["mfu"], np.nan)
     grid["fits"][i, j] = frame["fits"].astype(float)
-    grid["log_ratio"][i, j] = np.clip(ratio, -3.0, 3.0)
+    for key, column in (("log_ratio", "need"), ("log_ratio_share", "need_share")):
+        need = frame[column].to_numpy()
+        ratio = np.where(np.isnan(need), -3.0, np.where(need <= 0, 3.0, np.log10(
+            frame["x"].to_numpy() / np.where(need > 0, need, 1.0))))
+        grid[key][i, j] = np.clip(ratio, -3.0, 3.0)
+    if not frame["need_share"].notna().any():
+        grid["log_ratio_share"][:] = np.nan
     u = (rows.loc[ok, "interval.network_uncertainty"].astype(float)
          if "interval.network_uncertainty" in rows else pd.Series(dtype=float))
     return {"bandwidth_gbps": xs, "tokens": ys, **grid,

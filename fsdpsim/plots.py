@@ -49,6 +49,7 @@ SUFFIXES = (".png", ".svg", ".pdf")
 METRICS = {"tokens_per_s_per_gpu": ("Throughput per GPU", "tokens/s", 1.0),
            "mfu": ("Model FLOPs utilisation", "%", 100.0)}
 THRESHOLD_GID = "hide-comm-threshold"
+SHARE_GID = "share-threshold"
 OPTIONS_GID, FRONT_GID = "options", "pareto-front"
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 _PART_COLOURS = ("#1f77b4", "#6baed6", "#9ecae1", "#ff7f0e", "#c7c7c7", "#d62728", "#2ca02c",
@@ -287,8 +288,11 @@ def bandwidth_map(rows: Rows, *, tokens_per_gpu: float | None = None,
     (y, log) for one model on one GPU type and count (rows of :func:`bandwidth_map_rows`).
 
     The dashed line is the hide-communication threshold (Wang et al. 2025, arXiv
-    2504.03655; the engine's ``min_inter_node_bytes_per_s_per_gpu``): to its right a
-    micro-batch's collectives fit inside its compute, to its left communication is exposed.
+    2504.03655; ``thresholds.min_inter_node_gbps_per_gpu``, solved on the engine by
+    :mod:`fsdpsim.sensitivity`): to its right a micro-batch's collectives fit inside its compute,
+    to its left communication is exposed. The dotted line is where throughput reaches 95 % of
+    its value with infinite inter-node bandwidth (``thresholds.inter_node_gbps_per_gpu_at_share``):
+    to its left the reported bottleneck is the inter-node network.
     Hatched: nothing fits in memory. Markers: real clusters at their inter-node Gb/s per GPU
     (catalog nodes or clusters ``clusters``; only their bandwidth, not their GPU), drawn at
     ``tokens_per_gpu`` (default: the tokens per GPU with the best MFU at the highest bandwidth).
@@ -334,6 +338,12 @@ def bandwidth_map(rows: Rows, *, tokens_per_gpu: float | None = None,
     else:
         handles.append(Line2D([], [], color="red", linestyle="--", linewidth=2.2,
                               label="hide-comm threshold: outside this map"))
+    share = g["log_ratio_share"]
+    if np.isfinite(share).any() and np.nanmin(share) < 0 < np.nanmax(share):
+        ax.contour(X, Y, share, levels=[0.0], colors="orange", linewidths=2.0,
+                   linestyles=":").set_gid(SHARE_GID)
+        handles.append(Line2D([], [], color="orange", linestyle=":", linewidth=2.0,
+                              label="95 % throughput threshold (left: network-bound)"))
     if tokens_per_gpu is None:
         tokens_per_gpu = float(y[int(np.nanargmax(np.where(np.isnan(g["mfu"][:, -1]), -1.0,
                                                             g["mfu"][:, -1])))])

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fsdpsim import engine
+from fsdpsim import engine, sensitivity
 from fsdpsim.engine.inputs import EngineInputs
 from fsdpsim.catalog_schema import UNCALIBRATED_INTERVAL
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
@@ -25,7 +25,7 @@ from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.model_checks import check_engine_supported
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.units import DTYPE_BYTES, GBIT_PER_S_BYTES_PER_S
+from fsdpsim.units import DTYPE_BYTES
 
 #: Micro-batch sizes tried by ``auto`` when no global batch pins the per-GPU batch.
 AUTO_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -288,7 +288,10 @@ class Prediction:
     """The prediction for one configuration; ``to_dict()`` gives the JSON form."""
 
     values: Mapping[str, float]
-    """Flat outputs of :func:`engine.evaluate` for the chosen row (SI units in names)."""
+    """Flat outputs of :func:`engine.evaluate` for the chosen row (SI units in names). Its
+    ``bottleneck``, ``min_inter_node_bytes_per_s_per_gpu`` and ``critical_tokens_per_gpu`` are
+    the engine's cheap heuristic and closed forms; the reported ones are in
+    ``reported``."""
     inputs: Mapping[str, Any]
     model: str
     system: str
@@ -300,9 +303,27 @@ class Prediction:
     """90 % prediction interval of throughput and step time (see :func:`prediction_interval`)."""
     advice: tuple[Mapping[str, Any], ...] = ()
     """Faster settings of the same job at this scale (:func:`fsdpsim.advice.scale_advice`)."""
+    reported: Mapping[str, float] | None = None
+    """Bottleneck, thresholds and sensitivities from the engine's own response to each
+    resource (:func:`fsdpsim.sensitivity.analyse`, keys :data:`fsdpsim.sensitivity.OUTPUTS`):
+    what ``to_dict`` and the CLI report. Computed on first use (:meth:`analysis`) from
+    ``analysis_inputs``: the searches cost several engine calls, which a caller that wants the
+    step time alone (``predict`` in a loop, ``validate``'s knob choice) does not pay."""
+    analysis_inputs: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    """The chosen configuration's engine inputs (for :meth:`analysis`)."""
+
+    def analysis(self) -> Mapping[str, float]:
+        """:attr:`reported`, computed now if it was not yet."""
+        reported = object.__getattribute__(self, "reported")
+        if reported is None:
+            reported = MappingProxyType(_row(sensitivity.analyse(self.analysis_inputs), 0))
+            object.__setattr__(self, "reported", reported)
+        return reported
 
     def __getattr__(self, name: str) -> float:
         values = object.__getattribute__(self, "values")
+        if name in sensitivity.OUTPUTS:  # the reported reading first
+            return self.analysis()[name]
         if name in values:
             return values[name]
         raise AttributeError(name)
@@ -313,11 +334,11 @@ class Prediction:
 
     @property
     def bottleneck(self) -> str:
-        return engine.BOTTLENECKS[int(self.values["bottleneck"])]
+        return engine.BOTTLENECKS[int(self.analysis()["bottleneck"])]
 
     def to_dict(self) -> dict[str, Any]:
         v = self.values
-        min_bw = v["min_inter_node_bytes_per_s_per_gpu"]
+        reported = sensitivity.report(self.analysis())
         return {
             "model": self.model,
             "system": self.system,
@@ -343,13 +364,10 @@ class Prediction:
                      **{f"{dim}_{name}": v[key] for dim, keys in MODEL_PARALLEL_COMM.items()
                         for name, key in zip(("bytes", "s", "exposed_s"), keys)}},
             "interval": dict(self.interval),
-            "thresholds": {
-                "min_inter_node_gbps_per_gpu": (min_bw / GBIT_PER_S_BYTES_PER_S
-                                                if np.isfinite(min_bw) else None),
-                "critical_tokens_per_gpu": v["critical_tokens_per_gpu"],
-                "max_micro_batch": int(v["max_micro_batch"]),
-                "max_seq_len": int(v["max_seq_len"]),
-            },
+            "thresholds": {**reported["thresholds"],
+                           "max_micro_batch": int(v["max_micro_batch"]),
+                           "max_seq_len": int(v["max_seq_len"])},
+            "sensitivity": reported["sensitivity"],
             "notes": list(self.notes),
             "advice": [dict(a) for a in self.advice],
         }
@@ -584,16 +602,15 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         fits = np.broadcast_to(ranked["fits"], mb_flat.shape)
         tier, key = (np.broadcast_to(a, mb_flat.shape) for a in engine.choice_rank(ranked))
         i = int(np.lexsort((np.arange(n), key, tier))[0])
-    # The chosen one in full; its twin on a slower network (the sensitivity note) as a second
-    # row of the same vectorised call.
-    chosen_x = {**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i], "grad_accum": accum[i]}
     # The chosen one in full, and its twin on a slower network and framework (the plan's
-    # communication uncertainty, slower_twin) as the second row of the same call.
+    # communication uncertainty, slower_twin) as the second row of the same call. The
+    # reported bottleneck and thresholds (fsdpsim.sensitivity) follow when asked for.
+    chosen_x = {**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i], "grad_accum": accum[i]}
     low = slower_twin(chosen_x)
     out = engine.evaluate({**chosen_x, **{k: np.array([chosen_x.get(k, 1.0), low[k]], dtype=float)
                                           for k in ("nic_fraction", "dp_comm_scale")}})
     row = _row(out, 0)
-    per_gpu = np.asarray(out["tokens_per_s_per_gpu"]).reshape(-1)
+    per_gpu = np.asarray(out["tokens_per_s_per_gpu"], dtype=float).reshape(-1)
     uncertainty = comm_uncertainty(chosen_x)
     twin_ratios = (float(per_gpu[1] / per_gpu[0]) if per_gpu.size == 2 and per_gpu[0] > 0
                    else 1.0, float(faster_ratio(row, uncertainty)))
@@ -646,4 +663,5 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "recompute_layers": training.recompute_layers},
         chosen=chosen, notes=tuple(notes),
         interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty),
+        analysis_inputs=MappingProxyType(chosen_x),
     )

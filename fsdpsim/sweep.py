@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from fsdpsim import engine, procurement
+from fsdpsim import engine, procurement, sensitivity
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
@@ -36,7 +36,7 @@ from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_P
                              slower_twin,
                              system_inputs, training_inputs)
 from fsdpsim.system import cluster_too_small, domain_gpus
-from fsdpsim.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES
+from fsdpsim.units import GIB_BYTES
 
 #: Configurations per engine call: large enough to amortise the call, small enough that the
 #: temporaries stay in cache (measured fastest on the development machine; benchmarks/).
@@ -328,6 +328,7 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
                         ceilings=grid.ceilings)
         c = {k: v[win] for k, v in c.items()}  # ``inputs`` reads c: now the winners' rows
     out.update(_slower_twins(t, p, c, inputs, eval_chunk))
+    out.update(sensitivity.analyse_in_chunks(inputs, c["sh"].size, eval_chunk))
     return _columns_of(grid, t, p, c, out, reasons, valid, counts, fitting, gbatch)
 
 
@@ -503,10 +504,10 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         for k in twins:
             twins[k][at] = out[k]
     cols.update(_intervals(grid, p["h"], at, cols, twins))
-    min_bw = value("min_inter_node_bytes_per_s_per_gpu") / GBIT_PER_S_BYTES_PER_S
-    cols["thresholds.min_inter_node_gbps_per_gpu"] = spread(
-        np.where(np.isfinite(min_bw), min_bw, np.nan))  # predict: null = cannot hide
-    cols["thresholds.critical_tokens_per_gpu"] = spread(value("critical_tokens_per_gpu"))
+    # bottleneck and thresholds: the sensitivity post-pass (fsdpsim.sensitivity), as predict
+    for name, column in sensitivity.report_columns(
+            {k: value(k) for k in sensitivity.OUTPUTS}).items():
+        cols[name] = spread(column)  # NaN where predict says null
     for k in ("max_micro_batch", "max_seq_len"):  # absent without ceilings
         cols[f"thresholds.{k}"] = spread(out[k]) if k in out else np.full(n, np.nan)
 

@@ -437,11 +437,21 @@ def test_throughput_accounts_for_every_token(x):
      ParallelPlan(1024, 8, "optimizer", tp=8, pp=8, framework="megatron"),
      TrainingConfig(seq_len=2048, micro_batch=1, recompute="selective", global_batch=1536)),
 ])
-def test_predict_is_fast(name, spec, plan, training):
-    """One ``predict`` with its knobs given is one vectorised evaluation (issue 9: <= 2 ms;
-    measured 1.3 and 2.0 ms median on the development machine); asserted < 10 ms so a loaded
-    CI machine does not fail it, which still catches a return to the 6-25 ms of before."""
+def test_predict_is_fast(name, spec, plan, training, monkeypatch):
+    """One ``predict`` with its knobs given is one vectorised evaluation: the configuration
+    and its slower twin (the range's low end) as two rows of one call (issue 9: <= 2 ms; the
+    reported bottleneck and thresholds, :mod:`fsdpsim.sensitivity`, run when a report asks
+    for them: ``Prediction.analysis``). The call count is asserted exactly; the time < 10 ms so
+    a loaded CI machine does not fail it (the README gives the idle figure)."""
     spec = get_model(spec)
+    calls = []
+    evaluate = predict.engine.evaluate
+    monkeypatch.setattr(predict.engine, "evaluate", lambda x: calls.append(1) or evaluate(x))
+    p = predict.predict(spec, H100, plan, training)
+    assert len(calls) == 1
+    p.bottleneck  # the post-pass, on demand
+    assert len(calls) > 1
+    monkeypatch.undo()
     for _ in range(5):
         predict.predict(spec, H100, plan, training)
     times = []
@@ -516,7 +526,9 @@ def test_thresholds_follow_the_step_average_with_the_accumulation_knobs():
             _accum(grad_sync="last", keep_gathered=True, reshard_after_forward=False)]
     bw = [r["thresholds"]["min_inter_node_gbps_per_gpu"] for r in runs]
     tokens = [r["thresholds"]["critical_tokens_per_gpu"] for r in runs]
-    assert bw[0] > bw[1] > bw[2] > 0 and tokens[0] > tokens[1] > tokens[2] > 0
+    # Solved on the engine (fsdpsim.sensitivity), the last is 0: the host's issue time of a
+    # micro-batch alone outlasts its once-per-step collectives at any token count.
+    assert bw[0] > bw[1] > bw[2] > 0 and tokens[0] > tokens[1] > tokens[2] == 0
 
 
 def test_fp8_runs_gemms_in_fp8_and_attention_in_bf16():

@@ -238,6 +238,31 @@ def test_bandwidth_map_band_around_the_threshold(map_rows, cat):
     assert any(f"±{100 * u:.0f} %" in t for t in legend)
 
 
+def test_bandwidth_map_share_contour_separates_network_bound_rows(map_rows, cat):
+    """The dotted 95 % line is where the reported bottleneck turns to the inter-node network:
+    each vertex lies between a network-bound row (left) and one that is not (right), in the
+    row of tokens it is on."""
+    fig = plots.bandwidth_map(map_rows, catalog=cat)
+    ax = check_readable(fig)
+    share = [c for c in ax.collections if c.get_gid() == plots.SHARE_GID]
+    assert len(share) == 1
+    rows = map_rows[map_rows["fits"].astype(bool)].assign(
+        tokens=map_rows["training.seq_len"] * map_rows["training.micro_batch"])
+    checked = 0
+    for x, y in np.concatenate([p.vertices for p in share[0].get_paths() if len(p.vertices)]):
+        row = rows[np.isclose(rows["tokens"], y, rtol=1e-9)].sort_values("inter_node_gbps_per_gpu")
+        if row.empty:
+            continue
+        bw = row["inter_node_gbps_per_gpu"].to_numpy()
+        network = (row["bottleneck"].astype(str) == "inter_node_link").to_numpy()
+        assert (network == (bw < row["thresholds.inter_node_gbps_per_gpu_at_share"])).all()
+        j = np.searchsorted(bw, x)
+        assert 0 < j < bw.size and network[j - 1] and not network[j], (x, y)
+        checked += 1
+    assert checked >= 2
+    assert any("95 % throughput threshold" in t.get_text() for t in fig.legends[0].get_texts())
+
+
 def test_bandwidth_map_marks_real_clusters_at_their_bandwidth(map_rows, cat):
     fig = plots.bandwidth_map(map_rows, tokens_per_gpu=8192, catalog=cat)
     ax = fig.axes[0]

@@ -35,7 +35,7 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 OPTIMIZER_CODES = {"adamw": 0, "sgd": 1}
 CATEGORICAL = ("strategy", "recompute", "optimizer", "pp_schedule")
 BOTTLENECKS = ("compute", "hbm_bandwidth", "intra_node_link", "inter_node_link",
-               "memory_capacity", "pipeline_bubble")
+               "memory_capacity", "pipeline_bubble", "collective_latency")
 EXPOSED_COMM_BINDS = metrics.EXPOSED_COMM_BINDS
 
 __all__ = ["evaluate", "prepare", "memory_breakdown", "memory_config", "choice_rank",

@@ -1,5 +1,11 @@
 """Engine stage 6: metrics of a step: FLOPs, MFU/HFU, the binding resource and the
-thresholds of the seed study (Wang et al. 2025, arXiv 2504.03655)."""
+thresholds of the seed study (Wang et al. 2025, arXiv 2504.03655).
+
+The binding resource and the thresholds here are cheap heuristics and closed forms that every
+engine row carries (the golden snapshot pins them). No report shows them: predict, sweep,
+validate and the plots report :mod:`fsdpsim.sensitivity`'s, which ask the engine itself how
+the step responds to each resource, so the bottleneck and the thresholds cannot contradict
+each other (issue 12 item 5)."""
 
 from __future__ import annotations
 
