@@ -11,7 +11,8 @@ else; every formula lives in :mod:`fsdpsim.costs` with its source:
 3. :mod:`.collectives`: data-, tensor-, context- and pipeline-parallel communication;
 4. :mod:`.step`: a stage's micro-batch with FSDP overlap, the pipeline schedule, the step;
 5. :mod:`.memory`: the peak of the binding stage and the ceilings;
-6. :mod:`.metrics`: throughput, MFU/HFU, bottleneck, thresholds.
+6. :mod:`.metrics`: throughput, MFU/HFU (the bottleneck and the thresholds: the post-pass
+   :mod:`fsdpsim.sensitivity`, from the engine's response to each resource).
 
 Categorical inputs are integer codes so a grid can mix them: ``strategy`` (see
 :data:`fsdpsim.costs.comm.STRATEGY_CODES`), ``recompute`` (0 none, 1 selective, 2 full),
@@ -233,7 +234,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # ---- stage 5: memory ---------------------------------------------------------------------
     mem = engine_memory(g, ceilings=bool(np.all(g["ceilings"] > 0)))
 
-    # ---- stage 6: throughput, utilisation, bottleneck, thresholds -------------------------------
+    # ---- stage 6: throughput and utilisation --------------------------------------------------
     gpus = g["num_gpus"]
     tokens_per_step = g["micro_batch"] * g["seq_len"] * k * g["dp"]
     from fsdpsim.costs import compute
@@ -250,23 +251,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     attn_total = k * L_stage * (lt["attn_fwd_s"] + lt["attn_bwd_s"])
     hbm_total = k * (L_stage * (lt["ew_fwd_s"] + lt["ew_bwd_s"])
                      + root_share * (rt["loss_s"] + 3.0 * rt["embed_s"])) + optimizer_s
-    bottleneck = metrics.bottleneck_code(
-        g, r, f, exposed_s=exposed_s, step_s=step_s, bubble_s=bubble_s, gemm_total=gemm_total,
-        attn_total=attn_total, hbm_total=hbm_total, all_gather_s=all_gather_s,
-        reduce_scatter_s=reduce_scatter_s, all_reduce_s=all_reduce_s, comm_s=comm_s,
-        model_parallel=(tp_s, cp_s, pp_s), fits=mem["fits"])
-
-    # Thresholds (Wang et al. 2025, arXiv 2504.03655; derivation in the docs), per micro-batch
-    # on average over the step (kept-gathered units and a last-micro-batch gradient sync spread
-    # one step's collectives over its k micro-batches).
-    ag_share, rs_share = ag_steps / k, rs_steps / k
-    comm_mb_s = np.where(fsdp_like, ag_share * ag_per_mb_s + rs_share * rs_per_mb_s, 0.0) + \
-        np.where(is_hybrid, rs_share * (L_stage * dpc["hsdp_ar_block_s"] + dpc["hsdp_ar_root_s"]), 0.0)
-    # Tokens per GPU per micro-batch at which block compute equals block communication, with
-    # compute linear in tokens at this operating point.
-    critical_tokens = w["tokens"] * comm_mb_s / compute_mb_s
-    min_nic = metrics.min_nic_share_bytes_per_s(g, compute_mb_s, f, elem, L_stage, r["link"],
-                                                ag_share, rs_share)
+    # The bottleneck and the thresholds are not the engine's: they come from its response to
+    # each resource (fsdpsim.sensitivity, a post-pass on the configurations a report shows).
 
     out = {
         "step_time_s": step_s,
@@ -303,10 +289,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         "cp_bytes": k * L_stage * (cpc["cp_layer_bytes"] + replay * cpc["cp_layer_fwd_bytes"]),
         "pp_s": pp_s,
         "pp_bytes": k * 2.0 * p2p_bytes,
-        "bottleneck": bottleneck,
         "pipeline_ok": pipeline_ok,
-        "critical_tokens_per_gpu": critical_tokens,
-        "min_inter_node_bytes_per_s_per_gpu": min_nic,
     }
     out.update(mem)
     return out

@@ -26,34 +26,33 @@ def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     the plan (:func:`fsdpsim.costs.nccl.candidates`; the TP group's only when ``tp``: some row
     has tp > 1), on the bus bandwidth of the tier the group spans (:func:`bus_bandwidth`)."""
     groups = ("shard", "replicate", "dp_world") + (("tp",) if tp else ())
-    nvlink = g["link_nvlink"] > 0
-    out = {}
-    for name in groups:
-        size, per_node = g[f"{name}_size"], g[f"{name}_per_node"]
-        busbw = bus_bandwidth(g, r, size, per_node, g.get(f"{name}_per_pod"))
-        out[name] = _Candidates(g, size, per_node, busbw, nvlink)
-    return out
+    return {name: _Candidates(g, r, name) for name in groups}
 
 
 class _Candidates(dict):
     """A group's candidates per collective kind, built on first use (a data-parallel grid
-    never all-reduces over the replica group of rows that are not HSDP)."""
+    never all-reduces over the replica group of rows that are not HSDP), on the bus bandwidth
+    of the tier the group spans (also computed on first use)."""
 
-    def __init__(self, g, size, per_node, busbw, nvlink):
+    def __init__(self, g, r, name):
         super().__init__()
-        self._args = (g, size, per_node, busbw, nvlink)
+        self._g, self._r, self._name, self._busbw = g, r, name, None
 
     def __missing__(self, key):
-        g, size, per_node, busbw, nvlink = self._args
-        value = nccl.candidates(g, size, per_node, busbw, nvlink, all_reduce=key == "ar")
+        g, name = self._g, self._name
+        size, per_node = g[f"{name}_size"], g[f"{name}_per_node"]
+        if self._busbw is None:
+            pod = f"{name}_per_pod"
+            per_pod = g[pod] if pod in g or pod in getattr(g, "_g", ()) else None
+            self._busbw = bus_bandwidth(g, self._r, size, per_node, per_pod)
+        value = nccl.candidates(g, size, per_node, self._busbw, g["link_nvlink"] > 0,
+                                all_reduce=key == "ar")
         self[key] = value
         return value
 
     def rows(self, idx):
         """The same group on the rows ``idx`` only (a strategy's rows of a mixed grid)."""
-        g, size, per_node, busbw, nvlink = self._args
-        return _Candidates(_Rows(g, idx), take(size, idx), take(per_node, idx),
-                           take(busbw, idx), take(nvlink, idx))
+        return _Candidates(_Rows(self._g, idx), _Rows(self._r, idx), self._name)
 
 
 def take(x, idx):
