@@ -116,6 +116,10 @@ def checkpoint_bytes(n_params, compute_bytes, optimizer, megatron):
     return goodput.checkpoint_bytes(n_params, param_bytes, optimizer_bytes)
 
 
+#: Longest expected run with failures that is still a number [s] (a million years).
+MAX_WALL_S = 1e6 * 365.25 * 86_400.0
+
+
 def run_columns(*, tokens_per_s, num_gpus, ok, price_usd_per_gpu_hour, tdp_w, power_cap_w,
                 checkpoint_bytes_, run: RunAssumptions) -> dict[str, Any]:
     """Every cost, energy, time and failure column of predict's report and sweep's rows.
@@ -191,7 +195,11 @@ def run_columns(*, tokens_per_s, num_gpus, ok, price_usd_per_gpu_hour, tdp_w, po
         return out
     # -- a whole run: failure-free, then with failures ---------------------------------------
     time_s = economics.time_to_train_s(run.tokens, tps)
-    wall_s = np.where(progress, time_s / np.maximum(fraction, 1e-300), np.nan)
+    with np.errstate(over="ignore", divide="ignore"):
+        wall_s = time_s / np.maximum(fraction, 1e-300)
+    # A run that would take more than a million years with its failures does not finish: no
+    # number (as a run that makes no progress), not an overflow.
+    wall_s = np.where(progress & (wall_s <= MAX_WALL_S), wall_s, np.nan)
     out.update({
         "train_tokens": masked(float(run.tokens)),
         "train_time_s": masked(time_s),
