@@ -31,6 +31,7 @@ from fsdpsim.costs import economics
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.moe_inputs import uniform_keys
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
                              TIME_KEYS, comm_uncertainty, divisors, faster_ratio, model_inputs,
                              plan_inputs, plan_summary, pod_inputs, prediction_interval,
@@ -127,7 +128,8 @@ class _Tables:
         self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
         self.plan_shape = (ng, nh, nl, ns)
         self.training = _columns([training_inputs(TrainingConfig(
-            seq_len=1, precision=p, recompute_layers=grid.recompute_layers))
+            seq_len=1, precision=p, recompute_layers=grid.recompute_layers,
+            moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance))
             for p in grid.precisions])
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
         # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
@@ -135,16 +137,19 @@ class _Tables:
         self.model_reason = np.full((len(self.specs), nl, len(grid.seq_lens)), None,
                                     dtype=object)
         for l, layout in enumerate(grid.layouts):
-            if layout == (1, 1, 1):
+            if layout == (1, 1, 1) and grid.ep == 1 and grid.etp in (None, 1):
                 continue
             tp, pp, cp = layout
-            probe = ParallelPlan(num_gpus=tp * pp * cp, gpus_per_node=1,
+            experts = grid.ep * (grid.etp or tp)  # a probe whose stage holds the expert mesh
+            probe = ParallelPlan(num_gpus=tp * pp * cp * experts, gpus_per_node=1,
                                  **layout_options(grid, layout))
             for i, spec in enumerate(self.specs):
                 for j, seq in enumerate(grid.seq_lens):
                     try:
                         probe.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
-                                          n_kv_heads=spec.kv_heads, seq_len=seq)
+                                          n_kv_heads=spec.kv_heads, seq_len=seq,
+                                          n_experts=spec.n_experts,
+                                          expert_ffn_size=spec.expert_size if spec.is_moe else 0)
                     except ConfigError as exc:
                         self.model_reason[i, l, j] = str(exc)
 
@@ -164,6 +169,8 @@ class _Tables:
             x = model_inputs(self.specs[int(s)], shards, tp=int(t))
             parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
                           for k, v in x.items()})
+        parts = [{k: np.broadcast_to(np.asarray(v, dtype=float), p["n_layers"].shape)
+                  for k, v in p.items()} for p in uniform_keys(parts)]
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, inverse
 
 
@@ -173,6 +180,7 @@ def layout_options(grid: Grid, layout: tuple[int, int, int]) -> dict[str, Any]:
     overlap with tp > 1)."""
     tp, pp, cp = layout
     return dict(tp=tp, pp=pp, cp=cp, vpp=grid.vpp if pp > 1 else 1,
+                ep=grid.ep, etp=grid.etp, ep_overlap=grid.ep_overlap,
                 pp_schedule=grid.pp_schedule if pp > 1 else None,
                 sequence_parallel=grid.sequence_parallel if tp > 1 else False,
                 cp_kind=grid.cp_kind, tp_overlap=grid.tp_overlap and tp > 1)
@@ -534,7 +542,8 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
 #: from the plan table; the rest it writes itself.
 PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
                "pp_schedule", "sequence_parallel", "cp_kind", "tp_overlap", "mesh_order",
-               "pp_first_layers", "pp_last_layers", "framework")
+               "pp_first_layers", "pp_last_layers", "framework", "ep", "etp", "expert_dp",
+               "ep_overlap")
 
 
 def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any]:

@@ -60,10 +60,12 @@ def bottleneck_code(g, r, f, *, exposed_s, step_s, bubble_s, gemm_total, attn_to
                   + np.where(nic_bound(ar_group, ar_per_node, link_rate, nic_rate),
                              all_reduce_s, 0.0))
     # Tensor/context/pipeline traffic: on the NICs when their groups leave the domain.
-    tp_s, cp_s, pp_s = model_parallel
+    tp_s, cp_s, pp_s, ep_s = model_parallel
     nic_comm_s = (nic_comm_s + np.where(g["tp_size"] > g["tp_per_node"], tp_s, 0.0)
                   + np.where(g["cp_size"] > g["cp_per_node"], cp_s, 0.0)
                   + np.where(g["pp_per_node"] > 1, 0.0, pp_s))
+    if np.any(np.asarray(ep_s) > 0):  # expert all-to-alls leave the domain with the EP group
+        nic_comm_s = nic_comm_s + np.where(g["ep_size"] > g["ep_per_node"], ep_s, 0.0)
     inter_share = np.where(comm_s > 0, nic_comm_s / np.where(comm_s > 0, comm_s, 1.0), 0.0)
     exposed_inter = exposed_s * inter_share
     exposed_intra = exposed_s - exposed_inter
