@@ -311,7 +311,7 @@ def _moe_lines(d: dict) -> list[tuple[str, str]]:
         hidden = c["ep_s"] - c["ep_exposed_s"]
         verdict = ("hidden behind compute" if c["ep_exposed_s"] <= 0.05 * c["ep_s"]
                    else f"{100 * hidden / c['ep_s']:.0f} % hidden" if hidden > 0
-                   else "exposed (--ep-overlap would hide it behind another micro-batch)")
+                   else "not hidden: --ep-overlap runs it beside another micro-batch")
         lines.append(("expert all-to-all", f"{render.gib(c['ep_bytes'])} in "
                       f"{render.seconds(c['ep_s'])}, exposed {render.seconds(c['ep_exposed_s'])} "
                       f"({100 * c['ep_exposed_s'] / d['step_time_s']:.1f} % of the step; "

@@ -497,6 +497,9 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.fused_loss": np.full(n, _DEFAULT_TRAINING.fused_loss),
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
         "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
+        "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
+        "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
+        "training.moe_fp8_dispatch": np.full(n, _DEFAULT_TRAINING.moe_fp8_dispatch),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }
@@ -507,6 +510,10 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
     for name, key in DETAIL_COLUMNS.items():
         cols[name] = spread(value(key))
+    with np.errstate(invalid="ignore", divide="ignore"):  # invalid rows: NaN
+        step = cols["step_time_s"]
+        cols["time.moe_share"] = np.where(step > 0, cols["time.moe_s"] / step,
+                                          np.where(np.isnan(step), np.nan, 0.0))
     twins = {k: np.full(n, np.nan if k == "twin_tokens_per_s_per_gpu" else 0.0)
              for k in ("twin_tokens_per_s_per_gpu", "twin_u_fabric", "twin_u_framework")}
     if at.size:

@@ -260,12 +260,18 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     cp_exposed_s = k * L_stage * ((1.0 + replay) * cpc["cp_layer_fwd_exposed_s"]
                                   + cpc["cp_layer_bwd_exposed_s"])
     pp_s = k * 2.0 * p2p_s
-    moe_layers_stage = L_stage * phi
-    ep_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_s"] + ep["bwd_s"])
-    ep_exposed_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_exposed_s"]
-                                           + ep["bwd_exposed_s"])
     comm_s = all_gather_s + reduce_scatter_s + all_reduce_s + tp_s + cp_s + pp_s
+    moe_layers_stage = ep_s = ep_exposed_s = ep_bytes = moe_s = 0.0  # no MoE row: no cost
     if has_moe:
+        moe_layers_stage = L_stage * phi
+        ep_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_s"] + ep["bwd_s"])
+        ep_exposed_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_exposed_s"]
+                                               + ep["bwd_exposed_s"])
+        ep_bytes = k * moe_layers_stage * (ep["bytes"] + replay * ep["fwd_bytes"])
+        # the MoE MLPs (router, shared and routed experts, their kernels; the forward again
+        # under full recompute) and their exposed all-to-alls
+        moe_s = k * moe_layers_stage * (lt_m["moe_mlp_fwd_s"] + lt_m["moe_mlp_bwd_s"]
+                                        + replay * lt_m["moe_mlp_fwd_s"]) + ep_exposed_s
         comm_s = comm_s + ep_s
     exposed_s = np.maximum(step_s - compute_s - bubble_s, 0.0)
     # Bounds: every stream fully overlapped (compute with its bubble; data-parallel collectives
@@ -368,12 +374,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         "pp_bytes": k * 2.0 * p2p_bytes,
         "ep_s": ep_s,
         "ep_exposed_s": ep_exposed_s,
-        "ep_bytes": k * moe_layers_stage * (ep["bytes"] + replay * ep["fwd_bytes"]),
-        # the MoE MLPs (router, shared and routed experts, their kernels; the forward again
-        # under full recompute) and their exposed all-to-alls
-        "moe_s": (k * moe_layers_stage * (lt_m["moe_mlp_fwd_s"] + lt_m["moe_mlp_bwd_s"]
-                                          + replay * lt_m["moe_mlp_fwd_s"]) + ep_exposed_s
-                  if has_moe else 0.0),
+        "ep_bytes": ep_bytes,
+        "moe_s": moe_s,
         "bottleneck": bottleneck,
         "pipeline_ok": pipeline_ok,
         "critical_tokens_per_gpu": critical_tokens,
