@@ -269,3 +269,13 @@ def test_deepseek_v3_rows_are_modelled_not_skipped():
     assert len(modelled) >= 34
     assert set(modelled["preset"]) == {"deepseek-v3"}
     assert not rows["skip"].str.contains("not modelled yet").any()
+
+
+def test_advice_skips_hsdp_groups_the_expert_mesh_cannot_split(capsys):
+    """Regression: the HSDP advice tried shard groups of one node, whose replicas the expert
+    data-parallel group (64 / 16 = 4 ranks) cannot split, and raised instead of skipping."""
+    from conftest import run
+
+    rc, out, err = run(capsys, "predict", "--model", "qwen3-30b-a3b", "--num-gpus", "64",
+                       "--ep", "16", "--micro-batch", "1", "--recompute", "full")
+    assert rc == 0 and err == "" and "expert all-to-all" in out

@@ -263,6 +263,53 @@ def mtp_times(g, r, w, lt_d, lt_m, ep, rt):
     return (n * (fwd + proj[0] + rt["head_fwd_s"]), n * (bwd + proj[1] + rt["head_bwd_s"]))
 
 
+# -- inputs ------------------------------------------------------------------------------------
+def prepare_layers(g: dict) -> None:
+    """Defaults of the layered-model inputs a caller did not give (fsdpsim.moe_inputs): MoE
+    layers per stage in proportion to the stage's layers (exact without pipelining), the expert
+    groups as the data-parallel ones re-split by ``etp × ep`` (every layout is exact for
+    ep = 1 and etp = tp), and the attention's share of the causal pairs its masks keep."""
+    if "etp" not in g:
+        g["etp"] = g["tp"]
+    if not np.any(g["moe_layers"] > 0):
+        if np.any(g["sliding_layers"] > 0) or np.any(g["chunked_layers"] > 0):
+            attention_pairs(g)
+        return
+    for end in ("first", "mid", "last"):
+        if f"moe_layers_{end}" not in g:
+            g[f"moe_layers_{end}"] = g["moe_layers"] * g[f"layers_{end}"] / g["n_layers"]
+    ratio = g["tp"] / (g["etp"] * g["ep"])
+    for expert, (dense, scale) in {"ep": (None, None), "etp": (None, None),
+                                   "edp": ("dp_world", ratio), "eshard": ("shard", ratio),
+                                   "ereplicate": ("replicate", 1.0)}.items():
+        if f"{expert}_size" in g:
+            continue
+        if dense is None:
+            size = g[expert]
+            g[f"{expert}_size"], g[f"{expert}_per_node"] = size, np.minimum(size,
+                                                                             g["gpus_per_node"])
+        else:
+            size = np.maximum(g[f"{dense}_size"] * scale, 1.0)
+            g[f"{expert}_size"] = size
+            g[f"{expert}_per_node"] = np.clip(g[f"{dense}_per_node"] * scale, 1.0, size)
+    if np.any(g["sliding_layers"] > 0) or np.any(g["chunked_layers"] > 0):
+        attention_pairs(g)
+
+
+def attention_pairs(g: dict) -> None:
+    """``attn_pair_ratio``: the mean over layers of the causal query-key pairs each layer's
+    mask keeps, relative to full causal attention (:mod:`fsdpsim.model_flops`)."""
+    from fsdpsim import model_flops
+
+    s = g["seq_len"]
+    full = model_flops.full_causal_pairs(s)
+    sliding = model_flops.sliding_window_pairs(s, g["sliding_window"]) / full
+    chunked = model_flops.chunked_causal_pairs(s, g["chunk_size"]) / full
+    n_full = g["n_layers"] - g["sliding_layers"] - g["chunked_layers"]
+    g["attn_pair_ratio"] = (n_full + g["sliding_layers"] * sliding
+                            + g["chunked_layers"] * chunked) / g["n_layers"]
+
+
 # -- data parallelism -----------------------------------------------------------------------
 def expert_local_numel(g):
     """Routed-expert parameters of one MoE layer on one rank: all experts / (ep · etp) [-]."""
