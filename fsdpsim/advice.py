@@ -35,7 +35,11 @@ def alternatives(plan: ParallelPlan, training: TrainingConfig) -> list[tuple[str
         current = plan.shard_group
         while size < plan.num_gpus:
             if plan.num_gpus % size == 0 and size != current:
-                hsdp = dataclasses.replace(plan, sharding="hybrid", shard_group_size=size)
+                try:  # (the expert mesh may not split into these replicas)
+                    hsdp = dataclasses.replace(plan, sharding="hybrid", shard_group_size=size)
+                except ConfigError:
+                    size *= 2
+                    continue
                 out.append((f"HSDP with shard groups of {size:,} GPUs (--sharding hybrid "
                             f"--shard-group-size {size})", hsdp, training))
             size *= 2

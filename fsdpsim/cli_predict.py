@@ -88,7 +88,10 @@ def build_prediction(ctx: click.Context, system=None, **o: Any):
                               reduce_dtype=o["reduce_dtype"], optimizer=o["optimizer"],
                               flash_attention=o["flash_attention"],
                               recompute_layers=o.get("recompute_layers"),
-                              dropout=bool(o.get("dropout")))
+                              dropout=bool(o.get("dropout")),
+                              moe_capacity_factor=o.get("moe_capacity_factor"),
+                              moe_imbalance=o.get("moe_imbalance"),
+                              moe_fp8_dispatch=bool(o.get("moe_fp8_dispatch")))
     prediction = predict(spec, system, plan, training)
     from fsdpsim.advice import scale_advice
 
@@ -108,6 +111,7 @@ def build_plan(o: dict, system) -> ParallelPlan:
                   pp_first_layers=o.get("pp_first_layers"),
                   pp_last_layers=o.get("pp_last_layers"),
                   framework=o.get("framework") or "fsdp2",
+                  ep=o.get("ep", 1), etp=o.get("etp"), ep_overlap=bool(o.get("ep_overlap")),
                   reshard_after_forward=o["reshard_after_forward"],
                   keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
     if o.get("mesh_order"):
@@ -223,10 +227,56 @@ def predict_options(f):
         click.option("--price", default=None,
                      help="Rent per GPU-hour in USD (e.g. 2.5 or $2.5/h); default: the "
                           "catalog's (the cloud node's or the GPU's)."),
+        *moe_options(),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return run_options(f)
+
+
+#: Capacity factors and imbalance the options accept.
+MOE_FACTOR = Rule(0.01, 1000.0, also="none")
+MOE_IMBALANCE = Rule(1.0, 1000.0)
+
+
+def _factor_or_none():
+    """``--moe-capacity-factor``: a number (:data:`MOE_FACTOR`) or ``none`` (dropless)."""
+    inner = option_type(MOE_FACTOR)
+
+    class _Factor(click.ParamType):
+        name = "number|none"
+
+        def convert(self, value, param, ctx):
+            if isinstance(value, str) and value.strip().lower() == "none":
+                return None
+            return inner.convert(value, param, ctx)
+
+    return _Factor()
+
+
+def moe_options():
+    """The mixture-of-experts options of ``predict`` (``sweep`` has their grid-wide forms)."""
+    return [
+        click.option("--ep", type=option_type(GPUS), default=1, show_default=True,
+                     help="Expert-parallel degree: each MoE layer's routed experts divided over "
+                          "ep ranks (folded over the data-parallel x CP ranks, Megatron-Core's "
+                          "expert mesh)."),
+        click.option("--etp", type=option_type(GPUS), default=None,
+                     help="Expert tensor-parallel degree (default: --tp)."),
+        click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
+                     help="Hide the expert all-to-alls behind another micro-batch's compute "
+                          "(DeepEP / DualPipe, Megatron's 1F1B all-to-all overlap)."),
+        click.option("--moe-capacity-factor", type=_factor_or_none(), default=None,
+                     help="Token dropping: experts padded to this factor times their mean "
+                          "load; none (default) = dropless."),
+        click.option("--moe-imbalance", type=option_type(MOE_IMBALANCE), default=None,
+                     help="Dropless: the busiest EP rank's routed tokens over the mean "
+                          "(default: the balanced-routing floor 1 + sqrt(2 ln(ep) / rows))."),
+        click.option("--moe-fp8-dispatch/--no-moe-fp8-dispatch", default=False,
+                     show_default=True,
+                     help="Send the dispatch all-to-alls in FP8 with 1x128 block scales "
+                          "(DeepSeek-V3); combines stay 16-bit."),
+    ]
 
 
 def _comm_range_words(interval: dict) -> str:
@@ -249,7 +299,7 @@ def _plan_text(pl: dict) -> str:
               + (", gradient sync on the last micro-batch" if pl["grad_sync"] == "last"
                  else ""))
     framework = "" if pl["framework"] == "fsdp2" else f", {pl['framework']}"
-    if pl["tp"] * pl["pp"] * pl["cp"] > 1:
+    if pl["tp"] * pl["pp"] * pl["cp"] * pl.get("ep", 1) > 1:
         words = [pl["line"], f"ZeRO-{pl['zero']}" + (" (HSDP)" if pl["sharding"] == "hybrid"
                                                      else "")]
         if pl["tp"] > 1:
@@ -258,10 +308,34 @@ def _plan_text(pl: dict) -> str:
             words.append("TP overlapped")
         if pl["cp"] > 1:
             words.append(f"CP {pl['cp_kind']}")
+        if pl.get("ep", 1) > 1:
+            words.append(f"expert-dp {pl['expert_dp']}, all-to-all "
+                         + ("overlapped" if pl["ep_overlap"] else "exposed"))
         return ", ".join(words) + framework + extras
     return (f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x dp_replicate "
             f"{pl['dp_replicate']}), reshard after forward: "
             f"{'yes' if pl['reshard_after_forward'] else 'no'}" + framework + extras)
+
+
+def _moe_lines(d: dict) -> list[tuple[str, str]]:
+    """The expert all-to-all (how much it costs and whether it hides) and the MoE layers'
+    share of the step, for models with MoE layers."""
+    t, c, pl = d["time"], d["comm"], d["plan"]
+    if not t.get("moe_s"):
+        return []
+    lines = []
+    if pl.get("ep", 1) > 1:
+        hidden = c["ep_s"] - c["ep_exposed_s"]
+        verdict = ("hidden behind compute" if c["ep_exposed_s"] <= 0.05 * c["ep_s"]
+                   else f"{100 * hidden / c['ep_s']:.0f} % hidden" if hidden > 0
+                   else "not hidden: --ep-overlap runs it beside another micro-batch")
+        lines.append(("expert all-to-all", f"{render.gib(c['ep_bytes'])} in "
+                      f"{render.seconds(c['ep_s'])}, exposed {render.seconds(c['ep_exposed_s'])} "
+                      f"({100 * c['ep_exposed_s'] / d['step_time_s']:.1f} % of the step; "
+                      f"{verdict})"))
+    lines.append(("MoE layers", f"{render.seconds(t['moe_s'])} ({100 * t['moe_share']:.1f} % of "
+                  "the step: router, experts, their kernels and exposed all-to-alls)"))
+    return lines
 
 
 def predict_table(p, report: dict | None = None, run=None) -> str:
@@ -323,6 +397,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                   f"exposed {render.seconds(c[f'{dim}_exposed_s'])}")
           for dim, label in (("tp", "tensor parallel"), ("cp", "context parallel"),
                              ("pp", "pipeline p2p")) if pl[dim] > 1],
+        *_moe_lines(d),
         *([("pipeline bubble", f"{render.seconds(t['bubble_s'])} "
                                f"({100 * t['bubble_s'] / d['step_time_s']:.1f} % of the step)")]
           if pl["pp"] > 1 else []),

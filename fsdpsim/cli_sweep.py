@@ -97,6 +97,17 @@ def grid_options(f):
                      help="Overlap TP collectives with GEMMs (tp > 1)."),
         click.option("--recompute-layers", default=None,
                      help="Recompute only the first K layers of each stage."),
+        click.option("--ep", default=None,
+                     help="Expert-parallel degree of the MoE models (one value; dense models "
+                          "need 1)."),
+        click.option("--etp", default=None, help="Expert tensor-parallel degree (default tp)."),
+        click.option("--ep-overlap/--no-ep-overlap", default=None,
+                     help="Hide the expert all-to-alls behind another micro-batch (ep > 1)."),
+        click.option("--moe-capacity-factor", default=None,
+                     help="Token dropping with this capacity factor; none = dropless."),
+        click.option("--moe-imbalance", default=None,
+                     help="Dropless busiest-rank load over the mean (default: the balanced-"
+                          "routing floor)."),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -40,7 +40,8 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
              "global-batch", "sharding", "recompute", "precision", "best", "price", "pue",
              "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
              "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp", "pp-schedule",
-             "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers")
+             "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
+             "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -110,6 +111,16 @@ class Grid:
     tp_overlap: bool = False
     """Overlap TP collectives with GEMMs (layouts with tp > 1)."""
     recompute_layers: int | None = None
+    ep: int = 1
+    """Expert-parallel degree of the mixture-of-experts models (dense models need 1)."""
+    etp: int | None = None
+    """Expert tensor-parallel degree; None = each layout's tp."""
+    ep_overlap: bool = False
+    """Hide the expert all-to-alls behind another micro-batch's compute (ep > 1)."""
+    moe_capacity_factor: float | None = None
+    """Token dropping with this capacity factor; None = dropless."""
+    moe_imbalance: float | None = None
+    """Dropless busiest-rank load over the mean; None = the balanced-routing floor."""
 
     @property
     def pue(self) -> float:
@@ -381,7 +392,25 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         tp_overlap=_flag(options.get("tp-overlap", False), "--tp-overlap"),
         recompute_layers=(None if options.get("recompute-layers") is None else
                           _one_count(options["recompute-layers"], "--recompute-layers", 0)),
+        ep=_one_count(options.get("ep", 1), "--ep"),
+        etp=None if options.get("etp") is None else _one_count(options["etp"], "--etp"),
+        ep_overlap=_flag(options.get("ep-overlap", False), "--ep-overlap"),
+        moe_capacity_factor=_moe_number(options.get("moe-capacity-factor"),
+                                        "--moe-capacity-factor", 0.01),
+        moe_imbalance=_moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
     )
+
+
+def _moe_number(value: Any, what: str, least: float) -> float | None:
+    """One number from ``least`` to 1,000 (a capacity factor, an imbalance), or None for
+    none/unset."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ConfigError(f"{what} takes one number, got {value!r}")
+        value = value[0]
+    return float(read_number(value, what, Rule(least, 1000.0, also="none")))
 
 
 def _one_count(value: Any, what: str, least: int = 1) -> int:

@@ -73,3 +73,53 @@ def pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
     if not pod_gpus:
         return {f"{g}_per_pod": n for g, n in sizes.items()}
     return {f"{g}_per_pod": members_per_domain(plan, GROUPS[g], pod_gpus) for g in GROUPS}
+
+
+#: The expert groups (Megatron-Core's expert mesh, :mod:`fsdpsim.parallel`): for one pipeline
+#: stage's ranks in rank order, expert tensor parallelism innermost (``etp`` consecutive), then
+#: expert parallelism (``ep`` at stride etp), then the expert data-parallel group at stride
+#: etp·ep; with HSDP its inner part is the expert shard group and the rest its replicas.
+EXPERT_GROUPS = ("ep", "etp", "edp", "eshard", "ereplicate")
+
+
+def _stage_ranks(plan: ParallelPlan, index: np.ndarray) -> np.ndarray:
+    """Global ranks of the ``index``-th ranks (ascending order) of the first pipeline stage:
+    the ranks whose pp coordinate is 0, which sorted are the mixed-radix numbers of the other
+    mesh dimensions in mesh order (the last fastest)."""
+    degrees, step = plan.degrees, strides(plan)
+    rest = [name for name in plan.mesh_order if name != "pp"]
+    out = np.zeros(index.shape, dtype=np.int64)
+    left = index.astype(np.int64)
+    for name in reversed(rest):
+        left, digit = np.divmod(left, degrees[name])
+        out += digit * step[name]
+    return out
+
+
+def _expert_members(plan: ParallelPlan) -> dict[str, np.ndarray]:
+    """The global ranks of each expert group that holds rank 0."""
+    etp, ep, edp = plan.etp, plan.ep, plan.expert_dp
+    shard = plan.expert_shard_group if plan.sharding == "hybrid" else edp
+    index = {"ep": np.arange(0, etp * ep, etp), "etp": np.arange(etp),
+             "edp": np.arange(0, etp * ep * edp, etp * ep),
+             "eshard": np.arange(0, etp * ep * shard, etp * ep),
+             "ereplicate": np.arange(0, etp * ep * edp, etp * ep * shard)}
+    return {name: _stage_ranks(plan, idx) for name, idx in index.items()}
+
+
+def expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
+                  pod_gpus: int | None = None) -> dict[str, int]:
+    """Size, members per scale-up domain and members per pod of every expert group
+    (:data:`EXPERT_GROUPS`): ``{"ep_size": 64, "ep_per_node": 64, "ep_per_pod": 64, ...}`` [-].
+
+    ``edp`` holds the same experts (their gradients are reduced over it); ``eshard`` is the
+    group the expert states are sharded over (``edp``, or one HSDP replica of it) and
+    ``ereplicate`` its replicas (1 without HSDP)."""
+    domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
+    out = {}
+    for name, members in _expert_members(plan).items():
+        out[f"{name}_size"] = int(members.size)
+        out[f"{name}_per_node"] = int(np.count_nonzero(members < domain))
+        out[f"{name}_per_pod"] = (int(np.count_nonzero(members < pod_gpus)) if pod_gpus
+                                  else int(members.size))
+    return out

@@ -41,7 +41,11 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
 ``recompute_layers``       layers of each stage that recompute (default: all)
 ``recipe``                 torch (default) or megatron: the mixed-precision recipe
                            (ParallelPlan ``framework``)
-``ep``                     expert-parallel degree (default 1; > 1 is not modelled yet)
+``ep``, ``etp``            expert-parallel and expert-tensor-parallel degrees (default 1
+                           and tp); ``ep_overlap`` true to hide the expert all-to-alls
+``moe_capacity_factor``,   token dropping (a capacity factor) or the dropless busiest-rank
+``moe_imbalance``          load (default: dropless at the balanced-routing floor)
+``preset``, ``mtp_layers`` the model as a preset id (published MoE rows), its MTP modules
 =========================  =========================================================
 
 Published tables (the columns of ``shared/validation/published_calibration.csv`` and
@@ -53,6 +57,7 @@ wrong number; in fsdpsim's own schema such a row is an error that names it.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +83,9 @@ REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_le
 #: The layout columns of the schema and their defaults (missing column or empty cell).
 PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
-                "pp_last_layers": None, "recompute_layers": None, "ep": 1, "recipe": "torch"}
+                "pp_last_layers": None, "recompute_layers": None, "ep": 1, "etp": None,
+                "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
+                "moe_imbalance": None, "preset": None, "mtp_layers": None}
 
 
 def _truthy(value: Any) -> bool:
@@ -165,6 +172,11 @@ def spec_for_row(row: pd.Series) -> ModelSpec:
     from fsdpsim.presets import get_model
 
     seq = int(row["seq_len"])
+    preset = _cell(row, "preset") if "preset" in row else None
+    if preset is not None:  # a published MoE row: the preset, with its MTP modules as stated
+        spec = get_model(str(preset))
+        mtp = _whole_cell(row, "mtp_layers")
+        return spec if mtp is None else dataclasses.replace(spec, mtp_layers=mtp)
     if "n_layers" in row and pd.notna(row.get("n_layers")):
         missing = [c for c in ("d_model", "n_heads", "ffn_size", "vocab")
                    if c not in row or pd.isna(row.get(c))]
@@ -208,10 +220,8 @@ def _whole_cell(row: pd.Series, column: str) -> int | None:
 def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
     """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
     ``auto`` chunk count); a clear error when the plan's checks refuse it."""
-    ep = _whole_cell(row, "ep")
-    if ep != 1:
-        raise ConfigError(f"ep({ep}) > 1: expert parallelism is not modelled yet (issue 13)")
     sp = _cell(row, "sequence_parallel")
+    overlap = _cell(row, "ep_overlap")
     schedule = _cell(row, "pp_schedule")
     return ParallelPlan(
         num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
@@ -222,7 +232,8 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         cp_kind=str(_cell(row, "cp_kind")),
         pp_first_layers=_whole_cell(row, "pp_first_layers"),
         pp_last_layers=_whole_cell(row, "pp_last_layers"),
-        framework=str(_cell(row, "recipe") or "torch"))
+        framework=str(_cell(row, "recipe") or "torch"), ep=_whole_cell(row, "ep"),
+        etp=_whole_cell(row, "etp"), ep_overlap=False if overlap is None else _truthy(overlap))
 
 
 def _row_setup(row: pd.Series, catalog: Catalog,
@@ -253,7 +264,9 @@ def _row_setup(row: pd.Series, catalog: Catalog,
                    flash_attention=_flag(row, "flash_attention", True),
                    fused_loss=_flag(row, "fused_loss", False),
                    dropout=_flag(row, "dropout", False),
-                   recompute_layers=_whole_cell(row, "recompute_layers"))
+                   recompute_layers=_whole_cell(row, "recompute_layers"),
+                   **{k: (None if _cell(row, k) is None else float(_cell(row, k)))
+                      for k in ("moe_capacity_factor", "moe_imbalance")})
     return spec, system, plan, options
 
 
@@ -272,7 +285,9 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
         try:
             spec, _, plan, options = _row_setup(row, catalog)
             plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
-                             n_kv_heads=spec.kv_heads, seq_len=options["seq_len"])
+                             n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
+                             n_experts=spec.n_experts,
+                             expert_ffn_size=spec.expert_size if spec.is_moe else 0)
             TrainingConfig(**options)
         except ConfigError as exc:
             if strict:
@@ -371,7 +386,9 @@ COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
     "n_kv_heads": (_HEADS, True), "ffn_size": (_WIDTH, True),
     "vocab": (Rule(1, 2**24, whole=True), True),
     # the layout (empty: the PLAN_COLUMNS default)
-    **{k: (numbers.GPUS, True) for k in ("tp", "pp", "cp", "ep")},
+    **{k: (numbers.GPUS, True) for k in ("tp", "pp", "cp", "ep", "etp")},
+    "moe_capacity_factor": (Rule(0.01, 1000.0), True), "moe_imbalance": (Rule(1.0, 1000.0), True),
+    "mtp_layers": (Rule(0, 64, whole=True), True),
     "vpp": (Rule(1, 1024, whole=True, also="auto"), True),
     "pp_first_layers": (_LAYERS, True), "pp_last_layers": (_LAYERS, True),
     "recompute_layers": (Rule(0, 2**14, whole=True), True),
@@ -462,6 +479,9 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
         x.update({"micro_batch": mb, "grad_accum": ga,
                   "recompute": engine.RECOMPUTE_CODES[training.recompute]})
         per_row.append(x)
+    from fsdpsim.moe_inputs import uniform_keys
+
+    per_row = uniform_keys(per_row)
     keys = per_row[0].keys()
     return {k: np.array([np.asarray(r[k], dtype=float) for r in per_row]) for k in keys}
 

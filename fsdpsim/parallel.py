@@ -11,6 +11,14 @@ The data-parallel group of the parameters and gradients is ``dp_shard × cp`` (c
 ranks hold the same weights, so FSDP shards over them too: torchtitan's ``dp_shard_cp`` mesh;
 Megatron's distributed optimizer reduces over ``data_parallel_group_with_cp``), replicated
 ``dp_replicate`` times (HSDP).
+
+Expert parallelism follows Megatron-Core's expert mesh ("parallel folding", ``RankGenerator``
+with order ``tp-ep-dp-pp``): the ``tp × cp × dp`` ranks of one pipeline stage are split again,
+for the routed experts only, into ``etp × ep × expert-dp`` (expert tensor parallelism
+innermost, then expert parallelism, then the expert data-parallel group that holds the same
+experts). ``etp`` defaults to ``tp``, so EP folds over the data-parallel × context ranks, as in
+torchtitan (``ep`` borrows from ``dp_shard × cp``); with ``etp = 1`` it may take the TP ranks
+too. :func:`fsdpsim.layout.expert_layout` places these groups on the tiers.
 """
 
 from __future__ import annotations
@@ -113,10 +121,21 @@ class ParallelPlan:
     """Layers on the last pipeline stage; None = an even split."""
     framework: str = "fsdp2"
     """The framework profile (:mod:`fsdpsim.frameworks`): recipe, collectives and overlap."""
+    ep: int = 1
+    """Expert-parallel degree: each MoE layer's routed experts are divided over ``ep`` ranks,
+    which exchange tokens with all-to-alls (module docstring: the expert mesh) [-]."""
+    etp: int | None = None
+    """Expert tensor-parallel degree: each expert's GEMMs split over ``etp`` ranks (Megatron
+    ``--expert-tensor-parallel-size``); None = ``tp`` (Megatron-Core's default) [-]."""
+    ep_overlap: bool = False
+    """Overlap the expert-parallel all-to-alls with the compute of another micro-batch
+    (DeepSeek's DualPipe / DeepEP, Megatron-Core ``--overlap-moe-expert-parallel-comm``)."""
 
     def __post_init__(self) -> None:
         _choice("sharding", self.sharding, SHARDINGS)
-        for name in ("num_gpus", "gpus_per_node", "tp", "pp", "cp", "vpp"):
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)
+        for name in ("num_gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "ep", "etp"):
             _positive_int(name, getattr(self, name))
         if self.shard_group_size is not None:
             _positive_int("shard_group_size", self.shard_group_size)
@@ -174,6 +193,7 @@ class ParallelPlan:
                               f"cp({self.cp}) * tp({self.tp}) * pp({self.pp}) != "
                               f"num_gpus({self.num_gpus}); shard_group_size must divide {dp}")
         _choice("grad_sync", self.grad_sync, GRAD_SYNCS)
+        self._check_experts()
         if self.keep_gathered:  # kept gathered for the step: nothing is resharded after forward
             object.__setattr__(self, "reshard_after_forward", False)
         if self.keep_gathered and self.sharding not in SHARDED:
@@ -185,6 +205,40 @@ class ParallelPlan:
         if self.sharding != "hybrid" and self.shard_group_size not in (None, dp):
             raise ConfigError(f"shard_group_size={self.shard_group_size} only applies to "
                               f"sharding 'hybrid' (got sharding {self.sharding!r})")
+
+    def _check_experts(self) -> None:
+        """The expert mesh: ``etp × ep`` divides one pipeline stage's ``tp × cp × dp`` ranks,
+        and with HSDP the expert data-parallel group splits into the replicas."""
+        if self.ep_overlap and self.ep == 1:
+            raise ConfigError("ep_overlap needs ep > 1 (there is no expert all-to-all to hide)")
+        stage = self.tp * self.cp * self.dp
+        if stage % (self.etp * self.ep):
+            raise ConfigError(
+                f"etp({self.etp}) * ep({self.ep}) = {self.etp * self.ep} does not divide "
+                f"tp({self.tp}) * cp({self.cp}) * dp({self.dp}) = {stage}: the routed experts "
+                f"re-split one pipeline stage's ranks as etp x ep x expert-dp (Megatron-Core's "
+                f"expert mesh); accepted: etp * ep dividing {stage}")
+        if self.sharding == "hybrid" and self.expert_dp % self.dp_replicate:
+            raise ConfigError(
+                f"expert-dp({self.expert_dp}) = tp({self.tp}) * cp({self.cp}) * dp({self.dp}) / "
+                f"(etp({self.etp}) * ep({self.ep})) is not divisible by dp_replicate"
+                f"({self.dp_replicate}): HSDP replicates the expert shards as it does the "
+                f"others; accepted: ep * etp dividing {stage // self.dp_replicate}")
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same routed experts: ``tp × cp × dp / (etp × ep)`` [-]."""
+        return max(1, self.tp * self.cp * self.dp // (self.etp * self.ep))
+
+    @property
+    def expert_shard_group(self) -> int:
+        """GPUs the routed experts' states are sharded over: the expert data-parallel group,
+        within one replica for HSDP, 1 for DDP [-]."""
+        if self.sharding == "none":
+            return 1
+        if self.sharding == "hybrid":
+            return max(1, self.expert_dp // self.dp_replicate)
+        return self.expert_dp
 
     @classmethod
     def from_degrees(cls, *, num_gpus: int, gpus_per_node: int, zero: int = 3,
@@ -302,10 +356,22 @@ class ParallelPlan:
                                   f"pp({self.pp}) * vpp({self.vpp})")
         return first, middle, last
 
-    def check_model(self, *, n_layers: int, n_heads: int, n_kv_heads: int, seq_len: int) -> None:
+    def check_model(self, *, n_layers: int, n_heads: int, n_kv_heads: int, seq_len: int,
+                    n_experts: int = 0, expert_ffn_size: int = 0) -> None:
         """Degrees the model must divide: heads and KV heads by TP (Megatron splits whole
         heads), layers by PP × vpp, the sequence by 2·CP (ring attention's load-balanced causal
-        chunks) or heads by TP·CP (Ulysses all-to-all)."""
+        chunks) or heads by TP·CP (Ulysses all-to-all); the routed experts by EP and each
+        expert's width by ETP (Megatron: ``num_moe_experts % expert_model_parallel_size``);
+        expert parallelism needs experts."""
+        if n_experts == 0 and (self.ep > 1 or self.ep_overlap):
+            raise ConfigError(f"ep({self.ep}) > 1 needs a mixture-of-experts model (this one is "
+                              "dense); accepted: ep 1")
+        if n_experts and n_experts % self.ep:
+            raise ConfigError(f"n_experts({n_experts}) is not divisible by ep({self.ep}); "
+                              f"accepted: ep dividing {n_experts}")
+        if n_experts and expert_ffn_size % self.etp:
+            raise ConfigError(f"expert width({expert_ffn_size}) is not divisible by "
+                              f"etp({self.etp}); accepted: etp dividing {expert_ffn_size}")
         if n_heads % self.tp:
             raise ConfigError(f"n_heads({n_heads}) is not divisible by tp({self.tp}); "
                               f"accepted: tp dividing {n_heads}")
@@ -332,6 +398,8 @@ class ParallelPlan:
         for name in ("cp", "tp", "pp"):
             if getattr(self, name) > 1:
                 parts.append(f"{name} {getattr(self, name)}")
+        if self.ep > 1:
+            parts.append(f"ep {self.ep}" + (f" (etp {self.etp})" if self.etp != self.tp else ""))
         return " × ".join(parts) or "1 GPU"
 
 
@@ -363,6 +431,18 @@ class TrainingConfig:
     recompute_layers: int | None = None
     """Layers of each pipeline stage that apply ``recompute`` (the first K; Megatron
     ``--recompute-num-layers`` with the block method); None = every layer."""
+    moe_capacity_factor: float | None = None
+    """Token dropping: each expert takes at most this many times its mean share of the routed
+    tokens, padded to that capacity (GShard / Switch Transformer; Megatron
+    ``--moe-expert-capacity-factor`` with ``--moe-pad-expert-input-to-capacity``); None =
+    dropless [-]."""
+    moe_imbalance: float | None = None
+    """Dropless routing: the busiest expert-parallel rank's routed tokens over the mean (>= 1);
+    None = the statistical floor of balanced top-k routing
+    (:func:`fsdpsim.costs.moe.default_imbalance`) [-]."""
+    moe_fp8_dispatch: bool = False
+    """Send the dispatch all-to-alls in FP8 with 1x128 block scales (DeepSeek-V3 §3.3.2,
+    DeepEP); the combines stay in the 16-bit type."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -381,6 +461,16 @@ class TrainingConfig:
             if not isinstance(self.recompute_layers, int) or self.recompute_layers < 0:
                 raise ConfigError(f"recompute_layers must be a whole number >= 0, got "
                                   f"{self.recompute_layers!r}")
+        for name, low, high in (("moe_capacity_factor", 0.01, 1000.0),
+                                ("moe_imbalance", 1.0, 1000.0)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not low <= float(value) <= high):
+                raise ConfigError(f"{name} {value!r} is not accepted; accepted: a number from "
+                                  f"{low:g} to {high:g}, or none")
+            object.__setattr__(self, name, float(value))
 
     def grad_accum(self, dp: int, micro_batch: int) -> int:
         """Micro-batches per step; a clear error if the batch does not split evenly."""

@@ -22,6 +22,7 @@ from fsdpsim.catalog_schema import UNCALIBRATED_INTERVAL
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
+from fsdpsim import model_layers
 from fsdpsim.model import ModelSpec
 from fsdpsim.model_checks import check_engine_supported
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
@@ -37,13 +38,14 @@ COMM_KEYS = ("all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "al
 MEMORY_PRESSURE_FRACTION = engine.MEMORY_PRESSURE_FRACTION
 TIME_KEYS = ("compute_s", "gemm_s", "attention_s", "memory_bound_s", "recompute_s",
              "optimizer_s", "comm_s", "exposed_comm_s", "bubble_s", "step_lower_bound_s",
-             "step_upper_bound_s")
+             "step_upper_bound_s", "moe_s")
 #: Per-dimension communication of hybrid plans: bytes per GPU per step, seconds, and the
 #: seconds not hidden behind compute (``comm.tp_bytes`` etc.; pipeline point-to-point
 #: transfers are not overlapped).
 MODEL_PARALLEL_COMM = {"tp": ("tp_bytes", "tp_s", "tp_exposed_s"),
                        "cp": ("cp_bytes", "cp_s", "cp_exposed_s"),
-                       "pp": ("pp_bytes", "pp_s", "pp_s")}
+                       "pp": ("pp_bytes", "pp_s", "pp_s"),
+                       "ep": ("ep_bytes", "ep_s", "ep_exposed_s")}
 
 
 #: Megatron's default --make-vocab-size-divisible-by: the vocabulary is padded to a multiple of
@@ -70,7 +72,14 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     the last stage and all-reduces their gradients). Models with layers the engine does not
     model yet (:attr:`ModelSpec.engine_unsupported`) are refused with a ConfigError."""
     check_engine_supported(spec)
-    shapes = spec.unit_parameter_shapes()
+    from fsdpsim import moe_inputs
+
+    layered = moe_inputs.needs_layers(spec)
+    if layered:  # a dense-kind block; MoE, MLA and MTP parts come from moe_inputs
+        shapes = {"block": moe_inputs.dense_kind_shapes(spec),
+                  "root": model_layers.root_parameter_shapes(spec)}
+    else:
+        shapes = spec.unit_parameter_shapes()
     block, root = shapes["block"], shapes["root"]
     vocab = spec.vocab_size
     if tp > 1:
@@ -94,15 +103,15 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     out = {
         "n_layers": spec.n_layers, "d_model": spec.d_model, "n_heads": spec.n_heads,
         "q_dim": spec.q_dim, "kv_dim": spec.kv_dim,
-        # One expert's width; the engine multiplies by the experts each token visits.
-        "ffn_size": spec.expert_size if spec.is_moe else spec.ffn_size,
+        # One expert's width (uniform top-k MoE); layered models: the dense MLP's
+        "ffn_size": spec.expert_size if spec.is_moe and not layered else spec.ffn_size,
         "swiglu": spec.ffn_kind == "swiglu", "rotary": spec.position == "rotary",
         "linear_bias": spec.mlp_bias or spec.qkv_bias or spec.attn_out_bias,
         "rmsnorm": spec.norm == "rmsnorm",
         "vocab_size": vocab, "n_params": spec.n_params,
         "matmul_params": spec.matmul_params,
-        "active_experts": spec.experts_per_token if spec.is_moe else 1,
-        "block_numel": spec.block_params,
+        "active_experts": spec.experts_per_token if spec.is_moe and not layered else 1,
+        "block_numel": numel(shapes["block"]),
         "block_numel_padded": block_padded, "root_numel_padded": root_padded,
         "n_params_padded": spec.n_layers * block_padded + root_padded,
         "block_numel_rank": numel(block),
@@ -112,6 +121,10 @@ def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     }
     out["n_params_rank"] = (spec.n_params if tp == 1 else
                             spec.n_layers * out["block_numel_rank"] + numel(root))
+    out.update({k: moe_inputs.DEFAULTS[k] for k in moe_inputs.MODEL_KEYS})
+    if layered:
+        out.update(moe_inputs.layered_model_inputs(spec, shard_size, per_parameter, tp,
+                                                   numel(root), root_padded))
     return out
 
 
@@ -234,6 +247,9 @@ def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, An
         "cp_all2all": float(plan.cp_kind == "all2all"), "tp_overlap": float(plan.tp_overlap),
     }
     x.update(group_layout(plan))
+    from fsdpsim.moe_inputs import plan_moe_inputs
+
+    x.update({k: v for k, v in plan_moe_inputs(plan).items() if not k.endswith("_per_pod")})
     # The engine's FSDP shard group is dp_shard x cp (ZeRO stages and DDP: over the whole
     # dp x cp group); HSDP replicates it dp_replicate times.
     x["shard_size"] = plan.shard_group
@@ -249,12 +265,16 @@ def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, An
 def pod_inputs(plan: ParallelPlan, system: System) -> dict[str, Any]:
     """Members of each group inside one non-blocking pod of the system's cluster
     (:func:`fsdpsim.layout.pod_layout`; the group's size without pods)."""
-    from fsdpsim.layout import pod_layout
+    from fsdpsim.layout import expert_layout, pod_layout
 
-    return pod_layout(plan, system.pod_gpus)
+    experts = expert_layout(plan, pod_gpus=system.pod_gpus)
+    return {**pod_layout(plan, system.pod_gpus),
+            **{k: v for k, v in experts.items() if k.endswith("_per_pod")}}
 
 
 def training_inputs(training: TrainingConfig) -> dict[str, Any]:
+    from fsdpsim.moe_inputs import moe_training_inputs
+
     compute_bytes = DTYPE_BYTES[training.precision]
     # fp8 training keeps bf16 master weights for the all-gather in today's FSDP recipes.
     gather_bytes = 2.0 if training.precision == "fp8" else compute_bytes
@@ -269,18 +289,24 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "dropout": float(training.dropout),
         "recompute_layers": (-1.0 if training.recompute_layers is None
                              else float(training.recompute_layers)),
+        **moe_training_inputs(training),
     }
 
 
 def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
                   training: TrainingConfig) -> EngineInputs:
     """The engine inputs of one configuration, except micro-batch, recompute and grad-accum."""
+    from fsdpsim import moe_inputs
+
     plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads, n_kv_heads=spec.kv_heads,
-                     seq_len=training.seq_len)
-    return {**model_inputs(spec, plan.shard_group, tp=plan.tp),
-            **system_inputs(system, training.precision),
-            **plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
-            **training_inputs(training), **framework_inputs(spec, system, plan)}
+                     seq_len=training.seq_len, n_experts=spec.n_experts,
+                     expert_ffn_size=spec.expert_size if spec.is_moe else 0)
+    x = {**model_inputs(spec, plan.shard_group, tp=plan.tp),
+         **system_inputs(system, training.precision),
+         **plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
+         **training_inputs(training), **framework_inputs(spec, system, plan)}
+    x.update(moe_inputs.stage_inputs(spec, plan))
+    return x
 
 
 @dataclass(frozen=True)
@@ -359,7 +385,9 @@ class Prediction:
                        # per pipeline stage (both the one stage without pipelining)
                        "stages": {"first": v["peak_bytes_first_stage"],
                                   "last": v["peak_bytes_last_stage"]}},
-            "time": {k: v[k] for k in TIME_KEYS},
+            # moe_s: the MoE MLPs (router, experts, their kernels) and the exposed all-to-alls
+            "time": {**{k: v[k] for k in TIME_KEYS},
+                     "moe_share": v["moe_s"] / v["step_time_s"] if v["step_time_s"] else 0.0},
             "comm": {**{k: v[k] for k in COMM_KEYS}, "exposed_s": v["exposed_comm_s"],
                      **{f"{dim}_{name}": v[key] for dim, keys in MODEL_PARALLEL_COMM.items()
                         for name, key in zip(("bytes", "s", "exposed_s"), keys)}},
@@ -559,6 +587,8 @@ def plan_summary(plan: ParallelPlan, grad_accum: int) -> dict[str, Any]:
             "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp,
             "pp_schedule": plan.pp_schedule, "sequence_parallel": plan.sequence_parallel,
             "cp_kind": plan.cp_kind, "tp_overlap": plan.tp_overlap,
+            "ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp,
+            "ep_overlap": plan.ep_overlap,
             "mesh_order": ",".join(plan.mesh_order),
             "pp_first_layers": plan.pp_first_layers, "pp_last_layers": plan.pp_last_layers,
             "reshard_after_forward": plan.reshard_after_forward,
@@ -660,7 +690,10 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "reduce_dtype": training.reduce_dtype or "fp32",
                   "flash_attention": training.flash_attention,
                   "fused_loss": training.fused_loss, "dropout": training.dropout,
-                  "recompute_layers": training.recompute_layers},
+                  "recompute_layers": training.recompute_layers,
+                  "moe_capacity_factor": training.moe_capacity_factor,
+                  "moe_imbalance": training.moe_imbalance,
+                  "moe_fp8_dispatch": training.moe_fp8_dispatch},
         chosen=chosen, notes=tuple(notes),
         interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty),
         analysis_inputs=MappingProxyType(chosen_x),

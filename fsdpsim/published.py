@@ -365,12 +365,23 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         counts = {k: _count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
                                                  "n_heads", "vocab")}
         n_gpus = counts["n_gpus"] or 1
-        skip = ""
-        if _positive(r.get("ep")) > 1 or _positive(r.get("moe_experts")) > 0:
-            skip = "mixture of experts: not modelled yet (issue 13)"
         layout, notes, why = read_layout(r, raw.columns, n_gpus, counts["n_layers"], conventions)
         modelled_as += notes
-        skip = skip or why
+        skip = why
+        moe: dict[str, Any] = {}
+        if _positive(r.get("ep")) > 1 or _positive(r.get("moe_experts")) > 0:
+            from fsdpsim.published_moe import moe_row
+
+            gpu_id = match_accelerator(catalog, _text(r.get("gpu")), _number(r.get("gpu_mem_gb")))
+            moe, said, why = moe_row(
+                _text(r.get("model")), framework, _text(r.get("notes")), layout,
+                counts["n_layers"], gpu=gpu_id or "", source=_text(r.get("source_key")),
+                number_format=precision_format(_text(r.get("precision")),
+                                               parse_precision(_text(r.get("precision")),
+                                                               framework)[0]),
+                ep=int(_or(r.get("ep"), 1.0)))
+            modelled_as += said
+            skip = skip or why
         gpu_text = _text(r.get("gpu"))
         gpu = match_accelerator(catalog, gpu_text, _number(r.get("gpu_mem_gb")))
         if gpu is None:
@@ -447,6 +458,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "pp_first_layers": layout.get("pp_first_layers", float("nan")),
             "pp_last_layers": layout.get("pp_last_layers", float("nan")),
             "ep": _or(r.get("ep"), 1.0),
+            **moe,
             "precision": precision, "reduce_dtype": reduce_dtype,
             "precision_format": number_format, "precision_note": precision_text,
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).

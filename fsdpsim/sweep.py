@@ -30,6 +30,7 @@ from fsdpsim import engine, procurement, sensitivity
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.moe_inputs import uniform_keys
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
                              TIME_KEYS, comm_uncertainty, divisors, faster_ratio, model_inputs,
                              plan_inputs, plan_summary, pod_inputs, prediction_interval,
@@ -125,7 +126,8 @@ class _Tables:
         self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
         self.plan_shape = (ng, nh, nl, ns)
         self.training = _columns([training_inputs(TrainingConfig(
-            seq_len=1, precision=p, recompute_layers=grid.recompute_layers))
+            seq_len=1, precision=p, recompute_layers=grid.recompute_layers,
+            moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance))
             for p in grid.precisions])
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
         # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
@@ -133,16 +135,19 @@ class _Tables:
         self.model_reason = np.full((len(self.specs), nl, len(grid.seq_lens)), None,
                                     dtype=object)
         for l, layout in enumerate(grid.layouts):
-            if layout == (1, 1, 1):
+            if layout == (1, 1, 1) and grid.ep == 1 and grid.etp in (None, 1):
                 continue
             tp, pp, cp = layout
-            probe = ParallelPlan(num_gpus=tp * pp * cp, gpus_per_node=1,
+            experts = grid.ep * (grid.etp or tp)  # a probe whose stage holds the expert mesh
+            probe = ParallelPlan(num_gpus=tp * pp * cp * experts, gpus_per_node=1,
                                  **layout_options(grid, layout))
             for i, spec in enumerate(self.specs):
                 for j, seq in enumerate(grid.seq_lens):
                     try:
                         probe.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
-                                          n_kv_heads=spec.kv_heads, seq_len=seq)
+                                          n_kv_heads=spec.kv_heads, seq_len=seq,
+                                          n_experts=spec.n_experts,
+                                          expert_ffn_size=spec.expert_size if spec.is_moe else 0)
                     except ConfigError as exc:
                         self.model_reason[i, l, j] = str(exc)
 
@@ -162,6 +167,8 @@ class _Tables:
             x = model_inputs(self.specs[int(s)], shards, tp=int(t))
             parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
                           for k, v in x.items()})
+        parts = [{k: np.broadcast_to(np.asarray(v, dtype=float), p["n_layers"].shape)
+                  for k, v in p.items()} for p in uniform_keys(parts)]
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, inverse
 
 
@@ -171,6 +178,7 @@ def layout_options(grid: Grid, layout: tuple[int, int, int]) -> dict[str, Any]:
     overlap with tp > 1)."""
     tp, pp, cp = layout
     return dict(tp=tp, pp=pp, cp=cp, vpp=grid.vpp if pp > 1 else 1,
+                ep=grid.ep, etp=grid.etp, ep_overlap=grid.ep_overlap,
                 pp_schedule=grid.pp_schedule if pp > 1 else None,
                 sequence_parallel=grid.sequence_parallel if tp > 1 else False,
                 cp_kind=grid.cp_kind, tp_overlap=grid.tp_overlap and tp > 1)
@@ -488,6 +496,9 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.fused_loss": np.full(n, _DEFAULT_TRAINING.fused_loss),
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
         "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
+        "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
+        "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
+        "training.moe_fp8_dispatch": np.full(n, _DEFAULT_TRAINING.moe_fp8_dispatch),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }
@@ -498,6 +509,10 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
     for name, key in DETAIL_COLUMNS.items():
         cols[name] = spread(value(key))
+    with np.errstate(invalid="ignore", divide="ignore"):  # invalid rows: NaN
+        step = cols["step_time_s"]
+        cols["time.moe_share"] = np.where(step > 0, cols["time.moe_s"] / step,
+                                          np.where(np.isnan(step), np.nan, 0.0))
     twins = {k: np.full(n, np.nan if k == "twin_tokens_per_s_per_gpu" else 0.0)
              for k in ("twin_tokens_per_s_per_gpu", "twin_u_fabric", "twin_u_framework")}
     if at.size:
@@ -533,7 +548,8 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
 #: from the plan table; the rest it writes itself.
 PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
                "pp_schedule", "sequence_parallel", "cp_kind", "tp_overlap", "mesh_order",
-               "pp_first_layers", "pp_last_layers", "framework")
+               "pp_first_layers", "pp_last_layers", "framework", "ep", "etp", "expert_dp",
+               "ep_overlap")
 
 
 def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any]:

@@ -7,6 +7,11 @@ accumulation knob, bf16/fp16/fp8, eager and flash attention) and every modelled 
 MosaicML and vTrain single-node calibration files. Each is rebuilt here through today's public
 objects and must give the same numbers (relative tolerance 1e-12: the same formulas may be
 evaluated in another order).
+
+Dense models only: the snapshot's mixture-of-experts cases (Mixtral 8x7B) changed on purpose
+with the layered engine of issue 13 (experts as grouped GEMMs on their per-expert shapes, the
+router's GEMM, the busiest rank's load, expert states over the expert data-parallel group);
+they are not compared, and the snapshot is not regenerated.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import pytest
 
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
+from fsdpsim.presets import get_model
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "engine_golden.json"
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
@@ -59,6 +65,8 @@ def test_data_parallel_grid_unchanged(golden, tool):
     catalog = load_catalog((), use_env=False)
     compared = 0
     for row in golden["grid"]:
+        if get_model(row["case"]["model"]).is_moe:  # changed on purpose (module docstring)
+            continue
         if "error" in row:
             with pytest.raises(ConfigError):
                 tool.run_case(row["case"], catalog)

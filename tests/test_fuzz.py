@@ -175,7 +175,8 @@ def _float(values, edges=()):
 
 
 MODELS = ["llama3-8b", "llama3-70b", "llama3.1-405b", "gpt3-125m", "gpt3-1.3b", "gpt3-175b",
-          "gpt-1t", "mixtral-8x7b", "mpt-7b", "qwen2.5-7b", "mistral-7b", "LLAMA3-8B"]
+          "gpt-1t", "mixtral-8x7b", "mpt-7b", "qwen2.5-7b", "mistral-7b", "LLAMA3-8B",
+          "deepseek-v3", "qwen3-30b-a3b", "gpt-oss-20b", "llama4-scout"]
 GPUS = ["h100", "a100", "a100-sxm4-40gb", "v100", "v100-sxm2-16gb", "mi300x", "mi250x",
         "tpu-v5p", "tpu-v4", "b200", "gaudi3", "l4", "gh200-96gb", "H100"]
 CLUSTERS = ["eos", "dgx-h100", "p4d", "frontier", "lumi-g", "juwels-booster", "selene",
@@ -224,6 +225,12 @@ SHARED_OPTIONS = {  # options predict and sweep both take, with the same meaning
     "--gpu-mtbf-hours": _float([1, 100, 50677, "1e9"], ["0.5", "1e10", "-1"]),
     "--checkpoint-gb-per-s": _float([0.001, 1, 2000, "1e7"], ["1e-4", "2e7"]),
     "--restart-min": _float([0, 1, 10, 10080], ["-1", "10081"]),
+    # mixture of experts
+    "--ep": _mostly(st.sampled_from(["1", "2", "4", "8", "64", "3"]), one_in=6),
+    "--etp": _mostly(st.sampled_from(["1", "2"]), one_in=6),
+    "--ep-overlap": st.just(None),
+    "--moe-capacity-factor": _float(["none", 1, 1.25, 2], [0.0099, 1001, "-1"]),
+    "--moe-imbalance": _float([1, 1.1, 2], [0.99, 1001, "-1"]),
 }
 PREDICT_ONLY = {
     "--price": _mostly(st.sampled_from(["2.5", "$2.5/h", "0.0001", "1e4", "3/gpu-hour"]),
@@ -597,6 +604,11 @@ _GRID_VALUES = {
     "sequence-parallel": ["true", "false"],
     "tp-overlap": ["true", "false"],
     "recompute-layers": ["0", "2", '"1.5"', "16385"],
+    "ep": ["1", "8", '"2"', "[1, 2]", "3", "0"],
+    "etp": ["1", "2", "0"],
+    "ep-overlap": ["true", "false"],
+    "moe-capacity-factor": ["1.0", '"none"', "0", "1e9"],
+    "moe-imbalance": ["1.2", "0.5", '"x"'],
 }
 assert set(_GRID_VALUES) == set(GRID_KEYS)
 

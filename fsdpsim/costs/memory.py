@@ -348,7 +348,8 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
                    logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
                    sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
                    allocator_fraction=0.0, accumulated_grad_numel=0.0, recomputed_layers=None,
-                   check=True):
+                   expert_n_params=0.0, expert_shard_size=1.0, moe_saved_bytes_per_token=0.0,
+                   moe_working_bytes_per_token=0.0, check=True):
     """Both moments of :func:`peak_memory_bytes` in one pass, term by term [B].
 
     Parameters are those documented in :func:`peak_memory_bytes` (but ``moment``), with the
@@ -357,6 +358,13 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
     the keys :data:`PEAK_KEYS` each (not broadcast to one shape); each moment's ``peak_bytes``
     is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``. The ceilings
     (:mod:`fsdpsim.costs.ceilings`) solve each moment for one unknown.
+
+    Mixture of experts (:mod:`fsdpsim.costs.moe`): ``expert_n_params`` routed-expert
+    parameters on this rank have the same byte recipe as the rest but are sharded over
+    ``expert_shard_size`` GPUs (the expert data-parallel group); ``moe_saved_bytes_per_token``
+    (per token of the micro-batch, summed over the stage's MoE layers) is saved like the other
+    activations, ``moe_working_bytes_per_token`` (one MoE layer's routed rows and a dispatch in
+    flight) joins the first block's backward. Both are linear in b·s, so the ceilings stay exact.
     """
     if check:  # once here; the terms below take the checked values
         strategy = choice_codes(strategy, STRATEGIES, "strategy")
@@ -372,6 +380,12 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
                                param_bytes=param_bytes, grad_bytes=grad_bytes,
                                optimizer_bytes_per_param=optimizer_bytes_per_param,
                                padded_n_params=padded_n_params, check=False)
+    if np.any(as_array(expert_n_params) > 0):
+        experts = model_state_bytes(expert_n_params, expert_shard_size, 1.0, strategy,
+                                    param_bytes=param_bytes, grad_bytes=grad_bytes,
+                                    optimizer_bytes_per_param=optimizer_bytes_per_param,
+                                    check=False)
+        states = {key: states[key] + experts[key] for key in states}
     buffer_options = dict(param_bytes=param_bytes, compute_param_bytes=compute_param_bytes,
                           reduce_grad_bytes=reduce_grad_bytes,
                           compute_grad_bytes=compute_grad_bytes,
@@ -398,6 +412,12 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
         saved_all = as_array(saved_microbatches) * (
             k * saved_per_layer + (as_array(n_layers) - k) * kept_per_layer)
         working = np.where(k > 0, working, 0.0)
+    routed_tokens = as_array(micro_batch) * as_array(seq_len)
+    if (np.any(as_array(moe_saved_bytes_per_token) > 0)
+            or np.any(as_array(moe_working_bytes_per_token) > 0)):
+        saved_all = saved_all + (as_array(saved_microbatches) * routed_tokens
+                                 * as_array(moe_saved_bytes_per_token))
+        working = working + routed_tokens * as_array(moe_working_bytes_per_token)
     # Moment A, the loss backward: only the root unit is gathered (a block's pre-backward
     # all-gather starts after the LM head's backward), no unit gradient yet, the cross-entropy
     # temporaries at their largest.

@@ -230,14 +230,19 @@ def ring_wire_bytes(all_reduce_bytes, all_gather_bytes, reduce_scatter_bytes, gr
 #: (pattern on the parameter name, role). Column-parallel: split dim 0; row-parallel: dim 1;
 #: vocab: dim 0; replicated: whole on every TP rank.
 _ROLES = (
-    (r"(^|\.)attn\.(q|k|v)\.(weight|bias)$", "column"),
-    (r"(^|\.)mlp\.(experts\.\d+\.)?(gate|up)\.(weight|bias)$", "column"),
-    (r"(^|\.)(attn\.o|mlp\.(experts\.\d+\.)?down)\.weight$", "row"),
-    (r"(^|\.)(attn\.o|mlp\.(experts\.\d+\.)?down)\.bias$", "row_bias"),
+    (r"(^|\.)attn\.(q|k|v|q_b|kv_b)\.(weight|bias)$", "column"),  # MLA's up projections by head
+    (r"(^|\.)attn\.sinks$", "column"),                              # one logit per head
+    (r"(^|\.)mlp\.(experts\.\d+\.|shared\.)?(gate|up)\.(weight|bias)$", "column"),
+    (r"(^|\.)(attn\.o|mlp\.(experts\.\d+\.|shared\.)?down)\.weight$", "row"),
+    (r"(^|\.)(attn\.o|mlp\.(experts\.\d+\.|shared\.)?down)\.bias$", "row_bias"),
     (r"(^|\.)(tok_emb\.weight|lm_head\.weight|lm_head\.bias)$", "vocab"),
-    (r"(^|\.)(attn_norm|mlp_norm|norm)\.(weight|bias)$", "norm"),
+    (r"(^|\.)(attn_norm|mlp_norm|norm|attn\.(q_a_norm|kv_a_norm|q_norm|k_norm))\.(weight|bias)$",
+     "norm"),
     (r"(^|\.)pos_emb\.weight$", "replicated"),
-    (r"(^|\.)mlp\.router\.weight$", "router"),
+    # MLA's down projections stay whole on every TP rank (Megatron-Core MLA: linear_q_down_proj
+    # and linear_kv_down_proj are not split)
+    (r"(^|\.)attn\.(q_a|kv_a)\.weight$", "replicated"),
+    (r"(^|\.)mlp\.router\.(weight|bias|score_bias)$", "router"),
 )
 
 

@@ -29,8 +29,9 @@ import numpy as np
 
 from fsdpsim.costs.compute import as_array
 from fsdpsim.costs import nccl
-from fsdpsim.engine import collectives, layers, metrics, step
+from fsdpsim.engine import collectives, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
+from fsdpsim.moe_inputs import DEFAULTS as MOE_DEFAULTS
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 OPTIMIZER_CODES = {"adamw": 0, "sgd": 1}
@@ -113,6 +114,22 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     w = layers.widths(g)
     lt = layers.layer_times(g, r, w)
     rt = layers.root_times(g, r, w)
+    # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
+    layered = moe.layered(g)
+    has_moe = layered and bool(np.any(g["moe_layers"] > 0))
+    ep, phi = moe.NO_EXPERT_PARALLEL, 0.0
+    if layered:
+        lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt)
+        lt = lt_d
+        if has_moe:
+            ep, phi = ep_c, moe.moe_share(g)
+            lt = moe.mix(lt_d, lt_m, phi)
+        if np.any(g["mtp_layers"] > 0):
+            mtp_fwd_s, mtp_bwd_s = moe.mtp_times(g, r, w, lt_d, lt_m, ep, rt)
+            rt = {**rt, "head_fwd_s": rt["head_fwd_s"] + mtp_fwd_s,
+                  "head_bwd_s": rt["head_bwd_s"] + mtp_bwd_s,
+                  "root_fwd_s": rt["root_fwd_s"] + mtp_fwd_s,
+                  "root_bwd_s": rt["root_bwd_s"] + mtp_bwd_s}
 
     # ---- stage 3: collectives ----------------------------------------------------------------
     # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
@@ -125,6 +142,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
     L_stage = np.where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
     dpc = collectives.data_parallel(g, co, L_stage, r)
+    if has_moe:  # MoE layers: their dense part, and their experts over the expert groups
+        dpc, dpc_e, g_e = moe.data_parallel(g, r, co, dpc, L_stage, phi)
     f = step.fsdp_flags(g)
 
     # Recompute applies to the first K layers of each stage (all when recompute_layers < 0).
@@ -140,13 +159,27 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                    + cpc["cp_layer_bwd_exposed_s"]
                    + replay * (tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]))
     root_tp_s = tpc["tp_root_s"]
+    if has_moe:  # the MoE layers' exposed all-to-alls (replayed with full recompute)
+        block_fwd_s = block_fwd_s + phi * ep["fwd_exposed_s"]
+        block_bwd_s = block_bwd_s + phi * (ep["bwd_exposed_s"] + replay * ep["fwd_exposed_s"])
 
     # ---- stage 4: the step -------------------------------------------------------------------
     n_params_stage = g["n_params_padded"]
     if piped:  # the first stage's states (embedding and its layers) set the optimizer's time
         n_params_stage = np.where(g["pp"] > 1, g["layers_first"] * g["block_numel_padded"]
                                   + g["embed_numel_padded"], n_params_stage)
+    if layered:
+        n_params_stage = n_params_stage + np.where(g["pp"] > 1, 0.0, g["mtp_numel_padded"])
+    if has_moe:  # dense parts of the first stage's layers, and its experts
+        first_moe = np.where(g["pp"] > 1, g["moe_layers_first"], g["moe_layers"])
+        n_params_stage = np.where(g["pp"] > 1, moe.stage_dense_numel(
+            g, g["layers_first"], g["moe_layers_first"]) + g["embed_numel_padded"],
+            n_params_stage)
     optimizer_s, post_step_s = step.optimizer_times(g, f, dpc, n_params_stage)
+    if has_moe:
+        n_experts_stage = (first_moe + np.where(g["pp"] > 1, 0.0, g["mtp_layers"] * g["mtp_moe"])
+                           ) * moe.expert_local_numel(g)
+        optimizer_s = optimizer_s + step.optimizer_times(g_e, f, dpc_e, n_experts_stage)[0]
     only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
                              rt["root_fwd_s"] + 0.5 * root_tp_s,
                              rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
@@ -169,6 +202,17 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                       + 0.5 * root_tp_s + root_ag,
                       (g["layers_last"] - g["layers_mid"]) * block_bwd_s + rt["head_bwd_s"]
                       + 0.5 * root_tp_s)
+        if has_moe:  # end stages whose share of MoE layers differs from the middle ones'
+            d_fwd = lt_m["block_fwd_s"] + ep["fwd_exposed_s"] - lt_d["block_fwd_s"]
+            d_bwd = (lt_m["block_bwd_s"] - lt_d["block_bwd_s"]
+                     + rc_share * (lt_m["recompute_s"] - lt_d["recompute_s"])
+                     + ep["bwd_exposed_s"] + replay * ep["fwd_exposed_s"])
+            extra_moe = {end: g[f"moe_layers_{end}"] - g["moe_layers_mid"]
+                         - (g[f"layers_{end}"] - g["layers_mid"]) * phi for end in ("first", "last")}
+            first_extra = (first_extra[0] + extra_moe["first"] * d_fwd,
+                           first_extra[1] + extra_moe["first"] * d_bwd)
+            last_extra = (last_extra[0] + extra_moe["last"] * d_fwd,
+                          last_extra[1] + extra_moe["last"] * d_bwd)
         # Zero-bubble schedules split each backward into input- and weight-gradient passes;
         # the weight-gradient GEMMs are half of the GEMM backward FLOPs.
         wgrad_s = np.where(np.asarray(g["pp_schedule"]) == 3,
@@ -186,11 +230,15 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     compute_mb_s = (L_stage * (lt["block_fwd_s"] + (lt["block_bwd_s"] + rc_share * lt["recompute_s"]))
                     + rt["root_fwd_s"] * root_share + rt["root_bwd_s"] * root_share)
     if piped:
+        ends = {end: (g[f"layers_{end}"] - g["layers_mid"]) * (lt["block_fwd_s"] + lt["block_bwd_s"])
+                for end in ("first", "last")}
+        if has_moe:  # end stages whose share of MoE layers differs from the middle ones'
+            d_layer = (lt_m["block_fwd_s"] + lt_m["block_bwd_s"] - lt_d["block_fwd_s"]
+                       - lt_d["block_bwd_s"])
+            ends = {end: v + extra_moe[end] * d_layer for end, v in ends.items()}
         compute_mb_s = compute_mb_s + (1.0 - root_share) * np.maximum(
-            (g["layers_first"] - g["layers_mid"]) * (lt["block_fwd_s"] + lt["block_bwd_s"])
-            + rt["embed_fwd_s"] + rt["embed_bwd_s"],
-            (g["layers_last"] - g["layers_mid"]) * (lt["block_fwd_s"] + lt["block_bwd_s"])
-            + rt["head_fwd_s"] + rt["head_bwd_s"])
+            ends["first"] + rt["embed_fwd_s"] + rt["embed_bwd_s"],
+            ends["last"] + rt["head_fwd_s"] + rt["head_bwd_s"])
     compute_s = k * compute_mb_s + optimizer_s
     ag_calls = f["ag_calls"]
     fsdp_like = f["fsdp_like"]
@@ -214,17 +262,33 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                                   + cpc["cp_layer_bwd_exposed_s"])
     pp_s = k * 2.0 * p2p_s
     comm_s = all_gather_s + reduce_scatter_s + all_reduce_s + tp_s + cp_s + pp_s
+    moe_layers_stage = ep_s = ep_exposed_s = ep_bytes = moe_s = 0.0  # no MoE row: no cost
+    if has_moe:
+        moe_layers_stage = L_stage * phi
+        ep_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_s"] + ep["bwd_s"])
+        ep_exposed_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_exposed_s"]
+                                               + ep["bwd_exposed_s"])
+        ep_bytes = k * moe_layers_stage * (ep["bytes"] + replay * ep["fwd_bytes"])
+        # the MoE MLPs (router, shared and routed experts, their kernels; the forward again
+        # under full recompute) and their exposed all-to-alls
+        moe_s = k * moe_layers_stage * (lt_m["moe_mlp_fwd_s"] + lt_m["moe_mlp_bwd_s"]
+                                        + replay * lt_m["moe_mlp_fwd_s"]) + ep_exposed_s
+        comm_s = comm_s + ep_s
     exposed_s = np.maximum(step_s - compute_s - bubble_s, 0.0)
     # Bounds: every stream fully overlapped (compute with its bubble; data-parallel collectives
     # on their communicator; tensor/context/pipeline traffic on theirs), and nothing overlapped.
     lower_s = np.maximum(np.maximum(compute_s + bubble_s, all_gather_s + reduce_scatter_s
-                                    + all_reduce_s), tp_s + cp_s + pp_s)
+                                    + all_reduce_s), tp_s + cp_s + pp_s + ep_s)
     upper_s = compute_s + comm_s + bubble_s
 
     # Tensor bytes per GPU per step (the quantities torch's c10d ops see).
     elem = g["compute_bytes"]
-    units_ag = L_stage * ag_calls * g["block_numel_padded"] + np.where(fsdp_like, g["root_numel_padded"], 0.0)
-    all_params_padded = L_stage * g["block_numel_padded"] + g["root_numel_padded"]
+    block_numel = g["block_numel_padded"]
+    if has_moe:  # the stage's mean unit: dense layers, MoE layers' dense parts and experts
+        block_numel = np.where(phi > 0, moe.stage_dense_numel(g, L_stage, moe_layers_stage)
+                               / L_stage + phi * moe.expert_local_numel(g), block_numel)
+    units_ag = L_stage * ag_calls * block_numel + np.where(fsdp_like, g["root_numel_padded"], 0.0)
+    all_params_padded = L_stage * block_numel + g["root_numel_padded"]
     all_gather_bytes = (ag_steps * units_ag + np.where(is_zero1, all_params_padded, 0.0)) * elem
     reduce_scatter_bytes = (rs_steps * np.where(f["rs_calls"] > 0, all_params_padded, 0.0)
                             + np.where(is_zero1, all_params_padded, 0.0)) * g["reduce_bytes"]
@@ -239,9 +303,14 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     tokens_per_step = g["micro_batch"] * g["seq_len"] * k * g["dp"]
     from fsdpsim.costs import compute
 
-    model_flops = compute.model_flops_per_token(g["matmul_params"], g["n_layers"], g["seq_len"],
-                                                g["q_dim"]) * tokens_per_step
+    model_flops = compute.model_flops_per_token(g["matmul_params"], g["n_layers"],
+                                                g["seq_len"], g["q_dim"]) * tokens_per_step
     hardware_flops = metrics.executed_flops_per_microbatch(g, rc_share) * k * g["dp"]
+    if layered:  # per kind of layer, on the rows of layered models
+        executed, model = moe.layered_flops(g, rc_share, k)
+        rows = moe.layered_rows(g)
+        hardware_flops = np.where(rows, executed, hardware_flops)
+        model_flops = np.where(rows, model, model_flops)
     peak_total = g["peak_flops_per_s"] * gpus
     mfu = model_flops / (step_s * peak_total)
     hfu = hardware_flops / (step_s * peak_total)
@@ -289,6 +358,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         "cp_bytes": k * L_stage * (cpc["cp_layer_bytes"] + replay * cpc["cp_layer_fwd_bytes"]),
         "pp_s": pp_s,
         "pp_bytes": k * 2.0 * p2p_bytes,
+        "ep_s": ep_s,
+        "ep_exposed_s": ep_exposed_s,
+        "ep_bytes": ep_bytes,
+        "moe_s": moe_s,
         "pipeline_ok": pipeline_ok,
     }
     out.update(mem)
@@ -313,7 +386,9 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
                    "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,
                    # one non-blocking fabric, packed placement
-                   "oversubscription": 1.0, "pod_gpus": np.inf, "placement_factor": 1.0}
+                   "oversubscription": 1.0, "pod_gpus": np.inf, "placement_factor": 1.0,
+                   # no MoE, MLA, MTP or windowed attention (fsdpsim.moe_inputs)
+                   **MOE_DEFAULTS}
 
 
 def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -348,6 +423,7 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     for key in ("layers_first", "layers_mid", "layers_last"):
         if key not in g:
             g[key] = g["n_layers"]
+    moe.prepare_layers(g)
     return g
 
 

@@ -44,6 +44,34 @@ class ModelInputs(TypedDict):
     head_numel_rank: Number     # last pipeline stage's root part (a tied embedding's copy) [-]
     embed_numel_padded: Number
     head_numel_padded: Number
+    # layered models (fsdpsim.moe_inputs: 0 / 1 for a uniform model)
+    moe_layers: Number            # MoE layers [-]
+    n_experts: Number             # routed experts per MoE layer [-]
+    moe_top_k: Number             # experts a token is routed to [-]
+    expert_ffn: Number            # one routed expert's width [-]
+    shared_ffn: Number            # the shared expert's width (0: none) [-]
+    expert_layer_numel: Number    # all routed experts of one MoE layer, whole [-]
+    moe_block_numel: Number       # a MoE layer without its routed experts, whole [-]
+    moe_block_numel_rank: Number  # ... on one TP rank [-]
+    moe_block_numel_padded: Number  # ... after FSDP padding [-]
+    moe_layer_matmul_params: Number   # weights a token multiplies in a MoE layer [-]
+    dense_layer_matmul_params: Number  # ... in a dense layer [-]
+    mla: Number                   # 0/1 multi-head latent attention
+    mla_q_rank: Number            # query compression rank (0: full query projection) [-]
+    mla_kv_rank: Number           # key/value latent width [-]
+    mla_rope: Number              # decoupled rotary head width [-]
+    mla_qk_head: Number           # query/key head width [-]
+    mla_v_head: Number            # value head width [-]
+    qk_norm: Number               # 0/1 per-head q/k RMSNorm
+    mtp_layers: Number            # multi-token-prediction modules [-]
+    mtp_moe: Number               # 0/1 their block is a MoE layer
+    mtp_numel_rank: Number        # their dense parameters on one TP rank [-]
+    mtp_numel_padded: Number
+    root_numel_rank: Number       # embedding, final norm, head on one TP rank [-]
+    sliding_layers: Number        # sliding-window layers [-]
+    sliding_window: Number        # [tokens]
+    chunked_layers: Number        # chunked-attention layers [-]
+    chunk_size: Number            # [tokens]
 
 
 class SystemInputs(TypedDict):
@@ -151,6 +179,25 @@ class PlanInputs(TypedDict):
     shard_per_pod: Number
     replicate_per_pod: Number
     dp_world_per_pod: Number
+    # expert parallelism (fsdpsim.layout.expert_layout: size, per domain, per pod of each group)
+    ep: Number
+    etp: Number
+    ep_overlap: Number          # 0/1 all-to-alls hidden behind another micro-batch
+    ep_size: Number
+    ep_per_node: Number
+    ep_per_pod: Number
+    etp_size: Number
+    etp_per_node: Number
+    etp_per_pod: Number
+    edp_size: Number
+    edp_per_node: Number
+    edp_per_pod: Number
+    eshard_size: Number
+    eshard_per_node: Number
+    eshard_per_pod: Number
+    ereplicate_size: Number
+    ereplicate_per_node: Number
+    ereplicate_per_pod: Number
 
 
 class TrainingInputs(TypedDict):
@@ -165,6 +212,9 @@ class TrainingInputs(TypedDict):
     fp8_gemm: Number
     dropout: Number
     recompute_layers: Number    # -1 = every layer
+    moe_capacity_factor: Number  # 0 = dropless
+    moe_imbalance: Number        # 0 = the balanced-routing floor
+    moe_fp8_dispatch: Number     # 0/1
 
 
 class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, FrameworkInputs,
@@ -179,3 +229,6 @@ class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, Framew
     ceilings: Number            # 0/1 solve the memory ceilings
     dp_comm_scale: Number       # data-parallel collective times x this (what-if twins)
     fused_glu: Number
+    moe_layers_first: Number    # MoE layers on the first / a middle / the last stage
+    moe_layers_mid: Number
+    moe_layers_last: Number

@@ -48,17 +48,24 @@ def widths(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
-                w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Forward, backward and recompute time of one layer, one micro-batch, one rank [s]."""
+                w: Mapping[str, np.ndarray], gemm=None, extra_ew=None) -> dict[str, np.ndarray]:
+    """Forward, backward and recompute time of one layer, one micro-batch, one rank [s].
+
+    ``gemm`` (forward, backward, down-projection forward) replaces the GEMM times of the
+    uniform layer (:func:`fsdpsim.costs.compute.layer_gemm_times_with_down_s`) for layers whose
+    GEMMs differ (multi-head latent attention, routed experts: :mod:`fsdpsim.engine.moe`);
+    ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks."""
     b, s = g["micro_batch"], g["seq_len"]
     tokens = w["tokens"]
     swiglu, rotary, flash = g["swiglu"] > 0, g["rotary"] > 0, g["flash"] > 0
     recompute = np.asarray(g["recompute"])
     elem = g["compute_bytes"]
     cp = g["cp"]
-    gemm_fwd_s, gemm_bwd_s, down_fwd_s = compute.layer_gemm_times_with_down_s(
-        tokens, g["d_model"], w["q"], w["kv"], w["ffn"], swiglu, g["active_experts"],
-        r["matmul"], r["hbm"], g["matmul_half_flops"], g["matmul_half_k"], elem)
+    if gemm is None:
+        gemm = compute.layer_gemm_times_with_down_s(
+            tokens, g["d_model"], w["q"], w["kv"], w["ffn"], swiglu, g["active_experts"],
+            r["matmul"], r["hbm"], g["matmul_half_flops"], g["matmul_half_k"], elem)
+    gemm_fwd_s, gemm_bwd_s, down_fwd_s = gemm
     # Attention of the rank's heads over its queries: a 1/cp share of the (causal) work either
     # way (ring: load-balanced chunks against every KV block; all-to-all: heads/cp over the
     # whole sequence). Each ring step's kernel sees one KV block of s/cp keys.
@@ -75,6 +82,9 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                                           kv_len,
                                           np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
     attn_fwd_s = attn_fwd_s + compute.memory_bound_time_s(eager_scores_bytes, r["hbm"])
+    ratio = g.get("attn_pair_ratio", 1.0)
+    if np.any(ratio != 1.0):  # sliding-window / chunked layers: the query-key pairs they keep
+        attn_fwd_s = attn_fwd_s * ratio
     # FlashAttention backward: 2.5x forward FLOPs (recomputes scores); eager: 2x plus score traffic.
     attn_bwd_s = np.where(flash, 2.5, 2.0) * attn_fwd_s
     # Dropout (Megatron GPT's default 0.1; fused into FlashAttention's kernel): per element it
@@ -100,6 +110,8 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
             g["block_numel"] / g["tp"])
         ew_fwd_bytes = ew_fwd_bytes + np.where(fp8, cast_fwd_bytes, 0.0)
         ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, cast_bwd_bytes, 0.0)
+    if extra_ew is not None:
+        ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + extra_ew[0], ew_bwd_bytes + extra_ew[1]
     if np.any(dropout):  # the two residual-branch dropouts (h-sized, split with SP)
         drop_h = np.where(dropout, compute.dropout_bytes(2.0 * tokens * w["d_elementwise"], elem),
                           0.0)

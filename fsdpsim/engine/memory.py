@@ -113,6 +113,10 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
         config["saved_microbatches"] = in_flight
     if np.any(rl >= 0):
         config["recomputed_layers"] = np.where(rl >= 0, rl, n_layers)
+    if "moe_layers" in g and (np.any(g["moe_layers"] > 0) or np.any(g["mtp_layers"] > 0)):
+        from fsdpsim.engine.moe import memory_update
+
+        config = memory_update(g, config, stage)
     return config
 
 

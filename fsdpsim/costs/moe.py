@@ -1,0 +1,223 @@
+"""Mixture of experts: routed tokens, expert-parallel all-to-all volumes, the busiest rank's
+load, expert GEMMs on their real shapes, and the memory of experts and routed tokens.
+
+Pure, vectorised functions (numbers or numpy arrays that broadcast; SI units in the names), as
+the rest of :mod:`fsdpsim.costs`.
+
+One MoE layer on one rank (``T`` tokens it holds: ``b·s/(cp·tp)``, Megatron runs MoE layers
+sequence-parallel when tp > 1; top-``k`` of ``E`` routed experts of width ``f``; ``ep``
+expert-parallel and ``etp`` expert-tensor-parallel ranks):
+
+* **router**: logits ``T × E`` (a ``T × h × E`` GEMM), then top-k (Fedus et al. 2022 §2.1);
+* **dispatch**: the ``T·k`` routed copies are permuted by expert and sent with one all-to-all
+  over the EP group, ``T·k·h`` elements per rank (Lepikhin et al. 2021, GShard §2.3; Megatron-
+  Core ``MoEAlltoAllTokenDispatcher.token_dispatch``); with etp > 1 the received rows are then
+  all-gathered over the ETP group (``dispatch_postprocess``);
+* **experts**: the rank's ``E/ep`` local experts run as one grouped GEMM, each on the rows
+  routed to it, ``T·k·etp·ep/E`` on average (:func:`rows_per_expert`), at width ``f/etp``;
+* **combine**: the reverse all-to-all (and reduce-scatter over ETP), then the probability-
+  weighted sum; backward runs the same exchanges in reverse (dispatch's backward is a combine,
+  DeepEP ``Buffer.dispatch``/``combine``).
+
+Dropless routing waits for the busiest rank, ``λ`` times the mean (:func:`load_factor`); token
+dropping with a capacity factor pads every expert to ``ceil(T·k/E · cf)`` rows (Megatron
+``get_capacity`` with ``--moe-pad-expert-input-to-capacity``), so the pace is ``cf`` times the
+mean and the all-to-alls carry the padding.
+
+References
+----------
+[1] Lepikhin et al., "GShard", ICLR 2021, arXiv 2006.16668, §2.2-2.3 (expert capacity,
+    all-to-all dispatch and combine).
+[2] Fedus, Zoph, Shazeer, "Switch Transformers", JMLR 23 (2022), arXiv 2101.03961, §2.2
+    (capacity = tokens per batch / experts × capacity factor).
+[3] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv 2412.19437, §3.3.2 (FP8 dispatch with
+    1x128 block scales, BF16 combine), §3.2.2 (20 of 132 SMs for all-to-all).
+[4] Raab & Steger, "'Balls into Bins' — A Simple and Tight Analysis", RANDOM 1998, LNCS 1518,
+    Theorem 1: m balls in n bins, m >= n log n: the fullest bin holds
+    m/n + sqrt(2 (m/n) ln n) (1 + o(1)) balls w.h.p.
+[5] Rajbhandari et al., "DeepSpeed-MoE", ICML 2022, arXiv 2201.05596, §5 (expert parameters
+    over expert-parallel × expert-data-parallel groups); Megatron-Core "MoE parallel folding"
+    (Liu et al. 2025, arXiv 2504.14960, §3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fsdpsim.costs import compute
+from fsdpsim.costs.compute import as_array
+
+#: FP8 dispatch: one fp32 scale per 1 x 128 block of a token's hidden vector [3] §3.3.2, on top
+#: of one byte per element [B/element].
+FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0
+#: Router logits and probabilities are kept in fp32 (Megatron ``--moe-router-dtype fp32``,
+#: DeepSeek-V3's gating in fp32) [B].
+ROUTER_BYTES = 4.0
+
+
+# -- tokens and load ------------------------------------------------------------------------------
+def routed_rows_per_rank(tokens, top_k, etp=1.0):
+    """Routed token copies one rank's experts process per MoE layer, on average [-]:
+    ``T · k · etp`` (every rank sends its ``T·k`` copies to the experts' owners; with expert
+    tensor parallelism each rank computes the rows of its whole ETP group, at width f/etp)."""
+    return as_array(tokens) * as_array(top_k) * as_array(etp)
+
+
+def rows_per_expert(tokens, top_k, etp, ep, n_experts):
+    """Rows one expert's GEMMs see on average per MoE layer [-]: ``T·k·etp·ep / E`` (the rank's
+    routed rows over its ``E/ep`` local experts). DeepSeek-V3 (k = 8, E = 256) at 4,096 tokens
+    per rank: 128 rows without expert parallelism, 8,192 with ep = 64."""
+    return routed_rows_per_rank(tokens, top_k, etp) * as_array(ep) / as_array(n_experts)
+
+
+def default_imbalance(mean_rows_per_rank, ep):
+    """The busiest EP rank's routed rows over the mean when routing is balanced and random [-]:
+    ``1 + sqrt(2 · ln(ep) / m)`` for ``m`` rows per rank on average ([4] Theorem 1: the
+    fullest of n bins after n·m balls). It is the floor a trained router with a balancing loss
+    or bias reaches, 1 for ep = 1 (one rank runs every expert: its total does not vary);
+    measured routing is worse (``moe_imbalance`` sets it)."""
+    m = np.maximum(as_array(mean_rows_per_rank), 1.0)
+    return 1.0 + np.sqrt(2.0 * np.log(np.maximum(as_array(ep), 1.0)) / m)
+
+
+def load_factor(mean_rows_per_rank, ep, imbalance, capacity_factor):
+    """Rows of the rank that sets the pace over the mean, ``λ`` [-].
+
+    ``capacity_factor > 0``: every expert padded to its capacity, ``λ = cf`` ([1] §2.2, [2]
+    §2.2); otherwise dropless: ``imbalance`` where given (> 0), else
+    :func:`default_imbalance`. Dropless with a perfectly balanced router (imbalance 1) and
+    capacity factor 1.0 are the same step."""
+    cf, imb = as_array(capacity_factor), as_array(imbalance)
+    dropless = np.where(imb > 0, imb, default_imbalance(mean_rows_per_rank, ep))
+    return np.where(cf > 0, cf, dropless)
+
+
+def sent_rows(tokens, top_k, n_experts, capacity_factor):
+    """Rows one rank sends in a dispatch all-to-all per MoE layer [-]: its ``T·k`` routed
+    copies (dropless), or ``E · ceil(T·k/E · cf)`` when every expert is padded to capacity
+    (Megatron ``get_capacity``: ``capacity = ceil(num_tokens·k / E · cf)``)."""
+    copies = as_array(tokens) * as_array(top_k)
+    e, cf = np.maximum(as_array(n_experts), 1.0), as_array(capacity_factor)
+    return np.where(cf > 0, e * np.ceil(copies / e * np.where(cf > 0, cf, 1.0)), copies)
+
+
+# -- communication --------------------------------------------------------------------------------
+def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_dispatch=False,
+                     capacity_factor=0.0):
+    """Tensor bytes one rank passes to the expert-parallel all-to-alls of one MoE layer and one
+    micro-batch (the ``all_to_all_single`` inputs), forward and backward [B].
+
+    Four calls of ``rows · h`` elements each, ``rows`` from :func:`sent_rows`: forward dispatch
+    and combine, backward the combine's gradient (sent like a dispatch) and the dispatch's
+    gradient (like a combine). With ``fp8_dispatch`` the two dispatch-direction calls carry one
+    byte per element plus a 1x128 block scale ([3] §3.3.2: the activations before the up-
+    projections and the gradients before the down-projections in FP8, both combines in BF16).
+
+    Returns ``{"forward_bytes", "backward_bytes", "forward_calls", "backward_calls"}``.
+    """
+    rows_h = sent_rows(tokens, top_k, n_experts, capacity_factor) * as_array(d_model)
+    e = as_array(elem_bytes)
+    dispatch = np.where(np.asarray(fp8_dispatch, dtype=bool),
+                        1.0 + FP8_SCALE_BYTES_PER_ELEMENT, e) * rows_h
+    combine = e * rows_h
+    return {"forward_bytes": dispatch + combine, "backward_bytes": dispatch + combine,
+            "forward_calls": 2.0, "backward_calls": 2.0}
+
+
+def etp_gather_bytes(tokens, top_k, d_model, n_experts, etp, elem_bytes=2.0,
+                     capacity_factor=0.0):
+    """Tensor bytes of the expert-tensor-parallel collectives of one MoE layer and one micro-
+    batch, per direction [B]: after the dispatch the received rows are all-gathered over the
+    ``etp`` ranks (output ``etp · rows · h``) and before the combine reduce-scattered (input
+    the same); backward the reverse (Megatron ``dispatch_postprocess`` /
+    ``combine_preprocess``). 0 for etp = 1."""
+    rows_h = sent_rows(tokens, top_k, n_experts, capacity_factor) * as_array(d_model)
+    t = as_array(etp)
+    return np.where(t > 1, 2.0 * t * rows_h * as_array(elem_bytes), 0.0)
+
+
+# -- compute ---------------------------------------------------------------------------------------
+def expert_gemm_times_s(rows_per_expert_, local_experts, d_model, ffn_local, swiglu,
+                        matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k, elem_bytes=2.0):
+    """Forward, backward and down-projection forward time of one rank's experts as grouped
+    GEMMs [s].
+
+    Each of the ``local_experts`` runs its up (and gate, fused: width 2f with SwiGLU) and down
+    projection on its own rows, at :func:`fsdpsim.costs.compute.gemm_time_s`'s roofline and
+    tile efficiency in its real shape (``m`` = rows per expert, often a few hundred: then the
+    weights' traffic binds); a grouped GEMM is one kernel per projection and pass, so the
+    Hockney tail is paid once per kernel, not per expert. Backward: input and weight
+    gradients, as :func:`fsdpsim.costs.compute.linear_time_s`.
+    """
+    inv_r, inv_w, tail_s, half = compute._gemm_rates(matmul_flops_per_s, hbm_bytes_per_s,
+                                                     half_flops, half_k)
+    m, n_local = as_array(rows_per_expert_), as_array(local_experts)
+    d, f = as_array(d_model), as_array(ffn_local)
+    up_width = np.where(np.asarray(swiglu, dtype=bool), 2.0, 1.0) * f
+    fwd = bwd = 0.0
+    down = 0.0
+    for n, k in ((up_width, d), (d, f)):
+        f_one, b_one = compute._linear_time_s(m, n, k, inv_r, inv_w, 0.0, half, elem_bytes)
+        fwd = fwd + n_local * f_one + tail_s
+        bwd = bwd + n_local * b_one + 2.0 * tail_s
+        down = n_local * f_one + tail_s  # the last shape is the down projection
+    return fwd, bwd, down
+
+
+def router_gemm_times_s(tokens, d_model, n_experts, matmul_flops_per_s, hbm_bytes_per_s,
+                        half_flops, half_k, elem_bytes=2.0):
+    """Forward and backward time of the router's ``T × h → E`` GEMM [s] (2·T·h·E FLOP
+    forward, the weight read once; :func:`fsdpsim.costs.compute.linear_time_s`)."""
+    return compute.linear_time_s(tokens, n_experts, d_model, matmul_flops_per_s,
+                                 hbm_bytes_per_s, half_flops, half_k, elem_bytes)
+
+
+def moe_elementwise_bytes(tokens, rows, d_model, ffn_local, n_experts, swiglu, elem_bytes=2.0):
+    """HBM bytes of one MoE layer's bandwidth-bound kernels on one rank, (forward, backward) [B].
+
+    Forward: the router's fp32 logits written, read by the softmax/sigmoid and top-k, and the
+    probabilities written (3 passes of ``T·E``); permutation before the dispatch (read ``T·h``,
+    write ``rows·h``), the expert activation on the routed rows (SwiGLU: read 2f, write f;
+    GELU: read f, write f) and the un-permutation with the probability-weighted sum after the
+    combine (read ``rows·h``, write ``T·h``). Backward: the gradients of the same kernels
+    (activation: SwiGLU read dy, gate, up and write two gradients, 5f; GELU 3f; the two
+    permutations again; the router's 3 passes). ``rows`` are the rank's routed rows
+    (imbalance or padding included)."""
+    t, r, d, f = as_array(tokens), as_array(rows), as_array(d_model), as_array(ffn_local)
+    e = as_array(elem_bytes)
+    glu = np.asarray(swiglu, dtype=bool)
+    router = 3.0 * ROUTER_BYTES * t * as_array(n_experts)
+    permute = e * (t * d + r * d)
+    fwd = router + 2.0 * permute + e * r * f * np.where(glu, 3.0, 2.0)
+    bwd = router + 2.0 * permute + e * r * f * np.where(glu, 5.0, 3.0)
+    return fwd, bwd
+
+
+def expert_fp8_cast_bytes(rows, d_model, ffn_local, local_experts, swiglu):
+    """HBM bytes of the FP8 casts of one rank's expert GEMMs, (forward, backward) [B]: the
+    inputs of the up and down projections and the local experts' weights forward, the output
+    gradients backward, each at
+    :data:`fsdpsim.costs.compute.FP8_CAST_TRANSPOSE_BYTES` (Transformer Engine)."""
+    r, d, f = as_array(rows), as_array(d_model), as_array(ffn_local)
+    gate = np.where(np.asarray(swiglu, dtype=bool), 2.0, 1.0)
+    weights = as_array(local_experts) * (gate + 1.0) * d * f
+    fwd = compute.FP8_CAST_TRANSPOSE_BYTES * (r * (d + f) + weights)
+    bwd = compute.FP8_CAST_TRANSPOSE_BYTES * r * (gate * f + d)
+    return fwd, bwd
+
+
+# -- memory -------------------------------------------------------------------------------------
+def routed_saved_bytes_per_row(d_model, ffn_local, swiglu, elem_bytes=2.0):
+    """Bytes one routed row saves for backward in a MoE layer [B]: the expert input (for the
+    up-projection's weight gradient), the up/gate outputs (SwiGLU 2f, GELU f: the activation's
+    backward), the activation output (the down projection's weight gradient), the expert output
+    (the probability-weighted sum's backward) and its fp32 probability."""
+    d, f = as_array(d_model), as_array(ffn_local)
+    up = np.where(np.asarray(swiglu, dtype=bool), 2.0, 1.0) * f
+    return as_array(elem_bytes) * (2.0 * d + up + f) + ROUTER_BYTES
+
+
+def a2a_buffer_bytes(rows, d_model, elem_bytes=2.0):
+    """Transient buffers of one dispatch in flight on one rank [B]: the permuted send buffer
+    and the receive buffer, ``2 · rows · h`` elements."""
+    return 2.0 * as_array(rows) * as_array(d_model) * as_array(elem_bytes)

@@ -1,0 +1,439 @@
+"""Engine stage helper: layers of two kinds, expert parallelism and multi-token prediction.
+
+A model whose layers differ (:mod:`fsdpsim.moe_inputs`) is timed as two kinds of layer, each
+through :func:`fsdpsim.engine.layers.layer_times` with its own GEMMs:
+
+* the **dense kind**: attention (GQA's fused QKV and output projections, or multi-head latent
+  attention's down and up projections, DeepSeek-V3 Eq. 1-11) and a dense MLP of ``ffn_size``;
+* the **MoE kind**: the same attention, the router, the shared expert (a dense MLP of
+  ``shared_ffn``) and the rank's routed experts as grouped GEMMs on their real shapes, at the
+  busiest expert-parallel rank's load (:mod:`fsdpsim.costs.moe`), plus per layer and micro-batch
+  the expert-parallel all-to-alls (dispatch and combine, forward and backward) on the tier the
+  EP group spans, exposed, or hidden behind another micro-batch's compute with ``ep_overlap``
+  (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core's 1F1B all-to-all overlap).
+
+A pipeline stage's per-layer values are the mean over its layers, ``(1 − φ)·dense + φ·MoE``
+with ``φ`` its share of MoE layers (exact for the stage's totals; the FSDP overlap then sees
+average units). The data-parallel collectives of a MoE layer are its dense part over the
+ordinary shard group and its local experts over the expert data-parallel group (Megatron's
+expert data parallelism; torchtitan shards experts over ``dp_shard_mod_ep``). Multi-token
+prediction adds, on the last stage, ``mtp_layers`` blocks of the last layer's kind, their
+``2d → d`` projection and a second pass through the LM head and loss (DeepSeek-V3 §2.2).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from fsdpsim.costs import comm, compute, nccl, overlap
+from fsdpsim.costs import moe as moe_costs
+from fsdpsim.engine import collectives, layers
+
+#: Per-layer times of :func:`fsdpsim.engine.layers.layer_times` that a stage averages.
+LAYER_KEYS = ("gemm_fwd_s", "gemm_bwd_s", "attn_fwd_s", "attn_bwd_s", "ew_fwd_s", "ew_bwd_s",
+              "block_fwd_s", "block_bwd_s", "recompute_s", "attn_flops_fwd")
+#: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
+DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",
+                 "zero1_rs_block_s")
+#: Expert groups and the data-parallel group names they stand in for.
+EXPERT_GROUP_OF = {"shard": "eshard", "replicate": "ereplicate", "dp_world": "edp"}
+
+
+LAYERED_KEYS = ("moe_layers", "mla", "qk_norm", "mtp_layers")
+
+
+def layered(g: Mapping[str, np.ndarray]) -> bool:
+    """True when some row has MoE layers, MLA, q/k norms or MTP modules."""
+    return any(np.any(np.asarray(g[k]) > 0) for k in LAYERED_KEYS)
+
+
+def layered_rows(g: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Which rows have MoE layers, MLA, q/k norms or MTP modules (the others keep the uniform
+    engine's numbers exactly)."""
+    return np.logical_or.reduce([np.asarray(g[k]) > 0 for k in LAYERED_KEYS])
+
+
+def moe_share(g, layers_key="layers_mid", moe_key="moe_layers_mid"):
+    """φ: the share of a stage's layers that are MoE layers [-]."""
+    return np.where(g[moe_key] > 0, g[moe_key] / np.maximum(g[layers_key], 1.0), 0.0)
+
+
+def _gemms(shapes, tokens, rates, elem):
+    """Forward, backward and last-shape forward time of linear layers ``(n, k, mult)`` [s]."""
+    fwd = bwd = last = 0.0
+    for n, k, mult in shapes:
+        f, b = compute._linear_time_s(tokens, compute.as_array(n), compute.as_array(k), *rates,
+                                      elem)
+        fwd, bwd, last = fwd + mult * f, bwd + mult * b, mult * f
+    return fwd, bwd, last
+
+
+def attention_gemm_times(g, w, rates, elem):
+    """Forward and backward time of one layer's attention projections on one TP rank [s]:
+    GQA's fused QKV and output projection, or MLA's (DeepSeek-V3 Eq. 1-11): the query down and
+    up projections (a full query projection without ``q_lora_rank``), the joint key/value down
+    projection with the rotary key, the key/value up projection and the output projection;
+    the down projections are whole on every TP rank (Megatron-Core MLA), the rest split by
+    heads."""
+    d, t = g["d_model"], w["tokens"]
+    gqa = _gemms([(w["q"] + 2.0 * w["kv"], d, 1.0), (d, w["q"], 1.0)], t, rates, elem)[:2]
+    if not np.any(g["mla"] > 0):
+        return gqa
+    heads = g["n_heads"] / g["tp"]
+    qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
+    rope, kvr = g["mla_rope"], g["mla_kv_rank"]
+    has_qr = (qr > 0).astype(float)
+    mla = _gemms([(np.where(qr > 0, qr, heads * qk), d, 1.0), (heads * qk, qr, has_qr),
+                  (kvr + rope, d, 1.0), (heads * (qk - rope + v), kvr, 1.0),
+                  (d, heads * v, 1.0)], t, rates, elem)[:2]
+    on = g["mla"] > 0
+    return np.where(on, mla[0], gqa[0]), np.where(on, mla[1], gqa[1])
+
+
+def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
+    """Forward, backward and down-projection forward time of a dense MLP of local width
+    ``ffn_local`` (up and gate fused: 2f with SwiGLU) [s]; 0 where the width is 0."""
+    up = np.where(g["swiglu"] > 0, 2.0, 1.0) * ffn_local
+    times = _gemms([(up, g["d_model"], 1.0), (g["d_model"], ffn_local, 1.0)], tokens, rates, elem)
+    on = ffn_local > 0
+    return tuple(np.where(on, x, 0.0) for x in times)
+
+
+def _qk_norm_bytes(g, w):
+    """HBM bytes of per-head q/k RMSNorms (Qwen3), (forward, backward) [B]."""
+    width = w["tokens"] * (w["q"] + w["kv"]) * g["compute_bytes"] * (g["qk_norm"] > 0)
+    return 2.0 * width, 3.0 * width
+
+
+def moe_tokens(g):
+    """Tokens a rank routes per MoE layer and micro-batch: ``b·s/(cp·tp)`` (Megatron runs MoE
+    layers sequence-parallel when tp > 1) [-]."""
+    return g["micro_batch"] * g["seq_len"] / (g["cp"] * g["tp"])
+
+
+def routing(g):
+    """Rows per rank (the busiest rank's, λ included), rows per local expert, local experts,
+    the load factor λ and the local expert width, per MoE layer and micro-batch [-]."""
+    t, k, etp, ep = moe_tokens(g), g["moe_top_k"], g["etp"], g["ep"]
+    e = np.maximum(g["n_experts"], 1.0)
+    mean = moe_costs.routed_rows_per_rank(t, k, etp)
+    cf = g["moe_capacity_factor"]
+    lam = moe_costs.load_factor(mean, ep, g["moe_imbalance"], cf)
+    rows = np.where(cf > 0, moe_costs.sent_rows(t, k, e, cf) * etp, mean * lam)
+    local = np.maximum(e / ep, 1.0)
+    return {"tokens": t, "rows": rows, "rows_per_expert": rows / local, "local": local,
+            "lambda": lam, "ffn_local": g["expert_ffn"] / etp, "mean_rows": mean}
+
+
+def layer_kinds(g, r, w, lt):
+    """Times of the dense and the MoE kind of layer, one micro-batch, one rank, and the MoE
+    layer's expert-parallel communication: ``(lt_dense, lt_moe, ep)``; ``lt`` is the uniform
+    layer :func:`fsdpsim.engine.layers.layer_times` gave (the dense kind without MLA)."""
+    elem = g["compute_bytes"]
+    rates = compute._gemm_rates(r["matmul"], r["hbm"], g["matmul_half_flops"],
+                                g["matmul_half_k"])
+    attn = attention_gemm_times(g, w, rates, elem)
+    qk = _qk_norm_bytes(g, w) if np.any(g["qk_norm"] > 0) else None
+    lt_d = lt
+    if np.any(g["mla"] > 0) or qk is not None:
+        mlp = mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)
+        uniform = compute.layer_gemm_times_with_down_s(
+            w["tokens"], g["d_model"], w["q"], w["kv"], w["ffn"], g["swiglu"] > 0,
+            g["active_experts"], r["matmul"], r["hbm"], g["matmul_half_flops"],
+            g["matmul_half_k"], elem)
+        mla = g["mla"] > 0  # rows without MLA keep the uniform layer's GEMMs exactly
+        gemm = (np.where(mla, attn[0] + mlp[0], uniform[0]),
+                np.where(mla, attn[1] + mlp[1], uniform[1]), np.where(mla, mlp[2], uniform[2]))
+        lt_d = layers.layer_times(g, r, w, gemm=gemm, extra_ew=qk)
+    if not np.any(g["moe_layers"] > 0):
+        return lt_d, lt_d, None
+    ro = routing(g)
+    shared_local = g["shared_ffn"] / g["tp"]
+    shared = mlp_gemm_times(g, w["tokens"], shared_local, rates, elem)
+    router = moe_costs.router_gemm_times_s(ro["tokens"], g["d_model"], g["n_experts"],
+                                           r["matmul"], r["hbm"], g["matmul_half_flops"],
+                                           g["matmul_half_k"], elem)
+    experts = moe_costs.expert_gemm_times_s(ro["rows_per_expert"], ro["local"], g["d_model"],
+                                            ro["ffn_local"], g["swiglu"] > 0, r["matmul"],
+                                            r["hbm"], g["matmul_half_flops"],
+                                            g["matmul_half_k"], elem)
+    ew = moe_costs.moe_elementwise_bytes(ro["tokens"], ro["rows"], g["d_model"], ro["ffn_local"],
+                                         g["n_experts"], g["swiglu"] > 0, elem)
+    if np.any(g["fp8_gemm"] > 0):
+        cast = moe_costs.expert_fp8_cast_bytes(ro["rows"], g["d_model"], ro["ffn_local"],
+                                               ro["local"], g["swiglu"] > 0)
+        fp8 = g["fp8_gemm"] > 0
+        ew = (ew[0] + np.where(fp8, cast[0], 0.0), ew[1] + np.where(fp8, cast[1], 0.0))
+    if qk is not None:
+        ew = (ew[0] + qk[0], ew[1] + qk[1])
+    gemm = (attn[0] + shared[0] + router[0] + experts[0],
+            attn[1] + shared[1] + router[1] + experts[1], shared[2] + experts[2])
+    g_m = {**g, "ffn_size": g["shared_ffn"], "active_experts": 1.0,
+           "block_numel": g["moe_block_numel"]}
+    lt_m = layers.layer_times(g_m, r, {**w, "ffn": shared_local}, gemm=gemm, extra_ew=ew)
+    # The MoE MLP alone (router, shared and routed experts, their element-wise kernels): the
+    # time reported as the MoE share.
+    lt_m["moe_mlp_fwd_s"] = gemm[0] - attn[0] + compute.memory_bound_time_s(ew[0], r["hbm"])
+    lt_m["moe_mlp_bwd_s"] = gemm[1] - attn[1] + compute.memory_bound_time_s(ew[1], r["hbm"])
+    return lt_d, lt_m, expert_parallel(g, r, ro, lt_m)
+
+
+def _a2a_coefficients(g, r):
+    """``(s_per_byte, latency_s)`` of an all-to-all over the EP group: inside a scale-up domain
+    on the link, else the NIC share at the fabric's decay with the nodes the group spans, the
+    placement and the pod factor (:func:`fsdpsim.costs.comm.all_to_all_coefficients`)."""
+    size, per_node = g["ep_size"], g["ep_per_node"]
+    gpn = np.minimum(per_node, size)
+    nodes = np.ceil(size / np.maximum(gpn, 1.0))
+    fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
+                                g["nic_decay_floor"]) * g["placement_factor"]
+    per_pod = g.get("ep_per_pod")
+    if per_pod is not None and np.any(per_pod < size):
+        fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
+    return comm.all_to_all_coefficients(size, per_node, r["link"], r["nic"] * fabric,
+                                        g["link_latency_s"], g["nic_latency_s"])
+
+
+def expert_parallel(g, r, ro, lt_m):
+    """Expert-parallel communication of one MoE layer and one micro-batch [s, B].
+
+    All-to-alls (:func:`fsdpsim.costs.moe.all_to_all_bytes`) over the EP group, at the busiest
+    rank's volume (λ times the mean; padded capacity carries its padding already); with etp > 1
+    an all-gather and a reduce-scatter over the ETP group (NCCL's cost per call). Exposed
+    unless ``ep_overlap``: then they run beside another micro-batch's compute of the same
+    layer, which the SMs they occupy slow by the catalog's ``comm_compute_slowdown``
+    (:func:`fsdpsim.costs.overlap.slowed_compute_s`), and only what outlasts it shows."""
+    elem, cf = g["compute_bytes"], g["moe_capacity_factor"]
+    a2a = moe_costs.all_to_all_bytes(ro["tokens"], g["moe_top_k"], g["d_model"], g["n_experts"],
+                                      elem, g["moe_fp8_dispatch"] > 0, cf)
+    spb, lat = _a2a_coefficients(g, r)
+    busiest = np.where(cf > 0, 1.0, ro["lambda"])
+    on = g["ep_size"] > 1
+    fwd_s = np.where(on, a2a["forward_bytes"] * spb * busiest + a2a["forward_calls"] * lat, 0.0)
+    bwd_s = np.where(on, a2a["backward_bytes"] * spb * busiest + a2a["backward_calls"] * lat,
+                     0.0)
+    fwd_bytes = np.where(on, a2a["forward_bytes"], 0.0)
+    bwd_bytes = np.where(on, a2a["backward_bytes"], 0.0)
+    if np.any(g["etp_size"] > 1):
+        per_dir = moe_costs.etp_gather_bytes(ro["tokens"], g["moe_top_k"], g["d_model"],
+                                             g["n_experts"], g["etp"], elem, cf)
+        cands = nccl.candidates(g, g["etp_size"], g["etp_per_node"],
+                                collectives.bus_bandwidth(g, r, g["etp_size"], g["etp_per_node"]),
+                                g["link_nvlink"] > 0, all_reduce=False)
+        etp_s = nccl.time_s(per_dir / 2.0 * busiest, cands, 2.0)
+        etp_on = g["etp_size"] > 1
+        fwd_s = fwd_s + np.where(etp_on, etp_s, 0.0)
+        bwd_s = bwd_s + np.where(etp_on, etp_s, 0.0)
+        fwd_bytes, bwd_bytes = fwd_bytes + per_dir, bwd_bytes + per_dir
+    total = fwd_s + bwd_s
+    compute_s = lt_m["block_fwd_s"] + lt_m["block_bwd_s"]
+    hidden = np.maximum(overlap.slowed_compute_s(compute_s, total, g["comm_compute_slowdown"]),
+                        total) - compute_s
+    share = np.where(total > 0, fwd_s / np.where(total > 0, total, 1.0), 0.5)
+    overlapped = g["ep_overlap"] > 0
+    return {"fwd_s": fwd_s, "bwd_s": bwd_s,
+            "fwd_exposed_s": np.where(overlapped, hidden * share, fwd_s),
+            "bwd_exposed_s": np.where(overlapped, hidden * (1.0 - share), bwd_s),
+            "fwd_bytes": fwd_bytes, "bytes": fwd_bytes + bwd_bytes}
+
+
+NO_EXPERT_PARALLEL = {k: 0.0 for k in ("fwd_s", "bwd_s", "fwd_exposed_s", "bwd_exposed_s",
+                                       "fwd_bytes", "bytes")}
+
+
+def mix(dense, moe, phi, keys=LAYER_KEYS):
+    """``(1 − φ)·dense + φ·moe`` of each key [s]."""
+    return {k: dense[k] + phi * (moe[k] - dense[k]) for k in keys}
+
+
+def mtp_times(g, r, w, lt_d, lt_m, ep, rt):
+    """Forward and backward time of the multi-token-prediction modules for one micro-batch on
+    the last stage [s]: each a block of the last layer's kind (its expert-parallel exposure
+    included), the ``2d → d`` projection of the normed hidden state and next-token embedding,
+    and the shared LM head with its loss again (DeepSeek-V3 Eq. 21-25)."""
+    n = g["mtp_layers"]
+    moe = g["mtp_moe"] > 0
+    proj = compute.linear_time_s(w["tokens"], g["d_model"] / g["tp"], 2.0 * g["d_model"],
+                                 r["matmul"], r["hbm"], g["matmul_half_flops"],
+                                 g["matmul_half_k"], g["compute_bytes"])
+    fwd = np.where(moe, lt_m["block_fwd_s"] + ep["fwd_exposed_s"], lt_d["block_fwd_s"])
+    bwd = np.where(moe, lt_m["block_bwd_s"] + ep["bwd_exposed_s"], lt_d["block_bwd_s"])
+    return (n * (fwd + proj[0] + rt["head_fwd_s"]), n * (bwd + proj[1] + rt["head_bwd_s"]))
+
+
+# -- inputs ------------------------------------------------------------------------------------
+def prepare_layers(g: dict) -> None:
+    """Defaults of the layered-model inputs a caller did not give (fsdpsim.moe_inputs): MoE
+    layers per stage in proportion to the stage's layers (exact without pipelining), the expert
+    groups as the data-parallel ones re-split by ``etp × ep`` (every layout is exact for
+    ep = 1 and etp = tp), and the attention's share of the causal pairs its masks keep."""
+    if "etp" not in g:
+        g["etp"] = g["tp"]
+    if not np.any(g["moe_layers"] > 0):
+        if np.any(g["sliding_layers"] > 0) or np.any(g["chunked_layers"] > 0):
+            attention_pairs(g)
+        return
+    for end in ("first", "mid", "last"):
+        if f"moe_layers_{end}" not in g:
+            g[f"moe_layers_{end}"] = g["moe_layers"] * g[f"layers_{end}"] / g["n_layers"]
+    ratio = g["tp"] / (g["etp"] * g["ep"])
+    for expert, (dense, scale) in {"ep": (None, None), "etp": (None, None),
+                                   "edp": ("dp_world", ratio), "eshard": ("shard", ratio),
+                                   "ereplicate": ("replicate", 1.0)}.items():
+        if f"{expert}_size" in g:
+            continue
+        if dense is None:
+            size = g[expert]
+            g[f"{expert}_size"], g[f"{expert}_per_node"] = size, np.minimum(size,
+                                                                             g["gpus_per_node"])
+        else:
+            size = np.maximum(g[f"{dense}_size"] * scale, 1.0)
+            g[f"{expert}_size"] = size
+            g[f"{expert}_per_node"] = np.clip(g[f"{dense}_per_node"] * scale, 1.0, size)
+    if np.any(g["sliding_layers"] > 0) or np.any(g["chunked_layers"] > 0):
+        attention_pairs(g)
+
+
+def attention_pairs(g: dict) -> None:
+    """``attn_pair_ratio``: the mean over layers of the causal query-key pairs each layer's
+    mask keeps, relative to full causal attention (:mod:`fsdpsim.model_flops`)."""
+    from fsdpsim import model_flops
+
+    s = g["seq_len"]
+    full = model_flops.full_causal_pairs(s)
+    sliding = model_flops.sliding_window_pairs(s, g["sliding_window"]) / full
+    chunked = model_flops.chunked_causal_pairs(s, g["chunk_size"]) / full
+    n_full = g["n_layers"] - g["sliding_layers"] - g["chunked_layers"]
+    g["attn_pair_ratio"] = (n_full + g["sliding_layers"] * sliding
+                            + g["chunked_layers"] * chunked) / g["n_layers"]
+
+
+# -- data parallelism -----------------------------------------------------------------------
+def expert_local_numel(g):
+    """Routed-expert parameters of one MoE layer on one rank: all experts / (ep · etp) [-]."""
+    return g["expert_layer_numel"] / (g["ep"] * g["etp"])
+
+
+def expert_inputs(g):
+    """The engine inputs ``g`` with the expert groups in place of the data-parallel ones and a
+    MoE layer's local experts as the unit (no root), for
+    :func:`fsdpsim.engine.collectives.data_parallel` and the optimizer."""
+    x = dict(g)
+    for group, expert in EXPERT_GROUP_OF.items():
+        for suffix in ("_size", "_per_node", "_per_pod"):
+            if expert + suffix in g:
+                x[group + suffix] = g[expert + suffix]
+    x.update(block_numel_padded=expert_local_numel(g), root_numel_padded=0.0,
+             dp_block_calls=1.0, dp_root_calls=1.0)
+    return x
+
+
+def data_parallel(g, r, co, dpc, n_units, phi):
+    """Per-block data-parallel collective times of a stage with MoE layers [s]:
+    ``(1 − φ)·dense layer + φ·(MoE layer's dense part + its local experts over the expert
+    groups)``; returns (mixed dpc, the experts' own dpc and their inputs)."""
+    g_m = {**g, "block_numel_padded": g["moe_block_numel_padded"]}
+    dpc_m = collectives.data_parallel(g_m, co, n_units, r)
+    g_e = expert_inputs(g)
+    co_e = collectives.group_coefficients(g_e, r, tp=False)
+    dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r)
+    out = dict(dpc)
+    for k in DP_BLOCK_KEYS:
+        out[k] = dpc[k] + phi * (dpc_m[k] + dpc_e[k] - dpc[k])
+    if np.any(np.asarray(g["strategy"]) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
+        mean = stage_dense_numel(g, n_units, n_units * phi) / np.maximum(n_units, 1.0)
+        whole = collectives.data_parallel({**g, "block_numel_padded": mean}, co, n_units, r)
+        out["zero1_ag_all_s"] = np.where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
+                                         + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
+    return out, dpc_e, g_e
+
+
+def stage_dense_numel(g, n_layers, n_moe):
+    """Padded dense-part parameters of a stage's layers (no root) [-]."""
+    return (n_layers - n_moe) * g["block_numel_padded"] + n_moe * g["moe_block_numel_padded"]
+
+
+# -- FLOPs ----------------------------------------------------------------------------------------
+def layered_flops(g, rc_share, k):
+    """Executed and model FLOPs of one step of a layered model [FLOP] (as
+    :func:`fsdpsim.engine.metrics.executed_flops_per_microbatch` and
+    :func:`fsdpsim.costs.compute.model_flops_per_token`, per kind of layer): every active
+    weight 3 × its forward (dense layers their MLP, MoE layers router + top-k experts +
+    shared), attention over the pairs each mask keeps (causal half with FlashAttention), the
+    LM head, the MTP modules, and the recomputed forward."""
+    b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
+    tokens = b * s
+    flash = g["flash"] > 0
+    ratio = g.get("attn_pair_ratio", 1.0)
+    attn = compute.attention_flops_fwd(b, s, g["q_dim"], causal=flash) * ratio
+    n_moe = g["moe_layers"]
+    mm = 2.0 * tokens * ((L - n_moe) * g["dense_layer_matmul_params"]
+                         + n_moe * g["moe_layer_matmul_params"])
+    head = compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
+    mtp_mm = g["mtp_layers"] * (2.0 * tokens * np.where(g["mtp_moe"] > 0,
+                                                        g["moe_layer_matmul_params"],
+                                                        g["dense_layer_matmul_params"])
+                                + 2.0 * tokens * 2.0 * g["d_model"] ** 2 + head)
+    recompute = np.asarray(g["recompute"])
+    layer_fwd = mm + L * attn
+    extra = np.where(recompute == 2, layer_fwd, np.where(recompute == 1, L * attn, 0.0))
+    executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * np.where(flash, 3.5, 3.0)
+                * attn + extra * rc_share) * k * g["dp"]
+    full_attn = 12.0 * s * g["q_dim"] * ratio  # PaLM: the full square per token and layer
+    model = (6.0 * g["matmul_params"] + 3.0 * mtp_mm / tokens
+             + (L + g["mtp_layers"]) * full_attn) * tokens * k * g["dp"]
+    return executed, model
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def memory_update(g, config, stage):
+    """Memory keywords of a stage of a layered model (:func:`fsdpsim.engine.memory.
+    memory_config`): the dense parts of its dense and MoE layers over the shard group, the
+    local experts over the expert shard group (their states as the rest, unpadded: Megatron's
+    flat buffers), the MoE layers' routed activations at the busiest rank's load and a dispatch
+    in flight, MLP activations at the stage's mean width, and the MTP modules on the last
+    stage. Rows of uniform models keep their keywords."""
+    if stage == "only":
+        n_layers, n_moe = g["n_layers"], g["moe_layers"]
+    else:
+        n_layers = g["layers_first"] if stage == "first" else g["layers_last"]
+        n_moe = g["moe_layers_first"] if stage == "first" else g["moe_layers_last"]
+    rows = layered_rows(g)
+    last = stage != "first"
+    mtp = np.where(last, g["mtp_layers"], 0.0)
+    root_rank, root_padded = {"only": ("root_numel_rank", "root_numel_padded"),
+                              "first": ("embed_numel_rank", "embed_numel_padded"),
+                              "last": ("head_numel_rank", "head_numel_padded")}[stage]
+    dense_rank = (n_layers - n_moe) * g["block_numel_rank"] + n_moe * g["moe_block_numel_rank"]
+    n = np.maximum(n_layers, 1.0)
+    new = {
+        "n_params": dense_rank + g[root_rank] + np.where(last, g["mtp_numel_rank"], 0.0),
+        "padded_n_params": (stage_dense_numel(g, n_layers, n_moe) + g[root_padded]
+                            + np.where(last, g["mtp_numel_padded"], 0.0)),
+        # a gathered MoE unit: its dense part and its local experts
+        "unit_numel": np.maximum(g["block_numel_padded"], np.where(
+            n_moe > 0, g["moe_block_numel_padded"] + expert_local_numel(g), 0.0)),
+        "ffn_size": ((n_layers - n_moe) * g["ffn_size"] + n_moe * g["shared_ffn"]) / n,
+    }
+    for key, value in new.items():
+        config[key] = np.where(rows, value, config[key])
+    config["expert_n_params"] = (n_moe + mtp * g["mtp_moe"]) * expert_local_numel(g)
+    config["expert_shard_size"] = np.where(np.asarray(g["strategy"]) == comm.NONE, 1.0,
+                                           g["eshard_size"])
+    if np.any(g["moe_layers"] > 0):
+        ro = routing(g)
+        per_token = 1.0 / (g["cp"] * g["tp"])  # routed rows per token of the micro-batch
+        rows_per_token = ro["rows"] / np.maximum(ro["tokens"], 1e-300) * per_token
+        saved = rows_per_token * moe_costs.routed_saved_bytes_per_row(
+            g["d_model"], ro["ffn_local"], g["swiglu"] > 0, g["compute_bytes"])
+        saved = saved + per_token * moe_costs.ROUTER_BYTES * g["n_experts"]  # fp32 logits
+        kept = np.where(np.asarray(g["recompute"]) == 2, 0.0, saved)
+        layers_moe = n_moe + mtp * g["mtp_moe"]
+        config["moe_saved_bytes_per_token"] = np.where(layers_moe > 0, layers_moe * kept, 0.0)
+        config["moe_working_bytes_per_token"] = np.where(n_moe > 0, saved + rows_per_token
+                                                         * moe_costs.a2a_buffer_bytes(
+                                                             1.0, g["d_model"],
+                                                             g["compute_bytes"]), 0.0)
+    return config

@@ -1,0 +1,132 @@
+"""Mixture-of-experts rows of published tables: which model, and what the framework did.
+
+A published MoE row names its model (``DeepSeekV3``, ``DeepSeekV3 (w/o MTP)``, ``DeepSeekV3
+(tokendrop)``) and its expert-parallel degree (``ep``); the rest comes from the conventions of
+the framework's recipes for that model, read from their source (never fitted to the rows):
+
+* **NeMo Megatron-Bridge, DeepSeek-V3** (github NVIDIA-NeMo/Megatron-Bridge @067f987,
+  ``src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py``, the base of every DeepSeek-V3
+  performance recipe, and ``perf_recipes/deepseek/common.py``):
+  ``expert_tensor_parallel_size = 1``; ``mtp_num_layers = 1`` unless the row says "w/o MTP";
+  ``moe_router_force_load_balancing = True`` in every performance recipe (the tables' footnote:
+  "token distribution force-balanced"), so the busiest rank carries the mean (imbalance 1);
+  token-dropping rows (``--use_tokendrop``) run ``apply_moe_token_drop``: capacity factor 1.0,
+  padded to capacity (``training/utils/moe_token_drop.py``); the pipeline layout of
+  ``_get_deepseek_v3_pipeline_layout`` (:func:`deepseek_stage_layers`).
+* The expert all-to-all overlap (``moe_a2a_overlap`` of ``scripts/performance/configs/deepseek/
+  deepseek_workload_base_configs.py``, Megatron-Core ``overlap_moe_expert_parallel_comm``) is
+  off in every DeepSeek-V3 workload config except those of :data:`A2A_OVERLAP_CONFIGS`, which
+  a row matches by GPU, number format, container release and layout.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+#: Model names of published MoE rows -> preset id (first match wins).
+MOE_PRESETS = ((r"deepseek[-_ ]?v3", "deepseek-v3"), (r"kimi[-_ ]?k2", "kimi-k2"),
+               (r"mixtral[-_ ]?8x7b", "mixtral-8x7b"), (r"mixtral[-_ ]?8x22b", "mixtral-8x22b"),
+               (r"qwen3[-_ ]?235b", "qwen3-235b-a22b"), (r"qwen3[-_ ]?30b", "qwen3-30b-a3b"),
+               (r"gpt[-_ ]?oss[-_ ]?120b", "gpt-oss-120b"), (r"gpt[-_ ]?oss[-_ ]?20b", "gpt-oss-20b"))
+
+
+#: Megatron-Bridge DeepSeek-V3 workload configs that overlap the expert all-to-alls:
+#: (GPU, number format, first container release, (pp, vpp, ep) or None for any layout, the
+#: commit that set ``moe_a2a_overlap=True``). GB300 and GB200 MXFP8: the full-iteration CUDA-graph
+#: recipes of June 2026 (26.06); B200 MXFP8 "V2" (pp 8, vpp 2, ep 32, DeepEP) since April 2026.
+A2A_OVERLAP_CONFIGS = (
+    ("gb300", "mxfp8", (26, 6), None, "8af195c0a (2026-06-06)"),
+    ("gb200", "mxfp8", (26, 6), None, "afb5dd47c (2026-06-10)"),
+    ("b200", "mxfp8", (26, 4), (8, 2, 32), "5acef9309 (2026-04-18)"),
+)
+
+
+def container_release(text: str) -> tuple[int, ...] | None:
+    """The NeMo container release a source names ("..._26.04.01" -> (26, 4, 1))."""
+    m = re.search(r"(\d{2})\.(\d{2})(?:\.(\d{2}))?(?!\d)", text)
+    return tuple(int(x) for x in m.groups() if x is not None) if m else None
+
+
+def a2a_overlap(gpu: str, number_format: str, source: str, layout: dict[str, Any],
+                ep: int) -> str | None:
+    """The commit of the config in :data:`A2A_OVERLAP_CONFIGS` a row matches, or None."""
+    release = container_release(source)
+    if release is None:
+        return None
+    shape = (layout.get("pp", 1), layout.get("vpp", 1), ep)
+    for family, fmt, first, needs, commit in A2A_OVERLAP_CONFIGS:
+        if (gpu.startswith(family) and number_format == fmt and release >= first
+                and (needs is None or shape == needs)):
+            return commit
+    return None
+
+
+def moe_preset(model: str) -> str | None:
+    """The preset id a published MoE model name means, or None."""
+    low = model.lower()
+    return next((preset for pattern, preset in MOE_PRESETS if re.search(pattern, low)), None)
+
+
+def deepseek_stage_layers(n_layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """Decoder layers on the first and last pipeline stage of Megatron-Bridge's DeepSeek-V3
+    layout (``_get_deepseek_v3_pipeline_layout``), or None without pipelining.
+
+    Its table spreads the layers over the ``V = pp·vpp`` virtual stages ``c = ceil(L/V)`` at a
+    time, the embedding with the first and ``L − c·(V−1)`` decoder layers with MTP and the loss
+    on the last ((4, 1): 16, 16, 16, 13; (8, 2) and (4, 2): 8 ... 5; (16, 1): 4 ... 1). Where
+    that leaves the last virtual stage no layer (V = 32) Megatron's
+    ``account_for_embedding_in_pipeline_split`` and ``..._loss_...`` apply, with MTP a layer's
+    slot: ``c = (L + 3)/V``, the first ``c − 1`` and the last ``c − 2``. A physical stage holds
+    ``vpp`` virtual stages, the first and the last of them at its ends."""
+    if pp < 2:
+        return None
+    v = pp * vpp
+    c = math.ceil(n_layers / v)
+    first_vs, last_vs = c, n_layers - c * (v - 1)
+    if last_vs < 1:
+        if (n_layers + 3) % v:
+            return None
+        c = (n_layers + 3) // v
+        first_vs, last_vs = c - 1, c - 2
+    return first_vs + (vpp - 1) * c, last_vs + (vpp - 1) * c
+
+
+def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
+            n_layers: int | None, *, gpu: str = "", number_format: str = "", source: str = "",
+            ep: int = 1) -> tuple[dict[str, Any], list[str], str]:
+    """(measurement columns, ``modelled_as`` notes, skip reason) of a published MoE row."""
+    preset = moe_preset(model)
+    if preset is None:
+        return {}, [], f"mixture of experts: model {model!r} is not a preset"
+    low, text = model.lower(), f"{model} {notes}".lower()
+    megatron = any(w in framework.lower() for w in ("megatron", "nemo"))
+    cols: dict[str, Any] = {"preset": preset}
+    said: list[str] = []
+    if "w/o mtp" in low or "without mtp" in low:
+        cols["mtp_layers"] = 0
+    elif preset == "deepseek-v3" and megatron and "w/ mtp" not in low:
+        said.append("MTP not stated: Megatron-Bridge's DeepSeek-V3 recipe (mtp_num_layers 1)")
+    if "tokendrop" in low or "token drop" in low:
+        cols["moe_capacity_factor"] = 1.0
+        said.append("token dropping: capacity factor 1.0, padded (Megatron-Bridge "
+                    "apply_moe_token_drop)")
+    elif "force-balanced" in text or "force balanced" in text:
+        cols["moe_imbalance"] = 1.0
+        said.append("routing force-balanced (moe_router_force_load_balancing): imbalance 1")
+    if megatron and preset == "deepseek-v3":
+        commit = a2a_overlap(gpu, number_format, source, layout, ep)
+        if commit:
+            cols["ep_overlap"] = True
+            said.append(f"expert all-to-all overlapped (Megatron-Bridge moe_a2a_overlap, {commit})")
+        cols["etp"] = 1
+        said.append("etp 1 (Megatron-Bridge DeepSeek-V3 recipe)")
+        vpp = layout.get("vpp", 1)
+        if isinstance(vpp, int) and n_layers:
+            split = deepseek_stage_layers(n_layers, layout.get("pp", 1), vpp)
+            if split is not None:
+                cols["pp_first_layers"], cols["pp_last_layers"] = split
+                said.append(f"stages {split[0]} + ... + {split[1]} layers (Megatron-Bridge "
+                            "DeepSeek-V3 pipeline layout)")
+    return cols, said, ""

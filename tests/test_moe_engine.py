@@ -1,0 +1,281 @@
+"""The layered engine (issue 13): mixture-of-experts costs by hand, invariants of expert
+parallelism with hypothesis, the plan's expert mesh checks, the CLI's MoE options, and the
+DeepSeek-V3 validation rows.
+
+The all-to-all bytes against a real gloo run are in ``tests/test_moe_ep_torch.py``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fsdpsim import engine, predict
+from fsdpsim.catalog import load_catalog
+from fsdpsim.costs import moe
+from fsdpsim.errors import ConfigError
+from fsdpsim.layout import expert_layout
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.presets import get_model
+from fsdpsim.system import resolve_system
+
+CATALOG = load_catalog()
+H100 = resolve_system(CATALOG, gpu="h100-sxm5-80gb")
+GB200 = resolve_system(CATALOG, gpu="gb200", gpus_per_node=64)
+PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3")
+
+
+# ================================================================== cost functions by hand
+def test_deepseek_v3_per_expert_rows():
+    """DeepSeek-V3 (k = 8 of E = 256) at 4,096 tokens per rank: 128 rows per expert without
+    expert parallelism, 8,192 with ep = 64."""
+    assert moe.rows_per_expert(4096, 8, 1, 1, 256) == 128
+    assert moe.rows_per_expert(4096, 8, 1, 64, 256) == 8192
+
+
+def test_all_to_all_bytes_by_hand():
+    """tokens x top-k x hidden x dtype per call, four calls per layer and micro-batch; FP8
+    dispatch: one byte and a 1x128 fp32 scale per element on the dispatch-direction calls."""
+    call = 4096 * 8 * 7168 * 2
+    assert call == 469_762_048
+    a2a = moe.all_to_all_bytes(4096, 8, 7168, 256, 2.0)
+    assert a2a["forward_bytes"] == a2a["backward_bytes"] == 2 * call
+    fp8 = moe.all_to_all_bytes(4096, 8, 7168, 256, 2.0, fp8_dispatch=True)
+    assert fp8["forward_bytes"] == pytest.approx(4096 * 8 * 7168 * (1 + 4 / 128) + call,
+                                                 rel=1e-15)
+    # padded to capacity: E * ceil(T*k/E * cf) rows (Megatron get_capacity)
+    padded = moe.all_to_all_bytes(100, 2, 16, 8, 2.0, capacity_factor=1.25)
+    assert padded["forward_bytes"] == 2 * 8 * math.ceil(100 * 2 / 8 * 1.25) * 16 * 2
+
+
+def test_default_imbalance_is_the_balls_into_bins_floor():
+    """1 + sqrt(2 ln(ep) / m) (Raab & Steger 1998); 1 without expert parallelism."""
+    assert moe.default_imbalance(32768, 64) == pytest.approx(
+        1 + math.sqrt(2 * math.log(64) / 32768), rel=1e-15)
+    assert moe.default_imbalance(32768, 64) == pytest.approx(1.015932, abs=1e-6)
+    assert moe.default_imbalance(123.0, 1) == 1.0
+    assert moe.load_factor(1000, 8, 1.4, 0.0) == 1.4  # given imbalance
+    assert moe.load_factor(1000, 8, 1.4, 1.25) == 1.25  # capacity factor wins
+
+
+def test_expert_gemm_efficiency_of_deepseek_v3_experts():
+    """h = 7168, f = 2048 (SwiGLU: gate and up fused, 2f wide): at 128 rows per expert the
+    weights' HBM traffic binds (arithmetic intensity ~ m FLOP/B, under R/W ~ 390 rows on H100
+    BF16): a quarter of the achievable matmul rate; at 8,192 rows (ep 64) over 90 %."""
+    x = predict.system_inputs(H100, "bf16")
+    rate = x["peak_flops_per_s"] * x["matmul_fraction"]
+    hbm = x["hbm_bytes_per_s"] * x["hbm_fraction"]
+
+    def efficiency(m):
+        fwd, _, _ = moe.expert_gemm_times_s(m, 1, 7168, 2048, True, rate, hbm,
+                                            x["matmul_half_flops"], x["matmul_half_k"], 2.0)
+        return 2.0 * m * 3 * 2048 * 7168 / fwd / rate
+
+    assert efficiency(128) == pytest.approx(0.256, abs=0.005)
+    assert efficiency(8192) > 0.9
+    assert all(efficiency(a) < efficiency(b) for a, b in zip((128, 256, 512, 1024, 2048),
+                                                             (256, 512, 1024, 2048, 8192)))
+
+
+def test_grouped_gemm_pays_one_tail_per_kernel():
+    """E local experts of m rows each: E times one expert's roofline time plus one Hockney
+    tail per projection (one grouped kernel), not E tails."""
+    args = (7168, 2048, True, 1e15, 3e12, 4e9, 256.0, 2.0)
+    one, _, _ = moe.expert_gemm_times_s(512, 1, *args)
+    four, _, _ = moe.expert_gemm_times_s(512, 4, *args)
+    tail = 4e9 / 1e15
+    assert four == pytest.approx(4 * (one - 2 * tail) + 2 * tail, rel=1e-12)
+
+
+# ================================================================== the plan's expert mesh
+def test_expert_mesh_degrees_named_in_one_line():
+    with pytest.raises(ConfigError, match=r"etp\(1\) \* ep\(64\) = 64 does not divide "
+                                          r"tp\(1\) \* cp\(1\) \* dp\(32\) = 32"):
+        ParallelPlan(num_gpus=256, gpus_per_node=8, pp=8, ep=64, etp=1)
+    with pytest.raises(ConfigError, match="ep_overlap needs ep > 1"):
+        ParallelPlan(num_gpus=8, gpus_per_node=8, ep_overlap=True)
+    plan = ParallelPlan(num_gpus=64, gpus_per_node=8, ep=8)
+    with pytest.raises(ConfigError, match=r"n_experts\(8\) is not divisible by ep\(16\)"):
+        ParallelPlan(num_gpus=64, gpus_per_node=8, ep=16).check_model(
+            n_layers=32, n_heads=32, n_kv_heads=8, seq_len=4096, n_experts=8,
+            expert_ffn_size=14336)
+    with pytest.raises(ConfigError, match=r"ep\(8\) > 1 needs a mixture-of-experts model"):
+        plan.check_model(n_layers=32, n_heads=32, n_kv_heads=8, seq_len=4096)
+
+
+def test_expert_groups_fold_over_data_parallel_ranks():
+    """etp x ep x expert-dp over one stage's tp x cp x dp ranks, ETP innermost (Megatron's
+    expert RankGenerator): tp 2, dp 32 on 8-GPU nodes; etp = tp: the EP group strides by 2."""
+    plan = ParallelPlan(num_gpus=64, gpus_per_node=8, tp=2, ep=8)
+    lay = expert_layout(plan)
+    assert (plan.etp, plan.expert_dp) == (2, 4)
+    assert (lay["ep_size"], lay["ep_per_node"], lay["etp_size"], lay["edp_size"]) == (8, 4, 2, 4)
+    one = expert_layout(ParallelPlan(num_gpus=64, gpus_per_node=8, tp=2, ep=8, etp=1))
+    assert (one["ep_size"], one["ep_per_node"], one["edp_size"]) == (8, 8, 8)
+
+
+# ================================================================== invariants
+def _inputs(spec, system, plan, training, micro_batch=1, recompute="none"):
+    x = predict.config_inputs(spec, system, plan, training)
+    x.update(micro_batch=micro_batch, recompute=engine.RECOMPUTE_CODES[recompute],
+             grad_accum=1, ceilings=0.0)
+    return x
+
+
+@PROPERTY
+@given(name=st.sampled_from(MOE_MODELS), sharding=st.sampled_from(("full", "optimizer", "none")),
+       tp=st.sampled_from((1, 2)), mb=st.integers(1, 2))
+def test_more_expert_parallelism_never_raises_expert_memory(name, sharding, tp, mb):
+    """Per-GPU states, gathered units and (balanced routing) the peak never grow with ep."""
+    spec = get_model(name)
+    eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if spec.n_experts % e == 0 and 64 % (e * tp) == 0]
+    training = TrainingConfig(seq_len=2048, moe_imbalance=1.0)
+    previous = None
+    for ep in eps:
+        plan = ParallelPlan(num_gpus=64, gpus_per_node=8, sharding=sharding, tp=tp, ep=ep)
+        out = engine.memory_breakdown(_inputs(spec, H100, plan, training, mb), ceilings=False)
+        now = [float(out[k]) for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
+                                       "unsharded_params_bytes", "peak_bytes")]
+        if previous is not None:
+            assert all(b <= a * (1 + 1e-12) for a, b in zip(previous, now)), (ep, previous, now)
+        previous = now
+
+
+@PROPERTY
+@given(name=st.sampled_from(MOE_MODELS), ep=st.sampled_from((1, 2, 8)),
+       recompute=st.sampled_from(("none", "full")), fp8=st.booleans())
+def test_dropless_perfect_balance_equals_capacity_factor_one(name, ep, recompute, fp8):
+    """Imbalance 1 and capacity factor 1.0 (T·k a multiple of E) are the same step: time,
+    bytes and memory, every output."""
+    spec = get_model(name)
+    plan = ParallelPlan(num_gpus=64, gpus_per_node=8, sharding="optimizer", ep=ep)
+    outs = [engine.evaluate(_inputs(spec, H100, plan, TrainingConfig(
+        seq_len=4096, moe_fp8_dispatch=fp8, **kw), recompute=recompute))
+        for kw in ({"moe_imbalance": 1.0}, {"moe_capacity_factor": 1.0})]
+    for key in outs[0]:
+        np.testing.assert_allclose(outs[0][key], outs[1][key], rtol=1e-12, err_msg=key)
+
+
+@PROPERTY
+@given(name=st.sampled_from(MOE_MODELS), ep=st.sampled_from((2, 4, 8)),
+       gpu=st.sampled_from(("h100-sxm5-80gb", "b200", "mi300x")),
+       overlap=st.booleans(), mb=st.integers(1, 4))
+def test_ep_group_inside_the_nvlink_domain_is_never_slower(name, ep, gpu, overlap, mb):
+    """The same plan with its EP group inside one scale-up domain, or split over two."""
+    spec = get_model(name)
+    system = resolve_system(CATALOG, gpu=gpu)
+    plan = ParallelPlan(num_gpus=64, gpus_per_node=8, sharding="optimizer", ep=ep,
+                        ep_overlap=overlap)
+    x = _inputs(spec, system, plan, TrainingConfig(seq_len=4096), mb)
+    inside = engine.evaluate(x)
+    across = engine.evaluate({**x, "ep_per_node": ep / 2, "ep_per_pod": ep})
+    assert float(inside["step_time_s"]) <= float(across["step_time_s"]) * (1 + 1e-12)
+    assert float(inside["ep_s"]) < float(across["ep_s"])
+
+
+def test_dense_models_pay_nothing_for_the_moe_terms():
+    """A dense model's outputs carry zero expert communication and MoE time."""
+    plan = ParallelPlan(num_gpus=64, gpus_per_node=8)
+    out = engine.evaluate(_inputs(get_model("llama3-8b"), H100, plan,
+                                  TrainingConfig(seq_len=4096)))
+    assert float(out["ep_s"]) == float(out["ep_bytes"]) == float(out["moe_s"]) == 0.0
+
+
+def test_ep_bytes_of_deepseek_v3_by_hand():
+    """DeepSeek-V3, pp 4 x vpp 4, ep 64 on 256 GB200 (one NVL72 rack's 64 GPUs per group), a
+    middle stage of 16 MoE layers, 64 micro-batches of 4,096 tokens: 4 all-to-alls of
+    4096·8·7168·2 B per layer and micro-batch."""
+    plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
+                        ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13)
+    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
+                              recompute="none", precision="fp8", moe_imbalance=1.0)
+    p = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
+    d = p.to_dict()
+    assert d["comm"]["ep_bytes"] == 64 * 16 * 4 * 469_762_048
+    assert d["plan"]["ep"] == 64 and d["plan"]["expert_dp"] == 1
+    assert 0 < d["time"]["moe_share"] < 1 and d["comm"]["ep_exposed_s"] == d["comm"]["ep_s"]
+    hidden = predict.predict(get_model("deepseek-v3"), GB200,
+                             ParallelPlan(**{**plan.__dict__, "ep_overlap": True}), training)
+    assert hidden.values["ep_exposed_s"] < 0.1 * hidden.values["ep_s"]
+    assert hidden.step_time_s < p.step_time_s
+
+
+# ================================================================== CLI
+def test_cli_predict_moe_options_and_json(capsys):
+    from conftest import run
+
+    rc, out, err = run(capsys, "predict", "--model", "deepseek-v3", "--gpu", "gb200",
+                       "--num-gpus", "256", "--pp", "4", "--vpp", "4", "--ep", "64",
+                       "--zero", "1", "--framework", "megatron", "--pp-first-layers", "16",
+                       "--pp-last-layers", "13", "--precision", "fp8", "--micro-batch", "1",
+                       "--global-batch", "4096", "--recompute", "none", "--ep-overlap",
+                       "--moe-imbalance", "1", "--moe-capacity-factor", "none",
+                       "--format", "json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert {"ep_bytes", "ep_s", "ep_exposed_s"} <= set(d["comm"])
+    assert {"moe_s", "moe_share"} <= set(d["time"]) and d["plan"]["ep_overlap"] is True
+    rc, out, err = run(capsys, "predict", "--model", "mixtral-8x7b", "--num-gpus", "64",
+                       "--ep", "8", "--micro-batch", "1", "--recompute", "full")
+    assert rc == 0, err
+    assert "expert all-to-all" in out and "MoE layers" in out and "ep 8" in out
+
+
+@pytest.mark.parametrize("args,words", [
+    (("--ep", "3"), "does not divide"),
+    (("--moe-capacity-factor", "0"), "--moe-capacity-factor"),
+    (("--moe-imbalance", "0.5"), "--moe-imbalance"),
+    (("--moe-imbalance", "nan"), "--moe-imbalance"),
+    (("--ep-overlap",), "ep_overlap needs ep > 1"),
+])
+def test_cli_moe_options_refuse_bad_values_in_one_line(capsys, args, words):
+    from conftest import assert_one_line_error, run
+
+    line = assert_one_line_error(*run(capsys, "predict", "--model", "mixtral-8x7b",
+                                      "--num-gpus", "64", *args))
+    assert words in line
+
+
+def test_sweep_row_equals_predict_for_a_moe_plan():
+    from fsdpsim.grid import build_grid
+    from fsdpsim.sweep import run_sweep
+
+    grid = build_grid(CATALOG, {"model": ["qwen3-30b-a3b"], "gpu": ["h100"], "num-gpus": ["64"],
+                       "ep": "8", "micro-batch": ["1"], "recompute": ["full"],
+                       "seq-len": ["4096"], "sharding": ["optimizer"]})
+    row = run_sweep(grid).iloc[0]
+    p = predict.predict(get_model("qwen3-30b-a3b"), H100,
+                        ParallelPlan(num_gpus=64, gpus_per_node=8, sharding="optimizer", ep=8),
+                        TrainingConfig(seq_len=4096, micro_batch=1, recompute="full"))
+    assert row["step_time_s"] == pytest.approx(p.step_time_s, rel=1e-12)
+    assert row["comm.ep_bytes"] == pytest.approx(p.values["ep_bytes"], rel=1e-12)
+
+
+# ================================================================== validation rows
+def test_deepseek_v3_rows_are_modelled_not_skipped():
+    from pathlib import Path
+
+    from fsdpsim.measurements import load_measurements
+
+    path = Path(__file__).resolve().parents[1] / "validation" / "data" / "hybrid_calibration.csv"
+    frame = load_measurements(path, CATALOG)
+    rows = frame[frame["model"].str.contains("DeepSeek")]
+    modelled = rows[rows["skip"] == ""]
+    assert len(modelled) >= 34
+    assert set(modelled["preset"]) == {"deepseek-v3"}
+    assert not rows["skip"].str.contains("not modelled yet").any()
+
+
+def test_advice_skips_hsdp_groups_the_expert_mesh_cannot_split(capsys):
+    """Regression: the HSDP advice tried shard groups of one node, whose replicas the expert
+    data-parallel group (64 / 16 = 4 ranks) cannot split, and raised instead of skipping."""
+    from conftest import run
+
+    rc, out, err = run(capsys, "predict", "--model", "qwen3-30b-a3b", "--num-gpus", "64",
+                       "--ep", "16", "--micro-batch", "1", "--recompute", "full")
+    assert rc == 0 and err == "" and "expert all-to-all" in out
