@@ -65,14 +65,15 @@ def _plans(num_gpus: int, hybrid: bool):
                                pp=pp, cp=cp)
 
 
-def bench_inputs(n: int, seed: int = 0, hybrid: bool = False) -> dict[str, np.ndarray]:
+def bench_inputs(n: int, seed: int = 0, hybrid: bool = False,
+                 models: tuple[str, ...] = MODELS) -> dict[str, np.ndarray]:
     """``n`` configurations drawn from the mix above (``hybrid``: the data-parallel shardings
     crossed with :data:`LAYOUTS` instead of every sharding); every input a float array of
     length n."""
     cat = load_catalog(use_env=False)
     systems = [resolve_system(cat, gpu=g) for g in GPUS]
     rows = []
-    for name in MODELS:
+    for name in models:
         spec = get_model(name)
         for system in systems:
             for num_gpus in NUM_GPUS:
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="configurations (default 1M)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best counts")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="comma-separated presets of the mix (default: %(default)s; "
+                             "mixtral-8x7b takes the engine's layered MoE path)")
     parser.add_argument("--hybrid", action="store_true",
                         help="a mixed hybrid grid (tp 1-8, pp 1-4, cp 1-2, ZeRO-1/FSDP) instead "
                              "of the data-parallel one; reported, no floor")
@@ -125,11 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     from fsdpsim.sweep import EVAL_CHUNK
 
-    x = bench_inputs(args.n, hybrid=args.hybrid)
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    x = bench_inputs(args.n, hybrid=args.hybrid, models=models)
     single = bench_evaluate(repeat=args.repeat, inputs=x)
     blocked = bench_evaluate(repeat=args.repeat, chunk=EVAL_CHUNK, inputs=x)
     print(f"engine.evaluate, {args.n:,} {'hybrid' if args.hybrid else 'data-parallel'} "
-          f"configurations, ceilings off, one core (CPU time), best of {args.repeat}:")
+          f"configurations of {', '.join(models)}, ceilings off, one core (CPU time), best of "
+          f"{args.repeat}:")
     print(f"  single call          {single:>12,.0f} configs/s")
     print(f"  blocks of {EVAL_CHUNK:,}    {blocked:>12,.0f} configs/s")
     if not args.hybrid:
