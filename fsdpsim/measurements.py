@@ -501,6 +501,8 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     result["predicted_tokens_per_s_per_gpu"] = out["tokens_per_s_per_gpu"]
     result["predicted_mfu"] = out["mfu"]
     result["fits"] = out["fits"]
+    # MoE rows (some layer routes to experts) are summarised apart from dense ones
+    result["moe"] = np.broadcast_to(np.asarray(out.get("moe_s", 0.0)) > 0, len(use))
     # the bottleneck as predict reports it (fsdpsim.sensitivity), not the engine's heuristic
     result["bottleneck"] = [engine.BOTTLENECKS[int(b)] for b in np.broadcast_to(
         sensitivity.analyse(x)["bottleneck"], len(use))]
@@ -536,8 +538,9 @@ GROUPINGS = {"framework": (("framework",), False), "subset": (("subset",), False
 
 def summarise_by(result: pd.DataFrame, by: str) -> dict[str, dict]:
     """:func:`summarise` per group of :data:`GROUPINGS` (e.g. ``generation``: GPU generation ×
-    number format, over the ``core`` rows); {} when the rows carry no such columns. A missing
-    ``precision_format`` (fsdpsim's own schema, vTrain) is the compute precision."""
+    number format, over the ``core`` rows, MoE rows apart from dense ones); {} when the rows carry
+    no such columns. A missing ``precision_format`` (fsdpsim's own schema, vTrain) is the compute
+    precision."""
     columns, core_only = GROUPINGS[by]
     frame = result
     if core_only and "subset" in frame.columns and (frame["subset"] == "core").any():
@@ -552,6 +555,8 @@ def summarise_by(result: pd.DataFrame, by: str) -> dict[str, dict]:
     if frame.empty:
         return {}
     label = parts[0].str.cat(parts[1:], sep=" ") if len(parts) > 1 else parts[0]
+    if by == "generation" and "moe" in frame.columns:  # dense and MoE rows apart
+        label = label + np.where(frame["moe"].astype(bool), " MoE", "")
     return {name: summarise(group) for name, group in frame.groupby(label, sort=True)}
 
 

@@ -348,3 +348,18 @@ def test_own_schema_bad_layout_is_one_line_naming_the_row(tmp_path, capsys, colu
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "row 'x'" in err[0] and says in err[0], err
+
+
+def test_generation_summary_keeps_moe_rows_apart_from_dense_ones():
+    """The issue-9 floors are about dense core rows and issue 13's about MoE rows: the
+    generation x precision summary labels MoE rows (some layer routes to experts) apart."""
+    import pandas as pd
+
+    from fsdpsim.measurements import summarise_by
+
+    frame = pd.DataFrame({"generation": ["Hopper"] * 3, "precision_format": ["fp8"] * 3,
+                          "subset": ["core"] * 3, "moe": [False, False, True],
+                          "error": [0.1, -0.1, 0.5]})
+    found = summarise_by(frame, "generation")
+    assert set(found) == {"Hopper fp8", "Hopper fp8 MoE"}
+    assert found["Hopper fp8"]["rows"] == 2 and found["Hopper fp8"]["mape"] == pytest.approx(0.1)
