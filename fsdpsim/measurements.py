@@ -468,7 +468,7 @@ def _check_knobs(frame: pd.DataFrame) -> None:
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
     """Stack the engine inputs of every row (rows with a ``skip`` reason must be dropped):
-    :func:`fsdpsim.predict.config_inputs` of the row's objects (the one builder ``predict``
+    :func:`fsdpsim.inputs.config_inputs` of the row's objects (the one builder ``predict``
     uses) plus its micro-batch, accumulation and recompute mode."""
     per_row: list[dict[str, Any]] = []
     for _, row in frame.iterrows():

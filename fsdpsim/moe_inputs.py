@@ -2,8 +2,8 @@
 shared experts, dense layers among them), multi-head latent attention, multi-token prediction,
 sliding-window and chunked attention (:meth:`fsdpsim.model.ModelSpec.layers`).
 
-:func:`fsdpsim.predict.model_inputs` calls :func:`layered_model_inputs` for such models and
-:func:`fsdpsim.predict.config_inputs` calls :func:`stage_inputs` (MoE layers per pipeline stage)
+:func:`fsdpsim.inputs.model_inputs` calls :func:`layered_model_inputs` for such models and
+:func:`fsdpsim.inputs.config_inputs` calls :func:`stage_inputs` (MoE layers per pipeline stage)
 and :func:`moe_training_inputs`. The engine then times two kinds of layer
 (:mod:`fsdpsim.engine.moe`): the *dense* kind (attention and a dense MLP of ``ffn_size``: the
 engine's uniform block) and the *MoE* kind (attention, router, shared expert and the routed
@@ -37,7 +37,7 @@ DEFAULTS = {
     "root_numel_rank": 0.0,
     "sliding_layers": 0.0, "sliding_window": 1.0, "chunked_layers": 0.0, "chunk_size": 1.0,
 }
-#: The model keys of :data:`DEFAULTS`: :func:`fsdpsim.predict.model_inputs` gives every model
+#: The model keys of :data:`DEFAULTS`: :func:`fsdpsim.inputs.model_inputs` gives every model
 #: all of them (a uniform model these values), so that inputs of any models stack.
 MODEL_KEYS = tuple(DEFAULTS)
 DEFAULTS = {
@@ -77,7 +77,7 @@ def _numel(shapes) -> float:
 
 def layered_model_inputs(spec: ModelSpec, shard_size, per_parameter: bool, tp: int,
                          root_numel_rank: float, root_padded) -> dict[str, Any]:
-    """The model inputs of :func:`fsdpsim.predict.model_inputs` for a model with
+    """The model inputs of :func:`fsdpsim.inputs.model_inputs` for a model with
     mixture-of-experts, MLA, MTP or non-full attention layers: the uniform-block keys
     describe the dense kind, the ``moe_*``, ``expert_*``, ``mla_*``, ``mtp_*`` keys the rest
     (:data:`DEFAULTS`). Parameter counts of the dense parts are one TP rank's, padded for

@@ -1,7 +1,7 @@
 """The one vectorised evaluation that ``predict``, ``sweep`` and ``search`` share.
 
 :func:`evaluate` takes a flat mapping of named numeric inputs (numbers or numpy arrays that
-broadcast together; names carry units; built by :func:`fsdpsim.predict.config_inputs`) and
+broadcast together; names carry units; built by :func:`fsdpsim.inputs.config_inputs`) and
 returns a flat mapping of named outputs. It composes the stages of this package and nothing
 else; every formula lives in :mod:`fsdpsim.costs` with its source:
 

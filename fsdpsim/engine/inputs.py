@@ -1,6 +1,6 @@
 """The engine's input bundle: every key :func:`fsdpsim.engine.evaluate` reads, typed.
 
-One builder makes it, :func:`fsdpsim.predict.config_inputs` (from a ModelSpec, a System, a
+One builder makes it, :func:`fsdpsim.inputs.config_inputs` (from a ModelSpec, a System, a
 ParallelPlan and a TrainingConfig; sweep and the measurement readers call its four parts),
 plus the per-candidate knobs ``micro_batch``, ``recompute`` and ``grad_accum``. Every value is a
 number or a numpy array; arrays broadcast, so one bundle holds one configuration or a million.
@@ -18,7 +18,7 @@ Number = Union[float, int, np.ndarray]
 
 
 class ModelInputs(TypedDict):
-    """:func:`fsdpsim.predict.model_inputs`: one tensor-parallel rank's share of the model."""
+    """:func:`fsdpsim.inputs.model_inputs`: one tensor-parallel rank's share of the model."""
 
     n_layers: Number            # transformer layers [-]
     d_model: Number             # hidden width h [-]
@@ -75,7 +75,7 @@ class ModelInputs(TypedDict):
 
 
 class SystemInputs(TypedDict):
-    """:func:`fsdpsim.predict.system_inputs`: catalog peaks and achievable fractions."""
+    """:func:`fsdpsim.inputs.system_inputs`: catalog peaks and achievable fractions."""
 
     peak_flops_per_s: Number
     compute_clock_ratio: Number      # power-capped clock / rated [-]
@@ -139,7 +139,7 @@ class FrameworkInputs(NcclInputs):
 
 
 class PlanInputs(TypedDict):
-    """:func:`fsdpsim.predict.plan_inputs`: degrees, strategies and the layout on the tiers."""
+    """:func:`fsdpsim.inputs.plan_inputs`: degrees, strategies and the layout on the tiers."""
 
     num_gpus: Number
     gpus_per_node: Number       # GPUs of the job per scale-up domain
@@ -201,7 +201,7 @@ class PlanInputs(TypedDict):
 
 
 class TrainingInputs(TypedDict):
-    """:func:`fsdpsim.predict.training_inputs`."""
+    """:func:`fsdpsim.inputs.training_inputs`."""
 
     seq_len: Number
     compute_bytes: Number       # gathered parameters and activations, bytes per element

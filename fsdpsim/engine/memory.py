@@ -54,7 +54,7 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
     from forward to the end of backward, which is "full" without resharding in memory terms
     (see :mod:`fsdpsim.costs.memory`). The root unit (embeddings, LM head) is not resharded
     after forward, so it stays gathered: ``resident_numel``. Parameter counts are one tensor-
-    parallel rank's (:func:`fsdpsim.predict.model_inputs`).
+    parallel rank's (:func:`fsdpsim.inputs.model_inputs`).
     """
     strategy = np.asarray(g["strategy"])
     mem_strategy = np.where(strategy == comm.GRAD_OP, comm.FULL, strategy)
