@@ -15,6 +15,7 @@ has in one scale-up domain; these are the ``*_size`` / ``*_per_node`` inputs of 
 
 from __future__ import annotations
 
+import functools
 from math import prod
 
 import numpy as np
@@ -53,7 +54,8 @@ def members_per_domain(plan: ParallelPlan, dims: tuple[str, ...], domain_gpus: i
     return int(np.count_nonzero(ranks < domain_gpus))
 
 
-def group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str, int]:
+@functools.lru_cache(maxsize=4096)
+def _group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str, int]:
     """Size and members per scale-up domain of every group in :data:`GROUPS`:
     ``{"tp_size": 8, "tp_per_node": 8, ...}`` [-]."""
     domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
@@ -65,7 +67,8 @@ def group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str
     return out
 
 
-def pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
+@functools.lru_cache(maxsize=4096)
+def _pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
     """Members of each group inside one non-blocking pod of ``pod_gpus`` consecutive ranks
     (``{"shard_per_pod": ..., ...}``); a group's size when there are no pods (None) [-]. With a
     packed placement a job's ranks fill pods in order (the scheduler keeps jobs contiguous)."""
@@ -107,7 +110,8 @@ def _expert_members(plan: ParallelPlan) -> dict[str, np.ndarray]:
     return {name: _stage_ranks(plan, idx) for name, idx in index.items()}
 
 
-def expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
+@functools.lru_cache(maxsize=4096)
+def _expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
                   pod_gpus: int | None = None) -> dict[str, int]:
     """Size, members per scale-up domain and members per pod of every expert group
     (:data:`EXPERT_GROUPS`): ``{"ep_size": 64, "ep_per_node": 64, "ep_per_pod": 64, ...}`` [-].
@@ -123,3 +127,21 @@ def expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
         out[f"{name}_per_pod"] = (int(np.count_nonzero(members < pod_gpus)) if pod_gpus
                                   else int(members.size))
     return out
+
+
+# A plan is frozen, so its layout never changes: computed once per (plan, domain), and each
+# caller gets its own copy (predict, the scale advice and sweep's tables ask again and again).
+def group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str, int]:
+    """:func:`_group_layout`, cached."""
+    return dict(_group_layout(plan, domain_gpus))
+
+
+def pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
+    """:func:`_pod_layout`, cached."""
+    return dict(_pod_layout(plan, pod_gpus))
+
+
+def expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
+                  pod_gpus: int | None = None) -> dict[str, int]:
+    """:func:`_expert_layout`, cached."""
+    return dict(_expert_layout(plan, domain_gpus, pod_gpus))
