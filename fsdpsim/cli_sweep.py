@@ -70,6 +70,9 @@ def grid_options(f):
         click.option("--grad-sync", type=click.Choice(("every", "last")), default=None,
                      help="With accumulation, reduce gradients every micro-batch or only the "
                           "last, for the sharded strategies (default every)."),
+        click.option("--shard-group-size", default=None,
+                     help="GPUs per HSDP shard group, for --sharding hybrid (default: one "
+                          "scale-up domain's worth), as predict's."),
         click.option("--keep-params-gathered/--regather-params", default=None,
                      help="With accumulation, gather each unit once per step and keep it, for "
                           "the sharded-parameter strategies (default: re-gather)."),

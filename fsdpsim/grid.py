@@ -36,11 +36,11 @@ from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
 GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
-             "inter-node-gbps-per-gpu", "power-cap-w", "placement", "num-gpus", "seq-len", "micro-batch",
-             "global-batch", "sharding", "recompute", "precision", "best", "price", "pue",
-             "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
-             "grad-sync", "keep-params-gathered", "tp", "pp", "cp", "vpp", "pp-schedule",
-             "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
+             "inter-node-gbps-per-gpu", "power-cap-w", "placement", "num-gpus", "seq-len",
+             "micro-batch", "global-batch", "sharding", "recompute", "precision", "best", "price",
+             "pue", "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
+             "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
+             "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
              "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
@@ -97,6 +97,8 @@ class Grid:
     """Gradient sync with accumulation ("every" or "last"), for the sharded strategies."""
     keep_gathered: bool = False
     """Keep parameters gathered for the step, for the sharded-parameter strategies."""
+    shard_group_size: int | None = None
+    """GPUs per HSDP shard group (the hybrid strategy); None = one scale-up domain's worth."""
     ceilings: bool = True
     """Solve the largest micro-batch and sequence length that fit for every row."""
     layouts: tuple[tuple[int, int, int], ...] = ((1, 1, 1),)
@@ -381,6 +383,8 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                                 ("every", "last"))[0],
         keep_gathered=_flag(options.get("keep-params-gathered", False),
                             "--keep-params-gathered"),
+        shard_group_size=(None if options.get("shard-group-size") is None else
+                          _one_count(options["shard-group-size"], "--shard-group-size")),
         layouts=tuple(itertools.product(*(parse_counts(options.get(k, "1"), f"--{k}")
                                           for k in ("tp", "pp", "cp")))),
         vpp=int(read_number(options.get("vpp", 1), "--vpp", VPP)),

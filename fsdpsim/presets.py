@@ -242,9 +242,14 @@ def _looks_like_path(text: str) -> bool:
     return text.endswith(".json") or "/" in text or "\\" in text or looks_like_file(text)
 
 
+#: Ids of the size ladder (:mod:`fsdpsim.model_ladder`): ``ladder-<size>``, as sweep names them.
+LADDER_PREFIX = "ladder-"
+
+
 def get_model(name_or_path: str) -> ModelSpec:
-    """The preset with id ``name_or_path`` (case-insensitive), or a spec imported from a
-    Hugging Face ``config.json`` (a file path, or a directory that holds one).
+    """The preset with id ``name_or_path`` (case-insensitive), a size-ladder model by the id
+    ``sweep --model-sizes`` prints (``ladder-7b``), or a spec imported from a Hugging Face
+    ``config.json`` (a file path, or a directory that holds one).
 
     Raises
     ------
@@ -257,6 +262,13 @@ def get_model(name_or_path: str) -> ModelSpec:
     key = ALIASES.get(key, key)
     if key in PRESETS:
         return PRESETS[key]
+    if key.startswith(LADDER_PREFIX) and not _looks_like_path(name_or_path):
+        # the id `sweep --model-sizes` prints (ladder-7b): the same ladder model again
+        from fsdpsim.model_ladder import ladder_model
+        from fsdpsim.numbers import MODEL_SIZE, read_number
+
+        size = read_number(key[len(LADDER_PREFIX):], f"model {shown(name_or_path)}", MODEL_SIZE)
+        return ladder_model(size)
     if _looks_like_path(name_or_path):
         from fsdpsim.hf_config import spec_from_hf_config
 

@@ -60,6 +60,8 @@ class _Tables:
                         # the accumulation knobs mean something for the sharded strategies only
                         accum = (dict(keep_gathered=grid.keep_gathered, grad_sync=grid.grad_sync)
                                  if sharding in SHARDED else {})
+                        if sharding == "hybrid" and grid.shard_group_size is not None:
+                            accum["shard_group_size"] = grid.shard_group_size
                         try:
                             plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node,
                                                 sharding=sharding, **accum, **hybrid)

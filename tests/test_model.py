@@ -470,3 +470,24 @@ def test_no_torch_import():
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=Path(__file__).resolve().parents[1])
+
+
+@pytest.mark.parametrize("size", [1e9, 7e9, 70e9, 1.5e12, 3.2e9])
+def test_ladder_ids_printed_by_sweep_name_the_same_model(size):
+    """Issue 10: a ladder id that `sweep --model-sizes` prints (ladder-7b) works wherever a
+    model id does (`model show`, `predict --model`), naming the same model."""
+    from fsdpsim.model_ladder import ladder_model
+    from fsdpsim.presets import get_model
+
+    made = ladder_model(size)
+    again = get_model(made.name)
+    assert (again.n_layers, again.d_model, again.n_heads, again.ffn_size) == \
+        (made.n_layers, made.d_model, made.n_heads, made.ffn_size)
+    assert again.n_params == made.n_params
+
+
+def test_a_bad_ladder_id_is_one_clear_error():
+    from fsdpsim.presets import get_model
+
+    with pytest.raises(ConfigError, match="ladder-abc.*accepted"):
+        get_model("ladder-abc")

@@ -448,3 +448,17 @@ def test_benchmark_runs_and_reports_a_rate():
     hybrid = bench.bench_inputs(2000, hybrid=True)
     assert (hybrid["tp"] > 1).any() and (hybrid["pp"] > 1).any() and (hybrid["cp"] > 1).any()
     assert bench.bench_evaluate(repeat=1, inputs=hybrid) > 0
+
+
+def test_shard_group_size_in_sweep_equals_predict():
+    """Issue 10: sweep takes --shard-group-size (HSDP), and its row is predict's."""
+    rows = json.loads(invoke("sweep", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus",
+                             "1024", "--sharding", "hybrid", "--shard-group-size", "64",
+                             "--micro-batch", "1", "--seq-len", "2048", "--recompute", "none",
+                             "--format", "json"))
+    p = json.loads(invoke("predict", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus",
+                          "1024", "--sharding", "hybrid", "--shard-group-size", "64",
+                          "--micro-batch", "1", "--seq-len", "2048", "--recompute", "none",
+                          "--format", "json"))
+    assert rows[0]["plan.dp_shard"] == p["plan"]["dp_shard"] == 64
+    assert rows[0]["tokens_per_s_per_gpu"] == p["tokens_per_s_per_gpu"]
