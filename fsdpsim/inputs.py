@@ -173,8 +173,8 @@ def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dic
     prof = frameworks.profile(plan.framework)
     x: dict[str, Any] = {}
     lib = system.collectives.get(prof.collectives)
-    if lib is not None:
-        x.update(nccl.library_inputs(lib))
+    if lib is not None and prof.collectives != frameworks.PROFILES["fsdp2"].collectives:
+        x.update(nccl.library_inputs(lib))  # system_inputs gave the default profile's release
     block_calls = root_calls = 1.0
     if prof.per_parameter:
         shapes = spec.unit_parameter_shapes()

@@ -304,17 +304,6 @@ class TestRingTime:
         np.testing.assert_allclose(got, [2.1945e-3, 3.0046875e-3, 2.41875e-3, 1.5015e-2],
                                    rtol=RTOL)
 
-    def test_inter_node_numerator(self):
-        # X = passes · (k−1)/k · M / g: k = 16, g = 8, M = 1e9 → 15/16 · 1e9 / 8 = 1.171875e8
-        # X / nic is the bandwidth part of the NIC-bound ring: 1.171875e8 / 4e10 = 2.9296875e-3
-        # = 3.0046875e-3 − 15 · 5e-6 (the multi-node case above minus its latency)
-        x = comm.ring_inter_node_seconds_per_byte_per_s(1e9, 16, 8)
-        assert x == pytest.approx(1.171875e8, rel=RTOL)
-        assert x / 4e10 == pytest.approx(3.0046875e-3 - 15 * 5e-6, rel=RTOL)
-        assert comm.ring_inter_node_seconds_per_byte_per_s(1e9, 8, 8) == 0.0
-        assert comm.ring_inter_node_seconds_per_byte_per_s(1e9, 16, 8, passes=2.0) == \
-            pytest.approx(2.34375e8, rel=RTOL)
-
 
 class TestCalls:
     # (all-gather, reduce-scatter, all-reduce) per block unit per micro-batch

@@ -127,19 +127,6 @@ def ring_time_s(message_bytes, group_size, members_per_node, link_bytes_per_s,
     return as_array(passes) * (as_array(message_bytes) * per_byte + latency)
 
 
-def ring_inter_node_seconds_per_byte_per_s(message_bytes, group_size, members_per_node, passes=1.0):
-    """The numerator X of the inter-node part of :func:`ring_time_s`: t_inter = X / nic_share.
-
-    ``X = passes · (k−1)/k · M / g`` for groups that span nodes, else 0. Dividing by a per-GPU
-    NIC bandwidth gives seconds; used to solve for the bandwidth that hides communication.
-    """
-    k = as_array(group_size)
-    g = np.minimum(as_array(members_per_node), k)
-    x = (as_array(passes) * np.maximum(k - 1.0, 0.0) / np.maximum(k, 1.0)
-         * as_array(message_bytes) / g)
-    return np.where(k > g, x, 0.0)
-
-
 def fsdp_calls_per_microbatch(strategy, reshard_after_forward):
     """Per-unit collective calls per micro-batch for block units: (all-gather, reduce-scatter,
     all-reduce), each an array; see the module table. Root units use ``reshard=False``.

@@ -42,9 +42,7 @@ class _Candidates(dict):
         g, name = self._g, self._name
         size, per_node = g[f"{name}_size"], g[f"{name}_per_node"]
         if self._busbw is None:
-            pod = f"{name}_per_pod"
-            per_pod = g[pod] if pod in g or pod in getattr(g, "_g", ()) else None
-            self._busbw = bus_bandwidth(g, self._r, size, per_node, per_pod)
+            self._busbw = bus_bandwidth(g, self._r, size, per_node, g.get(f"{name}_per_pod"))
         value = nccl.candidates(g, size, per_node, self._busbw, g["link_nvlink"] > 0,
                                 all_reduce=key == "ar")
         self[key] = value
@@ -71,6 +69,13 @@ class _Rows(dict):
         value = take(self._g[key], self._idx)
         self[key] = value
         return value
+
+    def __contains__(self, key):
+        return key in self._g
+
+    def get(self, key, default=None):
+        """As a mapping's: the row subset of ``key`` where the inputs have it."""
+        return self[key] if key in self._g else default
 
 
 def per_strategy2(strategy, code, fn):
