@@ -42,7 +42,7 @@ class LazyGroup(click.Group):
     #: Command name -> the module whose ``register(group)`` defines it.
     LAZY = {"predict": "fsdpsim.cli_predict", "sweep": "fsdpsim.cli_sweep",
             "plot": "fsdpsim.cli_plot", "validate": "fsdpsim.cli_validate",
-            "calibrate": "fsdpsim.cli_validate"}
+            "calibrate": "fsdpsim.cli_validate", "search": "fsdpsim.cli_search"}
 
     def _load(self, name: str) -> None:
         import importlib

@@ -33,13 +33,27 @@ GROUPS = {
 }
 
 
+#: A mesh as the layout sees it: (dimension, degree) pairs, outermost first. Layouts are cached
+#: on it, so plans that differ only in strategies share one computation (the plan search builds
+#: thousands of such plans).
+Mesh = tuple[tuple[str, int], ...]
+
+
+def _mesh(plan: ParallelPlan) -> Mesh:
+    degrees = plan.degrees
+    return tuple((name, degrees[name]) for name in plan.mesh_order)
+
+
 def strides(plan: ParallelPlan) -> dict[str, int]:
     """Rank distance between neighbours along each mesh dimension (row-major mesh)."""
-    degrees = plan.degrees
+    return _strides(_mesh(plan))
+
+
+def _strides(mesh: Mesh) -> dict[str, int]:
     out, stride = {}, 1
-    for name in reversed(plan.mesh_order):
+    for name, degree in reversed(mesh):
         out[name] = stride
-        stride *= degrees[name]
+        stride *= degree
     return out
 
 
@@ -47,35 +61,39 @@ def members_per_domain(plan: ParallelPlan, dims: tuple[str, ...], domain_gpus: i
     """Members of the group spanned by ``dims`` (the one holding rank 0) inside rank 0's
     scale-up domain of ``domain_gpus`` consecutive ranks [-]. Every group of an aligned mesh
     has the same count."""
-    degrees, step = plan.degrees, strides(plan)
+    return _members(_mesh(plan), dims, domain_gpus)
+
+
+def _members(mesh: Mesh, dims: tuple[str, ...], domain_gpus: int) -> int:
+    degrees, step = dict(mesh), _strides(mesh)
     ranks = np.zeros(1, dtype=np.int64)
     for name in dims:
         ranks = (ranks[:, None] + step[name] * np.arange(degrees[name])[None, :]).ravel()
     return int(np.count_nonzero(ranks < domain_gpus))
 
 
-@functools.lru_cache(maxsize=4096)
-def _group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str, int]:
+@functools.lru_cache(maxsize=16384)
+def _group_layout(mesh: Mesh, domain: int) -> dict[str, int]:
     """Size and members per scale-up domain of every group in :data:`GROUPS`:
     ``{"tp_size": 8, "tp_per_node": 8, ...}`` [-]."""
-    domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
-    degrees = plan.degrees
+    degrees = dict(mesh)
     out = {}
     for group, dims in GROUPS.items():
         out[f"{group}_size"] = prod(degrees[d] for d in dims)
-        out[f"{group}_per_node"] = members_per_domain(plan, dims, domain)
+        out[f"{group}_per_node"] = _members(mesh, dims, domain)
     return out
 
 
-@functools.lru_cache(maxsize=4096)
-def _pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
+@functools.lru_cache(maxsize=16384)
+def _pod_layout(mesh: Mesh, pod_gpus: int | None) -> dict[str, int]:
     """Members of each group inside one non-blocking pod of ``pod_gpus`` consecutive ranks
     (``{"shard_per_pod": ..., ...}``); a group's size when there are no pods (None) [-]. With a
     packed placement a job's ranks fill pods in order (the scheduler keeps jobs contiguous)."""
-    sizes = {g: prod(plan.degrees[d] for d in dims) for g, dims in GROUPS.items()}
+    degrees = dict(mesh)
+    sizes = {g: prod(degrees[d] for d in dims) for g, dims in GROUPS.items()}
     if not pod_gpus:
         return {f"{g}_per_pod": n for g, n in sizes.items()}
-    return {f"{g}_per_pod": members_per_domain(plan, GROUPS[g], pod_gpus) for g in GROUPS}
+    return {f"{g}_per_pod": _members(mesh, GROUPS[g], pod_gpus) for g in GROUPS}
 
 
 #: The expert groups (Megatron-Core's expert mesh, :mod:`fsdpsim.parallel`): for one pipeline
@@ -85,12 +103,12 @@ def _pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
 EXPERT_GROUPS = ("ep", "etp", "edp", "eshard", "ereplicate")
 
 
-def _stage_ranks(plan: ParallelPlan, index: np.ndarray) -> np.ndarray:
+def _stage_ranks(mesh: Mesh, index: np.ndarray) -> np.ndarray:
     """Global ranks of the ``index``-th ranks (ascending order) of the first pipeline stage:
     the ranks whose pp coordinate is 0, which sorted are the mixed-radix numbers of the other
     mesh dimensions in mesh order (the last fastest)."""
-    degrees, step = plan.degrees, strides(plan)
-    rest = [name for name in plan.mesh_order if name != "pp"]
+    degrees, step = dict(mesh), _strides(mesh)
+    rest = [name for name, _ in mesh if name != "pp"]
     out = np.zeros(index.shape, dtype=np.int64)
     left = index.astype(np.int64)
     for name in reversed(rest):
@@ -99,29 +117,28 @@ def _stage_ranks(plan: ParallelPlan, index: np.ndarray) -> np.ndarray:
     return out
 
 
-def _expert_members(plan: ParallelPlan) -> dict[str, np.ndarray]:
-    """The global ranks of each expert group that holds rank 0."""
-    etp, ep, edp = plan.etp, plan.ep, plan.expert_dp
-    shard = plan.expert_shard_group if plan.sharding == "hybrid" else edp
+def _expert_members(mesh: Mesh, etp: int, ep: int, edp: int,
+                    shard: int) -> dict[str, np.ndarray]:
+    """The global ranks of each expert group that holds rank 0 (``shard``: the expert shard
+    group, ``edp`` or one HSDP replica of it)."""
     index = {"ep": np.arange(0, etp * ep, etp), "etp": np.arange(etp),
              "edp": np.arange(0, etp * ep * edp, etp * ep),
              "eshard": np.arange(0, etp * ep * shard, etp * ep),
              "ereplicate": np.arange(0, etp * ep * edp, etp * ep * shard)}
-    return {name: _stage_ranks(plan, idx) for name, idx in index.items()}
+    return {name: _stage_ranks(mesh, idx) for name, idx in index.items()}
 
 
-@functools.lru_cache(maxsize=4096)
-def _expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
-                  pod_gpus: int | None = None) -> dict[str, int]:
+@functools.lru_cache(maxsize=16384)
+def _expert_layout(mesh: Mesh, experts: tuple[int, int, int, int], domain: int,
+                   pod_gpus: int | None = None) -> dict[str, int]:
     """Size, members per scale-up domain and members per pod of every expert group
     (:data:`EXPERT_GROUPS`): ``{"ep_size": 64, "ep_per_node": 64, "ep_per_pod": 64, ...}`` [-].
 
     ``edp`` holds the same experts (their gradients are reduced over it); ``eshard`` is the
     group the expert states are sharded over (``edp``, or one HSDP replica of it) and
     ``ereplicate`` its replicas (1 without HSDP)."""
-    domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
     out = {}
-    for name, members in _expert_members(plan).items():
+    for name, members in _expert_members(mesh, *experts).items():
         out[f"{name}_size"] = int(members.size)
         out[f"{name}_per_node"] = int(np.count_nonzero(members < domain))
         out[f"{name}_per_pod"] = (int(np.count_nonzero(members < pod_gpus)) if pod_gpus
@@ -129,19 +146,23 @@ def _expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
     return out
 
 
-# A plan is frozen, so its layout never changes: computed once per (plan, domain), and each
-# caller gets its own copy (predict, the scale advice and sweep's tables ask again and again).
+# A layout depends on the mesh alone: computed once per (mesh, domain), and each caller gets its
+# own copy (predict, the scale advice, sweep's tables and the search ask again and again).
 def group_layout(plan: ParallelPlan, domain_gpus: int | None = None) -> dict[str, int]:
-    """:func:`_group_layout`, cached."""
-    return dict(_group_layout(plan, domain_gpus))
+    """:func:`_group_layout` of the plan's mesh, cached."""
+    domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
+    return dict(_group_layout(_mesh(plan), domain))
 
 
 def pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
-    """:func:`_pod_layout`, cached."""
-    return dict(_pod_layout(plan, pod_gpus))
+    """:func:`_pod_layout` of the plan's mesh, cached."""
+    return dict(_pod_layout(_mesh(plan), pod_gpus))
 
 
 def expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
                   pod_gpus: int | None = None) -> dict[str, int]:
-    """:func:`_expert_layout`, cached."""
-    return dict(_expert_layout(plan, domain_gpus, pod_gpus))
+    """:func:`_expert_layout` of the plan's mesh and expert degrees, cached."""
+    edp = plan.expert_dp
+    shard = plan.expert_shard_group if plan.sharding == "hybrid" else edp
+    domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
+    return dict(_expert_layout(_mesh(plan), (plan.etp, plan.ep, edp, shard), domain, pod_gpus))

@@ -1,0 +1,168 @@
+"""``fsdpsim search``: the best parallel plans of a model on some GPUs, as a table, JSON or CSV,
+with ``--explain`` and the chosen plan as torchtitan TOML or Megatron-LM arguments. Parse, call,
+render: the search itself is :mod:`fsdpsim.search`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fsdpsim import render
+from fsdpsim.cli_procurement import run_options
+from fsdpsim.errors import ConfigError
+from fsdpsim.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, Rule, option_type
+from fsdpsim.output import echo
+from fsdpsim.parallel import FRAMEWORKS
+
+EMITS = ("table", "torchtitan", "megatron")
+
+
+def search_options(f):
+    opts = [
+        click.option("--model", default="llama3-8b", show_default=True,
+                     help="Preset name, ladder id or Hugging Face config.json path."),
+        click.option("--gpu", default=None, help="Accelerator id or alias (default h100)."),
+        click.option("--cluster", default=None, help="Node or cluster id instead of --gpu."),
+        click.option("--num-gpus", default="8", show_default=True,
+                     help="GPUs, or a list (512,1024) or range (256..4096): the plans of each "
+                          "count are ranked together."),
+        click.option("--gpus-per-node", type=option_type(GPUS), default=None),
+        click.option("--network", default=None, help="Network id between nodes."),
+        click.option("--inter-node-gbps-per-gpu", type=option_type(INTER_NODE_GBPS),
+                     default=None),
+        click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None),
+        click.option("--placement", type=click.Choice(("packed", "fragmented")),
+                     default="packed", show_default=True),
+        click.option("--seq-len", default="4096", show_default=True),
+        click.option("--global-batch", default=None,
+                     help="Sequences per step (default: about 4M tokens, a power of two)."),
+        click.option("--precision", type=click.Choice(("bf16", "fp16", "fp8", "fp32")),
+                     default="bf16", show_default=True),
+        click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
+                     show_default=True),
+        click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
+                     default="fsdp2", show_default=True,
+                     help="Framework profile every plan runs on."),
+        click.option("--memory-budget-gib", type=option_type(Rule(0.01, 1e6)), default=None,
+                     help="Memory per GPU a plan may use (default: the GPU's)."),
+        click.option("--objective", type=click.Choice(("throughput", "cost", "energy",
+                                                       "time-to-train")),
+                     default="throughput", show_default=True,
+                     help="Rank by tokens/s, or per-token cost / energy / wall time with "
+                          "failures (these differ across GPU counts)."),
+        click.option("--max-tp", type=option_type(GPUS), default=None,
+                     help="Largest TP degree (default: the GPUs of one NVLink domain)."),
+        click.option("--max-pp", type=option_type(GPUS), default=None),
+        click.option("--fix", "fix", multiple=True,
+                     help="Constraint NAME=VALUE, repeatable or comma-separated: tp=8, pp=4, "
+                          "cp=1, vpp=2, ep=8, sharding=full, zero=1, dp_shard=64, "
+                          "pp_schedule=1f1b, sequence_parallel=true, micro_batch=2, "
+                          "recompute=full, recompute_layers=12, ..."),
+        click.option("--mesh-orders/--default-mesh-order", default=True, show_default=True,
+                     help="Also try the other orders of the mesh on the network tiers."),
+        click.option("--top", type=option_type(Rule(1, 1000, whole=True)), default=5,
+                     show_default=True),
+        click.option("--explain", is_flag=True, help="Why the best plan wins: its time "
+                     "breakdown and the faster plans that do not fit."),
+        click.option("--emit", type=click.Choice(EMITS), default="table", show_default=True,
+                     help="Print the best plan as a torchtitan TOML fragment or Megatron-LM "
+                          "arguments instead of the table."),
+        click.option("--price", default=None, help="USD per GPU-hour (for --objective cost)."),
+        click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
+                     show_default=True, help="Output format of the ranking."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return run_options(f)
+
+
+def _counts(text: str) -> list[int]:
+    from fsdpsim.grid import parse_counts
+
+    return parse_counts(text, "--num-gpus")
+
+
+def run_search(ctx: click.Context, o: dict[str, Any]):
+    """Resolve the options and search every GPU count; (results by count, the ranking)."""
+    from fsdpsim import procurement
+    from fsdpsim.cli_predict import _auto_int, build_system
+    from fsdpsim.presets import get_model
+    from fsdpsim.search import budget_system, search
+    from fsdpsim.search_space import SearchSpace, parse_fix
+    from fsdpsim.parallel import TrainingConfig
+
+    counts = _counts(o["num_gpus"])
+    spec = get_model(o["model"])
+    seq = _auto_int(o["seq_len"], "--seq-len") or 4096
+    if spec.position == "learned" and seq > spec.max_seq_len:
+        spec = spec.with_seq_len(seq)
+    gb = _auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
+    if gb is None:  # about 4M tokens, a power of two sequences (Llama 3's first stage)
+        gb = 1 << max(0, round((4 * 2**20 / seq)).bit_length() - 1)
+    training = TrainingConfig(seq_len=seq, global_batch=gb, precision=o["precision"],
+                              optimizer=o["optimizer"])
+    space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],
+                        mesh_orders=o["mesh_orders"], framework=o["framework"])
+    run = procurement.read_run_options(o)
+    price = None if o["price"] is None else procurement.read_price(o["price"], "--price")
+    results = []
+    system = None
+    for n in counts:
+        system = budget_system(build_system(ctx, **{**o, "num_gpus": n}), o["memory_budget_gib"])
+        results.append((n, search(spec, system, n, training, space, objective=o["objective"],
+                                  top=o["top"], run=run, price=price)))
+    ranking = sorted(((c, n) for n, r in results for c in r.top), key=lambda cn: -cn[0].score)
+    if not ranking:
+        from fsdpsim.search_explain import no_fit_message
+
+        n, r = min(results, key=lambda nr: (nr[1].least_peak.peak_bytes if nr[1].least_peak
+                                             else float("inf")))
+        raise ConfigError(no_fit_message(r, spec, n, system.accelerator.name))
+    return spec, system, training, results, ranking[:o["top"]]
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("search")
+    @search_options
+    @click.pass_context
+    def search_cmd(ctx: click.Context, fmt: str, **o: Any) -> None:
+        """Find the fastest parallel plans that fit (mesh, sharding, pipeline schedule,
+        micro-batch, recompute), without profiling; print them, or the best as a torchtitan or
+        Megatron-LM configuration."""
+        from fsdpsim.plan_export import megatron_args, torchtitan_toml
+        from fsdpsim.search import predict_choice
+
+        if o["gpu"] is None and o["cluster"] is None:
+            o["gpu"] = "h100"
+        spec, system, training, results, ranking = run_search(ctx, o)
+        best = ranking[0][0]
+        if o["emit"] == "torchtitan":
+            echo(torchtitan_toml(best, training), nl=False)
+            return
+        if o["emit"] == "megatron":
+            echo(megatron_args(best, training), nl=False)
+            return
+        rows = []
+        for c, n in ranking:
+            p = predict_choice(spec, _system_for(ctx, o, n), c, training)
+            rows.append((c, p))
+        from fsdpsim.search_report import report_dict, report_table
+
+        report = report_dict(spec, system, training, o, results, rows)
+        if fmt == "json":
+            echo(render.to_json(report))
+        elif fmt == "csv":
+            echo(render.csv_text(report["plans"]), nl=False)
+        else:
+            echo(report_table(report, rows, explain=o["explain"]))
+
+
+def _system_for(ctx, o, n):
+    from fsdpsim.cli_predict import build_system
+    from fsdpsim.search import budget_system
+
+    return budget_system(build_system(ctx, **{**o, "num_gpus": n}), o["memory_budget_gib"])
+
+
+__all__ = ["register", "run_search"]

@@ -1,0 +1,149 @@
+"""A searched plan in the words of the frameworks that run it: a torchtitan TOML fragment and
+Megatron-LM command-line arguments.
+
+Option names are those of torchtitan's ``JobConfig`` (``torchtitan/config/job_config.py``:
+``[parallelism]``, ``[training]``, ``[activation_checkpoint]``) and Megatron-LM's
+``megatron/training/arguments.py``. Where a framework has no exact equivalent the fragment says
+so in a comment instead of guessing.
+"""
+
+from __future__ import annotations
+
+from fsdpsim.parallel import DEFAULT_MESH_ORDER
+
+#: fsdpsim schedule -> torchtitan ``pipeline_parallel_schedule``.
+TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                        "zb-h1": "InterleavedZeroBubble"}
+_PRECISION = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
+
+
+def torchtitan_toml(choice, training) -> str:
+    """The plan as torchtitan config sections (paste into a train config's TOML)."""
+    p = choice.plan
+    lines = ["[parallelism]"]
+    notes = []
+    if p.sharding == "none":
+        shard, repl = 1, p.dp
+    elif p.sharding == "optimizer":
+        shard, repl = p.dp, 1
+        notes.append("# ZeRO-1 (sharded optimizer only) is not a torchtitan mode; this shards "
+                     "parameters too (FSDP). Megatron --use-distributed-optimizer is ZeRO-1.")
+    else:
+        shard, repl = p.dp_shard, p.dp_replicate
+    lines += [f"data_parallel_replicate_degree = {repl}",
+              f"data_parallel_shard_degree = {shard}"]
+    if p.sharding in ("full", "grad_op", "hybrid", "optimizer"):
+        raf = "never" if p.sharding == "grad_op" or not p.reshard_after_forward else "default"
+        lines.append(f'fsdp_reshard_after_forward = "{raf}"')
+    lines.append(f"tensor_parallel_degree = {p.tp}")
+    if p.tp > 1:
+        lines.append(f"enable_async_tensor_parallel = {str(p.tp_overlap).lower()}")
+        if not p.sequence_parallel:
+            notes.append("# torchtitan always uses sequence parallelism with TP; this plan "
+                         "was searched without it.")
+    lines.append(f"context_parallel_degree = {p.cp}")
+    if p.cp > 1:
+        method = "alltoall" if p.cp_kind == "all2all" else "allgather"
+        lines.append(f'context_parallel_rotate_method = "{method}"')
+    lines.append(f"pipeline_parallel_degree = {p.pp}")
+    if p.pp > 1:
+        lines += [f'pipeline_parallel_schedule = "{TORCHTITAN_SCHEDULES[p.pp_schedule]}"',
+                  f"pipeline_parallel_microbatch_size = {choice.micro_batch}"]
+        if p.pp_schedule == "zb-h1":
+            notes.append("# zb-h1 (one stage per rank) has no torchtitan schedule of its own; "
+                         "InterleavedZeroBubble needs 2+ stages per rank.")
+        if p.vpp > 1 or p.pp_first_layers is not None:
+            notes.append(f"# {p.vpp} model chunk(s) per rank"
+                         + (f", end stages {p.pp_first_layers}/{p.pp_last_layers} layers"
+                            if p.pp_first_layers is not None else "")
+                         + ": set the stage split with pipeline_parallel_layers_per_stage / "
+                           "module_fqns_per_model_part")
+    if p.ep > 1:
+        lines += [f"expert_parallel_degree = {p.ep}",
+                  f"expert_tensor_parallel_degree = {p.etp}"]
+    if p.mesh_order != DEFAULT_MESH_ORDER:
+        notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
+                     + " — torchtitan's is pp, dp_replicate, dp_shard, cp, tp; reorder ranks "
+                       "by the launcher's host list")
+    local = choice.micro_batch * choice.grad_accum  # sequences per data-parallel rank
+    lines += ["", "[training]", f"global_batch_size = {training.global_batch}",
+              f"local_batch_size = {local}", f"seq_len = {training.seq_len}",
+              f'mixed_precision_param = "{_PRECISION[training.precision]}"']
+    lines += ["", "[activation_checkpoint]"]
+    if choice.recompute == "none":
+        lines.append('mode = "none"')
+    elif choice.recompute == "selective" and choice.recompute_layers is None:
+        lines += ['mode = "selective"', 'selective_ac_option = "op"']
+    elif choice.recompute_layers is None:
+        lines.append('mode = "full"')
+    else:
+        k, n = choice.recompute_layers, choice.layers_per_stage
+        every = max(1, round(n / k))
+        lines += ['mode = "selective"', f'selective_ac_option = "{every}"']
+        notes.append(f"# the plan recomputes the first {k} of each stage's {n} layers "
+                     f"({choice.recompute}); torchtitan checkpoints every {every}-th layer "
+                     f"instead ({n // every} of {n}): check the memory")
+    if training.precision == "fp8":
+        lines += ["", "[quantize.linear.float8]", "enable_fsdp_float8_all_gather = false"]
+    return "\n".join(notes + lines) + "\n"
+
+
+def megatron_args(choice, training) -> str:
+    """The plan as Megatron-LM arguments (``pretrain_gpt.py``), one per line."""
+    p = choice.plan
+    args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
+            f"--context-parallel-size {p.cp}"]
+    notes = []
+    if p.tp > 1 and p.sequence_parallel:
+        args.append("--sequence-parallel")
+    if p.tp_overlap:
+        args.append("--tp-comm-overlap")
+    if p.cp > 1:
+        args.append(f"--cp-comm-type {'a2a' if p.cp_kind == 'all2all' else 'p2p'}")
+    if p.pp > 1:
+        if p.vpp > 1:
+            args.append(f"--num-virtual-stages-per-pipeline-rank {p.vpp}")
+        if p.pp_first_layers is not None:
+            args += [f"--decoder-first-pipeline-num-layers {p.pp_first_layers}",
+                     f"--decoder-last-pipeline-num-layers {p.pp_last_layers}"]
+        if p.pp_schedule in ("gpipe", "zb-h1"):
+            notes.append(f"# schedule {p.pp_schedule}: Megatron-LM runs 1F1B (interleaved with "
+                         "virtual stages); no flag selects this one")
+    if p.ep > 1:
+        args += [f"--expert-model-parallel-size {p.ep}",
+                 f"--expert-tensor-parallel-size {p.etp}"]
+        if p.ep_overlap:
+            args.append("--overlap-moe-expert-parallel-comm")
+    if p.sharding == "optimizer":
+        args += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
+    elif p.sharding == "none":
+        args.append("--overlap-grad-reduce")
+    else:
+        strategy = {"full": "optim_grads_params", "grad_op": "optim_grads",
+                    "hybrid": "optim_grads_params"}[p.sharding]
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
+        if p.sharding == "hybrid":
+            notes.append(f"# HSDP: shard over {p.dp_shard} ranks, replicate {p.dp_replicate}x "
+                         "(--num-distributed-optimizer-instances "
+                         f"{p.dp_replicate} with the distributed optimizer)")
+    args += [f"--micro-batch-size {choice.micro_batch}",
+             f"--global-batch-size {training.global_batch}", f"--seq-length {training.seq_len}"]
+    if choice.recompute == "selective" and choice.recompute_layers is None:
+        args.append("--recompute-granularity selective")
+    elif choice.recompute != "none":
+        if choice.recompute == "selective":
+            notes.append("# selective recompute of some layers only is not a Megatron option; "
+                         "this recomputes those layers in full")
+        k = choice.recompute_layers or choice.layers_per_stage
+        args += ["--recompute-granularity full", "--recompute-method block",
+                 f"--recompute-num-layers {k}"]
+    args.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid",
+                 "fp32": ""}[training.precision])
+    if p.mesh_order != DEFAULT_MESH_ORDER:
+        notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
+                     + "; Megatron's default is tp-cp-ep-dp-pp (innermost first): "
+                       "--order may not express it")
+    return "\n".join(notes + [a for a in args if a]) + "\n"
+
+
+__all__ = ["torchtitan_toml", "megatron_args", "TORCHTITAN_SCHEDULES"]
