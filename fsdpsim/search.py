@@ -138,12 +138,12 @@ def score_of(objective: str, tokens_per_s, num_gpus: int, system: System, run=No
     good = np.maximum(cols["failures.goodput"], 1e-300)
     if objective == "cost":
         value = cols["cost_usd_per_million_tokens"] / good
-        if np.all(np.isnan(value)):
+        if value.size and np.all(np.isnan(value)):
             raise ConfigError(f"--objective cost needs a price for {system.label}: give "
                               "--price USD per GPU-hour or a catalog price")
     elif objective == "energy":
         value = cols["energy_kwh_per_million_tokens"] / good
-        if np.all(np.isnan(value)):
+        if value.size and np.all(np.isnan(value)):
             raise ConfigError(f"--objective energy needs the board power of {system.label}")
     elif objective == "time-to-train":
         tokens = run.tokens or 1.0

@@ -98,6 +98,16 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
     head = f"no plan of {spec.name} on {num_gpus:,} GPUs with global_batch({gb})"
     if space.fixed:
         head += " and " + ", ".join(f"{k}={v}" for k, v in space.fixed.items())
+    # the batch first: with one every data-parallel degree divides (the GPU count), which
+    # meshes would the constraints allow?
+    dps = sorted({plan.dp for plan in enumerate_plans(spec, num_gpus, per_node,
+                                                      training.seq_len, num_gpus, space)})
+    if dps:
+        multiples = {((gb + d - 1) // d) * d for d in dps} | {gb // d * d for d in dps}
+        near = sorted((b for b in multiples if b > 0), key=lambda b: (abs(b - gb), b))[:3]
+        return (f"{head}: the global batch must divide by the data-parallel degree of some "
+                f"plan ({', '.join(map(str, dps[:8]))}{', ...' if len(dps) > 8 else ''}); "
+                f"nearest feasible: --global-batch {', '.join(map(str, near))}")
     for name, value in space.fixed.items():
         others = replace(space, fixed={k: v for k, v in space.fixed.items() if k != name})
         seen: set = set()
@@ -112,24 +122,10 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
                     + ", ".join(f"{name}={v}" for v in near))
     if space.max_tp and "tp" not in space.fixed:
         head += f" (--max-tp {space.max_tp})"
-    # the batch: the data-parallel degrees of the meshes the GPUs allow
-    dps = sorted({plan.dp for plan in enumerate_plans(
-        spec, num_gpus, per_node, training.seq_len, _lcm_batch(num_gpus), space)})
-    if dps:
-        multiples = sorted({((gb + d - 1) // d) * d for d in dps} | {max(d, gb // d * d)
-                                                                      for d in dps})
-        near = sorted(multiples, key=lambda b: (abs(b - gb), b))[:3]
-        return (f"{head}: the global batch must divide by the data-parallel degree of some "
-                f"plan ({', '.join(map(str, dps[:8]))}{', ...' if len(dps) > 8 else ''}); "
-                f"nearest feasible: --global-batch {', '.join(map(str, near))}")
     return (f"{head}: the model's heads ({spec.n_heads}), layers ({spec.n_layers}) and "
-            f"sequence ({training.seq_len}) allow no mesh of {num_gpus:,} GPUs; accepted: a "
-            "GPU count with more divisors (a power of two)")
-
-
-def _lcm_batch(num_gpus: int) -> int:
-    """A global batch every data-parallel degree of ``num_gpus`` GPUs divides."""
-    return num_gpus
+            f"sequence ({training.seq_len}) allow no mesh of {num_gpus:,} GPUs with these "
+            "constraints; accepted: fewer constraints, or a GPU count with more divisors (a "
+            "power of two)")
 
 
 def _setting(plan: ParallelPlan, name: str) -> Any:

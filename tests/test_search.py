@@ -1,0 +1,214 @@
+"""``fsdpsim search``: the optimum equals brute-force enumeration under the same model; the
+space holds what it should; constraints and impossible inputs give one clear line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fsdpsim import engine
+from fsdpsim.catalog import load_catalog
+from fsdpsim.cli import cli
+from fsdpsim.errors import ConfigError
+from fsdpsim.inputs import config_inputs
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.presets import get_model
+from fsdpsim.search import budget_system, search
+from fsdpsim.search_explain import plan_line
+from fsdpsim.search_space import SearchSpace, divisors, enumerate_plans, parse_fix, stage_splits
+from fsdpsim.system import resolve_system
+
+
+def _system(gpu="h100", budget_gib=None):
+    s = resolve_system(load_catalog(()), gpu=gpu, cluster=None, gpus_per_node=None,
+                       network=None, inter_node_gbps_per_gpu=None, power_cap_w=None,
+                       placement="packed")
+    return budget_system(s, budget_gib)
+
+
+def brute_force(spec, system, n, training, space):
+    """Every (plan, micro-batch, recompute, recomputed layers) candidate, each plan's inputs
+    from predict's own builder (config_inputs), evaluated by the engine: the best score of
+    each plan that has a candidate that fits and runs."""
+    best = {}
+    per_node = min(system.gpus_per_node, n)
+    for plan in enumerate_plans(spec, n, per_node, training.seq_len, training.global_batch,
+                                space):
+        x = config_inputs(spec, system, plan, training)
+        per_gpu = training.global_batch // plan.dp
+        L = plan.stage_layers(spec.n_layers)[1] if plan.pp > 1 else spec.n_layers
+        rows = []
+        for mb in divisors(per_gpu):
+            rows.append((mb, "none", -1))
+            for rc in ("selective", "full"):
+                rows += [(mb, rc, k) for k in range(1, L)] + [(mb, rc, -1)]
+        mb = np.array([r[0] for r in rows], dtype=float)
+        out = engine.evaluate({**x, "micro_batch": mb, "grad_accum": per_gpu / mb,
+                               "recompute": np.array([engine.RECOMPUTE_CODES[r[1]]
+                                                      for r in rows], dtype=float),
+                               "recompute_layers": np.array([r[2] for r in rows], dtype=float),
+                               "ceilings": 0.0})
+        ok = np.broadcast_to(out["fits"] & out["pipeline_ok"], mb.shape)
+        if ok.any():
+            best[plan] = float(np.broadcast_to(out["tokens_per_s"], mb.shape)[ok].max())
+    return best
+
+
+CASES = [  # model, gpus, global batch, seq, budget GiB, fixed
+    ("gpt3-125m", 8, 32, 2048, None, {}),
+    ("gpt3-350m", 16, 64, 2048, 3.0, {}),  # tight: partial recompute and pipelines pay
+    ("llama3-8b", 16, 32, 4096, 40.0, {"cp": 1}),
+    ("gpt3-1.3b", 8, 16, 2048, 8.0, {"pp": 2}),
+    ("mixtral-8x7b", 16, 32, 4096, None, {"pp": 1, "cp": 1}),
+]
+
+
+@pytest.mark.parametrize("model,n,gb,seq,budget,fixed", CASES)
+def test_search_optimum_equals_brute_force(model, n, gb, seq, budget, fixed):
+    spec = get_model(model)
+    system = _system(budget_gib=budget)
+    training = TrainingConfig(seq_len=seq, global_batch=gb)
+    space = SearchSpace(fixed=fixed)
+    result = search(spec, system, n, training, space, top=3)
+    truth = brute_force(spec, system, n, training, space)
+    ranked = sorted(truth.values(), reverse=True)
+    assert result.top, "brute force found plans but the search none" if truth else "empty"
+    assert result.top[0].tokens_per_s == pytest.approx(ranked[0], rel=1e-9)
+    got = [c.tokens_per_s for c in result.top]
+    assert got == pytest.approx(ranked[:len(got)], rel=1e-9)
+    # each listed plan's candidate is its own best one
+    for c in result.top:
+        assert c.tokens_per_s == pytest.approx(truth[c.plan], rel=1e-9)
+
+
+def test_tight_budget_finds_partial_recompute_and_predict_agrees():
+    """A budget between no recompute and full recompute: the best plan recomputes some of its
+    layers, and predict, given that plan, gives the same throughput and a peak in budget."""
+    from fsdpsim.search import predict_choice
+
+    spec, system = get_model("gpt3-350m"), _system(budget_gib=3.0)
+    training = TrainingConfig(seq_len=2048, global_batch=64)
+    result = search(spec, system, 16, training, top=10)
+    partial = [c for c in result.top if c.recompute_layers is not None]
+    assert partial, [plan_line(c) for c in result.top]
+    for c in result.top:
+        p = predict_choice(spec, system, c, training)
+        assert p.values["tokens_per_s"] == pytest.approx(c.tokens_per_s, rel=1e-9)
+        assert p.values["peak_bytes"] <= 3.0 * 2**30
+    c = partial[0]
+    assert 0 < c.recompute_layers < c.layers_per_stage
+    assert f"{c.recompute_layers}/{c.layers_per_stage}" in plan_line(c)
+
+
+def test_space_holds_hybrid_dimensions():
+    spec = get_model("llama3-70b")
+    plans = list(enumerate_plans(spec, 64, 8, 8192, 64, SearchSpace()))
+    seen = {name: {getattr(p, name) for p in plans}
+            for name in ("tp", "pp", "cp", "vpp", "sharding", "pp_schedule", "cp_kind",
+                         "sequence_parallel", "tp_overlap")}
+    assert seen["tp"] == {1, 2, 4, 8}
+    assert {1, 2, 4, 8} <= seen["pp"] and {1, 2, 4, 8} <= seen["cp"]
+    assert {"full", "grad_op", "optimizer", "none", "hybrid"} == seen["sharding"]
+    assert {"1f1b", "interleaved", "zb-h1"} <= seen["pp_schedule"]
+    assert seen["cp_kind"] == {"ring", "all2all"} and seen["tp_overlap"] == {False, True}
+    assert any(p.mesh_order != plans[0].mesh_order for p in plans)
+    assert any(p.pp_first_layers is not None for p in plans)  # uneven end stages
+    # every plan is valid and distinct
+    assert len(set(plans)) == len(plans)
+    assert all(p.tp * p.pp * p.cp * p.dp == 64 and 64 % p.dp == 0 for p in plans)
+
+
+def test_moe_space_has_expert_parallelism():
+    plans = list(enumerate_plans(get_model("mixtral-8x7b"), 16, 8, 4096, 32,
+                                 SearchSpace(fixed={"pp": 1, "cp": 1})))
+    assert {1, 2, 4, 8} <= {p.ep for p in plans}
+    assert {1} < {p.etp for p in plans} | {1}
+
+
+def test_stage_splits_sum_to_the_model():
+    for n_layers, pp in ((126, 16), (80, 4), (61, 8), (32, 2)):
+        for first, last in stage_splits(n_layers, pp, 1):
+            plan = ParallelPlan(num_gpus=pp, gpus_per_node=8, pp=pp, pp_first_layers=first,
+                                pp_last_layers=last)
+            f, mid, la = plan.stage_layers(n_layers)
+            assert f + la + (pp - 2) * mid == n_layers
+
+
+def test_fixed_settings_are_respected():
+    spec = get_model("llama3-8b")
+    training = TrainingConfig(seq_len=4096, global_batch=64)
+    space = SearchSpace(fixed=parse_fix(["tp=4,pp=2", "sharding=full", "micro_batch=1"]))
+    result = search(spec, _system(), 16, training, space, top=3)
+    for c in result.top:
+        assert (c.plan.tp, c.plan.pp, c.plan.sharding, c.micro_batch) == (4, 2, "full", 1)
+
+
+def test_bad_constraints_name_the_nearest_feasible_setting():
+    spec = get_model("llama3-8b")
+    training = TrainingConfig(seq_len=4096, global_batch=64)
+    with pytest.raises(ConfigError, match=r"tp=3 is not possible.*nearest feasible: tp=2, tp=4"):
+        search(spec, _system(), 16, training, SearchSpace(fixed={"tp": 3}))
+    with pytest.raises(ConfigError, match=r"pp=5 .*nearest feasible: pp=4"):
+        search(spec, _system(), 16, training, SearchSpace(fixed={"pp": 5}))
+    with pytest.raises(ConfigError, match=r"global batch.*nearest feasible: --global-batch"):
+        search(spec, _system(), 16, TrainingConfig(seq_len=4096, global_batch=7),
+               SearchSpace(fixed={"tp": 1, "pp": 1, "cp": 1}))
+    with pytest.raises(ConfigError, match="not accepted"):
+        parse_fix(["bogus=1"])
+    with pytest.raises(ConfigError, match="not accepted"):
+        parse_fix(["sharding=zero7"])
+
+
+def test_impossible_budget_says_what_it_needs(capsys):
+    from fsdpsim.cli import main
+
+    code = main(["search", "--model", "llama3-70b", "--num-gpus", "8", "--global-batch", "8",
+                 "--memory-budget-gib", "20"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("fsdpsim: error:")
+    assert "the least memory any plan needs is" in err
+    assert "nearest feasible: --memory-budget-gib" in err
+    assert main(["search", "--memory-budget-gib", "500"]) == 2
+    assert "at most the" in capsys.readouterr().err
+    assert main(["search", "--fix", "tp=3"]) == 2
+    assert "nearest feasible: tp=2, tp=4" in capsys.readouterr().err
+
+
+def test_cli_table_json_and_emits():
+    runner = CliRunner()
+    args = ["search", "--model", "gpt3-350m", "--num-gpus", "16", "--global-batch", "64",
+            "--seq-len", "2048", "--memory-budget-gib", "3", "--top", "3"]
+    res = runner.invoke(cli, args + ["--explain"])
+    assert res.exit_code == 0, res.output
+    assert "why #1 wins" in res.output and "[parallelism]" in res.output
+    data = json.loads(runner.invoke(cli, args + ["--format", "json"]).output)
+    assert len(data["plans"]) == 3 and data["plans"][0]["rank"] == 1
+    assert data["plans"][0]["tokens_per_s"] >= data["plans"][1]["tokens_per_s"]
+    toml = runner.invoke(cli, args + ["--emit", "torchtitan"]).output
+    import tomllib
+
+    parsed = tomllib.loads(toml)
+    best = data["plans"][0]
+    assert parsed["parallelism"]["tensor_parallel_degree"] == best["tp"]
+    assert parsed["parallelism"]["pipeline_parallel_degree"] == best["pp"]
+    assert parsed["training"]["global_batch_size"] == 64
+    mega = runner.invoke(cli, args + ["--emit", "megatron"]).output
+    assert f"--tensor-model-parallel-size {best['tp']}" in mega
+    assert f"--micro-batch-size {best['micro_batch']}" in mega
+
+
+def test_cost_objective_over_gpu_counts():
+    """Throughput prefers more GPUs; cost per token need not: each count is searched and the
+    ranking uses the objective (rent with failures, Daly's interval)."""
+    runner = CliRunner()
+    base = ["search", "--model", "gpt3-350m", "--num-gpus", "8,64", "--global-batch", "64",
+            "--seq-len", "2048", "--format", "json", "--top", "20"]
+    fast = json.loads(runner.invoke(cli, base).output)
+    cheap = json.loads(runner.invoke(cli, base + ["--objective", "cost", "--price",
+                                                  "2"]).output)
+    assert fast["plans"][0]["num_gpus"] == 64
+    assert cheap["plans"][0]["num_gpus"] == 8
