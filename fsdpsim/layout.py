@@ -65,11 +65,23 @@ def members_per_domain(plan: ParallelPlan, dims: tuple[str, ...], domain_gpus: i
 
 
 def _members(mesh: Mesh, dims: tuple[str, ...], domain_gpus: int) -> int:
+    """Ranks ``sum(c_d * stride_d) < domain_gpus`` of the group, counted in closed form: in a
+    row-major mesh every dimension's stride exceeds the largest offset the group's inner
+    dimensions reach, so each coordinate of the outermost dimension below ``domain // stride``
+    holds the whole inner group, the next one part of it (recursing inwards), the rest none."""
     degrees, step = dict(mesh), _strides(mesh)
-    ranks = np.zeros(1, dtype=np.int64)
-    for name in dims:
-        ranks = (ranks[:, None] + step[name] * np.arange(degrees[name])[None, :]).ravel()
-    return int(np.count_nonzero(ranks < domain_gpus))
+    ordered = sorted((d for d in dims if degrees[d] > 1), key=lambda d: -step[d])
+    inner = prod(degrees[d] for d in ordered)
+    count, left = 0, domain_gpus
+    for d in ordered:
+        n, stride = degrees[d], step[d]
+        inner //= n
+        whole = min(n, left // stride)
+        count += whole * inner
+        if whole == n:
+            return count
+        left -= whole * stride
+    return count + (1 if left > 0 else 0)
 
 
 @functools.lru_cache(maxsize=16384)

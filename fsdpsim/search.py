@@ -44,7 +44,9 @@ from fsdpsim.inputs import (framework_inputs, model_inputs, plan_inputs, pod_inp
 from fsdpsim.model import ModelSpec
 from fsdpsim.moe_inputs import stage_inputs, uniform_keys
 from fsdpsim.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
-from fsdpsim.search_space import SearchSpace, divisors, enumerate_plans
+from fsdpsim.costs.comm import STRATEGY_CODES
+from fsdpsim.parallel import PP_SCHEDULES
+from fsdpsim.search_space import Family, SearchSpace, divisors, enumerate_families
 from fsdpsim.units import GIB_BYTES
 
 OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
@@ -154,18 +156,67 @@ def score_of(objective: str, tokens_per_s, num_gpus: int, system: System, run=No
     return np.where(tps > 0, -value, -np.inf)
 
 
-class _Space:
-    """The plans of one search as engine-input columns, and their candidates' evaluation."""
+def _variant_columns(spec: ModelSpec, family: Family) -> dict[str, np.ndarray]:
+    """The engine inputs a family's variants change, one row per variant: the ZeRO stage's
+    strategy code, the schedule, virtual stages and layer split (with the MoE layers per
+    stage), SP, TP/EP overlap and the CP kind: the values :func:`fsdpsim.inputs.plan_inputs`
+    and :func:`fsdpsim.moe_inputs.stage_inputs` give the variant's plan."""
+    base = family.base
+    cols: dict[str, list[float]] = {k: [] for k in (
+        "strategy", "vpp", "pp_schedule", "sequence_parallel", "tp_overlap", "cp_all2all",
+        "ep_overlap", "layers_first", "layers_mid", "layers_last")}
+    splits: dict[tuple, dict[str, float]] = {}
+    for v in family.variants:
+        vpp = v["vpp"]
+        schedule = v["pp_schedule"] or ("interleaved" if vpp > 1 else "1f1b")
+        cols["strategy"].append(STRATEGY_CODES[v["sharding"]])
+        cols["vpp"].append(vpp)
+        cols["pp_schedule"].append(PP_SCHEDULES.index(schedule))
+        sp = v["sequence_parallel"]
+        cols["sequence_parallel"].append(float(base.tp > 1 if sp is None else sp))
+        cols["tp_overlap"].append(float(v["tp_overlap"]))
+        cols["cp_all2all"].append(float(v["cp_kind"] == "all2all"))
+        cols["ep_overlap"].append(float(v["ep_overlap"]))
+        key = (vpp, v["pp_first_layers"], v["pp_last_layers"])
+        if key not in splits:
+            probe = replace(base, vpp=vpp, pp_schedule=schedule, pp_first_layers=key[1],
+                            pp_last_layers=key[2])
+            first, mid, last = probe.stage_layers(spec.n_layers)
+            splits[key] = {"layers_first": first, "layers_mid": mid, "layers_last": last,
+                           **stage_inputs(spec, probe)}
+        for k, value in splits[key].items():
+            cols.setdefault(k, []).append(value)
+    return {k: np.array(v, dtype=float) for k, v in cols.items()}
 
-    def __init__(self, spec: ModelSpec, system: System, plans: list[ParallelPlan],
+
+class _Space:
+    """The plans of one search as engine-input columns, and their candidates' evaluation.
+
+    Each :class:`~fsdpsim.search_space.Family` contributes its base plan's inputs once
+    (:func:`fsdpsim.inputs.plan_inputs`, ``pod_inputs``, ``stage_inputs``: predict's builders)
+    and its variants as the few columns they change (:func:`_variant_columns`; a test checks
+    every column against ``plan_inputs`` of the variant's own plan)."""
+
+    def __init__(self, spec: ModelSpec, system: System, families: list[Family],
                  training: TrainingConfig):
-        self.spec, self.system, self.plans, self.training = spec, system, plans, training
-        rows = [{**plan_inputs(p, spec.n_layers), **pod_inputs(p, system),
-                 **stage_inputs(spec, p)} for p in plans]
+        self.spec, self.system, self.families, self.training = spec, system, families, training
+        rows = [{**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
+                 **stage_inputs(spec, f.base)} for f in families]
         keys = rows[0].keys()
-        self.plan_cols = {k: np.array([float(r[k]) for r in rows]) for k in keys}
+        base_cols = {k: np.array([float(r[k]) for r in rows]) for k in keys}
+        sizes = np.array([len(f.variants) for f in families], dtype=np.int64)
+        self.family = np.repeat(np.arange(len(families)), sizes)
+        self.variant = np.arange(self.family.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        self.plan_cols = {k: v[self.family] for k, v in base_cols.items()}
+        variant_cols: dict[int, dict[str, np.ndarray]] = {}
+        for f in families:  # families of one mesh share their variants' tuple
+            if id(f.variants) not in variant_cols:
+                variant_cols[id(f.variants)] = _variant_columns(spec, f)
+        parts = [variant_cols[id(f.variants)] for f in families]
+        for k in parts[0]:
+            self.plan_cols[k] = np.concatenate([q[k] for q in parts])
         self.base = {**system_inputs(system, training.precision), **training_inputs(training),
-                     **framework_inputs(spec, system, plans[0])}
+                     **framework_inputs(spec, system, families[0].base)}
         # model inputs per distinct (tp, shard group): vectorised over the shard sizes
         tp = self.plan_cols["tp"].astype(np.int64)
         shard = self.plan_cols["shard_size"].astype(np.int64)
@@ -184,6 +235,13 @@ class _Space:
         self.dp = self.plan_cols["dp"].astype(np.int64)
         self.layers_stage = np.where(self.plan_cols["pp"] > 1, self.plan_cols["layers_mid"],
                                      spec.n_layers).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.family.size)
+
+    def plan(self, i: int) -> ParallelPlan:
+        """Plan ``i`` (a family's variant), validated."""
+        return self.families[int(self.family[i])].plan(int(self.variant[i]))
 
     def evaluate(self, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray, rc: np.ndarray,
                  rl: np.ndarray, keys=_KEYS) -> dict[str, np.ndarray]:
@@ -231,15 +289,16 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                           f"{', '.join(OBJECTIVES)}")
     gb = training.global_batch
     per_node = domain_gpus(system, num_gpus)
-    plans = list(enumerate_plans(spec, num_gpus, per_node, training.seq_len, gb, space))
-    if not plans:
+    families = list(enumerate_families(spec, num_gpus, per_node, training.seq_len, gb, space))
+    if not families:
         from fsdpsim.search_explain import empty_space_message
 
         raise ConfigError(empty_space_message(spec, num_gpus, per_node, training, space))
-    s = _Space(spec, system, plans, training)
+    s = _Space(spec, system, families, training)
     ckpt = _checkpoint_bytes(s)
     score = _scorer(objective, num_gpus, system, run, ckpt, price)
-    stats: dict[str, float] = {"plans": len(plans), "build_s": time.perf_counter() - t0}
+    stats: dict[str, float] = {"plans": len(s), "families": len(families),
+                               "build_s": time.perf_counter() - t0}
 
     # ---- candidates: (plan, micro-batch) pairs ------------------------------------------------
     fixed_mb = space.get("micro_batch")
@@ -308,7 +367,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     top_choices = _top_plans(s, cand, gb, top)
     best_score = top_choices[0].score if top_choices else -np.inf
     cut = _cut_off(s, records, gb, best_score, score) if top_choices else ()
-    return SearchResult(top=tuple(top_choices), cut_off=tuple(cut), plans=len(plans),
+    return SearchResult(top=tuple(top_choices), cut_off=tuple(cut), plans=len(s),
                         plans_fitting=int(plans_fit), candidates=int(evaluated),
                         elapsed_s=time.perf_counter() - t0,
                         budget_bytes=float(system.accelerator.memory_bytes),
@@ -358,7 +417,7 @@ def _choice(s: _Space, gb: int, plan: int, mb: int, rc_code: int, rl: float, tps
     name = RECOMPUTES[int(rc_code)]
     L = int(s.layers_stage[plan])
     layers = None if rl < 0 or rl >= L or name == "none" else int(rl)
-    return Choice(plan=s.plans[plan], micro_batch=int(mb),
+    return Choice(plan=s.plan(plan), micro_batch=int(mb),
                   grad_accum=int(gb // s.dp[plan] // mb), recompute=name,
                   recompute_layers=layers, tokens_per_s=float(tps), peak_bytes=float(peak),
                   score=float(score), layers_per_stage=L)

@@ -17,6 +17,9 @@ What the space leaves out by rule (each rule says why; ``--fix`` overrides the d
   that small leave the ring's KV exchange unhidden (Llama 3 ran CP 16 on 131,072 tokens, 8,192
   per rank; Dubey et al. 2024 §3.3.2).
 - More than :data:`MAX_VPP` virtual stages per rank (Megatron's tuned recipes use 2-8).
+- TP without communication overlap: in fsdpsim's model overlap only hides TP communication
+  behind the GEMMs beside it (never slower, the same memory; ``tests/test_search.py`` checks
+  this dominance on sampled plans). ``--fix tp_overlap=false`` searches stacks without async TP.
 - GPipe when 1F1B is in the space: the same bubble with all micro-batches' activations held
   (Narayanan et al. SC21 §2.2.1); it is searched with ``--fix pp_schedule=gpipe``.
 - Uneven pipeline splits other than the end stages holding one to :data:`MAX_END_SHIFT` layers
@@ -161,14 +164,47 @@ def stage_splits(n_layers: int, pp: int, vpp: int) -> list[tuple[int | None, int
     return sorted(set(out), key=lambda s: (s != (None, None), s))
 
 
+@dataclass(frozen=True)
+class Family:
+    """Plans that share a mesh and its layout on the tiers (degrees, order, HSDP groups, expert
+    mesh) and differ only in settings the layout does not see: the ZeRO stage among full,
+    grad_op and optimizer, the pipeline schedule with its virtual stages and layer split, SP,
+    TP overlap, the CP kind and EP overlap. The search builds a family's engine inputs once and
+    its variants as columns (:mod:`fsdpsim.search`)."""
+
+    base: ParallelPlan
+    """The first variant, validated with the model."""
+    variants: tuple[dict[str, Any], ...]
+    """Each variant's values of :data:`VARIANT_FIELDS` (the base's own first)."""
+
+    def plan(self, i: int) -> ParallelPlan:
+        """Variant ``i`` as a validated plan."""
+        return replace(self.base, **self.variants[i])
+
+    def plans(self) -> Iterator[ParallelPlan]:
+        return (self.plan(i) for i in range(len(self.variants)))
+
+
+#: The plan fields a family's variants differ in.
+VARIANT_FIELDS = ("sharding", "vpp", "pp_schedule", "pp_first_layers", "pp_last_layers",
+                  "sequence_parallel", "tp_overlap", "cp_kind", "ep_overlap")
+
+
 def enumerate_plans(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
                     global_batch: int, space: SearchSpace) -> Iterator[ParallelPlan]:
     """Every plan of the space that the model, the GPU count and the global batch allow (each
     passes :class:`ParallelPlan`'s and :meth:`ParallelPlan.check_model`'s checks; a global
     batch divisible by its data-parallel degree)."""
+    for family in enumerate_families(spec, num_gpus, gpus_per_node, seq_len, global_batch,
+                                     space):
+        yield from family.plans()
+
+
+def enumerate_families(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
+                       global_batch: int, space: SearchSpace) -> Iterator[Family]:
+    """The plans of :func:`enumerate_plans`, as :class:`Family` groups."""
     fixed = space.fixed
     max_tp = space.max_tp or gpus_per_node
-    moe = spec.is_moe
     for tp in _options(space, "tp", [d for d in divisors(num_gpus) if d <= max_tp]):
         if num_gpus % tp:
             continue
@@ -185,77 +221,97 @@ def enumerate_plans(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len:
                 dp = num_gpus // (tp * cp * pp)
                 if global_batch % dp:
                     continue
-                yield from _plans_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp,
-                                          dp, moe, space, fixed)
+                yield from _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp,
+                                             pp, dp, space)
 
 
-def _plans_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp, moe, space,
-                   fixed) -> Iterator[ParallelPlan]:
-    """The plans of one (tp, cp, pp) mesh: schedules, splits, shardings, the TP/CP variants,
-    expert meshes and mesh orders."""
+def _pipes(spec, pp: int, space: SearchSpace) -> list[tuple[int, str | None, tuple]]:
+    """(vpp, schedule, (first, last)) options of a pipeline degree; each split valid."""
+    fixed = space.fixed
     if pp == 1:
-        pipes = [(1, None, (None, None))]
-    else:
-        pipes = []
-        vpps = _options(space, "vpp", [1] + [v for v in range(2, MAX_VPP + 1)])
-        for vpp in vpps:
-            if "pp_schedule" in fixed:
-                schedules = [fixed["pp_schedule"]]
-            else:
-                schedules = ["interleaved"] if vpp > 1 else ["1f1b", "zb-h1"]
-            if "pp_first_layers" in fixed or "pp_last_layers" in fixed:
-                splits = [(fixed.get("pp_first_layers"), fixed.get("pp_last_layers"))]
-            else:
-                splits = stage_splits(spec.n_layers, pp, vpp)
-            pipes += [(vpp, s, split) for s in schedules for split in splits]
-    shardings = []
-    for sharding in _options(space, "sharding", SHARDINGS):
-        if sharding == "hybrid":
-            groups = ([fixed["dp_shard"]] if "dp_shard" in fixed
-                      else [d for d in divisors(dp) if 1 < d < dp])
-            shardings += [("hybrid", g) for g in groups]
-        elif "dp_shard" in fixed and fixed["dp_shard"] != (1 if sharding == "none" else dp):
-            continue
+        return [(1, None, (None, None))] if "vpp" not in fixed or fixed["vpp"] == 1 else []
+    out = []
+    for vpp in _options(space, "vpp", range(1, MAX_VPP + 1)):
+        schedules = ([fixed["pp_schedule"]] if "pp_schedule" in fixed
+                     else ["interleaved"] if vpp > 1 else ["1f1b", "zb-h1"])
+        schedules = [s for s in schedules if (s == "interleaved") == (vpp > 1)]
+        if "pp_first_layers" in fixed or "pp_last_layers" in fixed:
+            splits = [(fixed.get("pp_first_layers"), fixed.get("pp_last_layers"))]
         else:
-            shardings.append((sharding, None))
-    if "dp_replicate" in fixed:
-        shardings = [(s, g) for s, g in shardings
-                     if (dp // g if s == "hybrid" else 1) == fixed["dp_replicate"]]
+            splits = stage_splits(spec.n_layers, pp, vpp)
+        for first, last in splits:
+            try:
+                ParallelPlan(num_gpus=pp, gpus_per_node=1, pp=pp, vpp=vpp,
+                             pp_first_layers=first, pp_last_layers=last).stage_layers(
+                                 spec.n_layers)
+            except ConfigError:
+                continue
+            out += [(vpp, s, (first, last)) for s in schedules]
+    return out
+
+
+def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
+                      space) -> Iterator[Family]:
+    """The families of one (tp, cp, pp) mesh: data-parallel layouts (DDP, the ZeRO stages,
+    each HSDP group), expert meshes and mesh orders; variants inside each."""
+    fixed, moe = space.fixed, spec.is_moe
+    gsync, keep = space.get("grad_sync", "every"), space.get("keep_gathered", False)
+    groups: list[tuple[tuple[str, ...], int | None]] = []  # (shardings, HSDP group)
+    zero = [s for s in _options(space, "sharding", SHARDINGS) if s in ("full", "grad_op",
+                                                                       "optimizer")]
+    if gsync != "every" or keep:
+        zero = [s for s in zero if s in SHARDED]
+    if zero and fixed.get("dp_shard", dp) == dp and fixed.get("dp_replicate", 1) == 1:
+        groups.append((tuple(zero), None))
+    if ("none" in _options(space, "sharding", SHARDINGS) and gsync == "every" and not keep
+            and fixed.get("dp_shard", 1) == 1 and fixed.get("dp_replicate", dp) == dp):
+        groups.append((("none",), None))
+    if "hybrid" in _options(space, "sharding", SHARDINGS):
+        for g in ([fixed["dp_shard"]] if "dp_shard" in fixed
+                  else [d for d in divisors(dp) if 1 < d < dp]):
+            if dp % g == 0 and fixed.get("dp_replicate", dp // g) == dp // g:
+                groups.append((("hybrid",), g))
+    pipes = _pipes(spec, pp, space)
     tp_variants = ([(sp, ov) for sp in _options(space, "sequence_parallel", (True, False))
-                    for ov in _options(space, "tp_overlap", (False, True))]
+                    for ov in _options(space, "tp_overlap", (True,))]
                    if tp > 1 else [(False, False)])
-    cp_kinds = _options(space, "cp_kind", CP_KINDS) if cp > 1 else ["ring"]
-    experts = [(1, None, False)]
+    cp_kinds = [None]
+    if cp > 1:
+        cp_kinds = [k for k in _options(space, "cp_kind", CP_KINDS)
+                    if (k == "ring" and seq_len % (2 * cp) == 0)
+                    or (k == "all2all" and spec.n_heads % (tp * cp) == 0)]
+    experts = [(1, None)]
     if moe:
-        experts = []
-        for etp in _options(space, "etp", sorted({1, tp})):
-            room = (tp * cp * dp) // etp
-            for ep in _options(space, "ep", [d for d in divisors(room) if spec.n_experts % d == 0]):
-                for ov in (_options(space, "ep_overlap", (False, True)) if ep > 1 else [False]):
-                    experts.append((ep, etp, ov))
+        experts = [(ep, etp) for etp in _options(space, "etp", sorted({1, tp}))
+                   for ep in _options(space, "ep", [d for d in divisors((tp * cp * dp) // etp)
+                                                    if spec.n_experts % d == 0])]
     seen_layouts: dict = {}
-    for vpp, schedule, (first, last) in pipes:
-        for sharding, group in shardings:
-            accum = [(space.get("grad_sync", "every"), space.get("keep_gathered", False))]
-            for (sp, ov), kind, (ep, etp, ep_ov), (gsync, keep) in itertools.product(
-                    tp_variants, cp_kinds, experts, accum):
-                try:
-                    plan = ParallelPlan(
-                        num_gpus=num_gpus, gpus_per_node=gpus_per_node, sharding=sharding,
-                        shard_group_size=group, tp=tp, pp=pp, cp=cp, vpp=vpp,
-                        pp_schedule=schedule, sequence_parallel=sp, tp_overlap=ov,
-                        cp_kind=kind, pp_first_layers=first, pp_last_layers=last,
-                        framework=space.framework, ep=ep, etp=etp, ep_overlap=ep_ov,
-                        grad_sync=gsync, keep_gathered=keep)
-                    plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
-                                     n_kv_heads=spec.kv_heads, seq_len=seq_len,
-                                     n_experts=spec.n_experts,
-                                     expert_ffn_size=spec.expert_size if moe else 0)
-                except ConfigError:
-                    continue
-                yield plan
-                if space.mesh_orders:
-                    yield from _other_orders(plan, seen_layouts)
+    for shardings, group in groups:
+        for ep, etp in experts:
+            ep_overlaps = _options(space, "ep_overlap", (False, True)) if ep > 1 else [False]
+            variants = tuple(
+                {"sharding": sh, "vpp": vpp, "pp_schedule": sched, "pp_first_layers": first,
+                 "pp_last_layers": last, "sequence_parallel": sp, "tp_overlap": ov,
+                 "cp_kind": kind or "ring", "ep_overlap": e_ov}
+                for sh in shardings for vpp, sched, (first, last) in pipes
+                for sp, ov in tp_variants for kind in cp_kinds for e_ov in ep_overlaps)
+            if not variants:
+                continue
+            try:
+                base = ParallelPlan(num_gpus=num_gpus, gpus_per_node=gpus_per_node,
+                                    shard_group_size=group, tp=tp, pp=pp, cp=cp,
+                                    framework=space.framework, ep=ep, etp=etp,
+                                    grad_sync=gsync, keep_gathered=keep, **variants[0])
+                base.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
+                                 n_kv_heads=spec.kv_heads, seq_len=seq_len,
+                                 n_experts=spec.n_experts,
+                                 expert_ffn_size=spec.expert_size if moe else 0)
+            except ConfigError:
+                continue
+            yield Family(base, variants)
+            if space.mesh_orders:
+                for plan in _other_orders(base, seen_layouts):
+                    yield Family(plan, variants)
 
 
 def _other_orders(plan: ParallelPlan, seen: dict) -> Iterator[ParallelPlan]:
@@ -276,7 +332,8 @@ def _other_orders(plan: ParallelPlan, seen: dict) -> Iterator[ParallelPlan]:
         for perm in itertools.permutations(outer):
             order = units + perm + ("tp",)
             probe = replace(plan, mesh_order=order)
-            layout = (group_layout(probe), expert_layout(probe))
+            layout = (group_layout(probe),
+                      expert_layout(probe) if plan.ep > 1 or plan.etp != plan.tp else None)
             if layout not in layouts:
                 layouts.append(layout)
                 orders.append(order)
@@ -285,5 +342,6 @@ def _other_orders(plan: ParallelPlan, seen: dict) -> Iterator[ParallelPlan]:
         yield replace(plan, mesh_order=order)
 
 
-__all__ = ["SearchSpace", "FIXABLE", "parse_fix", "enumerate_plans", "stage_splits",
+__all__ = ["SearchSpace", "Family", "VARIANT_FIELDS", "FIXABLE", "parse_fix", "enumerate_plans",
+           "enumerate_families", "stage_splits",
            "MIN_TOKENS_PER_CP_RANK", "MAX_VPP", "MAX_END_SHIFT"]

@@ -212,3 +212,66 @@ def test_cost_objective_over_gpu_counts():
                                                   "2"]).output)
     assert fast["plans"][0]["num_gpus"] == 64
     assert cheap["plans"][0]["num_gpus"] == 8
+
+
+@pytest.mark.parametrize("model,n,seq", [("llama3-70b", 64, 8192), ("mixtral-8x7b", 32, 4096)])
+def test_variant_columns_equal_plan_inputs(model, n, seq):
+    """The search builds a family's variants as columns; each row must equal predict's own
+    builders (plan_inputs, pod_inputs, stage_inputs) for that variant's plan."""
+    from fsdpsim.inputs import plan_inputs, pod_inputs
+    from fsdpsim.moe_inputs import stage_inputs
+    from fsdpsim.search import _Space
+    from fsdpsim.search_space import enumerate_families
+
+    spec, system = get_model(model), _system()
+    training = TrainingConfig(seq_len=seq, global_batch=2 * n)
+    families = list(enumerate_families(spec, n, 8, seq, 2 * n, SearchSpace()))
+    s = _Space(spec, system, families, training)
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(s), size=min(300, len(s)), replace=False):
+        plan = s.plan(i)
+        want = {**plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
+                **stage_inputs(spec, plan)}
+        got = {k: s.plan_cols[k][i] for k in want}
+        assert got == pytest.approx({k: float(v) for k, v in want.items()}), plan_line(
+            type("C", (), {"plan": plan, "grad_accum": 1, "recompute": "none",
+                           "micro_batch": 1, "recompute_layers": None})())
+
+
+def test_tp_overlap_dominates_in_the_model():
+    """The space keeps TP overlap on (search_space docstring): in the model, turning it off is
+    never faster and never saves memory. Checked on sampled plans and candidates."""
+    spec, system = get_model("llama3-8b"), _system()
+    training = TrainingConfig(seq_len=4096, global_batch=64)
+    plans = [p for p in enumerate_plans(spec, 32, 8, 4096, 64, SearchSpace(mesh_orders=False))
+             if p.tp > 1]
+    rng = np.random.default_rng(1)
+    for i in rng.choice(len(plans), size=40, replace=False):
+        on, off = plans[i], replace(plans[i], tp_overlap=False)
+        mb = np.array([1.0, 2.0])
+        cand = {"micro_batch": mb, "grad_accum": 64 / on.dp / mb, "ceilings": 0.0,
+                "recompute": np.array([0.0, 2.0])}
+        a = engine.evaluate({**config_inputs(spec, system, on, training), **cand})
+        b = engine.evaluate({**config_inputs(spec, system, off, training), **cand})
+        assert np.all(b["tokens_per_s"] <= a["tokens_per_s"] * (1 + 1e-12))
+        assert np.all(b["peak_bytes"] >= a["peak_bytes"] * (1 - 1e-12))
+
+
+def test_members_per_domain_closed_form_equals_enumeration():
+    """layout._members counts a group's ranks in a scale-up domain in closed form; equal to
+    listing the ranks, on random meshes, orders, groups and domain sizes."""
+    from fsdpsim.layout import _members, _strides
+
+    rng = np.random.default_rng(2)
+    names = ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+    for _ in range(3000):
+        degrees = rng.choice([1, 2, 3, 4, 8, 16], size=5)
+        order = rng.permutation(names)
+        mesh = tuple((str(n), int(degrees[names.index(n)])) for n in order)
+        dims = tuple(str(d) for d in rng.choice(names, size=rng.integers(0, 5), replace=False))
+        domain = int(rng.choice([1, 2, 4, 6, 8, 16, 64, 72, 256, 1000]))
+        step, deg = _strides(mesh), dict(mesh)
+        ranks = np.zeros(1, dtype=np.int64)
+        for d in dims:
+            ranks = (ranks[:, None] + step[d] * np.arange(deg[d])[None, :]).ravel()
+        assert _members(mesh, dims, domain) == int(np.count_nonzero(ranks < domain))
