@@ -132,6 +132,7 @@ def register(cli: click.Group) -> None:
         Megatron-LM configuration."""
         from fsdpsim.plan_export import megatron_args, torchtitan_toml
         from fsdpsim.search import predict_choice
+        from fsdpsim.search_explain import plan_line
 
         if o["gpu"] is None and o["cluster"] is None:
             o["gpu"] = "h100"
@@ -150,6 +151,15 @@ def register(cli: click.Group) -> None:
         from fsdpsim.search_report import report_dict, report_table
 
         report = report_dict(spec, system, training, o, results, rows)
+        constrained = o["fix"] or o["max_tp"] or o["max_pp"] or not o["mesh_orders"]
+        if o["explain"] and constrained:  # what the user's constraints cost
+            free = {**o, "fix": (), "max_tp": None, "max_pp": None, "mesh_orders": True}
+            other = run_search(ctx, free)[4][0]
+            report["without_constraints"] = {
+                "plan": plan_line(other[0]), "num_gpus": other[1],
+                "tokens_per_s": other[0].tokens_per_s,
+                "gain": other[0].score / best.score - 1.0 if best.score > 0 else
+                best.score / other[0].score - 1.0}
         if fmt == "json":
             echo(render.to_json(report))
         elif fmt == "csv":

@@ -104,6 +104,11 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
                            f"{reason}")
         else:
             out += ["", "no faster plan was cut off by memory or the schedule"]
+        free = report.get("without_constraints")
+        if free:
+            out += ["", f"without the constraints ({', '.join(q['fixed']) or 'limits'}) the "
+                        f"best is {free['plan']}: {100 * free['gain']:+.1f} %"
+                        + ("" if free["gain"] > 1e-12 else " (the constraints cost nothing)")]
     out += ["", "best plan for torchtitan (--emit torchtitan):",
             *("  " + line for line in report["torchtitan"].splitlines()),
             "", "for Megatron-LM (--emit megatron):",

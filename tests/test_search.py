@@ -275,3 +275,13 @@ def test_members_per_domain_closed_form_equals_enumeration():
         for d in dims:
             ranks = (ranks[:, None] + step[d] * np.arange(deg[d])[None, :]).ravel()
         assert _members(mesh, dims, domain) == int(np.count_nonzero(ranks < domain))
+
+
+def test_explain_says_what_the_constraints_cost():
+    runner = CliRunner()
+    res = runner.invoke(cli, ["search", "--model", "gpt3-350m", "--num-gpus", "16",
+                              "--global-batch", "64", "--seq-len", "2048", "--fix", "tp=4",
+                              "--explain"])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("without the constraints"))
+    assert "(tp=4)" in line and "%" in line
