@@ -31,7 +31,8 @@ def plan_line(choice) -> str:
                          if on)
         parts.append(f"tp{p.tp}" + (f"({flags})" if flags else ""))
     if p.pp > 1:
-        sched = [p.pp_schedule] + ([f"v={p.vpp}"] if p.vpp > 1 else []) + [f"m={choice.grad_accum}"]
+        # interleaved 1F1B is the schedule of v > 1 chunks: "v=2" says it
+        sched = ([f"v={p.vpp}"] if p.vpp > 1 else [p.pp_schedule]) + [f"m={choice.grad_accum}"]
         if p.pp_first_layers is not None:
             sched.append(f"ends {p.pp_first_layers}/{p.pp_last_layers}")
         parts.append(f"pp{p.pp}({', '.join(sched)})")
@@ -70,7 +71,8 @@ def differences(best, other) -> str:
         words.append(_SHARDING_WORDS[b.sharding]
                      + (f" {b.dp_replicate}x{b.dp_shard}" if b.sharding == "hybrid" else ""))
     model_parallel = (("sequence_parallel", "sp"), ("tp_overlap", "tp overlap")) if b.tp > 1 else ()
-    for name, label in (("pp_schedule", "schedule"), *model_parallel, ("cp_kind", "cp"),
+    schedule = (("pp_schedule", "schedule"),) if a.vpp == b.vpp else ()  # vpp > 1: interleaved
+    for name, label in (*schedule, *model_parallel, ("cp_kind", "cp"),
                         ("grad_sync", "grad sync"), ("keep_gathered", "keep gathered"),
                         ("ep_overlap", "ep overlap"), ("mesh_order", "order")):
         if getattr(a, name) != getattr(b, name):

@@ -75,20 +75,18 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     gpus = ", ".join(f"{n:,}" for n in q["num_gpus"])
     out = [f"search: {q['model']} on {gpus} × {q['system']}",
            f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
-           f"({q['tokens_per_step'] / 1e6:.1f} M tokens) · {q['precision']} · {q['framework']} "
-           f"· budget {q['memory_budget_gib']:.1f} GiB/GPU · objective {q['objective']}"
+           f"({q['tokens_per_step'] / 1e6:.1f} M tokens) · {q['precision']} · {q['framework']}",
+           f"  budget {q['memory_budget_gib']:.1f} GiB/GPU · objective {q['objective']}"
            + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
            f"  {sp['plans']:,} plans ({sp['plans_fitting']:,} fit), "
            f"{sp['candidates_evaluated']:,} candidates evaluated in {sp['seconds']:.2f} s", ""]
-    width = max(len(p["plan"]) for p in report["plans"])
-    head = (f"{'#':>2}  {'plan':<{width}}  {'tok/s/GPU':>9}  {'MFU':>5}  {'memory GiB':>11}  "
-            f"{'bottleneck':<22} vs best")
-    out += [head, "-" * len(head)]
-    for p in report["plans"]:
-        vs = "—" if p["rank"] == 1 else f"{100 * p['vs_best']:+.1f} % ({p['gives_up']})"
-        out.append(f"{p['rank']:>2}  {p['plan']:<{width}}  {p['tokens_per_s_per_gpu']:>9,.0f}  "
-                   f"{100 * p['mfu']:>4.1f}%  {p['peak_gib']:>5.1f}/{p['budget_gib']:<5.1f}  "
-                   f"{p['bottleneck']:<22} {vs}")
+    for p in report["plans"]:  # two lines a plan: the plan, then its numbers (<= 100 wide)
+        vs = "best" if p["rank"] == 1 else f"{100 * p['vs_best']:+.1f} % vs #1"
+        out += [f"{p['rank']:>2}. {p['plan']}",
+                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu']:.1f} % · "
+                f"{p['peak_gib']:.1f} GiB · {_neck(p['bottleneck'])} · {vs}"]
+        if p["rank"] > 1:
+            out.append(f"    differs: {p['gives_up']}")
     if explain:
         b = report["best_breakdown_s"]
         out += ["", f"why #1 wins — its step of {b['step_time_s'] * 1e3:,.0f} ms:"]
@@ -112,6 +110,24 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     out += ["", "best plan for torchtitan (--emit torchtitan):",
             *("  " + line for line in report["torchtitan"].splitlines()),
             "", "for Megatron-LM (--emit megatron):",
-            "  " + " ".join(line for line in report["megatron"].splitlines()
-                            if not line.startswith("#"))]
+            *_wrapped([line for line in report["megatron"].splitlines()
+                       if not line.startswith("#")])]
     return "\n".join(out)
+
+
+def _wrapped(args: list[str], width: int = 96) -> list[str]:
+    """Arguments joined into lines of at most ``width`` characters, indented, continued."""
+    lines, line = [], "  "
+    for arg in args:
+        if len(line) + len(arg) + 1 > width and line.strip():
+            lines.append(line + " \\")
+            line = "  "
+        line += ("" if not line.strip() else " ") + arg
+    return lines + [line]
+
+
+def _neck(code: str) -> str:
+    """The bottleneck in predict's words, short: "inter-node network"."""
+    from fsdpsim.cli_predict import BOTTLENECK_WORDS
+
+    return "bound by " + BOTTLENECK_WORDS.get(code, code).split(":")[0]
