@@ -289,6 +289,8 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                           f"{', '.join(OBJECTIVES)}")
     gb = training.global_batch
     per_node = domain_gpus(system, num_gpus)
+    if system.pod_gpus and space.pod_gpus != system.pod_gpus:
+        space = replace(space, pod_gpus=system.pod_gpus)
     families = list(enumerate_families(spec, num_gpus, per_node, training.seq_len, gb, space))
     if not families:
         from fsdpsim.search_explain import empty_space_message

@@ -73,6 +73,9 @@ class SearchSpace:
     """Also try the orders of the non-TP mesh dimensions on the tiers (TP stays innermost)."""
     framework: str = "fsdp2"
     """The framework profile every plan runs on (:mod:`fsdpsim.frameworks`)."""
+    pod_gpus: int | None = None
+    """GPUs per non-blocking pod of the cluster (mesh orders that place a group differently
+    on the pods are different plans); None = no pods."""
 
     def get(self, name: str, default=None):
         return self.fixed.get(name, default)
@@ -310,15 +313,16 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
                 continue
             yield Family(base, variants)
             if space.mesh_orders:
-                for plan in _other_orders(base, seen_layouts):
+                for plan in _other_orders(base, seen_layouts, space.pod_gpus):
                     yield Family(plan, variants)
 
 
-def _other_orders(plan: ParallelPlan, seen: dict) -> Iterator[ParallelPlan]:
+def _other_orders(plan: ParallelPlan, seen: dict,
+                  pod_gpus: int | None = None) -> Iterator[ParallelPlan]:
     """The plan with its non-unit, non-TP dimensions in the other orders outside TP (TP stays
     innermost, on adjacent ranks) that place some group differently on the tiers: orders with
     the same group, pod and expert layouts as an earlier one are the same plan to the model."""
-    from fsdpsim.layout import expert_layout, group_layout
+    from fsdpsim.layout import expert_layout, group_layout, pod_layout
 
     degrees = plan.degrees
     outer = [d for d in DEFAULT_MESH_ORDER if d != "tp" and degrees[d] > 1]
@@ -332,8 +336,9 @@ def _other_orders(plan: ParallelPlan, seen: dict) -> Iterator[ParallelPlan]:
         for perm in itertools.permutations(outer):
             order = units + perm + ("tp",)
             probe = replace(plan, mesh_order=order)
-            layout = (group_layout(probe),
-                      expert_layout(probe) if plan.ep > 1 or plan.etp != plan.tp else None)
+            layout = (group_layout(probe), pod_layout(probe, pod_gpus) if pod_gpus else None,
+                      expert_layout(probe, pod_gpus=pod_gpus)
+                      if plan.ep > 1 or plan.etp != plan.tp else None)
             if layout not in layouts:
                 layouts.append(layout)
                 orders.append(order)
