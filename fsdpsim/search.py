@@ -338,19 +338,37 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         records.append((plan_idx[rows], mb[rows], rc_name, rl, out))
         return out
 
-    everything = np.arange(plan_idx.size)
+    # ---- step 2: the memory bound. Each plan's micro-batches (consecutive, ascending) are
+    # bisected at the least-memory setting (every layer recomputed in full, or the fixed one)
+    # for the largest that fits: peak memory never falls as the micro-batch grows (1F1B holds
+    # min(pp, m) micro-batches of mb sequences in flight, GPipe all m: mb·min(pp, m) and
+    # mb·m never fall), so the larger ones cannot fit with any recompute -------------------
+    low_rc = fixed_rc or "full"
+    low_rl = -1.0 if fixed_rl is None else float(fixed_rl)
+    starts = np.flatnonzero(np.r_[True, plan_idx[1:] != plan_idx[:-1]])
+    counts = np.diff(np.r_[starts, plan_idx.size])
+    lo, hi = np.full(starts.size, -1), counts.copy()  # index lo fits (-1: none), hi does not
+    first = True  # the largest micro-batch first: where it fits (most plans of small models),
+    while np.any(hi - lo > 1):  # one evaluation settles the plan
+        act = np.flatnonzero(hi - lo > 1)
+        mid = hi[act] - 1 if first else (lo[act] + hi[act]) // 2
+        first = False
+        fit = run_eval(starts[act] + mid, low_rc, low_rl)["fits"]  # memory alone: the
+        lo[act] = np.where(fit, mid, lo[act])                       # schedule's rule is not
+        hi[act] = np.where(fit, hi[act], mid)                       # monotone in mb
+    within = np.arange(plan_idx.size) - np.repeat(starts, counts)
+    candidates = np.flatnonzero(within <= np.repeat(lo, counts))
     if fixed_rc is not None:
-        low = run_eval(everything, fixed_rc, -1.0 if fixed_rl is None else float(fixed_rl))
-        least_rows, least_out, least_rc = everything, low, fixed_rc
+        run_eval(candidates, fixed_rc, low_rl)
     else:
-        # ---- step 3 first: no recompute, the fastest setting of each (plan, micro-batch) ----
-        none = run_eval(everything, "none", -1.0)
-        bound = score(none["tokens_per_s"])
+        # ---- step 3: no recompute, the fastest setting of each (plan, micro-batch) ---------
+        none = run_eval(candidates, "none", -1.0)
+        bound = np.full(plan_idx.size, -np.inf)
+        bound[candidates] = score(none["tokens_per_s"])
         # a schedule that cannot run its micro-batches cannot with any recompute either
-        rows = np.flatnonzero(~none["ok"] & none["pipeline_ok"] & (bound > _kth_best(found, top)))
-        # ---- step 2: the memory bound (every layer recomputed in full) where it can pay ----
+        rows = candidates[~none["ok"] & none["pipeline_ok"]
+                          & (bound[candidates] > _kth_best(found, top))]
         full = run_eval(rows, "full", -1.0)
-        least_rows, least_out, least_rc = rows, full, "full"
         rows = rows[full["ok"]]
         sel = run_eval(rows, "selective", -1.0)
         # ---- step 4: the fewest recomputed layers that fit, where the bound still beats the
@@ -361,7 +379,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
             sub = rows[fits & (bound[rows] > kth) & (L[rows] > 1)]
             if sub.size:
                 _fewest_layers(run_eval, sub, method, L[sub])
-    least = _least_peak(s, gb, plan_idx[least_rows], mb[least_rows], least_rc, least_out, score)
+    least = _least_peak(s, gb, records, low_rc, low_rl, score)
     plans_fit = np.unique(np.concatenate([f[0] for f in found])).size if found else 0
     stats["evaluate_s"] = time.perf_counter() - t0 - stats["build_s"]
 
@@ -444,14 +462,22 @@ def _top_plans(s: _Space, cand, gb: int, top: int) -> list[Choice]:
     return out
 
 
-def _least_peak(s, gb, plans, mbs, rc_name, out, score) -> Choice | None:
-    """The candidate of the memory bound with the smallest peak (that its schedule can run)."""
-    peak = np.where(out["pipeline_ok"], out["peak_bytes"], np.inf)
-    if not peak.size or not np.isfinite(peak.min()):
+def _least_peak(s, gb, records, rc_name, rl, score) -> Choice | None:
+    """The candidate with the smallest peak memory among those evaluated at the least-memory
+    setting (step 2; every plan's smallest micro-batch is among them when nothing fits) that
+    its schedule can run."""
+    best = None
+    for p, m, name, rls, out in records:
+        if name != rc_name or not p.size or not np.all(rls == rl):
+            continue
+        peak = np.where(out["pipeline_ok"], out["peak_bytes"], np.inf)
+        i = int(np.argmin(peak))
+        if np.isfinite(peak[i]) and (best is None or peak[i] < best[0]):
+            best = (peak[i], int(p[i]), int(m[i]), out["tokens_per_s"][i])
+    if best is None:
         return None
-    i = int(np.argmin(peak))
-    return _choice(s, gb, int(plans[i]), mbs[i], _RC[rc_name], -1.0, out["tokens_per_s"][i],
-                   out["peak_bytes"][i], float(score(out["tokens_per_s"][i:i + 1])[0]))
+    peak, p, m, tps = best
+    return _choice(s, gb, p, m, _RC[rc_name], rl, tps, peak, float(score(np.array([tps]))[0]))
 
 
 def _cut_off(s: _Space, records, gb: int, best: float, score, shown: int = 3):
