@@ -42,7 +42,8 @@ class LazyGroup(click.Group):
     #: Command name -> the module whose ``register(group)`` defines it.
     LAZY = {"predict": "fsdpsim.cli_predict", "sweep": "fsdpsim.cli_sweep",
             "plot": "fsdpsim.cli_plot", "validate": "fsdpsim.cli_validate",
-            "calibrate": "fsdpsim.cli_validate", "search": "fsdpsim.cli_search"}
+            "calibrate": "fsdpsim.cli_validate", "search": "fsdpsim.cli_search",
+            "compare": "fsdpsim.cli_compare", "report": "fsdpsim.cli_compare"}
 
     def _load(self, name: str) -> None:
         import importlib

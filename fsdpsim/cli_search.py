@@ -99,7 +99,9 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
         spec = spec.with_seq_len(seq)
     gb = _auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
     if gb is None:  # about 4M tokens, a power of two sequences (Llama 3's first stage)
-        gb = 1 << max(0, round((4 * 2**20 / seq)).bit_length() - 1)
+        from fsdpsim.grid import default_global_batch
+
+        gb = default_global_batch(seq)
     training = TrainingConfig(seq_len=seq, global_batch=gb, precision=o["precision"],
                               optimizer=o["optimizer"])
     space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],

@@ -78,7 +78,11 @@ def grid_options(f):
                           "the sharded-parameter strategies (default: re-gather)."),
         click.option("--best/--no-best", default=None,
                      help="Leave every knob not given free (sharding, micro-batch, recompute) "
-                          "and keep, per point, the fastest setting that fits."),
+                          "and keep, per point, the fastest setting that fits, at a fixed "
+                          "global batch (--global-batch, else about 4M tokens)."),
+        click.option("--free-batch/--fixed-batch", default=None,
+                     help="With --best: let each row run one micro-batch per GPU (its global "
+                          "batch then differs between rows) instead of a fixed global batch."),
         click.option("--price", multiple=True,
                      help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog "
                           "(the cloud node's or the GPU's)."),
@@ -270,7 +274,29 @@ def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
     if grid.free:
         out.append(f"free knobs ({', '.join(grid.free)}): each row is the fastest candidate "
                    "that fits (else the smallest memory footprint)")
+    out.append(batch_note(grid, frame))
     return out
+
+
+def batch_note(grid: Grid, frame: pd.DataFrame) -> str:
+    """Which global batch the rows used (the ``batch`` column), and why."""
+    from fsdpsim.grid import DEFAULT_BATCH_TOKENS, default_global_batch
+
+    if grid.batch_tokens is not None:
+        fixed = ", ".join(f"{default_global_batch(s, grid.batch_tokens):,} sequences at seq "
+                          f"{s:,}" for s in grid.seq_lens)
+        return (f"global batch fixed for every row (batch column): {fixed}, about "
+                f"{DEFAULT_BATCH_TOKENS / 2**20:g}M tokens per step (--global-batch sets "
+                "another; --free-batch lets each row run one micro-batch per GPU)")
+    if grid.global_batches != (None,):
+        return ("global batch as given (--global-batch): "
+                + ", ".join("one micro-batch per GPU" if b is None else f"{b:,} sequences"
+                            for b in grid.global_batches) + " (batch column)")
+    batches = (sorted({int(b) for b in frame["training.global_batch"].dropna()})
+               if "training.global_batch" in frame else [])
+    varies = (f"; the rows use {len(batches)} different batches: compare them with care"
+              if len(batches) > 1 else "")
+    return ("global batch: one micro-batch per GPU, no accumulation (batch column)" + varies)
 
 
 #: Candidate configurations per chunk when rows are written as they are computed: a quarter of

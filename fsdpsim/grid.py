@@ -41,11 +41,22 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
              "pue", "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
              "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
              "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
-             "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance")
+             "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
 DEFAULT_MODEL = "llama3-8b"
+#: Tokens per step of the default global batch of ``sweep --best``, ``search`` and ``compare``:
+#: about 4M, Llama 3 405B's first pre-training stage (arXiv 2407.21783 §3.4.1: 4M tokens of
+#: 4,096-token sequences) [-].
+DEFAULT_BATCH_TOKENS = 4 * 2**20
+
+
+def default_global_batch(seq_len: int, tokens: int = DEFAULT_BATCH_TOKENS) -> int:
+    """The default global batch [sequences]: the largest power of two not above ``tokens`` /
+    ``seq_len`` (rounded), at least 1 (4,096-token sequences: 1,024)."""
+    return 1 << max(0, round(tokens / seq_len).bit_length() - 1)
+
 DEFAULT_GPU = "h100"
 
 
@@ -123,6 +134,9 @@ class Grid:
     """Token dropping with this capacity factor; None = dropless."""
     moe_imbalance: float | None = None
     """Dropless busiest-rank load over the mean; None = the balanced-routing floor."""
+    batch_tokens: int | None = None
+    """With ``best`` and no ``global-batch``: the global batch of each sequence length is
+    :func:`default_global_batch` of this many tokens; None = as ``global_batches`` says."""
 
     @property
     def pue(self) -> float:
@@ -363,6 +377,12 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         for item in split_values(options["global-batch"], "--global-batch"):
             global_batches += ([None] if item.lower() in ("none", "auto")
                                else parse_counts(item, "--global-batch"))
+    free_batch = _flag(options.get("free-batch", False), "--free-batch")
+    if free_batch and global_batches:
+        raise ConfigError("give --global-batch or --free-batch, not both: --free-batch lets "
+                          "each row run one micro-batch per GPU")
+    batch_tokens = DEFAULT_BATCH_TOKENS if best and not free_batch and not global_batches \
+        else None
     hardware = _hardware(catalog, options)
     prices = parse_prices(options["price"], catalog) if "price" in options else {}
     return Grid(
@@ -402,6 +422,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         moe_capacity_factor=_moe_number(options.get("moe-capacity-factor"),
                                         "--moe-capacity-factor", 0.01),
         moe_imbalance=_moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
+        batch_tokens=batch_tokens,
     )
 
 
@@ -447,5 +468,6 @@ def format_size(n_params: float) -> str:
     return _format_size(n_params)
 
 
-__all__ = ["Grid", "Hardware", "GRID_KEYS", "build_grid", "read_grid_file", "parse_counts",
+__all__ = ["Grid", "Hardware", "GRID_KEYS", "build_grid", "default_global_batch",
+           "DEFAULT_BATCH_TOKENS", "read_grid_file", "parse_counts",
            "parse_prices", "format_size"]

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim import engine, procurement, sensitivity
-from fsdpsim.grid import Grid
+from fsdpsim.grid import Grid, default_global_batch
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, TrainingConfig
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
                              TIME_KEYS, comm_uncertainty, divisors, faster_ratio, plan_summary,
@@ -142,6 +142,9 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     n = points.size
     num_gpus = np.array(grid.num_gpus)[p["g"]]
     gbatch = np.array([np.nan if b is None else b for b in grid.global_batches])[p["gb"]]
+    if grid.batch_tokens is not None:  # --best: about 4M tokens per step at each seq len
+        per_seq = [default_global_batch(s, grid.batch_tokens) for s in grid.seq_lens]
+        gbatch = np.where(np.isnan(gbatch), np.array(per_seq, dtype=float)[p["sq"]], gbatch)
     sh_code = (np.full(n, -1) if grid.shardings is None
                else np.array([SHARDINGS.index(s) for s in grid.shardings])[p["sh"]])
     mb_fixed = (np.full(n, np.nan) if grid.micro_batches is None

@@ -234,7 +234,7 @@ def test_best_picks_the_fastest_fitting_row(cat):
     every = sweep(cat, **common, sharding=",".join(SHARDINGS),
                   micro_batch=",".join(map(str, AUTO_MICRO_BATCHES)),
                   recompute="none,selective,full")
-    best = sweep(cat, **common, best=True)
+    best = sweep(cat, **common, best=True, free_batch=True)  # as many rows as `every`
     assert len(every) == 8 * 5 * 9 * 3 and len(best) == 8
     keys = ["model", "gpu", "plan.num_gpus"]
     fitting = every[every["fits"]].astype({"model": str, "gpu": str})
@@ -363,7 +363,9 @@ def test_cli_json_equals_predict_json():
     p = json.loads(invoke("predict", "--model", "llama3-70b", "--gpu", "b200", "--num-gpus",
                           "16", "--sharding", row["plan.sharding"], "--micro-batch",
                           str(row["training.micro_batch"]), "--recompute",
-                          row["training.recompute"], "--format", "json"))
+                          row["training.recompute"], "--global-batch",
+                          str(row["training.global_batch"]), "--format", "json"))
+    assert row["training.global_batch"] == 1024  # --best: about 4M tokens of 4,096
     for key, value in flatten(p).items():
         if not key.startswith("chosen") and key not in ("notes", "advice"):
             assert row[key] == value, key
@@ -462,3 +464,30 @@ def test_shard_group_size_in_sweep_equals_predict():
                           "--format", "json"))
     assert rows[0]["plan.dp_shard"] == p["plan"]["dp_shard"] == 64
     assert rows[0]["tokens_per_s_per_gpu"] == p["tokens_per_s_per_gpu"]
+
+
+def test_best_keeps_the_global_batch_fixed_unless_free_batch(cat):
+    """Issue 10 item 3: --best compares like runs (one global batch for every row: about 4M
+    tokens, or --global-batch), --free-batch lets each row run one micro-batch per GPU, and
+    the table and notes say which batch each row used."""
+    common = dict(model="llama3-8b", gpu="h100,h200", num_gpus="8,64")
+    fixed = sweep(cat, **common, best=True)
+    assert set(fixed["training.global_batch"]) == {1024}  # 4 Mi tokens / 4,096
+    assert (fixed["training.micro_batch"] * fixed["training.grad_accum"]
+            * fixed["plan.dp"] == 1024).all()
+    at_8k = sweep(cat, **common, best=True, seq_len="8192")
+    assert set(at_8k["training.global_batch"]) == {512}
+    given = sweep(cat, **common, best=True, global_batch="256")
+    assert set(given["training.global_batch"]) == {256}
+    free = sweep(cat, **common, best=True, free_batch=True)
+    assert (free["training.grad_accum"] == 1).all()
+    assert (free["training.global_batch"] == free["training.micro_batch"] * free["plan.dp"]).all()
+    with pytest.raises(ConfigError, match="--global-batch or --free-batch"):
+        sweep(cat, **common, best=True, free_batch=True, global_batch="256")
+    out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100,h200", "--num-gpus", "8",
+                 "--best")
+    assert "batch" in out.splitlines()[1]
+    assert "global batch fixed for every row (batch column): 1,024 sequences at seq 4,096" in out
+    out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100,h200", "--num-gpus", "8",
+                 "--best", "--free-batch")
+    assert "global batch: one micro-batch per GPU" in out
