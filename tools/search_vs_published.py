@@ -106,11 +106,11 @@ def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
     ("" when an enumerated plan has the same engine inputs): the rule of
     :mod:`fsdpsim.search_space` it breaks, else "not enumerated"."""
     per_node = domain_gpus(system, plan.num_gpus)
-    same = {k: getattr(plan, k) for k in ("tp", "pp", "cp")}
-    fixed = dict(same, vpp=plan.vpp, sharding=plan.sharding)
-    try:
-        plans = list(enumerate_plans(spec, plan.num_gpus, per_node, training.seq_len,
-                                     training.global_batch, replace(space, fixed=fixed)))
+    try:  # the whole space (a fixed degree would be kept even where a rule leaves it out)
+        plans = [p for p in enumerate_plans(spec, plan.num_gpus, per_node, training.seq_len,
+                                            training.global_batch, space)
+                 if (p.tp, p.pp, p.cp, p.ep, p.sharding) == (plan.tp, plan.pp, plan.cp, plan.ep,
+                                                             plan.sharding)]
     except ConfigError:
         plans = []
     key = _plan_key(spec, system, plan)
@@ -122,6 +122,9 @@ def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
                        f"MIN_TOKENS_PER_CP_RANK {MIN_TOKENS_PER_CP_RANK}")
     if plan.vpp > MAX_VPP:
         reasons.append(f"vpp {plan.vpp} > MAX_VPP {MAX_VPP}")
+    if plan.tp > 1 and not plan.tp_overlap and space.get("tp_overlap") is None:
+        reasons.append("tp_overlap off (the space keeps TP overlap on: never slower in the "
+                       "model)")
     if plan.pp > 1 and plan.pp_schedule == "gpipe":
         reasons.append("pp_schedule gpipe (searched only when fixed)")
     split = (plan.pp_first_layers, plan.pp_last_layers)
@@ -135,7 +138,7 @@ def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
         reasons.append("grad_sync/keep_gathered/reshard_after_forward not the default")
     if plan.mesh_order != DEFAULT_MESH_ORDER and not space.mesh_orders:
         reasons.append("mesh order not the default (mesh_orders off)")
-    if any(_plan_key(spec, system, p) == key for p in plans if p.ep == plan.ep):
+    if any(_plan_key(spec, system, p) == key for p in plans):
         return ""
     return "; ".join(reasons) or "not enumerated (no rule of search_space names it)"
 
@@ -158,7 +161,7 @@ def compare_row(row: pd.Series, catalog: Catalog, cache: dict | None = None) -> 
     fits = bool(pub.values["fits"]) and bool(pub.values.get("pipeline_ok", True))
     space = SearchSpace(framework=plan.framework)
     free = replace(training, micro_batch=None, recompute=None, recompute_layers=None)
-    key = (repr(spec), repr(system), plan.num_gpus, repr(free), plan.framework)
+    key = _search_key(spec, system, plan, training)
     cache = {} if cache is None else cache
     t0 = time.perf_counter()
     cached = key in cache
@@ -194,14 +197,54 @@ def compare_row(row: pd.Series, catalog: Catalog, cache: dict | None = None) -> 
     return rec
 
 
-def compare(catalog: Catalog, rows: pd.DataFrame, progress=None) -> pd.DataFrame:
+def _search_key(spec, system, plan: ParallelPlan, training: TrainingConfig):
+    """Rows with the same key ask the search the same question (its micro-batch and recompute
+    free): one search answers them all."""
+    free = replace(training, micro_batch=None, recompute=None, recompute_layers=None)
+    return (repr(spec), repr(system), plan.num_gpus, repr(free), plan.framework)
+
+
+_WORKER: dict = {}
+
+
+def _compare_group(rows: list[pd.Series]) -> list[dict[str, Any]]:
+    """:func:`compare_row` of rows sharing one search (in a worker process)."""
+    catalog = _WORKER.setdefault("catalog", load_catalog(use_env=False))
     cache: dict = {}
-    out = []
+    return [compare_row(row, catalog, cache) for row in rows]
+
+
+def compare(catalog: Catalog, rows: pd.DataFrame, jobs: int = 1, progress=None) -> pd.DataFrame:
+    """:func:`compare_row` of every row, one search per distinct question, over ``jobs``
+    processes (the largest GPU counts first); records in the rows' order."""
+    groups: dict = {}
     for i, (_, row) in enumerate(rows.iterrows()):
-        out.append(compare_row(row, catalog, cache))
-        if progress:
-            progress(i + 1, len(rows), out[-1])
-    return pd.DataFrame(out)
+        key = _search_key(*row_case(row, catalog))
+        groups.setdefault(key, []).append((i, row))
+    order = sorted(groups.values(), key=lambda g: -int(g[0][1]["n_gpus"]))
+    out: dict[int, dict] = {}
+    done = 0
+
+    def collect(group, records):
+        nonlocal done
+        for (i, _), rec in zip(group, records):
+            out[i] = rec
+            done += 1
+            if progress:
+                progress(done, len(rows), rec)
+
+    if jobs <= 1:
+        _WORKER["catalog"] = catalog
+        for group in order:
+            collect(group, _compare_group([row for _, row in group]))
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            futures = [(g, pool.submit(_compare_group, [row for _, row in g])) for g in order]
+            for group, future in futures:
+                collect(group, future.result())
+    return pd.DataFrame([out[i] for i in range(len(rows))])
 
 
 def summary_lines(frame: pd.DataFrame) -> list[str]:
@@ -252,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N rows")
     parser.add_argument("--source", default=None, help="only rows whose source contains this")
+    parser.add_argument("--no-moe", action="store_true",
+                        help="leave out mixture-of-experts rows (their searches take ~1 min each)")
     parser.add_argument("--csv", default=None, help="write every record to this CSV")
+    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     catalog = load_catalog(use_env=False)
@@ -260,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.source:
         src = rows["source_key"].fillna("vtrain").astype(str)
         rows = rows[src.str.contains(args.source, case=False, regex=False)]
+    if args.no_moe:
+        rows = rows[rows["ep"].fillna(1).astype(float) <= 1]
     if args.limit:
         rows = rows.head(args.limit)
     t0 = time.perf_counter()
@@ -268,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             print(f"[{i}/{n}] {rec['id']}: {rec['search_s']:.2f} s", file=sys.stderr)
 
-    frame = compare(catalog, rows, progress)
+    frame = compare(catalog, rows, args.jobs, progress)
     print(table(frame))
     print()
     print("\n".join(summary_lines(frame)))
