@@ -54,6 +54,8 @@ _RC = engine.RECOMPUTE_CODES
 _KEYS = ("tokens_per_s", "fits", "peak_bytes", "pipeline_ok", "step_time_s")
 #: Candidates per engine call (the sweep's block size).
 CHUNK = 65_536
+#: Least (plan, micro-batch) rows a round of the recompute bisection takes (step 4).
+ROUND_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class SearchResult:
     plans: int
     """Plans in the space (after the constraints)."""
     plans_fitting: int
-    """Plans with a candidate that fits and runs."""
+    """Plans with a micro-batch that fits the budget with full recompute."""
     candidates: int
     """(plan, micro-batch, recompute) candidates the engine evaluated, bounds included."""
     elapsed_s: float
@@ -358,6 +360,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         hi[act] = np.where(fit, hi[act], mid)                       # monotone in mb
     within = np.arange(plan_idx.size) - np.repeat(starts, counts)
     candidates = np.flatnonzero(within <= np.repeat(lo, counts))
+    plans_fit = int(np.count_nonzero(lo >= 0))
     if fixed_rc is not None:
         run_eval(candidates, fixed_rc, low_rl)
     else:
@@ -371,16 +374,23 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         full = run_eval(rows, "full", -1.0)
         rows = rows[full["ok"]]
         sel = run_eval(rows, "selective", -1.0)
-        # ---- step 4: the fewest recomputed layers that fit, where the bound still beats the
-        # K-th best (selective only where all-selective fits: fewer layers hold more) ---------
+        # ---- step 4: the fewest recomputed layers that fit, best bound first, in rounds: each
+        # round raises the K-th best, which prunes the rest of the queue (branch and bound;
+        # selective only where all-selective fits: fewer layers hold more) -------------------
         L = s.layers_stage[plan_idx]
-        for method, fits in (("selective", sel["ok"]), ("full", np.ones(rows.size, bool))):
+        queue = [(method, rows[fits & (L[rows] > 1)])
+                 for method, fits in (("selective", sel["ok"]), ("full", np.ones(rows.size, bool)))]
+        queue = [(method, q[np.argsort(-bound[q], kind="stable")]) for method, q in queue]
+        while any(q.size for _, q in queue):
             kth = _kth_best(found, top)
-            sub = rows[fits & (bound[rows] > kth) & (L[rows] > 1)]
-            if sub.size:
-                _fewest_layers(run_eval, sub, method, L[sub])
+            queue = [(method, q[bound[q] > kth]) for method, q in queue]
+            for i, (method, q) in enumerate(queue):
+                if not q.size:
+                    continue
+                take = max(ROUND_ROWS, q.size // 8)
+                _fewest_layers(run_eval, q[:take], method, L[q[:take]])
+                queue[i] = (method, q[take:])
     least = _least_peak(s, gb, records, low_rc, low_rl, score)
-    plans_fit = np.unique(np.concatenate([f[0] for f in found])).size if found else 0
     stats["evaluate_s"] = time.perf_counter() - t0 - stats["build_s"]
 
     cand = [np.concatenate(c) for c in zip(*found)] if found else [np.zeros(0)] * 7
