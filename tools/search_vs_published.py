@@ -188,12 +188,13 @@ def compare_row(row: pd.Series, catalog: Catalog, cache: dict | None = None) -> 
            "search_s": 0.0 if cached else time.perf_counter() - t0, "error": error,
            "outside_space": ""}
     if ratio == ratio and ratio > 1.0 + 1e-9:  # the search missed a faster plan: say why
-        why = outside_space(spec, system, plan, training, space)
-        if not why:
-            why = ("published plan does not fit or its schedule cannot run" if not fits else
-                   "in the space and fits: micro-batch/recompute outside the space or a search "
-                   "defect")
-        rec["outside_space"] = why
+        v = pub.values
+        why = [f"published plan does not fit: peak {v['peak_bytes'] / 2**30:.0f} GiB > "
+               f"{v['capacity_bytes'] / 2**30:.0f} GiB usable" if not v["fits"] else "",
+               "its schedule cannot run" if not v.get("pipeline_ok", True) else "",
+               outside_space(spec, system, plan, training, space)]
+        rec["outside_space"] = "; ".join(w for w in why if w) or (
+            "in the space and fits: micro-batch/recompute outside the space or a search defect")
     return rec
 
 
