@@ -209,19 +209,19 @@ class _Space:
         sizes = np.array([len(f.variants) for f in families], dtype=np.int64)
         self.family = np.repeat(np.arange(len(families)), sizes)
         self.variant = np.arange(self.family.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        self.plan_cols = {k: v[self.family] for k, v in base_cols.items()}
         variant_cols: dict[int, dict[str, np.ndarray]] = {}
         for f in families:  # families of one mesh share their variants' tuple
             if id(f.variants) not in variant_cols:
                 variant_cols[id(f.variants)] = _variant_columns(spec, f)
         parts = [variant_cols[id(f.variants)] for f in families]
-        for k in parts[0]:
-            self.plan_cols[k] = np.concatenate([q[k] for q in parts])
+        # per plan: the columns variants change; per family: the rest (gathered per chunk)
+        self.variant_cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+        self.family_cols = {k: v for k, v in base_cols.items() if k not in self.variant_cols}
         self.base = {**system_inputs(system, training.precision), **training_inputs(training),
                      **framework_inputs(spec, system, families[0].base)}
         # model inputs per distinct (tp, shard group): vectorised over the shard sizes
-        tp = self.plan_cols["tp"].astype(np.int64)
-        shard = self.plan_cols["shard_size"].astype(np.int64)
+        tp = self.column("tp").astype(np.int64)
+        shard = self.column("shard_size").astype(np.int64)
         key = tp * 2**32 + shard
         uniq, self.model_row = np.unique(key, return_inverse=True)
         parts = []
@@ -234,12 +234,20 @@ class _Space:
                   for k, v in p.items()} for p in uniform_keys(parts)]
         self.model_cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         self.model_row = self.model_row.ravel()
-        self.dp = self.plan_cols["dp"].astype(np.int64)
-        self.layers_stage = np.where(self.plan_cols["pp"] > 1, self.plan_cols["layers_mid"],
+        self.dp = self.column("dp").astype(np.int64)
+        self.layers_stage = np.where(self.column("pp") > 1, self.column("layers_mid"),
                                      spec.n_layers).astype(np.int64)
 
     def __len__(self) -> int:
         return int(self.family.size)
+
+    def column(self, key: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Plan input ``key`` of every plan (or of ``rows``)."""
+        if key in self.variant_cols:
+            v = self.variant_cols[key]
+            return v if rows is None else v[rows]
+        fam = self.family if rows is None else self.family[rows]
+        return self.family_cols[key][fam]
 
     def plan(self, i: int) -> ParallelPlan:
         """Plan ``i`` (a family's variant), validated."""
@@ -258,7 +266,10 @@ class _Space:
             x: dict[str, Any] = dict(self.base)
             for k, v in self.model_cols.items():
                 x[k] = _take(v, self.model_row[p])
-            for k, v in self.plan_cols.items():
+            fam = self.family[p]
+            for k, v in self.family_cols.items():
+                x[k] = _take(v, fam)
+            for k, v in self.variant_cols.items():
                 x[k] = _take(v, p)
             x.update(micro_batch=mb[s].astype(float), grad_accum=accum[s].astype(float),
                      recompute=rc[s].astype(float), recompute_layers=rl[s].astype(float),
