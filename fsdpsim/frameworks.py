@@ -70,27 +70,46 @@ class Framework:
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
     source: str = ""
+    supports: tuple[tuple[str, tuple], ...] = ()
+    """What the framework can run, for ``fsdpsim search``: (plan setting, the values it
+    accepts) where it cannot run everything the model can (e.g. no sequence parallelism
+    before Megatron-LM v3); the search space keeps to these unless ``--fix`` says otherwise."""
 
 
 PROFILES: dict[str, Framework] = {p.name: p for p in (
     Framework("fsdp2", "torch", "nccl-2.30",
               source="torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"),
     Framework("fsdp1", "torch", "nccl-2.30", uncertainty=0.05,
-              source="torch 2.13 torch/distributed/fsdp/_flat_param.py; arXiv 2304.11277 §3"),
+              source="torch 2.13 torch/distributed/fsdp/_flat_param.py; arXiv 2304.11277 §3",
+              # async TP is DTensor/FSDP2-era (torch 2.5 torch.distributed._symmetric_memory)
+              supports=(("tp_overlap", (False,)),)),
     Framework("deepspeed-zero3", "megatron", "nccl-2.30", uncertainty=0.10,
-              source="DeepSpeed PR #1453 (4912e0ad, 2022-01-20) batched all-gather"),
+              source="DeepSpeed PR #1453 (4912e0ad, 2022-01-20) batched all-gather",
+              # DeepSpeed's sequence parallelism is Ulysses (all-to-all); ZeRO-2/3 do not
+              # combine with its pipeline engine (runtime/pipe/engine.py asserts stage < 2)
+              supports=(("cp_kind", ("all2all",)), ("tp_overlap", (False,)),
+                        ("pp", (1,)))),
     Framework("deepspeed-zero3-2021", "megatron", "nccl-2.10", per_parameter=True,
               persistence_numel=100_000, gather_overlap=False, list_collectives=True,
               uncertainty=0.25,
               source="DeepSpeed runtime/zero/partition_parameters.py @c4f4ef5d (2021-04-30) "
-                     "L603-626, L776-823, L918-954; constants.py; PR #1188"),
+                     "L603-626, L776-823, L918-954; constants.py; PR #1188",
+              # the 2021 ZeRO-3 engine: stage 3 alone, no pipeline, no sequence/context split
+              supports=(("sharding", ("full",)), ("pp", (1,)), ("cp", (1,)),
+                        ("sequence_parallel", (False,)), ("tp_overlap", (False,)),
+                        ("ep", (1,)))),
     Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05,
               source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
                      "overlap_param_gather)"),
     Framework("megatron-2021", "megatron", "nccl-2.10", grad_reduce_overlap=False,
               uncertainty=0.10,
               source="Megatron-LM v2.x megatron/training.py train_step "
-                     "(model.allreduce_gradients() after backward)"),
+                     "(model.allreduce_gradients() after backward)",
+              # v2.x: DDP data parallelism (the distributed optimizer and sequence parallelism
+              # came with v3.0, 2022), 1F1B or interleaved schedules, no CP, no TP overlap
+              supports=(("sharding", ("none",)), ("sequence_parallel", (False,)),
+                        ("tp_overlap", (False,)), ("cp", (1,)), ("ep", (1,)),
+                        ("pp_schedule", ("1f1b", "interleaved")))),
 )}
 
 #: Older and alternative spellings.

@@ -80,6 +80,13 @@ class SearchSpace:
     def get(self, name: str, default=None):
         return self.fixed.get(name, default)
 
+    @property
+    def supports(self) -> dict[str, tuple]:
+        """What the framework can run (:attr:`fsdpsim.frameworks.Framework.supports`)."""
+        from fsdpsim.frameworks import profile
+
+        return dict(profile(self.framework).supports)
+
 
 def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """``["tp=8", "sharding=full"]`` → ``{"tp": 8, "sharding": "full"}``; one clear error per
@@ -139,10 +146,15 @@ def divisors(n: int) -> list[int]:
 
 def _options(space: SearchSpace, name: str, values) -> list:
     """``values``, or just the fixed one (kept even when not among ``values``: the plan's own
-    validation then says why it cannot be)."""
+    validation then says why it cannot be); a framework that runs only some values of a
+    setting (:attr:`fsdpsim.frameworks.Framework.supports`) keeps those of ``values``, or its
+    own when none of ``values`` is one."""
     if name in space.fixed:
         return [space.fixed[name]]
-    return list(values)
+    supported = space.supports.get(name)
+    if supported is None:
+        return list(values)
+    return [v for v in values if v in supported] or list(supported)
 
 
 def stage_splits(n_layers: int, pp: int, vpp: int) -> list[tuple[int | None, int | None]]:
@@ -235,8 +247,8 @@ def _pipes(spec, pp: int, space: SearchSpace) -> list[tuple[int, str | None, tup
         return [(1, None, (None, None))] if "vpp" not in fixed or fixed["vpp"] == 1 else []
     out = []
     for vpp in _options(space, "vpp", range(1, MAX_VPP + 1)):
-        schedules = ([fixed["pp_schedule"]] if "pp_schedule" in fixed
-                     else ["interleaved"] if vpp > 1 else ["1f1b", "zb-h1"])
+        schedules = _options(space, "pp_schedule",
+                             ["interleaved"] if vpp > 1 else ["1f1b", "zb-h1"])
         schedules = [s for s in schedules if (s == "interleaved") == (vpp > 1)]
         if "pp_first_layers" in fixed or "pp_last_layers" in fixed:
             splits = [(fixed.get("pp_first_layers"), fixed.get("pp_last_layers"))]

@@ -285,3 +285,21 @@ def test_explain_says_what_the_constraints_cost():
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if x.startswith("without the constraints"))
     assert "(tp=4)" in line and "%" in line
+
+
+def test_framework_profiles_limit_the_space():
+    """A framework searches only what it can run: Megatron-LM v2.x (2021) has DDP data
+    parallelism without sequence parallelism, CP or TP overlap; DeepSpeed's 2021 ZeRO-3 is
+    stage 3 without pipelines. --fix overrides."""
+    spec = get_model("gpt3-1.3b")
+    old = list(enumerate_plans(spec, 16, 8, 2048, 64, SearchSpace(framework="megatron-2021")))
+    assert old and {p.sharding for p in old} == {"none"}
+    assert not any(p.sequence_parallel or p.tp_overlap or p.cp > 1 for p in old)
+    assert {p.pp_schedule for p in old if p.pp > 1} <= {"1f1b", "interleaved"}
+    ds = list(enumerate_plans(spec, 16, 8, 2048, 64,
+                              SearchSpace(framework="deepspeed-zero3-2021")))
+    assert {p.sharding for p in ds} == {"full"} and {p.pp for p in ds} == {1}
+    fixed = list(enumerate_plans(spec, 16, 8, 2048, 64,
+                                 SearchSpace(framework="megatron-2021",
+                                             fixed={"sharding": "optimizer"})))
+    assert {p.sharding for p in fixed} == {"optimizer"}
