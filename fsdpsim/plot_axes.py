@@ -79,8 +79,19 @@ def log_axis(axis, values, fmt=num, ticks: Sequence[float] | None = None,
     values = values[np.isfinite(values) & (values > 0)]
     (axis.axes.set_xscale if axis.axis_name == "x" else axis.axes.set_yscale)("log")
     if ticks is None and values.size:
+        lo, hi = float(values.min()), float(values.max())
         # Round values a little beyond the data: the axis margins show them.
-        ticks = log_ticks(float(values.min()) / 1.3, float(values.max()) * 1.3, max_ticks)
+        ticks = log_ticks(lo / 1.3, hi * 1.3, max_ticks)
+        # The view: matplotlib's 5 % margins in log space (10 % around a single value).
+        spread = hi / lo if hi > lo else 1.1 ** 20
+        view = (lo * spread ** -0.05, hi * spread ** 0.05)
+        if spread < 10 and sum(view[0] <= t <= view[1] for t in ticks) < 3:
+            # Less than a decade and fewer than three round log ticks in view (one GPU's
+            # sequence ceiling showed none): evenly spaced round values in the view, which
+            # is fixed so that they are the ones shown.
+            ticks = [t for t in ticker.MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10])
+                     .tick_values(*view) if view[0] <= t <= view[1]]
+            (axis.axes.set_xlim if axis.axis_name == "x" else axis.axes.set_ylim)(view)
     if ticks is not None:
         axis.set_major_locator(ticker.FixedLocator(list(ticks)))
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: fmt(v)))

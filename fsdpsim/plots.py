@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -142,13 +142,29 @@ def memory_ceiling(rows: Rows, kind: str = "model_size", *,
     table = table.assign(_key=list(map(tuple, table[group].astype(str).to_numpy())))
     order = sorted(keys, key=lambda k: float(table.loc[table["_key"] == k,
                                                        "capacity_bytes"].iloc[0]))
-    for i, key in enumerate(order):
+    drawn: list[tuple[Any, np.ndarray, np.ndarray, list[str], float]] = []
+    for key in order:
         part = table[table["_key"] == key]
         cap = float(part["capacity_bytes"].iloc[0]) / GIB_BYTES
         label = " · ".join(data._fmt_value(c, v) for c, v in zip(group, part[group].iloc[0]))
-        line, = ax.plot(part["plan.num_gpus"].astype(float), part[y].astype(float),
-                        marker=pa.MARKERS[i % len(pa.MARKERS)], label=f"{label} ({cap:.0f} GiB)",
-                        linewidth=1.8, markersize=5)
+        xs = part["plan.num_gpus"].astype(float).to_numpy()
+        ys = part[y].astype(float).to_numpy()
+        # GPUs of the same memory often have the same ceiling: one line names them all
+        same = next((d for d in drawn if np.array_equal(d[1], xs)
+                     and np.allclose(d[2], ys, rtol=1e-9, atol=0.0)), None)
+        if same is not None:
+            same[3].append(label)
+            same[0].set_label(f"{', '.join(same[3])} ({same[4]:.0f} GiB)")
+            continue
+        # ... and where they differ a little, a dashed line over a solid one shows both
+        twin = sum(abs(d[4] - cap) < 0.5 for d in drawn)
+        i = len(drawn)
+        line, = ax.plot(xs, ys, marker=pa.MARKERS[i % len(pa.MARKERS)],
+                        label=f"{label} ({cap:.0f} GiB)", linewidth=1.8,
+                        markersize=5 + 2 * twin,
+                        linestyle=("-", "--", ":", "-.")[twin % 4],
+                        markerfacecolor="none" if twin else None, zorder=2 + twin)
+        drawn.append((line, xs, ys, [label], cap))
         capped = part[part["capped"].astype(bool)]
         if len(capped):
             ax.scatter(capped["plan.num_gpus"].astype(float), capped[y].astype(float), s=60,
@@ -292,5 +308,6 @@ def save(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
     return path
 
 
-__all__ = ["BAND_GID", "FRONT_GID", "OPTIONS_GID", "throughput_vs_model_size", "memory_ceiling", "bandwidth_map", "bandwidth_map_rows",
-           "procurement_pareto", "step_breakdown", "save", "SUFFIXES"]
+__all__ = ["BAND_GID", "FRONT_GID", "OPTIONS_GID", "throughput_vs_model_size", "memory_ceiling",
+           "bandwidth_map", "bandwidth_map_rows", "procurement_pareto", "step_breakdown", "save",
+           "SUFFIXES"]
