@@ -30,8 +30,9 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     """Hardware FLOPs of one micro-batch over its whole model-parallel group [FLOP]: 3x the
     forward of every weight matmul (PaLM), the attention over the full square (the MFU
     convention; a causal kernel's skipped half is not discounted) with FlashAttention's 2.5x
-    backward, and the recomputed forward (torch's early-stop checkpoint skips the MLP down projection,
-    Megatron's reentrant checkpoint does not) on the share of layers that recompute."""
+    backward, and the recomputed forward (torch's early-stop checkpoint skips the MLP down
+    projection, Megatron's reentrant checkpoint does not) on the share of layers that
+    recompute."""
     b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
     tokens = b * s
     swiglu, flash = g["swiglu"] > 0, g["flash"] > 0
