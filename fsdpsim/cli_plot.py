@@ -27,7 +27,7 @@ KINDS = {
 #: Plot options and the kinds they apply to.
 _APPLIES = {"metric": "throughput", "by": "throughput", "ceiling": "memory",
             "tokens_per_gpu": "bandwidth", "mark_clusters": "bandwidth",
-            "normalize": "breakdown"}
+            "normalize": "breakdown", "per": "breakdown"}
 
 
 def _check_kind(kind: str) -> str:
@@ -53,7 +53,8 @@ def _figure(kind: str, rows, plot: dict[str, Any], catalog):
                                    catalog=catalog, **kwargs)
     if kind == "pareto":
         return plots.procurement_pareto(rows)
-    return plots.step_breakdown(rows, normalize=bool(plot["normalize"]))
+    return plots.step_breakdown(rows, normalize=bool(plot["normalize"]),
+                                per=plot["per"] or "token")
 
 
 def register(cli: click.Group) -> None:
@@ -73,13 +74,17 @@ def register(cli: click.Group) -> None:
     @click.option("--ceiling", type=click.Choice(("model-size", "seq-len")), default=None,
                   help="memory: largest model (default) or longest sequence.")
     @click.option("--tokens-per-gpu", type=option_type(TOKENS_PER_GPU), default=None,
-                  help="bandwidth: tokens per GPU at which clusters are marked (default: the "
-                       "best MFU at the highest bandwidth).")
+                  help="bandwidth: tokens per GPU at which clusters are marked, k = 1,024 as "
+                       "for sequence lengths (default: the best MFU at the highest bandwidth).")
     @click.option("--mark-clusters", default=None,
                   help="bandwidth: catalog nodes or clusters to mark (comma-separated; "
                        "'' for none).")
     @click.option("--normalize/--no-normalize", default=None,
-                  help="breakdown: shares of the step time instead of seconds.")
+                  help="breakdown: shares of the step time instead of times.")
+    @click.option("--per", type=click.Choice(("token", "step")), default=None,
+                  help="breakdown: GPU time per token (default: each part x GPUs / tokens "
+                       "per step, so rows of other micro-batches or batches compare like for "
+                       "like) or time per step.")
     @grid_options
     @click.pass_context
     def plot_cmd(ctx: click.Context, kind: str, input_path: str | None, output: str, dpi: int,

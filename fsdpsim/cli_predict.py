@@ -288,6 +288,19 @@ def _comm_range_words(interval: dict) -> str:
     return ("; with " + ", ".join(parts)) if parts else ""
 
 
+def _utilisation_rows(d: dict) -> list[tuple[str, str]]:
+    """MFU / HFU and the peak they divide by; for FP8 the FP8 peak's MFU on a row beside."""
+    u = d["utilisation"]
+    rows = [("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}  (of the "
+                          f"{u['peak_precision'].upper()} dense peak, "
+                          f"{u['peak_flops_per_s_per_gpu'] / 1e12:,.0f} TFLOP/s per GPU)")]
+    if u["native_precision"] != u["peak_precision"]:
+        native = u["native_precision"].upper()
+        rows.append((f"MFU of {native} peak", f"{_pct(d['mfu_native'])}  "
+                     f"({u['native_peak_flops_per_s_per_gpu'] / 1e12:,.0f} TFLOP/s per GPU)"))
+    return rows
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -369,7 +382,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                              + _comm_range_words(d['interval'])
                              + ("; near the memory limit: lower low end)"
                                 if d['interval'].get('near_memory_limit') else ")")),
-        ("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}"),
+        *_utilisation_rows(d),
         ("bottleneck", BOTTLENECK_WORDS[d["bottleneck"]]),
     ]))
     cap, peak = m["capacity_bytes"], m["peak_bytes"]

@@ -57,7 +57,7 @@ def grid_options(f):
         click.option("--num-gpus", multiple=True,
                      help="GPU counts: 8,64 or 8..4096 (powers of two between); default 8."),
         click.option("--seq-len", multiple=True, help="Sequence lengths (ranges as --num-gpus); "
-                     "default 4096."),
+                     "k = 1,024 here (8k = 8,192); default 4096."),
         click.option("--micro-batch", multiple=True,
                      help="Micro-batch sizes, or auto (free: fastest that fits); default auto."),
         click.option("--global-batch", multiple=True,
@@ -67,9 +67,10 @@ def grid_options(f):
         click.option("--recompute", multiple=True,
                      help="none, selective, full, or auto (free); default auto."),
         click.option("--precision", multiple=True, help="bf16, fp16, fp8, fp32; default bf16."),
-        click.option("--grad-sync", type=click.Choice(("every", "last")), default=None,
+        click.option("--grad-sync", multiple=True,
                      help="With accumulation, reduce gradients every micro-batch or only the "
-                          "last, for the sharded strategies (default every)."),
+                          "last, for the sharded strategies: every, last or both (every,last: "
+                          "rows for each); default every."),
         click.option("--shard-group-size", default=None,
                      help="GPUs per HSDP shard group, for --sharding hybrid (default: one "
                           "scale-up domain's worth), as predict's."),
@@ -217,6 +218,8 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
         row = {short.get(c, c): r[c] for c in varying}
         if any(layout != (1, 1, 1) for layout in grid.layouts):
             row["plan"] = r["plan.line"] or "-"
+        if len(grid.grad_syncs) > 1:
+            row["grad sync"] = r["plan.grad_sync"] or "-"
         row.update({
             "sharding": r["plan.sharding"] or "-",
             "mbs": _fmt(r["training.micro_batch"], "d"),

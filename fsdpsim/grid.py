@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -104,8 +104,9 @@ class Grid:
     """Board power by accelerator id (catalog)."""
     run: RunAssumptions = field(default_factory=RunAssumptions)
     """Tokens to train, PUE, failure rate, checkpoint bandwidth and restart time."""
-    grad_sync: str = "every"
-    """Gradient sync with accumulation ("every" or "last"), for the sharded strategies."""
+    grad_syncs: tuple[str, ...] = ("every",)
+    """Gradient sync with accumulation ("every", "last"), for the sharded strategies; one
+    block of rows per value (:func:`fsdpsim.sweep.iter_sweep` sweeps each in turn)."""
     keep_gathered: bool = False
     """Keep parameters gathered for the step, for the sharded-parameter strategies."""
     shard_group_size: int | None = None
@@ -166,7 +167,14 @@ class Grid:
 
     @property
     def n_points(self) -> int:
-        return math.prod(self.shape)
+        """Rows of the sweep: the points of :attr:`shape` for each gradient sync."""
+        return math.prod(self.shape) * len(self.grad_syncs)
+
+    @property
+    def grad_sync(self) -> str:
+        """The one gradient sync of a grid swept as one block (see :attr:`grad_syncs`)."""
+        assert len(self.grad_syncs) == 1, "sweep each gradient sync as its own grid"
+        return self.grad_syncs[0]
 
     @property
     def free(self) -> tuple[str, ...]:
@@ -303,19 +311,48 @@ def _models(options: Mapping[str, Any]) -> tuple[ModelSpec, ...]:
     from fsdpsim.presets import get_model
 
     models: list[ModelSpec] = []
+    files: list[str | None] = []  # the config file each model was read from (None: an id)
     if "model" in options:
-        models += [get_model(name) for name in split_values(options["model"], "--model")]
+        for name in split_values(options["model"], "--model"):
+            models.append(get_model(name))
+            files.append(config_file(name))
     if "model-sizes" in options:
         from fsdpsim.model_ladder import ladder_model
 
-        models += [ladder_model(n) for n in parse_sizes(options["model-sizes"])]
+        sizes = parse_sizes(options["model-sizes"])
+        models += [ladder_model(n) for n in sizes]
+        files += [None] * len(sizes)
     if not models:
-        models = [get_model(DEFAULT_MODEL)]
+        models, files = [get_model(DEFAULT_MODEL)], [None]
+    return tuple(_distinct_names(models, files))
+
+
+def config_file(name: str) -> str | None:
+    """The config.json a ``--model`` value reads, resolved; None for a preset or ladder id."""
+    from fsdpsim.presets import PRESETS, _looks_like_path
+
+    if name.strip().lower() in PRESETS or not _looks_like_path(name):
+        return None
+    path = Path(name).expanduser()
+    path = path / "config.json" if path.is_dir() else path
+    return str(path.resolve())
+
+
+def _distinct_names(models: list[ModelSpec], files: list[str | None]) -> list[ModelSpec]:
+    """Models whose names coincide: read from different config files, each is named by its
+    path (rows and figures tell them apart); given twice (the same id or file), an error."""
     names = [m.name for m in models]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigError(f"--model: {', '.join(dupes)} given more than once")
-    return tuple(models)
+    seen: dict[tuple[str, str | None], int] = {}
+    for i, key in enumerate(zip(names, files)):
+        if key in seen:
+            raise ConfigError(f"--model: {names[i]} given more than once"
+                              + (f" ({files[i]})" if files[i] else ""))
+        seen[key] = i
+    out = list(models)
+    for i, (name, file) in enumerate(zip(names, files)):
+        if file is not None and names.count(name) > 1:
+            out[i] = replace(models[i], name=f"{name} ({file})")
+    return out
 
 
 def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, ...]:
@@ -399,8 +436,8 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         tdp_w={h.gpu: h.system.accelerator.tdp_w for h in hardware if h.system.accelerator.tdp_w},
         run=read_run_options(options),
         ceilings=_flag(options.get("ceilings", True), "--ceilings"),
-        grad_sync=parse_choices(options.get("grad-sync", "every"), "--grad-sync",
-                                ("every", "last"))[0],
+        grad_syncs=parse_choices(options.get("grad-sync", "every"), "--grad-sync",
+                                 ("every", "last")),
         keep_gathered=_flag(options.get("keep-params-gathered", False),
                             "--keep-params-gathered"),
         shard_group_size=(None if options.get("shard-group-size") is None else
@@ -452,7 +489,8 @@ def describe(grid: Grid) -> str:
     names = ("models", "systems", "precisions", "GPU counts", "tp x pp x cp layouts",
              "sequence lengths",
              "global batches", "shardings", "micro-batches", "recomputes")
-    parts = [f"{n} {name}" for n, name in zip(grid.shape, names) if n > 1]
+    parts = [f"{n} {name}" for n, name in zip((*grid.shape, len(grid.grad_syncs)),
+                                              (*names, "gradient syncs")) if n > 1]
     text = f"{grid.n_points:,} points"
     if parts:
         text += f" ({' x '.join(parts)})"

@@ -221,7 +221,9 @@ CHECKPOINT_GB_PER_S = Rule(0.001, 1e7, unit="GB/s")
 RESTART_MIN = Rule(0, 10_080, unit="minutes")
 #: Model sizes of the ladder (--model-sizes): 1M to 1,000T parameters.
 MODEL_SIZE = Rule(1e6, 1e15, unit="parameters", suffixes=DECIMAL)
-TOKENS_PER_GPU = Rule(1, 1e12, unit="tokens per GPU", suffixes=DECIMAL)
+#: Tokens per GPU per micro-batch (micro-batch x sequence length): k = 1,024 as for sequence
+#: lengths, so 8k lands on 2 x 4,096.
+TOKENS_PER_GPU = Rule(1, 1e12, unit="tokens per GPU", suffixes=BINARY)
 #: A measured throughput: up to a billion tokens/s per GPU.
 TOKENS_PER_S_PER_GPU = Rule(1e-6, 1e9, unit="tokens/s per GPU")
 

@@ -19,6 +19,7 @@ import pandas as pd
 from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.files import MAX_ROWS_BYTES, open_capped
+from fsdpsim.grid import DEFAULTS as GRID_DEFAULTS
 from fsdpsim.grid import build_grid
 from fsdpsim.system import resolve_system
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
@@ -28,9 +29,12 @@ KINDS = ("throughput", "memory", "bandwidth", "pareto", "breakdown")
 #: Inter-node bandwidths of the default bandwidth map [Gb/s per GPU]: 12.5 to 1,600, four
 #: points per doubling (50, 100, 200, 400 Gb/s are on the grid).
 MAP_BANDWIDTHS_GBPS = tuple(float(12.5 * 2 ** (k / 4)) for k in range(29))
-#: Micro-batches of the default bandwidth map (tokens per GPU = micro-batch × sequence length).
-MAP_MICRO_BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-MAP_SEQ_LEN = 1024
+#: Micro-batches of the default bandwidth map (tokens per GPU = micro-batch × sequence length:
+#: 4,096 to 131,072 tokens).
+MAP_MICRO_BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: Sequence length of the default bandwidth map: the sweep's and predict's default
+#: (:data:`fsdpsim.grid.DEFAULTS`), as every other figure uses.
+MAP_SEQ_LEN = int(GRID_DEFAULTS["seq-len"])
 #: Real installations marked on the bandwidth map (catalog node or cluster ids).
 MAP_CLUSTERS = ("p4d", "leonardo", "juwels-booster", "jupiter", "perlmutter", "dgx-h100")
 
@@ -66,8 +70,8 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "bandwidth": ("model", "gpu", "plan.num_gpus", "inter_node_gbps_per_gpu", "training.seq_len",
                   "training.micro_batch", "mfu", "fits", "thresholds.min_inter_node_gbps_per_gpu"),
     "pareto": ("gpu", "plan.num_gpus", "cost_usd_per_million_tokens", "tokens_per_s"),
-    "breakdown": ("step_time_s", "time.compute_s", "time.gemm_s", "time.attention_s",
-                  "time.memory_bound_s", "time.recompute_s", "time.optimizer_s",
+    "breakdown": ("step_time_s", "tokens_per_s_per_gpu", "time.compute_s", "time.gemm_s",
+                  "time.attention_s", "time.memory_bound_s", "time.recompute_s", "time.optimizer_s",
                   "time.exposed_comm_s"),
 }
 #: Columns that tell configurations apart, in the order labels name them.

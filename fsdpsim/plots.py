@@ -1,4 +1,5 @@
-"""Figures of sweep results (the only module that imports matplotlib).
+"""Figures of sweep results (with :mod:`fsdpsim.plot_axes` and :mod:`fsdpsim.plots_procurement`,
+whose figures it re-exports, the only modules that import matplotlib).
 
 Every function takes a pandas DataFrame of ``fsdpsim sweep`` rows — or a mapping of sweep
 options (``{"gpu": "h100,b200", "num-gpus": "8..1024"}``; names as ``fsdpsim sweep``), in which
@@ -25,137 +26,28 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-import pandas as pd
-from matplotlib import ticker
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from fsdpsim import plot_axes as pa
 from fsdpsim import plot_data as data
 from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError
+from fsdpsim.plot_axes import BAND_GID, LABEL_PT, TEXT_PT, Rows
 from fsdpsim.plot_data import MAP_CLUSTERS, bandwidth_map_rows
-from fsdpsim.units import GIB_BYTES, MS_S
+from fsdpsim.plots_procurement import FRONT_GID, OPTIONS_GID, procurement_pareto, step_breakdown
+from fsdpsim.units import GIB_BYTES
 
-Rows = pd.DataFrame | Mapping[str, Any]
-
-TITLE_PT, LABEL_PT, TEXT_PT = 11, 10, 9
 #: Suffixes :func:`save` writes.
 SUFFIXES = (".png", ".svg", ".pdf")
 METRICS = {"tokens_per_s_per_gpu": ("Throughput per GPU", "tokens/s", 1.0),
            "mfu": ("Model FLOPs utilisation", "%", 100.0)}
 THRESHOLD_GID = "hide-comm-threshold"
 SHARE_GID = "share-threshold"
-OPTIONS_GID, FRONT_GID = "options", "pareto-front"
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
-_PART_COLOURS = ("#1f77b4", "#6baed6", "#9ecae1", "#ff7f0e", "#c7c7c7", "#d62728", "#2ca02c",
-                 "#9467bd")
-
-
-# -- shared pieces ------------------------------------------------------------------------------
-#: The gid of the uncertainty bands (tests find them in the SVG).
-BAND_GID = "uncertainty-band"
-
-
-def _figure(width: float = 7.5, height: float = 4.8) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _finish(ax, title: str, xlabel: str, ylabel: str, subtitle: str = "") -> None:
-    ax.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=TITLE_PT)
-    ax.set_xlabel(xlabel, fontsize=LABEL_PT)
-    ax.set_ylabel(ylabel, fontsize=LABEL_PT)
-    ax.tick_params(which="both", labelsize=TEXT_PT)
-    ax.grid(True, which="major", alpha=0.3)
-
-
-def _num(v: float) -> str:
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
-
-
-def _params(v: float) -> str:
-    """1e9 → "1B", 7e10 → "70B", 1e12 → "1T"."""
-    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if v >= scale:
-            return f"{v / scale:.3g}{suffix}"
-    return f"{v:g}"
-
-
-def _log_ticks(lo: float, hi: float, max_ticks: int = 8) -> list[float]:
-    """Round values on a log axis from ``lo`` to ``hi``: decades when four or more fit (every
-    other one when too many), else the coarsest of 1-2-5, 1-2-3-5, ... with three or more."""
-    e0, e1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-
-    def within(mantissas):
-        return [m * 10.0**e for e in range(e0, e1 + 1) for m in mantissas
-                if lo * (1 - 1e-9) <= m * 10.0**e <= hi * (1 + 1e-9)]
-
-    decades = within((1,))
-    if len(decades) >= 4:
-        return decades[::math.ceil(len(decades) / max_ticks)]
-    for mantissas in ((1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):
-        values = within(mantissas)
-        if 3 <= len(values) <= max_ticks:
-            return values
-    return decades if len(decades) >= 2 else [lo, hi]
-
-
-def _log_axis(axis, values, fmt=_num, ticks: Sequence[float] | None = None,
-              max_ticks: int | None = None) -> None:
-    """Log scale on ``axis`` with labelled round ticks and no minor labels (at most 8 ticks
-    across, 10 up)."""
-    max_ticks = max_ticks or (8 if axis.axis_name == "x" else 10)
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values) & (values > 0)]
-    (axis.axes.set_xscale if axis.axis_name == "x" else axis.axes.set_yscale)("log")
-    if ticks is None and values.size:
-        # Round values a little beyond the data: the axis margins show them.
-        ticks = _log_ticks(float(values.min()) / 1.3, float(values.max()) * 1.3, max_ticks)
-    if ticks is not None:
-        axis.set_major_locator(ticker.FixedLocator(list(ticks)))
-    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: fmt(v)))
-    axis.set_minor_formatter(ticker.NullFormatter())
-
-
-def _powers_of_two(values, max_ticks: int = 11) -> list[float]:
-    values = np.asarray(values, dtype=float)
-    lo, hi = math.floor(math.log2(values.min())), math.ceil(math.log2(values.max()))
-    step = max(1, math.ceil((hi - lo + 1) / max_ticks))
-    return [2.0**k for k in range(lo, hi + 1, step)]
-
-
-def _constants(rows: pd.DataFrame, columns: Sequence[str]) -> str:
-    """The given columns that have one value in ``rows``, as ``seq 4,096 · 512 GPUs``."""
-    parts = []
-    for c in columns:
-        if c in rows and len(rows) and rows[c].map(data._text).nunique() == 1:
-            text = data._fmt_value(c, rows[c].iloc[0])
-            if text:
-                parts.append(text)
-    return " · ".join(parts)
-
-
-def _hide_overlaps(fig: Figure, texts) -> None:
-    """Hide annotations that overlap an earlier one (labels of close points)."""
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    kept = []
-    for t in texts:
-        box = t.get_window_extent(renderer)
-        if any(box.overlaps(k) for k in kept):
-            t.set_visible(False)
-        else:
-            kept.append(box)
-
-
-def _legend(ax, **kw):
-    return ax.legend(fontsize=TEXT_PT, title_fontsize=TEXT_PT, framealpha=0.9, **kw)
 
 
 # -- 1. throughput against model size ----------------------------------------------------------
@@ -178,14 +70,14 @@ def throughput_vs_model_size(rows: Rows, metric: str = "tokens_per_s_per_gpu",
         raise ConfigError("no row of the throughput plot fits in memory: nothing to draw")
     use = data.with_columns(frame[ok], _label=labels[ok])
     best = data.best_per_group(use, ["_label", "n_params"], metric)
-    fig = _figure()
+    fig = pa.figure()
     ax = fig.add_subplot()
     band = (f"interval.{metric}_low", f"interval.{metric}_high")
     banded = all(c in best for c in band)
     for i, label in enumerate(dict.fromkeys(use["_label"])):
         line = best[best["_label"] == label].sort_values("n_params")
         drawn = ax.plot(line["n_params"].astype(float), line[metric].astype(float) * scale,
-                        marker=_MARKERS[i % len(_MARKERS)], label=label, linewidth=1.8,
+                        marker=pa.MARKERS[i % len(pa.MARKERS)], label=label, linewidth=1.8,
                         markersize=5)
         if banded:  # the 90 % range: calibration residuals, network and framework uncertainty
             ax.fill_between(line["n_params"].astype(float),
@@ -193,12 +85,12 @@ def throughput_vs_model_size(rows: Rows, metric: str = "tokens_per_s_per_gpu",
                             line[band[1]].astype(float) * scale,
                             color=drawn[0].get_color(), alpha=0.15, linewidth=0,
                             gid=BAND_GID)
-    _log_axis(ax.xaxis, best["n_params"], _params)
+    pa.log_axis(ax.xaxis, best["n_params"], pa.params)
     if metric == "mfu":
         ax.set_ylim(0, max(5.0, 1.1 * float(best[metric].max()) * scale))
     else:
-        _log_axis(ax.yaxis, best[metric].astype(float))
-    sub = _constants(frame, ("model", "plan.num_gpus", "training.seq_len", "training.precision",
+        pa.log_axis(ax.yaxis, best[metric].astype(float))
+    sub = pa.constants(frame, ("model", "plan.num_gpus", "training.seq_len", "training.precision",
                              "plan.sharding", "training.recompute"))
     varying = [c for c in ("plan.num_gpus", "training.seq_len", "training.precision")
                if c in frame and c != by and frame[c].map(data._text).nunique() > 1]
@@ -207,9 +99,9 @@ def throughput_vs_model_size(rows: Rows, metric: str = "tokens_per_s_per_gpu",
             c.split(".")[-1].replace("_", " ") for c in varying)
     if banded:
         sub = (sub + " · " if sub else "") + "shaded: 90 % range"
-    _finish(ax, f"{name} against model size", "model size [parameters]",
+    pa.finish(ax, f"{name} against model size", "model size [parameters]",
             f"{'MFU' if metric == 'mfu' else 'throughput per GPU'} [{unit}]", sub)
-    _legend(ax, title="hardware" if by == "system" else by.split(".")[-1].replace("_", " "),
+    pa.legend(ax, title="hardware" if by == "system" else by.split(".")[-1].replace("_", " "),
             loc="best")
     return fig
 
@@ -233,50 +125,66 @@ def memory_ceiling(rows: Rows, kind: str = "model_size", *,
         frame = data.rows_for("memory", rows, catalog)
         table, y, ylabel = data.model_size_ceiling(frame), "n_params", \
             "largest model that fits [parameters]"
-        title, fmt = "Largest model that fits in GPU memory", _params
+        title, fmt = "Largest model that fits in GPU memory", pa.params
     else:
         frame = data.rows_for("memory-seq", rows, catalog)
         table, y, ylabel = data.seq_len_ceiling(frame), "max_seq_len", \
             "longest sequence that fits [tokens]"
-        title, fmt = "Longest sequence that fits in GPU memory", _num
+        title, fmt = "Longest sequence that fits in GPU memory", pa.num
     if table.empty:
         raise ConfigError(f"no row of the memory plot fits ({kind}): nothing to draw")
     group = [c for c in table.columns if c not in ("plan.num_gpus", y, "capped",
                                                     "capacity_bytes")]
-    fig = _figure()
+    fig = pa.figure()
     ax = fig.add_subplot()
     table = table.sort_values([*group, "plan.num_gpus"])
     keys = list(dict.fromkeys(map(tuple, table[group].astype(str).to_numpy())))
     table = table.assign(_key=list(map(tuple, table[group].astype(str).to_numpy())))
     order = sorted(keys, key=lambda k: float(table.loc[table["_key"] == k,
                                                        "capacity_bytes"].iloc[0]))
-    for i, key in enumerate(order):
+    drawn: list[tuple[Any, np.ndarray, np.ndarray, list[str], float]] = []
+    for key in order:
         part = table[table["_key"] == key]
         cap = float(part["capacity_bytes"].iloc[0]) / GIB_BYTES
         label = " · ".join(data._fmt_value(c, v) for c, v in zip(group, part[group].iloc[0]))
-        line, = ax.plot(part["plan.num_gpus"].astype(float), part[y].astype(float),
-                        marker=_MARKERS[i % len(_MARKERS)], label=f"{label} ({cap:.0f} GiB)",
-                        linewidth=1.8, markersize=5)
+        xs = part["plan.num_gpus"].astype(float).to_numpy()
+        ys = part[y].astype(float).to_numpy()
+        # GPUs of the same memory often have the same ceiling: one line names them all
+        same = next((d for d in drawn if np.array_equal(d[1], xs)
+                     and np.allclose(d[2], ys, rtol=1e-9, atol=0.0)), None)
+        if same is not None:
+            same[3].append(label)
+            same[0].set_label(f"{', '.join(same[3])} ({same[4]:.0f} GiB)")
+            continue
+        # ... and where they differ a little, a dashed line over a solid one shows both
+        twin = sum(abs(d[4] - cap) < 0.5 for d in drawn)
+        i = len(drawn)
+        line, = ax.plot(xs, ys, marker=pa.MARKERS[i % len(pa.MARKERS)],
+                        label=f"{label} ({cap:.0f} GiB)", linewidth=1.8,
+                        markersize=5 + 2 * twin,
+                        linestyle=("-", "--", ":", "-.")[twin % 4],
+                        markerfacecolor="none" if twin else None, zorder=2 + twin)
+        drawn.append((line, xs, ys, [label], cap))
         capped = part[part["capped"].astype(bool)]
         if len(capped):
             ax.scatter(capped["plan.num_gpus"].astype(float), capped[y].astype(float), s=60,
                        facecolors="white", edgecolors=line.get_color(), zorder=3)
-    _log_axis(ax.xaxis, table["plan.num_gpus"], _num, _powers_of_two(table["plan.num_gpus"]))
-    _log_axis(ax.yaxis, table[y].astype(float), fmt)
+    pa.log_axis(ax.xaxis, table["plan.num_gpus"], pa.num, pa.powers_of_two(table["plan.num_gpus"]))
+    pa.log_axis(ax.yaxis, table[y].astype(float), fmt)
     handles, _ = ax.get_legend_handles_labels()
     if kind == "model_size" and table["capped"].any():
         handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="white",
                               markeredgecolor="black",
                               label="largest size swept fits (ceiling is higher)"))
-    sub = _constants(frame, ("model", "training.seq_len", "training.precision",
+    sub = pa.constants(frame, ("model", "training.seq_len", "training.precision",
                              "plan.sharding", "training.micro_batch", "training.recompute")
                      if kind == "model_size" else ("model", "training.precision",
                                                    "plan.sharding", "training.micro_batch",
                                                    "training.recompute"))
     if kind == "model_size":
         sub = (sub + " · " if sub else "") + f"{frame['n_params'].nunique()} model sizes swept"
-    _finish(ax, title, "GPUs in the job [count]", ylabel, sub)
-    _legend(ax, handles=handles, title="GPU (memory)", loc="best")
+    pa.finish(ax, title, "GPUs in the job [count]", ylabel, sub)
+    pa.legend(ax, handles=handles, title="GPU (memory)", loc="best")
     return fig
 
 
@@ -301,7 +209,7 @@ def bandwidth_map(rows: Rows, *, tokens_per_gpu: float | None = None,
     g = data.bandwidth_grid(frame)
     x, y = g["bandwidth_gbps"], g["tokens"]
     X, Y = np.meshgrid(x, y)
-    fig = _figure(7.5, 5.6)
+    fig = pa.figure(7.5, 5.6)
     ax = fig.add_subplot()
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -353,137 +261,24 @@ def bandwidth_map(rows: Rows, *, tokens_per_gpu: float | None = None,
         if x.min() / 1.001 <= gbps <= x.max() * 1.001:
             by_bw.setdefault(round(gbps, 3), []).append(ident)
     for i, (gbps, ids) in enumerate(sorted(by_bw.items())):
-        ax.plot([gbps], [tokens_per_gpu], linestyle="", marker=_MARKERS[i % len(_MARKERS)],
+        ax.plot([gbps], [tokens_per_gpu], linestyle="", marker=pa.MARKERS[i % len(pa.MARKERS)],
                 markersize=10, markerfacecolor="white", markeredgecolor="black",
                 markeredgewidth=1.5, zorder=5, label=f"{gbps:g} Gb/s: {', '.join(ids)}")
     handles += ax.get_legend_handles_labels()[0]
-    _log_axis(ax.xaxis, x, _num, [v for v in (12.5, 25, 50, 100, 200, 400, 800, 1600, 3200)
+    pa.log_axis(ax.xaxis, x, pa.num, [v for v in (12.5, 25, 50, 100, 200, 400, 800, 1600, 3200)
                                   if x.min() / 1.001 <= v <= x.max() * 1.001] or None)
-    _log_axis(ax.yaxis, y, _num, _powers_of_two(y, 9))
+    pa.log_axis(ax.yaxis, y, pa.num, pa.powers_of_two(y, 9))
     ax.set_xlim(x.min(), x.max())
     ax.set_ylim(y.min(), y.max())
     first = frame.iloc[0]
-    _finish(ax, f"MFU of {first['model']} on {int(first['plan.num_gpus']):,} × {first['gpu']}",
+    pa.finish(ax, f"MFU of {first['model']} on {int(first['plan.num_gpus']):,} × {first['gpu']}",
             "inter-node bandwidth per GPU [Gb/s, one direction]",
             "tokens per GPU per micro-batch [tokens]",
-            _constants(frame, ("training.seq_len", "plan.sharding", "training.precision"))
+            pa.constants(frame, ("training.seq_len", "plan.sharding", "training.precision"))
             + f" · clusters (by bandwidth only) at {tokens_per_gpu:,.0f} tokens/GPU")
     ax.grid(False)
     fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=TEXT_PT,
                framealpha=0.9)
-    return fig
-
-
-# -- 4. procurement Pareto front ---------------------------------------------------------------
-def procurement_pareto(rows: Rows, *, tokens: float | None = None,
-                       catalog: Catalog | None = None) -> Figure:
-    """Cost [USD per million tokens] against time to train the token budget [days] for every
-    option that can run and has a price; the Pareto front (no other option is both faster
-    and cheaper) highlighted and labelled. The budget is the sweep's ``--tokens`` (or
-    ``tokens``)."""
-    frame = data.rows_for("pareto", rows, catalog)
-    days = data.train_time_s(frame, tokens).astype(float) / 86_400.0
-    cost = frame["cost_usd_per_million_tokens"].astype(float)
-    ok = data.feasible(frame) & np.isfinite(days) & np.isfinite(cost)
-    if not ok.any():
-        raise ConfigError("no row of the pareto plot can run and has a price: give prices "
-                          "(--price GPU=USD/h) and check that the configurations fit")
-    use = data.with_columns(frame[ok], _days=days[ok], _cost=cost[ok],
-                                _group=data.group_labels(frame[ok], "system"))
-    front = data.pareto_front(use["_days"], use["_cost"])
-    fig = _figure(7.5, 5.0)
-    ax = fig.add_subplot()
-    for i, group in enumerate(dict.fromkeys(use["_group"])):
-        part = use[use["_group"] == group]
-        ax.scatter(part["_days"], part["_cost"], s=28, marker=_MARKERS[i % len(_MARKERS)],
-                   label=group, alpha=0.85, gid=OPTIONS_GID, zorder=2)
-    best = use[front].sort_values("_days")
-    ax.plot(best["_days"], best["_cost"], color="black", linewidth=1.2, zorder=3)
-    ax.scatter(best["_days"], best["_cost"], s=110, facecolors="none", edgecolors="black",
-               linewidths=1.6, zorder=4, gid=FRONT_GID,
-               label=f"Pareto front ({len(best)}: none faster and cheaper)")
-    labels = data.config_labels(best, ("cluster", "gpu", "network", "inter_node_gbps_per_gpu",
-                                       "plan.num_gpus", "training.seq_len"),
-                                keep=("plan.num_gpus",))
-    texts = [ax.annotate(text, (px, py), xytext=(7, 5), textcoords="offset points",
-                         fontsize=TEXT_PT, zorder=5)
-             for text, px, py in zip(labels, best["_days"], best["_cost"])]
-    for axis, values in ((ax.xaxis, use["_days"]), (ax.yaxis, use["_cost"])):
-        if values.max() / values.min() > 8:
-            _log_axis(axis, values)
-    budget = tokens if tokens is not None else float(frame["train_tokens"].dropna().iloc[0])
-    left_out = int((~ok).sum())
-    sub = _constants(frame, ("model", "training.seq_len", "training.precision"))
-    if left_out:
-        sub += f" · {left_out} rows without a run or a price left out"
-    _finish(ax, f"Procurement: cost against time to train {_params(budget)} tokens",
-            f"time to train {_params(budget)} tokens [days]", "cost [USD per million tokens]",
-            sub)
-    _legend(ax, loc="best")
-    _hide_overlaps(fig, texts)
-    return fig
-
-
-# -- 5. step breakdown -------------------------------------------------------------------------
-def step_breakdown(rows: Rows, *, normalize: bool = False, max_bars: int = 40,
-                   catalog: Catalog | None = None) -> Figure:
-    """Stacked horizontal bars, one per configuration: the parts of a step
-    (:data:`fsdpsim.plot_data.STEP_PARTS`: GEMM, attention, memory-bound, recompute, exposed
-    communication, optimizer, pipeline bubble — 0 until pipeline parallelism exists) in
-    seconds, or as shares of the step (``normalize``), with the step time and MFU at the end
-    of each bar and the share of each wide enough part inside it."""
-    frame = data.rows_for("breakdown", rows, catalog)
-    frame = frame[frame["step_time_s"].notna()]
-    if frame.empty:
-        raise ConfigError("no row of the breakdown plot has a prediction: nothing to draw")
-    if len(frame) > max_bars:
-        raise ConfigError(f"the breakdown plot draws at most {max_bars} configurations, the "
-                          f"rows have {len(frame)}: filter them first")
-    parts = data.step_components(frame)
-    step = frame["step_time_s"].astype(float).to_numpy()
-    total = parts.sum(axis=1).to_numpy()
-    unit, t_scale = ("ms", 1.0 / MS_S) if step.max() < 2.0 else ("s", 1.0)
-    scale = 100.0 / total if normalize else np.full(len(frame), t_scale)
-    labels = data.config_labels(frame)
-    if "fits" in frame:
-        labels = [t + ("" if f else " (does not fit)") for t, f in
-                  zip(labels, frame["fits"].astype(bool))]
-    fig = _figure(8.5, 2.4 + 0.5 * len(frame))
-    ax = fig.add_subplot()
-    pos = np.arange(len(frame))
-    end = float(np.max(np.maximum(step, total) * scale))
-    ax.set_xlim(0, (1.45 if normalize else 1.35) * end)
-    left = np.zeros(len(frame))
-    for name, colour in zip(data.STEP_PARTS, _PART_COLOURS):
-        values = parts[name].to_numpy()
-        if name == "other compute" and not (values > 1e-3 * total).any():
-            continue
-        label = name + (" (no pipeline parallelism: 0)" if name == "pipeline bubble"
-                        and not values.any() else "")
-        bars = ax.barh(pos, values * scale, left=left * scale, color=colour, label=label,
-                       height=0.7, edgecolor="white", linewidth=0.5)
-        wide = values * scale >= 0.07 * ax.get_xlim()[1]  # room for "12%" at 9 pt
-        ax.bar_label(bars, labels=[f"{v / t:.0%}" if w else "" for v, t, w in
-                                   zip(values, total, wide)],
-                     label_type="center", fontsize=TEXT_PT,
-                     color="white" if colour in ("#1f77b4", "#d62728", "#9467bd") else "black")
-        left = left + values
-    mfu = frame["mfu"].astype(float).to_numpy() if "mfu" in frame else np.full(len(frame), np.nan)
-    for p, t, m in zip(pos, step, mfu):
-        text = f" {t * t_scale:,.4g} {unit}" + (f" · MFU {100 * m:.1f} %" if np.isfinite(m)
-                                                else "")
-        ax.text(max(t, left[p]) * scale[p], p, text, va="center", fontsize=TEXT_PT)
-    ax.set_yticks(pos, labels)
-    if normalize:
-        ax.set_xticks(np.arange(0, 101, 20))
-    ax.invert_yaxis()
-    _finish(ax, "Where the time of a training step goes",
-            "share of the step time [%]" if normalize else f"time per step [{unit}]",
-            "configuration (sweep row)",
-            _constants(frame, ("model", "gpu", "plan.num_gpus", "training.seq_len")))
-    ax.grid(True, axis="x", alpha=0.3)
-    ax.grid(False, axis="y")
-    fig.legend(loc="outside lower center", ncols=4, fontsize=TEXT_PT, framealpha=0.9)
     return fig
 
 
@@ -513,5 +308,6 @@ def save(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
     return path
 
 
-__all__ = ["throughput_vs_model_size", "memory_ceiling", "bandwidth_map", "bandwidth_map_rows",
-           "procurement_pareto", "step_breakdown", "save", "SUFFIXES"]
+__all__ = ["BAND_GID", "FRONT_GID", "OPTIONS_GID", "throughput_vs_model_size", "memory_ceiling",
+           "bandwidth_map", "bandwidth_map_rows", "procurement_pareto", "step_breakdown", "save",
+           "SUFFIXES"]

@@ -48,6 +48,14 @@ MODEL_PARALLEL_COMM = {"tp": ("tp_bytes", "tp_s", "tp_exposed_s"),
                        "ep": ("ep_bytes", "ep_s", "ep_exposed_s")}
 
 
+#: What MFU and HFU count (README glossary; fsdpsim.engine.metrics).
+MFU_CONVENTION = ("model FLOPs (PaLM App. B: 6 x matmul weights per token + attention over "
+                  "the full s x s square, no recompute) / (step time x GPUs x dense peak)")
+HFU_CONVENTION = ("MFU's FLOPs plus what runs again (FlashAttention's backward recompute of "
+                  "the scores, activation checkpointing), same full-square attention and peak; "
+                  ">= MFU, equal without recompute")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """The prediction for one configuration; ``to_dict()`` gives the JSON form."""
@@ -101,6 +109,17 @@ class Prediction:
     def bottleneck(self) -> str:
         return engine.BOTTLENECKS[int(self.analysis()["bottleneck"])]
 
+    def utilisation(self) -> dict[str, Any]:
+        """The peaks MFU and HFU are measured against and their conventions (README glossary;
+        :mod:`fsdpsim.engine.metrics`)."""
+        precision = self.training.get("precision", "bf16")
+        native = float(self.inputs["peak_flops_per_s"])
+        peak = float(self.inputs.get("mfu_peak_flops_per_s", native))
+        basis = "bf16" if precision == "fp8" and peak != native else precision
+        return {"peak_precision": basis, "peak_flops_per_s_per_gpu": peak,
+                "native_precision": precision, "native_peak_flops_per_s_per_gpu": native,
+                "mfu": MFU_CONVENTION, "hfu": HFU_CONVENTION}
+
     def to_dict(self) -> dict[str, Any]:
         v = self.values
         reported = sensitivity.report(self.analysis())
@@ -115,6 +134,8 @@ class Prediction:
             "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
             "mfu": v["mfu"],
             "hfu": v["hfu"],
+            "mfu_native": v["mfu_native"],
+            "utilisation": self.utilisation(),
             "model_flops_per_step": v["model_flops_per_step"],
             "hardware_flops_per_step": v["hardware_flops_per_step"],
             "fits": self.fits,

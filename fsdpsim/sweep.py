@@ -21,6 +21,7 @@ in ``infeasible``; their cost and energy columns are empty.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -29,9 +30,10 @@ import pandas as pd
 from fsdpsim import engine, procurement, sensitivity
 from fsdpsim.grid import Grid, default_global_batch
 from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, TrainingConfig
-from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, MEMORY_KEYS, MODEL_PARALLEL_COMM,
-                             TIME_KEYS, comm_uncertainty, divisors, faster_ratio, plan_summary,
-                             prediction_interval, slower_twin, training_inputs)
+from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, HFU_CONVENTION, MEMORY_KEYS,
+                             MFU_CONVENTION, MODEL_PARALLEL_COMM, TIME_KEYS, comm_uncertainty,
+                             divisors, faster_ratio, plan_summary, prediction_interval,
+                             slower_twin, training_inputs)
 from fsdpsim.system import cluster_too_small
 from fsdpsim.units import GIB_BYTES
 from fsdpsim.sweep_tables import _Tables, _gather
@@ -46,6 +48,7 @@ _RANK_KEYS = ("tokens_per_s", "fits", "peak_bytes", "capacity_bytes", "pipeline_
 
 #: Output columns taken from the engine, named as in predict's JSON flattened with dots.
 THROUGHPUT_COLUMNS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu",
+                      "mfu_native",
                       "model_flops_per_step", "hardware_flops_per_step")
 DETAIL_COLUMNS = {
     "memory.peak_bytes": "peak_bytes", "memory.capacity_bytes": "capacity_bytes",
@@ -103,6 +106,12 @@ def iter_sweep(grid: Grid, *, progress: Callable[[int], None] | None = None,
     most ``candidates_per_chunk`` candidate configurations, default
     :data:`CANDIDATES_PER_CHUNK`), for writers that stream: memory stays that of one chunk
     however big the grid. ``frames=False`` yields the raw columns."""
+    if len(grid.grad_syncs) > 1:  # a block of rows per gradient sync, each its own grid
+        for sync in grid.grad_syncs:
+            yield from iter_sweep(dataclasses.replace(grid, grad_syncs=(sync,)),
+                                  progress=progress, eval_chunk=eval_chunk, frames=frames,
+                                  candidates_per_chunk=candidates_per_chunk)
+        return
     tables = _Tables(grid)
     per_chunk = candidates_per_chunk or CANDIDATES_PER_CHUNK
     step = max(1, per_chunk * grid.n_points // max(estimated_candidates(grid), 1))
@@ -112,6 +121,22 @@ def iter_sweep(grid: Grid, *, progress: Callable[[int], None] | None = None,
         yield _frame(part) if frames else part
         if progress is not None:
             progress(stop - start)
+
+
+def _utilisation_columns(grid: Grid, t: _Tables, p: dict[str, np.ndarray],
+                         constant: Callable[[str], Any]) -> dict[str, Any]:
+    """predict's ``utilisation``: the peaks MFU/HFU and ``mfu_native`` divide by, and the
+    conventions (:meth:`fsdpsim.predict.Prediction.utilisation`)."""
+    at = p["h"] * len(grid.precisions) + p["pr"]  # the system table's rows: system x precision
+    native = np.array(grid.precisions, dtype=object)[p["pr"]]
+    peak, native_peak = t.system["mfu_peak_flops_per_s"][at], t.system["peak_flops_per_s"][at]
+    return {"utilisation.peak_precision": np.where((native == "fp8") & (peak != native_peak),
+                                                   "bf16", native).astype(object),
+            "utilisation.peak_flops_per_s_per_gpu": peak.astype(float),
+            "utilisation.native_precision": native,
+            "utilisation.native_peak_flops_per_s_per_gpu": native_peak.astype(float),
+            "utilisation.mfu": constant(MFU_CONVENTION),
+            "utilisation.hfu": constant(HFU_CONVENTION)}
 
 
 def _frame(columns: dict[str, Any]) -> pd.DataFrame:
@@ -376,6 +401,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     }
     for key in THROUGHPUT_COLUMNS:
         cols[key] = spread(value(key))
+    cols.update(_utilisation_columns(grid, t, p, constant))
     cols["fits"] = np.zeros(n, dtype=bool)
     cols["fits"][at] = value("fits")
     cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))

@@ -288,6 +288,33 @@ def test_predict_full_recompute():
     assert d["hfu"] > d["mfu"]          # the forward runs twice
 
 
+def test_predict_mfu_conventions_bf16_and_fp8():
+    """Issue 10 item 5: without recompute HFU >= MFU (one attention convention); the table
+    names the peak; FP8 is measured against the BF16 dense peak (published tables) with the
+    FP8 peak's MFU beside it, in the table and the JSON."""
+    base = ("--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8", "--micro-batch", "1",
+            "--recompute", "none")
+    bf16 = predict_json(*base)
+    fp8 = predict_json(*base, "--precision", "fp8")
+    peaks = load_catalog().accelerator("h100").peak_flops_per_s
+    for d in (bf16, fp8):
+        assert d["hfu"] >= d["mfu"] > 0
+        assert d["utilisation"]["peak_precision"] == "bf16"
+        assert d["utilisation"]["peak_flops_per_s_per_gpu"] == peaks["bf16"]
+        per_gpu = d["model_flops_per_step"] / d["step_time_s"] / 8
+        assert d["mfu"] == pytest.approx(per_gpu / peaks["bf16"], rel=1e-9)
+    assert bf16["mfu_native"] == bf16["mfu"]
+    assert fp8["utilisation"]["native_precision"] == "fp8"
+    assert fp8["mfu_native"] == pytest.approx(fp8["mfu"] * peaks["bf16"] / peaks["fp8"],
+                                              rel=1e-9)
+    # faster in FP8 means a higher MFU against the same (BF16) peak
+    assert fp8["tokens_per_s"] > bf16["tokens_per_s"] and fp8["mfu"] > bf16["mfu"]
+    table = invoke("predict", *base, "--precision", "fp8")
+    assert "of the BF16 dense peak, 989 TFLOP/s per GPU" in table
+    assert "MFU of FP8 peak" in table and "MFU of FP8" not in invoke("predict", *base)
+    assert max(len(line) for line in table.splitlines() if "MFU" in line) <= 100
+
+
 def test_predict_micro_and_global_batch():
     d = predict_json("--num-gpus", "64", "--micro-batch", "2", "--global-batch", "256")
     tr = d["training"]

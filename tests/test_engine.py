@@ -23,7 +23,7 @@ from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.presets import get_model
+from fsdpsim.presets import get_model, list_models
 from fsdpsim.system import resolve_system
 
 RTOL = 1e-12
@@ -200,18 +200,39 @@ def test_model_flops_equal_flop_counter(dims, batch, measured):
     assert (model4, executed4) == (4 * measured, 4 * measured)
 
 
-def test_flash_attention_executes_the_causal_half():
-    """With FlashAttention the engine counts executed attention as causal (half the square)
-    with a 2.5× backward: 3.5 · ½ · 4·L·B·s²·d = 7·L·B·s²·d. FlopCounterMode with the CPU
-    SDPA op registered counts the full square with a 2.5× backward, 14·L·B·s²·d
-    (2,734,686,208 for V512 d256 L2 s64 B4): the engine's figure is that minus half the
-    attention, 2,617,245,696 + 7·2·4·64²·256 = 2,617,245,696 + 58,720,256 = 2,675,965,952. Model FLOPs (MFU) keep the full
-    square of PaLM."""
+def test_flash_attention_hardware_flops_count_the_full_square_and_its_backward():
+    """HFU's convention (issue 10 item 5): the hardware FLOPs count attention over the full
+    square, as MFU does, with FlashAttention's 2.5x backward (it recomputes the scores):
+    exactly what FlopCounterMode counts with the CPU SDPA op registered, 14·L·B·s²·d on top of
+    6·N_mm·T: 2,617,245,696 + 14·2·4·64²·256 = 2,734,686,208 for V512 d256 L2 s64 B4. (The
+    causal kernel skips half of that square; the step time has it, not the FLOP count.) Model
+    FLOPs (MFU) keep the full square of PaLM with a 2x backward."""
     spec = tiny_gpt(vocab_size=512)
     model, executed = flops(spec, seq_len=64, micro_batch=4, flash=True)
     assert model == 2_717_908_992
-    assert executed == 2_675_965_952
-    assert 2_734_686_208 - 7 * 2 * 4 * 64**2 * 256 == 2_675_965_952
+    assert executed == 2_734_686_208 == 2_617_245_696 + 14 * 2 * 4 * 64**2 * 256
+    assert executed - model == 2 * 2 * 4 * 64**2 * 256  # half a forward of attention more
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_hfu_at_least_mfu_without_recompute(name):
+    """Issue 10 item 5: one convention for both (full attention square), HFU adding what runs
+    again; without recompute HFU >= MFU (equal with eager attention), for every preset, bf16
+    and fp8, FlashAttention on and off. FP8: both against the BF16 dense peak, the FP8 peak's
+    utilisation (mfu_native) beside them."""
+    spec = get_model(name)
+    acc = H100.accelerator
+    for precision in ("bf16", "fp8"):
+        for flash in (False, True):
+            training = TrainingConfig(seq_len=4096, precision=precision, flash_attention=flash)
+            out = engine.evaluate(engine_inputs(spec, H100, ParallelPlan(64, 8, "full"),
+                                                training, micro_batch=1))
+            mfu, hfu, native = (scalar(out, k) for k in ("mfu", "hfu", "mfu_native"))
+            assert hfu >= mfu * (1 - RTOL) and mfu > 0, (name, precision, flash)
+            if not flash:
+                assert hfu == pytest.approx(mfu, rel=RTOL)
+            ratio = acc.peak_for("bf16") / acc.peak_for(precision)
+            assert native == pytest.approx(mfu * ratio, rel=RTOL), (name, precision)
 
 
 def test_full_recompute_adds_one_forward_of_the_blocks():

@@ -491,3 +491,27 @@ def test_a_bad_ladder_id_is_one_clear_error():
 
     with pytest.raises(ConfigError, match="ladder-abc.*accepted"):
         get_model("ladder-abc")
+
+
+def test_hf_configs_with_one_name_do_not_clash(tmp_path, cat):
+    """Issue 10 item 8: two configs in one folder are named by their files; two config.json
+    files whose model names coincide keep their rows apart (named by path); the same file
+    twice is one line naming it."""
+    from conftest import sweep
+
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    small = _write(folder, {**QWEN25_05B}, "small.json")
+    big = _write(folder, {**LLAMA3_8B}, "big.json")
+    assert (spec_from_hf_config(small).name, spec_from_hf_config(big).name) == ("small", "big")
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+    a = _write(tmp_path / "a", {**QWEN25_05B, "_name_or_path": "my-model"})
+    b = _write(tmp_path / "b", {**LLAMA3_8B, "_name_or_path": "my-model"})
+    rows = sweep(cat, model=f"{small},{big},{tmp_path / 'a'},{b}", num_gpus="8",
+                 micro_batch="1", recompute="full", seq_len="2048")
+    assert list(rows["model"]) == ["small", "big", f"my-model ({a.resolve()})",
+                                   f"my-model ({b.resolve()})"]
+    assert list(rows["n_params"]) == [494_032_768, 8_030_261_248, 494_032_768, 8_030_261_248]
+    with pytest.raises(ConfigError, match=r"--model: my-model given more than once \(.*a/config"):
+        sweep(cat, model=f"{a},{tmp_path / 'a'}", num_gpus="8")

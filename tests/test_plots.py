@@ -22,7 +22,7 @@ from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer
 from matplotlib.text import Text
 
-from fsdpsim import plot_data, plots
+from fsdpsim import plot_data, plots, plots_procurement
 from fsdpsim.cli import cli
 from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
@@ -96,8 +96,9 @@ def check_readable(fig, *, categorical_y: bool = False):
 def test_figures_draw_on_the_agg_canvas_without_pyplot(throughput_rows):
     fig = plots.throughput_vs_model_size(throughput_rows)
     assert type(fig.canvas).__name__ == "FigureCanvasAgg"
-    source = Path(plots.__file__).read_text()
-    assert "import pyplot" not in source and "matplotlib.pyplot" not in source
+    for name in ("plots.py", "plot_axes.py", "plots_procurement.py"):
+        source = (Path(plots.__file__).parent / name).read_text()
+        assert "import pyplot" not in source and "matplotlib.pyplot" not in source
 
 
 # -- 1. throughput -----------------------------------------------------------------------------
@@ -175,6 +176,49 @@ def test_memory_ceiling_seq_len(seq_rows):
         plots.memory_ceiling(seq_rows, kind="gpus")
 
 
+def _shown_labels(axis):
+    """Tick labels drawn inside the axis' view (those outside the limits are not seen)."""
+    lo, hi = sorted(axis.get_view_interval())
+    return [t.get_text() for t, v in zip(axis.get_ticklabels(), axis.get_majorticklocs())
+            if lo <= v <= hi and t.get_text().strip()]
+
+
+@pytest.mark.parametrize("gpu", ["h100", "a100", "h200", "b200"])
+def test_memory_ceiling_seq_len_of_one_gpu_has_y_labels(cat, gpu):
+    """Issue 10 item 8: one GPU's ceiling spans less than a decade; its y axis showed no
+    label (llama3-8b on H100, A100) or one (H200, B200)."""
+    rows = sweep(cat, model="llama3-8b", gpu=gpu, num_gpus="8..1024", micro_batch="1",
+                 recompute="full")
+    fig = plots.memory_ceiling(rows, kind="seq_len")
+    ax = check_readable(fig)
+    shown = _shown_labels(ax.yaxis)
+    assert len(shown) >= 3, shown
+    lo, hi = ax.get_ylim()
+    ys = ax.lines[0].get_ydata()
+    assert lo <= ys.min() and ys.max() <= hi
+
+
+def test_memory_ceiling_same_memory_gpus_are_both_visible(cat):
+    """Issue 10 item 8: A100 80GB and H100 (80 GiB each) have the same ceiling: one line names
+    both instead of one drawn over the other; a GPU of its own keeps its own line."""
+    rows = sweep(cat, model_sizes="1b,3b,10b,30b,100b,300b", gpu="a100,h100,h200",
+                 num_gpus="8,64", best=True)
+    fig = plots.memory_ceiling(rows)
+    ax = check_readable(fig)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "a100-sxm4-80gb, h100-sxm5-80gb (80 GiB)" in labels
+    assert any(t.startswith("h200") for t in labels) and len(ax.lines) == 2
+    # GPUs of one memory size whose ceilings differ: both lines, told apart by line style
+    seq = sweep(cat, model="llama3-8b", gpu="a100,h100,mi300x", num_gpus="8,64",
+                micro_batch="1", recompute="full")
+    fig = plots.memory_ceiling(seq, kind="seq_len")
+    ax = fig.axes[0]
+    names = " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert all(g in names for g in ("a100-sxm4-80gb", "h100-sxm5-80gb", "mi300x"))
+    styles = {(line.get_linestyle(), line.get_marker()) for line in ax.lines}
+    assert len(styles) == len(ax.lines)
+
+
 # -- 3. bandwidth map ----------------------------------------------------------------------------
 def test_bandwidth_map_rows_are_the_engine(map_rows, cat):
     assert len(map_rows) == len(MAP_BANDWIDTHS) * len(plot_data.MAP_MICRO_BATCHES)
@@ -182,11 +226,20 @@ def test_bandwidth_map_rows_are_the_engine(map_rows, cat):
                    & (map_rows["training.micro_batch"] == 4)].iloc[0]
     p = predict(get_model("llama3-8b"), resolve_system(cat, gpu="h100", inter_node_gbps_per_gpu=50),
                 ParallelPlan(num_gpus=64, gpus_per_node=8),
-                TrainingConfig(seq_len=1024, micro_batch=4, recompute=row["training.recompute"]))
+                TrainingConfig(seq_len=4096, micro_batch=4, recompute=row["training.recompute"]))
     d = p.to_dict()
     assert row["tokens_per_s_per_gpu"] == pytest.approx(d["tokens_per_s_per_gpu"], rel=1e-12)
     assert row["thresholds.min_inter_node_gbps_per_gpu"] == pytest.approx(
         d["thresholds"]["min_inter_node_gbps_per_gpu"], rel=1e-12)
+
+
+def test_bandwidth_map_defaults_to_the_sequence_length_of_everything_else():
+    """Issue 10 item 8: the map swept sequences of 1,024 tokens, every other default 4,096."""
+    from fsdpsim.grid import DEFAULTS
+
+    assert plot_data.MAP_SEQ_LEN == int(DEFAULTS["seq-len"]) == 4096
+    assert plot_data.merged_options("bandwidth", {})["seq-len"] == "4096"
+    assert plot_data.MAP_SEQ_LEN * min(plot_data.MAP_MICRO_BATCHES) == 4096
 
 
 def test_bandwidth_map_threshold_contour_is_where_the_need_equals_the_bandwidth(map_rows, cat):
@@ -312,6 +365,28 @@ def test_procurement_pareto_front_is_non_dominated_and_complete(pareto_rows):
     assert labels and all("GPUs" in t.get_text() for t in labels)
 
 
+def test_procurement_pareto_total_cost_and_every_point_labelled(pareto_rows):
+    """Issue 10 item 8: a right axis reads the total cost of the token budget; the front's
+    labels give it; the points off the front are labelled too (grey)."""
+    fig = plots.procurement_pareto(pareto_rows)
+    ax = fig.axes[0]
+    total = [c for c in ax.child_axes if c.get_gid() == plots_procurement.TOTAL_AXIS_GID]
+    assert len(total) == 1 and "total cost of 1T tokens [USD" in total[0].get_ylabel()
+    # the secondary axis maps USD per million tokens to USD for 10^12 tokens
+    ok = plot_data.feasible(pareto_rows) & pareto_rows["cost_usd_per_million_tokens"].notna()
+    row = pareto_rows[ok].iloc[0]
+    forward = total[0]._functions[0]
+    assert forward(row["cost_usd_per_million_tokens"]) == pytest.approx(row["train_cost_usd"])
+    front = [t for t in ax.texts if t.get_gid() == plots_procurement.FRONT_LABEL_GID]
+    off = [t for t in ax.texts if t.get_gid() == plots_procurement.OFF_FRONT_LABEL_GID]
+    on_front = plot_data.pareto_front(pareto_rows.loc[ok, "train_time_s"],
+                                      pareto_rows.loc[ok, "cost_usd_per_million_tokens"])
+    assert len(front) == on_front.sum() and len(off) == (~on_front).sum() > 0
+    assert all("$" in t.get_text() for t in front)
+    assert any(t.get_visible() for t in off)
+    assert all("GPUs" in t.get_text() for t in off)
+
+
 def test_procurement_pareto_needs_a_time_to_train(cat):
     rows = sweep(cat, model="llama3-8b", gpu="h100", num_gpus="8,64", best=True)
     with pytest.raises(ConfigError, match="--tokens"):
@@ -336,9 +411,10 @@ def test_step_components_add_up_to_the_step(cat):
     np.testing.assert_allclose(parts["recompute"], rows["time.recompute_s"])
 
 
-@pytest.mark.parametrize("normalize", [False, True])
-def test_step_breakdown_bars(breakdown_rows, normalize):
-    fig = plots.step_breakdown(breakdown_rows, normalize=normalize)
+@pytest.mark.parametrize("normalize, per", [(False, "token"), (False, "step"),
+                                            (True, "token")])
+def test_step_breakdown_bars(breakdown_rows, normalize, per):
+    fig = plots.step_breakdown(breakdown_rows, normalize=normalize, per=per)
     ax = check_readable(fig, categorical_y=True)
     containers = [c for c in ax.containers if isinstance(c, BarContainer)]
     names = [c.get_label() for c in containers]
@@ -347,7 +423,13 @@ def test_step_breakdown_bars(breakdown_rows, normalize):
     assert any(n.startswith("pipeline bubble") for n in names)  # the slot, 0 today
     widths = np.sum([[bar.get_width() for bar in c] for c in containers], axis=0)
     step = breakdown_rows["step_time_s"].to_numpy()
-    want = np.full(step.size, 100.0) if normalize else step * (1e3 if step.max() < 2 else 1.0)
+    if normalize:
+        want = np.full(step.size, 100.0)
+    elif per == "step":
+        want = step * (1e3 if step.max() < 2 else 1.0)
+    else:  # GPU time per token [µs] = 1 / tokens per second per GPU
+        want = 1e6 / breakdown_rows["tokens_per_s_per_gpu"].to_numpy()
+        assert ax.get_xlabel().startswith("GPU time per token [µs]")
     np.testing.assert_allclose(widths, want, rtol=1e-9)
     assert [t.get_text() for t in ax.get_yticklabels()] == [
         f"{b} Gb/s · mbs {m} · recompute {r}" for b, m, r in
@@ -356,6 +438,24 @@ def test_step_breakdown_bars(breakdown_rows, normalize):
     # Less bandwidth, more exposed communication.
     exposed = [c for c in containers if c.get_label() == "exposed communication"][0]
     assert exposed[0].get_width() > exposed[2].get_width()
+
+
+def test_step_breakdown_compares_other_micro_batches_per_token(cat):
+    """Issue 10 item 8: by default the bars are per token (GPU time), so a micro-batch of 4
+    is not drawn 4x as long as one of 1 for the same throughput; the axis says so."""
+    rows = sweep(cat, model="llama3-8b", gpu="h100", num_gpus="64", micro_batch="1,4",
+                 recompute="full")
+    fig = plots.step_breakdown(rows)
+    ax = fig.axes[0]
+    containers = [c for c in ax.containers if isinstance(c, BarContainer)]
+    widths = np.sum([[bar.get_width() for bar in c] for c in containers], axis=0)
+    np.testing.assert_allclose(widths, 1e6 / rows["tokens_per_s_per_gpu"].to_numpy(), rtol=1e-9)
+    assert widths.max() / widths.min() < 2  # per step they differ about 4x
+    step = rows["step_time_s"].to_numpy()
+    assert step.max() / step.min() > 3
+    assert "per token" in ax.get_xlabel()
+    with pytest.raises(ConfigError, match="per 'sequence' is not accepted"):
+        plots.step_breakdown(rows, per="sequence")
 
 
 def test_step_breakdown_limits_bars(throughput_rows):

@@ -491,3 +491,39 @@ def test_best_keeps_the_global_batch_fixed_unless_free_batch(cat):
     out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100,h200", "--num-gpus", "8",
                  "--best", "--free-batch")
     assert "global batch: one micro-batch per GPU" in out
+
+
+def test_grad_sync_takes_a_list_and_each_row_equals_predict(cat, capsys):
+    """Issue 10 item 8: --grad-sync every,last (a list, like every grid option) gives a block of
+    rows per value, each equal to predict with that value."""
+    options = dict(model="llama3-8b", gpu="h100", num_gpus="8,64", micro_batch="1",
+                   recompute="none", global_batch="512")
+    rows = sweep(cat, grad_sync="every,last", **options)
+    assert len(rows) == 4
+    assert list(rows["plan.grad_sync"]) == ["every", "every", "last", "last"]
+    for sync in ("every", "last"):
+        alone = sweep(cat, grad_sync=sync, **options)
+        both = rows[rows["plan.grad_sync"] == sync].reset_index(drop=True)
+        pd.testing.assert_series_equal(both["step_time_s"], alone["step_time_s"])
+        expected = _predict(cat, "llama3-8b", "h100", 64, "full",
+                            dict(micro_batch=1, recompute="none", global_batch=512),
+                            dict(grad_sync=sync))
+        assert both["step_time_s"].iloc[1] == expected.values["step_time_s"]
+        assert both["memory.peak_bytes"].iloc[1] == expected.values["peak_bytes"]
+    out = invoke("sweep", "--model", "llama3-8b", "--num-gpus", "8", "--micro-batch", "1",
+                 "--global-batch", "64", "--grad-sync", "every,last")
+    assert "2 gradient syncs" in out and "grad sync" in out
+    line = assert_one_line_error(*run(capsys, "sweep", "--grad-sync", "every,sometimes"))
+    assert "--grad-sync 'sometimes' is not accepted; accepted: every, last" in line
+
+
+def test_seq_len_k_is_1024_and_the_help_says_so(cat):
+    """Issue 10 item 8: 8k = 8,192 tokens in sweep (lists, ranges, grid files) as in predict."""
+    rows = sweep(cat, model="llama3-8b", num_gpus="8", seq_len="8k,4k..16k", micro_batch="1",
+                 recompute="full")
+    assert list(rows["training.seq_len"]) == [8192, 4096, 16384]
+    assert "8k = 8,192" in " ".join(invoke("sweep", "--help").split())
+    assert "32k = 32,768" in " ".join(invoke("predict", "--help").split())
+    assert "k = 1,024" in " ".join(invoke("plot", "--help").split())  # --tokens-per-gpu
+    d = json.loads(invoke("predict", "--seq-len", "8k", "--format", "json"))
+    assert d["training"]["seq_len"] == 8192

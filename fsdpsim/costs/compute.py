@@ -12,11 +12,12 @@ FLOP conventions (stated once, used everywhere)
   the full s × s square, 12·L·s·q_dim per token. No recompute, no causal discount. This is what
   published MFU figures (MosaicML, Megatron) count and what ``torch.utils.flop_counter`` reports
   for a model with manual attention.
-* **Executed FLOPs** (for HFU and time) are what the kernels do: causal FlashAttention computes
-  only the lower triangle (half the square; Dao 2023, arXiv 2307.08691 §3.1), its backward costs
-  2.5 × its forward (it recomputes the scores; five matmuls against the forward's two), and
-  activation checkpointing adds one more forward of each recomputed layer (Korthikanti et al.
-  2022, arXiv 2205.05198 §5).
+* **Hardware FLOPs** (for HFU) count attention the same way (the full square) and add what runs
+  again: FlashAttention's backward costs 2.5 × its forward (it recomputes the scores; five
+  matmuls against the forward's two), and activation checkpointing adds one more forward of each
+  recomputed layer (Korthikanti et al. 2022, arXiv 2205.05198 §5). So HFU >= MFU.
+* **Time** follows what the kernels do: causal FlashAttention computes only the lower triangle
+  (half the square; Dao 2023, arXiv 2307.08691 §3.1).
 
 Time model
 ----------

@@ -77,7 +77,8 @@ class ModelInputs(TypedDict):
 class SystemInputs(TypedDict):
     """:func:`fsdpsim.inputs.system_inputs`: catalog peaks and achievable fractions."""
 
-    peak_flops_per_s: Number
+    peak_flops_per_s: Number         # dense peak of the compute precision [FLOP/s]
+    mfu_peak_flops_per_s: Number     # the peak MFU/HFU divide by (16-bit for FP8) [FLOP/s]
     compute_clock_ratio: Number      # power-capped clock / rated [-]
     attention_peak_ratio: Number     # attention's peak / the GEMMs' (FP8 training) [-]
     matmul_fraction: Number

@@ -1,4 +1,13 @@
-"""Engine stage 6: metrics of a step: executed FLOPs for HFU.
+"""Engine stage 6: metrics of a step: hardware FLOPs for HFU.
+
+Conventions (README glossary): MFU counts the model FLOPs of PaLM (App. B: 6·N_mm per token plus
+attention over the full s × s square, no recompute), HFU the FLOPs the hardware executes counted
+the same way (the full square, as ``torch.utils.flop_counter`` counts SDPA) plus everything run
+again: FlashAttention's backward recomputes the scores (2.5 × the forward instead of 2 ×) and
+activation checkpointing repeats the forward. So HFU >= MFU, with equality when nothing is
+recomputed. A causal kernel skipping the upper triangle is the kernel's saving, which shows in
+the step time (fsdpsim.engine.layers), not a change of either count. Both are measured against
+the same peak (the 16-bit dense peak for FP8 training, :func:`fsdpsim.inputs.system_inputs`).
 
 The binding resource and the thresholds of the seed study (Wang et al. 2025, arXiv
 2504.03655) are not engine outputs: :mod:`fsdpsim.sensitivity` asks the engine itself how the
@@ -18,15 +27,17 @@ EXPOSED_COMM_BINDS = 0.1
 
 
 def executed_flops_per_microbatch(g, recompute_fraction):
-    """FLOPs one micro-batch executes over its whole model-parallel group [FLOP]: 3x the
-    forward of every weight matmul (PaLM), the attention with FlashAttention's 2.5x backward,
-    and the recomputed forward (torch's early-stop checkpoint skips the MLP down projection,
-    Megatron's reentrant checkpoint does not) on the share of layers that recompute."""
+    """Hardware FLOPs of one micro-batch over its whole model-parallel group [FLOP]: 3x the
+    forward of every weight matmul (PaLM), the attention over the full square (the MFU
+    convention; a causal kernel's skipped half is not discounted) with FlashAttention's 2.5x
+    backward, and the recomputed forward (torch's early-stop checkpoint skips the MLP down
+    projection, Megatron's reentrant checkpoint does not) on the share of layers that
+    recompute."""
     b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
     tokens = b * s
     swiglu, flash = g["swiglu"] > 0, g["flash"] > 0
     recompute = np.asarray(g["recompute"])
-    attn_flops_fwd = compute.attention_flops_fwd(b, s, g["q_dim"], causal=flash)
+    attn_flops_fwd = compute.attention_flops_fwd(b, s, g["q_dim"], causal=False)
     layer_mm = compute.layer_matmul_flops_fwd(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
                                               g["ffn_size"], swiglu, g["active_experts"])
     # torch's early-stop checkpoint skips the down projection; Megatron's recomputes it.

@@ -361,13 +361,14 @@ def layered_flops(g, rc_share, k):
     :func:`fsdpsim.engine.metrics.executed_flops_per_microbatch` and
     :func:`fsdpsim.costs.compute.model_flops_per_token`, per kind of layer): every active
     weight 3 × its forward (dense layers their MLP, MoE layers router + top-k experts +
-    shared), attention over the pairs each mask keeps (causal half with FlashAttention), the
+    shared), attention over the pairs each mask keeps (the full square for full layers, as MFU
+    counts it; FlashAttention's backward 2.5 × its forward), the
     LM head, the MTP modules, and the recomputed forward."""
     b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
     tokens = b * s
     flash = g["flash"] > 0
     ratio = g.get("attn_pair_ratio", 1.0)
-    attn = compute.attention_flops_fwd(b, s, g["q_dim"], causal=flash) * ratio
+    attn = compute.attention_flops_fwd(b, s, g["q_dim"], causal=False) * ratio
     n_moe = g["moe_layers"]
     mm = 2.0 * tokens * ((L - n_moe) * g["dense_layer_matmul_params"]
                          + n_moe * g["moe_layer_matmul_params"])

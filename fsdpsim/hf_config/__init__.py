@@ -62,7 +62,8 @@ def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None
     path
         The ``config.json`` file, or the model directory containing it.
     name
-        Name for the spec; default ``_name_or_path`` from the file, else the directory name.
+        Name for the spec; default ``_name_or_path`` from the file, else the file's name
+        without ``.json`` (when it is not ``config.json``), else the directory name.
 
     Raises
     ------
@@ -102,8 +103,10 @@ def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None
         )
 
     fields = _READERS[model_type](Config(path, data, model_type, REQUIRED[model_type]))
-    if name is None:
-        name = data.get("_name_or_path") or path.resolve().parent.name or str(path)
+    if name is None:  # a file not called config.json names itself (two in one folder differ)
+        name = (data.get("_name_or_path")
+                or (path.stem if path.name.lower() != "config.json" else "")
+                or path.resolve().parent.name or str(path))
     try:
         spec = ModelSpec(name=str(name)[:200], **fields)
     except ConfigError as exc:
