@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.errors import ConfigError
-from fsdpsim.plots import TEXT_PT, _figure, _finish
+from fsdpsim.plot_axes import TEXT_PT
+from fsdpsim.plot_axes import figure as _figure
+from fsdpsim.plot_axes import finish as _finish
 from fsdpsim.units import GIB_BYTES
 
 #: The gid of the 90 % range whiskers (tests find them in the SVG).
