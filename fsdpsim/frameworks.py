@@ -94,10 +94,12 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               uncertainty=0.25,
               source="DeepSpeed runtime/zero/partition_parameters.py @c4f4ef5d (2021-04-30) "
                      "L603-626, L776-823, L918-954; constants.py; PR #1188",
-              # the 2021 ZeRO-3 engine: stage 3 alone, no pipeline, no sequence/context split
+              # the 2021 ZeRO-3 engine: stage 3 alone, no pipeline, no sequence/context split;
+              # Megatron-DeepSpeed's checkpointing recomputes every layer
               supports=(("sharding", ("full",)), ("pp", (1,)), ("cp", (1,)),
                         ("sequence_parallel", (False,)), ("tp_overlap", (False,)),
-                        ("ep", (1,)))),
+                        ("ep", (1,)), ("recompute", ("none", "full")),
+                        ("partial_recompute", (False,)))),
     Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05,
               source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
                      "overlap_param_gather)"),
@@ -106,10 +108,13 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               source="Megatron-LM v2.x megatron/training.py train_step "
                      "(model.allreduce_gradients() after backward)",
               # v2.x: DDP data parallelism (the distributed optimizer and sequence parallelism
-              # came with v3.0, 2022), 1F1B or interleaved schedules, no CP, no TP overlap
+              # came with v3.0, 2022), 1F1B or interleaved schedules, no CP, no TP overlap;
+              # --checkpoint-activations recomputes every layer (selective recompute and
+              # --recompute-num-layers came with v3.0)
               supports=(("sharding", ("none",)), ("sequence_parallel", (False,)),
                         ("tp_overlap", (False,)), ("cp", (1,)), ("ep", (1,)),
-                        ("pp_schedule", ("1f1b", "interleaved")))),
+                        ("pp_schedule", ("1f1b", "interleaved")),
+                        ("recompute", ("none", "full")), ("partial_recompute", (False,)))),
 )}
 
 #: Older and alternative spellings.

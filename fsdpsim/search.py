@@ -384,13 +384,16 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                           & (bound[candidates] > _kth_best(found, top))]
         full = run_eval(rows, "full", -1.0)
         rows = rows[full["ok"]]
-        sel = run_eval(rows, "selective", -1.0)
+        methods = space.supports.get("recompute", RECOMPUTES)
+        partial = space.supports.get("partial_recompute", (True,))[0]
+        sel = (run_eval(rows, "selective", -1.0) if "selective" in methods
+               else {"ok": np.zeros(rows.size, bool)})
         # ---- step 4: the fewest recomputed layers that fit, best bound first, in rounds: each
         # round raises the K-th best, which prunes the rest of the queue (branch and bound;
         # selective only where all-selective fits: fewer layers hold more) -------------------
         L = s.layers_stage[plan_idx]
-        queue = [(method, rows[fits & (L[rows] > 1)])
-                 for method, fits in (("selective", sel["ok"]), ("full", np.ones(rows.size, bool)))]
+        queue = [(method, rows[fits & (L[rows] > 1)]) for method, fits in
+                 (("selective", sel["ok"]), ("full", np.ones(rows.size, bool))) if partial]
         queue = [(method, q[np.argsort(-bound[q], kind="stable")]) for method, q in queue]
         while any(q.size for _, q in queue):
             kth = _kth_best(found, top)

@@ -303,3 +303,9 @@ def test_framework_profiles_limit_the_space():
                                  SearchSpace(framework="megatron-2021",
                                              fixed={"sharding": "optimizer"})))
     assert {p.sharding for p in fixed} == {"optimizer"}
+    # no selective or partial recompute before Megatron-LM v3: a tight budget gets all layers
+    result = search(get_model("gpt3-350m"), _system(budget_gib=3.0), 16,
+                    TrainingConfig(seq_len=2048, global_batch=64),
+                    SearchSpace(framework="megatron-2021"), top=5)
+    assert result.top and all(c.recompute in ("none", "full") and c.recompute_layers is None
+                              for c in result.top)
