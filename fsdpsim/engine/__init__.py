@@ -27,7 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array
 from fsdpsim.costs import nccl
 from fsdpsim.engine import collectives, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -120,7 +120,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """
     g = prepare(x)
     k = g["grad_accum"]
-    piped = bool(np.any(g["pp"] > 1))
+    piped = bool(any_of(g["pp"] > 1))
 
     # ---- stage 2: compute of one layer and the root, one micro-batch, one rank --------------
     r = layers.rates(g)
@@ -129,7 +129,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     rt = layers.root_times(g, r, w)
     # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
     layered = moe.layered(g)
-    has_moe = layered and bool(np.any(g["moe_layers"] > 0))
+    has_moe = layered and bool(any_of(g["moe_layers"] > 0))
     ep, phi = moe.NO_EXPERT_PARALLEL, 0.0
     if layered:
         lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt)
@@ -137,7 +137,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         if has_moe:
             ep, phi = ep_c, moe.moe_share(g)
             lt = moe.mix(lt_d, lt_m, phi)
-        if np.any(g["mtp_layers"] > 0):
+        if any_of(g["mtp_layers"] > 0):
             mtp_fwd_s, mtp_bwd_s = moe.mtp_times(g, r, w, lt_d, lt_m, ep, rt)
             rt = {**rt, "head_fwd_s": rt["head_fwd_s"] + mtp_fwd_s,
                   "head_bwd_s": rt["head_bwd_s"] + mtp_bwd_s,
@@ -147,10 +147,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # ---- stage 3: collectives ----------------------------------------------------------------
     # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
     # which are all zero there (sweep speed).
-    co = collectives.group_coefficients(g, r, tp=bool(np.any(g["tp"] > 1)))
-    tpc = (collectives.tensor_parallel(g, co, w, lt) if np.any(g["tp"] > 1)
+    co = collectives.group_coefficients(g, r, tp=bool(any_of(g["tp"] > 1)))
+    tpc = (collectives.tensor_parallel(g, co, w, lt) if any_of(g["tp"] > 1)
            else collectives.NO_TENSOR_PARALLEL)
-    cpc = (collectives.context_parallel(g, co, w, lt, r) if np.any(g["cp"] > 1)
+    cpc = (collectives.context_parallel(g, co, w, lt, r) if any_of(g["cp"] > 1)
            else collectives.NO_CONTEXT_PARALLEL)
     p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
     L_stage = np.where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
@@ -309,7 +309,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                         + np.where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
 
     # ---- stage 5: memory ---------------------------------------------------------------------
-    mem = engine_memory(g, ceilings=bool(np.all(g["ceilings"] > 0)))
+    mem = engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0)))
 
     # ---- stage 6: throughput and utilisation --------------------------------------------------
     gpus = g["num_gpus"]

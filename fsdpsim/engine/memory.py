@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, memory
+from fsdpsim.costs.compute import all_of, any_of
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -107,13 +108,13 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
         # Codes and degrees come checked from the plan and prepare(): no argument checks.
         check=False,
     )
-    if np.any(g["tp"] > 1) or np.any(g["cp"] > 1):
+    if any_of(g["tp"] > 1) or any_of(g["cp"] > 1):
         config.update(tp=g["tp"], cp=g["cp"], sequence_parallel=g["sequence_parallel"] > 0)
     if stage != "only":
         config["saved_microbatches"] = in_flight
-    if np.any(rl >= 0):
+    if any_of(rl >= 0):
         config["recomputed_layers"] = np.where(rl >= 0, rl, n_layers)
-    if "moe_layers" in g and (np.any(g["moe_layers"] > 0) or np.any(g["mtp_layers"] > 0)):
+    if "moe_layers" in g and (any_of(g["moe_layers"] > 0) or any_of(g["mtp_layers"] > 0)):
         from fsdpsim.engine.moe import memory_update
 
         config = memory_update(g, config, stage)
@@ -162,10 +163,10 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
     out["capacity_bytes"] = np.broadcast_to(capacity, np.shape(out["peak_bytes"])).astype(float)
     out["fits"] = memory.fits(out["peak_bytes"], capacity)
     if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
-        multiple = 2.0 * g["cp"] if np.any(g["cp"] > 1) else 1
+        multiple = 2.0 * g["cp"] if any_of(g["cp"] > 1) else 1
         out["max_micro_batch"] = limits["max_micro_batch"].astype(float)
         out["max_seq_len"] = limits["max_seq_len"].astype(float)
-        if np.any(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks
+        if any_of(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks
             out["max_seq_len"] = np.floor(out["max_seq_len"] / multiple) * multiple
     return out
 
@@ -174,13 +175,13 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
     """Memory of the binding stage: the only one without pipelining, else the larger peak of
     the first and last stages (each kept as ``peak_bytes_first_stage`` /
     ``peak_bytes_last_stage``)."""
-    if not np.any(g["pp"] > 1):
+    if not any_of(g["pp"] > 1):
         out = stage_memory(g, ceilings)
         out["peak_bytes_first_stage"] = out["peak_bytes_last_stage"] = out["peak_bytes"]
         return out
     piped = g["pp"] > 1
     # The single stage only for rows without pipelining (a sweep may mix them in).
-    only = None if np.all(piped) else stage_memory(g, ceilings)
+    only = None if all_of(piped) else stage_memory(g, ceilings)
     first, last = end_stages_memory(g, ceilings)
     use_first = first["peak_bytes"] >= last["peak_bytes"]
 
