@@ -134,8 +134,8 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
     the two stages' inputs stacked on a new leading axis (every term is computed entry by
     entry, so each stage's numbers are those of its own call)."""
     configs = memory_config(g, "first"), memory_config(g, "last")
-    ndim = max(np.ndim(v) for v in (g["memory_bytes"], g["cp"], *configs[0].values(),
-                                    *configs[1].values()))
+    ndim = max(map(_ndim, (g["memory_bytes"], g["cp"], *configs[0].values(),
+                           *configs[1].values())))
     both = {key: (a if a is configs[1][key] else _stack_pair(a, configs[1][key], ndim))
             for key, a in configs[0].items()}
     out = _memory_of(g, both, ceilings)
@@ -143,9 +143,16 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
                  for i in (0, 1))
 
 
+def _ndim(v) -> int:
+    """``np.ndim(v)``, read off numpy values directly (this runs for every memory keyword)."""
+    return v.ndim if isinstance(v, (np.ndarray, np.generic)) else np.ndim(v)
+
+
 def _stack_pair(a, b, ndim) -> np.ndarray:
     """``a`` and ``b`` broadcast together (padded to ``ndim`` dimensions), stacked on a new
     leading axis, their dtype kept."""
+    if not (_ndim(a) or _ndim(b)):  # two single values
+        return np.array([a, b], dtype=np.result_type(a, b)).reshape((2,) + (1,) * ndim)
     shape = np.broadcast_shapes(np.shape(a), np.shape(b))
     out = np.empty((2,) + (1,) * (ndim - len(shape)) + shape, dtype=np.result_type(a, b))
     out[0], out[1] = a, b
