@@ -6,7 +6,9 @@ readers all call these; ``fsdpsim.predict`` re-exports them)."""
 
 from __future__ import annotations
 
+import functools
 import math
+from numbers import Number
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,23 @@ def _split_root(shapes):
 
 def model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
                  tp: int = 1) -> dict[str, Any]:
+    """Numeric model inputs of :func:`engine.evaluate` (:func:`_model_inputs`); computed once per
+    model, shard size and TP degree when the shard size is one number (each caller gets a
+    copy)."""
+    if isinstance(shard_size, Number):
+        return dict(_cached_model_inputs(spec, shard_size, type(shard_size), per_parameter, tp))
+    return _model_inputs(spec, shard_size, per_parameter, tp)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_model_inputs(spec, shard_size, _type, per_parameter, tp):
+    """:func:`_model_inputs` of one shard size, remembered (``_type`` keeps 64 and 64.0
+    apart)."""
+    return _model_inputs(spec, shard_size, per_parameter, tp)
+
+
+def _model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
+                  tp: int = 1) -> dict[str, Any]:
     """Numeric model inputs of :func:`engine.evaluate`; padding is vectorised over shard_size.
 
     With ``tp > 1`` the parameter counts are one tensor-parallel rank's
@@ -219,7 +238,14 @@ def _attention_peak_ratio(acc, precision: str) -> float:
 def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, Any]:
     """Numeric plan inputs of :func:`engine.evaluate`: strategy, degrees, schedule, and the
     size and members per scale-up domain of every group (:func:`fsdpsim.layout.group_layout`).
-    ``n_layers`` (needed with pp > 1) gives the layers of the first, middle and last stages."""
+    ``n_layers`` (needed with pp > 1) gives the layers of the first, middle and last stages.
+    Computed once per plan and layer count (frozen: each caller gets a copy)."""
+    return dict(_plan_inputs(plan, n_layers))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_inputs(plan: ParallelPlan, n_layers: int | None) -> dict[str, Any]:
+    """:func:`plan_inputs`, remembered."""
     from fsdpsim.layout import group_layout
     from fsdpsim.parallel import PP_SCHEDULES
 
@@ -251,10 +277,16 @@ def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, An
 def pod_inputs(plan: ParallelPlan, system: System) -> dict[str, Any]:
     """Members of each group inside one non-blocking pod of the system's cluster
     (:func:`fsdpsim.layout.pod_layout`; the group's size without pods)."""
+    return dict(_pod_inputs(plan, system.pod_gpus))
+
+
+@functools.lru_cache(maxsize=1024)
+def _pod_inputs(plan: ParallelPlan, pod_gpus) -> dict[str, Any]:
+    """:func:`pod_inputs` for a pod size, remembered."""
     from fsdpsim.layout import expert_layout, pod_layout
 
-    experts = expert_layout(plan, pod_gpus=system.pod_gpus)
-    return {**pod_layout(plan, system.pod_gpus),
+    experts = expert_layout(plan, pod_gpus=pod_gpus)
+    return {**pod_layout(plan, pod_gpus),
             **{k: v for k, v in experts.items() if k.endswith("_per_pod")}}
 
 

@@ -226,10 +226,11 @@ def _what_would_fit(spec: ModelSpec, system: System, plan: ParallelPlan,
 
 
 def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
+    """Row ``i`` of the engine's outputs as Python numbers (a single value serves every row)."""
     row = {}
     for key, arr in out.items():
         a = np.asarray(arr)
-        value = a.reshape(-1)[i] if a.size > 1 else a.reshape(-1)[0]
+        value = a.flat[i] if a.size > 1 else a.flat[0]
         row[key] = bool(value) if a.dtype == bool else float(value)
     return row
 

@@ -583,3 +583,22 @@ def test_the_builder_makes_exactly_the_typed_bundle():
              | set(FrameworkInputs.__annotations__))
     assert set(x) == parts
     assert parts <= set(EngineInputs.__annotations__)
+
+
+def test_large_blocks_tune_the_heap_once_and_change_no_number():
+    """evaluate on many rows tunes glibc's allocator once (fsdpsim.engine.heap); a row's outputs
+    equal those of the same configuration evaluated alone."""
+    from fsdpsim.engine import heap
+
+    x = predict.config_inputs(get_model("llama3-8b"), H100, ParallelPlan(64, 8, "full"),
+                              TrainingConfig(seq_len=4096))
+    n = engine.HEAP_TUNING_ROWS
+    mb = np.arange(n) % 8 + 1.0
+    out = engine.evaluate({**x, "micro_batch": mb, "recompute": 2.0, "grad_accum": 1.0,
+                           "ceilings": 0.0})
+    tuned = heap.keep_freed_memory()
+    assert heap.keep_freed_memory() is tuned
+    one = engine.evaluate({**x, "micro_batch": 3.0, "recompute": 2.0, "grad_accum": 1.0,
+                           "ceilings": 0.0})
+    assert out["step_time_s"][2] == one["step_time_s"]
+    assert out["peak_bytes"][2] == one["peak_bytes"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import any_of, as_array
 from fsdpsim.errors import ConfigError, suggest
 
 
@@ -26,7 +26,7 @@ def choice_codes(value, names, what):
     codes = np.full(arr.shape, -1)
     for i, name in enumerate(names):
         codes = np.where(arr == name, i, codes)
-    if np.any(codes < 0):
+    if any_of(codes < 0):
         bad = sorted({str(v) for v in np.atleast_1d(arr)[np.atleast_1d(codes) < 0]})
         raise ConfigError(f"{what}: unknown value(s) {', '.join(map(repr, bad))}; accepted: "
                           f"{', '.join(names)}" + suggest(bad[0], names))

@@ -23,7 +23,7 @@ from functools import reduce
 import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array
 from fsdpsim.errors import ConfigError
 
 #: Which moments of the peak a ceiling binds on, by ``moment`` (0: loss backward, 1: block).
@@ -161,7 +161,7 @@ def _solve(capacity_bytes, config, *, micro_batch, seq_len, multiple_of=1, upper
                                        cap, hi_bound) if seq_len else (None, True))
 
     b_max = s_max = None
-    if np.all(b_ok) and np.all(s_ok):  # every estimate clears the capacity by more than
+    if all_of(b_ok) and all_of(s_ok):  # every estimate clears the capacity by more than
         if micro_batch:                # rounding on both sides: what the checks would give
             b_max = reduce(np.minimum, b_est.astype(np.int64))
         if seq_len:
@@ -293,7 +293,7 @@ def _quadratic_settle(est, first_checks, peak_at, cap, hi_bound, step):
             peak_est, peak_next = peak_at(est), peak_at(est + 1.0)
         lo_ok = (est == 0) | (peak_est <= cap)
         hi_ok = (est >= hi_bound) | (peak_next > cap)
-        if np.all(lo_ok & hi_ok):
+        if all_of(lo_ok & hi_ok):
             return (est * step).astype(np.int64)
         est = np.where(~lo_ok, est - 1.0, np.where(~hi_ok, est + 1.0, est))
     # Fallback: bisection (the invariant peak(hi) > cap; lo fits or lo == 0).
@@ -301,7 +301,7 @@ def _quadratic_settle(est, first_checks, peak_at, cap, hi_bound, step):
     lo = np.zeros(shape)
     hi = np.broadcast_to(hi_bound, shape).copy()
     top_fits = peak_at(hi) <= cap
-    while np.any(hi - lo > 1):
+    while any_of(hi - lo > 1):
         mid = np.floor((lo + hi) / 2.0)
         ok = peak_at(mid) <= cap
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)

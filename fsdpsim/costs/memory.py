@@ -101,7 +101,7 @@ from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the
 )
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array
 
 #: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
@@ -310,8 +310,8 @@ def binding_terms(at_loss, in_block, moment="peak"):
                                                             peak_a >= peak_b))
     shape = np.broadcast_shapes(*{np.shape(v) for terms in (at_loss, in_block)
                                   for v in (use_a, *terms.values())})
-    everywhere_a = np.all(use_a)
-    if everywhere_a or not np.any(use_a):  # one moment binds everywhere: no selection
+    everywhere_a = all_of(use_a)
+    if everywhere_a or not any_of(use_a):  # one moment binds everywhere: no selection
         terms = at_loss if everywhere_a else in_block
         return {key: _read_only(terms[key], shape) for key in PEAK_KEYS}
     return {key: _read_only(np.where(use_a, at_loss[key], in_block[key]), shape)
@@ -380,7 +380,7 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
                                param_bytes=param_bytes, grad_bytes=grad_bytes,
                                optimizer_bytes_per_param=optimizer_bytes_per_param,
                                padded_n_params=padded_n_params, check=False)
-    if np.any(as_array(expert_n_params) > 0):
+    if any_of(as_array(expert_n_params) > 0):
         experts = model_state_bytes(expert_n_params, expert_shard_size, 1.0, strategy,
                                     param_bytes=param_bytes, grad_bytes=grad_bytes,
                                     optimizer_bytes_per_param=optimizer_bytes_per_param,
@@ -413,8 +413,8 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
             k * saved_per_layer + (as_array(n_layers) - k) * kept_per_layer)
         working = np.where(k > 0, working, 0.0)
     routed_tokens = as_array(micro_batch) * as_array(seq_len)
-    if (np.any(as_array(moe_saved_bytes_per_token) > 0)
-            or np.any(as_array(moe_working_bytes_per_token) > 0)):
+    if (any_of(as_array(moe_saved_bytes_per_token) > 0)
+            or any_of(as_array(moe_working_bytes_per_token) > 0)):
         saved_all = saved_all + (as_array(saved_microbatches) * routed_tokens
                                  * as_array(moe_saved_bytes_per_token))
         working = working + routed_tokens * as_array(moe_working_bytes_per_token)

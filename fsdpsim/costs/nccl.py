@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array
 
 PROTOCOLS = ("ll", "ll128", "simple")
 _KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
@@ -87,7 +87,7 @@ def collapse_constant_library(g: dict) -> None:
     if ident is None or np.ndim(ident) == 0 or np.size(ident) == 0:
         return
     flat = np.ravel(ident)
-    if np.all(flat == flat[0]):
+    if all_of(flat == flat[0]):
         for key in [k for k in g if k.startswith("nccl_")]:
             value = g[key]
             if np.ndim(value):
@@ -156,8 +156,8 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     share = steps / np.maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
     bw = as_array(busbw_bytes_per_s)
     nv = np.asarray(nvlink, dtype=bool)
-    all_nvlink = bool(np.all(nv))
-    any_multi = bool(np.any(multi))
+    all_nvlink = bool(all_of(nv))
+    any_multi = bool(any_of(multi))
     ll_max = _ll_max(g, nodes)
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
     ll128_cap = np.where(multi, ppn * g["nccl_ll128_channel_bytes_per_s"], np.inf)
@@ -197,7 +197,7 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     elif not all_reduce:
         # PAT: one GPU per node (NCCL >= 2.23), Simple only.
         pat = (g["nccl_pat"] > 0) & multi & (ppn <= 1.0)
-        if np.any(pat):
+        if any_of(pat):
             off = OFF * (1.0 - pat)
             lat = (PAT_BASE_S + np.log2(nodes) * g["nccl_simple_tree_net_hop_s"] / 3.5
                    + PAT_PER_RANK_S * n)

@@ -53,7 +53,7 @@ import numpy as np
 
 from fsdpsim.costs import schedule_closed as closed
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array
 from fsdpsim.errors import ConfigError, suggest
 
 #: Pipeline schedules, in the order of their integer codes.
@@ -304,7 +304,7 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
     p, v, m = (_whole(name, x) for name, x in
                (("pp", pp), ("vpp", vpp), ("n_microbatches", n_microbatches)))
     bad = ~schedule_feasible(code, p, v, m)
-    if np.any(bad):
+    if any_of(bad):
         cases = sorted({(SCHEDULES[int(k)], int(a), int(b), int(c)) for k, a, b, c in
                         zip(*(np.broadcast_to(x, bad.shape)[bad] for x in (code, p, v, m)))})
         raise ConfigError("pipeline configurations not accepted (interleaved needs "
@@ -319,7 +319,7 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
                     ("last_extra_fwd_s", last_extra_fwd_s),
                     ("last_extra_bwd_s", last_extra_bwd_s)):
         times[name] = t = as_array(x)
-        if np.any(t < 0):
+        if any_of(t < 0):
             raise ConfigError(f"{name} must be >= 0 seconds, got "
                               f"{sorted(set(t[t < 0].ravel().tolist()))}")
     code, p, v, m, f, b, w, c, ef, eb, lf, lb = np.broadcast_arrays(code, p, v, m,
@@ -360,7 +360,7 @@ def _codes(schedule_code) -> np.ndarray:
     """Integer schedule codes from names, integer codes or whole-number float codes (the
     engine's input bundle stores categorical columns as floats)."""
     arr = np.asarray(schedule_code)
-    if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
+    if arr.dtype.kind == "f" and all_of(arr == np.round(arr)):
         arr = arr.astype(np.int64)
     return choice_codes(arr, SCHEDULES, "pipeline schedule")
 
@@ -368,7 +368,7 @@ def _codes(schedule_code) -> np.ndarray:
 def _whole(name: str, value) -> np.ndarray:
     """``value`` as an int64 array, or a ConfigError if any element is below 1 or not whole."""
     x = as_array(value)
-    if np.any(x < 1) or np.any(x != np.round(x)):
+    if any_of(x < 1) or any_of(x != np.round(x)):
         bad = sorted(set(x[(x < 1) | (x != np.round(x))].ravel().tolist()))
         raise ConfigError(f"{name} must be a whole number >= 1, got {bad}")
     return x.astype(np.int64)

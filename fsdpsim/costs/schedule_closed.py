@@ -258,8 +258,12 @@ def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
 
 def _clip(x, lo, hi):
     """``np.clip`` without its per-call overhead (this module calls it thousands of times on
-    small arrays); equal for finite inputs."""
-    return _minimum(_maximum(x, lo), hi)
+    small arrays); equal for finite inputs. ``_minimum(_maximum(x, lo), hi)``, with the two
+    inlined for Python numbers (predict's rows)."""
+    if type(x) in _FAST and type(lo) in _FAST and type(hi) in _FAST:
+        x = x if x >= lo else lo
+        return x if x <= hi else hi
+    return np.minimum(np.maximum(x, lo), hi)
 
 
 class _Stage:

@@ -59,7 +59,7 @@ import re
 import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import all_of, as_array
 from fsdpsim.errors import ConfigError
 
 #: Collective kinds of tensor parallelism and the passes they run in.
@@ -451,7 +451,7 @@ def cp_feasible(seq_len, n_heads, n_kv_heads, cp, tp=1, method="ring"):
 
 def check_context_parallel(seq_len, n_heads, n_kv_heads, cp, tp=1, method="ring") -> None:
     """Raise :class:`ConfigError` naming every degree when :func:`cp_feasible` is False."""
-    if not np.all(cp_feasible(seq_len, n_heads, n_kv_heads, cp, tp, method)):
+    if not all_of(cp_feasible(seq_len, n_heads, n_kv_heads, cp, tp, method)):
         need = ("seq_len divisible by 2*cp" if method == "ring" else
                 "seq_len divisible by cp and n_heads/tp, n_kv_heads/tp divisible by cp")
         raise ConfigError(f"{method} context parallelism: seq_len({seq_len}), n_heads({n_heads}),"

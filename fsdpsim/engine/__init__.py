@@ -27,9 +27,9 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array
 from fsdpsim.costs import nccl
-from fsdpsim.engine import collectives, layers, metrics, moe, step
+from fsdpsim.engine import collectives, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.moe_inputs import DEFAULTS as MOE_DEFAULTS
 
@@ -67,6 +67,9 @@ def choice_rank(out: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 #: Rows per internal block: a large grid is evaluated in blocks so that the ~1,500 temporaries
 #: of one evaluation stay in cache (measured 1.3-1.6x faster than one call on 10^6 rows).
 BLOCK_ROWS = 65_536
+#: From this many rows on, :func:`evaluate` tunes the C allocator to reuse the temporaries'
+#: memory (:mod:`fsdpsim.engine.heap`: half the CPU time was page faults on 65,536 rows).
+HEAP_TUNING_ROWS = 16_384
 
 
 def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -78,16 +81,26 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     shape = np.broadcast_shapes(*{() if isinstance(v, (int, float)) else np.shape(v)
                                   for v in x.values()})
     n = int(np.prod(shape)) if shape else 1
+    if n >= HEAP_TUNING_ROWS:  # temporaries of 128 KiB and more: keep them on the heap
+        heap.keep_freed_memory()
     if n <= BLOCK_ROWS:
         return _evaluate(x)
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
-    parts = []
+    # Each block's outputs go straight into the full arrays (as np.concatenate would type
+    # them: a later block of a wider dtype widens the column), not kept until the end.
+    result: dict[str, np.ndarray] = {}
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
         out = _evaluate({k: (v[start:stop] if np.ndim(v) else v) for k, v in flat.items()})
-        parts.append({k: np.broadcast_to(v, (stop - start,)) for k, v in out.items()})
-    return {k: np.concatenate([p[k] for p in parts]).reshape(shape) for k in parts[0]}
+        for k, v in out.items():
+            dtype = np.asarray(v).dtype
+            if k not in result:
+                result[k] = np.empty(n, dtype=dtype)
+            elif dtype != result[k].dtype:
+                result[k] = result[k].astype(np.result_type(result[k].dtype, dtype))
+            result[k][start:stop] = v
+    return {k: v.reshape(shape) for k, v in result.items()}
 
 
 def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -107,7 +120,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """
     g = prepare(x)
     k = g["grad_accum"]
-    piped = bool(np.any(g["pp"] > 1))
+    piped = bool(any_of(g["pp"] > 1))
 
     # ---- stage 2: compute of one layer and the root, one micro-batch, one rank --------------
     r = layers.rates(g)
@@ -116,7 +129,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     rt = layers.root_times(g, r, w)
     # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
     layered = moe.layered(g)
-    has_moe = layered and bool(np.any(g["moe_layers"] > 0))
+    has_moe = layered and bool(any_of(g["moe_layers"] > 0))
     ep, phi = moe.NO_EXPERT_PARALLEL, 0.0
     if layered:
         lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt)
@@ -124,7 +137,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         if has_moe:
             ep, phi = ep_c, moe.moe_share(g)
             lt = moe.mix(lt_d, lt_m, phi)
-        if np.any(g["mtp_layers"] > 0):
+        if any_of(g["mtp_layers"] > 0):
             mtp_fwd_s, mtp_bwd_s = moe.mtp_times(g, r, w, lt_d, lt_m, ep, rt)
             rt = {**rt, "head_fwd_s": rt["head_fwd_s"] + mtp_fwd_s,
                   "head_bwd_s": rt["head_bwd_s"] + mtp_bwd_s,
@@ -134,10 +147,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # ---- stage 3: collectives ----------------------------------------------------------------
     # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
     # which are all zero there (sweep speed).
-    co = collectives.group_coefficients(g, r, tp=bool(np.any(g["tp"] > 1)))
-    tpc = (collectives.tensor_parallel(g, co, w, lt) if np.any(g["tp"] > 1)
+    co = collectives.group_coefficients(g, r, tp=bool(any_of(g["tp"] > 1)))
+    tpc = (collectives.tensor_parallel(g, co, w, lt) if any_of(g["tp"] > 1)
            else collectives.NO_TENSOR_PARALLEL)
-    cpc = (collectives.context_parallel(g, co, w, lt, r) if np.any(g["cp"] > 1)
+    cpc = (collectives.context_parallel(g, co, w, lt, r) if any_of(g["cp"] > 1)
            else collectives.NO_CONTEXT_PARALLEL)
     p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
     L_stage = np.where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
@@ -296,7 +309,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                         + np.where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
 
     # ---- stage 5: memory ---------------------------------------------------------------------
-    mem = engine_memory(g, ceilings=bool(np.all(g["ceilings"] > 0)))
+    mem = engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0)))
 
     # ---- stage 6: throughput and utilisation --------------------------------------------------
     gpus = g["num_gpus"]

@@ -16,6 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, nccl
+from fsdpsim.costs.compute import all_of, any_of
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
@@ -84,9 +85,9 @@ def per_strategy2(strategy, code, fn):
     times). Rows are grouped by what they are instead of every row computing every strategy's
     collectives and masking them away."""
     mask = strategy == code
-    if not np.any(mask):
+    if not any_of(mask):
         return 0.0, 0.0
-    if np.all(mask):
+    if all_of(mask):
         return fn(None)
     idx = np.flatnonzero(mask)
     first, second = np.zeros(np.shape(strategy)), np.zeros(np.shape(strategy))
@@ -104,11 +105,11 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     multi = size > gpn
     nodes = np.ceil(size / np.maximum(gpn, 1.0))
     link = r["link"]
-    if np.any(g["link_mesh"] > 0):
+    if any_of(g["link_mesh"] > 0):
         link = np.where(g["link_mesh"] > 0, mesh_link(g, r, gpn), link)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
-    if per_pod is not None and np.any(per_pod < size):
+    if per_pod is not None and any_of(per_pod < size):
         fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
     intra = np.where(gpn > 1, link, np.inf)
     return np.where(multi, np.minimum(intra, gpn * r["nic"] * fabric), link)
@@ -168,7 +169,7 @@ def data_parallel(g, co, n_units, r):
     shard = g["shard_size"]
     sh, rp, wd = co["shard"], co["replicate"], co["dp_world"]
     bc, rc = g["dp_block_calls"], g["dp_root_calls"]
-    listed = (g["dp_list_collectives"] > 0) if np.any(g["dp_list_collectives"] > 0) else None
+    listed = (g["dp_list_collectives"] > 0) if any_of(g["dp_list_collectives"] > 0) else None
     block_param_bytes = g["block_numel_padded"] * elem
     root_param_bytes = g["root_numel_padded"] * elem
     block_grad_bytes = g["block_numel_padded"] * g["reduce_bytes"]
@@ -198,9 +199,9 @@ def data_parallel(g, co, n_units, r):
                          for b in (block_grad_bytes, root_grad_bytes))
         t[f"{prefix}_ar_block_s"], t[f"{prefix}_ar_root_s"] = per_strategy2(strategy, code,
                                                                             all_reduce)
-    if np.any(strategy == comm.OPTIMIZER):  # ZeRO-1 over the whole data-parallel group
+    if any_of(strategy == comm.OPTIMIZER):  # ZeRO-1 over the whole data-parallel group
         # (the shard group itself unless replicas are kept: the same candidates, built once)
-        same = bool(np.all(((world == shard) & (g["dp_world_per_node"] == g["shard_per_node"]))
+        same = bool(all_of(((world == shard) & (g["dp_world_per_node"] == g["shard_per_node"]))
                            | (strategy != comm.OPTIMIZER)))
         ring = sh["ring"] if same else wd["ring"]
         t["zero1_rs_block_s"] = dp(block_grad_bytes, 1.0, ring, world)
@@ -208,7 +209,7 @@ def data_parallel(g, co, n_units, r):
         t["zero1_ag_all_s"] = dp((n_units * g["block_numel_padded"] + g["root_numel_padded"])
                                  * elem, 1.0, ring, world)
     scale = g["dp_comm_scale"]
-    if np.any(scale != 1.0):  # a what-if twin (fsdpsim.predict.comm_twins)
+    if any_of(scale != 1.0):  # a what-if twin (fsdpsim.predict.comm_twins)
         t = {k: v * scale for k, v in t.items()}
     return t
 

@@ -11,6 +11,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import compute
+from fsdpsim.costs.compute import any_of
 
 
 def rates(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -83,7 +84,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                                           np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
     attn_fwd_s = attn_fwd_s + compute.memory_bound_time_s(eager_scores_bytes, r["hbm"])
     ratio = g.get("attn_pair_ratio", 1.0)
-    if np.any(ratio != 1.0):  # sliding-window / chunked layers: the query-key pairs they keep
+    if any_of(ratio != 1.0):  # sliding-window / chunked layers: the query-key pairs they keep
         attn_fwd_s = attn_fwd_s * ratio
     # FlashAttention backward: 2.5x forward FLOPs (recomputes scores); eager: 2x plus score traffic.
     attn_bwd_s = np.where(flash, 2.5, 2.0) * attn_fwd_s
@@ -92,7 +93,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     # and the mask and writes a gradient: on the s x s probabilities of eager attention and on
     # the two residual branches (compute.dropout_bytes).
     dropout = g["dropout"] > 0
-    if np.any(dropout):
+    if any_of(dropout):
         drop_attn_bytes = np.where(flash, 0.0, compute.dropout_bytes(
             b * w["heads"] * s * s / cp, elem))
         drop_attn_s = np.where(dropout, compute.memory_bound_time_s(drop_attn_bytes, r["hbm"]),
@@ -104,7 +105,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         tokens, w["d_elementwise"], w["q"], w["kv"], routed_ffn, swiglu, rotary,
         g["linear_bias"] > 0, elem)
     fp8 = g["fp8_gemm"] > 0
-    if np.any(fp8):  # FP8 GEMM operands are cast (and transposed) first: extra HBM traffic
+    if any_of(fp8):  # FP8 GEMM operands are cast (and transposed) first: extra HBM traffic
         cast_fwd_bytes, cast_bwd_bytes = compute.fp8_cast_bytes(
             tokens, g["d_model"], w["q"], w["kv"], routed_ffn, swiglu,
             g["block_numel"] / g["tp"])
@@ -112,7 +113,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, cast_bwd_bytes, 0.0)
     if extra_ew is not None:
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + extra_ew[0], ew_bwd_bytes + extra_ew[1]
-    if np.any(dropout):  # the two residual-branch dropouts (h-sized, split with SP)
+    if any_of(dropout):  # the two residual-branch dropouts (h-sized, split with SP)
         drop_h = np.where(dropout, compute.dropout_bytes(2.0 * tokens * w["d_elementwise"], elem),
                           0.0)
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + drop_h, ew_bwd_bytes + drop_h

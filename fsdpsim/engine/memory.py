@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, memory
+from fsdpsim.costs.compute import all_of, any_of
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -107,13 +108,13 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
         # Codes and degrees come checked from the plan and prepare(): no argument checks.
         check=False,
     )
-    if np.any(g["tp"] > 1) or np.any(g["cp"] > 1):
+    if any_of(g["tp"] > 1) or any_of(g["cp"] > 1):
         config.update(tp=g["tp"], cp=g["cp"], sequence_parallel=g["sequence_parallel"] > 0)
     if stage != "only":
         config["saved_microbatches"] = in_flight
-    if np.any(rl >= 0):
+    if any_of(rl >= 0):
         config["recomputed_layers"] = np.where(rl >= 0, rl, n_layers)
-    if "moe_layers" in g and (np.any(g["moe_layers"] > 0) or np.any(g["mtp_layers"] > 0)):
+    if "moe_layers" in g and (any_of(g["moe_layers"] > 0) or any_of(g["mtp_layers"] > 0)):
         from fsdpsim.engine.moe import memory_update
 
         config = memory_update(g, config, stage)
@@ -133,8 +134,8 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
     the two stages' inputs stacked on a new leading axis (every term is computed entry by
     entry, so each stage's numbers are those of its own call)."""
     configs = memory_config(g, "first"), memory_config(g, "last")
-    ndim = max(np.ndim(v) for v in (g["memory_bytes"], g["cp"], *configs[0].values(),
-                                    *configs[1].values()))
+    ndim = max(map(_ndim, (g["memory_bytes"], g["cp"], *configs[0].values(),
+                           *configs[1].values())))
     both = {key: (a if a is configs[1][key] else _stack_pair(a, configs[1][key], ndim))
             for key, a in configs[0].items()}
     out = _memory_of(g, both, ceilings)
@@ -142,9 +143,16 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
                  for i in (0, 1))
 
 
+def _ndim(v) -> int:
+    """``np.ndim(v)``, read off numpy values directly (this runs for every memory keyword)."""
+    return v.ndim if isinstance(v, (np.ndarray, np.generic)) else np.ndim(v)
+
+
 def _stack_pair(a, b, ndim) -> np.ndarray:
     """``a`` and ``b`` broadcast together (padded to ``ndim`` dimensions), stacked on a new
     leading axis, their dtype kept."""
+    if not (_ndim(a) or _ndim(b)):  # two single values
+        return np.array([a, b], dtype=np.result_type(a, b)).reshape((2,) + (1,) * ndim)
     shape = np.broadcast_shapes(np.shape(a), np.shape(b))
     out = np.empty((2,) + (1,) * (ndim - len(shape)) + shape, dtype=np.result_type(a, b))
     out[0], out[1] = a, b
@@ -162,10 +170,10 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
     out["capacity_bytes"] = np.broadcast_to(capacity, np.shape(out["peak_bytes"])).astype(float)
     out["fits"] = memory.fits(out["peak_bytes"], capacity)
     if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
-        multiple = 2.0 * g["cp"] if np.any(g["cp"] > 1) else 1
+        multiple = 2.0 * g["cp"] if any_of(g["cp"] > 1) else 1
         out["max_micro_batch"] = limits["max_micro_batch"].astype(float)
         out["max_seq_len"] = limits["max_seq_len"].astype(float)
-        if np.any(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks
+        if any_of(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks
             out["max_seq_len"] = np.floor(out["max_seq_len"] / multiple) * multiple
     return out
 
@@ -174,13 +182,13 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
     """Memory of the binding stage: the only one without pipelining, else the larger peak of
     the first and last stages (each kept as ``peak_bytes_first_stage`` /
     ``peak_bytes_last_stage``)."""
-    if not np.any(g["pp"] > 1):
+    if not any_of(g["pp"] > 1):
         out = stage_memory(g, ceilings)
         out["peak_bytes_first_stage"] = out["peak_bytes_last_stage"] = out["peak_bytes"]
         return out
     piped = g["pp"] > 1
     # The single stage only for rows without pipelining (a sweep may mix them in).
-    only = None if np.all(piped) else stage_memory(g, ceilings)
+    only = None if all_of(piped) else stage_memory(g, ceilings)
     first, last = end_stages_memory(g, ceilings)
     use_first = first["peak_bytes"] >= last["peak_bytes"]
 

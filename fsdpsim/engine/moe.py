@@ -28,6 +28,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, compute, nccl, overlap
+from fsdpsim.costs.compute import any_of
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.engine import collectives, layers
 
@@ -46,7 +47,7 @@ LAYERED_KEYS = ("moe_layers", "mla", "qk_norm", "mtp_layers")
 
 def layered(g: Mapping[str, np.ndarray]) -> bool:
     """True when some row has MoE layers, MLA, q/k norms or MTP modules."""
-    return any(np.any(np.asarray(g[k]) > 0) for k in LAYERED_KEYS)
+    return any(any_of(np.asarray(g[k]) > 0) for k in LAYERED_KEYS)
 
 
 def layered_rows(g: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -79,7 +80,7 @@ def attention_gemm_times(g, w, rates, elem):
     heads."""
     d, t = g["d_model"], w["tokens"]
     gqa = _gemms([(w["q"] + 2.0 * w["kv"], d, 1.0), (d, w["q"], 1.0)], t, rates, elem)[:2]
-    if not np.any(g["mla"] > 0):
+    if not any_of(g["mla"] > 0):
         return gqa
     heads = g["n_heads"] / g["tp"]
     qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
@@ -135,9 +136,9 @@ def layer_kinds(g, r, w, lt):
     rates = compute._gemm_rates(r["matmul"], r["hbm"], g["matmul_half_flops"],
                                 g["matmul_half_k"])
     attn = attention_gemm_times(g, w, rates, elem)
-    qk = _qk_norm_bytes(g, w) if np.any(g["qk_norm"] > 0) else None
+    qk = _qk_norm_bytes(g, w) if any_of(g["qk_norm"] > 0) else None
     lt_d = lt
-    if np.any(g["mla"] > 0) or qk is not None:
+    if any_of(g["mla"] > 0) or qk is not None:
         mlp = mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)
         uniform = compute.layer_gemm_times_with_down_s(
             w["tokens"], g["d_model"], w["q"], w["kv"], w["ffn"], g["swiglu"] > 0,
@@ -147,7 +148,7 @@ def layer_kinds(g, r, w, lt):
         gemm = (np.where(mla, attn[0] + mlp[0], uniform[0]),
                 np.where(mla, attn[1] + mlp[1], uniform[1]), np.where(mla, mlp[2], uniform[2]))
         lt_d = layers.layer_times(g, r, w, gemm=gemm, extra_ew=qk)
-    if not np.any(g["moe_layers"] > 0):
+    if not any_of(g["moe_layers"] > 0):
         return lt_d, lt_d, None
     ro = routing(g)
     shared_local = g["shared_ffn"] / g["tp"]
@@ -161,7 +162,7 @@ def layer_kinds(g, r, w, lt):
                                             g["matmul_half_k"], elem)
     ew = moe_costs.moe_elementwise_bytes(ro["tokens"], ro["rows"], g["d_model"], ro["ffn_local"],
                                          g["n_experts"], g["swiglu"] > 0, elem)
-    if np.any(g["fp8_gemm"] > 0):
+    if any_of(g["fp8_gemm"] > 0):
         cast = moe_costs.expert_fp8_cast_bytes(ro["rows"], g["d_model"], ro["ffn_local"],
                                                ro["local"], g["swiglu"] > 0)
         fp8 = g["fp8_gemm"] > 0
@@ -190,7 +191,7 @@ def _a2a_coefficients(g, r):
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
     per_pod = g.get("ep_per_pod")
-    if per_pod is not None and np.any(per_pod < size):
+    if per_pod is not None and any_of(per_pod < size):
         fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
     return comm.all_to_all_coefficients(size, per_node, r["link"], r["nic"] * fabric,
                                         g["link_latency_s"], g["nic_latency_s"])
@@ -216,7 +217,7 @@ def expert_parallel(g, r, ro, lt_m):
                      0.0)
     fwd_bytes = np.where(on, a2a["forward_bytes"], 0.0)
     bwd_bytes = np.where(on, a2a["backward_bytes"], 0.0)
-    if np.any(g["etp_size"] > 1):
+    if any_of(g["etp_size"] > 1):
         per_dir = moe_costs.etp_gather_bytes(ro["tokens"], g["moe_top_k"], g["d_model"],
                                              g["n_experts"], g["etp"], elem, cf)
         cands = nccl.candidates(g, g["etp_size"], g["etp_per_node"],
@@ -271,8 +272,8 @@ def prepare_layers(g: dict) -> None:
     ep = 1 and etp = tp), and the attention's share of the causal pairs its masks keep."""
     if "etp" not in g:
         g["etp"] = g["tp"]
-    if not np.any(g["moe_layers"] > 0):
-        if np.any(g["sliding_layers"] > 0) or np.any(g["chunked_layers"] > 0):
+    if not any_of(g["moe_layers"] > 0):
+        if any_of(g["sliding_layers"] > 0) or any_of(g["chunked_layers"] > 0):
             attention_pairs(g)
         return
     for end in ("first", "mid", "last"):
@@ -292,7 +293,7 @@ def prepare_layers(g: dict) -> None:
             size = np.maximum(g[f"{dense}_size"] * scale, 1.0)
             g[f"{expert}_size"] = size
             g[f"{expert}_per_node"] = np.clip(g[f"{dense}_per_node"] * scale, 1.0, size)
-    if np.any(g["sliding_layers"] > 0) or np.any(g["chunked_layers"] > 0):
+    if any_of(g["sliding_layers"] > 0) or any_of(g["chunked_layers"] > 0):
         attention_pairs(g)
 
 
@@ -342,7 +343,7 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     out = dict(dpc)
     for k in DP_BLOCK_KEYS:
         out[k] = dpc[k] + phi * (dpc_m[k] + dpc_e[k] - dpc[k])
-    if np.any(np.asarray(g["strategy"]) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
+    if any_of(np.asarray(g["strategy"]) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
         mean = stage_dense_numel(g, n_units, n_units * phi) / np.maximum(n_units, 1.0)
         whole = collectives.data_parallel({**g, "block_numel_padded": mean}, co, n_units, r)
         out["zero1_ag_all_s"] = np.where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
@@ -423,7 +424,7 @@ def memory_update(g, config, stage):
     config["expert_n_params"] = (n_moe + mtp * g["mtp_moe"]) * expert_local_numel(g)
     config["expert_shard_size"] = np.where(np.asarray(g["strategy"]) == comm.NONE, 1.0,
                                            g["eshard_size"])
-    if np.any(g["moe_layers"] > 0):
+    if any_of(g["moe_layers"] > 0):
         ro = routing(g)
         per_token = 1.0 / (g["cp"] * g["tp"])  # routed rows per token of the micro-batch
         rows_per_token = ro["rows"] / np.maximum(ro["tokens"], 1e-300) * per_token

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import comm, compute, overlap
+from fsdpsim.costs.compute import any_of
 
 
 def fsdp_flags(g):
@@ -49,7 +50,7 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
     # A framework that synchronises before every gather (deepspeed-zero3-2021) overlaps none:
     # each unit's gathers, then its compute.
     serial_ag = g["dp_gather_overlap"] <= 0
-    if np.any(serial_ag):
+    if any_of(serial_ag):
         fwd_s = np.where(serial_ag, root * np.where(fsdp_like, t["ag_root_s"], 0.0)
                          + n_units * (fwd_ag_s + block_fwd_s) + root_fwd_s, fwd_s)
     fwd_kept_s = n_units * block_fwd_s + root_fwd_s  # a later micro-batch on kept parameters
@@ -70,7 +71,7 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
         stage_comm = bwd_ag_s + block_comm_s
         out = head + overlap.pipelined_phase_s(first, stage_comm, block_bwd_s, n_units,
                                                block_comm_s, slowdown) + root_comm_s
-        if np.any(serial_ag):
+        if any_of(serial_ag):
             # The device synchronisation before each gather also waits for the reduction
             # stream: a unit's gradient reduction cannot outlast the next unit's gather, so
             # gather, compute and reduction run one after another.
@@ -85,7 +86,7 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
     bwd_last_s = backward_s(mb_rs_s + mb_ar_s + step_block_comm_s, root_tail_s + step_root_comm_s)
     # DDP whose gradient all-reduce runs after the whole backward (megatron-2021).
     late = f["is_ddp"] & (g["ddp_overlap"] <= 0)
-    if np.any(late):
+    if any_of(late):
         bwd_last_s = np.where(late, backward_s(mb_rs_s + mb_ar_s, root_tail_s)
                               + n_units * t["ddp_ar_block_s"] + root * t["ddp_ar_root_s"],
                               bwd_last_s)
