@@ -288,6 +288,7 @@ def test_sweep_columns_keep_the_rule_and_equal_predict(cat):
                  ParallelPlan(int(row["plan.num_gpus"]), 8, row["plan.sharding"]),
                  TrainingConfig(seq_len=int(row["training.seq_len"]),
                                 micro_batch=int(row["training.micro_batch"]),
+                                global_batch=int(row["training.global_batch"]),
                                 recompute=row["training.recompute"])).to_dict()
     assert p["bottleneck"] == row["bottleneck"]
     for key, value in p["thresholds"].items():
