@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -225,6 +226,44 @@ def _what_would_fit(spec: ModelSpec, system: System, plan: ParallelPlan,
     return f"{recipe} it fits on {smallest:,} GPUs"
 
 
+class CeilingValues(Mapping):
+    """The chosen row's outputs, read-only; ``max_micro_batch`` and ``max_seq_len`` (the
+    memory ceilings, :func:`fsdpsim.costs.ceilings.peak_and_ceilings`) are solved by one more
+    engine call the first time either is read, or the mapping is iterated: a caller that wants
+    the step time alone does not pay for them (they cost about a third of a ``predict``)."""
+
+    KEYS = ("max_micro_batch", "max_seq_len")
+
+    def __init__(self, row: dict[str, float], inputs: Mapping[str, Any]):
+        self._row, self._inputs = dict(row), inputs
+
+    def _solve(self) -> None:
+        if self._inputs is not None:
+            out = engine.evaluate({**self._inputs, "ceilings": 1.0})
+            for key in self.KEYS:
+                self._row[key] = float(np.asarray(out[key], dtype=float).reshape(-1)[0])
+            self._inputs = None
+
+    def __getitem__(self, key: str):
+        if key in self.KEYS:
+            self._solve()
+        return self._row[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._row or key in self.KEYS
+
+    def __iter__(self):
+        self._solve()
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        self._solve()
+        return len(self._row)
+
+    def __repr__(self) -> str:
+        return f"CeilingValues({dict(self)!r})"
+
+
 def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
     """Row ``i`` of the engine's outputs as Python numbers (a single value serves every row)."""
     row = {}
@@ -297,10 +336,13 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     # communication uncertainty, slower_twin) as the second row of the same call. The
     # reported bottleneck and thresholds (fsdpsim.sensitivity) follow when asked for.
     chosen_x = {**x, "micro_batch": mb_flat[i], "recompute": rc_flat[i], "grad_accum": accum[i]}
+    # The memory ceilings (largest micro-batch and sequence that fit) are solved when first
+    # read (CeilingValues): the other outputs are the same with or without them.
     low = slower_twin(chosen_x)
-    out = engine.evaluate({**chosen_x, **{k: np.array([chosen_x.get(k, 1.0), low[k]], dtype=float)
-                                          for k in ("nic_fraction", "dp_comm_scale")}})
-    row = _row(out, 0)
+    out = engine.evaluate({**chosen_x, "ceilings": 0.0,
+                           **{k: np.array([chosen_x.get(k, 1.0), low[k]], dtype=float)
+                              for k in ("nic_fraction", "dp_comm_scale")}})
+    row = CeilingValues(_row(out, 0), chosen_x)
     per_gpu = np.asarray(out["tokens_per_s_per_gpu"], dtype=float).reshape(-1)
     uncertainty = comm_uncertainty(chosen_x)
     twin_ratios = (float(per_gpu[1] / per_gpu[0]) if per_gpu.size == 2 and per_gpu[0] > 0
@@ -338,7 +380,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         notes.append(f"does not fit: needs {over / 2**30:.1f} GiB more than the "
                      f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; {what}")
     return Prediction(
-        values=MappingProxyType(row),
+        values=row,
         inputs=MappingProxyType({k: v for k, v in x.items()
                                  if isinstance(v, (int, float)) or np.ndim(v) == 0}),
         model=spec.name, system=system.label,

@@ -602,3 +602,20 @@ def test_large_blocks_tune_the_heap_once_and_change_no_number():
                            "ceilings": 0.0})
     assert out["step_time_s"][2] == one["step_time_s"]
     assert out["peak_bytes"][2] == one["peak_bytes"]
+
+
+def test_predict_solves_the_memory_ceilings_when_read():
+    """predict evaluates the chosen row without the ceiling solves; reading max_micro_batch or
+    max_seq_len (or iterating the values) solves them, and the numbers equal an evaluation
+    with the ceilings on."""
+    from fsdpsim.predict import CeilingValues, predict as predict_one
+
+    p = predict_one(get_model("llama3-8b"), H100,
+                ParallelPlan(64, 8, "full", tp=2, pp=2),
+                TrainingConfig(seq_len=4096, micro_batch=1, global_batch=128, recompute="none"))
+    assert isinstance(p.values, CeilingValues) and p.values._inputs is not None
+    full = engine.evaluate({**p.analysis_inputs, "ceilings": 1.0})
+    assert p.values["max_micro_batch"] == float(np.asarray(full["max_micro_batch"]).reshape(-1)[0])
+    assert p.values._inputs is None  # solved once
+    assert p.values["max_seq_len"] == float(np.asarray(full["max_seq_len"]).reshape(-1)[0])
+    assert {"max_micro_batch", "max_seq_len", "tokens_per_s"} <= set(p.values)
