@@ -358,7 +358,8 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
     d = p.to_dict()
     t, m, c, th = d["time"], d["memory"], d["comm"], d["thresholds"]
     tr, pl = d["training"], d["plan"]
-    lines = [f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — {d['system']}"]
+    lines = [render.wrap(f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — "
+                         f"{d['system']}", hanging="  ")]
     lines.append(render.key_values([
         ("plan", _plan_text(pl)),
         ("training", f"seq {tr['seq_len']:,}, micro-batch {tr['micro_batch']} x {tr['grad_accum']} "
@@ -367,7 +368,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                      f"{tr['reduce_dtype']}"),
     ]))
     if d["chosen"].get("why"):
-        lines.append(f"  ({d['chosen']['why']})")
+        lines.append(render.wrap(f"({d['chosen']['why']})", "  ", "   "))
     lines.append("\nthroughput")
     lines.append(render.key_values([
         ("step time", f"{render.seconds(d['step_time_s'])}  (bounds: "
@@ -420,15 +421,16 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
     lines.extend(threshold_lines(d, p.inputs["nic_share_bytes_per_s"] / GBIT_PER_S_BYTES_PER_S))
     if d.get("advice"):
         lines.append("\nfaster at this scale")
-        lines.extend(f"  - {a['setting']}: {a['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU "
-                     f"({100 * a['gain']:+.0f} %)" for a in d["advice"])
+        lines.extend(render.note_lines(f"{a['setting']}: {a['tokens_per_s_per_gpu']:,.0f} "
+                                       f"tokens/s per GPU ({100 * a['gain']:+.0f} %)"
+                                       for a in d["advice"]))
     if report is not None:
         from fsdpsim.procurement import RunAssumptions
 
         lines.append(run_table(report, run or RunAssumptions()))
     if d["notes"]:
         lines.append("\nnotes")
-        lines.extend(f"  - {n}" for n in d["notes"])
+        lines.extend(render.note_lines(d["notes"]))
     return "\n".join(lines)
 
 
@@ -452,8 +454,9 @@ def threshold_lines(d: dict, have_gbps: float) -> list[str]:
                 else f"{v:,.0f} (have {have_tokens:,})")
 
     share = f"{100 * th['throughput_share']:.0f} %"
-    lines = [f"\nthresholds for {share} of the throughput with infinite inter-node bandwidth "
-             "(a plan that fits is network-bound exactly when these exceed what it has)",
+    lines = ["\n" + render.wrap(f"thresholds for {share} of the throughput with infinite inter-node "
+                         "bandwidth (a plan that fits is network-bound exactly when these "
+                         "exceed what it has)"),
              render.key_values([
                  ("inter-node bandwidth per GPU", gbps(
                      th["inter_node_gbps_per_gpu_at_share"],
@@ -463,8 +466,8 @@ def threshold_lines(d: dict, have_gbps: float) -> list[str]:
                  ("tokens per GPU per micro-batch", tokens(
                      th["critical_tokens_per_gpu_at_share"],
                      "none: larger micro-batches do not reach it"))]),
-             "\nhide-communication thresholds (Wang et al. 2025: a micro-batch's data-parallel "
-             "collectives take no longer than its compute)",
+             "\n" + render.wrap("hide-communication thresholds (Wang et al. 2025: a micro-batch's "
+                         "data-parallel collectives take no longer than its compute)"),
              render.key_values([
                  ("inter-node bandwidth per GPU to hide comm", once_per_step or gbps(
                      th["min_inter_node_gbps_per_gpu"], "no inter-node traffic that matters",
@@ -482,9 +485,9 @@ def threshold_lines(d: dict, have_gbps: float) -> list[str]:
     words = {"compute": "compute (peak FLOP/s)", "hbm_bandwidth": "HBM bandwidth",
              "intra_node_link": "intra-node link", "inter_node_link": "inter-node network"}
     cost = f"{100 - 100 * th['throughput_share']:.0f} %"
-    lines.append(f"\nsensitivity (tokens/s gained with each resource "
-                 f"{100 * (sens['speedup'] - 1):.0f} % faster; the bottleneck is the largest, the "
-                 f"network only when it costs more than {cost})")
+    lines.append("\n" + render.wrap(f"sensitivity (tokens/s gained with each resource "
+                             f"{100 * (sens['speedup'] - 1):.0f} % faster; the bottleneck is "
+                             f"the largest, the network only when it costs more than {cost})"))
     lines.append(render.key_values([(words[k], f"{100 * v:+.2f} %")
                                     for k, v in sens["throughput_gain"].items()]))
     return lines

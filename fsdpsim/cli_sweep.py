@@ -128,6 +128,11 @@ def sweep_options(f):
                      default=None, help="Write to FILE instead of stdout (- is stdout).")(f)
     f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                      show_default=True, help="Output format (parquet needs pyarrow).")(f)
+    f = click.option("--wide", is_flag=True, default=False,
+                     help="Table: every column (failure-free and with failures, full "
+                          "bottleneck names and infeasible reasons), however wide; by default "
+                          "the table fits 100 columns. CSV, JSON and Parquet have every "
+                          "column either way.")(f)
     return grid_options(f)
 
 
@@ -202,9 +207,28 @@ def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
     return f"{value * scale if scale != 1.0 else value:{spec}}{unit}"
 
 
-def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
-    """A compact view: the varying inputs, the chosen knobs and the headline numbers (with
-    ``head``, the summary line above and the notes below)."""
+#: The bottleneck in one word for the compact table (the full name is in --wide, CSV, JSON).
+BOTTLENECK_SHORT = {"compute": "compute", "hbm_bandwidth": "HBM", "intra_node_link": "scale-up",
+                    "inter_node_link": "network", "memory_capacity": "memory",
+                    "pipeline_bubble": "bubble", "collective_latency": "latency"}
+#: Columns of the compact table that go first when it is wider than render.WIDTH, in order.
+DROP_TO_FIT = ("MWh", "kWh/Mtok", "step", "MFU", "bottleneck", "mem GiB", "$M", "$/Mtok")
+
+
+def _width(rows: list[dict[str, str]]) -> int:
+    """Width of ``render.table(rows)``: right-aligned columns, one space between."""
+    return sum(max(len(c), *(len(str(r[c])) for r in rows)) for c in rows[0]) + len(rows[0]) - 1
+
+
+def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = False) -> str:
+    """The table view: the varying inputs, the chosen knobs and the headline numbers (with
+    ``head``, the summary line above and the notes below).
+
+    Compact by default, to fit :data:`fsdpsim.render.WIDTH` columns: an input or knob that is
+    the same in every row is said once above the table (with ``head``), the cost of a token
+    budget is the expected one (failures included, as ``compare``), the bottleneck is one
+    word, infeasible reasons are numbered below, and when that is still too wide the columns
+    of :data:`DROP_TO_FIT` go first (named in the notes). ``wide``: every column as it is."""
     varying = [c for c in ("model", "gpu", "cluster", "network", "inter_node_gbps_per_gpu",
                            "power_cap_w",
                            "plan.num_gpus", "training.seq_len", "training.precision")
@@ -225,29 +249,90 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True) -> str:
             "mbs": _fmt(r["training.micro_batch"], "d"),
             "batch": _fmt(r["training.global_batch"], ",d"),
             "recompute": r["training.recompute"] or "-",
-            "step": _fmt(r["step_time_s"], ",.1f", 1e3, " ms"),
-            "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
-            "MFU": _fmt(r["mfu"], ".1f", 100, " %"),
-            "peak": _fmt(r["memory.peak_bytes"], ".1f", 1 / GIB_BYTES, " GiB"),
-            "bottleneck": r["bottleneck"] or "-",
-            "$/Mtok": _fmt(r["cost_usd_per_million_tokens"], ".3f"),
-            "kWh/Mtok": _fmt(r["energy_kwh_per_million_tokens"], ".3f"),
         })
-        if grid.train_tokens is not None:
-            row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
-            row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
-            row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
-            row["goodput"] = _fmt(r["failures.goodput"], ".1f", 100, " %")
-            row["w/ failures days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
-            row["w/ failures $M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
-        row["infeasible"] = r["infeasible"] or ""
+        if wide:
+            row.update({
+                "step": _fmt(r["step_time_s"], ",.1f", 1e3, " ms"),
+                "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
+                "MFU": _fmt(r["mfu"], ".1f", 100, " %"),
+                "peak": _fmt(r["memory.peak_bytes"], ".1f", 1 / GIB_BYTES, " GiB"),
+                "bottleneck": r["bottleneck"] or "-",
+                "$/Mtok": _fmt(r["cost_usd_per_million_tokens"], ".3f"),
+                "kWh/Mtok": _fmt(r["energy_kwh_per_million_tokens"], ".3f"),
+            })
+            if grid.train_tokens is not None:
+                row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
+                row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
+                row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
+                row["goodput"] = _fmt(r["failures.goodput"], ".1f", 100, " %")
+                row["w/ failures days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+                row["w/ failures $M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
+            row["infeasible"] = r["infeasible"] or ""
+        else:
+            peak, cap = r["memory.peak_bytes"], r["memory.capacity_bytes"]
+            no_peak = peak is None or not math.isfinite(peak) or not cap
+            row.update({
+                "step": render.seconds(r["step_time_s"]),
+                "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
+                "MFU": _fmt(r["mfu"], ".1f", 100, "%"),
+                "mem GiB": "-" if no_peak else f"{peak / GIB_BYTES:.0f}/{cap / GIB_BYTES:.0f}",
+                "bottleneck": BOTTLENECK_SHORT.get(r["bottleneck"], r["bottleneck"] or "-"),
+            })
+            if grid.train_tokens is None:
+                row["$/Mtok"] = _fmt(r["cost_usd_per_million_tokens"], ".3f")
+                row["kWh/Mtok"] = _fmt(r["energy_kwh_per_million_tokens"], ".3f")
+            else:  # what the budget costs with failures, checkpoints and restarts
+                row["days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+                row["$M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
+                row["MWh"] = _fmt(r["failures.train_energy_kwh"], ",.0f", 1e-3)
+            row["infeasible"] = r["infeasible"] or ""
         rows.append(row)
+    if wide or not rows:
+        return _with_head(render.table(rows), frame, grid, [], head)
+    above, left_out = [], []
+    inputs = {*(short.get(c, c) for c in varying), "plan", "grad sync", "sharding", "mbs",
+              "batch", "recompute"}
+    if head and len(rows) > 1:  # one value for every row: said once, above the table
+        first = rows[0]
+        same = [c for c in first if c in inputs and all(r[c] == first[c] for r in rows)]
+        above = [f"{c} {first[c]}" for c in same]
+        rows = [{c: v for c, v in r.items() if c not in same} for r in rows]
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if r["infeasible"]:
+            r["infeasible"] = f"({reasons.setdefault(r['infeasible'], len(reasons) + 1)})"
+    if not reasons:
+        rows = [{c: v for c, v in r.items() if c != "infeasible"} for r in rows]
+    for column in DROP_TO_FIT:
+        if _width(rows) <= render.WIDTH:
+            break
+        if column in rows[0]:
+            rows = [{c: v for c, v in r.items() if c != column} for r in rows]
+            left_out.append(column)
+    extra = ([f"every row: {', '.join(above)}"] if above else [])
+    notes_extra = []
+    if grid.train_tokens is not None:
+        notes_extra.append("days, $M and MWh include failures, checkpoints and restarts "
+                           "(goodput); the failure-free numbers are in --wide and the CSV/JSON")
+    if left_out:
+        notes_extra.append(f"left out to fit {render.WIDTH} columns: {', '.join(left_out)} "
+                           "(--wide shows every column)")
+    if reasons:
+        notes_extra += [f"({k}) infeasible: {reason}" for reason, k in reasons.items()]
+    return _with_head(render.table(rows), frame, grid, notes_extra, head, extra)
+
+
+def _with_head(table: str, frame: pd.DataFrame, grid: Grid, notes_extra: list[str],
+               head: bool, above: list[str] = ()) -> str:
+    """The table, and with ``head`` the summary line(s) above and the notes below."""
     if not head:
-        return render.table(rows)
+        return "\n".join([*(render.wrap(a, "", "  ") for a in above), table,
+                          *render.note_lines(notes_extra)])
     feasible = int(frame["infeasible"].isna().sum())
     first = f"fsdpsim sweep: {describe(grid)} -> {len(frame):,} rows, {feasible:,} feasible"
-    return "\n".join([first, render.table(rows), "", "notes",
-                      *(f"  - {n}" for n in notes(grid, frame))])
+    return "\n".join([render.wrap(first, "", "  "), *(render.wrap(a, "", "  ") for a in above),
+                      table, "", "notes",
+                      *render.note_lines([*notes_extra, *notes(grid, frame)])])
 
 
 def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
@@ -288,18 +373,18 @@ def batch_note(grid: Grid, frame: pd.DataFrame) -> str:
     if grid.batch_tokens is not None:
         fixed = ", ".join(f"{default_global_batch(s, grid.batch_tokens):,} sequences at seq "
                           f"{s:,}" for s in grid.seq_lens)
-        return (f"global batch fixed for every row (batch column): {fixed}, about "
+        return (f"global batch fixed for every row (batch): {fixed}, about "
                 f"{DEFAULT_BATCH_TOKENS / 2**20:g}M tokens per step (--global-batch sets "
                 "another; --free-batch lets each row run one micro-batch per GPU)")
     if grid.global_batches != (None,):
         return ("global batch as given (--global-batch): "
                 + ", ".join("one micro-batch per GPU" if b is None else f"{b:,} sequences"
-                            for b in grid.global_batches) + " (batch column)")
+                            for b in grid.global_batches) + " (batch)")
     batches = (sorted({int(b) for b in frame["training.global_batch"].dropna()})
                if "training.global_batch" in frame else [])
     varies = (f"; the rows use {len(batches)} different batches: compare them with care"
               if len(batches) > 1 else "")
-    return ("global batch: one micro-batch per GPU, no accumulation (batch column)" + varies)
+    return ("global batch: one micro-batch per GPU, no accumulation (batch)" + varies)
 
 
 #: Candidate configurations per chunk when rows are written as they are computed: a quarter of
@@ -338,8 +423,8 @@ def _json_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[
     yield "[]\n" if first else "\n]\n"
 
 
-def _table_chunks(frames: Iterable[pd.DataFrame], grid: Grid, counts: list[int]
-                  ) -> Iterator[str]:
+def _table_chunks(frames: Iterable[pd.DataFrame], grid: Grid, counts: list[int],
+                  wide: bool = False) -> Iterator[str]:
     import pandas as pd
 
     frames = iter(frames)
@@ -351,20 +436,20 @@ def _table_chunks(frames: Iterable[pd.DataFrame], grid: Grid, counts: list[int]
     else:  # small: one aligned table, as always
         frame = pd.concat(held, ignore_index=True) if len(held) > 1 else held[0]
         counts[0], counts[1] = len(frame), int(frame["infeasible"].isna().sum())
-        yield table_text(frame, grid) + "\n"
+        yield table_text(frame, grid, wide=wide) + "\n"
         return
     yield f"fsdpsim sweep: {describe(grid)} -> {grid.n_points:,} rows, in blocks\n"
     gpus: set[str] = set()
     for part in _slices(itertools.chain(held, frames), counts):
         gpus |= set(part["gpu"].astype(str))
-        yield table_text(part, grid, head=False) + "\n\n"
+        yield table_text(part, grid, head=False, wide=wide) + "\n\n"
     lines = [f"{counts[0]:,} rows, {counts[1]:,} feasible", "", "notes",
-             *(f"  - {n}" for n in notes(grid, pd.DataFrame({"gpu": sorted(gpus)})))]
+             *render.note_lines(notes(grid, pd.DataFrame({"gpu": sorted(gpus)})))]
     yield "\n".join(lines) + "\n"
 
 
 def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
-          output: str | None) -> tuple[int, int]:
+          output: str | None, wide: bool = False) -> tuple[int, int]:
     """Write the rows of ``frames`` (one DataFrame, or chunks of rows as the sweep computes
     them) in ``fmt`` to stdout or ``output``; csv, json and big tables stream. Returns (rows,
     feasible rows)."""
@@ -382,7 +467,7 @@ def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
                               ) from None
         return len(frame), int(frame["infeasible"].isna().sum())
     chunks = {"csv": _csv_chunks, "json": _json_chunks}.get(fmt)
-    write_chunks(chunks(frames, counts) if chunks else _table_chunks(frames, grid, counts),
+    write_chunks(chunks(frames, counts) if chunks else _table_chunks(frames, grid, counts, wide),
                  None if is_stdout(output) else output)
     return counts[0], counts[1]
 
@@ -392,7 +477,7 @@ def register(cli: click.Group) -> None:
     @sweep_options
     @click.pass_context
     def sweep_cmd(ctx: click.Context, grid_file: str | None, fmt: str, output: str | None,
-                  **options: Any) -> None:
+                  wide: bool, **options: Any) -> None:
         """Predict every configuration of a grid: one row each, with every prediction field.
 
         Lists are comma-separated; GPU counts and sequence lengths take ranges A..B (powers of
@@ -410,7 +495,7 @@ def register(cli: click.Group) -> None:
             with progress(grid) as update:
                 rows, feasible = write(iter_sweep(grid, progress=update,
                                                   candidates_per_chunk=STREAM_CANDIDATES),
-                                       grid, fmt, output)
+                                       grid, fmt, output, wide)
         except MemoryError:
             raise _out_of_memory(grid) from None
         if not is_stdout(output):

@@ -9,6 +9,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from fsdpsim.units import GIB_BYTES
 
 FORMATS = ("table", "json", "csv")
+#: Widest line of the table output (terminals, the README's examples); only a single word
+#: longer than this (a URL) is left as it is.
+WIDTH = 100
 
 
 def _jsonable(value: Any) -> Any:
@@ -66,10 +69,31 @@ def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
     return pd.DataFrame([flatten(r) for r in rows]).to_csv(index=False)
 
 
-def key_values(pairs: Sequence[tuple[str, Any]], indent: int = 2) -> str:
-    """Aligned ``key  value`` lines."""
-    width = max((len(k) for k, _ in pairs), default=0)
-    return "\n".join(f"{' ' * indent}{k:<{width}}  {v}" for k, v in pairs)
+def wrap(text: str, indent: str = "", hanging: str | None = None, width: int = WIDTH) -> str:
+    """``text`` wrapped at ``width`` columns: the first line after ``indent``, the others after
+    ``hanging`` (default: ``indent``). Words are never split (a URL stays whole)."""
+    import textwrap
+
+    if len(indent) + len(text) <= width and "\n" not in text:
+        return indent + text
+    return textwrap.fill(text, width, initial_indent=indent,
+                         subsequent_indent=indent if hanging is None else hanging,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def note_lines(notes: Iterable[str], width: int = WIDTH) -> list[str]:
+    """``  - note`` lines, each wrapped at ``width`` with a hanging indent under its text."""
+    return [wrap(str(n), "  - ", "    ", width) for n in notes]
+
+
+def key_values(pairs: Sequence[tuple[str, Any]], indent: int = 2, width: int = WIDTH) -> str:
+    """Aligned ``key  value`` lines; a value longer than the line wraps under its own first
+    character (or four spaces in from the key when the keys are too wide for that)."""
+    keys = max((len(k) for k, _ in pairs), default=0)
+    column = indent + keys + 2
+    hanging = " " * (column if column <= width // 2 else indent + 4)
+    return "\n".join(wrap(str(v), f"{' ' * indent}{k:<{keys}}  ", hanging, width)
+                     for k, v in pairs)
 
 
 def gib(x: float) -> str:

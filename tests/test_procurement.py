@@ -167,7 +167,7 @@ def test_bad_run_options_are_one_line(capsys, args, needle):
 
 def test_sweep_best_shows_a_cost_for_h100_h200_b200_and_mi300x():
     out = invoke("sweep", "--model", "llama3-70b", "--gpu", "h100,h200,b200,mi300x",
-                 "--num-gpus", "64", "--best", "--tokens", "15t")
+                 "--num-gpus", "64", "--best", "--tokens", "15t", "--wide")
     rows = [ln for ln in out.splitlines() if ln.startswith("llama3-70b")]
     assert len(rows) == 4 and not any(" - " in f" {ln} " for ln in rows)
     assert "goodput" in out and "w/ failures days" in out

@@ -378,10 +378,17 @@ def test_cli_table_and_grid_file(tmp_path):
     out = invoke("sweep", "--grid", str(grid), "--num-gpus", "64")  # the command line wins
     lines = out.splitlines()
     assert lines[0].startswith("fsdpsim sweep: 4 points")
-    assert "train days" in lines[1] and "tok/s/GPU" in lines[1]
+    header = next(ln for ln in lines if "tok/s/GPU" in ln)
+    assert header.split()[-2:] == ["days", "$M"]  # with failures; MWh left out to fit
+    assert "left out to fit 100 columns: MWh" in out
     assert len([ln for ln in lines if "llama3-" in ln]) == 4
-    assert any("upper bound of accelerator power" in ln for ln in lines)
-    assert any("no price for gaudi3" in ln for ln in lines)  # (the catalog has none)
+    assert max(map(len, lines)) <= 100
+    wide = invoke("sweep", "--grid", str(grid), "--num-gpus", "64", "--wide").splitlines()
+    header = next(ln for ln in wide if "tok/s/GPU" in ln)
+    assert "train days" in header and "w/ failures days" in header
+    words = " ".join(out.split())  # notes wrap at 100 columns
+    assert "upper bound of accelerator power" in words
+    assert "no price for gaudi3" in words  # (the catalog has none)
 
 
 def test_cli_output_file_and_progress(tmp_path, monkeypatch):
@@ -487,7 +494,7 @@ def test_best_keeps_the_global_batch_fixed_unless_free_batch(cat):
     out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100,h200", "--num-gpus", "8",
                  "--best")
     assert "batch" in out.splitlines()[1]
-    assert "global batch fixed for every row (batch column): 1,024 sequences at seq 4,096" in out
+    assert "global batch fixed for every row (batch): 1,024 sequences at seq 4,096" in out
     out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100,h200", "--num-gpus", "8",
                  "--best", "--free-batch")
     assert "global batch: one micro-batch per GPU" in out
