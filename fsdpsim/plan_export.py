@@ -85,7 +85,16 @@ def torchtitan_toml(choice, training) -> str:
                      f"instead ({n // every} of {n}): check the memory")
     if training.precision == "fp8":
         lines += ["", "[quantize.linear.float8]", "enable_fsdp_float8_all_gather = false"]
-    return "\n".join(notes + lines) + "\n"
+    return "\n".join(_comments(notes) + lines) + "\n"
+
+
+def _comments(notes: list[str]) -> list[str]:
+    """Comment lines wrapped at 100 columns, each continued as a comment."""
+    from fsdpsim.render import wrap
+
+    return [line for note in notes
+            for line in wrap(note[2:] if note.startswith("# ") else note, indent="# ",
+                             hanging="#   ").split("\n")]
 
 
 def megatron_args(choice, training) -> str:
@@ -143,7 +152,7 @@ def megatron_args(choice, training) -> str:
         notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
                      + "; Megatron's default is tp-cp-ep-dp-pp (innermost first): "
                        "--order may not express it")
-    return "\n".join(notes + [a for a in args if a]) + "\n"
+    return "\n".join(_comments(notes) + [a for a in args if a]) + "\n"
 
 
 __all__ = ["torchtitan_toml", "megatron_args", "TORCHTITAN_SCHEDULES"]
