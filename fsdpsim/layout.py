@@ -171,6 +171,22 @@ def pod_layout(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, int]:
     return dict(_pod_layout(_mesh(plan), pod_gpus))
 
 
+def order_layouts(plan: ParallelPlan, order: tuple[str, ...], pod_gpus: int | None = None,
+                  experts: bool = True) -> tuple:
+    """The group, pod and (with ``experts``) expert layouts ``plan`` would have with its mesh in
+    ``order``, without building that plan (the search compares the orders of every mesh):
+    equal to :func:`group_layout`, :func:`pod_layout` and :func:`expert_layout` of
+    ``replace(plan, mesh_order=order)``."""
+    degrees = plan.degrees
+    mesh = tuple((name, degrees[name]) for name in order)
+    edp = plan.expert_dp
+    shard = plan.expert_shard_group if plan.sharding == "hybrid" else edp
+    return (_group_layout(mesh, plan.gpus_per_node),
+            _pod_layout(mesh, pod_gpus) if pod_gpus else None,
+            _expert_layout(mesh, (plan.etp, plan.ep, edp, shard), plan.gpus_per_node, pod_gpus)
+            if experts else None)
+
+
 def expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
                   pod_gpus: int | None = None) -> dict[str, int]:
     """:func:`_expert_layout` of the plan's mesh and expert degrees, cached."""

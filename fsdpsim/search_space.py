@@ -334,7 +334,7 @@ def _other_orders(plan: ParallelPlan, seen: dict,
     """The plan with its non-unit, non-TP dimensions in the other orders outside TP (TP stays
     innermost, on adjacent ranks) that place some group differently on the tiers: orders with
     the same group, pod and expert layouts as an earlier one are the same plan to the model."""
-    from fsdpsim.layout import expert_layout, group_layout, pod_layout
+    from fsdpsim.layout import order_layouts
 
     degrees = plan.degrees
     outer = [d for d in DEFAULT_MESH_ORDER if d != "tp" and degrees[d] > 1]
@@ -347,10 +347,8 @@ def _other_orders(plan: ParallelPlan, seen: dict,
         layouts, orders = [], []  # the first permutation is the default order
         for perm in itertools.permutations(outer):
             order = units + perm + ("tp",)
-            probe = replace(plan, mesh_order=order)
-            layout = (group_layout(probe), pod_layout(probe, pod_gpus) if pod_gpus else None,
-                      expert_layout(probe, pod_gpus=pod_gpus)
-                      if plan.ep > 1 or plan.etp != plan.tp else None)
+            layout = order_layouts(plan, order, pod_gpus,
+                                   experts=plan.ep > 1 or plan.etp != plan.tp)
             if layout not in layouts:
                 layouts.append(layout)
                 orders.append(order)

@@ -309,3 +309,20 @@ def test_framework_profiles_limit_the_space():
                     SearchSpace(framework="megatron-2021"), top=5)
     assert result.top and all(c.recompute in ("none", "full") and c.recompute_layers is None
                               for c in result.top)
+
+
+def test_order_layouts_equal_the_reordered_plan():
+    """layout.order_layouts (the search's cheap comparison of mesh orders) equals the layouts of
+    the plan rebuilt with that order."""
+    import itertools
+
+    from fsdpsim.layout import expert_layout, group_layout, order_layouts, pod_layout
+
+    plan = ParallelPlan(num_gpus=256, gpus_per_node=8, sharding="hybrid", shard_group_size=4,
+                        tp=2, pp=4, cp=2, ep=4, etp=1)
+    dims = ("pp", "dp_replicate", "dp_shard", "cp")
+    for perm in itertools.permutations(dims):
+        order = perm + ("tp",)
+        other = replace(plan, mesh_order=order)
+        assert order_layouts(plan, order, 64) == (group_layout(other), pod_layout(other, 64),
+                                                  expert_layout(other, pod_gpus=64))
