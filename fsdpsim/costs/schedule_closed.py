@@ -238,21 +238,25 @@ def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
     late = n - 1 - (v - 1) * p                 # the last stage's last steady backward
     first_last_chunk = bottom.pos_f((v - 1) * p)              # its first chunk-(v-1) forward
     ends = [_clip(k, 0, n - 1) for k in (0, p - 1, late, n - 1)]
+    # The sums each excursion needs, once per k1 and per k2 (the same values, in the same
+    # order of operations, as computing them inside the loops).
+    at_k2 = [(bottom.pos_b(k2), top.upto(top.pos_b(k2) - 1)) for k2 in ends]
+    at_k2 = [(jb, bottom.upto(jb), top_before) for jb, top_before in at_k2]
     for k1 in [_clip(k, 0, n - 1) for k in (0, p - 1, n - 1)]:
-        for k2 in ends:
-            jf, jb = bottom.pos_f(k1), bottom.pos_b(k2)
-            value = (top.upto(top.pos_f(k1)) + down + bottom.segment(jf, jb) + up
-                     + top.total - top.upto(top.pos_b(k2) - 1))
+        jf = bottom.pos_f(k1)
+        top_at, bottom_before = top.upto(top.pos_f(k1)), bottom.upto(jf - 1)
+        for jb, bottom_to, top_before in at_k2:
+            value = (top_at + down + (bottom_to - bottom_before) + up
+                     + top.total - top_before)
             cands.append(_where(jb >= jf, value, NEG))
         # down from the top at k1, along the last stage, then the last micro-batch's chain
-        jf, jb = bottom.pos_f(k1), bottom.pos_b(late)
-        cands.append(_where(jb >= jf, top.upto(top.pos_f(k1)) + down
+        jb = bottom.pos_b(late)
+        cands.append(_where(jb >= jf, top_at + down
                               + bottom.segment(jf, jb - 1) + b_chain, NEG))
-    for k2 in ends:
+    for jb, bottom_to, top_before in at_k2:
         # micro-batch 0's chain down, along the last stage, up at k2, the top to the end
-        jb = bottom.pos_b(k2)
-        cands.append(_where(jb >= first_last_chunk, f_chain + bottom.segment(
-            first_last_chunk + 1, jb) + up + top.total - top.upto(top.pos_b(k2) - 1), NEG))
+        cands.append(_where(jb >= first_last_chunk, f_chain + (bottom_to - bottom.upto(
+            first_last_chunk)) + up + top.total - top_before, NEG))
     return _where(p == 1, m * (f + b + (ef + eb + lf + lb)), _max(*cands))
 
 
