@@ -32,28 +32,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from fsdpsim import engine
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
-from fsdpsim.inputs import (framework_inputs, model_inputs, plan_inputs, pod_inputs,
-                            system_inputs, training_inputs)
 from fsdpsim.model import ModelSpec
-from fsdpsim.moe_inputs import stage_inputs, uniform_keys
 from fsdpsim.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
-from fsdpsim.costs.comm import STRATEGY_CODES
-from fsdpsim.parallel import PP_SCHEDULES
-from fsdpsim.search_space import Family, SearchSpace, divisors, enumerate_families
+from fsdpsim.search_columns import PlanColumns
+from fsdpsim.search_space import SearchSpace, divisors, enumerate_families
 from fsdpsim.units import GIB_BYTES
 
 OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
 _RC = engine.RECOMPUTE_CODES
-_KEYS = ("tokens_per_s", "fits", "peak_bytes", "pipeline_ok", "step_time_s")
-#: Candidates per engine call (the sweep's block size).
-CHUNK = 65_536
 #: Least (plan, micro-batch) rows a round of the recompute bisection takes (step 4).
 ROUND_ROWS = 4096
 
@@ -158,134 +151,6 @@ def score_of(objective: str, tokens_per_s, num_gpus: int, system: System, run=No
     return np.where(tps > 0, -value, -np.inf)
 
 
-def _variant_columns(spec: ModelSpec, family: Family) -> dict[str, np.ndarray]:
-    """The engine inputs a family's variants change, one row per variant: the ZeRO stage's
-    strategy code, the schedule, virtual stages and layer split (with the MoE layers per
-    stage), SP, TP/EP overlap and the CP kind: the values :func:`fsdpsim.inputs.plan_inputs`
-    and :func:`fsdpsim.moe_inputs.stage_inputs` give the variant's plan."""
-    base = family.base
-    cols: dict[str, list[float]] = {k: [] for k in (
-        "strategy", "vpp", "pp_schedule", "sequence_parallel", "tp_overlap", "cp_all2all",
-        "ep_overlap", "layers_first", "layers_mid", "layers_last")}
-    splits: dict[tuple, dict[str, float]] = {}
-    for v in family.variants:
-        vpp = v["vpp"]
-        schedule = v["pp_schedule"] or ("interleaved" if vpp > 1 else "1f1b")
-        cols["strategy"].append(STRATEGY_CODES[v["sharding"]])
-        cols["vpp"].append(vpp)
-        cols["pp_schedule"].append(PP_SCHEDULES.index(schedule))
-        sp = v["sequence_parallel"]
-        cols["sequence_parallel"].append(float(base.tp > 1 if sp is None else sp))
-        cols["tp_overlap"].append(float(v["tp_overlap"]))
-        cols["cp_all2all"].append(float(v["cp_kind"] == "all2all"))
-        cols["ep_overlap"].append(float(v["ep_overlap"]))
-        key = (vpp, v["pp_first_layers"], v["pp_last_layers"])
-        if key not in splits:
-            probe = replace(base, vpp=vpp, pp_schedule=schedule, pp_first_layers=key[1],
-                            pp_last_layers=key[2])
-            first, mid, last = probe.stage_layers(spec.n_layers)
-            splits[key] = {"layers_first": first, "layers_mid": mid, "layers_last": last,
-                           **stage_inputs(spec, probe)}
-        for k, value in splits[key].items():
-            cols.setdefault(k, []).append(value)
-    return {k: np.array(v, dtype=float) for k, v in cols.items()}
-
-
-class _Space:
-    """The plans of one search as engine-input columns, and their candidates' evaluation.
-
-    Each :class:`~fsdpsim.search_space.Family` contributes its base plan's inputs once
-    (:func:`fsdpsim.inputs.plan_inputs`, ``pod_inputs``, ``stage_inputs``: predict's builders)
-    and its variants as the few columns they change (:func:`_variant_columns`; a test checks
-    every column against ``plan_inputs`` of the variant's own plan)."""
-
-    def __init__(self, spec: ModelSpec, system: System, families: list[Family],
-                 training: TrainingConfig):
-        self.spec, self.system, self.families, self.training = spec, system, families, training
-        rows = [{**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
-                 **stage_inputs(spec, f.base)} for f in families]
-        keys = rows[0].keys()
-        base_cols = {k: np.array([float(r[k]) for r in rows]) for k in keys}
-        sizes = np.array([len(f.variants) for f in families], dtype=np.int64)
-        self.family = np.repeat(np.arange(len(families)), sizes)
-        self.variant = np.arange(self.family.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        variant_cols: dict[int, dict[str, np.ndarray]] = {}
-        for f in families:  # families of one mesh share their variants' tuple
-            if id(f.variants) not in variant_cols:
-                variant_cols[id(f.variants)] = _variant_columns(spec, f)
-        parts = [variant_cols[id(f.variants)] for f in families]
-        # per plan: the columns variants change; per family: the rest (gathered per chunk)
-        self.variant_cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
-        self.family_cols = {k: v for k, v in base_cols.items() if k not in self.variant_cols}
-        self.base = {**system_inputs(system, training.precision), **training_inputs(training),
-                     **framework_inputs(spec, system, families[0].base)}
-        # model inputs per distinct (tp, shard group): vectorised over the shard sizes
-        tp = self.column("tp").astype(np.int64)
-        shard = self.column("shard_size").astype(np.int64)
-        key = tp * 2**32 + shard
-        uniq, self.model_row = np.unique(key, return_inverse=True)
-        parts = []
-        for t in np.unique(uniq // 2**32):
-            shards = (uniq[uniq // 2**32 == t] % 2**32).astype(float)
-            x = model_inputs(spec, shards, tp=int(t))
-            parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
-                          for k, v in x.items()})
-        parts = [{k: np.broadcast_to(np.asarray(v, dtype=float), p["n_layers"].shape)
-                  for k, v in p.items()} for p in uniform_keys(parts)]
-        self.model_cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        self.model_row = self.model_row.ravel()
-        self.dp = self.column("dp").astype(np.int64)
-        self.layers_stage = np.where(self.column("pp") > 1, self.column("layers_mid"),
-                                     spec.n_layers).astype(np.int64)
-
-    def __len__(self) -> int:
-        return int(self.family.size)
-
-    def column(self, key: str, rows: np.ndarray | None = None) -> np.ndarray:
-        """Plan input ``key`` of every plan (or of ``rows``)."""
-        if key in self.variant_cols:
-            v = self.variant_cols[key]
-            return v if rows is None else v[rows]
-        fam = self.family if rows is None else self.family[rows]
-        return self.family_cols[key][fam]
-
-    def plan(self, i: int) -> ParallelPlan:
-        """Plan ``i`` (a family's variant), validated."""
-        return self.families[int(self.family[i])].plan(int(self.variant[i]))
-
-    def evaluate(self, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray, rc: np.ndarray,
-                 rl: np.ndarray, keys=_KEYS) -> dict[str, np.ndarray]:
-        """Engine outputs ``keys`` of candidates (plan index, micro-batch, grad-accum,
-        recompute code, recompute layers (−1 = all)), without the memory ceilings."""
-        n = plan.size
-        out = {k: np.empty(n, dtype=bool if k in ("fits", "pipeline_ok") else float)
-               for k in keys}
-        for start in range(0, n, CHUNK):
-            s = slice(start, min(start + CHUNK, n))
-            p = plan[s]
-            x: dict[str, Any] = dict(self.base)
-            for k, v in self.model_cols.items():
-                x[k] = _take(v, self.model_row[p])
-            fam = self.family[p]
-            for k, v in self.family_cols.items():
-                x[k] = _take(v, fam)
-            for k, v in self.variant_cols.items():
-                x[k] = _take(v, p)
-            x.update(micro_batch=mb[s].astype(float), grad_accum=accum[s].astype(float),
-                     recompute=rc[s].astype(float), recompute_layers=rl[s].astype(float),
-                     ceilings=0.0)
-            y = engine.evaluate(x)
-            for k in keys:
-                out[k][s] = np.broadcast_to(y.get(k, True), p.shape)
-        return out
-
-
-def _take(values: np.ndarray, index: np.ndarray):
-    """``values[index]``, or the one value when the column is constant."""
-    return values[0] if values.size and values[0] == values[-1] and np.all(
-        values == values[0]) else values[index]
-
-
 def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingConfig,
            space: SearchSpace = SearchSpace(), *, objective: str = "throughput", top: int = 5,
            run=None, price: float | None = None) -> SearchResult:
@@ -309,7 +174,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         from fsdpsim.search_explain import empty_space_message
 
         raise ConfigError(empty_space_message(spec, num_gpus, per_node, training, space))
-    s = _Space(spec, system, families, training)
+    s = PlanColumns(spec, system, families, training)
     ckpt = _checkpoint_bytes(s)
     score = _scorer(objective, num_gpus, system, run, ckpt, price)
     stats: dict[str, float] = {"plans": len(s), "families": len(families),
@@ -418,7 +283,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                         least_peak=least, stats=stats)
 
 
-def _checkpoint_bytes(s: _Space) -> float:
+def _checkpoint_bytes(s: PlanColumns) -> float:
     from fsdpsim import procurement
 
     b = s.base
@@ -456,7 +321,7 @@ def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray) -> No
         lo[act] = np.where(ok, lo[act], mid)
 
 
-def _choice(s: _Space, gb: int, plan: int, mb: int, rc_code: int, rl: float, tps: float,
+def _choice(s: PlanColumns, gb: int, plan: int, mb: int, rc_code: int, rl: float, tps: float,
             peak: float, score: float) -> Choice:
     name = RECOMPUTES[int(rc_code)]
     L = int(s.layers_stage[plan])
@@ -467,7 +332,7 @@ def _choice(s: _Space, gb: int, plan: int, mb: int, rc_code: int, rl: float, tps
                   score=float(score), layers_per_stage=L)
 
 
-def _top_plans(s: _Space, cand, gb: int, top: int) -> list[Choice]:
+def _top_plans(s: PlanColumns, cand, gb: int, top: int) -> list[Choice]:
     """Each plan's best candidate, the best ``top`` plans; ties: fewer recomputed layers, then
     smaller peak memory, then the enumeration order."""
     p, mb, rc, rl, tps, peak, score = cand
@@ -504,7 +369,7 @@ def _least_peak(s, gb, records, rc_name, rl, score) -> Choice | None:
     return _choice(s, gb, p, m, _RC[rc_name], rl, tps, peak, float(score(np.array([tps]))[0]))
 
 
-def _cut_off(s: _Space, records, gb: int, best: float, score, shown: int = 3):
+def _cut_off(s: PlanColumns, records, gb: int, best: float, score, shown: int = 3):
     """The fastest evaluated candidates that beat the best but cannot run, one per plan."""
     rows = []
     for p, m, rc_name, rl, out in records:

@@ -220,13 +220,13 @@ def test_variant_columns_equal_plan_inputs(model, n, seq):
     builders (plan_inputs, pod_inputs, stage_inputs) for that variant's plan."""
     from fsdpsim.inputs import plan_inputs, pod_inputs
     from fsdpsim.moe_inputs import stage_inputs
-    from fsdpsim.search import _Space
+    from fsdpsim.search_columns import PlanColumns
     from fsdpsim.search_space import enumerate_families
 
     spec, system = get_model(model), _system()
     training = TrainingConfig(seq_len=seq, global_batch=2 * n)
     families = list(enumerate_families(spec, n, 8, seq, 2 * n, SearchSpace()))
-    s = _Space(spec, system, families, training)
+    s = PlanColumns(spec, system, families, training)
     rng = np.random.default_rng(0)
     for i in rng.choice(len(s), size=min(300, len(s)), replace=False):
         plan = s.plan(i)
