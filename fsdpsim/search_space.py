@@ -218,7 +218,6 @@ def enumerate_plans(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len:
 def enumerate_families(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
                        global_batch: int, space: SearchSpace) -> Iterator[Family]:
     """The plans of :func:`enumerate_plans`, as :class:`Family` groups."""
-    fixed = space.fixed
     max_tp = space.max_tp or gpus_per_node
     for tp in _options(space, "tp", [d for d in divisors(num_gpus) if d <= max_tp]):
         if num_gpus % tp:
