@@ -226,6 +226,10 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     starts = np.flatnonzero(np.r_[True, plan_idx[1:] != plan_idx[:-1]])
     counts = np.diff(np.r_[starts, plan_idx.size])
     lo, hi = np.full(starts.size, -1), counts.copy()  # index lo fits (-1: none), hi does not
+    # A plan in another mesh order holds the same memory (the order places groups on the
+    # tiers, it moves no bytes into memory; tests/test_search.py checks it): bisect one order.
+    owner = _order_owner(s, plan_idx[starts])
+    hi[owner != np.arange(starts.size)] = -1  # settled below from their owner
     first = True  # the largest micro-batch first: where it fits (most plans of small models),
     while np.any(hi - lo > 1):  # one evaluation settles the plan
         act = np.flatnonzero(hi - lo > 1)
@@ -234,6 +238,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         fit = run_eval(starts[act] + mid, low_rc, low_rl)["fits"]  # memory alone: the
         lo[act] = np.where(fit, mid, lo[act])                       # schedule's rule is not
         hi[act] = np.where(fit, hi[act], mid)                       # monotone in mb
+    lo = lo[owner]
     within = np.arange(plan_idx.size) - np.repeat(starts, counts)
     candidates = np.flatnonzero(within <= np.repeat(lo, counts))
     plans_fit = int(np.count_nonzero(lo >= 0))
@@ -281,6 +286,25 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                         elapsed_s=time.perf_counter() - t0,
                         budget_bytes=float(system.accelerator.memory_bytes),
                         least_peak=least, stats=stats)
+
+
+def _order_owner(s: PlanColumns, plans: np.ndarray) -> np.ndarray:
+    """For each of ``plans`` (plan numbers, one entry per plan with candidates), the position in
+    ``plans`` of the same plan in the first mesh order enumerated (itself if it is that one)."""
+    from fsdpsim.parallel import DEFAULT_MESH_ORDER
+
+    first: dict = {}
+    canon = []
+    for f in s.families:  # a family's orders share its variants (one tuple)
+        key = replace(f.base, mesh_order=DEFAULT_MESH_ORDER)
+        canon.append(first.setdefault(key, len(canon)))
+    canon = np.array(canon)
+    starts = np.r_[0, np.cumsum([len(f.variants) for f in s.families])]
+    same = starts[canon[s.family[plans]]] + s.variant[plans]  # plan number in the first order
+    position = np.full(len(s), -1)
+    position[plans] = np.arange(plans.size)
+    owner = position[same]
+    return np.where(owner >= 0, owner, np.arange(plans.size))
 
 
 def _checkpoint_bytes(s: PlanColumns) -> float:

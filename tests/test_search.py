@@ -326,3 +326,32 @@ def test_order_layouts_equal_the_reordered_plan():
         other = replace(plan, mesh_order=order)
         assert order_layouts(plan, order, 64) == (group_layout(other), pod_layout(other, 64),
                                                   expert_layout(other, pod_gpus=64))
+
+
+@pytest.mark.parametrize("model,n", [("llama3-70b", 256), ("mixtral-8x7b", 64)])
+def test_memory_does_not_depend_on_the_mesh_order(model, n):
+    """The search bisects the micro-batch memory bound for one order of each mesh and reuses it
+    for the others: sound only while peak memory is independent of the mesh order (orders place
+    groups on the tiers; they move no bytes into memory)."""
+    from fsdpsim.parallel import DEFAULT_MESH_ORDER
+    from fsdpsim.search_columns import PlanColumns
+    from fsdpsim.search_space import enumerate_families
+
+    spec, system = get_model(model), _system()
+    training = TrainingConfig(seq_len=4096, global_batch=2 * n)
+    families = list(enumerate_families(spec, n, 8, 4096, 2 * n, SearchSpace()))
+    s = PlanColumns(spec, system, families, training)
+    groups: dict = {}
+    for i, f in enumerate(families):
+        groups.setdefault(replace(f.base, mesh_order=DEFAULT_MESH_ORDER), []).append(i)
+    multi = [g for g in groups.values() if len(g) > 1][:60]
+    assert multi
+    rows = np.array([int(np.flatnonzero(s.family == fi)[0]) for g in multi for fi in g])
+    for rc in (0.0, 2.0):
+        out = s.evaluate(rows, np.ones(rows.size), 2 * n / s.dp[rows], np.full(rows.size, rc),
+                         np.full(rows.size, -1.0))
+        k = 0
+        for g in multi:
+            peaks = out["peak_bytes"][k:k + len(g)]
+            k += len(g)
+            assert np.all(peaks == peaks[0])
