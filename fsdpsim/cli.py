@@ -82,6 +82,15 @@ def catalog() -> None:
     """List and show hardware catalog entries."""
 
 
+#: Column names of ``catalog list``'s table (CSV and JSON keep the long, unit-bearing ones).
+_SHORT_HEADS = {"memory_gib": "GiB", "hbm_tb_per_s": "HBM TB/s", "bf16_tflops": "BF16 TF/s",
+                "link_gb_per_s": "link GB/s", "gbit_per_s_per_nic": "NIC Gb/s",
+                "latency_us": "lat us", "achievable_fraction": "achievable",
+                "gpus_per_node": "GPUs/node", "nics_per_node": "NICs/node",
+                "inter_node_gbit_per_s_per_gpu": "Gb/s/GPU", "ring_base_us": "base us",
+                "nvlink_hop_us": "NVLink hop us", "net_hop_us": "net hop us"}
+
+
 def _summary(cat, kind: str, ident: str) -> dict[str, Any]:
     if kind == "accelerator":
         a = cat.accelerator(ident)
@@ -132,7 +141,7 @@ def catalog_list(ctx: click.Context, kind: str | None, fmt: str) -> None:
         for k in kinds:
             rows = [_summary(cat, k, i) for i in cat.ids(k)]
             title = k if k.endswith("s") else f"{k}s"
-            blocks.append(f"{title} ({len(rows)})\n{render.table(rows)}")
+            blocks.append(f"{title} ({len(rows)})\n{render.narrow_table(rows, _SHORT_HEADS)}")
         echo("\n\n".join(blocks))
         return
     rows = [{"kind": k, **_summary(cat, k, i)} for k in kinds for i in cat.ids(k)]

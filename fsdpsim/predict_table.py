@@ -98,7 +98,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
     :func:`fsdpsim.procurement.prediction_run`) and ``run``, also cost, energy and time to
     train."""
     d = p.to_dict()
-    t, m, c, th = d["time"], d["memory"], d["comm"], d["thresholds"]
+    t, m, c = d["time"], d["memory"], d["comm"]
     tr, pl = d["training"], d["plan"]
     lines = [render.wrap(f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — "
                          f"{d['system']}", hanging="  ")]

@@ -63,6 +63,28 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str] | None = Non
     return frame.to_string(index=False)
 
 
+def narrow_table(rows: Sequence[Mapping[str, Any]], rename: Mapping[str, str] | None = None,
+                 cell: int = 22, width: int = WIDTH) -> str:
+    """:func:`table` for a screen: headers renamed (``rename``), text cells longer than ``cell``
+    shortened with "…", and columns left out from the right while the table is wider than
+    ``width`` (named in a last line; CSV and JSON keep every column and every character)."""
+    rename = rename or {}
+
+    def short(v: Any) -> Any:
+        return v[:cell - 1] + "…" if isinstance(v, str) and len(v) > cell else v
+
+    shown = [{rename.get(k, k): short(v) for k, v in r.items()} for r in rows]
+    columns = list(shown[0]) if shown else []
+    left_out: list[str] = []
+    text = table(shown, columns)
+    while len(columns) > 2 and max(len(line) for line in text.split("\n")) > width:
+        left_out.insert(0, columns.pop())
+        text = table(shown, columns)
+    if left_out:
+        text += f"\n(left out at {width} columns: {', '.join(left_out)}; see --format csv)"
+    return text
+
+
 def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
     import pandas as pd
 

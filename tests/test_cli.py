@@ -509,3 +509,14 @@ def test_predict_random_options(capsys, options):
     assert isinstance(d["fits"], bool)
     assert d["step_time_s"] is None or d["step_time_s"] > 0
     assert math.isfinite(d["memory"]["peak_bytes"])
+
+
+def test_catalog_list_fits_100_columns_and_csv_keeps_everything():
+    """The table view shortens headers and long names and leaves out the columns that do not
+    fit (naming them); CSV keeps every column and every character."""
+    out = invoke("catalog", "list")
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "GiB" in out and "BF16 TF/s" in out
+    csv = invoke("catalog", "list", "--format", "csv")
+    assert "memory_gib" in csv.splitlines()[0] and "aliases" in csv.splitlines()[0]
+    assert "NVIDIA A100 SXM4 64GB (custom, CINECA Leonardo)" in csv
