@@ -355,3 +355,21 @@ def test_memory_does_not_depend_on_the_mesh_order(model, n):
             peaks = out["peak_bytes"][k:k + len(g)]
             k += len(g)
             assert np.all(peaks == peaks[0])
+
+
+def test_energy_and_time_to_train_objectives():
+    """Energy per token with failures favours the GPU count that runs most efficiently; the
+    expected wall time of a token budget favours the fastest job. Both rank candidates by the
+    procurement columns (run_columns) and list the same numbers predict reports."""
+    runner = CliRunner()
+    base = ["search", "--model", "gpt3-350m", "--num-gpus", "8,64", "--global-batch", "64",
+            "--seq-len", "2048", "--format", "json", "--top", "20"]
+    energy = json.loads(runner.invoke(cli, base + ["--objective", "energy"]).output)
+    wall = json.loads(runner.invoke(cli, base + ["--objective", "time-to-train",
+                                                 "--tokens", "1t"]).output)
+    per_gpu: dict = {}
+    for p in energy["plans"]:
+        per_gpu[p["num_gpus"]] = max(per_gpu.get(p["num_gpus"], 0.0), p["tokens_per_s_per_gpu"])
+    assert energy["plans"][0]["num_gpus"] == max(per_gpu, key=per_gpu.get)
+    assert wall["plans"][0]["num_gpus"] == 64
+    assert wall["query"]["objective"] == "time-to-train"
