@@ -110,6 +110,7 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
         return (f"{head}: the global batch must divide by the data-parallel degree of some "
                 f"plan ({', '.join(map(str, dps[:8]))}{', ...' if len(dps) > 8 else ''}); "
                 f"nearest feasible: --global-batch {', '.join(map(str, near))}")
+    options = []  # each fixed setting relaxed in turn (the others kept): what it could be
     for name, value in space.fixed.items():
         others = replace(space, fixed={k: v for k, v in space.fixed.items() if k != name})
         seen: set = set()
@@ -119,9 +120,12 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
                 break
         seen.discard(None)
         if seen:
-            near = _nearest(value, seen)
-            return (f"{head}: {name}={value} is not possible here; nearest feasible: "
-                    + ", ".join(f"{name}={v}" for v in near))
+            options.append(", ".join(f"{name}={v}" for v in _nearest(value, seen))
+                           + (" (with the other settings kept)" if len(space.fixed) > 1 else ""))
+    if options:
+        what = ", ".join(f"{k}={v}" for k, v in space.fixed.items())
+        verb = "is not possible here" if len(space.fixed) == 1 else "are not possible together"
+        return f"{head}: {what} {verb}; nearest feasible: " + "; or ".join(options)
     if space.max_tp and "tp" not in space.fixed:
         head += f" (--max-tp {space.max_tp})"
     return (f"{head}: the model's heads ({spec.n_heads}), layers ({spec.n_layers}) and "

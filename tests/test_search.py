@@ -154,6 +154,9 @@ def test_bad_constraints_name_the_nearest_feasible_setting():
         search(spec, _system(), 16, training, SearchSpace(fixed={"tp": 3}))
     with pytest.raises(ConfigError, match=r"pp=5 .*nearest feasible: pp=4"):
         search(spec, _system(), 16, training, SearchSpace(fixed={"pp": 5}))
+    with pytest.raises(ConfigError, match=r"pp=2, vpp=3 are not possible together; nearest "
+                                          r"feasible: pp=4 .*; or vpp=2, vpp=4"):
+        search(spec, _system(), 16, training, SearchSpace(fixed={"pp": 2, "vpp": 3}))
     with pytest.raises(ConfigError, match=r"global batch.*nearest feasible: --global-batch"):
         search(spec, _system(), 16, TrainingConfig(seq_len=4096, global_batch=7),
                SearchSpace(fixed={"tp": 1, "pp": 1, "cp": 1}))
