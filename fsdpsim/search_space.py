@@ -294,7 +294,7 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
         cp_kinds = [k for k in _options(space, "cp_kind", CP_KINDS)
                     if (k == "ring" and seq_len % (2 * cp) == 0)
                     or (k == "all2all" and spec.n_heads % (tp * cp) == 0)]
-    experts = [(1, None)]
+    experts = [(1, None)] if fixed.get("ep", 1) == 1 and fixed.get("etp") in (None, tp) else []
     if moe:
         experts = [(ep, etp) for etp in _options(space, "etp", sorted({1, tp}))
                    for ep in _options(space, "ep", [d for d in divisors((tp * cp * dp) // etp)

@@ -160,6 +160,8 @@ def test_bad_constraints_name_the_nearest_feasible_setting():
     with pytest.raises(ConfigError, match=r"global batch.*nearest feasible: --global-batch"):
         search(spec, _system(), 16, TrainingConfig(seq_len=4096, global_batch=7),
                SearchSpace(fixed={"tp": 1, "pp": 1, "cp": 1}))
+    with pytest.raises(ConfigError, match=r"ep=4 is not possible here; nearest feasible: ep=1"):
+        search(spec, _system(), 16, training, SearchSpace(fixed={"ep": 4}))  # a dense model
     with pytest.raises(ConfigError, match="not accepted"):
         parse_fix(["bogus=1"])
     with pytest.raises(ConfigError, match="not accepted"):
