@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from fsdpsim.parallel import PRECISIONS
+
 from fsdpsim import render
 from fsdpsim.cli_procurement import assumption_notes, money, rate, run_options, short_source
 from fsdpsim.errors import ConfigError
@@ -41,7 +43,7 @@ def compare_options(f):
         click.option("--global-batch", default=None,
                      help="Sequences per step, the same for every row (default: about 4M "
                           "tokens, a power of two)."),
-        click.option("--precision", type=click.Choice(("bf16", "fp16", "fp8", "fp32")),
+        click.option("--precision", type=click.Choice(PRECISIONS),
                      default="bf16", show_default=True),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),

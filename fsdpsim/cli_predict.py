@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from fsdpsim.parallel import PRECISIONS
+
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
 from fsdpsim.cli_procurement import run_options
@@ -201,7 +203,7 @@ def predict_options(f):
         click.option("--mesh-order", default=None,
                      help="Mesh dimensions outermost first, comma-separated (default "
                           "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),
-        click.option("--precision", type=click.Choice(("bf16", "fp16", "fp8", "fp32")),
+        click.option("--precision", type=click.Choice(PRECISIONS),
                      default="bf16", show_default=True),
         click.option("--reduce-dtype", type=click.Choice(("fp32", "bf16", "fp16")), default=None,
                      help="Gradient reduce dtype (default fp32)."),

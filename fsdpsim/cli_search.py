@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from fsdpsim.parallel import PRECISIONS
+
 from fsdpsim import render
 from fsdpsim.cli_procurement import run_options
 from fsdpsim.errors import ConfigError
@@ -38,7 +40,7 @@ def search_options(f):
                      help="Tokens per sequence (8k = 8,192: k and m are binary here)."),
         click.option("--global-batch", default=None,
                      help="Sequences per step (default: about 4M tokens, a power of two)."),
-        click.option("--precision", type=click.Choice(("bf16", "fp16", "fp8", "fp32")),
+        click.option("--precision", type=click.Choice(PRECISIONS),
                      default="bf16", show_default=True),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),

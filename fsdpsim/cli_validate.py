@@ -79,22 +79,22 @@ def _skipped_lines(skipped, total: int) -> list[str]:
     return lines
 
 
-#: Rows a fit leaves out: subsets their file marks as doubtful or not pre-training, and number
-#: formats modelled by an approximation (MXFP8/NVFP4 as FP8, fsdpsim.published_plan).
+#: Rows a fit leaves out: subsets their file marks as doubtful or not pre-training, and the
+#: block-scaled number formats, validated out of sample (fsdpsim.published_plan.UNFIT_FORMATS).
 UNFIT_SUBSETS = ("doubtful", "finetune", "unusable")
 
 
 def fit_rows(frame):
     """The rows a calibration may fit: no doubtful, fine-tuning or unusable subset, and no
-    number format modelled by an approximation. Validation still reports all of them."""
-    from fsdpsim.published_plan import APPROXIMATED_FORMATS
+    block-scaled number format (MXFP8, NVFP4). Validation still reports all of them."""
+    from fsdpsim.published_plan import UNFIT_FORMATS
 
     import pandas as pd
 
     subset = frame["subset"] if "subset" in frame.columns else pd.Series("", index=frame.index)
     keep = ~subset.astype(str).isin(UNFIT_SUBSETS)
     if "precision_format" in frame.columns:
-        keep &= ~frame["precision_format"].astype(str).isin(tuple(APPROXIMATED_FORMATS))
+        keep &= ~frame["precision_format"].astype(str).isin(tuple(UNFIT_FORMATS))
     return frame[keep]
 
 

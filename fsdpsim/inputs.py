@@ -16,6 +16,7 @@ import numpy as np
 from fsdpsim import engine, model_layers
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
 from fsdpsim.engine.inputs import EngineInputs
+from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.model_checks import check_engine_supported
@@ -126,7 +127,7 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
     eff = acc.efficiency
     link = system.link
     return {
-        "peak_flops_per_s": acc.peak_for(precision),
+        "peak_flops_per_s": gemm_peak_flops_per_s(acc, precision),
         "mfu_peak_flops_per_s": mfu_peak_flops_per_s(acc, precision),
         "compute_clock_ratio": system.compute_clock_ratio,
         "attention_peak_ratio": _attention_peak_ratio(acc, precision),
@@ -213,26 +214,73 @@ def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dic
     return x
 
 
+#: The NVFP4 recipe keeps about 15 % of the linear layers (most of them at the end of the
+#: network) in BF16 (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149,
+#: §4: "selective high-precision layers").
+NVFP4_BF16_LINEAR_SHARE = 0.15
+
+
+def _sixteen_bit_peak(acc) -> float | None:
+    return acc.peak_flops_per_s.get("bf16") or acc.peak_flops_per_s.get("fp16")
+
+
+def gemm_peak_flops_per_s(acc, precision: str) -> float:
+    """Dense peak of the linear layers' GEMMs in ``precision`` [FLOP/s]; a clear error where the
+    part lacks the format.
+
+    * MXFP8 (1×32 E8M0 block scales) runs at the FP8 rate on parts with microscaling tensor
+      cores (NVIDIA Blackwell: "MXFP8 ... at the same rate as FP8", Blackwell architecture
+      technical brief; AMD CDNA 4): those with an FP4 peak in the catalog, unless the catalog
+      gives an ``mxfp8`` peak of its own.
+    * NVFP4 (NVIDIA Blackwell only) runs at the FP4 peak, except the share of linear layers
+      the recipe keeps in BF16 (:data:`NVFP4_BF16_LINEAR_SHARE`): the GEMM time of the blend,
+      ``1 / ((1 − s)/P_fp4 + s/P_bf16)``, as layers are alike.
+    * Otherwise the catalog's peak for ``precision``.
+    """
+    peaks = acc.peak_flops_per_s
+    if precision == "mxfp8":
+        if "mxfp8" in peaks:
+            return peaks["mxfp8"]
+        if "fp4" not in peaks or "fp8" not in peaks:
+            raise ConfigError(f"precision 'mxfp8' needs microscaling tensor cores (Blackwell, "
+                              f"CDNA 4); {acc.id} has: {', '.join(sorted(peaks))}")
+        return peaks["fp8"]
+    if precision == "nvfp4":
+        fp4 = peaks.get("nvfp4") or peaks.get("fp4")
+        sixteen = _sixteen_bit_peak(acc)
+        if fp4 is None or sixteen is None or acc.vendor.lower() != "nvidia":
+            raise ConfigError(f"precision 'nvfp4' needs NVIDIA Blackwell FP4 tensor cores; "
+                              f"{acc.id} has: {', '.join(sorted(peaks))}")
+        share = NVFP4_BF16_LINEAR_SHARE
+        return 1.0 / ((1.0 - share) / fp4 + share / sixteen)
+    return acc.peak_for(precision)
+
+
 def mfu_peak_flops_per_s(acc, precision: str) -> float:
     """The dense peak MFU and HFU are measured against [FLOP/s]: the precision's own peak, but
-    for FP8 training the 16-bit (BF16, else FP16) dense peak, as published MFU tables state it
-    (e.g. NVIDIA's Megatron-Core and NeMo performance summaries); the FP8 peak's utilisation is
-    reported beside it (``mfu_native``)."""
-    if precision == "fp8":
-        sixteen = acc.peak_flops_per_s.get("bf16") or acc.peak_flops_per_s.get("fp16")
+    for low-precision training (FP8, MXFP8, NVFP4) the 16-bit (BF16, else FP16) dense peak, as
+    published MFU tables state it (e.g. NVIDIA's Megatron-Core and NeMo performance summaries);
+    the format's own peak's utilisation is reported beside it (``mfu_native``)."""
+    from fsdpsim.parallel import LOW_PRECISION
+
+    if precision in LOW_PRECISION:
+        sixteen = _sixteen_bit_peak(acc)
         if sixteen:
             return float(sixteen)
     return acc.peak_for(precision)
 
 
 def _attention_peak_ratio(acc, precision: str) -> float:
-    """Attention's peak relative to the GEMMs' [-]: FP8 training (Transformer Engine's
-    ``fp8_autocast``) runs the GEMMs of its linear layers in FP8 while attention stays in the
-    16-bit type (TE user guide, "Using FP8 with Transformer Engine"); other precisions: 1."""
-    if precision != "fp8":
+    """Attention's peak relative to the GEMMs' [-]: low-precision training (Transformer
+    Engine's ``fp8_autocast`` with a per-tensor, MXFP8 or NVFP4 recipe) runs the GEMMs of its
+    linear layers in the format while attention stays in the 16-bit type (TE user guide, "Using
+    FP8 with Transformer Engine"; arXiv 2509.25149 §4 for NVFP4); other precisions: 1."""
+    from fsdpsim.parallel import LOW_PRECISION
+
+    if precision not in LOW_PRECISION:
         return 1.0
-    sixteen = acc.peak_flops_per_s.get("bf16") or acc.peak_flops_per_s.get("fp16")
-    return sixteen / acc.peak_for("fp8") if sixteen else 1.0
+    sixteen = _sixteen_bit_peak(acc)
+    return sixteen / gemm_peak_flops_per_s(acc, precision) if sixteen else 1.0
 
 
 def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, Any]:
@@ -293,9 +341,14 @@ def _pod_inputs(plan: ParallelPlan, pod_gpus) -> dict[str, Any]:
 def training_inputs(training: TrainingConfig) -> dict[str, Any]:
     from fsdpsim.moe_inputs import moe_training_inputs
 
+    from fsdpsim.costs.compute import CAST_TRANSPOSE_BYTES, FP8_CAST_TRANSPOSE_BYTES
+    from fsdpsim.parallel import LOW_PRECISION
+
+    low = training.precision in LOW_PRECISION
     compute_bytes = DTYPE_BYTES[training.precision]
-    # fp8 training keeps bf16 master weights for the all-gather in today's FSDP recipes.
-    gather_bytes = 2.0 if training.precision == "fp8" else compute_bytes
+    # Low-precision training keeps bf16 weights for the all-gather and 16-bit activations in
+    # today's FSDP and Megatron recipes; only the GEMM operands are cast.
+    gather_bytes = 2.0 if low else compute_bytes
     reduce = training.reduce_dtype or "fp32"
     return {
         "seq_len": training.seq_len, "compute_bytes": gather_bytes,
@@ -303,7 +356,9 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "optimizer": engine.OPTIMIZER_CODES[training.optimizer],
         "flash": float(training.flash_attention),
         "fused_loss": float(training.fused_loss),
-        "fp8_gemm": float(training.precision == "fp8"),
+        "fp8_gemm": float(low),
+        "cast_scale": (CAST_TRANSPOSE_BYTES[training.precision] / FP8_CAST_TRANSPOSE_BYTES
+                       if low else 1.0),
         "dropout": float(training.dropout),
         "recompute_layers": (-1.0 if training.recompute_layers is None
                              else float(training.recompute_layers)),

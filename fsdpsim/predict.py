@@ -116,7 +116,9 @@ class Prediction:
         precision = self.training.get("precision", "bf16")
         native = float(self.inputs["peak_flops_per_s"])
         peak = float(self.inputs.get("mfu_peak_flops_per_s", native))
-        basis = "bf16" if precision == "fp8" and peak != native else precision
+        from fsdpsim.parallel import LOW_PRECISION
+
+        basis = "bf16" if precision in LOW_PRECISION and peak != native else precision
         return {"peak_precision": basis, "peak_flops_per_s_per_gpu": peak,
                 "native_precision": precision, "native_peak_flops_per_s_per_gpu": native,
                 "mfu": MFU_CONVENTION, "hfu": HFU_CONVENTION}

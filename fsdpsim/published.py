@@ -34,7 +34,7 @@ from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.numbers import number_in_text
 from fsdpsim.published_plan import (
-    APPROXIMATED_FORMATS,
+    UNFIT_FORMATS,
     framework_conventions,
     gpu_generation,
     precision_format,
@@ -399,10 +399,9 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         precision_text = _text(r.get("precision"))
         precision, reduce_dtype = parse_precision(precision_text, framework)
         number_format = precision_format(precision_text, precision)
-        if number_format in APPROXIMATED_FORMATS:
-            precision, reduce_dtype = parse_precision("fp8", framework)
-            modelled_as.append(f"{APPROXIMATED_FORMATS[number_format]} modelled as FP8 "
-                               "(block-scaled formats: the MoE/low-precision issue)")
+        if number_format in UNFIT_FORMATS:  # reduced as FP8 recipes reduce
+            reduce_dtype = parse_precision("fp8", framework)[1]
+            precision = number_format
         sharding_text = _text(r.get("sharding"))
         sharding = parse_sharding(sharding_text, framework)
         if conventions.get("sharding") and sharding_words(sharding_text) is None:

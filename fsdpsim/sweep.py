@@ -130,7 +130,10 @@ def _utilisation_columns(grid: Grid, t: _Tables, p: dict[str, np.ndarray],
     at = p["h"] * len(grid.precisions) + p["pr"]  # the system table's rows: system x precision
     native = np.array(grid.precisions, dtype=object)[p["pr"]]
     peak, native_peak = t.system["mfu_peak_flops_per_s"][at], t.system["peak_flops_per_s"][at]
-    return {"utilisation.peak_precision": np.where((native == "fp8") & (peak != native_peak),
+    from fsdpsim.parallel import LOW_PRECISION
+
+    low = np.isin(native.astype(str), LOW_PRECISION)
+    return {"utilisation.peak_precision": np.where(low & (peak != native_peak),
                                                    "bf16", native).astype(object),
             "utilisation.peak_flops_per_s_per_gpu": peak.astype(float),
             "utilisation.native_precision": native,

@@ -619,3 +619,43 @@ def test_predict_solves_the_memory_ceilings_when_read():
     assert p.values._inputs is None  # solved once
     assert p.values["max_seq_len"] == float(np.asarray(full["max_seq_len"]).reshape(-1)[0])
     assert {"max_micro_batch", "max_seq_len", "tokens_per_s"} <= set(p.values)
+
+
+def test_block_scaled_formats_peaks_casts_and_mfu_basis():
+    """MXFP8 runs at the FP8 rate on microscaling parts, NVFP4 at the FP4 rate blended with the
+    recipe's BF16 layers (arXiv 2509.25149 §4), attention and MFU stay on the BF16 peak; a part
+    without the format is one clear error."""
+    from fsdpsim.costs.compute import CAST_TRANSPOSE_BYTES, FP8_CAST_TRANSPOSE_BYTES
+    from fsdpsim.errors import ConfigError
+    from fsdpsim.inputs import (NVFP4_BF16_LINEAR_SHARE, gemm_peak_flops_per_s,
+                                system_inputs, training_inputs)
+
+    gb300 = CATALOG.accelerator("gb300")
+    p = gb300.peak_flops_per_s
+    assert gemm_peak_flops_per_s(gb300, "mxfp8") == p["fp8"]
+    s = NVFP4_BF16_LINEAR_SHARE
+    blend = 1.0 / ((1 - s) / p["fp4"] + s / p["bf16"])
+    assert gemm_peak_flops_per_s(gb300, "nvfp4") == pytest.approx(blend, rel=1e-12)
+    assert p["fp8"] < blend < p["fp4"]
+    x = system_inputs(resolve_system(CATALOG, gpu="gb300"), "nvfp4")
+    assert x["mfu_peak_flops_per_s"] == p["bf16"]
+    assert x["attention_peak_ratio"] == pytest.approx(p["bf16"] / blend, rel=1e-12)
+    for fmt in ("mxfp8", "nvfp4"):
+        t = training_inputs(TrainingConfig(seq_len=4096, precision=fmt))
+        assert t["fp8_gemm"] == 1.0 and t["compute_bytes"] == 2.0
+        assert t["cast_scale"] == CAST_TRANSPOSE_BYTES[fmt] / FP8_CAST_TRANSPOSE_BYTES
+    assert CAST_TRANSPOSE_BYTES["nvfp4"] < FP8_CAST_TRANSPOSE_BYTES < CAST_TRANSPOSE_BYTES["mxfp8"]
+    for gpu, fmt in (("h100-sxm5-80gb", "mxfp8"), ("h100-sxm5-80gb", "nvfp4"),
+                     ("mi355x", "nvfp4")):
+        with pytest.raises(ConfigError, match=f"precision '{fmt}' needs"):
+            gemm_peak_flops_per_s(CATALOG.accelerator(gpu), fmt)
+    assert gemm_peak_flops_per_s(CATALOG.accelerator("mi355x"), "mxfp8") > 0
+    # faster than FP8 on the same plan, and MFU against the same BF16 peak
+    spec, system = get_model("llama3-70b"), resolve_system(CATALOG, gpu="gb300")
+    plan = ParallelPlan(64, 64, "optimizer", tp=2, pp=4)
+    runs = {fmt: predict.predict(spec, system, plan, TrainingConfig(
+        seq_len=8192, micro_batch=1, global_batch=128, recompute="none", precision=fmt))
+        for fmt in ("fp8", "mxfp8", "nvfp4")}
+    assert runs["nvfp4"].values["tokens_per_s"] > runs["fp8"].values["tokens_per_s"]
+    assert runs["mxfp8"].values["tokens_per_s"] <= runs["fp8"].values["tokens_per_s"]
+    assert {r.utilisation()["peak_precision"] for r in runs.values()} == {"bf16"}

@@ -89,15 +89,16 @@ def test_sc21_table2_pipeline_degree_is_derived_from_the_stated_dp(published):
 
 def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
     """Llama 3 70B on 64 GB200 (tp 2, pp 4, vpp 5, NVFP4): the distributed optimizer (ZeRO-1),
-    sequence parallelism with TP, the interleaved schedule, NVFP4 modelled as FP8 (said in
-    ``modelled_as``), recompute not stated (none: Megatron-Core's default), Megatron's
+    sequence parallelism with TP, the interleaved schedule, NVFP4 modelled as itself (the FP4
+    peak with the recipe's BF16 layers), recompute not stated (none: Megatron-Core's default), Megatron's
     mixed-precision recipe, one NVL72 rack's NVLink domain."""
     r = hybrid.loc["mbridge-2602-002"]
     assert r["skip"] == ""
     assert (r["tp"], r["pp"], r["cp"], r["vpp"], r["pp_schedule"]) == (2, 4, 1, 5, "interleaved")
-    assert (r["sharding"], r["precision"], r["precision_format"]) == ("optimizer", "fp8", "nvfp4")
+    assert (r["sharding"], r["precision"], r["precision_format"]) == ("optimizer", "nvfp4",
+                                                                       "nvfp4")
     assert r["sequence_parallel"] and r["flash_attention"] and r["fused_loss"]
-    assert r["precision_note"] == "nvfp4 (NVFP4)" and "NVFP4 modelled as FP8" in r["modelled_as"]
+    assert r["precision_note"] == "nvfp4 (NVFP4)" and "FP8" not in r["modelled_as"]
     assert (r["recompute"], r["recipe"], r["dropout"]) == ("none", "megatron", False)
     assert (r["gpu"], r["gpus_per_node"], r["generation"]) == ("gb200", 72, "Blackwell")
     spec, system, plan, _ = _row_setup(r, CATALOG)
@@ -107,7 +108,7 @@ def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
             fsdp["gpus_per_node"]) == ("full", "fp8", "fp8", "h100-sxm5-80gb", 8)
     assert fsdp["precision_note"] == "fp8 (FP8-CS, per-tensor current scaling)"
     mx = hybrid.loc["mbridge-2511-002"]  # source label FP8-MX: MXFP8 block scaling
-    assert (mx["precision"], mx["precision_format"]) == ("fp8", "mxfp8")
+    assert (mx["precision"], mx["precision_format"]) == ("mxfp8", "mxfp8")
 
 
 def test_megatron_bridge_405b_stages_account_for_embedding_and_loss(hybrid):
@@ -215,7 +216,7 @@ def test_engine_inputs_equal_predicts_builder_on_an_nvl72_rack(hybrid):
     plan = ParallelPlan(num_gpus=64, gpus_per_node=64, sharding="optimizer", tp=2, pp=4, vpp=5,
                         sequence_parallel=True, framework="megatron")
     training = TrainingConfig(seq_len=8192, micro_batch=1, recompute=str(r["recompute"]),
-                              precision="fp8", reduce_dtype="bf16", flash_attention=True,
+                              precision="nvfp4", reduce_dtype="bf16", flash_attention=True,
                               fused_loss=True)
     expected = config_inputs(spec_for_row(r), system, plan, training)
     got = engine_inputs(hybrid.loc[["mbridge-2602-002"]].reset_index(drop=True), CATALOG)

@@ -342,6 +342,11 @@ def power_capped_clock_ratio(power_cap_w, tdp_w, static_fraction=STATIC_POWER_FR
 #: (Transformer Engine's fused ``nvte_cast_transpose``: the GEMM operand and its transpose for
 #: the weight-gradient GEMM).
 FP8_CAST_TRANSPOSE_BYTES = 4.0
+#: The same for block-scaled formats (OCP Microscaling spec v1.0: MXFP8 = 1-byte elements with
+#: one E8M0 scale byte per 32; NVIDIA NVFP4 = 4-bit elements with one E4M3 scale byte per 16,
+#: arXiv 2509.25149 §2): read 2 (bf16), write both layouts with their scales.
+CAST_TRANSPOSE_BYTES = {"fp8": FP8_CAST_TRANSPOSE_BYTES, "mxfp8": 2.0 + 2.0 * (1.0 + 1.0 / 32),
+                        "nvfp4": 2.0 + 2.0 * (0.5 + 1.0 / 16)}
 
 
 def fp8_cast_bytes(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, layer_matmul_params):

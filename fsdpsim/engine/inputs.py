@@ -210,7 +210,8 @@ class TrainingInputs(TypedDict):
     optimizer: Number           # 0 adamw, 1 sgd
     flash: Number
     fused_loss: Number
-    fp8_gemm: Number
+    fp8_gemm: Number            # the linear layers' GEMMs in FP8, MXFP8 or NVFP4 (casts)
+    cast_scale: Number          # a cast's bytes per element over FP8's (block scales, FP4)
     dropout: Number
     recompute_layers: Number    # -1 = every layer
     moe_capacity_factor: Number  # 0 = dropless

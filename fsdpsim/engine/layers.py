@@ -109,8 +109,9 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         cast_fwd_bytes, cast_bwd_bytes = compute.fp8_cast_bytes(
             tokens, g["d_model"], w["q"], w["kv"], routed_ffn, swiglu,
             g["block_numel"] / g["tp"])
-        ew_fwd_bytes = ew_fwd_bytes + np.where(fp8, cast_fwd_bytes, 0.0)
-        ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, cast_bwd_bytes, 0.0)
+        scale = g["cast_scale"]  # block-scaled formats: their bytes per element over FP8's
+        ew_fwd_bytes = ew_fwd_bytes + np.where(fp8, scale * cast_fwd_bytes, 0.0)
+        ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, scale * cast_bwd_bytes, 0.0)
     if extra_ew is not None:
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + extra_ew[0], ew_bwd_bytes + extra_ew[1]
     if any_of(dropout):  # the two residual-branch dropouts (h-sized, split with SP)

@@ -166,7 +166,9 @@ def layer_kinds(g, r, w, lt):
         cast = moe_costs.expert_fp8_cast_bytes(ro["rows"], g["d_model"], ro["ffn_local"],
                                                ro["local"], g["swiglu"] > 0)
         fp8 = g["fp8_gemm"] > 0
-        ew = (ew[0] + np.where(fp8, cast[0], 0.0), ew[1] + np.where(fp8, cast[1], 0.0))
+        scale = g["cast_scale"]  # block-scaled formats: their bytes per element over FP8's
+        ew = (ew[0] + np.where(fp8, scale * cast[0], 0.0),
+              ew[1] + np.where(fp8, scale * cast[1], 0.0))
     if qk is not None:
         ew = (ew[0] + qk[0], ew[1] + qk[1])
     gemm = (attn[0] + shared[0] + router[0] + experts[0],
