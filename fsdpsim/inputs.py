@@ -235,9 +235,13 @@ def gemm_peak_flops_per_s(acc, precision: str) -> float:
     * NVFP4 (NVIDIA Blackwell only) runs at the FP4 peak, except the share of linear layers
       the recipe keeps in BF16 (:data:`NVFP4_BF16_LINEAR_SHARE`): the GEMM time of the blend,
       ``1 / ((1 − s)/P_fp4 + s/P_bf16)``, as layers are alike.
+    * FP8 with DeepSeek-V3's fine-grained block scaling (``fp8-block``) at the FP8 peak (the
+      per-block FP32 promotion is not charged).
     * Otherwise the catalog's peak for ``precision``.
     """
     peaks = acc.peak_flops_per_s
+    if precision == "fp8-block":
+        return acc.peak_for("fp8")
     if precision == "mxfp8":
         if "mxfp8" in peaks:
             return peaks["mxfp8"]

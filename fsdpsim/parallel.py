@@ -33,11 +33,11 @@ Sharding = Literal["full", "grad_op", "optimizer", "none", "hybrid"]
 Recompute = Literal["none", "selective", "full"]
 SHARDINGS = ("full", "grad_op", "optimizer", "none", "hybrid")
 RECOMPUTES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp8-block", "mxfp8", "nvfp4", "fp32")
 #: Formats whose linear-layer GEMMs run on the low-precision tensor cores while attention,
 #: norms, the embedding, the LM head and the gathered weights stay 16-bit (Transformer Engine
 #: ``fp8_autocast`` recipes: per-tensor FP8, MXFP8 and NVFP4 block scaling).
-LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
+LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 OPTIMIZERS = ("adamw", "sgd")
 GRAD_SYNCS = ("every", "last")
 #: Strategies that shard parameters and gradients: the accumulation knobs (keep_gathered,

@@ -640,11 +640,14 @@ def test_block_scaled_formats_peaks_casts_and_mfu_basis():
     x = system_inputs(resolve_system(CATALOG, gpu="gb300"), "nvfp4")
     assert x["mfu_peak_flops_per_s"] == p["bf16"]
     assert x["attention_peak_ratio"] == pytest.approx(p["bf16"] / blend, rel=1e-12)
-    for fmt in ("mxfp8", "nvfp4"):
+    for fmt in ("fp8-block", "mxfp8", "nvfp4"):
         t = training_inputs(TrainingConfig(seq_len=4096, precision=fmt))
         assert t["fp8_gemm"] == 1.0 and t["compute_bytes"] == 2.0
         assert t["cast_scale"] == CAST_TRANSPOSE_BYTES[fmt] / FP8_CAST_TRANSPOSE_BYTES
-    assert CAST_TRANSPOSE_BYTES["nvfp4"] < FP8_CAST_TRANSPOSE_BYTES < CAST_TRANSPOSE_BYTES["mxfp8"]
+    assert (CAST_TRANSPOSE_BYTES["nvfp4"] < FP8_CAST_TRANSPOSE_BYTES
+            < CAST_TRANSPOSE_BYTES["mxfp8"] == CAST_TRANSPOSE_BYTES["fp8-block"])
+    h100 = CATALOG.accelerator("h100-sxm5-80gb")  # DeepSeek-V3's blockwise FP8 runs on Hopper
+    assert gemm_peak_flops_per_s(h100, "fp8-block") == h100.peak_flops_per_s["fp8"]
     for gpu, fmt in (("h100-sxm5-80gb", "mxfp8"), ("h100-sxm5-80gb", "nvfp4"),
                      ("mi355x", "nvfp4")):
         with pytest.raises(ConfigError, match=f"precision '{fmt}' needs"):
@@ -655,7 +658,8 @@ def test_block_scaled_formats_peaks_casts_and_mfu_basis():
     plan = ParallelPlan(64, 64, "optimizer", tp=2, pp=4)
     runs = {fmt: predict.predict(spec, system, plan, TrainingConfig(
         seq_len=8192, micro_batch=1, global_batch=128, recompute="none", precision=fmt))
-        for fmt in ("fp8", "mxfp8", "nvfp4")}
+        for fmt in ("fp8", "fp8-block", "mxfp8", "nvfp4")}
     assert runs["nvfp4"].values["tokens_per_s"] > runs["fp8"].values["tokens_per_s"]
     assert runs["mxfp8"].values["tokens_per_s"] <= runs["fp8"].values["tokens_per_s"]
+    assert runs["fp8-block"].values["tokens_per_s"] == runs["mxfp8"].values["tokens_per_s"]
     assert {r.utilisation()["peak_precision"] for r in runs.values()} == {"bf16"}

@@ -345,7 +345,11 @@ FP8_CAST_TRANSPOSE_BYTES = 4.0
 #: The same for block-scaled formats (OCP Microscaling spec v1.0: MXFP8 = 1-byte elements with
 #: one E8M0 scale byte per 32; NVIDIA NVFP4 = 4-bit elements with one E4M3 scale byte per 16,
 #: arXiv 2509.25149 §2): read 2 (bf16), write both layouts with their scales.
-CAST_TRANSPOSE_BYTES = {"fp8": FP8_CAST_TRANSPOSE_BYTES, "mxfp8": 2.0 + 2.0 * (1.0 + 1.0 / 32),
+#: DeepSeek-V3's fine-grained FP8 (fp8-block; technical report arXiv 2412.19437 §3.3.1):
+#: activations in 1×128 tiles, weights in 128×128 blocks, one FP32 scale each.
+CAST_TRANSPOSE_BYTES = {"fp8": FP8_CAST_TRANSPOSE_BYTES,
+                        "fp8-block": 2.0 + 2.0 * (1.0 + 4.0 / 128),
+                        "mxfp8": 2.0 + 2.0 * (1.0 + 1.0 / 32),
                         "nvfp4": 2.0 + 2.0 * (0.5 + 1.0 / 16)}
 
 
