@@ -14,7 +14,15 @@ from fsdpsim.parallel import DEFAULT_MESH_ORDER
 #: fsdpsim schedule -> torchtitan ``pipeline_parallel_schedule``.
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
                         "zb-h1": "InterleavedZeroBubble"}
-_PRECISION = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
+_PRECISION = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16",
+              "fp8-block": "bfloat16", "mxfp8": "bfloat16", "nvfp4": "bfloat16"}
+#: Megatron-LM's precision arguments (megatron/training/arguments.py: --fp8-format,
+#: --fp8-recipe tensorwise|delayed|mxfp8|blockwise, --fp4-format, --fp4-recipe).
+MEGATRON_PRECISION = {"bf16": "--bf16", "fp16": "--fp16", "fp32": "",
+                      "fp8": "--bf16 --fp8-format hybrid --fp8-recipe tensorwise",
+                      "fp8-block": "--bf16 --fp8-format e4m3 --fp8-recipe blockwise",
+                      "mxfp8": "--bf16 --fp8-format e4m3 --fp8-recipe mxfp8",
+                      "nvfp4": "--bf16 --fp4-format e2m1 --fp4-recipe nvfp4"}
 
 
 def torchtitan_toml(choice, training) -> str:
@@ -85,6 +93,11 @@ def torchtitan_toml(choice, training) -> str:
                      f"instead ({n // every} of {n}): check the memory")
     if training.precision == "fp8":
         lines += ["", "[quantize.linear.float8]", "enable_fsdp_float8_all_gather = false"]
+    elif training.precision == "mxfp8":
+        lines += ["", "[quantize.linear.mx]", 'recipe_name = "mxfp8"']
+    elif training.precision in ("fp8-block", "nvfp4"):
+        notes.append(f"# {training.precision}: no torchtitan quantization recipe of that name; "
+                     "Transformer Engine / Megatron-LM run it (--emit megatron)")
     return "\n".join(_comments(notes) + lines) + "\n"
 
 
@@ -146,8 +159,7 @@ def megatron_args(choice, training) -> str:
         k = choice.recompute_layers or choice.layers_per_stage
         args += ["--recompute-granularity full", "--recompute-method block",
                  f"--recompute-num-layers {k}"]
-    args.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid",
-                 "fp32": ""}[training.precision])
+    args.append(MEGATRON_PRECISION[training.precision])
     if p.mesh_order != DEFAULT_MESH_ORDER:
         notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
                      + "; Megatron's default is tp-cp-ep-dp-pp (innermost first): "

@@ -378,3 +378,18 @@ def test_energy_and_time_to_train_objectives():
     assert energy["plans"][0]["num_gpus"] == max(per_gpu, key=per_gpu.get)
     assert wall["plans"][0]["num_gpus"] == 64
     assert wall["query"]["objective"] == "time-to-train"
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp8-block", "mxfp8", "nvfp4"])
+def test_emits_name_every_precision(precision):
+    """--emit works for every low-precision format (on a GPU that has it)."""
+    runner = CliRunner()
+    args = ["search", "--model", "gpt3-350m", "--gpu", "b200", "--num-gpus", "8",
+            "--global-batch", "32", "--seq-len", "2048", "--precision", precision]
+    toml = runner.invoke(cli, args + ["--emit", "torchtitan"])
+    assert toml.exit_code == 0, toml.output
+    import tomllib
+
+    assert tomllib.loads(toml.output)["training"]["mixed_precision_param"] == "bfloat16"
+    mega = runner.invoke(cli, args + ["--emit", "megatron"])
+    assert mega.exit_code == 0 and "--bf16" in mega.output
