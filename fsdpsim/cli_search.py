@@ -21,6 +21,7 @@ EMITS = ("table", "torchtitan", "megatron")
 
 
 def search_options(f):
+    """The options of ``fsdpsim search`` (and the run assumptions of predict/sweep)."""
     opts = [
         click.option("--model", default="llama3-8b", show_default=True,
                      help="Preset name, ladder id or Hugging Face config.json path."),
@@ -81,6 +82,7 @@ def search_options(f):
 
 
 def _counts(text: str) -> list[int]:
+    """``--num-gpus``: a count, a list or a range."""
     from fsdpsim.grid import parse_counts
 
     return parse_counts(text, "--num-gpus")
@@ -128,6 +130,7 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
 
 
 def register(cli: click.Group) -> None:
+    """Add ``search`` to the command group."""
     @cli.command("search")
     @search_options
     @click.pass_context
@@ -174,6 +177,7 @@ def register(cli: click.Group) -> None:
 
 
 def _system_for(ctx, o, n):
+    """The system of ``n`` GPUs with the memory budget."""
     from fsdpsim.cli_predict import build_system
     from fsdpsim.search import budget_system
 

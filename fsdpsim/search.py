@@ -69,6 +69,7 @@ class Choice:
     """Layers of a (middle) pipeline stage: what ``recompute_layers`` counts of [-]."""
 
     def training(self, base: TrainingConfig) -> TrainingConfig:
+        """``base`` with this candidate's micro-batch and recompute (for :func:`predict_choice`)."""
         return replace(base, micro_batch=self.micro_batch, recompute=self.recompute,
                        recompute_layers=self.recompute_layers)
 
@@ -203,6 +204,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     records: list[tuple] = []  # every evaluation, for the cut-off explanation
 
     def run_eval(rows, rc_name, rl):
+        """Evaluate candidate ``rows`` at one recompute setting; keep those that run, record all."""
         nonlocal evaluated
         evaluated += rows.size
         rl = np.broadcast_to(np.asarray(rl, dtype=float), rows.shape)
@@ -308,6 +310,7 @@ def _order_owner(s: PlanColumns, plans: np.ndarray) -> np.ndarray:
 
 
 def _checkpoint_bytes(s: PlanColumns) -> float:
+    """Bytes of one checkpoint of the model (parameters and optimizer states) for the goodput."""
     from fsdpsim import procurement
 
     b = s.base
@@ -316,6 +319,8 @@ def _checkpoint_bytes(s: PlanColumns) -> float:
 
 
 def _scorer(objective, num_gpus, system, run, ckpt, price) -> Callable[[np.ndarray], np.ndarray]:
+    """The objective as a function of tokens/s (:func:`score_of`); raises at once without a
+    price."""
     if objective == "throughput":
         return lambda tps: np.asarray(tps, dtype=float)
     score_of(objective, np.ones(1), num_gpus, system, run, ckpt, price)  # raises without a price
@@ -347,6 +352,7 @@ def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray) -> No
 
 def _choice(s: PlanColumns, gb: int, plan: int, mb: int, rc_code: int, rl: float, tps: float,
             peak: float, score: float) -> Choice:
+    """One candidate of the columns as a :class:`Choice` (its plan built and validated)."""
     name = RECOMPUTES[int(rc_code)]
     L = int(s.layers_stage[plan])
     layers = None if rl < 0 or rl >= L or name == "none" else int(rl)
@@ -426,4 +432,5 @@ def predict_choice(spec: ModelSpec, system: System, choice: Choice, training: Tr
     from fsdpsim.predict import predict
 
     return predict(spec, system, choice.plan, choice.training(training))
-__all__ = ["search", "SearchResult", "Choice", "OBJECTIVES", "budget_system", "score_of", "predict_choice"]
+__all__ = ["search", "SearchResult", "Choice", "OBJECTIVES", "budget_system", "score_of",
+           "predict_choice"]

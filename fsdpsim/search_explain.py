@@ -135,6 +135,7 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
 
 
 def _setting(plan: ParallelPlan, name: str) -> Any:
+    """The value of ``name`` a plan has (None for candidate settings: micro-batch, recompute)."""
     if name in ("micro_batch", "recompute", "recompute_layers"):
         return None  # candidate settings, not plan ones: checked after enumeration
     if name == "dp_shard":

@@ -78,6 +78,7 @@ class SearchSpace:
     on the pods are different plans); None = no pods."""
 
     def get(self, name: str, default=None):
+        """The fixed value of ``name``, else ``default``."""
         return self.fixed.get(name, default)
 
     @property
@@ -114,6 +115,7 @@ def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
 
 
 def _fix_value(name: str, text: str) -> Any:
+    """One ``--fix`` value read as its setting's type; a clear error naming what is accepted."""
     kind = FIXABLE[name]
     if kind is bool:
         low = text.lower()
@@ -197,6 +199,7 @@ class Family:
         return replace(self.base, **self.variants[i])
 
     def plans(self) -> Iterator[ParallelPlan]:
+        """Every variant as a validated plan."""
         return (self.plan(i) for i in range(len(self.variants)))
 
 
