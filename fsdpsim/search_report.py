@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsdpsim.engine import MEMORY_PRESSURE_FRACTION
 from fsdpsim.plan_export import megatron_args, torchtitan_toml
 from fsdpsim.search_explain import differences, plan_line
 from fsdpsim.units import GIB_BYTES
 
+#: Above this share of the budget a plan is marked tight (predict's near-the-limit note).
+TIGHT_FRACTION = MEMORY_PRESSURE_FRACTION
 #: Time parts of the best plan's step shown by ``--explain`` (predict's ``time`` keys).
 BREAKDOWN = (("compute_s", "compute (incl. recompute and optimizer)"),
              ("recompute_s", "  of which recompute"), ("exposed_comm_s", "exposed communication"),
@@ -82,11 +85,18 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
            f"{sp['candidates_evaluated']:,} candidates evaluated in {sp['seconds']:.2f} s", ""]
     for p in report["plans"]:  # two lines a plan: the plan, then its numbers (<= 100 wide)
         vs = "best" if p["rank"] == 1 else f"{100 * p['vs_best']:+.1f} % vs #1"
+        tight = " (tight)" if p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] else ""
         out += [f"{p['rank']:>2}. {p['plan']}",
                 f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu']:.1f} % · "
-                f"{p['peak_gib']:.1f} GiB · {_neck(p['bottleneck'])} · {vs}"]
+                f"{p['peak_gib']:.1f} GiB{tight} · {_neck(p['bottleneck'])} · {vs}"]
         if p["rank"] > 1:
             out.append(f"    differs: {p['gives_up']}")
+    if any(p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] for p in report["plans"]):
+        from fsdpsim.render import wrap
+
+        out += ["", wrap(f"(tight) = above {100 * TIGHT_FRACTION:.0f} % of the budget: allocator "
+                         "retries can slow a real run; a lower --memory-budget-gib keeps headroom",
+                         hanging="  ")]
     if explain:
         b = report["best_breakdown_s"]
         out += ["", f"why #1 wins — its step of {b['step_time_s'] * 1e3:,.0f} ms:"]

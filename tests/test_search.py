@@ -190,6 +190,10 @@ def test_cli_table_json_and_emits():
     res = runner.invoke(cli, args + ["--explain"])
     assert res.exit_code == 0, res.output
     assert "why #1 wins" in res.output and "[parallelism]" in res.output
+    tight = runner.invoke(cli, ["search", "--model", "llama3-70b", "--num-gpus", "64",
+                                "--top", "2"]).output
+    assert "GiB (tight)" in tight and "above 90 % of the budget" in tight  # as predict says
+    assert max(len(line) for line in tight.splitlines()) <= 100
     data = json.loads(runner.invoke(cli, args + ["--format", "json"]).output)
     assert len(data["plans"]) == 3 and data["plans"][0]["rank"] == 1
     assert data["plans"][0]["tokens_per_s"] >= data["plans"][1]["tokens_per_s"]
