@@ -179,18 +179,21 @@ def order_layouts(plan: ParallelPlan, order: tuple[str, ...], pod_gpus: int | No
     ``replace(plan, mesh_order=order)``."""
     degrees = plan.degrees
     mesh = tuple((name, degrees[name]) for name in order)
-    edp = plan.expert_dp
-    shard = plan.expert_shard_group if plan.sharding == "hybrid" else edp
     return (_group_layout(mesh, plan.gpus_per_node),
             _pod_layout(mesh, pod_gpus) if pod_gpus else None,
-            _expert_layout(mesh, (plan.etp, plan.ep, edp, shard), plan.gpus_per_node, pod_gpus)
+            _expert_layout(mesh, _experts(plan), plan.gpus_per_node, pod_gpus)
             if experts else None)
+
+
+def _experts(plan: ParallelPlan) -> tuple[int, int, int, int]:
+    """(etp, ep, expert-dp, expert shard group) of a plan: what its expert layout depends on
+    beside the mesh."""
+    edp = plan.expert_dp
+    return plan.etp, plan.ep, edp, plan.expert_shard_group if plan.sharding == "hybrid" else edp
 
 
 def expert_layout(plan: ParallelPlan, domain_gpus: int | None = None,
                   pod_gpus: int | None = None) -> dict[str, int]:
     """:func:`_expert_layout` of the plan's mesh and expert degrees, cached."""
-    edp = plan.expert_dp
-    shard = plan.expert_shard_group if plan.sharding == "hybrid" else edp
     domain = plan.gpus_per_node if domain_gpus is None else domain_gpus
-    return dict(_expert_layout(_mesh(plan), (plan.etp, plan.ep, edp, shard), domain, pod_gpus))
+    return dict(_expert_layout(_mesh(plan), _experts(plan), domain, pod_gpus))

@@ -41,8 +41,9 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
+from fsdpsim.predict import divisors
 from fsdpsim.search_columns import PlanColumns
-from fsdpsim.search_space import SearchSpace, divisors, enumerate_families
+from fsdpsim.search_space import SearchSpace, enumerate_families
 from fsdpsim.units import GIB_BYTES
 
 OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
@@ -292,15 +293,11 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
 
 def _order_owner(s: PlanColumns, plans: np.ndarray) -> np.ndarray:
     """For each of ``plans`` (plan numbers, one entry per plan with candidates), the position in
-    ``plans`` of the same plan in the first mesh order enumerated (itself if it is that one)."""
-    from fsdpsim.parallel import DEFAULT_MESH_ORDER
-
-    first: dict = {}
-    canon = []
-    for f in s.families:  # a family's orders share its variants (one tuple)
-        key = replace(f.base, mesh_order=DEFAULT_MESH_ORDER)
-        canon.append(first.setdefault(key, len(canon)))
-    canon = np.array(canon)
+    ``plans`` of the same plan in the first mesh order enumerated (itself if it is that one):
+    the orders of one mesh are the families that share its variants' tuple
+    (:func:`fsdpsim.search_space.enumerate_families` gives them one)."""
+    first: dict[int, int] = {}
+    canon = np.array([first.setdefault(id(f.variants), i) for i, f in enumerate(s.families)])
     starts = np.r_[0, np.cumsum([len(f.variants) for f in s.families])]
     same = starts[canon[s.family[plans]]] + s.variant[plans]  # plan number in the first order
     position = np.full(len(s), -1)

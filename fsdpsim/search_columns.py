@@ -101,6 +101,10 @@ class PlanColumns:
                   for k, v in p.items()} for p in uniform_keys(parts)]
         self.model_cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         self.model_row = self.model_row.ravel()
+        # a column with one value over the whole space goes to the engine as that value
+        self.constant = {k: v[0] for cols in (self.model_cols, self.family_cols,
+                                              self.variant_cols)
+                         for k, v in cols.items() if np.all(v == v[0])}
         self.dp = self.column("dp").astype(np.int64)
         self.layers_stage = np.where(self.column("pp") > 1, self.column("layers_mid"),
                                      spec.n_layers).astype(np.int64)
@@ -130,14 +134,13 @@ class PlanColumns:
         for start in range(0, n, CHUNK):
             s = slice(start, min(start + CHUNK, n))
             p = plan[s]
-            x: dict[str, Any] = dict(self.base)
-            for k, v in self.model_cols.items():
-                x[k] = _take(v, self.model_row[p])
-            fam = self.family[p]
-            for k, v in self.family_cols.items():
-                x[k] = _take(v, fam)
-            for k, v in self.variant_cols.items():
-                x[k] = _take(v, p)
+            x: dict[str, Any] = {**self.base, **self.constant}
+            model, fam = self.model_row[p], self.family[p]
+            for cols, rows in ((self.model_cols, model), (self.family_cols, fam),
+                               (self.variant_cols, p)):
+                for k, v in cols.items():
+                    if k not in self.constant:
+                        x[k] = v[rows]
             x.update(micro_batch=mb[s].astype(float), grad_accum=accum[s].astype(float),
                      recompute=rc[s].astype(float), recompute_layers=rl[s].astype(float),
                      ceilings=0.0)
@@ -145,9 +148,3 @@ class PlanColumns:
             for k in keys:
                 out[k][s] = np.broadcast_to(y.get(k, True), p.shape)
         return out
-
-
-def _take(values: np.ndarray, index: np.ndarray):
-    """``values[index]``, or the one value when the column is constant."""
-    return values[0] if values.size and values[0] == values[-1] and np.all(
-        values == values[0]) else values[index]

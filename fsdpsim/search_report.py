@@ -138,6 +138,6 @@ def _wrapped(args: list[str], width: int = 96) -> list[str]:
 
 def _neck(code: str) -> str:
     """The bottleneck in predict's words, short: "inter-node network"."""
-    from fsdpsim.cli_predict import BOTTLENECK_WORDS
+    from fsdpsim.predict_table import BOTTLENECK_WORDS
 
     return "bound by " + BOTTLENECK_WORDS.get(code, code).split(":")[0]

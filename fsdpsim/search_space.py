@@ -37,6 +37,7 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import (CP_KINDS, DEFAULT_MESH_ORDER, GRAD_SYNCS, PP_SCHEDULES, RECOMPUTES,
                               SHARDED, SHARDINGS, ParallelPlan)
+from fsdpsim.predict import divisors
 
 #: Context-parallel ranks keep at least this many tokens each (module docstring) [-].
 MIN_TOKENS_PER_CP_RANK = 1024
@@ -138,12 +139,6 @@ def _fix_value(name: str, text: str) -> Any:
         raise ConfigError(f"--fix {name}={text!r} is not accepted; accepted: "
                           f"{', '.join(_CHOICES[name])}")
     return text
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of ``n``, ascending."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def _options(space: SearchSpace, name: str, values) -> list:
