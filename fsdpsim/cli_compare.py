@@ -74,11 +74,10 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     """Resolve the options and compute the rows: (rows, training, run assumptions)."""
     from fsdpsim import procurement
     from fsdpsim.catalog import load_catalog
-    from fsdpsim.cli_predict import _auto_int, build_system
+    from fsdpsim.cli_predict import _auto_int, build_system, global_batch_or_default, model_at
     from fsdpsim.compare import MAX_ROWS, Case, compare
-    from fsdpsim.grid import default_global_batch, parse_counts, parse_prices
+    from fsdpsim.grid import parse_counts, parse_prices
     from fsdpsim.parallel import TrainingConfig
-    from fsdpsim.presets import get_model
     from fsdpsim.search_space import SearchSpace
 
     hardware = [("gpu", g) for g in _items(o["gpu"])] + \
@@ -93,18 +92,13 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
                           f"{len(hardware) * len(counts) * len(models)} rows; accepted: at most "
                           f"{MAX_ROWS}")
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
-    gb = _auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
-    training = TrainingConfig(seq_len=seq, global_batch=gb or default_global_batch(seq),
+    training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
+                                  o["global_batch"], seq),
                               precision=o["precision"], optimizer=o["optimizer"])
     run = procurement.read_run_options(o)
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     prices = parse_prices(o["price"], cat) if o["price"] else {}
-    specs = []
-    for name in models:
-        spec = get_model(name)
-        if spec.position == "learned" and seq > spec.max_seq_len:
-            spec = spec.with_seq_len(seq)
-        specs.append(spec)
+    specs = [model_at(name, seq) for name in models]
     cases = []
     for spec in specs:
         for kind, ident in hardware:

@@ -27,7 +27,7 @@ from fsdpsim.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT,  # noqa: F
                              MAX_GPUS, POWER_CAP_W, VPP, Rule, count_rule, option_type,
                              read_number)
 from fsdpsim.output import echo
-from fsdpsim.predict_table import BOTTLENECK_WORDS, predict_table, threshold_lines  # noqa: F401
+from fsdpsim.predict_table import predict_table
 from fsdpsim.units import GIB_BYTES
 
 def _auto_int(value: str | None, what: str) -> int | None:
@@ -35,6 +35,26 @@ def _auto_int(value: str | None, what: str) -> int | None:
     if value is None or str(value).strip().lower() == "auto":
         return None
     return read_number(value, what, replace(count_rule(what), also="auto"))
+
+
+def model_at(name: str, seq_len: int | None):
+    """The model ``name`` (preset, ladder id or config.json), its learned position table grown
+    to ``seq_len`` when that is longer (every command reads ``--model`` this way)."""
+    from fsdpsim.presets import get_model
+
+    spec = get_model(name)
+    if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
+        spec = spec.with_seq_len(seq_len)
+    return spec
+
+
+def global_batch_or_default(value: str | None, seq_len: int) -> int:
+    """``--global-batch``, or about 4M tokens as a power of two sequences
+    (:func:`fsdpsim.grid.default_global_batch`): the fixed batch of search and compare."""
+    from fsdpsim.grid import default_global_batch
+
+    given = _auto_int(value, "--global-batch") if value else None
+    return given or default_global_batch(seq_len)
 
 
 #: Faster settings shown (the best first).
@@ -60,14 +80,11 @@ def build_prediction(ctx: click.Context, system=None, **o: Any):
     """Resolve options into objects and call :func:`fsdpsim.predict.predict` (on ``system``
     when given, else the one :func:`build_system` resolves)."""
     from fsdpsim.predict import predict
-    from fsdpsim.presets import get_model
 
     if system is None:
         system = build_system(ctx, **o)
     seq_len = _auto_int(o["seq_len"], "--seq-len")
-    spec = get_model(o["model"])
-    if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
-        spec = spec.with_seq_len(seq_len)
+    spec = model_at(o["model"], seq_len)
     plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
     training = TrainingConfig(seq_len=seq_len or 4096,

@@ -89,44 +89,38 @@ def _counts(text: str) -> list[int]:
 
 
 def run_search(ctx: click.Context, o: dict[str, Any]):
-    """Resolve the options and search every GPU count; (results by count, the ranking)."""
+    """Resolve the options and search every GPU count: (spec, the system of each count,
+    training, results by count, the ranking)."""
     from fsdpsim import procurement
-    from fsdpsim.cli_predict import _auto_int, build_system
-    from fsdpsim.presets import get_model
+    from fsdpsim.cli_predict import _auto_int, build_system, global_batch_or_default, model_at
     from fsdpsim.search import budget_system, search
     from fsdpsim.search_space import SearchSpace, parse_fix
     from fsdpsim.parallel import TrainingConfig
 
     counts = _counts(o["num_gpus"])
-    spec = get_model(o["model"])
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
-    if spec.position == "learned" and seq > spec.max_seq_len:
-        spec = spec.with_seq_len(seq)
-    gb = _auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
-    if gb is None:  # about 4M tokens, a power of two sequences (Llama 3's first stage)
-        from fsdpsim.grid import default_global_batch
-
-        gb = default_global_batch(seq)
-    training = TrainingConfig(seq_len=seq, global_batch=gb, precision=o["precision"],
+    spec = model_at(o["model"], seq)
+    training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
+                                  o["global_batch"], seq), precision=o["precision"],
                               optimizer=o["optimizer"])
     space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],
                         mesh_orders=o["mesh_orders"], framework=o["framework"])
     run = procurement.read_run_options(o)
     price = None if o["price"] is None else procurement.read_price(o["price"], "--price")
-    results = []
-    system = None
+    results, systems = [], {}
     for n in counts:
-        system = budget_system(build_system(ctx, **{**o, "num_gpus": n}), o["memory_budget_gib"])
-        results.append((n, search(spec, system, n, training, space, objective=o["objective"],
-                                  top=o["top"], run=run, price=price)))
+        systems[n] = budget_system(build_system(ctx, **{**o, "num_gpus": n}),
+                                   o["memory_budget_gib"])
+        results.append((n, search(spec, systems[n], n, training, space,
+                                  objective=o["objective"], top=o["top"], run=run, price=price)))
     ranking = sorted(((c, n) for n, r in results for c in r.top), key=lambda cn: -cn[0].score)
     if not ranking:
         from fsdpsim.search_explain import no_fit_message
 
         n, r = min(results, key=lambda nr: (nr[1].least_peak.peak_bytes if nr[1].least_peak
                                              else float("inf")))
-        raise ConfigError(no_fit_message(r, spec, n, system.accelerator.name))
-    return spec, system, training, results, ranking[:o["top"]]
+        raise ConfigError(no_fit_message(r, spec, n, systems[n].accelerator.name))
+    return spec, systems, training, results, ranking[:o["top"]]
 
 
 def register(cli: click.Group) -> None:
@@ -144,7 +138,7 @@ def register(cli: click.Group) -> None:
 
         if o["gpu"] is None and o["cluster"] is None:
             o["gpu"] = "h100"
-        spec, system, training, results, ranking = run_search(ctx, o)
+        spec, systems, training, results, ranking = run_search(ctx, o)
         best = ranking[0][0]
         if o["emit"] == "torchtitan":
             echo(torchtitan_toml(best, training), nl=False)
@@ -154,11 +148,11 @@ def register(cli: click.Group) -> None:
             return
         rows = []
         for c, n in ranking:
-            p = predict_choice(spec, _system_for(ctx, o, n), c, training)
+            p = predict_choice(spec, systems[n], c, training)
             rows.append((c, p))
         from fsdpsim.search_report import report_dict, report_table
 
-        report = report_dict(spec, system, training, o, results, rows)
+        report = report_dict(spec, systems[results[-1][0]], training, o, results, rows)
         constrained = o["fix"] or o["max_tp"] or o["max_pp"] or not o["mesh_orders"]
         if o["explain"] and constrained:  # what the user's constraints cost
             free = {**o, "fix": (), "max_tp": None, "max_pp": None, "mesh_orders": True}
@@ -174,14 +168,6 @@ def register(cli: click.Group) -> None:
             echo(render.csv_text(report["plans"]), nl=False)
         else:
             echo(report_table(report, rows, explain=o["explain"]))
-
-
-def _system_for(ctx, o, n):
-    """The system of ``n`` GPUs with the memory budget."""
-    from fsdpsim.cli_predict import build_system
-    from fsdpsim.search import budget_system
-
-    return budget_system(build_system(ctx, **{**o, "num_gpus": n}), o["memory_budget_gib"])
 
 
 __all__ = ["register", "run_search"]
