@@ -13,6 +13,18 @@ SHARED = ROOT.parent / "shared"
 VALIDATION_DATA = ROOT / "validation" / "data"
 VALIDATION_CSV = VALIDATION_DATA / "published_calibration.csv"
 
+
+def load_script(path: Path, name: str):
+    """A script of the repository (tools/, benchmarks/, validation/) imported as module
+    ``name``; registered in ``sys.modules`` first, where dataclasses look their module up."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
 # -- shared by the CLI, sweep and plot tests --------------------------------------------------
 import pytest  # noqa: E402
 from click.testing import CliRunner  # noqa: E402

@@ -48,13 +48,9 @@ def golden():
 
 @pytest.fixture(scope="module")
 def tool():
-    import importlib.util
+    from conftest import load_script
 
-    spec = importlib.util.spec_from_file_location("make_engine_golden",
-                                                  TOOLS / "make_engine_golden.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TOOLS / "make_engine_golden.py", "make_engine_golden")
 
 
 def _same(a: float, b: float) -> bool:

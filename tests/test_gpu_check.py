@@ -10,7 +10,6 @@ within ``MEMORY_RATIO_BAND`` (0.8..1.25); with no CSV committed that test skips.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
@@ -28,15 +28,7 @@ SCRIPT = ROOT / "validation" / "gpu_check.py"
 MEASUREMENTS = sorted((ROOT / "tests" / "measurements").glob("*.csv"))
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-script = _load_script()
+script = load_script(SCRIPT, "gpu_check")
 CATALOG = load_catalog(use_env=False)
 VERSIONS = {"torch_version": "2.13.0+cu128", "cuda_version": "12.8", "fsdpsim_version": "0.1.0"}
 

@@ -13,10 +13,10 @@ and DLPerf (V100 fp16, TP and PP). Two published plans lie outside the space (in
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from fsdpsim.parallel import ParallelPlan
 from fsdpsim.search_space import MAX_VPP, SearchSpace
@@ -38,11 +38,7 @@ ROWS = {
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("search_vs_published",
-                                                  TOOLS / "search_vs_published.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TOOLS / "search_vs_published.py", "search_vs_published")
 
 
 @pytest.fixture(scope="module")

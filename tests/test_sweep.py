@@ -7,7 +7,7 @@ through click's ``CliRunner``.
 
 from __future__ import annotations
 
-from conftest import sweep, run, invoke, assert_one_line_error
+from conftest import assert_one_line_error, invoke, load_script, run, sweep
 
 import importlib.util
 import io
@@ -448,10 +448,7 @@ def test_cli_grid_file_unknown_key_is_one_line(capsys, tmp_path):
 
 # -- the benchmark -------------------------------------------------------------------------------
 def test_benchmark_runs_and_reports_a_rate():
-    spec = importlib.util.spec_from_file_location("bench_sweep",
-                                                  ROOT / "benchmarks" / "bench_sweep.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(ROOT / "benchmarks" / "bench_sweep.py", "bench_sweep")
     assert bench.bench_evaluate(n=2000, repeat=1) > 0
     assert bench.bench_evaluate(n=2000, repeat=1, chunk=512) > 0
     hybrid = bench.bench_inputs(2000, hybrid=True)
