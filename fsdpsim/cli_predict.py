@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from fsdpsim.parallel import PRECISIONS
+from fsdpsim.parallel import MOE_DISPATCHERS, PRECISIONS
 
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
@@ -97,7 +97,9 @@ def build_prediction(ctx: click.Context, system=None, **o: Any):
                               dropout=bool(o.get("dropout")),
                               moe_capacity_factor=o.get("moe_capacity_factor"),
                               moe_imbalance=o.get("moe_imbalance"),
-                              moe_fp8_dispatch=bool(o.get("moe_fp8_dispatch")))
+                              moe_fp8_dispatch=bool(o.get("moe_fp8_dispatch")),
+                              moe_dispatcher=o.get("moe_dispatcher") or "alltoall",
+                              fp8_attention=bool(o.get("fp8_attention")))
     prediction = predict(spec, system, plan, training)
     from fsdpsim.advice import scale_advice
 
@@ -282,6 +284,13 @@ def moe_options():
                      show_default=True,
                      help="Send the dispatch all-to-alls in FP8 with 1x128 block scales "
                           "(DeepSeek-V3); combines stay 16-bit."),
+        click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS),
+                     default="alltoall", show_default=True,
+                     help="alltoall: every routed copy to its expert's rank; deepep: once "
+                          "per destination node, then NVLink (DeepEP, HybridEP)."),
+        click.option("--fp8-attention/--no-fp8-attention", default=False, show_default=True,
+                     help="Attention in FP8 too (Transformer Engine fp8_dot_product_"
+                          "attention); needs a low-precision --precision."),
     ]
 
 

@@ -131,6 +131,7 @@ def system_inputs(system: System, precision: str) -> dict[str, Any]:
         "mfu_peak_flops_per_s": mfu_peak_flops_per_s(acc, precision),
         "compute_clock_ratio": system.compute_clock_ratio,
         "attention_peak_ratio": _attention_peak_ratio(acc, precision),
+        "fp8_attention_peak_ratio": _attention_peak_ratio(acc, precision, fp8=True),
         "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
         "matmul_half_k": eff.matmul_half_k,
         "attention_half_kv": eff.attention_half_kv,
@@ -274,17 +275,27 @@ def mfu_peak_flops_per_s(acc, precision: str) -> float:
     return acc.peak_for(precision)
 
 
-def _attention_peak_ratio(acc, precision: str) -> float:
+def _attention_peak_ratio(acc, precision: str, fp8: bool = False) -> float:
     """Attention's peak relative to the GEMMs' [-]: low-precision training (Transformer
     Engine's ``fp8_autocast`` with a per-tensor, MXFP8 or NVFP4 recipe) runs the GEMMs of its
     linear layers in the format while attention stays in the 16-bit type (TE user guide, "Using
-    FP8 with Transformer Engine"; arXiv 2509.25149 §4 for NVFP4); other precisions: 1."""
+    FP8 with Transformer Engine"; arXiv 2509.25149 §4 for NVFP4); other precisions: 1. With
+    ``fp8`` (attention in FP8 too, ``fp8_dot_product_attention``) the 16-bit peak times the
+    measured FP8 attention speed-up (:data:`fsdpsim.costs.compute.FP8_ATTENTION_SPEEDUP`), at
+    most the FP8 peak."""
+    from fsdpsim.costs.compute import FP8_ATTENTION_SPEEDUP
     from fsdpsim.parallel import LOW_PRECISION
 
     if precision not in LOW_PRECISION:
         return 1.0
     sixteen = _sixteen_bit_peak(acc)
-    return sixteen / gemm_peak_flops_per_s(acc, precision) if sixteen else 1.0
+    if not sixteen:
+        return 1.0
+    if fp8:
+        fp8_peak = acc.peak_flops_per_s.get("fp8", sixteen)
+        return min(sixteen * FP8_ATTENTION_SPEEDUP, fp8_peak) / gemm_peak_flops_per_s(
+            acc, precision)
+    return sixteen / gemm_peak_flops_per_s(acc, precision)
 
 
 def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, Any]:
@@ -361,6 +372,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "flash": float(training.flash_attention),
         "fused_loss": float(training.fused_loss),
         "fp8_gemm": float(low),
+        "fp8_attention": float(training.fp8_attention),
         "cast_scale": (CAST_TRANSPOSE_BYTES[training.precision] / FP8_CAST_TRANSPOSE_BYTES
                        if low else 1.0),
         "dropout": float(training.dropout),

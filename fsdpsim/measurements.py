@@ -45,6 +45,8 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
                            and tp); ``ep_overlap`` true to hide the expert all-to-alls
 ``moe_capacity_factor``,   token dropping (a capacity factor) or the dropless busiest-rank
 ``moe_imbalance``          load (default: dropless at the balanced-routing floor)
+``moe_dispatcher``         alltoall (default) or deepep (once per destination node)
+``fp8_attention``          true: attention in FP8 too (low-precision rows; default false)
 ``preset``, ``mtp_layers`` the model as a preset id (published MoE rows), its MTP modules
 =========================  =========================================================
 
@@ -85,7 +87,8 @@ PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
                 "pp_last_layers": None, "recompute_layers": None, "ep": 1, "etp": None,
                 "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
-                "moe_imbalance": None, "preset": None, "mtp_layers": None}
+                "moe_imbalance": None, "preset": None, "mtp_layers": None,
+                "moe_dispatcher": "alltoall", "fp8_attention": None}
 
 
 def _truthy(value: Any) -> bool:
@@ -264,6 +267,8 @@ def _row_setup(row: pd.Series, catalog: Catalog,
                    flash_attention=_flag(row, "flash_attention", True),
                    fused_loss=_flag(row, "fused_loss", False),
                    dropout=_flag(row, "dropout", False),
+                   fp8_attention=_flag(row, "fp8_attention", False),
+                   moe_dispatcher=str(_cell(row, "moe_dispatcher") or "alltoall"),
                    recompute_layers=_whole_cell(row, "recompute_layers"),
                    **{k: (None if _cell(row, k) is None else float(_cell(row, k)))
                       for k in ("moe_capacity_factor", "moe_imbalance")})

@@ -150,6 +150,13 @@ class ModelSpec:
     ``intermediate_size`` [10]); 0 for none."""
     router_bias: bool = False
     """The router ``Linear(d_model, n_experts)`` has a bias (gpt-oss [9])."""
+    router_groups: int = 1
+    """Group-limited routing: the experts form this many equal groups of consecutive indices
+    and each token picks its top-k experts inside ``router_group_top_k`` of them (DeepSeek-V3
+    ``n_group`` 8 / ``topk_group`` 4 [7], Megatron ``--moe-router-num-groups``); 1 = no
+    groups."""
+    router_group_top_k: int = 1
+    """Groups each token may route to (``topk_group``); ``router_groups`` = 1 leaves it 1."""
     router_score_bias: bool = False
     """A per-expert bias added to the routing scores for expert selection only, adjusted
     outside gradient descent (DeepSeek-V3's auxiliary-loss-free balancing,
@@ -199,6 +206,8 @@ class ModelSpec:
                 self._check_int(field, where, minimum=1)
         for field in ("n_experts", "experts_per_token", "shared_expert_ffn_size", "mtp_layers"):
             self._check_int(field, where, minimum=0)
+        for field in ("router_groups", "router_group_top_k"):
+            self._check_int(field, where, minimum=1)
         for field in MLA_FIELDS + ("sliding_window", "attention_chunk_size"):
             if getattr(self, field) is not None:
                 self._check_int(field, where, minimum=1)
@@ -249,6 +258,15 @@ class ModelSpec:
                 f"experts_per_token({self.experts_per_token}) in {where} must be between 1 "
                 f"and n_experts({self.n_experts})"
             )
+        if self.router_groups > 1 and (self.n_experts % self.router_groups
+                                       or self.router_group_top_k > self.router_groups):
+            raise ConfigError(
+                f"router_groups({self.router_groups}) / router_group_top_k"
+                f"({self.router_group_top_k}) in {where}: the groups must divide n_experts"
+                f"({self.n_experts}) and router_group_top_k must be at most router_groups")
+        if self.router_groups == 1 and self.router_group_top_k != 1:
+            raise ConfigError(f"router_group_top_k({self.router_group_top_k}) in {where} needs "
+                              f"router_groups > 1")
         model_checks.check_moe_layers(self, where)
         model_checks.check_attention(self, where)
         model_checks.check_attention_pattern(self, where)

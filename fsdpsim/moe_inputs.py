@@ -28,6 +28,7 @@ from fsdpsim.model import ModelSpec
 #: (the engine's defaults: :data:`fsdpsim.engine.OPTIONAL_INPUTS`).
 DEFAULTS = {
     "moe_layers": 0.0, "n_experts": 1.0, "moe_top_k": 1.0, "expert_ffn": 0.0,
+    "moe_router_groups": 1.0, "moe_router_group_top_k": 1.0,
     "shared_ffn": 0.0, "expert_layer_numel": 0.0, "moe_block_numel": 0.0,
     "moe_block_numel_rank": 0.0, "moe_block_numel_padded": 0.0,
     "moe_layer_matmul_params": 0.0, "dense_layer_matmul_params": 0.0,
@@ -44,6 +45,7 @@ DEFAULTS = {
     **DEFAULTS,
     # training: dropless with the default imbalance; dispatch in the 16-bit type
     "moe_capacity_factor": 0.0, "moe_imbalance": 0.0, "moe_fp8_dispatch": 0.0,
+    "moe_node_dedup": 0.0,
     # plan: no expert parallelism (etp defaults to tp: fsdpsim.engine.prepare)
     "ep": 1.0, "ep_overlap": 0.0,
 }
@@ -104,6 +106,8 @@ def layered_model_inputs(spec: ModelSpec, shard_size, per_parameter: bool, tp: i
         moe_padded = padded_numel(rest_local, shard_size, per_parameter)
         out.update(moe_layers=float(n_moe), n_experts=float(spec.n_experts),
                    moe_top_k=float(spec.experts_per_token), expert_ffn=float(spec.expert_size),
+                   moe_router_groups=float(spec.router_groups),
+                   moe_router_group_top_k=float(spec.router_group_top_k),
                    shared_ffn=float(spec.shared_expert_ffn_size),
                    expert_layer_numel=_numel(experts), moe_block_numel=_numel(rest),
                    moe_block_numel_rank=moe_rank, moe_block_numel_padded=moe_padded,
@@ -172,7 +176,8 @@ def moe_training_inputs(training) -> dict[str, float]:
     """Routing and dispatch knobs of a :class:`fsdpsim.parallel.TrainingConfig` (0: default)."""
     return {"moe_capacity_factor": training.moe_capacity_factor or 0.0,
             "moe_imbalance": training.moe_imbalance or 0.0,
-            "moe_fp8_dispatch": float(training.moe_fp8_dispatch)}
+            "moe_fp8_dispatch": float(training.moe_fp8_dispatch),
+            "moe_node_dedup": float(training.moe_dispatcher == "deepep")}
 
 
 def uniform_keys(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

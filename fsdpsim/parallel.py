@@ -39,6 +39,8 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp8-block", "mxfp8", "nvfp4", "fp32")
 #: ``fp8_autocast`` recipes: per-tensor FP8, MXFP8 and NVFP4 block scaling).
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 OPTIMIZERS = ("adamw", "sgd")
+#: Expert-parallel token dispatchers (TrainingConfig.moe_dispatcher).
+MOE_DISPATCHERS = ("alltoall", "deepep")
 GRAD_SYNCS = ("every", "last")
 #: Strategies that shard parameters and gradients: the accumulation knobs (keep_gathered,
 #: grad_sync) mean something for these only.
@@ -447,6 +449,13 @@ class TrainingConfig:
     moe_fp8_dispatch: bool = False
     """Send the dispatch all-to-alls in FP8 with 1x128 block scales (DeepSeek-V3 §3.3.2,
     DeepEP); the combines stay in the 16-bit type."""
+    moe_dispatcher: str = "alltoall"
+    """How routed tokens cross nodes: ``alltoall`` (NCCL all-to-all, every routed copy to its
+    expert's rank) or ``deepep`` (DeepEP / HybridEP, Megatron's ``flex`` dispatcher: once per
+    destination node, then over NVLink; :func:`fsdpsim.costs.moe.node_dedup_factor`)."""
+    fp8_attention: bool = False
+    """Run attention in FP8 too (Transformer Engine ``fp8_dot_product_attention``, cuDNN FP8
+    fused attention); only with a low-precision format. Default: attention in the 16-bit type."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -461,6 +470,11 @@ class TrainingConfig:
         if self.reduce_dtype is not None:
             _choice("reduce_dtype", self.reduce_dtype, ("fp32", "bf16", "fp16"))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
+        if self.fp8_attention and self.precision not in LOW_PRECISION:
+            raise ConfigError(f"fp8_attention needs a low-precision format "
+                              f"({', '.join(LOW_PRECISION)}); precision is "
+                              f"{self.precision}")
         if self.recompute_layers is not None:
             if not isinstance(self.recompute_layers, int) or self.recompute_layers < 0:
                 raise ConfigError(f"recompute_layers must be a whole number >= 0, got "

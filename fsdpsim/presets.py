@@ -77,10 +77,12 @@ def _qwen3_moe(name: str, n_layers: int, d_model: int, n_heads: int, expert: int
 
 
 def _deepseek_v3(name: str, n_heads: int, n_experts: int, first_dense: int, *, vocab_size: int,
-                 max_seq_len: int, mtp_layers: int) -> ModelSpec:
+                 max_seq_len: int, mtp_layers: int, groups: int = 1,
+                 group_top_k: int = 1) -> ModelSpec:
     """DeepSeek-V3 architecture [8] (also Kimi K2): 61 layers of width 7168, MLA (q rank 1536,
     kv rank 512, heads of 128 + 64 rotary, values of 128), the first layers dense (18432), the
-    others top-8 of ``n_experts`` experts of 2048 plus one shared, score-bias router."""
+    others top-8 of ``n_experts`` experts of 2048 plus one shared, score-bias router, routing
+    limited to ``group_top_k`` of ``groups`` expert groups (``n_group``, ``topk_group``)."""
     return ModelSpec(
         name=name, n_layers=61, d_model=7168, n_heads=n_heads, ffn_size=18432,
         ffn_kind="swiglu", vocab_size=vocab_size, tied_embeddings=False, position="rotary",
@@ -90,6 +92,7 @@ def _deepseek_v3(name: str, n_heads: int, n_experts: int, first_dense: int, *, v
         n_experts=n_experts, experts_per_token=8, expert_ffn_size=2048,
         shared_expert_ffn_size=2048, router_score_bias=True,
         dense_layers=tuple(range(first_dense)), mtp_layers=mtp_layers,
+        router_groups=groups, router_group_top_k=group_top_k,
     )
 
 
@@ -188,7 +191,7 @@ def _build() -> dict[str, ModelSpec]:
     # DeepSeek-V3 [8]: 128 heads, 256 experts, 3 dense layers, vocab 129280, one MTP module;
     # Kimi K2: the same architecture with 64 heads, 384 experts, 1 dense layer, vocab 163840.
     specs += [_deepseek_v3("deepseek-v3", 128, 256, 3, vocab_size=129280, max_seq_len=163840,
-                           mtp_layers=1),
+                           mtp_layers=1, groups=8, group_top_k=4),
               _deepseek_v3("kimi-k2", 64, 384, 1, vocab_size=163840, max_seq_len=131072,
                            mtp_layers=0)]
     specs += [_gpt_oss("gpt-oss-20b", 24, 32), _gpt_oss("gpt-oss-120b", 36, 128)]

@@ -16,7 +16,13 @@ the framework's recipes for that model, read from their source (never fitted to 
 * The expert all-to-all overlap (``moe_a2a_overlap`` of ``scripts/performance/configs/deepseek/
   deepseek_workload_base_configs.py``, Megatron-Core ``overlap_moe_expert_parallel_comm``) is
   off in every DeepSeek-V3 workload config except those of :data:`A2A_OVERLAP_CONFIGS`, which
-  a row matches by GPU, number format, container release and layout.
+  a row matches by GPU, number format, container release and layout; attention runs in FP8
+  (``fp8_dot_product_attention``) only in those of :data:`FP8_ATTENTION_CONFIGS`.
+* Every DeepSeek-V3 workload config dispatches with Megatron's ``flex`` dispatcher on DeepEP or
+  HybridEP (``moe_flex_dispatcher_backend = "deepep"`` / ``"hybridep"``; H100 since f36e5de7d
+  and 12a211987, B200, B300, GB200, GB300): tokens cross nodes once per destination node
+  (``moe_dispatcher = deepep``), with DeepSeek-V3's group-limited routing (8 groups, 4 per
+  token, from its ``config.json`` through the bridge's ``n_group``/``topk_group`` mapping).
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ A2A_OVERLAP_CONFIGS = (
 )
 
 
+#: Megatron-Bridge DeepSeek-V3 workload configs that run attention in FP8
+#: (``fp8_dot_product_attention=True``), in the shape of :data:`A2A_OVERLAP_CONFIGS`: the GB300
+#: MXFP8 full-iteration CUDA-graph recipe (GB200's of 26.06, afb5dd47c, does not set it).
+FP8_ATTENTION_CONFIGS = (
+    ("gb300", "mxfp8", (26, 6), None, "8af195c0a (2026-06-06)"),
+)
+
+
 def container_release(text: str) -> tuple[int, ...] | None:
     """The NeMo container release a source names ("..._26.04.01" -> (26, 4, 1))."""
     m = re.search(r"(\d{2})\.(\d{2})(?:\.(\d{2}))?(?!\d)", text)
@@ -50,13 +64,14 @@ def container_release(text: str) -> tuple[int, ...] | None:
 
 
 def a2a_overlap(gpu: str, number_format: str, source: str, layout: dict[str, Any],
-                ep: int) -> str | None:
-    """The commit of the config in :data:`A2A_OVERLAP_CONFIGS` a row matches, or None."""
+                ep: int, configs=A2A_OVERLAP_CONFIGS) -> str | None:
+    """The commit of the config in ``configs`` (:data:`A2A_OVERLAP_CONFIGS`,
+    :data:`FP8_ATTENTION_CONFIGS`) a row matches, or None."""
     release = container_release(source)
     if release is None:
         return None
     shape = (layout.get("pp", 1), layout.get("vpp", 1), ep)
-    for family, fmt, first, needs, commit in A2A_OVERLAP_CONFIGS:
+    for family, fmt, first, needs, commit in configs:
         if (gpu.startswith(family) and number_format == fmt and release >= first
                 and (needs is None or shape == needs)):
             return commit
@@ -120,6 +135,13 @@ def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
         if commit:
             cols["ep_overlap"] = True
             said.append(f"expert all-to-all overlapped (Megatron-Bridge moe_a2a_overlap, {commit})")
+        commit = a2a_overlap(gpu, number_format, source, layout, ep, FP8_ATTENTION_CONFIGS)
+        if commit:
+            cols["fp8_attention"] = True
+            said.append(f"attention in FP8 (Megatron-Bridge fp8_dot_product_attention, {commit})")
+        cols["moe_dispatcher"] = "deepep"
+        said.append("tokens cross nodes once per node (Megatron-Bridge flex dispatcher, "
+                    "DeepEP/HybridEP)")
         cols["etp"] = 1
         said.append("etp 1 (Megatron-Bridge DeepSeek-V3 recipe)")
         vpp = layout.get("vpp", 1)

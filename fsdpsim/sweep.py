@@ -399,6 +399,8 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
         "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
         "training.moe_fp8_dispatch": np.full(n, _DEFAULT_TRAINING.moe_fp8_dispatch),
+        "training.moe_dispatcher": np.full(n, _DEFAULT_TRAINING.moe_dispatcher, dtype=object),
+        "training.fp8_attention": np.full(n, _DEFAULT_TRAINING.fp8_attention),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }

@@ -35,6 +35,11 @@ References
 [4] Raab & Steger, "'Balls into Bins' — A Simple and Tight Analysis", RANDOM 1998, LNCS 1518,
     Theorem 1: m balls in n bins, m >= n log n: the fullest bin holds
     m/n + sqrt(2 (m/n) ln n) (1 + o(1)) balls w.h.p.
+[6] DeepSeek-AI, DeepEP (github deepseek-ai/DeepEP, README "normal kernels": internode
+    dispatch sends each token once over RDMA to every node that holds one of its experts and
+    forwards it over NVLink inside that node; combine reduces inside the node first); [3]
+    §3.2.2 (node-limited routing, each token to at most M = 4 nodes); Megatron-Core
+    ``--moe-router-num-groups`` / ``--moe-router-group-topk`` (group-limited top-k).
 [5] Rajbhandari et al., "DeepSpeed-MoE", ICML 2022, arXiv 2201.05596, §5 (expert parameters
     over expert-parallel × expert-data-parallel groups); Megatron-Core "MoE parallel folding"
     (Liu et al. 2025, arXiv 2504.14960, §3).
@@ -102,6 +107,36 @@ def sent_rows(tokens, top_k, n_experts, capacity_factor):
 
 
 # -- communication --------------------------------------------------------------------------------
+def node_dedup_factor(nodes, top_k, n_experts, groups=1.0, group_top_k=1.0):
+    """Inter-node bytes of a node-deduplicating dispatch (DeepEP / HybridEP) over those of a
+    plain all-to-all, for one token [-].
+
+    A plain all-to-all sends each of a token's ``k`` routed copies to its expert's rank, so
+    ``k·(n−1)/n`` copies cross the NICs on average over ``n`` nodes (experts on consecutive
+    ranks, ``E/n`` a node; uniform routing: the force-balanced routing of benchmarks, or a
+    balanced router). DeepEP sends one copy to each remote node that holds any of the token's
+    experts and fans it out over NVLink there [6]: ``(n−1)·p`` copies, ``p`` the chance that a
+    given node is hit. The ``k`` experts are distinct, so a node is missed with the
+    hypergeometric chance ``C(E − E/n, k) / C(E, k)``; with group-limited routing whose ``G``
+    groups fall on nodes whole (``G`` a multiple of ``n``) the token picks ``t = min(group_top_k,
+    k)`` groups first, and the node is missed with ``C(G − G/n, t) / C(G, t)``. The factor is
+    ``n·p/k`` (1 on one node): DeepSeek-V3 (k 8 of 256, 8 groups, 4 chosen) over 8 nodes 0.5,
+    without the groups 0.66."""
+    n = np.maximum(as_array(nodes), 1.0)
+    k = np.maximum(as_array(top_k), 1.0)
+    e = np.maximum(as_array(n_experts), 1.0)
+    g, gt = as_array(groups), np.minimum(as_array(group_top_k), k)
+    aligned = (g > 1.0) & (g >= n) & (np.mod(g, n) == 0) & (gt < g)
+    total, draws = np.where(aligned, g, e), np.where(aligned, gt, k)
+    per_node = total / n
+    missed = np.ones(np.broadcast(n, k, e, g, gt).shape)
+    for i in range(int(np.max(draws, initial=0.0))):
+        left = total - i
+        ratio = (total - per_node - i) / np.where(left > 0, left, 1.0)
+        missed = missed * np.where(i < draws, np.clip(ratio, 0.0, 1.0), 1.0)
+    return np.where(n > 1.0, np.minimum(n * (1.0 - missed) / k, 1.0), 1.0)
+
+
 def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_dispatch=False,
                      capacity_factor=0.0):
     """Tensor bytes one rank passes to the expert-parallel all-to-alls of one MoE layer and one

@@ -389,6 +389,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 #: biases, memory ceilings solved, a data-parallel plan (tp = pp = cp = 1).
 OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
                    "compute_clock_ratio": 1.0, "attention_peak_ratio": 1.0, "fp8_gemm": 0.0,
+                   "fp8_attention": 0.0, "fp8_attention_peak_ratio": 1.0,
                    "cast_scale": 1.0,
                    "keep_gathered": 0.0, "grad_sync_last": 0.0,
                    "ceilings": 1.0,

@@ -81,6 +81,8 @@ class SystemInputs(TypedDict):
     mfu_peak_flops_per_s: Number     # the peak MFU/HFU divide by (16-bit for FP8) [FLOP/s]
     compute_clock_ratio: Number      # power-capped clock / rated [-]
     attention_peak_ratio: Number     # attention's peak / the GEMMs' (FP8 training) [-]
+    fp8_attention_peak_ratio: Number  # the same with attention in FP8 [-]
+    fp8_attention: Number            # 0/1 attention in FP8 (TE fp8_dot_product_attention)
     matmul_fraction: Number
     matmul_half_flops: Number
     matmul_half_k: Number
@@ -217,6 +219,9 @@ class TrainingInputs(TypedDict):
     moe_capacity_factor: Number  # 0 = dropless
     moe_imbalance: Number        # 0 = the balanced-routing floor
     moe_fp8_dispatch: Number     # 0/1
+    moe_node_dedup: Number       # 0/1 dispatch once per destination node (DeepEP)
+    moe_router_groups: Number    # expert groups of group-limited routing (1: none)
+    moe_router_group_top_k: Number  # groups a token may route to
 
 
 class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, FrameworkInputs,

@@ -74,7 +74,11 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     kv_len = np.where(flash, 0.5, 1.0) * s / np.where(g["cp_all2all"] > 0, 1.0, cp)
     # Eager attention materialises the s x s scores: bandwidth bound on top of its matmuls.
     eager_scores_bytes = np.where(flash, 0.0, 3.0 * elem * b * w["heads"] * s * s / cp)
-    attn_peak = r["clocked_peak"] * g["attention_peak_ratio"]  # FP8 training: attention in 16-bit
+    # FP8 training: attention in the 16-bit type unless fp8_attention (then at FP8's speed-up)
+    peak_ratio = g["attention_peak_ratio"]
+    if any_of(g["fp8_attention"] > 0):
+        peak_ratio = np.where(g["fp8_attention"] > 0, g["fp8_attention_peak_ratio"], peak_ratio)
+    attn_peak = r["clocked_peak"] * peak_ratio
     # Megatron / NeMo run Transformer Engine's cuDNN fused attention, not PyTorch SDPA.
     attn_fraction = np.where(g["megatron"] > 0, g["fused_attention_fraction"],
                              g["attention_fraction"])

@@ -186,17 +186,25 @@ def layer_kinds(g, r, w, lt):
 def _a2a_coefficients(g, r):
     """``(s_per_byte, latency_s)`` of an all-to-all over the EP group: inside a scale-up domain
     on the link, else the NIC share at the fabric's decay with the nodes the group spans, the
-    placement and the pod factor (:func:`fsdpsim.costs.comm.all_to_all_coefficients`)."""
+    placement and the pod factor (:func:`fsdpsim.costs.comm.all_to_all_coefficients`); a
+    node-deduplicating dispatcher (DeepEP) sends fewer bytes over the NICs
+    (:func:`fsdpsim.costs.moe.node_dedup_factor`)."""
     size, per_node = g["ep_size"], g["ep_per_node"]
     gpn = np.minimum(per_node, size)
     nodes = np.ceil(size / np.maximum(gpn, 1.0))
+    dedup = g["moe_node_dedup"]
+    inter_scale = 1.0
+    if any_of(dedup > 0):
+        inter_scale = np.where(dedup > 0, moe_costs.node_dedup_factor(
+            nodes, g["moe_top_k"], g["n_experts"], g["moe_router_groups"],
+            g["moe_router_group_top_k"]), 1.0)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
     per_pod = g.get("ep_per_pod")
     if per_pod is not None and any_of(per_pod < size):
         fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
     return comm.all_to_all_coefficients(size, per_node, r["link"], r["nic"] * fabric,
-                                        g["link_latency_s"], g["nic_latency_s"])
+                                        g["link_latency_s"], g["nic_latency_s"], inter_scale)
 
 
 def expert_parallel(g, r, ro, lt_m):

@@ -99,6 +99,9 @@ def _deepseek_v3(c: Config) -> dict[str, Any]:
         shared_expert_ffn_size=expert * c.get_int("n_shared_experts"),
         router_score_bias=topk == "noaux_tc", dense_layers=dense,
         mtp_layers=c.get_int("num_nextn_predict_layers", 0, required=False),
+        # group-limited routing (DeepseekV3TopkRouter: n_group, topk_group)
+        router_groups=c.get_int("n_group", 1, required=False),
+        router_group_top_k=c.get_int("topk_group", 1, required=False),
     )
 
 
