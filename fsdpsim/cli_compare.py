@@ -11,6 +11,7 @@ import click
 from fsdpsim.parallel import PRECISIONS
 
 from fsdpsim import render
+from fsdpsim.cli_predict import kernel_options
 from fsdpsim.cli_procurement import assumption_notes, money, rate, run_options, short_source
 from fsdpsim.errors import ConfigError
 from fsdpsim.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, option_type
@@ -47,6 +48,7 @@ def compare_options(f):
                      default="bf16", show_default=True),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
+        *kernel_options(),
         click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
                      default="fsdp2", show_default=True),
         click.option("--plan", "plan_kind", type=click.Choice(("search", "fsdp")),
@@ -74,7 +76,8 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     """Resolve the options and compute the rows: (rows, training, run assumptions)."""
     from fsdpsim import procurement
     from fsdpsim.catalog import load_catalog
-    from fsdpsim.cli_predict import _auto_int, build_system, global_batch_or_default, model_at
+    from fsdpsim.cli_predict import (_auto_int, build_system, global_batch_or_default,
+                                     kernel_knobs, model_at)
     from fsdpsim.compare import MAX_ROWS, Case, compare
     from fsdpsim.grid import parse_counts, parse_prices
     from fsdpsim.parallel import TrainingConfig
@@ -94,7 +97,8 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
     training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
                                   o["global_batch"], seq),
-                              precision=o["precision"], optimizer=o["optimizer"])
+                              precision=o["precision"], optimizer=o["optimizer"],
+                              **kernel_knobs(o))
     run = procurement.read_run_options(o)
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     prices = parse_prices(o["price"], cat) if o["price"] else {}

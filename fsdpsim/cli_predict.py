@@ -97,9 +97,7 @@ def build_prediction(ctx: click.Context, system=None, **o: Any):
                               dropout=bool(o.get("dropout")),
                               moe_capacity_factor=o.get("moe_capacity_factor"),
                               moe_imbalance=o.get("moe_imbalance"),
-                              moe_fp8_dispatch=bool(o.get("moe_fp8_dispatch")),
-                              moe_dispatcher=o.get("moe_dispatcher") or "alltoall",
-                              fp8_attention=bool(o.get("fp8_attention")))
+                              **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
     from fsdpsim.advice import scale_advice
 
@@ -280,6 +278,14 @@ def moe_options():
         click.option("--moe-imbalance", type=option_type(MOE_IMBALANCE), default=None,
                      help="Dropless: the busiest EP rank's routed tokens over the mean "
                           "(default: the balanced-routing floor 1 + sqrt(2 ln(ep) / rows))."),
+        *kernel_options(),
+    ]
+
+
+def kernel_options():
+    """How attention and the expert dispatch run: options of ``predict``, ``search`` and
+    ``compare`` (TrainingConfig fields, read by :func:`kernel_knobs`)."""
+    return [
         click.option("--moe-fp8-dispatch/--no-moe-fp8-dispatch", default=False,
                      show_default=True,
                      help="Send the dispatch all-to-alls in FP8 with 1x128 block scales "
@@ -292,6 +298,13 @@ def moe_options():
                      help="Attention in FP8 too (Transformer Engine fp8_dot_product_"
                           "attention); needs a low-precision --precision."),
     ]
+
+
+def kernel_knobs(o: dict) -> dict:
+    """The TrainingConfig fields of :func:`kernel_options` from parsed options."""
+    return {"moe_fp8_dispatch": bool(o.get("moe_fp8_dispatch")),
+            "moe_dispatcher": o.get("moe_dispatcher") or "alltoall",
+            "fp8_attention": bool(o.get("fp8_attention"))}
 
 
 def register(cli: click.Group) -> None:

@@ -11,6 +11,7 @@ import click
 from fsdpsim.parallel import PRECISIONS
 
 from fsdpsim import render
+from fsdpsim.cli_predict import kernel_options
 from fsdpsim.cli_procurement import run_options
 from fsdpsim.errors import ConfigError
 from fsdpsim.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, Rule, option_type
@@ -45,6 +46,7 @@ def search_options(f):
                      default="bf16", show_default=True),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
+        *kernel_options(),
         click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
                      default="fsdp2", show_default=True,
                      help="Framework profile every plan runs on."),
@@ -92,7 +94,8 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     """Resolve the options and search every GPU count: (spec, the system of each count,
     training, results by count, the ranking)."""
     from fsdpsim import procurement
-    from fsdpsim.cli_predict import _auto_int, build_system, global_batch_or_default, model_at
+    from fsdpsim.cli_predict import (_auto_int, build_system, global_batch_or_default,
+                                     kernel_knobs, model_at)
     from fsdpsim.search import budget_system, search
     from fsdpsim.search_space import SearchSpace, parse_fix
     from fsdpsim.parallel import TrainingConfig
@@ -102,7 +105,7 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     spec = model_at(o["model"], seq)
     training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
                                   o["global_batch"], seq), precision=o["precision"],
-                              optimizer=o["optimizer"])
+                              optimizer=o["optimizer"], **kernel_knobs(o))
     space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],
                         mesh_orders=o["mesh_orders"], framework=o["framework"])
     run = procurement.read_run_options(o)

@@ -115,6 +115,12 @@ def grid_options(f):
         click.option("--moe-imbalance", default=None,
                      help="Dropless busiest-rank load over the mean (default: the balanced-"
                           "routing floor)."),
+        click.option("--moe-fp8-dispatch/--no-moe-fp8-dispatch", default=None,
+                     help="Dispatch all-to-alls in FP8 with 1x128 scales."),
+        click.option("--moe-dispatcher", default=None,
+                     help="alltoall (default) or deepep: once per destination node."),
+        click.option("--fp8-attention/--no-fp8-attention", default=None,
+                     help="Attention in FP8 for the low-precision --precision entries."),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -85,8 +85,11 @@ UNFIT_SUBSETS = ("doubtful", "finetune", "unusable")
 
 
 def fit_rows(frame):
-    """The rows a calibration may fit: no doubtful, fine-tuning or unusable subset, and no
-    block-scaled number format (MXFP8, NVFP4). Validation still reports all of them."""
+    """The rows a calibration may fit: no doubtful, fine-tuning or unusable subset, no
+    block-scaled number format (MXFP8, NVFP4) and no mixture-of-experts model: a GPU's factors
+    come from dense runs, and the MoE rows (whose model adds routing, dispatch and recipe
+    settings) test them out of sample. Validation still reports all of them."""
+    from fsdpsim.measurements import spec_for_row
     from fsdpsim.published_plan import UNFIT_FORMATS
 
     import pandas as pd
@@ -95,6 +98,11 @@ def fit_rows(frame):
     keep = ~subset.astype(str).isin(UNFIT_SUBSETS)
     if "precision_format" in frame.columns:
         keep &= ~frame["precision_format"].astype(str).isin(tuple(UNFIT_FORMATS))
+    if "skip" in frame.columns:
+        usable = keep & (frame["skip"] == "")
+        moe = pd.Series(False, index=frame.index)
+        moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
+        keep &= ~moe
     return frame[keep]
 
 

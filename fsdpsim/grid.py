@@ -27,7 +27,8 @@ from fsdpsim.errors import ConfigError, shown
 from fsdpsim.files import read_toml
 from fsdpsim.hardware import Price, System
 from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS
+from fsdpsim.parallel import (CP_KINDS, LOW_PRECISION, MOE_DISPATCHERS, PP_SCHEDULES,
+                              PRECISIONS, RECOMPUTES, SHARDINGS)
 from fsdpsim.numbers import (DECIMAL, INTER_NODE_GBPS, MAX_COUNT, MODEL_SIZE, POWER_CAP_W,
                              VPP, Rule, count_rule, read_number, reject)
 from fsdpsim.procurement import RunAssumptions, read_price, read_run_options, resolve_price
@@ -41,7 +42,8 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
              "pue", "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
              "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
              "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
-             "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch")
+             "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch",
+             "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -135,6 +137,12 @@ class Grid:
     """Token dropping with this capacity factor; None = dropless."""
     moe_imbalance: float | None = None
     """Dropless busiest-rank load over the mean; None = the balanced-routing floor."""
+    moe_fp8_dispatch: bool = False
+    """Dispatch all-to-alls in FP8 (TrainingConfig.moe_fp8_dispatch)."""
+    moe_dispatcher: str = "alltoall"
+    """alltoall or deepep (TrainingConfig.moe_dispatcher)."""
+    fp8_attention: bool = False
+    """Attention in FP8 for the grid's low-precision entries (TrainingConfig.fp8_attention)."""
     batch_tokens: int | None = None
     """With ``best`` and no ``global-batch``: the global batch of each sequence length is
     :func:`default_global_batch` of this many tokens; None = as ``global_batches`` says."""
@@ -422,10 +430,11 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         else None
     hardware = _hardware(catalog, options)
     prices = parse_prices(options["price"], catalog) if "price" in options else {}
+    precisions = parse_choices(get("precision"), "--precision", PRECISIONS)
     return Grid(
         models=_models(options),
         hardware=hardware,
-        precisions=parse_choices(get("precision"), "--precision", PRECISIONS),
+        precisions=precisions,
         num_gpus=tuple(parse_counts(get("num-gpus"), "--num-gpus")),
         seq_lens=tuple(parse_counts(get("seq-len"), "--seq-len")),
         global_batches=tuple(dict.fromkeys(global_batches)) or (None,),
@@ -459,8 +468,22 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         moe_capacity_factor=_moe_number(options.get("moe-capacity-factor"),
                                         "--moe-capacity-factor", 0.01),
         moe_imbalance=_moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
+        moe_fp8_dispatch=_flag(options.get("moe-fp8-dispatch", False), "--moe-fp8-dispatch"),
+        moe_dispatcher=parse_choices(options.get("moe-dispatcher", "alltoall"),
+                                     "--moe-dispatcher", MOE_DISPATCHERS)[0],
+        fp8_attention=_fp8_attention(options, precisions),
         batch_tokens=batch_tokens,
     )
+
+
+def _fp8_attention(options: Mapping[str, Any], precisions) -> bool:
+    """``--fp8-attention``: on for the grid's low-precision entries; one line if it has none."""
+    on = _flag(options.get("fp8-attention", False), "--fp8-attention")
+    if on and not set(precisions) & set(LOW_PRECISION):
+        raise ConfigError(f"--fp8-attention needs a low-precision --precision "
+                          f"({', '.join(LOW_PRECISION)}); the grid has "
+                          f"{', '.join(precisions)}")
+    return on
 
 
 def _moe_number(value: Any, what: str, least: float) -> float | None:

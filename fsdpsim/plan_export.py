@@ -98,6 +98,12 @@ def torchtitan_toml(choice, training) -> str:
     elif training.precision in ("fp8-block", "nvfp4"):
         notes.append(f"# {training.precision}: no torchtitan quantization recipe of that name; "
                      "Transformer Engine / Megatron-LM run it (--emit megatron)")
+    if training.fp8_attention:
+        notes.append("# FP8 attention: torchtitan has no FP8 attention option; Transformer "
+                     "Engine's fp8_dot_product_attention does it (--emit megatron)")
+    if p.ep > 1 and training.moe_dispatcher == "deepep":
+        notes.append("# node-deduplicated dispatch (DeepEP): set torchtitan's expert-parallel "
+                     "communication backend to DeepEP where the release has one")
     return "\n".join(_comments(notes) + lines) + "\n"
 
 
@@ -136,6 +142,11 @@ def megatron_args(choice, training) -> str:
                  f"--expert-tensor-parallel-size {p.etp}"]
         if p.ep_overlap:
             args.append("--overlap-moe-expert-parallel-comm")
+        if training.moe_dispatcher == "deepep":  # Megatron-Core's flex dispatcher on DeepEP
+            args += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
+        if training.moe_fp8_dispatch:
+            notes.append("# FP8 dispatch: DeepEP's FP8 dispatch kernels; no Megatron-LM flag "
+                         "selects it on its own")
     if p.sharding == "optimizer":
         args += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     elif p.sharding == "none":
@@ -160,6 +171,8 @@ def megatron_args(choice, training) -> str:
         args += ["--recompute-granularity full", "--recompute-method block",
                  f"--recompute-num-layers {k}"]
     args.append(MEGATRON_PRECISION[training.precision])
+    if training.fp8_attention:
+        args.append("--fp8-dot-product-attention")
     if p.mesh_order != DEFAULT_MESH_ORDER:
         notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
                      + "; Megatron's default is tp-cp-ep-dp-pp (innermost first): "

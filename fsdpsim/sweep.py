@@ -29,7 +29,7 @@ import pandas as pd
 
 from fsdpsim import engine, procurement, sensitivity
 from fsdpsim.grid import Grid, default_global_batch
-from fsdpsim.parallel import RECOMPUTES, SHARDED, SHARDINGS, TrainingConfig
+from fsdpsim.parallel import LOW_PRECISION, RECOMPUTES, SHARDED, SHARDINGS, TrainingConfig
 from fsdpsim.predict import (AUTO_MICRO_BATCHES, COMM_KEYS, HFU_CONVENTION, MEMORY_KEYS,
                              MFU_CONVENTION, MODEL_PARALLEL_COMM, TIME_KEYS, comm_uncertainty,
                              divisors, faster_ratio, plan_summary, prediction_interval,
@@ -130,8 +130,6 @@ def _utilisation_columns(grid: Grid, t: _Tables, p: dict[str, np.ndarray],
     at = p["h"] * len(grid.precisions) + p["pr"]  # the system table's rows: system x precision
     native = np.array(grid.precisions, dtype=object)[p["pr"]]
     peak, native_peak = t.system["mfu_peak_flops_per_s"][at], t.system["peak_flops_per_s"][at]
-    from fsdpsim.parallel import LOW_PRECISION
-
     low = np.isin(native.astype(str), LOW_PRECISION)
     return {"utilisation.peak_precision": np.where(low & (peak != native_peak),
                                                    "bf16", native).astype(object),
@@ -185,7 +183,14 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     dp = np.maximum(num_gpus // np.prod(layouts, axis=1), 1)
 
     # ---- invalid combinations: a reason and no prediction --------------------------------------
-    reasons = t.plan_reason[p["g"], p["h"], p["ly"]].copy()
+    # a fixed sharding: its plan's reason; auto: valid when some strategy's plan is (each
+    # candidate strategy is then one whose plan is valid, as predict's auto sharding does)
+    plan_reasons = t.plan_reason[p["g"], p["h"], p["ly"]]  # (points, shardings)
+    plan_ok = np.equal(plan_reasons, None)
+    if grid.shardings is None:
+        reasons = np.where(plan_ok.any(axis=1), None, plan_reasons[:, 0])
+    else:
+        reasons = plan_reasons[np.arange(n), sh_code]
     reasons = np.where(np.equal(reasons, None), t.system_reason[p["h"], p["pr"]], reasons)
     reasons = np.where(np.equal(reasons, None),
                        t.model_reason[t.spec_of[p["m"], p["sq"]], p["ly"], p["sq"]], reasons)
@@ -203,7 +208,7 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     valid = np.equal(reasons, None)
 
     # ---- candidates of the valid points, evaluated --------------------------------------------
-    c = _expand(grid, valid, sh_code, per_gpu, mb_fixed, rc_code)
+    c = _expand(grid, valid, sh_code, per_gpu, mb_fixed, rc_code, plan_ok)
     c["accum"] = np.where(has_gb[c["owner"]], per_gpu[c["owner"]] / c["mb"], 1.0)
     seq = np.array(grid.seq_lens, dtype=float)[p["sq"]]
 
@@ -269,14 +274,18 @@ def _slower_twins(t: _Tables, p, c, chosen: Callable[[np.ndarray], dict],
     return out
 
 
-def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code) -> dict[str, np.ndarray]:
+def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code,
+            plan_ok) -> dict[str, np.ndarray]:
     """Candidates of the valid points in predict's order (sharding, micro-batch, recompute):
-    the owning point, sharding code, micro-batch and recompute code of each."""
+    the owning point, sharding code, micro-batch and recompute code of each. An automatic
+    sharding tries the strategies whose plan is valid at the point (``plan_ok``)."""
     owner = np.flatnonzero(valid)
     sh = sh_code[owner]
     if grid.shardings is None:
         k = len(SHARDINGS)
         owner, sh = np.repeat(owner, k), np.tile(np.arange(k), owner.size)
+        keep = plan_ok[owner, sh]
+        owner, sh = owner[keep], sh[keep]
     if grid.micro_batches is None:
         # Divisors of the per-GPU batch when a global batch pins it, else AUTO_MICRO_BATCHES.
         uniq, inverse = np.unique(per_gpu[owner], return_inverse=True)
@@ -398,9 +407,10 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
         "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
         "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
-        "training.moe_fp8_dispatch": np.full(n, _DEFAULT_TRAINING.moe_fp8_dispatch),
-        "training.moe_dispatcher": np.full(n, _DEFAULT_TRAINING.moe_dispatcher, dtype=object),
-        "training.fp8_attention": np.full(n, _DEFAULT_TRAINING.fp8_attention),
+        "training.moe_fp8_dispatch": np.full(n, grid.moe_fp8_dispatch),
+        "training.moe_dispatcher": np.full(n, grid.moe_dispatcher, dtype=object),
+        "training.fp8_attention": grid.fp8_attention & np.isin(
+            np.array(grid.precisions, dtype=str)[p["pr"]], LOW_PRECISION),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }

@@ -10,6 +10,7 @@ import numpy as np
 
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid
+from fsdpsim.parallel import LOW_PRECISION
 from fsdpsim.inputs import model_inputs, plan_inputs, pod_inputs, system_inputs, training_inputs
 from fsdpsim.moe_inputs import uniform_keys
 from fsdpsim.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
@@ -49,7 +50,8 @@ class _Tables:
         self.system = _columns(rows)
         # GPU count × system × layout × sharding: plan inputs, or why the plan is invalid.
         ng, nl, ns = len(grid.num_gpus), len(grid.layouts), len(SHARDINGS)
-        self.plan_reason = np.full((ng, nh, nl), None, dtype=object)
+        # why each (GPU count, system, layout, sharding) plan is invalid, None where it is valid
+        self.plan_reason = np.full((ng, nh, nl, ns), None, dtype=object)
         rows, self.plan_text = [], []
         for g, n in enumerate(grid.num_gpus):
             for h, hw in enumerate(grid.hardware):
@@ -68,8 +70,7 @@ class _Tables:
                             rows.append({**plan_inputs(plan), **pod_inputs(plan, hw.system)})
                             self.plan_text.append((plan_summary(plan, 1), plan))
                         except ConfigError as exc:  # never evaluated: the point is invalid
-                            if self.plan_reason[g, h, l] is None:
-                                self.plan_reason[g, h, l] = str(exc)
+                            self.plan_reason[g, h, l, code] = str(exc)
                             rows.append(None)
                             self.plan_text.append((None, None))
         template = next((r for r in rows if r is not None), None)
@@ -80,7 +81,9 @@ class _Tables:
         self.plan_shape = (ng, nh, nl, ns)
         self.training = _columns([training_inputs(TrainingConfig(
             seq_len=1, precision=p, recompute_layers=grid.recompute_layers,
-            moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance))
+            moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance,
+            moe_fp8_dispatch=grid.moe_fp8_dispatch, moe_dispatcher=grid.moe_dispatcher,
+            fp8_attention=grid.fp8_attention and p in LOW_PRECISION))
             for p in grid.precisions])
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
         # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by

@@ -80,3 +80,16 @@ def assert_one_line_error(rc: int, out: str, err: str) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith("fsdpsim: error: ") and lines[0] != "fsdpsim: error: "
     return lines[0]
+
+
+def overlay_catalog(folder: Path, factors: dict[str, dict[str, float]]):
+    """The built-in catalog with some accelerators' efficiency factors replaced (a catalog
+    overlay written to ``folder``): for tests whose cases were chosen at factors recalibrated
+    since."""
+    lines = []
+    for gpu, values in factors.items():
+        lines += ["[[accelerator]]", f'id = "{gpu}"', "override = true", "",
+                  "[accelerator.efficiency]", *(f"{k} = {v}" for k, v in values.items()), ""]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "overlay.toml").write_text("\n".join(lines))
+    return load_catalog((str(folder),), use_env=False)

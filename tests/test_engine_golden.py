@@ -21,8 +21,9 @@ snapshot's ``mfu`` is compared with ``mfu_native``; HFU and hardware FLOPs are c
 the new convention (equal to the model's without recompute or FlashAttention, above otherwise).
 
 Catalog factors recalibrated on purpose since are pinned to the snapshot's values with a catalog
-overlay (:data:`SNAPSHOT_FACTORS`): the V100 parts were fitted to the DLPerf rows of
-``hybrid_calibration.csv`` in session 6 (matmul fraction, HBM fraction from Jia et al. 2018).
+overlay (:data:`SNAPSHOT_FACTORS`): in session 6 the V100 parts were fitted to the DLPerf rows
+of ``hybrid_calibration.csv`` (matmul fraction, HBM fraction from Jia et al. 2018), and H100,
+H200 and B200 refitted on the dense rows only (B200 with GB200's matmul fraction).
 """
 
 from __future__ import annotations
@@ -77,26 +78,29 @@ def test_golden_cases_are_the_tools_cases(golden, tool):
 SNAPSHOT_FACTORS = {
     "v100-sxm2-16gb": {"matmul_fraction": 0.695, "matmul_half_gflop": 0.43, "hbm_fraction": 0.6},
     "v100-sxm2-32gb": {"matmul_fraction": 0.695, "matmul_half_gflop": 0.43, "hbm_fraction": 0.6},
+    "h100-sxm5-80gb": {"matmul_fraction": 0.790, "matmul_half_gflop": 3.91,
+                       "fused_attention_fraction": 0.329},
+    "h200-sxm-141gb": {"matmul_fraction": 0.790, "matmul_half_gflop": 3.91,
+                       "fused_attention_fraction": 0.329},
+    "b200": {"matmul_fraction": 0.674, "matmul_half_gflop": 7.58,
+             "fused_attention_fraction": 0.321},
 }
 
 
 @pytest.fixture(scope="module")
 def snapshot_catalog(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("snapshot_catalog")
-    lines = []
-    for gpu, factors in SNAPSHOT_FACTORS.items():
-        lines += ["[[accelerator]]", f'id = "{gpu}"', "override = true", "",
-                  "[accelerator.efficiency]", *(f"{k} = {v}" for k, v in factors.items()), ""]
-    (folder / "snapshot.toml").write_text("\n".join(lines))
-    return load_catalog((str(folder),), use_env=False)
+    from conftest import overlay_catalog
+
+    return overlay_catalog(tmp_path_factory.mktemp("snapshot_catalog"), SNAPSHOT_FACTORS)
 
 
 def test_snapshot_overlay_differs_from_today(snapshot_catalog):
     """The overlay pins something (else it would hide nothing and test nothing)."""
     today = load_catalog((), use_env=False)
     for gpu, factors in SNAPSHOT_FACTORS.items():
-        assert snapshot_catalog.accelerator(gpu).efficiency.hbm_fraction == factors["hbm_fraction"]
-        assert today.accelerator(gpu).efficiency.hbm_fraction != factors["hbm_fraction"]
+        pinned, now = (c.accelerator(gpu).efficiency for c in (snapshot_catalog, today))
+        assert pinned.matmul_fraction == factors["matmul_fraction"]
+        assert now.matmul_fraction != factors["matmul_fraction"]
 
 
 def test_data_parallel_grid_unchanged(golden, tool, snapshot_catalog):

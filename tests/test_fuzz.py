@@ -611,6 +611,9 @@ _GRID_VALUES = {
     "ep-overlap": ["true", "false"],
     "moe-capacity-factor": ["1.0", '"none"', "0", "1e9"],
     "moe-imbalance": ["1.2", "0.5", '"x"'],
+    "moe-fp8-dispatch": ["true", "false", '"x"'],
+    "moe-dispatcher": ['"deepep"', '"alltoall"', '"nccl"', "3"],
+    "fp8-attention": ["true", "false", '"yes"'],
 }
 assert set(_GRID_VALUES) == set(GRID_KEYS)
 

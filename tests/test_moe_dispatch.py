@@ -176,3 +176,79 @@ def Path_root():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1]
+
+
+def test_search_takes_the_kernel_options_and_emits_them(capsys):
+    """``search --moe-dispatcher deepep --fp8-attention``: the options reach the plans (the
+    best plan with EP 16 across two nodes is faster than with the plain all-to-all and 16-bit
+    attention) and the Megatron arguments name them."""
+    import json
+
+    from conftest import run
+
+    common = ("search", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "64",
+              "--precision", "fp8", "--fix", "ep=16,tp=1,pp=1", "--top", "1")
+    rc, plain, err = run(capsys, *common, "--format", "json")
+    assert rc == 0, err
+    rc, dedup, err = run(capsys, *common, "--moe-dispatcher", "deepep", "--fp8-attention",
+                         "--format", "json")
+    assert rc == 0, err
+    best = [json.loads(out)["plans"][0] for out in (plain, dedup)]
+    assert best[1]["tokens_per_s_per_gpu"] > best[0]["tokens_per_s_per_gpu"]
+    rc, out, err = run(capsys, *common, "--moe-dispatcher", "deepep", "--fp8-attention",
+                       "--emit", "megatron")
+    assert rc == 0, err
+    for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
+                 "--fp8-dot-product-attention"):
+        assert flag in out
+
+
+def test_search_refuses_fp8_attention_in_bf16(capsys):
+    from conftest import assert_one_line_error, run
+
+    line = assert_one_line_error(*run(capsys, "search", "--model", "llama3-8b",
+                                      "--fp8-attention"))
+    assert "fp8_attention needs a low-precision format" in line
+
+
+def _sweep_row(*args):
+    from fsdpsim.grid import build_grid
+    from fsdpsim.sweep import run_sweep
+
+    options = dict(zip(args[::2], args[1::2]))
+    return run_sweep(build_grid(CATALOG, options))
+
+
+@pytest.mark.parametrize("kernels", [{}, {"moe-dispatcher": "deepep", "fp8-attention": True}])
+def test_sweep_equals_predict_with_the_kernel_options(kernels):
+    """Regression: ``sweep --sharding optimizer --ep 16`` on 64 H100 was infeasible because the
+    HSDP plan of the same layout was (its reason covered every sharding); now each sharding
+    has its own reason, and the row equals predict, with the kernel options too."""
+    rows = _sweep_row("model", "qwen3-30b-a3b", "gpu", "h100", "num-gpus", "64", "ep", "16",
+                      "precision", "fp8", "sharding", "optimizer", "micro-batch", "1",
+                      "recompute", "full", *[x for kv in kernels.items() for x in kv])
+    assert len(rows) == 1 and bool(rows["fits"].iloc[0])
+    system = resolve_system(CATALOG, gpu="h100-sxm5-80gb")
+    training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="full", precision="fp8",
+                              moe_dispatcher=kernels.get("moe-dispatcher", "alltoall"),
+                              fp8_attention=bool(kernels.get("fp8-attention")))
+    expected = predict.predict(get_model("qwen3-30b-a3b"), system,
+                               ParallelPlan(num_gpus=64, gpus_per_node=8, sharding="optimizer",
+                                            ep=16), training)
+    assert rows["tokens_per_s_per_gpu"].iloc[0] == pytest.approx(
+        expected.tokens_per_s_per_gpu, rel=1e-9)
+    assert rows["training.moe_dispatcher"].iloc[0] == training.moe_dispatcher
+    assert bool(rows["training.fp8_attention"].iloc[0]) == training.fp8_attention
+
+
+def test_sweep_auto_sharding_skips_the_invalid_strategies():
+    """With the sharding automatic, a layout whose HSDP plan is invalid still gets the best of
+    the valid strategies (not an infeasible row)."""
+    rows = _sweep_row("model", "qwen3-30b-a3b", "gpu", "h100", "num-gpus", "64", "ep", "16",
+                      "precision", "fp8", "best", True, "micro-batch", "1", "recompute", "full")
+    assert bool(rows["fits"].iloc[0]) and rows["plan.sharding"].iloc[0] != "hybrid"
+
+
+def test_sweep_refuses_fp8_attention_without_a_low_precision():
+    with pytest.raises(ConfigError, match="--fp8-attention needs a low-precision"):
+        _sweep_row("model", "llama3-8b", "fp8-attention", True)

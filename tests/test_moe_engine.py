@@ -65,7 +65,7 @@ def test_default_imbalance_is_the_balls_into_bins_floor():
 
 def test_expert_gemm_efficiency_of_deepseek_v3_experts():
     """h = 7168, f = 2048 (SwiGLU: gate and up fused, 2f wide): at 128 rows per expert the
-    weights' HBM traffic binds (arithmetic intensity ~ m FLOP/B, under R/W ~ 390 rows on H100
+    weights' HBM traffic binds (arithmetic intensity ~ m FLOP/B, under R/W ~ 405 rows on H100
     BF16): a quarter of the achievable matmul rate; at 8,192 rows (ep 64) over 90 %."""
     x = predict.system_inputs(H100, "bf16")
     rate = x["peak_flops_per_s"] * x["matmul_fraction"]
@@ -76,7 +76,7 @@ def test_expert_gemm_efficiency_of_deepseek_v3_experts():
                                             x["matmul_half_flops"], x["matmul_half_k"], 2.0)
         return 2.0 * m * 3 * 2048 * 7168 / fwd / rate
 
-    assert efficiency(128) == pytest.approx(0.256, abs=0.005)
+    assert efficiency(128) == pytest.approx(0.245, abs=0.005)
     assert efficiency(8192) > 0.9
     assert all(efficiency(a) < efficiency(b) for a, b in zip((128, 256, 512, 1024, 2048),
                                                              (256, 512, 1024, 2048, 8192)))
