@@ -22,7 +22,8 @@ from scipy.optimize import least_squares
 from fsdpsim import engine
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
-from fsdpsim.measurements import engine_inputs, summarise
+from fsdpsim.measurement_stats import summarise
+from fsdpsim.measurements import engine_inputs
 
 #: engine input name -> (catalog [efficiency] key, catalog units per engine unit, bounds)
 FACTORS = {

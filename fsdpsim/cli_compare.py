@@ -79,7 +79,7 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     from fsdpsim.cli_predict import (_auto_int, build_system, global_batch_or_default,
                                      kernel_knobs, model_at)
     from fsdpsim.compare import MAX_ROWS, Case, compare
-    from fsdpsim.grid import parse_counts, parse_prices
+    from fsdpsim.grid_values import parse_counts, parse_prices
     from fsdpsim.parallel import TrainingConfig
     from fsdpsim.search_space import SearchSpace
 
@@ -188,9 +188,17 @@ def header(values: list[dict], training, run, plan_kind: str) -> str:
             f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){budget}; {plan}")
 
 
-def notes(values: list[dict], run) -> list[str]:
+def notes(values: list[dict], run, training=None) -> list[str]:
     out = ["* best of the column among rows that fit; mem GiB = peak/capacity per GPU "
            "(! = does not fit)"]
+    kernels = [text for on, text in (
+        (training is not None and training.fp8_attention, "attention in FP8 (--fp8-attention)"),
+        (training is not None and training.moe_dispatcher == "deepep",
+         "expert dispatch once per destination node (--moe-dispatcher deepep)"),
+        (training is not None and training.moe_fp8_dispatch,
+         "dispatch in FP8 (--moe-fp8-dispatch)")) if on]
+    if kernels:
+        out.append("every row: " + "; ".join(kernels))
     if run.tokens is not None:
         out.append("days, cost and MWh include failures, checkpoints and restarts (goodput); "
                    "the failure-free numbers are in the JSON/CSV")
@@ -218,6 +226,9 @@ def report_data(rows, training, run, plan_kind: str) -> dict[str, Any]:
     return {"query": {"seq_len": training.seq_len, "global_batch": training.global_batch,
                       "tokens_per_step": training.global_batch * training.seq_len,
                       "precision": training.precision, "optimizer": training.optimizer,
+                      "fp8_attention": training.fp8_attention,
+                      "moe_dispatcher": training.moe_dispatcher,
+                      "moe_fp8_dispatch": training.moe_fp8_dispatch,
                       "plan": plan_kind, "train_tokens": run.tokens},
             "assumptions": {"pue": run.pue, "gpu_mtbf_hours": run.gpu_mtbf_s / 3600,
                             "restart_s": run.restart_s,
@@ -238,7 +249,7 @@ def compare_text(data: dict[str, Any], training, run) -> str:
              render.table(plan_rows(values)), "", "notes"]
     lines += [textwrap.fill(n, WIDTH, initial_indent="  - ", subsequent_indent="    ",
                             break_on_hyphens=False, break_long_words=False)
-              for n in notes(values, run)]
+              for n in notes(values, run, training)]
     return "\n".join(lines)
 
 
@@ -286,7 +297,7 @@ def register(cli: click.Group) -> None:
                               "does not exist")
         rows, training, run = run_compare(ctx, o)
         data = report_data(rows, training, run, o["plan_kind"])
-        text = report_html(rows, data, training, run, notes(data["rows"], run))
+        text = report_html(rows, data, training, run, notes(data["rows"], run, training))
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:

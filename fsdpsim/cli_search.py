@@ -85,7 +85,7 @@ def search_options(f):
 
 def _counts(text: str) -> list[int]:
     """``--num-gpus``: a count, a list or a range."""
-    from fsdpsim.grid import parse_counts
+    from fsdpsim.grid_values import parse_counts
 
     return parse_counts(text, "--num-gpus")
 

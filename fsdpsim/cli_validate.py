@@ -122,8 +122,9 @@ def register(cli: click.Group) -> None:
     def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
                      framework: str | None, by: tuple[str, ...], fmt: str) -> None:
         """Predict every run of a measurements CSV and report the error of tokens/s per GPU."""
-        from fsdpsim.measurements import (by_framework, load_measurements, predict_measurements,
-                                          summarise, summarise_by, summarise_groups)
+        from fsdpsim.measurement_stats import (by_framework, summarise, summarise_by,
+                                               summarise_groups)
+        from fsdpsim.measurements import load_measurements, predict_measurements
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         every = load_measurements(measurements, cat)
@@ -213,7 +214,8 @@ def register(cli: click.Group) -> None:
             raise ConfigError(f"calibrate needs {missing} (fit factors to measured runs), or "
                               "--local (measure this machine)")
         from fsdpsim.calibration import DEFAULT_FACTORS, FACTORS, fit
-        from fsdpsim.measurements import by_framework, load_measurements
+        from fsdpsim.measurement_stats import by_framework
+        from fsdpsim.measurements import load_measurements
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         frame = fit_rows(by_framework(load_measurements(measurements, cat), framework))

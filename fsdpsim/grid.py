@@ -23,15 +23,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fsdpsim.catalog import Catalog
-from fsdpsim.errors import ConfigError, shown
+from fsdpsim.errors import ConfigError
 from fsdpsim.files import read_toml
+from fsdpsim.grid_values import (knob_counts, moe_number, one_count, parse_choices,
+                                 parse_counts, parse_prices, parse_sizes, read_flag,
+                                 split_values)
 from fsdpsim.hardware import Price, System
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import (CP_KINDS, LOW_PRECISION, MOE_DISPATCHERS, PP_SCHEDULES,
                               PRECISIONS, RECOMPUTES, SHARDINGS)
-from fsdpsim.numbers import (DECIMAL, INTER_NODE_GBPS, MAX_COUNT, MODEL_SIZE, POWER_CAP_W,
-                             VPP, Rule, count_rule, read_number, reject)
-from fsdpsim.procurement import RunAssumptions, read_price, read_run_options, resolve_price
+from fsdpsim.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
+from fsdpsim.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.system import cluster_gpus, resolve_system
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
@@ -210,110 +212,6 @@ def read_grid_file(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def split_values(value: Any, what: str) -> list[str]:
-    """Text items of an option value: comma-separated text, a number, or a list of those."""
-    items = value if isinstance(value, (list, tuple)) else [value]
-    out: list[str] = []
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise ConfigError(f"{what}: cannot read {shown(item)}; give text, a number or a list")
-        if isinstance(item, int) and abs(item) >= 10**30:  # str() refuses > 4,300 digits
-            raise reject(what, item, "a number of a plausible size")
-        out += [part.strip() for part in str(item).split(",") if part.strip()]
-    if not out:
-        raise ConfigError(f"{what}: no values given")
-    return out
-
-
-def _count(text: str, what: str) -> int:
-    return read_number(text, what, count_rule(what))
-
-
-def parse_counts(value: Any, what: str) -> list[int]:
-    """Whole numbers and ranges ``A..B`` (A, the powers of two strictly between, B)."""
-    out: list[int] = []
-    for item in split_values(value, what):
-        if ".." in item:
-            lo_text, hi_text = item.split("..", 1)
-            lo, hi = _count(lo_text, what), _count(hi_text, what)
-            if lo > hi:
-                raise ConfigError(f"{what}: range {item!r} is empty; give the smaller value "
-                                  f"first (e.g. {hi}..{lo})")
-            between = [2**k for k in range(lo.bit_length(), hi.bit_length()) if lo < 2**k < hi]
-            out += [lo, *between] + ([hi] if hi != lo else [])
-        else:
-            out.append(_count(item, what))
-    return list(dict.fromkeys(out))
-
-
-def parse_choices(value: Any, what: str, choices: tuple[str, ...],
-                  allow_auto: bool = False) -> tuple[str, ...] | None:
-    """Names from ``choices`` (None for ``auto`` where allowed)."""
-    items = [v.lower() for v in split_values(value, what)]
-    if allow_auto and "auto" in items:
-        if len(items) > 1:
-            raise ConfigError(f"{what}: 'auto' cannot be combined with other values")
-        return None
-    for item in items:
-        if item not in choices:
-            extra = ", auto" if allow_auto else ""
-            raise ConfigError(f"{what} {item!r} is not accepted; accepted: "
-                              f"{', '.join(choices)}{extra}")
-    return tuple(dict.fromkeys(items))
-
-
-def parse_sizes(value: Any) -> list[float]:
-    """Model sizes: ``7b``, ``1.5t`` and 1-2-5 ranges ``1b..1t``."""
-    out: list[float] = []
-    for item in split_values(value, "--model-sizes"):
-        if ".." in item:
-            lo, hi = (read_number(t, "--model-sizes", MODEL_SIZE) for t in item.split("..", 1))
-            from fsdpsim.model_ladder import series_125  # (numpy: not at start-up)
-
-            out += series_125(lo, hi)
-        else:
-            out.append(read_number(item, "--model-sizes", MODEL_SIZE))
-    return list(dict.fromkeys(out))
-
-
-def parse_prices(value: Any, catalog: Catalog) -> dict[str, float]:
-    """``GPU=USD/h`` items (``h100=2.5/h``, ``b200=5``) → USD per GPU-hour by accelerator id."""
-    if isinstance(value, Mapping):
-        value = [f"{k}={v}" for k, v in value.items()]
-    out = {}
-    for item in split_values(value, "--price"):
-        gpu, sep, price = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--price {item!r}: give GPU=USD_PER_HOUR, e.g. h100=2.5/h")
-        try:
-            acc = catalog.accelerator(gpu.strip())
-        except ConfigError as exc:
-            raise ConfigError(f"--price {item!r}: {exc}") from None
-        out[acc.id] = read_price(price, f"--price {gpu.strip()}")
-    return out
-
-
-def _knob_counts(value: Any, what: str) -> tuple[int, ...] | None:
-    """Counts, or None for ``auto``."""
-    items = [v.lower() for v in split_values(value, what)]
-    if "auto" in items:
-        if len(items) > 1:
-            raise ConfigError(f"{what}: 'auto' cannot be combined with other values")
-        return None
-    return tuple(parse_counts(items, what))
-
-
-def _flag(value: Any, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "1", "on"):
-        return True
-    if text in ("false", "no", "0", "off"):
-        return False
-    raise ConfigError(f"{what}: cannot read {value!r} as true or false")
-
-
 # -- building the grid --------------------------------------------------------------------------
 def _models(options: Mapping[str, Any]) -> tuple[ModelSpec, ...]:
     from fsdpsim.presets import get_model
@@ -410,7 +308,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
     unknown = sorted(set(options) - set(GRID_KEYS))
     if unknown:
         raise ConfigError(f"unknown sweep option {unknown[0]!r}; accepted: {', '.join(GRID_KEYS)}")
-    best = _flag(options.get("best", False), "--best")
+    best = read_flag(options.get("best", False), "--best")
     knobs = {"sharding": options.get("sharding"), "micro-batch": options.get("micro-batch"),
              "recompute": options.get("recompute")}
     for key, value in knobs.items():
@@ -422,7 +320,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         for item in split_values(options["global-batch"], "--global-batch"):
             global_batches += ([None] if item.lower() in ("none", "auto")
                                else parse_counts(item, "--global-batch"))
-    free_batch = _flag(options.get("free-batch", False), "--free-batch")
+    free_batch = read_flag(options.get("free-batch", False), "--free-batch")
     if free_batch and global_batches:
         raise ConfigError("give --global-batch or --free-batch, not both: --free-batch lets "
                           "each row run one micro-batch per GPU")
@@ -439,18 +337,18 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         seq_lens=tuple(parse_counts(get("seq-len"), "--seq-len")),
         global_batches=tuple(dict.fromkeys(global_batches)) or (None,),
         shardings=parse_choices(knobs["sharding"], "--sharding", SHARDINGS, allow_auto=True),
-        micro_batches=_knob_counts(knobs["micro-batch"], "--micro-batch"),
+        micro_batches=knob_counts(knobs["micro-batch"], "--micro-batch"),
         recomputes=parse_choices(knobs["recompute"], "--recompute", RECOMPUTES, allow_auto=True),
         price_overrides=prices,
         tdp_w={h.gpu: h.system.accelerator.tdp_w for h in hardware if h.system.accelerator.tdp_w},
         run=read_run_options(options),
-        ceilings=_flag(options.get("ceilings", True), "--ceilings"),
+        ceilings=read_flag(options.get("ceilings", True), "--ceilings"),
         grad_syncs=parse_choices(options.get("grad-sync", "every"), "--grad-sync",
                                  ("every", "last")),
-        keep_gathered=_flag(options.get("keep-params-gathered", False),
+        keep_gathered=read_flag(options.get("keep-params-gathered", False),
                             "--keep-params-gathered"),
         shard_group_size=(None if options.get("shard-group-size") is None else
-                          _one_count(options["shard-group-size"], "--shard-group-size")),
+                          one_count(options["shard-group-size"], "--shard-group-size")),
         layouts=tuple(itertools.product(*(parse_counts(options.get(k, "1"), f"--{k}")
                                           for k in ("tp", "pp", "cp")))),
         vpp=int(read_number(options.get("vpp", 1), "--vpp", VPP)),
@@ -458,17 +356,17 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                      if "pp-schedule" in options else None),
         cp_kind=parse_choices(options.get("cp-kind", "ring"), "--cp-kind", CP_KINDS)[0],
         sequence_parallel=(None if options.get("sequence-parallel") is None
-                           else _flag(options["sequence-parallel"], "--sequence-parallel")),
-        tp_overlap=_flag(options.get("tp-overlap", False), "--tp-overlap"),
+                           else read_flag(options["sequence-parallel"], "--sequence-parallel")),
+        tp_overlap=read_flag(options.get("tp-overlap", False), "--tp-overlap"),
         recompute_layers=(None if options.get("recompute-layers") is None else
-                          _one_count(options["recompute-layers"], "--recompute-layers", 0)),
-        ep=_one_count(options.get("ep", 1), "--ep"),
-        etp=None if options.get("etp") is None else _one_count(options["etp"], "--etp"),
-        ep_overlap=_flag(options.get("ep-overlap", False), "--ep-overlap"),
-        moe_capacity_factor=_moe_number(options.get("moe-capacity-factor"),
+                          one_count(options["recompute-layers"], "--recompute-layers", 0)),
+        ep=one_count(options.get("ep", 1), "--ep"),
+        etp=None if options.get("etp") is None else one_count(options["etp"], "--etp"),
+        ep_overlap=read_flag(options.get("ep-overlap", False), "--ep-overlap"),
+        moe_capacity_factor=moe_number(options.get("moe-capacity-factor"),
                                         "--moe-capacity-factor", 0.01),
-        moe_imbalance=_moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
-        moe_fp8_dispatch=_flag(options.get("moe-fp8-dispatch", False), "--moe-fp8-dispatch"),
+        moe_imbalance=moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
+        moe_fp8_dispatch=read_flag(options.get("moe-fp8-dispatch", False), "--moe-fp8-dispatch"),
         moe_dispatcher=parse_choices(options.get("moe-dispatcher", "alltoall"),
                                      "--moe-dispatcher", MOE_DISPATCHERS)[0],
         fp8_attention=_fp8_attention(options, precisions),
@@ -478,33 +376,12 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
 
 def _fp8_attention(options: Mapping[str, Any], precisions) -> bool:
     """``--fp8-attention``: on for the grid's low-precision entries; one line if it has none."""
-    on = _flag(options.get("fp8-attention", False), "--fp8-attention")
+    on = read_flag(options.get("fp8-attention", False), "--fp8-attention")
     if on and not set(precisions) & set(LOW_PRECISION):
         raise ConfigError(f"--fp8-attention needs a low-precision --precision "
                           f"({', '.join(LOW_PRECISION)}); the grid has "
                           f"{', '.join(precisions)}")
     return on
-
-
-def _moe_number(value: Any, what: str, least: float) -> float | None:
-    """One number from ``least`` to 1,000 (a capacity factor, an imbalance), or None for
-    none/unset."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
-        return None
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            raise ConfigError(f"{what} takes one number, got {value!r}")
-        value = value[0]
-    return float(read_number(value, what, Rule(least, 1000.0, also="none")))
-
-
-def _one_count(value: Any, what: str, least: int = 1) -> int:
-    """One whole number (not a list) of at least ``least``."""
-    values = (parse_counts(value, what) if least >= 1 else
-              [read_number(value, what, Rule(least, MAX_COUNT, whole=True, suffixes=DECIMAL))])
-    if len(values) != 1 or values[0] < least or values[0] != int(values[0]):
-        raise ConfigError(f"{what} takes one whole number >= {least}, got {value!r}")
-    return int(values[0])
 
 
 def describe(grid: Grid) -> str:

@@ -185,12 +185,11 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     # ---- invalid combinations: a reason and no prediction --------------------------------------
     # a fixed sharding: its plan's reason; auto: valid when some strategy's plan is (each
     # candidate strategy is then one whose plan is valid, as predict's auto sharding does)
-    plan_reasons = t.plan_reason[p["g"], p["h"], p["ly"]]  # (points, shardings)
-    plan_ok = np.equal(plan_reasons, None)
+    plan_ok = t.plan_ok[p["g"], p["h"], p["ly"]]  # (points, shardings), from the small table
     if grid.shardings is None:
-        reasons = np.where(plan_ok.any(axis=1), None, plan_reasons[:, 0])
+        reasons = np.where(plan_ok.any(axis=1), None, t.plan_reason[p["g"], p["h"], p["ly"], 0])
     else:
-        reasons = plan_reasons[np.arange(n), sh_code]
+        reasons = t.plan_reason[p["g"], p["h"], p["ly"], sh_code]
     reasons = np.where(np.equal(reasons, None), t.system_reason[p["h"], p["pr"]], reasons)
     reasons = np.where(np.equal(reasons, None),
                        t.model_reason[t.spec_of[p["m"], p["sq"]], p["ly"], p["sq"]], reasons)

@@ -77,6 +77,7 @@ class _Tables:
         if template is None:  # no valid plan at all: placeholder rows, never evaluated
             probe = ParallelPlan(num_gpus=1, gpus_per_node=1)
             template = {**plan_inputs(probe), **pod_inputs(probe, grid.hardware[0].system)}
+        self.plan_ok = np.equal(self.plan_reason, None)
         self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
         self.plan_shape = (ng, nh, nl, ns)
         self.training = _columns([training_inputs(TrainingConfig(

@@ -252,3 +252,19 @@ def test_sweep_auto_sharding_skips_the_invalid_strategies():
 def test_sweep_refuses_fp8_attention_without_a_low_precision():
     with pytest.raises(ConfigError, match="--fp8-attention needs a low-precision"):
         _sweep_row("model", "llama3-8b", "fp8-attention", True)
+
+
+def test_compare_says_when_the_kernel_options_are_on(capsys):
+    import json
+
+    from conftest import run
+
+    args = ("compare", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "64",
+            "--precision", "fp8")
+    rc, out, err = run(capsys, *args, "--moe-dispatcher", "deepep")
+    assert rc == 0, err
+    assert "expert dispatch once per destination node" in out and "FP8 (--fp8" not in out
+    rc, out, err = run(capsys, *args, "--fp8-attention", "--format", "json")
+    assert rc == 0, err
+    query = json.loads(out)["query"]
+    assert query["fp8_attention"] is True and query["moe_dispatcher"] == "alltoall"

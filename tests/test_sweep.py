@@ -25,7 +25,8 @@ from fsdpsim import cli_sweep
 from fsdpsim.cli import cli
 from fsdpsim.costs import economics
 from fsdpsim.errors import ConfigError
-from fsdpsim.grid import build_grid, parse_counts, parse_prices, parse_sizes, read_grid_file
+from fsdpsim.grid import build_grid, read_grid_file
+from fsdpsim.grid_values import parse_counts, parse_prices, parse_sizes
 from fsdpsim.model_ladder import (FFN_MULTIPLE, HEAD_DIM, KV_HEADS, _layer_and_fixed_params,
                                   ladder_model)
 from fsdpsim.parallel import SHARDINGS, ParallelPlan, TrainingConfig

@@ -14,13 +14,8 @@ from fsdpsim.calibration import FACTORS, fit
 from fsdpsim.catalog import load_catalog
 from fsdpsim.cli import main
 from fsdpsim.errors import ConfigError
-from fsdpsim.measurements import (
-    by_framework,
-    engine_inputs,
-    load_measurements,
-    predict_measurements,
-    summarise,
-)
+from fsdpsim.measurement_stats import by_framework, summarise
+from fsdpsim.measurements import engine_inputs, load_measurements, predict_measurements
 from fsdpsim import engine
 
 from conftest import VALIDATION_CSV

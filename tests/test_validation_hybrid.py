@@ -16,15 +16,13 @@ import pytest
 
 from fsdpsim.catalog import load_catalog
 from fsdpsim.cli import main
+from fsdpsim.measurement_stats import by_framework, summarise, summarise_by
 from fsdpsim.measurements import (
     _row_setup,
-    by_framework,
     engine_inputs,
     load_measurements,
     predict_measurements,
     spec_for_row,
-    summarise,
-    summarise_by,
 )
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.predict import config_inputs
@@ -360,7 +358,6 @@ def test_generation_summary_keeps_moe_rows_apart_from_dense_ones():
     generation x precision summary labels MoE rows (some layer routes to experts) apart."""
     import pandas as pd
 
-    from fsdpsim.measurements import summarise_by
 
     frame = pd.DataFrame({"generation": ["Hopper"] * 3, "precision_format": ["fp8"] * 3,
                           "subset": ["core"] * 3, "moe": [False, False, True],

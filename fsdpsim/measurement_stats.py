@@ -1,0 +1,64 @@
+"""Selecting and summarising predicted measurement rows: rows of a framework, and the error
+figures (MAPE, median, worst, bias) of ``fsdpsim validate`` overall and per group."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def by_framework(frame: pd.DataFrame, framework: str | None) -> pd.DataFrame:
+    """Rows whose ``framework`` contains ``framework`` (case-insensitive); all rows for None.
+    A file without a framework column counts as PyTorch FSDP (fsdpsim's own schema)."""
+    if not framework:
+        return frame
+    names = frame["framework"] if "framework" in frame.columns else pd.Series(
+        "PyTorch FSDP", index=frame.index)
+    return frame[names.fillna("").astype(str).str.lower().str.contains(framework.lower(),
+                                                                       regex=False)]
+
+
+def summarise_groups(result: pd.DataFrame, column: str = "framework") -> dict[str, dict]:
+    """:func:`summarise` per value of ``column`` (e.g. per framework)."""
+    if column not in result.columns:
+        return {}
+    return {str(name): summarise(group) for name, group in result.groupby(column, sort=True)}
+
+
+#: Groupings of the ``validate`` summary: name -> (columns whose values name a group, whether
+#: only ``core`` rows count when the file marks a subset as core).
+GROUPINGS = {"framework": (("framework",), False), "subset": (("subset",), False),
+             "source": (("source_key",), False), "gpu": (("gpu",), False),
+             "generation": (("generation", "precision_format"), True)}
+
+
+def summarise_by(result: pd.DataFrame, by: str) -> dict[str, dict]:
+    """:func:`summarise` per group of :data:`GROUPINGS` (e.g. ``generation``: GPU generation ×
+    number format, over the ``core`` rows, MoE rows apart from dense ones); {} when the rows carry
+    no such columns. A missing ``precision_format`` (fsdpsim's own schema, vTrain) is the compute
+    precision."""
+    columns, core_only = GROUPINGS[by]
+    frame = result
+    if core_only and "subset" in frame.columns and (frame["subset"] == "core").any():
+        frame = frame[frame["subset"] == "core"]
+    parts = []
+    for column in columns:
+        if column == "precision_format" and column not in frame.columns:
+            column = "precision"
+        if column not in frame.columns:
+            return {}
+        parts.append(frame[column].fillna("").astype(str))
+    if frame.empty:
+        return {}
+    label = parts[0].str.cat(parts[1:], sep=" ") if len(parts) > 1 else parts[0]
+    if by == "generation" and "moe" in frame.columns:  # dense and MoE rows apart
+        label = label + np.where(frame["moe"].astype(bool), " MoE", "")
+    return {name: summarise(group) for name, group in frame.groupby(label, sort=True)}
+
+
+def summarise(result: pd.DataFrame) -> dict[str, float]:
+    """MAPE, median and worst absolute error (fractions), and the row count."""
+    err = result["error"].abs()
+    return {"rows": int(len(result)), "mape": float(err.mean()),
+            "median_ape": float(err.median()), "worst_ape": float(err.max()),
+            "bias": float(result["error"].mean())}
