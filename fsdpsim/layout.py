@@ -137,7 +137,12 @@ def _expert_members(mesh: Mesh, etp: int, ep: int, edp: int,
              "edp": np.arange(0, etp * ep * edp, etp * ep),
              "eshard": np.arange(0, etp * ep * shard, etp * ep),
              "ereplicate": np.arange(0, etp * ep * edp, etp * ep * shard)}
-    return {name: _stage_ranks(mesh, idx) for name, idx in index.items()}
+    # one pass of the mixed-radix digits over every group's indices together
+    ranks = _stage_ranks(mesh, np.concatenate(list(index.values())))
+    out, start = {}, 0
+    for name, idx in index.items():
+        out[name], start = ranks[start:start + idx.size], start + idx.size
+    return out
 
 
 @functools.lru_cache(maxsize=16384)

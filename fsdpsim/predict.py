@@ -9,6 +9,8 @@ with ``to_dict()``, and gives it its 90 % range (:mod:`fsdpsim.interval`).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from collections.abc import Mapping
@@ -165,9 +167,15 @@ class Prediction:
 
 
 def divisors(n: int) -> list[int]:
-    """The divisors of ``n`` in increasing order, in O(sqrt(n))."""
+    """The divisors of ``n`` in increasing order, in O(sqrt(n)) once per ``n`` (the search asks
+    for the same few counts hundreds of thousands of times)."""
+    return list(_divisors(n))
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def full_shard_peaks(spec: ModelSpec, system: System, plan: ParallelPlan,
