@@ -73,7 +73,8 @@ from fsdpsim.errors import ConfigError, shown
 from fsdpsim.files import MAX_TABLE_BYTES, open_capped
 from fsdpsim.model import ModelSpec, check_plausible_size
 from fsdpsim.numbers import Rule, read_number
-from fsdpsim.parallel import CP_KINDS, PP_SCHEDULES, ParallelPlan, TrainingConfig
+from fsdpsim.parallel import (CP_KINDS, MOE_DISPATCHERS, PP_SCHEDULES, ParallelPlan,
+                              TrainingConfig)
 from fsdpsim.predict import config_inputs, predict
 from fsdpsim.published_plan import gpu_generation
 from fsdpsim.system import domain_gpus, resolve_system
@@ -454,7 +455,8 @@ def _check_plan_columns(row: pd.Series) -> None:
     if sp is not None and str(sp).strip().lower() not in ("true", "false", "1", "0", "yes",
                                                           "no", "1.0", "0.0"):
         raise refuse("sequence_parallel", "true or false")
-    for column, choices in (("pp_schedule", PP_SCHEDULES), ("cp_kind", CP_KINDS)):
+    for column, choices in (("pp_schedule", PP_SCHEDULES), ("cp_kind", CP_KINDS),
+                            ("moe_dispatcher", MOE_DISPATCHERS)):
         value = _cell(row, column)
         if value is not None and str(value) not in choices:
             raise refuse(column, ", ".join(choices))

@@ -341,6 +341,8 @@ def test_own_schema_carries_the_layout(tmp_path):
     ("vpp", "many", "accepted: a whole number from 1 to 1,024, or auto"),
     ("pp_schedule", "zigzag", "gpipe, 1f1b, interleaved, zb-h1"),
     ("cp_kind", "spiral", "ring, all2all"), ("sequence_parallel", "maybe", "true or false"),
+    ("moe_dispatcher", "nccl", "alltoall, deepep"),
+    ("fp8_attention", "maybe", "column fp8_attention: 'maybe' is not accepted"),
     ("ep", 2, "ep(2) > 1 needs a mixture-of-experts model"),
     ("ep", 8, "etp(2) * ep(8) = 16 does not divide tp(2) * cp(1) * dp(4) = 8"),
     ("tp", 3, "tp(3) * pp(2) * cp(1) = 6 does not divide num_gpus(16)"),
