@@ -24,8 +24,7 @@ from fsdpsim.parallel import (
     TrainingConfig,
 )
 from fsdpsim.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT,  # noqa: F401
-                             MAX_GPUS, POWER_CAP_W, VPP, Rule, count_rule, option_type,
-                             read_number)
+                             POWER_CAP_W, VPP, Rule, count_rule, option_type, read_number)
 from fsdpsim.output import echo
 from fsdpsim.predict_table import predict_table
 from fsdpsim.units import GIB_BYTES

@@ -18,8 +18,7 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
 from fsdpsim.output import ROWS_PER_CHUNK, OutputError, echo, is_stdout, write_chunks
 from fsdpsim.parallel import SHARDING_HELP
-from fsdpsim.sweep_render import (DAY_S, batch_note, notes, records,  # noqa: F401
-                                  table_text)
+from fsdpsim.sweep_render import notes, records, table_text
 
 if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
     import pandas as pd

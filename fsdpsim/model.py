@@ -56,7 +56,7 @@ from typing import Literal
 
 from fsdpsim import model_checks, model_flops, model_layers
 from fsdpsim.errors import ConfigError, suggest
-from fsdpsim.model_checks import ATTENTION_MASKS, MLA_FIELDS  # noqa: F401 (re-exported)
+from fsdpsim.model_checks import MLA_FIELDS
 from fsdpsim.model_layers import LayerSpec
 
 FfnKind = Literal["gelu", "swiglu"]

@@ -24,9 +24,8 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.inputs import (VOCAB_PAD, config_inputs, fabric_inputs,  # noqa: F401 (re-exported)
-                            framework_inputs, model_inputs, plan_inputs, pod_inputs,
-                            system_inputs, training_inputs)
+from fsdpsim.inputs import (config_inputs, model_inputs,  # noqa: F401 (re-exported)
+                            plan_inputs, pod_inputs, system_inputs, training_inputs)
 from fsdpsim.interval import (MEASURED_NODES, NEAR_LIMIT_RATIO_LOW,  # noqa: F401 (re-exported)
                               NEAR_LIMIT_SHARE, comm_uncertainty, faster_ratio,
                               prediction_interval, slower_twin)

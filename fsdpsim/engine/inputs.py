@@ -129,7 +129,7 @@ NcclInputs = TypedDict("NcclInputs", {
 
 
 class FrameworkInputs(NcclInputs):
-    """:func:`fsdpsim.predict.framework_inputs`: the framework profile (fsdpsim.frameworks)."""
+    """:func:`fsdpsim.inputs.framework_inputs`: the framework profile (fsdpsim.frameworks)."""
 
     megatron: Number               # 0/1 Megatron recipe
     framework_uncertainty: Number  # relative spread the profile leaves [-]
