@@ -188,15 +188,14 @@ def header(values: list[dict], training, run, plan_kind: str) -> str:
             f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){budget}; {plan}")
 
 
-def notes(values: list[dict], run, training=None) -> list[str]:
+def notes(values: list[dict], run, training) -> list[str]:
     out = ["* best of the column among rows that fit; mem GiB = peak/capacity per GPU "
            "(! = does not fit)"]
     kernels = [text for on, text in (
-        (training is not None and training.fp8_attention, "attention in FP8 (--fp8-attention)"),
-        (training is not None and training.moe_dispatcher == "deepep",
+        (training.fp8_attention, "attention in FP8 (--fp8-attention)"),
+        (training.moe_dispatcher == "deepep",
          "expert dispatch once per destination node (--moe-dispatcher deepep)"),
-        (training is not None and training.moe_fp8_dispatch,
-         "dispatch in FP8 (--moe-fp8-dispatch)")) if on]
+        (training.moe_fp8_dispatch, "dispatch in FP8 (--moe-fp8-dispatch)")) if on]
     if kernels:
         out.append("every row: " + "; ".join(kernels))
     if run.tokens is not None:

@@ -63,8 +63,8 @@ def container_release(text: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups() if x is not None) if m else None
 
 
-def a2a_overlap(gpu: str, number_format: str, source: str, layout: dict[str, Any],
-                ep: int, configs=A2A_OVERLAP_CONFIGS) -> str | None:
+def recipe_commit(configs, gpu: str, number_format: str, source: str,
+                  layout: dict[str, Any], ep: int) -> str | None:
     """The commit of the config in ``configs`` (:data:`A2A_OVERLAP_CONFIGS`,
     :data:`FP8_ATTENTION_CONFIGS`) a row matches, or None."""
     release = container_release(source)
@@ -131,11 +131,11 @@ def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
         cols["moe_imbalance"] = 1.0
         said.append("routing force-balanced (moe_router_force_load_balancing): imbalance 1")
     if megatron and preset == "deepseek-v3":
-        commit = a2a_overlap(gpu, number_format, source, layout, ep)
+        commit = recipe_commit(A2A_OVERLAP_CONFIGS, gpu, number_format, source, layout, ep)
         if commit:
             cols["ep_overlap"] = True
             said.append(f"expert all-to-all overlapped (Megatron-Bridge moe_a2a_overlap, {commit})")
-        commit = a2a_overlap(gpu, number_format, source, layout, ep, FP8_ATTENTION_CONFIGS)
+        commit = recipe_commit(FP8_ATTENTION_CONFIGS, gpu, number_format, source, layout, ep)
         if commit:
             cols["fp8_attention"] = True
             said.append(f"attention in FP8 (Megatron-Bridge fp8_dot_product_attention, {commit})")

@@ -408,8 +408,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
         "training.moe_fp8_dispatch": np.full(n, grid.moe_fp8_dispatch),
         "training.moe_dispatcher": np.full(n, grid.moe_dispatcher, dtype=object),
-        "training.fp8_attention": grid.fp8_attention & np.isin(
-            np.array(grid.precisions, dtype=str)[p["pr"]], LOW_PRECISION),
+        "training.fp8_attention": t.training["fp8_attention"][p["pr"]] > 0,
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }

@@ -4,6 +4,8 @@ the CLI options and their refusals, and the published recipes that set them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,7 @@ from fsdpsim.presets import get_model
 from fsdpsim.system import resolve_system
 
 CATALOG = load_catalog()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _simulated_factor(nodes, top_k, n_experts, groups, group_top_k, tokens=20_000, seed=0):
@@ -145,8 +148,6 @@ def test_cli_options_reach_the_json(capsys):
 
 
 def test_deepseek_v3_router_groups_from_its_config_and_preset():
-    from pathlib import Path
-
     from fsdpsim.hf_config import spec_from_hf_config
 
     path = Path(__file__).parent / "data" / "hf_configs" / "deepseek-ai__DeepSeek-V3"
@@ -163,19 +164,12 @@ def test_published_deepseek_rows_carry_the_recipes_dispatch_and_fp8_attention():
     from 26.06 (commit 8af195c0a) runs attention in FP8."""
     from fsdpsim.measurements import load_measurements
 
-    root = Path_root()
-    rows = load_measurements(root / "validation" / "data" / "hybrid_calibration.csv", CATALOG)
+    rows = load_measurements(ROOT / "validation" / "data" / "hybrid_calibration.csv", CATALOG)
     ds = rows[rows["model"].astype(str).str.contains("DeepSeek") & (rows["skip"] == "")]
     assert len(ds) >= 34 and set(ds["moe_dispatcher"]) == {"deepep"}
     fp8 = ds[ds["fp8_attention"] == True]  # noqa: E712 (a column of objects)
     assert len(fp8) >= 4 and set(fp8["gpu"]) == {"gb300"}
     assert set(fp8["precision_format"]) == {"mxfp8"}
-
-
-def Path_root():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[1]
 
 
 def test_search_takes_the_kernel_options_and_emits_them(capsys):

@@ -48,6 +48,8 @@ class ModelInputs(TypedDict):
     moe_layers: Number            # MoE layers [-]
     n_experts: Number             # routed experts per MoE layer [-]
     moe_top_k: Number             # experts a token is routed to [-]
+    moe_router_groups: Number     # expert groups of group-limited routing (1: none) [-]
+    moe_router_group_top_k: Number  # groups a token may route to [-]
     expert_ffn: Number            # one routed expert's width [-]
     shared_ffn: Number            # the shared expert's width (0: none) [-]
     expert_layer_numel: Number    # all routed experts of one MoE layer, whole [-]
@@ -82,7 +84,6 @@ class SystemInputs(TypedDict):
     compute_clock_ratio: Number      # power-capped clock / rated [-]
     attention_peak_ratio: Number     # attention's peak / the GEMMs' (FP8 training) [-]
     fp8_attention_peak_ratio: Number  # the same with attention in FP8 [-]
-    fp8_attention: Number            # 0/1 attention in FP8 (TE fp8_dot_product_attention)
     matmul_fraction: Number
     matmul_half_flops: Number
     matmul_half_k: Number
@@ -213,6 +214,7 @@ class TrainingInputs(TypedDict):
     flash: Number
     fused_loss: Number
     fp8_gemm: Number            # the linear layers' GEMMs in FP8, MXFP8 or NVFP4 (casts)
+    fp8_attention: Number       # 0/1 attention in FP8 (TE fp8_dot_product_attention)
     cast_scale: Number          # a cast's bytes per element over FP8's (block scales, FP4)
     dropout: Number
     recompute_layers: Number    # -1 = every layer
@@ -220,8 +222,6 @@ class TrainingInputs(TypedDict):
     moe_imbalance: Number        # 0 = the balanced-routing floor
     moe_fp8_dispatch: Number     # 0/1
     moe_node_dedup: Number       # 0/1 dispatch once per destination node (DeepEP)
-    moe_router_groups: Number    # expert groups of group-limited routing (1: none)
-    moe_router_group_top_k: Number  # groups a token may route to
 
 
 class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, FrameworkInputs,
