@@ -25,9 +25,9 @@ from typing import Any, Mapping
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.files import read_toml
-from fsdpsim.grid_values import (knob_counts, moe_number, one_count, parse_choices,
-                                 parse_counts, parse_prices, parse_sizes, read_flag,
-                                 split_values)
+from fsdpsim.grid_values import (knob_counts, moe_number, one_choice, one_count,
+                                 parse_choices, parse_counts, parse_prices, parse_sizes,
+                                 read_flag, split_values)
 from fsdpsim.hardware import Price, System
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import (CP_KINDS, LOW_PRECISION, MOE_DISPATCHERS, PP_SCHEDULES,
@@ -352,9 +352,9 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         layouts=tuple(itertools.product(*(parse_counts(options.get(k, "1"), f"--{k}")
                                           for k in ("tp", "pp", "cp")))),
         vpp=int(read_number(options.get("vpp", 1), "--vpp", VPP)),
-        pp_schedule=(parse_choices(options["pp-schedule"], "--pp-schedule", PP_SCHEDULES)[0]
+        pp_schedule=(one_choice(options["pp-schedule"], "--pp-schedule", PP_SCHEDULES)
                      if "pp-schedule" in options else None),
-        cp_kind=parse_choices(options.get("cp-kind", "ring"), "--cp-kind", CP_KINDS)[0],
+        cp_kind=one_choice(options.get("cp-kind", "ring"), "--cp-kind", CP_KINDS),
         sequence_parallel=(None if options.get("sequence-parallel") is None
                            else read_flag(options["sequence-parallel"], "--sequence-parallel")),
         tp_overlap=read_flag(options.get("tp-overlap", False), "--tp-overlap"),
@@ -367,8 +367,8 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                                         "--moe-capacity-factor", 0.01),
         moe_imbalance=moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
         moe_fp8_dispatch=read_flag(options.get("moe-fp8-dispatch", False), "--moe-fp8-dispatch"),
-        moe_dispatcher=parse_choices(options.get("moe-dispatcher", "alltoall"),
-                                     "--moe-dispatcher", MOE_DISPATCHERS)[0],
+        moe_dispatcher=one_choice(options.get("moe-dispatcher", "alltoall"), "--moe-dispatcher",
+                                  MOE_DISPATCHERS),
         fp8_attention=_fp8_attention(options, precisions),
         batch_tokens=batch_tokens,
     )

@@ -65,6 +65,15 @@ def parse_choices(value: Any, what: str, choices: tuple[str, ...],
     return tuple(dict.fromkeys(items))
 
 
+def one_choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
+    """One name from ``choices`` (not a list: an option the whole grid shares)."""
+    names = parse_choices(value, what, choices)
+    if len(names) != 1:
+        raise ConfigError(f"{what} takes one value, got {', '.join(names)}; accepted: "
+                          f"{', '.join(choices)}")
+    return names[0]
+
+
 def parse_sizes(value: Any) -> list[float]:
     """Model sizes: ``7b``, ``1.5t`` and 1-2-5 ranges ``1b..1t``."""
     out: list[float] = []

@@ -602,7 +602,7 @@ _GRID_VALUES = {
     "cp": ["1", "2", '"1,2"'],
     "vpp": ["1", "2", '"auto"', "1025"],
     "pp-schedule": ['"1f1b"', '"gpipe"', '"interleaved"', '"zb-h1"', '"dualpipe"'],
-    "cp-kind": ['"ring"', '"all2all"'],
+    "cp-kind": ['"ring"', '"all2all"', '"ring,all2all"'],
     "sequence-parallel": ["true", "false"],
     "tp-overlap": ["true", "false"],
     "recompute-layers": ["0", "2", '"1.5"', "16385"],
@@ -612,7 +612,7 @@ _GRID_VALUES = {
     "moe-capacity-factor": ["1.0", '"none"', "0", "1e9"],
     "moe-imbalance": ["1.2", "0.5", '"x"'],
     "moe-fp8-dispatch": ["true", "false", '"x"'],
-    "moe-dispatcher": ['"deepep"', '"alltoall"', '"nccl"', "3"],
+    "moe-dispatcher": ['"deepep"', '"alltoall"', '"nccl"', "3", '["deepep", "alltoall"]'],
     "fp8-attention": ["true", "false", '"yes"'],
 }
 assert set(_GRID_VALUES) == set(GRID_KEYS)

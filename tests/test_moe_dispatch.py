@@ -262,3 +262,12 @@ def test_compare_says_when_the_kernel_options_are_on(capsys):
     assert rc == 0, err
     query = json.loads(out)["query"]
     assert query["fp8_attention"] is True and query["moe_dispatcher"] == "alltoall"
+
+
+@pytest.mark.parametrize("key, value", [("moe-dispatcher", "deepep,alltoall"),
+                                        ("cp-kind", "ring,all2all"),
+                                        ("pp-schedule", "1f1b,gpipe")])
+def test_sweep_refuses_a_list_for_a_grid_wide_choice(key, value):
+    """Regression: a list for an option the whole grid shares kept its first value silently."""
+    with pytest.raises(ConfigError, match=f"--{key} takes one value"):
+        _sweep_row("model", "llama3-8b", key, value)
