@@ -308,7 +308,8 @@ def binding_terms(at_loss, in_block, moment="peak"):
     else:
         use_a = np.where(moment == "loss", True, np.where(moment == "block", False,
                                                             peak_a >= peak_b))
-    shape = np.broadcast_shapes(*{np.shape(v) for terms in (at_loss, in_block)
+    shape = np.broadcast_shapes(*{v.shape if isinstance(v, (np.ndarray, np.generic))
+                                  else np.shape(v) for terms in (at_loss, in_block)
                                   for v in (use_a, *terms.values())})
     everywhere_a = all_of(use_a)
     if everywhere_a or not any_of(use_a):  # one moment binds everywhere: no selection

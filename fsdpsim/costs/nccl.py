@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array, minimum
 
 PROTOCOLS = ("ll", "ll128", "simple")
 _KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
@@ -213,8 +213,10 @@ def time_s(message_bytes, cands, calls=1.0):
     spb, lat = cands[0]
     t = m * spb + lat
     for spb, lat in cands[1:]:
-        t = np.minimum(t, m * spb + lat)
-    return t if np.ndim(calls) == 0 and float(calls) == 1.0 else as_array(calls) * t
+        t = minimum(t, m * spb + lat)
+    if type(calls) in (float, int, np.float64):
+        return t if calls == 1.0 else calls * t
+    return as_array(calls) * t
 
 
 def bus_bandwidth_bytes_per_s(message_bytes, n, cands, all_reduce=False):

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import as_array, maximum, minimum, where
 
 
 def slowed_compute_s(compute_s, overlapped_comm_s, slowdown):
     """Compute time stretched by concurrent communication [s]: f · (1 + σ · min(1, c / f))."""
     f = as_array(compute_s)
     c = as_array(overlapped_comm_s)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # inf or huge ratios
-        ratio = np.where(f > 0, np.minimum(1.0, c / np.where(f > 0, f, 1.0)), 0.0)
+    positive = f > 0
+    # min(c, f) / f = min(1, c / f) for f > 0, without an overflow on a huge c / f.
+    ratio = where(positive, minimum(c, f) / where(positive, f, 1.0), 0.0)
     return f * (1.0 + as_array(slowdown) * ratio)
 
 
@@ -46,7 +47,7 @@ def pipelined_phase_s(first_comm_s, stage_comm_s, stage_compute_s, n_stages, las
     f_raw = as_array(stage_compute_s)
     f = slowed_compute_s(f_raw, stage_comm_s, slowdown)
     c = as_array(stage_comm_s)
-    return (as_array(first_comm_s) + np.maximum(n - 1.0, 0.0) * np.maximum(f, c) + f_raw
+    return (as_array(first_comm_s) + maximum(n - 1.0, 0.0) * maximum(f, c) + f_raw
             + as_array(last_comm_s))
 
 

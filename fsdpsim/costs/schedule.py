@@ -46,6 +46,7 @@ References
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -260,7 +261,8 @@ SMALL = 8
 
 def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_bwd_s,
                     stage_wgrad_s=0.0, p2p_s=0.0, first_extra_fwd_s=0.0,
-                    first_extra_bwd_s=0.0, last_extra_fwd_s=0.0, last_extra_bwd_s=0.0):
+                    first_extra_bwd_s=0.0, last_extra_fwd_s=0.0, last_extra_bwd_s=0.0,
+                    check=True):
     """Makespan of one optimizer step's pipeline (all micro-batches) and its bubble [s].
 
     Parameters
@@ -279,6 +281,8 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
         (embedding), on its first chunk [s]
     last_extra_fwd_s, last_extra_bwd_s : the last stage's extra work per micro-batch (final
         norm, LM head and loss), on its last chunk [s]. zb-h1 puts both backward extras in B.
+    check : False skips the checks below (the engine's inputs: integer codes, whole degrees,
+        feasible schedules and non-negative times, checked with its plan)
 
     Returns
     -------
@@ -300,51 +304,74 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
         schedule other than interleaved, or interleaved with m not divisible by p (mask such
         configurations out of a sweep first with :func:`schedule_feasible`).
     """
-    code = _codes(schedule_code)
-    p, v, m = (_whole(name, x) for name, x in
-               (("pp", pp), ("vpp", vpp), ("n_microbatches", n_microbatches)))
-    bad = ~schedule_feasible(code, p, v, m)
-    if any_of(bad):
-        cases = sorted({(SCHEDULES[int(k)], int(a), int(b), int(c)) for k, a, b, c in
-                        zip(*(np.broadcast_to(x, bad.shape)[bad] for x in (code, p, v, m)))})
-        raise ConfigError("pipeline configurations not accepted (interleaved needs "
-                          "n_microbatches divisible by pp; vpp > 1 needs interleaved): "
-                          + "; ".join(f"{s}: pp({a}) vpp({b}) n_microbatches({c})"
-                                      for s, a, b, c in cases[:5]))
-    times = {}
-    for name, x in (("stage_fwd_s", stage_fwd_s), ("stage_bwd_s", stage_bwd_s),
-                    ("stage_wgrad_s", stage_wgrad_s), ("p2p_s", p2p_s),
-                    ("first_extra_fwd_s", first_extra_fwd_s),
-                    ("first_extra_bwd_s", first_extra_bwd_s),
-                    ("last_extra_fwd_s", last_extra_fwd_s),
-                    ("last_extra_bwd_s", last_extra_bwd_s)):
-        times[name] = t = as_array(x)
-        if any_of(t < 0):
-            raise ConfigError(f"{name} must be >= 0 seconds, got "
-                              f"{sorted(set(t[t < 0].ravel().tolist()))}")
-    code, p, v, m, f, b, w, c, ef, eb, lf, lb = np.broadcast_arrays(code, p, v, m,
-                                                                     *times.values())
-    full_b = b + w
-    step = np.zeros(code.shape)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        # Each schedule's form on its own entries only (the interleaved one is the costliest).
-        for k, form in enumerate((closed.gpipe_time_s, closed.one_f_one_b_time_s,
-                                  closed.interleaved_time_s, closed.zb_h1_time_s)):
-            on = code == k
-            if not on.any():
-                continue
-            args = (p, m, f, full_b, c, ef, eb, lf, lb)
-            if k == INTERLEAVED:
-                args = (p, v, m, f, full_b, c, ef, eb, lf, lb)
-            elif k == ZB_H1:
-                args = (p, m, f, b, w, c, ef, eb, lf, lb)
-            if step.size <= SMALL:  # a few rows (predict): Python floats skip numpy's overhead
-                for i in np.flatnonzero(on.reshape(-1)):
-                    step.flat[i] = form(*(float(x.flat[i]) for x in args))
-            else:
-                step[on] = form(*(x[on] for x in args))
+    names = ("stage_fwd_s", "stage_bwd_s", "stage_wgrad_s", "p2p_s", "first_extra_fwd_s",
+             "first_extra_bwd_s", "last_extra_fwd_s", "last_extra_bwd_s")
+    values = (stage_fwd_s, stage_bwd_s, stage_wgrad_s, p2p_s, first_extra_fwd_s,
+              first_extra_bwd_s, last_extra_fwd_s, last_extra_bwd_s)
+    if check:
+        code = _codes(schedule_code)
+        p, v, m = (_whole(name, x) for name, x in
+                   (("pp", pp), ("vpp", vpp), ("n_microbatches", n_microbatches)))
+        bad = ~schedule_feasible(code, p, v, m)
+        if any_of(bad):
+            cases = sorted({(SCHEDULES[int(k)], int(a), int(b), int(c)) for k, a, b, c in
+                            zip(*(np.broadcast_to(x, bad.shape)[bad] for x in (code, p, v, m)))})
+            raise ConfigError("pipeline configurations not accepted (interleaved needs "
+                              "n_microbatches divisible by pp; vpp > 1 needs interleaved): "
+                              + "; ".join(f"{s}: pp({a}) vpp({b}) n_microbatches({c})"
+                                          for s, a, b, c in cases[:5]))
+    else:
+        code = np.asarray(schedule_code).astype(np.int64)
+        p, v, m = (as_array(x).astype(np.int64) for x in (pp, vpp, n_microbatches))
+    times = [as_array(x) for x in values]
+    if check:
+        for name, t in zip(names, times):
+            if any_of(t < 0):
+                raise ConfigError(f"{name} must be >= 0 seconds, got "
+                                  f"{sorted(set(t[t < 0].ravel().tolist()))}")
+    columns = (code, p, v, m, *times)
+    shape = np.broadcast_shapes(*(x.shape for x in columns))
+    size = math.prod(shape)
+    if size <= SMALL and all(x.size == 1 or x.shape == shape for x in columns):
+        # A few rows (predict): Python floats skip numpy's overhead, row by row.
+        def row(i):
+            return [x.flat[i] if x.size > 1 else x.flat[0] for x in columns]
+        step = np.array([_form_s(*row(i)) for i in range(size)]).reshape(shape)
+        f, b, w, ef, eb, lf, lb = times[0], times[1], times[2], *times[4:]
+        full_b = b + w
+    else:
+        code, p, v, m, f, b, w, c, ef, eb, lf, lb = np.broadcast_arrays(*columns)
+        full_b = b + w
+        step = np.zeros(code.shape)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # Each schedule's form on its own entries only (the interleaved one is the
+            # costliest).
+            for k, form in enumerate(FORMS):
+                on = code == k
+                if on.any():
+                    step[on] = form(*(x[on] for x in _form_args(k, p, v, m, f, b, w, c, ef,
+                                                                eb, lf, lb)))
     busiest = f + full_b + np.where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))
     return step, step - m * busiest
+
+
+FORMS = (closed.gpipe_time_s, closed.one_f_one_b_time_s, closed.interleaved_time_s,
+         closed.zb_h1_time_s)
+
+
+def _form_args(k, p, v, m, f, b, w, c, ef, eb, lf, lb):
+    """The arguments of schedule ``k``'s closed form (:data:`FORMS`)."""
+    if k == INTERLEAVED:
+        return p, v, m, f, b + w, c, ef, eb, lf, lb
+    if k == ZB_H1:
+        return p, m, f, b, w, c, ef, eb, lf, lb
+    return p, m, f, b + w, c, ef, eb, lf, lb
+
+
+def _form_s(code, p, v, m, f, b, w, c, ef, eb, lf, lb):
+    """One row's makespan [s] on Python numbers (:func:`pipeline_time_s`)."""
+    k = int(code)
+    return FORMS[k](*(float(x) for x in _form_args(k, p, v, m, f, b, w, c, ef, eb, lf, lb)))
 
 
 def schedule_feasible(schedule_code, pp, vpp, n_microbatches):

@@ -78,6 +78,8 @@ def _empty(shape) -> dict:
 
 def _full(value, shape) -> np.ndarray:
     """``value`` as a new float array of ``shape`` (broadcast only where its shape differs)."""
+    if not shape:  # one configuration: a number
+        return value * 1.0
     return (value if np.shape(value) == shape else np.broadcast_to(value, shape)) * 1.0
 
 

@@ -415,7 +415,7 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     inputs (:data:`OPTIONAL_INPUTS`) filled in, and the data-parallel group layout derived as
     the data-parallel engine always placed it (the shard group innermost) when the caller did
     not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
-    g = {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else as_array(v))
+    g = {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else _scalar_or_array(v))
          for k, v in {**OPTIONAL_INPUTS, **x}.items()}
     if "link_per_peer_bytes_per_s" not in g and "link_bytes_per_s" in g:
         g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
@@ -444,6 +444,13 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
             g[key] = g["n_layers"]
     moe.prepare_layers(g)
     return g
+
+
+def _scalar_or_array(v):
+    if type(v) in (float, int, bool) or type(v) is np.float64:
+        return np.float64(v)
+    a = as_array(v)
+    return a[()] if a.ndim == 0 else a
 
 
 def _default_library_inputs() -> dict[str, float]:

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, nccl
-from fsdpsim.costs.compute import all_of, any_of
+from fsdpsim.costs.compute import all_of, any_of, maximum
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
@@ -220,7 +220,9 @@ def _ring_time_s(c, prefix, cands):
     total = 0.0
     for kind, which in (("all_reduce", "ar"), ("all_gather", "ring"), ("reduce_scatter", "ring")):
         calls = c[f"{prefix}_{kind}_calls"]
-        per_call = c[f"{prefix}_{kind}_bytes"] / np.maximum(calls, 1.0)
+        if not any_of(calls):  # none of this kind on any row
+            continue
+        per_call = c[f"{prefix}_{kind}_bytes"] / maximum(calls, 1.0)
         total = total + nccl.time_s(per_call, cands[which], calls)
     return total
 

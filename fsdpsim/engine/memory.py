@@ -44,10 +44,12 @@ def state_bytes_per_param(compute_bytes, reduce_bytes, optimizer, megatron):
     return param_bytes, grad_bytes, optimizer_bytes
 
 
-def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str, object]:
+def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
+                  shared: Mapping[str, object] | None = None) -> dict[str, object]:
     """Keyword arguments of :func:`memory.peak_memory_bytes` for the engine inputs ``g`` (as
     :func:`fsdpsim.engine.prepare` returns them) and a pipeline ``stage``: "only" (no
-    pipelining: every layer and the whole root), "first" or "last".
+    pipelining: every layer and the whole root), "first" or "last". ``shared``: the keywords
+    every stage shares (:func:`shared_memory_config` of ``g``), when the caller has them.
 
     PyTorch FSDP recipe: fp32 sharded master parameters and gradients, AdamW's two fp32 moments
     (SGD: one momentum buffer), gathered parameters and computed gradients in the compute dtype,
@@ -57,13 +59,9 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
     after forward, so it stays gathered: ``resident_numel``. Parameter counts are one tensor-
     parallel rank's (:func:`fsdpsim.inputs.model_inputs`).
     """
-    strategy = np.asarray(g["strategy"])
-    mem_strategy = np.where(strategy == comm.GRAD_OP, comm.FULL, strategy)
-    keep = np.asarray(g["keep_gathered"]) > 0
-    reshard = np.where((strategy == comm.GRAD_OP) | keep, False, g["reshard"] > 0)
-    sharded_grads = (strategy == comm.FULL) | (strategy == comm.HYBRID) | (strategy == comm.GRAD_OP)
+    config = dict(shared_memory_config(g) if shared is None else shared)
     if stage == "only":
-        n_layers, in_flight, vocab = g["n_layers"], 1.0, g["vocab_size"]
+        n_layers, vocab = g["n_layers"], g["vocab_size"]
         n_params, padded = g["n_params_rank"], g["n_params_padded"]
         unit, root = g["block_numel_padded"], g["root_numel_padded"]
     else:
@@ -73,29 +71,50 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
         n_layers = g["layers_first"] if first else g["layers_last"]
         # Micro-batches in flight on the stage at its peak (the schedule's count; the first
         # stage holds the most, the last one under 1F1B, more when interleaved).
-        in_flight = schedule.in_flight_microbatches(g["pp_schedule"], g["pp"], g["vpp"],
-                                                    g["grad_accum"],
-                                                    0.0 if first else g["pp"] - 1.0)
+        config["saved_microbatches"] = schedule.in_flight_microbatches(
+            g["pp_schedule"], g["pp"], g["vpp"], g["grad_accum"], 0.0 if first else g["pp"] - 1.0)
         vocab = 0.0 if first else g["vocab_size"]
         root_rank = g["embed_numel_rank"] if first else g["head_numel_rank"]
         root = g["embed_numel_padded"] if first else g["head_numel_padded"]
         unit = g["block_numel_padded"]
         n_params = n_layers * g["block_numel_rank"] + root_rank
         padded = n_layers * unit + root
-    accumulated = np.where((np.asarray(g["grad_sync_last"]) > 0) & sharded_grads
-                           & (np.asarray(g.get("grad_accum", 1.0)) > 1), padded, 0.0)
+    accumulate = config.pop("_accumulate")
+    config.update(n_params=n_params, unit_numel=unit, resident_numel=root,
+                  padded_n_params=padded, n_layers=n_layers, vocab_size=vocab,
+                  accumulated_grad_numel=(0.0 if accumulate is None
+                                          else np.where(accumulate, padded, 0.0)))
     rl = np.asarray(g["recompute_layers"])
+    if any_of(rl >= 0):
+        config["recomputed_layers"] = np.where(rl >= 0, rl, n_layers)
+    if "moe_layers" in g and (any_of(g["moe_layers"] > 0) or any_of(g["mtp_layers"] > 0)):
+        from fsdpsim.engine.moe import memory_update
+
+        config = memory_update(g, config, stage)
+    return config
+
+
+def shared_memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
+    """The keywords of :func:`memory_config` that are the same on every pipeline stage (and
+    ``_accumulate``: where the unsharded gradient accumulates, None for no row)."""
+    strategy = np.asarray(g["strategy"])
+    mem_strategy = np.where(strategy == comm.GRAD_OP, comm.FULL, strategy)
+    keep = np.asarray(g["keep_gathered"]) > 0
+    reshard = np.where((strategy == comm.GRAD_OP) | keep, False, g["reshard"] > 0)
+    sync_last = np.asarray(g["grad_sync_last"]) > 0
+    accumulate = None
+    if any_of(sync_last):
+        sharded_grads = ((strategy == comm.FULL) | (strategy == comm.HYBRID)
+                         | (strategy == comm.GRAD_OP))
+        accumulate = sync_last & sharded_grads & (np.asarray(g.get("grad_accum", 1.0)) > 1)
     param_bytes, grad_bytes, optimizer_bytes = state_bytes_per_param(
         g["compute_bytes"], g["reduce_bytes"], g["optimizer"], g["megatron"])
     config = dict(
-        n_params=n_params, unit_numel=unit,
-        resident_numel=root, padded_n_params=padded,
         shard_size=g["shard_size"], replicate_size=g["replicate_size"], strategy=mem_strategy,
-        reshard_after_forward=reshard, n_layers=n_layers, micro_batch=g["micro_batch"],
+        reshard_after_forward=reshard, micro_batch=g["micro_batch"],
         seq_len=g["seq_len"], d_model=g["d_model"], q_dim=g["q_dim"], kv_dim=g["kv_dim"],
         ffn_size=g["ffn_size"] * g["active_experts"], ffn_kind=(g["swiglu"] > 0).astype(int),
-        n_heads=g["n_heads"],
-        vocab_size=vocab, recompute=np.asarray(g["recompute"]).astype(int),
+        n_heads=g["n_heads"], recompute=np.asarray(g["recompute"]).astype(int),
         param_bytes=param_bytes, grad_bytes=grad_bytes,
         optimizer_bytes_per_param=optimizer_bytes,
         compute_param_bytes=g["compute_bytes"], compute_grad_bytes=g["compute_bytes"],
@@ -104,20 +123,12 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only") -> dict[str,
         # Eager PyTorch SwiGLU saves silu(gate) as well (a compiled or fused kernel does not).
         fused_glu=g["fused_glu"] > 0, dropout=g["dropout"] > 0,
         runtime_reserved_bytes=g["runtime_reserved_bytes"],
-        allocator_fraction=g["allocator_fraction"], accumulated_grad_numel=accumulated,
+        allocator_fraction=g["allocator_fraction"], _accumulate=accumulate,
         # Codes and degrees come checked from the plan and prepare(): no argument checks.
         check=False,
     )
     if any_of(g["tp"] > 1) or any_of(g["cp"] > 1):
         config.update(tp=g["tp"], cp=g["cp"], sequence_parallel=g["sequence_parallel"] > 0)
-    if stage != "only":
-        config["saved_microbatches"] = in_flight
-    if any_of(rl >= 0):
-        config["recomputed_layers"] = np.where(rl >= 0, rl, n_layers)
-    if "moe_layers" in g and (any_of(g["moe_layers"] > 0) or any_of(g["mtp_layers"] > 0)):
-        from fsdpsim.engine.moe import memory_update
-
-        config = memory_update(g, config, stage)
     return config
 
 
@@ -133,7 +144,8 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
     """:func:`stage_memory` of the first and of the last pipeline stage, from one evaluation:
     the two stages' inputs stacked on a new leading axis (every term is computed entry by
     entry, so each stage's numbers are those of its own call)."""
-    configs = memory_config(g, "first"), memory_config(g, "last")
+    shared = shared_memory_config(g)
+    configs = memory_config(g, "first", shared), memory_config(g, "last", shared)
     ndim = max(map(_ndim, (g["memory_bytes"], g["cp"], *configs[0].values(),
                            *configs[1].values())))
     both = {key: (a if a is configs[1][key] else _stack_pair(a, configs[1][key], ndim))
@@ -145,7 +157,12 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
 
 def _ndim(v) -> int:
     """``np.ndim(v)``, read off numpy values directly (this runs for every memory keyword)."""
+    if type(v) in _NUMBERS:
+        return 0
     return v.ndim if isinstance(v, (np.ndarray, np.generic)) else np.ndim(v)
+
+
+_NUMBERS = frozenset((float, int, bool))
 
 
 def _stack_pair(a, b, ndim) -> np.ndarray:
