@@ -17,7 +17,7 @@ import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import as_array, where
 
 #: Activation recomputation policies ([3] §5).
 RECOMPUTE = ("none", "selective", "full")
@@ -109,12 +109,12 @@ def saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size
     t = _check_at_least_one("tp", tp) if check else as_array(tp)
     c = _check_at_least_one("cp", cp) if check else as_array(cp)
     drop = np.asarray(dropout, dtype=float)
-    h_split = np.where(sequence_parallel, t, 1.0)   # divisor of the h-sized tensors
+    h_split = where(sequence_parallel, t, 1.0)   # divisor of the h-sized tensors
 
     tokens = b * s / c                              # tokens this rank holds
     h_terms = (4.0 * e * h                          # LN1 input, QKV input, LN2 input, MLP input
                + 2.0 * drop * MASK_BYTES * h) / h_split  # the two residual-branch dropout masks
-    n_ffn = np.where(glu, np.where(fused_glu, 3.0, 4.0), 2.0)
+    n_ffn = where(glu, where(fused_glu, 3.0, 4.0), 2.0)
     head_terms = (e * (q + 2.0 * kv)                # Q, K, V
                   + e * q                           # attention output = output-projection input
                   + e * n_ffn * f) / t              # activation inputs / outputs
@@ -125,7 +125,7 @@ def saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size
     core_flash = LSE_BYTES * rows
     core_plain = rows * s * (e                      # softmax output
                              + drop * (MASK_BYTES + e))  # attention-dropout mask and output
-    core_bytes = np.where(flash_attention, core_flash, core_plain)
+    core_bytes = where(flash_attention, core_flash, core_plain)
 
     layer_input_bytes = tokens * e * h / h_split
     return linear_bytes + core_bytes, linear_bytes, layer_input_bytes
@@ -135,8 +135,8 @@ def select_policy(recompute_codes, saved):
     """The entry of :func:`saved_bytes_by_policy`'s ``(none, selective, full)`` that each
     integer recompute code picks [B]."""
     none, selective, full = saved
-    return np.where(recompute_codes == RC_FULL, full,
-                    np.where(recompute_codes == RC_SELECTIVE, selective, none))
+    return where(recompute_codes == RC_FULL, full,
+                 where(recompute_codes == RC_SELECTIVE, selective, none))
 
 
 def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
@@ -175,7 +175,7 @@ def head_activation_bytes(micro_batch, seq_len, d_model, *, act_bytes=2.0, tp=1,
     """
     t = _check_at_least_one("tp", tp) if check else as_array(tp)
     c = _check_at_least_one("cp", cp) if check else as_array(cp)
-    h_split = np.where(sequence_parallel, t, 1.0)
+    h_split = where(sequence_parallel, t, 1.0)
     tokens = as_array(micro_batch) * as_array(seq_len) / c
     return tokens * 2.0 * as_array(act_bytes) * as_array(d_model) / h_split
 
@@ -210,8 +210,8 @@ def logits_bytes(micro_batch, seq_len, vocab_size, *, logits_dtype_bytes=2.0, lo
     (e.g. Liger kernels) need far less.
     """
     x = as_array(logits_dtype_bytes)
-    y = np.where(loss_fp32, FP32_BYTES, x)
+    y = where(loss_fp32, FP32_BYTES, x)
     t = _check_at_least_one("tp", tp) if check else as_array(tp)
     c = _check_at_least_one("cp", cp) if check else as_array(cp)
     n_logits = as_array(micro_batch) * as_array(seq_len) * as_array(vocab_size) / (t * c)
-    return n_logits * np.where(fused, x, x + 3.0 * y)
+    return n_logits * where(fused, x, x + 3.0 * y)

@@ -53,7 +53,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import as_array, maximum, minimum, where
 
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 STRATEGY_CODES = {name: i for i, name in enumerate(STRATEGIES)}
@@ -96,14 +96,14 @@ def ring_coefficients(group_size, members_per_node, link_bytes_per_s, nic_share_
     pair once per group lets every collective on that group cost one multiply-add.
     """
     k = as_array(group_size)
-    g = np.minimum(as_array(members_per_node), k)
+    g = minimum(as_array(members_per_node), k)
     multi_node = k > g
     link = as_array(link_bytes_per_s)
-    intra_bw = np.where(g > 1, link, np.inf)
-    busbw = np.where(multi_node, np.minimum(intra_bw, g * as_array(nic_share_bytes_per_s)), link)
-    alpha = np.where(multi_node, as_array(nic_latency_s), as_array(link_latency_s))
-    steps = np.maximum(k - 1.0, 0.0)
-    return steps / np.maximum(k, 1.0) / busbw, steps * alpha
+    intra_bw = where(g > 1, link, np.inf)
+    busbw = where(multi_node, minimum(intra_bw, g * as_array(nic_share_bytes_per_s)), link)
+    alpha = where(multi_node, as_array(nic_latency_s), as_array(link_latency_s))
+    steps = maximum(k - 1.0, 0.0)
+    return steps / maximum(k, 1.0) / busbw, steps * alpha
 
 
 def ring_time_s(message_bytes, group_size, members_per_node, link_bytes_per_s,
@@ -136,9 +136,9 @@ def fsdp_calls_per_microbatch(strategy, reshard_after_forward):
     st = np.asarray(strategy)
     reshard = np.asarray(reshard_after_forward, dtype=float)
     sharded_params = (st == FULL) | (st == HYBRID)
-    ag = np.where(sharded_params, 1.0 + reshard, np.where(st == GRAD_OP, 1.0, 0.0))
-    rs = np.where(sharded_params | (st == GRAD_OP), 1.0, 0.0)
-    ar = np.where(st == HYBRID, 1.0, 0.0)
+    ag = where(sharded_params, 1.0 + reshard, where(st == GRAD_OP, 1.0, 0.0))
+    rs = where(sharded_params | (st == GRAD_OP), 1.0, 0.0)
+    ar = where(st == HYBRID, 1.0, 0.0)
     return ag, rs, ar
 
 
@@ -148,8 +148,8 @@ def fsdp_calls_per_step(strategy):
     and all-gathers the updated parameters once; DDP all-reduces once (``no_sync`` for the
     other micro-batches; Li et al. 2020, PyTorch DDP, VLDB §3.2.4)."""
     st = np.asarray(strategy)
-    zero1 = np.where(st == OPTIMIZER, 1.0, 0.0)
-    ar = np.where(st == NONE, 1.0, 0.0)
+    zero1 = where(st == OPTIMIZER, 1.0, 0.0)
+    ar = where(st == NONE, 1.0, 0.0)
     return zero1, zero1, ar
 
 
@@ -168,13 +168,13 @@ def all_to_all_coefficients(group_size, members_per_node, link_bytes_per_s,
     leave the domain (a node-deduplicating dispatch: :func:`fsdpsim.costs.moe.node_dedup_factor`).
     """
     k = as_array(group_size)
-    g = np.minimum(as_array(members_per_node), k)
-    kk = np.maximum(k, 1.0)
+    g = minimum(as_array(members_per_node), k)
+    kk = maximum(k, 1.0)
     intra = (g - 1.0) / kk / as_array(link_bytes_per_s)
-    inter = np.where(k > g, (k - g) / kk * as_array(inter_scale)
-                     / as_array(nic_share_bytes_per_s), 0.0)
-    alpha = np.where(k > g, as_array(nic_latency_s), as_array(link_latency_s))
-    return np.maximum(intra, inter), np.maximum(k - 1.0, 0.0) * alpha
+    inter = where(k > g, (k - g) / kk * as_array(inter_scale)
+                  / as_array(nic_share_bytes_per_s), 0.0)
+    alpha = where(k > g, as_array(nic_latency_s), as_array(link_latency_s))
+    return maximum(intra, inter), maximum(k - 1.0, 0.0) * alpha
 
 
 def p2p_coefficients(same_domain, link_bytes_per_s, nic_share_bytes_per_s, link_latency_s,
@@ -184,5 +184,5 @@ def p2p_coefficients(same_domain, link_bytes_per_s, nic_share_bytes_per_s, link_
     (``(s_per_byte, latency_s)``; Narayanan et al. SC21 §3.2: activations and their gradients
     cross stage boundaries once per micro-batch each way)."""
     same = np.asarray(same_domain, dtype=bool)
-    spb = np.where(same, 1.0 / as_array(link_bytes_per_s), 1.0 / as_array(nic_share_bytes_per_s))
-    return spb, np.where(same, as_array(link_latency_s), as_array(nic_latency_s))
+    spb = where(same, 1.0 / as_array(link_bytes_per_s), 1.0 / as_array(nic_share_bytes_per_s))
+    return spb, where(same, as_array(link_latency_s), as_array(nic_latency_s))

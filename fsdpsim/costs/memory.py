@@ -101,7 +101,7 @@ from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the
 )
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import all_of, any_of, as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array, minimum, where
 
 #: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
@@ -160,9 +160,9 @@ def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_b
     grads_sharded = params_sharded | (st == GRAD_OP)
     optimizer_sharded = st != NONE
     return {
-        "params_bytes": as_array(param_bytes) * np.where(params_sharded, n_shard, n),
-        "grads_bytes": as_array(grad_bytes) * np.where(grads_sharded, n_shard, n),
-        "optimizer_bytes": as_array(optimizer_bytes_per_param) * np.where(optimizer_sharded,
+        "params_bytes": as_array(param_bytes) * where(params_sharded, n_shard, n),
+        "grads_bytes": as_array(grad_bytes) * where(grads_sharded, n_shard, n),
+        "optimizer_bytes": as_array(optimizer_bytes_per_param) * where(optimizer_sharded,
                                                                            n_shard, n),
     }
 
@@ -225,12 +225,12 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     params_sharded = (st == FULL) | (st == HYBRID)
     # A separate compute copy exists when it is gathered from shards or cast to another dtype.
     separate_copy = (k_low != as_array(param_bytes)) | (params_sharded & (f > 1))
-    in_flight_numel = np.minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
-    gathered_numel = np.where(params_sharded & np.asarray(reshard_after_forward, dtype=bool),
-                              in_flight_numel, n)
+    in_flight_numel = minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
+    gathered_numel = where(params_sharded & np.asarray(reshard_after_forward, dtype=bool),
+                           in_flight_numel, n)
     return {
-        "unsharded_params_bytes": np.where(separate_copy, k_low * gathered_numel, 0.0),
-        "unsharded_grads_bytes": unit * (g_c + np.where(g_r != g_c, g_r, 0.0)),
+        "unsharded_params_bytes": where(separate_copy, k_low * gathered_numel, 0.0),
+        "unsharded_grads_bytes": unit * (g_c + where(g_r != g_c, g_r, 0.0)),
     }
 
 
@@ -306,7 +306,7 @@ def binding_terms(at_loss, in_block, moment="peak"):
     if isinstance(moment, str) and moment == "peak":
         use_a = peak_a >= peak_b
     else:
-        use_a = np.where(moment == "loss", True, np.where(moment == "block", False,
+        use_a = where(moment == "loss", True, where(moment == "block", False,
                                                             peak_a >= peak_b))
     shape = np.broadcast_shapes(*{v.shape if isinstance(v, (np.ndarray, np.generic))
                                   else np.shape(v) for terms in (at_loss, in_block)
@@ -315,7 +315,7 @@ def binding_terms(at_loss, in_block, moment="peak"):
     if everywhere_a or not any_of(use_a):  # one moment binds everywhere: no selection
         terms = at_loss if everywhere_a else in_block
         return {key: _read_only(terms[key], shape) for key in PEAK_KEYS}
-    return {key: _read_only(np.where(use_a, at_loss[key], in_block[key]), shape)
+    return {key: _read_only(where(use_a, at_loss[key], in_block[key]), shape)
             for key in PEAK_KEYS}
 
 
@@ -409,10 +409,10 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
     if recomputed_layers is None:
         saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
     else:  # K layers recompute, the other n - K keep every activation
-        k = np.minimum(as_array(recomputed_layers), as_array(n_layers))
+        k = minimum(as_array(recomputed_layers), as_array(n_layers))
         saved_all = as_array(saved_microbatches) * (
             k * saved_per_layer + (as_array(n_layers) - k) * kept_per_layer)
-        working = np.where(k > 0, working, 0.0)
+        working = where(k > 0, working, 0.0)
     routed_tokens = as_array(micro_batch) * as_array(seq_len)
     if (any_of(as_array(moe_saved_bytes_per_token) > 0)
             or any_of(as_array(moe_working_bytes_per_token) > 0)):

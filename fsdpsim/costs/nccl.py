@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, as_array, minimum
+from fsdpsim.costs.compute import all_of, any_of, as_array, maximum, minimum, where
 
 PROTOCOLS = ("ll", "ll128", "simple")
 _KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
@@ -103,10 +103,10 @@ def fabric_factor(nodes, decay_per_doubling, from_nodes, floor):
     stragglers that NCCL's own model leaves out (network_at_scale.md §2, §6, §8.6). Per network
     class in the catalog, with its source.
     """
-    n = np.maximum(as_array(nodes), 1.0)
+    n = maximum(as_array(nodes), 1.0)
     with np.errstate(divide="ignore"):
-        lost = as_array(decay_per_doubling) * np.log2(np.maximum(n / as_array(from_nodes), 1.0))
-    return np.maximum(as_array(floor), 1.0 - lost)
+        lost = as_array(decay_per_doubling) * np.log2(maximum(n / as_array(from_nodes), 1.0))
+    return maximum(as_array(floor), 1.0 - lost)
 
 
 def pod_factor(size, per_pod, per_node, oversubscription):
@@ -123,15 +123,15 @@ def pod_factor(size, per_pod, per_node, oversubscription):
     groups, the only ones that cross pods, this large (Dubey et al. 2024 §3.3.1)."""
     per_pod = as_array(per_pod)
     spans = per_pod < as_array(size)
-    left = np.minimum(1.0, per_pod / (2.0 * as_array(oversubscription)
-                                      * np.maximum(as_array(per_node), 1.0)))
-    return np.where(spans, left, 1.0)
+    left = minimum(1.0, per_pod / (2.0 * as_array(oversubscription)
+                                   * maximum(as_array(per_node), 1.0)))
+    return where(spans, left, 1.0)
 
 
 def _ll_max(g, nodes):
-    return np.where(nodes <= 1.0, g["nccl_ll_max_1_bytes_per_s"],
-                    np.where(nodes <= 2.0, g["nccl_ll_max_2_bytes_per_s"],
-                             g["nccl_ll_max_n_bytes_per_s"]))
+    return where(nodes <= 1.0, g["nccl_ll_max_1_bytes_per_s"],
+                 where(nodes <= 2.0, g["nccl_ll_max_2_bytes_per_s"],
+                       g["nccl_ll_max_n_bytes_per_s"]))
 
 
 def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvlink,
@@ -144,39 +144,39 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     PCIe). ``all_reduce`` adds the tree and doubles the ring's steps. Groups of one rank cost 0.
     """
     n = as_array(n)
-    ppn = np.minimum(as_array(per_node), n)
-    nodes = np.maximum(np.ceil(n / np.maximum(ppn, 1.0)), 1.0)
+    ppn = minimum(as_array(per_node), n)
+    nodes = maximum(np.ceil(n / maximum(ppn, 1.0)), 1.0)
     multi = nodes > 1.0
     multi_f = multi.astype(float)
     active_f = (n > 1.0).astype(float)
     passes = 2.0 if all_reduce else 1.0
-    steps = passes * np.maximum(n - 1.0, 0.0)
+    steps = passes * maximum(n - 1.0, 0.0)
     inter_steps = passes * (nodes - 1.0)
     intra_steps = steps - inter_steps
-    share = steps / np.maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
+    share = steps / maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
     bw = as_array(busbw_bytes_per_s)
     nv = np.asarray(nvlink, dtype=bool)
     all_nvlink = bool(all_of(nv))
     any_multi = bool(any_of(multi))
     ll_max = _ll_max(g, nodes)
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
-    ll128_cap = np.where(multi, ppn * g["nccl_ll128_channel_bytes_per_s"], np.inf)
+    ll128_cap = where(multi, ppn * g["nccl_ll128_channel_bytes_per_s"], np.inf)
     out = []
     for p in PROTOCOLS:
         hop = (g[f"nccl_{p}_ring_nvlink_hop_s"] if all_nvlink else
-               np.where(nv, g[f"nccl_{p}_ring_nvlink_hop_s"], g[f"nccl_{p}_ring_pci_hop_s"]))
+               where(nv, g[f"nccl_{p}_ring_nvlink_hop_s"], g[f"nccl_{p}_ring_pci_hop_s"]))
         if p == "ll":
             hop = hop * (1.0 + (g["nccl_ll_hop_factor"] - 1.0) * multi_f)
         overhead = g["nccl_net_overhead_s"] * (3.0 if p == "simple" else 1.0)
-        intra = np.maximum(hop, overhead * multi_f)  # the network post overhead across nodes
+        intra = maximum(hop, overhead * multi_f)  # the network post overhead across nodes
         lat = (g[f"nccl_{p}_ring_base_s"] + intra_steps * intra
                + inter_steps * g[f"nccl_{p}_ring_net_hop_s"]) * active_f
         if p == "simple":
             pbw = bw
         elif p == "ll128":
-            pbw = np.minimum(bw * g["nccl_ll128_fraction"], ll128_cap)
+            pbw = minimum(bw * g["nccl_ll128_fraction"], ll128_cap)
         else:
-            pbw = np.minimum(ll_max, bw * g["nccl_ll_fraction"])
+            pbw = minimum(ll_max, bw * g["nccl_ll_fraction"])
         out.append((share / pbw, lat))
     if all_reduce and any_multi:
         depth = np.log2(nodes)
@@ -184,15 +184,15 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
         tree_cap = ppn * g["nccl_tree_channel_bytes_per_s"]
         for p in PROTOCOLS:
             hop = (g[f"nccl_{p}_tree_nvlink_hop_s"] if all_nvlink else
-                   np.where(nv, g[f"nccl_{p}_tree_nvlink_hop_s"], g[f"nccl_{p}_tree_pci_hop_s"]))
+                   where(nv, g[f"nccl_{p}_tree_nvlink_hop_s"], g[f"nccl_{p}_tree_pci_hop_s"]))
             lat = g[f"nccl_{p}_tree_base_s"] + 2.0 * ((ppn - 1.0) * hop
                                                       + depth * g[f"nccl_{p}_tree_net_hop_s"])
             if p == "simple":
-                pbw = np.minimum(bw * g["nccl_tree_fraction"], tree_cap)
+                pbw = minimum(bw * g["nccl_tree_fraction"], tree_cap)
             elif p == "ll128":
-                pbw = np.minimum(bw * (120.0 / 128.0), ll128_cap)
+                pbw = minimum(bw * (120.0 / 128.0), ll128_cap)
             else:
-                pbw = np.minimum(ll_max, bw / 3.8)
+                pbw = minimum(ll_max, bw / 3.8)
             out.append((2.0 / pbw + off, lat + off))
     elif not all_reduce:
         # PAT: one GPU per node (NCCL >= 2.23), Simple only.

@@ -27,7 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array, maximum, minimum, where
 from fsdpsim.costs import nccl
 from fsdpsim.engine import collectives, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -57,10 +57,10 @@ def choice_rank(out: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     (``key = -tokens/s``), otherwise the smallest peak memory."""
     peak, cap = np.asarray(out["peak_bytes"]), np.asarray(out["capacity_bytes"])
     fits = np.asarray(out["fits"], dtype=bool)
-    tier = np.where(fits, np.where(peak <= MEMORY_PRESSURE_FRACTION * cap, 0, 1), 2)
+    tier = where(fits, where(peak <= MEMORY_PRESSURE_FRACTION * cap, 0, 1), 2)
     if "pipeline_ok" in out:  # a schedule the micro-batch count cannot run: last resort
-        tier = np.where(np.asarray(out["pipeline_ok"], dtype=bool), tier, 3)
-    key = np.where(fits, -np.asarray(out["tokens_per_s"]), peak)
+        tier = where(np.asarray(out["pipeline_ok"], dtype=bool), tier, 3)
+    key = where(fits, -np.asarray(out["tokens_per_s"]), peak)
     return tier, key
 
 
@@ -153,7 +153,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     cpc = (collectives.context_parallel(g, co, w, lt, r) if any_of(g["cp"] > 1)
            else collectives.NO_CONTEXT_PARALLEL)
     p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
-    L_stage = np.where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
+    L_stage = where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
     dpc = collectives.data_parallel(g, co, L_stage, r)
     if has_moe:  # MoE layers: their dense part, and their experts over the expert groups
         dpc, dpc_e, g_e = moe.data_parallel(g, r, co, dpc, L_stage, phi)
@@ -161,13 +161,13 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 
     # Recompute applies to the first K layers of each stage (all when recompute_layers < 0).
     rl = g["recompute_layers"]
-    rc_share = np.where(rl < 0, 1.0, np.minimum(rl, L_stage) / L_stage)
+    rc_share = where(rl < 0, 1.0, minimum(rl, L_stage) / L_stage)
     # A layer as the FSDP schedule sees it: compute plus its exposed TP/CP communication.
     block_fwd_s = lt["block_fwd_s"] + tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]
     # Full recompute replays the layer's forward, its TP/CP collectives with it (Megatron's
     # CheckpointFunction and torch's checkpoint rerun the forward ops, collectives included;
     # selective recompute reruns only the attention core, between them).
-    replay = np.where(np.asarray(g["recompute"]) == 2, rc_share, 0.0)
+    replay = where(np.asarray(g["recompute"]) == 2, rc_share, 0.0)
     block_bwd_s = (lt["block_bwd_s"] + rc_share * lt["recompute_s"] + tpc["tp_layer_bwd_exposed_s"]
                    + cpc["cp_layer_bwd_exposed_s"]
                    + replay * (tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]))
@@ -179,18 +179,18 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # ---- stage 4: the step -------------------------------------------------------------------
     n_params_stage = g["n_params_padded"]
     if piped:  # the first stage's states (embedding and its layers) set the optimizer's time
-        n_params_stage = np.where(g["pp"] > 1, g["layers_first"] * g["block_numel_padded"]
-                                  + g["embed_numel_padded"], n_params_stage)
+        n_params_stage = where(g["pp"] > 1, g["layers_first"] * g["block_numel_padded"]
+                               + g["embed_numel_padded"], n_params_stage)
     if layered:
-        n_params_stage = n_params_stage + np.where(g["pp"] > 1, 0.0, g["mtp_numel_padded"])
+        n_params_stage = n_params_stage + where(g["pp"] > 1, 0.0, g["mtp_numel_padded"])
     if has_moe:  # dense parts of the first stage's layers, and its experts
-        first_moe = np.where(g["pp"] > 1, g["moe_layers_first"], g["moe_layers"])
-        n_params_stage = np.where(g["pp"] > 1, moe.stage_dense_numel(
+        first_moe = where(g["pp"] > 1, g["moe_layers_first"], g["moe_layers"])
+        n_params_stage = where(g["pp"] > 1, moe.stage_dense_numel(
             g, g["layers_first"], g["moe_layers_first"]) + g["embed_numel_padded"],
             n_params_stage)
     optimizer_s, post_step_s = step.optimizer_times(g, f, dpc, n_params_stage)
     if has_moe:
-        n_experts_stage = (first_moe + np.where(g["pp"] > 1, 0.0, g["mtp_layers"] * g["mtp_moe"])
+        n_experts_stage = (first_moe + where(g["pp"] > 1, 0.0, g["mtp_layers"] * g["mtp_moe"])
                            ) * moe.expert_local_numel(g)
         optimizer_s = optimizer_s + step.optimizer_times(g_e, f, dpc_e, n_experts_stage)[0]
     only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
@@ -199,15 +199,15 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # Megatron's distributed optimizer overlaps the parameter all-gather with the next
     # step's forward (--overlap-param-gather): only what outlasts that forward shows.
     post_total_s = post_step_s
-    post_step_s = np.where(g["param_gather_overlap"] > 0, np.maximum(post_step_s - only["fwd_s"], 0.0),
-                           post_step_s)
+    post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - only["fwd_s"], 0.0),
+                        post_step_s)
     step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
     bubble_s = np.zeros_like(step_s)
     pipeline_ok = np.ones(np.shape(step_s), dtype=bool)
     if piped:
         mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
                                 0.0)
-        root_ag = np.where(f["fsdp_like"], dpc["ag_root_s"], 0.0)
+        root_ag = where(f["fsdp_like"], dpc["ag_root_s"], 0.0)
         first_extra = ((g["layers_first"] - g["layers_mid"]) * block_fwd_s + rt["embed_fwd_s"]
                        + 0.5 * root_tp_s + root_ag,
                        (g["layers_first"] - g["layers_mid"]) * block_bwd_s + rt["embed_bwd_s"])
@@ -228,18 +228,18 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                           last_extra[1] + extra_moe["last"] * d_bwd)
         # Zero-bubble schedules split each backward into input- and weight-gradient passes;
         # the weight-gradient GEMMs are half of the GEMM backward FLOPs.
-        wgrad_s = np.where(np.asarray(g["pp_schedule"]) == 3,
-                           g["layers_mid"] * 0.5 * lt["gemm_bwd_s"], 0.0)
+        wgrad_s = where(np.asarray(g["pp_schedule"]) == 3,
+                        g["layers_mid"] * 0.5 * lt["gemm_bwd_s"], 0.0)
         piped_step_s, piped_bubble_s, piped_ok = step.pipeline_step_s(
             g, f, mid, first_extra, last_extra, p2p_s, wgrad_s, optimizer_s, post_step_s)
         pp_on = g["pp"] > 1
-        step_s = np.where(pp_on, piped_step_s, step_s)
-        bubble_s = np.where(pp_on, piped_bubble_s, 0.0)
-        pipeline_ok = np.where(pp_on, piped_ok, True)
+        step_s = where(pp_on, piped_step_s, step_s)
+        bubble_s = where(pp_on, piped_bubble_s, 0.0)
+        pipeline_ok = where(pp_on, piped_ok, True)
 
     # ---- totals per GPU (the busiest stage) ------------------------------------------------------
     # Pipelined rows hold the root's parts on their end stages only (the busier of the two).
-    root_share = np.where(g["pp"] > 1, 0.0, 1.0) if piped else 1.0
+    root_share = where(g["pp"] > 1, 0.0, 1.0) if piped else 1.0
     compute_mb_s = (L_stage * (lt["block_fwd_s"] + (lt["block_bwd_s"] + rc_share * lt["recompute_s"]))
                     + rt["root_fwd_s"] * root_share + rt["root_bwd_s"] * root_share)
     if piped:
@@ -249,7 +249,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
             d_layer = (lt_m["block_fwd_s"] + lt_m["block_bwd_s"] - lt_d["block_fwd_s"]
                        - lt_d["block_bwd_s"])
             ends = {end: v + extra_moe[end] * d_layer for end, v in ends.items()}
-        compute_mb_s = compute_mb_s + (1.0 - root_share) * np.maximum(
+        compute_mb_s = compute_mb_s + (1.0 - root_share) * maximum(
             ends["first"] + rt["embed_fwd_s"] + rt["embed_bwd_s"],
             ends["last"] + rt["head_fwd_s"] + rt["head_bwd_s"])
     compute_s = k * compute_mb_s + optimizer_s
@@ -257,14 +257,14 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     fsdp_like = f["fsdp_like"]
     is_zero1, is_hybrid, is_ddp = f["is_zero1"], f["is_hybrid"], f["is_ddp"]
     ag_steps, rs_steps = f["ag_steps"], f["rs_steps"]
-    ag_per_mb_s = np.where(fsdp_like, L_stage * dpc["ag_block_s"] * ag_calls + dpc["ag_root_s"], 0.0)
+    ag_per_mb_s = where(fsdp_like, L_stage * dpc["ag_block_s"] * ag_calls + dpc["ag_root_s"], 0.0)
     all_gather_s = ag_steps * ag_per_mb_s + post_total_s
-    rs_per_mb_s = np.where(f["rs_calls"] > 0, L_stage * dpc["rs_block_s"] + dpc["rs_root_s"], 0.0)
-    reduce_scatter_s = rs_steps * rs_per_mb_s + np.where(
+    rs_per_mb_s = where(f["rs_calls"] > 0, L_stage * dpc["rs_block_s"] + dpc["rs_root_s"], 0.0)
+    reduce_scatter_s = rs_steps * rs_per_mb_s + where(
         is_zero1, L_stage * dpc["zero1_rs_block_s"] + dpc["zero1_rs_root_s"], 0.0)
-    all_reduce_s = (rs_steps * np.where(is_hybrid, L_stage * dpc["hsdp_ar_block_s"]
-                                        + dpc["hsdp_ar_root_s"], 0.0)
-                    + np.where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0))
+    all_reduce_s = (rs_steps * where(is_hybrid, L_stage * dpc["hsdp_ar_block_s"]
+                                     + dpc["hsdp_ar_root_s"], 0.0)
+                    + where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0))
     tp_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
                 + root_tp_s)
     tp_exposed_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_exposed_s"]
@@ -287,26 +287,26 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         moe_s = k * moe_layers_stage * (lt_m["moe_mlp_fwd_s"] + lt_m["moe_mlp_bwd_s"]
                                         + replay * lt_m["moe_mlp_fwd_s"]) + ep_exposed_s
         comm_s = comm_s + ep_s
-    exposed_s = np.maximum(step_s - compute_s - bubble_s, 0.0)
+    exposed_s = maximum(step_s - compute_s - bubble_s, 0.0)
     # Bounds: every stream fully overlapped (compute with its bubble; data-parallel collectives
     # on their communicator; tensor/context/pipeline traffic on theirs), and nothing overlapped.
-    lower_s = np.maximum(np.maximum(compute_s + bubble_s, all_gather_s + reduce_scatter_s
-                                    + all_reduce_s), tp_s + cp_s + pp_s + ep_s)
+    lower_s = maximum(maximum(compute_s + bubble_s, all_gather_s + reduce_scatter_s
+                              + all_reduce_s), tp_s + cp_s + pp_s + ep_s)
     upper_s = compute_s + comm_s + bubble_s
 
     # Tensor bytes per GPU per step (the quantities torch's c10d ops see).
     elem = g["compute_bytes"]
     block_numel = g["block_numel_padded"]
     if has_moe:  # the stage's mean unit: dense layers, MoE layers' dense parts and experts
-        block_numel = np.where(phi > 0, moe.stage_dense_numel(g, L_stage, moe_layers_stage)
-                               / L_stage + phi * moe.expert_local_numel(g), block_numel)
-    units_ag = L_stage * ag_calls * block_numel + np.where(fsdp_like, g["root_numel_padded"], 0.0)
+        block_numel = where(phi > 0, moe.stage_dense_numel(g, L_stage, moe_layers_stage)
+                            / L_stage + phi * moe.expert_local_numel(g), block_numel)
+    units_ag = L_stage * ag_calls * block_numel + where(fsdp_like, g["root_numel_padded"], 0.0)
     all_params_padded = L_stage * block_numel + g["root_numel_padded"]
-    all_gather_bytes = (ag_steps * units_ag + np.where(is_zero1, all_params_padded, 0.0)) * elem
-    reduce_scatter_bytes = (rs_steps * np.where(f["rs_calls"] > 0, all_params_padded, 0.0)
-                            + np.where(is_zero1, all_params_padded, 0.0)) * g["reduce_bytes"]
-    all_reduce_bytes = (rs_steps * np.where(is_hybrid, all_params_padded / g["shard_size"], 0.0)
-                        + np.where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
+    all_gather_bytes = (ag_steps * units_ag + where(is_zero1, all_params_padded, 0.0)) * elem
+    reduce_scatter_bytes = (rs_steps * where(f["rs_calls"] > 0, all_params_padded, 0.0)
+                            + where(is_zero1, all_params_padded, 0.0)) * g["reduce_bytes"]
+    all_reduce_bytes = (rs_steps * where(is_hybrid, all_params_padded / g["shard_size"], 0.0)
+                        + where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
 
     # ---- stage 5: memory ---------------------------------------------------------------------
     mem = engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0)))
@@ -322,8 +322,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     if layered:  # per kind of layer, on the rows of layered models
         executed, model = moe.layered_flops(g, rc_share, k)
         rows = moe.layered_rows(g)
-        hardware_flops = np.where(rows, executed, hardware_flops)
-        model_flops = np.where(rows, model, model_flops)
+        hardware_flops = where(rows, executed, hardware_flops)
+        model_flops = where(rows, model, model_flops)
     # MFU and HFU against the 16-bit dense peak for FP8 runs (the published tables'), MFU
     # against the compute precision's own peak beside it (fsdpsim.engine.metrics: conventions)
     mfu_peak_total = g.get("mfu_peak_flops_per_s", g["peak_flops_per_s"]) * gpus
@@ -432,11 +432,11 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     if "dp" not in g:
         g["dp"] = g["dp_world_size"] / g["cp"]
     if "shard_per_node" not in g:
-        g["shard_per_node"] = np.minimum(shard, per_node)
+        g["shard_per_node"] = minimum(shard, per_node)
     if "replicate_per_node" not in g:
-        g["replicate_per_node"] = np.minimum(np.maximum(1.0, per_node / shard), repl)
+        g["replicate_per_node"] = minimum(maximum(1.0, per_node / shard), repl)
     if "dp_world_per_node" not in g:
-        g["dp_world_per_node"] = np.minimum(g["dp_world_size"], per_node)
+        g["dp_world_per_node"] = minimum(g["dp_world_size"], per_node)
     if "n_params_rank" not in g:
         g["n_params_rank"] = g["n_params"]
     for key in ("layers_first", "layers_mid", "layers_last"):

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, nccl
-from fsdpsim.costs.compute import all_of, any_of, maximum
+from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
@@ -101,18 +101,18 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     (:func:`fsdpsim.costs.comm.ring_coefficients`, :func:`fsdpsim.costs.nccl.fabric_factor`),
     times the pod factor (:func:`fsdpsim.costs.nccl.pod_factor`) for a group that spans the
     non-blocking pods of an oversubscribed fabric, and the placement factor."""
-    gpn = np.minimum(per_node, size)
+    gpn = minimum(per_node, size)
     multi = size > gpn
-    nodes = np.ceil(size / np.maximum(gpn, 1.0))
+    nodes = np.ceil(size / maximum(gpn, 1.0))
     link = r["link"]
     if any_of(g["link_mesh"] > 0):
-        link = np.where(g["link_mesh"] > 0, mesh_link(g, r, gpn), link)
+        link = where(g["link_mesh"] > 0, mesh_link(g, r, gpn), link)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
     if per_pod is not None and any_of(per_pod < size):
         fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
-    intra = np.where(gpn > 1, link, np.inf)
-    return np.where(multi, np.minimum(intra, gpn * r["nic"] * fabric), link)
+    intra = where(gpn > 1, link, np.inf)
+    return where(multi, minimum(intra, gpn * r["nic"] * fabric), link)
 
 
 def mesh_link(g, r, members):
@@ -122,8 +122,8 @@ def mesh_link(g, r, members):
     a group of ``k`` of the ``D`` GPUs reaches only ``(k − 1) / (D − 1)`` of them, and never
     less than one peer link (``link_per_peer_bytes_per_s``); the whole domain gets the full
     aggregate (nccl-tests' busbw)."""
-    domain = np.maximum(g["gpus_per_node"], 2.0)
-    share = (np.minimum(members, domain) - 1.0) / (domain - 1.0)
+    domain = maximum(g["gpus_per_node"], 2.0)
+    share = (minimum(members, domain) - 1.0) / (domain - 1.0)
     floor = g["link_per_peer_bytes_per_s"] / g["link_bytes_per_s"]
     return r["link"] * np.clip(share, floor, 1.0)
 
@@ -157,7 +157,7 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
     if listed is None:
         return t
     extra = calls * (ranks * g["kernel_overhead_s"] + LIST_HBM_PASSES * per_call / r["hbm"])
-    return t + np.where(listed & (ranks > 1), extra, 0.0)
+    return t + where(listed & (ranks > 1), extra, 0.0)
 
 
 def data_parallel(g, co, n_units, r):
@@ -252,18 +252,18 @@ def tensor_parallel(g, co, w, layer):
     root_c = tensor_parallel_costs.tp_head_collectives(
         g["micro_batch"] * g["seq_len"] / g["cp"], g["d_model"], g["vocab_size"],
         g["compute_bytes"], g["tp"], sp)
-    fwd_s = np.where(on, _ring_time_s(layer_c, "forward", cands), 0.0)
-    bwd_s = np.where(on, _ring_time_s(layer_c, "backward", cands), 0.0)
+    fwd_s = where(on, _ring_time_s(layer_c, "forward", cands), 0.0)
+    bwd_s = where(on, _ring_time_s(layer_c, "backward", cands), 0.0)
     overlap = g["tp_overlap"] > 0
-    fwd_exposed = np.where(overlap, np.maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
-    bwd_exposed = np.where(overlap, np.maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
-    root_s = np.where(on, _ring_time_s(root_c, "forward", cands)
-                      + _ring_time_s(root_c, "backward", cands), 0.0)
+    fwd_exposed = where(overlap, maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
+    bwd_exposed = where(overlap, maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
+    root_s = where(on, _ring_time_s(root_c, "forward", cands)
+                   + _ring_time_s(root_c, "backward", cands), 0.0)
     return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
             "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
-            "tp_root_s": root_s, "tp_layer_bytes": np.where(on, _bytes(layer_c), 0.0),
-            "tp_layer_fwd_bytes": np.where(on, _bytes(layer_c, ("forward",)), 0.0),
-            "tp_root_bytes": np.where(on, _bytes(root_c), 0.0)}
+            "tp_root_s": root_s, "tp_layer_bytes": where(on, _bytes(layer_c), 0.0),
+            "tp_layer_fwd_bytes": where(on, _bytes(layer_c, ("forward",)), 0.0),
+            "tp_root_bytes": where(on, _bytes(root_c), 0.0)}
 
 
 def context_parallel(g, co, w, layer, r):
@@ -296,14 +296,14 @@ def context_parallel(g, co, w, layer, r):
     a2a_bwd = a2a["backward_bytes"] * a2a_spb + a2a["backward_calls"] * a2a_lat
     all2all = g["cp_all2all"] > 0
     on = cp > 1
-    fwd_s = np.where(on, np.where(all2all, a2a_fwd, ring_fwd), 0.0)
-    bwd_s = np.where(on, np.where(all2all, a2a_bwd, ring_bwd), 0.0)
-    fwd_exposed = np.where(all2all, fwd_s, np.maximum(fwd_s - layer["attn_fwd_s"], 0.0))
-    bwd_exposed = np.where(all2all, bwd_s, np.maximum(bwd_s - layer["attn_bwd_s"], 0.0))
-    byte_count = np.where(on, np.where(all2all, a2a["forward_bytes"] + a2a["backward_bytes"],
-                                       ring["forward_bytes"] + ring["backward_kv_bytes"]
-                                       + ring["backward_dkv_bytes"]), 0.0)
-    fwd_bytes = np.where(on, np.where(all2all, a2a["forward_bytes"], ring["forward_bytes"]), 0.0)
+    fwd_s = where(on, where(all2all, a2a_fwd, ring_fwd), 0.0)
+    bwd_s = where(on, where(all2all, a2a_bwd, ring_bwd), 0.0)
+    fwd_exposed = where(all2all, fwd_s, maximum(fwd_s - layer["attn_fwd_s"], 0.0))
+    bwd_exposed = where(all2all, bwd_s, maximum(bwd_s - layer["attn_bwd_s"], 0.0))
+    byte_count = where(on, where(all2all, a2a["forward_bytes"] + a2a["backward_bytes"],
+                                 ring["forward_bytes"] + ring["backward_kv_bytes"]
+                                 + ring["backward_dkv_bytes"]), 0.0)
+    fwd_bytes = where(on, where(all2all, a2a["forward_bytes"], ring["forward_bytes"]), 0.0)
     return {"cp_layer_fwd_s": fwd_s, "cp_layer_bwd_s": bwd_s,
             "cp_layer_fwd_exposed_s": fwd_exposed, "cp_layer_bwd_exposed_s": bwd_exposed,
             "cp_layer_bytes": byte_count, "cp_layer_fwd_bytes": fwd_bytes}
@@ -315,9 +315,9 @@ def pipeline_p2p(g, w, r):
     with sequence parallelism (Megatron sends the SP-split tensor; without SP each TP rank
     sends the whole tensor to its peer). On the link when neighbouring stages share a scale-up
     domain, else over the NIC share."""
-    split = np.where(g["sequence_parallel"] > 0, g["tp"], 1.0)
+    split = where(g["sequence_parallel"] > 0, g["tp"], 1.0)
     a_bytes = w["tokens"] * g["d_model"] * g["compute_bytes"] / split
     spb, lat = comm.p2p_coefficients(g["pp_per_node"] > 1, r["link"], r["nic"],
                                      g["link_latency_s"], g["nic_latency_s"])
     on = g["pp_size"] > 1
-    return np.where(on, a_bytes * spb + lat, 0.0), np.where(on, a_bytes, 0.0)
+    return where(on, a_bytes * spb + lat, 0.0), where(on, a_bytes, 0.0)

@@ -11,7 +11,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import any_of
+from fsdpsim.costs.compute import any_of, maximum, minimum, where
 
 
 def rates(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -40,11 +40,11 @@ def widths(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {
         "tokens": g["micro_batch"] * g["seq_len"] / cp,
         "q": g["q_dim"] / tp,
-        "kv": np.maximum(g["kv_dim"] / tp, np.minimum(head_dim, g["kv_dim"])),
+        "kv": maximum(g["kv_dim"] / tp, minimum(head_dim, g["kv_dim"])),
         "ffn": g["ffn_size"] / tp,
         "heads": g["n_heads"] / tp,
         "vocab": g["vocab_size"] / tp,
-        "d_elementwise": np.where(g["sequence_parallel"] > 0, g["d_model"] / tp, g["d_model"]),
+        "d_elementwise": where(g["sequence_parallel"] > 0, g["d_model"] / tp, g["d_model"]),
     }
 
 
@@ -71,37 +71,37 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     # way (ring: load-balanced chunks against every KV block; all-to-all: heads/cp over the
     # whole sequence). Each ring step's kernel sees one KV block of s/cp keys.
     attn_flops_fwd = compute.attention_flops_fwd(b, s, w["q"], causal=flash) / cp
-    kv_len = np.where(flash, 0.5, 1.0) * s / np.where(g["cp_all2all"] > 0, 1.0, cp)
+    kv_len = where(flash, 0.5, 1.0) * s / where(g["cp_all2all"] > 0, 1.0, cp)
     # Eager attention materialises the s x s scores: bandwidth bound on top of its matmuls.
-    eager_scores_bytes = np.where(flash, 0.0, 3.0 * elem * b * w["heads"] * s * s / cp)
+    eager_scores_bytes = where(flash, 0.0, 3.0 * elem * b * w["heads"] * s * s / cp)
     # FP8 training: attention in the 16-bit type unless fp8_attention (then at FP8's speed-up)
     peak_ratio = g["attention_peak_ratio"]
     if any_of(g["fp8_attention"] > 0):
-        peak_ratio = np.where(g["fp8_attention"] > 0, g["fp8_attention_peak_ratio"], peak_ratio)
+        peak_ratio = where(g["fp8_attention"] > 0, g["fp8_attention_peak_ratio"], peak_ratio)
     attn_peak = r["clocked_peak"] * peak_ratio
     # Megatron / NeMo run Transformer Engine's cuDNN fused attention, not PyTorch SDPA.
-    attn_fraction = np.where(g["megatron"] > 0, g["fused_attention_fraction"],
-                             g["attention_fraction"])
+    attn_fraction = where(g["megatron"] > 0, g["fused_attention_fraction"],
+                          g["attention_fraction"])
     attn_fwd_s = compute.attention_time_s(attn_flops_fwd, attn_peak,
-                                          np.where(flash, attn_fraction, g["matmul_fraction"]),
+                                          where(flash, attn_fraction, g["matmul_fraction"]),
                                           kv_len,
-                                          np.where(flash, g["attention_half_kv"], g["matmul_half_k"]))
+                                          where(flash, g["attention_half_kv"], g["matmul_half_k"]))
     attn_fwd_s = attn_fwd_s + compute.memory_bound_time_s(eager_scores_bytes, r["hbm"])
     ratio = g.get("attn_pair_ratio", 1.0)
     if any_of(ratio != 1.0):  # sliding-window / chunked layers: the query-key pairs they keep
         attn_fwd_s = attn_fwd_s * ratio
     # FlashAttention backward: 2.5x forward FLOPs (recomputes scores); eager: 2x plus score traffic.
-    attn_bwd_s = np.where(flash, 2.5, 2.0) * attn_fwd_s
+    attn_bwd_s = where(flash, 2.5, 2.0) * attn_fwd_s
     # Dropout (Megatron GPT's default 0.1; fused into FlashAttention's kernel): per element it
     # reads its input, writes its output and a 1-byte mask, and its backward reads the gradient
     # and the mask and writes a gradient: on the s x s probabilities of eager attention and on
     # the two residual branches (compute.dropout_bytes).
     dropout = g["dropout"] > 0
     if any_of(dropout):
-        drop_attn_bytes = np.where(flash, 0.0, compute.dropout_bytes(
+        drop_attn_bytes = where(flash, 0.0, compute.dropout_bytes(
             b * w["heads"] * s * s / cp, elem))
-        drop_attn_s = np.where(dropout, compute.memory_bound_time_s(drop_attn_bytes, r["hbm"]),
-                               0.0)
+        drop_attn_s = where(dropout, compute.memory_bound_time_s(drop_attn_bytes, r["hbm"]),
+                            0.0)
         attn_fwd_s, attn_bwd_s = attn_fwd_s + drop_attn_s, attn_bwd_s + drop_attn_s
     # Element-wise work and activations see every routed expert's width (k · f_expert).
     routed_ffn = w["ffn"] * g["active_experts"]
@@ -114,13 +114,13 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
             tokens, g["d_model"], w["q"], w["kv"], routed_ffn, swiglu,
             g["block_numel"] / g["tp"])
         scale = g["cast_scale"]  # block-scaled formats: their bytes per element over FP8's
-        ew_fwd_bytes = ew_fwd_bytes + np.where(fp8, scale * cast_fwd_bytes, 0.0)
-        ew_bwd_bytes = ew_bwd_bytes + np.where(fp8, scale * cast_bwd_bytes, 0.0)
+        ew_fwd_bytes = ew_fwd_bytes + where(fp8, scale * cast_fwd_bytes, 0.0)
+        ew_bwd_bytes = ew_bwd_bytes + where(fp8, scale * cast_bwd_bytes, 0.0)
     if extra_ew is not None:
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + extra_ew[0], ew_bwd_bytes + extra_ew[1]
     if any_of(dropout):  # the two residual-branch dropouts (h-sized, split with SP)
-        drop_h = np.where(dropout, compute.dropout_bytes(2.0 * tokens * w["d_elementwise"], elem),
-                          0.0)
+        drop_h = where(dropout, compute.dropout_bytes(2.0 * tokens * w["d_elementwise"], elem),
+                       0.0)
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + drop_h, ew_bwd_bytes + drop_h
     ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, r["hbm"])
     ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, r["hbm"])
@@ -140,13 +140,13 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     # are run through the whole layer again) does not stop early: it recomputes the down
     # projection too.
     early_stop = g["megatron"] <= 0
-    skipped_s = np.where(early_stop, down_fwd_s, 0.0)
+    skipped_s = where(early_stop, down_fwd_s, 0.0)
     full_recompute_s = compute.launch_bound_s(
         gemm_fwd_s + attn_fwd_s + ew_fwd_s - skipped_s,
-        ops_fwd - np.where(early_stop, compute.HOST_OPS_DOWN_PROJECTION, 0.0),
+        ops_fwd - where(early_stop, compute.HOST_OPS_DOWN_PROJECTION, 0.0),
         g["kernel_overhead_s"])
-    recompute_s = np.where(recompute == 2, full_recompute_s,
-                           np.where(recompute == 1, attn_fwd_s, 0.0))
+    recompute_s = where(recompute == 2, full_recompute_s,
+                        where(recompute == 1, attn_fwd_s, 0.0))
     block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
                                          g["kernel_overhead_s"])
     return {"gemm_fwd_s": gemm_fwd_s, "gemm_bwd_s": gemm_bwd_s, "attn_fwd_s": attn_fwd_s,
@@ -165,8 +165,8 @@ def root_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     head_gemm_s, head_gemm_bwd_s = compute.linear_time_s(
         tokens, w["vocab"], g["d_model"], r["matmul"], r["hbm"], g["matmul_half_flops"],
         g["matmul_half_k"], elem)
-    loss_bytes_per_logit = np.where(g["fused_loss"] > 0, compute.FUSED_LOSS_BYTES_PER_LOGIT,
-                                    compute.LOSS_BYTES_PER_LOGIT)
+    loss_bytes_per_logit = where(g["fused_loss"] > 0, compute.FUSED_LOSS_BYTES_PER_LOGIT,
+                                 compute.LOSS_BYTES_PER_LOGIT)
     loss_s = compute.memory_bound_time_s(tokens * w["vocab"] * loss_bytes_per_logit, r["hbm"])
     embed_s = compute.memory_bound_time_s(2.0 * tokens * g["d_model"] * elem, r["hbm"])
     # upcast + log-softmax: 14 of 36 B/logit in forward, the rest in backward

@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, memory
-from fsdpsim.costs.compute import all_of, any_of
+from fsdpsim.costs.compute import all_of, any_of, minimum, where
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -35,12 +35,12 @@ def state_bytes_per_param(compute_bytes, reduce_bytes, optimizer, megatron):
     p + K of them (:func:`fsdpsim.costs.goodput.checkpoint_bytes`).
     """
     megatron = np.asarray(megatron) > 0
-    param_bytes = np.where(megatron, compute_bytes, 4.0)
-    grad_bytes = np.where(megatron, reduce_bytes, 4.0)
-    optimizer_bytes = (np.where(np.asarray(optimizer) == 0,
-                                OPTIMIZER_STATE_BYTES_PER_PARAM["adamw"],
-                                OPTIMIZER_STATE_BYTES_PER_PARAM["sgd"])
-                       + np.where(megatron, MEGATRON_MASTER_BYTES, 0.0))
+    param_bytes = where(megatron, compute_bytes, 4.0)
+    grad_bytes = where(megatron, reduce_bytes, 4.0)
+    optimizer_bytes = (where(np.asarray(optimizer) == 0,
+                             OPTIMIZER_STATE_BYTES_PER_PARAM["adamw"],
+                             OPTIMIZER_STATE_BYTES_PER_PARAM["sgd"])
+                       + where(megatron, MEGATRON_MASTER_BYTES, 0.0))
     return param_bytes, grad_bytes, optimizer_bytes
 
 
@@ -83,10 +83,10 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
     config.update(n_params=n_params, unit_numel=unit, resident_numel=root,
                   padded_n_params=padded, n_layers=n_layers, vocab_size=vocab,
                   accumulated_grad_numel=(0.0 if accumulate is None
-                                          else np.where(accumulate, padded, 0.0)))
+                                          else where(accumulate, padded, 0.0)))
     rl = np.asarray(g["recompute_layers"])
     if any_of(rl >= 0):
-        config["recomputed_layers"] = np.where(rl >= 0, rl, n_layers)
+        config["recomputed_layers"] = where(rl >= 0, rl, n_layers)
     if "moe_layers" in g and (any_of(g["moe_layers"] > 0) or any_of(g["mtp_layers"] > 0)):
         from fsdpsim.engine.moe import memory_update
 
@@ -98,9 +98,9 @@ def shared_memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
     """The keywords of :func:`memory_config` that are the same on every pipeline stage (and
     ``_accumulate``: where the unsharded gradient accumulates, None for no row)."""
     strategy = np.asarray(g["strategy"])
-    mem_strategy = np.where(strategy == comm.GRAD_OP, comm.FULL, strategy)
+    mem_strategy = where(strategy == comm.GRAD_OP, comm.FULL, strategy)
     keep = np.asarray(g["keep_gathered"]) > 0
-    reshard = np.where((strategy == comm.GRAD_OP) | keep, False, g["reshard"] > 0)
+    reshard = where((strategy == comm.GRAD_OP) | keep, False, g["reshard"] > 0)
     sync_last = np.asarray(g["grad_sync_last"]) > 0
     accumulate = None
     if any_of(sync_last):
@@ -210,14 +210,14 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
     use_first = first["peak_bytes"] >= last["peak_bytes"]
 
     def per_row(staged, key):
-        return staged if only is None else np.where(piped, staged, only[key])
+        return staged if only is None else where(piped, staged, only[key])
 
     out = {}
     for key in first:
         if key in ("max_micro_batch", "max_seq_len"):
-            staged = np.minimum(first[key], last[key])
+            staged = minimum(first[key], last[key])
         else:
-            staged = np.where(use_first, first[key], last[key])
+            staged = where(use_first, first[key], last[key])
         out[key] = per_row(staged, key)
     out["peak_bytes_first_stage"] = per_row(first["peak_bytes"], "peak_bytes")
     out["peak_bytes_last_stage"] = per_row(last["peak_bytes"], "peak_bytes")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import compute
+from fsdpsim.costs.compute import where
 
 #: Exposed communication (or pipeline bubble) at or above this share of the step names it as
 #: the bottleneck.
@@ -41,9 +42,9 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     layer_mm = compute.layer_matmul_flops_fwd(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
                                               g["ffn_size"], swiglu, g["active_experts"])
     # torch's early-stop checkpoint skips the down projection; Megatron's recomputes it.
-    down_fwd_flops = np.where(g["megatron"] > 0, 0.0,
-                              2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"])
-    return (L * (3.0 * layer_mm + np.where(flash, 3.5, 3.0) * attn_flops_fwd)
+    down_fwd_flops = where(g["megatron"] > 0, 0.0,
+                           2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"])
+    return (L * (3.0 * layer_mm + where(flash, 3.5, 3.0) * attn_flops_fwd)
             + 3.0 * compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
-            + L * np.where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
-                           np.where(recompute == 1, attn_flops_fwd, 0.0)) * recompute_fraction)
+            + L * where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
+                        where(recompute == 1, attn_flops_fwd, 0.0)) * recompute_fraction)

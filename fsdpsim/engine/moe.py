@@ -28,7 +28,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, compute, nccl, overlap
-from fsdpsim.costs.compute import any_of
+from fsdpsim.costs.compute import any_of, maximum, minimum, where
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.engine import collectives, layers
 
@@ -58,7 +58,7 @@ def layered_rows(g: Mapping[str, np.ndarray]) -> np.ndarray:
 
 def moe_share(g, layers_key="layers_mid", moe_key="moe_layers_mid"):
     """φ: the share of a stage's layers that are MoE layers [-]."""
-    return np.where(g[moe_key] > 0, g[moe_key] / np.maximum(g[layers_key], 1.0), 0.0)
+    return where(g[moe_key] > 0, g[moe_key] / maximum(g[layers_key], 1.0), 0.0)
 
 
 def _gemms(shapes, tokens, rates, elem):
@@ -86,20 +86,20 @@ def attention_gemm_times(g, w, rates, elem):
     qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
     rope, kvr = g["mla_rope"], g["mla_kv_rank"]
     has_qr = (qr > 0).astype(float)
-    mla = _gemms([(np.where(qr > 0, qr, heads * qk), d, 1.0), (heads * qk, qr, has_qr),
+    mla = _gemms([(where(qr > 0, qr, heads * qk), d, 1.0), (heads * qk, qr, has_qr),
                   (kvr + rope, d, 1.0), (heads * (qk - rope + v), kvr, 1.0),
                   (d, heads * v, 1.0)], t, rates, elem)[:2]
     on = g["mla"] > 0
-    return np.where(on, mla[0], gqa[0]), np.where(on, mla[1], gqa[1])
+    return where(on, mla[0], gqa[0]), where(on, mla[1], gqa[1])
 
 
 def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
     """Forward, backward and down-projection forward time of a dense MLP of local width
     ``ffn_local`` (up and gate fused: 2f with SwiGLU) [s]; 0 where the width is 0."""
-    up = np.where(g["swiglu"] > 0, 2.0, 1.0) * ffn_local
+    up = where(g["swiglu"] > 0, 2.0, 1.0) * ffn_local
     times = _gemms([(up, g["d_model"], 1.0), (g["d_model"], ffn_local, 1.0)], tokens, rates, elem)
     on = ffn_local > 0
-    return tuple(np.where(on, x, 0.0) for x in times)
+    return tuple(where(on, x, 0.0) for x in times)
 
 
 def _qk_norm_bytes(g, w):
@@ -118,12 +118,12 @@ def routing(g):
     """Rows per rank (the busiest rank's, λ included), rows per local expert, local experts,
     the load factor λ and the local expert width, per MoE layer and micro-batch [-]."""
     t, k, etp, ep = moe_tokens(g), g["moe_top_k"], g["etp"], g["ep"]
-    e = np.maximum(g["n_experts"], 1.0)
+    e = maximum(g["n_experts"], 1.0)
     mean = moe_costs.routed_rows_per_rank(t, k, etp)
     cf = g["moe_capacity_factor"]
     lam = moe_costs.load_factor(mean, ep, g["moe_imbalance"], cf)
-    rows = np.where(cf > 0, moe_costs.sent_rows(t, k, e, cf) * etp, mean * lam)
-    local = np.maximum(e / ep, 1.0)
+    rows = where(cf > 0, moe_costs.sent_rows(t, k, e, cf) * etp, mean * lam)
+    local = maximum(e / ep, 1.0)
     return {"tokens": t, "rows": rows, "rows_per_expert": rows / local, "local": local,
             "lambda": lam, "ffn_local": g["expert_ffn"] / etp, "mean_rows": mean}
 
@@ -145,8 +145,8 @@ def layer_kinds(g, r, w, lt):
             g["active_experts"], r["matmul"], r["hbm"], g["matmul_half_flops"],
             g["matmul_half_k"], elem)
         mla = g["mla"] > 0  # rows without MLA keep the uniform layer's GEMMs exactly
-        gemm = (np.where(mla, attn[0] + mlp[0], uniform[0]),
-                np.where(mla, attn[1] + mlp[1], uniform[1]), np.where(mla, mlp[2], uniform[2]))
+        gemm = (where(mla, attn[0] + mlp[0], uniform[0]),
+                where(mla, attn[1] + mlp[1], uniform[1]), where(mla, mlp[2], uniform[2]))
         lt_d = layers.layer_times(g, r, w, gemm=gemm, extra_ew=qk)
     if not any_of(g["moe_layers"] > 0):
         return lt_d, lt_d, None
@@ -167,8 +167,8 @@ def layer_kinds(g, r, w, lt):
                                                ro["local"], g["swiglu"] > 0)
         fp8 = g["fp8_gemm"] > 0
         scale = g["cast_scale"]  # block-scaled formats: their bytes per element over FP8's
-        ew = (ew[0] + np.where(fp8, scale * cast[0], 0.0),
-              ew[1] + np.where(fp8, scale * cast[1], 0.0))
+        ew = (ew[0] + where(fp8, scale * cast[0], 0.0),
+              ew[1] + where(fp8, scale * cast[1], 0.0))
     if qk is not None:
         ew = (ew[0] + qk[0], ew[1] + qk[1])
     gemm = (attn[0] + shared[0] + router[0] + experts[0],
@@ -190,12 +190,12 @@ def _a2a_coefficients(g, r):
     node-deduplicating dispatcher (DeepEP) sends fewer bytes over the NICs
     (:func:`fsdpsim.costs.moe.node_dedup_factor`)."""
     size, per_node = g["ep_size"], g["ep_per_node"]
-    gpn = np.minimum(per_node, size)
-    nodes = np.ceil(size / np.maximum(gpn, 1.0))
+    gpn = minimum(per_node, size)
+    nodes = np.ceil(size / maximum(gpn, 1.0))
     dedup = g["moe_node_dedup"]
     inter_scale = 1.0
     if any_of(dedup > 0):
-        inter_scale = np.where(dedup > 0, moe_costs.node_dedup_factor(
+        inter_scale = where(dedup > 0, moe_costs.node_dedup_factor(
             nodes, g["moe_top_k"], g["n_experts"], g["moe_router_groups"],
             g["moe_router_group_top_k"]), 1.0)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
@@ -220,13 +220,13 @@ def expert_parallel(g, r, ro, lt_m):
     a2a = moe_costs.all_to_all_bytes(ro["tokens"], g["moe_top_k"], g["d_model"], g["n_experts"],
                                       elem, g["moe_fp8_dispatch"] > 0, cf)
     spb, lat = _a2a_coefficients(g, r)
-    busiest = np.where(cf > 0, 1.0, ro["lambda"])
+    busiest = where(cf > 0, 1.0, ro["lambda"])
     on = g["ep_size"] > 1
-    fwd_s = np.where(on, a2a["forward_bytes"] * spb * busiest + a2a["forward_calls"] * lat, 0.0)
-    bwd_s = np.where(on, a2a["backward_bytes"] * spb * busiest + a2a["backward_calls"] * lat,
-                     0.0)
-    fwd_bytes = np.where(on, a2a["forward_bytes"], 0.0)
-    bwd_bytes = np.where(on, a2a["backward_bytes"], 0.0)
+    fwd_s = where(on, a2a["forward_bytes"] * spb * busiest + a2a["forward_calls"] * lat, 0.0)
+    bwd_s = where(on, a2a["backward_bytes"] * spb * busiest + a2a["backward_calls"] * lat,
+                  0.0)
+    fwd_bytes = where(on, a2a["forward_bytes"], 0.0)
+    bwd_bytes = where(on, a2a["backward_bytes"], 0.0)
     if any_of(g["etp_size"] > 1):
         per_dir = moe_costs.etp_gather_bytes(ro["tokens"], g["moe_top_k"], g["d_model"],
                                              g["n_experts"], g["etp"], elem, cf)
@@ -235,18 +235,18 @@ def expert_parallel(g, r, ro, lt_m):
                                 g["link_nvlink"] > 0, all_reduce=False)
         etp_s = nccl.time_s(per_dir / 2.0 * busiest, cands, 2.0)
         etp_on = g["etp_size"] > 1
-        fwd_s = fwd_s + np.where(etp_on, etp_s, 0.0)
-        bwd_s = bwd_s + np.where(etp_on, etp_s, 0.0)
+        fwd_s = fwd_s + where(etp_on, etp_s, 0.0)
+        bwd_s = bwd_s + where(etp_on, etp_s, 0.0)
         fwd_bytes, bwd_bytes = fwd_bytes + per_dir, bwd_bytes + per_dir
     total = fwd_s + bwd_s
     compute_s = lt_m["block_fwd_s"] + lt_m["block_bwd_s"]
-    hidden = np.maximum(overlap.slowed_compute_s(compute_s, total, g["comm_compute_slowdown"]),
-                        total) - compute_s
-    share = np.where(total > 0, fwd_s / np.where(total > 0, total, 1.0), 0.5)
+    hidden = maximum(overlap.slowed_compute_s(compute_s, total, g["comm_compute_slowdown"]),
+                     total) - compute_s
+    share = where(total > 0, fwd_s / where(total > 0, total, 1.0), 0.5)
     overlapped = g["ep_overlap"] > 0
     return {"fwd_s": fwd_s, "bwd_s": bwd_s,
-            "fwd_exposed_s": np.where(overlapped, hidden * share, fwd_s),
-            "bwd_exposed_s": np.where(overlapped, hidden * (1.0 - share), bwd_s),
+            "fwd_exposed_s": where(overlapped, hidden * share, fwd_s),
+            "bwd_exposed_s": where(overlapped, hidden * (1.0 - share), bwd_s),
             "fwd_bytes": fwd_bytes, "bytes": fwd_bytes + bwd_bytes}
 
 
@@ -269,8 +269,8 @@ def mtp_times(g, r, w, lt_d, lt_m, ep, rt):
     proj = compute.linear_time_s(w["tokens"], g["d_model"] / g["tp"], 2.0 * g["d_model"],
                                  r["matmul"], r["hbm"], g["matmul_half_flops"],
                                  g["matmul_half_k"], g["compute_bytes"])
-    fwd = np.where(moe, lt_m["block_fwd_s"] + ep["fwd_exposed_s"], lt_d["block_fwd_s"])
-    bwd = np.where(moe, lt_m["block_bwd_s"] + ep["bwd_exposed_s"], lt_d["block_bwd_s"])
+    fwd = where(moe, lt_m["block_fwd_s"] + ep["fwd_exposed_s"], lt_d["block_fwd_s"])
+    bwd = where(moe, lt_m["block_bwd_s"] + ep["bwd_exposed_s"], lt_d["block_bwd_s"])
     return (n * (fwd + proj[0] + rt["head_fwd_s"]), n * (bwd + proj[1] + rt["head_bwd_s"]))
 
 
@@ -297,10 +297,10 @@ def prepare_layers(g: dict) -> None:
             continue
         if dense is None:
             size = g[expert]
-            g[f"{expert}_size"], g[f"{expert}_per_node"] = size, np.minimum(size,
+            g[f"{expert}_size"], g[f"{expert}_per_node"] = size, minimum(size,
                                                                              g["gpus_per_node"])
         else:
-            size = np.maximum(g[f"{dense}_size"] * scale, 1.0)
+            size = maximum(g[f"{dense}_size"] * scale, 1.0)
             g[f"{expert}_size"] = size
             g[f"{expert}_per_node"] = np.clip(g[f"{dense}_per_node"] * scale, 1.0, size)
     if any_of(g["sliding_layers"] > 0) or any_of(g["chunked_layers"] > 0):
@@ -354,10 +354,10 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     for k in DP_BLOCK_KEYS:
         out[k] = dpc[k] + phi * (dpc_m[k] + dpc_e[k] - dpc[k])
     if any_of(np.asarray(g["strategy"]) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
-        mean = stage_dense_numel(g, n_units, n_units * phi) / np.maximum(n_units, 1.0)
+        mean = stage_dense_numel(g, n_units, n_units * phi) / maximum(n_units, 1.0)
         whole = collectives.data_parallel({**g, "block_numel_padded": mean}, co, n_units, r)
-        out["zero1_ag_all_s"] = np.where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
-                                         + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
+        out["zero1_ag_all_s"] = where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
+                                      + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
     return out, dpc_e, g_e
 
 
@@ -384,14 +384,14 @@ def layered_flops(g, rc_share, k):
     mm = 2.0 * tokens * ((L - n_moe) * g["dense_layer_matmul_params"]
                          + n_moe * g["moe_layer_matmul_params"])
     head = compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
-    mtp_mm = g["mtp_layers"] * (2.0 * tokens * np.where(g["mtp_moe"] > 0,
-                                                        g["moe_layer_matmul_params"],
-                                                        g["dense_layer_matmul_params"])
+    mtp_mm = g["mtp_layers"] * (2.0 * tokens * where(g["mtp_moe"] > 0,
+                                                     g["moe_layer_matmul_params"],
+                                                     g["dense_layer_matmul_params"])
                                 + 2.0 * tokens * 2.0 * g["d_model"] ** 2 + head)
     recompute = np.asarray(g["recompute"])
     layer_fwd = mm + L * attn
-    extra = np.where(recompute == 2, layer_fwd, np.where(recompute == 1, L * attn, 0.0))
-    executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * np.where(flash, 3.5, 3.0)
+    extra = where(recompute == 2, layer_fwd, where(recompute == 1, L * attn, 0.0))
+    executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * where(flash, 3.5, 3.0)
                 * attn + extra * rc_share) * k * g["dp"]
     full_attn = 12.0 * s * g["q_dim"] * ratio  # PaLM: the full square per token and layer
     model = (6.0 * g["matmul_params"] + 3.0 * mtp_mm / tokens
@@ -414,38 +414,38 @@ def memory_update(g, config, stage):
         n_moe = g["moe_layers_first"] if stage == "first" else g["moe_layers_last"]
     rows = layered_rows(g)
     last = stage != "first"
-    mtp = np.where(last, g["mtp_layers"], 0.0)
+    mtp = where(last, g["mtp_layers"], 0.0)
     root_rank, root_padded = {"only": ("root_numel_rank", "root_numel_padded"),
                               "first": ("embed_numel_rank", "embed_numel_padded"),
                               "last": ("head_numel_rank", "head_numel_padded")}[stage]
     dense_rank = (n_layers - n_moe) * g["block_numel_rank"] + n_moe * g["moe_block_numel_rank"]
-    n = np.maximum(n_layers, 1.0)
+    n = maximum(n_layers, 1.0)
     new = {
-        "n_params": dense_rank + g[root_rank] + np.where(last, g["mtp_numel_rank"], 0.0),
+        "n_params": dense_rank + g[root_rank] + where(last, g["mtp_numel_rank"], 0.0),
         "padded_n_params": (stage_dense_numel(g, n_layers, n_moe) + g[root_padded]
-                            + np.where(last, g["mtp_numel_padded"], 0.0)),
+                            + where(last, g["mtp_numel_padded"], 0.0)),
         # a gathered MoE unit: its dense part and its local experts
-        "unit_numel": np.maximum(g["block_numel_padded"], np.where(
+        "unit_numel": maximum(g["block_numel_padded"], where(
             n_moe > 0, g["moe_block_numel_padded"] + expert_local_numel(g), 0.0)),
         "ffn_size": ((n_layers - n_moe) * g["ffn_size"] + n_moe * g["shared_ffn"]) / n,
     }
     for key, value in new.items():
-        config[key] = np.where(rows, value, config[key])
+        config[key] = where(rows, value, config[key])
     config["expert_n_params"] = (n_moe + mtp * g["mtp_moe"]) * expert_local_numel(g)
-    config["expert_shard_size"] = np.where(np.asarray(g["strategy"]) == comm.NONE, 1.0,
-                                           g["eshard_size"])
+    config["expert_shard_size"] = where(np.asarray(g["strategy"]) == comm.NONE, 1.0,
+                                        g["eshard_size"])
     if any_of(g["moe_layers"] > 0):
         ro = routing(g)
         per_token = 1.0 / (g["cp"] * g["tp"])  # routed rows per token of the micro-batch
-        rows_per_token = ro["rows"] / np.maximum(ro["tokens"], 1e-300) * per_token
+        rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) * per_token
         saved = rows_per_token * moe_costs.routed_saved_bytes_per_row(
             g["d_model"], ro["ffn_local"], g["swiglu"] > 0, g["compute_bytes"])
         saved = saved + per_token * moe_costs.ROUTER_BYTES * g["n_experts"]  # fp32 logits
-        kept = np.where(np.asarray(g["recompute"]) == 2, 0.0, saved)
+        kept = where(np.asarray(g["recompute"]) == 2, 0.0, saved)
         layers_moe = n_moe + mtp * g["mtp_moe"]
-        config["moe_saved_bytes_per_token"] = np.where(layers_moe > 0, layers_moe * kept, 0.0)
-        config["moe_working_bytes_per_token"] = np.where(n_moe > 0, saved + rows_per_token
-                                                         * moe_costs.a2a_buffer_bytes(
+        config["moe_saved_bytes_per_token"] = where(layers_moe > 0, layers_moe * kept, 0.0)
+        config["moe_working_bytes_per_token"] = where(n_moe > 0, saved + rows_per_token
+                                                      * moe_costs.a2a_buffer_bytes(
                                                              1.0, g["d_model"],
                                                              g["compute_bytes"]), 0.0)
     return config

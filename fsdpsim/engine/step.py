@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import comm, compute, overlap
-from fsdpsim.costs.compute import any_of
+from fsdpsim.costs.compute import any_of, maximum, where
 
 
 def fsdp_flags(g):
@@ -32,8 +32,8 @@ def fsdp_flags(g):
             "is_hybrid": strategy == comm.HYBRID, "is_ddp": strategy == comm.NONE,
             "is_zero1": strategy == comm.OPTIMIZER, "fsdp_like": fsdp_like,
             "sync_last": sync_last,
-            "ag_steps": np.where(keep & fsdp_like, 1.0, k),   # micro-batches that all-gather
-            "rs_steps": np.where(sync_last, 1.0, k)}          # micro-batches that reduce
+            "ag_steps": where(keep & fsdp_like, 1.0, k),   # micro-batches that all-gather
+            "rs_steps": where(sync_last, 1.0, k)}          # micro-batches that reduce
 
 
 def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bwd_s, root):
@@ -43,30 +43,30 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
     collectives). ``root`` (0/1) says whether this stage holds the root unit."""
     slowdown = g["comm_compute_slowdown"]
     fsdp_like = f["fsdp_like"]
-    fwd_ag_s = np.where(fsdp_like, t["ag_block_s"], 0.0)
-    fwd_first_s = np.where(fsdp_like, root * t["ag_root_s"] + t["ag_block_s"], 0.0)
+    fwd_ag_s = where(fsdp_like, t["ag_block_s"], 0.0)
+    fwd_first_s = where(fsdp_like, root * t["ag_root_s"] + t["ag_block_s"], 0.0)
     fwd_s = overlap.pipelined_phase_s(fwd_first_s, fwd_ag_s, block_fwd_s, n_units, 0.0,
                                       slowdown) + root_fwd_s
     # A framework that synchronises before every gather (deepspeed-zero3-2021) overlaps none:
     # each unit's gathers, then its compute.
     serial_ag = g["dp_gather_overlap"] <= 0
     if any_of(serial_ag):
-        fwd_s = np.where(serial_ag, root * np.where(fsdp_like, t["ag_root_s"], 0.0)
-                         + n_units * (fwd_ag_s + block_fwd_s) + root_fwd_s, fwd_s)
+        fwd_s = where(serial_ag, root * where(fsdp_like, t["ag_root_s"], 0.0)
+                      + n_units * (fwd_ag_s + block_fwd_s) + root_fwd_s, fwd_s)
     fwd_kept_s = n_units * block_fwd_s + root_fwd_s  # a later micro-batch on kept parameters
 
-    bwd_ag_s = np.where(fsdp_like & (f["ag_calls"] > 1), t["ag_block_s"], 0.0)
-    mb_rs_s = np.where(f["rs_calls"] > 0, t["rs_block_s"], 0.0)
-    mb_ar_s = np.where(f["is_hybrid"], t["hsdp_ar_block_s"], 0.0)
-    step_block_comm_s = np.where(f["is_ddp"], t["ddp_ar_block_s"],
-                                 np.where(f["is_zero1"], t["zero1_rs_block_s"], 0.0))
-    step_root_comm_s = root * np.where(f["is_ddp"], t["ddp_ar_root_s"],
-                                       np.where(f["is_zero1"], t["zero1_rs_root_s"], 0.0))
-    root_tail_s = root * (np.where(f["rs_calls"] > 0, t["rs_root_s"], 0.0)
-                          + np.where(f["is_hybrid"], t["hsdp_ar_root_s"], 0.0))
+    bwd_ag_s = where(fsdp_like & (f["ag_calls"] > 1), t["ag_block_s"], 0.0)
+    mb_rs_s = where(f["rs_calls"] > 0, t["rs_block_s"], 0.0)
+    mb_ar_s = where(f["is_hybrid"], t["hsdp_ar_block_s"], 0.0)
+    step_block_comm_s = where(f["is_ddp"], t["ddp_ar_block_s"],
+                              where(f["is_zero1"], t["zero1_rs_block_s"], 0.0))
+    step_root_comm_s = root * where(f["is_ddp"], t["ddp_ar_root_s"],
+                                    where(f["is_zero1"], t["zero1_rs_root_s"], 0.0))
+    root_tail_s = root * (where(f["rs_calls"] > 0, t["rs_root_s"], 0.0)
+                          + where(f["is_hybrid"], t["hsdp_ar_root_s"], 0.0))
 
     def backward_s(block_comm_s, root_comm_s):
-        first = np.maximum(0.0, bwd_ag_s - root_bwd_s)
+        first = maximum(0.0, bwd_ag_s - root_bwd_s)
         head = overlap.slowed_compute_s(root_bwd_s, bwd_ag_s, slowdown)
         stage_comm = bwd_ag_s + block_comm_s
         out = head + overlap.pipelined_phase_s(first, stage_comm, block_bwd_s, n_units,
@@ -77,39 +77,39 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
             # gather, compute and reduction run one after another.
             serial = (n_units * (bwd_ag_s + block_bwd_s + block_comm_s) + root_bwd_s
                       + root_comm_s)
-            out = np.where(serial_ag, serial, out)
+            out = where(serial_ag, serial, out)
         return out
 
     sync_last = f["sync_last"]
-    bwd_mb_s = backward_s(np.where(sync_last, 0.0, mb_rs_s + mb_ar_s),
-                          np.where(sync_last, 0.0, root_tail_s))
+    bwd_mb_s = backward_s(where(sync_last, 0.0, mb_rs_s + mb_ar_s),
+                          where(sync_last, 0.0, root_tail_s))
     bwd_last_s = backward_s(mb_rs_s + mb_ar_s + step_block_comm_s, root_tail_s + step_root_comm_s)
     # DDP whose gradient all-reduce runs after the whole backward (megatron-2021).
     late = f["is_ddp"] & (g["ddp_overlap"] <= 0)
     if any_of(late):
-        bwd_last_s = np.where(late, backward_s(mb_rs_s + mb_ar_s, root_tail_s)
-                              + n_units * t["ddp_ar_block_s"] + root * t["ddp_ar_root_s"],
-                              bwd_last_s)
+        bwd_last_s = where(late, backward_s(mb_rs_s + mb_ar_s, root_tail_s)
+                           + n_units * t["ddp_ar_block_s"] + root * t["ddp_ar_root_s"],
+                           bwd_last_s)
     return {"fwd_s": fwd_s, "fwd_kept_s": fwd_kept_s, "bwd_mb_s": bwd_mb_s,
             "bwd_last_s": bwd_last_s}
 
 
 def optimizer_times(g, f, t, n_params_padded):
     """The optimizer step on the local shard, and ZeRO-1's parameter gather after it [s]."""
-    opt_shard = np.where(f["is_ddp"], 1.0, np.where(f["is_hybrid"], g["shard_size"],
+    opt_shard = where(f["is_ddp"], 1.0, where(f["is_hybrid"], g["shard_size"],
                                                      g["dp_world_size"]))
-    traffic = np.where(np.asarray(g["optimizer"]) == 0, compute.OPTIMIZER_BYTES_PER_PARAM["adamw"],
-                       compute.OPTIMIZER_BYTES_PER_PARAM["sgd"])
+    traffic = where(np.asarray(g["optimizer"]) == 0, compute.OPTIMIZER_BYTES_PER_PARAM["adamw"],
+                    compute.OPTIMIZER_BYTES_PER_PARAM["sgd"])
     optimizer_s = compute.memory_bound_time_s(n_params_padded / opt_shard * traffic,
                                               g["hbm_bytes_per_s"] * g["hbm_fraction"])
-    return optimizer_s, np.where(f["is_zero1"], t["zero1_ag_all_s"], 0.0)
+    return optimizer_s, where(f["is_zero1"], t["zero1_ag_all_s"], 0.0)
 
 
 def data_parallel_step_s(g, f, ph, optimizer_s, post_step_s):
     """One step without pipelining: the FSDP schedule over k micro-batches [s]."""
     k = g["grad_accum"]
-    return (ph["fwd_s"] + (k - 1.0) * np.where(f["keep"] & f["fsdp_like"], ph["fwd_kept_s"],
-                                               ph["fwd_s"])
+    return (ph["fwd_s"] + (k - 1.0) * where(f["keep"] & f["fsdp_like"], ph["fwd_kept_s"],
+                                            ph["fwd_s"])
             + (k - 1.0) * ph["bwd_mb_s"] + ph["bwd_last_s"] + optimizer_s + post_step_s)
 
 
@@ -125,18 +125,18 @@ def pipeline_step_s(g, f, mid, first_extra, last_extra, p2p_s, wgrad_s, optimize
     from fsdpsim.costs import schedule
 
     k = g["grad_accum"]
-    fwd_avg = (mid["fwd_s"] + (k - 1.0) * np.where(f["keep"] & f["fsdp_like"], mid["fwd_kept_s"],
-                                                   mid["fwd_s"])) / k
+    fwd_avg = (mid["fwd_s"] + (k - 1.0) * where(f["keep"] & f["fsdp_like"], mid["fwd_kept_s"],
+                                                mid["fwd_s"])) / k
     bwd_avg = mid["bwd_mb_s"]
     # Interleaving needs the micro-batches in whole rounds of pp (Megatron): other
     # configurations are evaluated as 1F1B and flagged (``pipeline_ok``) so a caller can
     # reject them (predict) or drop them from the candidates (auto knobs, sweep).
     ok = schedule.schedule_feasible(g["pp_schedule"], g["pp"], g["vpp"], k)
-    code = np.where(ok, g["pp_schedule"], schedule.SCHEDULE_CODES["1f1b"])
-    vpp = np.where(ok, g["vpp"], 1.0)
+    code = where(ok, g["pp_schedule"], schedule.SCHEDULE_CODES["1f1b"])
+    vpp = where(ok, g["vpp"], 1.0)
     # Stages lighter than the middle ones (an uneven split) do not shorten the steady state:
     # their extra work is clamped at zero.
-    extras = [np.maximum(e, 0.0) for e in (*first_extra, *last_extra)]
+    extras = [maximum(e, 0.0) for e in (*first_extra, *last_extra)]
     makespan, bubble = schedule.pipeline_time_s(
         code, g["pp"], vpp, k, fwd_avg, bwd_avg - wgrad_s, wgrad_s, p2p_s, *extras,
         check=False)
