@@ -122,7 +122,23 @@ def _model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
 
 
 def system_inputs(system: System, precision: str) -> dict[str, Any]:
-    """Numeric hardware inputs of :func:`engine.evaluate` for one compute precision."""
+    """Numeric hardware inputs of :func:`engine.evaluate` for one compute precision; computed
+    once per system object and precision (a System is frozen; each caller gets a copy)."""
+    key = (id(system), precision)
+    known = _SYSTEM_INPUTS.get(key)
+    if known is None or known[0] is not system:
+        if len(_SYSTEM_INPUTS) >= 256:
+            _SYSTEM_INPUTS.clear()
+        known = _SYSTEM_INPUTS[key] = (system, _system_inputs(system, precision))
+    return dict(known[1])
+
+
+#: (system, its inputs) by (id(system), precision): the system is kept, so its id stays its own.
+_SYSTEM_INPUTS: dict[tuple[int, str], tuple[System, dict[str, Any]]] = {}
+
+
+def _system_inputs(system: System, precision: str) -> dict[str, Any]:
+    """:func:`system_inputs`, computed."""
     acc = system.accelerator
     eff = acc.efficiency
     link = system.link

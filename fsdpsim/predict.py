@@ -273,10 +273,17 @@ class CeilingValues(Mapping):
         return f"CeilingValues({dict(self)!r})"
 
 
+_FLOATS = frozenset((float, int, np.float64))
+
+
 def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
     """Row ``i`` of the engine's outputs as Python numbers (a single value serves every row)."""
     row = {}
     for key, arr in out.items():
+        kind = type(arr)
+        if kind in _FLOATS:  # one value (numpy scalar or Python number) serves every row
+            row[key] = float(arr)
+            continue
         a = np.asarray(arr)
         value = a.flat[i] if a.size > 1 else a.flat[0]
         row[key] = bool(value) if a.dtype == bool else float(value)

@@ -54,7 +54,7 @@ import numpy as np
 
 from fsdpsim.costs import schedule_closed as closed
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import all_of, any_of, as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array, minimum, where
 from fsdpsim.errors import ConfigError, suggest
 
 #: Pipeline schedules, in the order of their integer codes.
@@ -247,10 +247,10 @@ def in_flight_microbatches(schedule_code, pp, vpp, n_microbatches, stage=0):
     """
     code = _codes(schedule_code)
     p, v, m, s = as_array(pp), as_array(vpp), as_array(n_microbatches), as_array(stage)
-    warmup = np.minimum((v - 1.0) * p + 2.0 * (p - s - 1.0), m * v)
-    interleaved = np.minimum(warmup + 1.0, m * v) / v
-    one_f_one_b = np.minimum(p - s, m)
-    return np.select([code == GPIPE, code == INTERLEAVED], [m, interleaved], one_f_one_b)
+    warmup = minimum((v - 1.0) * p + 2.0 * (p - s - 1.0), m * v)
+    interleaved = minimum(warmup + 1.0, m * v) / v
+    one_f_one_b = minimum(p - s, m)
+    return where(code == GPIPE, m, where(code == INTERLEAVED, interleaved, one_f_one_b))
 
 
 # ============================================================================ time

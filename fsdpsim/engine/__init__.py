@@ -415,8 +415,8 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     inputs (:data:`OPTIONAL_INPUTS`) filled in, and the data-parallel group layout derived as
     the data-parallel engine always placed it (the shard group innermost) when the caller did
     not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
-    g = {k: (np.asarray(v).astype(np.int64) if k in CATEGORICAL else _scalar_or_array(v))
-         for k, v in {**OPTIONAL_INPUTS, **x}.items()}
+    g = dict(_OPTIONAL_PREPARED)
+    g.update((k, _categorical(v) if k in CATEGORICAL else _number(v)) for k, v in x.items())
     if "link_per_peer_bytes_per_s" not in g and "link_bytes_per_s" in g:
         g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
     if "param_gather_overlap" not in g:  # Megatron's distributed optimizer
@@ -446,11 +446,26 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     return g
 
 
-def _scalar_or_array(v):
-    if type(v) in (float, int, bool) or type(v) is np.float64:
+_PLAIN_NUMBERS = frozenset((float, int, bool, np.float64))
+
+
+def _number(v):
+    """A float input as prepare() keeps it: one value as a numpy float scalar (numpy's operators
+    on those cost a fraction of their cost on 0-d arrays), several as a float array."""
+    if type(v) in _PLAIN_NUMBERS:
         return np.float64(v)
     a = as_array(v)
     return a[()] if a.ndim == 0 else a
+
+
+def _categorical(v):
+    """A categorical input (codes) as prepare() keeps it: integers."""
+    return np.asarray(v).astype(np.int64)
+
+
+#: :data:`OPTIONAL_INPUTS` as prepare() keeps them (converted once).
+_OPTIONAL_PREPARED = {k: _categorical(v) if k in CATEGORICAL else _number(v)
+                      for k, v in OPTIONAL_INPUTS.items()}
 
 
 def _default_library_inputs() -> dict[str, float]:

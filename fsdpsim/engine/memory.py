@@ -148,6 +148,8 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
     configs = memory_config(g, "first", shared), memory_config(g, "last", shared)
     ndim = max(map(_ndim, (g["memory_bytes"], g["cp"], *configs[0].values(),
                            *configs[1].values())))
+    if ndim == 0:  # one configuration: two calls on numbers beat one on stacked arrays
+        return tuple(_memory_of(g, config, ceilings) for config in configs)
     both = {key: (a if a is configs[1][key] else _stack_pair(a, configs[1][key], ndim))
             for key, a in configs[0].items()}
     out = _memory_of(g, both, ceilings)
