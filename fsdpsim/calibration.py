@@ -122,9 +122,11 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     base = _predict(x, factors, start)
     keep = []
     for i, name in enumerate(factors):
+        # half the range away from the nearer bound (the midpoint for both branches before
+        # session 7, which left a factor starting there looking unidentifiable)
         probe = start.copy()
-        probe[i] = lo[i] + 0.5 * (hi[i] - lo[i]) if abs(start[i] - lo[i]) > abs(hi[i] - start[i]) \
-            else hi[i] - 0.5 * (hi[i] - lo[i])
+        half = 0.5 * (hi[i] - lo[i])
+        probe[i] = start[i] - half if start[i] - lo[i] > hi[i] - start[i] else start[i] + half
         change = np.max(np.abs(_predict(x, factors, probe) / base - 1.0))
         if change < MIN_SENSITIVITY:
             refused[name] = (f"not identifiable from these rows: moving it to {probe[i]:.3g} "

@@ -296,6 +296,10 @@ def kernel_options():
         click.option("--fp8-attention/--no-fp8-attention", default=False, show_default=True,
                      help="Attention in FP8 too (Transformer Engine fp8_dot_product_"
                           "attention); needs a low-precision --precision."),
+        click.option("--fp8-lm-head/--no-fp8-lm-head", default=False, show_default=True,
+                     help="The LM head's GEMMs in the low-precision format too (Megatron-Core "
+                          "fp8_output_proj); default: 16-bit, as Megatron and torchtitan run "
+                          "it."),
     ]
 
 
@@ -303,7 +307,8 @@ def kernel_knobs(o: dict) -> dict:
     """The TrainingConfig fields of :func:`kernel_options` from parsed options."""
     return {"moe_fp8_dispatch": bool(o.get("moe_fp8_dispatch")),
             "moe_dispatcher": o.get("moe_dispatcher") or "alltoall",
-            "fp8_attention": bool(o.get("fp8_attention"))}
+            "fp8_attention": bool(o.get("fp8_attention")),
+            "fp8_lm_head": bool(o.get("fp8_lm_head"))}
 
 
 def register(cli: click.Group) -> None:

@@ -101,7 +101,8 @@ def fit_rows(frame):
     if "skip" in frame.columns:
         usable = keep & (frame["skip"] == "")
         moe = pd.Series(False, index=frame.index)
-        moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
+        if usable.any():  # (assigning an empty list to no rows fails in pandas)
+            moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
         keep &= ~moe
     return frame[keep]
 

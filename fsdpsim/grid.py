@@ -45,7 +45,7 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
              "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
              "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
              "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch",
-             "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention")
+             "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention", "fp8-lm-head")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -145,6 +145,9 @@ class Grid:
     """alltoall or deepep (TrainingConfig.moe_dispatcher)."""
     fp8_attention: bool = False
     """Attention in FP8 for the grid's low-precision entries (TrainingConfig.fp8_attention)."""
+    fp8_lm_head: bool = False
+    """The LM head in the format for the grid's low-precision entries
+    (TrainingConfig.fp8_lm_head)."""
     batch_tokens: int | None = None
     """With ``best`` and no ``global-batch``: the global batch of each sequence length is
     :func:`default_global_batch` of this many tokens; None = as ``global_batches`` says."""
@@ -369,16 +372,18 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         moe_fp8_dispatch=read_flag(options.get("moe-fp8-dispatch", False), "--moe-fp8-dispatch"),
         moe_dispatcher=one_choice(options.get("moe-dispatcher", "alltoall"), "--moe-dispatcher",
                                   MOE_DISPATCHERS),
-        fp8_attention=_fp8_attention(options, precisions),
+        fp8_attention=_low_precision_flag(options, precisions, "fp8-attention"),
+        fp8_lm_head=_low_precision_flag(options, precisions, "fp8-lm-head"),
         batch_tokens=batch_tokens,
     )
 
 
-def _fp8_attention(options: Mapping[str, Any], precisions) -> bool:
-    """``--fp8-attention``: on for the grid's low-precision entries; one line if it has none."""
-    on = read_flag(options.get("fp8-attention", False), "--fp8-attention")
+def _low_precision_flag(options: Mapping[str, Any], precisions, name: str) -> bool:
+    """``--fp8-attention`` or ``--fp8-lm-head``: on for the grid's low-precision entries; one
+    line if it has none."""
+    on = read_flag(options.get(name, False), f"--{name}")
     if on and not set(precisions) & set(LOW_PRECISION):
-        raise ConfigError(f"--fp8-attention needs a low-precision --precision "
+        raise ConfigError(f"--{name} needs a low-precision --precision "
                           f"({', '.join(LOW_PRECISION)}); the grid has "
                           f"{', '.join(precisions)}")
     return on

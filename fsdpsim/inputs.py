@@ -148,6 +148,8 @@ def _system_inputs(system: System, precision: str) -> dict[str, Any]:
         "compute_clock_ratio": system.compute_clock_ratio,
         "attention_peak_ratio": _attention_peak_ratio(acc, precision),
         "fp8_attention_peak_ratio": _attention_peak_ratio(acc, precision, fp8=True),
+        # the LM head's GEMMs stay in the 16-bit type unless fp8_lm_head (layers.root_times)
+        "lm_head_peak_ratio": _attention_peak_ratio(acc, precision),
         "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
         "matmul_half_k": eff.matmul_half_k,
         "attention_half_kv": eff.attention_half_kv,
@@ -295,7 +297,9 @@ def _attention_peak_ratio(acc, precision: str, fp8: bool = False) -> float:
     """Attention's peak relative to the GEMMs' [-]: low-precision training (Transformer
     Engine's ``fp8_autocast`` with a per-tensor, MXFP8 or NVFP4 recipe) runs the GEMMs of its
     linear layers in the format while attention stays in the 16-bit type (TE user guide, "Using
-    FP8 with Transformer Engine"; arXiv 2509.25149 §4 for NVFP4); other precisions: 1. With
+    FP8 with Transformer Engine"; arXiv 2509.25149 §4 for NVFP4); other precisions: 1. The
+    LM head's GEMMs, outside the autocast in Megatron-Core and filtered out in torchtitan, run
+    at the same 16-bit peak (``lm_head_peak_ratio``). With
     ``fp8`` (attention in FP8 too, ``fp8_dot_product_attention``) the 16-bit peak times the
     measured FP8 attention speed-up (:data:`fsdpsim.costs.compute.FP8_ATTENTION_SPEEDUP`), at
     most the FP8 peak."""
@@ -389,6 +393,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "fused_loss": float(training.fused_loss),
         "fp8_gemm": float(low),
         "fp8_attention": float(training.fp8_attention),
+        "fp8_lm_head": float(training.fp8_lm_head),
         "cast_scale": (CAST_TRANSPOSE_BYTES[training.precision] / FP8_CAST_TRANSPOSE_BYTES
                        if low else 1.0),
         "dropout": float(training.dropout),

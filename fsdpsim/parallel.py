@@ -456,6 +456,13 @@ class TrainingConfig:
     fp8_attention: bool = False
     """Run attention in FP8 too (Transformer Engine ``fp8_dot_product_attention``, cuDNN FP8
     fused attention); only with a low-precision format. Default: attention in the 16-bit type."""
+    fp8_lm_head: bool = False
+    """Run the LM head's GEMMs (the output projection, and the MTP modules' shared one) in the
+    low-precision format too (Megatron-Core ``fp8_output_proj``, MXFP8 only, Megatron-LM
+    3f6a2ed844 of 2026-05-31); only with a low-precision format. Default: the 16-bit type, as
+    Megatron-Core runs its ``output_layer`` (a ``tensor_parallel.ColumnParallelLinear``,
+    outside Transformer Engine's FP8 autocast) and torchtitan's FP8 recipes (``output`` in the
+    converter's ``filter_fqns``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -471,10 +478,11 @@ class TrainingConfig:
             _choice("reduce_dtype", self.reduce_dtype, ("fp32", "bf16", "fp16"))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
-        if self.fp8_attention and self.precision not in LOW_PRECISION:
-            raise ConfigError(f"fp8_attention needs a low-precision format "
-                              f"({', '.join(LOW_PRECISION)}); precision is "
-                              f"{self.precision}")
+        for name in ("fp8_attention", "fp8_lm_head"):
+            if getattr(self, name) and self.precision not in LOW_PRECISION:
+                raise ConfigError(f"{name} needs a low-precision format "
+                                  f"({', '.join(LOW_PRECISION)}); precision is "
+                                  f"{self.precision}")
         if self.recompute_layers is not None:
             if not isinstance(self.recompute_layers, int) or self.recompute_layers < 0:
                 raise ConfigError(f"recompute_layers must be a whole number >= 0, got "

@@ -101,6 +101,9 @@ def torchtitan_toml(choice, training) -> str:
     if training.fp8_attention:
         notes.append("# FP8 attention: torchtitan has no FP8 attention option; Transformer "
                      "Engine's fp8_dot_product_attention does it (--emit megatron)")
+    if training.fp8_lm_head:
+        notes.append("# LM head in the low-precision format: leave \"output\" out of the "
+                     "converter's filter_fqns")
     if p.ep > 1 and training.moe_dispatcher == "deepep":
         notes.append("# node-deduplicated dispatch (DeepEP): set torchtitan's expert-parallel "
                      "communication backend to DeepEP where the release has one")
@@ -173,6 +176,9 @@ def megatron_args(choice, training) -> str:
     args.append(MEGATRON_PRECISION[training.precision])
     if training.fp8_attention:
         args.append("--fp8-dot-product-attention")
+    if training.fp8_lm_head:
+        notes.append("# LM head in MXFP8: Megatron-Core's TransformerConfig.fp8_output_proj = "
+                     "True (no command-line flag; needs --fp8-recipe mxfp8)")
     if p.mesh_order != DEFAULT_MESH_ORDER:
         notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
                      + "; Megatron's default is tp-cp-ep-dp-pp (innermost first): "

@@ -17,7 +17,8 @@ the framework's recipes for that model, read from their source (never fitted to 
   deepseek_workload_base_configs.py``, Megatron-Core ``overlap_moe_expert_parallel_comm``) is
   off in every DeepSeek-V3 workload config except those of :data:`A2A_OVERLAP_CONFIGS`, which
   a row matches by GPU, number format, container release and layout; attention runs in FP8
-  (``fp8_dot_product_attention``) only in those of :data:`FP8_ATTENTION_CONFIGS`.
+  (``fp8_dot_product_attention``) only in those of :data:`FP8_ATTENTION_CONFIGS`, the LM head
+  in MXFP8 (``fp8_output_proj``) only in those of :data:`FP8_LM_HEAD_CONFIGS`.
 * Every DeepSeek-V3 workload config dispatches with Megatron's ``flex`` dispatcher on DeepEP or
   HybridEP (``moe_flex_dispatcher_backend = "deepep"`` / ``"hybridep"``; H100 since f36e5de7d
   and 12a211987, B200, B300, GB200, GB300): tokens cross nodes once per destination node
@@ -54,6 +55,18 @@ A2A_OVERLAP_CONFIGS = (
 #: MXFP8 full-iteration CUDA-graph recipe (GB200's of 26.06, afb5dd47c, does not set it).
 FP8_ATTENTION_CONFIGS = (
     ("gb300", "mxfp8", (26, 6), None, "8af195c0a (2026-06-06)"),
+)
+
+
+#: Megatron-Bridge DeepSeek-V3 workload configs that run the LM head in MXFP8
+#: (``cfg.model.fp8_output_proj = True``, Megatron-Core's opt-in TE output layer of
+#: Megatron-LM 3f6a2ed844): the GB300 and GB200 MXFP8 full-iteration CUDA-graph recipes as the
+#: r0.5.0 release branch (container 26.06) took them, B300 MXFP8 from r0.5.1 (26.06.01).
+#: Every other row's LM head (and its MTP copy) runs in BF16.
+FP8_LM_HEAD_CONFIGS = (
+    ("gb300", "mxfp8", (26, 6), None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
+    ("gb200", "mxfp8", (26, 6), None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
+    ("b300", "mxfp8", (26, 6, 1), None, "78540b210 (2026-06-29, r0.5.0)"),
 )
 
 
@@ -139,6 +152,10 @@ def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
         if commit:
             cols["fp8_attention"] = True
             said.append(f"attention in FP8 (Megatron-Bridge fp8_dot_product_attention, {commit})")
+        commit = recipe_commit(FP8_LM_HEAD_CONFIGS, gpu, number_format, source, layout, ep)
+        if commit:
+            cols["fp8_lm_head"] = True
+            said.append(f"LM head in MXFP8 (Megatron-Bridge fp8_output_proj, {commit})")
         cols["moe_dispatcher"] = "deepep"
         said.append("tokens cross nodes once per node (Megatron-Bridge flex dispatcher, "
                     "DeepEP/HybridEP)")

@@ -409,6 +409,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.moe_fp8_dispatch": np.full(n, grid.moe_fp8_dispatch),
         "training.moe_dispatcher": np.full(n, grid.moe_dispatcher, dtype=object),
         "training.fp8_attention": t.training["fp8_attention"][p["pr"]] > 0,
+        "training.fp8_lm_head": t.training["fp8_lm_head"][p["pr"]] > 0,
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }

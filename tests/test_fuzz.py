@@ -614,6 +614,7 @@ _GRID_VALUES = {
     "moe-fp8-dispatch": ["true", "false", '"x"'],
     "moe-dispatcher": ['"deepep"', '"alltoall"', '"nccl"', "3", '["deepep", "alltoall"]'],
     "fp8-attention": ["true", "false", '"yes"'],
+    "fp8-lm-head": ["true", "false", '"yes"'],
 }
 assert set(_GRID_VALUES) == set(GRID_KEYS)
 

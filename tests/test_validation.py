@@ -18,7 +18,7 @@ from fsdpsim.measurement_stats import by_framework, summarise
 from fsdpsim.measurements import engine_inputs, load_measurements, predict_measurements
 from fsdpsim import engine
 
-from conftest import VALIDATION_CSV
+from conftest import VALIDATION_CSV, overlay_catalog
 
 needs_data = pytest.mark.skipif(not VALIDATION_CSV.exists(),
                                 reason="shared/validation is not beside the repository")
@@ -151,6 +151,20 @@ def test_calibration_refuses_a_factor_the_rows_cannot_identify(published):
         fit(single_node, load_catalog(use_env=False), A100S, ("nic_fraction",))
 
 
+@needs_data
+def test_a_factor_starting_at_the_middle_of_its_range_is_still_identified(published, tmp_path):
+    """Regression (session 7): the identifiability probe moved every factor to the middle of
+    its range, so one that started there (GB300's fused attention at 0.55 of (0.1, 1.0))
+    changed nothing and was refused."""
+    low, high = FACTORS["matmul_fraction"][2]
+    middle = {gpu: {"matmul_fraction": 0.5 * (low + high)} for gpu in A100S}
+    catalog = overlay_catalog(tmp_path / "catalog", middle)
+    frame = _synthetic(published, {"matmul_fraction": 0.7})
+    result = fit(frame, catalog, A100S, ("matmul_fraction",))
+    assert "matmul_fraction" not in result.refused
+    assert result.values["matmul_fraction"] == pytest.approx(0.7, rel=0.01)
+
+
 def test_unknown_factor_is_a_config_error(tmp_path):
     frame = pd.DataFrame({"skip": ["", ""], "gpu": ["h100-sxm5-80gb"] * 2})
     with pytest.raises(ConfigError, match="fittable"):
@@ -223,3 +237,20 @@ def test_a_filter_that_matches_nothing_says_what_the_file_has(capsys):
     assert main(["validate", str(VALIDATION_CSV), "--framework", "jax"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--framework 'jax'" in err[0] and "a100-sxm4-40gb" in err[0]
+
+
+def test_calibrate_on_a_file_without_usable_rows_is_one_line(tmp_path, capsys):
+    """Regression (found by test_fuzz in session 7): a file whose every row has a skip reason
+    made ``calibrate`` fail inside pandas (no usable row to test for MoE) instead of saying how
+    many rows it could use."""
+    from conftest import assert_one_line_error, run
+
+    path = tmp_path / "m.csv"
+    path.write_text("id,source_key,model,n_layers,d_model,n_heads,vocab,seq_len,gpu,n_gpus,"
+                    "gpus_per_node,framework,tp,pp,cp,sharding,micro_batch,grad_accum,"
+                    "global_batch_seqs,activation_checkpointing,precision,tokens_per_s_per_gpu\n"
+                    "p0,fuzz,MPT-7b,32,4096,32,50368,2048,A100 80GB,64,8,Composer,1,1,,"
+                    "FULL_SHARD,8,,512,false,amp_bf16,3000\n")
+    line = assert_one_line_error(*run(capsys, "calibrate", "--measurements", str(path),
+                                      "--gpu", "h100", "--framework", ""))
+    assert "0 usable rows for h100-sxm5-80gb" in line

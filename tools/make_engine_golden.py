@@ -69,7 +69,8 @@ def run_case(c: dict, catalog):
                               global_batch=c["micro_batch"] * c["grad_accum"] * plan.dp,
                               recompute=c["recompute"], precision=c["precision"],
                               reduce_dtype=c["reduce_dtype"], optimizer=c["optimizer"],
-                              flash_attention=c["flash_attention"])
+                              flash_attention=c["flash_attention"],
+                              fp8_lm_head=c.get("fp8_lm_head", False))
     return predict(get_model(c["model"]), system, plan, training)
 
 

@@ -390,6 +390,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
                    "compute_clock_ratio": 1.0, "attention_peak_ratio": 1.0, "fp8_gemm": 0.0,
                    "fp8_attention": 0.0, "fp8_attention_peak_ratio": 1.0,
+                   "fp8_lm_head": 0.0, "lm_head_peak_ratio": 1.0,
                    "cast_scale": 1.0,
                    "keep_gathered": 0.0, "grad_sync_last": 0.0,
                    "ceilings": 1.0,

@@ -84,6 +84,7 @@ class SystemInputs(TypedDict):
     compute_clock_ratio: Number      # power-capped clock / rated [-]
     attention_peak_ratio: Number     # attention's peak / the GEMMs' (FP8 training) [-]
     fp8_attention_peak_ratio: Number  # the same with attention in FP8 [-]
+    lm_head_peak_ratio: Number       # the LM head's GEMM peak / the layers' (16-bit head) [-]
     matmul_fraction: Number
     matmul_half_flops: Number
     matmul_half_k: Number
@@ -215,6 +216,7 @@ class TrainingInputs(TypedDict):
     fused_loss: Number
     fp8_gemm: Number            # the linear layers' GEMMs in FP8, MXFP8 or NVFP4 (casts)
     fp8_attention: Number       # 0/1 attention in FP8 (TE fp8_dot_product_attention)
+    fp8_lm_head: Number         # 0/1 the LM head's GEMMs in the format (fp8_output_proj)
     cast_scale: Number          # a cast's bytes per element over FP8's (block scales, FP4)
     dropout: Number
     recompute_layers: Number    # -1 = every layer

@@ -159,11 +159,14 @@ def root_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The root's compute for one micro-batch on one rank [s]: embedding lookup (first pipeline
     stage), final norm, LM head and loss (last stage); the vocabulary split over ``tp``
-    (vocab-parallel embedding, column-parallel head, vocab-parallel cross-entropy)."""
+    (vocab-parallel embedding, column-parallel head, vocab-parallel cross-entropy). Under a
+    low-precision recipe the head's GEMMs run at the 16-bit peak unless ``fp8_lm_head``
+    (:func:`fsdpsim.inputs.system_inputs`: ``lm_head_peak_ratio``)."""
     tokens = w["tokens"]
     elem = g["compute_bytes"]
+    head_rate = r["matmul"] * where(g["fp8_lm_head"] > 0, 1.0, g["lm_head_peak_ratio"])
     head_gemm_s, head_gemm_bwd_s = compute.linear_time_s(
-        tokens, w["vocab"], g["d_model"], r["matmul"], r["hbm"], g["matmul_half_flops"],
+        tokens, w["vocab"], g["d_model"], head_rate, r["hbm"], g["matmul_half_flops"],
         g["matmul_half_k"], elem)
     loss_bytes_per_logit = where(g["fused_loss"] > 0, compute.FUSED_LOSS_BYTES_PER_LOGIT,
                                  compute.LOSS_BYTES_PER_LOGIT)

@@ -1,0 +1,145 @@
+"""The LM head's precision under low-precision training (issue 13 item 5: which ops stay in
+BF16). Megatron-Core's output layer is a ``tensor_parallel.ColumnParallelLinear``, outside
+Transformer Engine's FP8 autocast, so it runs in the 16-bit type unless ``fp8_output_proj``
+(Megatron-LM 3f6a2ed844, MXFP8 only); torchtitan's FP8 recipes filter ``output`` out of their
+conversion. fsdpsim's default is the 16-bit head; ``--fp8-lm-head`` runs it in the format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fsdpsim import engine
+from fsdpsim.catalog import load_catalog
+from fsdpsim.costs import compute
+from fsdpsim.engine import layers
+from fsdpsim.errors import ConfigError
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.predict import config_inputs, predict
+from fsdpsim.presets import get_model
+from fsdpsim.published_moe import FP8_LM_HEAD_CONFIGS, recipe_commit
+from fsdpsim.system import resolve_system
+
+CATALOG = load_catalog(use_env=False)
+ROOT = Path(__file__).resolve().parents[1]
+H100 = resolve_system(CATALOG, gpu="h100-sxm5-80gb")
+
+
+def _root_times(precision, fp8_lm_head, system=H100):
+    training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="none",
+                              precision=precision, fp8_lm_head=fp8_lm_head)
+    x = config_inputs(get_model("llama3-8b"), system, ParallelPlan(8, 8, "full"), training)
+    g = engine.prepare({**x, "micro_batch": 1.0, "recompute": 0, "grad_accum": 1.0})
+    r, w = layers.rates(g), layers.widths(g)
+    return g, r, w, layers.root_times(g, r, w)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8"])
+def test_the_head_runs_at_the_16_bit_peak_unless_asked(precision):
+    """The head's GEMMs take the time of ``compute.linear_time_s`` at the 16-bit rate (half
+    H100's FP8 peak) by default and at the format's rate with ``fp8_lm_head``."""
+    system = H100 if precision == "fp8" else resolve_system(CATALOG, gpu="b200")
+    g, r, w, sixteen = _root_times(precision, False, system)
+    _, _, _, low = _root_times(precision, True, system)
+    acc = system.accelerator
+    assert g["lm_head_peak_ratio"] == pytest.approx(
+        acc.peak_for("bf16") / acc.peak_for("fp8"), rel=1e-12)
+    assert g["lm_head_peak_ratio"] == pytest.approx(0.5, rel=0.01)
+    for rate, times in ((r["matmul"] * g["lm_head_peak_ratio"], sixteen), (r["matmul"], low)):
+        fwd, bwd = compute.linear_time_s(w["tokens"], w["vocab"], g["d_model"], rate, r["hbm"],
+                                         g["matmul_half_flops"], g["matmul_half_k"],
+                                         g["compute_bytes"])
+        assert times["head_gemm_s"] == pytest.approx(fwd, rel=1e-12)
+        assert times["head_gemm_bwd_s"] == pytest.approx(bwd, rel=1e-12)
+    # a 4,096 x 4,096 x 128,256 GEMM is compute bound: the 16-bit head takes ~2x as long
+    assert 1.8 < sixteen["head_gemm_s"] / low["head_gemm_s"] < 2.01
+
+
+def test_bf16_runs_are_unchanged_and_fp8_runs_slow_down_by_the_head():
+    """In BF16 the head is already 16-bit (ratio 1); in FP8 the step grows by about the head's
+    extra GEMM time (a single-GPU-node FSDP run: compute bound)."""
+    g, _, _, _ = _root_times("bf16", False)
+    assert g["lm_head_peak_ratio"] == 1.0
+    plan = ParallelPlan(8, 8, "full")
+    steps = {}
+    for head in (False, True):
+        training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="none",
+                                  precision="fp8", fp8_lm_head=head)
+        steps[head] = predict(get_model("llama3-8b"), H100, plan, training)
+    _, _, _, sixteen = _root_times("fp8", False)
+    _, _, _, low = _root_times("fp8", True)
+    extra = (sixteen["head_gemm_s"] + sixteen["head_gemm_bwd_s"]
+             - low["head_gemm_s"] - low["head_gemm_bwd_s"])
+    grown = steps[False].values["compute_s"] - steps[True].values["compute_s"]
+    assert grown == pytest.approx(extra, rel=1e-9)
+    assert steps[False].values["mfu"] < steps[True].values["mfu"]
+    assert steps[False].values["model_flops_per_step"] == steps[True].values["model_flops_per_step"]
+
+
+def test_fp8_lm_head_needs_a_low_precision_everywhere(capsys):
+    from conftest import assert_one_line_error, run
+
+    with pytest.raises(ConfigError, match="fp8_lm_head needs a low-precision format"):
+        TrainingConfig(seq_len=4096, precision="bf16", fp8_lm_head=True)
+    for command in (("predict",), ("search",), ("compare", "--gpu", "h100", "--num-gpus", "8")):
+        line = assert_one_line_error(*run(capsys, *command, "--model", "llama3-8b",
+                                          "--fp8-lm-head"))
+        assert "fp8_lm_head needs a low-precision format" in line
+    line = assert_one_line_error(*run(capsys, "sweep", "--model", "llama3-8b",
+                                      "--fp8-lm-head"))
+    assert "--fp8-lm-head needs a low-precision --precision" in line
+
+
+def test_cli_and_sweep_carry_the_option(capsys):
+    import json
+
+    from conftest import run
+    from fsdpsim.grid import build_grid
+    from fsdpsim.sweep import run_sweep
+
+    args = ("predict", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8",
+            "--precision", "fp8", "--micro-batch", "1", "--recompute", "none",
+            "--format", "json")
+    rc, plain, err = run(capsys, *args)
+    assert rc == 0, err
+    rc, head, err = run(capsys, *args, "--fp8-lm-head")
+    assert rc == 0, err
+    plain, head = json.loads(plain), json.loads(head)
+    assert plain["training"]["fp8_lm_head"] is False and head["training"]["fp8_lm_head"] is True
+    assert head["tokens_per_s_per_gpu"] > plain["tokens_per_s_per_gpu"]
+    rows = run_sweep(build_grid(CATALOG, {"model": "llama3-8b", "gpu": "h100", "num-gpus": "8",
+                                          "precision": "fp8", "micro-batch": "1",
+                                          "recompute": "none", "fp8-lm-head": True}))
+    assert bool(rows["training.fp8_lm_head"].iloc[0])
+    assert rows["tokens_per_s_per_gpu"].iloc[0] == pytest.approx(
+        head["tokens_per_s_per_gpu"], rel=1e-9)
+    rc, out, err = run(capsys, "search", "--model", "llama3-8b", "--gpu", "b200",
+                       "--num-gpus", "8", "--precision", "mxfp8", "--fp8-lm-head", "--top", "1",
+                       "--emit", "megatron")
+    assert rc == 0, err
+    assert "fp8_output_proj" in out
+
+
+@pytest.mark.parametrize("gpu, release, expected", [
+    ("gb300", "NeMo container 26.06", True), ("gb200", "NeMo container 26.08", True),
+    ("gb300", "NeMo container 26.04.01", False), ("b300", "NeMo container 26.06", False),
+    ("b300", "NeMo container 26.06.01", True), ("b200", "NeMo container 26.08", False)])
+def test_published_recipes_that_run_the_head_in_mxfp8(gpu, release, expected):
+    """Megatron-Bridge's release branch r0.5.0 set ``fp8_output_proj`` for the GB300 and GB200
+    MXFP8 DeepSeek-V3 recipes (26.06), then B300's (26.06.01); MXFP8 only."""
+    commit = recipe_commit(FP8_LM_HEAD_CONFIGS, gpu, "mxfp8", release, {}, 1)
+    assert (commit is not None) == expected
+    assert recipe_commit(FP8_LM_HEAD_CONFIGS, gpu, "fp8", release, {}, 1) is None
+
+
+def test_published_deepseek_rows_carry_the_head_precision():
+    from fsdpsim.measurements import load_measurements
+
+    rows = load_measurements(ROOT / "validation" / "data" / "hybrid_calibration.csv", CATALOG)
+    ds = rows[rows["model"].astype(str).str.contains("DeepSeek") & (rows["skip"] == "")]
+    head = ds[ds["fp8_lm_head"] == True]  # noqa: E712 (a column of objects)
+    assert len(head) >= 6 and set(head["gpu"]) <= {"gb300", "gb200", "b300"}
+    assert set(head["precision_format"]) == {"mxfp8"}
+    others = rows[~rows.index.isin(head.index) & (rows["skip"] == "")]
+    assert not others["fp8_lm_head"].fillna(False).astype(bool).any()
