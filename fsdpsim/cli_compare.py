@@ -194,6 +194,8 @@ def notes(values: list[dict], run, training) -> list[str]:
     kernels = [text for on, text in (
         (training.fp8_attention, "attention in FP8 (--fp8-attention)"),
         (training.fp8_lm_head, "LM head in the low-precision format (--fp8-lm-head)"),
+        (training.recompute_modules, "recompute of " + ", ".join(training.recompute_modules)
+         + " (--recompute-modules)"),
         (training.moe_dispatcher == "deepep",
          "expert dispatch once per destination node (--moe-dispatcher deepep)"),
         (training.moe_fp8_dispatch, "dispatch in FP8 (--moe-fp8-dispatch)")) if on]
@@ -228,6 +230,7 @@ def report_data(rows, training, run, plan_kind: str) -> dict[str, Any]:
                       "precision": training.precision, "optimizer": training.optimizer,
                       "fp8_attention": training.fp8_attention,
                       "fp8_lm_head": training.fp8_lm_head,
+                      "recompute_modules": list(training.recompute_modules),
                       "moe_dispatcher": training.moe_dispatcher,
                       "moe_fp8_dispatch": training.moe_fp8_dispatch,
                       "plan": plan_kind, "train_tokens": run.tokens},

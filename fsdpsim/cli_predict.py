@@ -296,6 +296,9 @@ def kernel_options():
         click.option("--fp8-attention/--no-fp8-attention", default=False, show_default=True,
                      help="Attention in FP8 too (Transformer Engine fp8_dot_product_"
                           "attention); needs a low-precision --precision."),
+        click.option("--recompute-modules", default="", metavar="LIST",
+                     help="Megatron's per-module recompute, comma-separated: mla_up_proj, "
+                          "mlp (dense layers), moe_act; beside --recompute none|selective."),
         click.option("--fp8-lm-head/--no-fp8-lm-head", default=False, show_default=True,
                      help="The LM head's GEMMs in the low-precision format too (Megatron-Core "
                           "fp8_output_proj); default: 16-bit, as Megatron and torchtitan run "
@@ -308,7 +311,8 @@ def kernel_knobs(o: dict) -> dict:
     return {"moe_fp8_dispatch": bool(o.get("moe_fp8_dispatch")),
             "moe_dispatcher": o.get("moe_dispatcher") or "alltoall",
             "fp8_attention": bool(o.get("fp8_attention")),
-            "fp8_lm_head": bool(o.get("fp8_lm_head"))}
+            "fp8_lm_head": bool(o.get("fp8_lm_head")),
+            "recompute_modules": o.get("recompute_modules") or ()}
 
 
 def register(cli: click.Group) -> None:

@@ -120,6 +120,9 @@ def grid_options(f):
                      help="alltoall (default) or deepep: once per destination node."),
         click.option("--fp8-attention/--no-fp8-attention", default=None,
                      help="Attention in FP8 for the low-precision --precision entries."),
+        click.option("--recompute-modules", default=None, metavar="LIST",
+                     help="Megatron's per-module recompute for the whole grid: mla_up_proj, "
+                          "mlp, moe_act (comma-separated)."),
         click.option("--fp8-lm-head/--no-fp8-lm-head", default=None,
                      help="The LM head in the format for the low-precision --precision "
                           "entries (default: 16-bit)."),

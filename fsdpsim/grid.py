@@ -45,7 +45,8 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
              "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
              "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
              "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch",
-             "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention", "fp8-lm-head")
+             "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention", "fp8-lm-head",
+             "recompute-modules")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -148,6 +149,8 @@ class Grid:
     fp8_lm_head: bool = False
     """The LM head in the format for the grid's low-precision entries
     (TrainingConfig.fp8_lm_head)."""
+    recompute_modules: tuple[str, ...] = ()
+    """Megatron's per-module recompute for every point (TrainingConfig.recompute_modules)."""
     batch_tokens: int | None = None
     """With ``best`` and no ``global-batch``: the global batch of each sequence length is
     :func:`default_global_batch` of this many tokens; None = as ``global_batches`` says."""
@@ -374,8 +377,24 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                                   MOE_DISPATCHERS),
         fp8_attention=_low_precision_flag(options, precisions, "fp8-attention"),
         fp8_lm_head=_low_precision_flag(options, precisions, "fp8-lm-head"),
+        recompute_modules=_recompute_modules(options.get("recompute-modules")),
         batch_tokens=batch_tokens,
     )
+
+
+def _recompute_modules(value) -> tuple[str, ...]:
+    """``--recompute-modules``: one comma-separated list for the whole grid (names checked by
+    TrainingConfig)."""
+    from fsdpsim.parallel import TrainingConfig
+
+    if value is None or value == "" or value == []:
+        return ()
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    if not isinstance(value, str):
+        raise ConfigError(f"--recompute-modules {value!r} not accepted; accepted: a comma-"
+                          f"separated list of mla_up_proj, mlp, moe_act")
+    return TrainingConfig(seq_len=1, recompute_modules=value).recompute_modules
 
 
 def _low_precision_flag(options: Mapping[str, Any], precisions, name: str) -> bool:

@@ -377,7 +377,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
     from fsdpsim.moe_inputs import moe_training_inputs
 
     from fsdpsim.costs.compute import CAST_TRANSPOSE_BYTES, FP8_CAST_TRANSPOSE_BYTES
-    from fsdpsim.parallel import LOW_PRECISION
+    from fsdpsim.parallel import LOW_PRECISION, RECOMPUTE_MODULES
 
     low = training.precision in LOW_PRECISION
     compute_bytes = DTYPE_BYTES[training.precision]
@@ -394,6 +394,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "fp8_gemm": float(low),
         "fp8_attention": float(training.fp8_attention),
         "fp8_lm_head": float(training.fp8_lm_head),
+        **{f"rc_{m}": float(m in training.recompute_modules) for m in RECOMPUTE_MODULES},
         "cast_scale": (CAST_TRANSPOSE_BYTES[training.precision] / FP8_CAST_TRANSPOSE_BYTES
                        if low else 1.0),
         "dropout": float(training.dropout),

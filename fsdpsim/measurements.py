@@ -48,6 +48,8 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
 ``moe_dispatcher``         alltoall (default) or deepep (once per destination node)
 ``fp8_attention``          true: attention in FP8 too (low-precision rows; default false)
 ``fp8_lm_head``            true: the LM head's GEMMs in the format too (default false: 16-bit)
+``recompute_modules``      Megatron's per-module recompute, comma-separated (mla_up_proj, mlp,
+                           moe_act; default none)
 ``preset``, ``mtp_layers`` the model as a preset id (published MoE rows), its MTP modules
 =========================  =========================================================
 
@@ -90,7 +92,8 @@ PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "pp_last_layers": None, "recompute_layers": None, "ep": 1, "etp": None,
                 "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
                 "moe_imbalance": None, "preset": None, "mtp_layers": None,
-                "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None}
+                "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
+                "recompute_modules": None}
 
 
 def _truthy(value: Any) -> bool:
@@ -271,6 +274,7 @@ def _row_setup(row: pd.Series, catalog: Catalog,
                    dropout=_flag(row, "dropout", False),
                    fp8_attention=_flag(row, "fp8_attention", False),
                    fp8_lm_head=_flag(row, "fp8_lm_head", False),
+                   recompute_modules=str(_cell(row, "recompute_modules") or ""),
                    moe_dispatcher=str(_cell(row, "moe_dispatcher") or "alltoall"),
                    recompute_layers=_whole_cell(row, "recompute_layers"),
                    **{k: (None if _cell(row, k) is None else float(_cell(row, k)))

@@ -41,6 +41,10 @@ LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 OPTIMIZERS = ("adamw", "sgd")
 #: Expert-parallel token dispatchers (TrainingConfig.moe_dispatcher).
 MOE_DISPATCHERS = ("alltoall", "deepep")
+#: Megatron-Core's per-module recompute (``recompute_modules`` with selective granularity) that
+#: fsdpsim models: the MLA query/key/value up projections, the MLP of dense (non-MoE) layers,
+#: the routed experts' activation function.
+RECOMPUTE_MODULES = ("mla_up_proj", "mlp", "moe_act")
 GRAD_SYNCS = ("every", "last")
 #: Strategies that shard parameters and gradients: the accumulation knobs (keep_gathered,
 #: grad_sync) mean something for these only.
@@ -456,6 +460,14 @@ class TrainingConfig:
     fp8_attention: bool = False
     """Run attention in FP8 too (Transformer Engine ``fp8_dot_product_attention``, cuDNN FP8
     fused attention); only with a low-precision format. Default: attention in the 16-bit type."""
+    recompute_modules: tuple[str, ...] = ()
+    """Megatron-Core's per-module recompute (:data:`RECOMPUTE_MODULES`; ``recompute_modules``
+    with ``recompute_granularity = "selective"``, megatron/core/transformer): ``mla_up_proj``
+    reruns the MLA query and key/value up projections in backward and frees Q, K and V after
+    the attention core (multi_latent_attention.py, CheckpointWithoutOutput); ``mlp`` reruns the
+    MLP of the dense layers only (transformer_layer.py: not for MoE layers) and frees its
+    internals; ``moe_act`` reruns the experts' activation and frees its output (moe/experts.py).
+    Applies beside ``recompute`` none or selective (full recomputes everything already)."""
     fp8_lm_head: bool = False
     """Run the LM head's GEMMs (the output projection, and the MTP modules' shared one) in the
     low-precision format too (Megatron-Core ``fp8_output_proj``, MXFP8 only, Megatron-LM
@@ -478,6 +490,16 @@ class TrainingConfig:
             _choice("reduce_dtype", self.reduce_dtype, ("fp32", "bf16", "fp16"))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
+        modules = self.recompute_modules
+        if isinstance(modules, str):
+            modules = tuple(m for m in modules.replace(" ", "").split(",") if m)
+        modules = tuple(modules)
+        bad = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise ConfigError(f"recompute_modules {', '.join(map(repr, bad))} not accepted; "
+                              f"accepted: {', '.join(RECOMPUTE_MODULES)} (comma-separated)")
+        object.__setattr__(self, "recompute_modules",
+                           tuple(m for m in RECOMPUTE_MODULES if m in modules))
         for name in ("fp8_attention", "fp8_lm_head"):
             if getattr(self, name) and self.precision not in LOW_PRECISION:
                 raise ConfigError(f"{name} needs a low-precision format "

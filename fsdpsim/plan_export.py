@@ -104,6 +104,9 @@ def torchtitan_toml(choice, training) -> str:
     if training.fp8_lm_head:
         notes.append("# LM head in the low-precision format: leave \"output\" out of the "
                      "converter's filter_fqns")
+    if training.recompute_modules:
+        notes.append("# per-module recompute (" + ", ".join(training.recompute_modules)
+                     + "): Megatron-Core's recompute_modules; torchtitan has no equivalent")
     if p.ep > 1 and training.moe_dispatcher == "deepep":
         notes.append("# node-deduplicated dispatch (DeepEP): set torchtitan's expert-parallel "
                      "communication backend to DeepEP where the release has one")
@@ -176,6 +179,13 @@ def megatron_args(choice, training) -> str:
     args.append(MEGATRON_PRECISION[training.precision])
     if training.fp8_attention:
         args.append("--fp8-dot-product-attention")
+    if training.recompute_modules and choice.recompute != "full":
+        # Megatron's selective granularity recomputes core_attn unless the list replaces it
+        selective = "--recompute-granularity selective" in args
+        if not selective:
+            args.append("--recompute-granularity selective")
+        args.append("--recompute-modules " + " ".join(
+            (("core_attn",) if selective else ()) + training.recompute_modules))
     if training.fp8_lm_head:
         notes.append("# LM head in MXFP8: Megatron-Core's TransformerConfig.fp8_output_proj = "
                      "True (no command-line flag; needs --fp8-recipe mxfp8)")

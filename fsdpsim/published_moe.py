@@ -70,6 +70,41 @@ FP8_LM_HEAD_CONFIGS = (
 )
 
 
+#: Megatron-Bridge DeepSeek-V3 performance recipes' per-module recompute
+#: (``recompute_modules`` with selective granularity), by GPU, number formats (None: any), the
+#: first and last container release (None: open) and where it is set: the 25.09 run script
+#: (``scripts/performance/run_script.py`` @a28844195, r0.1.0; the GB200 rows are token-drop
+#: runs), the workload base configs of v0.2.0 (25.11) to v0.5.x (26.06.01), and the 26.08
+#: perf recipes. The recipes' "layernorm" module (GB300 26.04.01 V2) is not in these rows.
+RECOMPUTE_MODULES_CONFIGS = (
+    ("h100", None, (25, 9), None, ("mla_up_proj", "mlp"), "run_script.py @a28844195, v0.2.0+"),
+    ("b200", None, (25, 9), (26, 4), ("mla_up_proj",), "run_script.py @a28844195, v0.2.0-v0.4.0"),
+    ("b200", None, (26, 4, 1), None, ("mla_up_proj", "mlp"), "5acef9309 (2026-04-18, V2)"),
+    ("b300", None, (26, 2), None, ("mla_up_proj",), "v0.3.0+ B300 configs"),
+    ("gb200", None, (25, 9), (26, 2, 1), ("mla_up_proj",), "run_script.py @a28844195 "
+     "(token drop), v0.2.0-v0.3.1"),
+    ("gb200", None, (26, 4), (26, 4, 1), ("mlp",), "801277876 (2026-03-31), v0.4.x"),
+    ("gb200", None, (26, 6), None, ("mla_up_proj",), "v0.5.0+ GB200 MXFP8 configs"),
+    ("gb300", None, (25, 11), (25, 11), ("moe_act",), "v0.2.0 GB300 base config"),
+    ("gb300", None, (26, 2), (26, 4, 1), ("mla_up_proj",), "v0.3.0-v0.4.2 GB300 V1 config"),
+    ("gb300", ("mxfp8",), (26, 6), None, (), "8af195c0a (2026-06-06): none"),
+)
+
+
+def recompute_modules_of(gpu: str, number_format: str,
+                         source: str) -> tuple[tuple[str, ...], str] | None:
+    """(modules, where set) of the recipe a DeepSeek-V3 row ran, from
+    :data:`RECOMPUTE_MODULES_CONFIGS`, or None when no entry matches."""
+    release = container_release(source)
+    if release is None:
+        return None
+    for family, formats, first, last, modules, where in RECOMPUTE_MODULES_CONFIGS:
+        if (gpu.startswith(family) and (formats is None or number_format in formats)
+                and release >= first and (last is None or release <= last)):
+            return modules, where
+    return None
+
+
 def container_release(text: str) -> tuple[int, ...] | None:
     """The NeMo container release a source names ("..._26.04.01" -> (26, 4, 1))."""
     m = re.search(r"(\d{2})\.(\d{2})(?:\.(\d{2}))?(?!\d)", text)
@@ -152,6 +187,11 @@ def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
         if commit:
             cols["fp8_attention"] = True
             said.append(f"attention in FP8 (Megatron-Bridge fp8_dot_product_attention, {commit})")
+        found = recompute_modules_of(gpu, number_format, source)
+        if found and found[0]:
+            cols["recompute_modules"] = ",".join(found[0])
+            said.append(f"recompute of {', '.join(found[0])} (Megatron-Bridge recompute_modules, "
+                        f"{found[1]})")
         commit = recipe_commit(FP8_LM_HEAD_CONFIGS, gpu, number_format, source, layout, ep)
         if commit:
             cols["fp8_lm_head"] = True

@@ -410,6 +410,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.moe_dispatcher": np.full(n, grid.moe_dispatcher, dtype=object),
         "training.fp8_attention": t.training["fp8_attention"][p["pr"]] > 0,
         "training.fp8_lm_head": t.training["fp8_lm_head"][p["pr"]] > 0,
+        "training.recompute_modules": np.full(n, ",".join(grid.recompute_modules), dtype=object),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }

@@ -615,6 +615,7 @@ _GRID_VALUES = {
     "moe-dispatcher": ['"deepep"', '"alltoall"', '"nccl"', "3", '["deepep", "alltoall"]'],
     "fp8-attention": ["true", "false", '"yes"'],
     "fp8-lm-head": ["true", "false", '"yes"'],
+    "recompute-modules": ['"mla_up_proj,moe_act"', '"mlp"', '"attn"', "3", '["mlp", "moe_act"]'],
 }
 assert set(_GRID_VALUES) == set(GRID_KEYS)
 

@@ -414,7 +414,7 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
             k * saved_per_layer + (as_array(n_layers) - k) * kept_per_layer)
         working = where(k > 0, working, 0.0)
     routed_tokens = as_array(micro_batch) * as_array(seq_len)
-    if (any_of(as_array(moe_saved_bytes_per_token) > 0)
+    if (any_of(as_array(moe_saved_bytes_per_token) != 0)
             or any_of(as_array(moe_working_bytes_per_token) > 0)):
         saved_all = saved_all + (as_array(saved_microbatches) * routed_tokens
                                  * as_array(moe_saved_bytes_per_token))
