@@ -10,7 +10,7 @@ import pytest
 
 from fsdpsim import engine
 from fsdpsim.catalog import load_catalog
-from fsdpsim.engine import layers, moe
+from fsdpsim.engine import layers, module_recompute, moe
 from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.predict import config_inputs, predict
@@ -62,7 +62,7 @@ def test_each_module_adds_its_forward_to_the_backward_and_frees_its_tensors(modu
                                        g["matmul_half_k"])
     k, n, n_moe = 64 / 64 / 1, g["n_layers"], g["moe_layers"]
     if module == "mla_up_proj":  # every layer (all MLA), the same GEMMs each
-        per_layer = moe.mla_up_proj_fwd_s(g, w, rates, g["compute_bytes"])
+        per_layer = module_recompute.mla_up_proj_fwd_s(g, w, rates, g["compute_bytes"])
         expected_s = k * n * per_layer
     else:  # the MoE layers' activation traffic
         ro = moe.routing(g)

@@ -92,7 +92,7 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
 
         config = memory_update(g, config, stage)
     if any_of(g["rc_mla_up_proj"] > 0) or any_of(g["rc_mlp"] > 0) or any_of(g["rc_moe_act"] > 0):
-        from fsdpsim.engine.moe import module_recompute_freed_bytes
+        from fsdpsim.engine.module_recompute import module_recompute_freed_bytes
 
         n_moe = {"only": g["moe_layers"], "first": g.get("moe_layers_first", 0.0),
                  "last": g.get("moe_layers_last", 0.0)}[stage]

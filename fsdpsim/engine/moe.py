@@ -30,7 +30,7 @@ import numpy as np
 from fsdpsim.costs import comm, compute, nccl, overlap
 from fsdpsim.costs.compute import any_of, maximum, minimum, where
 from fsdpsim.costs import moe as moe_costs
-from fsdpsim.engine import collectives, layers
+from fsdpsim.engine import collectives, layers, module_recompute
 
 #: Per-layer times of :func:`fsdpsim.engine.layers.layer_times` that a stage averages.
 LAYER_KEYS = ("gemm_fwd_s", "gemm_bwd_s", "attn_fwd_s", "attn_bwd_s", "ew_fwd_s", "ew_bwd_s",
@@ -93,18 +93,6 @@ def attention_gemm_times(g, w, rates, elem):
     return where(on, mla[0], gqa[0]), where(on, mla[1], gqa[1])
 
 
-def mla_up_proj_fwd_s(g, w, rates, elem):
-    """Forward time of MLA's query and key/value up projections on one TP rank [s]: what
-    Megatron's ``mla_up_proj`` module recompute reruns in backward (with their layer norms and
-    the rotary concatenation, element-wise and not counted)."""
-    heads = g["n_heads"] / g["tp"]
-    qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
-    rope, kvr = g["mla_rope"], g["mla_kv_rank"]
-    has_qr = where(qr > 0, 1.0, 0.0)
-    return _gemms([(heads * qk, qr, has_qr), (heads * (qk - rope + v), kvr, 1.0)], w["tokens"],
-                  rates, elem)[0]
-
-
 def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
     """Forward, backward and down-projection forward time of a dense MLP of local width
     ``ffn_local`` (up and gate fused: 2f with SwiGLU) [s]; 0 where the width is 0."""
@@ -164,7 +152,7 @@ def layer_kinds(g, r, w, lt):
     if any_of(g["rc_mla_up_proj"] > 0) and any_of(g["mla"] > 0):
         mla_up_s = where((g["rc_mla_up_proj"] > 0) & (g["mla"] > 0)
                          & (np.asarray(g["recompute"]) != 2),
-                         mla_up_proj_fwd_s(g, w, rates, elem), 0.0)
+                         module_recompute.mla_up_proj_fwd_s(g, w, rates, elem), 0.0)
         lt_d = {**lt_d, "recompute_s": lt_d["recompute_s"] + mla_up_s}
     if not any_of(g["moe_layers"] > 0):
         return lt_d, lt_d, None
@@ -419,51 +407,14 @@ def layered_flops(g, rc_share, k):
     layer_fwd = mm + L * attn
     extra = where(recompute == 2, layer_fwd, where(recompute == 1, L * attn, 0.0))
     if any_of(g["rc_mla_up_proj"] > 0) or any_of(g["rc_mlp"] > 0):
-        extra = extra + where(recompute != 2, module_recompute_flops(g, tokens), 0.0)
+        extra = extra + where(recompute != 2, module_recompute.module_recompute_flops(g, tokens),
+                              0.0)
     executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * where(flash, 3.5, 3.0)
                 * attn + extra * rc_share) * k * g["dp"]
     full_attn = 12.0 * s * g["q_dim"] * ratio  # PaLM: the full square per token and layer
     model = (6.0 * g["matmul_params"] + 3.0 * mtp_mm / tokens
              + (L + g["mtp_layers"]) * full_attn) * tokens * k * g["dp"]
     return executed, model
-
-
-def module_recompute_flops(g, tokens):
-    """FLOPs of one micro-batch's per-module recompute (Megatron ``recompute_modules``) over
-    the model [FLOP]: MLA's up projections in every MLA layer, the dense layers' MLP."""
-    heads, qk, v = g["n_heads"], g["mla_qk_head"], g["mla_v_head"]
-    mla_up = 2.0 * tokens * heads * (g["mla_q_rank"] * qk
-                                     + g["mla_kv_rank"] * (qk - g["mla_rope"] + v))
-    dense_mlp = 2.0 * tokens * where(g["swiglu"] > 0, 3.0, 2.0) * g["d_model"] * g["ffn_size"]
-    n_dense = g["n_layers"] - g["moe_layers"]
-    return (where((g["rc_mla_up_proj"] > 0) & (g["mla"] > 0), g["n_layers"] * mla_up, 0.0)
-            + where(g["rc_mlp"] > 0, n_dense * dense_mlp, 0.0))
-
-
-def module_recompute_freed_bytes(g, n_layers, n_moe, mtp):
-    """Bytes per token of the micro-batch that per-module recompute stops saving on a stage
-    with ``n_layers`` layers, ``n_moe`` of them MoE, and ``mtp`` MTP modules [B]: Q, K and V
-    of every MLA layer (``mla_up_proj``; the attention core's widths as the activation model
-    counts them, :func:`fsdpsim.costs.activations.saved_bytes_by_policy`), the dense layers'
-    MLP internals (``mlp``) and the experts' activation output of every MoE layer
-    (``moe_act``). Nothing under full recompute (a layer then keeps only its input)."""
-    e = g["compute_bytes"]
-    split = g["tp"] * g["cp"]  # a token's share on this rank
-    freed = 0.0
-    if any_of(g["rc_mla_up_proj"] > 0):
-        qkv = e * (g["q_dim"] + 2.0 * g["kv_dim"]) / split
-        freed = freed + where((g["rc_mla_up_proj"] > 0) & (g["mla"] > 0),
-                              (n_layers + mtp) * qkv, 0.0)
-    if any_of(g["rc_mlp"] > 0):
-        n_ffn = where(g["swiglu"] > 0, where(g["fused_glu"] > 0, 3.0, 4.0), 2.0)
-        dense = where(g["active_experts"] <= 1, n_layers - n_moe, 0.0)
-        freed = freed + where(g["rc_mlp"] > 0, dense * e * n_ffn * g["ffn_size"] / split, 0.0)
-    if any_of(g["rc_moe_act"] > 0) and any_of(g["moe_layers"] > 0):
-        ro = routing(g)
-        rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) / split
-        freed = freed + where(g["rc_moe_act"] > 0, (n_moe + mtp * g["mtp_moe"])
-                              * rows_per_token * ro["ffn_local"] * e, 0.0)
-    return where(np.asarray(g["recompute"]) == 2, 0.0, freed)
 
 
 # -- memory ---------------------------------------------------------------------------------------
