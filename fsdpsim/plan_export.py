@@ -91,18 +91,20 @@ def torchtitan_toml(choice, training) -> str:
         notes.append(f"# the plan recomputes the first {k} of each stage's {n} layers "
                      f"({choice.recompute}); torchtitan checkpoints every {every}-th layer "
                      f"instead ({n // every} of {n}): check the memory")
+    # the LM head stays 16-bit (torchtitan's FP8 recipes filter "output") unless fp8_lm_head
+    head = [] if training.fp8_lm_head else ['filter_fqns = ["output"]']
     if training.precision == "fp8":
-        lines += ["", "[quantize.linear.float8]", "enable_fsdp_float8_all_gather = false"]
+        lines += ["", "[quantize.linear.float8]", "enable_fsdp_float8_all_gather = false", *head]
     elif training.precision == "mxfp8":
-        lines += ["", "[quantize.linear.mx]", 'recipe_name = "mxfp8"']
+        lines += ["", "[quantize.linear.mx]", 'recipe_name = "mxfp8"', *head]
     elif training.precision in ("fp8-block", "nvfp4"):
         notes.append(f"# {training.precision}: no torchtitan quantization recipe of that name; "
                      "Transformer Engine / Megatron-LM run it (--emit megatron)")
     if training.fp8_attention:
         notes.append("# FP8 attention: torchtitan has no FP8 attention option; Transformer "
                      "Engine's fp8_dot_product_attention does it (--emit megatron)")
-    if training.fp8_lm_head:
-        notes.append("# LM head in the low-precision format: leave \"output\" out of the "
+    if training.fp8_lm_head and training.precision in ("fp8", "mxfp8"):
+        notes.append("# LM head in the low-precision format: \"output\" is not in the "
                      "converter's filter_fqns")
     if training.recompute_modules:
         notes.append("# per-module recompute (" + ", ".join(training.recompute_modules)

@@ -143,3 +143,18 @@ def test_published_deepseek_rows_carry_the_head_precision():
     assert set(head["precision_format"]) == {"mxfp8"}
     others = rows[~rows.index.isin(head.index) & (rows["skip"] == "")]
     assert not others["fp8_lm_head"].fillna(False).astype(bool).any()
+
+
+def test_torchtitan_emit_filters_the_head_unless_asked(capsys):
+    """torchtitan's FP8 recipes keep the output layer in BF16 (``filter_fqns = ["output"]``);
+    the emitted config does the same unless ``--fp8-lm-head``."""
+    from conftest import run
+
+    args = ("search", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8",
+            "--precision", "fp8", "--top", "1", "--emit", "torchtitan")
+    rc, out, err = run(capsys, *args)
+    assert rc == 0, err
+    assert 'filter_fqns = ["output"]' in out
+    rc, out, err = run(capsys, *args, "--fp8-lm-head")
+    assert rc == 0, err
+    assert "filter_fqns" not in out.split("[quantize.linear.float8]")[1]
