@@ -20,6 +20,7 @@ import numpy as np
 
 from fsdpsim import engine, sensitivity
 from fsdpsim.costs.comm import STRATEGY_CODES
+from fsdpsim.costs.compute import NUMBER_TYPES
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
@@ -273,15 +274,12 @@ class CeilingValues(Mapping):
         return f"CeilingValues({dict(self)!r})"
 
 
-_FLOATS = frozenset((float, int, np.float64))
-
-
 def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
     """Row ``i`` of the engine's outputs as Python numbers (a single value serves every row)."""
     row = {}
     for key, arr in out.items():
         kind = type(arr)
-        if kind in _FLOATS:  # one value (numpy scalar or Python number) serves every row
+        if kind in NUMBER_TYPES:  # one value (numpy scalar or Python number) serves every row
             row[key] = float(arr)
             continue
         a = np.asarray(arr)

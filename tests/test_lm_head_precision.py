@@ -94,9 +94,7 @@ def test_fp8_lm_head_needs_a_low_precision_everywhere(capsys):
 def test_cli_and_sweep_carry_the_option(capsys):
     import json
 
-    from conftest import run
-    from fsdpsim.grid import build_grid
-    from fsdpsim.sweep import run_sweep
+    from conftest import run, sweep
 
     args = ("predict", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8",
             "--precision", "fp8", "--micro-batch", "1", "--recompute", "none",
@@ -108,9 +106,8 @@ def test_cli_and_sweep_carry_the_option(capsys):
     plain, head = json.loads(plain), json.loads(head)
     assert plain["training"]["fp8_lm_head"] is False and head["training"]["fp8_lm_head"] is True
     assert head["tokens_per_s_per_gpu"] > plain["tokens_per_s_per_gpu"]
-    rows = run_sweep(build_grid(CATALOG, {"model": "llama3-8b", "gpu": "h100", "num-gpus": "8",
-                                          "precision": "fp8", "micro-batch": "1",
-                                          "recompute": "none", "fp8-lm-head": True}))
+    rows = sweep(CATALOG, model="llama3-8b", gpu="h100", num_gpus="8", precision="fp8",
+                 micro_batch="1", recompute="none", fp8_lm_head=True)
     assert bool(rows["training.fp8_lm_head"].iloc[0])
     assert rows["tokens_per_s_per_gpu"].iloc[0] == pytest.approx(
         head["tokens_per_s_per_gpu"], rel=1e-9)

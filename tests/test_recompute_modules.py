@@ -114,7 +114,7 @@ def test_dense_models_recompute_their_mlp_only():
     assert moot["peak_bytes"] == none["peak_bytes"]
     training, mlp = run(("mlp",))
     g = _prepared("llama3-8b", h100, plan, training)
-    expected = 32 * layers.mlp_recompute_s(g, layers.rates(g), layers.widths(g))
+    expected = 32 * module_recompute.mlp_recompute_s(g, layers.rates(g), layers.widths(g))
     assert mlp["recompute_s"] == pytest.approx(float(expected), rel=1e-9)
     n_ffn = 3.0 if g["fused_glu"] > 0 else 4.0
     assert none["activations_bytes"] - mlp["activations_bytes"] == pytest.approx(
@@ -124,9 +124,7 @@ def test_dense_models_recompute_their_mlp_only():
 def test_cli_sweep_and_megatron_emit(capsys):
     import json
 
-    from conftest import assert_one_line_error, run
-    from fsdpsim.grid import build_grid
-    from fsdpsim.sweep import run_sweep
+    from conftest import assert_one_line_error, run, sweep
 
     args = ("predict", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8",
             "--micro-batch", "1", "--recompute", "none", "--recompute-modules", "mlp",
@@ -135,9 +133,8 @@ def test_cli_sweep_and_megatron_emit(capsys):
     assert rc == 0, err
     d = json.loads(out)
     assert d["training"]["recompute_modules"] == ["mlp"]
-    rows = run_sweep(build_grid(CATALOG, {"model": "llama3-8b", "gpu": "h100", "num-gpus": "8",
-                                          "micro-batch": "1", "recompute": "none",
-                                          "recompute-modules": "mlp"}))
+    rows = sweep(CATALOG, model="llama3-8b", gpu="h100", num_gpus="8", micro_batch="1",
+                 recompute="none", recompute_modules="mlp")
     assert rows["tokens_per_s_per_gpu"].iloc[0] == pytest.approx(d["tokens_per_s_per_gpu"],
                                                                  rel=1e-9)
     assert rows["training.recompute_modules"].iloc[0] == "mlp"

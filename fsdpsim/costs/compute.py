@@ -81,8 +81,10 @@ def all_of(mask) -> bool:
 
 
 _SCALAR_BOOLS = frozenset((bool, np.bool_))
-#: Types :func:`maximum`, :func:`minimum` and :func:`where` treat as one number.
-_SCALARS = frozenset((float, int, np.float64))
+#: Types :func:`maximum`, :func:`minimum` and :func:`where` treat as one number (also how
+#: the engine's one-configuration path recognises a number: prepare(), predict's row).
+NUMBER_TYPES = frozenset((float, int, np.float64))
+_SCALARS = NUMBER_TYPES
 
 
 # numpy's ufuncs cost about a microsecond a call on numpy scalars (one configuration's inputs,

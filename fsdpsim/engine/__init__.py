@@ -27,7 +27,8 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, as_array, maximum, minimum, where
+from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_array, maximum, minimum,
+                                   where)
 from fsdpsim.costs import nccl
 from fsdpsim.engine import collectives, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -448,13 +449,10 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     return g
 
 
-_PLAIN_NUMBERS = frozenset((float, int, bool, np.float64))
-
-
 def _number(v):
     """A float input as prepare() keeps it: one value as a numpy float scalar (numpy's operators
     on those cost a fraction of their cost on 0-d arrays), several as a float array."""
-    if type(v) in _PLAIN_NUMBERS:
+    if type(v) in NUMBER_TYPES or type(v) is bool:
         return np.float64(v)
     a = as_array(v)
     return a[()] if a.ndim == 0 else a

@@ -148,30 +148,17 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     recompute_s = where(recompute == 2, full_recompute_s,
                         where(recompute == 1, attn_fwd_s, 0.0))
     if any_of(g["rc_mlp"] > 0):  # Megatron recompute_modules "mlp": dense layers only
+        from fsdpsim.engine import module_recompute
+
         recompute_s = recompute_s + where(
             (g["rc_mlp"] > 0) & (recompute != 2) & (g["active_experts"] <= 1),
-            mlp_recompute_s(g, r, w), 0.0)
+            module_recompute.mlp_recompute_s(g, r, w), 0.0)
     block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
                                          g["kernel_overhead_s"])
     return {"gemm_fwd_s": gemm_fwd_s, "gemm_bwd_s": gemm_bwd_s, "attn_fwd_s": attn_fwd_s,
             "attn_bwd_s": attn_bwd_s, "ew_fwd_s": ew_fwd_s, "ew_bwd_s": ew_bwd_s,
             "block_fwd_s": block_fwd_s, "block_bwd_s": block_bwd_s, "recompute_s": recompute_s,
             "attn_flops_fwd": attn_flops_fwd}
-
-
-def mlp_recompute_s(g, r, w):
-    """Megatron's ``mlp`` module recompute of one dense layer, one micro-batch [s]: its MLP
-    forward again in backward (transformer_layer.py, CheckpointWithoutOutput around the MLP):
-    the up (and gate) and down GEMMs and the activation's traffic (SwiGLU reads 2f and writes
-    f elements per token, GELU reads and writes f)."""
-    from fsdpsim.engine.moe import mlp_gemm_times
-
-    rates = compute._gemm_rates(r["matmul"], r["hbm"], g["matmul_half_flops"],
-                                g["matmul_half_k"])
-    elem = g["compute_bytes"]
-    gemm_s = mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)[0]
-    act_bytes = w["tokens"] * w["ffn"] * where(g["swiglu"] > 0, 3.0, 2.0) * elem
-    return gemm_s + compute.memory_bound_time_s(act_bytes, r["hbm"])
 
 
 def root_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],

@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, memory
-from fsdpsim.costs.compute import all_of, any_of, minimum, where
+from fsdpsim.costs.compute import NUMBER_TYPES, all_of, any_of, minimum, where
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -168,12 +168,9 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
 
 def _ndim(v) -> int:
     """``np.ndim(v)``, read off numpy values directly (this runs for every memory keyword)."""
-    if type(v) in _NUMBERS:
+    if type(v) in NUMBER_TYPES or type(v) is bool:
         return 0
     return v.ndim if isinstance(v, (np.ndarray, np.generic)) else np.ndim(v)
-
-
-_NUMBERS = frozenset((float, int, bool))
 
 
 def _stack_pair(a, b, ndim) -> np.ndarray:

@@ -3,8 +3,8 @@ megatron/core/transformer): what each module reruns in backward and what it stop
 
 * ``mla_up_proj`` (multi_latent_attention.py, ``CheckpointWithoutOutput`` around the query and
   key/value up projections): their GEMMs again; Q, K and V freed after the attention core.
-* ``mlp`` (transformer_layer.py, dense layers only, not MoE layers): the MLP forward again
-  (:func:`fsdpsim.engine.layers.mlp_recompute_s`); its internals freed.
+* ``mlp`` (transformer_layer.py, dense layers only, not MoE layers): the MLP forward again;
+  its internals freed.
 * ``moe_act`` (moe/experts.py): the experts' activation again (its HBM traffic); its output
   freed.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fsdpsim.costs import compute
 from fsdpsim.costs.compute import any_of, maximum, where
 from fsdpsim.engine import moe
 
@@ -32,6 +33,27 @@ def mla_up_proj_fwd_s(g, w, rates, elem):
     has_qr = where(qr > 0, 1.0, 0.0)
     return moe._gemms([(heads * qk, qr, has_qr), (heads * (qk - rope + v), kvr, 1.0)], w["tokens"],
                   rates, elem)[0]
+
+
+def mlp_recompute_s(g, r, w):
+    """Megatron's ``mlp`` module recompute of one dense layer, one micro-batch [s]: its MLP
+    forward again in backward (transformer_layer.py, CheckpointWithoutOutput around the MLP):
+    the up (and gate) and down GEMMs and the activation's traffic (SwiGLU reads 2f and writes
+    f elements per token, GELU reads and writes f)."""
+    rates = compute._gemm_rates(r["matmul"], r["hbm"], g["matmul_half_flops"],
+                                g["matmul_half_k"])
+    elem = g["compute_bytes"]
+    gemm_s = moe.mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)[0]
+    act_bytes = w["tokens"] * w["ffn"] * where(g["swiglu"] > 0, 3.0, 2.0) * elem
+    return gemm_s + compute.memory_bound_time_s(act_bytes, r["hbm"])
+
+
+def moe_act_recompute_s(g, r, ro, elem):
+    """Megatron's ``moe_act`` module recompute of one MoE layer, one micro-batch [s]: the
+    experts' activation again on every routed row of the rank (SwiGLU reads 2f and writes f
+    elements, GELU reads and writes f), HBM bound."""
+    act_bytes = ro["rows"] * ro["ffn_local"] * where(g["swiglu"] > 0, 3.0, 2.0) * elem
+    return compute.memory_bound_time_s(act_bytes, r["hbm"])
 
 
 def module_recompute_flops(g, tokens):

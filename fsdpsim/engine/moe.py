@@ -187,10 +187,9 @@ def layer_kinds(g, r, w, lt):
     if mla_up_s is not None:
         lt_m["recompute_s"] = lt_m["recompute_s"] + mla_up_s
     if any_of(g["rc_moe_act"] > 0):
-        act_bytes = ro["rows"] * ro["ffn_local"] * where(g["swiglu"] > 0, 3.0, 2.0) * elem
         lt_m["recompute_s"] = lt_m["recompute_s"] + where(
             (g["rc_moe_act"] > 0) & (np.asarray(g["recompute"]) != 2),
-            compute.memory_bound_time_s(act_bytes, r["hbm"]), 0.0)
+            module_recompute.moe_act_recompute_s(g, r, ro, elem), 0.0)
     # The MoE MLP alone (router, shared and routed experts, their element-wise kernels): the
     # time reported as the MoE share.
     lt_m["moe_mlp_fwd_s"] = gemm[0] - attn[0] + compute.memory_bound_time_s(ew[0], r["hbm"])
