@@ -23,7 +23,11 @@ the framework's recipes for that model, read from their source (never fitted to 
   HybridEP (``moe_flex_dispatcher_backend = "deepep"`` / ``"hybridep"``; H100 since f36e5de7d
   and 12a211987, B200, B300, GB200, GB300): tokens cross nodes once per destination node
   (``moe_dispatcher = deepep``), with DeepSeek-V3's group-limited routing (8 groups, 4 per
-  token, from its ``config.json`` through the bridge's ``n_group``/``topk_group`` mapping).
+  token, from its ``config.json`` through the bridge's ``n_group``/``topk_group`` mapping) —
+  except the 25.09 token-drop runs and the 25.11 B200 config, which keep the ``alltoall``
+  dispatcher (:func:`alltoall_dispatcher`).
+* Expert overlap slows the computation it hides behind by the dispatcher's SM carve-out
+  (:data:`fsdpsim.costs.moe.FLEX_DISPATCH_COMPUTE_SLOWDOWN`).
 """
 
 from __future__ import annotations
@@ -40,13 +44,19 @@ MOE_PRESETS = ((r"deepseek[-_ ]?v3", "deepseek-v3"), (r"kimi[-_ ]?k2", "kimi-k2"
 
 
 #: Megatron-Bridge DeepSeek-V3 workload configs that overlap the expert all-to-alls:
-#: (GPU, number format, first container release, (pp, vpp, ep) or None for any layout, the
-#: commit that set ``moe_a2a_overlap=True``). GB300 and GB200 MXFP8: the full-iteration CUDA-graph
-#: recipes of June 2026 (26.06); B200 MXFP8 "V2" (pp 8, vpp 2, ep 32, DeepEP) since April 2026.
+#: (GPU, number format or None for any, first and last container release (None: open),
+#: (pp, vpp, ep) or None for any layout, where ``moe_a2a_overlap`` /
+#: ``overlap_moe_expert_parallel_comm`` is set). H100: the 25.09 run script's ``A2A_1F1B``
+#: (r0.1.0 ``scripts/performance/run_script.py``, "h100" only) and the 25.11 H100 base config
+#: (v0.2.0 ``workload_base_configs.py``, ``moe_a2a_overlap=True``), off from 26.02; GB300 and
+#: GB200 MXFP8: the full-iteration CUDA-graph recipes of June 2026 (26.06); B200 MXFP8 "V2"
+#: (pp 8, vpp 2, ep 32, DeepEP) since April 2026.
 A2A_OVERLAP_CONFIGS = (
-    ("gb300", "mxfp8", (26, 6), None, "8af195c0a (2026-06-06)"),
-    ("gb200", "mxfp8", (26, 6), None, "afb5dd47c (2026-06-10)"),
-    ("b200", "mxfp8", (26, 4), (8, 2, 32), "5acef9309 (2026-04-18)"),
+    ("h100", None, (25, 9), (25, 11), None, "run_script.py A2A_1F1B (r0.1.0), v0.2.0 H100 "
+     "base config"),
+    ("gb300", "mxfp8", (26, 6), None, None, "8af195c0a (2026-06-06)"),
+    ("gb200", "mxfp8", (26, 6), None, None, "afb5dd47c (2026-06-10)"),
+    ("b200", "mxfp8", (26, 4), None, (8, 2, 32), "5acef9309 (2026-04-18)"),
 )
 
 
@@ -54,7 +64,7 @@ A2A_OVERLAP_CONFIGS = (
 #: (``fp8_dot_product_attention=True``), in the shape of :data:`A2A_OVERLAP_CONFIGS`: the GB300
 #: MXFP8 full-iteration CUDA-graph recipe (GB200's of 26.06, afb5dd47c, does not set it).
 FP8_ATTENTION_CONFIGS = (
-    ("gb300", "mxfp8", (26, 6), None, "8af195c0a (2026-06-06)"),
+    ("gb300", "mxfp8", (26, 6), None, None, "8af195c0a (2026-06-06)"),
 )
 
 
@@ -64,9 +74,9 @@ FP8_ATTENTION_CONFIGS = (
 #: r0.5.0 release branch (container 26.06) took them, B300 MXFP8 from r0.5.1 (26.06.01).
 #: Every other row's LM head (and its MTP copy) runs in BF16.
 FP8_LM_HEAD_CONFIGS = (
-    ("gb300", "mxfp8", (26, 6), None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
-    ("gb200", "mxfp8", (26, 6), None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
-    ("b300", "mxfp8", (26, 6, 1), None, "78540b210 (2026-06-29, r0.5.0)"),
+    ("gb300", "mxfp8", (26, 6), None, None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
+    ("gb200", "mxfp8", (26, 6), None, None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
+    ("b300", "mxfp8", (26, 6, 1), None, None, "78540b210 (2026-06-29, r0.5.0)"),
 )
 
 
@@ -91,6 +101,23 @@ RECOMPUTE_MODULES_CONFIGS = (
 )
 
 
+def alltoall_dispatcher(gpu: str, source: str, token_drop: bool) -> str | None:
+    """Where a DeepSeek-V3 row's recipe leaves Megatron's default ``alltoall`` token
+    dispatcher (the flex DeepEP/HybridEP one everywhere else), or None: the 25.09 run
+    script's token-drop runs ("Using token drop, disabling DeepEP": B200 and GB200 by default,
+    r0.1.0 ``scripts/performance/run_script.py``) and the 25.11 B200 base config, which names
+    no flex backend (v0.2.0 ``workload_base_configs.py``; ``DeepSeekProvider``'s
+    ``moe_token_dispatcher_type = "alltoall"``)."""
+    release = container_release(source)
+    if release is None:
+        return None
+    if token_drop and release < (25, 11):
+        return "run_script.py r0.1.0: token drop disables DeepEP"
+    if gpu.startswith("b200") and release[:2] == (25, 11):
+        return "v0.2.0 B200 base config: no flex backend"
+    return None
+
+
 def recompute_modules_of(gpu: str, number_format: str,
                          source: str) -> tuple[tuple[str, ...], str] | None:
     """(modules, where set) of the recipe a DeepSeek-V3 row ran, from
@@ -113,14 +140,17 @@ def container_release(text: str) -> tuple[int, ...] | None:
 
 def recipe_commit(configs, gpu: str, number_format: str, source: str,
                   layout: dict[str, Any], ep: int) -> str | None:
-    """The commit of the config in ``configs`` (:data:`A2A_OVERLAP_CONFIGS`,
-    :data:`FP8_ATTENTION_CONFIGS`) a row matches, or None."""
+    """Where the config in ``configs`` (:data:`A2A_OVERLAP_CONFIGS`,
+    :data:`FP8_ATTENTION_CONFIGS`, :data:`FP8_LM_HEAD_CONFIGS`) a row matches sets it, or
+    None: the GPU family, the number format (None: any), the container release within
+    ``[first, last]`` (last None: open) and the layout ``(pp, vpp, ep)`` (None: any)."""
     release = container_release(source)
     if release is None:
         return None
     shape = (layout.get("pp", 1), layout.get("vpp", 1), ep)
-    for family, fmt, first, needs, commit in configs:
-        if (gpu.startswith(family) and number_format == fmt and release >= first
+    for family, fmt, first, last, needs, commit in configs:
+        if (gpu.startswith(family) and (fmt is None or number_format == fmt)
+                and release >= first and (last is None or release <= last)
                 and (needs is None or shape == needs)):
             return commit
     return None
@@ -196,9 +226,14 @@ def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
         if commit:
             cols["fp8_lm_head"] = True
             said.append(f"LM head in MXFP8 (Megatron-Bridge fp8_output_proj, {commit})")
-        cols["moe_dispatcher"] = "deepep"
-        said.append("tokens cross nodes once per node (Megatron-Bridge flex dispatcher, "
-                    "DeepEP/HybridEP)")
+        where = alltoall_dispatcher(gpu, source, "moe_capacity_factor" in cols)
+        if where:
+            cols["moe_dispatcher"] = "alltoall"
+            said.append(f"all-to-all dispatcher: every routed copy crosses nodes ({where})")
+        else:
+            cols["moe_dispatcher"] = "deepep"
+            said.append("tokens cross nodes once per node (Megatron-Bridge flex dispatcher, "
+                        "DeepEP/HybridEP)")
         cols["etp"] = 1
         said.append("etp 1 (Megatron-Bridge DeepSeek-V3 recipe)")
         vpp = layout.get("vpp", 1)

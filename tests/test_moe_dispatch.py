@@ -160,13 +160,17 @@ def test_deepseek_v3_router_groups_from_its_config_and_preset():
 
 
 def test_published_deepseek_rows_carry_the_recipes_dispatch_and_fp8_attention():
-    """Every Megatron-Bridge DeepSeek-V3 row dispatches with DeepEP/HybridEP; only GB300 MXFP8
-    from 26.06 (commit 8af195c0a) runs attention in FP8."""
+    """Every Megatron-Bridge DeepSeek-V3 row dispatches with DeepEP/HybridEP but the 25.09
+    token-drop runs and 25.11's B200 (the alltoall dispatcher); only GB300 MXFP8 from 26.06
+    (commit 8af195c0a) runs attention in FP8."""
     from fsdpsim.measurements import load_measurements
 
     rows = load_measurements(ROOT / "validation" / "data" / "hybrid_calibration.csv", CATALOG)
     ds = rows[rows["model"].astype(str).str.contains("DeepSeek") & (rows["skip"] == "")]
-    assert len(ds) >= 34 and set(ds["moe_dispatcher"]) == {"deepep"}
+    plain = ds[ds["moe_dispatcher"] == "alltoall"]
+    assert len(ds) >= 34 and set(ds["moe_dispatcher"]) == {"deepep", "alltoall"}
+    assert all(("25.09" in s and "tokendrop" in m) or ("25.11" in s and g == "b200")
+               for s, m, g in zip(plain["source_key"], plain["model"], plain["gpu"]))
     fp8 = ds[ds["fp8_attention"] == True]  # noqa: E712 (a column of objects)
     assert len(fp8) >= 4 and set(fp8["gpu"]) == {"gb300"}
     assert set(fp8["precision_format"]) == {"mxfp8"}

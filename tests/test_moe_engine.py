@@ -210,6 +210,32 @@ def test_ep_bytes_of_deepseek_v3_by_hand():
     assert hidden.step_time_s < p.step_time_s
 
 
+def test_flex_dispatch_overlap_slows_compute_by_its_sm_carve_out():
+    """With the expert all-to-alls overlapped, the flex dispatcher (DeepEP/HybridEP) slows the
+    compute it hides behind by FLEX_DISPATCH_COMPUTE_SLOWDOWN, NCCL's alltoall by the catalog's
+    comm_compute_slowdown: with the a2a far shorter than the compute, the step grows by the
+    difference of the two times the hidden a2a time."""
+    from fsdpsim.costs.moe import FLEX_DISPATCH_COMPUTE_SLOWDOWN
+    plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
+                        ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13,
+                        ep_overlap=True)
+    steps = {}
+    for dispatcher in ("alltoall", "deepep"):
+        training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
+                                  recompute="none", precision="fp8", moe_imbalance=1.0,
+                                  moe_dispatcher=dispatcher)
+        steps[dispatcher] = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
+    ep_s = steps["deepep"].values["ep_s"]
+    assert ep_s == pytest.approx(steps["alltoall"].values["ep_s"])  # one NVL72 domain
+    nccl = GB200.accelerator.efficiency.comm_compute_slowdown
+    extra = steps["deepep"].step_time_s - steps["alltoall"].step_time_s
+    assert FLEX_DISPATCH_COMPUTE_SLOWDOWN > nccl
+    # at most the carve-out on every hidden second (ep_s sums all of the rank's layers; the
+    # step follows its slowest stage), and most of it
+    assert 0.8 * (FLEX_DISPATCH_COMPUTE_SLOWDOWN - nccl) * ep_s < extra
+    assert extra <= (FLEX_DISPATCH_COMPUTE_SLOWDOWN - nccl) * ep_s * (1 + 1e-9)
+
+
 # ================================================================== CLI
 def test_cli_predict_moe_options_and_json(capsys):
     from conftest import run

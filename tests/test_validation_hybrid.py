@@ -109,6 +109,27 @@ def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
     assert (mx["precision"], mx["precision_format"]) == ("mxfp8", "mxfp8")
 
 
+def test_deepseek_recipe_dispatcher_and_overlap_by_release(hybrid):
+    """Read from Megatron-Bridge's source: H100 overlapped the expert all-to-alls in 25.09 (the
+    run script's A2A_1F1B) and 25.11, not from 26.02; the 25.09 token-drop runs and the 25.11
+    B200 config keep the alltoall dispatcher, every later config the flex one."""
+    assert hybrid.loc["mbridge-2509-025", "ep_overlap"] is True
+    assert "A2A_1F1B" in hybrid.loc["mbridge-2509-025", "modelled_as"]
+    assert hybrid.loc["mbridge-2511-023", "ep_overlap"] is not True   # B200 25.11
+    for row in ("mbridge-2509-007", "mbridge-2509-017", "mbridge-2511-023"):
+        assert hybrid.loc[row, "moe_dispatcher"] == "alltoall", row
+    for row in ("mbridge-2509-025", "mbridge-2602-018", "mbridge-2608-002"):
+        assert hybrid.loc[row, "moe_dispatcher"] == "deepep", row
+
+
+def test_recipe_commit_honours_the_last_release():
+    from fsdpsim.published_moe import A2A_OVERLAP_CONFIGS, recipe_commit
+    for source, on in (("perf_summary_25.09", True), ("perf_summary_25.11", True),
+                       ("perf_summary_26.02", False), ("perf_summary_26.08", False)):
+        found = recipe_commit(A2A_OVERLAP_CONFIGS, "h100-sxm5-80gb", "fp8", source, {}, 64)
+        assert (found is not None) == on, source
+
+
 def test_megatron_bridge_405b_stages_account_for_embedding_and_loss(hybrid):
     """126 layers over pp 16 x vpp 4 (GB200): Megatron-Bridge counts the embedding and the loss
     as layers (128 = 16 x 4 x 2), so the first and last stages hold 7 layers, the others 8.

@@ -58,6 +58,13 @@ FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0
 #: Router logits and probabilities are kept in fp32 (Megatron ``--moe-router-dtype fp32``,
 #: DeepSeek-V3's gating in fp32) [B].
 ROUTER_BYTES = 4.0
+#: Fraction by which compute slows while a flex (DeepEP/HybridEP) dispatch or combine runs beside
+#: it: their kernels keep their SMs for the whole transfer (Megatron-Core ``moe_deepep_num_sms``
+#: 20 of H100's 132 SMs, 15 %; Megatron-Bridge's ``moe_hybridep_num_sms = 32`` of B200's 148,
+#: 22 %); NVIDIA, "Scalable Training of Mixture-of-Experts Models with Megatron Core" (arXiv
+#: 2603.07685, 2026) §4.2.3: the 20-SM carve-out costs "roughly 20% GEMM efficiency" in the
+#: 1F1B all-to-all overlap. NCCL's all-to-all keeps the catalog's ``comm_compute_slowdown``.
+FLEX_DISPATCH_COMPUTE_SLOWDOWN = 0.20
 
 
 # -- tokens and load ------------------------------------------------------------------------------

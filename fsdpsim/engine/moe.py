@@ -228,8 +228,10 @@ def expert_parallel(g, r, ro, lt_m):
     rank's volume (λ times the mean; padded capacity carries its padding already); with etp > 1
     an all-gather and a reduce-scatter over the ETP group (NCCL's cost per call). Exposed
     unless ``ep_overlap``: then they run beside another micro-batch's compute of the same
-    layer, which the SMs they occupy slow by the catalog's ``comm_compute_slowdown``
-    (:func:`fsdpsim.costs.overlap.slowed_compute_s`), and only what outlasts it shows."""
+    layer, which the SMs they occupy slow (:func:`fsdpsim.costs.overlap.slowed_compute_s`)
+    by the flex dispatcher's SM carve-out (DeepEP/HybridEP,
+    :data:`fsdpsim.costs.moe.FLEX_DISPATCH_COMPUTE_SLOWDOWN`) or NCCL's, the catalog's
+    ``comm_compute_slowdown``, and only what outlasts it shows."""
     elem, cf = g["compute_bytes"], g["moe_capacity_factor"]
     a2a = moe_costs.all_to_all_bytes(ro["tokens"], g["moe_top_k"], g["d_model"], g["n_experts"],
                                       elem, g["moe_fp8_dispatch"] > 0, cf)
@@ -254,8 +256,9 @@ def expert_parallel(g, r, ro, lt_m):
         fwd_bytes, bwd_bytes = fwd_bytes + per_dir, bwd_bytes + per_dir
     total = fwd_s + bwd_s
     compute_s = lt_m["block_fwd_s"] + lt_m["block_bwd_s"]
-    hidden = maximum(overlap.slowed_compute_s(compute_s, total, g["comm_compute_slowdown"]),
-                     total) - compute_s
+    slowdown = where(g["moe_node_dedup"] > 0, moe_costs.FLEX_DISPATCH_COMPUTE_SLOWDOWN,
+                     g["comm_compute_slowdown"])
+    hidden = maximum(overlap.slowed_compute_s(compute_s, total, slowdown), total) - compute_s
     share = where(total > 0, fwd_s / where(total > 0, total, 1.0), 0.5)
     overlapped = g["ep_overlap"] > 0
     return {"fwd_s": fwd_s, "bwd_s": bwd_s,
