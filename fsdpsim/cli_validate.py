@@ -89,7 +89,7 @@ def fit_rows(frame):
     block-scaled number format (MXFP8, NVFP4) and no mixture-of-experts model: a GPU's factors
     come from dense runs, and the MoE rows (whose model adds routing, dispatch and recipe
     settings) test them out of sample. Validation still reports all of them."""
-    from fsdpsim.measurements import spec_for_row
+    from fsdpsim.measurement_rows import spec_for_row
     from fsdpsim.published_plan import UNFIT_FORMATS
 
     import pandas as pd

@@ -62,7 +62,6 @@ wrong number; in fsdpsim's own schema such a row is an error that names it.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -74,52 +73,16 @@ from fsdpsim import published
 from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError, shown
 from fsdpsim.files import MAX_TABLE_BYTES, open_capped
-from fsdpsim.model import ModelSpec, check_plausible_size
+from fsdpsim.measurement_rows import (PLAN_COLUMNS, cell, is_empty, row_setup, spec_for_row,
+                                      whole_cell)
+from fsdpsim.model import ModelSpec
 from fsdpsim.numbers import Rule, read_number
-from fsdpsim.parallel import (CP_KINDS, MOE_DISPATCHERS, PP_SCHEDULES, ParallelPlan,
-                              TrainingConfig)
+from fsdpsim.parallel import CP_KINDS, MOE_DISPATCHERS, PP_SCHEDULES, TrainingConfig
 from fsdpsim.predict import config_inputs, predict
 from fsdpsim.published_plan import gpu_generation
-from fsdpsim.system import domain_gpus, resolve_system
 
-#: Block families of the architecture columns (mpt and gpt: GELU, LayerNorm, learned positions).
-ARCHES = ("gpt", "mpt", "llama")
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
             "micro_batch", "grad_accum", "sharding", "recompute", "tokens_per_s_per_gpu")
-#: The layout columns of the schema and their defaults (missing column or empty cell).
-PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
-                "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
-                "pp_last_layers": None, "recompute_layers": None, "ep": 1, "etp": None,
-                "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
-                "moe_imbalance": None, "preset": None, "mtp_layers": None,
-                "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
-                "recompute_modules": None}
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "y")
-    return bool(value) and not (isinstance(value, float) and np.isnan(value))
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "y"), ("0", "false", "no", "n")
-
-
-def _flag(row: pd.Series, column: str, default: bool) -> bool:
-    """A true/false cell; empty (or no such column) is the default."""
-    value = row.get(column, default)
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if _empty(value):
-        return default
-    text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    if isinstance(value, (int, float, np.integer, np.floating)) and value in (0, 1):
-        return bool(value)
-    raise ConfigError(f"row {shown(row.get('id'))}: column {column}: {shown(value)} is not "
-                      f"accepted; accepted: true or false ({', '.join(_TRUE + _FALSE)}), or "
-                      "empty")
 
 
 def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.DataFrame:
@@ -165,7 +128,7 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
 def _label_rows(frame: pd.DataFrame) -> None:
     """Every row's ``id`` as text; ``row-N`` where the file gives none."""
     ids = frame["id"] if "id" in frame.columns else [None] * len(frame)
-    frame["id"] = [f"row-{i + 1}" if _empty(v) else str(v) for i, v in enumerate(ids)]
+    frame["id"] = [f"row-{i + 1}" if is_empty(v) else str(v) for i, v in enumerate(ids)]
 
 
 def _generation(catalog: Catalog, gpu: Any) -> str:
@@ -173,113 +136,6 @@ def _generation(catalog: Catalog, gpu: Any) -> str:
         return gpu_generation(catalog.accelerator(str(gpu)).id)
     except ConfigError:  # reported by the row's checks
         return gpu_generation(str(gpu))
-
-
-def spec_for_row(row: pd.Series) -> ModelSpec:
-    """The model of one measurement row: a preset/config path, or the architecture columns."""
-    from fsdpsim.presets import get_model
-
-    seq = int(row["seq_len"])
-    preset = _cell(row, "preset") if "preset" in row else None
-    if preset is not None:  # a published MoE row: the preset, with its MTP modules as stated
-        spec = get_model(str(preset))
-        mtp = _whole_cell(row, "mtp_layers")
-        return spec if mtp is None else dataclasses.replace(spec, mtp_layers=mtp)
-    if "n_layers" in row and pd.notna(row.get("n_layers")):
-        missing = [c for c in ("d_model", "n_heads", "ffn_size", "vocab")
-                   if c not in row or pd.isna(row.get(c))]
-        if missing:
-            raise ConfigError(f"row {shown(row.get('id'))}: n_layers is given, so the "
-                              f"architecture columns are needed too; missing: {', '.join(missing)}")
-        arch = "gpt" if _empty(row.get("arch")) else str(row.get("arch")).strip().lower()
-        if arch not in ARCHES:
-            raise ConfigError(f"row {shown(row.get('id'))}: column arch: {shown(row.get('arch'))} "
-                              f"is not accepted; accepted: {', '.join(ARCHES)}")
-        heads = int(row["n_heads"])
-        kv = int(row["n_kv_heads"]) if pd.notna(row.get("n_kv_heads")) else heads
-        llama = arch == "llama"
-        return check_plausible_size(ModelSpec(
-            name=str(row.get("model", "model")), n_layers=int(row["n_layers"]),
-            d_model=int(row["d_model"]), n_heads=heads, n_kv_heads=kv,
-            ffn_size=int(row["ffn_size"]), ffn_kind="swiglu" if llama else "gelu",
-            vocab_size=int(row["vocab"]), tied_embeddings=not llama,
-            position="rotary" if llama else "learned", max_seq_len=seq,
-            norm="rmsnorm" if llama else "layernorm", norm_bias=not llama,
-            qkv_bias=not llama, attn_out_bias=not llama, mlp_bias=not llama),
-            f"row {shown(row.get('id'))}")
-    spec = get_model(str(row["model"]))
-    return spec.with_seq_len(seq) if spec.position == "learned" else spec
-
-
-def _cell(row: pd.Series, column: str) -> Any:
-    """A layout cell of the row, or its :data:`PLAN_COLUMNS` default when missing or empty."""
-    value = row.get(column)
-    if value is None or (isinstance(value, float) and np.isnan(value)) or \
-            (isinstance(value, str) and value.strip().lower() in ("", "nan")):
-        return PLAN_COLUMNS[column]
-    return value
-
-
-def _whole_cell(row: pd.Series, column: str) -> int | None:
-    value = _cell(row, column)
-    return None if value is None else int(float(value))
-
-
-def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
-    """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
-    ``auto`` chunk count); a clear error when the plan's checks refuse it."""
-    sp = _cell(row, "sequence_parallel")
-    overlap = _cell(row, "ep_overlap")
-    schedule = _cell(row, "pp_schedule")
-    return ParallelPlan(
-        num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
-        tp=_whole_cell(row, "tp"), pp=_whole_cell(row, "pp"), cp=_whole_cell(row, "cp"),
-        vpp=vpp or _whole_cell(row, "vpp"),
-        pp_schedule=str(schedule) if schedule is not None else None,
-        sequence_parallel=None if sp is None else _truthy(sp),
-        cp_kind=str(_cell(row, "cp_kind")),
-        pp_first_layers=_whole_cell(row, "pp_first_layers"),
-        pp_last_layers=_whole_cell(row, "pp_last_layers"),
-        framework=str(_cell(row, "recipe") or "torch"), ep=_whole_cell(row, "ep"),
-        etp=_whole_cell(row, "etp"), ep_overlap=False if overlap is None else _truthy(overlap))
-
-
-def _row_setup(row: pd.Series, catalog: Catalog,
-               vpp: int | None = None) -> tuple[ModelSpec, Any, ParallelPlan, dict]:
-    """The model, system, plan and training options one measurement row describes.
-
-    The scale-up domain is what ``predict`` uses (:func:`fsdpsim.system.domain_gpus`): the
-    row's GPUs per node, or on NVL72 racks the GPUs the job uses in each rack."""
-    spec = spec_for_row(row)
-    network = row.get("network")
-    gbps = float(row["inter_node_gbps_per_gpu"])
-    cap = float(row.get("power_cap_w", float("nan")))
-
-    def system_for(per_node: int):
-        return resolve_system(
-            catalog, gpu=str(row["gpu"]), gpus_per_node=per_node,
-            network=str(network) if isinstance(network, str) and network else None,
-            inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
-            power_cap_w=cap if cap == cap else None)
-
-    system = system_for(int(row["gpus_per_node"]))
-    per_domain = domain_gpus(system, int(row["n_gpus"]))
-    if per_domain != system.gpus_per_node:
-        system = system_for(per_domain)
-    plan = row_plan(row, per_domain, vpp)
-    options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
-                   precision=str(row.get("precision", "bf16")),
-                   flash_attention=_flag(row, "flash_attention", True),
-                   fused_loss=_flag(row, "fused_loss", False),
-                   dropout=_flag(row, "dropout", False),
-                   fp8_attention=_flag(row, "fp8_attention", False),
-                   fp8_lm_head=_flag(row, "fp8_lm_head", False),
-                   recompute_modules=str(_cell(row, "recompute_modules") or ""),
-                   moe_dispatcher=str(_cell(row, "moe_dispatcher") or "alltoall"),
-                   recompute_layers=_whole_cell(row, "recompute_layers"),
-                   **{k: (None if _cell(row, k) is None else float(_cell(row, k)))
-                      for k in ("moe_capacity_factor", "moe_imbalance")})
-    return spec, system, plan, options
 
 
 def _auto_vpp(row: pd.Series) -> bool:
@@ -295,7 +151,7 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
         if row["skip"] or _auto_vpp(row):
             continue
         try:
-            spec, _, plan, options = _row_setup(row, catalog)
+            spec, _, plan, options = row_setup(row, catalog)
             plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
                              n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
                              n_experts=spec.n_experts,
@@ -316,7 +172,7 @@ def _unstated(value: Any) -> bool:
 def _vpp_candidates(row: pd.Series, spec: ModelSpec) -> list[int]:
     """Model chunks per pipeline rank an ``auto`` interleaved schedule may use: every v >= 2
     with n_layers divisible by pp × v (Megatron's rule)."""
-    pp = _whole_cell(row, "pp")
+    pp = whole_cell(row, "pp")
     found = [v for v in range(2, spec.n_layers // pp + 1) if spec.n_layers % (pp * v) == 0]
     if not found:
         raise ConfigError(f"n_layers({spec.n_layers}) does not split into pp({pp}) x vpp >= 2 "
@@ -368,7 +224,7 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 def _predict_knobs(row: pd.Series, catalog: Catalog, vpp: int | None, auto_mb: bool,
                    auto_rc: bool):
     """``predict`` of one row with its unstated knobs left to ``auto``."""
-    spec, system, plan, options = _row_setup(row, catalog, vpp)
+    spec, system, plan, options = row_setup(row, catalog, vpp)
     global_seqs = float(row.get("global_batch_seqs", float("nan")))
     if global_seqs != global_seqs and not auto_mb and not _unstated(row["grad_accum"]):
         global_seqs = float(row["micro_batch"]) * float(row["grad_accum"]) * plan.dp
@@ -408,11 +264,6 @@ COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
 _AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
 
 
-def _empty(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
-        or (isinstance(value, str) and value.strip().lower() in ("", "nan", "none"))
-
-
 def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
                 skip: bool = False, auto: bool = True) -> None:
     """Check the numeric cells of every modelled row and write back the numbers read (``" 8 "``
@@ -426,7 +277,7 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
         values = frame[column].astype(object).copy()
         for i in rows:
             value = values.at[i]
-            if empty_ok and _empty(value):
+            if empty_ok and is_empty(value):
                 values.at[i] = float("nan")
                 continue
             if auto and isinstance(value, str) and value.strip().lower() == "auto" and \
@@ -457,13 +308,13 @@ def _check_plan_columns(row: pd.Series) -> None:
                            f"not accepted; accepted: {accepted} (or empty: "
                            f"{PLAN_COLUMNS[column]})")
 
-    sp = _cell(row, "sequence_parallel")
+    sp = cell(row, "sequence_parallel")
     if sp is not None and str(sp).strip().lower() not in ("true", "false", "1", "0", "yes",
                                                           "no", "1.0", "0.0"):
         raise refuse("sequence_parallel", "true or false")
     for column, choices in (("pp_schedule", PP_SCHEDULES), ("cp_kind", CP_KINDS),
                             ("moe_dispatcher", MOE_DISPATCHERS)):
-        value = _cell(row, column)
+        value = cell(row, column)
         if value is not None and str(value) not in choices:
             raise refuse(column, ", ".join(choices))
 
@@ -485,7 +336,7 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
     uses) plus its micro-batch, accumulation and recompute mode."""
     per_row: list[dict[str, Any]] = []
     for _, row in frame.iterrows():
-        spec, system, plan, options = _row_setup(row, catalog)
+        spec, system, plan, options = row_setup(row, catalog)
         mb, ga = int(row["micro_batch"]), int(row["grad_accum"])
         training = TrainingConfig(micro_batch=mb, recompute=str(row["recompute"]), **options)
         x = config_inputs(spec, system, plan, training)

@@ -17,13 +17,8 @@ import pytest
 from fsdpsim.catalog import load_catalog
 from fsdpsim.cli import main
 from fsdpsim.measurement_stats import by_framework, summarise, summarise_by
-from fsdpsim.measurements import (
-    _row_setup,
-    engine_inputs,
-    load_measurements,
-    predict_measurements,
-    spec_for_row,
-)
+from fsdpsim.measurement_rows import row_setup, spec_for_row
+from fsdpsim.measurements import engine_inputs, load_measurements, predict_measurements
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.predict import config_inputs
 from fsdpsim.system import resolve_system
@@ -99,7 +94,7 @@ def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
     assert r["precision_note"] == "nvfp4 (NVFP4)" and "FP8" not in r["modelled_as"]
     assert (r["recompute"], r["recipe"], r["dropout"]) == ("none", "megatron", False)
     assert (r["gpu"], r["gpus_per_node"], r["generation"]) == ("gb200", 72, "Blackwell")
-    spec, system, plan, _ = _row_setup(r, CATALOG)
+    spec, system, plan, _ = row_setup(r, CATALOG)
     assert plan.gpus_per_node == system.gpus_per_node == 64  # 64 of 72 GPUs per rack used
     fsdp = hybrid.loc["mbridge-2511-027"]  # Llama 3 8B on 8 H100, Megatron-FSDP, FP8-CS
     assert (fsdp["sharding"], fsdp["precision"], fsdp["precision_format"], fsdp["gpu"],
@@ -348,10 +343,10 @@ def test_own_schema_carries_the_layout(tmp_path):
     x = frame.loc["x"]
     assert x["vpp"] in (2, 4, 8, 16) and x["knobs"].endswith(f"vpp {x['vpp']}")
     assert x["micro_batch"] * x["grad_accum"] * 4 == 64 and x["grad_accum"] % 2 == 0
-    _, _, plan, options = _row_setup(x, CATALOG)
+    _, _, plan, options = row_setup(x, CATALOG)
     assert (plan.tp, plan.pp, plan.dp, plan.pp_schedule, plan.sequence_parallel) == \
         (2, 2, 4, "interleaved", True)
-    _, _, plan, options = _row_setup(frame.loc["y"], CATALOG)
+    _, _, plan, options = row_setup(frame.loc["y"], CATALOG)
     assert (plan.tp, plan.pp, plan.cp, plan.cp_kind, plan.dp) == (2, 1, 2, "all2all", 4)
     assert options["recompute_layers"] == 4
     assert predict_measurements(frame, CATALOG)["predicted_tokens_per_s_per_gpu"].gt(0).all()

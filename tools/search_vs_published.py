@@ -12,7 +12,7 @@ from ``shared/validation`` with their sources):
   summaries, InternEvo, DLPerf, ...; V100 to GB300).
 
 Each row is built exactly as ``validate`` builds it (:func:`fsdpsim.measurements.load_measurements`
-for the table, :func:`fsdpsim.measurements._row_setup` for the model, system, plan and training
+for the table, :func:`fsdpsim.measurement_rows.row_setup` for the model, system, plan and training
 options; micro-batch, accumulation and recompute as the row states or as ``validate`` resolved
 them), predicted with :func:`fsdpsim.predict.predict`, and searched with
 :func:`fsdpsim.search.search` for the same model, GPUs, global batch (micro-batch × accumulation ×
@@ -45,7 +45,8 @@ import pandas as pd  # noqa: E402
 
 from fsdpsim.catalog import Catalog, load_catalog  # noqa: E402
 from fsdpsim.errors import ConfigError  # noqa: E402
-from fsdpsim.measurements import _row_setup, load_measurements  # noqa: E402
+from fsdpsim.measurement_rows import row_setup  # noqa: E402
+from fsdpsim.measurements import load_measurements  # noqa: E402
 from fsdpsim.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig  # noqa: E402
 from fsdpsim.predict import predict  # noqa: E402
 from fsdpsim.search import Choice, predict_choice, search  # noqa: E402
@@ -79,9 +80,9 @@ def published_rows(catalog: Catalog, files=FILES, data: Path = DATA) -> pd.DataF
 
 def row_case(row: pd.Series, catalog: Catalog):
     """(spec, system, plan, training) of the published plan, as ``validate`` predicts it: the
-    row's objects (:func:`fsdpsim.measurements._row_setup`) with its micro-batch and recompute,
+    row's objects (:func:`fsdpsim.measurement_rows.row_setup`) with its micro-batch and recompute,
     and the global batch micro-batch × accumulation × data-parallel degree."""
-    spec, system, plan, options = _row_setup(row, catalog)
+    spec, system, plan, options = row_setup(row, catalog)
     mb, ga = int(row["micro_batch"]), int(row["grad_accum"])
     training = TrainingConfig(micro_batch=mb, recompute=str(row["recompute"]),
                               global_batch=mb * ga * plan.dp, **options)
