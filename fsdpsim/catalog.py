@@ -363,6 +363,7 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         fused_attention_fraction=e.get("fused_attention_fraction", e["attention_fraction"]),
         hbm_fraction=e["hbm_fraction"],
         link_fraction=e["link_fraction"],
+        ep_link_fraction=e.get("ep_link_fraction"),
         kernel_overhead_s=e["kernel_overhead_us"] * US_S,
         comm_compute_slowdown=e["comm_compute_slowdown"],
         source=e["source"],

@@ -101,6 +101,7 @@ _EFFICIENCY = {
     "fused_attention_fraction": Field(_NUM, False, 0.05, 1.0),
     "hbm_fraction": Field(_NUM, True, 0.2, 1.0),
     "link_fraction": Field(_NUM, True, 0.2, 1.1),
+    "ep_link_fraction": Field(_NUM, False, 0.05, 1.1),
     "kernel_overhead_us": Field(_NUM, True, 0.0, 100, unit="us"),
     "comm_compute_slowdown": Field(_NUM, True, 0.0, 5.0),
     "source": Field(str),

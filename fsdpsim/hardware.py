@@ -67,6 +67,10 @@ class Efficiency:
     """95th percentile of measured / predicted tokens/s."""
     calibrated: bool = False
     """True when the interval comes from this GPU type's own calibration."""
+    ep_link_fraction: float | None = None
+    """Remote-byte rate of the flex (DeepEP/HybridEP) expert dispatch and combine over the
+    scale-up link / its per-direction bandwidth (their kernels' measured algorithm bandwidth at
+    the SMs recipes give them); None = ``link_fraction``."""
     fused_attention_fraction: float | None = None
     """Attention throughput / dense peak of the fused attention kernel Megatron-LM / NeMo use
     (Transformer Engine's cuDNN fused attention; FlashAttention-3 class on Hopper and later);

@@ -158,6 +158,8 @@ def _system_inputs(system: System, precision: str) -> dict[str, Any]:
                                      is None else eff.fused_attention_fraction),
         "hbm_bytes_per_s": acc.hbm_bandwidth_bytes_per_s, "hbm_fraction": eff.hbm_fraction,
         "link_bytes_per_s": link.bandwidth_bytes_per_s, "link_fraction": eff.link_fraction,
+        "ep_link_fraction": (eff.link_fraction if eff.ep_link_fraction is None
+                             else eff.ep_link_fraction),
         "link_latency_s": link.latency_s,
         "nic_share_bytes_per_s": system.inter_node_bandwidth_bytes_per_s_per_gpu,
         "nic_fraction": system.inter_node_fraction, "nic_latency_s": system.inter_node_latency_s,

@@ -210,30 +210,51 @@ def test_ep_bytes_of_deepseek_v3_by_hand():
     assert hidden.step_time_s < p.step_time_s
 
 
-def test_flex_dispatch_overlap_slows_compute_by_its_sm_carve_out():
+def test_flex_dispatch_overlap_slows_compute_by_its_sm_carve_out(monkeypatch):
     """With the expert all-to-alls overlapped, the flex dispatcher (DeepEP/HybridEP) slows the
-    compute it hides behind by FLEX_DISPATCH_COMPUTE_SLOWDOWN, NCCL's alltoall by the catalog's
-    comm_compute_slowdown: with the a2a far shorter than the compute, the step grows by the
-    difference of the two times the hidden a2a time."""
-    from fsdpsim.costs.moe import FLEX_DISPATCH_COMPUTE_SLOWDOWN
+    compute it hides behind by FLEX_DISPATCH_COMPUTE_SLOWDOWN instead of the catalog's
+    comm_compute_slowdown (NCCL's): with the a2a far shorter than the compute, the step grows
+    by the difference of the two times the hidden a2a time, at most."""
+    from fsdpsim.costs import moe as moe_costs
+
     plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
                         ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13,
                         ep_overlap=True)
-    steps = {}
-    for dispatcher in ("alltoall", "deepep"):
-        training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
-                                  recompute="none", precision="fp8", moe_imbalance=1.0,
-                                  moe_dispatcher=dispatcher)
-        steps[dispatcher] = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
-    ep_s = steps["deepep"].values["ep_s"]
-    assert ep_s == pytest.approx(steps["alltoall"].values["ep_s"])  # one NVL72 domain
+    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
+                              recompute="none", precision="fp8", moe_imbalance=1.0,
+                              moe_dispatcher="deepep")
     nccl = GB200.accelerator.efficiency.comm_compute_slowdown
-    extra = steps["deepep"].step_time_s - steps["alltoall"].step_time_s
-    assert FLEX_DISPATCH_COMPUTE_SLOWDOWN > nccl
-    # at most the carve-out on every hidden second (ep_s sums all of the rank's layers; the
-    # step follows its slowest stage), and most of it
-    assert 0.8 * (FLEX_DISPATCH_COMPUTE_SLOWDOWN - nccl) * ep_s < extra
-    assert extra <= (FLEX_DISPATCH_COMPUTE_SLOWDOWN - nccl) * ep_s * (1 + 1e-9)
+    delta = moe_costs.FLEX_DISPATCH_COMPUTE_SLOWDOWN - nccl
+    assert delta > 0
+    flex = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
+    monkeypatch.setattr(moe_costs, "FLEX_DISPATCH_COMPUTE_SLOWDOWN", nccl)
+    plain = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
+    ep_s = flex.values["ep_s"]
+    assert ep_s == pytest.approx(plain.values["ep_s"]) and ep_s < 0.5 * flex.step_time_s
+    extra = flex.step_time_s - plain.step_time_s
+    # ep_s sums all of the rank's layers; the step follows its slowest stage
+    assert 0.8 * delta * ep_s < extra <= delta * ep_s * (1 + 1e-9)
+
+
+def test_flex_dispatch_sends_a_token_once_per_rank_at_its_measured_rate():
+    """DeepSeek-V3 (8 of 256 experts in 4 of 8 groups) with EP 8 on one B200 node: the flex
+    dispatcher sends each token to 4 ranks (group-limited routing puts one group on each rank)
+    where NCCL's all-to-all sends its 8 routed copies, over the link at the catalog's
+    ep_link_fraction instead of link_fraction: ep_s in the ratio 0.5 x 0.76 / 0.52."""
+    b200 = resolve_system(CATALOG, gpu="b200")
+    eff = b200.accelerator.efficiency
+    plan = ParallelPlan(num_gpus=8, gpus_per_node=8, sharding="optimizer", ep=8,
+                        framework="megatron")
+    times = {}
+    for dispatcher in ("alltoall", "deepep"):
+        training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64,
+                                  recompute="full", precision="fp8", moe_imbalance=1.0,
+                                  moe_dispatcher=dispatcher)
+        times[dispatcher] = predict.predict(get_model("deepseek-v3"), b200, plan,
+                                            training).values["ep_s"]
+    expected = 0.5 * eff.link_fraction / eff.ep_link_fraction
+    assert eff.ep_link_fraction < eff.link_fraction
+    assert times["deepep"] / times["alltoall"] == pytest.approx(expected, rel=0.03)
 
 
 # ================================================================== CLI

@@ -155,7 +155,7 @@ def fsdp_calls_per_step(strategy):
 
 def all_to_all_coefficients(group_size, members_per_node, link_bytes_per_s,
                             nic_share_bytes_per_s, link_latency_s, nic_latency_s,
-                            inter_scale=1.0):
+                            inter_scale=1.0, intra_scale=1.0):
     """Per-byte and fixed time of an all-to-all over a group: ``(s_per_byte, latency_s)``.
 
     Each of the k ranks sends 1/k of its M-byte buffer to every other rank (NCCL's all-to-all
@@ -165,12 +165,14 @@ def all_to_all_coefficients(group_size, members_per_node, link_bytes_per_s,
     + (k−1)·α`` (Thakur et al. 2005 §4 pairwise exchange; DeepSpeed-Ulysses, Jacobs et al.
     2023, arXiv 2309.14509 §3.1 for the communication volume). α is the NIC latency once the
     group spans domains. ``M`` is the local buffer [B]. ``inter_scale`` scales the bytes that
-    leave the domain (a node-deduplicating dispatch: :func:`fsdpsim.costs.moe.node_dedup_factor`).
+    leave the domain (a node-deduplicating dispatch: :func:`fsdpsim.costs.moe.node_dedup_factor`),
+    ``intra_scale`` those that stay in it (a rank-deduplicating one: the same function over the
+    group's ranks).
     """
     k = as_array(group_size)
     g = minimum(as_array(members_per_node), k)
     kk = maximum(k, 1.0)
-    intra = (g - 1.0) / kk / as_array(link_bytes_per_s)
+    intra = (g - 1.0) / kk * as_array(intra_scale) / as_array(link_bytes_per_s)
     inter = where(k > g, (k - g) / kk * as_array(inter_scale)
                   / as_array(nic_share_bytes_per_s), 0.0)
     alpha = where(k > g, as_array(nic_latency_s), as_array(link_latency_s))

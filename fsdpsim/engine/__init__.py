@@ -429,6 +429,8 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     nccl.collapse_constant_library(g)
     if "fused_attention_fraction" not in g and "attention_fraction" in g:
         g["fused_attention_fraction"] = g["attention_fraction"]
+    if "ep_link_fraction" not in g and "link_fraction" in g:
+        g["ep_link_fraction"] = g["link_fraction"]
     shard, repl, per_node = g["shard_size"], g["replicate_size"], g["gpus_per_node"]
     if "dp_world_size" not in g:
         g["dp_world_size"] = shard * repl

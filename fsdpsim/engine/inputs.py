@@ -95,6 +95,7 @@ class SystemInputs(TypedDict):
     hbm_fraction: Number
     link_bytes_per_s: Number         # scale-up link per GPU, one direction
     link_fraction: Number
+    ep_link_fraction: Number         # flex (DeepEP/HybridEP) dispatch's share of the link
     link_latency_s: Number
     nic_share_bytes_per_s: Number    # scale-out line rate per GPU, one direction
     nic_fraction: Number

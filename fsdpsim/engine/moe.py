@@ -200,25 +200,36 @@ def layer_kinds(g, r, w, lt):
 def _a2a_coefficients(g, r):
     """``(s_per_byte, latency_s)`` of an all-to-all over the EP group: inside a scale-up domain
     on the link, else the NIC share at the fabric's decay with the nodes the group spans, the
-    placement and the pod factor (:func:`fsdpsim.costs.comm.all_to_all_coefficients`); a
-    node-deduplicating dispatcher (DeepEP) sends fewer bytes over the NICs
-    (:func:`fsdpsim.costs.moe.node_dedup_factor`)."""
+    placement and the pod factor (:func:`fsdpsim.costs.comm.all_to_all_coefficients`).
+
+    The flex dispatcher (DeepEP/HybridEP) sends a token once to each node that holds any of its
+    experts over the NICs and once to each such rank over the link, where the receiver fans it
+    out to its local experts (DeepEP ``get_dispatch_layout``: ``is_token_in_rank``; HybridEP's
+    test counts the received rows, one per token and rank): fewer bytes on both tiers
+    (:func:`fsdpsim.costs.moe.node_dedup_factor` over the nodes, and over the ranks), the link
+    at its measured rate for those kernels (the catalog's ``ep_link_fraction``, not NCCL's
+    ``link_fraction``)."""
     size, per_node = g["ep_size"], g["ep_per_node"]
     gpn = minimum(per_node, size)
     nodes = np.ceil(size / maximum(gpn, 1.0))
     dedup = g["moe_node_dedup"]
-    inter_scale = 1.0
+    inter_scale, intra_scale, link = 1.0, 1.0, r["link"]
     if any_of(dedup > 0):
-        inter_scale = where(dedup > 0, moe_costs.node_dedup_factor(
-            nodes, g["moe_top_k"], g["n_experts"], g["moe_router_groups"],
-            g["moe_router_group_top_k"]), 1.0)
+        flex = dedup > 0
+        dedup_of = moe_costs.node_dedup_factor
+        args = (g["moe_top_k"], g["n_experts"], g["moe_router_groups"],
+                g["moe_router_group_top_k"])
+        inter_scale = where(flex, dedup_of(nodes, *args), 1.0)
+        intra_scale = where(flex, dedup_of(size, *args), 1.0)
+        link = where(flex, g["link_bytes_per_s"] * g["ep_link_fraction"], link)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
     per_pod = g.get("ep_per_pod")
     if per_pod is not None and any_of(per_pod < size):
         fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
-    return comm.all_to_all_coefficients(size, per_node, r["link"], r["nic"] * fabric,
-                                        g["link_latency_s"], g["nic_latency_s"], inter_scale)
+    return comm.all_to_all_coefficients(size, per_node, link, r["nic"] * fabric,
+                                        g["link_latency_s"], g["nic_latency_s"], inter_scale,
+                                        intra_scale)
 
 
 def expert_parallel(g, r, ro, lt_m):
