@@ -65,6 +65,15 @@ ROUTER_BYTES = 4.0
 #: 2603.07685, 2026) §4.2.3: the 20-SM carve-out costs "roughly 20% GEMM efficiency" in the
 #: 1F1B all-to-all overlap. NCCL's all-to-all keeps the catalog's ``comm_compute_slowdown``.
 FLEX_DISPATCH_COMPUTE_SLOWDOWN = 0.20
+#: Host operations per local expert in one forward pass of Megatron's experts
+#: (``TEGroupedMLP``: two Transformer Engine ``GroupedLinear`` modules, fc1 and fc2). TE 2.x's
+#: GroupedLinear quantises the rows of every expert on its own (``tex.split_quantize``: one
+#: kernel per split) and runs one cuBLAS GEMM per expert (``general_grouped_gemm`` ->
+#: ``nvte_multi_tensor_gemm``, round-robin over 4 streams), so a low-precision pass issues
+#: 2 x (1 + 1) ops per expert, a 16-bit one 2 (TransformerEngine v2.10
+#: ``pytorch/module/grouped_linear.py``; a single grouped kernel only with the opt-in
+#: ``use_grouped_tensor`` path of v2.17, not modelled).
+HOST_OPS_PER_EXPERT_FWD = {True: 4.0, False: 2.0}
 
 
 # -- tokens and load ------------------------------------------------------------------------------
@@ -164,6 +173,19 @@ def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_disp
     combine = e * rows_h
     return {"forward_bytes": dispatch + combine, "backward_bytes": dispatch + combine,
             "forward_calls": 2.0, "backward_calls": 2.0}
+
+
+def expert_host_fwd_s(local_experts, low_precision, kernel_overhead_s):
+    """Host time to issue one rank's expert GEMMs of one forward pass [s]:
+    ``local · ops · t_op`` with ``ops`` from :data:`HOST_OPS_PER_EXPERT_FWD` and ``t_op`` the
+    catalog's host time per op (:func:`fsdpsim.costs.compute.launch_bound_s`). Dropless MoE
+    synchronises host and device at the dispatch (the expert splits must be on the host:
+    Megatron's alltoall dispatcher ``_maybe_dtoh_and_synchronize``, DeepEP's CPU wait for
+    ``num_recv_tokens_per_expert_list``, HybridEP's blocking ``num_permuted_tokens``), so the
+    experts start with an empty queue and their forward takes at least this long."""
+    ops = np.where(np.asarray(low_precision, dtype=bool), HOST_OPS_PER_EXPERT_FWD[True],
+                   HOST_OPS_PER_EXPERT_FWD[False])
+    return as_array(local_experts) * ops * as_array(kernel_overhead_s)
 
 
 def etp_gather_bytes(tokens, top_k, d_model, n_experts, etp, elem_bytes=2.0,

@@ -238,6 +238,10 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         bubble_s = where(pp_on, piped_bubble_s, 0.0)
         pipeline_ok = where(pp_on, piped_ok, True)
 
+    if has_moe:  # the overlapped all-to-alls of the warm-up and cool-down chunks show
+        unpaired_s = moe.unpaired_overlap_s(g, ep, L_stage, phi)
+        step_s = step_s + unpaired_s
+
     # ---- totals per GPU (the busiest stage) ------------------------------------------------------
     # Pipelined rows hold the root's parts on their end stages only (the busier of the two).
     root_share = where(g["pp"] > 1, 0.0, 1.0) if piped else 1.0
@@ -281,7 +285,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         moe_layers_stage = L_stage * phi
         ep_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_s"] + ep["bwd_s"])
         ep_exposed_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_exposed_s"]
-                                               + ep["bwd_exposed_s"])
+                                               + ep["bwd_exposed_s"]) + unpaired_s
         ep_bytes = k * moe_layers_stage * (ep["bytes"] + replay * ep["fwd_bytes"])
         # the MoE MLPs (router, shared and routed experts, their kernels; the forward again
         # under full recompute) and their exposed all-to-alls

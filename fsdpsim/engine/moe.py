@@ -166,6 +166,11 @@ def layer_kinds(g, r, w, lt):
                                             ro["ffn_local"], g["swiglu"] > 0, r["matmul"],
                                             r["hbm"], g["matmul_half_flops"],
                                             g["matmul_half_k"], elem)
+    if any_of(g["megatron"] > 0):  # per-expert launches right after the dispatch's host sync
+        host_s = moe_costs.expert_host_fwd_s(ro["local"], g["fp8_gemm"] > 0,
+                                             g["kernel_overhead_s"])
+        experts = (where(g["megatron"] > 0, maximum(experts[0], host_s), experts[0]),
+                   experts[1], experts[2])
     ew = moe_costs.moe_elementwise_bytes(ro["tokens"], ro["rows"], g["d_model"], ro["ffn_local"],
                                          g["n_experts"], g["swiglu"] > 0, elem)
     if any_of(g["fp8_gemm"] > 0):
@@ -276,6 +281,21 @@ def expert_parallel(g, r, ro, lt_m):
             "fwd_exposed_s": where(overlapped, hidden * share, fwd_s),
             "bwd_exposed_s": where(overlapped, hidden * (1.0 - share), bwd_s),
             "fwd_bytes": fwd_bytes, "bytes": fwd_bytes + bwd_bytes}
+
+
+def unpaired_overlap_s(g, ep, layers_stage, phi):
+    """The all-to-all time the overlap cannot hide in a step [s]: Megatron's combined 1F1B
+    pairs one micro-batch's forward with another's backward only in the steady state; the
+    first pipeline rank's warm-up forwards and its cool-down backwards run alone, their
+    all-to-alls exposed. Warm-up model chunks: ``2(pp − 1) + (vpp − 1)·pp + 1`` interleaved
+    (one more than without the overlap), ``pp`` without interleaving, 1 without pipelining
+    (the first forward and the last backward), at most all of them (Megatron-LM
+    ``schedules.get_pp_rank_microbatches``, ``combined_1f1b_schedule_for_no_pipelining``)."""
+    pp, vpp = g["pp"], g["vpp"]
+    warmup = where(pp > 1, where(vpp > 1, 2.0 * (pp - 1.0) + (vpp - 1.0) * pp + 1.0, pp), 1.0)
+    warmup = minimum(warmup, g["grad_accum"] * vpp)
+    hidden = (ep["fwd_s"] - ep["fwd_exposed_s"]) + (ep["bwd_s"] - ep["bwd_exposed_s"])
+    return where(g["ep_overlap"] > 0, warmup * layers_stage * phi / vpp * hidden, 0.0)
 
 
 NO_EXPERT_PARALLEL = {k: 0.0 for k in ("fwd_s", "bwd_s", "fwd_exposed_s", "bwd_exposed_s",
