@@ -301,7 +301,7 @@ def test_unpaired_warmup_and_cooldown_all_to_alls_by_hand():
     def unpaired(pp, vpp, k=64, overlap=1.0, layers=16.0):
         g = {"pp": np.float64(pp), "vpp": np.float64(vpp), "grad_accum": np.float64(k),
              "ep_overlap": np.float64(overlap)}
-        return float(engine.moe.unpaired_overlap_s(g, ep, layers, 1.0))
+        return float(engine.expert_comm.unpaired_overlap_s(g, ep, layers, 1.0))
 
     assert unpaired(4, 4) == pytest.approx(19 * 4 * 2.25)
     assert unpaired(1, 1) == pytest.approx(1 * 16 * 2.25)

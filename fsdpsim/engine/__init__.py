@@ -30,7 +30,7 @@ import numpy as np
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_array, maximum, minimum,
                                    where)
 from fsdpsim.costs import nccl
-from fsdpsim.engine import collectives, heap, layers, metrics, moe, step
+from fsdpsim.engine import collectives, expert_comm, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.moe_inputs import DEFAULTS as MOE_DEFAULTS
 
@@ -131,7 +131,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
     layered = moe.layered(g)
     has_moe = layered and bool(any_of(g["moe_layers"] > 0))
-    ep, phi = moe.NO_EXPERT_PARALLEL, 0.0
+    ep, phi = expert_comm.NO_EXPERT_PARALLEL, 0.0
     if layered:
         lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt)
         lt = lt_d
@@ -239,7 +239,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         pipeline_ok = where(pp_on, piped_ok, True)
 
     if has_moe:  # the overlapped all-to-alls of the warm-up and cool-down chunks show
-        unpaired_s = moe.unpaired_overlap_s(g, ep, L_stage, phi)
+        unpaired_s = expert_comm.unpaired_overlap_s(g, ep, L_stage, phi)
         step_s = step_s + unpaired_s
 
     # ---- totals per GPU (the busiest stage) ------------------------------------------------------
