@@ -60,14 +60,13 @@ from fsdpsim.validation.fake_memory import (  # noqa: E402
     GIB,
     MemoryCase,
     explained_saved_bytes_per_layer,
-    format_table,
     fsdpsim_inputs,
     fsdpsim_memory,
     loss_peak_bytes,
     measure_memory,
-    phase_peak_bytes,
     saved_bytes_per_layer,
 )
+from fsdpsim.validation.fake_memory_report import format_table, phase_peak_bytes  # noqa: E402
 
 #: Full fake FSDP2 runs (seconds each): 7B Llama at W=8 and 64, a GELU/GPT model, with and without
 #: checkpointing, s = 1024 and 4096, micro-batch 1 and 2, SDPA and manual attention.

@@ -36,7 +36,7 @@ _getattr_before_fake_memory = __getattr__
 
 def __getattr__(name: str) -> Any:  # noqa: F811
     if name in _FAKE_MEMORY:
-        from fsdpsim.validation import fake_memory
+        from fsdpsim.validation import fake_memory, fake_memory_report
 
-        return getattr(fake_memory, name)
+        return getattr(fake_memory_report if name == "format_table" else fake_memory, name)
     return _getattr_before_fake_memory(name)
