@@ -55,8 +55,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fsdpsim import model_checks, model_flops, model_layers
-from fsdpsim.errors import ConfigError, suggest
-from fsdpsim.model_checks import MLA_FIELDS
+from fsdpsim.errors import ConfigError
 from fsdpsim.model_layers import LayerSpec
 
 FfnKind = Literal["gelu", "swiglu"]
@@ -65,10 +64,6 @@ Norm = Literal["layernorm", "rmsnorm"]
 AttentionKind = Literal["gqa", "mla"]
 AttentionMask = Literal["full", "sliding", "chunked"]
 
-FFN_KINDS: tuple[str, ...] = ("gelu", "swiglu")
-POSITIONS: tuple[str, ...] = ("learned", "rotary", "alibi", "none")
-NORMS: tuple[str, ...] = ("layernorm", "rmsnorm")
-ATTENTION_KINDS: tuple[str, ...] = ("gqa", "mla")
 
 #: Keys of :meth:`ModelSpec.param_counts`, in display order.
 COMPONENTS: tuple[str, ...] = (
@@ -196,88 +191,7 @@ class ModelSpec:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
-        where = f"model {self.name!r}" if isinstance(self.name, str) else "model"
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ConfigError(f"model name {self.name!r} must be a non-empty string")
-        for field in ("n_layers", "d_model", "n_heads", "ffn_size", "vocab_size", "max_seq_len"):
-            self._check_int(field, where, minimum=1)
-        for field in ("n_kv_heads", "head_dim", "expert_ffn_size"):
-            if getattr(self, field) is not None:
-                self._check_int(field, where, minimum=1)
-        for field in ("n_experts", "experts_per_token", "shared_expert_ffn_size", "mtp_layers"):
-            self._check_int(field, where, minimum=0)
-        for field in ("router_groups", "router_group_top_k"):
-            self._check_int(field, where, minimum=1)
-        for field in MLA_FIELDS + ("sliding_window", "attention_chunk_size"):
-            if getattr(self, field) is not None:
-                self._check_int(field, where, minimum=1)
-        for field in (
-            "tied_embeddings", "norm_bias", "qkv_bias", "attn_out_bias", "mlp_bias",
-            "lm_head_bias", "final_norm", "router_bias", "router_score_bias", "qk_norm",
-            "attention_sinks",
-        ):
-            if not isinstance(getattr(self, field), bool):
-                raise ConfigError(
-                    f"{field}={getattr(self, field)!r} in {where} must be True or False"
-                )
-        for field, accepted in (("ffn_kind", FFN_KINDS), ("position", POSITIONS),
-                                ("norm", NORMS), ("attention_kind", ATTENTION_KINDS)):
-            value = getattr(self, field)
-            if value not in accepted:
-                hint = suggest(value, accepted) if isinstance(value, str) else ""
-                raise ConfigError(
-                    f"{field}={value!r} in {where} is not one of: {', '.join(accepted)}{hint}"
-                )
-
-        kv = self.kv_heads
-        if kv > self.n_heads or self.n_heads % kv != 0:
-            raise ConfigError(
-                f"n_heads({self.n_heads}) % n_kv_heads({kv}) != 0 in {where}: the number of "
-                f"key/value heads must divide the number of query heads"
-            )
-        if (self.attention_kind == "gqa" and self.head_dim is None
-                and self.d_model % self.n_heads != 0):
-            raise ConfigError(
-                f"d_model({self.d_model}) % n_heads({self.n_heads}) != 0 in {where}: give "
-                f"head_dim explicitly or choose n_heads dividing d_model"
-            )
-        if self.norm == "rmsnorm" and self.norm_bias:
-            raise ConfigError(
-                f"norm_bias=True with norm='rmsnorm' in {where}: RMSNorm has no bias; "
-                f"use norm='layernorm' or norm_bias=False"
-            )
-        if self.n_experts == 0:
-            if self.experts_per_token != 0 or self.expert_ffn_size is not None:
-                raise ConfigError(
-                    f"experts_per_token({self.experts_per_token}) / expert_ffn_size"
-                    f"({self.expert_ffn_size}) set in {where} but n_experts is 0 (dense); "
-                    f"set n_experts >= 1 or leave them at 0 / None"
-                )
-        elif not 1 <= self.experts_per_token <= self.n_experts:
-            raise ConfigError(
-                f"experts_per_token({self.experts_per_token}) in {where} must be between 1 "
-                f"and n_experts({self.n_experts})"
-            )
-        if self.router_groups > 1 and (self.n_experts % self.router_groups
-                                       or self.router_group_top_k > self.router_groups):
-            raise ConfigError(
-                f"router_groups({self.router_groups}) / router_group_top_k"
-                f"({self.router_group_top_k}) in {where}: the groups must divide n_experts"
-                f"({self.n_experts}) and router_group_top_k must be at most router_groups")
-        if self.router_groups == 1 and self.router_group_top_k != 1:
-            raise ConfigError(f"router_group_top_k({self.router_group_top_k}) in {where} needs "
-                              f"router_groups > 1")
-        model_checks.check_moe_layers(self, where)
-        model_checks.check_attention(self, where)
-        model_checks.check_attention_pattern(self, where)
-
-    def _check_int(self, field: str, where: str, *, minimum: int) -> None:
-        value = getattr(self, field)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ConfigError(f"{field}={value!r} in {where} must be an integer >= {minimum}")
-        if value < minimum:
-            raise ConfigError(f"{field}={value} in {where} must be an integer >= {minimum}")
-        object.__setattr__(self, field, int(value))  # numpy integers -> int
+        model_checks.check_fields(self)
 
     # ------------------------------------------------------------------ derived sizes
     @property

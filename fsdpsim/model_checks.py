@@ -1,5 +1,6 @@
-"""Validation of the architecture fields of :class:`~fsdpsim.model.ModelSpec` beyond the dense
-block: mixture-of-experts layer layout, multi-head latent attention and attention masks.
+"""Validation of the fields of :class:`~fsdpsim.model.ModelSpec`: the dense block's (types,
+ranges, choices, heads and widths) and, beyond it, mixture-of-experts layer layout, multi-head
+latent attention and attention masks.
 
 Each check raises :class:`~fsdpsim.errors.ConfigError` with one line naming the field, the
 model and what is accepted; lists are normalised to tuples (the spec stays hashable).
@@ -15,11 +16,106 @@ from fsdpsim.errors import ConfigError, suggest
 if TYPE_CHECKING:
     from fsdpsim.model import ModelSpec
 
+FFN_KINDS: tuple[str, ...] = ("gelu", "swiglu")
+POSITIONS: tuple[str, ...] = ("learned", "rotary", "alibi", "none")
+NORMS: tuple[str, ...] = ("layernorm", "rmsnorm")
+ATTENTION_KINDS: tuple[str, ...] = ("gqa", "mla")
 ATTENTION_MASKS: tuple[str, ...] = ("full", "sliding", "chunked")
 #: Fields of multi-head latent attention, all given for ``attention_kind="mla"`` (q_lora_rank
 #: may be None there) and all None otherwise.
 MLA_FIELDS: tuple[str, ...] = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                "qk_rope_head_dim", "v_head_dim")
+
+
+def check_fields(spec: ModelSpec) -> None:
+    """Every field of a :class:`~fsdpsim.model.ModelSpec`: types, ranges, the named choices and
+    the relations between them (heads, widths, experts, router groups), then the MoE layout and
+    the attention fields (:func:`check_moe_layers`, :func:`check_attention`,
+    :func:`check_attention_pattern`)."""
+    where = f"model {spec.name!r}" if isinstance(spec.name, str) else "model"
+    if not isinstance(spec.name, str) or not spec.name.strip():
+        raise ConfigError(f"model name {spec.name!r} must be a non-empty string")
+    for field in ("n_layers", "d_model", "n_heads", "ffn_size", "vocab_size", "max_seq_len"):
+        check_int(spec, field, where, minimum=1)
+    for field in ("n_kv_heads", "head_dim", "expert_ffn_size"):
+        if getattr(spec, field) is not None:
+            check_int(spec, field, where, minimum=1)
+    for field in ("n_experts", "experts_per_token", "shared_expert_ffn_size", "mtp_layers"):
+        check_int(spec, field, where, minimum=0)
+    for field in ("router_groups", "router_group_top_k"):
+        check_int(spec, field, where, minimum=1)
+    for field in MLA_FIELDS + ("sliding_window", "attention_chunk_size"):
+        if getattr(spec, field) is not None:
+            check_int(spec, field, where, minimum=1)
+    for field in (
+        "tied_embeddings", "norm_bias", "qkv_bias", "attn_out_bias", "mlp_bias",
+        "lm_head_bias", "final_norm", "router_bias", "router_score_bias", "qk_norm",
+        "attention_sinks",
+    ):
+        if not isinstance(getattr(spec, field), bool):
+            raise ConfigError(
+                f"{field}={getattr(spec, field)!r} in {where} must be True or False"
+            )
+    for field, accepted in (("ffn_kind", FFN_KINDS), ("position", POSITIONS),
+                            ("norm", NORMS), ("attention_kind", ATTENTION_KINDS)):
+        value = getattr(spec, field)
+        if value not in accepted:
+            hint = suggest(value, accepted) if isinstance(value, str) else ""
+            raise ConfigError(
+                f"{field}={value!r} in {where} is not one of: {', '.join(accepted)}{hint}"
+            )
+
+    kv = spec.kv_heads
+    if kv > spec.n_heads or spec.n_heads % kv != 0:
+        raise ConfigError(
+            f"n_heads({spec.n_heads}) % n_kv_heads({kv}) != 0 in {where}: the number of "
+            f"key/value heads must divide the number of query heads"
+        )
+    if (spec.attention_kind == "gqa" and spec.head_dim is None
+            and spec.d_model % spec.n_heads != 0):
+        raise ConfigError(
+            f"d_model({spec.d_model}) % n_heads({spec.n_heads}) != 0 in {where}: give "
+            f"head_dim explicitly or choose n_heads dividing d_model"
+        )
+    if spec.norm == "rmsnorm" and spec.norm_bias:
+        raise ConfigError(
+            f"norm_bias=True with norm='rmsnorm' in {where}: RMSNorm has no bias; "
+            f"use norm='layernorm' or norm_bias=False"
+        )
+    if spec.n_experts == 0:
+        if spec.experts_per_token != 0 or spec.expert_ffn_size is not None:
+            raise ConfigError(
+                f"experts_per_token({spec.experts_per_token}) / expert_ffn_size"
+                f"({spec.expert_ffn_size}) set in {where} but n_experts is 0 (dense); "
+                f"set n_experts >= 1 or leave them at 0 / None"
+            )
+    elif not 1 <= spec.experts_per_token <= spec.n_experts:
+        raise ConfigError(
+            f"experts_per_token({spec.experts_per_token}) in {where} must be between 1 "
+            f"and n_experts({spec.n_experts})"
+        )
+    if spec.router_groups > 1 and (spec.n_experts % spec.router_groups
+                                   or spec.router_group_top_k > spec.router_groups):
+        raise ConfigError(
+            f"router_groups({spec.router_groups}) / router_group_top_k"
+            f"({spec.router_group_top_k}) in {where}: the groups must divide n_experts"
+            f"({spec.n_experts}) and router_group_top_k must be at most router_groups")
+    if spec.router_groups == 1 and spec.router_group_top_k != 1:
+        raise ConfigError(f"router_group_top_k({spec.router_group_top_k}) in {where} needs "
+                          f"router_groups > 1")
+    check_moe_layers(spec, where)
+    check_attention(spec, where)
+    check_attention_pattern(spec, where)
+
+
+def check_int(spec: ModelSpec, field: str, where: str, *, minimum: int) -> None:
+    """An integer field of at least ``minimum`` (numpy integers become int)."""
+    value = getattr(spec, field)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"{field}={value!r} in {where} must be an integer >= {minimum}")
+    if value < minimum:
+        raise ConfigError(f"{field}={value} in {where} must be an integer >= {minimum}")
+    object.__setattr__(spec, field, int(value))  # numpy integers -> int
 
 
 def check_moe_layers(spec: ModelSpec, where: str) -> None:
