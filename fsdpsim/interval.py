@@ -17,6 +17,13 @@ from fsdpsim.hardware import System
 #: 27 MosaicML calibration rows above 85 % ran as slow as 0.75x the prediction (5th percentile
 #: 0.845, against 0.902 for the rows below; README, Accuracy). The range widens to cover it.
 NEAR_LIMIT_SHARE, NEAR_LIMIT_RATIO_LOW = 0.85, 0.75
+#: A mixture of experts is modelled less surely than a dense model: the 5th and 95th
+#: percentiles of measured / predicted tokens/s over the 34 DeepSeek-V3 ``core`` rows of
+#: ``validation/data/hybrid_calibration.csv`` (Megatron-Bridge 25.09-26.08 on B200, B300,
+#: GB200, GB300 and H100; nothing is fitted to them, so these are out-of-sample residuals;
+#: session 8, `fsdpsim validate`; tests/test_moe_engine.py recomputes them). A MoE
+#: prediction's range is at least this wide.
+MOE_RATIO_P05, MOE_RATIO_P95 = 0.68, 1.08
 
 
 def prediction_interval(values: Mapping[str, Any], system: System, *,
@@ -30,7 +37,9 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     scaled by them. GPU types without their own calibration (or power-capped) use a wider,
     documented default (``fsdpsim.catalog.UNCALIBRATED_INTERVAL``) and are marked
     ``calibrated: false``. Near the memory limit (``peak_bytes`` / ``capacity_bytes`` above
-    :data:`NEAR_LIMIT_SHARE`, when given) the low end drops to :data:`NEAR_LIMIT_RATIO_LOW`.
+    :data:`NEAR_LIMIT_SHARE`, when given) the low end drops to :data:`NEAR_LIMIT_RATIO_LOW`;
+    a mixture of experts (``moe_s`` > 0, when given) widens the range to at least
+    :data:`MOE_RATIO_P05` .. :data:`MOE_RATIO_P95`.
     ``comm`` are the throughput ratios on a slower network and framework (:func:`slower_twin`,
     evaluated) and on a faster one (:func:`faster_ratio`), from the network class's and the
     framework profile's uncertainty, wider past the largest measured scale; the low end is
@@ -43,11 +52,17 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     calibrated = eff.calibrated and system.power_cap_w is None
     if not calibrated:  # the power-cap model is uncalibrated: at least the uncalibrated range
         lo, hi = min(lo, UNCALIBRATED_INTERVAL[0]), max(hi, UNCALIBRATED_INTERVAL[1])
+    moe = False
+    if "moe_s" in values:
+        moe = np.asarray(values["moe_s"], dtype=float) > 0
+        lo = np.where(moe, np.minimum(lo, MOE_RATIO_P05), lo)
+        hi = np.where(moe, np.maximum(hi, MOE_RATIO_P95), hi)
+        moe = moe.tolist() if np.ndim(moe) == 0 else moe
     near = False
     if "peak_bytes" in values and "capacity_bytes" in values:
         near = (np.asarray(values["peak_bytes"], dtype=float)
                 > NEAR_LIMIT_SHARE * np.asarray(values["capacity_bytes"], dtype=float))
-        lo = np.where(near, min(lo, NEAR_LIMIT_RATIO_LOW), lo)
+        lo = np.where(near, np.minimum(lo, NEAR_LIMIT_RATIO_LOW), lo)
         near = near.tolist() if np.ndim(near) == 0 else near
     slower, faster = (np.asarray(r, dtype=float) for r in comm)
     lo = lo * np.minimum(slower, 1.0)
@@ -61,7 +76,8 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
            "step_time_s_low": values["step_time_s"] / hi,
            "step_time_s_high": values["step_time_s"] / lo,
            "mfu_low": values["mfu"] * lo, "mfu_high": values["mfu"] * hi,
-           "calibrated": calibrated, "near_memory_limit": near, "coverage": 0.9}
+           "calibrated": calibrated, "near_memory_limit": near, "mixture_of_experts": moe,
+           "coverage": 0.9}
     if uncertainty is not None:
         u_fab, u_fw = uncertainty
         out["network_uncertainty"] = float(u_fab) if np.ndim(u_fab) == 0 else u_fab

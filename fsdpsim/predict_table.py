@@ -123,6 +123,8 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                              + ("calibrated GPU type" if d['interval']['calibrated'] else
                                 "not calibrated: wider range")
                              + _comm_range_words(d['interval'])
+                             + ("; mixture of experts: the range of the DeepSeek-V3 runs'"
+                                " residuals" if d['interval'].get('mixture_of_experts') else "")
                              + ("; near the memory limit: lower low end)"
                                 if d['interval'].get('near_memory_limit') else ")")),
         *_utilisation_rows(d),

@@ -254,6 +254,8 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
         values.update(peak_bytes=cols["memory.peak_bytes"][rows],
                       capacity_bytes=cols["memory.capacity_bytes"][rows],
                       exposed_comm_s=cols["comm.exposed_s"][rows])
+        if "time.moe_s" in cols:
+            values["moe_s"] = cols["time.moe_s"][rows]
         uncertainty = (twins["twin_u_fabric"][rows], twins["twin_u_framework"][rows])
         twin = twins["twin_tokens_per_s_per_gpu"][rows]
         slower = np.where(np.isnan(twin), 1.0, twin / values["tokens_per_s_per_gpu"])

@@ -310,6 +310,39 @@ def test_unpaired_warmup_and_cooldown_all_to_alls_by_hand():
     assert unpaired(4, 4, overlap=0.0) == 0.0
 
 
+def test_moe_range_is_the_deepseek_runs_residual_range():
+    """The MoE widening of the 90 % range is the 5-95 % of measured / predicted over the
+    DeepSeek-V3 core rows of the validation file (recomputed here, so a model change that moves
+    them fails until the constants follow); a MoE prediction's range is at least that wide, a
+    dense one's is not widened."""
+    from pathlib import Path
+
+    from fsdpsim.interval import MOE_RATIO_P05, MOE_RATIO_P95
+    from fsdpsim.measurements import load_measurements, predict_measurements
+
+    path = Path(__file__).resolve().parents[1] / "validation" / "data" / "hybrid_calibration.csv"
+    rows = predict_measurements(load_measurements(path, CATALOG), CATALOG)
+    moe_rows = rows[rows["moe"] & (rows["subset"] == "core")]
+    ratio = moe_rows["tokens_per_s_per_gpu"] / moe_rows["predicted_tokens_per_s_per_gpu"]
+    assert len(moe_rows) >= 34
+    assert np.percentile(ratio, 5) == pytest.approx(MOE_RATIO_P05, abs=0.01)
+    assert np.percentile(ratio, 95) == pytest.approx(MOE_RATIO_P95, abs=0.01)
+    plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
+                        ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13)
+    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
+                              recompute="none", precision="fp8", moe_imbalance=1.0)
+    p = predict.predict(get_model("deepseek-v3"), GB200, plan, training).to_dict()
+    band = p["interval"]
+    assert band["mixture_of_experts"] is True
+    assert band["tokens_per_s_per_gpu_low"] <= MOE_RATIO_P05 * p["tokens_per_s_per_gpu"] + 1e-9
+    assert band["tokens_per_s_per_gpu_high"] >= MOE_RATIO_P95 * p["tokens_per_s_per_gpu"] - 1e-9
+    dense = predict.predict(get_model("llama3-8b"), H100, ParallelPlan(num_gpus=64,
+                            gpus_per_node=8), TrainingConfig(seq_len=4096)).to_dict()
+    assert dense["interval"]["mixture_of_experts"] is False
+    assert dense["interval"]["tokens_per_s_per_gpu_low"] > MOE_RATIO_P05 * dense[
+        "tokens_per_s_per_gpu"]
+
+
 # ================================================================== CLI
 def test_cli_predict_moe_options_and_json(capsys):
     from conftest import run
