@@ -44,7 +44,7 @@ MOE_PRESETS = ((r"deepseek[-_ ]?v3", "deepseek-v3"), (r"kimi[-_ ]?k2", "kimi-k2"
 
 
 #: Megatron-Bridge DeepSeek-V3 workload configs that overlap the expert all-to-alls:
-#: (GPU, number format or None for any, first and last container release (None: open),
+#: (GPU, number formats or None for any, first and last container release (None: open),
 #: (pp, vpp, ep) or None for any layout, where ``moe_a2a_overlap`` /
 #: ``overlap_moe_expert_parallel_comm`` is set). H100: the 25.09 run script's ``A2A_1F1B``
 #: (r0.1.0 ``scripts/performance/run_script.py``, "h100" only) and the 25.11 H100 base config
@@ -54,9 +54,9 @@ MOE_PRESETS = ((r"deepseek[-_ ]?v3", "deepseek-v3"), (r"kimi[-_ ]?k2", "kimi-k2"
 A2A_OVERLAP_CONFIGS = (
     ("h100", None, (25, 9), (25, 11), None, "run_script.py A2A_1F1B (r0.1.0), v0.2.0 H100 "
      "base config"),
-    ("gb300", "mxfp8", (26, 6), None, None, "8af195c0a (2026-06-06)"),
-    ("gb200", "mxfp8", (26, 6), None, None, "afb5dd47c (2026-06-10)"),
-    ("b200", "mxfp8", (26, 4), None, (8, 2, 32), "5acef9309 (2026-04-18)"),
+    ("gb300", ("mxfp8",), (26, 6), None, None, "8af195c0a (2026-06-06)"),
+    ("gb200", ("mxfp8",), (26, 6), None, None, "afb5dd47c (2026-06-10)"),
+    ("b200", ("mxfp8",), (26, 4), None, (8, 2, 32), "5acef9309 (2026-04-18)"),
 )
 
 
@@ -64,7 +64,7 @@ A2A_OVERLAP_CONFIGS = (
 #: (``fp8_dot_product_attention=True``), in the shape of :data:`A2A_OVERLAP_CONFIGS`: the GB300
 #: MXFP8 full-iteration CUDA-graph recipe (GB200's of 26.06, afb5dd47c, does not set it).
 FP8_ATTENTION_CONFIGS = (
-    ("gb300", "mxfp8", (26, 6), None, None, "8af195c0a (2026-06-06)"),
+    ("gb300", ("mxfp8",), (26, 6), None, None, "8af195c0a (2026-06-06)"),
 )
 
 
@@ -74,9 +74,9 @@ FP8_ATTENTION_CONFIGS = (
 #: r0.5.0 release branch (container 26.06) took them, B300 MXFP8 from r0.5.1 (26.06.01).
 #: Every other row's LM head (and its MTP copy) runs in BF16.
 FP8_LM_HEAD_CONFIGS = (
-    ("gb300", "mxfp8", (26, 6), None, None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
-    ("gb200", "mxfp8", (26, 6), None, None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
-    ("b300", "mxfp8", (26, 6, 1), None, None, "78540b210 (2026-06-29, r0.5.0)"),
+    ("gb300", ("mxfp8",), (26, 6), None, None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
+    ("gb200", ("mxfp8",), (26, 6), None, None, "7a8bd64b2 (2026-06-10, r0.5.0)"),
+    ("b300", ("mxfp8",), (26, 6, 1), None, None, "78540b210 (2026-06-29, r0.5.0)"),
 )
 
 
@@ -126,10 +126,18 @@ def recompute_modules_of(gpu: str, number_format: str,
     if release is None:
         return None
     for family, formats, first, last, modules, where in RECOMPUTE_MODULES_CONFIGS:
-        if (gpu.startswith(family) and (formats is None or number_format in formats)
-                and release >= first and (last is None or release <= last)):
+        if _applies(gpu, number_format, release, family, formats, first, last):
             return modules, where
     return None
+
+
+def _applies(gpu: str, number_format: str, release: tuple[int, ...], family: str,
+             formats: tuple[str, ...] | None, first: tuple[int, ...],
+             last: tuple[int, ...] | None) -> bool:
+    """A recipe-table entry covers the row: its GPU family, one of its number formats (None:
+    any) and its container releases ``[first, last]`` (last None: open)."""
+    return (gpu.startswith(family) and (formats is None or number_format in formats)
+            and release >= first and (last is None or release <= last))
 
 
 def container_release(text: str) -> tuple[int, ...] | None:
@@ -142,15 +150,14 @@ def recipe_commit(configs, gpu: str, number_format: str, source: str,
                   layout: dict[str, Any], ep: int) -> str | None:
     """Where the config in ``configs`` (:data:`A2A_OVERLAP_CONFIGS`,
     :data:`FP8_ATTENTION_CONFIGS`, :data:`FP8_LM_HEAD_CONFIGS`) a row matches sets it, or
-    None: the GPU family, the number format (None: any), the container release within
-    ``[first, last]`` (last None: open) and the layout ``(pp, vpp, ep)`` (None: any)."""
+    None: the entry applies (:func:`_applies`) and the layout ``(pp, vpp, ep)`` matches (None:
+    any)."""
     release = container_release(source)
     if release is None:
         return None
     shape = (layout.get("pp", 1), layout.get("vpp", 1), ep)
-    for family, fmt, first, last, needs, commit in configs:
-        if (gpu.startswith(family) and (fmt is None or number_format == fmt)
-                and release >= first and (last is None or release <= last)
+    for family, formats, first, last, needs, commit in configs:
+        if (_applies(gpu, number_format, release, family, formats, first, last)
                 and (needs is None or shape == needs)):
             return commit
     return None
