@@ -191,21 +191,27 @@ def test_dense_models_pay_nothing_for_the_moe_terms():
     assert float(out["ep_s"]) == float(out["ep_bytes"]) == float(out["moe_s"]) == 0.0
 
 
+def _deepseek_rack(ep_overlap=False, **training):
+    """DeepSeek-V3 as Megatron-Bridge lays it out on 256 GB200 (pp 4 x vpp 4, ep 64 inside
+    each rack's 64 GPUs), FP8, force-balanced routing."""
+    plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
+                        ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13,
+                        ep_overlap=ep_overlap)
+    return predict.predict(get_model("deepseek-v3"), GB200, plan, TrainingConfig(
+        seq_len=4096, micro_batch=1, global_batch=4096, recompute="none", precision="fp8",
+        moe_imbalance=1.0, **training))
+
+
 def test_ep_bytes_of_deepseek_v3_by_hand():
     """DeepSeek-V3, pp 4 x vpp 4, ep 64 on 256 GB200 (one NVL72 rack's 64 GPUs per group), a
     middle stage of 16 MoE layers, 64 micro-batches of 4,096 tokens: 4 all-to-alls of
     4096·8·7168·2 B per layer and micro-batch."""
-    plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
-                        ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13)
-    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
-                              recompute="none", precision="fp8", moe_imbalance=1.0)
-    p = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
+    p = _deepseek_rack()
     d = p.to_dict()
     assert d["comm"]["ep_bytes"] == 64 * 16 * 4 * 469_762_048
     assert d["plan"]["ep"] == 64 and d["plan"]["expert_dp"] == 1
     assert 0 < d["time"]["moe_share"] < 1 and d["comm"]["ep_exposed_s"] == d["comm"]["ep_s"]
-    hidden = predict.predict(get_model("deepseek-v3"), GB200,
-                             ParallelPlan(**{**plan.__dict__, "ep_overlap": True}), training)
+    hidden = _deepseek_rack(ep_overlap=True)
     # what shows: the warm-up and cool-down chunks' all-to-alls (19 of 4 x 64 model chunks
     # on the first rank, unpaired) and what outlasts the compute
     assert 19 / 256 * hidden.values["ep_s"] < hidden.values["ep_exposed_s"]
@@ -220,18 +226,12 @@ def test_flex_dispatch_overlap_slows_compute_by_its_sm_carve_out(monkeypatch):
     by the difference of the two times the hidden a2a time, at most."""
     from fsdpsim.costs import moe as moe_costs
 
-    plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
-                        ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13,
-                        ep_overlap=True)
-    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
-                              recompute="none", precision="fp8", moe_imbalance=1.0,
-                              moe_dispatcher="deepep")
     nccl = GB200.accelerator.efficiency.comm_compute_slowdown
     delta = moe_costs.FLEX_DISPATCH_COMPUTE_SLOWDOWN - nccl
     assert delta > 0
-    flex = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
+    flex = _deepseek_rack(ep_overlap=True, moe_dispatcher="deepep")
     monkeypatch.setattr(moe_costs, "FLEX_DISPATCH_COMPUTE_SLOWDOWN", nccl)
-    plain = predict.predict(get_model("deepseek-v3"), GB200, plan, training)
+    plain = _deepseek_rack(ep_overlap=True, moe_dispatcher="deepep")
     ep_s = flex.values["ep_s"]
     assert ep_s == pytest.approx(plain.values["ep_s"]) and ep_s < 0.5 * flex.step_time_s
     extra = flex.step_time_s - plain.step_time_s
@@ -327,11 +327,7 @@ def test_moe_range_is_the_deepseek_runs_residual_range():
     assert len(moe_rows) >= 34
     assert np.percentile(ratio, 5) == pytest.approx(MOE_RATIO_P05, abs=0.01)
     assert np.percentile(ratio, 95) == pytest.approx(MOE_RATIO_P95, abs=0.01)
-    plan = ParallelPlan(num_gpus=256, gpus_per_node=64, sharding="optimizer", pp=4, vpp=4,
-                        ep=64, framework="megatron", pp_first_layers=16, pp_last_layers=13)
-    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4096,
-                              recompute="none", precision="fp8", moe_imbalance=1.0)
-    p = predict.predict(get_model("deepseek-v3"), GB200, plan, training).to_dict()
+    p = _deepseek_rack().to_dict()
     band = p["interval"]
     assert band["mixture_of_experts"] is True
     assert band["tokens_per_s_per_gpu_low"] <= MOE_RATIO_P05 * p["tokens_per_s_per_gpu"] + 1e-9
