@@ -81,6 +81,17 @@ def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
     return (value, source) if np.isfinite(value) and value > 0 else (float("nan"), "")
 
 
+def stated_tflops(r: pd.Series) -> float:
+    """Model TFLOP/s per GPU a row states: ``tflops_per_gpu``, else ``mfu_pct`` × the stated
+    peak (MFU = model TFLOP/s per GPU / ``peak_tflops_basis``), else NaN."""
+    tflops = cell_positive(r.get("tflops_per_gpu"))
+    mfu = cell_positive(r.get("mfu_pct"))
+    peak = cell_positive(r.get("peak_tflops_basis"))
+    if tflops != tflops and mfu == mfu and peak == peak:
+        tflops = mfu / 100.0 * peak
+    return tflops
+
+
 def _measured(r: pd.Series) -> tuple[float, str]:
     """:func:`tokens_per_s_per_gpu` before the check that the value is usable (every input is a
     finite positive number or NaN, so nothing divides by zero)."""
@@ -97,11 +108,7 @@ def _measured(r: pd.Series) -> tuple[float, str]:
         tokens = cell_positive(r.get("global_batch_seqs")) * seq
     if step == step and tokens == tokens:
         return tokens / step / n_gpus, "step_time_s"
-    tflops = cell_positive(r.get("tflops_per_gpu"))
-    mfu = cell_positive(r.get("mfu_pct"))
-    peak = cell_positive(r.get("peak_tflops_basis"))
-    if tflops != tflops and mfu == mfu and peak == peak:
-        tflops = mfu / 100.0 * peak  # MFU = model TFLOP/s per GPU / the stated peak
+    tflops = stated_tflops(r)
     if tflops == tflops:
         layers, d, vocab = (cell_positive(r.get(k)) for k in ("n_layers", "d_model", "vocab"))
         if "yes" in cell_text(r.get("tflops_counts_recompute")).lower():
@@ -119,6 +126,20 @@ def _measured(r: pd.Series) -> tuple[float, str]:
             return (tflops * 1e12 / (6 * n + attention * layers * d * seq),
                     f"tflops_per_gpu (6N+{attention}Lds)")
     return float("nan"), ""
+
+
+def _preset_tokens_per_s(r: pd.Series, moe: dict[str, Any], seq_len: int) -> tuple[float, str]:
+    """Tokens/s per GPU of a MoE row that states only TFLOP/s: divided by its preset's own
+    FLOPs per token (:func:`fsdpsim.published_moe.preset_flops_per_token`, with the MTP modules
+    the row resolves to), causal or not as the row's count says."""
+    from fsdpsim.published_moe import preset_flops_per_token
+
+    counting = cell_text(r.get("tflops_counts_recompute")).lower()
+    causal = "causal" in counting and "non-causal" not in counting
+    per_token = preset_flops_per_token(moe["preset"], moe.get("mtp_layers"), seq_len, causal)
+    return (stated_tflops(r) * 1e12 / per_token,
+            f"tflops_per_gpu ({moe['preset']} model FLOPs, {'causal' if causal else 'full'} "
+            "attention, MTP counted)")
 
 
 # ------------------------------------------------------------------------------ converters
@@ -190,6 +211,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
         # predict's auto would choose (with the global batch when it is known).
         measured, measured_from = tokens_per_s_per_gpu(r)
+        if measured_from.startswith("tflops_per_gpu (6N") and moe.get("preset"):
+            measured, measured_from = _preset_tokens_per_s(r, moe, counts["seq_len"] or 1)
         if measured != measured:
             skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
         model = cell_text(r.get("model"))

@@ -36,6 +36,8 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 #: Model names of published MoE rows -> preset id (first match wins).
 MOE_PRESETS = ((r"deepseek[-_ ]?v3", "deepseek-v3"), (r"kimi[-_ ]?k2", "kimi-k2"),
                (r"mixtral[-_ ]?8x7b", "mixtral-8x7b"), (r"mixtral[-_ ]?8x22b", "mixtral-8x22b"),
@@ -251,3 +253,38 @@ def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
                 said.append(f"stages {split[0]} + ... + {split[1]} layers (Megatron-Bridge "
                             "DeepSeek-V3 pipeline layout)")
     return cols, said, ""
+
+
+def preset_flops_per_token(preset: str, mtp_layers: int | None, seq_len: int,
+                           causal: bool = True) -> float:
+    """Model FLOPs per trained token of a preset under a table's count [FLOP/token]: forward
+    and backward (3× forward) of every layer, the LM head and the MTP modules, from the
+    architecture (:mod:`fsdpsim.model_flops`: MLA's projections and its 192-wide scores and
+    128-wide values, not ``d_model``-wide attention).
+
+    Why: a row that states only TFLOP/s per GPU is turned into tokens/s by this count. The
+    generic ``6N + 6·L·d·s`` assumes attention ``d_model`` wide; DeepSeek-V3's MLA has 128 heads
+    × (192 + 128), so its causal attention is 30.7 GFLOP/token, not 10.7 — the generic count
+    reads 330 TFLOP/s as 1,432 tokens/s where the table's own row beside it (338 TFLOP/s, 1,297
+    tokens/s) gives 1,266. The Megatron-Bridge tables count causal attention and DeepSeek-V3's
+    MTP layer (``../shared/validation`` README; the row's stated/implied TFLOP/s = 1.041 without
+    MTP, 1.004 with it). ``causal=False`` counts every score of the square (NeMo 24.x tables).
+    """
+    import dataclasses
+
+    from fsdpsim.model_flops import (forward_flops_per_token, keys_per_query,
+                                     layer_flops_per_token, mtp_forward_flops_per_token)
+    from fsdpsim.presets import get_model
+
+    spec = get_model(preset)
+    if mtp_layers is not None:
+        spec = dataclasses.replace(spec, mtp_layers=int(mtp_layers))
+    forward = float(forward_flops_per_token(spec, seq_len)
+                    + mtp_forward_flops_per_token(spec, seq_len))
+    if not causal:  # the whole square: every query against every key of the sequence
+        keys = np.array([float(keys_per_query(seq_len, layer.mask, layer.window))
+                         for layer in spec.layers])
+        extra = layer_flops_per_token(spec, seq_len)["attention_score_flops"] * (
+            seq_len / keys - 1.0)
+        forward += float(extra.sum() + spec.mtp_layers * extra[-1])
+    return 3.0 * forward

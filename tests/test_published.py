@@ -126,6 +126,34 @@ def test_measurement_from_each_kind_of_column():
     assert tokens_per_s_per_gpu(pd.Series(base))[1] == ""
 
 
+def test_a_moe_row_with_only_tflops_is_converted_by_its_architecture():
+    """Regression: DeepSeek-V3's 25.09 H100 pair in hybrid_calibration.csv. The table gives
+    338 TFLOP/s and 1,297 tokens/s for one FP8 variant, only 330 TFLOP/s for the other. The
+    generic 6N + 6·L·d·s takes attention d_model wide (10.7 GFLOP/token) where MLA's 128 heads
+    × (192 + 128) make 30.7, and read 330 TFLOP/s as 1,432 tokens/s — faster than its sibling
+    at fewer FLOP/s. Counted from the preset (causal, with the MTP layer, as the table counts),
+    338 TFLOP/s is the stated 1,297 tokens/s (±0.1 %) and 330 is 1,266."""
+    from fsdpsim.published_moe import preset_flops_per_token
+
+    per_token = preset_flops_per_token("deepseek-v3", None, 4096)
+    assert 338e12 / per_token == pytest.approx(1297, rel=1e-3)
+    without_mtp = preset_flops_per_token("deepseek-v3", 0, 4096)
+    assert per_token / without_mtp == pytest.approx(1.041, abs=0.003)  # the row's stated/implied
+    full = preset_flops_per_token("deepseek-v3", None, 4096, causal=False)
+    # the full square doubles the causal scores: 30.7 GFLOP/token more over 61 layers, and the
+    # MTP block's share
+    assert full - per_token == pytest.approx(30.70e9 * 62 / 61, rel=0.01)
+    row = _row(id="ds", model="DeepSeekV3 (dropless)", n_layers=61, d_model=7168, n_heads=128,
+               n_kv_heads=float("nan"), ffn_size=2048, vocab=129280, seq_len=4096, n_gpus=1024,
+               tp=2, pp=8, vpp=4, ep=64, moe_experts=256, moe_topk=8, n_params=671025397760,
+               moe_active_params=36624596992, framework="NeMo Megatron-Bridge 25.09 container",
+               precision="fp8", tokens_per_s_per_gpu=float("nan"), tflops_per_gpu=330.0,
+               tflops_counts_recompute="no (model TFLOP/s; causal attention)")
+    r = from_published(pd.DataFrame([row]), CATALOG).iloc[0]
+    assert r["tokens_per_s_per_gpu"] == pytest.approx(1266, rel=1e-3)
+    assert r["measured_from"].startswith("tflops_per_gpu (deepseek-v3 model FLOPs")
+
+
 def _row(**over):
     row = {"id": "r1", "source_key": "some_lab", "model": "Llama-3-8B", "n_layers": 32,
            "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "ffn_size": 14336, "vocab": 128256,
