@@ -291,6 +291,26 @@ def test_many_small_experts_are_launch_bound_after_the_dispatch_sync(monkeypatch
     assert steps["megatron"] >= 1.0
 
 
+def test_overlapped_all_to_alls_hide_phase_by_phase_by_hand():
+    """Megatron's layer schedule pairs each all-to-all with one piece of the other
+    micro-batch's layer: the backward combine (sent like a dispatch, 2 s) with the forward
+    attention (1 s), both dispatches (3 s) with both MLPs (5 s), the forward combine (1 s)
+    with the backward attention (3 s). The layer computes 14 s against 6 s of communication,
+    yet 1 s shows in backward (its short attention cannot hide the combine's gradient).
+    With the flex carve-out σ = 0.2 the phases' computations stretch to 1.2, 5.6 and 3.2 s:
+    forward shows 0.2 + 0.6·2/3, backward 1 + 0.6·1/3."""
+    lt_m = {"block_fwd_s": 3.0, "block_bwd_s": 6.0, "moe_mlp_fwd_s": 2.0, "moe_mlp_bwd_s": 3.0}
+
+    def shows(sigma, flex=1.0):
+        g = {"moe_node_dedup": np.float64(flex), "comm_compute_slowdown": np.float64(sigma)}
+        fwd, bwd = engine.expert_comm.paired_exposure_s(g, lt_m, 2.0, 1.0)
+        return float(fwd), float(bwd)
+
+    assert shows(0.0, flex=0.0) == pytest.approx((0.0, 1.0))
+    assert moe.FLEX_DISPATCH_COMPUTE_SLOWDOWN == 0.2
+    assert shows(0.0) == pytest.approx((0.2 + 0.6 * 2 / 3, 1.0 + 0.6 / 3))
+
+
 def test_unpaired_warmup_and_cooldown_all_to_alls_by_hand():
     """Megatron's combined 1F1B leaves the first rank's warm-up forwards and cool-down
     backwards unpaired: pp 4 x vpp 4 -> 2·3 + 3·4 + 1 = 19 model chunks of 16/4 = 4 MoE

@@ -3,8 +3,9 @@
 Per MoE layer and micro-batch the all-to-alls (dispatch and combine, forward and backward) on
 the tier the EP group spans, with a flex (DeepEP/HybridEP) dispatcher's deduplication over
 nodes and ranks and its measured link rate, the expert-tensor-parallel gathers, and what shows:
-all of it, or with ``ep_overlap`` what outlasts the other micro-batch's compute it hides behind
-(slowed by the dispatcher's SM carve-out), plus the warm-up and cool-down chunks Megatron's
+all of it, or with ``ep_overlap`` what outlasts the piece of the other micro-batch's layer each
+all-to-all is paired with (:func:`paired_exposure_s`, slowed by the dispatcher's SM carve-out),
+plus the warm-up and cool-down chunks Megatron's
 combined 1F1B cannot pair (:func:`unpaired_overlap_s`). :func:`fsdpsim.engine.moe.layer_kinds`
 calls it with the MoE layer's times.
 """
@@ -59,21 +60,18 @@ def expert_parallel(g, r, ro, lt_m):
 
     All-to-alls (:func:`fsdpsim.costs.moe.all_to_all_bytes`) over the EP group, at the busiest
     rank's volume (λ times the mean; padded capacity carries its padding already); with etp > 1
-    an all-gather and a reduce-scatter over the ETP group (NCCL's cost per call). Exposed
-    unless ``ep_overlap``: then they run beside another micro-batch's compute of the same
-    layer, which the SMs they occupy slow (:func:`fsdpsim.costs.overlap.slowed_compute_s`)
-    by the flex dispatcher's SM carve-out (DeepEP/HybridEP,
-    :data:`fsdpsim.costs.moe.FLEX_DISPATCH_COMPUTE_SLOWDOWN`) or NCCL's, the catalog's
-    ``comm_compute_slowdown``, and only what outlasts it shows."""
+    an all-gather after the dispatch and a reduce-scatter before the combine over the ETP group
+    (NCCL's cost per call). Exposed unless ``ep_overlap``: then :func:`paired_exposure_s`."""
     elem, cf = g["compute_bytes"], g["moe_capacity_factor"]
     a2a = moe_costs.all_to_all_bytes(ro["tokens"], g["moe_top_k"], g["d_model"], g["n_experts"],
                                       elem, g["moe_fp8_dispatch"] > 0, cf)
     spb, lat = a2a_coefficients(g, r)
     busiest = where(cf > 0, 1.0, ro["lambda"])
     on = g["ep_size"] > 1
-    fwd_s = where(on, a2a["forward_bytes"] * spb * busiest + a2a["forward_calls"] * lat, 0.0)
-    bwd_s = where(on, a2a["backward_bytes"] * spb * busiest + a2a["backward_calls"] * lat,
-                  0.0)
+    # one dispatch-direction call (forward dispatch, backward the combine's gradient) and one
+    # combine-direction call (forward combine, backward the dispatch's gradient)
+    dispatch_s = where(on, a2a["dispatch_bytes"] * spb * busiest + lat, 0.0)
+    combine_s = where(on, a2a["combine_bytes"] * spb * busiest + lat, 0.0)
     fwd_bytes = where(on, a2a["forward_bytes"], 0.0)
     bwd_bytes = where(on, a2a["backward_bytes"], 0.0)
     if any_of(g["etp_size"] > 1):
@@ -82,22 +80,57 @@ def expert_parallel(g, r, ro, lt_m):
         cands = nccl.candidates(g, g["etp_size"], g["etp_per_node"],
                                 collectives.bus_bandwidth(g, r, g["etp_size"], g["etp_per_node"]),
                                 g["link_nvlink"] > 0, all_reduce=False)
-        etp_s = nccl.time_s(per_dir / 2.0 * busiest, cands, 2.0)
-        etp_on = g["etp_size"] > 1
-        fwd_s = fwd_s + where(etp_on, etp_s, 0.0)
-        bwd_s = bwd_s + where(etp_on, etp_s, 0.0)
+        # one gather beside each dispatch-direction call, one reduce-scatter beside each
+        # combine-direction call
+        etp_s = where(g["etp_size"] > 1, nccl.time_s(per_dir / 2.0 * busiest, cands, 1.0), 0.0)
+        dispatch_s, combine_s = dispatch_s + etp_s, combine_s + etp_s
         fwd_bytes, bwd_bytes = fwd_bytes + per_dir, bwd_bytes + per_dir
-    total = fwd_s + bwd_s
-    compute_s = lt_m["block_fwd_s"] + lt_m["block_bwd_s"]
-    slowdown = where(g["moe_node_dedup"] > 0, moe_costs.FLEX_DISPATCH_COMPUTE_SLOWDOWN,
-                     g["comm_compute_slowdown"])
-    hidden = maximum(overlap.slowed_compute_s(compute_s, total, slowdown), total) - compute_s
-    share = where(total > 0, fwd_s / where(total > 0, total, 1.0), 0.5)
+    fwd_s = bwd_s = dispatch_s + combine_s
+    fwd_paired, bwd_paired = paired_exposure_s(g, lt_m, dispatch_s, combine_s)
     overlapped = g["ep_overlap"] > 0
     return {"fwd_s": fwd_s, "bwd_s": bwd_s,
-            "fwd_exposed_s": where(overlapped, hidden * share, fwd_s),
-            "bwd_exposed_s": where(overlapped, hidden * (1.0 - share), bwd_s),
+            "fwd_exposed_s": where(overlapped, fwd_paired, fwd_s),
+            "bwd_exposed_s": where(overlapped, bwd_paired, bwd_s),
             "fwd_bytes": fwd_bytes, "bytes": fwd_bytes + bwd_bytes}
+
+
+def paired_exposure_s(g, lt_m, dispatch_s, combine_s):
+    """What of one layer's all-to-alls shows when overlapped, forward and backward [s].
+
+    Megatron's combined 1F1B runs one micro-batch's forward of a layer beside another's
+    backward of the same kind of layer in three phases, the communication stream against the
+    computation stream (Megatron-LM ``TransformerLayerSchedulePlan.run``, core 0.14 to main):
+
+    ====================================  =================================================
+    communication                         computation
+    ====================================  =================================================
+    backward combine (dispatch-direction)  forward attention (and what precedes the dispatch)
+    forward dispatch, backward dispatch    backward and forward MLP (router, experts)
+    forward combine                        backward attention
+    ====================================  =================================================
+
+    Each phase takes ``max(f', c)`` with ``f'`` the computation slowed by the SMs the
+    communication occupies (:func:`fsdpsim.costs.overlap.slowed_compute_s`: the flex
+    dispatcher's carve-out :data:`fsdpsim.costs.moe.FLEX_DISPATCH_COMPUTE_SLOWDOWN`, NCCL's the
+    catalog's ``comm_compute_slowdown``); what shows is ``max(f', c) − f`` summed over the
+    phases, so a long all-to-all cannot hide behind a short partner even when the layer's
+    computation as a whole outlasts its communication. The middle phase's exposure is split
+    between the two passes by their communication."""
+    slowdown = where(g["moe_node_dedup"] > 0, moe_costs.FLEX_DISPATCH_COMPUTE_SLOWDOWN,
+                     g["comm_compute_slowdown"])
+
+    def shows(compute_s, comm_s):
+        return maximum(overlap.slowed_compute_s(compute_s, comm_s, slowdown), comm_s) - compute_s
+
+    mlp_fwd, mlp_bwd = lt_m["moe_mlp_fwd_s"], lt_m["moe_mlp_bwd_s"]
+    attn_fwd = maximum(lt_m["block_fwd_s"] - mlp_fwd, 0.0)
+    attn_bwd = maximum(lt_m["block_bwd_s"] - mlp_bwd, 0.0)
+    first = shows(attn_fwd, dispatch_s)  # the combine's gradient, sent like a dispatch
+    middle = shows(mlp_fwd + mlp_bwd, dispatch_s + combine_s)
+    last = shows(attn_bwd, combine_s)
+    total = dispatch_s + combine_s
+    fwd_share = where(total > 0, dispatch_s / where(total > 0, total, 1.0), 0.5)
+    return last + middle * fwd_share, first + middle * (1.0 - fwd_share)
 
 
 def unpaired_overlap_s(g, ep, layers_stage, phi):
