@@ -5,9 +5,9 @@ the tier the EP group spans, with a flex (DeepEP/HybridEP) dispatcher's deduplic
 nodes and ranks and its measured link rate, the expert-tensor-parallel gathers, and what shows:
 all of it, or with ``ep_overlap`` what outlasts the piece of the other micro-batch's layer each
 all-to-all is paired with (:func:`paired_exposure_s`, slowed by the dispatcher's SM carve-out),
-plus the warm-up and cool-down chunks Megatron's
-combined 1F1B cannot pair (:func:`unpaired_overlap_s`). :func:`fsdpsim.engine.moe.layer_kinds`
-calls it with the MoE layer's times.
+plus the warm-up and cool-down chunks Megatron's combined 1F1B cannot pair
+(:func:`unpaired_overlap_s`). :func:`fsdpsim.engine.moe.layer_kinds` calls it with the MoE
+layer's times.
 """
 
 from __future__ import annotations
@@ -101,13 +101,13 @@ def paired_exposure_s(g, lt_m, dispatch_s, combine_s):
     backward of the same kind of layer in three phases, the communication stream against the
     computation stream (Megatron-LM ``TransformerLayerSchedulePlan.run``, core 0.14 to main):
 
-    ====================================  =================================================
-    communication                         computation
-    ====================================  =================================================
+    =====================================  ==================================================
+    communication                          computation
+    =====================================  ==================================================
     backward combine (dispatch-direction)  forward attention (and what precedes the dispatch)
     forward dispatch, backward dispatch    backward and forward MLP (router, experts)
     forward combine                        backward attention
-    ====================================  =================================================
+    =====================================  ==================================================
 
     Each phase takes ``max(f', c)`` with ``f'`` the computation slowed by the SMs the
     communication occupies (:func:`fsdpsim.costs.overlap.slowed_compute_s`: the flex
