@@ -165,7 +165,9 @@ def predict_options(f):
         click.option("--sharding", type=click.Choice(SHARDINGS), default="full",
                      show_default=True, help=SHARDING_HELP),
         click.option("--shard-group-size", type=option_type(GPUS), default=None,
-                     help="HSDP shard group (default: one node)."),
+                     help="HSDP shard group (default: one node); with --sharding optimizer "
+                          "--framework internevo, its zero1 group (default: every "
+                          "data-parallel rank)."),
         click.option("--reshard-after-forward/--no-reshard-after-forward", default=True,
                      show_default=True),
         click.option("--keep-params-gathered/--regather-params", default=False,

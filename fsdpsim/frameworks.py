@@ -36,6 +36,17 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
   distributed optimizer (ZeRO-1) with the gradient reduce-scatter overlapped with backward
   (``overlap_grad_reduce``) and the parameter all-gather with the next forward
   (``overlap_param_gather``); bf16 parameters, fp32 main gradients.
+* ``internevo`` (InternEvo's hybrid ZeRO, ``internlm/solver/optimizer/hybrid_zero_optim.py``
+  ``HybridZeroOptimizer``; its throughput table's runs, ``doc/en/train_performance.md``,
+  2023): bf16 parameters and the fp32 master shard as Megatron's recipe; gradients all-reduced
+  in the parameters' dtype over the whole data-parallel group in buckets during the last
+  backward (``reduce_tensor`` with no destination, ``overlap_sync_grad=True``); the optimizer
+  states sharded over the ``zero1`` group (``shard_group_size``; ``-1``: the whole
+  data-parallel group), and after the step, behind a device synchronisation, one
+  ``dist.broadcast`` per group rank of the shard it owns, all awaited before the next forward
+  (``broadcast_params``; ``overlap_sync_param=False`` in ``configs/7B_sft.py``). A broadcast's
+  latency grows with the ranks it chains through, so ``zero1=-1`` on 1,024 GPUs issues 1,024
+  of them, each paying a 1,023-hop pipeline.
 * ``megatron-2021`` (Megatron-LM v2, 2021, ``megatron/training.py`` ``train_step``): the
   gradient all-reduce of its data-parallel wrapper runs after the whole backward
   (``model.allreduce_gradients()``), not overlapped; NCCL 2.10.
@@ -67,6 +78,12 @@ class Framework:
     """List-output all-gather / list-input reduce-scatter: one view and one copy per rank."""
     grad_reduce_overlap: bool = True
     """DDP gradient all-reduce overlaps backward (bucketed), else it runs after it."""
+    param_broadcast: bool = False
+    """ZeRO-1 parameter sync after the optimizer step as one broadcast per shard owner (else
+    one all-gather), waited for before the next forward."""
+    grad_all_reduce: bool = False
+    """ZeRO-1 gradients all-reduced in the compute dtype over the data-parallel group (else
+    reduce-scattered in the reduce dtype)."""
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
     source: str = ""
@@ -103,6 +120,14 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
     Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05,
               source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
                      "overlap_param_gather)"),
+    Framework("internevo", "megatron", "nccl-2.30", param_broadcast=True,
+              grad_all_reduce=True, uncertainty=0.05,
+              source="InternLM/InternEvo internlm/solver/optimizer/hybrid_zero_optim.py "
+                     "(HybridZeroOptimizer: reduce_tensor, broadcast_params); configs/7B_sft.py "
+                     "(overlap_sync_grad=True, overlap_sync_param=False)",
+              # hybrid ZeRO-1 (its zero1 groups: shard_group_size); no ring context parallel
+              # or TP communication overlap of Megatron's kind
+              supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
     Framework("megatron-2021", "megatron", "nccl-2.10", grad_reduce_overlap=False,
               uncertainty=0.10,
               source="Megatron-LM v2.x megatron/training.py train_step "

@@ -231,6 +231,8 @@ def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dic
               "dp_gather_overlap": float(prof.gather_overlap),
               "dp_list_collectives": float(prof.list_collectives),
               "ddp_overlap": float(prof.grad_reduce_overlap),
+              "param_broadcast": float(prof.param_broadcast),
+              "grad_all_reduce": float(prof.grad_all_reduce),
               "dp_block_calls": block_calls, "dp_root_calls": root_calls})
     return x
 

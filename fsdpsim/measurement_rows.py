@@ -28,7 +28,7 @@ PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
                 "moe_imbalance": None, "preset": None, "mtp_layers": None,
                 "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
-                "recompute_modules": None}
+                "recompute_modules": None, "shard_group_size": None}
 
 
 def truthy(value: Any) -> bool:
@@ -123,7 +123,8 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         pp_first_layers=whole_cell(row, "pp_first_layers"),
         pp_last_layers=whole_cell(row, "pp_last_layers"),
         framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
-        etp=whole_cell(row, "etp"), ep_overlap=False if overlap is None else truthy(overlap))
+        etp=whole_cell(row, "etp"), ep_overlap=False if overlap is None else truthy(overlap),
+        shard_group_size=whole_cell(row, "shard_group_size"))
 
 
 def row_setup(row: pd.Series, catalog: Catalog,

@@ -40,7 +40,9 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
 ``pp_last_layers``         split)
 ``recompute_layers``       layers of each stage that recompute (default: all)
 ``recipe``                 torch (default) or megatron: the mixed-precision recipe
-                           (ParallelPlan ``framework``)
+                           (ParallelPlan ``framework``; any framework profile name)
+``shard_group_size``       HSDP's shard group, or InternEvo's zero1 group with sharding
+                           optimizer and recipe internevo (default: see ParallelPlan)
 ``ep``, ``etp``            expert-parallel and expert-tensor-parallel degrees (default 1
                            and tp); ``ep_overlap`` true to hide the expert all-to-alls
 ``moe_capacity_factor``,   token dropping (a capacity factor) or the dropless busiest-rank
@@ -254,7 +256,7 @@ COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
     "n_kv_heads": (_HEADS, True), "ffn_size": (_WIDTH, True),
     "vocab": (Rule(1, 2**24, whole=True), True),
     # the layout (empty: the PLAN_COLUMNS default)
-    **{k: (numbers.GPUS, True) for k in ("tp", "pp", "cp", "ep", "etp")},
+    **{k: (numbers.GPUS, True) for k in ("tp", "pp", "cp", "ep", "etp", "shard_group_size")},
     "moe_capacity_factor": (Rule(0.01, 1000.0), True), "moe_imbalance": (Rule(1.0, 1000.0), True),
     "mtp_layers": (Rule(0, 64, whole=True), True),
     "vpp": (Rule(1, 1024, whole=True, also="auto"), True),

@@ -63,8 +63,10 @@ class ParallelPlan:
     """How the GPUs are used: the degrees of the device mesh, its order, and the strategies.
 
     ``shard_group_size`` only matters for ``hybrid`` (default: one scale-up domain's worth of
-    data-parallel ranks). For the other strategies the data-parallel group is the whole
-    ``dp × cp`` (``none`` replicates, the ZeRO stages shard over it).
+    data-parallel ranks) and, under the ``internevo`` framework, for ``optimizer`` (its
+    ``zero1`` groups; default the whole data-parallel group). For the other strategies the
+    data-parallel group is the whole ``dp × cp`` (``none`` replicates, the ZeRO stages shard
+    over it).
     """
 
     num_gpus: int
@@ -75,7 +77,9 @@ class ParallelPlan:
     sharding: Sharding = "full"
     """full (ZeRO-3), grad_op (ZeRO-2), optimizer (ZeRO-1), none (DDP), hybrid (HSDP)."""
     shard_group_size: int | None = None
-    """HSDP ``dp_shard`` degree; None = the data-parallel ranks of one scale-up domain."""
+    """HSDP ``dp_shard`` degree; None = the data-parallel ranks of one scale-up domain. With
+    ``optimizer`` under ``internevo``: the ranks its optimizer states are sharded over (InternEvo
+    ``zero1``); None = all data-parallel ranks."""
     reshard_after_forward: bool = True
     """Free gathered parameters after forward and gather them again in backward (ZeRO-3)."""
     keep_gathered: bool = False
@@ -180,7 +184,7 @@ class ParallelPlan:
             raise ConfigError(f"num_gpus({self.num_gpus}) on one node must divide "
                               f"gpus_per_node({self.gpus_per_node})")
         dp = self.dp
-        if self.sharding == "hybrid" and dp % self.dp_shard:
+        if self.sharding in ("hybrid", "optimizer") and dp % self.dp_shard:
             raise ConfigError(f"shard_group_size({self.dp_shard}) must divide the data-parallel "
                               f"degree ({dp}); accepted: a divisor of {dp}")
         if self.dp_replicate * self.dp_shard * self.cp * self.tp * self.pp != self.num_gpus:
@@ -197,9 +201,11 @@ class ParallelPlan:
         if self.grad_sync == "last" and self.sharding not in SHARDED:
             raise ConfigError(f"grad_sync 'last' applies to sharding full, hybrid or grad_op; "
                               f"sharding {self.sharding!r} already reduces once per step")
-        if self.sharding != "hybrid" and self.shard_group_size not in (None, dp):
+        if self.shard_group_size not in (None, dp) and not self.grouped_shards:
             raise ConfigError(f"shard_group_size={self.shard_group_size} only applies to "
-                              f"sharding 'hybrid' (got sharding {self.sharding!r})")
+                              f"sharding 'hybrid', or 'optimizer' with framework 'internevo' "
+                              f"(its zero1 groups); got sharding {self.sharding!r}, framework "
+                              f"{self.framework!r}")
 
     def _check_experts(self) -> None:
         """The expert mesh: ``etp × ep`` divides one pipeline stage's ``tp × cp × dp`` ranks,
@@ -261,9 +267,13 @@ class ParallelPlan:
             if zero == 0 and shard > 1:
                 raise ConfigError(f"dp_shard({shard}) > 1 needs zero 1, 2 or 3 (zero 0 is DDP: "
                                   "it replicates)")
-            if zero in (1, 2) and repl > 1:
+            internevo = canonical(options.get("framework", "fsdp2")) == "internevo"
+            if zero == 1 and repl > 1 and internevo:  # its zero1 groups
+                shard_group = shard
+            elif zero in (1, 2) and repl > 1:
                 raise ConfigError(f"dp_replicate({repl}) > 1 with zero {zero} is not modelled; "
-                                  "accepted: zero 3 (HSDP) or zero 0 (DDP)")
+                                  "accepted: zero 3 (HSDP), zero 0 (DDP), or zero 1 with "
+                                  "framework internevo (its zero1 groups)")
             if zero == 3 and repl > 1:
                 sharding, shard_group = "hybrid", shard
         return cls(num_gpus=num_gpus, gpus_per_node=gpus_per_node, sharding=sharding,
@@ -273,6 +283,13 @@ class ParallelPlan:
     def dp(self) -> int:
         """Data-parallel degree: replicas × shards, excluding CP [-]."""
         return self.num_gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def grouped_shards(self) -> bool:
+        """Whether the shard group may be smaller than the data-parallel group: HSDP, or
+        InternEvo's ZeRO-1 in ``zero1`` groups (:mod:`fsdpsim.frameworks`)."""
+        return self.sharding == "hybrid" or (self.sharding == "optimizer"
+                                             and self.framework == "internevo")
 
     @property
     def dp_shard(self) -> int:
@@ -285,6 +302,8 @@ class ParallelPlan:
                 return self.shard_group_size
             per_domain = max(1, self.gpus_per_node // (self.tp * self.cp))
             return min(per_domain, self.dp)
+        if self.grouped_shards and self.shard_group_size:
+            return self.shard_group_size
         return self.dp
 
     @property

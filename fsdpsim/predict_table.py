@@ -147,7 +147,10 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                     f"{render.seconds(t['memory_bound_s'])}, of which recompute "
                     f"{render.seconds(t['recompute_s'])}; optimizer "
                     f"{render.seconds(t['optimizer_s'])})"),
-        ("all-gather", f"{render.gib(c['all_gather_bytes'])} in {render.seconds(c['all_gather_s'])}"),
+        # InternEvo's ZeRO-1 syncs parameters by one broadcast per shard owner
+        ("broadcasts" if pl.get("framework") == "internevo" and pl.get("sharding") == "optimizer"
+         else "all-gather",
+         f"{render.gib(c['all_gather_bytes'])} in {render.seconds(c['all_gather_s'])}"),
         ("reduce-scatter", f"{render.gib(c['reduce_scatter_bytes'])} in "
                            f"{render.seconds(c['reduce_scatter_s'])}"),
         ("all-reduce", f"{render.gib(c['all_reduce_bytes'])} in {render.seconds(c['all_reduce_s'])}"),

@@ -201,9 +201,13 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         model_parallel = np.prod([layout.get(k, 1) for k in ("tp", "pp", "cp")])
         dp = n_gpus // model_parallel if n_gpus % model_parallel == 0 else n_gpus
         zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
+        shard_group = float("nan")
         if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
-            modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled over all "
-                               f"{dp} data-parallel ranks")
+            if conventions.get("profile") == "internevo":  # its zero1 groups, as run
+                shard_group = int(zero_group.group(1))
+            else:
+                modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled "
+                                   f"over all {dp} data-parallel ranks")
         mb, ga = cell_positive(r.get("micro_batch")), cell_positive(r.get("grad_accum"))
         global_seqs = cell_positive(r.get("global_batch_seqs"))
         if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
@@ -239,7 +243,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "network": network or "",
             "seq_len": counts["seq_len"] or 1,
             "micro_batch": mb, "grad_accum": ga,
-            "sharding": sharding,
+            "sharding": sharding, "shard_group_size": shard_group,
             "recompute": (parse_recompute(checkpointing) if _stated(checkpointing)
                           else conventions.get("recompute", "auto")),
             "global_batch_seqs": global_seqs,

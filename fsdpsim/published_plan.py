@@ -36,7 +36,9 @@ from fsdpsim.numbers import number_in_text
 #: * ``profile``: the framework profile (:mod:`fsdpsim.frameworks`: recipe, collective library
 #:   release, granularity and overlap of data-parallel collectives). Megatron and its
 #:   descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy with
-#:   the (distributed) optimizer; InternEvo's hybrid ZeRO does the same. Megatron-LM before
+#:   the (distributed) optimizer; InternEvo's hybrid ZeRO does the same with its own
+#:   collectives (``internevo``: gradients all-reduced, parameters broadcast by each shard's
+#:   owner within its ``zero1`` group, read from the row's ``zero1=N``). Megatron-LM before
 #:   Megatron-Core (2020-21: SC21's PTD-P, DLPerf's NGC 20.12 runs) all-reduced gradients after
 #:   the backward (``megatron-2021``); SC21's DeepSpeed ZeRO-3 rows ran DeepSpeed's 2021 stage 3
 #:   (``deepspeed-zero3-2021``); Composer's FSDP in torch 2.1 is FSDP1.
@@ -55,7 +57,7 @@ FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
                   "dropout": True}),
     (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
-                                 "profile": "megatron"}),
+                                 "profile": "internevo"}),
     (("deepspeed zero-3", "deepspeed zero3"),
      {"name": "DeepSpeed ZeRO-3 (2021)", "profile": "deepspeed-zero3-2021", "dropout": True}),
     (("megatron-lm @8aa4619f",), {"name": "Megatron-LM (DLPerf)", "profile": "megatron-2021",

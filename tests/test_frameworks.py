@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fsdpsim import frameworks
@@ -60,3 +61,65 @@ def test_megatron_2021_all_reduces_after_the_backward():
                         for f in ("megatron-2021", "megatron"))
     assert late.step_time_s > overlapped.step_time_s
     assert late.step_time_s == pytest.approx(late.compute_s + late.all_reduce_s, rel=0.05)
+
+
+def _internevo(gpus: int, zero1: int | None, framework: str = "internevo"):
+    """InternLM-7B-sized (Llama 2 7B) on A100 nodes, InternEvo's throughput-table knobs."""
+    plan = ParallelPlan(gpus, 8, "optimizer", framework=framework, shard_group_size=zero1)
+    return predict(get_model("llama2-7b"), SELENE, plan,
+                   TrainingConfig(seq_len=2048, micro_batch=2, global_batch=4 * 2 * gpus,
+                                  recompute="none"))
+
+
+def test_internevo_broadcasts_each_shard_from_its_owner_by_hand():
+    """InternEvo's ZeRO-1 syncs parameters after the step by one broadcast per zero1 rank of
+    the shard it owns, waited for before the next forward: ``z · t_bcast(P / z)`` over the
+    group, exposed whole (no parameter-gather overlap), and its gradients are all-reduced in
+    bf16, not reduce-scattered."""
+    from fsdpsim.costs import nccl
+    from fsdpsim.engine import layers
+    from fsdpsim.engine.collectives import bus_bandwidth
+
+    for zero1, group in ((8, 8), (None, 1024)):
+        p = _internevo(1024, zero1)
+        g = {k: np.asarray(v, dtype=float) for k, v in p.inputs.items()
+             if np.asarray(v).dtype.kind in "fi"}
+        per_node = min(8.0, group)
+        bw = bus_bandwidth(g, layers.rates(g), float(group), per_node)
+        cands = nccl.candidates(g, float(group), per_node, bw, True, False, broadcast=True)
+        params_bytes = 2.0 * (float(g["n_layers"]) * float(g["block_numel_padded"])
+                              + float(g["root_numel_padded"]))
+        by_hand = group * float(nccl.time_s(params_bytes / group, cands))
+        assert p.all_gather_s == pytest.approx(by_hand, rel=1e-6)
+        assert p.reduce_scatter_s == 0.0 and p.all_reduce_s > 0.0
+        assert p.values["all_reduce_bytes"] == pytest.approx(params_bytes, rel=1e-6)
+    # 1,024 broadcasts of 1,023 hops against 8 inside a node: seconds against milliseconds
+    whole, grouped = _internevo(1024, None), _internevo(1024, 8)
+    assert whole.all_gather_s > 20 * grouped.all_gather_s
+    assert whole.step_time_s - grouped.step_time_s == pytest.approx(
+        whole.all_gather_s - grouped.all_gather_s, rel=0.05)
+
+
+def test_internevo_zero1_groups_shard_only_the_optimizer_states():
+    """zero1=8 keeps the optimizer states of 8 ranks' shards (Ψ·12/8 bytes, Megatron's recipe
+    as InternEvo's: fp32 master and two moments), not 1/1,024 of them; params and gradients
+    stay whole on every rank."""
+    whole, grouped = _internevo(1024, None), _internevo(1024, 8)
+    # (each shard is padded to whole elements per rank: 1,024 shards pad ~1 % more)
+    assert grouped.values["optimizer_bytes"] == pytest.approx(
+        128 * whole.values["optimizer_bytes"], rel=0.02)
+    psi = float(grouped.inputs["n_params_padded"])
+    assert grouped.values["optimizer_bytes"] == pytest.approx(psi * 12.0 / 8.0, rel=1e-6)
+    assert grouped.values["params_bytes"] == pytest.approx(whole.values["params_bytes"])
+
+
+def test_zero1_groups_are_internevo_s_alone():
+    """Grouped ZeRO-1 is modelled for InternEvo's collectives only; Megatron's partial
+    distributed optimizer (per-instance reduce-scatter + all-reduce) is not: one clear line."""
+    with pytest.raises(ConfigError, match="'optimizer' with framework 'internevo'"):
+        ParallelPlan(1024, 8, "optimizer", framework="megatron", shard_group_size=8)
+    plan = ParallelPlan.from_degrees(num_gpus=64, gpus_per_node=8, zero=1, dp_replicate=8,
+                                     framework="internevo")
+    assert (plan.sharding, plan.dp_shard, plan.dp_replicate) == ("optimizer", 8, 8)
+    with pytest.raises(ConfigError, match="zero 1 with framework internevo"):
+        ParallelPlan.from_degrees(num_gpus=64, gpus_per_node=8, zero=1, dp_replicate=8)

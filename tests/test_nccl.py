@@ -141,3 +141,26 @@ def test_time_grows_with_bytes_and_ranks(n, small, factor, all_reduce):
 def test_fabric_factor():
     f = nccl.fabric_factor(np.array([1, 4, 8, 32, 1024.0]), 0.04, 4.0, 0.85)
     assert f.tolist() == pytest.approx([1.0, 1.0, 0.96, 0.88, 0.85])
+
+
+def test_broadcast_is_a_chain_through_the_ring_by_hand():
+    """A ring broadcast of M bytes over n ranks on N nodes: the ring's hop latency as an
+    all-gather's (n − 1 hops, N − 1 between nodes) and every byte at the protocol's bus
+    bandwidth: by hand per protocol, and no PAT (NCCL runs Broadcast on the ring only)."""
+    n, per_node = 1024.0, 8.0
+    g, bw = _group("dgx-a100-80gb", int(n))
+    ag = nccl.candidates(g, n, per_node, bw, True, False)
+    bc = nccl.candidates(g, n, per_node, bw, True, False, broadcast=True)
+    assert len(bc) == len(nccl.PROTOCOLS)
+    for (ag_spb, ag_lat), (spb, lat) in zip(ag[:3], bc):
+        assert lat == pytest.approx(float(ag_lat))
+        assert spb == pytest.approx(float(ag_spb) * n / (n - 1.0))  # M, not (n − 1)/n · M
+    simple = nccl.PROTOCOLS.index("simple")
+    nodes = n / per_node
+    hop = max(float(g["nccl_simple_ring_nvlink_hop_s"]), 3.0 * float(g["nccl_net_overhead_s"]))
+    by_hand = (float(g["nccl_simple_ring_base_s"]) + (n - nodes) * hop
+               + (nodes - 1.0) * float(g["nccl_simple_ring_net_hop_s"]))
+    assert float(bc[simple][1]) == pytest.approx(by_hand)
+    assert float(bc[simple][0]) == pytest.approx(1.0 / float(bw))
+    one = nccl.candidates(g, 1.0, 1.0, bw, True, False, broadcast=True)
+    assert float(nccl.time_s(1e9, one)) == 0.0

@@ -135,13 +135,22 @@ def _ll_max(g, nodes):
 
 
 def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvlink,
-               all_reduce: bool):
+               all_reduce: bool, broadcast: bool = False):
     """``[(s_per_byte, latency_s), ...]`` of every (algorithm, protocol) NCCL considers for
     one collective over ``n`` ranks with ``per_node`` of them per node (module docstring).
 
     ``busbw_bytes_per_s`` is the large-message bus bandwidth of the tier the group spans (fabric
     decay included); ``nvlink`` (bool array) says whether intra-node hops are NVLink (else
     PCIe). ``all_reduce`` adds the tree and doubles the ring's steps. Groups of one rank cost 0.
+
+    ``broadcast``: ring only, every byte at the bus bandwidth (nccl-tests: broadcast's busbw =
+    algbw; ``tuning.cc``: ring ratio ``nRanks / nsteps`` with ``nsteps = nRanks``), and the
+    latency of the ring's hops as an all-gather's: NCCL's ring broadcast is a pipelined chain
+    from the root (``src/device/broadcast.h``: send, ``recvCopySend`` on every rank, ``recv``
+    on the last), so the last rank's first chunk crosses ``n − 1`` hops, ``N − 1`` of them
+    between nodes. (``tuning.cc`` charges one hop when every channel takes the same path and
+    ``nsteps`` network hops otherwise, "waiting for proper chunk modeling"; the chain's own
+    hops are the physical count.)
     """
     n = as_array(n)
     ppn = minimum(as_array(per_node), n)
@@ -154,6 +163,8 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     inter_steps = passes * (nodes - 1.0)
     intra_steps = steps - inter_steps
     share = steps / maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
+    if broadcast:
+        share = (n > 1.0).astype(float)    # M at the bus bandwidth; 0 for one rank
     bw = as_array(busbw_bytes_per_s)
     nv = np.asarray(nvlink, dtype=bool)
     all_nvlink = bool(all_of(nv))
@@ -194,7 +205,7 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
             else:
                 pbw = minimum(ll_max, bw / 3.8)
             out.append((2.0 / pbw + off, lat + off))
-    elif not all_reduce:
+    elif not all_reduce and not broadcast:
         # PAT: one GPU per node (NCCL >= 2.23), Simple only.
         pat = (g["nccl_pat"] > 0) & multi & (ppn <= 1.0)
         if any_of(pat):

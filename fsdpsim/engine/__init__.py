@@ -265,11 +265,14 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     ag_per_mb_s = where(fsdp_like, L_stage * dpc["ag_block_s"] * ag_calls + dpc["ag_root_s"], 0.0)
     all_gather_s = ag_steps * ag_per_mb_s + post_total_s
     rs_per_mb_s = where(f["rs_calls"] > 0, L_stage * dpc["rs_block_s"] + dpc["rs_root_s"], 0.0)
-    reduce_scatter_s = rs_steps * rs_per_mb_s + where(
-        is_zero1, L_stage * dpc["zero1_rs_block_s"] + dpc["zero1_rs_root_s"], 0.0)
+    grads_ar = is_zero1 & (g["grad_all_reduce"] > 0)  # InternEvo's ZeRO-1 all-reduces them
+    zero1_grads_s = where(is_zero1, L_stage * dpc["zero1_rs_block_s"] + dpc["zero1_rs_root_s"],
+                          0.0)
+    reduce_scatter_s = rs_steps * rs_per_mb_s + where(grads_ar, 0.0, zero1_grads_s)
     all_reduce_s = (rs_steps * where(is_hybrid, L_stage * dpc["hsdp_ar_block_s"]
                                      + dpc["hsdp_ar_root_s"], 0.0)
-                    + where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0))
+                    + where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0)
+                    + where(grads_ar, zero1_grads_s, 0.0))
     tp_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
                 + root_tp_s)
     tp_exposed_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_exposed_s"]
@@ -309,9 +312,11 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     all_params_padded = L_stage * block_numel + g["root_numel_padded"]
     all_gather_bytes = (ag_steps * units_ag + where(is_zero1, all_params_padded, 0.0)) * elem
     reduce_scatter_bytes = (rs_steps * where(f["rs_calls"] > 0, all_params_padded, 0.0)
-                            + where(is_zero1, all_params_padded, 0.0)) * g["reduce_bytes"]
-    all_reduce_bytes = (rs_steps * where(is_hybrid, all_params_padded / g["shard_size"], 0.0)
-                        + where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
+                            + where(is_zero1 & np.logical_not(grads_ar), all_params_padded,
+                                    0.0)) * g["reduce_bytes"]
+    all_reduce_bytes = ((rs_steps * where(is_hybrid, all_params_padded / g["shard_size"], 0.0)
+                         + where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
+                        + where(grads_ar, all_params_padded * elem, 0.0))
 
     # ---- stage 5: memory ---------------------------------------------------------------------
     mem = engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0)))
@@ -409,6 +414,7 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "nic_decay_per_doubling": 0.0, "nic_decay_from_nodes": 4.0,
                    "nic_decay_floor": 1.0, "link_nvlink": 1.0, "link_mesh": 0.0,
                    "dp_gather_overlap": 1.0, "dp_list_collectives": 0.0, "ddp_overlap": 1.0,
+                   "param_broadcast": 0.0, "grad_all_reduce": 0.0,
                    "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
                    "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,
                    # one non-blocking fabric, packed placement

@@ -23,7 +23,8 @@ from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                        tp: bool = True):
     """``{group: {"ring": candidates, "ar": candidates}}``: NCCL's (algorithm, protocol)
-    candidates of all-gather/reduce-scatter (``ring``) and all-reduce (``ar``) over each group of
+    candidates of all-gather/reduce-scatter (``ring``), all-reduce (``ar``) and, asked for,
+    broadcast (``bcast``) over each group of
     the plan (:func:`fsdpsim.costs.nccl.candidates`; the TP group's only when ``tp``: some row
     has tp > 1), on the bus bandwidth of the tier the group spans (:func:`bus_bandwidth`)."""
     groups = ("shard", "replicate", "dp_world") + (("tp",) if tp else ())
@@ -45,7 +46,7 @@ class _Candidates(dict):
         if self._busbw is None:
             self._busbw = bus_bandwidth(g, self._r, size, per_node, g.get(f"{name}_per_pod"))
         value = nccl.candidates(g, size, per_node, self._busbw, g["link_nvlink"] > 0,
-                                all_reduce=key == "ar")
+                                all_reduce=key == "ar", broadcast=key == "bcast")
         self[key] = value
         return value
 
@@ -160,6 +161,30 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
     return t + where(listed & (ranks > 1), extra, 0.0)
 
 
+def zero1_by_broadcast(g, co, n_units, t):
+    """InternEvo's hybrid ZeRO-1 (:mod:`fsdpsim.frameworks` ``internevo``) [s]: per unit the
+    gradients all-reduced in the compute dtype over the whole data-parallel group
+    (``reduce_tensor`` without a destination; InternEvo buckets 512 M elements, fsdpsim one
+    call per unit, overlapped with backward as ZeRO-1's reduce-scatter is), and after the step
+    one broadcast per rank of the ``zero1`` group (``shard_size``) of the shard it owns
+    (``broadcast_params``): ``z · t_bcast(P / z)`` over that group, at NCCL's ring broadcast
+    (:func:`fsdpsim.costs.nccl.candidates` ``broadcast``). Where the profile does not say so,
+    ZeRO-1's reduce-scatter and all-gather (``t``) stay."""
+    elem = g["compute_bytes"]
+    world_ar = co["dp_world"]["ar"]
+    grads_ar = g["grad_all_reduce"] > 0
+    shard = g["shard_size"]
+    params_bytes = (n_units * g["block_numel_padded"] + g["root_numel_padded"]) * elem
+    broadcasts_s = shard * nccl.time_s(params_bytes / shard, co["shard"]["bcast"])
+    return {
+        "zero1_rs_block_s": where(grads_ar, nccl.time_s(g["block_numel_padded"] * elem,
+                                                         world_ar), t["zero1_rs_block_s"]),
+        "zero1_rs_root_s": where(grads_ar, nccl.time_s(g["root_numel_padded"] * elem,
+                                                        world_ar), t["zero1_rs_root_s"]),
+        "zero1_ag_all_s": where(g["param_broadcast"] > 0, broadcasts_s, t["zero1_ag_all_s"]),
+    }
+
+
 def data_parallel(g, co, n_units, r):
     """FSDP / ZeRO / DDP / HSDP collectives of one stage holding ``n_units`` block units, and
     the root unit [s]: one call of each kind per unit, or one per gathered parameter
@@ -208,6 +233,8 @@ def data_parallel(g, co, n_units, r):
         t["zero1_rs_root_s"] = dp(root_grad_bytes, 1.0, ring, world)
         t["zero1_ag_all_s"] = dp((n_units * g["block_numel_padded"] + g["root_numel_padded"])
                                  * elem, 1.0, ring, world)
+        if any_of(g["param_broadcast"] > 0) or any_of(g["grad_all_reduce"] > 0):
+            t.update(zero1_by_broadcast(g, co, n_units, t))
     scale = g["dp_comm_scale"]
     if any_of(scale != 1.0):  # a what-if twin (fsdpsim.predict.comm_twins)
         t = {k: v * scale for k, v in t.items()}

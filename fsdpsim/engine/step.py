@@ -96,8 +96,10 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
 
 def optimizer_times(g, f, t, n_params_padded):
     """The optimizer step on the local shard, and ZeRO-1's parameter gather after it [s]."""
-    opt_shard = where(f["is_ddp"], 1.0, where(f["is_hybrid"], g["shard_size"],
-                                                     g["dp_world_size"]))
+    # the optimizer updates the shard it owns: over the shard group (HSDP, InternEvo's zero1
+    # groups; ZeRO-1's shard group is otherwise the whole data-parallel group)
+    opt_shard = where(f["is_ddp"], 1.0, where(f["is_hybrid"] | f["is_zero1"], g["shard_size"],
+                                              g["dp_world_size"]))
     traffic = where(np.asarray(g["optimizer"]) == 0, compute.OPTIMIZER_BYTES_PER_PARAM["adamw"],
                     compute.OPTIMIZER_BYTES_PER_PARAM["sgd"])
     optimizer_s = compute.memory_bound_time_s(n_params_padded / opt_shard * traffic,
