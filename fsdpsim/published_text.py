@@ -221,14 +221,16 @@ def parse_precision(text: str, framework: str = "") -> tuple[str, str]:
     Composer's FSDP mixed-precision modes (composer/trainer/mosaic_fsdp_utils.py,
     ``get_mixed_precision``, torch 2.x releases): PURE = params, reduce and buffers in the
     compute dtype; DEFAULT = params in the compute dtype, **reduce in fp32**. DeepSpeed and
-    Megatron reduce in the model dtype; otherwise fp32 reduction is assumed (torchtitan's
+    Megatron reduce in the model dtype, and so does InternEvo (its gradients are the bf16
+    parameters' own, all-reduced in their dtype: ``reduce_tensor`` with ``dtype=None``,
+    ``internlm/solver/optimizer/utils.py``); otherwise fp32 reduction is assumed (torchtitan's
     default, ``mixed_precision_reduce = float32``)."""
     low = text.lower()
     compute = ("fp8" if "fp8" in low else "fp16" if ("fp16" in low or "half" in low)
                else "fp32" if ("fp32" in low or "tf32" in low) and "bf16" not in low else "bf16")
     reduce_dtype = "fp32" if compute in ("fp32", "fp8") else compute
     fw = framework.lower()
-    if "pure" in low or "deepspeed" in fw or "megatron" in fw:
+    if "pure" in low or any(w in fw for w in ("deepspeed", "megatron", "internevo")):
         reduce_dtype = {"fp8": "bf16", "fp32": "fp32"}.get(compute, compute)
     elif "default" in low or "reduce fp32" in low or "fp32 reduce" in low or compute == "bf16":
         reduce_dtype = "fp32"

@@ -22,6 +22,8 @@ def plan_line(choice) -> str:
     parts = []
     if p.sharding == "hybrid":
         parts.append(f"hsdp{p.dp_replicate}x{p.dp_shard}")
+    elif p.sharding == "optimizer" and p.dp_replicate > 1:  # InternEvo's zero1 groups
+        parts.append(f"zero1-{p.dp_shard}x{p.dp_replicate}")
     elif p.dp > 1 or (p.tp == p.pp == p.cp == 1):
         parts.append(f"{_DATA[p.sharding]}{p.dp}")
     if p.cp > 1:

@@ -123,3 +123,21 @@ def test_zero1_groups_are_internevo_s_alone():
     assert (plan.sharding, plan.dp_shard, plan.dp_replicate) == ("optimizer", 8, 8)
     with pytest.raises(ConfigError, match="zero 1 with framework internevo"):
         ParallelPlan.from_degrees(num_gpus=64, gpus_per_node=8, zero=1, dp_replicate=8)
+
+
+def test_search_under_internevo_weighs_its_zero1_groups():
+    """``search --framework internevo`` enumerates the zero1 groups too (InternEvo's knob), and
+    at 1,024 A100 a group smaller than the data-parallel group wins: the whole-group ZeRO-1
+    pays 1,024 chained broadcasts a step. The plan line names the group and its replicas."""
+    from fsdpsim.search import search
+    from fsdpsim.search_explain import plan_line
+    from fsdpsim.search_space import SearchSpace
+
+    training = TrainingConfig(seq_len=2048, global_batch=8192, recompute="none")
+    result = search(get_model("llama2-7b"), SELENE, 1024, training,
+                    SearchSpace(framework="internevo", fixed={"tp": 1, "pp": 1, "cp": 1}))
+    best = result.top[0]
+    assert best.plan.sharding == "optimizer" and 1 < best.plan.dp_shard < 1024
+    assert plan_line(best).startswith(f"zero1-{best.plan.dp_shard}x{best.plan.dp_replicate}")
+    whole = _internevo(1024, None)
+    assert best.tokens_per_s / 1024 > 1.2 * whole.tokens_per_s_per_gpu
