@@ -6,7 +6,7 @@ returns a flat mapping of named outputs. It composes the stages of this package 
 else; every formula lives in :mod:`fsdpsim.costs` with its source:
 
 1. layout: group sizes and members per scale-up domain (:mod:`fsdpsim.layout`, inputs
-   ``*_size`` / ``*_per_node``);
+   ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`);
 2. :mod:`.layers`: one layer's and the root's compute on one rank (TP widths, CP tokens);
 3. :mod:`.collectives`: data-, tensor-, context- and pipeline-parallel communication;
 4. :mod:`.step`: a stage's micro-batch with FSDP overlap, the pipeline schedule, the step;
@@ -27,16 +27,13 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_array, maximum, minimum,
-                                   where)
-from fsdpsim.costs import nccl
+from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
 from fsdpsim.engine import collectives, expert_comm, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
-from fsdpsim.moe_inputs import DEFAULTS as MOE_DEFAULTS
+from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 OPTIMIZER_CODES = {"adamw": 0, "sgd": 1}
-CATEGORICAL = ("strategy", "recompute", "optimizer", "pp_schedule")
 BOTTLENECKS = ("compute", "hbm_bandwidth", "intra_node_link", "inter_node_link",
                "memory_capacity", "pipeline_bubble", "collective_latency")
 EXPOSED_COMM_BINDS = metrics.EXPOSED_COMM_BINDS
@@ -393,102 +390,6 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     }
     out.update(mem)
     return out
-
-
-#: Inputs that may be left out, and their values then: no fused loss or GLU kernel, no linear
-#: biases, memory ceilings solved, a data-parallel plan (tp = pp = cp = 1).
-OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
-                   "compute_clock_ratio": 1.0, "attention_peak_ratio": 1.0, "fp8_gemm": 0.0,
-                   "fp8_attention": 0.0, "fp8_attention_peak_ratio": 1.0,
-                   "fp8_lm_head": 0.0, "lm_head_peak_ratio": 1.0,
-                   "rc_mla_up_proj": 0.0, "rc_mlp": 0.0, "rc_moe_act": 0.0,
-                   "cast_scale": 1.0,
-                   "keep_gathered": 0.0, "grad_sync_last": 0.0,
-                   "ceilings": 1.0,
-                   "tp": 1.0, "pp": 1.0, "cp": 1.0, "vpp": 1.0, "pp_schedule": 1,
-                   "sequence_parallel": 0.0, "cp_all2all": 0.0, "tp_overlap": 0.0,
-                   "recompute_layers": -1.0, "megatron": 0.0, "dropout": 0.0,
-                   "tp_size": 1.0, "tp_per_node": 1.0, "cp_size": 1.0, "cp_per_node": 1.0,
-                   "pp_size": 1.0, "pp_per_node": 1.0,
-                   # no fabric decay; NVLink inside a node; framework profile fsdp2
-                   "nic_decay_per_doubling": 0.0, "nic_decay_from_nodes": 4.0,
-                   "nic_decay_floor": 1.0, "link_nvlink": 1.0, "link_mesh": 0.0,
-                   "dp_gather_overlap": 1.0, "dp_list_collectives": 0.0, "ddp_overlap": 1.0,
-                   "param_broadcast": 0.0, "grad_all_reduce": 0.0,
-                   "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
-                   "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,
-                   # one non-blocking fabric, packed placement
-                   "oversubscription": 1.0, "pod_gpus": np.inf, "placement_factor": 1.0,
-                   # no MoE, MLA, MTP or windowed attention (fsdpsim.moe_inputs)
-                   **MOE_DEFAULTS}
-
-
-def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Inputs as arrays: categorical codes as integers, everything else as floats; optional
-    inputs (:data:`OPTIONAL_INPUTS`) filled in, and the data-parallel group layout derived as
-    the data-parallel engine always placed it (the shard group innermost) when the caller did
-    not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
-    g = dict(_OPTIONAL_PREPARED)
-    g.update((k, _categorical(v) if k in CATEGORICAL else _number(v)) for k, v in x.items())
-    if "link_per_peer_bytes_per_s" not in g and "link_bytes_per_s" in g:
-        g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
-    if "param_gather_overlap" not in g:  # Megatron's distributed optimizer
-        g["param_gather_overlap"] = g["megatron"]
-    if "nccl_simple_ring_base_s" not in g:  # the default collective library of the catalog
-        g.update({k: as_array(v) for k, v in _default_library_inputs().items()})
-    nccl.collapse_constant_library(g)
-    if "fused_attention_fraction" not in g and "attention_fraction" in g:
-        g["fused_attention_fraction"] = g["attention_fraction"]
-    if "ep_link_fraction" not in g and "link_fraction" in g:
-        g["ep_link_fraction"] = g["link_fraction"]
-    shard, repl, per_node = g["shard_size"], g["replicate_size"], g["gpus_per_node"]
-    if "dp_world_size" not in g:
-        g["dp_world_size"] = shard * repl
-    if "dp" not in g:
-        g["dp"] = g["dp_world_size"] / g["cp"]
-    if "shard_per_node" not in g:
-        g["shard_per_node"] = minimum(shard, per_node)
-    if "replicate_per_node" not in g:
-        g["replicate_per_node"] = minimum(maximum(1.0, per_node / shard), repl)
-    if "dp_world_per_node" not in g:
-        g["dp_world_per_node"] = minimum(g["dp_world_size"], per_node)
-    if "n_params_rank" not in g:
-        g["n_params_rank"] = g["n_params"]
-    for key in ("layers_first", "layers_mid", "layers_last"):
-        if key not in g:
-            g[key] = g["n_layers"]
-    moe.prepare_layers(g)
-    return g
-
-
-def _number(v):
-    """A float input as prepare() keeps it: one value as a numpy float scalar (numpy's operators
-    on those cost a fraction of their cost on 0-d arrays), several as a float array."""
-    if type(v) in NUMBER_TYPES or type(v) is bool:
-        return np.float64(v)
-    a = as_array(v)
-    return a[()] if a.ndim == 0 else a
-
-
-def _categorical(v):
-    """A categorical input (codes) as prepare() keeps it: integers."""
-    return np.asarray(v).astype(np.int64)
-
-
-#: :data:`OPTIONAL_INPUTS` as prepare() keeps them (converted once).
-_OPTIONAL_PREPARED = {k: _categorical(v) if k in CATEGORICAL else _number(v)
-                      for k, v in OPTIONAL_INPUTS.items()}
-
-
-def _default_library_inputs() -> dict[str, float]:
-    """NCCL constants of the default framework profile's release, from the built-in catalog
-    (for callers that build engine inputs by hand)."""
-    from fsdpsim.catalog import load_catalog
-    from fsdpsim.costs import nccl
-    from fsdpsim.frameworks import PROFILES
-
-    return nccl.library_inputs(load_catalog(use_env=False).collectives(
-        PROFILES["fsdp2"].collectives))
 
 
 def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str, np.ndarray]:
