@@ -305,6 +305,11 @@ def kernel_options():
                      help="The LM head's GEMMs in the low-precision format too (Megatron-Core "
                           "fp8_output_proj); default: 16-bit, as Megatron and torchtitan run "
                           "it."),
+        click.option("--bf16-layers", type=option_type(Rule(0, 2**14, whole=True)),
+                     default=None, metavar="N",
+                     help="Transformer layers kept in BF16 under a low-precision --precision "
+                          "(Megatron first_last_layers_bf16); default: the format's recipe, "
+                          "15 % of the layers for nvfp4 (arXiv 2509.25149), none for FP8."),
     ]
 
 
@@ -314,6 +319,8 @@ def kernel_knobs(o: dict) -> dict:
             "moe_dispatcher": o.get("moe_dispatcher") or "alltoall",
             "fp8_attention": bool(o.get("fp8_attention")),
             "fp8_lm_head": bool(o.get("fp8_lm_head")),
+            "bf16_layers": (None if o.get("bf16_layers") is None
+                            else int(o["bf16_layers"])),
             "recompute_modules": o.get("recompute_modules") or ()}
 
 

@@ -121,35 +121,41 @@ def _model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     return out
 
 
-def system_inputs(system: System, precision: str) -> dict[str, Any]:
-    """Numeric hardware inputs of :func:`engine.evaluate` for one compute precision; computed
-    once per system object and precision (a System is frozen; each caller gets a copy)."""
-    key = (id(system), precision)
+def system_inputs(system: System, precision: str,
+                  bf16_share: float | None = None) -> dict[str, Any]:
+    """Numeric hardware inputs of :func:`engine.evaluate` for one compute precision (and the
+    share of linear layers a low-precision recipe keeps in BF16, :func:`bf16_linear_share`;
+    None: the format's default); computed once per system object, precision and share (a
+    System is frozen; each caller gets a copy)."""
+    key = (id(system), precision, bf16_share)
     known = _SYSTEM_INPUTS.get(key)
     if known is None or known[0] is not system:
         if len(_SYSTEM_INPUTS) >= 256:
             _SYSTEM_INPUTS.clear()
-        known = _SYSTEM_INPUTS[key] = (system, _system_inputs(system, precision))
+        known = _SYSTEM_INPUTS[key] = (system, _system_inputs(system, precision, bf16_share))
     return dict(known[1])
 
 
-#: (system, its inputs) by (id(system), precision): the system is kept, so its id stays its own.
-_SYSTEM_INPUTS: dict[tuple[int, str], tuple[System, dict[str, Any]]] = {}
+#: (system, its inputs) by (id(system), precision, BF16 share): the system is kept, so its id
+#: stays its own.
+_SYSTEM_INPUTS: dict[tuple[int, str, float | None], tuple[System, dict[str, Any]]] = {}
 
 
-def _system_inputs(system: System, precision: str) -> dict[str, Any]:
+def _system_inputs(system: System, precision: str,
+                   bf16_share: float | None = None) -> dict[str, Any]:
     """:func:`system_inputs`, computed."""
     acc = system.accelerator
     eff = acc.efficiency
     link = system.link
     return {
-        "peak_flops_per_s": gemm_peak_flops_per_s(acc, precision),
+        "peak_flops_per_s": gemm_peak_flops_per_s(acc, precision, bf16_share),
         "mfu_peak_flops_per_s": mfu_peak_flops_per_s(acc, precision),
         "compute_clock_ratio": system.compute_clock_ratio,
-        "attention_peak_ratio": _attention_peak_ratio(acc, precision),
-        "fp8_attention_peak_ratio": _attention_peak_ratio(acc, precision, fp8=True),
+        "attention_peak_ratio": _attention_peak_ratio(acc, precision, bf16_share=bf16_share),
+        "fp8_attention_peak_ratio": _attention_peak_ratio(acc, precision, fp8=True,
+                                                          bf16_share=bf16_share),
         # the LM head's GEMMs stay in the 16-bit type unless fp8_lm_head (layers.root_times)
-        "lm_head_peak_ratio": _attention_peak_ratio(acc, precision),
+        "lm_head_peak_ratio": _attention_peak_ratio(acc, precision, bf16_share=bf16_share),
         "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
         "matmul_half_k": eff.matmul_half_k,
         "attention_half_kv": eff.attention_half_kv,
@@ -247,21 +253,48 @@ def _sixteen_bit_peak(acc) -> float | None:
     return acc.peak_flops_per_s.get("bf16") or acc.peak_flops_per_s.get("fp16")
 
 
-def gemm_peak_flops_per_s(acc, precision: str) -> float:
+def bf16_linear_share(spec: ModelSpec, training: TrainingConfig) -> float | None:
+    """Share of the linear layers a low-precision recipe keeps in BF16: the training's
+    ``bf16_layers`` of the model's layers (layers are alike); None where not given (the
+    format's default, :func:`gemm_peak_flops_per_s`). More layers than the model has: one
+    clear error."""
+    if training.bf16_layers is None:
+        return None
+    if training.bf16_layers > spec.n_layers:
+        raise ConfigError(f"bf16_layers {training.bf16_layers} exceeds the model's "
+                          f"{spec.n_layers} layers; accepted: 0 to {spec.n_layers}")
+    return training.bf16_layers / spec.n_layers
+
+
+def gemm_peak_flops_per_s(acc, precision: str, bf16_share: float | None = None) -> float:
     """Dense peak of the linear layers' GEMMs in ``precision`` [FLOP/s]; a clear error where the
-    part lacks the format.
+    part lacks the format. ``bf16_share``: the share of linear layers the recipe keeps in BF16
+    (Megatron's ``first_last_layers_bf16``), blended as below; None: the format's default
+    (:data:`NVFP4_BF16_LINEAR_SHARE` for NVFP4, none otherwise).
 
     * MXFP8 (1×32 E8M0 block scales) runs at the FP8 rate on parts with microscaling tensor
       cores (NVIDIA Blackwell: "MXFP8 ... at the same rate as FP8", Blackwell architecture
       technical brief; AMD CDNA 4): those with an FP4 peak in the catalog, unless the catalog
       gives an ``mxfp8`` peak of its own.
-    * NVFP4 (NVIDIA Blackwell only) runs at the FP4 peak, except the share of linear layers
-      the recipe keeps in BF16 (:data:`NVFP4_BF16_LINEAR_SHARE`): the GEMM time of the blend,
-      ``1 / ((1 − s)/P_fp4 + s/P_bf16)``, as layers are alike.
+    * NVFP4 (NVIDIA Blackwell only) runs at the FP4 peak.
+    * A low-precision format's share ``s`` of linear layers in BF16: the GEMM time of the
+      blend, ``1 / ((1 − s)/P_format + s/P_bf16)``, as layers are alike.
     * FP8 with DeepSeek-V3's fine-grained block scaling (``fp8-block``) at the FP8 peak (the
       per-block FP32 promotion is not charged).
     * Otherwise the catalog's peak for ``precision``.
     """
+    peak = _format_peak_flops_per_s(acc, precision)
+    share = (NVFP4_BF16_LINEAR_SHARE if precision == "nvfp4" else 0.0) if bf16_share is None \
+        else float(bf16_share)
+    sixteen = _sixteen_bit_peak(acc)
+    if share <= 0.0 or sixteen is None or precision not in ("fp8", "fp8-block", "mxfp8",
+                                                            "nvfp4"):
+        return peak
+    return 1.0 / ((1.0 - share) / peak + share / sixteen)
+
+
+def _format_peak_flops_per_s(acc, precision: str) -> float:
+    """:func:`gemm_peak_flops_per_s` before the BF16 layers' blend."""
     peaks = acc.peak_flops_per_s
     if precision == "fp8-block":
         return acc.peak_for("fp8")
@@ -278,8 +311,7 @@ def gemm_peak_flops_per_s(acc, precision: str) -> float:
         if fp4 is None or sixteen is None or acc.vendor.lower() != "nvidia":
             raise ConfigError(f"precision 'nvfp4' needs NVIDIA Blackwell FP4 tensor cores; "
                               f"{acc.id} has: {', '.join(sorted(peaks))}")
-        share = NVFP4_BF16_LINEAR_SHARE
-        return 1.0 / ((1.0 - share) / fp4 + share / sixteen)
+        return fp4
     return acc.peak_for(precision)
 
 
@@ -297,7 +329,8 @@ def mfu_peak_flops_per_s(acc, precision: str) -> float:
     return acc.peak_for(precision)
 
 
-def _attention_peak_ratio(acc, precision: str, fp8: bool = False) -> float:
+def _attention_peak_ratio(acc, precision: str, fp8: bool = False,
+                          bf16_share: float | None = None) -> float:
     """Attention's peak relative to the GEMMs' [-]: low-precision training (Transformer
     Engine's ``fp8_autocast`` with a per-tensor, MXFP8 or NVFP4 recipe) runs the GEMMs of its
     linear layers in the format while attention stays in the 16-bit type (TE user guide, "Using
@@ -318,8 +351,8 @@ def _attention_peak_ratio(acc, precision: str, fp8: bool = False) -> float:
     if fp8:
         fp8_peak = acc.peak_flops_per_s.get("fp8", sixteen)
         return min(sixteen * FP8_ATTENTION_SPEEDUP, fp8_peak) / gemm_peak_flops_per_s(
-            acc, precision)
-    return sixteen / gemm_peak_flops_per_s(acc, precision)
+            acc, precision, bf16_share)
+    return sixteen / gemm_peak_flops_per_s(acc, precision, bf16_share)
 
 
 def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, Any]:
@@ -417,7 +450,7 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
                      seq_len=training.seq_len, n_experts=spec.n_experts,
                      expert_ffn_size=spec.expert_size if spec.is_moe else 0)
     x = {**model_inputs(spec, plan.shard_group, tp=plan.tp),
-         **system_inputs(system, training.precision),
+         **system_inputs(system, training.precision, bf16_linear_share(spec, training)),
          **plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
          **training_inputs(training), **framework_inputs(spec, system, plan)}
     x.update(moe_inputs.stage_inputs(spec, plan))

@@ -50,6 +50,8 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
 ``moe_dispatcher``         alltoall (default) or deepep (once per destination node)
 ``fp8_attention``          true: attention in FP8 too (low-precision rows; default false)
 ``fp8_lm_head``            true: the LM head's GEMMs in the format too (default false: 16-bit)
+``bf16_layers``            layers kept in BF16 under a low-precision format (default: the
+                           format's recipe, TrainingConfig ``bf16_layers``)
 ``recompute_modules``      Megatron's per-module recompute, comma-separated (mla_up_proj, mlp,
                            moe_act; default none)
 ``preset``, ``mtp_layers`` the model as a preset id (published MoE rows), its MTP modules
@@ -262,6 +264,7 @@ COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
     "vpp": (Rule(1, 1024, whole=True, also="auto"), True),
     "pp_first_layers": (_LAYERS, True), "pp_last_layers": (_LAYERS, True),
     "recompute_layers": (Rule(0, 2**14, whole=True), True),
+    "bf16_layers": (Rule(0, 2**14, whole=True), True),
 }
 _AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.catalog import Catalog
+from fsdpsim.parallel import LOW_PRECISION
 from fsdpsim.published_text import (
     MEGATRON_VOCAB_MULTIPLE,
     arch_of,
@@ -255,6 +256,10 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "ep": number_or(r.get("ep"), 1.0),
             **moe,
             "precision": precision, "reduce_dtype": reduce_dtype,
+            # the framework's recipe for BF16 layers under a low-precision format (else the
+            # format's own default, TrainingConfig.bf16_layers)
+            "bf16_layers": (conventions.get("bf16_layers", float("nan"))
+                            if precision in LOW_PRECISION else float("nan")),
             "precision_format": number_format, "precision_note": precision_text,
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
             "fused_loss": arch_of(model) == "mpt" or bool(conventions.get("fused_loss")),

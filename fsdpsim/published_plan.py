@@ -27,7 +27,10 @@ from fsdpsim.numbers import number_in_text
 #:   ``sequence_parallel=True``; NeMo ``GPTConfig.cross_entropy_loss_fusion = True``), and
 #:   fused attention (Transformer Engine's flash/cuDNN backends); no activation recompute
 #:   unless the row says so (``TransformerConfig.recompute_granularity = None`` by default;
-#:   the performance summaries list recompute only where their configs set it).
+#:   the performance summaries list recompute only where their configs set it); no layer kept
+#:   in BF16 under a low-precision format (Megatron-Bridge ``scripts/performance/utils/
+#:   precision.py``: ``first_last_layers_bf16 = False`` for FP8 current scaling, and
+#:   ``bf16_with_nvfp4_mixed()`` / ``bf16_with_mxfp8_mixed()`` set none, r0.1.0 to v0.6.0).
 #: * Megatron-LM PTD-P (Narayanan et al., SC21, arXiv 2104.04473 §2.2): the interleaved 1F1B
 #:   schedule; the paper states no chunk count, so it is chosen as ``auto``.
 #: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
@@ -53,7 +56,7 @@ FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("megatron-core", "megatron-bridge", "nemo"),
      {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
       "fused_loss": True, "flash": True, "embedding_loss_split": True, "profile": "megatron",
-      "recompute": "none"}),
+      "recompute": "none", "bf16_layers": 0}),
     (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
                   "dropout": True}),
     (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,

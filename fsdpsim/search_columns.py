@@ -12,8 +12,8 @@ import numpy as np
 from fsdpsim import engine
 from fsdpsim.costs.comm import STRATEGY_CODES
 from fsdpsim.hardware import System
-from fsdpsim.inputs import (framework_inputs, model_inputs, plan_inputs, pod_inputs,
-                            system_inputs, training_inputs)
+from fsdpsim.inputs import (bf16_linear_share, framework_inputs, model_inputs, plan_inputs,
+                            pod_inputs, system_inputs, training_inputs)
 from fsdpsim.model import ModelSpec
 from fsdpsim.moe_inputs import stage_inputs, uniform_keys
 from fsdpsim.parallel import PP_SCHEDULES, ParallelPlan, TrainingConfig
@@ -84,7 +84,9 @@ class PlanColumns:
         # per plan: the columns variants change; per family: the rest (gathered per chunk)
         self.variant_cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
         self.family_cols = {k: v for k, v in base_cols.items() if k not in self.variant_cols}
-        self.base = {**system_inputs(system, training.precision), **training_inputs(training),
+        self.base = {**system_inputs(system, training.precision,
+                                     bf16_linear_share(spec, training)),
+                     **training_inputs(training),
                      **framework_inputs(spec, system, families[0].base)}
         # model inputs per distinct (tp, shard group): vectorised over the shard sizes
         tp = self.column("tp").astype(np.int64)

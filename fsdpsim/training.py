@@ -93,6 +93,14 @@ class TrainingConfig:
     outside Transformer Engine's FP8 autocast) and torchtitan's FP8 recipes (``output`` in the
     converter's ``filter_fqns``)."""
 
+    bf16_layers: int | None = None
+    """Transformer layers kept in BF16 under a low-precision format (Megatron
+    ``first_last_layers_bf16`` with ``num_layers_at_start_in_bf16`` +
+    ``num_layers_at_end_in_bf16``): their linear layers run at the 16-bit peak. None: the
+    format's recipe default, 15 % of the layers for NVFP4 (NVIDIA's NVFP4 pretraining recipe,
+    arXiv 2509.25149 §4), none for the FP8 formats (Megatron-Bridge's performance configs keep
+    none under any format: ``first_last_layers_bf16 = False``)."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
             raise ConfigError(f"seq_len must be a positive integer, got {self.seq_len!r}")
@@ -122,10 +130,14 @@ class TrainingConfig:
                 raise ConfigError(f"{name} needs a low-precision format "
                                   f"({', '.join(LOW_PRECISION)}); precision is "
                                   f"{self.precision}")
-        if self.recompute_layers is not None:
-            if not isinstance(self.recompute_layers, int) or self.recompute_layers < 0:
-                raise ConfigError(f"recompute_layers must be a whole number >= 0, got "
-                                  f"{self.recompute_layers!r}")
+        for name in ("recompute_layers", "bf16_layers"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise ConfigError(f"{name} must be a whole number >= 0, got {value!r}")
+        if self.bf16_layers is not None and self.precision not in LOW_PRECISION:
+            raise ConfigError(f"bf16_layers needs a low-precision format "
+                              f"({', '.join(LOW_PRECISION)}); precision is {self.precision}")
         for name, low, high in (("moe_capacity_factor", 0.01, 1000.0),
                                 ("moe_imbalance", 1.0, 1000.0)):
             value = getattr(self, name)

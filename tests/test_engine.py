@@ -646,6 +646,15 @@ def test_block_scaled_formats_peaks_casts_and_mfu_basis():
         assert t["cast_scale"] == CAST_TRANSPOSE_BYTES[fmt] / FP8_CAST_TRANSPOSE_BYTES
     assert (CAST_TRANSPOSE_BYTES["nvfp4"] < FP8_CAST_TRANSPOSE_BYTES
             < CAST_TRANSPOSE_BYTES["mxfp8"] == CAST_TRANSPOSE_BYTES["fp8-block"])
+    # the recipe's BF16 layers, given: Megatron-Bridge's performance configs keep none (the
+    # FP4 peak itself); 8 of 80 layers blend 10 %; FP8 formats blend the same way
+    assert gemm_peak_flops_per_s(gb300, "nvfp4", 0.0) == p["fp4"]
+    assert gemm_peak_flops_per_s(gb300, "nvfp4", 0.1) == pytest.approx(
+        1.0 / (0.9 / p["fp4"] + 0.1 / p["bf16"]), rel=1e-12)
+    assert gemm_peak_flops_per_s(gb300, "mxfp8", 0.25) == pytest.approx(
+        1.0 / (0.75 / p["fp8"] + 0.25 / p["bf16"]), rel=1e-12)
+    x0 = system_inputs(resolve_system(CATALOG, gpu="gb300"), "nvfp4", 0.0)
+    assert x0["attention_peak_ratio"] == pytest.approx(p["bf16"] / p["fp4"], rel=1e-12)
     h100 = CATALOG.accelerator("h100-sxm5-80gb")  # DeepSeek-V3's blockwise FP8 runs on Hopper
     assert gemm_peak_flops_per_s(h100, "fp8-block") == h100.peak_flops_per_s["fp8"]
     for gpu, fmt in (("h100-sxm5-80gb", "mxfp8"), ("h100-sxm5-80gb", "nvfp4"),
@@ -663,3 +672,27 @@ def test_block_scaled_formats_peaks_casts_and_mfu_basis():
     assert runs["mxfp8"].values["tokens_per_s"] <= runs["fp8"].values["tokens_per_s"]
     assert runs["fp8-block"].values["tokens_per_s"] == runs["mxfp8"].values["tokens_per_s"]
     assert {r.utilisation()["peak_precision"] for r in runs.values()} == {"bf16"}
+
+
+def test_bf16_layers_are_checked_and_blend_the_gemm_peak():
+    """``bf16_layers`` (Megatron's first/last layers in BF16) needs a low-precision format and
+    at most the model's layers, each refused in one line; given, the linear layers' peak is the
+    blend of its share (by hand), so more BF16 layers never make the step faster."""
+    from fsdpsim.errors import ConfigError
+    from fsdpsim.inputs import bf16_linear_share
+
+    with pytest.raises(ConfigError, match="bf16_layers needs a low-precision format"):
+        TrainingConfig(seq_len=4096, precision="bf16", bf16_layers=2)
+    with pytest.raises(ConfigError, match="bf16_layers must be a whole number"):
+        TrainingConfig(seq_len=4096, precision="nvfp4", bf16_layers=-1)
+    spec = get_model("llama3-70b")
+    with pytest.raises(ConfigError, match="exceeds the model's 80 layers"):
+        bf16_linear_share(spec, TrainingConfig(seq_len=4096, precision="nvfp4", bf16_layers=81))
+    assert bf16_linear_share(spec, TrainingConfig(seq_len=4096, precision="nvfp4",
+                                                  bf16_layers=8)) == 0.1
+    system = resolve_system(CATALOG, gpu="gb200", gpus_per_node=64)
+    plan = ParallelPlan(64, 64, "optimizer", tp=2, pp=4, framework="megatron")
+    steps = [predict.predict(spec, system, plan, TrainingConfig(
+        seq_len=8192, micro_batch=1, global_batch=128, precision="nvfp4", bf16_layers=n,
+        recompute="none")).step_time_s for n in (0, 8, 40, 80)]
+    assert steps == sorted(steps) and steps[0] < steps[-1]
