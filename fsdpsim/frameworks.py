@@ -150,6 +150,15 @@ FRAMEWORKS: tuple[str, ...] = tuple(PROFILES)
 FRAMEWORK_NAMES: tuple[str, ...] = FRAMEWORKS + tuple(ALIASES)
 
 
+def default_reduce_dtype(framework: str, precision: str) -> str | None:
+    """The gradient reduce dtype a framework uses when the training does not say: InternEvo
+    reduces its parameters' own 16-bit gradients (``grad_all_reduce``: ``reduce_tensor`` keeps
+    their dtype), so bf16 (fp16 under fp16); None elsewhere (the training's default, fp32)."""
+    if not PROFILES[canonical(framework)].grad_all_reduce:
+        return None
+    return "fp16" if precision == "fp16" else "bf16"
+
+
 def canonical(name: str) -> str:
     """The profile name for ``name`` (an alias is resolved); a clear error otherwise."""
     key = str(name).strip().lower()

@@ -17,7 +17,8 @@ BOTTLENECK_WORDS = {
                        "or virtual stages would help)",
     "collective_latency": "collective latency: exposed collectives that more bandwidth would not "
                           "speed up (too many ranks per collective, small messages or no "
-                          "overlap; HSDP or larger micro-batches help)",
+                          "overlap; smaller shard groups (HSDP, InternEvo's zero1) or larger "
+                          "micro-batches help)",
 }
 
 

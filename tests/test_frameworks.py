@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,19 @@ def test_search_under_internevo_weighs_its_zero1_groups():
     assert plan_line(best).startswith(f"zero1-{best.plan.dp_shard}x{best.plan.dp_replicate}")
     whole = _internevo(1024, None)
     assert best.tokens_per_s / 1024 > 1.2 * whole.tokens_per_s_per_gpu
+
+
+def test_internevo_reduces_its_bf16_gradients_unless_told_otherwise():
+    """InternEvo's gradients are its bf16 parameters' own, all-reduced in their dtype
+    (``reduce_tensor`` keeps it): with no reduce dtype given they take 2 bytes a parameter, as
+    the parameters do, and the report says bf16; an explicit one is kept; other frameworks
+    keep the fp32 default."""
+    spec, plan = get_model("llama2-7b"), ParallelPlan(64, 8, "optimizer", framework="internevo")
+    base = TrainingConfig(seq_len=2048, micro_batch=2, global_batch=512, recompute="none")
+    p = predict(spec, SELENE, plan, base)
+    assert p.training["reduce_dtype"] == "bf16"
+    assert p.values["grads_bytes"] == pytest.approx(p.values["params_bytes"])
+    told = predict(spec, SELENE, plan, replace(base, reduce_dtype="fp32"))
+    assert told.values["grads_bytes"] == pytest.approx(2 * p.values["grads_bytes"])
+    megatron = predict(spec, SELENE, ParallelPlan(64, 8, "optimizer", framework="megatron"), base)
+    assert megatron.training["reduce_dtype"] == "fp32"
