@@ -68,7 +68,7 @@ class Rule:
             text = f"{kind} from {_fmt(self.lo)} to {_fmt(self.hi)}"
         if self.unit:
             text += f" {self.unit}"
-        if self.lo < TINY and self.hi > 0:
+        if self.lo < TINY and self.hi > 0 and not self.whole:  # whole numbers have no tiny ones
             text += f" (0 or at least {TINY:g})" if self.lo <= 0 and not self.lo_open \
                 else f" (at least {TINY:g})"
         if self.suffixes is BINARY:

@@ -526,3 +526,11 @@ def test_fuzz_find_plot_from_sweep_rows_warns_nothing(capsys, tmp_path):
         rc, out, err = run(capsys, "plot", "pareto", "--input", str(rows), "-o",
                            str(tmp_path / "p.png"))
     assert rc == 0 and err == ""
+
+
+def test_whole_number_rules_do_not_mention_tiny_numbers(capsys):
+    """A whole-number option's message names its range only: "(0 or at least 1e-09)" is for
+    real numbers (regression: ``--bf16-layers -1`` said it)."""
+    line = assert_one_line_error(*run(capsys, "predict", "--precision", "nvfp4", "--gpu", "gb200",
+                                      "--bf16-layers", "-1"))
+    assert line.endswith("accepted: a whole number from 0 to 16,384"), line
