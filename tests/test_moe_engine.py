@@ -45,6 +45,7 @@ def test_all_to_all_bytes_by_hand():
     assert call == 469_762_048
     a2a = moe.all_to_all_bytes(4096, 8, 7168, 256, 2.0)
     assert a2a["forward_bytes"] == a2a["backward_bytes"] == 2 * call
+    assert a2a["dispatch_bytes"] == a2a["combine_bytes"] == call
     fp8 = moe.all_to_all_bytes(4096, 8, 7168, 256, 2.0, fp8_dispatch=True)
     assert fp8["forward_bytes"] == pytest.approx(4096 * 8 * 7168 * (1 + 4 / 128) + call,
                                                  rel=1e-15)

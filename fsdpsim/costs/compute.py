@@ -84,21 +84,20 @@ _SCALAR_BOOLS = frozenset((bool, np.bool_))
 #: Types :func:`maximum`, :func:`minimum` and :func:`where` treat as one number (also how
 #: the engine's one-configuration path recognises a number: prepare(), predict's row).
 NUMBER_TYPES = frozenset((float, int, np.float64))
-_SCALARS = NUMBER_TYPES
 
 
 # numpy's ufuncs cost about a microsecond a call on numpy scalars (one configuration's inputs,
 # fsdpsim.engine.prepare), five times Python's comparison; arrays go to numpy unchanged.
 def maximum(a, b):
     """``np.maximum(a, b)`` (NaN propagates), without numpy's overhead on two numbers."""
-    if type(a) in _SCALARS and type(b) in _SCALARS:
+    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
         return a if a >= b else b if b > a else a + b  # a + b: NaN when either is NaN
     return np.maximum(a, b)
 
 
 def minimum(a, b):
     """``np.minimum(a, b)`` (NaN propagates), without numpy's overhead on two numbers."""
-    if type(a) in _SCALARS and type(b) in _SCALARS:
+    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
         return a if a <= b else b if b < a else a + b
     return np.minimum(a, b)
 
@@ -106,7 +105,7 @@ def minimum(a, b):
 def where(cond, a, b):
     """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
     boolean and ``a`` and ``b`` are numbers (then a number, not a 0-d array)."""
-    if type(cond) in _SCALAR_BOOLS and type(a) in _SCALARS and type(b) in _SCALARS:
+    if type(cond) in _SCALAR_BOOLS and type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
         return a if cond else b
     return np.where(cond, a, b)
 

@@ -164,9 +164,9 @@ def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_disp
     byte per element plus a 1x128 block scale ([3] §3.3.2: the activations before the up-
     projections and the gradients before the down-projections in FP8, both combines in BF16).
 
-    Returns ``{"forward_bytes", "backward_bytes", "forward_calls", "backward_calls",
-    "dispatch_bytes", "combine_bytes"}`` (the last two per call: a dispatch-direction call
-    and a combine-direction one).
+    Returns ``{"forward_bytes", "backward_bytes", "dispatch_bytes", "combine_bytes"}`` (the
+    last two per call: a dispatch-direction call and a combine-direction one; each pass makes
+    one of each).
     """
     rows_h = sent_rows(tokens, top_k, n_experts, capacity_factor) * as_array(d_model)
     e = as_array(elem_bytes)
@@ -174,8 +174,7 @@ def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_disp
                         1.0 + FP8_SCALE_BYTES_PER_ELEMENT, e) * rows_h
     combine = e * rows_h
     return {"forward_bytes": dispatch + combine, "backward_bytes": dispatch + combine,
-            "forward_calls": 2.0, "backward_calls": 2.0, "dispatch_bytes": dispatch,
-            "combine_bytes": combine}
+            "dispatch_bytes": dispatch, "combine_bytes": combine}
 
 
 def expert_host_fwd_s(local_experts, low_precision, kernel_overhead_s):
