@@ -54,7 +54,7 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fsdpsim.errors import ConfigError, suggest
 
@@ -83,7 +83,11 @@ class Framework:
     one all-gather), waited for before the next forward."""
     grad_all_reduce: bool = False
     """ZeRO-1 gradients all-reduced in the compute dtype over the data-parallel group (else
-    reduce-scattered in the reduce dtype)."""
+    reduce-scattered in the reduce dtype); with no reduce dtype given they stay in it
+    (:func:`with_defaults`)."""
+    zero1_groups: bool = False
+    """ZeRO-1's optimizer states may be sharded within groups smaller than the data-parallel
+    group (``shard_group_size`` with sharding ``optimizer``)."""
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
     source: str = ""
@@ -121,7 +125,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
                      "overlap_param_gather)"),
     Framework("internevo", "megatron", "nccl-2.30", param_broadcast=True,
-              grad_all_reduce=True, uncertainty=0.05,
+              grad_all_reduce=True, zero1_groups=True, uncertainty=0.05,
               source="InternLM/InternEvo internlm/solver/optimizer/hybrid_zero_optim.py "
                      "(HybridZeroOptimizer: reduce_tensor, broadcast_params); configs/7B_sft.py "
                      "(overlap_sync_grad=True, overlap_sync_param=False)",
@@ -150,13 +154,14 @@ FRAMEWORKS: tuple[str, ...] = tuple(PROFILES)
 FRAMEWORK_NAMES: tuple[str, ...] = FRAMEWORKS + tuple(ALIASES)
 
 
-def default_reduce_dtype(framework: str, precision: str) -> str | None:
-    """The gradient reduce dtype a framework uses when the training does not say: InternEvo
-    reduces its parameters' own 16-bit gradients (``grad_all_reduce``: ``reduce_tensor`` keeps
-    their dtype), so bf16 (fp16 under fp16); None elsewhere (the training's default, fp32)."""
-    if not PROFILES[canonical(framework)].grad_all_reduce:
-        return None
-    return "fp16" if precision == "fp16" else "bf16"
+def with_defaults(training, framework: str):
+    """``training`` (a :class:`fsdpsim.training.TrainingConfig`) with what the framework decides
+    where the training leaves it open: the gradient reduce dtype of a framework that reduces its
+    parameters' own 16-bit gradients (``grad_all_reduce``; InternEvo's ``reduce_tensor`` keeps
+    their dtype): bf16, fp16 under fp16. Elsewhere the training's own default (fp32)."""
+    if training.reduce_dtype is None and profile(framework).grad_all_reduce:
+        return replace(training, reduce_dtype="fp16" if training.precision == "fp16" else "bf16")
+    return training
 
 
 def canonical(name: str) -> str:

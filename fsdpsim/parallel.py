@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fsdpsim.errors import ConfigError
-from fsdpsim.frameworks import FRAMEWORK_NAMES, canonical
+from fsdpsim.frameworks import FRAMEWORK_NAMES, PROFILES, canonical, profile
 # the training configuration and its choices (re-exported: importers of fsdpsim.parallel keep them)
 from fsdpsim.training import (LOW_PRECISION, MOE_DISPATCHERS, OPTIMIZERS,  # noqa: F401
                               PRECISIONS, RECOMPUTE_MODULES, RECOMPUTES, Recompute,
@@ -46,6 +46,8 @@ ZERO_STAGES = {0: "none", 1: "optimizer", 2: "grad_op", 3: "full"}
 #: Mesh dimensions, outermost first (torchtitan ``ParallelDims``: pp, dp_replicate, dp_shard,
 #: cp, tp): tensor parallelism innermost, on adjacent ranks of one scale-up domain.
 DEFAULT_MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+#: The frameworks whose ZeRO-1 shards within groups (for messages): InternEvo's ``zero1``.
+_ZERO1_GROUP_FRAMEWORKS = tuple(p.name for p in PROFILES.values() if p.zero1_groups)
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 #: Training frameworks whose implementations differ in ways the model sees (recipe, collective
 #: granularity and overlap): :mod:`fsdpsim.frameworks` (``torch`` = ``fsdp2``).
@@ -203,8 +205,9 @@ class ParallelPlan:
                               f"sharding {self.sharding!r} already reduces once per step")
         if self.shard_group_size not in (None, dp) and not self.grouped_shards:
             raise ConfigError(f"shard_group_size={self.shard_group_size} only applies to "
-                              f"sharding 'hybrid', or 'optimizer' with framework 'internevo' "
-                              f"(its zero1 groups); got sharding {self.sharding!r}, framework "
+                              f"sharding 'hybrid', or 'optimizer' with framework "
+                              f"{', '.join(map(repr, _ZERO1_GROUP_FRAMEWORKS))} (its zero1 "
+                              f"groups); got sharding {self.sharding!r}, framework "
                               f"{self.framework!r}")
 
     def _check_experts(self) -> None:
@@ -267,13 +270,14 @@ class ParallelPlan:
             if zero == 0 and shard > 1:
                 raise ConfigError(f"dp_shard({shard}) > 1 needs zero 1, 2 or 3 (zero 0 is DDP: "
                                   "it replicates)")
-            internevo = canonical(options.get("framework", "fsdp2")) == "internevo"
-            if zero == 1 and repl > 1 and internevo:  # its zero1 groups
+            groups = profile(options.get("framework", "fsdp2")).zero1_groups
+            if zero == 1 and repl > 1 and groups:  # its zero1 groups
                 shard_group = shard
             elif zero in (1, 2) and repl > 1:
                 raise ConfigError(f"dp_replicate({repl}) > 1 with zero {zero} is not modelled; "
                                   "accepted: zero 3 (HSDP), zero 0 (DDP), or zero 1 with "
-                                  "framework internevo (its zero1 groups)")
+                                  f"framework {', '.join(_ZERO1_GROUP_FRAMEWORKS)} (its zero1 "
+                                  "groups)")
             if zero == 3 and repl > 1:
                 sharding, shard_group = "hybrid", shard
         return cls(num_gpus=num_gpus, gpus_per_node=gpus_per_node, sharding=sharding,
@@ -287,9 +291,10 @@ class ParallelPlan:
     @property
     def grouped_shards(self) -> bool:
         """Whether the shard group may be smaller than the data-parallel group: HSDP, or
-        InternEvo's ZeRO-1 in ``zero1`` groups (:mod:`fsdpsim.frameworks`)."""
+        ZeRO-1 in groups under a framework that has them (InternEvo's ``zero1``:
+        :attr:`fsdpsim.frameworks.Framework.zero1_groups`)."""
         return self.sharding == "hybrid" or (self.sharding == "optimizer"
-                                             and self.framework == "internevo")
+                                             and profile(self.framework).zero1_groups)
 
     @property
     def dp_shard(self) -> int:

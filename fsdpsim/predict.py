@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import functools
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from fsdpsim import engine, sensitivity
+from fsdpsim import engine, frameworks, sensitivity
 from fsdpsim.costs.comm import STRATEGY_CODES
 from fsdpsim.costs.compute import NUMBER_TYPES
 from fsdpsim.errors import ConfigError
@@ -310,24 +310,12 @@ def plan_summary(plan: ParallelPlan, grad_accum: int) -> dict[str, Any]:
             "framework": plan.framework, "line": line}
 
 
-def with_framework_defaults(training: TrainingConfig, framework: str) -> TrainingConfig:
-    """``training`` with what the framework decides where the training leaves it open: the
-    gradient reduce dtype (:func:`fsdpsim.frameworks.default_reduce_dtype`)."""
-    from fsdpsim.frameworks import default_reduce_dtype
-
-    if training.reduce_dtype is None:
-        reduce = default_reduce_dtype(framework, training.precision)
-        if reduce is not None:
-            return replace(training, reduce_dtype=reduce)
-    return training
-
-
 def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
             training: TrainingConfig) -> Prediction:
     """Predict one training step; ``auto`` knobs pick the fastest setting that fits."""
     from fsdpsim.system import domain_gpus
 
-    training = with_framework_defaults(training, plan.framework)
+    training = frameworks.with_defaults(training, plan.framework)
     if plan.gpus_per_node not in (system.gpus_per_node, domain_gpus(system, plan.num_gpus)):
         raise ConfigError(f"plan gpus_per_node({plan.gpus_per_node}) != system "
                           f"gpus_per_node({system.gpus_per_node})")

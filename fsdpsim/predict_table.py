@@ -3,7 +3,7 @@ CLI's rendering; no formulas)."""
 
 from __future__ import annotations
 
-from fsdpsim import render
+from fsdpsim import frameworks, render
 from fsdpsim.cli_procurement import run_table
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
@@ -148,9 +148,9 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                     f"{render.seconds(t['memory_bound_s'])}, of which recompute "
                     f"{render.seconds(t['recompute_s'])}; optimizer "
                     f"{render.seconds(t['optimizer_s'])})"),
-        # InternEvo's ZeRO-1 syncs parameters by one broadcast per shard owner
-        ("broadcasts" if pl.get("framework") == "internevo" and pl.get("sharding") == "optimizer"
-         else "all-gather",
+        # a ZeRO-1 that syncs parameters by one broadcast per shard owner (InternEvo's)
+        ("broadcasts" if pl.get("sharding") == "optimizer"
+         and frameworks.profile(pl.get("framework", "fsdp2")).param_broadcast else "all-gather",
          f"{render.gib(c['all_gather_bytes'])} in {render.seconds(c['all_gather_s'])}"),
         ("reduce-scatter", f"{render.gib(c['reduce_scatter_bytes'])} in "
                            f"{render.seconds(c['reduce_scatter_s'])}"),

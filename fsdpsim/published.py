@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.catalog import Catalog
+from fsdpsim.frameworks import profile
 from fsdpsim.parallel import LOW_PRECISION
 from fsdpsim.published_text import (
     MEGATRON_VOCAB_MULTIPLE,
@@ -204,7 +205,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
         shard_group = float("nan")
         if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
-            if conventions.get("profile") == "internevo":  # its zero1 groups, as run
+            if profile(conventions.get("profile", "fsdp2")).zero1_groups:  # as run
                 shard_group = int(zero_group.group(1))
             else:
                 modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled "

@@ -167,9 +167,9 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective {objective!r} is not accepted; accepted: "
                           f"{', '.join(OBJECTIVES)}")
-    from fsdpsim.predict import with_framework_defaults
+    from fsdpsim.frameworks import with_defaults
 
-    training = with_framework_defaults(training, space.framework)
+    training = with_defaults(training, space.framework)
     gb = training.global_batch
     per_node = domain_gpus(system, num_gpus)
     if system.pod_gpus and space.pod_gpus != system.pod_gpus:

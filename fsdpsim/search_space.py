@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
 from fsdpsim.errors import ConfigError
-from fsdpsim.frameworks import canonical
+from fsdpsim.frameworks import profile
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import (CP_KINDS, DEFAULT_MESH_ORDER, GRAD_SYNCS, PP_SCHEDULES, RECOMPUTES,
                               SHARDED, SHARDINGS, ParallelPlan)
@@ -279,7 +279,7 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
     if ("none" in _options(space, "sharding", SHARDINGS) and gsync == "every" and not keep
             and fixed.get("dp_shard", 1) == 1 and fixed.get("dp_replicate", dp) == dp):
         groups.append((("none",), None))
-    if "optimizer" in zero and canonical(space.framework) == "internevo":  # its zero1 groups
+    if "optimizer" in zero and profile(space.framework).zero1_groups:  # InternEvo's zero1
         for g in ([fixed["dp_shard"]] if "dp_shard" in fixed
                   else [d for d in divisors(dp) if 1 < d < dp]):
             if dp % g == 0 and 1 < g < dp and fixed.get("dp_replicate", dp // g) == dp // g:
