@@ -20,7 +20,7 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.model_checks import check_engine_supported
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.parallel import LOW_PRECISION, ParallelPlan, TrainingConfig
 from fsdpsim.units import DTYPE_BYTES
 
 
@@ -287,8 +287,7 @@ def gemm_peak_flops_per_s(acc, precision: str, bf16_share: float | None = None) 
     share = (NVFP4_BF16_LINEAR_SHARE if precision == "nvfp4" else 0.0) if bf16_share is None \
         else float(bf16_share)
     sixteen = _sixteen_bit_peak(acc)
-    if share <= 0.0 or sixteen is None or precision not in ("fp8", "fp8-block", "mxfp8",
-                                                            "nvfp4"):
+    if share <= 0.0 or sixteen is None or precision not in LOW_PRECISION:
         return peak
     return 1.0 / ((1.0 - share) / peak + share / sixteen)
 
@@ -320,8 +319,6 @@ def mfu_peak_flops_per_s(acc, precision: str) -> float:
     for low-precision training (FP8, MXFP8, NVFP4) the 16-bit (BF16, else FP16) dense peak, as
     published MFU tables state it (e.g. NVIDIA's Megatron-Core and NeMo performance summaries);
     the format's own peak's utilisation is reported beside it (``mfu_native``)."""
-    from fsdpsim.parallel import LOW_PRECISION
-
     if precision in LOW_PRECISION:
         sixteen = _sixteen_bit_peak(acc)
         if sixteen:
@@ -341,7 +338,6 @@ def _attention_peak_ratio(acc, precision: str, fp8: bool = False,
     measured FP8 attention speed-up (:data:`fsdpsim.costs.compute.FP8_ATTENTION_SPEEDUP`), at
     most the FP8 peak."""
     from fsdpsim.costs.compute import FP8_ATTENTION_SPEEDUP
-    from fsdpsim.parallel import LOW_PRECISION
 
     if precision not in LOW_PRECISION:
         return 1.0
@@ -414,7 +410,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
     from fsdpsim.moe_inputs import moe_training_inputs
 
     from fsdpsim.costs.compute import CAST_TRANSPOSE_BYTES, FP8_CAST_TRANSPOSE_BYTES
-    from fsdpsim.parallel import LOW_PRECISION, RECOMPUTE_MODULES
+    from fsdpsim.parallel import RECOMPUTE_MODULES
 
     low = training.precision in LOW_PRECISION
     compute_bytes = DTYPE_BYTES[training.precision]

@@ -24,6 +24,7 @@ of getting a silently wrong number.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -67,7 +68,7 @@ VTRAIN_VOCAB = 50257
 VTRAIN_GPU, VTRAIN_GPUS_PER_NODE, VTRAIN_NODE_GBPS = "a100-sxm4-80gb", 8, 4 * 200.0
 
 # ------------------------------------------------------------------------------ measurement
-def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
+def tokens_per_s_per_gpu(r: pd.Series, model_flops=None) -> tuple[float, str]:
     """The measured tokens/s per GPU of a published row and where it came from.
 
     In order: ``tokens_per_s_per_gpu``; ``tokens_per_s_total`` / GPUs; global batch tokens /
@@ -78,8 +79,11 @@ def tokens_per_s_per_gpu(r: pd.Series) -> tuple[float, str]:
     README, NeMo 1.x and 24.x/25.0x tables), or 6·N + 6·L·d·s where the row says its count is
     causal (Megatron-Bridge tables). N is ``moe_active_params`` when stated; in a table with
     that column (``hybrid_calibration.csv``, whose README defines it) a dense model's N is its
-    parameters less the input embedding (NeMo's count); otherwise ``n_params``."""
-    value, source = _measured(r)
+    parameters less the input embedding (NeMo's count); otherwise ``n_params``.
+    ``model_flops`` = ``(name, flops_per_token(causal))``: the model's own count instead of
+    6·N + c·L·d·s (a preset's, :func:`fsdpsim.published_moe.preset_flops_per_token`: MLA's
+    attention and the MTP modules the tables count)."""
+    value, source = _measured(r, model_flops)
     return (value, source) if np.isfinite(value) and value > 0 else (float("nan"), "")
 
 
@@ -94,7 +98,13 @@ def stated_tflops(r: pd.Series) -> float:
     return tflops
 
 
-def _measured(r: pd.Series) -> tuple[float, str]:
+def _counts_causal(r: pd.Series) -> bool:
+    """Whether the row's TFLOP/s count causal attention (half the score/value work)."""
+    counting = cell_text(r.get("tflops_counts_recompute")).lower()
+    return "causal" in counting and "non-causal" not in counting
+
+
+def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
     """:func:`tokens_per_s_per_gpu` before the check that the value is usable (every input is a
     finite positive number or NaN, so nothing divides by zero)."""
     n_gpus, seq = cell_positive(r.get("n_gpus")), cell_positive(r.get("seq_len"))
@@ -116,32 +126,22 @@ def _measured(r: pd.Series) -> tuple[float, str]:
         if "yes" in cell_text(r.get("tflops_counts_recompute")).lower():
             per_token = 96 * layers * d**2 * (1 + seq / (6 * d) + vocab / (16 * layers * d))
             return tflops * 1e12 / per_token, "tflops_per_gpu (Megatron eq. 3)"
-        counting = cell_text(r.get("tflops_counts_recompute")).lower()
         n_params = cell_positive(r.get("n_params"))
         active = cell_positive(r.get("moe_active_params"))
         if active != active and "moe_active_params" in r.index:
             active = n_params - vocab * d  # active weights incl. the LM head, less the embedding
         n = active if active == active and active > 0 else n_params
-        causal = "causal" in counting and "non-causal" not in counting
+        causal = _counts_causal(r)
         attention = 6 if causal else 12  # per layer per token: fwd + bwd of QK^T and AV
+        if n == n and model_flops is not None:
+            name, flops_per_token = model_flops
+            return (tflops * 1e12 / flops_per_token(causal),
+                    f"tflops_per_gpu ({name} model FLOPs, {'causal' if causal else 'full'} "
+                    "attention, MTP counted)")
         if n == n:
             return (tflops * 1e12 / (6 * n + attention * layers * d * seq),
                     f"tflops_per_gpu (6N+{attention}Lds)")
     return float("nan"), ""
-
-
-def _preset_tokens_per_s(r: pd.Series, moe: dict[str, Any], seq_len: int) -> tuple[float, str]:
-    """Tokens/s per GPU of a MoE row that states only TFLOP/s: divided by its preset's own
-    FLOPs per token (:func:`fsdpsim.published_moe.preset_flops_per_token`, with the MTP modules
-    the row resolves to), causal or not as the row's count says."""
-    from fsdpsim.published_moe import preset_flops_per_token
-
-    counting = cell_text(r.get("tflops_counts_recompute")).lower()
-    causal = "causal" in counting and "non-causal" not in counting
-    per_token = preset_flops_per_token(moe["preset"], moe.get("mtp_layers"), seq_len, causal)
-    return (stated_tflops(r) * 1e12 / per_token,
-            f"tflops_per_gpu ({moe['preset']} model FLOPs, {'causal' if causal else 'full'} "
-            "attention, MTP counted)")
 
 
 # ------------------------------------------------------------------------------ converters
@@ -216,9 +216,14 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
         # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
         # predict's auto would choose (with the global batch when it is known).
-        measured, measured_from = tokens_per_s_per_gpu(r)
-        if measured_from.startswith("tflops_per_gpu (6N") and moe.get("preset"):
-            measured, measured_from = _preset_tokens_per_s(r, moe, counts["seq_len"] or 1)
+        model_flops = None
+        if moe.get("preset"):  # its own count: MLA's attention, the MTP modules
+            from fsdpsim.published_moe import preset_flops_per_token
+
+            model_flops = (moe["preset"], functools.partial(
+                preset_flops_per_token, moe["preset"], moe.get("mtp_layers"),
+                counts["seq_len"] or 1))
+        measured, measured_from = tokens_per_s_per_gpu(r, model_flops)
         if measured != measured:
             skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
         model = cell_text(r.get("model"))

@@ -279,16 +279,18 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
     if ("none" in _options(space, "sharding", SHARDINGS) and gsync == "every" and not keep
             and fixed.get("dp_shard", 1) == 1 and fixed.get("dp_replicate", dp) == dp):
         groups.append((("none",), None))
-    if "optimizer" in zero and profile(space.framework).zero1_groups:  # InternEvo's zero1
-        for g in ([fixed["dp_shard"]] if "dp_shard" in fixed
-                  else [d for d in divisors(dp) if 1 < d < dp]):
-            if dp % g == 0 and 1 < g < dp and fixed.get("dp_replicate", dp // g) == dp // g:
-                groups.append((("optimizer",), g))
-    if "hybrid" in _options(space, "sharding", SHARDINGS):
-        for g in ([fixed["dp_shard"]] if "dp_shard" in fixed
-                  else [d for d in divisors(dp) if 1 < d < dp]):
-            if dp % g == 0 and fixed.get("dp_replicate", dp // g) == dp // g:
-                groups.append((("hybrid",), g))
+    # shard groups smaller than the data-parallel group: HSDP's, and ZeRO-1's under a framework
+    # that has them (InternEvo's zero1)
+    zero1_groups = "optimizer" in zero and profile(space.framework).zero1_groups
+    hybrid = "hybrid" in _options(space, "sharding", SHARDINGS)
+    if zero1_groups or hybrid:
+        sizes = [g for g in ([fixed["dp_shard"]] if "dp_shard" in fixed
+                             else [d for d in divisors(dp) if 1 < d < dp])
+                 if dp % g == 0 and fixed.get("dp_replicate", dp // g) == dp // g]
+        if zero1_groups:
+            groups += [(("optimizer",), g) for g in sizes if 1 < g < dp]
+        if hybrid:
+            groups += [(("hybrid",), g) for g in sizes]
     pipes = _pipes(spec, pp, space)
     tp_variants = ([(sp, ov) for sp in _options(space, "sequence_parallel", (True, False))
                     for ov in _options(space, "tp_overlap", (True,))]

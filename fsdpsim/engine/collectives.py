@@ -161,20 +161,20 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
     return t + where(listed & (ranks > 1), extra, 0.0)
 
 
-def zero1_by_broadcast(g, co, n_units, t):
+def zero1_by_broadcast(g, co, params_bytes, t):
     """InternEvo's hybrid ZeRO-1 (:mod:`fsdpsim.frameworks` ``internevo``) [s]: per unit the
     gradients all-reduced in the compute dtype over the whole data-parallel group
     (``reduce_tensor`` without a destination; InternEvo buckets 512 M elements, fsdpsim one
     call per unit, overlapped with backward as ZeRO-1's reduce-scatter is), and after the step
     one broadcast per rank of the ``zero1`` group (``shard_size``) of the shard it owns
-    (``broadcast_params``): ``z · t_bcast(P / z)`` over that group, at NCCL's ring broadcast
+    (``broadcast_params``): ``z · t_bcast(P / z)`` over that group (``params_bytes``: the
+    stage's, in the compute dtype), at NCCL's ring broadcast
     (:func:`fsdpsim.costs.nccl.candidates` ``broadcast``). Where the profile does not say so,
     ZeRO-1's reduce-scatter and all-gather (``t``) stay."""
     elem = g["compute_bytes"]
     world_ar = co["dp_world"]["ar"]
     grads_ar = g["grad_all_reduce"] > 0
     shard = g["shard_size"]
-    params_bytes = (n_units * g["block_numel_padded"] + g["root_numel_padded"]) * elem
     broadcasts_s = shard * nccl.time_s(params_bytes / shard, co["shard"]["bcast"])
     return {
         "zero1_rs_block_s": where(grads_ar, nccl.time_s(g["block_numel_padded"] * elem,
@@ -231,10 +231,10 @@ def data_parallel(g, co, n_units, r):
         ring = sh["ring"] if same else wd["ring"]
         t["zero1_rs_block_s"] = dp(block_grad_bytes, 1.0, ring, world)
         t["zero1_rs_root_s"] = dp(root_grad_bytes, 1.0, ring, world)
-        t["zero1_ag_all_s"] = dp((n_units * g["block_numel_padded"] + g["root_numel_padded"])
-                                 * elem, 1.0, ring, world)
+        params_bytes = (n_units * g["block_numel_padded"] + g["root_numel_padded"]) * elem
+        t["zero1_ag_all_s"] = dp(params_bytes, 1.0, ring, world)
         if any_of(g["param_broadcast"] > 0) or any_of(g["grad_all_reduce"] > 0):
-            t.update(zero1_by_broadcast(g, co, n_units, t))
+            t.update(zero1_by_broadcast(g, co, params_bytes, t))
     scale = g["dp_comm_scale"]
     if any_of(scale != 1.0):  # a what-if twin (fsdpsim.predict.comm_twins)
         t = {k: v * scale for k, v in t.items()}
