@@ -77,6 +77,7 @@ from fsdpsim import published
 from fsdpsim.catalog import Catalog, load_catalog
 from fsdpsim.errors import ConfigError, shown
 from fsdpsim.files import MAX_TABLE_BYTES, open_capped
+from fsdpsim.inputs import bf16_linear_share
 from fsdpsim.measurement_rows import (PLAN_COLUMNS, cell, is_empty, row_setup, spec_for_row,
                                       whole_cell)
 from fsdpsim.model import ModelSpec
@@ -160,7 +161,7 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
                              n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
                              n_experts=spec.n_experts,
                              expert_ffn_size=spec.expert_size if spec.is_moe else 0)
-            TrainingConfig(**options)
+            bf16_linear_share(spec, TrainingConfig(**options))  # BF16 layers of this model
         except ConfigError as exc:
             if strict:
                 raise ConfigError(f"row {row['id']!r}: {exc}") from None

@@ -534,3 +534,13 @@ def test_whole_number_rules_do_not_mention_tiny_numbers(capsys):
     line = assert_one_line_error(*run(capsys, "predict", "--precision", "nvfp4", "--gpu", "gb200",
                                       "--bf16-layers", "-1"))
     assert line.endswith("accepted: a whole number from 0 to 16,384"), line
+
+
+def test_a_row_with_more_bf16_layers_than_its_model_is_named(capsys, tmp_path):
+    """A measurement row's ``bf16_layers`` beyond its model's layers: one line naming the row,
+    as every other row check does."""
+    path = tmp_path / "m.csv"
+    pd.DataFrame([{**SCHEMA_ROW, "precision": "fp8", "bf16_layers": 999}]).to_csv(path,
+                                                                               index=False)
+    line = assert_one_line_error(*run(capsys, "validate", str(path)))
+    assert "row 'x': bf16_layers 999 exceeds the model's 32 layers" in line
