@@ -262,10 +262,67 @@ def test_flex_dispatch_sends_a_token_once_per_rank_at_its_measured_rate():
 
 
 def test_expert_host_time_by_hand():
-    """Megatron's TEGroupedMLP issues per local expert a quantisation and a GEMM for fc1 and
-    for fc2 under a low-precision recipe (4 ops), the two GEMMs in 16-bit (2 ops)."""
-    assert moe.expert_host_fwd_s(32, True, 14.5e-6) == pytest.approx(32 * 4 * 14.5e-6)
-    assert moe.expert_host_fwd_s(4, False, 10e-6) == pytest.approx(4 * 2 * 10e-6)
+    """Megatron's TEGroupedMLP takes per local expert 7 host steps per projection forward
+    under a low-precision recipe (14), 3 in 16 bits (6); backward 9 (18) and 7 (14)."""
+    assert moe.expert_host_s(32, True, 14.5e-6)[0] == pytest.approx(32 * 14 * 14.5e-6)
+    assert moe.expert_host_s(4, False, 10e-6)[0] == pytest.approx(4 * 6 * 10e-6)
+    assert moe.expert_host_s(32, True, 14.5e-6)[1] == pytest.approx(32 * 18 * 14.5e-6)
+    assert moe.expert_host_s(4, False, 10e-6)[1] == pytest.approx(4 * 14 * 10e-6)
+
+
+def _expert_rows(**over):
+    from fsdpsim.engine import moe as engine_moe
+
+    g = {"megatron": np.array([1.0]), "fp8_gemm": np.array([1.0]),
+         "kernel_overhead_s": np.array([10e-6]), "moe_capacity_factor": np.array([0.0]),
+         "pp": np.array([4.0]), "vpp": np.array([2.0]), "moe_layers_mid": np.array([8.0]),
+         "moe_layers": np.array([32.0])}
+    g.update({k: np.array([float(v)]) for k, v in over.items()})
+    return engine_moe._host_bound_experts(g, {"local": np.array([32.0])},
+                                          (np.array([1e-3]), np.array([2e-3]), np.array([5e-4])))
+
+
+def test_host_bound_experts_by_hand():
+    """32 local experts at 10 us per step: 4.48 ms of host steps forward, 5.76 ms backward.
+    A dropless forward waits for them after the dispatch sync (1 ms of GEMMs take 4.48 ms);
+    the backward shows its 3.76 ms excess once per chain of 8 / 2 = 4 MoE layers (0.94 ms
+    each); the layer's floor counts 448 and 576 host ops more. Capacity-padded routing has no
+    sync, and torch's single grouped kernel no per-expert steps."""
+    (fwd, bwd, down), ops = _expert_rows()
+    assert fwd[0] == pytest.approx(32 * 14 * 10e-6)
+    assert bwd[0] == pytest.approx(2e-3 + (32 * 18 * 10e-6 - 2e-3) / 4)
+    assert down[0] == 5e-4
+    assert (ops[0][0], ops[1][0]) == (448.0, 576.0)
+    (fwd, bwd, _), _ = _expert_rows(moe_capacity_factor=1.0)
+    assert fwd[0] == 1e-3 and bwd[0] == pytest.approx(2.94e-3)
+    (fwd, bwd, _), _ = _expert_rows(pp=1.0)  # no pipeline: the whole model is one chain
+    assert bwd[0] == pytest.approx(2e-3 + 3.76e-3 / 32)
+    (fwd, bwd, _), ops = _expert_rows(megatron=0.0)
+    assert (fwd[0], bwd[0], ops[0][0], ops[1][0]) == (1e-3, 2e-3, 0.0, 0.0)
+
+
+@given(n=st.integers(1, 12), h_e=st.floats(0.0, 5.0), d_e=st.floats(0.0, 5.0),
+       h_a=st.floats(0.0, 5.0), d_a=st.floats(0.0, 5.0))
+@PROPERTY
+def test_backward_chain_excess_matches_a_host_device_queue(n, h_e, d_e, h_a, d_a):
+    """A chain of n layers, each the experts (host h_E, device d_E) then the rest (h_A, d_A),
+    issued in order from an empty queue: the GPU starts an op when the host has issued it and
+    the previous op is done. While the host keeps up with each layer (h_E + h_A <= d_E + d_A)
+    the chain takes n·(d_E + d_A) + max(0, h_E − d_E), the once-per-chain excess the engine
+    charges; beyond that it is at least the host's n·(h_E + h_A), the layer floor. Each part is k small ops (a part is many
+    kernels), so the simulation differs from the formula by one op at most."""
+    k = 64
+    host_done = gpu_done = 0.0
+    for _ in range(n):
+        for h, d in ((h_e, d_e), (h_a, d_a)):
+            for _ in range(k):
+                host_done += h / k
+                gpu_done = max(gpu_done, host_done) + d / k
+    device = n * (d_e + d_a)
+    one_op = 2.0 * 5.0 / k
+    if h_e + h_a <= d_e + d_a:
+        assert gpu_done == pytest.approx(device + max(0.0, h_e - d_e), abs=one_op)
+    assert gpu_done >= max(device, n * (h_e + h_a)) - 1e-9
 
 
 @pytest.mark.parametrize("seq_len, host_bound", [(4096, True), (65536, False)])
@@ -284,6 +341,7 @@ def test_many_small_experts_are_launch_bound_after_the_dispatch_sync(monkeypatch
                                   recompute="full", precision="fp8", moe_imbalance=1.0)
         with_host = predict.predict(get_model("deepseek-v3"), b200, plan, training)
         monkeypatch.setattr(moe, "HOST_OPS_PER_EXPERT_FWD", {True: 0.0, False: 0.0})
+        monkeypatch.setattr(moe, "HOST_OPS_PER_EXPERT_BWD", {True: 0.0, False: 0.0})
         without = predict.predict(get_model("deepseek-v3"), b200, plan, training)
         monkeypatch.undo()
         steps[framework] = with_host.step_time_s / without.step_time_s

@@ -65,15 +65,29 @@ ROUTER_BYTES = 4.0
 #: 2603.07685, 2026) §4.2.3: the 20-SM carve-out costs "roughly 20% GEMM efficiency" in the
 #: 1F1B all-to-all overlap. NCCL's all-to-all keeps the catalog's ``comm_compute_slowdown``.
 FLEX_DISPATCH_COMPUTE_SLOWDOWN = 0.20
-#: Host operations per local expert in one forward pass of Megatron's experts
-#: (``TEGroupedMLP``: two Transformer Engine ``GroupedLinear`` modules, fc1 and fc2). TE 2.x's
-#: GroupedLinear quantises the rows of every expert on its own (``tex.split_quantize``: one
-#: kernel per split) and runs one cuBLAS GEMM per expert (``general_grouped_gemm`` ->
-#: ``nvte_multi_tensor_gemm``, round-robin over 4 streams), so a low-precision pass issues
-#: 2 x (1 + 1) ops per expert, a 16-bit one 2 (TransformerEngine v2.10
-#: ``pytorch/module/grouped_linear.py``; a single grouped kernel only with the opt-in
-#: ``use_grouped_tensor`` path of v2.17, not modelled).
-HOST_OPS_PER_EXPERT_FWD = {True: 4.0, False: 2.0}
+#: Host steps per local expert in one forward pass of Megatron's experts (``TEGroupedMLP``: two
+#: Transformer Engine ``GroupedLinear`` modules, fc1 and fc2), counted in TransformerEngine
+#: v2.12 ``pytorch/module/grouped_linear.py`` ``_GroupedLinear.forward``. TE 2.x loops over the
+#: experts: per projection and expert a low-precision pass sets the input's and the weight's
+#: quantizer usage, quantises the expert's rows (``tex.split_quantize``: a tensor and a kernel
+#: per split), looks up the cached weight copy (``get_weight_workspace``), runs one cuBLAS GEMM
+#: (``general_grouped_gemm`` -> ``multi_stream_cublas_gemm``: one per expert, round-robin over
+#: 4 streams), switches the saved input to its column-wise copy (``update_usage``) and saves it
+#: (``prepare_for_saving``): 7 steps, 14 per expert; a 16-bit pass casts the weight, runs the
+#: GEMM and saves: 3 steps, 6 per expert. Each step is charged one eager op's host time (the
+#: catalog's ``kernel_overhead_us``), an estimate: a step is a Python call or a C++ call that
+#: allocates and launches, as an eager op is. A single grouped kernel only with the opt-in
+#: ``use_grouped_tensor`` path of v2.17, not modelled.
+HOST_OPS_PER_EXPERT_FWD = {True: 14.0, False: 6.0}
+#: Host steps per local expert in one backward pass of the same modules
+#: (``_GroupedLinear.backward``, v2.12) and Megatron's gradient hooks: per projection and
+#: expert the main-gradient lookup and its attribute (``fuse_wgrad_accumulation``), the
+#: gradient's quantisation (low precision only), the weight's column-wise usage (low precision
+#: only), the input-gradient and the weight-gradient GEMMs, freeing the saved input
+#: (``clear_tensor_data``), the dummy weight gradient for Megatron's DDP
+#: (``handle_custom_ddp_from_mcore``) and DDP's per-parameter backward hook
+#: (``DistributedDataParallel._make_backward_post_hook``): 9 steps low-precision, 7 in 16 bits.
+HOST_OPS_PER_EXPERT_BWD = {True: 18.0, False: 14.0}
 
 
 # -- tokens and load ------------------------------------------------------------------------------
@@ -177,17 +191,26 @@ def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_disp
             "dispatch_bytes": dispatch, "combine_bytes": combine}
 
 
-def expert_host_fwd_s(local_experts, low_precision, kernel_overhead_s):
-    """Host time to issue one rank's expert GEMMs of one forward pass [s]:
-    ``local · ops · t_op`` with ``ops`` from :data:`HOST_OPS_PER_EXPERT_FWD` and ``t_op`` the
-    catalog's host time per op (:func:`fsdpsim.costs.compute.launch_bound_s`). Dropless MoE
+def expert_host_s(local_experts, low_precision, kernel_overhead_s):
+    """Host time to issue one rank's expert GEMMs of one micro-batch, (forward, backward) [s]:
+    ``local · ops · t_op`` with ``ops`` from :data:`HOST_OPS_PER_EXPERT_FWD` and
+    :data:`HOST_OPS_PER_EXPERT_BWD` and ``t_op`` the catalog's host time per op
+    (:func:`fsdpsim.costs.compute.launch_bound_s`).
+
+    Where the GPU waits for it (:func:`fsdpsim.engine.moe.layer_kinds`): dropless MoE
     synchronises host and device at the dispatch (the expert splits must be on the host:
     Megatron's alltoall dispatcher ``_maybe_dtoh_and_synchronize``, DeepEP's CPU wait for
     ``num_recv_tokens_per_expert_list``, HybridEP's blocking ``num_permuted_tokens``), so the
-    experts start with an empty queue and their forward takes at least this long."""
-    ops = np.where(np.asarray(low_precision, dtype=bool), HOST_OPS_PER_EXPERT_FWD[True],
-                   HOST_OPS_PER_EXPERT_FWD[False])
-    return as_array(local_experts) * ops * as_array(kernel_overhead_s)
+    experts' forward starts with an empty queue and takes at least its host time; a backward
+    pass starts empty too (after the pipeline's ``torch.cuda.synchronize`` of a non-interleaved
+    schedule, ``batch_p2p_sync``, or the last forward's dispatch sync), so its first MoE layer's
+    experts show their host time beyond their device time while the later ones hide behind
+    the lead the host gains on the device-bound rest of each layer; and a layer never runs
+    faster than the host issues all its ops."""
+    low = np.asarray(low_precision, dtype=bool)
+    per = as_array(local_experts) * as_array(kernel_overhead_s)
+    return (per * np.where(low, HOST_OPS_PER_EXPERT_FWD[True], HOST_OPS_PER_EXPERT_FWD[False]),
+            per * np.where(low, HOST_OPS_PER_EXPERT_BWD[True], HOST_OPS_PER_EXPERT_BWD[False]))
 
 
 def etp_gather_bytes(tokens, top_k, d_model, n_experts, etp, elem_bytes=2.0,

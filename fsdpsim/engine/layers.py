@@ -49,13 +49,15 @@ def widths(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
-                w: Mapping[str, np.ndarray], gemm=None, extra_ew=None) -> dict[str, np.ndarray]:
+                w: Mapping[str, np.ndarray], gemm=None, extra_ew=None,
+                extra_ops=None) -> dict[str, np.ndarray]:
     """Forward, backward and recompute time of one layer, one micro-batch, one rank [s].
 
     ``gemm`` (forward, backward, down-projection forward) replaces the GEMM times of the
     uniform layer (:func:`fsdpsim.costs.compute.layer_gemm_times_with_down_s`) for layers whose
     GEMMs differ (multi-head latent attention, routed experts: :mod:`fsdpsim.engine.moe`);
-    ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks."""
+    ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks,
+    ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert steps)."""
     b, s = g["micro_batch"], g["seq_len"]
     tokens = w["tokens"]
     swiglu, rotary, flash = g["swiglu"] > 0, g["rotary"] > 0, g["flash"] > 0
@@ -127,6 +129,8 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
 
     ops_fwd, ops_bwd = compute.host_ops_per_layer(flash, rotary, swiglu, g["rmsnorm"],
                                                   g["linear_bias"])
+    if extra_ops is not None:
+        ops_fwd, ops_bwd = ops_fwd + extra_ops[0], ops_bwd + extra_ops[1]
     block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
                                          g["kernel_overhead_s"])
     # Recompute in backward: full = the block forward again up to the last tensor backward

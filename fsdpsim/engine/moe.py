@@ -167,11 +167,9 @@ def layer_kinds(g, r, w, lt):
                                             ro["ffn_local"], g["swiglu"] > 0, r["matmul"],
                                             r["hbm"], g["matmul_half_flops"],
                                             g["matmul_half_k"], elem)
-    if any_of(g["megatron"] > 0):  # per-expert launches right after the dispatch's host sync
-        host_s = moe_costs.expert_host_fwd_s(ro["local"], g["fp8_gemm"] > 0,
-                                             g["kernel_overhead_s"])
-        experts = (where(g["megatron"] > 0, maximum(experts[0], host_s), experts[0]),
-                   experts[1], experts[2])
+    expert_ops = None
+    if any_of(g["megatron"] > 0):  # Megatron's experts issue host steps per local expert
+        experts, expert_ops = _host_bound_experts(g, ro, experts)
     ew = moe_costs.moe_elementwise_bytes(ro["tokens"], ro["rows"], g["d_model"], ro["ffn_local"],
                                          g["n_experts"], g["swiglu"] > 0, elem)
     if any_of(g["fp8_gemm"] > 0):
@@ -189,7 +187,7 @@ def layer_kinds(g, r, w, lt):
            "block_numel": g["moe_block_numel"]}
     # Megatron's "mlp" module recompute skips MoE layers (their shared expert included)
     lt_m = layers.layer_times({**g_m, "rc_mlp": 0.0}, r, {**w, "ffn": shared_local}, gemm=gemm,
-                              extra_ew=ew)
+                              extra_ew=ew, extra_ops=expert_ops)
     if mla_up_s is not None:
         lt_m["recompute_s"] = lt_m["recompute_s"] + mla_up_s
     if any_of(g["rc_moe_act"] > 0):
@@ -201,6 +199,40 @@ def layer_kinds(g, r, w, lt):
     lt_m["moe_mlp_fwd_s"] = gemm[0] - attn[0] + compute.memory_bound_time_s(ew[0], r["hbm"])
     lt_m["moe_mlp_bwd_s"] = gemm[1] - attn[1] + compute.memory_bound_time_s(ew[1], r["hbm"])
     return lt_d, lt_m, expert_comm.expert_parallel(g, r, ro, lt_m)
+
+
+def _host_bound_experts(g, ro, experts):
+    """Megatron's expert GEMM times with the host time of their per-expert steps
+    (:func:`fsdpsim.costs.moe.expert_host_s`), and those steps as host ops of the layer
+    (forward, backward) [s, -].
+
+    * Forward: a dropless dispatch synchronises host and device, so the experts take at least
+      their host time ``h_f`` (a capacity-padded dispatch has static splits and no sync).
+    * Backward: nothing synchronises inside a chain of layers, which starts with an empty
+      queue; for n layers of host time ``h_E + h_A`` and device time ``d_E + d_A`` (experts,
+      the rest) issued in order, the GPU finishes at ``max_i(H_≤i + D_≥i)`` = ``n·d + max(0,
+      h_E − d_E)`` while the host keeps up with each layer (``h ≤ d``): the first layer's
+      excess shows, once per chain — the stage's MoE layers (one chunk's with interleaving,
+      the whole model's without pipelining); the later ones hide behind the lead the host
+      gains on the device-bound rest. It is spread over the chain's MoE layers here
+      (``tests/test_moe_engine.py`` checks the formula against a host/device queue).
+    * Either pass: the layer's own floor counts the expert steps among its host ops
+      (:func:`fsdpsim.engine.layers.layer_times` ``extra_ops``): ``n·h`` where the host
+      falls behind (``h > d``)."""
+    low = g["fp8_gemm"] > 0
+    host_fwd_s, host_bwd_s = moe_costs.expert_host_s(ro["local"], low, g["kernel_overhead_s"])
+    on = g["megatron"] > 0
+    dropless = g["moe_capacity_factor"] <= 0
+    chain = where(g["pp"] > 1, g["moe_layers_mid"] / maximum(g["vpp"], 1.0), g["moe_layers"])
+    bwd_excess_s = maximum(host_bwd_s - experts[1], 0.0) / maximum(chain, 1.0)
+    timed = (where(on & dropless, maximum(experts[0], host_fwd_s), experts[0]),
+             where(on, experts[1] + bwd_excess_s, experts[1]), experts[2])
+    per_op = np.where(on, ro["local"], 0.0)
+    ops = (per_op * np.where(low, moe_costs.HOST_OPS_PER_EXPERT_FWD[True],
+                             moe_costs.HOST_OPS_PER_EXPERT_FWD[False]),
+           per_op * np.where(low, moe_costs.HOST_OPS_PER_EXPERT_BWD[True],
+                             moe_costs.HOST_OPS_PER_EXPERT_BWD[False]))
+    return timed, ops
 
 
 def mix(dense, moe, phi, keys=LAYER_KEYS):
