@@ -198,7 +198,9 @@ def notes(values: list[dict], run, training) -> list[str]:
          + " (--recompute-modules)"),
         (training.moe_dispatcher == "deepep",
          "expert dispatch once per destination node (--moe-dispatcher deepep)"),
-        (training.moe_fp8_dispatch, "dispatch in FP8 (--moe-fp8-dispatch)")) if on]
+        (training.moe_fp8_dispatch, "dispatch in FP8 (--moe-fp8-dispatch)"),
+        (training.cuda_graphs != "none",
+         f"{training.cuda_graphs} CUDA graphs (--cuda-graphs)")) if on]
     if kernels:
         out.append("every row: " + "; ".join(kernels))
     if run.tokens is not None:
@@ -233,6 +235,7 @@ def report_data(rows, training, run, plan_kind: str) -> dict[str, Any]:
                       "recompute_modules": list(training.recompute_modules),
                       "moe_dispatcher": training.moe_dispatcher,
                       "moe_fp8_dispatch": training.moe_fp8_dispatch,
+                      "cuda_graphs": training.cuda_graphs,
                       "plan": plan_kind, "train_tokens": run.tokens},
             "assumptions": {"pue": run.pue, "gpu_mtbf_hours": run.gpu_mtbf_s / 3600,
                             "restart_s": run.restart_s,

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from fsdpsim.parallel import MOE_DISPATCHERS, PRECISIONS
+from fsdpsim.parallel import CUDA_GRAPHS, MOE_DISPATCHERS, PRECISIONS
 
 from fsdpsim import render
 from fsdpsim.catalog import load_catalog
@@ -305,6 +305,11 @@ def kernel_options():
                      help="The LM head's GEMMs in the low-precision format too (Megatron-Core "
                           "fp8_output_proj); default: 16-bit, as Megatron and torchtitan run "
                           "it."),
+        click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS), default="none",
+                     show_default=True,
+                     help="What the step replays from CUDA graphs: none (every op costs host "
+                          "time), partial (each layer's own kernels; routed experts stay "
+                          "eager), full (the whole iteration; no host time)."),
         click.option("--bf16-layers", type=option_type(Rule(0, 2**14, whole=True)),
                      default=None, metavar="N",
                      help="Transformer layers kept in BF16 under a low-precision --precision "
@@ -319,6 +324,7 @@ def kernel_knobs(o: dict) -> dict:
             "moe_dispatcher": o.get("moe_dispatcher") or "alltoall",
             "fp8_attention": bool(o.get("fp8_attention")),
             "fp8_lm_head": bool(o.get("fp8_lm_head")),
+            "cuda_graphs": o.get("cuda_graphs") or "none",
             "bf16_layers": (None if o.get("bf16_layers") is None
                             else int(o["bf16_layers"])),
             "recompute_modules": o.get("recompute_modules") or ()}

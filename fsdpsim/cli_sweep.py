@@ -126,6 +126,9 @@ def grid_options(f):
         click.option("--fp8-lm-head/--no-fp8-lm-head", default=None,
                      help="The LM head in the format for the low-precision --precision "
                           "entries (default: 16-bit)."),
+        click.option("--cuda-graphs", default=None,
+                     help="none (default), partial (each layer's own kernels) or full (the "
+                          "whole iteration): what every point replays from CUDA graphs."),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -30,8 +30,8 @@ from fsdpsim.grid_values import (knob_counts, moe_number, one_choice, one_count,
                                  read_flag, split_values)
 from fsdpsim.hardware import Price, System
 from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import (CP_KINDS, LOW_PRECISION, MOE_DISPATCHERS, PP_SCHEDULES,
-                              PRECISIONS, RECOMPUTES, SHARDINGS)
+from fsdpsim.parallel import (CP_KINDS, CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS,
+                              PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS)
 from fsdpsim.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
 from fsdpsim.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.system import cluster_gpus, resolve_system
@@ -46,7 +46,7 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
              "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
              "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch",
              "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention", "fp8-lm-head",
-             "recompute-modules")
+             "recompute-modules", "cuda-graphs")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -151,6 +151,8 @@ class Grid:
     (TrainingConfig.fp8_lm_head)."""
     recompute_modules: tuple[str, ...] = ()
     """Megatron's per-module recompute for every point (TrainingConfig.recompute_modules)."""
+    cuda_graphs: str = "none"
+    """What every point replays from CUDA graphs (TrainingConfig.cuda_graphs)."""
     batch_tokens: int | None = None
     """With ``best`` and no ``global-batch``: the global batch of each sequence length is
     :func:`default_global_batch` of this many tokens; None = as ``global_batches`` says."""
@@ -378,6 +380,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         fp8_attention=_low_precision_flag(options, precisions, "fp8-attention"),
         fp8_lm_head=_low_precision_flag(options, precisions, "fp8-lm-head"),
         recompute_modules=_recompute_modules(options.get("recompute-modules")),
+        cuda_graphs=one_choice(options.get("cuda-graphs", "none"), "--cuda-graphs", CUDA_GRAPHS),
         batch_tokens=batch_tokens,
     )
 

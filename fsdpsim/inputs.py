@@ -20,7 +20,7 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
 from fsdpsim.model_checks import check_engine_supported
-from fsdpsim.parallel import LOW_PRECISION, ParallelPlan, TrainingConfig
+from fsdpsim.parallel import CUDA_GRAPHS, LOW_PRECISION, ParallelPlan, TrainingConfig
 from fsdpsim.units import DTYPE_BYTES
 
 
@@ -427,6 +427,7 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
         "fp8_gemm": float(low),
         "fp8_attention": float(training.fp8_attention),
         "fp8_lm_head": float(training.fp8_lm_head),
+        "cuda_graphs": float(CUDA_GRAPHS.index(training.cuda_graphs)),
         **{f"rc_{m}": float(m in training.recompute_modules) for m in RECOMPUTE_MODULES},
         "cast_scale": (CAST_TRANSPOSE_BYTES[training.precision] / FP8_CAST_TRANSPOSE_BYTES
                        if low else 1.0),

@@ -28,7 +28,8 @@ PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
                 "moe_imbalance": None, "preset": None, "mtp_layers": None,
                 "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
-                "recompute_modules": None, "shard_group_size": None, "bf16_layers": None}
+                "recompute_modules": None, "shard_group_size": None, "bf16_layers": None,
+                "cuda_graphs": "none"}
 
 
 def truthy(value: Any) -> bool:
@@ -159,6 +160,7 @@ def row_setup(row: pd.Series, catalog: Catalog,
                    fp8_lm_head=flag(row, "fp8_lm_head", False),
                    recompute_modules=str(cell(row, "recompute_modules") or ""),
                    moe_dispatcher=str(cell(row, "moe_dispatcher") or "alltoall"),
+                   cuda_graphs=str(cell(row, "cuda_graphs") or "none"),
                    recompute_layers=whole_cell(row, "recompute_layers"),
                    bf16_layers=whole_cell(row, "bf16_layers"),
                    **{k: (None if cell(row, k) is None else float(cell(row, k)))

@@ -52,6 +52,8 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
 ``fp8_lm_head``            true: the LM head's GEMMs in the format too (default false: 16-bit)
 ``bf16_layers``            layers kept in BF16 under a low-precision format (default: the
                            format's recipe, TrainingConfig ``bf16_layers``)
+``cuda_graphs``            none (default), partial or full: what the step replays from CUDA
+                           graphs (TrainingConfig ``cuda_graphs``)
 ``recompute_modules``      Megatron's per-module recompute, comma-separated (mla_up_proj, mlp,
                            moe_act; default none)
 ``preset``, ``mtp_layers`` the model as a preset id (published MoE rows), its MTP modules
@@ -82,7 +84,8 @@ from fsdpsim.measurement_rows import (PLAN_COLUMNS, cell, is_empty, row_setup, s
                                       whole_cell)
 from fsdpsim.model import ModelSpec
 from fsdpsim.numbers import Rule, read_number
-from fsdpsim.parallel import CP_KINDS, MOE_DISPATCHERS, PP_SCHEDULES, TrainingConfig
+from fsdpsim.parallel import (CP_KINDS, CUDA_GRAPHS, MOE_DISPATCHERS, PP_SCHEDULES,
+                              TrainingConfig)
 from fsdpsim.predict import config_inputs, predict
 from fsdpsim.published_plan import gpu_generation
 
@@ -319,7 +322,8 @@ def _check_plan_columns(row: pd.Series) -> None:
                                                           "no", "1.0", "0.0"):
         raise refuse("sequence_parallel", "true or false")
     for column, choices in (("pp_schedule", PP_SCHEDULES), ("cp_kind", CP_KINDS),
-                            ("moe_dispatcher", MOE_DISPATCHERS)):
+                            ("moe_dispatcher", MOE_DISPATCHERS),
+                            ("cuda_graphs", CUDA_GRAPHS)):
         value = cell(row, column)
         if value is not None and str(value) not in choices:
             raise refuse(column, ", ".join(choices))

@@ -29,8 +29,8 @@ from typing import Literal
 from fsdpsim.errors import ConfigError
 from fsdpsim.frameworks import FRAMEWORK_NAMES, PROFILES, canonical, profile
 # the training configuration and its choices (re-exported: importers of fsdpsim.parallel keep them)
-from fsdpsim.training import (LOW_PRECISION, MOE_DISPATCHERS, OPTIMIZERS,  # noqa: F401
-                              PRECISIONS, RECOMPUTE_MODULES, RECOMPUTES, Recompute,
+from fsdpsim.training import (CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS,  # noqa: F401
+                              OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES, RECOMPUTES, Recompute,
                               TrainingConfig, _choice)
 
 Sharding = Literal["full", "grad_op", "optimizer", "none", "hybrid"]

@@ -106,6 +106,9 @@ def torchtitan_toml(choice, training) -> str:
     if training.fp8_lm_head and training.precision in ("fp8", "mxfp8"):
         notes.append("# LM head in the low-precision format: \"output\" is not in the "
                      "converter's filter_fqns")
+    if training.cuda_graphs != "none":
+        notes.append(f"# {training.cuda_graphs} CUDA graphs: torchtitan has no capture option "
+                     "of its own; Megatron-Core's --cuda-graph-impl does it (--emit megatron)")
     if training.recompute_modules:
         notes.append("# per-module recompute (" + ", ".join(training.recompute_modules)
                      + "): Megatron-Core's recompute_modules; torchtitan has no equivalent")
@@ -181,6 +184,13 @@ def megatron_args(choice, training) -> str:
     args.append(MEGATRON_PRECISION[training.precision])
     if training.fp8_attention:
         args.append("--fp8-dot-product-attention")
+    if training.cuda_graphs == "partial":
+        args.append("--cuda-graph-impl transformer_engine --cuda-graph-modules attn mlp "
+                    "moe_router moe_preprocess")
+    elif training.cuda_graphs == "full":
+        args += ["--cuda-graph-impl full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+        notes.append("# full-iteration CUDA graphs need sync-free experts (static token "
+                     "counts: a capacity factor, or HybridEP's padded buffers)")
     if training.recompute_modules and choice.recompute != "full":
         # Megatron's selective granularity recomputes core_attn unless the list replaces it
         selective = "--recompute-granularity selective" in args

@@ -108,7 +108,9 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
         ("training", f"seq {tr['seq_len']:,}, micro-batch {tr['micro_batch']} x {tr['grad_accum']} "
                      f"accumulation = {tr['global_batch']:,} sequences/step, recompute "
                      f"{tr['recompute']}, {tr['precision']}, {tr['optimizer']}, reduce "
-                     f"{tr['reduce_dtype']}"),
+                     f"{tr['reduce_dtype']}"
+                     + ("" if tr.get("cuda_graphs", "none") == "none"
+                        else f", {tr['cuda_graphs']} CUDA graphs")),
     ]))
     if d["chosen"].get("why"):
         lines.append(render.wrap(f"({d['chosen']['why']})", "  ", "   "))

@@ -82,6 +82,26 @@ FP8_LM_HEAD_CONFIGS = (
 )
 
 
+#: Megatron-Bridge DeepSeek-V3 workload configs that capture CUDA graphs, first match wins:
+#: (GPU, number formats or None, first and last container release, (pp, vpp, ep) or None,
+#: TrainingConfig ``cuda_graphs``, where set). ``full``: ``cuda_graph_impl = "full_iteration"``
+#: (with sync-free HybridEP experts and the fused grouped MLP: GB300 and GB200 MXFP8 from the
+#: June 2026 recipes, B300 MXFP8 from r0.5.1); ``partial``: ``"transformer_engine"`` per-layer
+#: graphs of attn, moe_router and moe_preprocess (GB200 since v0.2.0, where attention joined
+#: in v0.3.0; GB300 in v0.2.0 and its BF16 config after; B300 V2 from #3549; B200 MXFP8 V2).
+#: Every other DeepSeek-V3 config, and the 25.09 run script, captures none.
+CUDA_GRAPH_CONFIGS = (
+    ("gb300", ("mxfp8",), (26, 6), None, None, "full", "8af195c0a (2026-06-06)"),
+    ("gb200", ("mxfp8",), (26, 6), None, None, "full", "afb5dd47c (2026-06-10)"),
+    ("b300", ("mxfp8",), (26, 6, 1), None, None, "full", "v0.5.1 B300 FP8_MX configs"),
+    ("b300", None, (26, 4, 1), None, (8, 1, 8), "partial", "cf9411452 (2026-04-30), B300 V2"),
+    ("b200", ("mxfp8",), (26, 4), None, (8, 2, 32), "partial", "5acef9309 (2026-04-18), V2"),
+    ("gb300", None, (25, 11), (25, 11), None, "partial", "v0.2.0 GB300 base config"),
+    ("gb300", ("bf16",), (26, 2), None, None, "partial", "v0.3.0+ GB300 BF16 config"),
+    ("gb200", None, (25, 11), None, None, "partial", "v0.2.0+ GB200 configs"),
+)
+
+
 #: Megatron-Bridge DeepSeek-V3 performance recipes' per-module recompute
 #: (``recompute_modules`` with selective granularity), by GPU, number formats (None: any), the
 #: first and last container release (None: open) and where it is set: the 25.09 run script
@@ -149,19 +169,19 @@ def container_release(text: str) -> tuple[int, ...] | None:
 
 
 def recipe_commit(configs, gpu: str, number_format: str, source: str,
-                  layout: dict[str, Any], ep: int) -> str | None:
+                  layout: dict[str, Any], ep: int) -> Any:
     """Where the config in ``configs`` (:data:`A2A_OVERLAP_CONFIGS`,
-    :data:`FP8_ATTENTION_CONFIGS`, :data:`FP8_LM_HEAD_CONFIGS`) a row matches sets it, or
-    None: the entry applies (:func:`_applies`) and the layout ``(pp, vpp, ep)`` matches (None:
-    any)."""
+    :data:`FP8_ATTENTION_CONFIGS`, :data:`FP8_LM_HEAD_CONFIGS`; the value and where with
+    :data:`CUDA_GRAPH_CONFIGS`) a row matches sets it, or None: the entry applies
+    (:func:`_applies`) and the layout ``(pp, vpp, ep)`` matches (None: any)."""
     release = container_release(source)
     if release is None:
         return None
     shape = (layout.get("pp", 1), layout.get("vpp", 1), ep)
-    for family, formats, first, last, needs, commit in configs:
+    for family, formats, first, last, needs, *found in configs:
         if (_applies(gpu, number_format, release, family, formats, first, last)
                 and (needs is None or shape == needs)):
-            return commit
+            return found[0] if len(found) == 1 else tuple(found)
     return None
 
 
@@ -235,6 +255,12 @@ def moe_row(model: str, framework: str, notes: str, layout: dict[str, Any],
         if commit:
             cols["fp8_lm_head"] = True
             said.append(f"LM head in MXFP8 (Megatron-Bridge fp8_output_proj, {commit})")
+        graphs = recipe_commit(CUDA_GRAPH_CONFIGS, gpu, number_format, source, layout, ep)
+        if graphs:
+            cols["cuda_graphs"] = graphs[0]
+            said.append(f"{graphs[0]} CUDA graphs (Megatron-Bridge cuda_graph_impl "
+                        f"{'full_iteration' if graphs[0] == 'full' else 'transformer_engine'}, "
+                        f"{graphs[1]})")
         where = alltoall_dispatcher(gpu, source, "moe_capacity_factor" in cols)
         if where:
             cols["moe_dispatcher"] = "alltoall"

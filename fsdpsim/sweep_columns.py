@@ -150,6 +150,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.fp8_attention": t.training["fp8_attention"][p["pr"]] > 0,
         "training.fp8_lm_head": t.training["fp8_lm_head"][p["pr"]] > 0,
         "training.recompute_modules": np.full(n, ",".join(grid.recompute_modules), dtype=object),
+        "training.cuda_graphs": np.full(n, grid.cuda_graphs, dtype=object),
         "candidates": counts.astype(float),
         "candidates_fitting": fitting,
     }

@@ -86,7 +86,7 @@ class _Tables:
             moe_fp8_dispatch=grid.moe_fp8_dispatch, moe_dispatcher=grid.moe_dispatcher,
             fp8_attention=grid.fp8_attention and p in LOW_PRECISION,
             fp8_lm_head=grid.fp8_lm_head and p in LOW_PRECISION,
-            recompute_modules=grid.recompute_modules))
+            recompute_modules=grid.recompute_modules, cuda_graphs=grid.cuda_graphs))
             for p in grid.precisions])
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
         # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by

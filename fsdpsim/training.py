@@ -19,6 +19,8 @@ LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 OPTIMIZERS = ("adamw", "sgd")
 #: Expert-parallel token dispatchers (TrainingConfig.moe_dispatcher).
 MOE_DISPATCHERS = ("alltoall", "deepep")
+#: What a training step replays from CUDA graphs (TrainingConfig.cuda_graphs), by code.
+CUDA_GRAPHS = ("none", "partial", "full")
 #: Megatron-Core's per-module recompute (``recompute_modules`` with selective granularity) that
 #: fsdpsim models: the MLA query/key/value up projections, the MLP of dense (non-MoE) layers,
 #: the routed experts' activation function.
@@ -101,6 +103,15 @@ class TrainingConfig:
     arXiv 2509.25149 §4), none for the FP8 formats (Megatron-Bridge's performance configs keep
     none under any format: ``first_last_layers_bf16 = False``)."""
 
+    cuda_graphs: str = "none"
+    """What the step replays from captured CUDA graphs, so the host does not issue it op by op
+    (:data:`CUDA_GRAPHS`): ``none`` (eager: every op costs the catalog's host time per op,
+    ``kernel_overhead_us``); ``partial`` (each layer's own kernels captured, as Megatron-Core's
+    ``cuda_graph_impl = "transformer_engine"`` with the scopes attn, mlp, moe_router and
+    moe_preprocess; a MoE layer's routed experts stay eager, their token counts change every
+    step); ``full`` (the whole iteration, Megatron-Core's ``cuda_graph_impl =
+    "full_iteration"``, which needs sync-free experts: no host time at all)."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
             raise ConfigError(f"seq_len must be a positive integer, got {self.seq_len!r}")
@@ -115,6 +126,7 @@ class TrainingConfig:
             _choice("reduce_dtype", self.reduce_dtype, ("fp32", "bf16", "fp16"))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
+        _choice("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS)
         modules = self.recompute_modules
         if isinstance(modules, str):
             modules = tuple(m for m in modules.replace(" ", "").split(",") if m)

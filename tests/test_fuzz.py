@@ -616,6 +616,7 @@ _GRID_VALUES = {
     "fp8-attention": ["true", "false", '"yes"'],
     "fp8-lm-head": ["true", "false", '"yes"'],
     "recompute-modules": ['"mla_up_proj,moe_act"', '"mlp"', '"attn"', "3", '["mlp", "moe_act"]'],
+    "cuda-graphs": ['"full"', '"partial"', '"none"', '"always"', "2", '["full", "none"]'],
 }
 assert set(_GRID_VALUES) == set(GRID_KEYS)
 

@@ -276,7 +276,7 @@ def _expert_rows(**over):
     g = {"megatron": np.array([1.0]), "fp8_gemm": np.array([1.0]),
          "kernel_overhead_s": np.array([10e-6]), "moe_capacity_factor": np.array([0.0]),
          "pp": np.array([4.0]), "vpp": np.array([2.0]), "moe_layers_mid": np.array([8.0]),
-         "moe_layers": np.array([32.0])}
+         "moe_layers": np.array([32.0]), "cuda_graphs": np.array([0.0])}
     g.update({k: np.array([float(v)]) for k, v in over.items()})
     return engine_moe._host_bound_experts(g, {"local": np.array([32.0])},
                                           (np.array([1e-3]), np.array([2e-3]), np.array([5e-4])))
@@ -297,8 +297,9 @@ def test_host_bound_experts_by_hand():
     assert fwd[0] == 1e-3 and bwd[0] == pytest.approx(2.94e-3)
     (fwd, bwd, _), _ = _expert_rows(pp=1.0)  # no pipeline: the whole model is one chain
     assert bwd[0] == pytest.approx(2e-3 + 3.76e-3 / 32)
-    (fwd, bwd, _), ops = _expert_rows(megatron=0.0)
-    assert (fwd[0], bwd[0], ops[0][0], ops[1][0]) == (1e-3, 2e-3, 0.0, 0.0)
+    for off in ({"megatron": 0.0}, {"cuda_graphs": 2.0}):  # torch; a full-iteration graph
+        (fwd, bwd, _), ops = _expert_rows(**off)
+        assert (fwd[0], bwd[0], ops[0][0], ops[1][0]) == (1e-3, 2e-3, 0.0, 0.0)
 
 
 @given(n=st.integers(1, 12), h_e=st.floats(0.0, 5.0), d_e=st.floats(0.0, 5.0),
@@ -492,3 +493,33 @@ def test_advice_skips_hsdp_groups_the_expert_mesh_cannot_split(capsys):
     rc, out, err = run(capsys, "predict", "--model", "qwen3-30b-a3b", "--num-gpus", "64",
                        "--ep", "16", "--micro-batch", "1", "--recompute", "full")
     assert rc == 0 and err == "" and "expert all-to-all" in out
+
+
+def test_cuda_graphs_take_the_host_time_out():
+    """32 local experts on B200 (EP 8 of 256, 1,024 rows each) are host bound eagerly; per-layer
+    graphs (partial) leave the experts' host steps, so they stay host bound; a full-iteration
+    graph replays everything: the step equals the one without any host time. An unknown
+    setting is one clear error."""
+    b200 = resolve_system(CATALOG, gpu="b200")
+    plan = ParallelPlan(num_gpus=8, gpus_per_node=8, sharding="optimizer", ep=8,
+                        framework="megatron")
+    steps = {}
+    for graphs in ("none", "partial", "full"):
+        training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64,
+                                  recompute="full", precision="mxfp8", moe_imbalance=1.0,
+                                  cuda_graphs=graphs)
+        p = predict.predict(get_model("deepseek-v3"), b200, plan, training)
+        steps[graphs] = p.step_time_s
+        assert p.to_dict()["training"]["cuda_graphs"] == graphs
+    free = resolve_system(CATALOG, gpu="b200")
+    import dataclasses
+    eff = dataclasses.replace(free.accelerator.efficiency, kernel_overhead_s=0.0)
+    free = dataclasses.replace(free, accelerator=dataclasses.replace(free.accelerator,
+                                                                     efficiency=eff))
+    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64, recompute="full",
+                              precision="mxfp8", moe_imbalance=1.0)
+    no_host = predict.predict(get_model("deepseek-v3"), free, plan, training).step_time_s
+    assert steps["full"] == pytest.approx(no_host, rel=1e-12)
+    assert steps["none"] >= steps["partial"] > 1.05 * steps["full"]
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        TrainingConfig(seq_len=4096, cuda_graphs="yes")

@@ -117,6 +117,22 @@ def test_deepseek_recipe_dispatcher_and_overlap_by_release(hybrid):
         assert hybrid.loc[row, "moe_dispatcher"] == "deepep", row
 
 
+def test_deepseek_recipe_cuda_graphs_by_release(hybrid):
+    """Read from Megatron-Bridge's configs: GB300/GB200 MXFP8 replay the whole iteration from
+    June 2026, the B300 V2 (pp 8) and B200 V2 (pp 8, vpp 2, ep 32) configs capture per-layer
+    graphs, GB200's configs per-layer graphs since 25.11; the 25.09 run script and the pp-16
+    configs capture none."""
+    expected = {"mbridge-2606-008": "full", "mbridge-2608-002": "full",
+                "mbridge-260401-017": "partial", "mbridge-260401-018": "partial",
+                "mbridge-2602-016": "partial", "mbridge-2602-018": "none",
+                "mbridge-2602-017": "none", "mbridge-2509-007": "none",
+                "mbridge-2604-014": "none"}
+    for row, graphs in expected.items():
+        got = hybrid.loc[row, "cuda_graphs"]
+        assert (got if isinstance(got, str) else "none") == graphs, row
+    assert "full_iteration" in hybrid.loc["mbridge-2606-008", "modelled_as"]
+
+
 def test_recipe_commit_honours_the_last_release():
     from fsdpsim.published_moe import A2A_OVERLAP_CONFIGS, recipe_commit
     for source, on in (("perf_summary_25.09", True), ("perf_summary_25.11", True),
@@ -389,6 +405,8 @@ def test_own_schema_carries_the_layout(tmp_path):
     ("cp_kind", "spiral", "ring, all2all"), ("sequence_parallel", "maybe", "true or false"),
     ("moe_dispatcher", "nccl", "alltoall, deepep"),
     ("fp8_attention", "maybe", "column fp8_attention: 'maybe' is not accepted"),
+    ("cuda_graphs", "some", "column cuda_graphs: 'some' is not accepted; accepted: none, "
+     "partial, full"),
     ("ep", 2, "ep(2) > 1 needs a mixture-of-experts model"),
     ("ep", 8, "etp(2) * ep(8) = 16 does not divide tp(2) * cp(1) * dp(4) = 8"),
     ("tp", 3, "tp(3) * pp(2) * cp(1) = 6 does not divide num_gpus(16)"),

@@ -220,6 +220,7 @@ class TrainingInputs(TypedDict):
     fp8_gemm: Number            # the linear layers' GEMMs in FP8, MXFP8 or NVFP4 (casts)
     fp8_attention: Number       # 0/1 attention in FP8 (TE fp8_dot_product_attention)
     fp8_lm_head: Number         # 0/1 the LM head's GEMMs in the format (fp8_output_proj)
+    cuda_graphs: Number         # 0 none, 1 partial (layers' own kernels), 2 full iteration
     rc_mla_up_proj: Number      # 0/1 Megatron recompute_modules: MLA up projections
     rc_mlp: Number              # 0/1 ... the dense layers' MLP
     rc_moe_act: Number          # 0/1 ... the routed experts' activation

@@ -129,8 +129,14 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
 
     ops_fwd, ops_bwd = compute.host_ops_per_layer(flash, rotary, swiglu, g["rmsnorm"],
                                                   g["linear_bias"])
+    # CUDA graphs replay what they captured without the host: the layer's own ops under
+    # partial and full capture, the routed experts' steps (extra_ops) under full only
+    eager = where(g["cuda_graphs"] > 0, 0.0, 1.0)
+    ops_fwd, ops_bwd = ops_fwd * eager, ops_bwd * eager
     if extra_ops is not None:
-        ops_fwd, ops_bwd = ops_fwd + extra_ops[0], ops_bwd + extra_ops[1]
+        eager_experts = where(g["cuda_graphs"] > 1, 0.0, 1.0)
+        ops_fwd = ops_fwd + extra_ops[0] * eager_experts
+        ops_bwd = ops_bwd + extra_ops[1] * eager_experts
     block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
                                          g["kernel_overhead_s"])
     # Recompute in backward: full = the block forward again up to the last tensor backward
@@ -147,7 +153,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     skipped_s = where(early_stop, down_fwd_s, 0.0)
     full_recompute_s = compute.launch_bound_s(
         gemm_fwd_s + attn_fwd_s + ew_fwd_s - skipped_s,
-        ops_fwd - where(early_stop, compute.HOST_OPS_DOWN_PROJECTION, 0.0),
+        ops_fwd - where(early_stop, compute.HOST_OPS_DOWN_PROJECTION, 0.0) * eager,
         g["kernel_overhead_s"])
     recompute_s = where(recompute == 2, full_recompute_s,
                         where(recompute == 1, attn_fwd_s, 0.0))

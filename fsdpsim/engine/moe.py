@@ -221,7 +221,7 @@ def _host_bound_experts(g, ro, experts):
       falls behind (``h > d``)."""
     low = g["fp8_gemm"] > 0
     host_fwd_s, host_bwd_s = moe_costs.expert_host_s(ro["local"], low, g["kernel_overhead_s"])
-    on = g["megatron"] > 0
+    on = (g["megatron"] > 0) & (g["cuda_graphs"] < 2)  # a full-iteration graph replays them
     dropless = g["moe_capacity_factor"] <= 0
     chain = where(g["pp"] > 1, g["moe_layers_mid"] / maximum(g["vpp"], 1.0), g["moe_layers"])
     bwd_excess_s = maximum(host_bwd_s - experts[1], 0.0) / maximum(chain, 1.0)

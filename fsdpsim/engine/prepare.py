@@ -21,7 +21,7 @@ CATEGORICAL = ("strategy", "recompute", "optimizer", "pp_schedule")
 OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
                    "compute_clock_ratio": 1.0, "attention_peak_ratio": 1.0, "fp8_gemm": 0.0,
                    "fp8_attention": 0.0, "fp8_attention_peak_ratio": 1.0,
-                   "fp8_lm_head": 0.0, "lm_head_peak_ratio": 1.0,
+                   "fp8_lm_head": 0.0, "lm_head_peak_ratio": 1.0, "cuda_graphs": 0.0,
                    "rc_mla_up_proj": 0.0, "rc_mlp": 0.0, "rc_moe_act": 0.0,
                    "cast_scale": 1.0,
                    "keep_gathered": 0.0, "grad_sync_last": 0.0,
