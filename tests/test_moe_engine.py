@@ -262,12 +262,19 @@ def test_flex_dispatch_sends_a_token_once_per_rank_at_its_measured_rate():
 
 
 def test_expert_host_time_by_hand():
-    """Megatron's TEGroupedMLP takes per local expert 7 host steps per projection forward
-    under a low-precision recipe (14), 3 in 16 bits (6); backward 9 (18) and 7 (14)."""
-    assert moe.expert_host_s(32, True, 14.5e-6)[0] == pytest.approx(32 * 14 * 14.5e-6)
-    assert moe.expert_host_s(4, False, 10e-6)[0] == pytest.approx(4 * 6 * 10e-6)
-    assert moe.expert_host_s(32, True, 14.5e-6)[1] == pytest.approx(32 * 18 * 14.5e-6)
-    assert moe.expert_host_s(4, False, 10e-6)[1] == pytest.approx(4 * 14 * 10e-6)
+    """Megatron's TEGroupedMLP costs per local expert the host time of one Transformer Engine
+    Linear call per projection (TE PR #3523's CPU times, scaled from Grace to x86 by issue
+    #2053): 6 eager ops forward and 16 backward under a low-precision recipe, 3 and 13 in 16
+    bits."""
+    assert moe.expert_host_s(32, True, 14.5e-6)[0] == pytest.approx(32 * 6 * 14.5e-6)
+    assert moe.expert_host_s(4, False, 10e-6)[0] == pytest.approx(4 * 3 * 10e-6)
+    assert moe.expert_host_s(32, True, 14.5e-6)[1] == pytest.approx(32 * 16 * 14.5e-6)
+    assert moe.expert_host_s(4, False, 10e-6)[1] == pytest.approx(4 * 13 * 10e-6)
+    # the anchor: (114.5 µs, 440.9 − 114.5 µs) per MXFP8 call on Grace / 2.75, two projections
+    x86 = (114.5 / 2.75, (440.9 - 114.5) / 2.75)
+    assert [round(2 * t / 14.5) for t in x86] == [6, 16]
+    x86 = (59.2 / 2.75, (311.3 - 59.2) / 2.75)
+    assert [round(2 * t / 14.5) for t in x86] == [3, 13]
 
 
 def _expert_rows(**over):
@@ -283,20 +290,20 @@ def _expert_rows(**over):
 
 
 def test_host_bound_experts_by_hand():
-    """32 local experts at 10 us per step: 4.48 ms of host steps forward, 5.76 ms backward.
-    A dropless forward waits for them after the dispatch sync (1 ms of GEMMs take 4.48 ms);
-    the backward shows its 3.76 ms excess once per chain of 8 / 2 = 4 MoE layers (0.94 ms
-    each); the layer's floor counts 448 and 576 host ops more. Capacity-padded routing has no
-    sync, and torch's single grouped kernel no per-expert steps."""
+    """32 local experts at 10 us per op: 1.92 ms of host time forward, 5.12 ms backward.
+    A dropless forward waits for it after the dispatch sync (1 ms of GEMMs take 1.92 ms);
+    the backward shows its 3.12 ms excess once per chain of 8 / 2 = 4 MoE layers (0.78 ms
+    each); the layer's floor counts 192 and 512 host ops more. Capacity-padded routing has no
+    sync, and torch's single grouped kernel no per-expert host work."""
     (fwd, bwd, down), ops = _expert_rows()
-    assert fwd[0] == pytest.approx(32 * 14 * 10e-6)
-    assert bwd[0] == pytest.approx(2e-3 + (32 * 18 * 10e-6 - 2e-3) / 4)
+    assert fwd[0] == pytest.approx(32 * 6 * 10e-6)
+    assert bwd[0] == pytest.approx(2e-3 + (32 * 16 * 10e-6 - 2e-3) / 4)
     assert down[0] == 5e-4
-    assert (ops[0][0], ops[1][0]) == (448.0, 576.0)
+    assert (ops[0][0], ops[1][0]) == (192.0, 512.0)
     (fwd, bwd, _), _ = _expert_rows(moe_capacity_factor=1.0)
-    assert fwd[0] == 1e-3 and bwd[0] == pytest.approx(2.94e-3)
+    assert fwd[0] == 1e-3 and bwd[0] == pytest.approx(2.78e-3)
     (fwd, bwd, _), _ = _expert_rows(pp=1.0)  # no pipeline: the whole model is one chain
-    assert bwd[0] == pytest.approx(2e-3 + 3.76e-3 / 32)
+    assert bwd[0] == pytest.approx(2e-3 + 3.12e-3 / 32)
     for off in ({"megatron": 0.0}, {"cuda_graphs": 2.0}):  # torch; a full-iteration graph
         (fwd, bwd, _), ops = _expert_rows(**off)
         assert (fwd[0], bwd[0], ops[0][0], ops[1][0]) == (1e-3, 2e-3, 0.0, 0.0)

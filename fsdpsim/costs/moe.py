@@ -65,29 +65,30 @@ ROUTER_BYTES = 4.0
 #: 2603.07685, 2026) §4.2.3: the 20-SM carve-out costs "roughly 20% GEMM efficiency" in the
 #: 1F1B all-to-all overlap. NCCL's all-to-all keeps the catalog's ``comm_compute_slowdown``.
 FLEX_DISPATCH_COMPUTE_SLOWDOWN = 0.20
-#: Host steps per local expert in one forward pass of Megatron's experts (``TEGroupedMLP``: two
-#: Transformer Engine ``GroupedLinear`` modules, fc1 and fc2), counted in TransformerEngine
-#: v2.12 ``pytorch/module/grouped_linear.py`` ``_GroupedLinear.forward``. TE 2.x loops over the
-#: experts: per projection and expert a low-precision pass sets the input's and the weight's
-#: quantizer usage, quantises the expert's rows (``tex.split_quantize``: a tensor and a kernel
-#: per split), looks up the cached weight copy (``get_weight_workspace``), runs one cuBLAS GEMM
-#: (``general_grouped_gemm`` -> ``multi_stream_cublas_gemm``: one per expert, round-robin over
-#: 4 streams), switches the saved input to its column-wise copy (``update_usage``) and saves it
-#: (``prepare_for_saving``): 7 steps, 14 per expert; a 16-bit pass casts the weight, runs the
-#: GEMM and saves: 3 steps, 6 per expert. Each step is charged one eager op's host time (the
-#: catalog's ``kernel_overhead_us``), an estimate: a step is a Python call or a C++ call that
-#: allocates and launches, as an eager op is. A single grouped kernel only with the opt-in
-#: ``use_grouped_tensor`` path of v2.17, not modelled.
-HOST_OPS_PER_EXPERT_FWD = {True: 14.0, False: 6.0}
-#: Host steps per local expert in one backward pass of the same modules
-#: (``_GroupedLinear.backward``, v2.12) and Megatron's gradient hooks: per projection and
-#: expert the main-gradient lookup and its attribute (``fuse_wgrad_accumulation``), the
-#: gradient's quantisation (low precision only), the weight's column-wise usage (low precision
-#: only), the input-gradient and the weight-gradient GEMMs, freeing the saved input
-#: (``clear_tensor_data``), the dummy weight gradient for Megatron's DDP
-#: (``handle_custom_ddp_from_mcore``) and DDP's per-parameter backward hook
-#: (``DistributedDataParallel._make_backward_post_hook``): 9 steps low-precision, 7 in 16 bits.
-HOST_OPS_PER_EXPERT_BWD = {True: 18.0, False: 14.0}
+#: Host time per local expert of Megatron's experts (``TEGroupedMLP``: two Transformer Engine
+#: ``GroupedLinear`` modules, fc1 and fc2), in eager ops of the catalog's ``kernel_overhead_us``
+#: (14.5 µs), (forward, backward) by low precision (True) or 16 bits (False).
+#:
+#: What the host does: TE 2.x (v2.12 ``pytorch/module/grouped_linear.py``) loops over the local
+#: experts. Per projection and expert, forward: the input's and the weight's quantizer usage,
+#: the expert's rows quantised (``tex.split_quantize``: a tensor and a kernel per split), the
+#: cached weight copy looked up (``get_weight_workspace``), one cuBLAS GEMM
+#: (``general_grouped_gemm`` -> ``multi_stream_cublas_gemm``: one per expert, round-robin over 4
+#: streams), the saved input switched to its column-wise copy and saved; backward: the main
+#: gradient looked up and attached, the gradient quantised, the input- and weight-gradient
+#: GEMMs, the input freed, a dummy weight gradient for Megatron's DDP and DDP's per-parameter
+#: hook. That is the work of one TE ``Linear`` call per expert and projection.
+#:
+#: How long: TE's own measurement of its CPU time per ``Linear`` call (TransformerEngine PR
+#: #3523, GB200's Grace CPU, 2026-09, before / after that PR): MXFP8 114.5 / 103.6 µs forward,
+#: 440.9 / 416.9 µs forward and backward; BF16 59.2 / 51.2 and 311.3 / 276.5 µs. The same call
+#: costs Grace 2.75x an H100 DGX's Xeon 8480C (TE issue #2053: torch ``Linear`` 37.1 vs 13.5 µs
+#: of CPU time per forward). On an x86 host the pre-PR call is then 41.6 µs forward and 118.7 µs
+#: backward in MXFP8 (2.9 and 8.2 eager ops), 21.5 and 91.7 µs in BF16 (1.5 and 6.3): per
+#: expert and its two projections 6 and 16 ops, 3 and 13. A single grouped kernel only with the
+#: opt-in ``use_grouped_tensor`` path of v2.17, not modelled.
+HOST_OPS_PER_EXPERT_FWD = {True: 6.0, False: 3.0}
+HOST_OPS_PER_EXPERT_BWD = {True: 16.0, False: 13.0}
 
 
 # -- tokens and load ------------------------------------------------------------------------------
