@@ -6,6 +6,7 @@ The all-to-all bytes against a real gloo run are in ``tests/test_moe_ep_torch.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -530,3 +531,30 @@ def test_cuda_graphs_take_the_host_time_out():
     assert steps["none"] >= steps["partial"] > 1.05 * steps["full"]
     with pytest.raises(ConfigError, match="cuda_graphs"):
         TrainingConfig(seq_len=4096, cuda_graphs="yes")
+
+
+@pytest.mark.parametrize("gpu, num_gpus, layout, graphs", [
+    ("b200", 64, dict(pp=8, pp_first_layers=11, pp_last_layers=11, ep=8), "none"),
+    ("gb200", 64, dict(pp=8, pp_first_layers=11, pp_last_layers=11, ep=8), "partial"),
+    ("h100-sxm5-80gb", 256, dict(tp=2, pp=8, vpp=4, pp_first_layers=10, pp_last_layers=12,
+                                  ep=32, etp=1, ep_overlap=True), "none"),
+])
+def test_an_unseen_moe_model_on_its_recipe_layouts(gpu, num_gpus, layout, graphs):
+    """Qwen3-235B-A22B (no measured run of it here) on the layouts of Megatron-Bridge's own
+    performance configs for it (v0.5.0 ``qwen3_workload_base_configs.py``: B200 and GB200 EP 8
+    on 64 GPUs, pp 8, GB200 with per-layer graphs; H100 tp 2, pp 8 × vpp 4, EP 32, the
+    all-to-alls overlapped; FP8, global batch 1,024 / 2,048): it fits the GPU's memory and runs
+    at an MFU a Megatron MoE recipe reaches (15–65 % of the BF16 peak); the EP-8 layouts, 16
+    local experts of 2,048 rows, are partly host bound, the EP-32 one is not."""
+    system = resolve_system(CATALOG, gpu=gpu, gpus_per_node=64 if gpu == "gb200" else 8)
+    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=system.gpus_per_node,
+                        sharding="optimizer", framework="megatron", **layout)
+    training = TrainingConfig(seq_len=4096, micro_batch=1,
+                              global_batch=2048 if num_gpus == 256 else 1024, recompute="none",
+                              precision="fp8", moe_imbalance=1.0, moe_dispatcher="deepep",
+                              cuda_graphs=graphs)
+    p = predict.predict(get_model("qwen3-235b-a22b"), system, plan, training)
+    assert p.fits and 0.15 < p.mfu < 0.65, (p.fits, p.mfu)
+    free = predict.predict(get_model("qwen3-235b-a22b"), system, plan,
+                           dataclasses.replace(training, cuda_graphs="full"))
+    assert (free.step_time_s < 0.95 * p.step_time_s) == (layout["ep"] == 8)
