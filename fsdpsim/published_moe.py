@@ -89,16 +89,17 @@ FP8_LM_HEAD_CONFIGS = (
 #: June 2026 recipes, B300 MXFP8 from r0.5.1); ``partial``: ``"transformer_engine"`` per-layer
 #: graphs of attn, moe_router and moe_preprocess (GB200 since v0.2.0, where attention joined
 #: in v0.3.0; GB300 in v0.2.0 and its BF16 config after; B300 V2 from #3549; B200 MXFP8 V2).
-#: Every other DeepSeek-V3 config, and the 25.09 run script, captures none.
+#: Every other DeepSeek-V3 config, and the 25.09 run script, captures none; a row whose layout
+#: is not its config's (pp, vpp, ep) is left without graphs.
 CUDA_GRAPH_CONFIGS = (
     ("gb300", ("mxfp8",), (26, 6), None, None, "full", "8af195c0a (2026-06-06)"),
     ("gb200", ("mxfp8",), (26, 6), None, None, "full", "afb5dd47c (2026-06-10)"),
     ("b300", ("mxfp8",), (26, 6, 1), None, None, "full", "v0.5.1 B300 FP8_MX configs"),
     ("b300", None, (26, 4, 1), None, (8, 1, 8), "partial", "cf9411452 (2026-04-30), B300 V2"),
     ("b200", ("mxfp8",), (26, 4), None, (8, 2, 32), "partial", "5acef9309 (2026-04-18), V2"),
-    ("gb300", None, (25, 11), (25, 11), None, "partial", "v0.2.0 GB300 base config"),
-    ("gb300", ("bf16",), (26, 2), None, None, "partial", "v0.3.0+ GB300 BF16 config"),
-    ("gb200", None, (25, 11), None, None, "partial", "v0.2.0+ GB200 configs"),
+    ("gb300", None, (25, 11), (25, 11), (4, 4, 64), "partial", "v0.2.0 GB300 base config"),
+    ("gb300", ("bf16",), (26, 2), None, (4, 4, 64), "partial", "v0.3.0+ GB300 BF16 config"),
+    ("gb200", None, (25, 11), None, (4, 4, 64), "partial", "v0.2.0+ GB200 configs"),
 )
 
 

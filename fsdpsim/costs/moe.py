@@ -192,11 +192,11 @@ def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_disp
             "dispatch_bytes": dispatch, "combine_bytes": combine}
 
 
-def expert_host_s(local_experts, low_precision, kernel_overhead_s):
-    """Host time to issue one rank's expert GEMMs of one micro-batch, (forward, backward) [s]:
-    ``local · ops · t_op`` with ``ops`` from :data:`HOST_OPS_PER_EXPERT_FWD` and
-    :data:`HOST_OPS_PER_EXPERT_BWD` and ``t_op`` the catalog's host time per op
-    (:func:`fsdpsim.costs.compute.launch_bound_s`).
+def expert_host_ops(local_experts, low_precision):
+    """Host work of one rank's experts in one micro-batch, (forward, backward), in eager ops of
+    the catalog's host time per op ``t_op`` (:func:`fsdpsim.costs.compute.launch_bound_s`):
+    ``local · ops`` with ``ops`` from :data:`HOST_OPS_PER_EXPERT_FWD` and
+    :data:`HOST_OPS_PER_EXPERT_BWD` [-]; times ``t_op`` the host time [s].
 
     Where the GPU waits for it (:func:`fsdpsim.engine.moe.layer_kinds`): dropless MoE
     synchronises host and device at the dispatch (the expert splits must be on the host:
@@ -209,9 +209,9 @@ def expert_host_s(local_experts, low_precision, kernel_overhead_s):
     the lead the host gains on the device-bound rest of each layer; and a layer never runs
     faster than the host issues all its ops."""
     low = np.asarray(low_precision, dtype=bool)
-    per = as_array(local_experts) * as_array(kernel_overhead_s)
-    return (per * np.where(low, HOST_OPS_PER_EXPERT_FWD[True], HOST_OPS_PER_EXPERT_FWD[False]),
-            per * np.where(low, HOST_OPS_PER_EXPERT_BWD[True], HOST_OPS_PER_EXPERT_BWD[False]))
+    local = as_array(local_experts)
+    return (local * np.where(low, HOST_OPS_PER_EXPERT_FWD[True], HOST_OPS_PER_EXPERT_FWD[False]),
+            local * np.where(low, HOST_OPS_PER_EXPERT_BWD[True], HOST_OPS_PER_EXPERT_BWD[False]))
 
 
 def etp_gather_bytes(tokens, top_k, d_model, n_experts, etp, elem_bytes=2.0,

@@ -57,7 +57,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     uniform layer (:func:`fsdpsim.costs.compute.layer_gemm_times_with_down_s`) for layers whose
     GEMMs differ (multi-head latent attention, routed experts: :mod:`fsdpsim.engine.moe`);
     ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks,
-    ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert steps)."""
+    ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert work)."""
     b, s = g["micro_batch"], g["seq_len"]
     tokens = w["tokens"]
     swiglu, rotary, flash = g["swiglu"] > 0, g["rotary"] > 0, g["flash"] > 0

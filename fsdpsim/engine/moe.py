@@ -168,7 +168,7 @@ def layer_kinds(g, r, w, lt):
                                             r["hbm"], g["matmul_half_flops"],
                                             g["matmul_half_k"], elem)
     expert_ops = None
-    if any_of(g["megatron"] > 0):  # Megatron's experts issue host steps per local expert
+    if any_of(g["megatron"] > 0):  # Megatron's experts cost host time per local expert
         experts, expert_ops = _host_bound_experts(g, ro, experts)
     ew = moe_costs.moe_elementwise_bytes(ro["tokens"], ro["rows"], g["d_model"], ro["ffn_local"],
                                          g["n_experts"], g["swiglu"] > 0, elem)
@@ -202,8 +202,8 @@ def layer_kinds(g, r, w, lt):
 
 
 def _host_bound_experts(g, ro, experts):
-    """Megatron's expert GEMM times with the host time of their per-expert steps
-    (:func:`fsdpsim.costs.moe.expert_host_s`), and those steps as host ops of the layer
+    """Megatron's expert GEMM times with the host time of their per-expert work
+    (:func:`fsdpsim.costs.moe.expert_host_ops`), and that work as host ops of the layer
     (forward, backward) [s, -].
 
     * Forward: a dropless dispatch synchronises host and device, so the experts take at least
@@ -216,22 +216,18 @@ def _host_bound_experts(g, ro, experts):
       the whole model's without pipelining); the later ones hide behind the lead the host
       gains on the device-bound rest. It is spread over the chain's MoE layers here
       (``tests/test_moe_engine.py`` checks the formula against a host/device queue).
-    * Either pass: the layer's own floor counts the expert steps among its host ops
+    * Either pass: the layer's own floor counts the experts' ops among its host ops
       (:func:`fsdpsim.engine.layers.layer_times` ``extra_ops``): ``n·h`` where the host
       falls behind (``h > d``)."""
-    low = g["fp8_gemm"] > 0
-    host_fwd_s, host_bwd_s = moe_costs.expert_host_s(ro["local"], low, g["kernel_overhead_s"])
     on = (g["megatron"] > 0) & (g["cuda_graphs"] < 2)  # a full-iteration graph replays them
+    ops = tuple(where(on, n, 0.0) for n in moe_costs.expert_host_ops(ro["local"],
+                                                                     g["fp8_gemm"] > 0))
+    host_fwd_s, host_bwd_s = (n * g["kernel_overhead_s"] for n in ops)
     dropless = g["moe_capacity_factor"] <= 0
     chain = where(g["pp"] > 1, g["moe_layers_mid"] / maximum(g["vpp"], 1.0), g["moe_layers"])
     bwd_excess_s = maximum(host_bwd_s - experts[1], 0.0) / maximum(chain, 1.0)
-    timed = (where(on & dropless, maximum(experts[0], host_fwd_s), experts[0]),
-             where(on, experts[1] + bwd_excess_s, experts[1]), experts[2])
-    per_op = np.where(on, ro["local"], 0.0)
-    ops = (per_op * np.where(low, moe_costs.HOST_OPS_PER_EXPERT_FWD[True],
-                             moe_costs.HOST_OPS_PER_EXPERT_FWD[False]),
-           per_op * np.where(low, moe_costs.HOST_OPS_PER_EXPERT_BWD[True],
-                             moe_costs.HOST_OPS_PER_EXPERT_BWD[False]))
+    timed = (where(dropless, maximum(experts[0], host_fwd_s), experts[0]),
+             experts[1] + bwd_excess_s, experts[2])
     return timed, ops
 
 
