@@ -90,6 +90,11 @@ class SearchSpace:
 
         return dict(profile(self.framework).supports)
 
+    def values_of(self, name: str, values) -> list:
+        """The values of setting ``name`` the search enumerates out of ``values``: the fixed
+        one, or those the framework supports (:func:`_options`)."""
+        return _options(self, name, values)
+
 
 def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """``["tp=8", "sharding=full"]`` → ``{"tp": 8, "sharding": "full"}``; one clear error per

@@ -91,3 +91,18 @@ def test_outside_space_names_the_rule(tool, rows, cat):
                         sharding="none", tp=16, framework=plan.framework)
     assert "tp 16 > the scale-up domain" in tool.outside_space(spec, system, wide, training,
                                                                space)
+
+
+def test_outside_space_knows_which_frameworks_run_tp_overlap(tool, rows, cat):
+    """InternEvo runs no async TP, so its TP-2 plan without overlap is in the space (the space
+    searches what the framework runs); the same plan on a framework that overlaps is named."""
+    from dataclasses import replace
+
+    spec, system, plan, training = tool.row_case(rows.loc["internevo-017"], cat)
+    assert plan.tp == 2 and not plan.tp_overlap
+    space = SearchSpace(framework=plan.framework)
+    assert space.values_of("tp_overlap", (True,)) == [False]
+    assert "tp_overlap" not in tool.outside_space(spec, system, plan, training, space)
+    megatron = replace(plan, framework="megatron", shard_group_size=None)
+    assert "tp_overlap off (the space searches on" in tool.outside_space(
+        spec, system, megatron, training, SearchSpace(framework="megatron"))

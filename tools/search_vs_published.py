@@ -123,9 +123,11 @@ def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
                        f"MIN_TOKENS_PER_CP_RANK {MIN_TOKENS_PER_CP_RANK}")
     if plan.vpp > MAX_VPP:
         reasons.append(f"vpp {plan.vpp} > MAX_VPP {MAX_VPP}")
-    if plan.tp > 1 and not plan.tp_overlap and space.get("tp_overlap") is None:
-        reasons.append("tp_overlap off (the space keeps TP overlap on: never slower in the "
-                       "model)")
+    searched = space.values_of("tp_overlap", (True,))
+    if plan.tp > 1 and plan.tp_overlap not in searched:
+        reasons.append(f"tp_overlap {'on' if plan.tp_overlap else 'off'} (the space searches "
+                       f"{' and '.join('on' if v else 'off' for v in searched)}: TP overlap "
+                       "is never slower in the model where the framework runs it)")
     if plan.pp > 1 and plan.pp_schedule == "gpipe":
         reasons.append("pp_schedule gpipe (searched only when fixed)")
     split = (plan.pp_first_layers, plan.pp_last_layers)
