@@ -84,7 +84,7 @@ FP8_LM_HEAD_CONFIGS = (
 
 #: Megatron-Bridge DeepSeek-V3 workload configs that capture CUDA graphs, first match wins:
 #: (GPU, number formats or None, first and last container release, (pp, vpp, ep) or None,
-#: TrainingConfig ``cuda_graphs``, where set). ``full``: ``cuda_graph_impl = "full_iteration"``
+#: (TrainingConfig ``cuda_graphs``, where set)). ``full``: ``cuda_graph_impl = "full_iteration"``
 #: (with sync-free HybridEP experts and the fused grouped MLP: GB300 and GB200 MXFP8 from the
 #: June 2026 recipes, B300 MXFP8 from r0.5.1); ``partial``: ``"transformer_engine"`` per-layer
 #: graphs of attn, moe_router and moe_preprocess (GB200 since v0.2.0, where attention joined
@@ -92,14 +92,14 @@ FP8_LM_HEAD_CONFIGS = (
 #: Every other DeepSeek-V3 config, and the 25.09 run script, captures none; a row whose layout
 #: is not its config's (pp, vpp, ep) is left without graphs.
 CUDA_GRAPH_CONFIGS = (
-    ("gb300", ("mxfp8",), (26, 6), None, None, "full", "8af195c0a (2026-06-06)"),
-    ("gb200", ("mxfp8",), (26, 6), None, None, "full", "afb5dd47c (2026-06-10)"),
-    ("b300", ("mxfp8",), (26, 6, 1), None, None, "full", "v0.5.1 B300 FP8_MX configs"),
-    ("b300", None, (26, 4, 1), None, (8, 1, 8), "partial", "cf9411452 (2026-04-30), B300 V2"),
-    ("b200", ("mxfp8",), (26, 4), None, (8, 2, 32), "partial", "5acef9309 (2026-04-18), V2"),
-    ("gb300", None, (25, 11), (25, 11), (4, 4, 64), "partial", "v0.2.0 GB300 base config"),
-    ("gb300", ("bf16",), (26, 2), None, (4, 4, 64), "partial", "v0.3.0+ GB300 BF16 config"),
-    ("gb200", None, (25, 11), None, (4, 4, 64), "partial", "v0.2.0+ GB200 configs"),
+    ("gb300", ("mxfp8",), (26, 6), None, None, ("full", "8af195c0a (2026-06-06)")),
+    ("gb200", ("mxfp8",), (26, 6), None, None, ("full", "afb5dd47c (2026-06-10)")),
+    ("b300", ("mxfp8",), (26, 6, 1), None, None, ("full", "v0.5.1 B300 FP8_MX configs")),
+    ("b300", None, (26, 4, 1), None, (8, 1, 8), ("partial", "cf9411452 (2026-04-30), B300 V2")),
+    ("b200", ("mxfp8",), (26, 4), None, (8, 2, 32), ("partial", "5acef9309 (2026-04-18), V2")),
+    ("gb300", None, (25, 11), (25, 11), (4, 4, 64), ("partial", "v0.2.0 GB300 base config")),
+    ("gb300", ("bf16",), (26, 2), None, (4, 4, 64), ("partial", "v0.3.0+ GB300 BF16 config")),
+    ("gb200", None, (25, 11), None, (4, 4, 64), ("partial", "v0.2.0+ GB200 configs")),
 )
 
 
@@ -179,10 +179,10 @@ def recipe_commit(configs, gpu: str, number_format: str, source: str,
     if release is None:
         return None
     shape = (layout.get("pp", 1), layout.get("vpp", 1), ep)
-    for family, formats, first, last, needs, *found in configs:
+    for family, formats, first, last, needs, commit in configs:
         if (_applies(gpu, number_format, release, family, formats, first, last)
                 and (needs is None or shape == needs)):
-            return found[0] if len(found) == 1 else tuple(found)
+            return commit
     return None
 
 

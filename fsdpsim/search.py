@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from fsdpsim import engine
+from fsdpsim import engine, frameworks
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
@@ -167,9 +167,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective {objective!r} is not accepted; accepted: "
                           f"{', '.join(OBJECTIVES)}")
-    from fsdpsim.frameworks import with_defaults
-
-    training = with_defaults(training, space.framework)
+    training = frameworks.with_defaults(training, space.framework)
     gb = training.global_batch
     per_node = domain_gpus(system, num_gpus)
     if system.pod_gpus and space.pod_gpus != system.pod_gpus:

@@ -86,8 +86,6 @@ class SearchSpace:
     @property
     def supports(self) -> dict[str, tuple]:
         """What the framework can run (:attr:`fsdpsim.frameworks.Framework.supports`)."""
-        from fsdpsim.frameworks import profile
-
         return dict(profile(self.framework).supports)
 
     def values_of(self, name: str, values) -> list:
