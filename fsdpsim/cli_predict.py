@@ -115,6 +115,7 @@ def build_plan(o: dict, system) -> ParallelPlan:
                   cp_kind=o.get("cp_kind") or "ring", tp_overlap=bool(o.get("tp_overlap")),
                   pp_first_layers=o.get("pp_first_layers"),
                   pp_last_layers=o.get("pp_last_layers"),
+                  pp_layers=o.get("pp_layers"),
                   framework=o.get("framework") or "fsdp2",
                   ep=o.get("ep", 1), etp=o.get("etp"), ep_overlap=bool(o.get("ep_overlap")),
                   reshard_after_forward=o["reshard_after_forward"],
@@ -208,6 +209,9 @@ def predict_options(f):
                      help="Layers on the first pipeline stage (uneven split)."),
         click.option("--pp-last-layers", type=option_type(COUNT), default=None,
                      help="Layers on the last pipeline stage (uneven split)."),
+        click.option("--pp-layers", default=None, metavar="N,N,...",
+                     help="Layers on each pipeline stage, first to last (e.g. 31,32,32,31); "
+                          "default: the framework's split (even where the layers divide)."),
         click.option("--cp", type=option_type(GPUS), default=1, show_default=True,
                      help="Context-parallel degree (sequence split)."),
         click.option("--cp-kind", type=click.Choice(CP_KINDS), default="ring", show_default=True,

@@ -386,7 +386,8 @@ def _plan_inputs(plan: ParallelPlan, n_layers: int | None) -> dict[str, Any]:
         x["shard_per_node"] = 1
     if n_layers is not None:
         first, mid, last = plan.stage_layers(n_layers)
-        x.update({"layers_first": first, "layers_mid": mid, "layers_last": last})
+        x.update({"layers_first": first, "layers_mid": mid, "layers_last": last,
+                  "mid_stage": plan.busiest_middle_rank(n_layers)})
     return x
 
 

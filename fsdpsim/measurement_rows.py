@@ -24,7 +24,7 @@ ARCHES = ("gpt", "mpt", "llama")
 #: The layout columns of the schema and their defaults (missing column or empty cell).
 PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
-                "pp_last_layers": None, "recompute_layers": None, "ep": 1, "etp": None,
+                "pp_last_layers": None, "pp_layers": None, "recompute_layers": None, "ep": 1, "etp": None,
                 "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
                 "moe_imbalance": None, "preset": None, "mtp_layers": None,
                 "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
@@ -108,6 +108,15 @@ def whole_cell(row: pd.Series, column: str) -> int | None:
     return None if value is None else int(float(value))
 
 
+def _text_cell(row: pd.Series, column: str) -> str | None:
+    """A text cell (``31,32,32,31``), or None when missing or empty; a number read by pandas
+    comes back as its whole-number text."""
+    value = cell(row, column)
+    if value is None or isinstance(value, str):
+        return value
+    return str(int(value)) if float(value) == int(value) else str(value)
+
+
 def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
     """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
     ``auto`` chunk count); a clear error when the plan's checks refuse it."""
@@ -123,6 +132,7 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         cp_kind=str(cell(row, "cp_kind")),
         pp_first_layers=whole_cell(row, "pp_first_layers"),
         pp_last_layers=whole_cell(row, "pp_last_layers"),
+        pp_layers=_text_cell(row, "pp_layers"),
         framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
         etp=whole_cell(row, "etp"), ep_overlap=False if overlap is None else truthy(overlap),
         shard_group_size=whole_cell(row, "shard_group_size"))

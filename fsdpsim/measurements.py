@@ -36,8 +36,10 @@ The parallel layout (optional columns; a missing column or an empty cell takes t
 ``pp_schedule``            gpipe | 1f1b | interleaved | zb-h1 (default: interleaved when
                            vpp > 1, else 1f1b)
 ``cp_kind``                ring | all2all (default ring)
-``pp_first_layers``,       layers on the first / last pipeline stage (default: an even
-``pp_last_layers``         split)
+``pp_first_layers``,       layers on the first / last pipeline stage (default: the
+``pp_last_layers``         framework's split, :mod:`fsdpsim.pipeline_split`)
+``pp_layers``              layers on every pipeline stage, comma-separated (``31,32,32,31``;
+                           default: the framework's split, as ``predict --pp-layers``)
 ``recompute_layers``       layers of each stage that recompute (default: all)
 ``recipe``                 torch (default) or megatron: the mixed-precision recipe
                            (ParallelPlan ``framework``; any framework profile name)

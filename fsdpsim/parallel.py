@@ -23,7 +23,7 @@ too. :func:`fsdpsim.layout.expert_layout` places these groups on the tiers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from fsdpsim.errors import ConfigError
@@ -120,6 +120,10 @@ class ParallelPlan:
     None = an even split."""
     pp_last_layers: int | None = None
     """Layers on the last pipeline stage; None = an even split."""
+    pp_layers: tuple[int, ...] | None = None
+    """Layers on each pipeline rank, first to last (all its virtual stages together; Megatron's
+    ``--pipeline-model-parallel-layout``, torchtitan's ``module_fqns_per_model_part``); None =
+    the framework's split (:func:`fsdpsim.pipeline_split.default_split`)."""
     framework: str = "fsdp2"
     """The framework profile (:mod:`fsdpsim.frameworks`): recipe, collectives and overlap."""
     ep: int = 1
@@ -131,11 +135,14 @@ class ParallelPlan:
     ep_overlap: bool = False
     """Overlap the expert-parallel all-to-alls with the compute of another micro-batch
     (DeepSeek's DualPipe / DeepEP, Megatron-Core ``--overlap-moe-expert-parallel-comm``)."""
+    etp_defaulted: bool = field(default=False, init=False, compare=False, repr=False)
+    """Whether ``etp`` was not given and ``tp`` did not fit, so it became 1 (set by the
+    checks)."""
 
     def __post_init__(self) -> None:
         _choice("sharding", self.sharding, SHARDINGS)
         if self.etp is None:
-            object.__setattr__(self, "etp", self.tp)
+            object.__setattr__(self, "etp", self._default_etp())
         for name in ("num_gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "ep", "etp"):
             _positive_int(name, getattr(self, name))
         if self.shard_group_size is not None:
@@ -174,6 +181,7 @@ class ParallelPlan:
                 _positive_int(name, value)
                 if self.pp < 2:
                     raise ConfigError(f"{name}={value} needs pp >= 2")
+        self._check_pp_layers()
         model_parallel = self.tp * self.pp * self.cp
         if self.num_gpus % model_parallel:
             raise ConfigError(f"tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = {model_parallel} "
@@ -209,6 +217,35 @@ class ParallelPlan:
                               f"{', '.join(map(repr, _ZERO1_GROUP_FRAMEWORKS))} (its zero1 "
                               f"groups); got sharding {self.sharding!r}, framework "
                               f"{self.framework!r}")
+
+    def _default_etp(self) -> int:
+        """``tp`` (Megatron-Core's default) where ``tp × ep`` divides a pipeline stage's
+        ``tp × cp × dp`` ranks, else 1, as Megatron-Bridge's MoE recipes set it
+        (``expert_tensor_parallel_size = 1``); the plan's other checks name bad degrees."""
+        if not all(isinstance(v, int) and v >= 1 for v in (self.tp, self.pp, self.cp, self.ep,
+                                                            self.num_gpus)):
+            return self.tp
+        stage = self.num_gpus // self.pp if self.num_gpus % self.pp == 0 else 0
+        if self.ep > 1 and stage and stage % (self.tp * self.ep) and stage % self.ep == 0:
+            object.__setattr__(self, "etp_defaulted", True)
+            return 1
+        return self.tp
+
+    def _check_pp_layers(self) -> None:
+        """``pp_layers``: one whole count >= 1 per pipeline rank, not with the end counts."""
+        if self.pp_layers is None:
+            return
+        from fsdpsim.pipeline_split import parse_layers
+
+        counts = parse_layers(self.pp_layers)
+        object.__setattr__(self, "pp_layers", counts)
+        if len(counts) != self.pp or self.pp < 2:
+            raise ConfigError(f"pp_layers {','.join(map(str, counts))} gives {len(counts)} "
+                              f"stage(s) for pp({self.pp}); accepted: one layer count per "
+                              f"pipeline rank ({self.pp}), with pp >= 2")
+        if self.pp_first_layers is not None or self.pp_last_layers is not None:
+            raise ConfigError("give the pipeline split once: pp_layers or "
+                              "pp_first_layers/pp_last_layers, not both")
 
     def _check_experts(self) -> None:
         """The expert mesh: ``etp × ep`` divides one pipeline stage's ``tp × cp × dp`` ranks,
@@ -339,9 +376,50 @@ class ParallelPlan:
     def num_nodes(self) -> int:
         return max(1, self.num_gpus // self.gpus_per_node)
 
+    def layer_split(self, n_layers: int):
+        """Layers on every pipeline rank and the rule that placed them
+        (:class:`fsdpsim.pipeline_split.Split`): the given ``pp_layers``, Megatron's end-stage
+        counts, or the framework's default split; a clear error when they do not add up."""
+        from fsdpsim.pipeline_split import Split, default_split
+
+        if self.pp_layers is not None:
+            if sum(self.pp_layers) != n_layers:
+                raise ConfigError(f"pp_layers {','.join(map(str, self.pp_layers))} sum to "
+                                  f"{sum(self.pp_layers)}, not n_layers({n_layers}); accepted: "
+                                  f"{self.pp} counts >= 1 that sum to {n_layers}")
+            return Split(self.pp_layers, "given")
+        if self.pp > 1 and self.pp_first_layers is None and self.pp_last_layers is None:
+            return default_split(n_layers, self.pp, self.vpp, self.framework)
+        first, middle, last = self._end_stage_layers(n_layers)
+        return Split((first,) + (middle,) * (self.pp - 2) + (last,) if self.pp > 1
+                     else (n_layers,), "given" if self.pp > 1 else "even")
+
     def stage_layers(self, n_layers: int) -> tuple[int, int, int]:
-        """Layers on the (first, middle, last) pipeline stages; a clear error when they do not
-        split: every stage's layers divide into ``vpp`` chunks (Megatron's rule)."""
+        """Layers on the (first, middle, last) pipeline stages as the engine composes them:
+        the middle count is the busiest middle rank's (it sets the steady state of the
+        schedule); with two stages it is the lighter end's, so that both ends' surplus is
+        timed. A clear error when the layers do not split."""
+        if (self.pp > 1 and self.pp_first_layers is None and self.pp_last_layers is None) \
+                or self.pp_layers is not None:
+            counts = self.layer_split(n_layers).counts
+            if len(set(counts)) == 1:
+                return counts[0], counts[0], counts[0]
+            middle = max(counts[1:-1]) if self.pp > 2 else min(counts)
+            return counts[0], middle, counts[-1]
+        return self._end_stage_layers(n_layers)
+
+    def busiest_middle_rank(self, n_layers: int) -> int:
+        """The first middle pipeline rank holding the most layers (the one whose memory can
+        bind among the middle ranks: most layers, most micro-batches in flight); 1 with fewer
+        than three stages [-]."""
+        if self.pp < 3:
+            return 1
+        middle = self.layer_split(n_layers).counts[1:-1]
+        return 1 + middle.index(max(middle))
+
+    def _end_stage_layers(self, n_layers: int) -> tuple[int, int, int]:
+        """(first, middle, last) with Megatron's end-stage counts (or none): every evenly
+        split stage's layers divide into ``vpp`` chunks (Megatron's rule)."""
         if self.pp == 1:
             if n_layers % self.vpp:
                 raise ConfigError(f"n_layers({n_layers}) is not divisible by vpp({self.vpp})")

@@ -149,7 +149,11 @@ class Prediction:
                        **{k: v[k] for k in MEMORY_KEYS},
                        # per pipeline stage (both the one stage without pipelining)
                        "stages": {"first": v["peak_bytes_first_stage"],
-                                  "last": v["peak_bytes_last_stage"]}},
+                                  "last": v["peak_bytes_last_stage"],
+                                  # an uneven split's busiest middle stage, when it holds
+                                  # more layers than the first
+                                  **({"middle": v["peak_bytes_mid_stage"]}
+                                     if "peak_bytes_mid_stage" in v else {})}},
             # moe_s: the MoE MLPs (router, experts, their kernels) and the exposed all-to-alls
             "time": {**{k: v[k] for k in TIME_KEYS},
                      "moe_share": v["moe_s"] / v["step_time_s"] if v["step_time_s"] else 0.0},
@@ -164,6 +168,25 @@ class Prediction:
             "notes": list(self.notes),
             "advice": [dict(a) for a in self.advice],
         }
+
+
+def plan_notes(spec, plan: ParallelPlan) -> list[str]:
+    """The choices the plan's defaults made that a user may want to see: an uneven pipeline
+    split and its rule (:mod:`fsdpsim.pipeline_split`), the expert tensor-parallel degree
+    when it could not default to ``tp``."""
+    from fsdpsim.pipeline_split import describe
+
+    notes = []
+    if plan.pp > 1:
+        split = plan.layer_split(spec.n_layers)
+        if not split.even:
+            notes.append(f"pipeline split: {describe(split.counts)} layers per stage "
+                         f"({split.rule}; override with --pp-layers)")
+    if plan.etp_defaulted:
+        notes.append(f"expert tensor parallelism: etp 1 (etp = tp({plan.tp}) does not fit "
+                     f"ep({plan.ep}) in a stage's ranks; Megatron-Bridge's MoE recipes use "
+                     "etp 1; override with --etp)")
+    return notes
 
 
 def divisors(n: int) -> list[int]:
@@ -370,6 +393,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     chosen: dict[str, str] = {"micro_batch": str(int(mb_flat[i])), "recompute": rc_name,
                               "grad_accum": str(int(accum[i]))}
     notes = [system.extra.get("notes", "")] if system.extra.get("notes") else []
+    notes += plan_notes(spec, plan)
     auto = [name for name, given in (("micro_batch", training.micro_batch),
                                      ("recompute", training.recompute)) if given is None]
     if auto and n > 1:

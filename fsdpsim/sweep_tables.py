@@ -109,6 +109,12 @@ class _Tables:
                                           expert_ffn_size=spec.expert_size if spec.is_moe else 0)
                     except ConfigError as exc:
                         self.model_reason[i, l, j] = str(exc)
+                        continue
+                    if spec.n_layers % (pp * probe.vpp):  # the sweep's stages are even
+                        self.model_reason[i, l, j] = (
+                            f"n_layers({spec.n_layers}) does not split evenly over pp({pp}) x "
+                            f"vpp({probe.vpp}); sweep evaluates even splits (predict and "
+                            "validate take uneven ones)")
 
     def plan_index(self, g, h, layout, sharding):
         """Row of the plan table for GPU-count, system, layout and sharding codes."""

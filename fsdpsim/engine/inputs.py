@@ -167,6 +167,7 @@ class PlanInputs(TypedDict):
     layers_first: Number        # layers on the first / a middle / the last pipeline stage
     layers_mid: Number
     layers_last: Number
+    mid_stage: Number           # the busiest middle rank's index (its memory may bind)
     # size and members per scale-up domain of each group (fsdpsim.layout.GROUPS)
     tp_size: Number
     tp_per_node: Number

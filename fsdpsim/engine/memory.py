@@ -48,7 +48,8 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
                   shared: Mapping[str, object] | None = None) -> dict[str, object]:
     """Keyword arguments of :func:`memory.peak_memory_bytes` for the engine inputs ``g`` (as
     :func:`fsdpsim.engine.prepare` returns them) and a pipeline ``stage``: "only" (no
-    pipelining: every layer and the whole root), "first" or "last". ``shared``: the keywords
+    pipelining: every layer and the whole root), "first", "mid" (the busiest middle stage,
+    ``mid_stage``: no embedding, no head) or "last". ``shared``: the keywords
     every stage shares (:func:`shared_memory_config` of ``g``), when the caller has them.
 
     PyTorch FSDP recipe: fp32 sharded master parameters and gradients, AdamW's two fp32 moments
@@ -67,15 +68,19 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
     else:
         from fsdpsim.costs import schedule
 
-        first = stage == "first"
-        n_layers = g["layers_first"] if first else g["layers_last"]
+        first, mid = stage == "first", stage == "mid"
+        n_layers = g[f"layers_{stage}"]
         # Micro-batches in flight on the stage at its peak (the schedule's count; the first
         # stage holds the most, the last one under 1F1B, more when interleaved).
+        index = 0.0 if first else g["mid_stage"] if mid else g["pp"] - 1.0
         config["saved_microbatches"] = schedule.in_flight_microbatches(
-            g["pp_schedule"], g["pp"], g["vpp"], g["grad_accum"], 0.0 if first else g["pp"] - 1.0)
-        vocab = 0.0 if first else g["vocab_size"]
-        root_rank = g["embed_numel_rank"] if first else g["head_numel_rank"]
-        root = g["embed_numel_padded"] if first else g["head_numel_padded"]
+            g["pp_schedule"], g["pp"], g["vpp"], g["grad_accum"], index)
+        # a middle stage holds neither the embedding nor the head and logits
+        vocab = g["vocab_size"] if stage == "last" else 0.0
+        root_rank = (g["embed_numel_rank"] if first else 0.0 if mid
+                     else g["head_numel_rank"])
+        root = (g["embed_numel_padded"] if first else 0.0 if mid
+                else g["head_numel_padded"])
         unit = g["block_numel_padded"]
         n_params = n_layers * g["block_numel_rank"] + root_rank
         padded = n_layers * unit + root
@@ -95,8 +100,9 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
         from fsdpsim.engine.module_recompute import module_recompute_freed_bytes
 
         n_moe = {"only": g["moe_layers"], "first": g.get("moe_layers_first", 0.0),
+                 "mid": g.get("moe_layers_mid", 0.0),
                  "last": g.get("moe_layers_last", 0.0)}[stage]
-        mtp = 0.0 if stage == "first" else g["mtp_layers"]
+        mtp = g["mtp_layers"] if stage in ("only", "last") else 0.0
         config["moe_saved_bytes_per_token"] = (
             config.get("moe_saved_bytes_per_token", 0.0)
             - module_recompute_freed_bytes(g, n_layers, n_moe, mtp))
@@ -204,9 +210,10 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
 
 
 def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.ndarray]:
-    """Memory of the binding stage: the only one without pipelining, else the larger peak of
+    """Memory of the binding stage: the only one without pipelining, else the largest peak of
     the first and last stages (each kept as ``peak_bytes_first_stage`` /
-    ``peak_bytes_last_stage``)."""
+    ``peak_bytes_last_stage``) and, where an uneven split gives a middle stage more layers
+    than the first, of the busiest middle stage (``peak_bytes_mid_stage``)."""
     if not any_of(g["pp"] > 1):
         out = stage_memory(g, ceilings)
         out["peak_bytes_first_stage"] = out["peak_bytes_last_stage"] = out["peak_bytes"]
@@ -229,4 +236,16 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
         out[key] = per_row(staged, key)
     out["peak_bytes_first_stage"] = per_row(first["peak_bytes"], "peak_bytes")
     out["peak_bytes_last_stage"] = per_row(last["peak_bytes"], "peak_bytes")
+    # An uneven split whose busiest middle stage holds more layers than the first: its
+    # memory may bind too (with an even split it never exceeds the first stage's).
+    heavier = piped & (g["layers_mid"] > g["layers_first"])
+    if any_of(heavier):
+        mid = stage_memory(g, ceilings, "mid")
+        binds = heavier & (mid["peak_bytes"] > out["peak_bytes"])
+        for key in first:
+            if key in ("max_micro_batch", "max_seq_len"):
+                out[key] = where(heavier, minimum(out[key], mid[key]), out[key])
+            else:
+                out[key] = where(binds, mid[key], out[key])
+        out["peak_bytes_mid_stage"] = where(heavier, mid["peak_bytes"], out["peak_bytes_first_stage"])
     return out

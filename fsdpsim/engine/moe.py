@@ -390,19 +390,21 @@ def memory_update(g, config, stage):
     if stage == "only":
         n_layers, n_moe = g["n_layers"], g["moe_layers"]
     else:
-        n_layers = g["layers_first"] if stage == "first" else g["layers_last"]
-        n_moe = g["moe_layers_first"] if stage == "first" else g["moe_layers_last"]
+        n_layers, n_moe = g[f"layers_{stage}"], g[f"moe_layers_{stage}"]
     rows = layered_rows(g)
-    last = stage != "first"
+    last = stage in ("only", "last")  # the stage with the MTP modules
     mtp = where(last, g["mtp_layers"], 0.0)
     root_rank, root_padded = {"only": ("root_numel_rank", "root_numel_padded"),
                               "first": ("embed_numel_rank", "embed_numel_padded"),
+                              "mid": (None, None),
                               "last": ("head_numel_rank", "head_numel_padded")}[stage]
+    root_rank_numel = 0.0 if root_rank is None else g[root_rank]
+    root_padded_numel = 0.0 if root_padded is None else g[root_padded]
     dense_rank = (n_layers - n_moe) * g["block_numel_rank"] + n_moe * g["moe_block_numel_rank"]
     n = maximum(n_layers, 1.0)
     new = {
-        "n_params": dense_rank + g[root_rank] + where(last, g["mtp_numel_rank"], 0.0),
-        "padded_n_params": (stage_dense_numel(g, n_layers, n_moe) + g[root_padded]
+        "n_params": dense_rank + root_rank_numel + where(last, g["mtp_numel_rank"], 0.0),
+        "padded_n_params": (stage_dense_numel(g, n_layers, n_moe) + root_padded_numel
                             + where(last, g["mtp_numel_padded"], 0.0)),
         # a gathered MoE unit: its dense part and its local experts
         "unit_numel": maximum(g["block_numel_padded"], where(

@@ -78,6 +78,8 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     for key in ("layers_first", "layers_mid", "layers_last"):
         if key not in g:
             g[key] = g["n_layers"]
+    if "mid_stage" not in g:
+        g["mid_stage"] = 1.0
     moe.prepare_layers(g)
     return g
 
