@@ -328,6 +328,7 @@ def plan_summary(plan: ParallelPlan, grad_accum: int) -> dict[str, Any]:
             "ep_overlap": plan.ep_overlap,
             "mesh_order": ",".join(plan.mesh_order),
             "pp_first_layers": plan.pp_first_layers, "pp_last_layers": plan.pp_last_layers,
+            "pp_layers": None if plan.pp_layers is None else list(plan.pp_layers),
             "reshard_after_forward": plan.reshard_after_forward,
             "keep_gathered": plan.keep_gathered, "grad_sync": plan.grad_sync,
             "framework": plan.framework, "line": line}

@@ -1,9 +1,10 @@
 """Readers of dense model types: ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gpt2``,
-``gpt_neox``, ``mpt``.
+``gpt_neox``, ``mpt``, ``nemotron``.
 
 Field meanings and defaults follow Hugging Face ``transformers`` (``LlamaConfig``,
-``MistralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``GPT2Config``, ``GPTNeoXConfig`` and their
-modeling files) and, for ``mpt``, MosaicML llm-foundry's ``MPTConfig``. Each reader returns the
+``MistralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``GPT2Config``, ``GPTNeoXConfig``,
+``NemotronConfig`` and their modeling files) and, for ``mpt``, MosaicML llm-foundry's
+``MPTConfig``. Each reader returns the
 keyword arguments of :class:`~fsdpsim.model.ModelSpec` (all but ``name``).
 """
 
@@ -143,6 +144,32 @@ def _gpt_neox(c: Config) -> dict[str, Any]:
     )
 
 
+def _nemotron(c: Config) -> dict[str, Any]:
+    # transformers NemotronConfig / modeling_nemotron (Nemotron-4, Minitron): NemotronMLP is
+    # up_proj -> relu2 (squared ReLU) -> down_proj, no gate (two matrices: "gelu" kind);
+    # NemotronLayerNorm1P is nn.LayerNorm (weight + 1 applied, bias=True) before attention,
+    # before the MLP and after the last layer; partial rotary (partial_rotary_factor) has no
+    # parameters; attention_bias covers q, k, v and o, mlp_bias up and down (both default
+    # False); tie_word_embeddings defaults to False; head_dim defaults to hidden/heads.
+    attention_bias = c.get_bool("attention_bias", False)
+    return dict(
+        n_layers=c.get_int("num_hidden_layers"),
+        d_model=c.get_int("hidden_size"),
+        n_heads=c.get_int("num_attention_heads"),
+        n_kv_heads=c.get_int("num_key_value_heads", required=False),
+        head_dim=c.get_int("head_dim", required=False),
+        ffn_size=c.get_int("intermediate_size"),
+        ffn_kind="gelu",
+        vocab_size=c.get_int("vocab_size"),
+        tied_embeddings=c.get_bool("tie_word_embeddings", False),
+        position="rotary",
+        max_seq_len=c.get_int("max_position_embeddings", 4096, required=False),
+        norm="layernorm", norm_bias=True,
+        qkv_bias=attention_bias, attn_out_bias=attention_bias,
+        mlp_bias=c.get_bool("mlp_bias", False),
+    )
+
+
 _MPT_NORMS = {"layernorm": "layernorm", "low_precision_layernorm": "layernorm",
               "rmsnorm": "rmsnorm", "low_precision_rmsnorm": "rmsnorm",
               "triton_rmsnorm": "rmsnorm"}
@@ -211,10 +238,10 @@ def _mpt(c: Config) -> dict[str, Any]:
 LLAMA_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "vocab_size")
 READERS = {"llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "qwen3": _qwen3,
-           "gpt2": _gpt2, "gpt_neox": _gpt_neox, "mpt": _mpt}
+           "gpt2": _gpt2, "gpt_neox": _gpt_neox, "mpt": _mpt, "nemotron": _nemotron}
 REQUIRED: dict[str, tuple[str, ...]] = {
     "llama": LLAMA_KEYS, "mistral": LLAMA_KEYS, "qwen2": LLAMA_KEYS, "qwen3": LLAMA_KEYS,
     "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size"),
-    "gpt_neox": LLAMA_KEYS,
+    "gpt_neox": LLAMA_KEYS, "nemotron": LLAMA_KEYS,
     "mpt": ("d_model", "n_heads", "n_layers", "vocab_size"),
 }
