@@ -36,8 +36,8 @@ def test_degree_error_names_every_degree():
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(tp=3, num_gpus=48), r"n_heads\(32\) is not divisible by tp\(3\)"),
-    (dict(pp=5, num_gpus=40), r"n_layers\(32\) does not split over pp\(5\)"),
-    (dict(pp=2, vpp=3), r"not divisible by vpp\(3\)"),
+    (dict(pp=4, pp_first_layers=7), r"n_layers\(32\) does not split over pp\(4\)"),
+    (dict(pp=2, vpp=3, pp_first_layers=15), r"not divisible by vpp\(3\)"),
     (dict(cp=4, seq_len=4100), r"seq_len\(4100\) is not divisible by 2 \* cp\(4\) = 8"),
     (dict(cp=8, cp_kind="all2all", tp=8), r"n_heads\(32\) is not divisible by tp\(8\) \* cp\(8\)"),
 ])

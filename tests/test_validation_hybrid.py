@@ -408,7 +408,7 @@ def test_own_schema_carries_the_layout(tmp_path):
     ("cuda_graphs", "some", "column cuda_graphs: 'some' is not accepted; accepted: none, "
      "partial, full"),
     ("ep", 2, "ep(2) > 1 needs a mixture-of-experts model"),
-    ("ep", 8, "etp(2) * ep(8) = 16 does not divide tp(2) * cp(1) * dp(4) = 8"),
+    ("ep", 16, "etp(2) * ep(16) = 32 does not divide tp(2) * cp(1) * dp(4) = 8"),
     ("tp", 3, "tp(3) * pp(2) * cp(1) = 6 does not divide num_gpus(16)"),
 ])
 def test_own_schema_bad_layout_is_one_line_naming_the_row(tmp_path, capsys, column, value, says):
