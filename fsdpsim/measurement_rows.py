@@ -24,7 +24,8 @@ ARCHES = ("gpt", "mpt", "llama")
 #: The layout columns of the schema and their defaults (missing column or empty cell).
 PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
-                "pp_last_layers": None, "pp_layers": None, "recompute_layers": None, "ep": 1, "etp": None,
+                "pp_last_layers": None, "pp_layers": None, "recompute_layers": None, "ep": 1,
+                "etp": None,
                 "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
                 "moe_imbalance": None, "preset": None, "mtp_layers": None,
                 "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,

@@ -136,8 +136,7 @@ class ParallelPlan:
     """Overlap the expert-parallel all-to-alls with the compute of another micro-batch
     (DeepSeek's DualPipe / DeepEP, Megatron-Core ``--overlap-moe-expert-parallel-comm``)."""
     etp_defaulted: bool = field(default=False, init=False, compare=False, repr=False)
-    """Whether ``etp`` was not given and ``tp`` did not fit, so it became 1 (set by the
-    checks)."""
+    """Whether ``etp`` was not given and ``tp`` did not fit, so it became 1."""
 
     def __post_init__(self) -> None:
         _choice("sharding", self.sharding, SHARDINGS)

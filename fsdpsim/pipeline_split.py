@@ -13,8 +13,8 @@ framework. Otherwise the framework profile decides (:func:`default_split`):
   divide, ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``: the
   middle ranks hold an even count (a multiple of ``vpp``), the two end ranks the rest, chosen to
   make the busiest rank (an end counted with its embedding or loss as one layer) lightest.
-* every other profile -- torchtitan's automatic split ([3]
-  ``generate_llm_fqn_per_model_part``, called by ``pipeline_module_split`` with
+* every other profile (``fsdp2``, ``fsdp1``, ``deepspeed-*``, ``internevo``) -- torchtitan's
+  automatic split ([3] ``generate_llm_fqn_per_model_part``, called by ``pipeline_module_split`` with
   ``pipeline_parallel_first_stage_less_layers = pipeline_parallel_last_stage_less_layers = 1``):
   ``L + 2`` effective layers over the ``pp × vpp`` virtual stages, the first
   ``(L + 2) mod (pp·vpp)`` stages one more; the first virtual stage gives one to the embedding,
@@ -22,8 +22,11 @@ framework. Otherwise the framework profile decides (:func:`default_split`):
   torchtitan refuses (more virtual stages than ``L + 2``), the same loop leaves the trailing
   stages empty, as nanotron's cost-balanced placement does ([4] ``build_model``).
 
-Either rule is also the one used when the layers do not divide by Megatron's and torchtitan's
-fallback (a Megatron split that no flag reaches falls back to torchtitan's).
+A Megatron split that none of its options reaches (layers not divisible by ``vpp``) falls back
+to torchtitan's. DeepSpeed's own pipeline partitioning (``PipelineModule``,
+``partition_method="parameters"``) and InternEvo's are not modelled: a row or a user states
+such a split with ``pp_layers`` / ``--pp-layers``. Layers that divide over ``pp × vpp`` split
+evenly under every profile (torchtitan itself would still shift one layer off each end).
 
 References
 ----------
@@ -83,7 +86,8 @@ def parse_layers(text, what: str = "pp_layers") -> tuple[int, ...]:
         except ValueError:
             value = float("nan")
         if not value == value or value != int(value) or value < 1:
-            raise ConfigError(f"{what} {shown(text if isinstance(text, str) else ','.join(map(str, items)))} "
+            given = text if isinstance(text, str) else ",".join(map(str, items))
+            raise ConfigError(f"{what} {shown(given)} "
                               f"is not accepted: {shown(str(item).strip())} is not a whole number "
                               ">= 1; accepted: layer counts per pipeline rank, comma-separated "
                               "(e.g. 31,32,32,31)")

@@ -190,3 +190,22 @@ def test_no_calibration_row_is_refused_for_its_plan():
             assert "!= n_gpus" in row["skip"] or "does not divide" in row["skip"]
         if path.endswith("nanotron.csv"):
             assert layout.empty
+
+
+# -- the measurement column -------------------------------------------------------------------
+def test_pp_layers_column_is_read_as_predict_reads_the_flag(tmp_path, cat):
+    """A row stating ``pp_layers`` predicts what ``predict --pp-layers`` does; without the
+    column the framework's default split applies, as in predict."""
+    import pandas as pd
+
+    from fsdpsim.measurements import engine_inputs, load_measurements
+
+    row = dict(id="x", model="llama3-8b", gpu="h100", n_gpus=16, gpus_per_node=8,
+               inter_node_gbps_per_gpu=400, seq_len=4096, micro_batch=1, grad_accum=16,
+               sharding="optimizer", recompute="full", tokens_per_s_per_gpu=8000,
+               global_batch_seqs=64, tp=2, pp=4, pp_layers="7,9,9,7")
+    path = tmp_path / "m.csv"
+    pd.DataFrame([row, {**row, "id": "y", "pp_layers": ""}]).to_csv(path, index=False)
+    x = engine_inputs(load_measurements(path, cat), cat)
+    assert [(x[k][0], x[k][1]) for k in ("layers_first", "layers_mid", "layers_last")] == \
+        [(7, 8), (9, 8), (7, 8)]

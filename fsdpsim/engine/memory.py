@@ -247,5 +247,6 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
                 out[key] = where(heavier, minimum(out[key], mid[key]), out[key])
             else:
                 out[key] = where(binds, mid[key], out[key])
-        out["peak_bytes_mid_stage"] = where(heavier, mid["peak_bytes"], out["peak_bytes_first_stage"])
+        out["peak_bytes_mid_stage"] = where(heavier, mid["peak_bytes"],
+                                            out["peak_bytes_first_stage"])
     return out
