@@ -147,8 +147,9 @@ def layered_model_inputs(spec: ModelSpec, shard_size, per_parameter: bool, tp: i
 
 
 def stage_inputs(spec: ModelSpec, plan) -> dict[str, float]:
-    """MoE layers on the first, a middle and the last pipeline stage, by layer index (stages
-    hold consecutive layers; with interleaving the chunks are placed as if they were not)."""
+    """MoE layers on the first, the busiest middle and the last pipeline stage, by layer index
+    (stages hold consecutive layers; with interleaving the chunks are placed as if they were
+    not)."""
     if not spec.is_moe:
         return {}
     first, mid, last = plan.stage_layers(spec.n_layers)
@@ -156,8 +157,10 @@ def stage_inputs(spec: ModelSpec, plan) -> dict[str, float]:
     if plan.pp == 1:
         n = float(moe.sum())
         return {"moe_layers_first": n, "moe_layers_mid": n, "moe_layers_last": n}
+    # the busiest middle stage's layers (the first middle one with an even split)
+    start = sum(plan.layer_split(spec.n_layers).counts[:plan.busiest_middle_rank(spec.n_layers)])
     return {"moe_layers_first": float(moe[:first].sum()),
-            "moe_layers_mid": float(moe[first:first + mid].sum()),
+            "moe_layers_mid": float(moe[start:start + mid].sum()),
             "moe_layers_last": float(moe[spec.n_layers - last:].sum())}
 
 
