@@ -245,6 +245,8 @@ PREDICT_ONLY = {
     "--dp-replicate": _count([1, 2, 8]),
     "--pp-first-layers": _count([1, 2, 15, 31]),
     "--pp-last-layers": _count([1, 2, 15, 31]),
+    "--pp-layers": _mostly(st.sampled_from(["16,16", "8,8,8,8", "7,9,9,7", "1,31"]),
+                           st.sampled_from(["0,32", "8,8,8,9", "x", "", "8,,8", "-1,33"])),
     "--framework": _mostly(st.sampled_from(["torch", "megatron"]), st.just("jax")),
     "--mesh-order": _mostly(st.sampled_from(["pp,dp_replicate,dp_shard,cp,tp",
                                              "tp,cp,dp_shard,dp_replicate,pp"]),
