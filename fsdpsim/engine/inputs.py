@@ -137,6 +137,7 @@ class FrameworkInputs(NcclInputs):
     megatron: Number               # 0/1 Megatron recipe
     framework_uncertainty: Number  # relative spread the profile leaves [-]
     param_gather_overlap: Number   # 0/1 ZeRO-1 parameter gather hidden by the next forward
+    fused_attention: Number        # 0/1 Transformer Engine fused attention (profile; default: megatron)
     dp_gather_overlap: Number      # 0/1 data-parallel gathers overlap compute
     dp_list_collectives: Number    # 0/1 one view and one copy per rank and call
     ddp_overlap: Number            # 0/1 DDP all-reduce overlaps backward
