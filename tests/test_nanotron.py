@@ -151,16 +151,37 @@ def test_bad_bus_bandwidth_column_skips_the_row(tmp_path):
     assert frame.loc[1, "skip"] == ""
 
 
+def doubtful(raw: pd.DataFrame) -> pd.Series:
+    """Rows kept out of the second error figure, by two rules (docs/accuracy.md, nanotron):
+    near out of memory (``mem_reserved_gb`` >= 70 of 80 GB: the caching allocator frees and
+    retries), and throughput inconsistent with the same layout at a larger micro-batch m' > m
+    (a micro-batch's time cannot fall when it grows, so tokens/s(m') <= m'/m x tokens/s(m);
+    flagged beyond 2.5x that bound: a hiccup of the one logged iteration)."""
+    key = ["model", "tp", "pp", "dp", "sharding"]
+    best = raw.groupby(key + ["micro_batch"])["tokens_per_s_per_gpu"].max()
+    flagged = []
+    for _, row in raw.iterrows():
+        same = best.xs(tuple(row[k] for k in key), level=key)
+        larger = same[same.index > row["micro_batch"]]
+        flagged.append(bool((larger > 2.5 * larger.index / row["micro_batch"]
+                             * row["tokens_per_s_per_gpu"]).any()))
+    return (raw["mem_reserved_gb"] >= 70) | pd.Series(flagged, index=raw.index)
+
+
 @pytest.mark.slow
 def test_nanotron_file_error_floor():
-    """Every modellable row of the nanotron file; the floor is what the model reaches today
-    (the goal is 15 %; docs/accuracy.md says what is missing)."""
+    """Every modellable row of the nanotron file, and those less the doubtful rows; the floors
+    are what the model reaches today (the goal is 15 %; docs/accuracy.md says what is
+    missing: chiefly TP with a pipeline that spans nodes)."""
+    raw = pd.read_csv(NANOTRON)
     frame = load_measurements(NANOTRON, CATALOG)
     result = predict_measurements(frame, CATALOG)
-    mape = float(result["error"].abs().mean())
     assert len(result) == 1174
-    assert mape <= FLOOR_MAPE, mape
-
-
-#: The MAPE the nanotron file reaches today (every modellable row).
-FLOOR_MAPE = 1.40
+    ape = result.set_index("id")["error"].abs()
+    kept = ape.drop(raw.loc[doubtful(raw), "id"], errors="ignore")
+    assert len(kept) == 1148
+    assert ape.mean() <= 1.35, ape.mean()
+    assert kept.mean() <= 1.06, kept.mean()
+    # single-node rows, where no inter-node effect enters
+    single = result[result["n_gpus"] == 8]["error"].abs()
+    assert single.mean() <= 0.20, single.mean()
