@@ -51,7 +51,9 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
   ``optim/gradient_accumulator.py`` ``get_fp32_accum_hook``, ``optim/zero.py``
   ``ZeroDistributedOptimizer._all_gather_params``, ``parallel/tensor_parallel/functional.py``):
   bf16 parameters, gradients accumulated into fp32 buffers (``FP32GradientAccumulator``, the
-  fp32 master copy beside them: Megatron's memory recipe); PyTorch DDP's 25 MB buckets call a
+  fp32 master copy beside them: Megatron's memory recipe) by one ``add_`` per parameter after
+  every micro-batch's backward (read the bf16 gradient and the fp32 buffer, write the buffer:
+  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's 25 MB buckets call a
   communication hook during the last micro-batch's backward that all-reduces the fp32 buffers
   (ZeRO-0) or reduce-scatters them (ZeRO-1), overlapped with that backward; with ZeRO-1 the
   bf16 parameters are all-gathered after the optimizer step, before the next forward, not
@@ -105,6 +107,10 @@ class Framework:
     fused_attention: bool | None = None
     """Transformer Engine's fused (cuDNN) attention kernel; None: the recipe's (``megatron``:
     fused, ``torch``: PyTorch SDPA / FlashAttention-2)."""
+    grad_accum_pass_bytes: float = 0.0
+    """Bytes of HBM traffic per parameter and micro-batch to add the 16-bit gradient into an
+    fp32 accumulation buffer after the backward (0: accumulated in place, e.g. Megatron's
+    fused wgrad accumulation into ``main_grad``)."""
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
     source: str = ""
@@ -149,7 +155,8 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               # hybrid ZeRO-1 (its zero1 groups: shard_group_size); no ring context parallel
               # or TP communication overlap of Megatron's kind
               supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
-    Framework("nanotron", "megatron", "nccl-2.30", fused_attention=False, uncertainty=0.10,
+    Framework("nanotron", "megatron", "nccl-2.30", fused_attention=False,
+              grad_accum_pass_bytes=2.0 + 4.0 + 4.0, uncertainty=0.10,
               source="huggingface/nanotron v0.5 src/nanotron/helpers.py "
                      "(init_optimizer_and_grad_accumulator), optim/gradient_accumulator.py "
                      "(get_fp32_accum_hook), optim/zero.py (_all_gather_params), "

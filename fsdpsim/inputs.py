@@ -258,6 +258,7 @@ def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dic
               "ddp_overlap": float(prof.grad_reduce_overlap),
               "param_broadcast": float(prof.param_broadcast),
               "grad_all_reduce": float(prof.grad_all_reduce),
+              "grad_accum_pass_bytes": prof.grad_accum_pass_bytes,
               "dp_block_calls": block_calls, "dp_root_calls": root_calls})
     return x
 

@@ -180,8 +180,30 @@ def test_nanotron_file_error_floor():
     ape = result.set_index("id")["error"].abs()
     kept = ape.drop(raw.loc[doubtful(raw), "id"], errors="ignore")
     assert len(kept) == 1148
-    assert ape.mean() <= 1.35, ape.mean()
-    assert kept.mean() <= 1.06, kept.mean()
+    assert ape.mean() <= 1.30, ape.mean()
+    assert kept.mean() <= 1.02, kept.mean()
     # single-node rows, where no inter-node effect enters
     single = result[result["n_gpus"] == 8]["error"].abs()
-    assert single.mean() <= 0.20, single.mean()
+    assert single.mean() <= 0.17, single.mean()
+
+
+def test_nanotron_fp32_accumulation_pass(monkeypatch):
+    """After every micro-batch's backward nanotron adds each bf16 gradient into its fp32
+    buffer (``FP32GradientAccumulator._accumulate_grad``): 10 bytes per parameter (read 2 and
+    4, write 4) at the achievable HBM bandwidth, k times a step. Without that pass (the same
+    profile with ``grad_accum_pass_bytes`` 0) the step is shorter by exactly that."""
+    from dataclasses import replace
+
+    from fsdpsim import frameworks
+
+    system = resolve_system(CATALOG, gpu="h100-sxm5-80gb", gpus_per_node=8)
+    plan = ParallelPlan(num_gpus=8, gpus_per_node=8, sharding="none", framework="nanotron")
+    training = TrainingConfig(micro_batch=1, recompute="none", seq_len=512, global_batch=32)
+    with_pass = predict(SMALL, system, plan, training)
+    monkeypatch.setitem(frameworks.PROFILES, "nanotron",
+                        replace(frameworks.PROFILES["nanotron"], grad_accum_pass_bytes=0.0))
+    without = predict(SMALL, system, plan, training)
+    hbm = with_pass.inputs["hbm_bytes_per_s"] * with_pass.inputs["hbm_fraction"]
+    expected_s = 4 * 10 * SMALL_PARAMS / hbm  # 4 micro-batches of one sequence on 8 ranks
+    assert with_pass.values["step_time_s"] - without.values["step_time_s"] == pytest.approx(
+        expected_s, rel=1e-6)
