@@ -63,14 +63,16 @@ ADVICE_SHOWN = 3
 def build_system(ctx: click.Context, **o: Any):
     """The :class:`~fsdpsim.hardware.System` the options name (checked against the cluster's
     size)."""
-    from fsdpsim.system import check_cluster_size, resolve_system
+    from fsdpsim.system import BUSBW_COLUMNS, check_cluster_size, resolve_system
 
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     system = resolve_system(cat, gpu=o["gpu"], cluster=o["cluster"],
                             gpus_per_node=o["gpus_per_node"], network=o["network"],
                             inter_node_gbps_per_gpu=o["inter_node_gbps_per_gpu"],
                             power_cap_w=o["power_cap_w"],
-                            placement=o.get("placement") or "packed")
+                            placement=o.get("placement") or "packed",
+                            busbw_gbs={c: o.get(c) for c in BUSBW_COLUMNS
+                                       if o.get(c) is not None} or None)
     check_cluster_size(cat, o["cluster"], o["num_gpus"], system.gpus_per_node)
     return system
 
@@ -135,6 +137,21 @@ def build_plan(o: dict, system) -> ParallelPlan:
                         **hybrid)
 
 
+def busbw_options() -> list:
+    """``--busbw-allreduce-intra-gbs`` ... (:data:`fsdpsim.system.BUSBW_COLUMNS`): measured
+    bus bandwidths (nccl-tests busbw, GB/s) that replace the modelled ones; ``validate`` reads
+    the same names as measurement columns."""
+    from fsdpsim.system import BUSBW_COLUMNS, BUSBW_GBS, busbw_option
+
+    words = {"busbw_allreduce_intra_gbs": "all-reduce inside one node",
+             "busbw_allreduce_inter_gbs": "all-reduce over groups spanning nodes",
+             "busbw_allgather_inter_gbs": "all-gather over groups spanning nodes",
+             "busbw_reducescatter_inter_gbs": "reduce-scatter over groups spanning nodes"}
+    return [click.option(busbw_option(c), c, type=option_type(BUSBW_GBS), default=None,
+                         help=f"Measured bus bandwidth (nccl-tests busbw, GB/s) of "
+                              f"{words[c]}; replaces the model's.") for c in BUSBW_COLUMNS]
+
+
 def predict_options(f):
     opts = [
         click.option("--model", "model", default="llama3-8b", show_default=True,
@@ -152,6 +169,7 @@ def predict_options(f):
         click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None,
                      help="Board power limit per GPU below TDP (nvidia-smi -pl); lowers the "
                           "compute clock (uncalibrated DVFS model)."),
+        *busbw_options(),
         click.option("--placement", type=click.Choice(("packed", "fragmented")),
                      default="packed", show_default=True,
                      help="Where the job's nodes sit: packed (contiguous, rail-aligned: pods "

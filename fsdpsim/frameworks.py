@@ -47,6 +47,22 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
   (``broadcast_params``; ``overlap_sync_param=False`` in ``configs/7B_sft.py``). A broadcast's
   latency grows with the ranks it chains through, so ``zero1=-1`` on 1,024 GPUs issues 1,024
   of them, each paying a 1,023-hop pipeline.
+* ``nanotron`` (Hugging Face nanotron v0.5, 2024; ``src/nanotron/helpers.py`` ``init_optimizer_and_grad_accumulator``,
+  ``optim/gradient_accumulator.py`` ``get_fp32_accum_hook``, ``optim/zero.py``
+  ``ZeroDistributedOptimizer._all_gather_params``, ``parallel/tensor_parallel/functional.py``):
+  bf16 parameters, gradients accumulated into fp32 buffers (``FP32GradientAccumulator``, the
+  fp32 master copy beside them: Megatron's memory recipe) by one ``add_`` per parameter after
+  every micro-batch's backward (read the bf16 gradient and the fp32 buffer, write the buffer:
+  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's 25 MB buckets call a
+  communication hook during the last micro-batch's backward that all-reduces the fp32 buffers
+  (ZeRO-0) or reduce-scatters them (ZeRO-1), overlapped with that backward; with ZeRO-1 the
+  bf16 parameters are all-gathered after the optimizer step, before the next forward, not
+  overlapped. TP in ``REDUCE_SCATTER`` mode is sequence parallelism (all-gather before the
+  column linears, reduce-scatter after the row linears); its "async" column linear overlaps
+  only the local shard's GEMM (1/tp of it) with the all-gather and the row linear's
+  reduce-scatter waits for its GEMM, so TP communication is modelled exposed. Attention is
+  ``flash_attn`` 2 (not Transformer Engine's fused kernel); no activation recompute by default;
+  1F1B pipeline (``PipelineEngine`` ``OneForwardOneBackwardPipelineEngine``).
 * ``megatron-2021`` (Megatron-LM v2, 2021, ``megatron/training.py`` ``train_step``): the
   gradient all-reduce of its data-parallel wrapper runs after the whole backward
   (``model.allreduce_gradients()``), not overlapped; NCCL 2.10.
@@ -88,6 +104,13 @@ class Framework:
     zero1_groups: bool = False
     """ZeRO-1's optimizer states may be sharded within groups smaller than the data-parallel
     group (``shard_group_size`` with sharding ``optimizer``)."""
+    fused_attention: bool | None = None
+    """Transformer Engine's fused (cuDNN) attention kernel; None: the recipe's (``megatron``:
+    fused, ``torch``: PyTorch SDPA / FlashAttention-2)."""
+    grad_accum_pass_bytes: float = 0.0
+    """Bytes of HBM traffic per parameter and micro-batch to add the 16-bit gradient into an
+    fp32 accumulation buffer after the backward (0: accumulated in place, e.g. Megatron's
+    fused wgrad accumulation into ``main_grad``)."""
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
     source: str = ""
@@ -132,6 +155,16 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               # hybrid ZeRO-1 (its zero1 groups: shard_group_size); no ring context parallel
               # or TP communication overlap of Megatron's kind
               supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
+    Framework("nanotron", "megatron", "nccl-2.30", fused_attention=False,
+              grad_accum_pass_bytes=2.0 + 4.0 + 4.0, uncertainty=0.10,
+              source="huggingface/nanotron v0.5 src/nanotron/helpers.py "
+                     "(init_optimizer_and_grad_accumulator), optim/gradient_accumulator.py "
+                     "(get_fp32_accum_hook), optim/zero.py (_all_gather_params), "
+                     "parallel/tensor_parallel/functional.py (column_linear, row_linear)",
+              # DP (ZeRO-0/1), TP in REDUCE_SCATTER mode, 1F1B PP; no context parallelism,
+              # no interleaving, no TP overlap beyond the local shard's GEMM
+              supports=(("sharding", ("none", "optimizer")), ("cp", (1,)),
+                        ("tp_overlap", (False,)), ("pp_schedule", ("1f1b",)), ("ep", (1,)))),
     Framework("megatron-2021", "megatron", "nccl-2.10", grad_reduce_overlap=False,
               uncertainty=0.10,
               source="Megatron-LM v2.x megatron/training.py train_step "

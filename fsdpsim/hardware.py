@@ -295,3 +295,6 @@ class System:
     extra: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     price: Price | None = None
     """Rent per GPU-hour: the node's (a cloud instance) when named, else the accelerator's."""
+    measured_busbw: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Measured bus bandwidths that replace the modelled ones [B/s], by
+    :data:`fsdpsim.system.BUSBW_COLUMNS` name (``--busbw-*-gbs``); empty: modelled."""

@@ -170,6 +170,7 @@ def _system_inputs(system: System, precision: str,
         "nic_share_bytes_per_s": system.inter_node_bandwidth_bytes_per_s_per_gpu,
         "nic_fraction": system.inter_node_fraction, "nic_latency_s": system.inter_node_latency_s,
         **fabric_inputs(system),
+        **busbw_inputs(system),
         "link_nvlink": float(link.topology != "pcie"),
         # a switchless mesh (DGX-1 hybrid cube-mesh, MI300X's Infinity Fabric): a subgroup uses
         # only the links among its members (engine.collectives.bus_bandwidth)
@@ -181,6 +182,22 @@ def _system_inputs(system: System, precision: str,
         "memory_bytes": acc.memory_bytes, "runtime_reserved_bytes": acc.runtime_reserved_bytes,
         "allocator_fraction": acc.allocator_fraction,
     }
+
+
+def busbw_inputs(system: System) -> dict[str, float]:
+    """Measured bus bandwidths pinned for this system (``--busbw-*-gbs``,
+    :data:`fsdpsim.system.BUSBW_COLUMNS`) as engine inputs [B/s], NaN where not pinned:
+    all-reduce inside a node and across nodes, and all-gather/reduce-scatter across nodes. The
+    engine prices all-gathers and reduce-scatters with one set of candidates; where both are
+    pinned it takes their harmonic mean (an all-gather and a reduce-scatter of the same bytes
+    take as long together as two at that bandwidth; nccl-tests' busbw, ``doc/PERFORMANCE.md``)."""
+    m = system.measured_busbw
+    nan = float("nan")
+    ring = [m[c] for c in ("busbw_allgather_inter_gbs", "busbw_reducescatter_inter_gbs")
+            if c in m]
+    return {"busbw_ar_intra": m.get("busbw_allreduce_intra_gbs", nan),
+            "busbw_ar_inter": m.get("busbw_allreduce_inter_gbs", nan),
+            "busbw_ring_inter": len(ring) / sum(1.0 / v for v in ring) if ring else nan}
 
 
 def fabric_inputs(system: System) -> dict[str, float]:
@@ -234,11 +251,14 @@ def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dic
     x.update({"megatron": float(prof.recipe == "megatron"),
               "framework_uncertainty": prof.uncertainty,
               "param_gather_overlap": float(prof.name == "megatron"),
+              "fused_attention": float(prof.recipe == "megatron" if prof.fused_attention is None
+                                       else prof.fused_attention),
               "dp_gather_overlap": float(prof.gather_overlap),
               "dp_list_collectives": float(prof.list_collectives),
               "ddp_overlap": float(prof.grad_reduce_overlap),
               "param_broadcast": float(prof.param_broadcast),
               "grad_all_reduce": float(prof.grad_all_reduce),
+              "grad_accum_pass_bytes": prof.grad_accum_pass_bytes,
               "dp_block_calls": block_calls, "dp_root_calls": root_calls})
     return x
 

@@ -14,7 +14,7 @@ from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError, shown
 from fsdpsim.model import ModelSpec, check_plausible_size
 from fsdpsim.parallel import ParallelPlan
-from fsdpsim.system import domain_gpus, resolve_system
+from fsdpsim.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 
 
 #: Block families of the architecture columns (mpt and gpt: GELU, LayerNorm, learned positions).
@@ -82,11 +82,12 @@ def spec_for_row(row: pd.Series) -> ModelSpec:
         heads = int(row["n_heads"])
         kv = int(row["n_kv_heads"]) if pd.notna(row.get("n_kv_heads")) else heads
         llama = arch == "llama"
+        tied = flag(row, "tie_word_embeddings", not llama)
         return check_plausible_size(ModelSpec(
             name=str(row.get("model", "model")), n_layers=int(row["n_layers"]),
             d_model=int(row["d_model"]), n_heads=heads, n_kv_heads=kv,
             ffn_size=int(row["ffn_size"]), ffn_kind="swiglu" if llama else "gelu",
-            vocab_size=int(row["vocab"]), tied_embeddings=not llama,
+            vocab_size=int(row["vocab"]), tied_embeddings=tied,
             position="rotary" if llama else "learned", max_seq_len=seq,
             norm="rmsnorm" if llama else "layernorm", norm_bias=not llama,
             qkv_bias=not llama, attn_out_bias=not llama, mlp_bias=not llama),
@@ -150,12 +151,14 @@ def row_setup(row: pd.Series, catalog: Catalog,
     gbps = float(row["inter_node_gbps_per_gpu"])
     cap = float(row.get("power_cap_w", float("nan")))
 
+    busbw = {c: row.get(c) for c in BUSBW_COLUMNS if not is_empty(row.get(c))}
+
     def system_for(per_node: int):
         return resolve_system(
             catalog, gpu=str(row["gpu"]), gpus_per_node=per_node,
             network=str(network) if isinstance(network, str) and network else None,
             inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
-            power_cap_w=cap if cap == cap else None)
+            power_cap_w=cap if cap == cap else None, busbw_gbs=busbw or None)
 
     system = system_for(int(row["gpus_per_node"]))
     per_domain = domain_gpus(system, int(row["n_gpus"]))

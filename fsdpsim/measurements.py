@@ -20,6 +20,11 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``dropout``                true when attention and residual dropout were on (optional)
 ``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
 ``power_cap_w``            board power limit below TDP (optional)
+``tie_word_embeddings``    true when the LM head shares the embedding (optional; default:
+                           true for gpt/mpt, false for llama architecture columns)
+``busbw_allreduce_intra_gbs``, ``busbw_allreduce_inter_gbs``, ``busbw_allgather_inter_gbs``,
+``busbw_reducescatter_inter_gbs``  measured bus bandwidths (GB/s; optional), as ``predict
+                           --busbw-*-gbs``
 ``tokens_per_s_per_gpu``   the measurement
 =========================  =========================================================
 
@@ -90,6 +95,7 @@ from fsdpsim.parallel import (CP_KINDS, CUDA_GRAPHS, MOE_DISPATCHERS, PP_SCHEDUL
                               TrainingConfig)
 from fsdpsim.predict import config_inputs, predict
 from fsdpsim.published_plan import gpu_generation
+from fsdpsim.system import BUSBW_COLUMNS, BUSBW_GBS
 
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
             "micro_batch", "grad_accum", "sharding", "recompute", "tokens_per_s_per_gpu")
@@ -271,6 +277,8 @@ COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
     "pp_first_layers": (_LAYERS, True), "pp_last_layers": (_LAYERS, True),
     "recompute_layers": (Rule(0, 2**14, whole=True), True),
     "bf16_layers": (Rule(0, 2**14, whole=True), True),
+    # measured bus bandwidths (GB/s), read as predict reads --busbw-*-gbs
+    **{c: (BUSBW_GBS, True) for c in BUSBW_COLUMNS},
 }
 _AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
 

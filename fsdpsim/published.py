@@ -34,6 +34,7 @@ import pandas as pd
 from fsdpsim.catalog import Catalog
 from fsdpsim.frameworks import profile
 from fsdpsim.parallel import LOW_PRECISION
+from fsdpsim.system import BUSBW_COLUMNS
 from fsdpsim.published_text import (
     MEGATRON_VOCAB_MULTIPLE,
     arch_of,
@@ -254,6 +255,9 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "recompute": (parse_recompute(checkpointing) if _stated(checkpointing)
                           else conventions.get("recompute", "auto")),
             "global_batch_seqs": global_seqs,
+            # the model's own tying where stated; measured bus bandwidths of the job (GB/s)
+            "tie_word_embeddings": r.get("tie_word_embeddings", float("nan")),
+            **{c: r.get(c, float("nan")) for c in BUSBW_COLUMNS},
             **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},
             "pp_schedule": layout.get("pp_schedule", ""),
             "sequence_parallel": layout.get("sequence_parallel", False),

@@ -49,6 +49,9 @@ from fsdpsim.numbers import number_in_text
 #:   table does not say, its launch script passes ``--checkpoint-activations`` for every case
 #:   (github Oneflow-Inc/DLPerf ``Megatron-LM/scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh``).
 #:   Megatron-LM of that time had no selective recompute (it came with Korthikanti et al. 2022).
+#: * nanotron (v0.5): TP in ``REDUCE_SCATTER`` mode is sequence parallelism; flash_attn 2; no
+#:   recompute unless configured (``recompute_layer`` is False by default, ``config/models_config``);
+#:   the ``nanotron`` profile (fp32 gradient accumulation, DDP hook, ZeRO-1 gather after the step).
 #: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
 #: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
 #: and did not exist before 2022), data-parallel sharding as the row's words say.
@@ -67,6 +70,8 @@ FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                                   "dropout": True, "recompute": "full"}),
     (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
     (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True}),
+    (("nanotron",), {"name": "nanotron", "profile": "nanotron", "sequence_parallel": True,
+                     "flash": True, "recompute": "none"}),
     (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
     (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
 )

@@ -190,6 +190,8 @@ def sharding_words(text: str) -> str | None:
     """The data-parallel strategy a text names, or None ("not stated", "no FSDP (FSDP=0);
     optimizer sharding not stated" name none)."""
     low = cell_text(text).lower().replace("_", "-")
+    if low.strip() in ("optimizer", "grad-op", "full", "hybrid", "none"):  # fsdpsim's own names
+        return low.strip().replace("-", "_")
     low = re.sub(r"\bno[- ]fsdp\b|\bfsdp\s*=\s*0\b", "", low)  # "no FSDP (FSDP=0)"
     if "hybrid" in low or "hsdp" in low:
         return "hybrid"

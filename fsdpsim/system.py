@@ -8,11 +8,12 @@ GPUs per node, the network or the inter-node bandwidth per GPU. The result is on
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Mapping
 
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
-from fsdpsim.numbers import INTER_NODE_GBPS, POWER_CAP_W, read_number
+from fsdpsim.numbers import INTER_NODE_GBPS, POWER_CAP_W, Rule, read_number
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
 
 #: Where the job's nodes sit in the fabric (``--placement``).
@@ -31,14 +32,46 @@ DEFAULT_NETWORK = "ib-ndr-400"
 DEFAULT_GPUS_PER_NODE = 8
 
 
+#: Measured bus bandwidths a user may pin (nccl-tests' busbw, GB/s), by measurement column /
+#: ``predict`` option (``--busbw-allreduce-inter-gbs`` ...): all-reduce inside one node, and
+#: all-reduce, all-gather and reduce-scatter over groups that span nodes.
+BUSBW_COLUMNS = ("busbw_allreduce_intra_gbs", "busbw_allreduce_inter_gbs",
+                 "busbw_allgather_inter_gbs", "busbw_reducescatter_inter_gbs")
+#: What a pinned bus bandwidth accepts [GB/s]: above zero, at most 100 TB/s.
+BUSBW_GBS = Rule(1e-3, 1e5)
+
+
+def busbw_option(column: str) -> str:
+    """The ``predict`` option of a :data:`BUSBW_COLUMNS` column."""
+    return "--" + column.replace("_", "-")
+
+
+def read_busbw(busbw_gbs: Mapping[str, object] | None) -> dict[str, float]:
+    """The pinned bus bandwidths [B/s] by column, each read with the one number reader (a bad
+    value: one clear error naming the option); unknown keys are refused."""
+    out: dict[str, float] = {}
+    for column, value in (busbw_gbs or {}).items():
+        if column not in BUSBW_COLUMNS:
+            raise ConfigError(f"bus bandwidth {column!r} is not accepted; accepted: "
+                              f"{', '.join(BUSBW_COLUMNS)}")
+        if value is None:
+            continue
+        out[column] = read_number(value, busbw_option(column), BUSBW_GBS) * 1e9
+    return out
+
+
 def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | None = None,
                    gpus_per_node: int | None = None, network: str | None = None,
                    inter_node_gbps_per_gpu: float | None = None,
-                   power_cap_w: float | None = None, placement: str = "packed") -> System:
+                   power_cap_w: float | None = None, placement: str = "packed",
+                   busbw_gbs: Mapping[str, object] | None = None) -> System:
     """Build the :class:`System` for a prediction; a clear error on conflicting options.
 
     ``placement``: ``packed`` (default; the job's nodes contiguous and rail-aligned) or
-    ``fragmented`` (scattered over the fabric; :data:`FRAGMENTED_FACTOR`)."""
+    ``fragmented`` (scattered over the fabric; :data:`FRAGMENTED_FACTOR`). ``busbw_gbs``:
+    measured bus bandwidths by :data:`BUSBW_COLUMNS` name [GB/s] that replace the modelled
+    large-message bus bandwidth of those collectives (:func:`read_busbw`)."""
+    pinned = read_busbw(busbw_gbs)
     if gpu is None and cluster is None:
         raise ConfigError("name the hardware: --gpu ID or --cluster ID "
                           "(see `fsdpsim catalog list`)")
@@ -107,7 +140,11 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         label += f", power-capped to {_watts(power_cap_w)} W of {_watts(acc.tdp_w)} W"
         notes.append(f"power cap {_watts(power_cap_w)} W: compute clock x{clock:.3f} (DVFS cube "
                      "law, uncalibrated: wider range)")
+    if pinned:
+        label += ", measured bus bandwidth " + ", ".join(
+            f"{busbw_option(c)[2:]} {v / 1e9:g} GB/s" for c, v in pinned.items())
     return System(
+        measured_busbw=MappingProxyType(pinned),
         accelerator=acc, gpus_per_node=per_node, link=link,
         inter_node_bandwidth_bytes_per_s_per_gpu=share,
         inter_node_latency_s=net.latency_s, inter_node_fraction=net.achievable_fraction,

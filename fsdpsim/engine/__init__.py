@@ -27,6 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
+from fsdpsim.costs import compute
 from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
 from fsdpsim.engine import collectives, expert_comm, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -141,6 +142,9 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                   "head_bwd_s": rt["head_bwd_s"] + mtp_bwd_s,
                   "root_fwd_s": rt["root_fwd_s"] + mtp_fwd_s,
                   "root_bwd_s": rt["root_bwd_s"] + mtp_bwd_s}
+
+    if any_of(g["grad_accum_pass_bytes"] > 0):
+        lt, rt = fp32_accumulation(g, r, lt, rt)
 
     # ---- stage 3: collectives ----------------------------------------------------------------
     # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
@@ -396,3 +400,25 @@ def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str
     """Per-GPU memory of every configuration in ``x`` (see :mod:`fsdpsim.costs.memory`), whether
     it fits, and (``ceilings``) the largest micro-batch and sequence length that fit."""
     return engine_memory(prepare(x), ceilings)
+
+
+def fp32_accumulation(g, r, lt, rt):
+    """Layer and root times with the framework's fp32 gradient accumulation pass [s]: after
+    every micro-batch's backward, each parameter's 16-bit gradient is added into its fp32
+    buffer (nanotron ``FP32GradientAccumulator.backward`` / ``_accumulate_grad``:
+    ``fp32_grad.add_(half_param.grad)``, or the DDP hook's ``add_`` on the sync step), a
+    memory-bound pass of ``grad_accum_pass_bytes`` per parameter of the rank (read 2, read 4,
+    write 4) on the compute stream, not overlapped. The root of an unpipelined model holds a
+    tied embedding once (``root_numel_padded``); with pipelining the first and last stages
+    each hold their copy."""
+    per_param = g["grad_accum_pass_bytes"]
+
+    def pass_s(numel):
+        return compute.memory_bound_time_s(numel * per_param, r["hbm"])
+
+    embed_s, head_s = pass_s(g["embed_numel_rank"]), pass_s(g["head_numel_rank"])
+    lt = {**lt, "block_bwd_s": lt["block_bwd_s"] + pass_s(g["block_numel_rank"])}
+    rt = {**rt, "embed_bwd_s": rt["embed_bwd_s"] + embed_s,
+          "head_bwd_s": rt["head_bwd_s"] + head_s,
+          "root_bwd_s": rt["root_bwd_s"] + pass_s(g["root_numel_padded"])}
+    return lt, rt

@@ -45,7 +45,8 @@ class _Candidates(dict):
         size, per_node = g[f"{name}_size"], g[f"{name}_per_node"]
         if self._busbw is None:
             self._busbw = bus_bandwidth(g, self._r, size, per_node, g.get(f"{name}_per_pod"))
-        value = nccl.candidates(g, size, per_node, self._busbw, g["link_nvlink"] > 0,
+        busbw = pinned_bus_bandwidth(g, key, size, per_node, self._busbw)
+        value = nccl.candidates(g, size, per_node, busbw, g["link_nvlink"] > 0,
                                 all_reduce=key == "ar", broadcast=key == "bcast")
         self[key] = value
         return value
@@ -114,6 +115,25 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
         fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
     intra = where(gpn > 1, link, np.inf)
     return where(multi, minimum(intra, gpn * r["nic"] * fabric), link)
+
+
+def pinned_bus_bandwidth(g, key, size, per_node, modelled):
+    """The bus bandwidth of one collective kind over a group [B/s]: a measured one where the
+    user pinned it (``--busbw-*-gbs``, :func:`fsdpsim.inputs.busbw_inputs`; nccl-tests' busbw
+    over the job's GPUs, latency and fabric included) for a group of that tier (all-reduce
+    inside one node; all-reduce, all-gather and reduce-scatter across nodes), else
+    ``modelled``. Broadcasts keep the model's."""
+    if key == "bcast":
+        return modelled
+    multi = size > minimum(per_node, size)
+    if key == "ar":
+        inter, intra = g["busbw_ar_inter"], g["busbw_ar_intra"]
+    else:
+        inter, intra = g["busbw_ring_inter"], np.nan
+    if not (any_of(np.isfinite(inter)) or any_of(np.isfinite(intra))):
+        return modelled
+    pin = where(multi, inter, intra)
+    return where(np.isfinite(pin), pin, modelled)
 
 
 def mesh_link(g, r, members):

@@ -105,6 +105,9 @@ class SystemInputs(TypedDict):
     memory_bytes: Number
     runtime_reserved_bytes: Number
     allocator_fraction: Number
+    busbw_ar_intra: Number           # measured all-reduce busbw inside a node [B/s]; NaN: model
+    busbw_ar_inter: Number           # ... all-reduce across nodes [B/s]
+    busbw_ring_inter: Number         # ... all-gather / reduce-scatter across nodes [B/s]
     link_nvlink: Number              # 0/1 NVLink hops (else PCIe) in NCCL's latency model
     link_mesh: Number                # 0/1 switchless mesh: subgroups use their own links
     link_per_peer_bytes_per_s: Number  # one peer link, one direction
@@ -137,6 +140,8 @@ class FrameworkInputs(NcclInputs):
     megatron: Number               # 0/1 Megatron recipe
     framework_uncertainty: Number  # relative spread the profile leaves [-]
     param_gather_overlap: Number   # 0/1 ZeRO-1 parameter gather hidden by the next forward
+    fused_attention: Number        # 0/1 Transformer Engine fused attention (profile; default: megatron)
+    grad_accum_pass_bytes: Number  # HBM bytes per parameter and micro-batch of an fp32 add pass
     dp_gather_overlap: Number      # 0/1 data-parallel gathers overlap compute
     dp_list_collectives: Number    # 0/1 one view and one copy per rank and call
     ddp_overlap: Number            # 0/1 DDP all-reduce overlaps backward

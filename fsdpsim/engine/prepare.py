@@ -38,6 +38,11 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "param_broadcast": 0.0, "grad_all_reduce": 0.0,
                    "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
                    "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,
+                   # no measured bus bandwidth pinned (fsdpsim.inputs.busbw_inputs)
+                   "busbw_ar_intra": np.nan, "busbw_ar_inter": np.nan,
+                   "busbw_ring_inter": np.nan,
+                   # no fp32 gradient accumulation pass (fsdpsim.frameworks grad_accum_pass_bytes)
+                   "grad_accum_pass_bytes": 0.0,
                    # one non-blocking fabric, packed placement
                    "oversubscription": 1.0, "pod_gpus": np.inf, "placement_factor": 1.0,
                    # no MoE, MLA, MTP or windowed attention (fsdpsim.moe_inputs)
@@ -55,6 +60,8 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
     if "param_gather_overlap" not in g:  # Megatron's distributed optimizer
         g["param_gather_overlap"] = g["megatron"]
+    if "fused_attention" not in g:  # Transformer Engine's kernel with Megatron's recipe
+        g["fused_attention"] = g["megatron"]
     if "nccl_simple_ring_base_s" not in g:  # the default collective library of the catalog
         g.update({k: as_array(v) for k, v in _default_library_inputs().items()})
     nccl.collapse_constant_library(g)

@@ -1,0 +1,209 @@
+"""The nanotron profile, the measured-bus-bandwidth knobs and the nanotron H100 BF16 runs.
+
+Collective bytes of the ``nanotron`` profile are checked against numbers worked by hand for one
+small plan; ``validate`` and ``predict --busbw-*-gbs`` must give the same prediction for the
+first rows of ``hopper_bf16_nanotron.csv``; bad bus bandwidths are one line and exit 2; the
+file's error is asserted at the level it reaches today.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from fsdpsim.catalog import load_catalog
+from fsdpsim.measurement_rows import spec_for_row
+from fsdpsim.measurements import load_measurements, predict_measurements
+from fsdpsim.model import ModelSpec
+from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.predict import predict
+from fsdpsim.system import BUSBW_COLUMNS, resolve_system
+
+from conftest import VALIDATION_DATA, assert_one_line_error, invoke, run
+
+CATALOG = load_catalog(use_env=False)
+NANOTRON = VALIDATION_DATA / "hopper_bf16_nanotron.csv"
+
+#: A small Llama: 2 layers, d 256, 4 heads, FFN 512, vocab 1,024, tied embeddings.
+SMALL = ModelSpec(name="small-llama", n_layers=2, d_model=256, n_heads=4, n_kv_heads=4,
+                  ffn_size=512, ffn_kind="swiglu", vocab_size=1024, tied_embeddings=True,
+                  position="rotary", max_seq_len=512, norm="rmsnorm", norm_bias=False,
+                  qkv_bias=False, attn_out_bias=False, mlp_bias=False)
+#: Its parameters by hand: per layer q, k, v, o (4 · 256²) + gate, up, down (3 · 256 · 512)
+#: + two RMSNorm weights (2 · 256); the tied embedding 1,024 · 256; the final norm 256.
+SMALL_PARAMS = 2 * (4 * 256**2 + 3 * 256 * 512 + 2 * 256) + 1024 * 256 + 256
+
+
+def _small(sharding: str, framework: str = "nanotron", tp: int = 1):
+    system = resolve_system(CATALOG, gpu="h100-sxm5-80gb", gpus_per_node=8)
+    plan = ParallelPlan(num_gpus=8, gpus_per_node=8, sharding=sharding, tp=tp,
+                        framework=framework)
+    training = TrainingConfig(micro_batch=1, recompute="none", seq_len=512, global_batch=8 // tp)
+    return predict(SMALL, system, plan, training)
+
+
+def test_small_model_parameters_by_hand():
+    assert SMALL.n_params == SMALL_PARAMS == 1_574_144
+
+
+def test_nanotron_zero0_all_reduces_the_fp32_gradients():
+    """ZeRO-0: one all-reduce of the fp32 accumulation buffers (4 bytes per parameter) per
+    step (``get_fp32_accum_hook``, ``reduce_scatter=False``); nothing gathered."""
+    v = _small("none").values
+    assert v["all_reduce_bytes"] == pytest.approx(4 * SMALL_PARAMS)
+    assert v["all_gather_bytes"] == 0 and v["reduce_scatter_bytes"] == 0
+
+
+def test_nanotron_zero1_reduce_scatters_fp32_and_gathers_bf16():
+    """ZeRO-1: the fp32 buffers reduce-scattered (4 bytes per parameter), the bf16 parameters
+    all-gathered after the step (2 bytes per parameter); with TP 2 each rank holds half of
+    every linear and of the embedding, the norms whole."""
+    v = _small("optimizer").values
+    assert v["reduce_scatter_bytes"] == pytest.approx(4 * SMALL_PARAMS)
+    assert v["all_gather_bytes"] == pytest.approx(2 * SMALL_PARAMS)
+    assert v["all_reduce_bytes"] == 0
+    per_rank = (2 * (4 * 256**2 + 3 * 256 * 512) + 1024 * 256) // 2 + 2 * 2 * 256 + 256
+    assert _small("optimizer", tp=2).values["all_gather_bytes"] == pytest.approx(2 * per_rank)
+
+
+def test_nanotron_zero1_gather_is_not_hidden():
+    """Megatron-Core overlaps ZeRO-1's parameter gather with the next forward; nanotron's
+    ``_all_gather_params`` runs after the step and is waited for: its step is longer by at
+    least that gather, with the same bytes."""
+    nano, mega = _small("optimizer"), _small("optimizer", framework="megatron")
+    assert nano.values["all_gather_bytes"] == mega.values["all_gather_bytes"]
+    assert nano.values["step_time_s"] > mega.values["step_time_s"]
+
+
+def test_nanotron_attention_is_flash_attention_2():
+    """nanotron calls flash-attn 2, not Transformer Engine's fused kernel: its attention runs
+    at the catalog's ``attention_fraction``, Megatron's at ``fused_attention_fraction``."""
+    nano, mega = _small("optimizer"), _small("optimizer", framework="megatron")
+    assert nano.inputs["fused_attention"] == 0.0 and mega.inputs["fused_attention"] == 1.0
+    assert nano.values["attention_s"] > mega.values["attention_s"]
+
+
+def _row_args(row: pd.Series, config: str) -> list[str]:
+    """``predict`` options that state what one nanotron row states."""
+    args = ["predict", "--model", config, "--gpu", "h100-sxm5-80gb",
+            "--num-gpus", str(int(row["n_gpus"])), "--gpus-per-node", "8",
+            "--tp", str(int(row["tp"])), "--pp", str(int(row["pp"])),
+            "--sharding", str(row["sharding"]), "--framework", "nanotron",
+            "--micro-batch", str(int(row["micro_batch"])),
+            "--global-batch", str(int(row["global_batch_seqs"])),
+            "--seq-len", str(int(row["seq_len"])), "--recompute", "none",
+            "--precision", "bf16", "--reduce-dtype", "fp32", "--format", "json"]
+    for column in BUSBW_COLUMNS:
+        args += ["--" + column.replace("_", "-"), str(row[column])]
+    return args
+
+
+def _config(row: pd.Series, path) -> str:
+    spec = spec_for_row(row)
+    path.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": spec.d_model, "intermediate_size": spec.ffn_size,
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": spec.n_heads,
+        "num_key_value_heads": spec.kv_heads, "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": bool(row["tie_word_embeddings"]),
+        "max_position_embeddings": int(row["seq_len"]), "hidden_act": "silu"}))
+    return str(path)
+
+
+def test_validate_and_predict_read_the_bus_bandwidths_alike(tmp_path):
+    """The first rows of the nanotron file (single- and multi-node): ``validate``'s prediction
+    equals ``predict``'s with the row's ``busbw_*`` columns given as ``--busbw-*-gbs``; and
+    the pinned bandwidths change the prediction of the multi-node ones."""
+    raw = pd.read_csv(NANOTRON)
+    rows = pd.concat([raw.head(3), raw[raw["n_gpus"] > 8].head(2)])
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    frame = load_measurements(tmp_path / "rows.csv", CATALOG)
+    assert (frame["skip"] == "").all() and (frame["recipe"] == "nanotron").all()
+    got = predict_measurements(frame, CATALOG).set_index("id")
+    for i, (_, row) in enumerate(rows.iterrows()):
+        args = _row_args(row, _config(row, tmp_path / f"config{i}.json"))
+        value = json.loads(invoke(*args))["tokens_per_s_per_gpu"]
+        assert value == pytest.approx(got.at[row["id"], "predicted_tokens_per_s_per_gpu"],
+                                      rel=1e-9)
+        if row["n_gpus"] > 8:
+            unpinned = json.loads(invoke(*args[:-2 * len(BUSBW_COLUMNS)]))
+            assert unpinned["tokens_per_s_per_gpu"] != pytest.approx(value, rel=1e-3)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "fast", "1e9"])
+def test_bad_bus_bandwidth_is_one_line_and_exit_2(capsys, value):
+    rc, out, err = run(capsys, "predict", "--gpu", "h100", "--num-gpus", "16",
+                       "--busbw-allgather-inter-gbs", value)
+    assert "--busbw-allgather-inter-gbs" in assert_one_line_error(rc, out, err)
+
+
+def test_bad_bus_bandwidth_column_skips_the_row(tmp_path):
+    """A published row whose ``busbw_*`` cell is not a usable bandwidth is skipped with the
+    reason, not predicted on a wrong number."""
+    raw = pd.read_csv(NANOTRON).head(2)
+    raw.loc[0, "busbw_allreduce_intra_gbs"] = -3
+    path = tmp_path / "bad.csv"
+    raw.to_csv(path, index=False)
+    frame = load_measurements(path, CATALOG)
+    assert "busbw_allreduce_intra_gbs" in frame.loc[0, "skip"]
+    assert frame.loc[1, "skip"] == ""
+
+
+def doubtful(raw: pd.DataFrame) -> pd.Series:
+    """Rows kept out of the second error figure, by two rules (docs/accuracy.md, nanotron):
+    near out of memory (``mem_reserved_gb`` >= 70 of 80 GB: the caching allocator frees and
+    retries), and throughput inconsistent with the same layout at a larger micro-batch m' > m
+    (a micro-batch's time cannot fall when it grows, so tokens/s(m') <= m'/m x tokens/s(m);
+    flagged beyond 2.5x that bound: a hiccup of the one logged iteration)."""
+    key = ["model", "tp", "pp", "dp", "sharding"]
+    best = raw.groupby(key + ["micro_batch"])["tokens_per_s_per_gpu"].max()
+    flagged = []
+    for _, row in raw.iterrows():
+        same = best.xs(tuple(row[k] for k in key), level=key)
+        larger = same[same.index > row["micro_batch"]]
+        flagged.append(bool((larger > 2.5 * larger.index / row["micro_batch"]
+                             * row["tokens_per_s_per_gpu"]).any()))
+    return (raw["mem_reserved_gb"] >= 70) | pd.Series(flagged, index=raw.index)
+
+
+@pytest.mark.slow
+def test_nanotron_file_error_floor():
+    """Every modellable row of the nanotron file, and those less the doubtful rows; the floors
+    are what the model reaches today (the goal is 15 %; docs/accuracy.md says what is
+    missing: chiefly TP with a pipeline that spans nodes)."""
+    raw = pd.read_csv(NANOTRON)
+    frame = load_measurements(NANOTRON, CATALOG)
+    result = predict_measurements(frame, CATALOG)
+    assert len(result) == 1174
+    ape = result.set_index("id")["error"].abs()
+    kept = ape.drop(raw.loc[doubtful(raw), "id"], errors="ignore")
+    assert len(kept) == 1148
+    assert ape.mean() <= 1.30, ape.mean()
+    assert kept.mean() <= 1.02, kept.mean()
+    # single-node rows, where no inter-node effect enters
+    single = result[result["n_gpus"] == 8]["error"].abs()
+    assert single.mean() <= 0.17, single.mean()
+
+
+def test_nanotron_fp32_accumulation_pass(monkeypatch):
+    """After every micro-batch's backward nanotron adds each bf16 gradient into its fp32
+    buffer (``FP32GradientAccumulator._accumulate_grad``): 10 bytes per parameter (read 2 and
+    4, write 4) at the achievable HBM bandwidth, k times a step. Without that pass (the same
+    profile with ``grad_accum_pass_bytes`` 0) the step is shorter by exactly that."""
+    from dataclasses import replace
+
+    from fsdpsim import frameworks
+
+    system = resolve_system(CATALOG, gpu="h100-sxm5-80gb", gpus_per_node=8)
+    plan = ParallelPlan(num_gpus=8, gpus_per_node=8, sharding="none", framework="nanotron")
+    training = TrainingConfig(micro_batch=1, recompute="none", seq_len=512, global_batch=32)
+    with_pass = predict(SMALL, system, plan, training)
+    monkeypatch.setitem(frameworks.PROFILES, "nanotron",
+                        replace(frameworks.PROFILES["nanotron"], grad_accum_pass_bytes=0.0))
+    without = predict(SMALL, system, plan, training)
+    hbm = with_pass.inputs["hbm_bytes_per_s"] * with_pass.inputs["hbm_fraction"]
+    expected_s = 4 * 10 * SMALL_PARAMS / hbm  # 4 micro-batches of one sequence on 8 ranks
+    assert with_pass.values["step_time_s"] - without.values["step_time_s"] == pytest.approx(
+        expected_s, rel=1e-6)
