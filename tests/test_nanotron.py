@@ -170,18 +170,19 @@ def doubtful(raw: pd.DataFrame) -> pd.Series:
 
 @pytest.mark.slow
 def test_nanotron_file_error_floor():
-    """Every modellable row of the nanotron file, and those less the doubtful rows; the floors
+    """Every row of the nanotron file (uneven pipeline splits included), and those less the
+    doubtful rows; the floors
     are what the model reaches today (the goal is 15 %; docs/accuracy.md says what is
     missing: chiefly TP with a pipeline that spans nodes)."""
     raw = pd.read_csv(NANOTRON)
     frame = load_measurements(NANOTRON, CATALOG)
     result = predict_measurements(frame, CATALOG)
-    assert len(result) == 1174
+    assert len(result) == 1274  # no row refused for its plan
     ape = result.set_index("id")["error"].abs()
     kept = ape.drop(raw.loc[doubtful(raw), "id"], errors="ignore")
-    assert len(kept) == 1148
-    assert ape.mean() <= 1.30, ape.mean()
-    assert kept.mean() <= 1.02, kept.mean()
+    assert len(kept) == 1239
+    assert ape.mean() <= 1.47, ape.mean()
+    assert kept.mean() <= 1.04, kept.mean()
     # single-node rows, where no inter-node effect enters
     single = result[result["n_gpus"] == 8]["error"].abs()
     assert single.mean() <= 0.17, single.mean()
