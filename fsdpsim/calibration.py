@@ -101,8 +101,12 @@ def _predict(x: dict[str, np.ndarray], names: Sequence[str], theta: np.ndarray) 
 
 
 def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
-        factors: Sequence[str] = DEFAULT_FACTORS) -> CalibrationResult:
-    """Fit ``factors`` shared by the accelerators ``gpus`` to the rows run on them."""
+        factors: Sequence[str] = DEFAULT_FACTORS, cross_validate: bool = True,
+        check_ceiling: bool = True) -> CalibrationResult:
+    """Fit ``factors`` shared by the accelerators ``gpus`` to the rows run on them.
+    ``cross_validate``: also the 5-fold out-of-sample errors and interval (else the interval
+    is (1, 1)). A fitted ``matmul_fraction`` above the measured ceiling of a row's GPU and
+    precision class (:func:`ceiling_violations`) is refused with one clear error."""
     ids = tuple(catalog.accelerator(g).id for g in gpus)
     unknown = [f for f in factors if f not in FACTORS]
     if unknown:
@@ -158,6 +162,17 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     after_rows = use.copy()
     after_rows["predicted_tokens_per_s_per_gpu"] = after_pred
     after_rows["error"] = after_pred / measured - 1.0
+    values = {n: float(theta[factors.index(n)]) for n in names}
+    if check_ceiling and "matmul_fraction" in values:
+        over = ceiling_violations(values["matmul_fraction"], use, catalog)
+        if over:
+            raise ConfigError(f"fitted matmul_fraction {values['matmul_fraction']:.4g} is above "
+                              f"the measured best-shape GEMM ceiling of {'; '.join(over)}: not "
+                              "written (the rows ask for more than the GPU's best GEMM "
+                              "delivers, so another term of the model is off for them)")
+    if not cross_validate:
+        return CalibrationResult(gpus=ids, values=values, before=summarise(before_rows),
+                                 after=summarise(after_rows), rows=after_rows, refused=refused)
     # Out-of-sample check: k-fold cross-validation refits on k-1 folds and predicts the
     # held-out fold; its ratios measured/predicted give the prediction interval.
     folds = np.arange(len(use)) % CV_FOLDS
@@ -179,7 +194,27 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         raise ConfigError(f"nic_fraction is a property of one network, but the rows use "
                           f"{len(networks)} ({', '.join(networks) or 'none named'}); give the "
                           "network column or drop nic_fraction with --factor")
-    return CalibrationResult(gpus=ids, values={n: float(theta[factors.index(n)]) for n in names},
+    return CalibrationResult(gpus=ids, values=values,
                              before=summarise(before_rows), after=summarise(after_rows),
                              rows=after_rows, refused=refused, networks=networks,
                              cross_validated=summarise(cv_rows), interval=interval)
+
+
+def ceiling_violations(matmul_fraction: float, rows: pd.DataFrame,
+                       catalog: Catalog) -> list[str]:
+    """Each (GPU, precision class) of ``rows`` whose catalog ceiling (``matmul_ceiling``:
+    best-shape GEMM / dense peak, the MAMF table of hardware.md §6.1) is below
+    ``matmul_fraction``, as text naming the ceiling and its source; [] when none is."""
+    from fsdpsim.efficiency import precision_class
+
+    out = []
+    pairs = sorted({(str(g), str(p)) for g, p in zip(rows["gpu"], rows["precision"])})
+    seen = set()
+    for gpu, precision in pairs:
+        cls = precision_class(precision)
+        table = catalog.accelerator(gpu).efficiency.tables.get(cls, {}) if cls else {}
+        ceiling = table.get("matmul_ceiling")
+        if ceiling is not None and matmul_fraction > ceiling and (gpu, cls) not in seen:
+            seen.add((gpu, cls))
+            out.append(f"{gpu} {cls} {ceiling:.4g} ({table.get('ceiling_source', 'no source')})")
+    return out

@@ -90,6 +90,11 @@ class Framework:
     group (``shard_group_size`` with sharding ``optimizer``)."""
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
+    kernel_stack: str = "pytorch"
+    """The GEMM and attention kernels its runs use, which pick the catalog's fractions per
+    precision (:mod:`fsdpsim.efficiency`): ``te`` (Transformer Engine GEMMs and cuDNN fused
+    attention), ``pytorch`` (torch.matmul / SDPA or flash-attn, eager or torch.compile),
+    ``deepspeed``, ``megatron-lm`` (apex and cuBLAS, before Transformer Engine)."""
     source: str = ""
     supports: tuple[tuple[str, tuple], ...] = ()
     """What the framework can run, for ``fsdpsim search``: (plan setting, the values it
@@ -105,6 +110,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               # async TP is DTensor/FSDP2-era (torch 2.5 torch.distributed._symmetric_memory)
               supports=(("tp_overlap", (False,)),)),
     Framework("deepspeed-zero3", "megatron", "nccl-2.30", uncertainty=0.10,
+              kernel_stack="deepspeed",
               source="DeepSpeed PR #1453 (4912e0ad, 2022-01-20) batched all-gather",
               # DeepSpeed's sequence parallelism is Ulysses (all-to-all); ZeRO-2/3 do not
               # combine with its pipeline engine (runtime/pipe/engine.py asserts stage < 2)
@@ -112,7 +118,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
                         ("pp", (1,)))),
     Framework("deepspeed-zero3-2021", "megatron", "nccl-2.10", per_parameter=True,
               persistence_numel=100_000, gather_overlap=False, list_collectives=True,
-              uncertainty=0.25,
+              uncertainty=0.25, kernel_stack="deepspeed",
               source="DeepSpeed runtime/zero/partition_parameters.py @c4f4ef5d (2021-04-30) "
                      "L603-626, L776-823, L918-954; constants.py; PR #1188",
               # the 2021 ZeRO-3 engine: stage 3 alone, no pipeline, no sequence/context split;
@@ -121,7 +127,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
                         ("sequence_parallel", (False,)), ("tp_overlap", (False,)),
                         ("ep", (1,)), ("recompute", ("none", "full")),
                         ("partial_recompute", (False,)))),
-    Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05,
+    Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05, kernel_stack="te",
               source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
                      "overlap_param_gather)"),
     Framework("internevo", "megatron", "nccl-2.30", param_broadcast=True,
@@ -133,7 +139,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               # or TP communication overlap of Megatron's kind
               supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
     Framework("megatron-2021", "megatron", "nccl-2.10", grad_reduce_overlap=False,
-              uncertainty=0.10,
+              uncertainty=0.10, kernel_stack="megatron-lm",
               source="Megatron-LM v2.x megatron/training.py train_step "
                      "(model.allreduce_gradients() after backward)",
               # v2.x: DDP data parallelism (the distributed optimizer and sequence parallelism
