@@ -6,8 +6,10 @@ model's ``torch`` or ``megatron`` recipe), which collective library release its 
 (NCCL's cost-model constants differ between releases: ``[[collectives]]`` in the catalog), how
 fine its data-parallel collectives are (one per FSDP unit, or one per parameter), whether those
 collectives can overlap compute at all, and per-call host work that grows with the number of
-ranks. ``uncertainty`` is the relative spread of step time this profile's simplifications leave
-(it widens the 90 % range, :func:`fsdpsim.predict.prediction_interval`).
+ranks, and its kernel stack (``kernel_stack``: which of the catalog's per-precision GEMM and
+attention fractions its runs reach, :mod:`fsdpsim.efficiency`). ``uncertainty`` is the
+relative spread of step time this profile's simplifications leave (it widens the 90 % range,
+:func:`fsdpsim.predict.prediction_interval`).
 
 Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 
