@@ -94,6 +94,8 @@ class Resolved:
     """5-95 % measured/predicted of the table used; None = the fallback table's."""
     calibrated: bool = True
     """False where the table used states no cross-validated range (literature values)."""
+    table: str | None = None
+    """The stack table used (``[efficiency.<class>.<table>]``); None = the fallback table."""
     ceiling: float | None = None
     """Best-shape GEMM / dense peak for this class (MAMF), when the catalog gives one."""
     ceiling_source: str = ""
@@ -176,7 +178,8 @@ def resolve(acc, precision: str, stack: str) -> Resolved:
                         if own_range else UNCALIBRATED_INTERVAL)
             return Resolved(values=MappingProxyType(values), source=chosen["source"],
                             from_triple=None if candidate == stack else (candidate, cls),
-                            interval=interval, calibrated=own_range, **common)
+                            interval=interval, calibrated=own_range, table=candidate,
+                            **common)
     fitted_on = tables.get("fitted_on")
     own = fitted_on is None or (fitted_on[0] == stack and fitted_on[1] == cls)
     return Resolved(values=MappingProxyType(base), source=eff.source,

@@ -210,3 +210,30 @@ def test_where_keeps_rows_or_says_why_not(two_sources, capsys):
         capsys, "calibrate", "--measurements", str(two_sources), "--gpu", "a100-sxm4-40gb",
         "--framework", "", "--where", "n_gpus > 100000", "--factor", "matmul_fraction"))
     assert "keeps none of the 9 rows" in line
+
+
+def test_calibrate_writes_fractions_to_the_table_the_rows_run_at(tmp_path):
+    """H100 PyTorch BF16 rows resolve from ``[efficiency.bf16.pytorch]``: a fit of them must
+    land there (the fallback table would not reach them); A100 rows, without split tables, and
+    rows of two precision classes keep the fallback table."""
+    from fsdpsim.calibration import CalibrationResult, split_table
+
+    def rows(gpu, precisions, recipe="fsdp2"):
+        return pd.DataFrame({"gpu": gpu, "precision": precisions, "recipe": recipe})
+
+    assert split_table(rows("h100-sxm5-80gb", ["bf16", "bf16"]), CATALOG) == ("bf16", "pytorch")
+    assert split_table(rows("h100-sxm5-80gb", ["bf16", "bf16"], "megatron"), CATALOG) == (
+        "bf16", "te")  # resolved by transfer from the pytorch table: the fit is its own
+    assert split_table(rows("h100-sxm5-80gb", ["bf16", "fp8"]), CATALOG) is None
+    assert split_table(rows("a100-sxm4-80gb", ["bf16"]), CATALOG) is None
+    result = CalibrationResult(gpus=("h100-sxm5-80gb",), values={"matmul_fraction": 0.61,
+                                                                  "hbm_fraction": 0.7},
+                               before={"mape": 0.2}, after={"rows": 6, "mape": 0.02},
+                               rows=pd.DataFrame(), refused={},
+                               interval=(0.9, 1.1), table=("bf16", "pytorch"))
+    (tmp_path / "fit.toml").write_text(result.overlay_toml("x.csv"))
+    acc = load_catalog([tmp_path], use_env=False).accelerator("h100")
+    assert acc.efficiency.hbm_fraction == 0.7
+    assert acc.efficiency.matmul_fraction == 0.8533  # the fallback keeps the FP8 fit
+    got = efficiency.resolve(acc, "bf16", "pytorch")
+    assert got.values["matmul_fraction"] == 0.61 and got.interval == (0.9, 1.1)
