@@ -64,17 +64,30 @@ def _user(tmp_path: Path, extra: str) -> Path:
     ("\n[accelerator.efficiency.bf16.torch]\nmatmul_fraction = 0.7\nsource = 'x'\n",
      "unknown key 'torch'"),
     ("\n[accelerator.efficiency.fp8.te]\nsource = 'x'\n", "sets no fraction"),
+    ("\n[accelerator.efficiency.bf16]\nmatmul_ceiling = 0.8\n", ""),  # a ceiling alone is fine
     ("\n[accelerator.efficiency.bf16.te]\nmatmul_fraction = 1.7\nsource = 'x'\n",
      "[bf16] [te]: key 'matmul_fraction': 1.7 is not accepted"),
 ])
 def test_a_malformed_split_table_is_one_clear_line(tmp_path, capsys, extra, words):
     folder = _user(tmp_path, extra)
+    if not words:
+        assert load_catalog([folder], use_env=False).accelerator("test-gpu").efficiency.tables[
+            "bf16"]["matmul_ceiling"] == 0.8
+        return
     with pytest.raises(ConfigError) as info:
         load_catalog([folder], use_env=False)
     assert words in str(info.value)
     line = assert_one_line_error(*run(capsys, "--catalog", str(folder), "predict", "--gpu",
                                       "test-gpu"))
     assert words in line
+
+
+def test_a_fallback_stack_needs_its_precision(tmp_path):
+    folder = _user(tmp_path, "").joinpath("user.toml")
+    folder.write_text(folder.read_text().replace('source = "unit test"\n"""', "")
+                      + 'stack = "te"\n')
+    with pytest.raises(ConfigError, match="'stack' and 'precision' .* go together"):
+        load_catalog([tmp_path], use_env=False)
 
 
 def test_fp8_and_bf16_plans_on_h100_use_different_fractions():
@@ -237,3 +250,19 @@ def test_calibrate_writes_fractions_to_the_table_the_rows_run_at(tmp_path):
     assert acc.efficiency.matmul_fraction == 0.8533  # the fallback keeps the FP8 fit
     got = efficiency.resolve(acc, "bf16", "pytorch")
     assert got.values["matmul_fraction"] == 0.61 and got.interval == (0.9, 1.1)
+
+
+NANOTRON = ROOT.parent / "shared" / "validation" / "hopper_bf16_nanotron.csv"
+
+
+@pytest.mark.skipif(not NANOTRON.is_file(), reason="shared calibration set not present")
+def test_the_h100_pytorch_bf16_fraction_is_what_its_command_gives(capsys):
+    """The catalog's [efficiency.bf16.pytorch] on H100 is reproduced by the command its source
+    names (the compute-bound nanotron rows), written to that table."""
+    rc, out, err = run(capsys, "calibrate", "--measurements", str(NANOTRON), "--gpu", "h100",
+                       "--framework", "", "--factor", "matmul_fraction", "--where",
+                       "n_gpus == 8 and pp == 1 and tp <= 2 and d_model >= 3072")
+    assert rc == 0, err
+    # the catalog already holds the fit: before and after agree (21.6 % with the FP8 fit)
+    assert "before: 6 rows, MAPE 1.9 %" in out and "after : 6 rows, MAPE 1.9 %" in out
+    assert "[accelerator.efficiency.bf16.pytorch]\nmatmul_fraction = 0.5983" in out
