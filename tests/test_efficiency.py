@@ -123,9 +123,9 @@ def test_a_transferred_triple_is_named_in_notes_and_widens_the_range():
     lo, hi = (moved.interval[k] / moved.values["tokens_per_s_per_gpu"]
               for k in ("tokens_per_s_per_gpu_low", "tokens_per_s_per_gpu_high"))
     # both use the uncalibrated 0.70..1.10 (the PyTorch table states no range); the transfer
-    # widens it by 20 % on each side, times the plans' communication terms (>= 1 apart)
+    # widens it by 30 % on each side, times the plans' communication terms (>= 1 apart)
     assert lo_own == pytest.approx(0.70, rel=0.02) and hi_own == pytest.approx(1.10, rel=0.02)
-    assert lo <= 0.70 * 0.80 * 1.0001 and hi >= 1.10 * 1.20 * 0.9999
+    assert lo <= 0.70 * 0.70 * 1.0001 and hi >= 1.10 * 1.30 * 0.9999
 
 
 def test_predict_cli_prints_the_transfer_note(capsys):
