@@ -86,7 +86,10 @@ class Resolved:
     stack: str
     precision_class: str | None
     values: Mapping[str, float]
-    """``matmul_fraction``, ``attention_fraction``, ``fused_attention_fraction``."""
+    """``matmul_fraction``, ``attention_fraction``, ``fused_attention_fraction`` (the engine
+    uses the fused one under Megatron's recipe; outside the ``te`` stack it is the
+    FlashAttention-2 fraction: DeepSpeed, InternEvo and Megatron-LM before Transformer Engine
+    run flash-attn or their own kernels, not cuDNN's fused attention)."""
     source: str
     from_triple: tuple[str, str] | None = None
     """(stack, class) the values were transferred from; None = the triple's own."""
@@ -164,6 +167,8 @@ def resolve(acc, precision: str, stack: str) -> Resolved:
             "fused_attention_fraction": (eff.attention_fraction
                                          if eff.fused_attention_fraction is None
                                          else eff.fused_attention_fraction)}
+    if stack != "te":  # cuDNN fused attention is Transformer Engine's; the others run FA2
+        base["fused_attention_fraction"] = base["attention_fraction"]
     cls = precision_class(precision)
     table = tables.get(cls, {}) if cls else {}
     ceiling = table.get("matmul_ceiling")
@@ -173,6 +178,8 @@ def resolve(acc, precision: str, stack: str) -> Resolved:
         chosen = table.get(candidate)
         if isinstance(chosen, Mapping):
             values = {**base, **{k: chosen[k] for k in FRACTION_KEYS if k in chosen}}
+            if stack != "te":
+                values["fused_attention_fraction"] = values["attention_fraction"]
             own_range = "throughput_ratio_p05" in chosen and "throughput_ratio_p95" in chosen
             interval = ((chosen["throughput_ratio_p05"], chosen["throughput_ratio_p95"])
                         if own_range else UNCALIBRATED_INTERVAL)

@@ -266,3 +266,14 @@ def test_the_h100_pytorch_bf16_fraction_is_what_its_command_gives(capsys):
     # the catalog already holds the fit: before and after agree (21.6 % with the FP8 fit)
     assert "before: 6 rows, MAPE 1.9 %" in out and "after : 6 rows, MAPE 1.9 %" in out
     assert "[accelerator.efficiency.bf16.pytorch]\nmatmul_fraction = 0.5983" in out
+
+
+def test_only_transformer_engine_runs_the_fused_attention_fraction():
+    """Megatron's recipe selects the fused-attention fraction in the engine; under DeepSpeed,
+    InternEvo or Megatron-LM 2021 (the same recipe, not Transformer Engine) it is the
+    FlashAttention-2 one: H100's 0.3355 (TE, fitted) against its 0.187."""
+    acc = CATALOG.accelerator("h100")
+    assert efficiency.resolve(acc, "bf16", "te").values["fused_attention_fraction"] == 0.3355
+    for stack in ("deepspeed", "megatron-lm", "pytorch"):
+        got = efficiency.resolve(acc, "bf16", stack).values
+        assert got["fused_attention_fraction"] == got["attention_fraction"] == 0.187
