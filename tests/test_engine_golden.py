@@ -96,6 +96,7 @@ SNAPSHOT_FACTORS = {
     "b200": {"matmul_fraction": 0.674, "matmul_half_gflop": 7.58,
              "fused_attention_fraction": 0.321,
              "bf16.pytorch": {**_AS_BEFORE(0.674), "attention_fraction": 0.24}},
+    "mi300x": {"bf16.pytorch": _AS_BEFORE(0.447)},
 }
 
 
@@ -109,10 +110,18 @@ def snapshot_catalog(tmp_path_factory):
 def test_snapshot_overlay_differs_from_today(snapshot_catalog):
     """The overlay pins something (else it would hide nothing and test nothing)."""
     today = load_catalog((), use_env=False)
+    from fsdpsim.efficiency import resolve
+
     for gpu, factors in SNAPSHOT_FACTORS.items():
-        pinned, now = (c.accelerator(gpu).efficiency for c in (snapshot_catalog, today))
-        assert pinned.matmul_fraction == factors["matmul_fraction"]
-        assert now.matmul_fraction != factors["matmul_fraction"]
+        if "matmul_fraction" in factors:
+            pinned, now = (c.accelerator(gpu).efficiency for c in (snapshot_catalog, today))
+            assert pinned.matmul_fraction == factors["matmul_fraction"]
+            assert now.matmul_fraction != factors["matmul_fraction"]
+        if "bf16.pytorch" in factors:
+            pinned, now = (resolve(c.accelerator(gpu), "bf16", "pytorch").values
+                           for c in (snapshot_catalog, today))
+            want = factors["bf16.pytorch"]["matmul_fraction"]
+            assert pinned["matmul_fraction"] == want and now["matmul_fraction"] != want
 
 
 def test_data_parallel_grid_unchanged(golden, tool, snapshot_catalog):
