@@ -6,7 +6,9 @@ before (the catalog as it is) and after (the fit that never saw it) says whether
 carry to runs they were not fitted on. A fold whose fit improves its own rows (the other
 sources) by less than it worsens the held-out source is flagged: the factors then fit the
 other sources' peculiarities, not the GPU. Gains and losses are summed absolute errors of
-tokens/s per GPU over the rows, in percentage points (row-weighted).
+tokens/s per GPU over the rows, in percentage points (row-weighted). A fold whose
+``matmul_fraction`` lies above a measured GEMM ceiling of its rows is marked too (the refit
+itself is not refused here, so that the report shows what each source asks for).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from fsdpsim.calibration import DEFAULT_FACTORS, FACTORS, _predict, fit
+from fsdpsim.calibration import DEFAULT_FACTORS, FACTORS, _predict, ceiling_violations, fit
 from fsdpsim.catalog import Catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.measurements import engine_inputs
@@ -40,6 +42,10 @@ class Fold:
     loss_pp: float
     """Summed absolute error it added to the held-out rows [percentage points] (negative: it
     helped them too)."""
+
+    above_ceiling: tuple[str, ...] = ()
+    """(GPU, class, ceiling) texts whose measured best-shape GEMM ceiling the fold's
+    ``matmul_fraction`` exceeds (:func:`fsdpsim.calibration.ceiling_violations`)."""
 
     @property
     def flagged(self) -> bool:
@@ -70,7 +76,10 @@ def leave_one_source_out(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[s
         names = list(values)
         after = np.abs(_predict(x, names, np.array([values[n] for n in names])) / measured
                        - 1.0)
+        over = (tuple(ceiling_violations(values["matmul_fraction"], use, catalog))
+                if "matmul_fraction" in values else ())
         folds.append(Fold(source=source, rows=int(held.sum()), values=values,
+                          above_ceiling=over,
                           mape_before=float(before[held].mean()),
                           mape_after=float(after[held].mean()),
                           gain_pp=float(100 * (before[~held] - after[~held]).sum()),
@@ -89,5 +98,7 @@ def report_lines(folds: list[Fold]) -> list[str]:
         lines.append(f"{name:<44} {f.rows:>5} {100 * f.mape_before:>6.1f} % "
                      f"{100 * f.mape_after:>6.1f} % {f.gain_pp:>8.1f} {f.loss_pp:>8.1f}  {fitted}"
                      + ("  FLAGGED: worsens the held-out source more than it gains"
-                        if f.flagged else ""))
+                        if f.flagged else "")
+                     + ("  ABOVE THE GEMM CEILING of " + "; ".join(f.above_ceiling)
+                        if f.above_ceiling else ""))
     return lines

@@ -195,6 +195,22 @@ def test_loso_on_two_sources_gives_the_hand_checked_numbers(two_sources, capsys)
                        "--loso")
     assert rc == 0, err
     assert "src-a" in out and "FLAGGED" in out and out.count("FLAGGED") == 1
+    assert "ABOVE THE GEMM CEILING" not in out and not a.above_ceiling
+
+
+def test_loso_marks_a_fold_above_the_ceiling(two_sources, tmp_path, capsys):
+    """With a (made-up) A100 16-bit ceiling of 0.74, the fold fitted on A alone (0.755) is
+    above it and marked; the fold fitted on B alone (about 0.6) is not."""
+    (tmp_path / "ceiling.toml").write_text(
+        '[[accelerator]]\nid = "a100-sxm4-40gb"\noverride = true\n\n'
+        '[accelerator.efficiency.bf16]\nmatmul_ceiling = 0.74\nceiling_source = "unit test"\n')
+    rc, out, err = run(capsys, "--catalog", str(tmp_path), "calibrate", "--measurements",
+                       str(two_sources), "--gpu", "a100-sxm4-40gb", "--framework", "",
+                       "--factor", "matmul_fraction", "--loso")
+    assert rc == 0, err
+    marked = [line for line in out.splitlines() if "ABOVE THE GEMM CEILING" in line]
+    assert len(marked) == 1 and marked[0].startswith("src-b")
+    assert "a100-sxm4-40gb bf16 0.74 (unit test)" in marked[0]
 
 
 def test_calibrate_refuses_a_fit_above_the_ceiling(two_sources, tmp_path, capsys):
