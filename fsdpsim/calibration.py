@@ -38,6 +38,8 @@ FACTORS = {
     "comm_compute_slowdown": ("comm_compute_slowdown", 1.0, (0.0, 0.5)),
     "nic_fraction": ("achievable_fraction", 1.0, (0.02, 1.0)),
 }
+#: Factors a kernel stack's split table holds (fsdpsim.efficiency.STACK_KEYS).
+STACK_FACTORS = ("matmul_fraction", "attention_fraction", "fused_attention_fraction")
 DEFAULT_FACTORS = ("matmul_fraction", "matmul_half_k", "attention_fraction",
                    "attention_half_kv", "hbm_fraction", "nic_fraction")
 NETWORK_FACTORS = ("nic_fraction",)
@@ -62,6 +64,9 @@ class CalibrationResult:
     """Error summary of 5-fold cross-validated predictions (out of sample)."""
     interval: tuple[float, float] = (1.0, 1.0)
     """5th and 95th percentiles of measured / predicted tokens/s, out of sample."""
+    table: tuple[str, str] | None = None
+    """(precision class, kernel stack) whose split table the rows run at
+    (:func:`split_table`); None = the fallback ``[accelerator.efficiency]``."""
 
     def overlay_toml(self, source: str) -> str:
         """A catalog overlay (``override = true``) that sets the fitted factors: accelerator
@@ -76,14 +81,25 @@ class CalibrationResult:
         gpu_factors = {n: v for n, v in self.values.items() if n not in NETWORK_FACTORS}
         if gpu_factors:
             for gpu in self.gpus:
-                lines += ["", "[[accelerator]]", f'id = "{gpu}"', "override = true",
-                          "", "[accelerator.efficiency]"]
-                for name, value in gpu_factors.items():
-                    key, scale, _ = FACTORS[name]
-                    lines.append(f"{key} = {value * scale:.4g}")
-                lines.append(f"throughput_ratio_p05 = {self.interval[0]:.4g}")
-                lines.append(f"throughput_ratio_p95 = {self.interval[1]:.4g}")
-                lines.append(f'source = "{how}"')
+                lines += ["", "[[accelerator]]", f'id = "{gpu}"', "override = true"]
+                split = {n: v for n, v in gpu_factors.items()
+                         if self.table is not None and n in STACK_FACTORS}
+                rest = {n: v for n, v in gpu_factors.items() if n not in split}
+                if rest or not split:
+                    lines += ["", "[accelerator.efficiency]"]
+                    lines += [f"{FACTORS[n][0]} = {v * FACTORS[n][1]:.4g}"
+                              for n, v in rest.items()]
+                    if not split:
+                        lines.append(f"throughput_ratio_p05 = {self.interval[0]:.4g}")
+                        lines.append(f"throughput_ratio_p95 = {self.interval[1]:.4g}")
+                    lines.append(f'source = "{how}"')
+                if split:
+                    lines += ["", f"[accelerator.efficiency.{self.table[0]}.{self.table[1]}]"]
+                    lines += [f"{FACTORS[n][0]} = {v * FACTORS[n][1]:.4g}"
+                              for n, v in split.items()]
+                    lines.append(f"throughput_ratio_p05 = {self.interval[0]:.4g}")
+                    lines.append(f"throughput_ratio_p95 = {self.interval[1]:.4g}")
+                    lines.append(f'source = "{how}"')
         if "nic_fraction" in self.values:
             for net in self.networks:
                 lines += ["", "[[network]]", f'id = "{net}"', "override = true",
@@ -101,8 +117,12 @@ def _predict(x: dict[str, np.ndarray], names: Sequence[str], theta: np.ndarray) 
 
 
 def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
-        factors: Sequence[str] = DEFAULT_FACTORS) -> CalibrationResult:
-    """Fit ``factors`` shared by the accelerators ``gpus`` to the rows run on them."""
+        factors: Sequence[str] = DEFAULT_FACTORS, cross_validate: bool = True,
+        check_ceiling: bool = True) -> CalibrationResult:
+    """Fit ``factors`` shared by the accelerators ``gpus`` to the rows run on them.
+    ``cross_validate``: also the 5-fold out-of-sample errors and interval (else the interval
+    is (1, 1)). A fitted ``matmul_fraction`` above the measured ceiling of a row's GPU and
+    precision class (:func:`ceiling_violations`) is refused with one clear error."""
     ids = tuple(catalog.accelerator(g).id for g in gpus)
     unknown = [f for f in factors if f not in FACTORS]
     if unknown:
@@ -158,6 +178,18 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     after_rows = use.copy()
     after_rows["predicted_tokens_per_s_per_gpu"] = after_pred
     after_rows["error"] = after_pred / measured - 1.0
+    values = {n: float(theta[factors.index(n)]) for n in names}
+    if check_ceiling and "matmul_fraction" in values:
+        over = ceiling_violations(values["matmul_fraction"], use, catalog)
+        if over:
+            raise ConfigError(f"fitted matmul_fraction {values['matmul_fraction']:.4g} is above "
+                              f"the measured best-shape GEMM ceiling of {'; '.join(over)}: not "
+                              "written (the rows ask for more than the GPU's best GEMM "
+                              "delivers, so another term of the model is off for them)")
+    if not cross_validate:
+        return CalibrationResult(gpus=ids, values=values, before=summarise(before_rows),
+                                 after=summarise(after_rows), rows=after_rows, refused=refused,
+                                 table=split_table(use, catalog))
     # Out-of-sample check: k-fold cross-validation refits on k-1 folds and predicts the
     # held-out fold; its ratios measured/predicted give the prediction interval.
     folds = np.arange(len(use)) % CV_FOLDS
@@ -179,7 +211,47 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         raise ConfigError(f"nic_fraction is a property of one network, but the rows use "
                           f"{len(networks)} ({', '.join(networks) or 'none named'}); give the "
                           "network column or drop nic_fraction with --factor")
-    return CalibrationResult(gpus=ids, values={n: float(theta[factors.index(n)]) for n in names},
+    return CalibrationResult(gpus=ids, values=values,
                              before=summarise(before_rows), after=summarise(after_rows),
                              rows=after_rows, refused=refused, networks=networks,
-                             cross_validated=summarise(cv_rows), interval=interval)
+                             cross_validated=summarise(cv_rows), interval=interval,
+                             table=split_table(use, catalog))
+
+
+def ceiling_violations(matmul_fraction: float, rows: pd.DataFrame,
+                       catalog: Catalog) -> list[str]:
+    """Each (GPU, precision class) of ``rows`` whose catalog ceiling (``matmul_ceiling``:
+    best-shape GEMM / dense peak, the MAMF table of hardware.md §6.1) is below
+    ``matmul_fraction``, as text naming the ceiling and its source; [] when none is."""
+    from fsdpsim.efficiency import precision_class
+
+    out = []
+    pairs = sorted({(str(g), str(p)) for g, p in zip(rows["gpu"], rows["precision"])})
+    seen = set()
+    for gpu, precision in pairs:
+        cls = precision_class(precision)
+        table = catalog.accelerator(gpu).efficiency.tables.get(cls, {}) if cls else {}
+        ceiling = table.get("matmul_ceiling")
+        if ceiling is not None and matmul_fraction > ceiling and (gpu, cls) not in seen:
+            seen.add((gpu, cls))
+            out.append(f"{gpu} {cls} {ceiling:.4g} ({table.get('ceiling_source', 'no source')})")
+    return out
+
+
+def split_table(rows: pd.DataFrame, catalog: Catalog) -> tuple[str, str] | None:
+    """(precision class, kernel stack) of ``rows`` when they share one and some GPU of theirs
+    resolves it from a split table (:func:`fsdpsim.efficiency.resolve`): the fitted fractions
+    belong there, or the fallback table would not reach these rows. None otherwise (the
+    fallback ``[accelerator.efficiency]``, as for a GPU without split tables)."""
+    from fsdpsim.efficiency import precision_class, resolve
+    from fsdpsim.frameworks import profile
+
+    recipes = rows["recipe"] if "recipe" in rows.columns else pd.Series("fsdp2", index=rows.index)
+    triples = {(str(g), str(p), profile(str(r) or "fsdp2").kernel_stack)
+               for g, p, r in zip(rows["gpu"], rows["precision"], recipes)}
+    pairs = {(precision_class(p), stack) for _, p, stack in triples}
+    if len(pairs) != 1 or None in next(iter(pairs)):
+        return None
+    if any(resolve(catalog.accelerator(g), p, stack).table is not None for g, p, stack in triples):
+        return next(iter(pairs))
+    return None

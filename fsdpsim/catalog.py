@@ -33,6 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+from fsdpsim.efficiency import check_tables, tables_of
 from fsdpsim.errors import SHOWN_PATH_CHARS, ConfigError, shown, suggest
 from fsdpsim.files import read_toml
 from fsdpsim.hardware import (Accelerator, Cluster, CollectiveLibrary, Efficiency, Link, Network,
@@ -351,6 +352,7 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         raise ConfigError(f"{raw.where}: [[accelerator]] {raw.id!r}: [peak_dense_tflops] needs at "
                           "least one of bf16, fp16, fp32")
     e = d["efficiency"]
+    check_tables(e, f"{raw.where}: [[accelerator]] {raw.id!r}")
     eff = Efficiency(
         matmul_fraction=e["matmul_fraction"],
         matmul_half_flops=e["matmul_half_gflop"] * 1e9,
@@ -366,7 +368,7 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         ep_link_fraction=e.get("ep_link_fraction"),
         kernel_overhead_s=e["kernel_overhead_us"] * US_S,
         comm_compute_slowdown=e["comm_compute_slowdown"],
-        source=e["source"],
+        source=e["source"], tables=tables_of(e),
     )
     memory_gib = d.get("memory_usable_gib", d["memory_gib"])
     return Accelerator(

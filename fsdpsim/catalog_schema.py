@@ -24,6 +24,8 @@ DEFAULT_ATTENTION_HALF_KV = 128.0
 #: 15-25 % over-prediction that A100-fitted models show on Hopper (validation/README.md).
 UNCALIBRATED_INTERVAL = (0.70, 1.10)
 ENV_VAR = "FSDPSIM_CATALOG"
+#: Kernel stacks of the framework profiles (fsdpsim.efficiency; repeated there).
+KERNEL_STACKS = ("te", "pytorch", "deepspeed", "megatron-lm")
 _NUM = (int, float)
 
 
@@ -105,7 +107,28 @@ _EFFICIENCY = {
     "kernel_overhead_us": Field(_NUM, True, 0.0, 100, unit="us"),
     "comm_compute_slowdown": Field(_NUM, True, 0.0, 5.0),
     "source": Field(str),
+    # what the fractions above were fitted on (fsdpsim.efficiency.resolve)
+    "stack": Field(str, False, choices=KERNEL_STACKS),
+    "precision": Field(str, False, choices=("bf16", "fp8")),
 }
+#: One kernel stack's fractions for one precision class ([accelerator.efficiency.bf16.te]);
+#: fsdpsim.efficiency.check_tables requires a source and at least one fraction.
+_STACK_EFFICIENCY = {
+    "matmul_fraction": Field(_NUM, False, 0.05, 1.0),
+    "attention_fraction": Field(_NUM, False, 0.05, 1.0),
+    "fused_attention_fraction": Field(_NUM, False, 0.05, 1.0),
+    "throughput_ratio_p05": Field(_NUM, False, 0.1, 1.0),
+    "throughput_ratio_p95": Field(_NUM, False, 1.0, 10.0),
+    "source": Field(str, False),
+}
+#: A precision class ([accelerator.efficiency.bf16] / [...fp8]): its measured ceiling and its
+#: kernel stacks' tables.
+_CLASS_EFFICIENCY = {
+    "matmul_ceiling": Field(_NUM, False, 0.05, 1.0),
+    "ceiling_source": Field(str, False),
+    **{stack: _STACK_EFFICIENCY for stack in KERNEL_STACKS},
+}
+_EFFICIENCY.update({"bf16": _CLASS_EFFICIENCY, "fp8": _CLASS_EFFICIENCY})
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "accelerator": {

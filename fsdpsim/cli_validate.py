@@ -191,15 +191,24 @@ def register(cli: click.Group) -> None:
     @click.option("--output", type=click.Path(dir_okay=False), default=None,
                   help="Write the catalog overlay here (a .toml inside a folder for --catalog); "
                        f"with --local the default is {LOCAL_DEFAULT_OUTPUT}.")
+    @click.option("--where", "where", default=None,
+                  help="Only rows matching this condition on the measurement columns (pandas "
+                       "query syntax, e.g. 'n_gpus == 8 and pp == 1 and tp <= 2').")
+    @click.option("--loso", is_flag=True, default=False,
+                  help="Leave one source out: per source_key, fit without it and report its "
+                       "error before/after; flags a fit that worsens the held-out source more "
+                       "than it improves its own rows. Writes no overlay.")
     @click.pass_context
     def calibrate_cmd(ctx: click.Context, measurements: str | None, gpus: tuple[str, ...],
                       framework: str, factors: tuple[str, ...], local: bool,
-                      ranks: int | None, quick: bool, output: str | None) -> None:
+                      ranks: int | None, quick: bool, output: str | None,
+                      where: str | None, loso: bool) -> None:
         """Fit the physical efficiency factors of one GPU type to measured runs, or measure
         this machine (--local)."""
         if local:
             given = [name for name, value in (("--measurements", measurements), ("--gpu", gpus),
-                                              ("--factor", factors)) if value]
+                                              ("--factor", factors), ("--where", where),
+                                              ("--loso", loso)) if value]
             if given:
                 them = "it" if len(given) == 1 else "them"
                 raise ConfigError(f"calibrate --local measures this machine and takes no "
@@ -220,6 +229,16 @@ def register(cli: click.Group) -> None:
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         frame = fit_rows(by_framework(load_measurements(measurements, cat), framework))
+        if where:
+            frame = rows_where(frame, where)
+        if loso:
+            from fsdpsim.calibration_loso import leave_one_source_out, report_lines
+
+            if output:
+                raise ConfigError("--loso reports and writes no overlay; drop --output")
+            echo("\n".join(report_lines(leave_one_source_out(frame, cat, gpus,
+                                                             factors or DEFAULT_FACTORS))))
+            return
         result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
         echo(_summary_line("before", result.before))
         echo(_summary_line("after ", result.after))
@@ -242,6 +261,21 @@ def register(cli: click.Group) -> None:
 
 
 LOCAL_DEFAULT_OUTPUT = "./fsdpsim-local/local.toml"
+
+
+def rows_where(frame, condition: str):
+    """The rows of ``frame`` for which ``condition`` (pandas ``DataFrame.query`` syntax on the
+    measurement columns) holds; a condition pandas cannot evaluate, or one that keeps no row,
+    is one clear error."""
+    try:
+        kept = frame.query(condition)
+    except Exception as exc:  # pandas raises many types for a malformed expression
+        raise ConfigError(f"--where {condition!r} cannot be evaluated on the measurement "
+                          f"columns ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
+                          "accepted: a condition such as 'n_gpus == 8 and tp <= 2'") from None
+    if kept.empty:
+        raise ConfigError(f"--where {condition!r} keeps none of the {len(frame)} rows")
+    return kept
 
 
 def _write(output: str, text: str) -> None:

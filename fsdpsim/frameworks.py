@@ -6,8 +6,10 @@ model's ``torch`` or ``megatron`` recipe), which collective library release its 
 (NCCL's cost-model constants differ between releases: ``[[collectives]]`` in the catalog), how
 fine its data-parallel collectives are (one per FSDP unit, or one per parameter), whether those
 collectives can overlap compute at all, and per-call host work that grows with the number of
-ranks. ``uncertainty`` is the relative spread of step time this profile's simplifications leave
-(it widens the 90 % range, :func:`fsdpsim.predict.prediction_interval`).
+ranks, and its kernel stack (``kernel_stack``: which of the catalog's per-precision GEMM and
+attention fractions its runs reach, :mod:`fsdpsim.efficiency`). ``uncertainty`` is the
+relative spread of step time this profile's simplifications leave (it widens the 90 % range,
+:func:`fsdpsim.predict.prediction_interval`).
 
 Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 
@@ -104,15 +106,17 @@ class Framework:
     zero1_groups: bool = False
     """ZeRO-1's optimizer states may be sharded within groups smaller than the data-parallel
     group (``shard_group_size`` with sharding ``optimizer``)."""
-    fused_attention: bool | None = None
-    """Transformer Engine's fused (cuDNN) attention kernel; None: the recipe's (``megatron``:
-    fused, ``torch``: PyTorch SDPA / FlashAttention-2)."""
     grad_accum_pass_bytes: float = 0.0
     """Bytes of HBM traffic per parameter and micro-batch to add the 16-bit gradient into an
     fp32 accumulation buffer after the backward (0: accumulated in place, e.g. Megatron's
     fused wgrad accumulation into ``main_grad``)."""
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
+    kernel_stack: str = "pytorch"
+    """The GEMM and attention kernels its runs use, which pick the catalog's fractions per
+    precision (:mod:`fsdpsim.efficiency`): ``te`` (Transformer Engine GEMMs and cuDNN fused
+    attention), ``pytorch`` (torch.matmul / SDPA or flash-attn, eager or torch.compile),
+    ``deepspeed``, ``megatron-lm`` (apex and cuBLAS, before Transformer Engine)."""
     source: str = ""
     supports: tuple[tuple[str, tuple], ...] = ()
     """What the framework can run, for ``fsdpsim search``: (plan setting, the values it
@@ -128,6 +132,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               # async TP is DTensor/FSDP2-era (torch 2.5 torch.distributed._symmetric_memory)
               supports=(("tp_overlap", (False,)),)),
     Framework("deepspeed-zero3", "megatron", "nccl-2.30", uncertainty=0.10,
+              kernel_stack="deepspeed",
               source="DeepSpeed PR #1453 (4912e0ad, 2022-01-20) batched all-gather",
               # DeepSpeed's sequence parallelism is Ulysses (all-to-all); ZeRO-2/3 do not
               # combine with its pipeline engine (runtime/pipe/engine.py asserts stage < 2)
@@ -135,7 +140,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
                         ("pp", (1,)))),
     Framework("deepspeed-zero3-2021", "megatron", "nccl-2.10", per_parameter=True,
               persistence_numel=100_000, gather_overlap=False, list_collectives=True,
-              uncertainty=0.25,
+              uncertainty=0.25, kernel_stack="deepspeed",
               source="DeepSpeed runtime/zero/partition_parameters.py @c4f4ef5d (2021-04-30) "
                      "L603-626, L776-823, L918-954; constants.py; PR #1188",
               # the 2021 ZeRO-3 engine: stage 3 alone, no pipeline, no sequence/context split;
@@ -144,7 +149,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
                         ("sequence_parallel", (False,)), ("tp_overlap", (False,)),
                         ("ep", (1,)), ("recompute", ("none", "full")),
                         ("partial_recompute", (False,)))),
-    Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05,
+    Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05, kernel_stack="te",
               source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
                      "overlap_param_gather)"),
     Framework("internevo", "megatron", "nccl-2.30", param_broadcast=True,
@@ -155,7 +160,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               # hybrid ZeRO-1 (its zero1 groups: shard_group_size); no ring context parallel
               # or TP communication overlap of Megatron's kind
               supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
-    Framework("nanotron", "megatron", "nccl-2.30", fused_attention=False,
+    Framework("nanotron", "megatron", "nccl-2.30",
               grad_accum_pass_bytes=2.0 + 4.0 + 4.0, uncertainty=0.10,
               source="huggingface/nanotron v0.5 src/nanotron/helpers.py "
                      "(init_optimizer_and_grad_accumulator), optim/gradient_accumulator.py "
@@ -166,7 +171,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               supports=(("sharding", ("none", "optimizer")), ("cp", (1,)),
                         ("tp_overlap", (False,)), ("pp_schedule", ("1f1b",)), ("ep", (1,)))),
     Framework("megatron-2021", "megatron", "nccl-2.10", grad_reduce_overlap=False,
-              uncertainty=0.10,
+              uncertainty=0.10, kernel_stack="megatron-lm",
               source="Megatron-LM v2.x megatron/training.py train_step "
                      "(model.allreduce_gradients() after backward)",
               # v2.x: DDP data parallelism (the distributed optimizer and sequence parallelism

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from fsdpsim.errors import ConfigError
 from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
@@ -75,6 +75,10 @@ class Efficiency:
     """Attention throughput / dense peak of the fused attention kernel Megatron-LM / NeMo use
     (Transformer Engine's cuDNN fused attention; FlashAttention-3 class on Hopper and later);
     None = ``attention_fraction`` (the PyTorch SDPA FlashAttention-2 kernel)."""
+    tables: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Fractions split by precision class and kernel stack, their ceilings, and what the
+    fields above were fitted on (:func:`fsdpsim.efficiency.tables_of`; read by
+    :func:`fsdpsim.efficiency.resolve`)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpsim import engine, model_layers
+from fsdpsim import efficiency, engine, model_layers
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
 from fsdpsim.engine.inputs import EngineInputs
 from fsdpsim.errors import ConfigError
@@ -156,12 +156,10 @@ def _system_inputs(system: System, precision: str,
                                                           bf16_share=bf16_share),
         # the LM head's GEMMs stay in the 16-bit type unless fp8_lm_head (layers.root_times)
         "lm_head_peak_ratio": _attention_peak_ratio(acc, precision, bf16_share=bf16_share),
-        "matmul_fraction": eff.matmul_fraction, "matmul_half_flops": eff.matmul_half_flops,
-        "matmul_half_k": eff.matmul_half_k,
+        # the default profile's kernel stack (fsdp2: pytorch); framework_inputs replaces them
+        **efficiency.resolve(acc, precision, "pytorch").values,
+        "matmul_half_flops": eff.matmul_half_flops, "matmul_half_k": eff.matmul_half_k,
         "attention_half_kv": eff.attention_half_kv,
-        "attention_fraction": eff.attention_fraction,
-        "fused_attention_fraction": (eff.attention_fraction if eff.fused_attention_fraction
-                                     is None else eff.fused_attention_fraction),
         "hbm_bytes_per_s": acc.hbm_bandwidth_bytes_per_s, "hbm_fraction": eff.hbm_fraction,
         "link_bytes_per_s": link.bandwidth_bytes_per_s, "link_fraction": eff.link_fraction,
         "ep_link_fraction": (eff.link_fraction if eff.ep_link_fraction is None
@@ -227,16 +225,20 @@ def fabric_inputs(system: System) -> dict[str, float]:
     return x
 
 
-def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dict[str, Any]:
+def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
+                     precision: str | None = None) -> dict[str, Any]:
     """Engine inputs of the plan's framework profile (:mod:`fsdpsim.frameworks`): its recipe,
     the collective library release its runs used (NCCL cost-model constants), the number of
-    data-parallel collectives per unit (one, or one per gathered parameter), and whether those
-    collectives overlap compute."""
+    data-parallel collectives per unit (one, or one per gathered parameter), whether those
+    collectives overlap compute, and (given the training ``precision``) the GEMM and attention
+    fractions of its kernel stack for that precision (:func:`fsdpsim.efficiency.resolve`)."""
     from fsdpsim import frameworks
     from fsdpsim.costs import nccl
 
     prof = frameworks.profile(plan.framework)
     x: dict[str, Any] = {}
+    if precision is not None:
+        x.update(efficiency.resolve(system.accelerator, precision, prof.kernel_stack).values)
     lib = system.collectives.get(prof.collectives)
     if lib is not None and prof.collectives != frameworks.PROFILES["fsdp2"].collectives:
         x.update(nccl.library_inputs(lib))  # system_inputs gave the default profile's release
@@ -251,8 +253,9 @@ def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan) -> dic
     x.update({"megatron": float(prof.recipe == "megatron"),
               "framework_uncertainty": prof.uncertainty,
               "param_gather_overlap": float(prof.name == "megatron"),
-              "fused_attention": float(prof.recipe == "megatron" if prof.fused_attention is None
-                                       else prof.fused_attention),
+              # cuDNN fused attention is Transformer Engine's (the te stack); every other
+              # stack runs FlashAttention-2 / SDPA at the catalog's attention_fraction
+              "fused_attention": float(prof.kernel_stack == "te"),
               "dp_gather_overlap": float(prof.gather_overlap),
               "dp_list_collectives": float(prof.list_collectives),
               "ddp_overlap": float(prof.grad_reduce_overlap),
@@ -470,6 +473,7 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
     x = {**model_inputs(spec, plan.shard_group, tp=plan.tp),
          **system_inputs(system, training.precision, bf16_linear_share(spec, training)),
          **plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
-         **training_inputs(training), **framework_inputs(spec, system, plan)}
+         **training_inputs(training),
+         **framework_inputs(spec, system, plan, training.precision)}
     x.update(moe_inputs.stage_inputs(spec, plan))
     return x

@@ -28,7 +28,8 @@ MOE_RATIO_P05, MOE_RATIO_P95 = 0.73, 1.08
 
 def prediction_interval(values: Mapping[str, Any], system: System, *,
                         comm: tuple[Any, Any] = (1.0, 1.0),
-                        uncertainty: tuple[Any, Any] | None = None) -> dict[str, Any]:
+                        uncertainty: tuple[Any, Any] | None = None,
+                        efficiency=None) -> dict[str, Any]:
     """5-95 % range of tokens/s and step time from the GPU type's calibration residuals,
     widened by what is uncertain about the plan's communication.
 
@@ -45,11 +46,25 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     framework profile's uncertainty, wider past the largest measured scale; the low end is
     multiplied by the first, the high end by the second.
     ``uncertainty`` = :func:`comm_uncertainty`'s pair, reported. Scalars or arrays (a sweep
-    passes one system's rows at once).
+    passes one system's rows at once). ``efficiency`` (a :class:`fsdpsim.efficiency.Resolved`,
+    the plan's GPU x precision x kernel stack): the range of the table it used, and a
+    transferred triple widens both ends by
+    :data:`fsdpsim.efficiency.TRANSFER_UNCERTAINTY` (``efficiency_transferred``).
     """
     eff = system.accelerator.efficiency
     lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
     calibrated = eff.calibrated and system.power_cap_w is None
+    transferred = False
+    if efficiency is not None:
+        from fsdpsim.efficiency import TRANSFER_UNCERTAINTY
+
+        if efficiency.interval is not None:
+            lo, hi = efficiency.interval
+        calibrated = (efficiency.calibrated and not efficiency.transferred
+                      and system.power_cap_w is None)
+        transferred = efficiency.transferred
+        if transferred:
+            lo, hi = lo * (1.0 - TRANSFER_UNCERTAINTY), hi * (1.0 + TRANSFER_UNCERTAINTY)
     if not calibrated:  # the power-cap model is uncalibrated: at least the uncalibrated range
         lo, hi = min(lo, UNCALIBRATED_INTERVAL[0]), max(hi, UNCALIBRATED_INTERVAL[1])
     moe = False
@@ -76,7 +91,8 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
            "step_time_s_low": values["step_time_s"] / hi,
            "step_time_s_high": values["step_time_s"] / lo,
            "mfu_low": values["mfu"] * lo, "mfu_high": values["mfu"] * hi,
-           "calibrated": calibrated, "near_memory_limit": near, "mixture_of_experts": moe,
+           "calibrated": calibrated, "efficiency_transferred": transferred,
+           "near_memory_limit": near, "mixture_of_experts": moe,
            "coverage": 0.9}
     if uncertainty is not None:
         u_fab, u_fw = uncertainty

@@ -21,6 +21,7 @@ import numpy as np
 from fsdpsim import engine, frameworks, sensitivity
 from fsdpsim.costs.comm import STRATEGY_CODES
 from fsdpsim.costs.compute import NUMBER_TYPES
+from fsdpsim.efficiency import resolve as resolve_efficiency
 from fsdpsim.errors import ConfigError
 from fsdpsim.hardware import System
 from fsdpsim.model import ModelSpec
@@ -395,6 +396,9 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                               "grad_accum": str(int(accum[i]))}
     notes = [system.extra.get("notes", "")] if system.extra.get("notes") else []
     notes += plan_notes(spec, plan)
+    stack_eff = resolve_efficiency(system.accelerator, training.precision,
+                                   frameworks.profile(plan.framework).kernel_stack)
+    notes.extend(stack_eff.notes())
     auto = [name for name, given in (("micro_batch", training.micro_batch),
                                      ("recompute", training.recompute)) if given is None]
     if auto and n > 1:
@@ -443,6 +447,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "cuda_graphs": training.cuda_graphs,
                   "recompute_modules": list(training.recompute_modules)},
         chosen=chosen, notes=tuple(notes),
-        interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty),
+        interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty,
+                                     efficiency=stack_eff),
         analysis_inputs=MappingProxyType(chosen_x),
     )

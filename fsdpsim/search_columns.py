@@ -87,7 +87,7 @@ class PlanColumns:
         self.base = {**system_inputs(system, training.precision,
                                      bf16_linear_share(spec, training)),
                      **training_inputs(training),
-                     **framework_inputs(spec, system, families[0].base)}
+                     **framework_inputs(spec, system, families[0].base, training.precision)}
         # model inputs per distinct (tp, shard group): vectorised over the shard sizes
         tp = self.column("tp").astype(np.int64)
         shard = self.column("shard_size").astype(np.int64)

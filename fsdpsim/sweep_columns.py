@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim import engine, procurement, sensitivity
+from fsdpsim.efficiency import resolve as resolve_efficiency
 from fsdpsim.grid import Grid
 from fsdpsim.parallel import LOW_PRECISION, RECOMPUTES, SHARDED, SHARDINGS, TrainingConfig
 from fsdpsim.predict import (COMM_KEYS, HFU_CONVENTION, MEMORY_KEYS, MFU_CONVENTION,
@@ -261,12 +262,20 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
         twin = twins["twin_tokens_per_s_per_gpu"][rows]
         slower = np.where(np.isnan(twin), 1.0, twin / values["tokens_per_s_per_gpu"])
         comm = (slower, faster_ratio(values, uncertainty))
-        for k, v in prediction_interval(values, hw.system, comm=comm,
-                                        uncertainty=uncertainty).items():
-            flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
-            column = out.setdefault(f"interval.{k}", np.full(n, None if flag else np.nan,
-                                                             dtype=object if flag else float))
-            column[rows] = v
+        # the fractions' table per precision (sweep's framework is fsdp2: the pytorch stack)
+        precisions = np.asarray(cols["training.precision"], dtype=object)[rows]
+        for precision in dict.fromkeys(precisions.tolist()):
+            part = precisions == precision
+            stack_eff = resolve_efficiency(hw.system.accelerator, str(precision), "pytorch")
+            for k, v in prediction_interval(
+                    {k: v[part] for k, v in values.items()}, hw.system,
+                    comm=tuple(c[part] for c in comm),
+                    uncertainty=tuple(u[part] for u in uncertainty),
+                    efficiency=stack_eff).items():
+                flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
+                column = out.setdefault(f"interval.{k}", np.full(
+                    n, None if flag else np.nan, dtype=object if flag else float))
+                column[rows[part]] = v
     return out
 
 

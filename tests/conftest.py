@@ -1,5 +1,6 @@
 """Shared fixtures. Tests import fsdpsim from the source tree (the repository root)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -85,11 +86,17 @@ def assert_one_line_error(rc: int, out: str, err: str) -> str:
 def overlay_catalog(folder: Path, factors: dict[str, dict[str, float]]):
     """The built-in catalog with some accelerators' efficiency factors replaced (a catalog
     overlay written to ``folder``): for tests whose cases were chosen at factors recalibrated
-    since."""
+    since. A value that is itself a table (key ``"bf16.pytorch"``) replaces that split table
+    (:mod:`fsdpsim.efficiency`)."""
     lines = []
     for gpu, values in factors.items():
+        flat = {k: v for k, v in values.items() if not isinstance(v, dict)}
         lines += ["[[accelerator]]", f'id = "{gpu}"', "override = true", "",
-                  "[accelerator.efficiency]", *(f"{k} = {v}" for k, v in values.items()), ""]
+                  "[accelerator.efficiency]", *(f"{k} = {v}" for k, v in flat.items()), ""]
+        for name, table in values.items():
+            if isinstance(table, dict):
+                lines += [f"[accelerator.efficiency.{name}]",
+                          *(f"{k} = {json.dumps(v)}" for k, v in table.items()), ""]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "overlay.toml").write_text("\n".join(lines))
     return load_catalog((str(folder),), use_env=False)

@@ -78,17 +78,25 @@ def test_golden_cases_are_the_tools_cases(golden, tool):
     assert [row["case"] for row in golden["grid"]] == tool.cases()
 
 
+def _AS_BEFORE(matmul_fraction: float) -> dict:
+    """A split PyTorch 16-bit table (fsdpsim.efficiency) holding the one set the snapshot had."""
+    return {"matmul_fraction": matmul_fraction, "source": "engine_golden snapshot"}
+
+
 #: Efficiency factors as they stood when the snapshot was written, for accelerators
-#: recalibrated since (module docstring).
+#: recalibrated since (module docstring); their 16-bit PyTorch tables
+#: (``[efficiency.bf16.pytorch]``) hold the same one set.
 SNAPSHOT_FACTORS = {
     "v100-sxm2-16gb": {"matmul_fraction": 0.695, "matmul_half_gflop": 0.43, "hbm_fraction": 0.6},
     "v100-sxm2-32gb": {"matmul_fraction": 0.695, "matmul_half_gflop": 0.43, "hbm_fraction": 0.6},
     "h100-sxm5-80gb": {"matmul_fraction": 0.790, "matmul_half_gflop": 3.91,
-                       "fused_attention_fraction": 0.329},
+                       "fused_attention_fraction": 0.329, "bf16.pytorch": _AS_BEFORE(0.790)},
     "h200-sxm-141gb": {"matmul_fraction": 0.790, "matmul_half_gflop": 3.91,
-                       "fused_attention_fraction": 0.329},
+                       "fused_attention_fraction": 0.329, "bf16.pytorch": _AS_BEFORE(0.790)},
     "b200": {"matmul_fraction": 0.674, "matmul_half_gflop": 7.58,
-             "fused_attention_fraction": 0.321},
+             "fused_attention_fraction": 0.321,
+             "bf16.pytorch": {**_AS_BEFORE(0.674), "attention_fraction": 0.24}},
+    "mi300x": {"bf16.pytorch": _AS_BEFORE(0.447)},
 }
 
 
@@ -102,10 +110,18 @@ def snapshot_catalog(tmp_path_factory):
 def test_snapshot_overlay_differs_from_today(snapshot_catalog):
     """The overlay pins something (else it would hide nothing and test nothing)."""
     today = load_catalog((), use_env=False)
+    from fsdpsim.efficiency import resolve
+
     for gpu, factors in SNAPSHOT_FACTORS.items():
-        pinned, now = (c.accelerator(gpu).efficiency for c in (snapshot_catalog, today))
-        assert pinned.matmul_fraction == factors["matmul_fraction"]
-        assert now.matmul_fraction != factors["matmul_fraction"]
+        if "matmul_fraction" in factors:
+            pinned, now = (c.accelerator(gpu).efficiency for c in (snapshot_catalog, today))
+            assert pinned.matmul_fraction == factors["matmul_fraction"]
+            assert now.matmul_fraction != factors["matmul_fraction"]
+        if "bf16.pytorch" in factors:
+            pinned, now = (resolve(c.accelerator(gpu), "bf16", "pytorch").values
+                           for c in (snapshot_catalog, today))
+            want = factors["bf16.pytorch"]["matmul_fraction"]
+            assert pinned["matmul_fraction"] == want and now["matmul_fraction"] != want
 
 
 def test_data_parallel_grid_unchanged(golden, tool, snapshot_catalog):

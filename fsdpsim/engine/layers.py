@@ -82,7 +82,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         peak_ratio = where(g["fp8_attention"] > 0, g["fp8_attention_peak_ratio"], peak_ratio)
     attn_peak = r["clocked_peak"] * peak_ratio
     # Megatron / NeMo run Transformer Engine's cuDNN fused attention, not PyTorch SDPA
-    # (the framework profile's ``fused_attention``; nanotron calls flash_attn 2).
+    # (the framework profile's kernel stack ``te``; nanotron, torchtitan, DeepSpeed run FA2).
     attn_fraction = where(g["fused_attention"] > 0, g["fused_attention_fraction"],
                           g["attention_fraction"])
     attn_fwd_s = compute.attention_time_s(attn_flops_fwd, attn_peak,
