@@ -143,8 +143,11 @@ def test_3_long_model_name_in_a_measurement_cell(capsys, tmp_path):
 # -- item 4: files read with a cap --------------------------------------------------------------
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
 def test_4_dev_zero_is_refused_after_the_cap(capsys):
-    line = assert_one_line_error(*run(capsys, "predict", "--model", "/dev/zero"))
+    line = assert_one_line_error(*run(capsys, "sweep", "--grid", "/dev/zero"))
     assert "'/dev/zero'" in line and "16 MiB" in line
+    # a model config must be a regular file: a device is refused before it is read
+    line = assert_one_line_error(*run(capsys, "predict", "--model", "/dev/zero"))
+    assert "'/dev/zero'" in line and "a device; give a regular file" in line
 
 
 @pytest.mark.parametrize("command, name, size_mib", [
@@ -305,10 +308,10 @@ def test_10_other_toml_and_deep_folders_are_not_catalog_files(capsys, tmp_path):
 @pytest.mark.parametrize("args", [("predict",), ("catalog", "list"), ("model", "list"),
                                   ("sweep", "--num-gpus", "8..64", "--format", "csv"),
                                   ("sweep", "--num-gpus", "8..64", "-o", "/dev/full")])
-def test_11_full_device_is_one_line_exit_1(args):
+def test_11_full_device_is_one_line_exit_2(args):
     with open("/dev/full", "w") as full:
         proc = _process(*args, stdout=full)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "No space left on device" in proc.stderr and proc.stderr.startswith("fsdpsim: error:")
 

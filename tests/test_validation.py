@@ -253,4 +253,4 @@ def test_calibrate_on_a_file_without_usable_rows_is_one_line(tmp_path, capsys):
                     "FULL_SHARD,8,,512,false,amp_bf16,3000\n")
     line = assert_one_line_error(*run(capsys, "calibrate", "--measurements", str(path),
                                       "--gpu", "h100", "--framework", ""))
-    assert "0 usable rows for h100-sxm5-80gb" in line
+    assert "too few rows to fit" in line and "0 on --gpu h100-sxm5-80gb" in line
