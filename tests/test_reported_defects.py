@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -118,11 +117,10 @@ def test_a_write_that_fails_midway_is_exit_2(capsys, tmp_path):
 def test_model_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)
-    start = time.monotonic()
+    # opening the FIFO would wait for a writer forever: the timeout turns that into a failure
     proc = subprocess.run([sys.executable, "-m", "fsdpsim.cli", "predict", "--model", str(fifo)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert time.monotonic() - start < 60
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
     assert "a named pipe (FIFO); give a regular file" in proc.stderr, proc.stderr
 
@@ -151,14 +149,29 @@ def test_calibrate_known_framework_says_which_filter_left_nothing(capsys):
     (None, "the global batch must divide by the data-parallel degree"),
     ("1048576", "too large: up to"),
 ])
-def test_search_on_a_million_gpus_answers_at_once(capsys, batch, says):
-    start = time.monotonic()
+def test_search_on_a_million_gpus_answers_without_building_the_plans(capsys, monkeypatch,
+                                                                      batch, says):
+    """DeepSeek-V3 on 2^20 GPUs ran for minutes: at the default batch (no plan) the
+    explanation built every plan at global batch = GPU count; at a batch of 2^20 the search
+    itself had tens of millions of candidates. Both now answer from the size estimate, before
+    a plan is built (building one fails this test)."""
+    import fsdpsim.search as search_module
+    import fsdpsim.search_explain as explain
+
+    def refuse(*_a, **_k):
+        raise AssertionError("plans were built")
+
+    monkeypatch.setattr(explain, "enumerate_plans", refuse)
+    if batch:
+        monkeypatch.setattr(search_module, "enumerate_families", refuse)
     args = ["search", "--model", "deepseek-v3", "--num-gpus", "1048576"]
     line = assert_one_line_error(*run(capsys, *args, *(["--global-batch", batch] if batch
                                                        else [])))
-    assert says in line and time.monotonic() - start < 20, line
+    assert says in line, line
     if batch:
         assert "20,000,000" in line and "--fix" in line
+    else:
+        assert "nearest feasible: --global-batch 2048" in line
 
 
 @pytest.mark.parametrize("model, gpus", [("llama3-8b", 64), ("gpt3-175b", 256),
