@@ -126,7 +126,8 @@ def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: st
     usable = on_gpu[on_gpu["skip"] == ""]
     need = n_factors + 2
     if len(usable) < need:
-        stages = [(f"{len(every)} rows in {source or 'the file'}", len(every)),
+        stages = [(f"{len(every)} row{'s' * (len(every) != 1)} in {source or 'the file'}",
+                   len(every)),
                   (f"{len(frame)} with --framework {framework!r}", len(frame)),
                   (f"{len(fit)} of them fittable (no {'/'.join(UNFIT_SUBSETS)} subset, "
                    "block-scaled format or MoE model)", len(fit)),
@@ -135,7 +136,7 @@ def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: st
         shown = []
         for text, count in stages:
             shown.append(text)
-            if count < need:
+            if count == 0:  # the filter that left nothing
                 break
         gpus_there = ", ".join(sorted({str(g) for g in fit["gpu"].dropna()})) or "none"
         raise ConfigError(f"too few rows to fit {n_factors} factors (need {need}): "

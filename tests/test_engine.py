@@ -1,7 +1,7 @@
 """The vectorised engine: exact agreement with torch's collectives and FLOP counts, invariants
-checked with hypothesis, and the speed of a single ``predict``.
+checked with hypothesis, and that a single ``predict`` is one engine call.
 
-Reference numbers come from ``shared/reference/torch_validation_on_cpu.md`` (torch 2.13.0,
+Reference numbers come from ``tests/data/reference/torch_validation_on_cpu.md`` (torch 2.13.0,
 gloo, ``TorchDispatchMode`` on ``torch.ops.c10d.*``; ``FlopCounterMode``): §2 (collective
 tensor bytes per rank per step) and §3 (FLOPs). Tensor bytes are what the c10d ops see:
 all-gather the gathered output, reduce-scatter the padded input, all-reduce the buffer.
