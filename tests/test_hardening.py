@@ -253,6 +253,7 @@ def test_16_memory_per_gpu_stops_falling_past_a_few_thousand_gpus(cat):
     assert list(worlds[:4]) == [1, 2, 4, 8]  # the advice looks below the plan's world too
 
 
+@pytest.mark.slow
 def test_16_advice_and_auto_know_about_padding(capsys):
     rc, out, _ = run(capsys, "predict", "--num-gpus", "4194304", "--format", "json")
     d = json.loads(out)
@@ -427,6 +428,7 @@ def test_17_big_tables_are_written_in_blocks(monkeypatch):
     assert "16 rows, " in text and text.count("tok/s/GPU") == 4
 
 
+@pytest.mark.slow
 def test_17_memory_stays_flat_per_row(tmp_path):
     """Rows written 12,800 then 51,200 (chunks of 2,048 points): peak RSS grows by less than
     100 bytes per extra row (before the writer streamed: about 3,400 bytes per row)."""
