@@ -307,6 +307,7 @@ def test_10_other_toml_and_deep_folders_are_not_catalog_files(capsys, tmp_path):
 # -- item 11: output that cannot be written ------------------------------------------------------
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 @pytest.mark.parametrize("args", [("predict",), ("catalog", "list"), ("model", "list"),
+                                  ("search", "--num-gpus", "8"),
                                   ("sweep", "--num-gpus", "8..64", "--format", "csv"),
                                   ("sweep", "--num-gpus", "8..64", "-o", "/dev/full")])
 def test_11_full_device_is_one_line_exit_2(args):

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from conftest import ROOT, assert_one_line_error, run
