@@ -190,3 +190,15 @@ def test_size_estimate_bounds_what_the_search_evaluates(cat, model, gpus):
     result = search(spec, system, gpus, training, SearchSpace())
     plans, candidates = estimate_size(spec, gpus, 8, 4096, 256, SearchSpace())
     assert 0 < result.plans <= plans and 0 < result.candidates <= candidates
+
+
+def test_search_over_a_gpu_list_bounds_the_sum(capsys, monkeypatch):
+    """Each count under the limit can still add up to hours over a --num-gpus range: the sum
+    is refused before any count is searched."""
+    import fsdpsim.search as search_module
+
+    monkeypatch.setattr(search_module, "enumerate_families",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("searched")))
+    line = assert_one_line_error(*run(capsys, "search", "--model", "deepseek-v3", "--num-gpus",
+                                      "8..4194304", "--global-batch", "65536"))
+    assert "candidates together, more than the 20,000,000" in line and "fewer GPU counts" in line
