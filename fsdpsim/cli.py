@@ -270,9 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         flush_stdout()
     except OutputClosed:  # e.g. `fsdpsim catalog list | head`: the reader has what it wanted
         return 0
-    except OutputError as exc:  # e.g. `> /dev/full`: not bad input, but one line all the same
-        _error(str(exc))
-        return 1
+    except OutputError as exc:  # e.g. `> /dev/full`: one line and status 2, as for bad input
+        return _error(str(exc))
     except ConfigError as exc:
         return _error(str(exc))
     except _NO_ARGS_IS_HELP as exc:

@@ -15,7 +15,7 @@ from fsdpsim.cli_predict import kernel_options
 from fsdpsim.cli_procurement import assumption_notes, money, rate, run_options, short_source
 from fsdpsim.errors import ConfigError
 from fsdpsim.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, option_type
-from fsdpsim.output import echo
+from fsdpsim.output import cannot_write, check_output_path, echo
 from fsdpsim.parallel import FRAMEWORKS
 
 #: Width of the header and notes of the table view [characters].
@@ -299,17 +299,14 @@ def register(cli: click.Group) -> None:
         path = Path(output)
         if path.suffix.lower() not in (".html", ".htm"):
             raise ConfigError(f"--output {output!r}: give an .html file")
-        if not path.resolve().parent.is_dir():
-            raise ConfigError(f"--output {output!r}: folder {str(path.resolve().parent)!r} "
-                              "does not exist")
+        check_output_path(output)
         rows, training, run = run_compare(ctx, o)
         data = report_data(rows, training, run, o["plan_kind"])
         text = report_html(rows, data, training, run, notes(data["rows"], run, training))
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise ConfigError(f"cannot write --output {output!r}: {exc.strerror or exc}"
-                              ) from None
+            raise cannot_write(output, exc) from None
         echo(f"fsdpsim report: {len(rows)} rows, {text.count('<svg')} figures written to "
              f"{output}")
 

@@ -90,6 +90,25 @@ def _counts(text: str) -> list[int]:
     return parse_counts(text, "--num-gpus")
 
 
+def check_counts(spec, systems: dict, training, space) -> None:
+    """Refuse a ``--num-gpus`` list whose spaces together exceed the search's limit
+    (:data:`fsdpsim.search_space.MAX_CANDIDATES`, by the same upper-bound estimate)."""
+    from fsdpsim.search_space import MAX_CANDIDATES, estimate_size
+    from fsdpsim.system import domain_gpus
+
+    gb, seq = training.global_batch, training.seq_len
+    sizes = {n: estimate_size(spec, n, domain_gpus(system, n), seq, gb, space)[1]
+             for n, system in systems.items()}
+    total = sum(sizes.values())
+    if total > MAX_CANDIDATES:
+        largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
+        raise ConfigError(
+            f"--num-gpus {', '.join(f'{n:,}' for n in systems)}: up to {total:,} candidates "
+            f"together, more than the {MAX_CANDIDATES:,} a search takes (the largest: "
+            + ", ".join(f"{n:,} GPUs {sizes[n]:,}" for n in largest)
+            + "); give fewer GPU counts, or narrow the space with --fix")
+
+
 def run_search(ctx: click.Context, o: dict[str, Any]):
     """Resolve the options and search every GPU count: (spec, the system of each count,
     training, results by count, the ranking)."""
@@ -114,6 +133,9 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     for n in counts:
         systems[n] = budget_system(build_system(ctx, **{**o, "num_gpus": n}),
                                    o["memory_budget_gib"])
+    if len(counts) > 1:  # each count's space is bounded in search(); the list's sum here
+        check_counts(spec, systems, training, space)
+    for n in counts:
         results.append((n, search(spec, systems[n], n, training, space,
                                   objective=o["objective"], top=o["top"], run=run, price=price)))
     ranking = sorted(((c, n) for n, r in results for c in r.top), key=lambda cn: -cn[0].score)

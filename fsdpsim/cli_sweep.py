@@ -6,7 +6,6 @@ import importlib.util
 import itertools
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import click
@@ -16,7 +15,8 @@ from fsdpsim.catalog import load_catalog
 from fsdpsim.cli_procurement import run_options
 from fsdpsim.errors import ConfigError
 from fsdpsim.grid import Grid, build_grid, describe, read_grid_file
-from fsdpsim.output import ROWS_PER_CHUNK, OutputError, echo, is_stdout, write_chunks
+from fsdpsim.output import (ROWS_PER_CHUNK, cannot_write, check_output_path, echo, is_stdout,
+                            write_chunks)
 from fsdpsim.parallel import SHARDING_HELP
 from fsdpsim.sweep_render import notes, records, table_text
 
@@ -168,10 +168,7 @@ def check_output(fmt: str, output: str | None) -> None:
             raise ConfigError("--format parquet writes a binary file: give --output FILE")
     if output is not None and not output.strip():
         raise ConfigError("--output '' is an empty file name; give a file, or - for stdout")
-    if not is_stdout(output):
-        parent = Path(output).resolve().parent
-        if not parent.is_dir():
-            raise ConfigError(f"--output {output!r}: folder {str(parent)!r} does not exist")
+    check_output_path(output)
 
 
 @contextmanager
@@ -283,8 +280,7 @@ def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
         try:
             frame.to_parquet(output, index=False)
         except OSError as exc:
-            raise OutputError(f"cannot write --output {output!r}: {exc.strerror or exc}"
-                              ) from None
+            raise cannot_write(output, exc) from None
         return len(frame), int(frame["infeasible"].isna().sum())
     chunks = {"csv": _csv_chunks, "json": _json_chunks}.get(fmt)
     write_chunks(chunks(frames, counts) if chunks else _table_chunks(frames, grid, counts, wide),

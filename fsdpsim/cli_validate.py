@@ -10,7 +10,7 @@ from fsdpsim import render
 from fsdpsim.catalog import load_catalog
 from fsdpsim.errors import ConfigError
 from fsdpsim.numbers import Rule, option_type
-from fsdpsim.output import echo
+from fsdpsim.output import cannot_write, check_output_path, echo
 
 ROW_COLUMNS = ("id", "model", "gpu", "n_gpus", "layout", "seq_len", "micro_batch", "grad_accum",
                "recompute", "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error",
@@ -105,6 +105,43 @@ def fit_rows(frame):
             moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
         keep &= ~moe
     return frame[keep]
+
+
+def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: str = ""):
+    """The rows ``calibrate`` may fit (``--framework``, then :func:`fit_rows`; :func:`fit` keeps
+    those on ``--gpu`` that are modelled, not skipped). Too few left: one error naming the filter that left them
+    (an unknown framework with the file's frameworks; else each filter's count)."""
+    from fsdpsim.measurement_stats import by_framework
+
+    frame = by_framework(every, framework)
+    names = (sorted({str(n) for n in every["framework"].fillna("")} - {""})
+             if "framework" in every.columns else ["PyTorch FSDP"])
+    if frame.empty:
+        raise ConfigError(f"--framework {framework!r} matches no framework of "
+                          f"{source or 'the file'}; accepted: part of one of {', '.join(repr(n) for n in names)}, or '' "
+                          "for every row")
+    fit = fit_rows(frame)
+    ids = {catalog.accelerator(g).id for g in gpus}
+    on_gpu = fit[fit["gpu"].isin(ids)]
+    usable = on_gpu[on_gpu["skip"] == ""]
+    need = n_factors + 2
+    if len(usable) < need:
+        stages = [(f"{len(every)} row{'s' * (len(every) != 1)} in {source or 'the file'}",
+                   len(every)),
+                  (f"{len(frame)} with --framework {framework!r}", len(frame)),
+                  (f"{len(fit)} of them fittable (no {'/'.join(UNFIT_SUBSETS)} subset, "
+                   "block-scaled format or MoE model)", len(fit)),
+                  (f"{len(on_gpu)} on --gpu {', '.join(sorted(ids))}", len(on_gpu)),
+                  (f"{len(usable)} modelled (not skipped)", len(usable))]
+        shown = []
+        for text, count in stages:
+            shown.append(text)
+            if count == 0:  # the filter that left nothing
+                break
+        gpus_there = ", ".join(sorted({str(g) for g in fit["gpu"].dropna()})) or "none"
+        raise ConfigError(f"too few rows to fit {n_factors} factors (need {need}): "
+                          f"{'; '.join(shown)}; the fittable rows' GPUs: {gpus_there}")
+    return fit
 
 
 def register(cli: click.Group) -> None:
@@ -216,6 +253,7 @@ def register(cli: click.Group) -> None:
                                   "measured runs")
             _calibrate_local(ranks or 2, quick, output or LOCAL_DEFAULT_OUTPUT)
             return
+        check_output_path(output, make_parents=True)
         if ranks is not None or quick:
             raise ConfigError("--ranks and --quick only apply to calibrate --local")
         if not measurements or not gpus:
@@ -224,13 +262,14 @@ def register(cli: click.Group) -> None:
             raise ConfigError(f"calibrate needs {missing} (fit factors to measured runs), or "
                               "--local (measure this machine)")
         from fsdpsim.calibration import DEFAULT_FACTORS, FACTORS, fit
-        from fsdpsim.measurement_stats import by_framework
         from fsdpsim.measurements import load_measurements
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        frame = fit_rows(by_framework(load_measurements(measurements, cat), framework))
+        every = load_measurements(measurements, cat)
         if where:
-            frame = rows_where(frame, where)
+            every = rows_where(every, where)
+        frame = rows_to_fit(every, framework, gpus, cat, len(factors or DEFAULT_FACTORS),
+                            measurements)
         if loso:
             from fsdpsim.calibration_loso import leave_one_source_out, report_lines
 
@@ -240,24 +279,22 @@ def register(cli: click.Group) -> None:
                                                              factors or DEFAULT_FACTORS))))
             return
         result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
-        echo(_summary_line("before", result.before))
-        echo(_summary_line("after ", result.after))
+        overlay = result.overlay_toml(Path(measurements).name)
+        if output:  # written before anything is printed: a failure leaves stdout empty
+            _write(output, overlay)
+        lines = [_summary_line("before", result.before), _summary_line("after ", result.after)]
         if result.cross_validated:
-            echo(_summary_line("5-fold cross-validated", result.cross_validated))
+            lines.append(_summary_line("5-fold cross-validated", result.cross_validated))
         lo, hi = result.interval
-        echo(f"  measured/predicted, 5-95 % out of sample: {lo:.3f} .. {hi:.3f}")
+        lines.append(f"  measured/predicted, 5-95 % out of sample: {lo:.3f} .. {hi:.3f}")
         for name, value in result.values.items():
             key, scale, (lo, hi) = FACTORS[name]
             at_bound = " (at its bound)" if min(value - lo, hi - value) <= 1e-6 * (hi - lo) else ""
-            echo(f"  {key:<22} {value * scale:.4g}{at_bound}")
-        for name, why in result.refused.items():
-            echo(f"  not fitted: {name}: {why}")
-        overlay = result.overlay_toml(Path(measurements).name)
-        if output:
-            _write(output, overlay)
-            echo(f"wrote {output}; use it with --catalog {Path(output).parent}")
-        else:
-            echo("\n" + overlay)
+            lines.append(f"  {key:<22} {value * scale:.4g}{at_bound}")
+        lines += [f"  not fitted: {name}: {why}" for name, why in result.refused.items()]
+        lines.append(f"wrote {output}; use it with --catalog {Path(output).parent}" if output
+                     else "\n" + overlay)
+        echo("\n".join(lines))
 
 
 LOCAL_DEFAULT_OUTPUT = "./fsdpsim-local/local.toml"
@@ -287,7 +324,7 @@ def _write(output: str, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as exc:
-        raise ConfigError(f"cannot write {output}: {exc.strerror}") from None
+        raise cannot_write(output, exc) from None
 
 
 def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
@@ -295,6 +332,7 @@ def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
     if not output.endswith(".toml"):
         raise ConfigError(f"--output {output!r} must end in .toml (catalog folders are read for "
                           "*.toml files)")
+    check_output_path(output, make_parents=True)
     try:
         import torch  # noqa: F401
     except ImportError:

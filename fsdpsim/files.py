@@ -43,14 +43,24 @@ def _path(path: str | os.PathLike, what: str) -> Path:
     return Path(text)
 
 
-def open_capped(path: str | os.PathLike, what: str, max_bytes: int) -> Path | io.BytesIO:
+def _kind(mode: int) -> str:
+    return ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
+def open_capped(path: str | os.PathLike, what: str, max_bytes: int,
+                regular_only: bool = False) -> Path | io.BytesIO:
     """A regular file's path once its size is checked, or the bytes of anything else (a pipe,
-    a device, ``/dev/stdin``) read up to ``max_bytes``: what pandas readers take."""
+    a device, ``/dev/stdin``) read up to ``max_bytes``: what pandas readers take.
+    ``regular_only``: anything but a regular file is refused before it is opened (opening a
+    FIFO waits for a writer; a config file is never one)."""
     p = _path(path, what)
     try:
         info = p.stat()
         if stat.S_ISDIR(info.st_mode):
             raise ConfigError(f"{what} {_name(p)} is a folder; give a file")
+        if regular_only and not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{what} {_name(p)} is {_kind(info.st_mode)}; give a regular file")
         if stat.S_ISREG(info.st_mode):
             if info.st_size > max_bytes:
                 raise ConfigError(f"{what} {_name(p)} is {info.st_size / MIB:,.1f} MiB, "
@@ -78,9 +88,10 @@ def _read_capped(p: Path, what: str, max_bytes: int) -> bytes:
     return data
 
 
-def read_bytes(path: str | os.PathLike, what: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+def read_bytes(path: str | os.PathLike, what: str, max_bytes: int = MAX_TEXT_BYTES,
+               regular_only: bool = False) -> bytes:
     """The bytes of a file, at most ``max_bytes``; one clear error for anything else."""
-    source = open_capped(path, what, max_bytes)
+    source = open_capped(path, what, max_bytes, regular_only)
     if isinstance(source, io.BytesIO):
         return source.getvalue()
     try:
@@ -91,9 +102,9 @@ def read_bytes(path: str | os.PathLike, what: str, max_bytes: int = MAX_TEXT_BYT
 
 
 def read_text(path: str | os.PathLike, what: str, max_bytes: int = MAX_TEXT_BYTES,
-              expected: str = "UTF-8 text") -> str:
+              expected: str = "UTF-8 text", regular_only: bool = False) -> str:
     """The UTF-8 text of a file (a byte-order mark is dropped), at most ``max_bytes``."""
-    data = read_bytes(path, what, max_bytes)
+    data = read_bytes(path, what, max_bytes, regular_only)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -106,7 +106,9 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     catalog (default: the built-in one) matches free-text GPU names of published tables."""
     source = open_capped(path, "measurements file", MAX_TABLE_BYTES)
     try:
-        raw = pd.read_csv(source, dtype={"id": str})  # labels stay text ("1e400", "inf")
+        # labels stay text ("1e400", "inf"); low_memory=False: each column's type is read from
+        # all its cells at once, not chunk by chunk (which warns DtypeWarning on mixed columns)
+        raw = pd.read_csv(source, dtype={"id": str}, low_memory=False)
     except pd.errors.EmptyDataError:
         raise ConfigError(f"{path}: the file is empty; a measurements CSV has a header line "
                           f"({', '.join(REQUIRED)}, model) and one line per run") from None
@@ -117,6 +119,8 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     if raw.empty:
         raise ConfigError(f"{path}: no rows, only a header line; a measurements CSV has one "
                           "line per run below the header")
+    if not isinstance(raw.index, pd.RangeIndex):  # pandas made the extra leading cells an index
+        raise ConfigError(_extra_fields(path, source))
     raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
     catalog = catalog or load_catalog()
     if "source_key" in raw.columns or published.is_vtrain(raw.columns):
@@ -139,6 +143,22 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     if "generation" not in frame.columns:
         frame["generation"] = [_generation(catalog, g) for g in frame["gpu"]]
     return resolve_auto_knobs(_check_layouts(frame, catalog, strict=True), catalog)
+
+
+def _extra_fields(path: str | Path, source) -> str:
+    """The message for a CSV whose rows hold more fields than its header: the first such line
+    (pandas takes the extra leading cells of every row as an index, shifting the columns)."""
+    import csv
+    import io
+
+    data = source.getvalue() if isinstance(source, io.BytesIO) else Path(source).read_bytes()
+    reader = csv.reader(io.StringIO(data.decode("utf-8-sig", "replace")))
+    header = next(reader, [])
+    for row in reader:
+        if len(row) > len(header):
+            return (f"{path}: line {reader.line_num} has {len(row)} fields, the header "
+                    f"{len(header)}; each line takes one field per header column")
+    return f"{path}: rows hold more fields than the header's {len(header)}"
 
 
 def _label_rows(frame: pd.DataFrame) -> None:

@@ -78,7 +78,7 @@ def torchtitan_toml(choice, training) -> str:
               f"local_batch_size = {local}", f"seq_len = {training.seq_len}",
               f'mixed_precision_param = "{_PRECISION[training.precision]}"']
     lines += ["", "[activation_checkpoint]"]
-    if choice.recompute == "none":
+    if choice.recompute == "none" or choice.recompute_layers == 0:  # no layer recomputed
         lines.append('mode = "none"')
     elif choice.recompute == "selective" and choice.recompute_layers is None:
         lines += ['mode = "selective"', 'selective_ac_option = "op"']
@@ -174,7 +174,7 @@ def megatron_args(choice, training) -> str:
              f"--global-batch-size {training.global_batch}", f"--seq-length {training.seq_len}"]
     if choice.recompute == "selective" and choice.recompute_layers is None:
         args.append("--recompute-granularity selective")
-    elif choice.recompute != "none":
+    elif choice.recompute != "none" and choice.recompute_layers != 0:  # 0: no layer
         if choice.recompute == "selective":
             notes.append("# selective recompute of some layers only is not a Megatron option; "
                          "this recomputes those layers in full")

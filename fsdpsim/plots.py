@@ -40,6 +40,7 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.plot_axes import BAND_GID, LABEL_PT, TEXT_PT, Rows
 from fsdpsim.plot_data import MAP_CLUSTERS, bandwidth_map_rows
 from fsdpsim.plots_procurement import FRONT_GID, OPTIONS_GID, procurement_pareto, step_breakdown
+from fsdpsim.output import cannot_write, check_output_path
 from fsdpsim.units import GIB_BYTES
 
 #: Suffixes :func:`save` writes.
@@ -289,9 +290,7 @@ def check_path(path: str | Path) -> Path:
     if path.suffix.lower() not in SUFFIXES:
         raise ConfigError(f"cannot save a figure to {str(path)!r}: unknown suffix "
                           f"{path.suffix or '(none)'!r}; accepted: {', '.join(SUFFIXES)}")
-    if not path.resolve().parent.is_dir():
-        raise ConfigError(f"cannot save a figure to {str(path)!r}: folder "
-                          f"{str(path.resolve().parent)!r} does not exist")
+    check_output_path(path)
     return path
 
 
@@ -303,8 +302,7 @@ def save(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
         fig.savefig(path, format=fmt, dpi=dpi, metadata={"Software": "fsdpsim"}
                     if fmt == "png" else None)
     except OSError as exc:
-        raise ConfigError(f"cannot save a figure to {str(path)!r}: {exc.strerror or exc}"
-                          ) from None
+        raise cannot_write(path, exc) from None
     return path
 
 

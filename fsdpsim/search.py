@@ -43,7 +43,7 @@ from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
 from fsdpsim.predict import divisors
 from fsdpsim.search_columns import PlanColumns
-from fsdpsim.search_space import SearchSpace, enumerate_families
+from fsdpsim.search_space import SearchSpace, check_size, enumerate_families
 from fsdpsim.units import GIB_BYTES
 
 OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
@@ -172,6 +172,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     per_node = domain_gpus(system, num_gpus)
     if system.pod_gpus and space.pod_gpus != system.pod_gpus:
         space = replace(space, pod_gpus=system.pod_gpus)
+    check_size(spec, num_gpus, per_node, training.seq_len, gb, space)
     families = list(enumerate_families(spec, num_gpus, per_node, training.seq_len, gb, space))
     if not families:
         from fsdpsim.search_explain import empty_space_message

@@ -8,7 +8,8 @@ from typing import Any
 
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig
-from fsdpsim.search_space import SearchSpace, enumerate_plans
+from fsdpsim.search_space import (MAX_CANDIDATES, SearchSpace, enumerate_plans, estimate_size,
+                                  meshes)
 from fsdpsim.units import GIB_BYTES
 
 _DATA = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none": "ddp"}
@@ -104,8 +105,14 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
         head += " and " + ", ".join(f"{k}={v}" for k, v in space.fixed.items())
     # the batch first: with one every data-parallel degree divides (the GPU count), which
     # meshes would the constraints allow?
-    dps = sorted({plan.dp for plan in enumerate_plans(spec, num_gpus, per_node,
-                                                      training.seq_len, num_gpus, space)})
+    if estimate_size(spec, num_gpus, per_node, training.seq_len, num_gpus,
+                     space)[1] <= MAX_CANDIDATES:
+        dps = sorted({plan.dp for plan in enumerate_plans(spec, num_gpus, per_node,
+                                                          training.seq_len, num_gpus, space)})
+    else:  # too many plans to build: the meshes' degrees (each family's checks not applied),
+        # less those that divide the batch (their meshes were tried and hold no plan)
+        dps = sorted({dp for *_, dp in meshes(spec, num_gpus, per_node, training.seq_len,
+                                              num_gpus, space) if gb % dp})
     if dps:
         multiples = {((gb + d - 1) // d) * d for d in dps} | {gb // d * d for d in dps}
         near = sorted((b for b in multiples if b > 0), key=lambda b: (abs(b - gb), b))[:3]
@@ -115,6 +122,9 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
     options = []  # each fixed setting relaxed in turn (the others kept): what it could be
     for name, value in space.fixed.items():
         others = replace(space, fixed={k: v for k, v in space.fixed.items() if k != name})
+        if estimate_size(spec, num_gpus, per_node, training.seq_len, gb,
+                         others)[1] > MAX_CANDIDATES:
+            continue  # too many plans to list what this setting could be
         seen: set = set()
         for plan in enumerate_plans(spec, num_gpus, per_node, training.seq_len, gb, others):
             seen.add(_setting(plan, name))

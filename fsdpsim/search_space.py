@@ -30,6 +30,7 @@ What the space leaves out by rule (each rule says why; ``--fix`` overrides the d
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
@@ -46,6 +47,12 @@ MIN_TOKENS_PER_CP_RANK = 1024
 MAX_VPP = 8
 #: End stages may hold up to this many layers fewer than the middle ones [-].
 MAX_END_SHIFT = 2
+
+#: Most candidates (plan x micro-batch) a search takes, by :func:`estimate_size`'s upper bound
+#: (which is 3-8x the count evaluated: 434,070 for the 110,232 of Llama 3 70B on 1,024 GPUs,
+#: 7.3 M for the 2.2 M of DeepSeek-V3 on 256 GB200, about 10 s on one core). Beyond it a search
+#: would run for minutes: it is refused with how to narrow the space.
+MAX_CANDIDATES = 20_000_000
 
 #: Degrees and choices ``--fix`` accepts, with the type of their value.
 FIXABLE = {"tp": int, "pp": int, "cp": int, "vpp": int, "ep": int, "etp": int,
@@ -220,6 +227,14 @@ def enumerate_plans(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len:
 def enumerate_families(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
                        global_batch: int, space: SearchSpace) -> Iterator[Family]:
     """The plans of :func:`enumerate_plans`, as :class:`Family` groups."""
+    for tp, cp, pp, dp in meshes(spec, num_gpus, gpus_per_node, seq_len, global_batch, space):
+        yield from _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
+                                     space)
+
+
+def meshes(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
+           global_batch: int, space: SearchSpace) -> Iterator[tuple[int, int, int, int]]:
+    """The (tp, cp, pp, dp) meshes the space's degree rules allow, before their families."""
     max_tp = space.max_tp or gpus_per_node
     for tp in _options(space, "tp", [d for d in divisors(num_gpus) if d <= max_tp]):
         if num_gpus % tp:
@@ -237,8 +252,62 @@ def enumerate_families(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_l
                 dp = num_gpus // (tp * cp * pp)
                 if global_batch % dp:
                     continue
-                yield from _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp,
-                                             pp, dp, space)
+                yield tp, cp, pp, dp
+
+
+def check_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
+               global_batch: int, space: SearchSpace) -> None:
+    """Refuse, before any work, a space larger than :data:`MAX_CANDIDATES` (one line saying the
+    estimate, the limit and how to narrow it)."""
+    plans, candidates = estimate_size(spec, num_gpus, gpus_per_node, seq_len, global_batch,
+                                      space)
+    if candidates > MAX_CANDIDATES:
+        free = [n for n in ("tp", "pp", "cp", "ep", "sharding", "micro_batch")
+                if n not in space.fixed and (n != "ep" or spec.is_moe)]
+        orders = ", --default-mesh-order" if space.mesh_orders else ""
+        raise ConfigError(
+            f"search space of {spec.name} on {num_gpus:,} GPUs with global_batch({global_batch}) "
+            f"is too large: up to {candidates:,} candidates ({plans:,} plans), more than the "
+            f"{MAX_CANDIDATES:,} a search takes; narrow it with --fix (e.g. "
+            + ", ".join(f"--fix {n}=..." for n in free[:3])
+            + f"){orders}, --max-tp, --max-pp, or fewer GPUs")
+
+
+def estimate_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
+                  global_batch: int, space: SearchSpace) -> tuple[int, int]:
+    """An upper bound on (plans, candidates) of the space, counted per mesh without building a
+    plan: data-parallel layouts x expert meshes x pipeline variants x SP/overlap/CP kinds x
+    mesh orders (every permutation of the non-unit outer dimensions, of which the search keeps
+    the distinct layouts), and x the micro-batches (divisors of the sequences per rank) for the
+    candidates. What :func:`fsdpsim.search.search` checks against its limit before it works."""
+    fixed, moe = space.fixed, spec.is_moe
+    shardings = _options(space, "sharding", SHARDINGS)
+    zero = len([s for s in shardings if s in ("full", "grad_op", "optimizer")])
+    plain = int("none" in shardings)
+    grouped = int("hybrid" in shardings) + int(
+        "optimizer" in shardings and profile(space.framework).zero1_groups)
+    tp_variants = len(_options(space, "sequence_parallel", (True, False))) * len(
+        _options(space, "tp_overlap", (True,)))
+    pipes: dict[int, int] = {}
+    plans = candidates = 0
+    for tp, cp, pp, dp in meshes(spec, num_gpus, gpus_per_node, seq_len, global_batch, space):
+        if pp not in pipes:
+            pipes[pp] = len(_pipes(spec, pp, space))
+        groups = [(zero + plain, 0)] + ([(grouped, 1)] * len(
+            [g for g in divisors(dp) if 1 < g < dp]) if grouped else [])
+        expert = 1
+        if moe:
+            expert = sum(len([d for d in divisors((tp * cp * dp) // etp)
+                              if spec.n_experts % d == 0]) for etp in sorted({1, tp})) * 2
+        outer = (pp > 1) + (cp > 1) + (dp > 1)
+        variants = (pipes[pp] * (tp_variants if tp > 1 else 1) * (2 if cp > 1 else 1)
+                    * expert)
+        n = sum(count * variants * (math.factorial(outer + extra) if space.mesh_orders else 1)
+                for count, extra in groups)
+        plans += n
+        per_rank = global_batch // dp
+        candidates += n * (1 if "micro_batch" in fixed else len(divisors(per_rank)))
+    return plans, candidates
 
 
 def _pipes(spec, pp: int, space: SearchSpace) -> list[tuple[int, str | None, tuple]]:
@@ -366,5 +435,6 @@ def _other_orders(plan: ParallelPlan, seen: dict,
 
 
 __all__ = ["SearchSpace", "Family", "VARIANT_FIELDS", "FIXABLE", "parse_fix", "enumerate_plans",
-           "enumerate_families", "stage_splits",
-           "MIN_TOKENS_PER_CP_RANK", "MAX_VPP", "MAX_END_SHIFT"]
+           "enumerate_families", "meshes", "estimate_size", "stage_splits",
+           "MIN_TOKENS_PER_CP_RANK", "MAX_VPP", "MAX_END_SHIFT", "MAX_CANDIDATES",
+           "check_size"]

@@ -8,7 +8,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SHARED = ROOT.parent / "shared"
 #: The published measurements live in the repository (validation/data/, copied from
 #: shared/validation with their sources), so a plain clone reproduces the accuracy table.
 VALIDATION_DATA = ROOT / "validation" / "data"

@@ -651,6 +651,7 @@ _TOML_PIECES = st.sampled_from([
 ])
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(_TEXT, st.lists(_TOML_PIECES, max_size=40).map(" ".join)))
 def test_garbage_text_raises_only_config_error(text):
@@ -711,6 +712,7 @@ def _value_lines(text: str) -> list[int]:
     return [i for i, line in enumerate(text.splitlines()) if re.match(r"^[a-z_0-9]+ = ", line)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(template=st.sampled_from([ACCELERATOR, NODE]), data=st.data())
 def test_random_wrong_values_raise_only_config_error(template, data):

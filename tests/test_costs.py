@@ -86,7 +86,7 @@ class TestFlops:
         assert got == pytest.approx(57_912_852_480, rel=RTOL)
 
     def test_model_flops_per_token_matches_flop_counter_table(self):
-        # torch_validation_on_cpu.md §3: V512 d256 L2 s64 B4 measured 2,717,908,992 FLOP.
+        # tests/data/reference/torch_validation_on_cpu.md §3: V512 d256 L2 s64 B4 measured 2,717,908,992 FLOP.
         # N_mm = 2·(4·256² + 2·1024·256) + 512·256 = 1,703,936; T = 256 tokens;
         # per token 6·1,703,936 + 12·2·64·256 = 10,223,616 + 393,216 = 10,616,832;
         # × 256 = 2,717,908,992.
@@ -228,7 +228,7 @@ class TestElementwiseAndLaunch:
 
 
 # ================================================================== comm: bytes
-# The tiny GPT of torch_validation_on_cpu.md §1 (vocab 501, d 256, learned positions 64).
+# The tiny GPT of tests/data/reference/torch_validation_on_cpu.md §1 (vocab 501, d 256, learned positions 64).
 TINY_ROOT = [("tok_emb.weight", (501, 256)), ("pos_emb.weight", (64, 256)),
              ("norm.weight", (256,)), ("lm_head.weight", (501, 256))]
 
@@ -239,7 +239,7 @@ class TestPaddedNumel:
         # 504·256 + 64·256 + 256 + 504·256 = 129,024 + 16,384 + 256 + 129,024 = 274,688
         assert comm.padded_numel(TINY_ROOT, 4) == 274_688
         # W = 2: 501 → 502 rows: 128,512 + 16,384 + 256 + 128,512 = 273,664 (the FSDPMemTracker
-        # root size in torch_validation_on_cpu.md §4a)
+        # root size in tests/data/reference/torch_validation_on_cpu.md §4a)
         assert comm.padded_numel(TINY_ROOT, 2) == 273_664
         # W = 3: 501 = 3·167 stays, 64 → 66 rows, the 1-D norm 256 → 258:
         # 128,256 + 66·256 + 258 + 128,256 = 128,256 + 16,896 + 258 + 128,256 = 273,666

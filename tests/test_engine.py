@@ -1,7 +1,7 @@
 """The vectorised engine: exact agreement with torch's collectives and FLOP counts, invariants
-checked with hypothesis, and the speed of a single ``predict``.
+checked with hypothesis, and that a single ``predict`` is one engine call.
 
-Reference numbers come from ``shared/reference/torch_validation_on_cpu.md`` (torch 2.13.0,
+Reference numbers come from ``tests/data/reference/torch_validation_on_cpu.md`` (torch 2.13.0,
 gloo, ``TorchDispatchMode`` on ``torch.ops.c10d.*``; ``FlopCounterMode``): §2 (collective
 tensor bytes per rank per step) and §3 (FLOPs). Tensor bytes are what the c10d ops see:
 all-gather the gathered output, reduce-scatter the padded input, all-reduce the buffer.
@@ -10,8 +10,6 @@ all-gather the gathered output, reduce-scatter the padded input, all-reduce the 
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import time
 
 import numpy as np
 import pytest
@@ -449,7 +447,7 @@ def test_throughput_accounts_for_every_token(x):
         pytest.approx(tokens, rel=RTOL)
 
 
-# ================================================================== speed
+# ================================================================== one evaluation
 @pytest.mark.parametrize("name, spec, plan, training", [
     ("llama3-8b FSDP on 64", "llama3-8b", ParallelPlan(64, 8, "full"),
      TrainingConfig(seq_len=8192, micro_batch=1, recompute="full")),
@@ -457,12 +455,12 @@ def test_throughput_accounts_for_every_token(x):
      ParallelPlan(1024, 8, "optimizer", tp=8, pp=8, framework="megatron"),
      TrainingConfig(seq_len=2048, micro_batch=1, recompute="selective", global_batch=1536)),
 ])
-def test_predict_is_fast(name, spec, plan, training, monkeypatch):
+def test_predict_is_one_evaluation(name, spec, plan, training, monkeypatch):
     """One ``predict`` with its knobs given is one vectorised evaluation: the configuration
-    and its slower twin (the range's low end) as two rows of one call (issue 9: <= 2 ms; the
-    reported bottleneck and thresholds, :mod:`fsdpsim.sensitivity`, run when a report asks
-    for them: ``Prediction.analysis``). The call count is asserted exactly; the time < 10 ms so
-    a loaded CI machine does not fail it (the README gives the idle figure)."""
+    and its slower twin (the range's low end) as two rows of one call; the reported
+    bottleneck and thresholds (:mod:`fsdpsim.sensitivity`) run when a report asks for them
+    (``Prediction.analysis``). Its wall time is ``benchmarks/check_timings.py``'s (< 10 ms)
+    and ``benchmarks/bench_predict.py``'s: a timing here would flake on a loaded machine."""
     spec = get_model(spec)
     calls = []
     evaluate = predict.engine.evaluate
@@ -471,17 +469,6 @@ def test_predict_is_fast(name, spec, plan, training, monkeypatch):
     assert len(calls) == 1
     p.bottleneck  # the post-pass, on demand
     assert len(calls) > 1
-    monkeypatch.undo()
-    for _ in range(5):
-        predict.predict(spec, H100, plan, training)
-    times = []
-    for _ in range(30):
-        start = time.perf_counter()
-        predict.predict(spec, H100, plan, training)
-        times.append(time.perf_counter() - start)
-    median_ms = statistics.median(times) * 1e3
-    print(f"predict {name} median over 30 calls: {median_ms:.2f} ms")
-    assert median_ms < 10.0
 
 
 # ------------------------------------------------- gradient accumulation, told not to re-gather

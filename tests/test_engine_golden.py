@@ -151,6 +151,7 @@ def test_data_parallel_grid_unchanged(golden, tool, snapshot_catalog):
     assert compared >= 300
 
 
+@pytest.mark.slow
 def test_calibration_rows_unchanged(golden, tool):
     data = Path(__file__).resolve().parents[1] / "validation" / "data"
     now = tool.measurement_predictions(data)

@@ -271,6 +271,7 @@ def _args(options: dict) -> list[str]:
 
 
 # -- 1. every option of predict and sweep ----------------------------------------------------------
+@pytest.mark.slow
 @fuzz_settings(400)
 @given(shared=st.fixed_dictionaries({"--num-gpus": SHARED_OPTIONS["--num-gpus"]},
                                     optional={k: v for k, v in SHARED_OPTIONS.items()
@@ -550,6 +551,7 @@ def overlays(draw):
     return text + "\n" + extra
 
 
+@pytest.mark.slow
 @fuzz_settings(100)
 @given(overlay=overlays(),
        hardware=st.sampled_from([("--cluster", "fz-cluster"), ("--cluster", "fz-node"),
@@ -685,6 +687,7 @@ def measurement_csvs(draw):
     return pd.DataFrame(rows).to_csv(index=False)
 
 
+@pytest.mark.slow
 @fuzz_settings(100)
 @given(text=measurement_csvs(), fmt=st.sampled_from(["json", "csv", "table"]),
        calibrate=st.integers(0, 9))

@@ -143,8 +143,11 @@ def test_3_long_model_name_in_a_measurement_cell(capsys, tmp_path):
 # -- item 4: files read with a cap --------------------------------------------------------------
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
 def test_4_dev_zero_is_refused_after_the_cap(capsys):
-    line = assert_one_line_error(*run(capsys, "predict", "--model", "/dev/zero"))
+    line = assert_one_line_error(*run(capsys, "sweep", "--grid", "/dev/zero"))
     assert "'/dev/zero'" in line and "16 MiB" in line
+    # a model config must be a regular file: a device is refused before it is read
+    line = assert_one_line_error(*run(capsys, "predict", "--model", "/dev/zero"))
+    assert "'/dev/zero'" in line and "a device; give a regular file" in line
 
 
 @pytest.mark.parametrize("command, name, size_mib", [
@@ -250,6 +253,7 @@ def test_16_memory_per_gpu_stops_falling_past_a_few_thousand_gpus(cat):
     assert list(worlds[:4]) == [1, 2, 4, 8]  # the advice looks below the plan's world too
 
 
+@pytest.mark.slow
 def test_16_advice_and_auto_know_about_padding(capsys):
     rc, out, _ = run(capsys, "predict", "--num-gpus", "4194304", "--format", "json")
     d = json.loads(out)
@@ -303,12 +307,13 @@ def test_10_other_toml_and_deep_folders_are_not_catalog_files(capsys, tmp_path):
 # -- item 11: output that cannot be written ------------------------------------------------------
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 @pytest.mark.parametrize("args", [("predict",), ("catalog", "list"), ("model", "list"),
+                                  ("search", "--num-gpus", "8"),
                                   ("sweep", "--num-gpus", "8..64", "--format", "csv"),
                                   ("sweep", "--num-gpus", "8..64", "-o", "/dev/full")])
-def test_11_full_device_is_one_line_exit_1(args):
+def test_11_full_device_is_one_line_exit_2(args):
     with open("/dev/full", "w") as full:
         proc = _process(*args, stdout=full)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "No space left on device" in proc.stderr and proc.stderr.startswith("fsdpsim: error:")
 
@@ -424,6 +429,7 @@ def test_17_big_tables_are_written_in_blocks(monkeypatch):
     assert "16 rows, " in text and text.count("tok/s/GPU") == 4
 
 
+@pytest.mark.slow
 def test_17_memory_stays_flat_per_row(tmp_path):
     """Rows written 12,800 then 51,200 (chunks of 2,048 points): peak RSS grows by less than
     100 bytes per extra row (before the writer streamed: about 3,400 bytes per row)."""

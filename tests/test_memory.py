@@ -53,7 +53,7 @@ def test_zero_paper_figure_1():
 
 def test_pytorch_fsdp_states_match_fsdp_mem_tracker():
     """Llama-7B, fp32 AdamW, FSDP2 at W = 8 (FSDPMemTracker under FakeTensorMode,
-    shared/reference/torch_validation_on_cpu.md §4b): sharded param 3.138 GiB, optimizer
+    tests/data/reference/torch_validation_on_cpu.md §4b): sharded param 3.138 GiB, optimizer
     6.276 GiB; unsharded param at the peak = root + one layer = 1.731 GiB."""
     states = mem.model_state_bytes(LLAMA7B_PARAMS, 8, 1, "full")
     assert states["params_bytes"] / GIB == pytest.approx(3.138, abs=6e-4)

@@ -257,6 +257,7 @@ def test_sweep_refuses_fp8_attention_without_a_low_precision():
         _sweep_row("model", "llama3-8b", "fp8-attention", True)
 
 
+@pytest.mark.slow
 def test_compare_says_when_the_kernel_options_are_on(capsys):
     import json
 

@@ -17,7 +17,7 @@ from fsdpsim.catalog import load_catalog
 from fsdpsim.model import ModelSpec
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # spawned gloo ranks: 10-30 s each run
 torch = pytest.importorskip("torch")
 
 from fsdpsim.validation.ep_runs import EpCase, run_all  # noqa: E402

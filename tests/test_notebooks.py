@@ -60,6 +60,7 @@ def outputs_text(nb) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.slow  # each notebook runs in the kernel: 3-7 s
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs(name, kernel):
     nb = execute(name, kernel)
@@ -72,6 +73,7 @@ def test_notebook_runs(name, kernel):
     assert "Traceback" not in text
 
 
+@pytest.mark.slow
 def test_validation_notebook_skips_without_measurements(kernel, tmp_path, monkeypatch):
     missing = tmp_path / "published_calibration.csv"
     monkeypatch.setenv("FSDPSIM_VALIDATION_CSV", str(missing))

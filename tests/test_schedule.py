@@ -182,6 +182,7 @@ def test_interleaved_exact_for_equal_stages():
             assert sim == pytest.approx((m + (p - 1) / v) * (f + b) + 2 * (p * v - 1) * c)
 
 
+@pytest.mark.slow
 def test_interleaved_lower_bound_with_bounded_error():
     """Unequal first/last stages: a lower bound, at most 15 % under (mean < 3 %)."""
     rng = np.random.default_rng(2024)

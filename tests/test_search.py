@@ -60,8 +60,9 @@ def brute_force(spec, system, n, training, space):
 
 CASES = [  # model, gpus, global batch, seq, budget GiB, fixed
     ("gpt3-125m", 8, 32, 2048, None, {}),
-    ("gpt3-350m", 16, 64, 2048, 3.0, {}),  # tight: partial recompute and pipelines pay
-    ("llama3-8b", 16, 32, 4096, 40.0, {"cp": 1}),
+    pytest.param("gpt3-350m", 16, 64, 2048, 3.0, {},  # tight: partial recompute, pipelines pay
+                 marks=pytest.mark.slow),
+    pytest.param("llama3-8b", 16, 32, 4096, 40.0, {"cp": 1}, marks=pytest.mark.slow),
     ("gpt3-1.3b", 8, 16, 2048, 8.0, {"pp": 2}),
     ("mixtral-8x7b", 16, 32, 4096, None, {"pp": 1, "cp": 1}),
 ]

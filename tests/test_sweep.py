@@ -13,7 +13,6 @@ import importlib.util
 import io
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -317,14 +316,14 @@ def test_ceilings_off_leaves_them_empty_and_changes_nothing_else(cat):
     pd.testing.assert_series_equal(on["step_time_s"], off["step_time_s"])
 
 
-def test_thousand_point_sweep_runs_in_seconds(cat):
+def test_thousand_point_sweep(cat):
+    """864 points, every one answered (its wall time, < 30 s, is checked by
+    ``benchmarks/check_timings.py``, not here: a timing flakes on a loaded machine)."""
     grid = build_grid(cat, {"model-sizes": "1b..500b", "gpu": "h100,b200,mi300x",
                             "num-gpus": "8..1024", "inter-node-gbps-per-gpu": "50,100,200,400",
                             "best": True})
     assert grid.n_points == 9 * 3 * 8 * 4
-    start = time.perf_counter()
     frame = run_sweep(grid)
-    assert time.perf_counter() - start < 30
     assert len(frame) == grid.n_points and frame["fits"].sum() > 200
     # More inter-node bandwidth never makes a point slower: memory does not depend on it, so
     # the fastest fitting candidate is a maximum of functions that each do not decrease.

@@ -289,12 +289,14 @@ def runs() -> dict[str, list]:
 
 
 # ============================================================================ the launcher
+@pytest.mark.slow
 def test_launcher_reports_a_failing_rank_and_kills_the_hung_one():
     with pytest.raises(RunError, match=r"(?s)rank 0 of 2 failed.*ValueError: probe failure"):
         launch(launcher_probe, 2, ("fail",), timeout_s=LAUNCH_TIMEOUT_S)
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("fsdpsim")]
 
 
+@pytest.mark.slow
 def test_launcher_times_out_instead_of_blocking():
     start = time.perf_counter()
     with pytest.raises(RunError, match="timed out after 4 s"):
@@ -304,6 +306,7 @@ def test_launcher_times_out_instead_of_blocking():
 
 
 # ============================================================================ comm tests
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BY_NAME))
 def test_collectives_equal_engine(runs, name):
     case = BY_NAME[name]
@@ -320,6 +323,7 @@ def test_collectives_equal_engine(runs, name):
             assert ag["in_bytes"] * case.plan.dp_shard == ag["out_bytes"]
 
 
+@pytest.mark.slow
 def test_explicit_true_on_root_gathers_root_twice(runs):
     """FSDP2 ``reshard_after_forward=True`` on the root too: 2U gathers where the default (and
     the engine) does 2U − 1; the difference is exactly one gather of the padded root unit."""
@@ -347,6 +351,7 @@ def test_padding_is_exercised():
 STATE_CASES = [c.name for c in CASES if c.run.state_bytes]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", STATE_CASES)
 def test_sharded_state_bytes_equal_engine(runs, name):
     case = BY_NAME[name]

@@ -26,7 +26,7 @@ from fsdpsim.costs.schedule import Action, p2p_per_stage, stage_actions  # noqa:
 from fsdpsim.validation.fsdp_runs import launch  # noqa: E402
 from fsdpsim.validation.pipeline_runs import PipelineCase, run_pipeline_cases  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # spawned gloo ranks: 10-30 s each run
 
 PP = 4
 CASES = (

@@ -41,7 +41,7 @@ from fsdpsim.costs import tensor_parallel as tpc
 from fsdpsim.costs.comm import padded_numel
 from fsdpsim.model import ModelSpec
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # spawned gloo ranks: 10-30 s each run
 torch = pytest.importorskip("torch")
 
 from fsdpsim.validation.fsdp_runs import launch  # noqa: E402

@@ -1,7 +1,6 @@
 """Accuracy against the published calibration runs, and the calibration machinery itself.
 
-The published file lives in ``../shared/validation`` beside the repository (as CI lays it out);
-tests that need it skip when it is absent.
+The published file ships in ``validation/data/`` (its sources: ``validation/data/README.md``).
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from fsdpsim import engine
 
 from conftest import VALIDATION_CSV, overlay_catalog
 
-needs_data = pytest.mark.skipif(not VALIDATION_CSV.exists(),
-                                reason="shared/validation is not beside the repository")
 A100S = ("a100-sxm4-80gb", "a100-sxm4-40gb")
 
 
@@ -36,7 +33,6 @@ def published(every_row):
     return by_framework(every_row, "fsdp")
 
 
-@needs_data
 def test_fsdp_rows_meet_the_accuracy_floor(published):
     """Issue floor: MAPE <= 7 % on the 139 MosaicML FSDP rows (in-sample after calibration)."""
     result = predict_measurements(published, load_catalog(use_env=False))
@@ -49,14 +45,13 @@ def test_fsdp_rows_meet_the_accuracy_floor(published):
     # Every row but two memory-pressed runs stays within 25 %: the near-OOM MPT-30B seq-8192 run
     # (93 % of memory) and MPT-70B on 64 A100-40GB at micro-batch 2 (82 %; llm-foundry's own
     # table shows it at 35.9 % MFU against 48.9 % on 128 GPUs with micro-batch 4, and
-    # network_at_scale.md §3 finds memory pressure, not the network, the likelier cause). It was
+    # tests/data/reference/network_at_scale.md §3 finds memory pressure, not the network, the likelier cause). It was
     # within 15 % only while these rows' fabric had its own fitted 15 %-of-line-rate fraction,
     # which issue 12 removed (a general RoCE class now).
     bad = result[result["error"].abs() > 0.25]
     assert sorted(bad["id"]) == ["mosaic-080", "mosaic-140"], bad[["id", "error"]]
 
 
-@needs_data
 def test_every_measured_run_fits_in_memory(published):
     """These runs happened, so fsdpsim must not call any of them out of memory; MosaicML tuned
     micro-batches to the memory limit, so most sit above half the capacity."""
@@ -67,7 +62,6 @@ def test_every_measured_run_fits_in_memory(published):
     assert np.median(share) > 0.5
 
 
-@needs_data
 def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(every_row):
     """The one row whose layout is not stated is skipped; the Megatron TP/PP rows (interleaved
     schedule, chunks and micro-batch not stated: auto) and the data-parallel DeepSpeed ZeRO-3
@@ -86,7 +80,6 @@ def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(every_row):
     assert not zero3["flash_attention"].any()  # SC21 (2021) predates FlashAttention
 
 
-@needs_data
 def test_sc21_deepspeed_zero3_rows_with_the_2021_profile(every_row):
     """Issue 12 floor: the six SC21 DeepSpeed ZeRO-3 rows (GPT-175B and 530B, 384-2,240 A100s,
     fixed global batch) within 25 % MAPE with the ``deepspeed-zero3-2021`` profile (code facts:
@@ -107,7 +100,6 @@ def test_sc21_deepspeed_zero3_rows_with_the_2021_profile(every_row):
     assert summarise(fsdp2)["mape"] > 0.5
 
 
-@needs_data
 def test_validate_reports_each_framework(capsys):
     assert main(["validate", str(VALIDATION_CSV)]) == 0
     out = capsys.readouterr().out
@@ -131,7 +123,6 @@ def _synthetic(published, truth: dict[str, float]) -> pd.DataFrame:
     return frame
 
 
-@needs_data
 def test_calibration_recovers_known_factors(published):
     truth = {"matmul_fraction": 0.7, "attention_fraction": 0.45, "hbm_fraction": 0.8}
     frame = _synthetic(published, truth)
@@ -141,7 +132,6 @@ def test_calibration_recovers_known_factors(published):
     assert result.after["mape"] < 1e-3 < result.before["mape"]
 
 
-@needs_data
 def test_calibration_refuses_a_factor_the_rows_cannot_identify(published):
     single_node = published[(published["n_gpus"] == 8) & (published["skip"] == "")]
     result = fit(single_node, load_catalog(use_env=False), A100S,
@@ -151,7 +141,6 @@ def test_calibration_refuses_a_factor_the_rows_cannot_identify(published):
         fit(single_node, load_catalog(use_env=False), A100S, ("nic_fraction",))
 
 
-@needs_data
 def test_a_factor_starting_at_the_middle_of_its_range_is_still_identified(published, tmp_path):
     """Regression (session 7): the identifiability probe moved every factor to the middle of
     its range, so one that started there (GB300's fused attention at 0.55 of (0.1, 1.0))
@@ -171,7 +160,6 @@ def test_unknown_factor_is_a_config_error(tmp_path):
         fit(frame, load_catalog(use_env=False), ["h100"], ("warp_speed",))
 
 
-@needs_data
 def test_calibrate_writes_an_overlay_that_validate_uses(tmp_path, capsys):
     overlay = tmp_path / "overlay" / "a100.toml"
     code = main(["calibrate", "--measurements", str(VALIDATION_CSV), "--gpu", A100S[0],
@@ -232,7 +220,6 @@ def test_auto_knobs_in_fsdpsim_schema(tmp_path, capsys):
     assert row["knobs"].startswith("auto: micro_batch") and row["micro_batch"] * row["grad_accum"] * 16 == 64
 
 
-@needs_data
 def test_a_filter_that_matches_nothing_says_what_the_file_has(capsys):
     assert main(["validate", str(VALIDATION_CSV), "--framework", "jax"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -253,4 +240,4 @@ def test_calibrate_on_a_file_without_usable_rows_is_one_line(tmp_path, capsys):
                     "FULL_SHARD,8,,512,false,amp_bf16,3000\n")
     line = assert_one_line_error(*run(capsys, "calibrate", "--measurements", str(path),
                                       "--gpu", "h100", "--framework", ""))
-    assert "0 usable rows for h100-sxm5-80gb" in line
+    assert "too few rows to fit" in line and "0 on --gpu h100-sxm5-80gb" in line

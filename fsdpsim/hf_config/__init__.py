@@ -77,7 +77,8 @@ def spec_from_hf_config(path: str | os.PathLike[str], *, name: str | None = None
             path = path / "config.json"
     except (OSError, ValueError):  # a name too long for the file system: read_text says so
         pass
-    text = read_text(path, "model config file", MAX_TEXT_BYTES, expected="a config.json")
+    text = read_text(path, "model config file", MAX_TEXT_BYTES, expected="a config.json",
+                     regular_only=True)
     try:
         data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
