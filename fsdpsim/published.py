@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.catalog import Catalog
+from fsdpsim.measurement_rows import is_empty
 from fsdpsim.frameworks import profile
 from fsdpsim.parallel import LOW_PRECISION
 from fsdpsim.published_text import (
@@ -145,6 +146,33 @@ def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
 
 
 # ------------------------------------------------------------------------------ converters
+#: Columns a published row may state about its run, named and valued as ``predict``'s flags
+#: (``ep_overlap`` is ``--ep-overlap``, ``recompute_modules`` is ``--recompute-modules`` ...);
+#: a stated cell is passed on as the row's setting, an empty one leaves the framework
+#: profile's default (:mod:`fsdpsim.frameworks`). True/false columns are read as booleans,
+#: the others as written (the measurement checks refuse a bad cell with the row's skip reason).
+STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_overlap",
+                  "fp8_attention", "recompute_modules", "fp8_lm_head", "cuda_graphs",
+                  "moe_dispatcher", "etp", "pp_first_layers", "pp_last_layers", "pp_layers",
+                  "bf16_layers")
+_FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head")
+
+
+def stated_columns(r: pd.Series) -> dict[str, Any]:
+    """The :data:`STATED_COLUMNS` cells the row fills (in that order)."""
+    stated: dict[str, Any] = {}
+    for column in STATED_COLUMNS:
+        value = r.get(column)
+        if is_empty(value):
+            continue
+        if column in _FLAGS and isinstance(value, str):
+            low = value.strip().lower()
+            value = True if low in ("true", "yes", "1") else False if low in (
+                "false", "no", "0") else value
+        stated[column] = value
+    return stated
+
+
 def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Convert rows with the published-calibration columns to the fsdpsim schema, with their
     whole parallel layout (:func:`fsdpsim.published_plan.read_layout`) and the conventions of
@@ -164,16 +192,11 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         if cell_positive(r.get("ep")) > 1 or cell_positive(r.get("moe_experts")) > 0:
             from fsdpsim.published_moe import moe_row
 
-            gpu_id = match_accelerator(catalog, cell_text(r.get("gpu")), cell_number(r.get("gpu_mem_gb")))
-            moe, said, why = moe_row(
-                cell_text(r.get("model")), framework, cell_text(r.get("notes")), layout,
-                counts["n_layers"], gpu=gpu_id or "", source=cell_text(r.get("source_key")),
-                number_format=precision_format(cell_text(r.get("precision")),
-                                               parse_precision(cell_text(r.get("precision")),
-                                                               framework)[0]),
-                ep=int(number_or(r.get("ep"), 1.0)))
+            moe, said, why = moe_row(cell_text(r.get("model")),
+                                     mtp_stated=not is_empty(r.get("mtp_layers")))
             modelled_as += said
             skip = skip or why
+        moe.update(stated_columns(r))
         gpu_text = cell_text(r.get("gpu"))
         gpu = match_accelerator(catalog, gpu_text, cell_number(r.get("gpu_mem_gb")))
         if gpu is None:
@@ -264,7 +287,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "precision": precision, "reduce_dtype": reduce_dtype,
             # the framework's recipe for BF16 layers under a low-precision format (else the
             # format's own default, TrainingConfig.bf16_layers)
-            "bf16_layers": (conventions.get("bf16_layers", float("nan"))
+            "bf16_layers": (moe["bf16_layers"] if "bf16_layers" in moe
+                            else conventions.get("bf16_layers", float("nan"))
                             if precision in LOW_PRECISION else float("nan")),
             "precision_format": number_format, "precision_note": precision_text,
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).

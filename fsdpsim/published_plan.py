@@ -55,7 +55,7 @@ from fsdpsim.numbers import number_in_text
 FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("megatron-core", "megatron-bridge", "nemo"),
      {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
-      "fused_loss": True, "flash": True, "embedding_loss_split": True, "profile": "megatron",
+      "fused_loss": True, "flash": True, "profile": "megatron",
       "recompute": "none", "bf16_layers": 0}),
     (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
                   "dropout": True}),
@@ -181,12 +181,4 @@ def read_layout(r, columns, n_gpus: int, n_layers: int | None,
                         else str(r.get("sequence_parallel")))
     layout["sequence_parallel"] = tp > 1 and (
         stated_sp if stated_sp is not None else bool(conventions.get("sequence_parallel")))
-    if (isinstance(vpp, int) and n_layers and pp > 1 and n_layers % (pp * vpp)
-            and conventions.get("embedding_loss_split") and (n_layers + 2) % (pp * vpp) == 0):
-        # Megatron-Core account_for_embedding/loss_in_pipeline_split: the embedding and the
-        # loss each take a layer's slot, so the first and last stages hold one layer fewer.
-        end = (n_layers + 2) // pp - 1
-        layout.update(pp_first_layers=end, pp_last_layers=end)
-        notes.append(f"uneven stages: {n_layers} layers + embedding + loss over pp {pp} x vpp "
-                     f"{vpp} (Megatron account_for_embedding/loss_in_pipeline_split)")
     return layout, notes, ""
