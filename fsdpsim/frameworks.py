@@ -50,6 +50,33 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 * ``megatron-2021`` (Megatron-LM v2, 2021, ``megatron/training.py`` ``train_step``): the
   gradient all-reduce of its data-parallel wrapper runs after the whole backward
   (``model.allreduce_gradients()``), not overlapped; NCCL 2.10.
+
+**Defaults of knobs a run leaves unset** (:data:`KNOB_DEFAULTS`; ``predict``/``search``/
+``compare`` flags not given, empty cells of a measurement file): a profile's entry, else the
+flag's generic default (the same values: overlap off, no CUDA graphs, ``alltoall``, 16-bit
+attention and LM head, no per-module recompute, dropless, unfused loss, the format's BF16
+layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
+@067f987df (2026-08-22):
+
+* ``ep_overlap`` false: ``ModelParallelConfig.overlap_moe_expert_parallel_comm = False``
+  (``megatron/core/model_parallel_config.py``).
+* ``cuda_graphs`` none: ``TransformerConfig.cuda_graph_impl = "none"``
+  (``megatron/core/transformer/transformer_config.py``).
+* ``moe_dispatcher`` alltoall: Megatron-Bridge's MoE bridges set
+  ``moe_token_dispatcher_type = "alltoall"`` (``models/deepseek/deepseek_v3_bridge.py``,
+  ``glm45_bridge.py`` ...); Megatron-Core's own ``"allgather"`` is not modelled, ``"flex"``
+  (DeepEP/HybridEP) is ``deepep``.
+* ``fp8_attention``, ``fp8_lm_head`` false: ``fp8_dot_product_attention = False``,
+  ``fp8_output_proj = False`` (``transformer_config.py``).
+* ``recompute_modules`` none beyond ``recompute``: ``recompute_granularity = None``,
+  ``recompute_modules = None`` (``transformer_config.py``); ``recompute`` itself is the run's.
+* ``bf16_layers`` 0 under a low-precision format: ``first_last_layers_bf16 = False``
+  (``transformer_config.py``; Megatron-Bridge ``training/mixed_precision.py`` and
+  ``scripts/performance/utils/precision.py``).
+* ``moe_capacity_factor`` none (dropless): ``moe_expert_capacity_factor = None``.
+* ``fused_loss`` true: Megatron-Bridge ``GPTModelProvider.cross_entropy_loss_fusion = True``
+  (``models/gpt_provider.py``; Megatron-Core's own default is False, NeMo 2.0's GPTConfig
+  sets True).
 """
 
 from __future__ import annotations
@@ -145,6 +172,32 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
                         ("pp_schedule", ("1f1b", "interleaved")),
                         ("recompute", ("none", "full")), ("partial_recompute", (False,)))),
 )}
+
+#: What a profile does where a run leaves a knob unset (module docstring), by profile name:
+#: (TrainingConfig or plan field, value). ``bf16_layers`` applies under a low-precision format.
+KNOB_DEFAULTS: dict[str, dict[str, object]] = {
+    "megatron": {"ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
+                 "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
+                 "bf16_layers": 0, "moe_capacity_factor": None, "fused_loss": True},
+}
+#: The knobs' generic defaults (a profile without an entry): the flags' defaults.
+GENERIC_KNOBS: dict[str, object] = {
+    "ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
+    "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
+    "bf16_layers": None, "moe_capacity_factor": None, "fused_loss": False}
+
+
+def knob_default(framework: str, knob: str, precision: str = "bf16"):
+    """What ``framework`` does where ``knob`` is not given (:data:`KNOB_DEFAULTS`, else
+    :data:`GENERIC_KNOBS`); ``bf16_layers`` only under a low-precision ``precision`` (else
+    None)."""
+    from fsdpsim.parallel import LOW_PRECISION
+
+    if knob == "bf16_layers" and precision not in LOW_PRECISION:
+        return None
+    own = KNOB_DEFAULTS.get(canonical(framework), {})
+    return own[knob] if knob in own else GENERIC_KNOBS[knob]
+
 
 #: Older and alternative spellings.
 ALIASES = {"torch": "fsdp2", "megatron-core": "megatron", "megatron-dist-opt": "megatron",

@@ -33,8 +33,7 @@ import pandas as pd
 
 from fsdpsim.catalog import Catalog
 from fsdpsim.measurement_rows import is_empty
-from fsdpsim.frameworks import profile
-from fsdpsim.parallel import LOW_PRECISION
+from fsdpsim.frameworks import knob_default, profile
 from fsdpsim.published_text import (
     MEGATRON_VOCAB_MULTIPLE,
     arch_of,
@@ -261,6 +260,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         texts = [cell_text(r.get(k)) for k in ("notes", "framework", "source", "source_locator")]
         generation = gpu_generation(gpu or gpu_text)
         checkpointing = cell_text(r.get("activation_checkpointing"))
+        recipe = conventions.get("profile", "fsdp2")
         rows.append({
             "id": r.get("id", f"row-{len(rows) + 1}"), "arch": arch_of(model), "model": model,
             # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
@@ -288,21 +288,25 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             # the framework's recipe for BF16 layers under a low-precision format (else the
             # format's own default, TrainingConfig.bf16_layers)
             "bf16_layers": (moe["bf16_layers"] if "bf16_layers" in moe
-                            else conventions.get("bf16_layers", float("nan"))
-                            if precision in LOW_PRECISION else float("nan")),
+                            else _or_nan(knob_default(recipe, "bf16_layers", precision))),
             "precision_format": number_format, "precision_note": precision_text,
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
-            "fused_loss": arch_of(model) == "mpt" or bool(conventions.get("fused_loss")),
+            "fused_loss": arch_of(model) == "mpt" or bool(
+                conventions.get("fused_loss", knob_default(recipe, "fused_loss"))),
             "flash_attention": _flash(texts, conventions, generation),
             "power_cap_w": cap if cap is not None else float("nan"),
             "framework": framework, "source_key": cell_text(r.get("source_key")),
-            "recipe": conventions.get("profile", "fsdp2"),
+            "recipe": recipe,
             "dropout": bool(conventions.get("dropout", False)) and arch_of(model) == "gpt",
             "generation": generation, "tokens_per_s_per_gpu": measured,
             "measured_from": measured_from, "subset": cell_text(r.get("subset")),
             "modelled_as": "; ".join(modelled_as), "skip": skip,
         })
     return pd.DataFrame(rows)
+
+
+def _or_nan(value: Any) -> Any:
+    return float("nan") if value is None else value
 
 
 def _flash(texts: list[str], conventions: dict, generation: str) -> bool:

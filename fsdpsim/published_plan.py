@@ -22,20 +22,19 @@ from fsdpsim.numbers import number_in_text
 #:
 #: * Megatron-Core (NeMo 1.x/2.0, Megatron-Bridge): the distributed optimizer (ZeRO-1: optimizer
 #:   states sharded over the data-parallel group), sequence parallelism with TP and the fused
-#:   cross-entropy, as their performance recipes set them (Megatron-Bridge "Performance tuning
-#:   guide"; NeMo ``llama3_70b`` recipes: ``use_distributed_optimizer``,
-#:   ``sequence_parallel=True``; NeMo ``GPTConfig.cross_entropy_loss_fusion = True``), and
-#:   fused attention (Transformer Engine's flash/cuDNN backends); no activation recompute
-#:   unless the row says so (``TransformerConfig.recompute_granularity = None`` by default;
-#:   the performance summaries list recompute only where their configs set it); no layer kept
-#:   in BF16 under a low-precision format (Megatron-Bridge ``scripts/performance/utils/
-#:   precision.py``: ``first_last_layers_bf16 = False`` for FP8 current scaling, and
-#:   ``bf16_with_nvfp4_mixed()`` / ``bf16_with_mxfp8_mixed()`` set none, r0.1.0 to v0.6.0).
+#:   cross-entropy and no layer kept in BF16 (the ``megatron`` profile's knob defaults,
+#:   :data:`fsdpsim.frameworks.KNOB_DEFAULTS`), as their performance recipes set them
+#:   (Megatron-Bridge "Performance tuning guide"; NeMo ``llama3_70b`` recipes:
+#:   ``use_distributed_optimizer``, ``sequence_parallel=True``), and fused attention
+#:   (Transformer Engine's flash/cuDNN backends); no activation recompute unless the row says
+#:   so (``TransformerConfig.recompute_granularity = None`` by default; the performance
+#:   summaries list recompute only where their configs set it).
 #: * Megatron-LM PTD-P (Narayanan et al., SC21, arXiv 2104.04473 §2.2): the interleaved 1F1B
 #:   schedule; the paper states no chunk count, so it is chosen as ``auto``.
 #: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
 #: * ``dropout``: GPT training in Megatron-LM (``--attention-dropout 0.1 --hidden-dropout 0.1``,
 #:   arguments.py defaults) and OneFlow-GPT (its Megatron port); Llama-style recipes use none.
+#:   OneFlow-GPT runs the ``megatron`` profile without its fused cross-entropy.
 #: * ``profile``: the framework profile (:mod:`fsdpsim.frameworks`: recipe, collective library
 #:   release, granularity and overlap of data-parallel collectives). Megatron and its
 #:   descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy with
@@ -55,8 +54,7 @@ from fsdpsim.numbers import number_in_text
 FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("megatron-core", "megatron-bridge", "nemo"),
      {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
-      "fused_loss": True, "flash": True, "profile": "megatron",
-      "recompute": "none", "bf16_layers": 0}),
+      "flash": True, "profile": "megatron", "recompute": "none"}),
     (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
                   "dropout": True}),
     (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
@@ -66,7 +64,8 @@ FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("megatron-lm @8aa4619f",), {"name": "Megatron-LM (DLPerf)", "profile": "megatron-2021",
                                   "dropout": True, "recompute": "full"}),
     (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
-    (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True}),
+    (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True,
+                    "fused_loss": False}),
     (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
     (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
 )
