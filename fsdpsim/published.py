@@ -274,7 +274,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "seq_len": counts["seq_len"] or 1,
             "micro_batch": mb, "grad_accum": ga,
             "sharding": sharding, "shard_group_size": shard_group,
-            "recompute": (parse_recompute(checkpointing) if _stated(checkpointing)
+            "recompute": (cell_text(r.get("recompute")) if _stated(cell_text(r.get("recompute")))
+                          else parse_recompute(checkpointing) if _stated(checkpointing)
                           else conventions.get("recompute", "auto")),
             "global_batch_seqs": global_seqs,
             **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},

@@ -44,10 +44,6 @@ from fsdpsim.numbers import number_in_text
 #:   Megatron-Core (2020-21: SC21's PTD-P, DLPerf's NGC 20.12 runs) all-reduced gradients after
 #:   the backward (``megatron-2021``); SC21's DeepSpeed ZeRO-3 rows ran DeepSpeed's 2021 stage 3
 #:   (``deepspeed-zero3-2021``); Composer's FSDP in torch 2.1 is FSDP1.
-#: * DLPerf's Megatron-LM runs (commit 8aa4619f, NGC 20.12): full activation recompute; the
-#:   table does not say, its launch script passes ``--checkpoint-activations`` for every case
-#:   (github Oneflow-Inc/DLPerf ``Megatron-LM/scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh``).
-#:   Megatron-LM of that time had no selective recompute (it came with Korthikanti et al. 2022).
 #: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
 #: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
 #: and did not exist before 2022), data-parallel sharding as the row's words say.
@@ -61,8 +57,6 @@ FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                                  "profile": "internevo"}),
     (("deepspeed zero-3", "deepspeed zero3"),
      {"name": "DeepSpeed ZeRO-3 (2021)", "profile": "deepspeed-zero3-2021", "dropout": True}),
-    (("megatron-lm @8aa4619f",), {"name": "Megatron-LM (DLPerf)", "profile": "megatron-2021",
-                                  "dropout": True, "recompute": "full"}),
     (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
     (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True,
                     "fused_loss": False}),
