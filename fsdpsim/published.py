@@ -12,12 +12,15 @@ Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measurements
   ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024).
 
 The whole parallel layout is carried over: tensor, pipeline (with virtual stages), context and
-data parallelism, sequence parallelism, the pipeline schedule. What a row leaves unstated is
+data parallelism, sequence parallelism, the pipeline schedule, and the switches a row states
+in columns named as ``predict``'s flags (:data:`STATED_COLUMNS`). What a row leaves unstated is
 filled by the conventions of the framework it names
-(:data:`fsdpsim.published_plan.FRAMEWORK_CONVENTIONS`: e.g.
-Megatron-Core's distributed optimizer and sequence parallelism) or left to ``auto``; column
-``modelled_as`` says where a row is modelled by something close to, but not exactly, what ran.
-Rows fsdpsim cannot model (mixture of experts; an accelerator missing from the catalog; a
+(:data:`fsdpsim.published_plan.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
+optimizer and sequence parallelism; the switches by its profile,
+:data:`fsdpsim.frameworks.KNOB_DEFAULTS`) or left to ``auto``; column ``modelled_as`` says
+where a row is modelled by something close to, but not exactly, what ran.
+Rows fsdpsim cannot model (a MoE model that is not a preset; an accelerator missing from the
+catalog; a
 layout that does not multiply to the GPU count; no measurement) keep a ``skip`` reason instead
 of getting a silently wrong number.
 """
