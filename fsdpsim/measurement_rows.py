@@ -137,7 +137,6 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
     """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
     ``auto`` chunk count); a clear error when the plan's checks refuse it."""
     sp = cell(row, "sequence_parallel")
-    overlap = knob(row, "ep_overlap")
     schedule = cell(row, "pp_schedule")
     return ParallelPlan(
         num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
@@ -150,7 +149,8 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         pp_last_layers=whole_cell(row, "pp_last_layers"),
         pp_layers=_text_cell(row, "pp_layers"),
         framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
-        etp=whole_cell(row, "etp"), ep_overlap=truthy(overlap),
+        etp=whole_cell(row, "etp"),
+        ep_overlap=flag(row, "ep_overlap", bool(knob(row, "ep_overlap"))),
         shard_group_size=whole_cell(row, "shard_group_size"))
 
 

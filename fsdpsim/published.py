@@ -158,6 +158,8 @@ STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_over
                   "moe_dispatcher", "etp", "pp_first_layers", "pp_last_layers", "pp_layers",
                   "bf16_layers")
 _FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head")
+#: What a row's ``recompute`` cell (``predict --recompute``) accepts.
+RECOMPUTE_CELLS = ("none", "selective", "full", "auto")
 
 
 def stated_columns(r: pd.Series) -> dict[str, Any]:
@@ -264,6 +266,11 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         generation = gpu_generation(gpu or gpu_text)
         checkpointing = cell_text(r.get("activation_checkpointing"))
         recipe = conventions.get("profile", "fsdp2")
+        stated_recompute = cell_text(r.get("recompute")).strip().lower()
+        if stated_recompute and stated_recompute not in RECOMPUTE_CELLS:
+            skip = skip or (f"column recompute: {stated_recompute!r} is not accepted; accepted: "
+                            f"{', '.join(RECOMPUTE_CELLS)} (or empty)")
+            stated_recompute = ""
         rows.append({
             "id": r.get("id", f"row-{len(rows) + 1}"), "arch": arch_of(model), "model": model,
             # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
@@ -277,8 +284,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "seq_len": counts["seq_len"] or 1,
             "micro_batch": mb, "grad_accum": ga,
             "sharding": sharding, "shard_group_size": shard_group,
-            "recompute": (cell_text(r.get("recompute")) if _stated(cell_text(r.get("recompute")))
-                          else parse_recompute(checkpointing) if _stated(checkpointing)
+            "recompute": (stated_recompute or parse_recompute(checkpointing)
+                          if stated_recompute or _stated(checkpointing)
                           else conventions.get("recompute", "auto")),
             "global_batch_seqs": global_seqs,
             **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},

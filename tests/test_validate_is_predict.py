@@ -6,7 +6,7 @@ the options dict ``fsdpsim predict`` parses from its flags (a cell the row leave
 flag not given, so the framework profile's default applies on both sides), resolved by the
 CLI's own builders (:func:`fsdpsim.cli_predict.build_system`, ``build_plan``, ``kernel_knobs``
 in :func:`fsdpsim.cli_predict.build_prediction`). The model is the row's (a preset, or the
-architecture columns ``validate`` turns into a model: ``predict`` takes it as a config file).
+architecture columns ``validate`` turns into a model), given to predict's builder as an object.
 The two code paths differ (the engine evaluated over all rows at once against one ``predict``
 per row), so any fact read by one and not the other shows up as a different number.
 """
@@ -177,3 +177,22 @@ def test_megatron_defaults_of_bf16_layers_and_the_fused_loss_on_both_sides():
     fsdp2 = predict_measurements(pd.DataFrame([as_fsdp2]), CATALOG)
     assert fsdp2["predicted_tokens_per_s_per_gpu"].iloc[0] == pytest.approx(
         generic.values["tokens_per_s_per_gpu"], rel=1e-9)
+
+
+@pytest.mark.parametrize("column, value, reason", [
+    ("ep_overlap", "maybe", "column ep_overlap: 'maybe' is not accepted"),
+    ("cuda_graphs", "sometimes", "cuda_graphs 'sometimes' is not accepted"),
+    ("moe_dispatcher", "carrier-pigeon", "moe_dispatcher 'carrier-pigeon' is not accepted"),
+    ("etp", "x", "column etp: 'x' is not accepted"),
+    ("recompute_modules", "attn", "recompute_modules 'attn' not accepted"),
+    ("recompute", "bogus", "column recompute: 'bogus' is not accepted")])
+def test_a_bad_stated_cell_of_a_published_row_is_its_skip_reason(tmp_path, column, value,
+                                                                  reason):
+    raw = pd.read_csv(DATA / "hybrid_calibration.csv", dtype=str)
+    raw = raw[raw["id"].isin(["mbridge-2602-016", "mbridge-2606-003"])].copy()
+    raw.loc[raw["id"] == "mbridge-2602-016", column] = value
+    path = tmp_path / "rows.csv"
+    raw.to_csv(path, index=False)
+    frame = load_measurements(path, CATALOG).set_index("id")
+    assert reason in frame.loc["mbridge-2602-016", "skip"]
+    assert frame.loc["mbridge-2606-003", "skip"] == ""
