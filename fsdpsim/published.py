@@ -15,7 +15,7 @@ The whole parallel layout is carried over: tensor, pipeline (with virtual stages
 data parallelism, sequence parallelism, the pipeline schedule, and the switches a row states
 in columns named as ``predict``'s flags (:data:`STATED_COLUMNS`). What a row leaves unstated is
 filled by the conventions of the framework it names
-(:data:`fsdpsim.published_plan.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
+(:data:`fsdpsim.frameworks.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
 optimizer and sequence parallelism; the switches by its profile,
 :data:`fsdpsim.frameworks.KNOB_DEFAULTS`) or left to ``auto``; column ``modelled_as`` says
 where a row is modelled by something close to, but not exactly, what ran.
