@@ -36,7 +36,7 @@ import pandas as pd
 
 from fsdpsim.catalog import Catalog
 from fsdpsim.measurement_rows import is_empty
-from fsdpsim.frameworks import knob_default, profile
+from fsdpsim.frameworks import framework_conventions, knob_default, profile
 from fsdpsim.published_text import (
     MEGATRON_VOCAB_MULTIPLE,
     arch_of,
@@ -58,7 +58,6 @@ from fsdpsim.published_text import (
 )
 from fsdpsim.published_plan import (
     UNFIT_FORMATS,
-    framework_conventions,
     gpu_generation,
     precision_format,
     read_layout,
