@@ -77,15 +77,17 @@ def build_system(ctx: click.Context, **o: Any):
     return system
 
 
-def build_prediction(ctx: click.Context, system=None, **o: Any):
+def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = True,
+                     **o: Any):
     """Resolve options into objects and call :func:`fsdpsim.predict.predict` (on ``system``
-    when given, else the one :func:`build_system` resolves)."""
+    when given, else the one :func:`build_system` resolves; on ``spec`` when given, else the
+    ``--model``); ``advice``: add the faster settings of the same job."""
     from fsdpsim.predict import predict
 
     if system is None:
         system = build_system(ctx, **o)
     seq_len = _auto_int(o["seq_len"], "--seq-len")
-    spec = model_at(o["model"], seq_len)
+    spec = spec if spec is not None else model_at(o["model"], seq_len)
     plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
     training = TrainingConfig(seq_len=seq_len or 4096,
@@ -100,10 +102,21 @@ def build_prediction(ctx: click.Context, system=None, **o: Any):
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
+    if not advice:
+        return prediction
     from fsdpsim.advice import scale_advice
 
     return replace(prediction, advice=tuple(scale_advice(spec, system, plan, training,
                                                          prediction)[:ADVICE_SHOWN]))
+
+
+def ep_overlap_of(o: dict) -> bool:
+    """``--ep-overlap``, or the ``--framework`` profile's default where it is not given."""
+    from fsdpsim.frameworks import knob_default
+
+    given = o.get("ep_overlap")
+    return bool(knob_default(o.get("framework") or "fsdp2", "ep_overlap")
+                if given is None else given)
 
 
 def build_plan(o: dict, system) -> ParallelPlan:
@@ -119,7 +132,7 @@ def build_plan(o: dict, system) -> ParallelPlan:
                   pp_last_layers=o.get("pp_last_layers"),
                   pp_layers=o.get("pp_layers"),
                   framework=o.get("framework") or "fsdp2",
-                  ep=o.get("ep", 1), etp=o.get("etp"), ep_overlap=bool(o.get("ep_overlap")),
+                  ep=o.get("ep", 1), etp=o.get("etp"), ep_overlap=bool(ep_overlap_of(o)),
                   reshard_after_forward=o["reshard_after_forward"],
                   keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
     if o.get("mesh_order"):
@@ -292,9 +305,10 @@ def moe_options():
                           "expert mesh)."),
         click.option("--etp", type=option_type(GPUS), default=None,
                      help="Expert tensor-parallel degree (default: --tp)."),
-        click.option("--ep-overlap/--no-ep-overlap", default=False, show_default=True,
+        click.option("--ep-overlap/--no-ep-overlap", default=None,
                      help="Hide the expert all-to-alls behind another micro-batch's compute "
-                          "(DeepEP / DualPipe, Megatron's 1F1B all-to-all overlap)."),
+                          "(DeepEP / DualPipe, Megatron's 1F1B all-to-all overlap); default: "
+                          "the --framework's (off)."),
         click.option("--moe-capacity-factor", type=_factor_or_none(), default=None,
                      help="Token dropping: experts padded to this factor times their mean "
                           "load; none (default) = dropless."),
@@ -313,43 +327,61 @@ def kernel_options():
                      show_default=True,
                      help="Send the dispatch all-to-alls in FP8 with 1x128 block scales "
                           "(DeepSeek-V3); combines stay 16-bit."),
-        click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS),
-                     default="alltoall", show_default=True,
+        click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
                      help="alltoall: every routed copy to its expert's rank; deepep: once "
-                          "per destination node, then NVLink (DeepEP, HybridEP)."),
-        click.option("--fp8-attention/--no-fp8-attention", default=False, show_default=True,
+                          "per destination node, then NVLink (DeepEP, HybridEP); default: "
+                          "the --framework's (alltoall)."),
+        click.option("--fp8-attention/--no-fp8-attention", default=None,
                      help="Attention in FP8 too (Transformer Engine fp8_dot_product_"
-                          "attention); needs a low-precision --precision."),
-        click.option("--recompute-modules", default="", metavar="LIST",
+                          "attention); needs a low-precision --precision; default: off."),
+        click.option("--recompute-modules", default=None, metavar="LIST",
                      help="Megatron's per-module recompute, comma-separated: mla_up_proj, "
-                          "mlp (dense layers), moe_act; beside --recompute none|selective."),
-        click.option("--fp8-lm-head/--no-fp8-lm-head", default=False, show_default=True,
+                          "mlp (dense layers), moe_act; beside --recompute none|selective; "
+                          "default: none."),
+        click.option("--fp8-lm-head/--no-fp8-lm-head", default=None,
                      help="The LM head's GEMMs in the low-precision format too (Megatron-Core "
                           "fp8_output_proj); default: 16-bit, as Megatron and torchtitan run "
                           "it."),
-        click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS), default="none",
-                     show_default=True,
+        click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS), default=None,
                      help="What the step replays from CUDA graphs: none (every op costs host "
                           "time), partial (each layer's own kernels; routed experts stay "
-                          "eager), full (the whole iteration; no host time)."),
+                          "eager), full (the whole iteration; no host time); default: the "
+                          "--framework's (none)."),
+        click.option("--fused-loss/--no-fused-loss", default=None,
+                     help="Fused cross-entropy writing the gradient over the logits; default: "
+                          "the --framework's (megatron: on, Megatron-Bridge "
+                          "cross_entropy_loss_fusion; others off)."),
         click.option("--bf16-layers", type=option_type(Rule(0, 2**14, whole=True)),
                      default=None, metavar="N",
                      help="Transformer layers kept in BF16 under a low-precision --precision "
-                          "(Megatron first_last_layers_bf16); default: the format's recipe, "
-                          "15 % of the layers for nvfp4 (arXiv 2509.25149), none for FP8."),
+                          "(Megatron first_last_layers_bf16); default: --framework megatron "
+                          "none, else the format's recipe, 15 % of the layers for nvfp4 "
+                          "(arXiv 2509.25149), none for FP8."),
     ]
 
 
 def kernel_knobs(o: dict) -> dict:
-    """The TrainingConfig fields of :func:`kernel_options` from parsed options."""
+    """The TrainingConfig fields of :func:`kernel_options` from parsed options; a knob not
+    given takes the ``--framework`` profile's default (:func:`fsdpsim.frameworks.knob_default`),
+    as ``validate`` does for an empty cell."""
+    from fsdpsim.frameworks import knob_default
+
+    framework = o.get("framework") or "fsdp2"
+
+    def given(knob: str):
+        value = o.get(knob)
+        return (knob_default(framework, knob, o.get("precision") or "bf16") if value is None
+                else value)
+
+    bf16 = given("bf16_layers")
     return {"moe_fp8_dispatch": bool(o.get("moe_fp8_dispatch")),
-            "moe_dispatcher": o.get("moe_dispatcher") or "alltoall",
-            "fp8_attention": bool(o.get("fp8_attention")),
-            "fp8_lm_head": bool(o.get("fp8_lm_head")),
-            "cuda_graphs": o.get("cuda_graphs") or "none",
-            "bf16_layers": (None if o.get("bf16_layers") is None
-                            else int(o["bf16_layers"])),
-            "recompute_modules": o.get("recompute_modules") or ()}
+            "moe_dispatcher": given("moe_dispatcher"),
+            "fp8_attention": bool(given("fp8_attention")),
+            "fp8_lm_head": bool(given("fp8_lm_head")),
+            "cuda_graphs": given("cuda_graphs"),
+            "fused_loss": bool(given("fused_loss")),
+            "bf16_layers": None if bf16 is None else int(bf16),
+            "recompute_modules": given("recompute_modules") or ()}
 
 
 def register(cli: click.Group) -> None:

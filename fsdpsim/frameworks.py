@@ -68,11 +68,39 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 * ``megatron-2021`` (Megatron-LM v2, 2021, ``megatron/training.py`` ``train_step``): the
   gradient all-reduce of its data-parallel wrapper runs after the whole backward
   (``model.allreduce_gradients()``), not overlapped; NCCL 2.10.
+
+**Defaults of knobs a run leaves unset** (:data:`KNOB_DEFAULTS`; ``predict``/``search``/
+``compare`` flags not given, empty cells of a measurement file): a profile's entry, else the
+flag's generic default (the same values: overlap off, no CUDA graphs, ``alltoall``, 16-bit
+attention and LM head, no per-module recompute, dropless, unfused loss, the format's BF16
+layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
+@067f987df (2026-08-22):
+
+* ``ep_overlap`` false: ``ModelParallelConfig.overlap_moe_expert_parallel_comm = False``
+  (``megatron/core/model_parallel_config.py``).
+* ``cuda_graphs`` none: ``TransformerConfig.cuda_graph_impl = "none"``
+  (``megatron/core/transformer/transformer_config.py``).
+* ``moe_dispatcher`` alltoall: Megatron-Bridge's MoE bridges set
+  ``moe_token_dispatcher_type = "alltoall"`` (``models/deepseek/deepseek_v3_bridge.py``,
+  ``glm45_bridge.py`` ...); Megatron-Core's own ``"allgather"`` is not modelled, ``"flex"``
+  (DeepEP/HybridEP) is ``deepep``.
+* ``fp8_attention``, ``fp8_lm_head`` false: ``fp8_dot_product_attention = False``,
+  ``fp8_output_proj = False`` (``transformer_config.py``).
+* ``recompute_modules`` none beyond ``recompute``: ``recompute_granularity = None``,
+  ``recompute_modules = None`` (``transformer_config.py``); ``recompute`` itself is the run's.
+* ``bf16_layers`` 0 under a low-precision format: ``first_last_layers_bf16 = False``
+  (``transformer_config.py``; Megatron-Bridge ``training/mixed_precision.py`` and
+  ``scripts/performance/utils/precision.py``).
+* ``moe_capacity_factor`` none (dropless): ``moe_expert_capacity_factor = None``.
+* ``fused_loss`` true: Megatron-Bridge ``GPTModelProvider.cross_entropy_loss_fusion = True``
+  (``models/gpt_provider.py``; Megatron-Core's own default is False, NeMo 2.0's GPTConfig
+  sets True).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from fsdpsim.errors import ConfigError, suggest
 
@@ -184,6 +212,32 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
                         ("recompute", ("none", "full")), ("partial_recompute", (False,)))),
 )}
 
+#: What a profile does where a run leaves a knob unset (module docstring), by profile name:
+#: (TrainingConfig or plan field, value). ``bf16_layers`` applies under a low-precision format.
+KNOB_DEFAULTS: dict[str, dict[str, object]] = {
+    "megatron": {"ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
+                 "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
+                 "bf16_layers": 0, "moe_capacity_factor": None, "fused_loss": True},
+}
+#: The knobs' generic defaults (a profile without an entry): the flags' defaults.
+GENERIC_KNOBS: dict[str, object] = {
+    "ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
+    "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
+    "bf16_layers": None, "moe_capacity_factor": None, "fused_loss": False}
+
+
+def knob_default(framework: str, knob: str, precision: str = "bf16"):
+    """What ``framework`` does where ``knob`` is not given (:data:`KNOB_DEFAULTS`, else
+    :data:`GENERIC_KNOBS`); ``bf16_layers`` only under a low-precision ``precision`` (else
+    None)."""
+    from fsdpsim.parallel import LOW_PRECISION
+
+    if knob == "bf16_layers" and precision not in LOW_PRECISION:
+        return None
+    own = KNOB_DEFAULTS.get(canonical(framework), {})
+    return own[knob] if knob in own else GENERIC_KNOBS[knob]
+
+
 #: Older and alternative spellings.
 ALIASES = {"torch": "fsdp2", "megatron-core": "megatron", "megatron-dist-opt": "megatron",
            "deepspeed": "deepspeed-zero3", "megatron-lm-2021": "megatron-2021"}
@@ -200,6 +254,70 @@ def with_defaults(training, framework: str):
     if training.reduce_dtype is None and profile(framework).grad_all_reduce:
         return replace(training, reduce_dtype="fp16" if training.precision == "fp16" else "bf16")
     return training
+
+
+# ------------------------------------------------------------------ frameworks of published rows
+#: What a framework named by a published row does where the row does not say, in the releases
+#: the published tables come from (the profile it runs and its defaults beyond
+#: :data:`KNOB_DEFAULTS`); matched (first match wins) by words of the row's ``framework`` text.
+#:
+#: * Megatron-Core (NeMo 1.x/2.0, Megatron-Bridge): the distributed optimizer (ZeRO-1: optimizer
+#:   states sharded over the data-parallel group), sequence parallelism with TP and the fused
+#:   cross-entropy and no layer kept in BF16 (the ``megatron`` profile's knob defaults,
+#:   :data:`KNOB_DEFAULTS`), as their performance recipes set them
+#:   (Megatron-Bridge "Performance tuning guide"; NeMo ``llama3_70b`` recipes:
+#:   ``use_distributed_optimizer``, ``sequence_parallel=True``), and fused attention
+#:   (Transformer Engine's flash/cuDNN backends); no activation recompute unless the row says
+#:   so (``TransformerConfig.recompute_granularity = None`` by default; the performance
+#:   summaries list recompute only where their configs set it).
+#: * Megatron-LM PTD-P (Narayanan et al., SC21, arXiv 2104.04473 §2.2): the interleaved 1F1B
+#:   schedule; the paper states no chunk count, so it is chosen as ``auto``.
+#: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
+#: * ``dropout``: GPT training in Megatron-LM (``--attention-dropout 0.1 --hidden-dropout 0.1``,
+#:   arguments.py defaults) and OneFlow-GPT (its Megatron port); Llama-style recipes use none.
+#:   OneFlow-GPT runs the ``megatron`` profile without its fused cross-entropy.
+#: * ``profile``: the framework profile (:mod:`fsdpsim.frameworks`: recipe, collective library
+#:   release, granularity and overlap of data-parallel collectives). Megatron and its
+#:   descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy with
+#:   the (distributed) optimizer; InternEvo's hybrid ZeRO does the same with its own
+#:   collectives (``internevo``: gradients all-reduced, parameters broadcast by each shard's
+#:   owner within its ``zero1`` group, read from the row's ``zero1=N``). Megatron-LM before
+#:   Megatron-Core (2020-21: SC21's PTD-P, DLPerf's NGC 20.12 runs) all-reduced gradients after
+#:   the backward (``megatron-2021``); SC21's DeepSpeed ZeRO-3 rows ran DeepSpeed's 2021 stage 3
+#:   (``deepspeed-zero3-2021``); Composer's FSDP in torch 2.1 is FSDP1.
+#: * nanotron (v0.5): TP in ``REDUCE_SCATTER`` mode is sequence parallelism; flash_attn 2; no
+#:   recompute unless configured (``recompute_layer`` is False by default, ``config/models_config``);
+#:   the ``nanotron`` profile (fp32 gradient accumulation, DDP hook, ZeRO-1 gather after the step).
+#: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
+#: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
+#: and did not exist before 2022), data-parallel sharding as the row's words say.
+FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("megatron-core", "megatron-bridge", "nemo"),
+     {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
+      "flash": True, "profile": "megatron", "recompute": "none"}),
+    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
+                  "dropout": True}),
+    (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
+                                 "profile": "internevo"}),
+    (("deepspeed zero-3", "deepspeed zero3"),
+     {"name": "DeepSpeed ZeRO-3 (2021)", "profile": "deepspeed-zero3-2021", "dropout": True}),
+    (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
+    (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True,
+                    "fused_loss": False}),
+    (("nanotron",), {"name": "nanotron", "profile": "nanotron", "sequence_parallel": True,
+                     "flash": True, "recompute": "none"}),
+    (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
+    (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
+)
+
+def framework_conventions(framework: str) -> dict[str, Any]:
+    """The :data:`FRAMEWORK_CONVENTIONS` entry whose words appear in ``framework``; {} if none."""
+    low = framework.lower()
+    for words, conventions in FRAMEWORK_CONVENTIONS:
+        if any(w in low for w in words):
+            return conventions
+    return {}
+
 
 
 def canonical(name: str) -> str:

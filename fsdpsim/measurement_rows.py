@@ -119,11 +119,25 @@ def _text_cell(row: pd.Series, column: str) -> str | None:
     return str(int(value)) if float(value) == int(value) else str(value)
 
 
+def knob(row: pd.Series, column: str) -> Any:
+    """A knob cell of the row (``ep_overlap``, ``cuda_graphs``, ``moe_dispatcher``,
+    ``fp8_attention``, ``fp8_lm_head``, ``recompute_modules``, ``bf16_layers``,
+    ``moe_capacity_factor``, ``fused_loss``); where it is empty, what the row's framework
+    profile (column ``recipe``) does by default (:func:`fsdpsim.frameworks.knob_default`, the
+    default ``predict`` takes when the flag is not given)."""
+    from fsdpsim.frameworks import knob_default
+
+    value = row.get(column)
+    if is_empty(value):
+        return knob_default(str(cell(row, "recipe") or "torch"), column,
+                            str(row.get("precision", "bf16")))
+    return value
+
+
 def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
     """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
     ``auto`` chunk count); a clear error when the plan's checks refuse it."""
     sp = cell(row, "sequence_parallel")
-    overlap = cell(row, "ep_overlap")
     schedule = cell(row, "pp_schedule")
     return ParallelPlan(
         num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
@@ -136,7 +150,8 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         pp_last_layers=whole_cell(row, "pp_last_layers"),
         pp_layers=_text_cell(row, "pp_layers"),
         framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
-        etp=whole_cell(row, "etp"), ep_overlap=False if overlap is None else truthy(overlap),
+        etp=whole_cell(row, "etp"),
+        ep_overlap=flag(row, "ep_overlap", bool(knob(row, "ep_overlap"))),
         shard_group_size=whole_cell(row, "shard_group_size"))
 
 
@@ -168,18 +183,26 @@ def row_setup(row: pd.Series, catalog: Catalog,
     options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
                    precision=str(row.get("precision", "bf16")),
                    flash_attention=flag(row, "flash_attention", True),
-                   fused_loss=flag(row, "fused_loss", False),
+                   fused_loss=flag(row, "fused_loss", knob(row, "fused_loss")),
                    dropout=flag(row, "dropout", False),
-                   fp8_attention=flag(row, "fp8_attention", False),
-                   fp8_lm_head=flag(row, "fp8_lm_head", False),
-                   recompute_modules=str(cell(row, "recompute_modules") or ""),
-                   moe_dispatcher=str(cell(row, "moe_dispatcher") or "alltoall"),
-                   cuda_graphs=str(cell(row, "cuda_graphs") or "none"),
+                   fp8_attention=flag(row, "fp8_attention", knob(row, "fp8_attention")),
+                   fp8_lm_head=flag(row, "fp8_lm_head", knob(row, "fp8_lm_head")),
+                   recompute_modules=str(knob(row, "recompute_modules") or ""),
+                   moe_dispatcher=str(knob(row, "moe_dispatcher")),
+                   cuda_graphs=str(knob(row, "cuda_graphs")),
                    recompute_layers=whole_cell(row, "recompute_layers"),
-                   bf16_layers=whole_cell(row, "bf16_layers"),
-                   **{k: (None if cell(row, k) is None else float(cell(row, k)))
-                      for k in ("moe_capacity_factor", "moe_imbalance")})
+                   bf16_layers=_whole_or_none(knob(row, "bf16_layers")),
+                   moe_capacity_factor=_float_or_none(knob(row, "moe_capacity_factor")),
+                   moe_imbalance=_float_or_none(cell(row, "moe_imbalance")))
     return spec, system, plan, options
+
+
+def _whole_or_none(value: Any) -> int | None:
+    return None if value is None else int(float(value))
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def is_empty(value: Any) -> bool:

@@ -16,7 +16,8 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``sharding``               full | grad_op | optimizer | none | hybrid
 ``recompute``              none | selective | full | auto
 ``reduce_dtype``           fp32 | bf16
-``fused_loss``             true when the run used a fused cross-entropy (optional)
+``fused_loss``             true when the run used a fused cross-entropy (optional; empty:
+                           the framework profile's default, see below)
 ``dropout``                true when attention and residual dropout were on (optional)
 ``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
 ``power_cap_w``            board power limit below TDP (optional)
@@ -28,7 +29,11 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``tokens_per_s_per_gpu``   the measurement
 =========================  =========================================================
 
-The parallel layout (optional columns; a missing column or an empty cell takes the default;
+The parallel layout and the run's switches (optional columns, named and valued as
+``predict``'s flags; a missing column or an empty cell takes the default: for the switches
+``ep_overlap``, ``moe_capacity_factor``, ``moe_dispatcher``, ``fp8_attention``,
+``fp8_lm_head``, ``bf16_layers``, ``cuda_graphs``, ``recompute_modules`` and ``fused_loss`` the
+``recipe`` profile's, :func:`fsdpsim.frameworks.knob_default`, as ``predict`` without the flag;
 :class:`fsdpsim.parallel.ParallelPlan` documents each):
 
 =========================  =========================================================

@@ -12,12 +12,15 @@ Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measurements
   ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024).
 
 The whole parallel layout is carried over: tensor, pipeline (with virtual stages), context and
-data parallelism, sequence parallelism, the pipeline schedule. What a row leaves unstated is
+data parallelism, sequence parallelism, the pipeline schedule, and the switches a row states
+in columns named as ``predict``'s flags (:data:`STATED_COLUMNS`). What a row leaves unstated is
 filled by the conventions of the framework it names
-(:data:`fsdpsim.published_plan.FRAMEWORK_CONVENTIONS`: e.g.
-Megatron-Core's distributed optimizer and sequence parallelism) or left to ``auto``; column
-``modelled_as`` says where a row is modelled by something close to, but not exactly, what ran.
-Rows fsdpsim cannot model (mixture of experts; an accelerator missing from the catalog; a
+(:data:`fsdpsim.frameworks.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
+optimizer and sequence parallelism; the switches by its profile,
+:data:`fsdpsim.frameworks.KNOB_DEFAULTS`) or left to ``auto``; column ``modelled_as`` says
+where a row is modelled by something close to, but not exactly, what ran.
+Rows fsdpsim cannot model (a MoE model that is not a preset; an accelerator missing from the
+catalog; a
 layout that does not multiply to the GPU count; no measurement) keep a ``skip`` reason instead
 of getting a silently wrong number.
 """
@@ -32,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.catalog import Catalog
-from fsdpsim.frameworks import profile
-from fsdpsim.parallel import LOW_PRECISION
+from fsdpsim.frameworks import framework_conventions, knob_default, profile
+from fsdpsim.measurement_rows import is_empty
 from fsdpsim.system import BUSBW_COLUMNS
 from fsdpsim.published_text import (
     MEGATRON_VOCAB_MULTIPLE,
@@ -56,7 +59,6 @@ from fsdpsim.published_text import (
 )
 from fsdpsim.published_plan import (
     UNFIT_FORMATS,
-    framework_conventions,
     gpu_generation,
     precision_format,
     read_layout,
@@ -146,6 +148,35 @@ def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
 
 
 # ------------------------------------------------------------------------------ converters
+#: Columns a published row may state about its run, named and valued as ``predict``'s flags
+#: (``ep_overlap`` is ``--ep-overlap``, ``recompute_modules`` is ``--recompute-modules`` ...);
+#: a stated cell is passed on as the row's setting, an empty one leaves the framework
+#: profile's default (:mod:`fsdpsim.frameworks`). True/false columns are read as booleans,
+#: the others as written (the measurement checks refuse a bad cell with the row's skip reason).
+STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_overlap",
+                  "fp8_attention", "recompute_modules", "fp8_lm_head", "cuda_graphs",
+                  "moe_dispatcher", "etp", "pp_first_layers", "pp_last_layers", "pp_layers",
+                  "bf16_layers")
+_FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head")
+#: What a row's ``recompute`` cell (``predict --recompute``) accepts.
+RECOMPUTE_CELLS = ("none", "selective", "full", "auto")
+
+
+def stated_columns(r: pd.Series) -> dict[str, Any]:
+    """The :data:`STATED_COLUMNS` cells the row fills (in that order)."""
+    stated: dict[str, Any] = {}
+    for column in STATED_COLUMNS:
+        value = r.get(column)
+        if is_empty(value):
+            continue
+        if column in _FLAGS and isinstance(value, str):
+            low = value.strip().lower()
+            value = True if low in ("true", "yes", "1") else False if low in (
+                "false", "no", "0") else value
+        stated[column] = value
+    return stated
+
+
 def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Convert rows with the published-calibration columns to the fsdpsim schema, with their
     whole parallel layout (:func:`fsdpsim.published_plan.read_layout`) and the conventions of
@@ -165,16 +196,11 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         if cell_positive(r.get("ep")) > 1 or cell_positive(r.get("moe_experts")) > 0:
             from fsdpsim.published_moe import moe_row
 
-            gpu_id = match_accelerator(catalog, cell_text(r.get("gpu")), cell_number(r.get("gpu_mem_gb")))
-            moe, said, why = moe_row(
-                cell_text(r.get("model")), framework, cell_text(r.get("notes")), layout,
-                counts["n_layers"], gpu=gpu_id or "", source=cell_text(r.get("source_key")),
-                number_format=precision_format(cell_text(r.get("precision")),
-                                               parse_precision(cell_text(r.get("precision")),
-                                                               framework)[0]),
-                ep=int(number_or(r.get("ep"), 1.0)))
+            moe, said, why = moe_row(cell_text(r.get("model")),
+                                     mtp_stated=not is_empty(r.get("mtp_layers")))
             modelled_as += said
             skip = skip or why
+        moe.update(stated_columns(r))
         gpu_text = cell_text(r.get("gpu"))
         gpu = match_accelerator(catalog, gpu_text, cell_number(r.get("gpu_mem_gb")))
         if gpu is None:
@@ -239,6 +265,12 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         texts = [cell_text(r.get(k)) for k in ("notes", "framework", "source", "source_locator")]
         generation = gpu_generation(gpu or gpu_text)
         checkpointing = cell_text(r.get("activation_checkpointing"))
+        recipe = conventions.get("profile", "fsdp2")
+        stated_recompute = cell_text(r.get("recompute")).strip().lower()
+        if stated_recompute and stated_recompute not in RECOMPUTE_CELLS:
+            skip = skip or (f"column recompute: {stated_recompute!r} is not accepted; accepted: "
+                            f"{', '.join(RECOMPUTE_CELLS)} (or empty)")
+            stated_recompute = ""
         rows.append({
             "id": r.get("id", f"row-{len(rows) + 1}"), "arch": arch_of(model), "model": model,
             # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
@@ -252,7 +284,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "seq_len": counts["seq_len"] or 1,
             "micro_batch": mb, "grad_accum": ga,
             "sharding": sharding, "shard_group_size": shard_group,
-            "recompute": (parse_recompute(checkpointing) if _stated(checkpointing)
+            "recompute": (stated_recompute or parse_recompute(checkpointing)
+                          if stated_recompute or _stated(checkpointing)
                           else conventions.get("recompute", "auto")),
             "global_batch_seqs": global_seqs,
             # the model's own tying where stated; measured bus bandwidths of the job (GB/s)
@@ -268,21 +301,26 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             "precision": precision, "reduce_dtype": reduce_dtype,
             # the framework's recipe for BF16 layers under a low-precision format (else the
             # format's own default, TrainingConfig.bf16_layers)
-            "bf16_layers": (conventions.get("bf16_layers", float("nan"))
-                            if precision in LOW_PRECISION else float("nan")),
+            "bf16_layers": (moe["bf16_layers"] if "bf16_layers" in moe
+                            else _or_nan(knob_default(recipe, "bf16_layers", precision))),
             "precision_format": number_format, "precision_note": precision_text,
             # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
-            "fused_loss": arch_of(model) == "mpt" or bool(conventions.get("fused_loss")),
+            "fused_loss": arch_of(model) == "mpt" or bool(
+                conventions.get("fused_loss", knob_default(recipe, "fused_loss"))),
             "flash_attention": _flash(texts, conventions, generation),
             "power_cap_w": cap if cap is not None else float("nan"),
             "framework": framework, "source_key": cell_text(r.get("source_key")),
-            "recipe": conventions.get("profile", "fsdp2"),
+            "recipe": recipe,
             "dropout": bool(conventions.get("dropout", False)) and arch_of(model) == "gpt",
             "generation": generation, "tokens_per_s_per_gpu": measured,
             "measured_from": measured_from, "subset": cell_text(r.get("subset")),
             "modelled_as": "; ".join(modelled_as), "skip": skip,
         })
     return pd.DataFrame(rows)
+
+
+def _or_nan(value: Any) -> Any:
+    return float("nan") if value is None else value
 
 
 def _flash(texts: list[str], conventions: dict, generation: str) -> bool:

@@ -3,9 +3,9 @@
 :func:`read_layout` turns the layout cells of a published row (``tp``, ``pp``, ``cp``, ``dp``,
 ``vpp``, ``sequence_parallel``) into the plan columns of fsdpsim's measurement schema. What the
 row leaves unstated comes from the conventions of the framework it names
-(:data:`FRAMEWORK_CONVENTIONS`), or stays ``auto`` (the number of interleaved model chunks);
-the row's ``modelled_as`` notes say where it is modelled by something close to, but not exactly,
-what ran. A layout that does not multiply to the GPU count is a skip reason, never a guess.
+(:data:`fsdpsim.frameworks.FRAMEWORK_CONVENTIONS`), or stays ``auto`` (the number of
+interleaved model chunks); the row's ``modelled_as`` notes say where it is modelled by something
+close to, but not exactly, what ran. A layout that does not multiply to the GPU count is a skip reason, never a guess.
 """
 
 from __future__ import annotations
@@ -15,66 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from fsdpsim.frameworks import FRAMEWORK_CONVENTIONS, framework_conventions  # noqa: F401
 from fsdpsim.numbers import number_in_text
-
-#: What a framework does when a row does not say, in the releases the published tables come
-#: from; matched (first match wins) by words of the row's ``framework`` text.
-#:
-#: * Megatron-Core (NeMo 1.x/2.0, Megatron-Bridge): the distributed optimizer (ZeRO-1: optimizer
-#:   states sharded over the data-parallel group), sequence parallelism with TP and the fused
-#:   cross-entropy, as their performance recipes set them (Megatron-Bridge "Performance tuning
-#:   guide"; NeMo ``llama3_70b`` recipes: ``use_distributed_optimizer``,
-#:   ``sequence_parallel=True``; NeMo ``GPTConfig.cross_entropy_loss_fusion = True``), and
-#:   fused attention (Transformer Engine's flash/cuDNN backends); no activation recompute
-#:   unless the row says so (``TransformerConfig.recompute_granularity = None`` by default;
-#:   the performance summaries list recompute only where their configs set it); no layer kept
-#:   in BF16 under a low-precision format (Megatron-Bridge ``scripts/performance/utils/
-#:   precision.py``: ``first_last_layers_bf16 = False`` for FP8 current scaling, and
-#:   ``bf16_with_nvfp4_mixed()`` / ``bf16_with_mxfp8_mixed()`` set none, r0.1.0 to v0.6.0).
-#: * Megatron-LM PTD-P (Narayanan et al., SC21, arXiv 2104.04473 §2.2): the interleaved 1F1B
-#:   schedule; the paper states no chunk count, so it is chosen as ``auto``.
-#: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
-#: * ``dropout``: GPT training in Megatron-LM (``--attention-dropout 0.1 --hidden-dropout 0.1``,
-#:   arguments.py defaults) and OneFlow-GPT (its Megatron port); Llama-style recipes use none.
-#: * ``profile``: the framework profile (:mod:`fsdpsim.frameworks`: recipe, collective library
-#:   release, granularity and overlap of data-parallel collectives). Megatron and its
-#:   descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy with
-#:   the (distributed) optimizer; InternEvo's hybrid ZeRO does the same with its own
-#:   collectives (``internevo``: gradients all-reduced, parameters broadcast by each shard's
-#:   owner within its ``zero1`` group, read from the row's ``zero1=N``). Megatron-LM before
-#:   Megatron-Core (2020-21: SC21's PTD-P, DLPerf's NGC 20.12 runs) all-reduced gradients after
-#:   the backward (``megatron-2021``); SC21's DeepSpeed ZeRO-3 rows ran DeepSpeed's 2021 stage 3
-#:   (``deepspeed-zero3-2021``); Composer's FSDP in torch 2.1 is FSDP1.
-#: * DLPerf's Megatron-LM runs (commit 8aa4619f, NGC 20.12): full activation recompute; the
-#:   table does not say, its launch script passes ``--checkpoint-activations`` for every case
-#:   (github Oneflow-Inc/DLPerf ``Megatron-LM/scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh``).
-#:   Megatron-LM of that time had no selective recompute (it came with Korthikanti et al. 2022).
-#: * nanotron (v0.5): TP in ``REDUCE_SCATTER`` mode is sequence parallelism; flash_attn 2; no
-#:   recompute unless configured (``recompute_layer`` is False by default, ``config/models_config``);
-#:   the ``nanotron`` profile (fp32 gradient accumulation, DDP hook, ZeRO-1 gather after the step).
-#: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
-#: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
-#: and did not exist before 2022), data-parallel sharding as the row's words say.
-FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
-    (("megatron-core", "megatron-bridge", "nemo"),
-     {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
-      "fused_loss": True, "flash": True, "embedding_loss_split": True, "profile": "megatron",
-      "recompute": "none", "bf16_layers": 0}),
-    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
-                  "dropout": True}),
-    (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
-                                 "profile": "internevo"}),
-    (("deepspeed zero-3", "deepspeed zero3"),
-     {"name": "DeepSpeed ZeRO-3 (2021)", "profile": "deepspeed-zero3-2021", "dropout": True}),
-    (("megatron-lm @8aa4619f",), {"name": "Megatron-LM (DLPerf)", "profile": "megatron-2021",
-                                  "dropout": True, "recompute": "full"}),
-    (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
-    (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True}),
-    (("nanotron",), {"name": "nanotron", "profile": "nanotron", "sequence_parallel": True,
-                     "flash": True, "recompute": "none"}),
-    (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
-    (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
-)
 
 #: GPU generation (architecture) by catalog id family, for error summaries per generation.
 GENERATIONS = {"v100": "Volta", "a100": "Ampere", "h100": "Hopper", "h200": "Hopper",
@@ -87,15 +29,6 @@ GENERATIONS = {"v100": "Volta", "a100": "Ampere", "h100": "Hopper", "h200": "Hop
 #: but not fitted: a calibration's factors come from the FP8/BF16/FP16 rows, so these rows test
 #: the formats' model out of sample.
 UNFIT_FORMATS = {"mxfp8": "MXFP8", "nvfp4": "NVFP4"}
-
-
-def framework_conventions(framework: str) -> dict[str, Any]:
-    """The :data:`FRAMEWORK_CONVENTIONS` entry whose words appear in ``framework``; {} if none."""
-    low = framework.lower()
-    for words, conventions in FRAMEWORK_CONVENTIONS:
-        if any(w in low for w in words):
-            return conventions
-    return {}
 
 
 def gpu_generation(gpu: str) -> str:
@@ -186,12 +119,4 @@ def read_layout(r, columns, n_gpus: int, n_layers: int | None,
                         else str(r.get("sequence_parallel")))
     layout["sequence_parallel"] = tp > 1 and (
         stated_sp if stated_sp is not None else bool(conventions.get("sequence_parallel")))
-    if (isinstance(vpp, int) and n_layers and pp > 1 and n_layers % (pp * vpp)
-            and conventions.get("embedding_loss_split") and (n_layers + 2) % (pp * vpp) == 0):
-        # Megatron-Core account_for_embedding/loss_in_pipeline_split: the embedding and the
-        # loss each take a layer's slot, so the first and last stages hold one layer fewer.
-        end = (n_layers + 2) // pp - 1
-        layout.update(pp_first_layers=end, pp_last_layers=end)
-        notes.append(f"uneven stages: {n_layers} layers + embedding + loss over pp {pp} x vpp "
-                     f"{vpp} (Megatron account_for_embedding/loss_in_pipeline_split)")
     return layout, notes, ""

@@ -18,7 +18,6 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.predict import config_inputs, predict
 from fsdpsim.presets import get_model
-from fsdpsim.published_moe import FP8_LM_HEAD_CONFIGS, recipe_commit
 from fsdpsim.system import resolve_system
 
 CATALOG = load_catalog(use_env=False)
@@ -116,18 +115,6 @@ def test_cli_and_sweep_carry_the_option(capsys):
                        "--emit", "megatron")
     assert rc == 0, err
     assert "fp8_output_proj" in out
-
-
-@pytest.mark.parametrize("gpu, release, expected", [
-    ("gb300", "NeMo container 26.06", True), ("gb200", "NeMo container 26.08", True),
-    ("gb300", "NeMo container 26.04.01", False), ("b300", "NeMo container 26.06", False),
-    ("b300", "NeMo container 26.06.01", True), ("b200", "NeMo container 26.08", False)])
-def test_published_recipes_that_run_the_head_in_mxfp8(gpu, release, expected):
-    """Megatron-Bridge's release branch r0.5.0 set ``fp8_output_proj`` for the GB300 and GB200
-    MXFP8 DeepSeek-V3 recipes (26.06), then B300's (26.06.01); MXFP8 only."""
-    commit = recipe_commit(FP8_LM_HEAD_CONFIGS, gpu, "mxfp8", release, {}, 1)
-    assert (commit is not None) == expected
-    assert recipe_commit(FP8_LM_HEAD_CONFIGS, gpu, "fp8", release, {}, 1) is None
 
 
 def test_published_deepseek_rows_carry_the_head_precision():

@@ -15,7 +15,6 @@ from fsdpsim.errors import ConfigError
 from fsdpsim.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.predict import config_inputs, predict
 from fsdpsim.presets import get_model
-from fsdpsim.published_moe import recompute_modules_of
 from fsdpsim.system import resolve_system
 
 CATALOG = load_catalog(use_env=False)
@@ -145,16 +144,3 @@ def test_cli_sweep_and_megatron_emit(capsys):
                        "8", "--recompute-modules", "mlp", "--top", "1", "--emit", "megatron")
     assert rc == 0, err
     assert "--recompute-modules" in out and "mlp" in out
-
-
-@pytest.mark.parametrize("gpu, fmt, release, expected", [
-    ("h100-sxm5-80gb", "fp8", "25.09", ("mla_up_proj", "mlp")),
-    ("b200", "fp8", "25.09", ("mla_up_proj",)), ("b200", "mxfp8", "26.04", ("mla_up_proj",)),
-    ("b200", "mxfp8", "26.04.01", ("mla_up_proj", "mlp")),
-    ("gb200", "mxfp8", "26.04", ("mlp",)), ("gb200", "mxfp8", "26.06", ("mla_up_proj",)),
-    ("gb300", "mxfp8", "25.11", ("moe_act",)), ("gb300", "mxfp8", "26.02", ("mla_up_proj",)),
-    ("gb300", "mxfp8", "26.06", ()), ("b300", "mxfp8", "26.06", ("mla_up_proj",))])
-def test_published_recipes_recompute_modules(gpu, fmt, release, expected):
-    """Read from Megatron-Bridge's run script (25.09) and workload base configs (25.11 on)."""
-    found = recompute_modules_of(gpu, fmt, f"NeMo container {release}")
-    assert found is not None and found[0] == expected

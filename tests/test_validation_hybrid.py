@@ -106,11 +106,10 @@ def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
 
 
 def test_deepseek_recipe_dispatcher_and_overlap_by_release(hybrid):
-    """Read from Megatron-Bridge's source: H100 overlapped the expert all-to-alls in 25.09 (the
-    run script's A2A_1F1B) and 25.11, not from 26.02; the 25.09 token-drop runs and the 25.11
-    B200 config keep the alltoall dispatcher, every later config the flex one."""
+    """The file's ep_overlap and moe_dispatcher columns (read from Megatron-Bridge's configs:
+    H100 overlapped the expert all-to-alls in 25.09 and 25.11, not from 26.02; the 25.09
+    token-drop runs and the 25.11 B200 config keep the alltoall dispatcher) reach the rows."""
     assert hybrid.loc["mbridge-2509-025", "ep_overlap"] is True
-    assert "A2A_1F1B" in hybrid.loc["mbridge-2509-025", "modelled_as"]
     assert hybrid.loc["mbridge-2511-023", "ep_overlap"] is not True   # B200 25.11
     for row in ("mbridge-2509-007", "mbridge-2509-017", "mbridge-2511-023"):
         assert hybrid.loc[row, "moe_dispatcher"] == "alltoall", row
@@ -119,10 +118,10 @@ def test_deepseek_recipe_dispatcher_and_overlap_by_release(hybrid):
 
 
 def test_deepseek_recipe_cuda_graphs_by_release(hybrid):
-    """Read from Megatron-Bridge's configs: GB300/GB200 MXFP8 replay the whole iteration from
+    """The file's cuda_graphs column (from Megatron-Bridge's configs: GB300/GB200 MXFP8 replay the whole iteration from
     June 2026, the B300 V2 (pp 8) and B200 V2 (pp 8, vpp 2, ep 32) configs capture per-layer
     graphs, GB200's configs per-layer graphs since 25.11; the 25.09 run script and the pp-16
-    configs capture none."""
+    configs capture none; empty: Megatron-Core's default, none)."""
     expected = {"mbridge-2606-008": "full", "mbridge-2608-002": "full",
                 "mbridge-260401-017": "partial", "mbridge-260401-018": "partial",
                 "mbridge-2602-016": "partial", "mbridge-2602-018": "none",
@@ -131,34 +130,25 @@ def test_deepseek_recipe_cuda_graphs_by_release(hybrid):
     for row, graphs in expected.items():
         got = hybrid.loc[row, "cuda_graphs"]
         assert (got if isinstance(got, str) else "none") == graphs, row
-    assert "full_iteration" in hybrid.loc["mbridge-2606-008", "modelled_as"]
-
-
-def test_recipe_commit_honours_the_last_release():
-    from fsdpsim.published_moe import A2A_OVERLAP_CONFIGS, recipe_commit
-    for source, on in (("perf_summary_25.09", True), ("perf_summary_25.11", True),
-                       ("perf_summary_26.02", False), ("perf_summary_26.08", False)):
-        found = recipe_commit(A2A_OVERLAP_CONFIGS, "h100-sxm5-80gb", "fp8", source, {}, 64)
-        assert (found is not None) == on, source
 
 
 def test_megatron_bridge_405b_stages_account_for_embedding_and_loss(hybrid):
     """126 layers over pp 16 x vpp 4 (GB200): Megatron-Bridge counts the embedding and the loss
-    as layers (128 = 16 x 4 x 2), so the first and last stages hold 7 layers, the others 8.
-    Until the plan accepts chunks of unequal size the row is skipped with the plan's reason."""
+    as layers (128 = 16 x 4 x 2), so the first and last stages hold 7 layers, the others 8:
+    the megatron profile's default split, as predict makes it (the row states no split)."""
     r = hybrid.loc["mbridge-2602-013"]
-    assert (r["tp"], r["pp"], r["vpp"], r["pp_first_layers"], r["pp_last_layers"]) == \
-        (4, 16, 4, 7, 7)
-    assert "account_for_embedding/loss" in r["modelled_as"]
-    assert r["skip"] == "" or r["skip"].startswith("layout: ")
+    assert (r["tp"], r["pp"], r["vpp"], r["recipe"]) == (4, 16, 4, "megatron")
+    assert pd.isna(r["pp_first_layers"]) and pd.isna(r["pp_last_layers"])
+    spec, _, plan, _ = row_setup(r, CATALOG)
+    assert plan.layer_split(spec.n_layers).counts == (7,) + (8,) * 14 + (7,)
 
 
 def test_moe_rows_modelled_and_inconsistent_layouts_skipped_with_their_reason(hybrid):
-    # DeepSeek-V3 EP rows are modelled since issue 13, with the recipe's conventions
+    # DeepSeek-V3 EP rows: the recipe's settings as the file's columns state them
     row = hybrid.loc["mbridge-2608-001"]                          # DeepSeek-V3, ep 32
     assert (row["skip"], row["preset"], row["ep"], row["etp"]) == ("", "deepseek-v3", 32, 1)
     assert (row["pp_first_layers"], row["pp_last_layers"], row["moe_imbalance"]) == (32, 29, 1)
-    assert row["ep_overlap"] is True and "force-balanced" in row["modelled_as"]
+    assert row["ep_overlap"] is True
     drop = hybrid.loc["mbridge-2509-007"]                         # DeepSeek-V3 (tokendrop)
     assert drop["moe_capacity_factor"] == 1.0 and drop["skip"] == ""
     assert hybrid.loc["mbridge-2511-005", "mtp_layers"] == 0      # DeepSeek-V3 (w/o MTP)
