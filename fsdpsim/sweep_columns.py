@@ -202,8 +202,8 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
 #: from the plan table; the rest it writes itself.
 PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
                "pp_schedule", "sequence_parallel", "cp_kind", "tp_overlap", "mesh_order",
-               "pp_first_layers", "pp_last_layers", "framework", "ep", "etp", "expert_dp",
-               "ep_overlap")
+               "pp_first_layers", "pp_last_layers", "pp_layers", "framework", "ep", "etp",
+               "expert_dp", "ep_overlap")
 
 
 def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any]:
@@ -220,7 +220,8 @@ def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any
             table = np.array([np.nan if v is None else v for v in values], dtype=float)
             cols[f"plan.{name}"] = spread(table[plan_rows])
         else:
-            table = np.array(values, dtype=object)
+            table = np.empty(len(values), dtype=object)  # one cell per plan (lists stay whole)
+            table[:] = values
             cols[f"plan.{name}"] = spread(table[plan_rows], fill=None)
     lines = np.full(plan_rows.size, None, dtype=object)
     keys = {}

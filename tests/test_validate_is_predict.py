@@ -22,6 +22,7 @@ import pytest
 
 from fsdpsim.catalog import load_catalog
 from fsdpsim.cli_predict import build_prediction, build_system
+from fsdpsim.system import BUSBW_COLUMNS
 from fsdpsim.measurement_rows import is_empty, spec_for_row, truthy
 from fsdpsim.measurements import load_measurements, predict_measurements
 
@@ -92,6 +93,7 @@ def predict_options(row: pd.Series) -> dict:
         "recompute_modules": _given(row, "recompute_modules"),
         "fp8_lm_head": _switch(row, "fp8_lm_head"), "cuda_graphs": _given(row, "cuda_graphs"),
         "fused_loss": _switch(row, "fused_loss"), "bf16_layers": _whole(row, "bf16_layers"),
+        **{column: _number(row, column) for column in BUSBW_COLUMNS},
     }
 
 
