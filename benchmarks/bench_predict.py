@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fsdpsim.catalog import load_catalog  # noqa: E402
-from fsdpsim.parallel import ParallelPlan, TrainingConfig  # noqa: E402
-from fsdpsim.predict import predict  # noqa: E402
-from fsdpsim.presets import get_model  # noqa: E402
-from fsdpsim.system import resolve_system  # noqa: E402
+from fsdpsim.hardware.catalog import load_catalog  # noqa: E402
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig  # noqa: E402
+from fsdpsim.drivers.predict import predict  # noqa: E402
+from fsdpsim.model.presets import get_model  # noqa: E402
+from fsdpsim.hardware.system import resolve_system  # noqa: E402
 
 CASES = {
     "llama3-8b FSDP, 64 H100": ("llama3-8b", ParallelPlan(64, 8, "full"),

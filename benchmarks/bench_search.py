@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fsdpsim.catalog import load_catalog  # noqa: E402
-from fsdpsim.parallel import TrainingConfig  # noqa: E402
-from fsdpsim.presets import get_model  # noqa: E402
-from fsdpsim.search import search  # noqa: E402
-from fsdpsim.search_explain import plan_line  # noqa: E402
-from fsdpsim.system import resolve_system  # noqa: E402
+from fsdpsim.hardware.catalog import load_catalog  # noqa: E402
+from fsdpsim.plan.parallel import TrainingConfig  # noqa: E402
+from fsdpsim.model.presets import get_model  # noqa: E402
+from fsdpsim.drivers.search.run import search  # noqa: E402
+from fsdpsim.drivers.search.explain import plan_line  # noqa: E402
+from fsdpsim.hardware.system import resolve_system  # noqa: E402
 
 #: name: (model, GPUs, sequence, global batch, target seconds)
 CASES = {

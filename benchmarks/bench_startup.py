@@ -45,8 +45,8 @@ CASES = {
     "fsdpsim --version": ("import sys\nfrom fsdpsim.cli import main\n"
                           "sys.argv = ['fsdpsim', '--version']\nmain(['--version'])"),
     # everything a table predict imports (the CLI, numpy, the engine, presets, procurement)
-    "predict's imports": ("import fsdpsim.cli, fsdpsim.cli_predict, fsdpsim.predict, "
-                          "fsdpsim.presets, fsdpsim.system, fsdpsim.procurement, "
+    "predict's imports": ("import fsdpsim.cli, fsdpsim.cli.predict, fsdpsim.drivers.predict, "
+                          "fsdpsim.model.presets, fsdpsim.hardware.system, fsdpsim.drivers.procurement, "
                           "fsdpsim.costs.goodput"),
     "fsdpsim predict (table)": ("from fsdpsim.cli import main\n"
                                 "main(['predict', '--model', 'llama3-8b', '--num-gpus', '64'])"),

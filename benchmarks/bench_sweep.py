@@ -10,7 +10,7 @@ single-threaded, it equals wall time on an idle core and does not count time the
 gives other processes on a shared machine. Two numbers:
 
 * ``single call``: one ``evaluate`` on all n configurations (the issue's measure);
-* ``blocks of 65,536``: the same n in ``fsdpsim.sweep.EVAL_CHUNK``-sized calls, as
+* ``blocks of 65,536``: the same n in ``fsdpsim.drivers.sweep.run.EVAL_CHUNK``-sized calls, as
   ``fsdpsim sweep`` calls it (temporaries stay in cache).
 
 Run: ``python benchmarks/bench_sweep.py [--n 1000000] [--repeat 3]``
@@ -34,12 +34,12 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fsdpsim import engine  # noqa: E402
-from fsdpsim.catalog import load_catalog  # noqa: E402
-from fsdpsim.parallel import SHARDINGS, ParallelPlan, TrainingConfig  # noqa: E402
-from fsdpsim.predict import (model_inputs, plan_inputs, system_inputs,  # noqa: E402
+from fsdpsim.hardware.catalog import load_catalog  # noqa: E402
+from fsdpsim.plan.parallel import SHARDINGS, ParallelPlan, TrainingConfig  # noqa: E402
+from fsdpsim.drivers.predict import (model_inputs, plan_inputs, system_inputs,  # noqa: E402
                              training_inputs)
-from fsdpsim.presets import get_model  # noqa: E402
-from fsdpsim.system import resolve_system  # noqa: E402
+from fsdpsim.model.presets import get_model  # noqa: E402
+from fsdpsim.hardware.system import resolve_system  # noqa: E402
 
 FLOOR_CONFIGS_PER_S = 1_000_000
 MODELS = ("gpt3-1.3b", "llama3-8b", "llama3-70b", "mixtral-8x7b")
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    from fsdpsim.sweep import EVAL_CHUNK
+    from fsdpsim.drivers.sweep.run import EVAL_CHUNK
 
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     x = bench_inputs(args.n, hybrid=args.hybrid, models=models)

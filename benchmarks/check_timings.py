@@ -25,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fsdpsim import predict  # noqa: E402
-from fsdpsim.catalog import load_catalog  # noqa: E402
-from fsdpsim.parallel import ParallelPlan, TrainingConfig  # noqa: E402
-from fsdpsim.presets import get_model  # noqa: E402
-from fsdpsim.system import resolve_system  # noqa: E402
+from fsdpsim.hardware.catalog import load_catalog  # noqa: E402
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig  # noqa: E402
+from fsdpsim.model.presets import get_model  # noqa: E402
+from fsdpsim.hardware.system import resolve_system  # noqa: E402
 
 #: Ceiling of one predict's median wall time [ms].
 PREDICT_MS = 10.0
@@ -67,8 +67,8 @@ def check_predict(catalog) -> list[str]:
 
 
 def check_sweep(catalog) -> list[str]:
-    from fsdpsim.grid import build_grid
-    from fsdpsim.sweep import run_sweep
+    from fsdpsim.drivers.sweep.grid import build_grid
+    from fsdpsim.drivers.sweep.run import run_sweep
 
     grid = build_grid(catalog, SWEEP_GRID)
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """fsdpsim: an analytical performance simulator for FSDP and hybrid-parallel LLM training."""
 
-from fsdpsim.errors import ConfigError
+from fsdpsim.util.errors import ConfigError
 
 #: The version when fsdpsim runs from a source tree that was never installed.
 SOURCE_VERSION = "0.1.0"

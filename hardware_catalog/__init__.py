@@ -1,1 +1,1 @@
-"""Built-in hardware catalog data (TOML files); read only by :mod:`fsdpsim.catalog`."""
+"""Built-in hardware catalog data (TOML files); read only by :mod:`fsdpsim.hardware.catalog`."""

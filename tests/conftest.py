@@ -29,7 +29,7 @@ def load_script(path: Path, name: str):
 import pytest  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
-from fsdpsim.catalog import ENV_VAR, load_catalog  # noqa: E402
+from fsdpsim.hardware.catalog import ENV_VAR, load_catalog  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -46,8 +46,8 @@ def cat():
 
 def sweep(cat, **options):
     """Run a sweep from keyword options (``num_gpus="8..64"`` = ``--num-gpus 8..64``)."""
-    from fsdpsim.grid import build_grid
-    from fsdpsim.sweep import run_sweep
+    from fsdpsim.drivers.sweep.grid import build_grid
+    from fsdpsim.drivers.sweep.run import run_sweep
 
     return run_sweep(build_grid(cat, {k.replace("_", "-"): v for k, v in options.items()}))
 
@@ -86,7 +86,7 @@ def overlay_catalog(folder: Path, factors: dict[str, dict[str, float]]):
     """The built-in catalog with some accelerators' efficiency factors replaced (a catalog
     overlay written to ``folder``): for tests whose cases were chosen at factors recalibrated
     since. A value that is itself a table (key ``"bf16.pytorch"``) replaces that split table
-    (:mod:`fsdpsim.efficiency`)."""
+    (:mod:`fsdpsim.hardware.efficiency`)."""
     lines = []
     for gpu, values in factors.items():
         flat = {k: v for k, v in values.items() if not isinstance(v, dict)}

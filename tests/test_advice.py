@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from fsdpsim.advice import MIN_GAIN, alternatives, scale_advice
-from fsdpsim.catalog import load_catalog
+from fsdpsim.drivers.advice import MIN_GAIN, alternatives, scale_advice
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import main
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
 
 H100 = resolve_system(load_catalog(use_env=False), gpu="h100")
 SPEC = get_model("llama3-8b")

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsdpsim.catalog import ENV_VAR, KINDS, SCHEMAS, _read_file, builtin_dir, load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.units import GB_PER_S_BYTES_PER_S, GIB_BYTES, TB_PER_S_BYTES_PER_S, TFLOPS_FLOPS_PER_S
+from fsdpsim.hardware.catalog import ENV_VAR, KINDS, SCHEMAS, _read_file, builtin_dir, load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.util.units import GB_PER_S_BYTES_PER_S, GIB_BYTES, TB_PER_S_BYTES_PER_S, TFLOPS_FLOPS_PER_S
 
 RETRIEVED = dt.date(2026, 11, 30)
 FOLDER_KIND = {"accelerators": "accelerator", "networks": "network", "nodes": "node",

@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsdpsim import __version__
-from fsdpsim.catalog import ENV_VAR, KINDS, load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import SHARDINGS
-from fsdpsim.presets import PRESETS, get_model
+from fsdpsim.hardware.catalog import ENV_VAR, KINDS, load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import SHARDINGS
+from fsdpsim.model.presets import PRESETS, get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAM_COMPONENTS = ("embedding", "position_embedding", "attention", "mlp", "norms", "lm_head")
@@ -444,7 +444,7 @@ def test_multi_line_messages_are_folded_to_one_line(capsys, monkeypatch):
     def boom(name):
         raise ConfigError("first line\nsecond line")
 
-    monkeypatch.setattr("fsdpsim.presets.get_model", boom)
+    monkeypatch.setattr("fsdpsim.model.presets.get_model", boom)
     line = assert_one_line_error(*run(capsys, "model", "show", "llama3-8b"))
     assert line == "fsdpsim: error: first line; second line"
 

@@ -11,14 +11,14 @@ from html.parser import HTMLParser
 
 import pytest
 
-from fsdpsim.compare import best_rows
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.presets import get_model
-from fsdpsim.procurement import RunAssumptions, prediction_run
-from fsdpsim.search import predict_choice, search
-from fsdpsim.search_space import SearchSpace
-from fsdpsim.system import resolve_system
+from fsdpsim.drivers.compare import best_rows
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.drivers.procurement import RunAssumptions, prediction_run
+from fsdpsim.drivers.search.run import predict_choice, search
+from fsdpsim.drivers.search.space import SearchSpace
+from fsdpsim.hardware.system import resolve_system
 
 SMALL = ("--model", "gpt3-350m", "--num-gpus", "8")
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 
 CATALOG = load_catalog(use_env=False)
 #: A small model at a short sequence: its layers take less device time than the host needs

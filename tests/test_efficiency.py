@@ -1,4 +1,4 @@
-"""Efficiency per GPU x precision x kernel stack (fsdpsim.efficiency): the catalog's split
+"""Efficiency per GPU x precision x kernel stack (fsdpsim.hardware.efficiency): the catalog's split
 tables, their resolution and transfer, the measured ceilings, and the leave-one-source-out
 check of ``fsdpsim calibrate``."""
 
@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 from conftest import assert_one_line_error, run
-from fsdpsim import efficiency
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware import efficiency
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import compute
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import config_inputs, predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import config_inputs, predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
 
 CATALOG = load_catalog(use_env=False)
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,8 +153,8 @@ B_IDS = ["mosaic-148", "mosaic-158", "mosaic-159"]
 def two_sources(tmp_path_factory):
     """Nine compute-bound MosaicML A100-40GB rows (MPT-7B, 13B): source ``src-a`` measured
     exactly at today's prediction, ``src-b`` at 0.8 x it (predicted 25 % too fast)."""
-    from fsdpsim.calibration import _predict
-    from fsdpsim.measurements import engine_inputs, load_measurements
+    from fsdpsim.measured.calibrate import _predict
+    from fsdpsim.measured.validate import engine_inputs, load_measurements
 
     raw = pd.read_csv(ROOT / "validation" / "data" / "published_calibration.csv")
     raw = raw[raw["id"].isin(A_IDS + B_IDS)].reset_index(drop=True)
@@ -172,8 +172,8 @@ def two_sources(tmp_path_factory):
 
 
 def test_loso_on_two_sources_gives_the_hand_checked_numbers(two_sources, capsys):
-    from fsdpsim.calibration_loso import leave_one_source_out
-    from fsdpsim.measurements import load_measurements
+    from fsdpsim.measured.loso import leave_one_source_out
+    from fsdpsim.measured.validate import load_measurements
 
     rows = load_measurements(str(two_sources), CATALOG)
     folds = {f.source: f for f in leave_one_source_out(rows, CATALOG, ["a100-sxm4-40gb"],
@@ -247,7 +247,7 @@ def test_calibrate_writes_fractions_to_the_table_the_rows_run_at(tmp_path):
     """H100 PyTorch BF16 rows resolve from ``[efficiency.bf16.pytorch]``: a fit of them must
     land there (the fallback table would not reach them); A100 rows, without split tables, and
     rows of two precision classes keep the fallback table."""
-    from fsdpsim.calibration import CalibrationResult, split_table
+    from fsdpsim.measured.calibrate import CalibrationResult, split_table
 
     def rows(gpu, precisions, recipe="fsdp2"):
         return pd.DataFrame({"gpu": gpu, "precision": precisions, "recipe": recipe})

@@ -16,13 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsdpsim import engine, predict
-from fsdpsim.catalog import load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.presets import get_model, list_models
-from fsdpsim.system import resolve_system
+from fsdpsim import engine
+
+from fsdpsim.drivers import predict
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.model.presets import get_model, list_models
+from fsdpsim.hardware.system import resolve_system
 
 RTOL = 1e-12
 CATALOG = load_catalog()
@@ -458,7 +460,7 @@ def test_throughput_accounts_for_every_token(x):
 def test_predict_is_one_evaluation(name, spec, plan, training, monkeypatch):
     """One ``predict`` with its knobs given is one vectorised evaluation: the configuration
     and its slower twin (the range's low end) as two rows of one call; the reported
-    bottleneck and thresholds (:mod:`fsdpsim.sensitivity`) run when a report asks for them
+    bottleneck and thresholds (:mod:`fsdpsim.drivers.sensitivity`) run when a report asks for them
     (``Prediction.analysis``). Its wall time is ``benchmarks/check_timings.py``'s (< 10 ms)
     and ``benchmarks/bench_predict.py``'s: a timing here would flake on a loaded machine."""
     spec = get_model(spec)
@@ -533,7 +535,7 @@ def test_thresholds_follow_the_step_average_with_the_accumulation_knobs():
             _accum(grad_sync="last", keep_gathered=True, reshard_after_forward=False)]
     bw = [r["thresholds"]["min_inter_node_gbps_per_gpu"] for r in runs]
     tokens = [r["thresholds"]["critical_tokens_per_gpu"] for r in runs]
-    # Solved on the engine (fsdpsim.sensitivity), the last is 0: the host's issue time of a
+    # Solved on the engine (fsdpsim.drivers.sensitivity), the last is 0: the host's issue time of a
     # micro-batch alone outlasts its once-per-step collectives at any token count.
     assert bw[0] > bw[1] > bw[2] > 0 and tokens[0] > tokens[1] > tokens[2] == 0
 
@@ -549,7 +551,7 @@ def test_fp8_runs_gemms_in_fp8_and_attention_in_bf16():
         seq_len=8192, micro_batch=3, recompute="none", precision=p)).to_dict()["time"]
         for p in ("bf16", "fp8")}
     assert runs["fp8"]["attention_s"] == pytest.approx(runs["bf16"]["attention_s"], rel=1e-9)
-    # twice the peak, and each precision's own GEMM fraction on H100 (fsdpsim.efficiency:
+    # twice the peak, and each precision's own GEMM fraction on H100 (fsdpsim.hardware.efficiency:
     # PyTorch 16-bit 0.6616, FP8 borrowed from Transformer Engine's 0.8533)
     assert runs["fp8"]["gemm_s"] == pytest.approx(runs["bf16"]["gemm_s"] / 2 * 0.6616 / 0.8533,
                                                   rel=0.05)
@@ -598,7 +600,7 @@ def test_predict_solves_the_memory_ceilings_when_read():
     """predict evaluates the chosen row without the ceiling solves; reading max_micro_batch or
     max_seq_len (or iterating the values) solves them, and the numbers equal an evaluation
     with the ceilings on."""
-    from fsdpsim.predict import CeilingValues, predict as predict_one
+    from fsdpsim.drivers.predict import CeilingValues, predict as predict_one
 
     p = predict_one(get_model("llama3-8b"), H100,
                 ParallelPlan(64, 8, "full", tp=2, pp=2),
@@ -616,8 +618,8 @@ def test_block_scaled_formats_peaks_casts_and_mfu_basis():
     recipe's BF16 layers (arXiv 2509.25149 §4), attention and MFU stay on the BF16 peak; a part
     without the format is one clear error."""
     from fsdpsim.costs.compute import CAST_TRANSPOSE_BYTES, FP8_CAST_TRANSPOSE_BYTES
-    from fsdpsim.errors import ConfigError
-    from fsdpsim.inputs import (NVFP4_BF16_LINEAR_SHARE, gemm_peak_flops_per_s,
+    from fsdpsim.util.errors import ConfigError
+    from fsdpsim.engine.build import (NVFP4_BF16_LINEAR_SHARE, gemm_peak_flops_per_s,
                                 system_inputs, training_inputs)
 
     gb300 = CATALOG.accelerator("gb300")
@@ -668,8 +670,8 @@ def test_bf16_layers_are_checked_and_blend_the_gemm_peak():
     """``bf16_layers`` (Megatron's first/last layers in BF16) needs a low-precision format and
     at most the model's layers, each refused in one line; given, the linear layers' peak is the
     blend of its share (by hand), so more BF16 layers never make the step faster."""
-    from fsdpsim.errors import ConfigError
-    from fsdpsim.inputs import bf16_linear_share
+    from fsdpsim.util.errors import ConfigError
+    from fsdpsim.engine.build import bf16_linear_share
 
     with pytest.raises(ConfigError, match="bf16_layers needs a low-precision format"):
         TrainingConfig(seq_len=4096, precision="bf16", bf16_layers=2)

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import pytest
 
-from fsdpsim.catalog import load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.presets import get_model
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.model.presets import get_model
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "engine_golden.json"
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
@@ -79,7 +79,7 @@ def test_golden_cases_are_the_tools_cases(golden, tool):
 
 
 def _AS_BEFORE(matmul_fraction: float) -> dict:
-    """A split PyTorch 16-bit table (fsdpsim.efficiency) holding the one set the snapshot had."""
+    """A split PyTorch 16-bit table (fsdpsim.hardware.efficiency) holding the one set the snapshot had."""
     return {"matmul_fraction": matmul_fraction, "source": "engine_golden snapshot"}
 
 
@@ -110,7 +110,7 @@ def snapshot_catalog(tmp_path_factory):
 def test_snapshot_overlay_differs_from_today(snapshot_catalog):
     """The overlay pins something (else it would hide nothing and test nothing)."""
     today = load_catalog((), use_env=False)
-    from fsdpsim.efficiency import resolve
+    from fsdpsim.hardware.efficiency import resolve
 
     for gpu, factors in SNAPSHOT_FACTORS.items():
         if "matmul_fraction" in factors:

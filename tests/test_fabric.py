@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import nccl
-from fsdpsim.errors import ConfigError
-from fsdpsim.layout import pod_layout
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import FRAGMENTED_FACTOR, resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.layout import pod_layout
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import FRAGMENTED_FACTOR, resolve_system
 
 CATALOG = load_catalog(use_env=False)
 

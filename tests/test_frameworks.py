@@ -7,13 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fsdpsim import frameworks
-from fsdpsim.catalog import load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
+from fsdpsim.plan import frameworks
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
 
 CATALOG = load_catalog(use_env=False)
 SELENE = resolve_system(CATALOG, cluster="dgx-a100-80gb")
@@ -131,9 +131,9 @@ def test_search_under_internevo_weighs_its_zero1_groups():
     """``search --framework internevo`` enumerates the zero1 groups too (InternEvo's knob), and
     at 1,024 A100 a group smaller than the data-parallel group wins: the whole-group ZeRO-1
     pays 1,024 chained broadcasts a step. The plan line names the group and its replicas."""
-    from fsdpsim.search import search
-    from fsdpsim.search_explain import plan_line
-    from fsdpsim.search_space import SearchSpace
+    from fsdpsim.drivers.search.run import search
+    from fsdpsim.drivers.search.explain import plan_line
+    from fsdpsim.drivers.search.space import SearchSpace
 
     training = TrainingConfig(seq_len=2048, global_batch=8192, recompute="none")
     result = search(get_model("llama2-7b"), SELENE, 1024, training,

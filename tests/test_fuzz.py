@@ -41,10 +41,10 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from fsdpsim.catalog_schema import SCHEMAS, Field
-from fsdpsim.grid import GRID_KEYS
-from fsdpsim.parallel import PRECISIONS, RECOMPUTES, SHARDINGS
-from fsdpsim.render import flatten
+from fsdpsim.hardware.catalog_schema import SCHEMAS, Field
+from fsdpsim.drivers.sweep.grid import GRID_KEYS
+from fsdpsim.plan.parallel import PRECISIONS, RECOMPUTES, SHARDINGS
+from fsdpsim.report.render import flatten
 
 #: Random cases per test when set (and then not derandomized); else the seeded CI set.
 EXAMPLES = int(os.environ.get("FSDPSIM_FUZZ_EXAMPLES", "0") or 0)

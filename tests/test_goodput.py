@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpsim import procurement
+from fsdpsim.drivers import procurement
 from fsdpsim.costs import goodput
 
 HOUR = 3600.0

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
-from fsdpsim.catalog import load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.measurements import load_measurements, predict_measurements
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.measured.validate import load_measurements, predict_measurements
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "validation" / "gpu_check.py"

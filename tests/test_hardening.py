@@ -1,7 +1,7 @@
 """Regression tests of issue 11: 18 defects found by fuzzing 904 hostile inputs, one test (or a
 few) per item, numbered as in the issue. The shared machinery they pin down: one number reader
-(:mod:`fsdpsim.numbers`), one file reader (:mod:`fsdpsim.files`), one output writer
-(:mod:`fsdpsim.output`). The property-based fuzz suite that keeps them out is test_fuzz.py.
+(:mod:`fsdpsim.util.numbers`), one file reader (:mod:`fsdpsim.util.files`), one output writer
+(:mod:`fsdpsim.util.output`). The property-based fuzz suite that keeps them out is test_fuzz.py.
 """
 
 from __future__ import annotations
@@ -21,17 +21,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsdpsim import cli_sweep, numbers, output
-from fsdpsim.catalog import ENV_VAR, load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.grid import build_grid
-from fsdpsim.numbers import Rule, read_number
-from fsdpsim.predict import full_shard_peaks
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.presets import get_model
-from fsdpsim.render import to_json
-from fsdpsim.sweep import run_sweep
-from fsdpsim.system import resolve_system
+from fsdpsim.cli import sweep as cli_sweep
+
+from fsdpsim.util import numbers
+
+from fsdpsim.util import output
+from fsdpsim.hardware.catalog import ENV_VAR, load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.drivers.sweep.grid import build_grid
+from fsdpsim.util.numbers import Rule, read_number
+from fsdpsim.drivers.predict import full_shard_peaks
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.model.presets import get_model
+from fsdpsim.report.render import to_json
+from fsdpsim.drivers.sweep.run import run_sweep
+from fsdpsim.hardware.system import resolve_system
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
               "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}
@@ -163,7 +167,7 @@ def test_4_big_files_are_refused_by_their_size(capsys, tmp_path, command, name, 
 
 
 def test_4_a_folder_is_not_a_file(tmp_path):
-    from fsdpsim.files import read_text
+    from fsdpsim.util.files import read_text
 
     with pytest.raises(ConfigError, match="is a folder; give a file"):
         read_text(tmp_path, "grid file")
@@ -360,7 +364,7 @@ def test_13_a_sweep_out_of_memory_is_one_line(capsys, monkeypatch, tmp_path):
     def no_memory(*_a, **_k):
         raise MemoryError("Unable to allocate 7.28 TiB for an array")  # numpy's is a subclass
 
-    monkeypatch.setattr("fsdpsim.sweep._sweep_points", no_memory)
+    monkeypatch.setattr("fsdpsim.drivers.sweep.run._sweep_points", no_memory)
     for args in (["sweep", "--num-gpus", "8..64"], ["sweep", "--format", "csv"],
                  ["plot", "memory", "-o", str(tmp_path / "x.png")]):
         line = assert_one_line_error(*run(capsys, *args))
@@ -435,7 +439,7 @@ def test_17_memory_stays_flat_per_row(tmp_path):
     100 bytes per extra row (before the writer streamed: about 3,400 bytes per row)."""
     script = (
         "import resource, sys\n"
-        "from fsdpsim import cli_sweep\n"
+        "from fsdpsim.cli import sweep as cli_sweep\n"
         "from fsdpsim.cli import main\n"
         "cli_sweep.STREAM_CANDIDATES = 2048\n"
         "cli_sweep.ROWS_PER_CHUNK = 1024\n"

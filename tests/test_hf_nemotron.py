@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdpsim.hf_config import spec_from_hf_config
+from fsdpsim.model.hf_config import spec_from_hf_config
 
 MINITRON_4B = Path(__file__).parent / "data" / "hf_configs_dense" / "nvidia__Minitron-4B-Base"
 

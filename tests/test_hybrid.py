@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fsdpsim.errors import ConfigError
-from fsdpsim.layout import group_layout
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import domain_gpus, resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.layout import group_layout
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import domain_gpus, resolve_system
 
 
 def _predict(cat, model="llama3-8b", gpu="h100", num_gpus=16, seq_len=4096, mb=1, gb=None,
@@ -198,8 +198,8 @@ def test_pipeline_step_within_bounds(cat, schedule):
 
 
 def test_sweep_takes_pipeline_lists(cat):
-    from fsdpsim.grid import build_grid
-    from fsdpsim.sweep import run_sweep
+    from fsdpsim.drivers.sweep.grid import build_grid
+    from fsdpsim.drivers.sweep.run import run_sweep
 
     grid = build_grid(cat, {"model": "llama3-70b", "gpu": "h100", "num-gpus": "64",
                             "tp": "8", "pp": "1,2,4", "global-batch": "256",

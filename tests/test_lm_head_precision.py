@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from fsdpsim import engine
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import compute
 from fsdpsim.engine import layers
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import config_inputs, predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import config_inputs, predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
 
 CATALOG = load_catalog(use_env=False)
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def test_cli_and_sweep_carry_the_option(capsys):
 
 
 def test_published_deepseek_rows_carry_the_head_precision():
-    from fsdpsim.measurements import load_measurements
+    from fsdpsim.measured.validate import load_measurements
 
     rows = load_measurements(ROOT / "validation" / "data" / "hybrid_calibration.csv", CATALOG)
     ds = rows[rows["model"].astype(str).str.contains("DeepSeek") & (rows["skip"] == "")]

@@ -2,7 +2,7 @@
 
 The fits are checked on synthetic data made with the engine's own laws (they must recover
 the parameters). The catalog entry is checked by loading it. The end-to-end test measures
-this machine (:func:`fsdpsim.validation.local_bench.measure_local`, reduced budget), loads the
+this machine (:func:`fsdpsim.measured.harness.local_bench.measure_local`, reduced budget), loads the
 entry, predicts one FSDP2 step of a small reference model (d 256, L 4, seq 256, micro-batch 4,
 W 2, fp32, eager attention) and compares it with the median of real steps on 2 gloo ranks.
 CPU timing on a shared 2-core machine is noisy (other jobs, SMT siblings, gloo threads on the
@@ -20,15 +20,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import main
 from fsdpsim.costs.compute import attention_time_s, gemm_time_s
-from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.system import resolve_system
-from fsdpsim.validation import local_bench
-from fsdpsim.validation.local_bench import (
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.hardware.system import resolve_system
+from fsdpsim.measured.harness import local_bench
+from fsdpsim.measured.harness.local_bench import (
     BenchConfig,
     LocalMeasurement,
     catalog_entries,
@@ -209,8 +209,8 @@ def test_calibrate_local_names_the_refused_bounds(tmp_path, capsys, monkeypatch)
 def _calibrate_predict_and_run(folder) -> tuple[float, str]:
     """calibrate --local (reduced budget) into ``folder``, predict, run real steps;
     (measured / predicted step time, a report)."""
-    from fsdpsim.validation.fsdp_runs import launch
-    from fsdpsim.validation.local_bench import fsdp_step_times, measure_local
+    from fsdpsim.measured.harness.fsdp_runs import launch
+    from fsdpsim.measured.harness.local_bench import fsdp_step_times, measure_local
 
     m = measure_local(BenchConfig.quick(WORLD), timeout_s=180.0)
     folder.mkdir()

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from fsdpsim.costs import memory as mem
-from fsdpsim.errors import ConfigError
+from fsdpsim.util.errors import ConfigError
 
 GIB = 2.0**30
 

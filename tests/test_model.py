@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpsim import model_layers
-from fsdpsim.errors import ConfigError
-from fsdpsim.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
-from fsdpsim.model import COMPONENTS, ModelSpec
-from fsdpsim.presets import ALIASES, PRESETS, get_model, list_models
+from fsdpsim.model import layers as model_layers
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.model.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
+from fsdpsim.model.spec import COMPONENTS, ModelSpec
+from fsdpsim.model.presets import ALIASES, PRESETS, get_model, list_models
 
 CALIBRATION = (Path(__file__).resolve().parents[1]
                / "validation/data/published_calibration.csv")
@@ -463,8 +463,8 @@ def test_monotone_in_layers_and_seq_len(spec, extra):
 
 
 def test_no_torch_import():
-    code = ("import sys, fsdpsim, fsdpsim.model, fsdpsim.presets, fsdpsim.hf_config, "
-            "fsdpsim.validation; fsdpsim.presets.get_model('llama3-8b'); "
+    code = ("import sys, fsdpsim, fsdpsim.model.spec, fsdpsim.model.presets, fsdpsim.model.hf_config, "
+            "fsdpsim.measured.harness; fsdpsim.model.presets.get_model('llama3-8b'); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=Path(__file__).resolve().parents[1])
@@ -474,8 +474,8 @@ def test_no_torch_import():
 def test_ladder_ids_printed_by_sweep_name_the_same_model(size):
     """Issue 10: a ladder id that `sweep --model-sizes` prints (ladder-7b) works wherever a
     model id does (`model show`, `predict --model`), naming the same model."""
-    from fsdpsim.model_ladder import ladder_model
-    from fsdpsim.presets import get_model
+    from fsdpsim.model.ladder import ladder_model
+    from fsdpsim.model.presets import get_model
 
     made = ladder_model(size)
     again = get_model(made.name)
@@ -485,7 +485,7 @@ def test_ladder_ids_printed_by_sweep_name_the_same_model(size):
 
 
 def test_a_bad_ladder_id_is_one_clear_error():
-    from fsdpsim.presets import get_model
+    from fsdpsim.model.presets import get_model
 
     with pytest.raises(ConfigError, match="ladder-abc.*accepted"):
         get_model("ladder-abc")

@@ -7,15 +7,15 @@ import math
 
 import pytest
 
-from fsdpsim.model import ModelSpec
-from fsdpsim.presets import PRESETS
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.model.presets import PRESETS
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from fsdpsim.validation import build_reference_model  # noqa: E402
+from fsdpsim.measured.harness import build_reference_model  # noqa: E402
 
 ATTENTION_KINDS = {"mha": None, "gqa": 2, "mqa": 1}  # n_kv_heads for 4 query heads
 NORMS = {"ln": ("layernorm", True), "ln-nobias": ("layernorm", False), "rms": ("rmsnorm", False)}
@@ -134,7 +134,7 @@ def test_learned_positions_limit():
 
 
 def test_bad_attention_impl():
-    from fsdpsim.errors import ConfigError
+    from fsdpsim.util.errors import ConfigError
 
     with pytest.raises(ConfigError, match="sdpa"):
         build_reference_model(VARIANTS[0], attention="spda")
@@ -160,7 +160,7 @@ def _dispatched_ops(spec: ModelSpec, attention: str) -> tuple[int, int]:
     """aten ops the dispatcher runs for one block's forward and backward (views included)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from fsdpsim.validation.reference import Block
+    from fsdpsim.measured.harness.reference import Block
 
     class Count(TorchDispatchMode):
         n = 0

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fsdpsim import predict
-from fsdpsim.catalog import load_catalog
+from fsdpsim.drivers import predict
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import moe
 from fsdpsim.costs.compute import FP8_ATTENTION_SPEEDUP
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
 
 CATALOG = load_catalog()
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def test_cli_options_reach_the_json(capsys):
 
 
 def test_deepseek_v3_router_groups_from_its_config_and_preset():
-    from fsdpsim.hf_config import spec_from_hf_config
+    from fsdpsim.model.hf_config import spec_from_hf_config
 
     path = Path(__file__).parent / "data" / "hf_configs" / "deepseek-ai__DeepSeek-V3"
     spec = spec_from_hf_config(path / "config.json")
@@ -168,7 +168,7 @@ def test_published_deepseek_rows_carry_the_recipes_dispatch_and_fp8_attention():
     """Every Megatron-Bridge DeepSeek-V3 row dispatches with DeepEP/HybridEP but the 25.09
     token-drop runs and 25.11's B200 (the alltoall dispatcher); only GB300 MXFP8 from 26.06
     (commit 8af195c0a) runs attention in FP8."""
-    from fsdpsim.measurements import load_measurements
+    from fsdpsim.measured.validate import load_measurements
 
     rows = load_measurements(ROOT / "validation" / "data" / "hybrid_calibration.csv", CATALOG)
     ds = rows[rows["model"].astype(str).str.contains("DeepSeek") & (rows["skip"] == "")]
@@ -215,8 +215,8 @@ def test_search_refuses_fp8_attention_in_bf16(capsys):
 
 
 def _sweep_row(*args):
-    from fsdpsim.grid import build_grid
-    from fsdpsim.sweep import run_sweep
+    from fsdpsim.drivers.sweep.grid import build_grid
+    from fsdpsim.drivers.sweep.run import run_sweep
 
     options = dict(zip(args[::2], args[1::2]))
     return run_sweep(build_grid(CATALOG, options))

@@ -15,14 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsdpsim import engine, predict
-from fsdpsim.catalog import load_catalog
+from fsdpsim import engine
+
+from fsdpsim.drivers import predict
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import moe
-from fsdpsim.errors import ConfigError
-from fsdpsim.layout import expert_layout
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.layout import expert_layout
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
 
 CATALOG = load_catalog()
 H100 = resolve_system(CATALOG, gpu="h100-sxm5-80gb")
@@ -404,8 +406,8 @@ def test_moe_range_is_the_deepseek_runs_residual_range():
     dense one's is not widened."""
     from pathlib import Path
 
-    from fsdpsim.interval import MOE_RATIO_P05, MOE_RATIO_P95
-    from fsdpsim.measurements import load_measurements, predict_measurements
+    from fsdpsim.drivers.interval import MOE_RATIO_P05, MOE_RATIO_P95
+    from fsdpsim.measured.validate import load_measurements, predict_measurements
 
     path = Path(__file__).resolve().parents[1] / "validation" / "data" / "hybrid_calibration.csv"
     rows = predict_measurements(load_measurements(path, CATALOG), CATALOG)
@@ -465,8 +467,8 @@ def test_cli_moe_options_refuse_bad_values_in_one_line(capsys, args, words):
 
 
 def test_sweep_row_equals_predict_for_a_moe_plan():
-    from fsdpsim.grid import build_grid
-    from fsdpsim.sweep import run_sweep
+    from fsdpsim.drivers.sweep.grid import build_grid
+    from fsdpsim.drivers.sweep.run import run_sweep
 
     grid = build_grid(CATALOG, {"model": ["qwen3-30b-a3b"], "gpu": ["h100"], "num-gpus": ["64"],
                        "ep": "8", "micro-batch": ["1"], "recompute": ["full"],
@@ -483,7 +485,7 @@ def test_sweep_row_equals_predict_for_a_moe_plan():
 def test_deepseek_v3_rows_are_modelled_not_skipped():
     from pathlib import Path
 
-    from fsdpsim.measurements import load_measurements
+    from fsdpsim.measured.validate import load_measurements
 
     path = Path(__file__).resolve().parents[1] / "validation" / "data" / "hybrid_calibration.csv"
     frame = load_measurements(path, CATALOG)

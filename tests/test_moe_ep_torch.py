@@ -1,5 +1,5 @@
 """Expert-parallel all-to-all bytes: a real 2- and 4-rank gloo run of a toy MoE layer
-(:mod:`fsdpsim.validation.ep_runs`) against the engine's ``comm.ep_bytes``, exactly.
+(:mod:`fsdpsim.measured.harness.ep_runs`) against the engine's ``comm.ep_bytes``, exactly.
 
 Per rank and MoE layer the engine counts four all-to-alls of ``rows · h`` elements (forward
 dispatch and combine, backward their reverses), ``rows = T·k`` dropless or ``E·ceil(T·k/E·cf)``
@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from fsdpsim.catalog import load_catalog
-from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # spawned gloo ranks: 10-30 s each run
 torch = pytest.importorskip("torch")
 
-from fsdpsim.validation.ep_runs import EpCase, run_all  # noqa: E402
-from fsdpsim.validation.fsdp_runs import launch  # noqa: E402
+from fsdpsim.measured.harness.ep_runs import EpCase, run_all  # noqa: E402
+from fsdpsim.measured.harness.fsdp_runs import launch  # noqa: E402
 
 LAUNCH_TIMEOUT_S = 300.0
 CASES = (EpCase("balanced"), EpCase("random", routing="random", seed=3),
@@ -52,8 +52,8 @@ def toy_spec(case: EpCase) -> ModelSpec:
 def engine_ep_bytes(case: EpCase, world: int) -> float:
     """The engine's expert all-to-all bytes per GPU for one step of one micro-batch of
     ``case.tokens`` tokens in fp32 (the toy's dtype)."""
-    from fsdpsim.predict import predict
-    from fsdpsim.system import resolve_system
+    from fsdpsim.drivers.predict import predict
+    from fsdpsim.hardware.system import resolve_system
 
     system = resolve_system(load_catalog(), gpu="a100-sxm4-80gb", gpus_per_node=8)
     plan = ParallelPlan(num_gpus=world, gpus_per_node=8, ep=world)

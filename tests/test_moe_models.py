@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpsim import model_layers
+from fsdpsim.model import layers as model_layers
 from fsdpsim.costs import compute
-from fsdpsim.errors import ConfigError
-from fsdpsim.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
-from fsdpsim.model import ModelSpec
-from fsdpsim.model_flops import (chunked_causal_pairs, full_causal_pairs, keys_per_query,
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.model.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.model.flops import (chunked_causal_pairs, full_causal_pairs, keys_per_query,
                                  sliding_window_pairs)
-from fsdpsim.presets import PRESETS, get_model
+from fsdpsim.model.presets import PRESETS, get_model
 
 HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 
@@ -230,7 +230,7 @@ def test_layer_view_of_deepseek_v3():
 def test_engine_support():
     """Since the layered engine (issue 13) every architecture field is timed; the refusal
     machinery stays for features to come."""
-    from fsdpsim.presets import list_models
+    from fsdpsim.model.presets import list_models
 
     assert all(get_model(name).engine_unsupported == () for name in list_models())
 
@@ -285,7 +285,7 @@ def test_deepseek_v3_layer_flops_by_hand():
     assert np.all(flops["mlp_flops"][3:] == 2 * 3 * d * 2048 * (8 + 1))  # 8 routed + 1 shared
     assert np.all(flops["router_flops"][:3] == 0)
     assert np.all(flops["router_flops"][3:] == 2 * d * 256)
-    from fsdpsim.model_flops import mtp_forward_flops_per_token
+    from fsdpsim.model.flops import mtp_forward_flops_per_token
 
     mtp = mtp_forward_flops_per_token(spec, 4096)
     assert mtp == pytest.approx(2 * 2 * d * d + flops["total_flops"][-1, 0] + 2 * d * 129280)

@@ -1,5 +1,5 @@
 """MoE and newer architectures against torch: the module structure of each family's reference
-modelling code (fsdpsim.validation.hf_reference, built from a config.json dict without fsdpsim's
+modelling code (fsdpsim.measured.harness.hf_reference, built from a config.json dict without fsdpsim's
 reader) must have exactly the parameters that spec_from_hf_config counts, in total, per
 component, per layer and for the routed experts; its forward must run exactly the matmul FLOPs
 and attend exactly the query-key pairs that ModelSpec's per-layer FLOP functions give."""
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from fsdpsim.hf_config import spec_from_hf_config
-from fsdpsim.model_flops import keys_per_query
+from fsdpsim.model.hf_config import spec_from_hf_config
+from fsdpsim.model.flops import keys_per_query
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from fsdpsim.validation.hf_reference import build_hf_style_model  # noqa: E402
+from fsdpsim.measured.harness.hf_reference import build_hf_style_model  # noqa: E402
 
 HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 

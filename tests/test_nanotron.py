@@ -13,13 +13,13 @@ import json
 import pandas as pd
 import pytest
 
-from fsdpsim.catalog import load_catalog
-from fsdpsim.measurement_rows import spec_for_row
-from fsdpsim.measurements import load_measurements, predict_measurements
-from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.system import BUSBW_COLUMNS, resolve_system
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.measured.rows import spec_for_row
+from fsdpsim.measured.validate import load_measurements, predict_measurements
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.hardware.system import BUSBW_COLUMNS, resolve_system
 
 from conftest import VALIDATION_DATA, assert_one_line_error, invoke, run
 
@@ -195,7 +195,7 @@ def test_nanotron_fp32_accumulation_pass(monkeypatch):
     profile with ``grad_accum_pass_bytes`` 0) the step is shorter by exactly that."""
     from dataclasses import replace
 
-    from fsdpsim import frameworks
+    from fsdpsim.plan import frameworks
 
     system = resolve_system(CATALOG, gpu="h100-sxm5-80gb", gpus_per_node=8)
     plan = ParallelPlan(num_gpus=8, gpus_per_node=8, sharding="none", framework="nanotron")

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import nccl
 from fsdpsim.engine import layers
 from fsdpsim.engine.collectives import bus_bandwidth
-from fsdpsim.predict import system_inputs
-from fsdpsim.system import resolve_system
+from fsdpsim.drivers.predict import system_inputs
+from fsdpsim.hardware.system import resolve_system
 
 CATALOG = load_catalog(use_env=False)
 GB = 1e9

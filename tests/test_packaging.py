@@ -25,7 +25,7 @@ def test_wheel_contains_package_catalog_and_entry_point(tmp_path):
     in_tree = {"fsdpsim/hardware_catalog/" + p.relative_to(ROOT / "hardware_catalog").as_posix()
                for p in (ROOT / "hardware_catalog").rglob("*.toml")}
     assert shipped == in_tree and len(in_tree) >= 18
-    for module in ("fsdpsim/cli.py", "fsdpsim/costs/memory.py", "fsdpsim/validation/reference.py"):
+    for module in ("fsdpsim/cli/__init__.py", "fsdpsim/costs/memory.py", "fsdpsim/measured/harness/reference.py"):
         assert module in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "fsdpsim = fsdpsim.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
@@ -34,7 +34,7 @@ def test_wheel_contains_package_catalog_and_entry_point(tmp_path):
 def test_builtin_catalog_found_without_the_source_tree(monkeypatch, tmp_path):
     """From another directory the catalog still loads (the package locates its own data)."""
     monkeypatch.chdir(tmp_path)
-    code = ("from fsdpsim.catalog import load_catalog; "
+    code = ("from fsdpsim.hardware.catalog import load_catalog; "
             "print(len(load_catalog(use_env=False).ids('accelerator')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},

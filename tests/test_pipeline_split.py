@@ -1,4 +1,4 @@
-"""Uneven pipeline splits (:mod:`fsdpsim.pipeline_split`), their timing and memory, the
+"""Uneven pipeline splits (:mod:`fsdpsim.plan.pipeline_split`), their timing and memory, the
 ``--pp-layers`` override, expert tensor parallelism's default, and the calibration files'
 plans all accepted."""
 
@@ -10,12 +10,12 @@ import json
 import pytest
 
 from conftest import assert_one_line_error, invoke, run
-from fsdpsim.errors import ConfigError
-from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.pipeline_split import default_split, describe, megatron_split, torchtitan_split
-from fsdpsim.predict import predict
-from fsdpsim.system import domain_gpus, resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.plan.pipeline_split import default_split, describe, megatron_split, torchtitan_split
+from fsdpsim.drivers.predict import predict
+from fsdpsim.hardware.system import domain_gpus, resolve_system
 
 
 # -- the rules --------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def test_etp_defaults_to_one_where_tp_does_not_fit():
 def test_no_calibration_row_is_refused_for_its_plan():
     """Every row's plan is accepted; what remains skipped for its layout are rows the files
     mark doubtful whose stated degrees do not multiply to (or fit in) their GPU count."""
-    from fsdpsim.measurements import load_measurements
+    from fsdpsim.measured.validate import load_measurements
 
     files = sorted(glob.glob("validation/data/*.csv"))
     files += glob.glob("/work/shared/validation/hopper_bf16_nanotron.csv")
@@ -198,7 +198,7 @@ def test_pp_layers_column_is_read_as_predict_reads_the_flag(tmp_path, cat):
     column the framework's default split applies, as in predict."""
     import pandas as pd
 
-    from fsdpsim.measurements import engine_inputs, load_measurements
+    from fsdpsim.measured.validate import engine_inputs, load_measurements
 
     row = dict(id="x", model="llama3-8b", gpu="h100", n_gpus=16, gpus_per_node=8,
                inter_node_gbps_per_gpu=400, seq_len=4096, micro_batch=1, grad_accum=16,

@@ -1,4 +1,4 @@
-"""Figures (``fsdpsim.plots``), their data (``fsdpsim.plot_data``) and ``fsdpsim plot``.
+"""Figures (``fsdpsim.report.plots.sweep``), their data (``fsdpsim.report.plots.data``) and ``fsdpsim plot``.
 
 Every figure is checked from the Figure object: a title, axis labels with a unit, a legend,
 text of at least 9 pt, tick labels that do not overlap, and the content (one line per option,
@@ -22,13 +22,17 @@ from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer
 from matplotlib.text import Text
 
-from fsdpsim import plot_data, plots, plots_procurement
+from fsdpsim.report.plots import data as plot_data
+
+from fsdpsim.report.plots import sweep as plots
+
+from fsdpsim.report.plots import procurement as plots_procurement
 from fsdpsim.cli import cli
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
 
 UNIT = re.compile(r"\[[^\]]+\]|\([^)]+\)")
 MAP_BANDWIDTHS = (12.5, 25, 50, 100, 200, 400, 800, 1600)
@@ -96,7 +100,7 @@ def check_readable(fig, *, categorical_y: bool = False):
 def test_figures_draw_on_the_agg_canvas_without_pyplot(throughput_rows):
     fig = plots.throughput_vs_model_size(throughput_rows)
     assert type(fig.canvas).__name__ == "FigureCanvasAgg"
-    for name in ("plots.py", "plot_axes.py", "plots_procurement.py"):
+    for name in ("sweep.py", "axes.py", "procurement.py"):
         source = (Path(plots.__file__).parent / name).read_text()
         assert "import pyplot" not in source and "matplotlib.pyplot" not in source
 
@@ -235,7 +239,7 @@ def test_bandwidth_map_rows_are_the_engine(map_rows, cat):
 
 def test_bandwidth_map_defaults_to_the_sequence_length_of_everything_else():
     """Issue 10 item 8: the map swept sequences of 1,024 tokens, every other default 4,096."""
-    from fsdpsim.grid import DEFAULTS
+    from fsdpsim.drivers.sweep.grid import DEFAULTS
 
     assert plot_data.MAP_SEQ_LEN == int(DEFAULTS["seq-len"]) == 4096
     assert plot_data.merged_options("bandwidth", {})["seq-len"] == "4096"
@@ -482,7 +486,7 @@ def test_save_rejects_bad_paths(tmp_path, breakdown_rows):
 @pytest.fixture(scope="module")
 def rows_csv(tmp_path_factory, pareto_rows):
     path = tmp_path_factory.mktemp("rows") / "rows.csv"
-    from fsdpsim.cli_sweep import write
+    from fsdpsim.cli.sweep import write
     write(pareto_rows, None, "csv", str(path))
     return path
 

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import main
 from fsdpsim.costs import compute
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import predict
-from fsdpsim.presets import get_model
-from fsdpsim.published import from_published, parse_power_cap
-from fsdpsim.system import resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.measured.published.tables import from_published, parse_power_cap
+from fsdpsim.hardware.system import resolve_system
 
 CATALOG = load_catalog(use_env=False)
 SPEC = get_model("llama3-8b")
@@ -94,7 +94,7 @@ def test_a_capped_published_row_is_predicted_slower():
     frame = from_published(pd.DataFrame([{**row, "gpu": "H100 80GB"},
                                          {**row, "id": "c", "gpu": "H100 80GB (500 W)"}]), CATALOG)
     assert np.isnan(frame.loc[0, "power_cap_w"]) and frame.loc[1, "power_cap_w"] == 500
-    from fsdpsim.measurements import predict_measurements
+    from fsdpsim.measured.validate import predict_measurements
     pred = predict_measurements(frame, CATALOG)["predicted_tokens_per_s_per_gpu"]
     assert pred[1] < 0.95 * pred[0]
 
@@ -110,7 +110,7 @@ def test_resolve_system_reports_the_cap():
 def test_range_widens_near_the_memory_limit():
     """Calibration rows above 85 % of memory ran as slow as 0.75x their prediction; the 90 %
     range says so there and only there."""
-    from fsdpsim.predict import NEAR_LIMIT_RATIO_LOW
+    from fsdpsim.drivers.predict import NEAR_LIMIT_RATIO_LOW
 
     system = resolve_system(CATALOG, gpu="a100")
     tight = predict(get_model("mpt-30b"), system, ParallelPlan(8, 8),

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from conftest import assert_one_line_error, invoke, run, sweep
 
-from fsdpsim import procurement
-from fsdpsim.catalog import load_catalog
-from fsdpsim.hardware import PRICE_KINDS
-from fsdpsim.render import flatten
-from fsdpsim.system import resolve_system
+from fsdpsim.drivers import procurement
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.hardware.spec import PRICE_KINDS
+from fsdpsim.report.render import flatten
+from fsdpsim.hardware.system import resolve_system
 
 #: Current accelerators a buyer compares (issue 10); each must have a rent.
 CURRENT = ("h100-sxm5-80gb", "h200-sxm-141gb", "b200", "b300", "gb200", "gb300", "mi300x",
@@ -192,7 +192,7 @@ def test_a_power_cap_is_the_board_power_of_the_energy():
 
 def test_pareto_plot_needs_no_price_option(tmp_path):
     """Every system of the acceptance sweep has a catalog rent: the plot draws all four."""
-    from fsdpsim import plots
+    from fsdpsim.report.plots import sweep as plots
 
     rows = sweep(load_catalog(use_env=False), model="llama3-8b", gpu="h100,h200,b200,mi300x",
                  num_gpus="8,64", tokens="1t", best=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import main
-from fsdpsim.measurements import load_measurements, predict_measurements
-from fsdpsim.published import (
+from fsdpsim.measured.validate import load_measurements, predict_measurements
+from fsdpsim.measured.published.tables import (
     from_published,
     from_vtrain,
     match_accelerator,
@@ -133,7 +133,7 @@ def test_a_moe_row_with_only_tflops_is_converted_by_its_architecture():
     × (192 + 128) make 30.7, and read 330 TFLOP/s as 1,432 tokens/s — faster than its sibling
     at fewer FLOP/s. Counted from the preset (causal, with the MTP layer, as the table counts),
     338 TFLOP/s is the stated 1,297 tokens/s (±0.1 %) and 330 is 1,266."""
-    from fsdpsim.published_moe import preset_flops_per_token
+    from fsdpsim.measured.published.moe import preset_flops_per_token
 
     per_token = preset_flops_per_token("deepseek-v3", None, 4096)
     assert 338e12 / per_token == pytest.approx(1297, rel=1e-3)
@@ -195,11 +195,11 @@ def test_rows_of_any_source_are_read_by_what_they_say():
 def test_unstated_knobs_get_what_predict_would_choose():
     """Published runs rarely state micro-batch and recompute; they are resolved as predict's
     auto would resolve them (within the stated global batch), and marked."""
-    from fsdpsim.measurements import resolve_auto_knobs
-    from fsdpsim.parallel import ParallelPlan, TrainingConfig
-    from fsdpsim.predict import predict
-    from fsdpsim.presets import get_model
-    from fsdpsim.system import resolve_system
+    from fsdpsim.measured.validate import resolve_auto_knobs
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+    from fsdpsim.drivers.predict import predict
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.hardware.system import resolve_system
 
     frame = resolve_auto_knobs(from_published(pd.DataFrame([
         _row(id="a", micro_batch=float("nan"), grad_accum=float("nan"), global_batch_seqs=128,

@@ -72,7 +72,7 @@ LONG_NAME = "a" * 300 + ".toml"
 def test_calibrate_output_is_checked_before_the_fit(capsys, tmp_path, monkeypatch, name, says):
     (tmp_path / "file").write_text("")
     fitted = []
-    import fsdpsim.calibration as calibration
+    import fsdpsim.measured.calibrate as calibration
 
     monkeypatch.setattr(calibration, "fit", lambda *a, **k: fitted.append(1))
     line = assert_one_line_error(*run(
@@ -103,7 +103,7 @@ def test_unwritable_output_is_one_line_exit_2(capsys, tmp_path, monkeypatch, arg
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 def test_a_write_that_fails_midway_is_exit_2(capsys, tmp_path):
     """Every command's write failure goes through output.cannot_write: status 2, one line."""
-    from fsdpsim.output import OutputError, cannot_write
+    from fsdpsim.util.output import OutputError, cannot_write
 
     err = cannot_write(tmp_path / "x.svg", OSError(28, "No space left on device"))
     assert isinstance(err, OutputError) and "No space left on device" in str(err)
@@ -154,8 +154,8 @@ def test_search_on_a_million_gpus_answers_without_building_the_plans(capsys, mon
     explanation built every plan at global batch = GPU count; at a batch of 2^20 the search
     itself had tens of millions of candidates. Both now answer from the size estimate, before
     a plan is built (building one fails this test)."""
-    import fsdpsim.search as search_module
-    import fsdpsim.search_explain as explain
+    import fsdpsim.drivers.search.run as search_module
+    import fsdpsim.drivers.search.explain as explain
 
     def refuse(*_a, **_k):
         raise AssertionError("plans were built")
@@ -178,11 +178,11 @@ def test_search_on_a_million_gpus_answers_without_building_the_plans(capsys, mon
 def test_size_estimate_bounds_what_the_search_evaluates(cat, model, gpus):
     """The estimate is an upper bound of the plans and candidates evaluated (so the limit never
     refuses a space smaller than it)."""
-    from fsdpsim.parallel import TrainingConfig
-    from fsdpsim.presets import get_model
-    from fsdpsim.search import search
-    from fsdpsim.search_space import SearchSpace, estimate_size
-    from fsdpsim.system import resolve_system
+    from fsdpsim.plan.parallel import TrainingConfig
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.drivers.search.run import search
+    from fsdpsim.drivers.search.space import SearchSpace, estimate_size
+    from fsdpsim.hardware.system import resolve_system
 
     spec = get_model(model)
     system = resolve_system(cat, gpu="h100")
@@ -195,7 +195,7 @@ def test_size_estimate_bounds_what_the_search_evaluates(cat, model, gpus):
 def test_search_over_a_gpu_list_bounds_the_sum(capsys, monkeypatch):
     """Each count under the limit can still add up to hours over a --num-gpus range: the sum
     is refused before any count is searched."""
-    import fsdpsim.search as search_module
+    import fsdpsim.drivers.search.run as search_module
 
     monkeypatch.setattr(search_module, "enumerate_families",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("searched")))

@@ -20,7 +20,7 @@ from fsdpsim.costs.schedule import (SCHEDULE_CODES, SCHEDULES, Action, in_flight
                                     p2p_per_stage, pipeline_time_s, schedule_feasible,
                                     stage_actions)
 from fsdpsim.costs.schedule_sim import simulate
-from fsdpsim.errors import ConfigError
+from fsdpsim.util.errors import ConfigError
 
 EXACT = ("gpipe", "1f1b", "zb-h1")
 

@@ -11,16 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from fsdpsim import engine
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import cli
-from fsdpsim.errors import ConfigError
-from fsdpsim.inputs import config_inputs
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.presets import get_model
-from fsdpsim.search import budget_system, search
-from fsdpsim.search_explain import plan_line
-from fsdpsim.search_space import SearchSpace, divisors, enumerate_plans, parse_fix, stage_splits
-from fsdpsim.system import resolve_system
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.engine.build import config_inputs
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.model.presets import get_model
+from fsdpsim.drivers.search.run import budget_system, search
+from fsdpsim.drivers.search.explain import plan_line
+from fsdpsim.drivers.search.space import SearchSpace, divisors, enumerate_plans, parse_fix, stage_splits
+from fsdpsim.hardware.system import resolve_system
 
 
 def _system(gpu="h100", budget_gib=None):
@@ -89,7 +89,7 @@ def test_search_optimum_equals_brute_force(model, n, gb, seq, budget, fixed):
 def test_tight_budget_finds_partial_recompute_and_predict_agrees():
     """A budget between no recompute and full recompute: the best plan recomputes some of its
     layers, and predict, given that plan, gives the same throughput and a peak in budget."""
-    from fsdpsim.search import predict_choice
+    from fsdpsim.drivers.search.run import predict_choice
 
     spec, system = get_model("gpt3-350m"), _system(budget_gib=3.0)
     training = TrainingConfig(seq_len=2048, global_batch=64)
@@ -228,10 +228,10 @@ def test_cost_objective_over_gpu_counts():
 def test_variant_columns_equal_plan_inputs(model, n, seq):
     """The search builds a family's variants as columns; each row must equal predict's own
     builders (plan_inputs, pod_inputs, stage_inputs) for that variant's plan."""
-    from fsdpsim.inputs import plan_inputs, pod_inputs
-    from fsdpsim.moe_inputs import stage_inputs
-    from fsdpsim.search_columns import PlanColumns
-    from fsdpsim.search_space import enumerate_families
+    from fsdpsim.engine.build import plan_inputs, pod_inputs
+    from fsdpsim.engine.build_moe import stage_inputs
+    from fsdpsim.drivers.search.columns import PlanColumns
+    from fsdpsim.drivers.search.space import enumerate_families
 
     spec, system = get_model(model), _system()
     training = TrainingConfig(seq_len=seq, global_batch=2 * n)
@@ -270,7 +270,7 @@ def test_tp_overlap_dominates_in_the_model():
 def test_members_per_domain_closed_form_equals_enumeration():
     """layout._members counts a group's ranks in a scale-up domain in closed form; equal to
     listing the ranks, on random meshes, orders, groups and domain sizes."""
-    from fsdpsim.layout import _members, _strides
+    from fsdpsim.plan.layout import _members, _strides
 
     rng = np.random.default_rng(2)
     names = ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
@@ -326,7 +326,7 @@ def test_order_layouts_equal_the_reordered_plan():
     the plan rebuilt with that order."""
     import itertools
 
-    from fsdpsim.layout import expert_layout, group_layout, order_layouts, pod_layout
+    from fsdpsim.plan.layout import expert_layout, group_layout, order_layouts, pod_layout
 
     plan = ParallelPlan(num_gpus=256, gpus_per_node=8, sharding="hybrid", shard_group_size=4,
                         tp=2, pp=4, cp=2, ep=4, etp=1)
@@ -343,9 +343,9 @@ def test_memory_does_not_depend_on_the_mesh_order(model, n):
     """The search bisects the micro-batch memory bound for one order of each mesh and reuses it
     for the others: sound only while peak memory is independent of the mesh order (orders place
     groups on the tiers; they move no bytes into memory)."""
-    from fsdpsim.parallel import DEFAULT_MESH_ORDER
-    from fsdpsim.search_columns import PlanColumns
-    from fsdpsim.search_space import enumerate_families
+    from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER
+    from fsdpsim.drivers.search.columns import PlanColumns
+    from fsdpsim.drivers.search.space import enumerate_families
 
     spec, system = get_model(model), _system()
     training = TrainingConfig(seq_len=4096, global_batch=2 * n)

@@ -2,7 +2,7 @@
 
 By fsdpsim's own model the search's best must be at least as fast as every published plan in
 its space that fits: a published plan that beats it is either outside the space (a rule of
-:mod:`fsdpsim.search_space`, which :func:`outside_space` names) or a defect of the search. The
+:mod:`fsdpsim.drivers.search.space`, which :func:`outside_space` names) or a defect of the search. The
 rows (``validation/data``, built exactly as ``fsdpsim validate`` builds them by
 ``tools/search_vs_published.py``) are a few small ones chosen for speed and spread: Megatron-LM
 PTD-P (Narayanan et al., SC21), vTrain's Megatron-DeepSpeed (Bang et al., MICRO 2024), NeMo 24.07
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
-from fsdpsim.parallel import ParallelPlan
-from fsdpsim.search_space import MAX_VPP, SearchSpace
+from fsdpsim.plan.parallel import ParallelPlan
+from fsdpsim.drivers.search.space import MAX_VPP, SearchSpace
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
@@ -64,7 +64,7 @@ def test_search_at_least_as_fast_as_published(tool, rows, cat, row_id):
 
 def test_published_prediction_is_validates(tool, rows, cat):
     """The published plan is predicted with the numbers ``fsdpsim validate`` reports."""
-    from fsdpsim.measurements import predict_measurements
+    from fsdpsim.measured.validate import predict_measurements
 
     frame = rows.reset_index(drop=True)
     validated = predict_measurements(frame, cat).set_index("id")

@@ -1,4 +1,4 @@
-"""Bottleneck and thresholds from one computation (issue 12 item 5, :mod:`fsdpsim.sensitivity`).
+"""Bottleneck and thresholds from one computation (issue 12 item 5, :mod:`fsdpsim.drivers.sensitivity`).
 
 The reported bottleneck and every threshold come from the engine's own response to each
 resource, so they cannot contradict each other: for a configuration that fits, the bottleneck is
@@ -18,15 +18,17 @@ import warnings
 import numpy as np
 import pytest
 
-from fsdpsim import engine, sensitivity
+from fsdpsim import engine
+
+from fsdpsim.drivers import sensitivity
 from fsdpsim.costs import comm
-from fsdpsim.catalog import load_catalog
-from fsdpsim.errors import ConfigError
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import config_inputs, predict
-from fsdpsim.presets import get_model
-from fsdpsim.system import resolve_system
-from fsdpsim.units import GBIT_PER_S_BYTES_PER_S
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import config_inputs, predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.hardware.system import resolve_system
+from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 CAT = load_catalog((), use_env=False)
 STEP = 2.0 ** (1.0 / sensitivity.STEPS)  # one lattice step
@@ -316,11 +318,11 @@ def test_exposed_communication_that_bandwidth_cannot_buy_back_is_collective_late
     """Llama-3-8B FSDP over 4,096 H100 at micro-batch 1: NCCL's ring latency over 4,096 ranks
     leaves most of the step exposed, and 5 % more NIC or link bandwidth wins back almost none
     of it; neither "compute" nor "inter-node network" would be true."""
-    from fsdpsim.catalog import load_catalog
-    from fsdpsim.parallel import ParallelPlan, TrainingConfig
-    from fsdpsim.predict import predict as run
-    from fsdpsim.presets import get_model
-    from fsdpsim.system import resolve_system
+    from fsdpsim.hardware.catalog import load_catalog
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+    from fsdpsim.drivers.predict import predict as run
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.hardware.system import resolve_system
 
     system = resolve_system(load_catalog(use_env=False), gpu="h100")
     p = run(get_model("llama3-8b"), system, ParallelPlan(4096, 8, "full"),

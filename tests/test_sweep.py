@@ -20,20 +20,20 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from fsdpsim import cli_sweep
+from fsdpsim.cli import sweep as cli_sweep
 from fsdpsim.cli import cli
 from fsdpsim.costs import economics
-from fsdpsim.errors import ConfigError
-from fsdpsim.grid import build_grid, read_grid_file
-from fsdpsim.grid_values import parse_counts, parse_prices, parse_sizes
-from fsdpsim.model_ladder import (FFN_MULTIPLE, HEAD_DIM, KV_HEADS, _layer_and_fixed_params,
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.drivers.sweep.grid import build_grid, read_grid_file
+from fsdpsim.drivers.sweep.values import parse_counts, parse_prices, parse_sizes
+from fsdpsim.model.ladder import (FFN_MULTIPLE, HEAD_DIM, KV_HEADS, _layer_and_fixed_params,
                                   ladder_model)
-from fsdpsim.parallel import SHARDINGS, ParallelPlan, TrainingConfig
-from fsdpsim.predict import AUTO_MICRO_BATCHES, predict
-from fsdpsim.presets import get_model
-from fsdpsim.render import flatten
-from fsdpsim.sweep import run_sweep
-from fsdpsim.system import resolve_system
+from fsdpsim.plan.parallel import SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import AUTO_MICRO_BATCHES, predict
+from fsdpsim.model.presets import get_model
+from fsdpsim.report.render import flatten
+from fsdpsim.drivers.sweep.run import run_sweep
+from fsdpsim.hardware.system import resolve_system
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from fsdpsim.costs import tensor_parallel as tpc
 from fsdpsim.costs.activations import activation_bytes_per_layer
-from fsdpsim.errors import ConfigError
-from fsdpsim.model import ModelSpec
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.model.spec import ModelSpec
 
 LAYER_KEYS = [f"{p}_{k}_{q}" for p in tpc.PHASES for k in tpc.TP_KINDS
               for q in ("calls", "bytes")]

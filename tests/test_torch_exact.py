@@ -1,7 +1,7 @@
 """The engine's per-step numbers against real torch FSDP runs on CPU/gloo: exact, tolerance 0.
 
 Every case trains the fsdpsim reference model (fp32, manual attention, AdamW) for two full
-steps on W = 2 or 4 spawned gloo ranks (:mod:`fsdpsim.validation.fsdp_runs`) and counts, per
+steps on W = 2 or 4 spawned gloo ranks (:mod:`fsdpsim.measured.harness.fsdp_runs`) and counts, per
 rank per step, every ``c10d`` collective with a ``TorchDispatchMode``. The counts must equal
 :func:`fsdpsim.engine.evaluate` with fp32 gathers and reduces (``compute_bytes = reduce_bytes =
 4``), on every rank and every step:
@@ -53,17 +53,19 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from fsdpsim import engine, predict
-from fsdpsim.catalog import load_catalog
+from fsdpsim import engine
+
+from fsdpsim.drivers import predict
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs.comm import STRATEGY_CODES, fsdp_calls_per_microbatch, fsdp_calls_per_step
-from fsdpsim.model import ModelSpec
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.system import resolve_system
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.hardware.system import resolve_system
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from fsdpsim.validation.fsdp_runs import (  # noqa: E402
+from fsdpsim.measured.harness.fsdp_runs import (  # noqa: E402
     RunCase,
     RunError,
     count_flops,

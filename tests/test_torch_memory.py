@@ -1,10 +1,10 @@
 """Per-rank FSDP2 memory at real model sizes, without a GPU: torch's FSDPMemTracker vs fsdpsim.
 
-Each run case builds the reference model (``fsdpsim.validation.reference``) under
+Each run case builds the reference model (``fsdpsim.measured.harness.reference``) under
 ``FakeTensorMode``, shards it with FSDP2 (every block, then the root) over the fake process group
 at W ranks, trains in bf16 with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
 fp32 sharded parameters and AdamW, and tracks one forward + backward with ``FSDPMemTracker``
-(see ``fsdpsim/validation/fake_memory.py`` for the protocol). fsdpsim gets the same case:
+(see ``fsdpsim/measured/harness/fake_memory.py`` for the protocol). fsdpsim gets the same case:
 FULL_SHARD over W, ``flash`` 1 for SDPA and 0 for manual attention, ``fused_loss`` 0,
 ``recompute`` none or full. ``pytest -s`` prints the side-by-side table of every case.
 
@@ -55,7 +55,7 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from fsdpsim.costs import memory as mem  # noqa: E402
-from fsdpsim.validation.fake_memory import (  # noqa: E402
+from fsdpsim.measured.harness.fake_memory import (  # noqa: E402
     COMPUTE_BYTES,
     GIB,
     MemoryCase,
@@ -66,7 +66,7 @@ from fsdpsim.validation.fake_memory import (  # noqa: E402
     measure_memory,
     saved_bytes_per_layer,
 )
-from fsdpsim.validation.fake_memory_report import format_table, phase_peak_bytes  # noqa: E402
+from fsdpsim.measured.harness.fake_memory_report import format_table, phase_peak_bytes  # noqa: E402
 
 #: Full fake FSDP2 runs (seconds each): 7B Llama at W=8 and 64, a GELU/GPT model, with and without
 #: checkpointing, s = 1024 and 4096, micro-batch 1 and 2, SDPA and manual attention.

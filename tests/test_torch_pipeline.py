@@ -5,7 +5,7 @@ Four spawned gloo ranks (one pipeline stage each) run a small MLP through
 ``ScheduleInterleavedZeroBubble`` with one chunk per rank, which is ZB-H1 (Qi et al. 2024,
 §2.1: 1F1B's warm-up, W passes delayed by the stage index; the same torch class with more
 chunks is the interleaved ZB1P, which fsdpsim does not model). Each case runs two steps and is
-recorded during the second (:mod:`fsdpsim.validation.pipeline_runs`):
+recorded during the second (:mod:`fsdpsim.measured.harness.pipeline_runs`):
 
 * the executed order of every rank's F, B (torch's input-gradient "I" for zb-h1) and W calls
   equals :func:`fsdpsim.costs.schedule.stage_actions`, action for action; for the multi-stage
@@ -23,8 +23,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fsdpsim.costs.schedule import Action, p2p_per_stage, stage_actions  # noqa: E402
-from fsdpsim.validation.fsdp_runs import launch  # noqa: E402
-from fsdpsim.validation.pipeline_runs import PipelineCase, run_pipeline_cases  # noqa: E402
+from fsdpsim.measured.harness.fsdp_runs import launch  # noqa: E402
+from fsdpsim.measured.harness.pipeline_runs import PipelineCase, run_pipeline_cases  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # spawned gloo ranks: 10-30 s each run
 

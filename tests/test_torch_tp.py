@@ -1,7 +1,7 @@
 """Tensor, sequence and context parallelism against real torch 2.13 runs on CPU/gloo: exact.
 
 Every TP case applies torchtitan-style ``parallelize_module`` plans to the fsdpsim reference
-model (fp32, manual attention; :mod:`fsdpsim.validation.tp_runs`) on 2 or 4 spawned gloo ranks
+model (fp32, manual attention; :mod:`fsdpsim.measured.harness.tp_runs`) on 2 or 4 spawned gloo ranks
 and runs one micro-batch: forward (with the loss), backward and an AdamW step, each counted
 with a ``TorchDispatchMode`` that sees DTensor's functional collectives. The counts must equal
 :mod:`fsdpsim.costs.tensor_parallel` with torch's layout, call for call and byte for byte:
@@ -39,13 +39,13 @@ import pytest
 
 from fsdpsim.costs import tensor_parallel as tpc
 from fsdpsim.costs.comm import padded_numel
-from fsdpsim.model import ModelSpec
+from fsdpsim.model.spec import ModelSpec
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # spawned gloo ranks: 10-30 s each run
 torch = pytest.importorskip("torch")
 
-from fsdpsim.validation.fsdp_runs import launch  # noqa: E402
-from fsdpsim.validation.tp_runs import (  # noqa: E402
+from fsdpsim.measured.harness.fsdp_runs import launch  # noqa: E402
+from fsdpsim.measured.harness.tp_runs import (  # noqa: E402
     RingCase,
     TpCase,
     run_all,
@@ -149,8 +149,8 @@ def _expected_tp(case, phase):
 
 def _measured(comm, prefix):
     """{kind: (calls, bytes)} of the ops whose name starts with ``prefix``."""
-    from fsdpsim.validation.fsdp_runs import collective_kind
-    from fsdpsim.validation.tp_runs import KINDS
+    from fsdpsim.measured.harness.fsdp_runs import collective_kind
+    from fsdpsim.measured.harness.tp_runs import KINDS
 
     def _kind(op):
         return collective_kind(op, KINDS)

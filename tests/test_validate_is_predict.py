@@ -4,8 +4,8 @@ For every calibration file (``validation/data/*.csv``) the rows are read as ``va
 them, and for each modelled row the ``predict`` call is built from the row's stated fields:
 the options dict ``fsdpsim predict`` parses from its flags (a cell the row leaves empty is a
 flag not given, so the framework profile's default applies on both sides), resolved by the
-CLI's own builders (:func:`fsdpsim.cli_predict.build_system`, ``build_plan``, ``kernel_knobs``
-in :func:`fsdpsim.cli_predict.build_prediction`). The model is the row's (a preset, or the
+CLI's own builders (:func:`fsdpsim.cli.predict.build_system`, ``build_plan``, ``kernel_knobs``
+in :func:`fsdpsim.cli.predict.build_prediction`). The model is the row's (a preset, or the
 architecture columns ``validate`` turns into a model), given to predict's builder as an object.
 The two code paths differ (the engine evaluated over all rows at once against one ``predict``
 per row), so any fact read by one and not the other shows up as a different number.
@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsdpsim.catalog import load_catalog
-from fsdpsim.cli_predict import build_prediction, build_system
-from fsdpsim.system import BUSBW_COLUMNS
-from fsdpsim.measurement_rows import is_empty, spec_for_row, truthy
-from fsdpsim.measurements import load_measurements, predict_measurements
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.cli.predict import build_prediction, build_system
+from fsdpsim.hardware.system import BUSBW_COLUMNS
+from fsdpsim.measured.rows import is_empty, spec_for_row, truthy
+from fsdpsim.measured.validate import load_measurements, predict_measurements
 
 DATA = Path(__file__).resolve().parents[1] / "validation" / "data"
 FILES = sorted(DATA.glob("*.csv"))

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsdpsim.calibration import FACTORS, fit
-from fsdpsim.catalog import load_catalog
+from fsdpsim.measured.calibrate import FACTORS, fit
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import main
-from fsdpsim.errors import ConfigError
-from fsdpsim.measurement_stats import by_framework, summarise
-from fsdpsim.measurements import engine_inputs, load_measurements, predict_measurements
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.measured.stats import by_framework, summarise
+from fsdpsim.measured.validate import engine_inputs, load_measurements, predict_measurements
 from fsdpsim import engine
 
 from conftest import VALIDATION_CSV, overlay_catalog
@@ -186,8 +186,8 @@ def test_validate_bad_file_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_factor_table_is_consistent_with_the_engine_inputs():
-    from fsdpsim.predict import system_inputs
-    from fsdpsim.system import resolve_system
+    from fsdpsim.drivers.predict import system_inputs
+    from fsdpsim.hardware.system import resolve_system
 
     keys = system_inputs(resolve_system(load_catalog(use_env=False), gpu="h100"), "bf16")
     assert set(FACTORS) <= set(keys)

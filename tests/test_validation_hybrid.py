@@ -15,14 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import main
-from fsdpsim.measurement_stats import by_framework, summarise, summarise_by
-from fsdpsim.measurement_rows import row_setup, spec_for_row
-from fsdpsim.measurements import engine_inputs, load_measurements, predict_measurements
-from fsdpsim.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.predict import config_inputs
-from fsdpsim.system import resolve_system
+from fsdpsim.measured.stats import by_framework, summarise, summarise_by
+from fsdpsim.measured.rows import row_setup, spec_for_row
+from fsdpsim.measured.validate import engine_inputs, load_measurements, predict_measurements
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import config_inputs
+from fsdpsim.hardware.system import resolve_system
 
 from conftest import VALIDATION_DATA
 

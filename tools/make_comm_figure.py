@@ -16,12 +16,12 @@ import sys
 import numpy as np
 from matplotlib.figure import Figure
 
-from fsdpsim.catalog import load_catalog
+from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import nccl
 from fsdpsim.engine import layers
 from fsdpsim.engine.collectives import bus_bandwidth
-from fsdpsim.predict import system_inputs
-from fsdpsim.system import resolve_system
+from fsdpsim.drivers.predict import system_inputs
+from fsdpsim.hardware.system import resolve_system
 
 MEASURED_RS_8GIB = {32: 360, 64: 345, 128: 320, 256: 300, 512: 280, 1024: 260}  # nccl#1229
 

@@ -3,7 +3,7 @@
 The hybrid-parallelism reshape (issue 9) must reproduce today's FSDP/ZeRO/DDP/HSDP numbers
 exactly when tp = pp = cp = 1. This script records, for a seeded random set of configurations
 built through the public objects (ModelSpec preset, resolve_system, ParallelPlan,
-TrainingConfig) and :func:`fsdpsim.predict.predict` with every knob given, the flat engine
+TrainingConfig) and :func:`fsdpsim.drivers.predict.predict` with every knob given, the flat engine
 outputs. ``tests/test_engine_golden.py`` rebuilds the same configurations with the current code
 and compares. Regenerate only when a physics change is intended, and say so in the commit.
 
@@ -17,8 +17,8 @@ import sys
 
 import numpy as np
 
-from fsdpsim.catalog import load_catalog
-from fsdpsim.errors import ConfigError
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.util.errors import ConfigError
 
 MODELS = ("gpt3-125m", "gpt3-1.3b", "gpt3-13b", "llama2-7b", "llama3-8b", "llama3-70b",
           "mistral-7b", "mixtral-8x7b", "mpt-7b", "mpt-30b", "gpt-1.7b", "qwen2.5-7b")
@@ -56,10 +56,10 @@ def cases(seed: int = 20261201, n: int = N_CASES):
 
 
 def run_case(c: dict, catalog):
-    from fsdpsim.parallel import ParallelPlan, TrainingConfig
-    from fsdpsim.predict import predict
-    from fsdpsim.presets import get_model
-    from fsdpsim.system import resolve_system
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+    from fsdpsim.drivers.predict import predict
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.hardware.system import resolve_system
 
     system = resolve_system(catalog, gpu=c["gpu"], network=c["network"])
     plan = ParallelPlan(num_gpus=c["num_gpus"], gpus_per_node=system.gpus_per_node,
@@ -82,7 +82,7 @@ def measurement_predictions(data_dir) -> dict[str, dict[str, float]]:
     """Predicted tokens/s per GPU of every modelled row of :data:`MEASUREMENT_FILES`, by id."""
     from pathlib import Path
 
-    from fsdpsim.measurements import load_measurements, predict_measurements
+    from fsdpsim.measured.validate import load_measurements, predict_measurements
 
     catalog = load_catalog((), use_env=False)
     out = {}

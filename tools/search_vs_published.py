@@ -11,11 +11,11 @@ from ``shared/validation`` with their sources):
 * the TP/PP/CP/EP runs of ``hybrid_calibration.csv`` (NeMo / Megatron-Bridge performance
   summaries, InternEvo, DLPerf, ...; V100 to GB300).
 
-Each row is built exactly as ``validate`` builds it (:func:`fsdpsim.measurements.load_measurements`
-for the table, :func:`fsdpsim.measurement_rows.row_setup` for the model, system, plan and training
+Each row is built exactly as ``validate`` builds it (:func:`fsdpsim.measured.validate.load_measurements`
+for the table, :func:`fsdpsim.measured.rows.row_setup` for the model, system, plan and training
 options; micro-batch, accumulation and recompute as the row states or as ``validate`` resolved
-them), predicted with :func:`fsdpsim.predict.predict`, and searched with
-:func:`fsdpsim.search.search` for the same model, GPUs, global batch (micro-batch × accumulation ×
+them), predicted with :func:`fsdpsim.drivers.predict.predict`, and searched with
+:func:`fsdpsim.drivers.search.run.search` for the same model, GPUs, global batch (micro-batch × accumulation ×
 data-parallel degree of the published plan), sequence, precision and framework profile
 (``SearchSpace(framework=plan.framework)``), the memory budget being the GPU's memory. Both
 numbers come from the one model, so ``published <= best`` must hold for every published plan in
@@ -43,17 +43,17 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fsdpsim.catalog import Catalog, load_catalog  # noqa: E402
-from fsdpsim.errors import ConfigError  # noqa: E402
-from fsdpsim.measurement_rows import row_setup  # noqa: E402
-from fsdpsim.measurements import load_measurements  # noqa: E402
-from fsdpsim.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig  # noqa: E402
-from fsdpsim.predict import predict  # noqa: E402
-from fsdpsim.search import Choice, predict_choice, search  # noqa: E402
-from fsdpsim.search_explain import plan_line  # noqa: E402
-from fsdpsim.search_space import (MAX_END_SHIFT, MAX_VPP, MIN_TOKENS_PER_CP_RANK,  # noqa: E402
+from fsdpsim.hardware.catalog import Catalog, load_catalog  # noqa: E402
+from fsdpsim.util.errors import ConfigError  # noqa: E402
+from fsdpsim.measured.rows import row_setup  # noqa: E402
+from fsdpsim.measured.validate import load_measurements  # noqa: E402
+from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig  # noqa: E402
+from fsdpsim.drivers.predict import predict  # noqa: E402
+from fsdpsim.drivers.search.run import Choice, predict_choice, search  # noqa: E402
+from fsdpsim.drivers.search.explain import plan_line  # noqa: E402
+from fsdpsim.drivers.search.space import (MAX_END_SHIFT, MAX_VPP, MIN_TOKENS_PER_CP_RANK,  # noqa: E402
                                   SearchSpace, enumerate_plans, stage_splits)
-from fsdpsim.system import domain_gpus  # noqa: E402
+from fsdpsim.hardware.system import domain_gpus  # noqa: E402
 
 DATA = ROOT / "validation" / "data"
 #: (file, source_key kept or None for every row): the published hand-tuned hybrid plans.
@@ -80,7 +80,7 @@ def published_rows(catalog: Catalog, files=FILES, data: Path = DATA) -> pd.DataF
 
 def row_case(row: pd.Series, catalog: Catalog):
     """(spec, system, plan, training) of the published plan, as ``validate`` predicts it: the
-    row's objects (:func:`fsdpsim.measurement_rows.row_setup`) with its micro-batch and recompute,
+    row's objects (:func:`fsdpsim.measured.rows.row_setup`) with its micro-batch and recompute,
     and the global batch micro-batch × accumulation × data-parallel degree."""
     spec, system, plan, options = row_setup(row, catalog)
     mb, ga = int(row["micro_batch"]), int(row["grad_accum"])
@@ -92,8 +92,8 @@ def row_case(row: pd.Series, catalog: Catalog):
 def _plan_key(spec, system, plan: ParallelPlan) -> tuple:
     """What the engine sees of a plan (the inputs ``search`` builds per plan): two plans with the
     same key are the same plan to the model (e.g. mesh orders with the same group layout)."""
-    from fsdpsim.inputs import framework_inputs, plan_inputs, pod_inputs
-    from fsdpsim.moe_inputs import stage_inputs
+    from fsdpsim.engine.build import framework_inputs, plan_inputs, pod_inputs
+    from fsdpsim.engine.build_moe import stage_inputs
 
     x = {**plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
          **stage_inputs(spec, plan), **framework_inputs(spec, system, plan)}
@@ -103,9 +103,9 @@ def _plan_key(spec, system, plan: ParallelPlan) -> tuple:
 
 def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
                   space: SearchSpace) -> str:
-    """Why ``plan`` is not among the plans :func:`fsdpsim.search_space.enumerate_plans` yields
+    """Why ``plan`` is not among the plans :func:`fsdpsim.drivers.search.space.enumerate_plans` yields
     ("" when an enumerated plan has the same engine inputs): the rule of
-    :mod:`fsdpsim.search_space` it breaks, else "not enumerated"."""
+    :mod:`fsdpsim.drivers.search.space` it breaks, else "not enumerated"."""
     per_node = domain_gpus(system, plan.num_gpus)
     try:  # the whole space (a fixed degree would be kept even where a rule leaves it out)
         plans = [p for p in enumerate_plans(spec, plan.num_gpus, per_node, training.seq_len,
@@ -147,7 +147,7 @@ def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
 
 
 def _choice_of(plan: ParallelPlan, training: TrainingConfig, pred) -> Choice:
-    """The published plan as a :class:`fsdpsim.search.Choice` (for its plan line)."""
+    """The published plan as a :class:`fsdpsim.drivers.search.run.Choice` (for its plan line)."""
     v = pred.values
     t = pred.training
     return Choice(plan=plan, micro_batch=int(t["micro_batch"]), grad_accum=int(t["grad_accum"]),

@@ -12,7 +12,7 @@ step time against memory headroom, the measurement an allocator-pressure model n
 MosaicML MPT-30B seq-8192 row is 34 % slower than predicted at a predicted 93 % of memory).
 
 For each case (a GPT-3 preset, sequence 2048, a micro-batch, a recompute setting) it trains the
-fsdpsim reference model (:func:`fsdpsim.validation.reference.build_reference_model`: fp32
+fsdpsim reference model (:func:`fsdpsim.measured.harness.reference.build_reference_model`: fp32
 master weights, ``scaled_dot_product_attention`` — FlashAttention on bf16 —, FSDP2
 ``fully_shard`` per block and on the root with ``MixedPrecisionPolicy(param_dtype=bf16,
 reduce_dtype=fp32)``, AdamW, cross-entropy on fp32-upcast logits) on one GPU and, where the
@@ -44,10 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a source checkout
     sys.path.insert(0, str(ROOT))
 
-from fsdpsim.errors import ConfigError  # noqa: E402
+from fsdpsim.util.errors import ConfigError  # noqa: E402
 
 MEASUREMENTS_DIR = ROOT / "tests" / "measurements"
-from fsdpsim.validation.gpu_rows import (  # noqa: E402,F401  (the script's public names)
+from fsdpsim.measured.harness.gpu_rows import (  # noqa: E402,F401  (the script's public names)
     ballast_bytes,
     Case,
     catalog_id_for,
@@ -76,9 +76,9 @@ def _train_case(case: Case, rank: int, world: int, steps: int, warmup: int,
     import torch.nn.functional as F
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from fsdpsim.presets import get_model
-    from fsdpsim.validation.fsdp_runs import _checkpointed_class
-    from fsdpsim.validation.reference import build_reference_model
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.measured.harness.fsdp_runs import _checkpointed_class
+    from fsdpsim.measured.harness.reference import build_reference_model
 
     spec = get_model(case.model)
     if spec.position == "learned" and spec.max_seq_len < case.seq_len:
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         torch = require_cuda()
         from fsdpsim import __version__ as fsdpsim_version
-        from fsdpsim.catalog import load_catalog
+        from fsdpsim.hardware.catalog import load_catalog
 
         cases = ([parse_case(c, args.seq_len) for c in args.case] if args.case else
                  [Case(m, b, r, args.seq_len) for m, b, r in DEFAULT_CASES])

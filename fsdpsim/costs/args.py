@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs.compute import any_of, as_array
-from fsdpsim.errors import ConfigError, suggest
+from fsdpsim.util.errors import ConfigError, suggest
 
 
 def choice_codes(value, names, what):

@@ -24,7 +24,7 @@ import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one
 from fsdpsim.costs.compute import all_of, any_of, as_array
-from fsdpsim.errors import ConfigError
+from fsdpsim.util.errors import ConfigError
 
 #: Which moments of the peak a ceiling binds on, by ``moment`` (0: loss backward, 1: block).
 _BINDING_MOMENTS = {"peak": (0, 1), "loss": (0,), "block": (1,)}

@@ -68,7 +68,7 @@ def padded_numel(shapes: Sequence[tuple[str, tuple[int, ...]]], shard_size,
     ``ceil(d0 / S) · S`` rows; FSDP1 flattens the unit and pads the flat parameter to a multiple
     of S (torch 2.13 ``_fsdp_param.py`` / ``_flat_param.py``; checked in
     torch_validation_on_cpu.md §2 rules 2-3). ``shapes`` is a list of (name, shape) pairs
-    (:meth:`fsdpsim.model.ModelSpec.unit_parameter_shapes`). Vectorised over ``shard_size``.
+    (:meth:`fsdpsim.model.spec.ModelSpec.unit_parameter_shapes`). Vectorised over ``shard_size``.
     """
     shapes = [shape for _, shape in shapes]
     s = as_array(shard_size)

@@ -40,7 +40,7 @@ import numpy as np
 
 #: Host-side operations per transformer layer in eager PyTorch: every aten op the dispatcher
 #: runs (GEMMs, element-wise kernels, views, casts), (forward, backward). Counted with
-#: TorchDispatchMode on fsdpsim.validation.reference's block, torch 2.13 (tests/test_model_torch.py
+#: TorchDispatchMode on fsdpsim.measured.harness.reference's block, torch 2.13 (tests/test_model_torch.py
 #: counts them again): a GPT block with LayerNorm, GELU, fused (SDPA) attention and no linear
 #: biases is 41 forward, 79 backward; each switch adds its measured ops. Rotary embeddings with
 #: precomputed frequencies (q and k: view, complex multiply, view back) are an estimate: the

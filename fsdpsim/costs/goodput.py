@@ -50,7 +50,7 @@ def job_mtbf_s(gpu_mtbf_s, num_gpus):
     ``M = M_gpu / N``: a synchronous job stops when any of its N GPUs (with its share of hosts,
     NICs, switches and software) fails; independent exponential failures add their rates.
     [4] finds job failure rates linear in the GPU count; [3]'s 419 interruptions on 16,384
-    GPUs give ``M_gpu`` = 50,677 GPU-hours (``fsdpsim.procurement.DEFAULT_GPU_MTBF_S``).
+    GPUs give ``M_gpu`` = 50,677 GPU-hours (``fsdpsim.drivers.procurement.DEFAULT_GPU_MTBF_S``).
 
     Parameters
     ----------

@@ -61,7 +61,7 @@ OFF = 1e30
 
 
 def library_inputs(lib) -> dict[str, float]:
-    """Engine inputs of a :class:`fsdpsim.hardware.CollectiveLibrary`: scalars, SI units."""
+    """Engine inputs of a :class:`fsdpsim.hardware.spec.CollectiveLibrary`: scalars, SI units."""
     x = {f"nccl_{p}_{k}_s": lib.latency_us[p][f"{k}_us"] * US_S
          for p in PROTOCOLS for k in _KEYS}
     x.update({"nccl_id": float(zlib.crc32(lib.id.encode()) % 2**24),  # one value per library

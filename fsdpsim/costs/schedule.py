@@ -55,7 +55,7 @@ import numpy as np
 from fsdpsim.costs import schedule_closed as closed
 from fsdpsim.costs.args import choice_codes
 from fsdpsim.costs.compute import all_of, any_of, as_array, minimum, where
-from fsdpsim.errors import ConfigError, suggest
+from fsdpsim.util.errors import ConfigError, suggest
 
 #: Pipeline schedules, in the order of their integer codes.
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fsdpsim.costs.schedule import Action
-from fsdpsim.errors import ConfigError
+from fsdpsim.util.errors import ConfigError
 
 
 @dataclass(frozen=True)

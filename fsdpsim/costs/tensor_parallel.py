@@ -7,7 +7,7 @@ the gathered output; reduce-scatter: the input; all-reduce: the buffer; all-to-a
 send/recv: the input), not wire bytes (:func:`ring_wire_bytes`). ``tokens`` is ``b·s``, the
 tokens of one micro-batch on the rank *before* the sequence-parallel or context-parallel
 split. Checked call for call and byte for byte against torch 2.13 DTensor runs on gloo in
-``tests/test_torch_tp.py`` (``fsdpsim.validation.tp_runs``).
+``tests/test_torch_tp.py`` (``fsdpsim.measured.harness.tp_runs``).
 
 Megatron-LM and torch DTensor issue different collectives for the same plan:
 
@@ -60,7 +60,7 @@ import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one
 from fsdpsim.costs.compute import all_of, as_array
-from fsdpsim.errors import ConfigError
+from fsdpsim.util.errors import ConfigError
 
 #: Collective kinds of tensor parallelism and the passes they run in.
 TP_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -251,7 +251,7 @@ _ROLES = (
 @functools.lru_cache(maxsize=4096)  # a handful of names, looked up on every predict
 def tp_role(name: str) -> str:
     """How tensor parallelism splits the parameter ``name`` of
-    :meth:`fsdpsim.model.ModelSpec.unit_parameter_shapes`: ``"column"`` (dim 0), ``"row"``
+    :meth:`fsdpsim.model.spec.ModelSpec.unit_parameter_shapes`: ``"column"`` (dim 0), ``"row"``
     (dim 1), ``"vocab"`` (dim 0), or replicated: ``"row_bias"``, ``"norm"``, ``"replicated"``
     (learned positions), ``"router"`` (MoE router, Megatron keeps it whole)."""
     for pattern, role in _ROLES:

@@ -1,18 +1,18 @@
 """The one vectorised evaluation that ``predict``, ``sweep`` and ``search`` share.
 
 :func:`evaluate` takes a flat mapping of named numeric inputs (numbers or numpy arrays that
-broadcast together; names carry units; built by :func:`fsdpsim.inputs.config_inputs`) and
+broadcast together; names carry units; built by :func:`fsdpsim.engine.build.config_inputs`) and
 returns a flat mapping of named outputs. It composes the stages of this package and nothing
 else; every formula lives in :mod:`fsdpsim.costs` with its source:
 
-1. layout: group sizes and members per scale-up domain (:mod:`fsdpsim.layout`, inputs
+1. layout: group sizes and members per scale-up domain (:mod:`fsdpsim.plan.layout`, inputs
    ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`);
 2. :mod:`.layers`: one layer's and the root's compute on one rank (TP widths, CP tokens);
 3. :mod:`.collectives`: data-, tensor-, context- and pipeline-parallel communication;
 4. :mod:`.step`: a stage's micro-batch with FSDP overlap, the pipeline schedule, the step;
 5. :mod:`.memory`: the peak of the binding stage and the ceilings;
 6. :mod:`.metrics`: throughput, MFU/HFU (the bottleneck and the thresholds: the post-pass
-   :mod:`fsdpsim.sensitivity`, from the engine's response to each resource).
+   :mod:`fsdpsim.drivers.sensitivity`, from the engine's response to each resource).
 
 Categorical inputs are integer codes so a grid can mix them: ``strategy`` (see
 :data:`fsdpsim.costs.comm.STRATEGY_CODES`), ``recompute`` (0 none, 1 selective, 2 full),
@@ -348,7 +348,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     hbm_total = k * (L_stage * (lt["ew_fwd_s"] + lt["ew_bwd_s"])
                      + root_share * (rt["loss_s"] + 3.0 * rt["embed_s"])) + optimizer_s
     # The bottleneck and the thresholds are not the engine's: they come from its response to
-    # each resource (fsdpsim.sensitivity, a post-pass on the configurations a report shows).
+    # each resource (fsdpsim.drivers.sensitivity, a post-pass on the configurations a report shows).
 
     out = {
         "step_time_s": step_s,

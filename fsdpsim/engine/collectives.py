@@ -1,6 +1,6 @@
 """Engine stage 3: the time of every collective a micro-batch or a step issues, per group.
 
-Each group of the plan (:mod:`fsdpsim.layout`: tensor, context, pipeline, FSDP shard, HSDP
+Each group of the plan (:mod:`fsdpsim.plan.layout`: tensor, context, pipeline, FSDP shard, HSDP
 replica and data-parallel world) gets NCCL's (algorithm, protocol) candidates on the bus
 bandwidth of the tier it spans (:func:`fsdpsim.costs.nccl.candidates`); every collective is
 then the least of a few multiply-adds, as NCCL picks the fastest.
@@ -119,7 +119,7 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
 
 def pinned_bus_bandwidth(g, key, size, per_node, modelled):
     """The bus bandwidth of one collective kind over a group [B/s]: a measured one where the
-    user pinned it (``--busbw-*-gbs``, :func:`fsdpsim.inputs.busbw_inputs`; nccl-tests' busbw
+    user pinned it (``--busbw-*-gbs``, :func:`fsdpsim.engine.build.busbw_inputs`; nccl-tests' busbw
     over the job's GPUs, latency and fabric included) for a group of that tier (all-reduce
     inside one node; all-reduce, all-gather and reduce-scatter across nodes), else
     ``modelled``. Broadcasts keep the model's."""
@@ -171,7 +171,7 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
     time per call, plus, for list collectives (``listed``: a framework that gathers into or
     reduces from one tensor per rank), one view and one copy per rank and call (host time of
     one eager op each, the catalog's ``kernel_overhead_s``) and :data:`LIST_HBM_PASSES` over
-    the call's bytes (:mod:`fsdpsim.frameworks`, deepspeed-zero3-2021)."""
+    the call's bytes (:mod:`fsdpsim.plan.frameworks`, deepspeed-zero3-2021)."""
     one = np.ndim(calls) == 0 and float(calls) == 1.0
     per_call = total_bytes if one else total_bytes / calls
     t = nccl.time_s(per_call, cands, 1.0 if one else calls)
@@ -182,7 +182,7 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
 
 
 def zero1_by_broadcast(g, co, params_bytes, t):
-    """InternEvo's hybrid ZeRO-1 (:mod:`fsdpsim.frameworks` ``internevo``) [s]: per unit the
+    """InternEvo's hybrid ZeRO-1 (:mod:`fsdpsim.plan.frameworks` ``internevo``) [s]: per unit the
     gradients all-reduced in the compute dtype over the whole data-parallel group
     (``reduce_tensor`` without a destination; InternEvo buckets 512 M elements, fsdpsim one
     call per unit, overlapped with backward as ZeRO-1's reduce-scatter is), and after the step
@@ -256,7 +256,7 @@ def data_parallel(g, co, n_units, r):
         if any_of(g["param_broadcast"] > 0) or any_of(g["grad_all_reduce"] > 0):
             t.update(zero1_by_broadcast(g, co, params_bytes, t))
     scale = g["dp_comm_scale"]
-    if any_of(scale != 1.0):  # a what-if twin (fsdpsim.predict.comm_twins)
+    if any_of(scale != 1.0):  # a what-if twin (fsdpsim.drivers.predict.comm_twins)
         t = {k: v * scale for k, v in t.items()}
     return t
 

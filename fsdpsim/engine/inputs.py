@@ -1,6 +1,6 @@
 """The engine's input bundle: every key :func:`fsdpsim.engine.evaluate` reads, typed.
 
-One builder makes it, :func:`fsdpsim.inputs.config_inputs` (from a ModelSpec, a System, a
+One builder makes it, :func:`fsdpsim.engine.build.config_inputs` (from a ModelSpec, a System, a
 ParallelPlan and a TrainingConfig; sweep and the measurement readers call its four parts),
 plus the per-candidate knobs ``micro_batch``, ``recompute`` and ``grad_accum``. Every value is a
 number or a numpy array; arrays broadcast, so one bundle holds one configuration or a million.
@@ -18,7 +18,7 @@ Number = Union[float, int, np.ndarray]
 
 
 class ModelInputs(TypedDict):
-    """:func:`fsdpsim.inputs.model_inputs`: one tensor-parallel rank's share of the model."""
+    """:func:`fsdpsim.engine.build.model_inputs`: one tensor-parallel rank's share of the model."""
 
     n_layers: Number            # transformer layers [-]
     d_model: Number             # hidden width h [-]
@@ -44,7 +44,7 @@ class ModelInputs(TypedDict):
     head_numel_rank: Number     # last pipeline stage's root part (a tied embedding's copy) [-]
     embed_numel_padded: Number
     head_numel_padded: Number
-    # layered models (fsdpsim.moe_inputs: 0 / 1 for a uniform model)
+    # layered models (fsdpsim.engine.build_moe: 0 / 1 for a uniform model)
     moe_layers: Number            # MoE layers [-]
     n_experts: Number             # routed experts per MoE layer [-]
     moe_top_k: Number             # experts a token is routed to [-]
@@ -77,7 +77,7 @@ class ModelInputs(TypedDict):
 
 
 class SystemInputs(TypedDict):
-    """:func:`fsdpsim.inputs.system_inputs`: catalog peaks and achievable fractions."""
+    """:func:`fsdpsim.engine.build.system_inputs`: catalog peaks and achievable fractions."""
 
     peak_flops_per_s: Number         # dense peak of the compute precision [FLOP/s]
     mfu_peak_flops_per_s: Number     # the peak MFU/HFU divide by (16-bit for FP8) [FLOP/s]
@@ -135,7 +135,7 @@ NcclInputs = TypedDict("NcclInputs", {
 
 
 class FrameworkInputs(NcclInputs):
-    """:func:`fsdpsim.inputs.framework_inputs`: the framework profile (fsdpsim.frameworks)."""
+    """:func:`fsdpsim.engine.build.framework_inputs`: the framework profile (fsdpsim.plan.frameworks)."""
 
     megatron: Number               # 0/1 Megatron recipe
     framework_uncertainty: Number  # relative spread the profile leaves [-]
@@ -152,7 +152,7 @@ class FrameworkInputs(NcclInputs):
 
 
 class PlanInputs(TypedDict):
-    """:func:`fsdpsim.inputs.plan_inputs`: degrees, strategies and the layout on the tiers."""
+    """:func:`fsdpsim.engine.build.plan_inputs`: degrees, strategies and the layout on the tiers."""
 
     num_gpus: Number
     gpus_per_node: Number       # GPUs of the job per scale-up domain
@@ -173,7 +173,7 @@ class PlanInputs(TypedDict):
     layers_mid: Number
     layers_last: Number
     mid_stage: Number           # the busiest middle rank's index (its memory may bind)
-    # size and members per scale-up domain of each group (fsdpsim.layout.GROUPS)
+    # size and members per scale-up domain of each group (fsdpsim.plan.layout.GROUPS)
     tp_size: Number
     tp_per_node: Number
     cp_size: Number
@@ -186,14 +186,14 @@ class PlanInputs(TypedDict):
     replicate_per_node: Number
     dp_world_size: Number       # dp x cp
     dp_world_per_node: Number
-    # members of each group in one non-blocking pod (fsdpsim.layout.pod_layout)
+    # members of each group in one non-blocking pod (fsdpsim.plan.layout.pod_layout)
     tp_per_pod: Number
     cp_per_pod: Number
     pp_per_pod: Number
     shard_per_pod: Number
     replicate_per_pod: Number
     dp_world_per_pod: Number
-    # expert parallelism (fsdpsim.layout.expert_layout: size, per domain, per pod of each group)
+    # expert parallelism (fsdpsim.plan.layout.expert_layout: size, per domain, per pod of each group)
     ep: Number
     etp: Number
     ep_overlap: Number          # 0/1 all-to-alls hidden behind another micro-batch
@@ -215,7 +215,7 @@ class PlanInputs(TypedDict):
 
 
 class TrainingInputs(TypedDict):
-    """:func:`fsdpsim.inputs.training_inputs`."""
+    """:func:`fsdpsim.engine.build.training_inputs`."""
 
     seq_len: Number
     compute_bytes: Number       # gathered parameters and activations, bytes per element

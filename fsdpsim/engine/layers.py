@@ -178,7 +178,7 @@ def root_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     stage), final norm, LM head and loss (last stage); the vocabulary split over ``tp``
     (vocab-parallel embedding, column-parallel head, vocab-parallel cross-entropy). Under a
     low-precision recipe the head's GEMMs run at the 16-bit peak unless ``fp8_lm_head``
-    (:func:`fsdpsim.inputs.system_inputs`: ``lm_head_peak_ratio``)."""
+    (:func:`fsdpsim.engine.build.system_inputs`: ``lm_head_peak_ratio``)."""
     tokens = w["tokens"]
     elem = g["compute_bytes"]
     head_rate = r["matmul"] * where(g["fp8_lm_head"] > 0, 1.0, g["lm_head_peak_ratio"])

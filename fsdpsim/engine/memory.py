@@ -58,7 +58,7 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
     from forward to the end of backward, which is "full" without resharding in memory terms
     (see :mod:`fsdpsim.costs.memory`). The root unit (embeddings, LM head) is not resharded
     after forward, so it stays gathered: ``resident_numel``. Parameter counts are one tensor-
-    parallel rank's (:func:`fsdpsim.inputs.model_inputs`).
+    parallel rank's (:func:`fsdpsim.engine.build.model_inputs`).
     """
     config = dict(shared_memory_config(g) if shared is None else shared)
     if stage == "only":

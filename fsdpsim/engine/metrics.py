@@ -7,10 +7,10 @@ again: FlashAttention's backward recomputes the scores (2.5 × the forward inste
 activation checkpointing repeats the forward. So HFU >= MFU, with equality when nothing is
 recomputed. A causal kernel skipping the upper triangle is the kernel's saving, which shows in
 the step time (fsdpsim.engine.layers), not a change of either count. Both are measured against
-the same peak (the 16-bit dense peak for FP8 training, :func:`fsdpsim.inputs.system_inputs`).
+the same peak (the 16-bit dense peak for FP8 training, :func:`fsdpsim.engine.build.system_inputs`).
 
 The binding resource and the thresholds of the seed study (Wang et al. 2025, arXiv
-2504.03655) are not engine outputs: :mod:`fsdpsim.sensitivity` asks the engine itself how the
+2504.03655) are not engine outputs: :mod:`fsdpsim.drivers.sensitivity` asks the engine itself how the
 step responds to each resource, so the bottleneck and the thresholds cannot contradict each
 other (issue 12 item 5). The engine's old heuristic and closed forms, which did (447 of 5,166
 fitting rows of a 9,072-row sweep), were removed."""

@@ -1,6 +1,6 @@
 """Engine stage helper: layers of two kinds, expert parallelism and multi-token prediction.
 
-A model whose layers differ (:mod:`fsdpsim.moe_inputs`) is timed as two kinds of layer, each
+A model whose layers differ (:mod:`fsdpsim.engine.build_moe`) is timed as two kinds of layer, each
 through :func:`fsdpsim.engine.layers.layer_times` with its own GEMMs:
 
 * the **dense kind**: attention (GQA's fused QKV and output projections, or multi-head latent
@@ -253,7 +253,7 @@ def mtp_times(g, r, w, lt_d, lt_m, ep, rt):
 
 # -- inputs ------------------------------------------------------------------------------------
 def prepare_layers(g: dict) -> None:
-    """Defaults of the layered-model inputs a caller did not give (fsdpsim.moe_inputs): MoE
+    """Defaults of the layered-model inputs a caller did not give (fsdpsim.engine.build_moe): MoE
     layers per stage in proportion to the stage's layers (exact without pipelining), the expert
     groups as the data-parallel ones re-split by ``etp × ep`` (every layout is exact for
     ep = 1 and etp = tp), and the attention's share of the causal pairs its masks keep."""
@@ -286,8 +286,8 @@ def prepare_layers(g: dict) -> None:
 
 def attention_pairs(g: dict) -> None:
     """``attn_pair_ratio``: the mean over layers of the causal query-key pairs each layer's
-    mask keeps, relative to full causal attention (:mod:`fsdpsim.model_flops`)."""
-    from fsdpsim import model_flops
+    mask keeps, relative to full causal attention (:mod:`fsdpsim.model.flops`)."""
+    from fsdpsim.model import flops as model_flops
 
     s = g["seq_len"]
     full = model_flops.full_causal_pairs(s)

@@ -11,7 +11,7 @@ import numpy as np
 from fsdpsim.costs import nccl
 from fsdpsim.costs.compute import NUMBER_TYPES, as_array, maximum, minimum
 from fsdpsim.engine import moe
-from fsdpsim.moe_inputs import DEFAULTS as MOE_DEFAULTS
+from fsdpsim.engine.build_moe import DEFAULTS as MOE_DEFAULTS
 
 #: Inputs given as category codes (kept as integers).
 CATEGORICAL = ("strategy", "recompute", "optimizer", "pp_schedule")
@@ -38,14 +38,14 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "param_broadcast": 0.0, "grad_all_reduce": 0.0,
                    "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
                    "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,
-                   # no measured bus bandwidth pinned (fsdpsim.inputs.busbw_inputs)
+                   # no measured bus bandwidth pinned (fsdpsim.engine.build.busbw_inputs)
                    "busbw_ar_intra": np.nan, "busbw_ar_inter": np.nan,
                    "busbw_ring_inter": np.nan,
-                   # no fp32 gradient accumulation pass (fsdpsim.frameworks grad_accum_pass_bytes)
+                   # no fp32 gradient accumulation pass (fsdpsim.plan.frameworks grad_accum_pass_bytes)
                    "grad_accum_pass_bytes": 0.0,
                    # one non-blocking fabric, packed placement
                    "oversubscription": 1.0, "pod_gpus": np.inf, "placement_factor": 1.0,
-                   # no MoE, MLA, MTP or windowed attention (fsdpsim.moe_inputs)
+                   # no MoE, MLA, MTP or windowed attention (fsdpsim.engine.build_moe)
                    **MOE_DEFAULTS}
 
 
@@ -53,7 +53,7 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Inputs as arrays: categorical codes as integers, everything else as floats; optional
     inputs (:data:`OPTIONAL_INPUTS`) filled in, and the data-parallel group layout derived as
     the data-parallel engine always placed it (the shard group innermost) when the caller did
-    not give it (:func:`fsdpsim.layout.group_layout` does for hybrid plans)."""
+    not give it (:func:`fsdpsim.plan.layout.group_layout` does for hybrid plans)."""
     g = dict(_OPTIONAL_PREPARED)
     g.update((k, _categorical(v) if k in CATEGORICAL else _number(v)) for k, v in x.items())
     if "link_per_peer_bytes_per_s" not in g and "link_bytes_per_s" in g:
@@ -113,9 +113,9 @@ _OPTIONAL_PREPARED = {k: _categorical(v) if k in CATEGORICAL else _number(v)
 def _default_library_inputs() -> dict[str, float]:
     """NCCL constants of the default framework profile's release, from the built-in catalog
     (for callers that build engine inputs by hand)."""
-    from fsdpsim.catalog import load_catalog
+    from fsdpsim.hardware.catalog import load_catalog
     from fsdpsim.costs import nccl
-    from fsdpsim.frameworks import PROFILES
+    from fsdpsim.plan.frameworks import PROFILES
 
     return nccl.library_inputs(load_catalog(use_env=False).collectives(
         PROFILES["fsdp2"].collectives))

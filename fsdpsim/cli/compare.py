@@ -1,0 +1,314 @@
+"""``fsdpsim compare`` and ``fsdpsim report``: parse, call, render. The rows come from
+:func:`fsdpsim.drivers.compare.compare` (search or predict, then procurement); the HTML from
+:mod:`fsdpsim.report.html`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fsdpsim.plan.parallel import PRECISIONS
+
+from fsdpsim.report import render
+from fsdpsim.cli.predict import kernel_options
+from fsdpsim.cli.procurement import assumption_notes, money, rate, run_options, short_source
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.util.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, option_type
+from fsdpsim.util.output import cannot_write, check_output_path, echo
+from fsdpsim.plan.parallel import FRAMEWORKS
+
+#: Width of the header and notes of the table view [characters].
+WIDTH = 100
+
+
+def compare_options(f):
+    """The options ``compare`` and ``report`` share."""
+    opts = [
+        click.option("--model", default="llama3-8b", show_default=True,
+                     help="Preset ids, ladder ids or config.json paths (comma-separated)."),
+        click.option("--gpu", default=None,
+                     help="Accelerator ids or aliases, comma-separated: h100,h200,b200,mi300x."),
+        click.option("--cluster", default=None,
+                     help="Node or cluster ids, comma-separated (rows beside the --gpu ones)."),
+        click.option("--num-gpus", default="64", show_default=True,
+                     help="GPUs per row, or a list (64,512) or range (64..1024): a row each."),
+        click.option("--gpus-per-node", type=option_type(GPUS), default=None),
+        click.option("--network", default=None, help="Network id between nodes (--gpu rows)."),
+        click.option("--inter-node-gbps-per-gpu", type=option_type(INTER_NODE_GBPS),
+                     default=None),
+        click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None),
+        click.option("--placement", type=click.Choice(("packed", "fragmented")),
+                     default="packed", show_default=True),
+        click.option("--seq-len", default="4096", show_default=True),
+        click.option("--global-batch", default=None,
+                     help="Sequences per step, the same for every row (default: about 4M "
+                          "tokens, a power of two)."),
+        click.option("--precision", type=click.Choice(PRECISIONS),
+                     default="bf16", show_default=True),
+        click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
+                     show_default=True),
+        *kernel_options(),
+        click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
+                     default="fsdp2", show_default=True),
+        click.option("--plan", "plan_kind", type=click.Choice(("search", "fsdp")),
+                     default="search", show_default=True,
+                     help="search: the best plan `fsdpsim search` finds per row; fsdp: the FSDP "
+                          "plan `fsdpsim predict` picks (full sharding, fastest micro-batch and "
+                          "recompute that fit)."),
+        click.option("--objective", type=click.Choice(("throughput", "cost", "energy",
+                                                       "time-to-train")),
+                     default="throughput", show_default=True,
+                     help="What the search ranks plans by (--plan search)."),
+        click.option("--price", default=None,
+                     help="Rent per GPU-hour, GPU=USD/h (h100=2.5/h,b200=5); default: catalog."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return run_options(f)
+
+
+def _items(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def run_compare(ctx: click.Context, o: dict[str, Any]):
+    """Resolve the options and compute the rows: (rows, training, run assumptions)."""
+    from fsdpsim.drivers import procurement
+    from fsdpsim.hardware.catalog import load_catalog
+    from fsdpsim.cli.predict import (_auto_int, build_system, global_batch_or_default,
+                                     kernel_knobs, model_at)
+    from fsdpsim.drivers.compare import MAX_ROWS, Case, compare
+    from fsdpsim.drivers.sweep.values import parse_counts, parse_prices
+    from fsdpsim.plan.parallel import TrainingConfig
+    from fsdpsim.drivers.search.space import SearchSpace
+
+    hardware = [("gpu", g) for g in _items(o["gpu"])] + \
+        [("cluster", c) for c in _items(o["cluster"])]
+    if not hardware:
+        raise ConfigError("give the hardware to compare: --gpu h100,h200,b200,mi300x and/or "
+                          "--cluster ID,ID (fsdpsim catalog list)")
+    counts = parse_counts(o["num_gpus"], "--num-gpus")
+    models = _items(o["model"]) or ["llama3-8b"]
+    if len(hardware) * len(counts) * len(models) > MAX_ROWS:
+        raise ConfigError(f"--gpu/--cluster x --num-gpus x --model make "
+                          f"{len(hardware) * len(counts) * len(models)} rows; accepted: at most "
+                          f"{MAX_ROWS}")
+    seq = _auto_int(o["seq_len"], "--seq-len") or 4096
+    training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
+                                  o["global_batch"], seq),
+                              precision=o["precision"], optimizer=o["optimizer"],
+                              **kernel_knobs(o))
+    run = procurement.read_run_options(o)
+    cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
+    prices = parse_prices(o["price"], cat) if o["price"] else {}
+    specs = [model_at(name, seq) for name in models]
+    cases = []
+    for spec in specs:
+        for kind, ident in hardware:
+            for n in counts:
+                system = build_system(ctx, **{**o, "gpu": None, "cluster": None, kind: ident,
+                                              "num_gpus": n})
+                cases.append(Case(spec, ident, system, n,
+                                  prices.get(system.accelerator.id)))
+    space = SearchSpace(framework=o["framework"])
+    rows = compare(cases, training, plan=o["plan_kind"], run=run, space=space,
+                   objective=o["objective"])
+    return rows, training, run
+
+
+def _cell(v: dict, key: str, text: str, best: dict[str, list[int]], i: int) -> str:
+    return text + ("*" if i in best.get(key, ()) else "") if text != "-" else text
+
+
+def _num(x: Any, spec: str, scale: float = 1.0) -> str:
+    return "-" if not isinstance(x, (int, float)) or x != x else f"{x * scale:{spec}}"
+
+
+def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | None
+               ) -> list[dict[str, str]]:
+    """The comparison table: a row per (model,) hardware and GPU count; ``*`` marks the best
+    value of each column among the rows that fit."""
+    many_models = len({v["model"] for v in values}) > 1
+    out = []
+    for i, v in enumerate(values):
+        row = {"model": v["model"]} if many_models else {}
+        row.update({"hardware": v["hardware"], "GPUs": f"{v['num_gpus']:,}"})
+        if "tokens_per_s" not in v:
+            row.update({"tok/s": "-", "note": f"no plan: {v['reason']}"[:60]})
+            out.append(row)
+            continue
+        cells = [("tok/s", "tokens_per_s", _num(v["tokens_per_s"], ",.0f")),
+                 ("tok/s/GPU", "tokens_per_s_per_gpu", _num(v["tokens_per_s_per_gpu"], ",.0f")),
+                 ("MFU", "mfu", _num(v["mfu"], ".1%")),
+                 ("mem GiB", "memory_share",
+                  f"{v['peak_bytes'] / 2**30:.0f}/{v['capacity_bytes'] / 2**30:.0f}"
+                  + ("" if v["fits"] else "!"))]
+        if tokens is None:
+            cells += [("$/Mtok", "cost_usd_per_million_tokens",
+                       _num(v["cost_usd_per_million_tokens"], ".3f")),
+                      ("kWh/Mtok", "energy_kwh_per_million_tokens",
+                       _num(v["energy_kwh_per_million_tokens"], ".3f"))]
+        else:
+            cells += [("days", "train_days", _num(v["train_days"], ",.1f")),
+                      ("cost", "train_cost_usd", money(v["train_cost_usd"])),
+                      ("MWh", "train_energy_kwh", _num(v["train_energy_kwh"], ",.0f", 1e-3))]
+        for head, key, text in cells:
+            row[head] = _cell(v, key, text, best, i)
+        row["bottleneck"] = v["bottleneck"] if v["fits"] else "memory: does not fit"
+        out.append(row)
+    return out
+
+
+def plan_rows(values: list[dict]) -> list[dict[str, str]]:
+    """The plan and batch of each row."""
+    many_models = len({v["model"] for v in values}) > 1
+    out = []
+    for v in values:
+        row = {"model": v["model"]} if many_models else {}
+        row.update({"hardware": v["hardware"], "GPUs": f"{v['num_gpus']:,}"})
+        if "plan" not in v:
+            out.append({**row, "plan": "-"})
+            continue
+        row.update({"plan": v["plan"], "mbs x accum": f"{v['micro_batch']} x {v['grad_accum']}",
+                    "recompute": v["recompute"], "batch (seqs)": f"{v['global_batch']:,}",
+                    "rent $/GPU-h": "-" if v["price_usd_per_gpu_hour"] is None
+                    else rate(v["price_usd_per_gpu_hour"])})
+        out.append(row)
+    return out
+
+
+def header(values: list[dict], training, run, plan_kind: str) -> str:
+    models = ", ".join(dict.fromkeys(v["model"] for v in values))
+    tokens = training.global_batch * training.seq_len
+    budget = "" if run.tokens is None else f", {run.tokens / 1e12:g}T tokens to train"
+    plan = ("best plan per row (fsdpsim search)" if plan_kind == "search"
+            else "FSDP plan per row (fsdpsim predict)")
+    return (f"fsdpsim compare: {models}; every row at global batch {training.global_batch:,} x "
+            f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){budget}; {plan}")
+
+
+def notes(values: list[dict], run, training) -> list[str]:
+    out = ["* best of the column among rows that fit; mem GiB = peak/capacity per GPU "
+           "(! = does not fit)"]
+    kernels = [text for on, text in (
+        (training.fp8_attention, "attention in FP8 (--fp8-attention)"),
+        (training.fp8_lm_head, "LM head in the low-precision format (--fp8-lm-head)"),
+        (training.recompute_modules, "recompute of " + ", ".join(training.recompute_modules)
+         + " (--recompute-modules)"),
+        (training.moe_dispatcher == "deepep",
+         "expert dispatch once per destination node (--moe-dispatcher deepep)"),
+        (training.moe_fp8_dispatch, "dispatch in FP8 (--moe-fp8-dispatch)"),
+        (training.cuda_graphs != "none",
+         f"{training.cuda_graphs} CUDA graphs (--cuda-graphs)")) if on]
+    if kernels:
+        out.append("every row: " + "; ".join(kernels))
+    if run.tokens is not None:
+        out.append("days, cost and MWh include failures, checkpoints and restarts (goodput); "
+                   "the failure-free numbers are in the JSON/CSV")
+    out += assumption_notes(run)
+    rents = {}
+    for v in values:
+        if v.get("price_kind") and v["price_kind"] != "--price":
+            rents[v["accelerator"] if v["hardware"] == v["accelerator"] else v["hardware"]] = (
+                f"{v['hardware']} {rate(v['price_usd_per_gpu_hour'])} ({v['price_kind']}, "
+                f"{short_source(v['price_source'])}, {v['price_retrieved']})")
+    if rents:
+        out.append("rent: " + "; ".join(rents.values()))
+    missing = sorted({v["hardware"] for v in values if "plan" in v and not v["price_kind"]})
+    if missing:
+        out.append(f"no price for {', '.join(missing)}: give --price GPU=USD/h")
+    return out
+
+
+def report_data(rows, training, run, plan_kind: str) -> dict[str, Any]:
+    """The comparison as plain data: query, assumptions, rows and the best row per column."""
+    from fsdpsim.drivers.compare import best_rows, row_values
+
+    values = [row_values(r) for r in rows]
+    best = best_rows(values)
+    return {"query": {"seq_len": training.seq_len, "global_batch": training.global_batch,
+                      "tokens_per_step": training.global_batch * training.seq_len,
+                      "precision": training.precision, "optimizer": training.optimizer,
+                      "fp8_attention": training.fp8_attention,
+                      "fp8_lm_head": training.fp8_lm_head,
+                      "recompute_modules": list(training.recompute_modules),
+                      "moe_dispatcher": training.moe_dispatcher,
+                      "moe_fp8_dispatch": training.moe_fp8_dispatch,
+                      "cuda_graphs": training.cuda_graphs,
+                      "plan": plan_kind, "train_tokens": run.tokens},
+            "assumptions": {"pue": run.pue, "gpu_mtbf_hours": run.gpu_mtbf_s / 3600,
+                            "restart_s": run.restart_s,
+                            "checkpoint_bytes_per_s": run.checkpoint_bytes_per_s},
+            "rows": values,
+            "best": {k: [values[i]["hardware"] + f" x {values[i]['num_gpus']}" for i in idx]
+                     for k, idx in best.items()},
+            "best_index": best}
+
+
+def compare_text(data: dict[str, Any], training, run) -> str:
+    values, best = data["rows"], data["best_index"]
+    import textwrap
+
+    lines = [textwrap.fill(header(values, training, run, data["query"]["plan"]), WIDTH,
+                           subsequent_indent="  ", break_on_hyphens=False), "",
+             render.table(table_rows(values, best, run.tokens)), "", "plans",
+             render.table(plan_rows(values)), "", "notes"]
+    lines += [textwrap.fill(n, WIDTH, initial_indent="  - ", subsequent_indent="    ",
+                            break_on_hyphens=False, break_long_words=False)
+              for n in notes(values, run, training)]
+    return "\n".join(lines)
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("compare")
+    @compare_options
+    @click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
+                  show_default=True, help="Output format.")
+    @click.pass_context
+    def compare_cmd(ctx: click.Context, fmt: str, **o: Any) -> None:
+        """Compare GPUs, nodes or clusters (and models) for one model at one global batch:
+        throughput, MFU, memory, bottleneck, days, cost and energy to train --tokens, the best
+        of each column marked.
+
+        \b
+          fsdpsim compare --model llama3-8b --gpu h100,h200,b200,mi300x --num-gpus 64 --tokens 1t
+        """
+        rows, training, run = run_compare(ctx, o)
+        data = report_data(rows, training, run, o["plan_kind"])
+        if fmt == "json":
+            echo(render.to_json({k: v for k, v in data.items() if k != "best_index"}))
+        elif fmt == "csv":
+            echo(render.csv_text(data["rows"]), nl=False)
+        else:
+            echo(compare_text(data, training, run))
+
+    @cli.command("report")
+    @compare_options
+    @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+                  help="HTML file to write.")
+    @click.pass_context
+    def report_cmd(ctx: click.Context, output: str, **o: Any) -> None:
+        """Write one self-contained HTML report of a comparison (as `fsdpsim compare`): the
+        table, throughput/cost/memory/bandwidth figures as inline SVG, and the assumptions and
+        ranges, to read offline and forward."""
+        from pathlib import Path
+
+        from fsdpsim.report.html import report_html
+
+        path = Path(output)
+        if path.suffix.lower() not in (".html", ".htm"):
+            raise ConfigError(f"--output {output!r}: give an .html file")
+        check_output_path(output)
+        rows, training, run = run_compare(ctx, o)
+        data = report_data(rows, training, run, o["plan_kind"])
+        text = report_html(rows, data, training, run, notes(data["rows"], run, training))
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise cannot_write(output, exc) from None
+        echo(f"fsdpsim report: {len(rows)} rows, {text.count('<svg')} figures written to "
+             f"{output}")
+
+
+__all__ = ["register", "run_compare", "report_data", "compare_text"]

@@ -1,0 +1,198 @@
+"""``fsdpsim search``: the best parallel plans of a model on some GPUs, as a table, JSON or CSV,
+with ``--explain`` and the chosen plan as torchtitan TOML or Megatron-LM arguments. Parse, call,
+render: the search itself is :mod:`fsdpsim.drivers.search.run`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fsdpsim.plan.parallel import PRECISIONS
+
+from fsdpsim.report import render
+from fsdpsim.cli.predict import kernel_options
+from fsdpsim.cli.procurement import run_options
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.util.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, Rule, option_type
+from fsdpsim.util.output import echo
+from fsdpsim.plan.parallel import FRAMEWORKS
+
+EMITS = ("table", "torchtitan", "megatron")
+
+
+def search_options(f):
+    """The options of ``fsdpsim search`` (and the run assumptions of predict/sweep)."""
+    opts = [
+        click.option("--model", default="llama3-8b", show_default=True,
+                     help="Preset name, ladder id or Hugging Face config.json path."),
+        click.option("--gpu", default=None, help="Accelerator id or alias (default h100)."),
+        click.option("--cluster", default=None, help="Node or cluster id instead of --gpu."),
+        click.option("--num-gpus", default="8", show_default=True,
+                     help="GPUs, or a list (512,1024) or range (256..4096): the plans of each "
+                          "count are ranked together."),
+        click.option("--gpus-per-node", type=option_type(GPUS), default=None),
+        click.option("--network", default=None, help="Network id between nodes."),
+        click.option("--inter-node-gbps-per-gpu", type=option_type(INTER_NODE_GBPS),
+                     default=None),
+        click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None),
+        click.option("--placement", type=click.Choice(("packed", "fragmented")),
+                     default="packed", show_default=True),
+        click.option("--seq-len", default="4096", show_default=True,
+                     help="Tokens per sequence (8k = 8,192: k and m are binary here)."),
+        click.option("--global-batch", default=None,
+                     help="Sequences per step (default: about 4M tokens, a power of two)."),
+        click.option("--precision", type=click.Choice(PRECISIONS),
+                     default="bf16", show_default=True),
+        click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
+                     show_default=True),
+        *kernel_options(),
+        click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
+                     default="fsdp2", show_default=True,
+                     help="Framework profile every plan runs on."),
+        click.option("--memory-budget-gib", type=option_type(Rule(0.01, 1e6)), default=None,
+                     help="Memory per GPU a plan may use (default: the GPU's)."),
+        click.option("--objective", type=click.Choice(("throughput", "cost", "energy",
+                                                       "time-to-train")),
+                     default="throughput", show_default=True,
+                     help="Rank by tokens/s, or per-token cost / energy / wall time with "
+                          "failures (these differ across GPU counts)."),
+        click.option("--max-tp", type=option_type(GPUS), default=None,
+                     help="Largest TP degree (default: the GPUs of one NVLink domain)."),
+        click.option("--max-pp", type=option_type(GPUS), default=None),
+        click.option("--fix", "fix", multiple=True,
+                     help="Constraint NAME=VALUE, repeatable or comma-separated: tp=8, pp=4, "
+                          "cp=1, vpp=2, ep=8, sharding=full, zero=1, dp_shard=64, "
+                          "pp_schedule=1f1b, sequence_parallel=true, micro_batch=2, "
+                          "recompute=full, recompute_layers=12, ..."),
+        click.option("--mesh-orders/--default-mesh-order", default=True, show_default=True,
+                     help="Also try the other orders of the mesh on the network tiers."),
+        click.option("--top", type=option_type(Rule(1, 1000, whole=True)), default=5,
+                     show_default=True),
+        click.option("--explain", is_flag=True, help="Why the best plan wins: its time "
+                     "breakdown and the faster plans that do not fit."),
+        click.option("--emit", type=click.Choice(EMITS), default="table", show_default=True,
+                     help="Print the best plan as a torchtitan TOML fragment or Megatron-LM "
+                          "arguments instead of the table."),
+        click.option("--price", default=None, help="USD per GPU-hour (for --objective cost)."),
+        click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
+                     show_default=True, help="Output format of the ranking."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return run_options(f)
+
+
+def _counts(text: str) -> list[int]:
+    """``--num-gpus``: a count, a list or a range."""
+    from fsdpsim.drivers.sweep.values import parse_counts
+
+    return parse_counts(text, "--num-gpus")
+
+
+def check_counts(spec, systems: dict, training, space) -> None:
+    """Refuse a ``--num-gpus`` list whose spaces together exceed the search's limit
+    (:data:`fsdpsim.drivers.search.space.MAX_CANDIDATES`, by the same upper-bound estimate)."""
+    from fsdpsim.drivers.search.space import MAX_CANDIDATES, estimate_size
+    from fsdpsim.hardware.system import domain_gpus
+
+    gb, seq = training.global_batch, training.seq_len
+    sizes = {n: estimate_size(spec, n, domain_gpus(system, n), seq, gb, space)[1]
+             for n, system in systems.items()}
+    total = sum(sizes.values())
+    if total > MAX_CANDIDATES:
+        largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
+        raise ConfigError(
+            f"--num-gpus {', '.join(f'{n:,}' for n in systems)}: up to {total:,} candidates "
+            f"together, more than the {MAX_CANDIDATES:,} a search takes (the largest: "
+            + ", ".join(f"{n:,} GPUs {sizes[n]:,}" for n in largest)
+            + "); give fewer GPU counts, or narrow the space with --fix")
+
+
+def run_search(ctx: click.Context, o: dict[str, Any]):
+    """Resolve the options and search every GPU count: (spec, the system of each count,
+    training, results by count, the ranking)."""
+    from fsdpsim.drivers import procurement
+    from fsdpsim.cli.predict import (_auto_int, build_system, global_batch_or_default,
+                                     kernel_knobs, model_at)
+    from fsdpsim.drivers.search.run import budget_system, search
+    from fsdpsim.drivers.search.space import SearchSpace, parse_fix
+    from fsdpsim.plan.parallel import TrainingConfig
+
+    counts = _counts(o["num_gpus"])
+    seq = _auto_int(o["seq_len"], "--seq-len") or 4096
+    spec = model_at(o["model"], seq)
+    training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
+                                  o["global_batch"], seq), precision=o["precision"],
+                              optimizer=o["optimizer"], **kernel_knobs(o))
+    space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],
+                        mesh_orders=o["mesh_orders"], framework=o["framework"])
+    run = procurement.read_run_options(o)
+    price = None if o["price"] is None else procurement.read_price(o["price"], "--price")
+    results, systems = [], {}
+    for n in counts:
+        systems[n] = budget_system(build_system(ctx, **{**o, "num_gpus": n}),
+                                   o["memory_budget_gib"])
+    if len(counts) > 1:  # each count's space is bounded in search(); the list's sum here
+        check_counts(spec, systems, training, space)
+    for n in counts:
+        results.append((n, search(spec, systems[n], n, training, space,
+                                  objective=o["objective"], top=o["top"], run=run, price=price)))
+    ranking = sorted(((c, n) for n, r in results for c in r.top), key=lambda cn: -cn[0].score)
+    if not ranking:
+        from fsdpsim.drivers.search.explain import no_fit_message
+
+        n, r = min(results, key=lambda nr: (nr[1].least_peak.peak_bytes if nr[1].least_peak
+                                             else float("inf")))
+        raise ConfigError(no_fit_message(r, spec, n, systems[n].accelerator.name))
+    return spec, systems, training, results, ranking[:o["top"]]
+
+
+def register(cli: click.Group) -> None:
+    """Add ``search`` to the command group."""
+    @cli.command("search")
+    @search_options
+    @click.pass_context
+    def search_cmd(ctx: click.Context, fmt: str, **o: Any) -> None:
+        """Find the fastest parallel plans that fit (mesh, sharding, pipeline schedule,
+        micro-batch, recompute), without profiling; print them, or the best as a torchtitan or
+        Megatron-LM configuration."""
+        from fsdpsim.drivers.search.export import megatron_args, torchtitan_toml
+        from fsdpsim.drivers.search.run import predict_choice
+        from fsdpsim.drivers.search.explain import plan_line
+
+        if o["gpu"] is None and o["cluster"] is None:
+            o["gpu"] = "h100"
+        spec, systems, training, results, ranking = run_search(ctx, o)
+        best = ranking[0][0]
+        if o["emit"] == "torchtitan":
+            echo(torchtitan_toml(best, training), nl=False)
+            return
+        if o["emit"] == "megatron":
+            echo(megatron_args(best, training), nl=False)
+            return
+        rows = []
+        for c, n in ranking:
+            p = predict_choice(spec, systems[n], c, training)
+            rows.append((c, p))
+        from fsdpsim.report.search_table import report_dict, report_table
+
+        report = report_dict(spec, systems[results[-1][0]], training, o, results, rows)
+        constrained = o["fix"] or o["max_tp"] or o["max_pp"] or not o["mesh_orders"]
+        if o["explain"] and constrained:  # what the user's constraints cost
+            free = {**o, "fix": (), "max_tp": None, "max_pp": None, "mesh_orders": True}
+            other = run_search(ctx, free)[4][0]
+            report["without_constraints"] = {
+                "plan": plan_line(other[0]), "num_gpus": other[1],
+                "tokens_per_s": other[0].tokens_per_s,
+                "gain": other[0].score / best.score - 1.0 if best.score > 0 else
+                best.score / other[0].score - 1.0}
+        if fmt == "json":
+            echo(render.to_json(report))
+        elif fmt == "csv":
+            echo(render.csv_text(report["plans"]), nl=False)
+        else:
+            echo(report_table(report, rows, explain=o["explain"]))
+
+
+__all__ = ["register", "run_search"]

@@ -1,0 +1,321 @@
+"""``fsdpsim sweep``: parse the grid, run :func:`fsdpsim.drivers.sweep.run.run_sweep`, write the rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+import click
+
+from fsdpsim.report import render
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.cli.procurement import run_options
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.drivers.sweep.grid import Grid, build_grid, describe, read_grid_file
+from fsdpsim.util.output import (ROWS_PER_CHUNK, cannot_write, check_output_path, echo, is_stdout,
+                            write_chunks)
+from fsdpsim.plan.parallel import SHARDING_HELP
+from fsdpsim.report.sweep_table import notes, records, table_text
+
+if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
+    import pandas as pd
+
+FORMATS = ("table", "csv", "json", "parquet")
+#: Show a progress bar on stderr from this many candidate configurations (about a second).
+PROGRESS_MIN_CANDIDATES = 500_000
+
+_LIST = "comma-separated, repeatable"
+
+
+def grid_options(f):
+    """The grid options of ``fsdpsim sweep`` (everything but ``--format`` and ``--output``);
+    ``fsdpsim plot`` takes the same ones."""
+    opts = [
+        click.option("--grid", "grid_file", type=click.Path(dir_okay=False), default=None,
+                     help="TOML grid file; keys are these option names (the command line "
+                          "wins where both give a value)."),
+        click.option("--model", multiple=True, help=f"Preset ids or config.json paths ({_LIST})."),
+        click.option("--model-sizes", multiple=True,
+                     help="Llama-style ladder models of these sizes: 7b,70b or a 1-2-5 range "
+                          "1b..1t (fsdpsim.model.ladder)."),
+        click.option("--gpu", multiple=True, help=f"Accelerator ids or aliases ({_LIST}); "
+                     "default h100."),
+        click.option("--cluster", multiple=True, help=f"Node or cluster ids ({_LIST})."),
+        click.option("--gpus-per-node", multiple=True, help="Override GPUs per node."),
+        click.option("--network", multiple=True, help=f"Network ids between nodes ({_LIST})."),
+        click.option("--inter-node-gbps-per-gpu", multiple=True,
+                     help="Inter-node Gb/s per GPU, one direction, e.g. 50,100,200,400."),
+        click.option("--power-cap-w", multiple=True,
+                     help="Board power limits per GPU, e.g. 500,600,700 (uncalibrated DVFS model)."),
+        click.option("--placement", multiple=True,
+                     help="packed and/or fragmented (as predict; default packed)."),
+        click.option("--num-gpus", multiple=True,
+                     help="GPU counts: 8,64 or 8..4096 (powers of two between); default 8."),
+        click.option("--seq-len", multiple=True, help="Sequence lengths (ranges as --num-gpus); "
+                     "k = 1,024 here (8k = 8,192); default 4096."),
+        click.option("--micro-batch", multiple=True,
+                     help="Micro-batch sizes, or auto (free: fastest that fits); default auto."),
+        click.option("--global-batch", multiple=True,
+                     help="Sequences per step, or none (one micro-batch per GPU); default none."),
+        click.option("--sharding", multiple=True,
+                     help=f"Strategies or auto (free); default full. {SHARDING_HELP}."),
+        click.option("--recompute", multiple=True,
+                     help="none, selective, full, or auto (free); default auto."),
+        click.option("--precision", multiple=True, help="bf16, fp16, fp8, fp32; default bf16."),
+        click.option("--grad-sync", multiple=True,
+                     help="With accumulation, reduce gradients every micro-batch or only the "
+                          "last, for the sharded strategies: every, last or both (every,last: "
+                          "rows for each); default every."),
+        click.option("--shard-group-size", default=None,
+                     help="GPUs per HSDP shard group, for --sharding hybrid (default: one "
+                          "scale-up domain's worth), as predict's."),
+        click.option("--keep-params-gathered/--regather-params", default=None,
+                     help="With accumulation, gather each unit once per step and keep it, for "
+                          "the sharded-parameter strategies (default: re-gather)."),
+        click.option("--best/--no-best", default=None,
+                     help="Leave every knob not given free (sharding, micro-batch, recompute) "
+                          "and keep, per point, the fastest setting that fits, at a fixed "
+                          "global batch (--global-batch, else about 4M tokens)."),
+        click.option("--free-batch/--fixed-batch", default=None,
+                     help="With --best: let each row run one micro-batch per GPU (its global "
+                          "batch then differs between rows) instead of a fixed global batch."),
+        click.option("--price", multiple=True,
+                     help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog "
+                          "(the cloud node's or the GPU's)."),
+        click.option("--ceilings/--no-ceilings", default=None,
+                     help="Solve the largest micro-batch and sequence that fit for every row "
+                          "(default on; off is about 3x faster on grids without free knobs)."),
+        click.option("--tp", multiple=True, help=f"Tensor-parallel degrees ({_LIST}); "
+                     "crossed with --pp and --cp."),
+        click.option("--pp", multiple=True, help=f"Pipeline-parallel degrees ({_LIST})."),
+        click.option("--cp", multiple=True, help=f"Context-parallel degrees ({_LIST})."),
+        click.option("--vpp", default=None, help="Virtual stages per pipeline rank (pp > 1)."),
+        click.option("--pp-schedule", default=None,
+                     help="gpipe, 1f1b, interleaved or zb-h1 (pp > 1; default 1f1b, "
+                          "interleaved with --vpp > 1)."),
+        click.option("--cp-kind", default=None, help="ring (default) or all2all."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+                     help="Sequence parallelism with tp > 1 (default on)."),
+        click.option("--tp-overlap/--no-tp-overlap", default=None,
+                     help="Overlap TP collectives with GEMMs (tp > 1)."),
+        click.option("--recompute-layers", default=None,
+                     help="Recompute only the first K layers of each stage."),
+        click.option("--ep", default=None,
+                     help="Expert-parallel degree of the MoE models (one value; dense models "
+                          "need 1)."),
+        click.option("--etp", default=None, help="Expert tensor-parallel degree (default tp)."),
+        click.option("--ep-overlap/--no-ep-overlap", default=None,
+                     help="Hide the expert all-to-alls behind another micro-batch (ep > 1)."),
+        click.option("--moe-capacity-factor", default=None,
+                     help="Token dropping with this capacity factor; none = dropless."),
+        click.option("--moe-imbalance", default=None,
+                     help="Dropless busiest-rank load over the mean (default: the balanced-"
+                          "routing floor)."),
+        click.option("--moe-fp8-dispatch/--no-moe-fp8-dispatch", default=None,
+                     help="Dispatch all-to-alls in FP8 with 1x128 scales."),
+        click.option("--moe-dispatcher", default=None,
+                     help="alltoall (default) or deepep: once per destination node."),
+        click.option("--fp8-attention/--no-fp8-attention", default=None,
+                     help="Attention in FP8 for the low-precision --precision entries."),
+        click.option("--recompute-modules", default=None, metavar="LIST",
+                     help="Megatron's per-module recompute for the whole grid: mla_up_proj, "
+                          "mlp, moe_act (comma-separated)."),
+        click.option("--fp8-lm-head/--no-fp8-lm-head", default=None,
+                     help="The LM head in the format for the low-precision --precision "
+                          "entries (default: 16-bit)."),
+        click.option("--cuda-graphs", default=None,
+                     help="none (default), partial (each layer's own kernels) or full (the "
+                          "whole iteration): what every point replays from CUDA graphs."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return run_options(f)
+
+
+def sweep_options(f):
+    """:func:`grid_options` plus ``--format`` and ``--output``."""
+    f = click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),
+                     default=None, help="Write to FILE instead of stdout (- is stdout).")(f)
+    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                     show_default=True, help="Output format (parquet needs pyarrow).")(f)
+    f = click.option("--wide", is_flag=True, default=False,
+                     help="Table: every column (failure-free and with failures, full "
+                          "bottleneck names and infeasible reasons), however wide; by default "
+                          "the table fits 100 columns. CSV, JSON and Parquet have every "
+                          "column either way.")(f)
+    return grid_options(f)
+
+
+def merge_options(grid_file: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """Grid-file values overridden by those given on the command line."""
+    merged = read_grid_file(grid_file) if grid_file else {}
+    for name, value in options.items():
+        if value is not None and value != ():
+            merged[name.replace("_", "-")] = list(value) if isinstance(value, tuple) else value
+    return merged
+
+
+def check_output(fmt: str, output: str | None) -> None:
+    """Fail before the sweep runs when the output cannot be written (``-`` is stdout)."""
+    if fmt == "parquet":
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ConfigError("--format parquet needs pyarrow, which is not installed: "
+                              "pip install pyarrow (or use --format csv)")
+        if is_stdout(output):
+            raise ConfigError("--format parquet writes a binary file: give --output FILE")
+    if output is not None and not output.strip():
+        raise ConfigError("--output '' is an empty file name; give a file, or - for stdout")
+    check_output_path(output)
+
+
+@contextmanager
+def progress(grid: Grid) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr for big grids: its update function, else None."""
+    from fsdpsim.drivers.sweep.run import estimated_candidates
+
+    if estimated_candidates(grid) < PROGRESS_MIN_CANDIDATES:
+        yield None
+        return
+    with click.progressbar(length=grid.n_points, label=f"sweeping {grid.n_points:,} points",
+                           file=sys.stderr) as bar:
+        yield bar.update
+
+
+def run(grid: Grid) -> pd.DataFrame:
+    """Run the sweep, with a progress bar on stderr for big grids."""
+    from fsdpsim.drivers.sweep.run import run_sweep
+
+    try:
+        with progress(grid) as update:
+            return run_sweep(grid, progress=update)
+    except MemoryError:
+        raise _out_of_memory(grid) from None
+
+
+def _out_of_memory(grid: Grid) -> ConfigError:
+    from fsdpsim.drivers.sweep.run import estimated_candidates
+
+    return ConfigError(f"the sweep of {describe(grid)} ({estimated_candidates(grid):,} "
+                       "configurations) ran out of memory; --format csv or json writes rows as "
+                       "they are computed (flat memory), or give a smaller grid")
+
+
+# -- the table view ------------------------------------------------------------------------------
+#: Candidate configurations per chunk when rows are written as they are computed: a quarter of
+#: the in-memory sweep's chunk keeps a 10^6-row CSV sweep well below 1 GiB (the engine still
+#: evaluates 65,536 configurations per call).
+STREAM_CANDIDATES = 65_536
+#: Above this many rows a table is written in blocks as the sweep runs (each block aligned on
+#: its own, with its header); below, as one aligned table.
+TABLE_BLOCK_ROWS = 20_000
+
+
+def _slices(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[pd.DataFrame]:
+    """The rows of ``frames`` in slices of at most ``output.ROWS_PER_CHUNK``; ``counts``
+    accumulates [rows, feasible]."""
+    for frame in frames:
+        counts[0] += len(frame)
+        counts[1] += int(frame["infeasible"].isna().sum())
+        for start in range(0, len(frame), ROWS_PER_CHUNK):
+            yield frame.iloc[start:start + ROWS_PER_CHUNK]
+
+
+def _csv_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[str]:
+    header = True
+    for part in _slices(frames, counts):
+        yield part.to_csv(index=False, header=header)
+        header = False
+
+
+def _json_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[str]:
+    """``render.to_json(records(frame))`` of all rows, one slice at a time (the same text)."""
+    first = True
+    for part in _slices(frames, counts):
+        inner = render.to_json(records(part))[2:-2]  # drop the list's "[\n" and "\n]"
+        yield ("[\n" if first else ",\n") + inner
+        first = False
+    yield "[]\n" if first else "\n]\n"
+
+
+def _table_chunks(frames: Iterable[pd.DataFrame], grid: Grid, counts: list[int],
+                  wide: bool = False) -> Iterator[str]:
+    import pandas as pd
+
+    frames = iter(frames)
+    held: list[pd.DataFrame] = []
+    for frame in frames:
+        held.append(frame)
+        if sum(len(f) for f in held) > TABLE_BLOCK_ROWS:
+            break
+    else:  # small: one aligned table, as always
+        frame = pd.concat(held, ignore_index=True) if len(held) > 1 else held[0]
+        counts[0], counts[1] = len(frame), int(frame["infeasible"].isna().sum())
+        yield table_text(frame, grid, wide=wide) + "\n"
+        return
+    yield f"fsdpsim sweep: {describe(grid)} -> {grid.n_points:,} rows, in blocks\n"
+    gpus: set[str] = set()
+    for part in _slices(itertools.chain(held, frames), counts):
+        gpus |= set(part["gpu"].astype(str))
+        yield table_text(part, grid, head=False, wide=wide) + "\n\n"
+    lines = [f"{counts[0]:,} rows, {counts[1]:,} feasible", "", "notes",
+             *render.note_lines(notes(grid, pd.DataFrame({"gpu": sorted(gpus)})))]
+    yield "\n".join(lines) + "\n"
+
+
+def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
+          output: str | None, wide: bool = False) -> tuple[int, int]:
+    """Write the rows of ``frames`` (one DataFrame, or chunks of rows as the sweep computes
+    them) in ``fmt`` to stdout or ``output``; csv, json and big tables stream. Returns (rows,
+    feasible rows)."""
+    import pandas as pd
+
+    if isinstance(frames, pd.DataFrame):
+        frames = [frames]
+    counts = [0, 0]
+    if fmt == "parquet":
+        frame = pd.concat(list(frames), ignore_index=True)
+        try:
+            frame.to_parquet(output, index=False)
+        except OSError as exc:
+            raise cannot_write(output, exc) from None
+        return len(frame), int(frame["infeasible"].isna().sum())
+    chunks = {"csv": _csv_chunks, "json": _json_chunks}.get(fmt)
+    write_chunks(chunks(frames, counts) if chunks else _table_chunks(frames, grid, counts, wide),
+                 None if is_stdout(output) else output)
+    return counts[0], counts[1]
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("sweep")
+    @sweep_options
+    @click.pass_context
+    def sweep_cmd(ctx: click.Context, grid_file: str | None, fmt: str, output: str | None,
+                  wide: bool, **options: Any) -> None:
+        """Predict every configuration of a grid: one row each, with every prediction field.
+
+        Lists are comma-separated; GPU counts and sequence lengths take ranges A..B (powers of
+        two between). Invalid combinations and configurations that do not fit are rows with an
+        `infeasible` reason. Example:
+
+          fsdpsim sweep --model llama3-8b,llama3-70b --gpu h100,b200 --num-gpus 8..1024 --best
+        """
+        from fsdpsim.drivers.sweep.run import iter_sweep
+
+        check_output(fmt, output)
+        cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
+        grid = build_grid(cat, merge_options(grid_file, options))
+        try:
+            with progress(grid) as update:
+                rows, feasible = write(iter_sweep(grid, progress=update,
+                                                  candidates_per_chunk=STREAM_CANDIDATES),
+                                       grid, fmt, output, wide)
+        except MemoryError:
+            raise _out_of_memory(grid) from None
+        if not is_stdout(output):
+            echo(f"fsdpsim sweep: {rows:,} rows ({feasible:,} feasible) written to {output}")
+
+
+__all__ = ["register", "FORMATS", "table_text", "records"]

@@ -1,0 +1,71 @@
+"""Scale advice: a faster setting of the same job at this scale, with the number (issue 12 §6).
+
+At scale the FSDP shard group's collectives cost more per byte (ring latency grows with the
+ranks, the fabric loses bandwidth with the nodes: :mod:`fsdpsim.costs.nccl`), and production
+keeps the shard group small: HSDP / MiCS / ZeRO++ hpZ shard within a node or a few and
+replicate across (Zhao et al. 2023 §3.2.2; network_at_scale.md §4, §8.1). A larger micro-batch
+amortises each gather over more tokens (the seed paper's critical tokens per GPU). This module
+predicts those alternatives with the same :func:`fsdpsim.drivers.predict.predict` and names the best one
+when it is faster by at least :data:`MIN_GAIN`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+#: Advice is given when an alternative is at least this much faster (below it, the difference
+#: is inside the model's own uncertainty at scale).
+MIN_GAIN = 0.03
+
+
+def alternatives(plan: ParallelPlan, training: TrainingConfig) -> list[tuple[str, ParallelPlan,
+                                                                             TrainingConfig]]:
+    """``(words, plan, training)`` of the settings worth trying: HSDP with shard groups of one
+    node, then doubling, for a fully sharded multi-node data-parallel plan; twice (four times)
+    the micro-batch when the user fixed it and the per-GPU batch allows."""
+    out = []
+    data_parallel = plan.tp == plan.pp == plan.cp == 1
+    if data_parallel and plan.sharding in ("full", "hybrid") and plan.num_gpus > plan.gpus_per_node:
+        size = plan.gpus_per_node
+        current = plan.shard_group
+        while size < plan.num_gpus:
+            if plan.num_gpus % size == 0 and size != current:
+                try:  # (the expert mesh may not split into these replicas)
+                    hsdp = dataclasses.replace(plan, sharding="hybrid", shard_group_size=size)
+                except ConfigError:
+                    size *= 2
+                    continue
+                out.append((f"HSDP with shard groups of {size:,} GPUs (--sharding hybrid "
+                            f"--shard-group-size {size})", hsdp, training))
+            size *= 2
+    if training.micro_batch is not None:
+        for factor in (2, 4):
+            mb = training.micro_batch * factor
+            out.append((f"micro-batch {mb} (--micro-batch {mb})", plan,
+                        dataclasses.replace(training, micro_batch=mb)))
+    return out
+
+
+def scale_advice(spec: ModelSpec, system, plan: ParallelPlan, training: TrainingConfig,
+                 prediction) -> list[dict[str, Any]]:
+    """The alternatives (:func:`alternatives`) that fit and are faster than ``prediction`` by at
+    least :data:`MIN_GAIN`, best first: ``{"setting", "tokens_per_s_per_gpu", "gain"}``."""
+    from fsdpsim.drivers.predict import predict
+
+    base = prediction.tokens_per_s_per_gpu
+    found = []
+    for words, alt_plan, alt_training in alternatives(plan, training):
+        try:
+            alt = predict(spec, system, alt_plan, alt_training)
+        except ConfigError:  # not a valid setting for this job (batch does not split, ...)
+            continue
+        gain = alt.tokens_per_s_per_gpu / base - 1.0 if base > 0 else 0.0
+        if alt.fits and gain >= MIN_GAIN:
+            found.append({"setting": words, "tokens_per_s_per_gpu": alt.tokens_per_s_per_gpu,
+                          "gain": gain})
+    return sorted(found, key=lambda a: -a["gain"])

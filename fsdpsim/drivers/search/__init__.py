@@ -1,0 +1,1 @@
+"""``fsdpsim search``: the fastest plan that fits, and the plan in the frameworks' words."""

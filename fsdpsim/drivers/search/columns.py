@@ -1,0 +1,152 @@
+"""The plans of one search as engine-input columns (:mod:`fsdpsim.drivers.search.run`): each family's
+base plan through predict's own builders, its variants as the few columns they change, and the
+evaluation of candidates in blocks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from fsdpsim import engine
+from fsdpsim.costs.comm import STRATEGY_CODES
+from fsdpsim.hardware.spec import System
+from fsdpsim.engine.build import (bf16_linear_share, framework_inputs, model_inputs, plan_inputs,
+                            pod_inputs, system_inputs, training_inputs)
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
+from fsdpsim.plan.parallel import PP_SCHEDULES, ParallelPlan, TrainingConfig
+from fsdpsim.drivers.search.space import Family
+
+#: Outputs a search reads of each candidate.
+KEYS = ("tokens_per_s", "fits", "peak_bytes", "pipeline_ok", "step_time_s")
+#: Candidates per engine call (the sweep's block size).
+CHUNK = 65_536
+
+
+def _variant_columns(spec: ModelSpec, family: Family) -> dict[str, np.ndarray]:
+    """The engine inputs a family's variants change, one row per variant: the ZeRO stage's
+    strategy code, the schedule, virtual stages and layer split (with the MoE layers per
+    stage), SP, TP/EP overlap and the CP kind: the values :func:`fsdpsim.engine.build.plan_inputs`
+    and :func:`fsdpsim.engine.build_moe.stage_inputs` give the variant's plan."""
+    base = family.base
+    cols: dict[str, list[float]] = {k: [] for k in (
+        "strategy", "vpp", "pp_schedule", "sequence_parallel", "tp_overlap", "cp_all2all",
+        "ep_overlap", "layers_first", "layers_mid", "layers_last")}
+    splits: dict[tuple, dict[str, float]] = {}
+    for v in family.variants:
+        vpp = v["vpp"]
+        schedule = v["pp_schedule"] or ("interleaved" if vpp > 1 else "1f1b")
+        cols["strategy"].append(STRATEGY_CODES[v["sharding"]])
+        cols["vpp"].append(vpp)
+        cols["pp_schedule"].append(PP_SCHEDULES.index(schedule))
+        sp = v["sequence_parallel"]
+        cols["sequence_parallel"].append(float(base.tp > 1 if sp is None else sp))
+        cols["tp_overlap"].append(float(v["tp_overlap"]))
+        cols["cp_all2all"].append(float(v["cp_kind"] == "all2all"))
+        cols["ep_overlap"].append(float(v["ep_overlap"]))
+        key = (vpp, v["pp_first_layers"], v["pp_last_layers"])
+        if key not in splits:
+            probe = replace(base, vpp=vpp, pp_schedule=schedule, pp_first_layers=key[1],
+                            pp_last_layers=key[2])
+            first, mid, last = probe.stage_layers(spec.n_layers)
+            splits[key] = {"layers_first": first, "layers_mid": mid, "layers_last": last,
+                           **stage_inputs(spec, probe)}
+        for k, value in splits[key].items():
+            cols.setdefault(k, []).append(value)
+    return {k: np.array(v, dtype=float) for k, v in cols.items()}
+
+
+class PlanColumns:
+    """The plans of one search as engine-input columns, and their candidates' evaluation.
+
+    Each :class:`~fsdpsim.drivers.search.space.Family` contributes its base plan's inputs once
+    (:func:`fsdpsim.engine.build.plan_inputs`, ``pod_inputs``, ``stage_inputs``: predict's builders)
+    and its variants as the few columns they change (:func:`_variant_columns`; a test checks
+    every column against ``plan_inputs`` of the variant's own plan)."""
+
+    def __init__(self, spec: ModelSpec, system: System, families: list[Family],
+                 training: TrainingConfig):
+        self.spec, self.system, self.families, self.training = spec, system, families, training
+        rows = [{**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
+                 **stage_inputs(spec, f.base)} for f in families]
+        keys = rows[0].keys()
+        base_cols = {k: np.array([float(r[k]) for r in rows]) for k in keys}
+        sizes = np.array([len(f.variants) for f in families], dtype=np.int64)
+        self.family = np.repeat(np.arange(len(families)), sizes)
+        self.variant = np.arange(self.family.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        variant_cols: dict[int, dict[str, np.ndarray]] = {}
+        for f in families:  # families of one mesh share their variants' tuple
+            if id(f.variants) not in variant_cols:
+                variant_cols[id(f.variants)] = _variant_columns(spec, f)
+        parts = [variant_cols[id(f.variants)] for f in families]
+        # per plan: the columns variants change; per family: the rest (gathered per chunk)
+        self.variant_cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+        self.family_cols = {k: v for k, v in base_cols.items() if k not in self.variant_cols}
+        self.base = {**system_inputs(system, training.precision,
+                                     bf16_linear_share(spec, training)),
+                     **training_inputs(training),
+                     **framework_inputs(spec, system, families[0].base, training.precision)}
+        # model inputs per distinct (tp, shard group): vectorised over the shard sizes
+        tp = self.column("tp").astype(np.int64)
+        shard = self.column("shard_size").astype(np.int64)
+        key = tp * 2**32 + shard
+        uniq, self.model_row = np.unique(key, return_inverse=True)
+        parts = []
+        for t in np.unique(uniq // 2**32):
+            shards = (uniq[uniq // 2**32 == t] % 2**32).astype(float)
+            x = model_inputs(spec, shards, tp=int(t))
+            parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
+                          for k, v in x.items()})
+        parts = [{k: np.broadcast_to(np.asarray(v, dtype=float), p["n_layers"].shape)
+                  for k, v in p.items()} for p in uniform_keys(parts)]
+        self.model_cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        self.model_row = self.model_row.ravel()
+        # a column with one value over the whole space goes to the engine as that value
+        self.constant = {k: v[0] for cols in (self.model_cols, self.family_cols,
+                                              self.variant_cols)
+                         for k, v in cols.items() if np.all(v == v[0])}
+        self.dp = self.column("dp").astype(np.int64)
+        self.layers_stage = np.where(self.column("pp") > 1, self.column("layers_mid"),
+                                     spec.n_layers).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.family.size)
+
+    def column(self, key: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Plan input ``key`` of every plan (or of ``rows``)."""
+        if key in self.variant_cols:
+            v = self.variant_cols[key]
+            return v if rows is None else v[rows]
+        fam = self.family if rows is None else self.family[rows]
+        return self.family_cols[key][fam]
+
+    def plan(self, i: int) -> ParallelPlan:
+        """Plan ``i`` (a family's variant), validated."""
+        return self.families[int(self.family[i])].plan(int(self.variant[i]))
+
+    def evaluate(self, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray, rc: np.ndarray,
+                 rl: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
+        """Engine outputs ``keys`` of candidates (plan index, micro-batch, grad-accum,
+        recompute code, recompute layers (−1 = all)), without the memory ceilings."""
+        n = plan.size
+        out = {k: np.empty(n, dtype=bool if k in ("fits", "pipeline_ok") else float)
+               for k in keys}
+        for start in range(0, n, CHUNK):
+            s = slice(start, min(start + CHUNK, n))
+            p = plan[s]
+            x: dict[str, Any] = {**self.base, **self.constant}
+            model, fam = self.model_row[p], self.family[p]
+            for cols, rows in ((self.model_cols, model), (self.family_cols, fam),
+                               (self.variant_cols, p)):
+                for k, v in cols.items():
+                    if k not in self.constant:
+                        x[k] = v[rows]
+            x.update(micro_batch=mb[s].astype(float), grad_accum=accum[s].astype(float),
+                     recompute=rc[s].astype(float), recompute_layers=rl[s].astype(float),
+                     ceilings=0.0)
+            y = engine.evaluate(x)
+            for k in keys:
+                out[k][s] = np.broadcast_to(y.get(k, True), p.shape)
+        return out

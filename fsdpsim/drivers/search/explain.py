@@ -1,0 +1,177 @@
+"""Words for ``fsdpsim search``: a plan in one line, what the runner-up gives up, and clear
+messages when constraints leave nothing (with the nearest setting that works)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig
+from fsdpsim.drivers.search.space import (MAX_CANDIDATES, SearchSpace, enumerate_plans, estimate_size,
+                                  meshes)
+from fsdpsim.util.units import GIB_BYTES
+
+_DATA = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none": "ddp"}
+_SHARDING_WORDS = {"full": "fsdp", "grad_op": "zero2", "optimizer": "zero1", "none": "ddp",
+                   "hybrid": "hsdp"}
+
+
+def plan_line(choice) -> str:
+    """``fsdp64 × tp8 × pp2(1f1b, m=16) · ckpt full 12/40 · mb 2`` (issue 14's form)."""
+    p: ParallelPlan = choice.plan
+    parts = []
+    if p.sharding == "hybrid":
+        parts.append(f"hsdp{p.dp_replicate}x{p.dp_shard}")
+    elif p.sharding == "optimizer" and p.dp_replicate > 1:  # InternEvo's zero1 groups
+        parts.append(f"zero1-{p.dp_shard}x{p.dp_replicate}")
+    elif p.dp > 1 or (p.tp == p.pp == p.cp == 1):
+        parts.append(f"{_DATA[p.sharding]}{p.dp}")
+    if p.cp > 1:
+        parts.append(f"cp{p.cp}" + ("(a2a)" if p.cp_kind == "all2all" else ""))
+    if p.tp > 1:
+        flags = ",".join(f for f, on in (("sp", p.sequence_parallel), ("overlap", p.tp_overlap))
+                         if on)
+        parts.append(f"tp{p.tp}" + (f"({flags})" if flags else ""))
+    if p.pp > 1:
+        # interleaved 1F1B is the schedule of v > 1 chunks: "v=2" says it
+        sched = ([f"v={p.vpp}"] if p.vpp > 1 else [p.pp_schedule]) + [f"m={choice.grad_accum}"]
+        if p.pp_first_layers is not None:
+            sched.append(f"ends {p.pp_first_layers}/{p.pp_last_layers}")
+        parts.append(f"pp{p.pp}({', '.join(sched)})")
+    if p.ep > 1:
+        parts.append(f"ep{p.ep}" + (f"(etp{p.etp})" if p.etp != p.tp else "")
+                     + ("+overlap" if p.ep_overlap else ""))
+    line = " × ".join(parts)
+    extras = [ckpt_text(choice), f"mb {choice.micro_batch}"]
+    if p.grad_sync == "last":
+        extras.append("sync last")
+    if p.keep_gathered:
+        extras.append("keep gathered")
+    if p.mesh_order != DEFAULT_MESH_ORDER:
+        extras.append("order " + ",".join(d for d in p.mesh_order if p.degrees[d] > 1))
+    return " · ".join([line] + extras)
+
+
+def ckpt_text(choice) -> str:
+    """``ckpt none``, ``ckpt full``, ``ckpt sel``, or ``ckpt full 12/40`` (K of a stage's L)."""
+    if choice.recompute == "none":
+        return "ckpt none"
+    name = "sel" if choice.recompute == "selective" else "full"
+    if choice.recompute_layers is None:
+        return f"ckpt {name}"
+    return f"ckpt {name} {choice.recompute_layers}/{choice.layers_per_stage}"
+
+
+def differences(best, other) -> str:
+    """What ``other`` does differently from ``best``, in a few words."""
+    a, b = best.plan, other.plan
+    words = []
+    for name in ("tp", "pp", "cp", "vpp", "ep"):
+        if getattr(a, name) != getattr(b, name):
+            words.append(f"{name} {getattr(b, name)}")
+    if (a.sharding, a.dp_shard) != (b.sharding, b.dp_shard):
+        words.append(_SHARDING_WORDS[b.sharding]
+                     + (f" {b.dp_replicate}x{b.dp_shard}" if b.sharding == "hybrid" else ""))
+    model_parallel = (("sequence_parallel", "sp"), ("tp_overlap", "tp overlap")) if b.tp > 1 else ()
+    schedule = (("pp_schedule", "schedule"),) if a.vpp == b.vpp else ()  # vpp > 1: interleaved
+    for name, label in (*schedule, *model_parallel, ("cp_kind", "cp"),
+                        ("grad_sync", "grad sync"), ("keep_gathered", "keep gathered"),
+                        ("ep_overlap", "ep overlap"), ("mesh_order", "order")):
+        if getattr(a, name) != getattr(b, name):
+            value = getattr(b, name)
+            if isinstance(value, tuple):
+                value = ",".join(d for d in value if b.degrees[d] > 1)
+            elif isinstance(value, bool):
+                value = "on" if value else "off"
+            words.append(f"{label} {value}")
+    if (a.pp_first_layers, a.pp_last_layers) != (b.pp_first_layers, b.pp_last_layers):
+        words.append("even split" if b.pp_first_layers is None
+                     else f"ends {b.pp_first_layers}/{b.pp_last_layers}")
+    if ckpt_text(best) != ckpt_text(other):
+        words.append(ckpt_text(other))
+    if best.micro_batch != other.micro_batch:
+        words.append(f"mb {other.micro_batch}")
+    return ", ".join(words) or "same plan"
+
+
+def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
+                        training: TrainingConfig, space: SearchSpace) -> str:
+    """Why no plan exists, with the nearest setting that has one: each fixed setting is
+    relaxed in turn; the values it could take are listed, nearest first."""
+    gb = training.global_batch
+    head = f"no plan of {spec.name} on {num_gpus:,} GPUs with global_batch({gb})"
+    if space.fixed:
+        head += " and " + ", ".join(f"{k}={v}" for k, v in space.fixed.items())
+    # the batch first: with one every data-parallel degree divides (the GPU count), which
+    # meshes would the constraints allow?
+    if estimate_size(spec, num_gpus, per_node, training.seq_len, num_gpus,
+                     space)[1] <= MAX_CANDIDATES:
+        dps = sorted({plan.dp for plan in enumerate_plans(spec, num_gpus, per_node,
+                                                          training.seq_len, num_gpus, space)})
+    else:  # too many plans to build: the meshes' degrees (each family's checks not applied),
+        # less those that divide the batch (their meshes were tried and hold no plan)
+        dps = sorted({dp for *_, dp in meshes(spec, num_gpus, per_node, training.seq_len,
+                                              num_gpus, space) if gb % dp})
+    if dps:
+        multiples = {((gb + d - 1) // d) * d for d in dps} | {gb // d * d for d in dps}
+        near = sorted((b for b in multiples if b > 0), key=lambda b: (abs(b - gb), b))[:3]
+        return (f"{head}: the global batch must divide by the data-parallel degree of some "
+                f"plan ({', '.join(map(str, dps[:8]))}{', ...' if len(dps) > 8 else ''}); "
+                f"nearest feasible: --global-batch {', '.join(map(str, near))}")
+    options = []  # each fixed setting relaxed in turn (the others kept): what it could be
+    for name, value in space.fixed.items():
+        others = replace(space, fixed={k: v for k, v in space.fixed.items() if k != name})
+        if estimate_size(spec, num_gpus, per_node, training.seq_len, gb,
+                         others)[1] > MAX_CANDIDATES:
+            continue  # too many plans to list what this setting could be
+        seen: set = set()
+        for plan in enumerate_plans(spec, num_gpus, per_node, training.seq_len, gb, others):
+            seen.add(_setting(plan, name))
+            if len(seen) > 64:
+                break
+        seen.discard(None)
+        if seen:
+            options.append(", ".join(f"{name}={v}" for v in _nearest(value, seen))
+                           + (" (with the other settings kept)" if len(space.fixed) > 1 else ""))
+    if options:
+        what = ", ".join(f"{k}={v}" for k, v in space.fixed.items())
+        verb = "is not possible here" if len(space.fixed) == 1 else "are not possible together"
+        return f"{head}: {what} {verb}; nearest feasible: " + "; or ".join(options)
+    if space.max_tp and "tp" not in space.fixed:
+        head += f" (--max-tp {space.max_tp})"
+    return (f"{head}: the model's heads ({spec.n_heads}), layers ({spec.n_layers}) and "
+            f"sequence ({training.seq_len}) allow no mesh of {num_gpus:,} GPUs with these "
+            "constraints; accepted: fewer constraints, or a GPU count with more divisors (a "
+            "power of two)")
+
+
+def _setting(plan: ParallelPlan, name: str) -> Any:
+    """The value of ``name`` a plan has (None for candidate settings: micro-batch, recompute)."""
+    if name in ("micro_batch", "recompute", "recompute_layers"):
+        return None  # candidate settings, not plan ones: checked after enumeration
+    if name == "dp_shard":
+        return plan.dp_shard
+    if name == "dp_replicate":
+        return plan.dp_replicate
+    return getattr(plan, name, None)
+
+
+def _nearest(value: Any, seen: set) -> list:
+    """The feasible values nearest ``value`` (numbers by distance, choices all of them)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return sorted(seen, key=lambda v: (abs(v - value), v))[:3]
+    return sorted(seen, key=str)[:4]
+
+
+def no_fit_message(result, spec: ModelSpec, num_gpus: int, gpu_label: str) -> str:
+    """Nothing fits the budget: the least memory any plan needs, and what would do."""
+    budget = result.budget_bytes / GIB_BYTES
+    least = result.least_peak
+    if least is None:
+        return f"no plan of {spec.name} on {num_gpus:,} GPUs can run its pipeline schedule"
+    need = least.peak_bytes / GIB_BYTES
+    return (f"no plan of {spec.name} fits {budget:.1f} GiB per GPU on {num_gpus:,} {gpu_label}: "
+            f"the least memory any plan needs is {need:.1f} GiB ({plan_line(least)}); nearest "
+            f"feasible: --memory-budget-gib {int(need) + 1} on a GPU with that much memory, or "
+            "more GPUs")

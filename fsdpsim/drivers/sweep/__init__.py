@@ -1,0 +1,1 @@
+"""``fsdpsim sweep``: a grid of configurations through the one engine."""

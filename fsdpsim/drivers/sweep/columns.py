@@ -1,0 +1,309 @@
+"""The output columns of a sweep (:mod:`fsdpsim.drivers.sweep.run`): the inputs of every row, each
+prediction field (named as in predict's JSON, flattened with dots), the plan, the prediction
+interval, cost, energy and the ``infeasible`` reason."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim import engine
+
+from fsdpsim.drivers import procurement
+
+from fsdpsim.drivers import sensitivity
+from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
+from fsdpsim.drivers.sweep.grid import Grid
+from fsdpsim.plan.parallel import LOW_PRECISION, RECOMPUTES, SHARDED, SHARDINGS, TrainingConfig
+from fsdpsim.drivers.predict import (COMM_KEYS, HFU_CONVENTION, MEMORY_KEYS, MFU_CONVENTION,
+                             MODEL_PARALLEL_COMM, TIME_KEYS, faster_ratio, plan_summary,
+                             prediction_interval, training_inputs)
+from fsdpsim.hardware.system import cluster_too_small
+from fsdpsim.util.units import GIB_BYTES
+from fsdpsim.drivers.sweep.tables import _Tables
+
+_DEFAULT_TRAINING = TrainingConfig(seq_len=1)
+
+#: Output columns taken from the engine, named as in predict's JSON flattened with dots.
+THROUGHPUT_COLUMNS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu",
+                      "mfu_native",
+                      "model_flops_per_step", "hardware_flops_per_step")
+DETAIL_COLUMNS = {
+    "memory.peak_bytes": "peak_bytes", "memory.capacity_bytes": "capacity_bytes",
+    **{f"memory.{k}": k for k in MEMORY_KEYS},
+    **{f"time.{k}": k for k in TIME_KEYS},
+    **{f"comm.{k}": k for k in COMM_KEYS}, "comm.exposed_s": "exposed_comm_s",
+    **{f"comm.{dim}_{name}": key for dim, keys in MODEL_PARALLEL_COMM.items()
+       for name, key in zip(("bytes", "s", "exposed_s"), keys)},
+    "memory.stages.first": "peak_bytes_first_stage", "memory.stages.last": "peak_bytes_last_stage",
+}
+INT_COLUMNS = ("n_params", "plan.num_gpus", "plan.gpus_per_node", "plan.dp_shard",
+               "plan.dp_replicate", "plan.zero", "plan.dp", "plan.tp", "plan.pp", "plan.cp",
+               "plan.vpp", "training.seq_len", "training.micro_batch",
+               "training.grad_accum", "training.global_batch", "candidates",
+               "candidates_fitting", "thresholds.max_micro_batch", "thresholds.max_seq_len")
+
+
+
+def _first_reason(reasons: np.ndarray, mask: np.ndarray, fmt: Callable[..., str], *cols) -> None:
+    """Set ``reasons`` where ``mask`` holds and none is set yet, formatting once per distinct row."""
+    idx = np.flatnonzero(mask & np.equal(reasons, None))
+    if not idx.size:
+        return
+    values, codes = zip(*(np.unique(np.asarray(c)[idx], return_inverse=True) for c in cols))
+    dims = tuple(v.size for v in values)
+    keys, inverse = np.unique(np.ravel_multi_index([c.ravel() for c in codes], dims),
+                              return_inverse=True)
+    parts = np.unravel_index(keys, dims)
+    messages = [fmt(*(v[i] for v, i in zip(values, row))) for row in zip(*parts)]
+    reasons[idx] = np.array(messages, dtype=object)[inverse.ravel()]
+
+
+def _utilisation_columns(grid: Grid, t: _Tables, p: dict[str, np.ndarray],
+                         constant: Callable[[str], Any]) -> dict[str, Any]:
+    """predict's ``utilisation``: the peaks MFU/HFU and ``mfu_native`` divide by, and the
+    conventions (:meth:`fsdpsim.drivers.predict.Prediction.utilisation`)."""
+    at = p["h"] * len(grid.precisions) + p["pr"]  # the system table's rows: system x precision
+    native = np.array(grid.precisions, dtype=object)[p["pr"]]
+    peak, native_peak = t.system["mfu_peak_flops_per_s"][at], t.system["peak_flops_per_s"][at]
+    low = np.isin(native.astype(str), LOW_PRECISION)
+    return {"utilisation.peak_precision": np.where(low & (peak != native_peak),
+                                                   "bf16", native).astype(object),
+            "utilisation.peak_flops_per_s_per_gpu": peak.astype(float),
+            "utilisation.native_precision": native,
+            "utilisation.native_peak_flops_per_s_per_gpu": native_peak.astype(float),
+            "utilisation.mfu": constant(MFU_CONVENTION),
+            "utilisation.hfu": constant(HFU_CONVENTION)}
+
+
+def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitting,
+                gbatch) -> dict[str, Any]:
+    """The output rows: inputs, every prediction field, cost, energy and ``infeasible``."""
+    n = valid.size
+    at = np.flatnonzero(valid)  # rows with a prediction; c and out hold one entry per such row
+
+    def spread(values, fill=np.nan):
+        full = np.full(n, fill, dtype=float if isinstance(fill, float) else object)
+        full[at] = values
+        return full
+
+    def value(key):  # no valid row: no engine call, no outputs
+        return out[key] if at.size else np.zeros(0)
+
+    def per_system(attr):
+        return np.array([attr(x) for x in grid.hardware], dtype=float)[p["h"]]
+
+    def named(names, codes):  # text columns as categoricals: cheap for millions of rows
+        return pd.Categorical.from_codes(codes, categories=list(dict.fromkeys(names))
+                                         ) if len(set(names)) == len(names) else \
+            np.array(names, dtype=object)[codes]
+
+    def knob(names, codes):  # a chosen knob; missing (-1) where the point is invalid
+        full = np.full(n, -1)
+        full[at] = codes
+        return pd.Categorical.from_codes(full, categories=list(names))
+
+    def constant(value):
+        return pd.Categorical.from_codes(np.zeros(n, dtype=int), categories=[value])
+
+    spec_rows = t.spec_of[p["m"], p["sq"]]
+    sharding_names = np.asarray(knob(SHARDINGS, c["sh"]).astype(object))
+    sharded = np.isin(sharding_names, SHARDED)
+    kept = sharded & grid.keep_gathered
+    num_gpus = np.array(grid.num_gpus, dtype=float)[p["g"]]
+    plan_rows = t.plan_index(p["g"][at], p["h"][at], p["ly"][at], c["sh"])
+    layouts = np.array(grid.layouts, dtype=float)[p["ly"]]
+    dp = num_gpus / np.prod(layouts, axis=1)
+    global_batch = gbatch.copy()
+    global_batch[at] = c["mb"] * c["accum"] * dp[at]
+    hw = grid.hardware
+    cols: dict[str, Any] = {
+        "model": named([s.name for s in t.specs], spec_rows),
+        "n_params": np.array([s.n_params for s in t.specs], dtype=float)[spec_rows],
+        "system": named([x.system.label for x in hw], p["h"]),
+        "gpu": named([x.gpu for x in hw], p["h"]),
+        "cluster": named([x.cluster for x in hw], p["h"]),
+        "network": named([x.network for x in hw], p["h"]),
+        "inter_node_gbps_per_gpu": per_system(lambda x: x.inter_node_gbps_per_gpu),
+        "power_cap_w": per_system(lambda x: x.power_cap_w),
+        "plan.num_gpus": num_gpus,
+        "plan.gpus_per_node": spread(t.plan["gpus_per_node"][plan_rows]),
+        "plan.sharding": knob(SHARDINGS, c["sh"]),
+        **_plan_columns(t, plan_rows, c["accum"], spread, n),
+        "plan.reshard_after_forward": ~kept,
+        "plan.keep_gathered": kept,
+        "plan.grad_sync": np.where(sharded & (grid.grad_sync == "last"), "last",
+                                   "every").astype(object),
+        "training.seq_len": np.array(grid.seq_lens, dtype=float)[p["sq"]],
+        "training.micro_batch": spread(c["mb"]),
+        "training.grad_accum": spread(c["accum"]),
+        "training.global_batch": global_batch,
+        "training.recompute": knob(RECOMPUTES, c["rc"]),
+        "training.precision": named(list(grid.precisions), p["pr"]),
+        "training.optimizer": constant(_DEFAULT_TRAINING.optimizer),
+        "training.reduce_dtype": constant(_DEFAULT_TRAINING.reduce_dtype or "fp32"),
+        "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
+        "training.fused_loss": np.full(n, _DEFAULT_TRAINING.fused_loss),
+        "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
+        "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
+        "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
+        "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
+        "training.moe_fp8_dispatch": np.full(n, grid.moe_fp8_dispatch),
+        "training.moe_dispatcher": np.full(n, grid.moe_dispatcher, dtype=object),
+        "training.fp8_attention": t.training["fp8_attention"][p["pr"]] > 0,
+        "training.fp8_lm_head": t.training["fp8_lm_head"][p["pr"]] > 0,
+        "training.recompute_modules": np.full(n, ",".join(grid.recompute_modules), dtype=object),
+        "training.cuda_graphs": np.full(n, grid.cuda_graphs, dtype=object),
+        "candidates": counts.astype(float),
+        "candidates_fitting": fitting,
+    }
+    for key in THROUGHPUT_COLUMNS:
+        cols[key] = spread(value(key))
+    cols.update(_utilisation_columns(grid, t, p, constant))
+    cols["fits"] = np.zeros(n, dtype=bool)
+    cols["fits"][at] = value("fits")
+    cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
+    for name, key in DETAIL_COLUMNS.items():
+        cols[name] = spread(value(key))
+    with np.errstate(invalid="ignore", divide="ignore"):  # invalid rows: NaN
+        step = cols["step_time_s"]
+        cols["time.moe_share"] = np.where(step > 0, cols["time.moe_s"] / step,
+                                          np.where(np.isnan(step), np.nan, 0.0))
+    twins = {k: np.full(n, np.nan if k == "twin_tokens_per_s_per_gpu" else 0.0)
+             for k in ("twin_tokens_per_s_per_gpu", "twin_u_fabric", "twin_u_framework")}
+    if at.size:
+        for k in twins:
+            twins[k][at] = out[k]
+    cols.update(_intervals(grid, p["h"], at, cols, twins))
+    # bottleneck and thresholds: the sensitivity post-pass (fsdpsim.drivers.sensitivity), as predict
+    for name, column in sensitivity.report_columns(
+            {k: value(k) for k in sensitivity.OUTPUTS}).items():
+        cols[name] = spread(column)  # NaN where predict says null
+    for k in ("max_micro_batch", "max_seq_len"):  # absent without ceilings
+        cols[f"thresholds.{k}"] = spread(out[k]) if k in out else np.full(n, np.nan)
+
+    # ---- evaluated, but not a run one can do: a reason, and no cost or energy -----------------
+    ok = np.ones(n, dtype=bool)
+    ok[at] = value("pipeline_ok")
+    _first_reason(reasons, valid & ~ok, lambda m, pp: (
+        f"the interleaved schedule needs the micro-batches ({int(m)}) in whole rounds of "
+        f"pp({int(pp)})"), spread(c["accum"]), layouts[:, 1])
+    max_gpus = t.max_gpus[p["h"]]
+    _first_reason(reasons, num_gpus > max_gpus, lambda g, have, i: cluster_too_small(
+        g, hw[int(i)].cluster, have), num_gpus, max_gpus, p["h"])
+    # (The peak is in memory.peak_bytes; one message per capacity keeps this cheap.)
+    _first_reason(reasons, valid & ~cols["fits"], lambda b: (
+        f"does not fit: peak memory > {b:.2f} GiB usable"),
+        np.round(np.nan_to_num(cols["memory.capacity_bytes"]) / GIB_BYTES, 2))
+    cols.update(_economics(grid, cols, p["h"], p["pr"], np.equal(reasons, None)))
+    cols["infeasible"] = reasons
+    return cols
+
+
+#: Plan fields of predict's report (:func:`fsdpsim.drivers.predict.plan_summary`) that the sweep takes
+#: from the plan table; the rest it writes itself.
+PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
+               "pp_schedule", "sequence_parallel", "cp_kind", "tp_overlap", "mesh_order",
+               "pp_first_layers", "pp_last_layers", "pp_layers", "framework", "ep", "etp",
+               "expert_dp", "ep_overlap")
+
+
+def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any]:
+    """predict's ``plan`` fields for the chosen plan of every row (one summary per distinct
+    plan and number of micro-batches: the one-line form shows m for pipelines)."""
+    cols: dict[str, Any] = {}
+    summaries = [summary for summary, _ in t.plan_text]
+    for name in PLAN_FIELDS:
+        if name == "sharding":
+            continue
+        values = [None if sm is None else sm[name] for sm in summaries]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+               if v is not None) and any(v is not None for v in values):
+            table = np.array([np.nan if v is None else v for v in values], dtype=float)
+            cols[f"plan.{name}"] = spread(table[plan_rows])
+        else:
+            table = np.empty(len(values), dtype=object)  # one cell per plan (lists stay whole)
+            table[:] = values
+            cols[f"plan.{name}"] = spread(table[plan_rows], fill=None)
+    lines = np.full(plan_rows.size, None, dtype=object)
+    keys = {}
+    for i, (row, m) in enumerate(zip(plan_rows.tolist(), accum.tolist())):
+        key = (row, int(m))
+        if key not in keys:
+            keys[key] = plan_summary(t.plan_text[row][1], int(m))["line"]
+        lines[i] = keys[key]
+    cols["plan.line"] = spread(lines, fill=None)
+    return cols
+
+
+def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
+               twins: dict[str, np.ndarray]):
+    """predict's 90 % interval columns (:func:`fsdpsim.drivers.predict.prediction_interval`), computed
+    for all rows of one system at once."""
+    n = h.size
+    out: dict[str, np.ndarray] = {}
+    # every column, also in a chunk of points without a prediction (streamed CSV keeps its shape)
+    empty = {k: np.zeros(0) for k in ("tokens_per_s_per_gpu", "tokens_per_s", "step_time_s",
+                                      "mfu", "peak_bytes", "capacity_bytes")}
+    for k, v in prediction_interval(empty, grid.hardware[0].system,
+                                    uncertainty=(np.zeros(0), np.zeros(0))).items():
+        flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
+        out[f"interval.{k}"] = np.full(n, None if flag else np.nan,
+                                       dtype=object if flag else float)
+    for i, hw in enumerate(grid.hardware):
+        rows = at[h[at] == i]
+        if not rows.size:
+            continue
+        values = {k: cols[k][rows] for k in ("tokens_per_s_per_gpu", "tokens_per_s",
+                                             "step_time_s", "mfu")}
+        values.update(peak_bytes=cols["memory.peak_bytes"][rows],
+                      capacity_bytes=cols["memory.capacity_bytes"][rows],
+                      exposed_comm_s=cols["comm.exposed_s"][rows])
+        if "time.moe_s" in cols:
+            values["moe_s"] = cols["time.moe_s"][rows]
+        uncertainty = (twins["twin_u_fabric"][rows], twins["twin_u_framework"][rows])
+        twin = twins["twin_tokens_per_s_per_gpu"][rows]
+        slower = np.where(np.isnan(twin), 1.0, twin / values["tokens_per_s_per_gpu"])
+        comm = (slower, faster_ratio(values, uncertainty))
+        # the fractions' table per precision (sweep's framework is fsdp2: the pytorch stack)
+        precisions = np.asarray(cols["training.precision"], dtype=object)[rows]
+        for precision in dict.fromkeys(precisions.tolist()):
+            part = precisions == precision
+            stack_eff = resolve_efficiency(hw.system.accelerator, str(precision), "pytorch")
+            for k, v in prediction_interval(
+                    {k: v[part] for k, v in values.items()}, hw.system,
+                    comm=tuple(c[part] for c in comm),
+                    uncertainty=tuple(u[part] for u in uncertainty),
+                    efficiency=stack_eff).items():
+                flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
+                column = out.setdefault(f"interval.{k}", np.full(
+                    n, None if flag else np.nan, dtype=object if flag else float))
+                column[rows[part]] = v
+    return out
+
+
+def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray, pr: np.ndarray,
+               ok: np.ndarray) -> dict[str, Any]:
+    """Cost, energy, time to train and failure columns: :func:`fsdpsim.drivers.procurement.run_columns`
+    on every row (the function predict's report calls), with each system's price and TDP."""
+    prices = [grid.price(x) for x in grid.hardware]
+    price_h = np.array([np.nan if x is None else x.usd_per_gpu_hour for x in prices])[h]
+    tdp = np.array([grid.tdp_w.get(x.gpu, np.nan) for x in grid.hardware], dtype=float)[h]
+    # A capped GPU draws at most its cap (the energy model charges board power for the step).
+    cap = np.array([x.system.power_cap_w or np.inf for x in grid.hardware], dtype=float)[h]
+    compute_bytes = np.array([training_inputs(TrainingConfig(seq_len=1, precision=x))
+                              ["compute_bytes"] for x in grid.precisions], dtype=float)[pr]
+    megatron = np.equal(np.asarray(cols["plan.framework"], dtype=object), "megatron")
+    ckpt = procurement.checkpoint_bytes(cols["n_params"], compute_bytes,
+                                        engine.OPTIMIZER_CODES[_DEFAULT_TRAINING.optimizer],
+                                        megatron)
+    out = procurement.run_columns(tokens_per_s=cols["tokens_per_s"],
+                                  num_gpus=cols["plan.num_gpus"], ok=ok,
+                                  price_usd_per_gpu_hour=price_h, tdp_w=tdp, power_cap_w=cap,
+                                  checkpoint_bytes_=ckpt, run=grid.run)
+    text = procurement.price_columns(prices)
+    first = {k: v for k, v in out.items() if not k.startswith(("failures.", "train_"))}
+    return {**first, **{k: np.array(v, dtype=object)[h] for k, v in text.items()},
+            **{k: v for k, v in out.items() if k not in first}}

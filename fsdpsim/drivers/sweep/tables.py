@@ -1,0 +1,159 @@
+"""A sweep's input tables: the engine inputs of every distinct model x sequence, system x
+precision and plan of a grid, built once (:mod:`fsdpsim.drivers.sweep.run` gathers each candidate's row
+from them), and why a combination is invalid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.drivers.sweep.grid import Grid
+from fsdpsim.plan.parallel import LOW_PRECISION
+from fsdpsim.engine.build import model_inputs, plan_inputs, pod_inputs, system_inputs, training_inputs
+from fsdpsim.engine.build_moe import uniform_keys
+from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.drivers.predict import plan_summary
+from fsdpsim.hardware.system import domain_gpus
+
+
+class _Tables:
+    """Inputs per distinct combination (model × sequence, system × precision, plan), once."""
+
+    def __init__(self, grid: Grid):
+        self.grid = grid
+        # Learned position tables grow with the sequence, as `fsdpsim predict` does.
+        self.specs, spec_id = [], {}
+        self.spec_of = np.zeros((len(grid.models), len(grid.seq_lens)), dtype=np.int64)
+        for i, spec in enumerate(grid.models):
+            for j, seq in enumerate(grid.seq_lens):
+                s = (spec.with_seq_len(seq) if spec.position == "learned"
+                     and seq > spec.max_seq_len else spec)
+                key = (i, s.max_seq_len if s is not spec else -1)
+                if key not in spec_id:
+                    spec_id[key] = len(self.specs)
+                    self.specs.append(s)
+                self.spec_of[i, j] = spec_id[key]
+        # System × precision: inputs, or why the GPU cannot run that precision.
+        nh, npr = len(grid.hardware), len(grid.precisions)
+        self.system_reason = np.full((nh, npr), None, dtype=object)
+        rows = []
+        for h, hw in enumerate(grid.hardware):
+            for p, precision in enumerate(grid.precisions):
+                try:
+                    rows.append(system_inputs(hw.system, precision))
+                except ConfigError as exc:  # never evaluated: the point is invalid
+                    some = next(iter(hw.system.accelerator.peak_flops_per_s))
+                    rows.append(system_inputs(hw.system, some))
+                    self.system_reason[h, p] = str(exc)
+        self.system = _columns(rows)
+        # GPU count × system × layout × sharding: plan inputs, or why the plan is invalid.
+        ng, nl, ns = len(grid.num_gpus), len(grid.layouts), len(SHARDINGS)
+        # why each (GPU count, system, layout, sharding) plan is invalid, None where it is valid
+        self.plan_reason = np.full((ng, nh, nl, ns), None, dtype=object)
+        rows, self.plan_text = [], []
+        for g, n in enumerate(grid.num_gpus):
+            for h, hw in enumerate(grid.hardware):
+                per_node = domain_gpus(hw.system, n)
+                for l, layout in enumerate(grid.layouts):
+                    hybrid = layout_options(grid, layout)
+                    for code, sharding in enumerate(SHARDINGS):
+                        # the accumulation knobs mean something for the sharded strategies only
+                        accum = (dict(keep_gathered=grid.keep_gathered, grad_sync=grid.grad_sync)
+                                 if sharding in SHARDED else {})
+                        if sharding == "hybrid" and grid.shard_group_size is not None:
+                            accum["shard_group_size"] = grid.shard_group_size
+                        try:
+                            plan = ParallelPlan(num_gpus=n, gpus_per_node=per_node,
+                                                sharding=sharding, **accum, **hybrid)
+                            rows.append({**plan_inputs(plan), **pod_inputs(plan, hw.system)})
+                            self.plan_text.append((plan_summary(plan, 1), plan))
+                        except ConfigError as exc:  # never evaluated: the point is invalid
+                            self.plan_reason[g, h, l, code] = str(exc)
+                            rows.append(None)
+                            self.plan_text.append((None, None))
+        template = next((r for r in rows if r is not None), None)
+        if template is None:  # no valid plan at all: placeholder rows, never evaluated
+            probe = ParallelPlan(num_gpus=1, gpus_per_node=1)
+            template = {**plan_inputs(probe), **pod_inputs(probe, grid.hardware[0].system)}
+        self.plan_ok = np.equal(self.plan_reason, None)
+        self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
+        self.plan_shape = (ng, nh, nl, ns)
+        self.training = _columns([training_inputs(TrainingConfig(
+            seq_len=1, precision=p, recompute_layers=grid.recompute_layers,
+            moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance,
+            moe_fp8_dispatch=grid.moe_fp8_dispatch, moe_dispatcher=grid.moe_dispatcher,
+            fp8_attention=grid.fp8_attention and p in LOW_PRECISION,
+            fp8_lm_head=grid.fp8_lm_head and p in LOW_PRECISION,
+            recompute_modules=grid.recompute_modules, cuda_graphs=grid.cuda_graphs))
+            for p in grid.precisions])
+        self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
+        # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
+        # 2 x CP): a reason per (spec, layout, sequence length).
+        self.model_reason = np.full((len(self.specs), nl, len(grid.seq_lens)), None,
+                                    dtype=object)
+        for l, layout in enumerate(grid.layouts):
+            if layout == (1, 1, 1) and grid.ep == 1 and grid.etp in (None, 1):
+                continue
+            tp, pp, cp = layout
+            experts = grid.ep * (grid.etp or tp)  # a probe whose stage holds the expert mesh
+            probe = ParallelPlan(num_gpus=tp * pp * cp * experts, gpus_per_node=1,
+                                 **layout_options(grid, layout))
+            for i, spec in enumerate(self.specs):
+                for j, seq in enumerate(grid.seq_lens):
+                    try:
+                        probe.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
+                                          n_kv_heads=spec.kv_heads, seq_len=seq,
+                                          n_experts=spec.n_experts,
+                                          expert_ffn_size=spec.expert_size if spec.is_moe else 0)
+                    except ConfigError as exc:
+                        self.model_reason[i, l, j] = str(exc)
+                        continue
+                    if spec.n_layers % (pp * probe.vpp):  # the sweep's stages are even
+                        self.model_reason[i, l, j] = (
+                            f"n_layers({spec.n_layers}) does not split evenly over pp({pp}) x "
+                            f"vpp({probe.vpp}); sweep evaluates even splits (predict and "
+                            "validate take uneven ones)")
+
+    def plan_index(self, g, h, layout, sharding):
+        """Row of the plan table for GPU-count, system, layout and sharding codes."""
+        return np.ravel_multi_index((g, h, layout, sharding), self.plan_shape)
+
+    def model_columns(self, spec: np.ndarray, shard: np.ndarray, tp: np.ndarray):
+        """Model inputs per distinct (spec, TP degree, shard size), and each row's index."""
+        key = (spec.astype(np.int64) * 2**20 + tp.astype(np.int64)) * 2**32 + shard.astype(np.int64)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        u_spec, u_tp = uniq // 2**52, (uniq // 2**32) % 2**20
+        u_shard = (uniq % 2**32).astype(float)
+        parts = []
+        for s, t in sorted(set(zip(u_spec.tolist(), u_tp.tolist()))):
+            shards = u_shard[(u_spec == s) & (u_tp == t)]
+            x = model_inputs(self.specs[int(s)], shards, tp=int(t))
+            parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
+                          for k, v in x.items()})
+        parts = [{k: np.broadcast_to(np.asarray(v, dtype=float), p["n_layers"].shape)
+                  for k, v in p.items()} for p in uniform_keys(parts)]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, inverse
+
+
+def layout_options(grid: Grid, layout: tuple[int, int, int]) -> dict[str, Any]:
+    """The ParallelPlan options of one (tp, pp, cp) layout of the grid: the grid's hybrid
+    settings where they apply (vpp and the schedule with pp > 1, sequence parallelism and
+    overlap with tp > 1)."""
+    tp, pp, cp = layout
+    return dict(tp=tp, pp=pp, cp=cp, vpp=grid.vpp if pp > 1 else 1,
+                ep=grid.ep, etp=grid.etp, ep_overlap=grid.ep_overlap,
+                pp_schedule=grid.pp_schedule if pp > 1 else None,
+                sequence_parallel=grid.sequence_parallel if tp > 1 else False,
+                cp_kind=grid.cp_kind, tp_overlap=grid.tp_overlap and tp > 1)
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def _gather(columns: dict[str, np.ndarray], index: np.ndarray, out: dict[str, Any]) -> None:
+    """``out[k] = columns[k][index]``; a column with one value stays a scalar (cheaper)."""
+    for k, values in columns.items():
+        out[k] = values[0] if np.all(values == values[0]) else values[index]

@@ -1,0 +1,147 @@
+"""Values of sweep options, as text, numbers or lists: counts and ``A..B`` ranges, names from
+a set, model sizes, prices, flags (the readers :mod:`fsdpsim.drivers.sweep.grid` builds a grid with, and the
+commands that take the same kinds of values)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from fsdpsim.hardware.catalog import Catalog
+from fsdpsim.util.errors import ConfigError, shown
+from fsdpsim.util.numbers import (DECIMAL, MAX_COUNT, MODEL_SIZE, Rule, count_rule, read_number,
+                             reject)
+from fsdpsim.drivers.procurement import read_price
+
+
+def split_values(value: Any, what: str) -> list[str]:
+    """Text items of an option value: comma-separated text, a number, or a list of those."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise ConfigError(f"{what}: cannot read {shown(item)}; give text, a number or a list")
+        if isinstance(item, int) and abs(item) >= 10**30:  # str() refuses > 4,300 digits
+            raise reject(what, item, "a number of a plausible size")
+        out += [part.strip() for part in str(item).split(",") if part.strip()]
+    if not out:
+        raise ConfigError(f"{what}: no values given")
+    return out
+
+
+def read_count(text: str, what: str) -> int:
+    return read_number(text, what, count_rule(what))
+
+
+def parse_counts(value: Any, what: str) -> list[int]:
+    """Whole numbers and ranges ``A..B`` (A, the powers of two strictly between, B)."""
+    out: list[int] = []
+    for item in split_values(value, what):
+        if ".." in item:
+            lo_text, hi_text = item.split("..", 1)
+            lo, hi = read_count(lo_text, what), read_count(hi_text, what)
+            if lo > hi:
+                raise ConfigError(f"{what}: range {item!r} is empty; give the smaller value "
+                                  f"first (e.g. {hi}..{lo})")
+            between = [2**k for k in range(lo.bit_length(), hi.bit_length()) if lo < 2**k < hi]
+            out += [lo, *between] + ([hi] if hi != lo else [])
+        else:
+            out.append(read_count(item, what))
+    return list(dict.fromkeys(out))
+
+
+def parse_choices(value: Any, what: str, choices: tuple[str, ...],
+                  allow_auto: bool = False) -> tuple[str, ...] | None:
+    """Names from ``choices`` (None for ``auto`` where allowed)."""
+    items = [v.lower() for v in split_values(value, what)]
+    if allow_auto and "auto" in items:
+        if len(items) > 1:
+            raise ConfigError(f"{what}: 'auto' cannot be combined with other values")
+        return None
+    for item in items:
+        if item not in choices:
+            extra = ", auto" if allow_auto else ""
+            raise ConfigError(f"{what} {item!r} is not accepted; accepted: "
+                              f"{', '.join(choices)}{extra}")
+    return tuple(dict.fromkeys(items))
+
+
+def one_choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
+    """One name from ``choices`` (not a list: an option the whole grid shares)."""
+    names = parse_choices(value, what, choices)
+    if len(names) != 1:
+        raise ConfigError(f"{what} takes one value, got {', '.join(names)}; accepted: "
+                          f"{', '.join(choices)}")
+    return names[0]
+
+
+def parse_sizes(value: Any) -> list[float]:
+    """Model sizes: ``7b``, ``1.5t`` and 1-2-5 ranges ``1b..1t``."""
+    out: list[float] = []
+    for item in split_values(value, "--model-sizes"):
+        if ".." in item:
+            lo, hi = (read_number(t, "--model-sizes", MODEL_SIZE) for t in item.split("..", 1))
+            from fsdpsim.model.ladder import series_125  # (numpy: not at start-up)
+
+            out += series_125(lo, hi)
+        else:
+            out.append(read_number(item, "--model-sizes", MODEL_SIZE))
+    return list(dict.fromkeys(out))
+
+
+def parse_prices(value: Any, catalog: Catalog) -> dict[str, float]:
+    """``GPU=USD/h`` items (``h100=2.5/h``, ``b200=5``) → USD per GPU-hour by accelerator id."""
+    if isinstance(value, Mapping):
+        value = [f"{k}={v}" for k, v in value.items()]
+    out = {}
+    for item in split_values(value, "--price"):
+        gpu, sep, price = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--price {item!r}: give GPU=USD_PER_HOUR, e.g. h100=2.5/h")
+        try:
+            acc = catalog.accelerator(gpu.strip())
+        except ConfigError as exc:
+            raise ConfigError(f"--price {item!r}: {exc}") from None
+        out[acc.id] = read_price(price, f"--price {gpu.strip()}")
+    return out
+
+
+def knob_counts(value: Any, what: str) -> tuple[int, ...] | None:
+    """Counts, or None for ``auto``."""
+    items = [v.lower() for v in split_values(value, what)]
+    if "auto" in items:
+        if len(items) > 1:
+            raise ConfigError(f"{what}: 'auto' cannot be combined with other values")
+        return None
+    return tuple(parse_counts(items, what))
+
+
+def read_flag(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise ConfigError(f"{what}: cannot read {value!r} as true or false")
+
+
+def moe_number(value: Any, what: str, least: float) -> float | None:
+    """One number from ``least`` to 1,000 (a capacity factor, an imbalance), or None for
+    none/unset."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ConfigError(f"{what} takes one number, got {value!r}")
+        value = value[0]
+    return float(read_number(value, what, Rule(least, 1000.0, also="none")))
+
+
+def one_count(value: Any, what: str, least: int = 1) -> int:
+    """One whole number (not a list) of at least ``least``."""
+    values = (parse_counts(value, what) if least >= 1 else
+              [read_number(value, what, Rule(least, MAX_COUNT, whole=True, suffixes=DECIMAL))])
+    if len(values) != 1 or values[0] < least or values[0] != int(values[0]):
+        raise ConfigError(f"{what} takes one whole number >= {least}, got {value!r}")
+    return int(values[0])

@@ -1,0 +1,1 @@
+"""The hardware: accelerators, links, networks, nodes and clusters, and the catalog that describes them."""

@@ -1,0 +1,1 @@
+"""Measured runs: measurement files, validate and calibrate, published tables, the torch harness."""

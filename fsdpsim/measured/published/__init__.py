@@ -1,0 +1,1 @@
+"""Published measurement tables read into fsdpsim's measurement schema."""

@@ -1,0 +1,391 @@
+"""Read published measurement tables into fsdpsim's measurement schema.
+
+Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measured.validate`):
+
+* **published runs** (``shared/validation/published_calibration.csv`` and files with its
+  columns: ``source_key``, ``gpu`` as "A100 80GB", ``framework``, ``sharding``, ``tp``/``pp``/``cp``,
+  free-text ``precision``, ``inter_node_interconnect`` ...). Every row is read by what it says,
+  not by which source it comes from: the accelerator is matched against the catalog, the
+  inter-node network is parsed from its text, the measurement is taken from tokens/s, step
+  time or TFLOP/s per GPU (with the accounting the row states).
+* **vTrain ground truth** (``vtrain_ground_truth_*.csv``: ``# GPUs``, ``hidden size``, ...,
+  ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024).
+
+The whole parallel layout is carried over: tensor, pipeline (with virtual stages), context and
+data parallelism, sequence parallelism, the pipeline schedule, and the switches a row states
+in columns named as ``predict``'s flags (:data:`STATED_COLUMNS`). What a row leaves unstated is
+filled by the conventions of the framework it names
+(:data:`fsdpsim.plan.frameworks.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
+optimizer and sequence parallelism; the switches by its profile,
+:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`) or left to ``auto``; column ``modelled_as`` says
+where a row is modelled by something close to, but not exactly, what ran.
+Rows fsdpsim cannot model (a MoE model that is not a preset; an accelerator missing from the
+catalog; a
+layout that does not multiply to the GPU count; no measurement) keep a ``skip`` reason instead
+of getting a silently wrong number.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim.hardware.catalog import Catalog
+from fsdpsim.plan.frameworks import framework_conventions, knob_default, profile
+from fsdpsim.measured.rows import is_empty
+from fsdpsim.hardware.system import BUSBW_COLUMNS
+from fsdpsim.measured.published.text import (
+    MEGATRON_VOCAB_MULTIPLE,
+    arch_of,
+    cell_count,
+    cell_number,
+    cell_positive,
+    cell_text,
+    count_or_nan,
+    match_accelerator,
+    number_or,
+    parse_network,
+    parse_power_cap,
+    parse_precision,
+    parse_recompute,
+    parse_sharding,
+    sharding_words,
+    tp_vocab,
+    uses_flash_attention,
+)
+from fsdpsim.measured.published.plan import (
+    UNFIT_FORMATS,
+    gpu_generation,
+    precision_format,
+    read_layout,
+)
+
+#: Megatron-DeepSpeed GPT vocabulary (GPT-2 BPE) of the vTrain runs.
+VTRAIN_VOCAB = 50257
+#: What the vTrain README states for its runs: A100 nodes of 8 GPUs, NVLink inside a node,
+#: 4x 200 Gb/s HDR InfiniBand per node, activation checkpointing (github.com/VIA-Research/vTrain).
+VTRAIN_GPU, VTRAIN_GPUS_PER_NODE, VTRAIN_NODE_GBPS = "a100-sxm4-80gb", 8, 4 * 200.0
+
+# ------------------------------------------------------------------------------ measurement
+def tokens_per_s_per_gpu(r: pd.Series, model_flops=None) -> tuple[float, str]:
+    """The measured tokens/s per GPU of a published row and where it came from.
+
+    In order: ``tokens_per_s_per_gpu``; ``tokens_per_s_total`` / GPUs; global batch tokens /
+    ``step_time_s`` / GPUs; ``tflops_per_gpu`` (or ``mfu_pct`` × ``peak_tflops_basis``) divided
+    by the FLOPs per token of the accounting the row states: Megatron's eq. 3 (Narayanan et al., SC21, counts the recompute forward:
+    96·l·h²·(1 + s/6h + V/16lh) per token) when ``tflops_counts_recompute`` says so, otherwise
+    model FLOPs 6·N + 12·L·d·s per token (full attention square: the llm-foundry benchmarking
+    README, NeMo 1.x and 24.x/25.0x tables), or 6·N + 6·L·d·s where the row says its count is
+    causal (Megatron-Bridge tables). N is ``moe_active_params`` when stated; in a table with
+    that column (``hybrid_calibration.csv``, whose README defines it) a dense model's N is its
+    parameters less the input embedding (NeMo's count); otherwise ``n_params``.
+    ``model_flops`` = ``(name, flops_per_token(causal))``: the model's own count instead of
+    6·N + c·L·d·s (a preset's, :func:`fsdpsim.measured.published.moe.preset_flops_per_token`: MLA's
+    attention and the MTP modules the tables count)."""
+    value, source = _measured(r, model_flops)
+    return (value, source) if np.isfinite(value) and value > 0 else (float("nan"), "")
+
+
+def stated_tflops(r: pd.Series) -> float:
+    """Model TFLOP/s per GPU a row states: ``tflops_per_gpu``, else ``mfu_pct`` × the stated
+    peak (MFU = model TFLOP/s per GPU / ``peak_tflops_basis``), else NaN."""
+    tflops = cell_positive(r.get("tflops_per_gpu"))
+    mfu = cell_positive(r.get("mfu_pct"))
+    peak = cell_positive(r.get("peak_tflops_basis"))
+    if tflops != tflops and mfu == mfu and peak == peak:
+        tflops = mfu / 100.0 * peak
+    return tflops
+
+
+def _counts_causal(r: pd.Series) -> bool:
+    """Whether the row's TFLOP/s count causal attention (half the score/value work)."""
+    counting = cell_text(r.get("tflops_counts_recompute")).lower()
+    return "causal" in counting and "non-causal" not in counting
+
+
+def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
+    """:func:`tokens_per_s_per_gpu` before the check that the value is usable (every input is a
+    finite positive number or NaN, so nothing divides by zero)."""
+    n_gpus, seq = cell_positive(r.get("n_gpus")), cell_positive(r.get("seq_len"))
+    direct = cell_positive(r.get("tokens_per_s_per_gpu"))
+    if direct == direct:
+        return direct, "tokens_per_s_per_gpu"
+    total = cell_positive(r.get("tokens_per_s_total"))
+    if total == total:
+        return total / n_gpus, "tokens_per_s_total"
+    step = cell_positive(r.get("step_time_s"))
+    tokens = cell_positive(r.get("global_batch_tokens"))
+    if tokens != tokens:
+        tokens = cell_positive(r.get("global_batch_seqs")) * seq
+    if step == step and tokens == tokens:
+        return tokens / step / n_gpus, "step_time_s"
+    tflops = stated_tflops(r)
+    if tflops == tflops:
+        layers, d, vocab = (cell_positive(r.get(k)) for k in ("n_layers", "d_model", "vocab"))
+        if "yes" in cell_text(r.get("tflops_counts_recompute")).lower():
+            per_token = 96 * layers * d**2 * (1 + seq / (6 * d) + vocab / (16 * layers * d))
+            return tflops * 1e12 / per_token, "tflops_per_gpu (Megatron eq. 3)"
+        n_params = cell_positive(r.get("n_params"))
+        active = cell_positive(r.get("moe_active_params"))
+        if active != active and "moe_active_params" in r.index:
+            active = n_params - vocab * d  # active weights incl. the LM head, less the embedding
+        n = active if active == active and active > 0 else n_params
+        causal = _counts_causal(r)
+        attention = 6 if causal else 12  # per layer per token: fwd + bwd of QK^T and AV
+        if n == n and model_flops is not None:
+            name, flops_per_token = model_flops
+            return (tflops * 1e12 / flops_per_token(causal),
+                    f"tflops_per_gpu ({name} model FLOPs, {'causal' if causal else 'full'} "
+                    "attention, MTP counted)")
+        if n == n:
+            return (tflops * 1e12 / (6 * n + attention * layers * d * seq),
+                    f"tflops_per_gpu (6N+{attention}Lds)")
+    return float("nan"), ""
+
+
+# ------------------------------------------------------------------------------ converters
+#: Columns a published row may state about its run, named and valued as ``predict``'s flags
+#: (``ep_overlap`` is ``--ep-overlap``, ``recompute_modules`` is ``--recompute-modules`` ...);
+#: a stated cell is passed on as the row's setting, an empty one leaves the framework
+#: profile's default (:mod:`fsdpsim.plan.frameworks`). True/false columns are read as booleans,
+#: the others as written (the measurement checks refuse a bad cell with the row's skip reason).
+STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_overlap",
+                  "fp8_attention", "recompute_modules", "fp8_lm_head", "cuda_graphs",
+                  "moe_dispatcher", "etp", "pp_first_layers", "pp_last_layers", "pp_layers",
+                  "bf16_layers")
+_FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head")
+#: What a row's ``recompute`` cell (``predict --recompute``) accepts.
+RECOMPUTE_CELLS = ("none", "selective", "full", "auto")
+
+
+def stated_columns(r: pd.Series) -> dict[str, Any]:
+    """The :data:`STATED_COLUMNS` cells the row fills (in that order)."""
+    stated: dict[str, Any] = {}
+    for column in STATED_COLUMNS:
+        value = r.get(column)
+        if is_empty(value):
+            continue
+        if column in _FLAGS and isinstance(value, str):
+            low = value.strip().lower()
+            value = True if low in ("true", "yes", "1") else False if low in (
+                "false", "no", "0") else value
+        stated[column] = value
+    return stated
+
+
+def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Convert rows with the published-calibration columns to the fsdpsim schema, with their
+    whole parallel layout (:func:`fsdpsim.measured.published.plan.read_layout`) and the conventions of
+    the framework each row names where it does not say."""
+    rows = []
+    for _, r in raw.iterrows():
+        framework = cell_text(r.get("framework"))
+        conventions = framework_conventions(framework)
+        modelled_as: list[str] = []
+        counts = {k: cell_count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
+                                                 "n_heads", "vocab")}
+        n_gpus = counts["n_gpus"] or 1
+        layout, notes, why = read_layout(r, raw.columns, n_gpus, counts["n_layers"], conventions)
+        modelled_as += notes
+        skip = why
+        moe: dict[str, Any] = {}
+        if cell_positive(r.get("ep")) > 1 or cell_positive(r.get("moe_experts")) > 0:
+            from fsdpsim.measured.published.moe import moe_row
+
+            moe, said, why = moe_row(cell_text(r.get("model")),
+                                     mtp_stated=not is_empty(r.get("mtp_layers")))
+            modelled_as += said
+            skip = skip or why
+        moe.update(stated_columns(r))
+        gpu_text = cell_text(r.get("gpu"))
+        gpu = match_accelerator(catalog, gpu_text, cell_number(r.get("gpu_mem_gb")))
+        if gpu is None:
+            skip = skip or f"GPU {gpu_text!r} is not in the catalog"
+        unstated = [k for k, v in counts.items() if v is None]
+        if unstated:
+            skip = skip or f"{', '.join(unstated)} not stated as whole numbers"
+        gpn = cell_count(r.get("gpus_per_node"))
+        gpn = gpn if gpn and gpn <= 1e6 else min(n_gpus, 8)
+        domain = catalog.accelerator(gpu).link.domain_size if gpu else None
+        if domain and domain > 8:  # a rack-scale NVLink domain (NVL72): its trays share it
+            gpn = domain
+        network, per_gpu = parse_network(cell_text(r.get("inter_node_interconnect")), gpn,
+                                         cell_text(r.get("source_key")) + " " + framework)
+        precision_text = cell_text(r.get("precision"))
+        precision, reduce_dtype = parse_precision(precision_text, framework)
+        number_format = precision_format(precision_text, precision)
+        if number_format in UNFIT_FORMATS:  # reduced as FP8 recipes reduce
+            reduce_dtype = parse_precision("fp8", framework)[1]
+            precision = number_format
+        sharding_text = cell_text(r.get("sharding"))
+        sharding = parse_sharding(sharding_text, framework)
+        if conventions.get("sharding") and sharding_words(sharding_text) is None:
+            sharding = conventions["sharding"]
+            modelled_as.append(f"sharding not stated: {conventions['name']}'s default "
+                               f"({sharding})")
+        model_parallel = np.prod([layout.get(k, 1) for k in ("tp", "pp", "cp")])
+        dp = n_gpus // model_parallel if n_gpus % model_parallel == 0 else n_gpus
+        zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
+        shard_group = float("nan")
+        if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
+            if profile(conventions.get("profile", "fsdp2")).zero1_groups:  # as run
+                shard_group = int(zero_group.group(1))
+            else:
+                modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled "
+                                   f"over all {dp} data-parallel ranks")
+        mb, ga = cell_positive(r.get("micro_batch")), cell_positive(r.get("grad_accum"))
+        global_seqs = cell_positive(r.get("global_batch_seqs"))
+        if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
+            ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
+        # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
+        # predict's auto would choose (with the global batch when it is known).
+        model_flops = None
+        if moe.get("preset"):  # its own count: MLA's attention, the MTP modules
+            from fsdpsim.measured.published.moe import preset_flops_per_token
+
+            model_flops = (moe["preset"], functools.partial(
+                preset_flops_per_token, moe["preset"], moe.get("mtp_layers"),
+                counts["seq_len"] or 1))
+        measured, measured_from = tokens_per_s_per_gpu(r, model_flops)
+        if measured != measured:
+            skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
+        model = cell_text(r.get("model"))
+        heads = cell_number(r.get("n_heads"))
+        vocab = count_or_nan(counts["vocab"])  # the count as read; NaN where not stated (skipped)
+        if counts["vocab"] and layout.get("tp", 1) > 1:
+            vocab = tp_vocab(counts["vocab"], layout["tp"])
+            if vocab != counts["vocab"]:
+                modelled_as.append(f"vocab {counts['vocab']} padded to {vocab} (Megatron: a "
+                                   f"multiple of {MEGATRON_VOCAB_MULTIPLE} x tp)")
+        cap = parse_power_cap(catalog, gpu, gpu_text, cell_text(r.get("notes")))
+        texts = [cell_text(r.get(k)) for k in ("notes", "framework", "source", "source_locator")]
+        generation = gpu_generation(gpu or gpu_text)
+        checkpointing = cell_text(r.get("activation_checkpointing"))
+        recipe = conventions.get("profile", "fsdp2")
+        stated_recompute = cell_text(r.get("recompute")).strip().lower()
+        if stated_recompute and stated_recompute not in RECOMPUTE_CELLS:
+            skip = skip or (f"column recompute: {stated_recompute!r} is not accepted; accepted: "
+                            f"{', '.join(RECOMPUTE_CELLS)} (or empty)")
+            stated_recompute = ""
+        rows.append({
+            "id": r.get("id", f"row-{len(rows) + 1}"), "arch": arch_of(model), "model": model,
+            # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
+            "n_layers": count_or_nan(counts["n_layers"]), "d_model": count_or_nan(counts["d_model"]),
+            "n_heads": heads,
+            "n_kv_heads": number_or(r.get("n_kv_heads"), heads),
+            "ffn_size": number_or(r.get("ffn_size"), 4 * cell_number(r.get("d_model"))),
+            "vocab": vocab, "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
+            "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
+            "network": network or "",
+            "seq_len": counts["seq_len"] or 1,
+            "micro_batch": mb, "grad_accum": ga,
+            "sharding": sharding, "shard_group_size": shard_group,
+            "recompute": (stated_recompute or parse_recompute(checkpointing)
+                          if stated_recompute or _stated(checkpointing)
+                          else conventions.get("recompute", "auto")),
+            "global_batch_seqs": global_seqs,
+            # the model's own tying where stated; measured bus bandwidths of the job (GB/s)
+            "tie_word_embeddings": r.get("tie_word_embeddings", float("nan")),
+            **{c: r.get(c, float("nan")) for c in BUSBW_COLUMNS},
+            **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},
+            "pp_schedule": layout.get("pp_schedule", ""),
+            "sequence_parallel": layout.get("sequence_parallel", False),
+            "pp_first_layers": layout.get("pp_first_layers", float("nan")),
+            "pp_last_layers": layout.get("pp_last_layers", float("nan")),
+            "ep": number_or(r.get("ep"), 1.0),
+            **moe,
+            "precision": precision, "reduce_dtype": reduce_dtype,
+            # the framework's recipe for BF16 layers under a low-precision format (else the
+            # format's own default, TrainingConfig.bf16_layers)
+            "bf16_layers": (moe["bf16_layers"] if "bf16_layers" in moe
+                            else _or_nan(knob_default(recipe, "bf16_layers", precision))),
+            "precision_format": number_format, "precision_note": precision_text,
+            # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
+            "fused_loss": arch_of(model) == "mpt" or bool(
+                conventions.get("fused_loss", knob_default(recipe, "fused_loss"))),
+            "flash_attention": _flash(texts, conventions, generation),
+            "power_cap_w": cap if cap is not None else float("nan"),
+            "framework": framework, "source_key": cell_text(r.get("source_key")),
+            "recipe": recipe,
+            "dropout": bool(conventions.get("dropout", False)) and arch_of(model) == "gpt",
+            "generation": generation, "tokens_per_s_per_gpu": measured,
+            "measured_from": measured_from, "subset": cell_text(r.get("subset")),
+            "modelled_as": "; ".join(modelled_as), "skip": skip,
+        })
+    return pd.DataFrame(rows)
+
+
+def _or_nan(value: Any) -> Any:
+    return float("nan") if value is None else value
+
+
+def _flash(texts: list[str], conventions: dict, generation: str) -> bool:
+    """Fused attention: as the row says; else the framework's default (Megatron-Core: on);
+    else by date (:func:`uses_flash_attention`). FlashAttention's kernels need sm_75+ (v1) /
+    sm_80+ (v2), so a Volta run that says nothing is eager."""
+    if re.search(r"flash|eager attention|math attention", " ".join(texts).lower()):
+        return uses_flash_attention(*texts)
+    return generation != "Volta" and (bool(conventions.get("flash"))
+                                      or uses_flash_attention(*texts))
+
+
+def _stated(text: str) -> bool:
+    """Whether a knob's cell says something ("not stated", "?", "" say nothing)."""
+    low = text.strip().lower()
+    return bool(low) and not re.match(r"(not|none) stated|unknown|n/?a$|\?$", low)
+
+
+def is_vtrain(columns) -> bool:
+    return {"# GPUs", "hidden size", "iteration time (ms)"} <= set(columns)
+
+
+def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
+    """Convert vTrain ground-truth rows (Megatron-DeepSpeed GPT on A100) to the fsdpsim schema.
+
+    Iteration time → tokens/s per GPU = global batch · sequence / time / GPUs. The layout is
+    the row's TP × PP × DP (tensor parallelism innermost, 8 GPUs per node), the plain 1F1B
+    schedule, no sequence parallelism (Megatron-DeepSpeed's ``--sequence-parallel`` is opt-in),
+    full activation checkpointing (vTrain README); the data-parallel gradients as DDP
+    all-reduce (ZeRO-1's reduce-scatter + all-gather moves the same bytes); fp16 mixed
+    precision as in Megatron-DeepSpeed's GPT examples. A row whose degrees do not multiply to
+    its GPU count is skipped."""
+    rows = []
+    columns = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "n_gpus": "# GPUs",
+               "dp": "data parallelism", "mb": "micro batch", "gb": "global batch",
+               "seq": "sequence length", "d": "hidden size", "layers": "# layers",
+               "heads": "attention heads"}
+    for i, r in raw.reset_index(drop=True).iterrows():
+        counts = {k: cell_count(r.get(c)) for k, c in columns.items()}
+        bad = [columns[k] for k, n in counts.items() if n is None]
+        v = {k: n or 1 for k, n in counts.items()}
+        tp, pp, n_gpus, dp = v["tp"], v["pp"], v["n_gpus"], v["dp"]
+        mb, gb, seq, d, layers = v["mb"], v["gb"], v["seq"], v["d"], v["layers"]
+        time_s = cell_positive(r.get("iteration time (ms)")) / 1e3
+        skip = (f"{', '.join(bad)} not stated as whole numbers" if bad
+                else f"layout tp({tp}) * pp({pp}) * dp({dp}) != # GPUs({n_gpus})"
+                if tp * pp * dp != n_gpus
+                else "" if time_s == time_s else "no iteration time")
+        name = (f"GPT {r['Parameters (billion)']}B" if "Parameters (billion)" in raw.columns
+                else f"GPT L{layers} d{d}")
+        rows.append({
+            "id": f"vtrain-{i + 1:04d}", "arch": "gpt", "model": name, "n_layers": layers,
+            "d_model": d, "n_heads": v["heads"], "n_kv_heads": v["heads"], "ffn_size": 4 * d,
+            "vocab": tp_vocab(VTRAIN_VOCAB, tp),
+            "gpu": VTRAIN_GPU, "n_gpus": n_gpus, "gpus_per_node": min(VTRAIN_GPUS_PER_NODE, n_gpus),
+            "inter_node_gbps_per_gpu": VTRAIN_NODE_GBPS / VTRAIN_GPUS_PER_NODE,
+            "network": "ib-hdr-200", "seq_len": seq, "micro_batch": mb,
+            "grad_accum": max(1, gb // (mb * dp)), "sharding": "none", "recompute": "full",
+            "tp": tp, "pp": pp, "cp": 1, "vpp": 1, "pp_schedule": "1f1b",
+            "sequence_parallel": False, "ep": 1,
+            "precision": "fp16", "reduce_dtype": "fp16", "fused_loss": False,
+            "flash_attention": False,  # Megatron-DeepSpeed GPT of vTrain: fused softmax, no flash
+            "framework": "Megatron-DeepSpeed", "recipe": "megatron-2021", "dropout": True,
+            "generation": gpu_generation(VTRAIN_GPU),
+            "tokens_per_s_per_gpu": gb * seq / time_s / n_gpus,
+            "measured_from": "iteration time (ms)", "subset": "vtrain", "skip": skip,
+        })
+    return pd.DataFrame(rows)

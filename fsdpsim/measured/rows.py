@@ -1,0 +1,210 @@
+"""One measurement row as fsdpsim's objects: its model (a preset or the architecture columns),
+its parallel plan, system and training options, with the schema's layout defaults
+(:data:`PLAN_COLUMNS`) and the cell readers :mod:`fsdpsim.measured.validate` checks files with."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim.hardware.catalog import Catalog
+from fsdpsim.util.errors import ConfigError, shown
+from fsdpsim.model.spec import ModelSpec, check_plausible_size
+from fsdpsim.plan.parallel import ParallelPlan
+from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
+
+
+#: Block families of the architecture columns (mpt and gpt: GELU, LayerNorm, learned positions).
+ARCHES = ("gpt", "mpt", "llama")
+
+
+#: The layout columns of the schema and their defaults (missing column or empty cell).
+PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
+                "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
+                "pp_last_layers": None, "pp_layers": None, "recompute_layers": None, "ep": 1,
+                "etp": None,
+                "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
+                "moe_imbalance": None, "preset": None, "mtp_layers": None,
+                "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
+                "recompute_modules": None, "shard_group_size": None, "bf16_layers": None,
+                "cuda_graphs": "none"}
+
+
+def truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "y")
+    return bool(value) and not (isinstance(value, float) and np.isnan(value))
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "y"), ("0", "false", "no", "n")
+
+
+def flag(row: pd.Series, column: str, default: bool) -> bool:
+    """A true/false cell; empty (or no such column) is the default."""
+    value = row.get(column, default)
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if is_empty(value):
+        return default
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    if isinstance(value, (int, float, np.integer, np.floating)) and value in (0, 1):
+        return bool(value)
+    raise ConfigError(f"row {shown(row.get('id'))}: column {column}: {shown(value)} is not "
+                      f"accepted; accepted: true or false ({', '.join(_TRUE + _FALSE)}), or "
+                      "empty")
+
+
+def spec_for_row(row: pd.Series) -> ModelSpec:
+    """The model of one measurement row: a preset/config path, or the architecture columns."""
+    from fsdpsim.model.presets import get_model
+
+    seq = int(row["seq_len"])
+    preset = cell(row, "preset") if "preset" in row else None
+    if preset is not None:  # a published MoE row: the preset, with its MTP modules as stated
+        spec = get_model(str(preset))
+        mtp = whole_cell(row, "mtp_layers")
+        return spec if mtp is None else dataclasses.replace(spec, mtp_layers=mtp)
+    if "n_layers" in row and pd.notna(row.get("n_layers")):
+        missing = [c for c in ("d_model", "n_heads", "ffn_size", "vocab")
+                   if c not in row or pd.isna(row.get(c))]
+        if missing:
+            raise ConfigError(f"row {shown(row.get('id'))}: n_layers is given, so the "
+                              f"architecture columns are needed too; missing: {', '.join(missing)}")
+        arch = "gpt" if is_empty(row.get("arch")) else str(row.get("arch")).strip().lower()
+        if arch not in ARCHES:
+            raise ConfigError(f"row {shown(row.get('id'))}: column arch: {shown(row.get('arch'))} "
+                              f"is not accepted; accepted: {', '.join(ARCHES)}")
+        heads = int(row["n_heads"])
+        kv = int(row["n_kv_heads"]) if pd.notna(row.get("n_kv_heads")) else heads
+        llama = arch == "llama"
+        tied = flag(row, "tie_word_embeddings", not llama)
+        return check_plausible_size(ModelSpec(
+            name=str(row.get("model", "model")), n_layers=int(row["n_layers"]),
+            d_model=int(row["d_model"]), n_heads=heads, n_kv_heads=kv,
+            ffn_size=int(row["ffn_size"]), ffn_kind="swiglu" if llama else "gelu",
+            vocab_size=int(row["vocab"]), tied_embeddings=tied,
+            position="rotary" if llama else "learned", max_seq_len=seq,
+            norm="rmsnorm" if llama else "layernorm", norm_bias=not llama,
+            qkv_bias=not llama, attn_out_bias=not llama, mlp_bias=not llama),
+            f"row {shown(row.get('id'))}")
+    spec = get_model(str(row["model"]))
+    return spec.with_seq_len(seq) if spec.position == "learned" else spec
+
+
+def cell(row: pd.Series, column: str) -> Any:
+    """A layout cell of the row, or its :data:`PLAN_COLUMNS` default when missing or empty."""
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and np.isnan(value)) or \
+            (isinstance(value, str) and value.strip().lower() in ("", "nan")):
+        return PLAN_COLUMNS[column]
+    return value
+
+
+def whole_cell(row: pd.Series, column: str) -> int | None:
+    value = cell(row, column)
+    return None if value is None else int(float(value))
+
+
+def _text_cell(row: pd.Series, column: str) -> str | None:
+    """A text cell (``31,32,32,31``), or None when missing or empty; a number read by pandas
+    comes back as its whole-number text."""
+    value = cell(row, column)
+    if value is None or isinstance(value, str):
+        return value
+    return str(int(value)) if float(value) == int(value) else str(value)
+
+
+def knob(row: pd.Series, column: str) -> Any:
+    """A knob cell of the row (``ep_overlap``, ``cuda_graphs``, ``moe_dispatcher``,
+    ``fp8_attention``, ``fp8_lm_head``, ``recompute_modules``, ``bf16_layers``,
+    ``moe_capacity_factor``, ``fused_loss``); where it is empty, what the row's framework
+    profile (column ``recipe``) does by default (:func:`fsdpsim.plan.frameworks.knob_default`, the
+    default ``predict`` takes when the flag is not given)."""
+    from fsdpsim.plan.frameworks import knob_default
+
+    value = row.get(column)
+    if is_empty(value):
+        return knob_default(str(cell(row, "recipe") or "torch"), column,
+                            str(row.get("precision", "bf16")))
+    return value
+
+
+def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
+    """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
+    ``auto`` chunk count); a clear error when the plan's checks refuse it."""
+    sp = cell(row, "sequence_parallel")
+    schedule = cell(row, "pp_schedule")
+    return ParallelPlan(
+        num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
+        tp=whole_cell(row, "tp"), pp=whole_cell(row, "pp"), cp=whole_cell(row, "cp"),
+        vpp=vpp or whole_cell(row, "vpp"),
+        pp_schedule=str(schedule) if schedule is not None else None,
+        sequence_parallel=None if sp is None else truthy(sp),
+        cp_kind=str(cell(row, "cp_kind")),
+        pp_first_layers=whole_cell(row, "pp_first_layers"),
+        pp_last_layers=whole_cell(row, "pp_last_layers"),
+        pp_layers=_text_cell(row, "pp_layers"),
+        framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
+        etp=whole_cell(row, "etp"),
+        ep_overlap=flag(row, "ep_overlap", bool(knob(row, "ep_overlap"))),
+        shard_group_size=whole_cell(row, "shard_group_size"))
+
+
+def row_setup(row: pd.Series, catalog: Catalog,
+               vpp: int | None = None) -> tuple[ModelSpec, Any, ParallelPlan, dict]:
+    """The model, system, plan and training options one measurement row describes.
+
+    The scale-up domain is what ``predict`` uses (:func:`fsdpsim.hardware.system.domain_gpus`): the
+    row's GPUs per node, or on NVL72 racks the GPUs the job uses in each rack."""
+    spec = spec_for_row(row)
+    network = row.get("network")
+    gbps = float(row["inter_node_gbps_per_gpu"])
+    cap = float(row.get("power_cap_w", float("nan")))
+
+    busbw = {c: row.get(c) for c in BUSBW_COLUMNS if not is_empty(row.get(c))}
+
+    def system_for(per_node: int):
+        return resolve_system(
+            catalog, gpu=str(row["gpu"]), gpus_per_node=per_node,
+            network=str(network) if isinstance(network, str) and network else None,
+            inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
+            power_cap_w=cap if cap == cap else None, busbw_gbs=busbw or None)
+
+    system = system_for(int(row["gpus_per_node"]))
+    per_domain = domain_gpus(system, int(row["n_gpus"]))
+    if per_domain != system.gpus_per_node:
+        system = system_for(per_domain)
+    plan = row_plan(row, per_domain, vpp)
+    options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
+                   precision=str(row.get("precision", "bf16")),
+                   flash_attention=flag(row, "flash_attention", True),
+                   fused_loss=flag(row, "fused_loss", knob(row, "fused_loss")),
+                   dropout=flag(row, "dropout", False),
+                   fp8_attention=flag(row, "fp8_attention", knob(row, "fp8_attention")),
+                   fp8_lm_head=flag(row, "fp8_lm_head", knob(row, "fp8_lm_head")),
+                   recompute_modules=str(knob(row, "recompute_modules") or ""),
+                   moe_dispatcher=str(knob(row, "moe_dispatcher")),
+                   cuda_graphs=str(knob(row, "cuda_graphs")),
+                   recompute_layers=whole_cell(row, "recompute_layers"),
+                   bf16_layers=_whole_or_none(knob(row, "bf16_layers")),
+                   moe_capacity_factor=_float_or_none(knob(row, "moe_capacity_factor")),
+                   moe_imbalance=_float_or_none(cell(row, "moe_imbalance")))
+    return spec, system, plan, options
+
+
+def _whole_or_none(value: Any) -> int | None:
+    return None if value is None else int(float(value))
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def is_empty(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+        or (isinstance(value, str) and value.strip().lower() in ("", "nan", "none"))

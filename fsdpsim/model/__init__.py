@@ -1,0 +1,1 @@
+"""The model: transformer specifications, exact parameter and FLOP counts, presets, config.json import."""

@@ -1,0 +1,334 @@
+"""Framework profiles: what each training framework's implementation does that changes time.
+
+A profile is read from the framework's code and documentation (file and version cited), never
+fitted to measured rows. It says which mixed-precision recipe the framework uses (the memory
+model's ``torch`` or ``megatron`` recipe), which collective library release its runs used
+(NCCL's cost-model constants differ between releases: ``[[collectives]]`` in the catalog), how
+fine its data-parallel collectives are (one per FSDP unit, or one per parameter), whether those
+collectives can overlap compute at all, and per-call host work that grows with the number of
+ranks, and its kernel stack (``kernel_stack``: which of the catalog's per-precision GEMM and
+attention fractions its runs reach, :mod:`fsdpsim.hardware.efficiency`). ``uncertainty`` is the
+relative spread of step time this profile's simplifications leave (it widens the 90 % range,
+:func:`fsdpsim.drivers.predict.prediction_interval`).
+
+Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
+
+* ``fsdp2`` (PyTorch ``fully_shard``, torchtitan; torch 2.13
+  ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): one all-gather
+  (``all_gather_into_tensor``) and one reduce-scatter per FSDP unit, on their own streams,
+  prefetching the next unit (forward) and the previous one (backward), no CPU synchronisation
+  (Zhao et al. 2023, arXiv 2304.11277 §3.3; torchtitan docs/fsdp.md).
+* ``fsdp1`` (``FullyShardedDataParallel``, torch ``_flat_param.py``): one flat parameter per
+  unit, the same collectives and overlap; its rate limiter (at most two all-gathers in flight,
+  §3.4.2) bounds memory, not time, at the unit granularity modelled here.
+* ``deepspeed-zero3`` (DeepSpeed ≥ 0.6, PR #1453, 2022-01: batched all-gather with
+  ``_all_gather_base``, finer-grained synchronisation): gathers batched per prefetch bucket
+  (5e7 elements, about one transformer block of a large model) on a side stream, overlapped.
+* ``deepspeed-zero3-2021`` (DeepSpeed 0.3-0.5, ``runtime/zero/partition_parameters.py`` @c4f4ef5d,
+  2021-04-30): **one all-gather per parameter** (parameters under
+  ``stage3_param_persistence_threshold`` = 1e5 elements stay unpartitioned and are not
+  gathered), each after ``torch.cuda.synchronize()`` (L798), so no gather overlaps compute
+  (DeepSpeed PR #1188: "the async version is not async at all"); list-output
+  ``torch.distributed.all_gather`` over ``world_size`` narrow views built in Python, which
+  ``ProcessGroupNCCL`` fills with one ``copy_`` per rank; gradients by a per-parameter
+  list-input ``reduce_scatter`` (L918-954, one copy per rank to flatten) on the reduction
+  stream (overlapped, ``overlap_comm`` = True). NCCL 2.10 (mid-2021). Each per-rank view and
+  copy costs one eager op of host time (the catalog's ``kernel_overhead_us``).
+* ``megatron`` (Megatron-Core / NeMo / Megatron-Bridge, ``megatron/core/distributed``):
+  distributed optimizer (ZeRO-1) with the gradient reduce-scatter overlapped with backward
+  (``overlap_grad_reduce``) and the parameter all-gather with the next forward
+  (``overlap_param_gather``); bf16 parameters, fp32 main gradients.
+* ``internevo`` (InternEvo's hybrid ZeRO, ``internlm/solver/optimizer/hybrid_zero_optim.py``
+  ``HybridZeroOptimizer``; its throughput table's runs, ``doc/en/train_performance.md``,
+  2023): bf16 parameters and the fp32 master shard as Megatron's recipe; gradients all-reduced
+  in the parameters' dtype over the whole data-parallel group in buckets during the last
+  backward (``reduce_tensor`` with no destination, ``overlap_sync_grad=True``); the optimizer
+  states sharded over the ``zero1`` group (``shard_group_size``; ``-1``: the whole
+  data-parallel group), and after the step, behind a device synchronisation, one
+  ``dist.broadcast`` per group rank of the shard it owns, all awaited before the next forward
+  (``broadcast_params``; ``overlap_sync_param=False`` in ``configs/7B_sft.py``). A broadcast's
+  latency grows with the ranks it chains through, so ``zero1=-1`` on 1,024 GPUs issues 1,024
+  of them, each paying a 1,023-hop pipeline.
+* ``nanotron`` (Hugging Face nanotron v0.5, 2024; ``src/nanotron/helpers.py`` ``init_optimizer_and_grad_accumulator``,
+  ``optim/gradient_accumulator.py`` ``get_fp32_accum_hook``, ``optim/zero.py``
+  ``ZeroDistributedOptimizer._all_gather_params``, ``parallel/tensor_parallel/functional.py``):
+  bf16 parameters, gradients accumulated into fp32 buffers (``FP32GradientAccumulator``, the
+  fp32 master copy beside them: Megatron's memory recipe) by one ``add_`` per parameter after
+  every micro-batch's backward (read the bf16 gradient and the fp32 buffer, write the buffer:
+  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's 25 MB buckets call a
+  communication hook during the last micro-batch's backward that all-reduces the fp32 buffers
+  (ZeRO-0) or reduce-scatters them (ZeRO-1), overlapped with that backward; with ZeRO-1 the
+  bf16 parameters are all-gathered after the optimizer step, before the next forward, not
+  overlapped. TP in ``REDUCE_SCATTER`` mode is sequence parallelism (all-gather before the
+  column linears, reduce-scatter after the row linears); its "async" column linear overlaps
+  only the local shard's GEMM (1/tp of it) with the all-gather and the row linear's
+  reduce-scatter waits for its GEMM, so TP communication is modelled exposed. Attention is
+  ``flash_attn`` 2 (not Transformer Engine's fused kernel); no activation recompute by default;
+  1F1B pipeline (``PipelineEngine`` ``OneForwardOneBackwardPipelineEngine``).
+* ``megatron-2021`` (Megatron-LM v2, 2021, ``megatron/training.py`` ``train_step``): the
+  gradient all-reduce of its data-parallel wrapper runs after the whole backward
+  (``model.allreduce_gradients()``), not overlapped; NCCL 2.10.
+
+**Defaults of knobs a run leaves unset** (:data:`KNOB_DEFAULTS`; ``predict``/``search``/
+``compare`` flags not given, empty cells of a measurement file): a profile's entry, else the
+flag's generic default (the same values: overlap off, no CUDA graphs, ``alltoall``, 16-bit
+attention and LM head, no per-module recompute, dropless, unfused loss, the format's BF16
+layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
+@067f987df (2026-08-22):
+
+* ``ep_overlap`` false: ``ModelParallelConfig.overlap_moe_expert_parallel_comm = False``
+  (``megatron/core/model_parallel_config.py``).
+* ``cuda_graphs`` none: ``TransformerConfig.cuda_graph_impl = "none"``
+  (``megatron/core/transformer/transformer_config.py``).
+* ``moe_dispatcher`` alltoall: Megatron-Bridge's MoE bridges set
+  ``moe_token_dispatcher_type = "alltoall"`` (``models/deepseek/deepseek_v3_bridge.py``,
+  ``glm45_bridge.py`` ...); Megatron-Core's own ``"allgather"`` is not modelled, ``"flex"``
+  (DeepEP/HybridEP) is ``deepep``.
+* ``fp8_attention``, ``fp8_lm_head`` false: ``fp8_dot_product_attention = False``,
+  ``fp8_output_proj = False`` (``transformer_config.py``).
+* ``recompute_modules`` none beyond ``recompute``: ``recompute_granularity = None``,
+  ``recompute_modules = None`` (``transformer_config.py``); ``recompute`` itself is the run's.
+* ``bf16_layers`` 0 under a low-precision format: ``first_last_layers_bf16 = False``
+  (``transformer_config.py``; Megatron-Bridge ``training/mixed_precision.py`` and
+  ``scripts/performance/utils/precision.py``).
+* ``moe_capacity_factor`` none (dropless): ``moe_expert_capacity_factor = None``.
+* ``fused_loss`` true: Megatron-Bridge ``GPTModelProvider.cross_entropy_loss_fusion = True``
+  (``models/gpt_provider.py``; Megatron-Core's own default is False, NeMo 2.0's GPTConfig
+  sets True).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fsdpsim.util.errors import ConfigError, suggest
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework profile (module docstring)."""
+
+    name: str
+    recipe: str
+    """Mixed-precision recipe of the memory model: ``torch`` or ``megatron``."""
+    collectives: str
+    """Catalog id of the collective library release its runs used."""
+    per_parameter: bool = False
+    """One data-parallel collective per parameter (else one per FSDP unit)."""
+    persistence_numel: int = 0
+    """Parameters with fewer elements stay unpartitioned and are not gathered."""
+    gather_overlap: bool = True
+    """All-gathers can run beside compute (no synchronisation before each)."""
+    list_collectives: bool = False
+    """List-output all-gather / list-input reduce-scatter: one view and one copy per rank."""
+    grad_reduce_overlap: bool = True
+    """DDP gradient all-reduce overlaps backward (bucketed), else it runs after it."""
+    param_broadcast: bool = False
+    """ZeRO-1 parameter sync after the optimizer step as one broadcast per shard owner (else
+    one all-gather), waited for before the next forward."""
+    grad_all_reduce: bool = False
+    """ZeRO-1 gradients all-reduced in the compute dtype over the data-parallel group (else
+    reduce-scattered in the reduce dtype); with no reduce dtype given they stay in it
+    (:func:`with_defaults`)."""
+    zero1_groups: bool = False
+    """ZeRO-1's optimizer states may be sharded within groups smaller than the data-parallel
+    group (``shard_group_size`` with sharding ``optimizer``)."""
+    grad_accum_pass_bytes: float = 0.0
+    """Bytes of HBM traffic per parameter and micro-batch to add the 16-bit gradient into an
+    fp32 accumulation buffer after the backward (0: accumulated in place, e.g. Megatron's
+    fused wgrad accumulation into ``main_grad``)."""
+    uncertainty: float = 0.0
+    """Relative spread of step time this profile leaves [-]."""
+    kernel_stack: str = "pytorch"
+    """The GEMM and attention kernels its runs use, which pick the catalog's fractions per
+    precision (:mod:`fsdpsim.hardware.efficiency`): ``te`` (Transformer Engine GEMMs and cuDNN fused
+    attention), ``pytorch`` (torch.matmul / SDPA or flash-attn, eager or torch.compile),
+    ``deepspeed``, ``megatron-lm`` (apex and cuBLAS, before Transformer Engine)."""
+    source: str = ""
+    supports: tuple[tuple[str, tuple], ...] = ()
+    """What the framework can run, for ``fsdpsim search``: (plan setting, the values it
+    accepts) where it cannot run everything the model can (e.g. no sequence parallelism
+    before Megatron-LM v3); the search space keeps to these unless ``--fix`` says otherwise."""
+
+
+PROFILES: dict[str, Framework] = {p.name: p for p in (
+    Framework("fsdp2", "torch", "nccl-2.30",
+              source="torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"),
+    Framework("fsdp1", "torch", "nccl-2.30", uncertainty=0.05,
+              source="torch 2.13 torch/distributed/fsdp/_flat_param.py; arXiv 2304.11277 §3",
+              # async TP is DTensor/FSDP2-era (torch 2.5 torch.distributed._symmetric_memory)
+              supports=(("tp_overlap", (False,)),)),
+    Framework("deepspeed-zero3", "megatron", "nccl-2.30", uncertainty=0.10,
+              kernel_stack="deepspeed",
+              source="DeepSpeed PR #1453 (4912e0ad, 2022-01-20) batched all-gather",
+              # DeepSpeed's sequence parallelism is Ulysses (all-to-all); ZeRO-2/3 do not
+              # combine with its pipeline engine (runtime/pipe/engine.py asserts stage < 2)
+              supports=(("cp_kind", ("all2all",)), ("tp_overlap", (False,)),
+                        ("pp", (1,)))),
+    Framework("deepspeed-zero3-2021", "megatron", "nccl-2.10", per_parameter=True,
+              persistence_numel=100_000, gather_overlap=False, list_collectives=True,
+              uncertainty=0.25, kernel_stack="deepspeed",
+              source="DeepSpeed runtime/zero/partition_parameters.py @c4f4ef5d (2021-04-30) "
+                     "L603-626, L776-823, L918-954; constants.py; PR #1188",
+              # the 2021 ZeRO-3 engine: stage 3 alone, no pipeline, no sequence/context split;
+              # Megatron-DeepSpeed's checkpointing recomputes every layer
+              supports=(("sharding", ("full",)), ("pp", (1,)), ("cp", (1,)),
+                        ("sequence_parallel", (False,)), ("tp_overlap", (False,)),
+                        ("ep", (1,)), ("recompute", ("none", "full")),
+                        ("partial_recompute", (False,)))),
+    Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05, kernel_stack="te",
+              source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
+                     "overlap_param_gather)"),
+    Framework("internevo", "megatron", "nccl-2.30", param_broadcast=True,
+              grad_all_reduce=True, zero1_groups=True, uncertainty=0.05,
+              source="InternLM/InternEvo internlm/solver/optimizer/hybrid_zero_optim.py "
+                     "(HybridZeroOptimizer: reduce_tensor, broadcast_params); configs/7B_sft.py "
+                     "(overlap_sync_grad=True, overlap_sync_param=False)",
+              # hybrid ZeRO-1 (its zero1 groups: shard_group_size); no ring context parallel
+              # or TP communication overlap of Megatron's kind
+              supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
+    Framework("nanotron", "megatron", "nccl-2.30",
+              grad_accum_pass_bytes=2.0 + 4.0 + 4.0, uncertainty=0.10,
+              source="huggingface/nanotron v0.5 src/nanotron/helpers.py "
+                     "(init_optimizer_and_grad_accumulator), optim/gradient_accumulator.py "
+                     "(get_fp32_accum_hook), optim/zero.py (_all_gather_params), "
+                     "parallel/tensor_parallel/functional.py (column_linear, row_linear)",
+              # DP (ZeRO-0/1), TP in REDUCE_SCATTER mode, 1F1B PP; no context parallelism,
+              # no interleaving, no TP overlap beyond the local shard's GEMM
+              supports=(("sharding", ("none", "optimizer")), ("cp", (1,)),
+                        ("tp_overlap", (False,)), ("pp_schedule", ("1f1b",)), ("ep", (1,)))),
+    Framework("megatron-2021", "megatron", "nccl-2.10", grad_reduce_overlap=False,
+              uncertainty=0.10, kernel_stack="megatron-lm",
+              source="Megatron-LM v2.x megatron/training.py train_step "
+                     "(model.allreduce_gradients() after backward)",
+              # v2.x: DDP data parallelism (the distributed optimizer and sequence parallelism
+              # came with v3.0, 2022), 1F1B or interleaved schedules, no CP, no TP overlap;
+              # --checkpoint-activations recomputes every layer (selective recompute and
+              # --recompute-num-layers came with v3.0)
+              supports=(("sharding", ("none",)), ("sequence_parallel", (False,)),
+                        ("tp_overlap", (False,)), ("cp", (1,)), ("ep", (1,)),
+                        ("pp_schedule", ("1f1b", "interleaved")),
+                        ("recompute", ("none", "full")), ("partial_recompute", (False,)))),
+)}
+
+#: What a profile does where a run leaves a knob unset (module docstring), by profile name:
+#: (TrainingConfig or plan field, value). ``bf16_layers`` applies under a low-precision format.
+KNOB_DEFAULTS: dict[str, dict[str, object]] = {
+    "megatron": {"ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
+                 "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
+                 "bf16_layers": 0, "moe_capacity_factor": None, "fused_loss": True},
+}
+#: The knobs' generic defaults (a profile without an entry): the flags' defaults.
+GENERIC_KNOBS: dict[str, object] = {
+    "ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
+    "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
+    "bf16_layers": None, "moe_capacity_factor": None, "fused_loss": False}
+
+
+def knob_default(framework: str, knob: str, precision: str = "bf16"):
+    """What ``framework`` does where ``knob`` is not given (:data:`KNOB_DEFAULTS`, else
+    :data:`GENERIC_KNOBS`); ``bf16_layers`` only under a low-precision ``precision`` (else
+    None)."""
+    from fsdpsim.plan.parallel import LOW_PRECISION
+
+    if knob == "bf16_layers" and precision not in LOW_PRECISION:
+        return None
+    own = KNOB_DEFAULTS.get(canonical(framework), {})
+    return own[knob] if knob in own else GENERIC_KNOBS[knob]
+
+
+#: Older and alternative spellings.
+ALIASES = {"torch": "fsdp2", "megatron-core": "megatron", "megatron-dist-opt": "megatron",
+           "deepspeed": "deepspeed-zero3", "megatron-lm-2021": "megatron-2021"}
+FRAMEWORKS: tuple[str, ...] = tuple(PROFILES)
+#: Every accepted spelling (CLI choices).
+FRAMEWORK_NAMES: tuple[str, ...] = FRAMEWORKS + tuple(ALIASES)
+
+
+def with_defaults(training, framework: str):
+    """``training`` (a :class:`fsdpsim.plan.training.TrainingConfig`) with what the framework decides
+    where the training leaves it open: the gradient reduce dtype of a framework that reduces its
+    parameters' own 16-bit gradients (``grad_all_reduce``; InternEvo's ``reduce_tensor`` keeps
+    their dtype): bf16, fp16 under fp16. Elsewhere the training's own default (fp32)."""
+    if training.reduce_dtype is None and profile(framework).grad_all_reduce:
+        return replace(training, reduce_dtype="fp16" if training.precision == "fp16" else "bf16")
+    return training
+
+
+# ------------------------------------------------------------------ frameworks of published rows
+#: What a framework named by a published row does where the row does not say, in the releases
+#: the published tables come from (the profile it runs and its defaults beyond
+#: :data:`KNOB_DEFAULTS`); matched (first match wins) by words of the row's ``framework`` text.
+#:
+#: * Megatron-Core (NeMo 1.x/2.0, Megatron-Bridge): the distributed optimizer (ZeRO-1: optimizer
+#:   states sharded over the data-parallel group), sequence parallelism with TP and the fused
+#:   cross-entropy and no layer kept in BF16 (the ``megatron`` profile's knob defaults,
+#:   :data:`KNOB_DEFAULTS`), as their performance recipes set them
+#:   (Megatron-Bridge "Performance tuning guide"; NeMo ``llama3_70b`` recipes:
+#:   ``use_distributed_optimizer``, ``sequence_parallel=True``), and fused attention
+#:   (Transformer Engine's flash/cuDNN backends); no activation recompute unless the row says
+#:   so (``TransformerConfig.recompute_granularity = None`` by default; the performance
+#:   summaries list recompute only where their configs set it).
+#: * Megatron-LM PTD-P (Narayanan et al., SC21, arXiv 2104.04473 §2.2): the interleaved 1F1B
+#:   schedule; the paper states no chunk count, so it is chosen as ``auto``.
+#: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
+#: * ``dropout``: GPT training in Megatron-LM (``--attention-dropout 0.1 --hidden-dropout 0.1``,
+#:   arguments.py defaults) and OneFlow-GPT (its Megatron port); Llama-style recipes use none.
+#:   OneFlow-GPT runs the ``megatron`` profile without its fused cross-entropy.
+#: * ``profile``: the framework profile (:mod:`fsdpsim.plan.frameworks`: recipe, collective library
+#:   release, granularity and overlap of data-parallel collectives). Megatron and its
+#:   descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy with
+#:   the (distributed) optimizer; InternEvo's hybrid ZeRO does the same with its own
+#:   collectives (``internevo``: gradients all-reduced, parameters broadcast by each shard's
+#:   owner within its ``zero1`` group, read from the row's ``zero1=N``). Megatron-LM before
+#:   Megatron-Core (2020-21: SC21's PTD-P, DLPerf's NGC 20.12 runs) all-reduced gradients after
+#:   the backward (``megatron-2021``); SC21's DeepSpeed ZeRO-3 rows ran DeepSpeed's 2021 stage 3
+#:   (``deepspeed-zero3-2021``); Composer's FSDP in torch 2.1 is FSDP1.
+#: * nanotron (v0.5): TP in ``REDUCE_SCATTER`` mode is sequence parallelism; flash_attn 2; no
+#:   recompute unless configured (``recompute_layer`` is False by default, ``config/models_config``);
+#:   the ``nanotron`` profile (fp32 gradient accumulation, DDP hook, ZeRO-1 gather after the step).
+#: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
+#: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
+#: and did not exist before 2022), data-parallel sharding as the row's words say.
+FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("megatron-core", "megatron-bridge", "nemo"),
+     {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
+      "flash": True, "profile": "megatron", "recompute": "none"}),
+    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
+                  "dropout": True}),
+    (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
+                                 "profile": "internevo"}),
+    (("deepspeed zero-3", "deepspeed zero3"),
+     {"name": "DeepSpeed ZeRO-3 (2021)", "profile": "deepspeed-zero3-2021", "dropout": True}),
+    (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
+    (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True,
+                    "fused_loss": False}),
+    (("nanotron",), {"name": "nanotron", "profile": "nanotron", "sequence_parallel": True,
+                     "flash": True, "recompute": "none"}),
+    (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
+    (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
+)
+
+def framework_conventions(framework: str) -> dict[str, Any]:
+    """The :data:`FRAMEWORK_CONVENTIONS` entry whose words appear in ``framework``; {} if none."""
+    low = framework.lower()
+    for words, conventions in FRAMEWORK_CONVENTIONS:
+        if any(w in low for w in words):
+            return conventions
+    return {}
+
+
+
+def canonical(name: str) -> str:
+    """The profile name for ``name`` (an alias is resolved); a clear error otherwise."""
+    key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in PROFILES:
+        raise ConfigError(f"framework {name!r} is not accepted{suggest(key, FRAMEWORK_NAMES)}; "
+                          f"accepted: {', '.join(FRAMEWORK_NAMES)}")
+    return key
+
+
+def profile(name: str) -> Framework:
+    return PROFILES[canonical(name)]

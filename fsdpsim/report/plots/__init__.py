@@ -1,0 +1,1 @@
+"""Figures (the only matplotlib users)."""

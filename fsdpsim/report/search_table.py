@@ -1,0 +1,143 @@
+"""The report of ``fsdpsim search``: one dict (JSON, CSV rows) and its table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsdpsim.engine import MEMORY_PRESSURE_FRACTION
+from fsdpsim.drivers.search.export import megatron_args, torchtitan_toml
+from fsdpsim.drivers.search.explain import differences, plan_line
+from fsdpsim.util.units import GIB_BYTES
+
+#: Above this share of the budget a plan is marked tight (predict's near-the-limit note).
+TIGHT_FRACTION = MEMORY_PRESSURE_FRACTION
+#: Time parts of the best plan's step shown by ``--explain`` (predict's ``time`` keys).
+BREAKDOWN = (("compute_s", "compute (incl. recompute and optimizer)"),
+             ("recompute_s", "  of which recompute"), ("exposed_comm_s", "exposed communication"),
+             ("bubble_s", "pipeline bubble"), ("optimizer_s", "optimizer step"))
+
+
+def report_dict(spec, system, training, o: dict[str, Any], results, rows) -> dict[str, Any]:
+    """Query, space statistics, the ranked plans (each with predict's numbers), the best plan's
+    breakdown and cut-offs, and the best plan for torchtitan and Megatron-LM."""
+    best_c, best_p = rows[0]
+    plans = []
+    for rank, (c, p) in enumerate(rows, 1):
+        v = p.values
+        plans.append({
+            "rank": rank, "plan": plan_line(c), "num_gpus": c.plan.num_gpus,
+            "tokens_per_s": v["tokens_per_s"], "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
+            "step_time_s": v["step_time_s"], "mfu": v["mfu"], "hfu": v["hfu"],
+            "peak_gib": v["peak_bytes"] / GIB_BYTES,
+            "budget_gib": v["capacity_bytes"] / GIB_BYTES, "bottleneck": p.bottleneck,
+            "vs_best": c.score / best_c.score - 1.0 if best_c.score > 0 else
+            best_c.score / c.score - 1.0 if c.score else 0.0,
+            "gives_up": "" if rank == 1 else differences(best_c, c),
+            "tp": c.plan.tp, "pp": c.plan.pp, "cp": c.plan.cp, "vpp": c.plan.vpp,
+            "ep": c.plan.ep, "dp": c.plan.dp, "dp_shard": c.plan.dp_shard,
+            "dp_replicate": c.plan.dp_replicate, "sharding": c.plan.sharding,
+            "pp_schedule": c.plan.pp_schedule if c.plan.pp > 1 else None,
+            "sequence_parallel": c.plan.sequence_parallel, "tp_overlap": c.plan.tp_overlap,
+            "cp_kind": c.plan.cp_kind if c.plan.cp > 1 else None,
+            "mesh_order": ",".join(c.plan.mesh_order),
+            "micro_batch": c.micro_batch, "grad_accum": c.grad_accum,
+            "recompute": c.recompute, "recompute_layers": c.recompute_layers,
+            "layers_per_stage": c.layers_per_stage,
+        })
+    time = best_p.to_dict()["time"]
+    space = {"plans": sum(r.plans for _, r in results),
+             "plans_fitting": sum(r.plans_fitting for _, r in results),
+             "candidates_evaluated": sum(r.candidates for _, r in results),
+             "seconds": sum(r.elapsed_s for _, r in results)}
+    space["candidates_per_s"] = space["candidates_evaluated"] / max(space["seconds"], 1e-9)
+    cut = [{"plan": plan_line(c), "num_gpus": n, "tokens_per_s": c.tokens_per_s,
+            "peak_gib": c.peak_bytes / GIB_BYTES, "why": why}
+           for n, r in results for c, why in r.cut_off]
+    cut.sort(key=lambda d: -d["tokens_per_s"])
+    return {
+        "query": {"model": spec.name, "system": system.label,
+                  "num_gpus": [n for n, _ in results], "seq_len": training.seq_len,
+                  "global_batch": training.global_batch,
+                  "tokens_per_step": training.global_batch * training.seq_len,
+                  "precision": training.precision, "framework": o["framework"],
+                  "memory_budget_gib": system.accelerator.memory_bytes / GIB_BYTES,
+                  "objective": o["objective"], "fixed": [str(f) for f in o["fix"]]},
+        "space": space,
+        "plans": plans,
+        "best_breakdown_s": {k: time[k] for k, _ in BREAKDOWN} | {"step_time_s":
+                                                                  best_p.values["step_time_s"]},
+        "cut_off": cut[:3],
+        "torchtitan": torchtitan_toml(best_c, training),
+        "megatron": megatron_args(best_c, training),
+    }
+
+
+def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
+    """The ranking as text; with ``explain`` the best plan's breakdown and the cut-offs."""
+    q, sp = report["query"], report["space"]
+    gpus = ", ".join(f"{n:,}" for n in q["num_gpus"])
+    out = [f"search: {q['model']} on {gpus} × {q['system']}",
+           f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
+           f"({q['tokens_per_step'] / 1e6:.1f} M tokens) · {q['precision']} · {q['framework']}",
+           f"  budget {q['memory_budget_gib']:.1f} GiB/GPU · objective {q['objective']}"
+           + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
+           f"  {sp['plans']:,} plans ({sp['plans_fitting']:,} fit), "
+           f"{sp['candidates_evaluated']:,} candidates evaluated in {sp['seconds']:.2f} s", ""]
+    for p in report["plans"]:  # two lines a plan: the plan, then its numbers (<= 100 wide)
+        vs = "best" if p["rank"] == 1 else f"{100 * p['vs_best']:+.1f} % vs #1"
+        tight = " (tight)" if p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] else ""
+        out += [f"{p['rank']:>2}. {p['plan']}",
+                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu']:.1f} % · "
+                f"{p['peak_gib']:.1f} GiB{tight} · {_neck(p['bottleneck'])} · {vs}"]
+        if p["rank"] > 1:
+            out.append(f"    differs: {p['gives_up']}")
+    if any(p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] for p in report["plans"]):
+        from fsdpsim.report.render import wrap
+
+        out += ["", wrap(f"(tight) = above {100 * TIGHT_FRACTION:.0f} % of the budget: allocator "
+                         "retries can slow a real run; a lower --memory-budget-gib keeps headroom",
+                         hanging="  ")]
+    if explain:
+        b = report["best_breakdown_s"]
+        out += ["", f"why #1 wins — its step of {b['step_time_s'] * 1e3:,.0f} ms:"]
+        for key, label in BREAKDOWN:
+            out.append(f"  {label:<40} {b[key] * 1e3:>9,.1f} ms")
+        if report["cut_off"]:
+            out += ["", "faster plans that cannot run here:"]
+            for c in report["cut_off"]:
+                reason = (f"needs {c['peak_gib']:.1f} GiB > {q['memory_budget_gib']:.1f}"
+                          if c["why"] == "memory" else "its pipeline schedule cannot run "
+                                                          "these micro-batches")
+                out.append(f"  {c['plan']}: {c['tokens_per_s'] / c['num_gpus']:,.0f} tok/s/GPU, "
+                           f"{reason}")
+        else:
+            out += ["", "no faster plan was cut off by memory or the schedule"]
+        free = report.get("without_constraints")
+        if free:
+            out += ["", f"without the constraints ({', '.join(q['fixed']) or 'limits'}) the "
+                        f"best is {free['plan']}: {100 * free['gain']:+.1f} %"
+                        + ("" if free["gain"] > 1e-12 else " (the constraints cost nothing)")]
+    out += ["", "best plan for torchtitan (--emit torchtitan):",
+            *("  " + line for line in report["torchtitan"].splitlines()),
+            "", "for Megatron-LM (--emit megatron):",
+            *_wrapped([line for line in report["megatron"].splitlines()
+                       if not line.startswith("#")])]
+    return "\n".join(out)
+
+
+def _wrapped(args: list[str], width: int = 96) -> list[str]:
+    """Arguments joined into lines of at most ``width`` characters, indented, continued."""
+    lines, line = [], "  "
+    for arg in args:
+        if len(line) + len(arg) + 1 > width and line.strip():
+            lines.append(line + " \\")
+            line = "  "
+        line += ("" if not line.strip() else " ") + arg
+    return lines + [line]
+
+
+def _neck(code: str) -> str:
+    """The bottleneck in predict's words, short: "inter-node network"."""
+    from fsdpsim.report.predict_table import BOTTLENECK_WORDS
+
+    return "bound by " + BOTTLENECK_WORDS.get(code, code).split(":")[0]

@@ -1,0 +1,213 @@
+"""The table ``fsdpsim sweep`` prints: compact columns of a sweep's rows (constant inputs said
+once, ``--wide`` for every column), and its notes (the CLI's rendering; no formulas)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from fsdpsim.report import render
+from fsdpsim.cli.procurement import assumption_notes, rate, short_source
+from fsdpsim.drivers.sweep.grid import Grid, describe
+from fsdpsim.util.units import GIB_BYTES
+
+if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
+    import pandas as pd
+
+DAY_S = 86_400.0
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain dicts; missing values as None."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
+    import pandas as pd
+
+    if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value * scale if scale != 1.0 else value:{spec}}{unit}"
+
+
+#: The bottleneck in one word for the compact table (the full name is in --wide, CSV, JSON).
+BOTTLENECK_SHORT = {"compute": "compute", "hbm_bandwidth": "HBM", "intra_node_link": "scale-up",
+                    "inter_node_link": "network", "memory_capacity": "memory",
+                    "pipeline_bubble": "bubble", "collective_latency": "latency"}
+#: Columns of the compact table that go first when it is wider than render.WIDTH, in order.
+DROP_TO_FIT = ("MWh", "kWh/Mtok", "step", "MFU", "bottleneck", "mem GiB", "$M", "$/Mtok")
+
+
+def _width(rows: list[dict[str, str]]) -> int:
+    """Width of ``render.table(rows)``: right-aligned columns, one space between."""
+    return sum(max(len(c), *(len(str(r[c])) for r in rows)) for c in rows[0]) + len(rows[0]) - 1
+
+
+def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = False) -> str:
+    """The table view: the varying inputs, the chosen knobs and the headline numbers (with
+    ``head``, the summary line above and the notes below).
+
+    Compact by default, to fit :data:`fsdpsim.report.render.WIDTH` columns: an input or knob that is
+    the same in every row is said once above the table (with ``head``), the cost of a token
+    budget is the expected one (failures included, as ``compare``), the bottleneck is one
+    word, infeasible reasons are numbered below, and when that is still too wide the columns
+    of :data:`DROP_TO_FIT` go first (named in the notes). ``wide``: every column as it is."""
+    varying = [c for c in ("model", "gpu", "cluster", "network", "inter_node_gbps_per_gpu",
+                           "power_cap_w",
+                           "plan.num_gpus", "training.seq_len", "training.precision")
+               if frame[c].astype(str).nunique() > 1 or c in ("model", "gpu", "plan.num_gpus")]
+    if "cluster" in varying and (frame["cluster"] == "").all():
+        varying.remove("cluster")
+    short = {"inter_node_gbps_per_gpu": "Gb/s/GPU", "power_cap_w": "cap W", "plan.num_gpus": "GPUs",
+             "training.seq_len": "seq", "training.precision": "prec"}
+    rows = []
+    for r in records(frame):
+        row = {short.get(c, c): r[c] for c in varying}
+        if any(layout != (1, 1, 1) for layout in grid.layouts):
+            row["plan"] = r["plan.line"] or "-"
+        if len(grid.grad_syncs) > 1:
+            row["grad sync"] = r["plan.grad_sync"] or "-"
+        row.update({
+            "sharding": r["plan.sharding"] or "-",
+            "mbs": _fmt(r["training.micro_batch"], "d"),
+            "batch": _fmt(r["training.global_batch"], ",d"),
+            "recompute": r["training.recompute"] or "-",
+        })
+        if wide:
+            row.update({
+                "step": _fmt(r["step_time_s"], ",.1f", 1e3, " ms"),
+                "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
+                "MFU": _fmt(r["mfu"], ".1f", 100, " %"),
+                "peak": _fmt(r["memory.peak_bytes"], ".1f", 1 / GIB_BYTES, " GiB"),
+                "bottleneck": r["bottleneck"] or "-",
+                "$/Mtok": _fmt(r["cost_usd_per_million_tokens"], ".3f"),
+                "kWh/Mtok": _fmt(r["energy_kwh_per_million_tokens"], ".3f"),
+            })
+            if grid.train_tokens is not None:
+                row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
+                row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
+                row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
+                row["goodput"] = _fmt(r["failures.goodput"], ".1f", 100, " %")
+                row["w/ failures days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+                row["w/ failures $M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
+            row["infeasible"] = r["infeasible"] or ""
+        else:
+            peak, cap = r["memory.peak_bytes"], r["memory.capacity_bytes"]
+            no_peak = peak is None or not math.isfinite(peak) or not cap
+            row.update({
+                "step": render.seconds(r["step_time_s"]),
+                "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
+                "MFU": _fmt(r["mfu"], ".1f", 100, "%"),
+                "mem GiB": "-" if no_peak else f"{peak / GIB_BYTES:.0f}/{cap / GIB_BYTES:.0f}",
+                "bottleneck": BOTTLENECK_SHORT.get(r["bottleneck"], r["bottleneck"] or "-"),
+            })
+            if grid.train_tokens is None:
+                row["$/Mtok"] = _fmt(r["cost_usd_per_million_tokens"], ".3f")
+                row["kWh/Mtok"] = _fmt(r["energy_kwh_per_million_tokens"], ".3f")
+            else:  # what the budget costs with failures, checkpoints and restarts
+                row["days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+                row["$M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
+                row["MWh"] = _fmt(r["failures.train_energy_kwh"], ",.0f", 1e-3)
+            row["infeasible"] = r["infeasible"] or ""
+        rows.append(row)
+    if wide or not rows:
+        return _with_head(render.table(rows), frame, grid, [], head)
+    above, left_out = [], []
+    inputs = {*(short.get(c, c) for c in varying), "plan", "grad sync", "sharding", "mbs",
+              "batch", "recompute"}
+    if head and len(rows) > 1:  # one value for every row: said once, above the table
+        first = rows[0]
+        same = [c for c in first if c in inputs and all(r[c] == first[c] for r in rows)]
+        above = [f"{c} {first[c]}" for c in same]
+        rows = [{c: v for c, v in r.items() if c not in same} for r in rows]
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if r["infeasible"]:
+            r["infeasible"] = f"({reasons.setdefault(r['infeasible'], len(reasons) + 1)})"
+    if not reasons:
+        rows = [{c: v for c, v in r.items() if c != "infeasible"} for r in rows]
+    for column in DROP_TO_FIT:
+        if _width(rows) <= render.WIDTH:
+            break
+        if column in rows[0]:
+            rows = [{c: v for c, v in r.items() if c != column} for r in rows]
+            left_out.append(column)
+    extra = ([f"every row: {', '.join(above)}"] if above else [])
+    notes_extra = []
+    if grid.train_tokens is not None:
+        notes_extra.append("days, $M and MWh include failures, checkpoints and restarts "
+                           "(goodput); the failure-free numbers are in --wide and the CSV/JSON")
+    if left_out:
+        notes_extra.append(f"left out to fit {render.WIDTH} columns: {', '.join(left_out)} "
+                           "(--wide shows every column)")
+    if reasons:
+        notes_extra += [f"({k}) infeasible: {reason}" for reason, k in reasons.items()]
+    return _with_head(render.table(rows), frame, grid, notes_extra, head, extra)
+
+
+def _with_head(table: str, frame: pd.DataFrame, grid: Grid, notes_extra: list[str],
+               head: bool, above: list[str] = ()) -> str:
+    """The table, and with ``head`` the summary line(s) above and the notes below."""
+    if not head:
+        return "\n".join([*(render.wrap(a, "", "  ") for a in above), table,
+                          *render.note_lines(notes_extra)])
+    feasible = int(frame["infeasible"].isna().sum())
+    first = f"fsdpsim sweep: {describe(grid)} -> {len(frame):,} rows, {feasible:,} feasible"
+    return "\n".join([render.wrap(first, "", "  "), *(render.wrap(a, "", "  ") for a in above),
+                      table, "", "notes",
+                      *render.note_lines([*notes_extra, *notes(grid, frame)])])
+
+
+def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
+    """What the cost, energy and failure columns assume, and each system's rent."""
+    out = assumption_notes(grid.run)
+    shown = set(frame["gpu"].astype(str))
+    rents, no_price = {}, set()
+    for hw in grid.hardware:
+        price = grid.price(hw)
+        if hw.gpu not in shown:
+            continue
+        if price is None:
+            no_price.add(hw.gpu)
+            continue
+        where = hw.cluster or hw.gpu
+        rents[where] = (f"{where} {rate(price.usd_per_gpu_hour)}/GPU-h "
+                        + ("(--price)" if price.kind == "--price" else
+                           f"({price.kind}, {short_source(price.source)}, {price.retrieved})"))
+    if rents:
+        out.append("rent: " + "; ".join(rents.values()))
+    if no_price:
+        first = sorted(no_price)[0]
+        out.append(f"no price for {', '.join(sorted(no_price))}: give --price {first}=USD/h")
+    no_tdp = sorted(set(frame["gpu"]) - set(grid.tdp_w))
+    if no_tdp:
+        out.append(f"no TDP in the catalog for {', '.join(no_tdp)}: energy left empty")
+    if grid.free:
+        out.append(f"free knobs ({', '.join(grid.free)}): each row is the fastest candidate "
+                   "that fits (else the smallest memory footprint)")
+    out.append(batch_note(grid, frame))
+    return out
+
+
+def batch_note(grid: Grid, frame: pd.DataFrame) -> str:
+    """Which global batch the rows used (the ``batch`` column), and why."""
+    from fsdpsim.drivers.sweep.grid import DEFAULT_BATCH_TOKENS, default_global_batch
+
+    if grid.batch_tokens is not None:
+        fixed = ", ".join(f"{default_global_batch(s, grid.batch_tokens):,} sequences at seq "
+                          f"{s:,}" for s in grid.seq_lens)
+        return (f"global batch fixed for every row (batch): {fixed}, about "
+                f"{DEFAULT_BATCH_TOKENS / 2**20:g}M tokens per step (--global-batch sets "
+                "another; --free-batch lets each row run one micro-batch per GPU)")
+    if grid.global_batches != (None,):
+        return ("global batch as given (--global-batch): "
+                + ", ".join("one micro-batch per GPU" if b is None else f"{b:,} sequences"
+                            for b in grid.global_batches) + " (batch)")
+    batches = (sorted({int(b) for b in frame["training.global_batch"].dropna()})
+               if "training.global_batch" in frame else [])
+    varies = (f"; the rows use {len(batches)} different batches: compare them with care"
+              if len(batches) > 1 else "")
+    return ("global batch: one micro-batch per GPU, no accumulation (batch)" + varies)
+
+
+__all__ = ["table_text", "notes", "batch_note", "records", "DAY_S"]
