@@ -12,16 +12,14 @@ from fsdpsim.plan.parallel import PRECISIONS
 
 from fsdpsim.report import render
 from fsdpsim.cli.predict import kernel_options
-from fsdpsim.cli.procurement import assumption_notes, money, rate, run_options, short_source
+from fsdpsim.cli.procurement import run_options
+from fsdpsim.report.compare_table import compare_text, notes, report_data
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, option_type
 from fsdpsim.util.output import cannot_write, check_output_path, echo
 from fsdpsim.plan.parallel import FRAMEWORKS
 
 #: Width of the header and notes of the table view [characters].
-WIDTH = 100
-
-
 def compare_options(f):
     """The options ``compare`` and ``report`` share."""
     opts = [
@@ -117,149 +115,6 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     return rows, training, run
 
 
-def _cell(v: dict, key: str, text: str, best: dict[str, list[int]], i: int) -> str:
-    return text + ("*" if i in best.get(key, ()) else "") if text != "-" else text
-
-
-def _num(x: Any, spec: str, scale: float = 1.0) -> str:
-    return "-" if not isinstance(x, (int, float)) or x != x else f"{x * scale:{spec}}"
-
-
-def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | None
-               ) -> list[dict[str, str]]:
-    """The comparison table: a row per (model,) hardware and GPU count; ``*`` marks the best
-    value of each column among the rows that fit."""
-    many_models = len({v["model"] for v in values}) > 1
-    out = []
-    for i, v in enumerate(values):
-        row = {"model": v["model"]} if many_models else {}
-        row.update({"hardware": v["hardware"], "GPUs": f"{v['num_gpus']:,}"})
-        if "tokens_per_s" not in v:
-            row.update({"tok/s": "-", "note": f"no plan: {v['reason']}"[:60]})
-            out.append(row)
-            continue
-        cells = [("tok/s", "tokens_per_s", _num(v["tokens_per_s"], ",.0f")),
-                 ("tok/s/GPU", "tokens_per_s_per_gpu", _num(v["tokens_per_s_per_gpu"], ",.0f")),
-                 ("MFU", "mfu", _num(v["mfu"], ".1%")),
-                 ("mem GiB", "memory_share",
-                  f"{v['peak_bytes'] / 2**30:.0f}/{v['capacity_bytes'] / 2**30:.0f}"
-                  + ("" if v["fits"] else "!"))]
-        if tokens is None:
-            cells += [("$/Mtok", "cost_usd_per_million_tokens",
-                       _num(v["cost_usd_per_million_tokens"], ".3f")),
-                      ("kWh/Mtok", "energy_kwh_per_million_tokens",
-                       _num(v["energy_kwh_per_million_tokens"], ".3f"))]
-        else:
-            cells += [("days", "train_days", _num(v["train_days"], ",.1f")),
-                      ("cost", "train_cost_usd", money(v["train_cost_usd"])),
-                      ("MWh", "train_energy_kwh", _num(v["train_energy_kwh"], ",.0f", 1e-3))]
-        for head, key, text in cells:
-            row[head] = _cell(v, key, text, best, i)
-        row["bottleneck"] = v["bottleneck"] if v["fits"] else "memory: does not fit"
-        out.append(row)
-    return out
-
-
-def plan_rows(values: list[dict]) -> list[dict[str, str]]:
-    """The plan and batch of each row."""
-    many_models = len({v["model"] for v in values}) > 1
-    out = []
-    for v in values:
-        row = {"model": v["model"]} if many_models else {}
-        row.update({"hardware": v["hardware"], "GPUs": f"{v['num_gpus']:,}"})
-        if "plan" not in v:
-            out.append({**row, "plan": "-"})
-            continue
-        row.update({"plan": v["plan"], "mbs x accum": f"{v['micro_batch']} x {v['grad_accum']}",
-                    "recompute": v["recompute"], "batch (seqs)": f"{v['global_batch']:,}",
-                    "rent $/GPU-h": "-" if v["price_usd_per_gpu_hour"] is None
-                    else rate(v["price_usd_per_gpu_hour"])})
-        out.append(row)
-    return out
-
-
-def header(values: list[dict], training, run, plan_kind: str) -> str:
-    models = ", ".join(dict.fromkeys(v["model"] for v in values))
-    tokens = training.global_batch * training.seq_len
-    budget = "" if run.tokens is None else f", {run.tokens / 1e12:g}T tokens to train"
-    plan = ("best plan per row (fsdpsim search)" if plan_kind == "search"
-            else "FSDP plan per row (fsdpsim predict)")
-    return (f"fsdpsim compare: {models}; every row at global batch {training.global_batch:,} x "
-            f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){budget}; {plan}")
-
-
-def notes(values: list[dict], run, training) -> list[str]:
-    out = ["* best of the column among rows that fit; mem GiB = peak/capacity per GPU "
-           "(! = does not fit)"]
-    kernels = [text for on, text in (
-        (training.fp8_attention, "attention in FP8 (--fp8-attention)"),
-        (training.fp8_lm_head, "LM head in the low-precision format (--fp8-lm-head)"),
-        (training.recompute_modules, "recompute of " + ", ".join(training.recompute_modules)
-         + " (--recompute-modules)"),
-        (training.moe_dispatcher == "deepep",
-         "expert dispatch once per destination node (--moe-dispatcher deepep)"),
-        (training.moe_fp8_dispatch, "dispatch in FP8 (--moe-fp8-dispatch)"),
-        (training.cuda_graphs != "none",
-         f"{training.cuda_graphs} CUDA graphs (--cuda-graphs)")) if on]
-    if kernels:
-        out.append("every row: " + "; ".join(kernels))
-    if run.tokens is not None:
-        out.append("days, cost and MWh include failures, checkpoints and restarts (goodput); "
-                   "the failure-free numbers are in the JSON/CSV")
-    out += assumption_notes(run)
-    rents = {}
-    for v in values:
-        if v.get("price_kind") and v["price_kind"] != "--price":
-            rents[v["accelerator"] if v["hardware"] == v["accelerator"] else v["hardware"]] = (
-                f"{v['hardware']} {rate(v['price_usd_per_gpu_hour'])} ({v['price_kind']}, "
-                f"{short_source(v['price_source'])}, {v['price_retrieved']})")
-    if rents:
-        out.append("rent: " + "; ".join(rents.values()))
-    missing = sorted({v["hardware"] for v in values if "plan" in v and not v["price_kind"]})
-    if missing:
-        out.append(f"no price for {', '.join(missing)}: give --price GPU=USD/h")
-    return out
-
-
-def report_data(rows, training, run, plan_kind: str) -> dict[str, Any]:
-    """The comparison as plain data: query, assumptions, rows and the best row per column."""
-    from fsdpsim.drivers.compare import best_rows, row_values
-
-    values = [row_values(r) for r in rows]
-    best = best_rows(values)
-    return {"query": {"seq_len": training.seq_len, "global_batch": training.global_batch,
-                      "tokens_per_step": training.global_batch * training.seq_len,
-                      "precision": training.precision, "optimizer": training.optimizer,
-                      "fp8_attention": training.fp8_attention,
-                      "fp8_lm_head": training.fp8_lm_head,
-                      "recompute_modules": list(training.recompute_modules),
-                      "moe_dispatcher": training.moe_dispatcher,
-                      "moe_fp8_dispatch": training.moe_fp8_dispatch,
-                      "cuda_graphs": training.cuda_graphs,
-                      "plan": plan_kind, "train_tokens": run.tokens},
-            "assumptions": {"pue": run.pue, "gpu_mtbf_hours": run.gpu_mtbf_s / 3600,
-                            "restart_s": run.restart_s,
-                            "checkpoint_bytes_per_s": run.checkpoint_bytes_per_s},
-            "rows": values,
-            "best": {k: [values[i]["hardware"] + f" x {values[i]['num_gpus']}" for i in idx]
-                     for k, idx in best.items()},
-            "best_index": best}
-
-
-def compare_text(data: dict[str, Any], training, run) -> str:
-    values, best = data["rows"], data["best_index"]
-    import textwrap
-
-    lines = [textwrap.fill(header(values, training, run, data["query"]["plan"]), WIDTH,
-                           subsequent_indent="  ", break_on_hyphens=False), "",
-             render.table(table_rows(values, best, run.tokens)), "", "plans",
-             render.table(plan_rows(values)), "", "notes"]
-    lines += [textwrap.fill(n, WIDTH, initial_indent="  - ", subsequent_indent="    ",
-                            break_on_hyphens=False, break_long_words=False)
-              for n in notes(values, run, training)]
-    return "\n".join(lines)
-
-
 def register(cli: click.Group) -> None:
     @cli.command("compare")
     @compare_options
@@ -311,4 +166,4 @@ def register(cli: click.Group) -> None:
              f"{output}")
 
 
-__all__ = ["register", "run_compare", "report_data", "compare_text"]
+__all__ = ["register", "run_compare"]

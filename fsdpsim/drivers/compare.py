@@ -178,7 +178,7 @@ def sweep_frame(rows: Sequence[Row]):
     :mod:`fsdpsim.report.plots.sweep` read."""
     import pandas as pd
 
-    from fsdpsim.report.render import flatten
+    from fsdpsim.util.text import flatten
 
     records = []
     for row in rows:

@@ -124,7 +124,7 @@ def _figures(rows, data, training, run) -> tuple[list[tuple[str, str, str]], lis
 
 
 def _assumptions(data: dict[str, Any], run) -> str:
-    from fsdpsim.cli.procurement import duration, rate
+    from fsdpsim.report.procurement import duration, rate
 
     values = data["rows"]
     prices = {}
@@ -172,7 +172,7 @@ def report_html(rows, data: dict[str, Any], training, run, notes: Sequence[str])
     """The whole report as one HTML document (``data``: :func:`fsdpsim.cli.compare.report_data`
     of ``rows``)."""
     from fsdpsim import __version__
-    from fsdpsim.cli.compare import header, plan_rows, table_rows
+    from fsdpsim.report.compare_table import header, plan_rows, table_rows
 
     values, best = data["rows"], data["best_index"]
     table = table_rows(values, best, run.tokens)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fsdpsim.plan import frameworks
 
 from fsdpsim.report import render
-from fsdpsim.cli.procurement import run_table
+from fsdpsim.report.procurement import run_table
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 BOTTLENECK_WORDS = {

@@ -6,12 +6,10 @@ import json
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+from fsdpsim.util.text import WIDTH, flatten, wrap
 from fsdpsim.util.units import GIB_BYTES
 
 FORMATS = ("table", "json", "csv")
-#: Widest line of the table output (terminals, the README's examples); only a single word
-#: longer than this (a URL) is left as it is.
-WIDTH = 100
 
 
 def _jsonable(value: Any) -> Any:
@@ -36,20 +34,6 @@ def _jsonable(value: Any) -> Any:
 def to_json(data: Any) -> str:
     """JSON text; non-finite floats become null, numpy scalars plain numbers."""
     return json.dumps(_jsonable(data), indent=2)
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mapping → one level with ``a.b`` keys (for CSV rows)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name + "."))
-        elif isinstance(value, (list, tuple)):
-            out[name] = "; ".join(str(v) for v in value)
-        else:
-            out[name] = value
-    return out
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str] | None = None) -> str:
@@ -89,18 +73,6 @@ def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
     import pandas as pd
 
     return pd.DataFrame([flatten(r) for r in rows]).to_csv(index=False)
-
-
-def wrap(text: str, indent: str = "", hanging: str | None = None, width: int = WIDTH) -> str:
-    """``text`` wrapped at ``width`` columns: the first line after ``indent``, the others after
-    ``hanging`` (default: ``indent``). Words are never split (a URL stays whole)."""
-    import textwrap
-
-    if len(indent) + len(text) <= width and "\n" not in text:
-        return indent + text
-    return textwrap.fill(text, width, initial_indent=indent,
-                         subsequent_indent=indent if hanging is None else hanging,
-                         break_long_words=False, break_on_hyphens=False)
 
 
 def note_lines(notes: Iterable[str], width: int = WIDTH) -> list[str]:

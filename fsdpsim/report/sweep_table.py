@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fsdpsim.report import render
-from fsdpsim.cli.procurement import assumption_notes, rate, short_source
+from fsdpsim.report.procurement import assumption_notes, rate, short_source
 from fsdpsim.drivers.sweep.grid import Grid, describe
 from fsdpsim.util.units import GIB_BYTES
 

@@ -120,7 +120,7 @@ def torchtitan_toml(choice, training) -> str:
 
 def _comments(notes: list[str]) -> list[str]:
     """Comment lines wrapped at 100 columns, each continued as a comment."""
-    from fsdpsim.report.render import wrap
+    from fsdpsim.util.text import wrap
 
     return [line for note in notes
             for line in wrap(note[2:] if note.startswith("# ") else note, indent="# ",
