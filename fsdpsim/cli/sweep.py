@@ -16,7 +16,7 @@ from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.drivers.sweep.grid import Grid, build_grid, describe, read_grid_file
 from fsdpsim.util.output import (ROWS_PER_CHUNK, cannot_write, check_output_path, echo, is_stdout,
-                            write_chunks)
+                                 write_chunks, write_parquet)
 from fsdpsim.plan.parallel import SHARDING_HELP
 from fsdpsim.report.sweep_table import notes, records, table_text
 
@@ -137,10 +137,18 @@ def grid_options(f):
 
 def sweep_options(f):
     """:func:`grid_options` plus ``--format`` and ``--output``."""
-    f = click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True),
+    f = click.option("--output", "-o", type=click.Path(allow_dash=True),
                      default=None, help="Write to FILE instead of stdout (- is stdout).")(f)
     f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                      show_default=True, help="Output format (parquet needs pyarrow).")(f)
+    f = click.option("--scheduler", default=None, metavar="ADDRESS",
+                     help="Evaluate on the workers of a Dask cluster (tcp://HOST:8786, or "
+                          "local / local:N for N worker processes here) and write one Parquet "
+                          "partition per chunk into the folder --output DIR.parquet; needs "
+                          "pip install 'fsdpsim[dask]'.")(f)
+    f = click.option("--chunk-points", default=None,
+                     help="With --scheduler: grid points per task (default: about 262,144 "
+                          "candidate configurations each).")(f)
     f = click.option("--wide", is_flag=True, default=False,
                      help="Table: every column (failure-free and with failures, full "
                           "bottleneck names and infeasible reasons), however wide; by default "
@@ -172,11 +180,12 @@ def check_output(fmt: str, output: str | None) -> None:
 
 
 @contextmanager
-def progress(grid: Grid) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar on stderr for big grids: its update function, else None."""
+def progress(grid: Grid, always: bool = False) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr for big grids (every grid with ``always``): its update
+    function, else None."""
     from fsdpsim.drivers.sweep.run import estimated_candidates
 
-    if estimated_candidates(grid) < PROGRESS_MIN_CANDIDATES:
+    if not always and estimated_candidates(grid) < PROGRESS_MIN_CANDIDATES:
         yield None
         return
     with click.progressbar(length=grid.n_points, label=f"sweeping {grid.n_points:,} points",
@@ -278,7 +287,7 @@ def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
     if fmt == "parquet":
         frame = pd.concat(list(frames), ignore_index=True)
         try:
-            frame.to_parquet(output, index=False)
+            write_parquet(frame, output)
         except OSError as exc:
             raise cannot_write(output, exc) from None
         return len(frame), int(frame["infeasible"].isna().sum())
@@ -288,12 +297,43 @@ def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
     return counts[0], counts[1]
 
 
+def run_on_cluster(ctx: click.Context, grid_file: str | None, fmt: str, output: str | None,
+                   scheduler: str | None, chunk_points: str | None,
+                   options: dict[str, Any]) -> None:
+    """``sweep --scheduler``: the grid's chunks on a Dask cluster, Parquet partitions out."""
+    from fsdpsim.drivers.sweep import distributed
+    from fsdpsim.util.numbers import COUNT, read_number
+
+    if scheduler is None:
+        raise ConfigError("--chunk-points is for a distributed sweep: give --scheduler too")
+    if not scheduler.strip():
+        raise ConfigError("--scheduler '': give a Dask scheduler address (tcp://HOST:8786) or "
+                          "local / local:N")
+    if fmt not in ("table", "parquet"):
+        raise ConfigError(f"--format {fmt} with --scheduler: a distributed sweep writes Parquet "
+                          "partitions (--format parquet)")
+    points = None if chunk_points is None else int(read_number(chunk_points, "--chunk-points",
+                                                               COUNT))
+    distributed.check_folder(output)
+    cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
+    grid = build_grid(cat, merge_options(grid_file, options))
+    if points is not None:
+        distributed.chunks(grid, points)  # a bad size fails before any cluster starts
+    with distributed.client_for(scheduler) as client, progress(grid, always=True) as update:
+        rows, feasible = distributed.run_distributed(grid, client, output, chunk_points=points,
+                                                     progress=update)
+    parts = len(list(distributed.partitions(output)))
+    echo(f"fsdpsim sweep: {rows:,} rows ({feasible:,} feasible) written to {output} as "
+         f"{parts:,} Parquet partition{'s' if parts != 1 else ''}")
+
+
 def register(cli: click.Group) -> None:
     @cli.command("sweep")
     @sweep_options
     @click.pass_context
     def sweep_cmd(ctx: click.Context, grid_file: str | None, fmt: str, output: str | None,
-                  wide: bool, **options: Any) -> None:
+                  wide: bool, scheduler: str | None, chunk_points: str | None,
+                  **options: Any) -> None:
         """Predict every configuration of a grid: one row each, with every prediction field.
 
         Lists are comma-separated; GPU counts and sequence lengths take ranges A..B (powers of
@@ -304,6 +344,9 @@ def register(cli: click.Group) -> None:
         """
         from fsdpsim.drivers.sweep.run import iter_sweep
 
+        if scheduler is not None or chunk_points is not None:
+            run_on_cluster(ctx, grid_file, fmt, output, scheduler, chunk_points, options)
+            return
         check_output(fmt, output)
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         grid = build_grid(cat, merge_options(grid_file, options))

@@ -197,5 +197,26 @@ def is_stdout(path: str | None) -> bool:
     return path is None or path == "-"
 
 
-__all__ = ["echo", "write_chunks", "flush_stdout", "OutputClosed", "OutputError",
-           "ROWS_PER_CHUNK", "is_stdout", "check_output_path", "cannot_write"]
+def write_parquet(frame, path: str | os.PathLike) -> None:
+    """``frame`` (a DataFrame) as one Parquet file, in a schema that does not depend on which
+    rows it holds: a column with no value in these rows (all missing) is text, and categorical
+    codes are 32-bit. A single-process sweep's file and a distributed sweep's partitions
+    (:mod:`fsdpsim.drivers.sweep.distributed`) therefore read back as the same table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    fields = []
+    for f in table.schema:
+        kind = f.type
+        if pa.types.is_null(kind):
+            kind = pa.large_string()
+        elif pa.types.is_dictionary(kind):
+            value = pa.large_string() if pa.types.is_null(kind.value_type) else kind.value_type
+            kind = pa.dictionary(pa.int32(), value)
+        fields.append(pa.field(f.name, kind))
+    pq.write_table(table.cast(pa.schema(fields, metadata=table.schema.metadata)), path)
+
+
+__all__ = ["echo", "write_chunks", "write_parquet", "flush_stdout", "OutputClosed",
+           "OutputError", "ROWS_PER_CHUNK", "is_stdout", "check_output_path", "cannot_write"]

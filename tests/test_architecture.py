@@ -1,0 +1,65 @@
+"""The package's folders are its architecture: imports point one way through the layers, and
+the top level holds packages, not modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fsdpsim"
+
+#: Lower layers first; a module may import its own layer and the layers before it. The three
+#: specifications (model, hardware, plan) read one another.
+LAYERS = ["util", "costs", "model", "hardware", "plan", "engine", "drivers", "measured", "report",
+          "cli"]
+SPECS = {"model", "hardware", "plan"}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "fsdpsim" else None
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """Every fsdpsim module ``path`` imports, at module level or inside a function."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fsdpsim"):
+            names = ([node.module] if node.module != "fsdpsim"
+                     else [f"fsdpsim.{a.name}" for a in node.names])
+            out += [(n, node.lineno) for n in names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names if a.name.startswith("fsdpsim")]
+    return out
+
+
+def upward_imports(root: Path = PACKAGE) -> list[str]:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        me = path.relative_to(root).parts[0]
+        if me not in rank:
+            continue
+        for module, line in _imports(path):
+            other = _layer(module)
+            if other in rank and rank[other] > rank[me] and not {me, other} <= SPECS:
+                bad.append(f"{path.relative_to(root.parent)}:{line} ({me}) imports {module}")
+    return bad
+
+
+def test_every_layer_is_a_folder_and_nothing_else_sits_beside_them():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert set(LAYERS) <= folders
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= 12, modules
+
+
+def test_imports_point_down_the_layers():
+    assert upward_imports() == []
+
+
+def test_the_check_finds_an_upward_import(tmp_path):
+    """The checker itself: a costs module that imports the CLI is reported."""
+    (tmp_path / "costs").mkdir()
+    (tmp_path / "costs" / "bad.py").write_text("def f():\n    from fsdpsim.cli import main\n")
+    assert upward_imports(tmp_path) == [f"{tmp_path.name}/costs/bad.py:2 (costs) imports fsdpsim.cli"]
