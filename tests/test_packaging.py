@@ -25,6 +25,9 @@ def test_wheel_contains_package_catalog_and_entry_point(tmp_path):
     in_tree = {"fsdpsim/hardware_catalog/" + p.relative_to(ROOT / "hardware_catalog").as_posix()
                for p in (ROOT / "hardware_catalog").rglob("*.toml")}
     assert shipped == in_tree and len(in_tree) >= 18
+    data = {n for n in names if n.startswith("fsdpsim/validation_data/") and n.endswith(".csv")}
+    assert data == {"fsdpsim/validation_data/" + p.name
+                    for p in (ROOT / "validation" / "data").glob("*.csv")} and len(data) >= 4
     for module in ("fsdpsim/cli/__init__.py", "fsdpsim/costs/memory.py", "fsdpsim/measured/harness/reference.py"):
         assert module in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
@@ -41,3 +44,26 @@ def test_builtin_catalog_found_without_the_source_tree(monkeypatch, tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 26
+
+
+def test_shipped_measurements_resolve_by_name_from_any_folder(tmp_path):
+    """``validate NAME.csv`` and ``validate validation/data/NAME.csv`` work outside the
+    repository (the package finds its own measurement files); a path that exists wins, and an
+    unknown name is one line that lists the shipped files."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+
+    def validate(name: str):
+        return subprocess.run([sys.executable, "-m", "fsdpsim.cli", "validate", name],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+
+    by_name = validate("vtrain_ground_truth_multi.csv")
+    by_path = validate("validation/data/vtrain_ground_truth_multi.csv")
+    assert by_name.returncode == 0, by_name.stderr
+    assert by_name.stdout == by_path.stdout and "109 rows" in by_name.stdout
+    own = tmp_path / "vtrain_ground_truth_multi.csv"  # a file of the same name here wins
+    lines = (ROOT / "validation" / "data" / own.name).read_text().splitlines(keepends=True)
+    own.write_text("".join(lines[:4]))
+    assert "3 rows" in validate(own.name).stdout
+    missing = validate("no_such_runs.csv")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert "hybrid_calibration.csv" in missing.stderr and len(missing.stderr.splitlines()) == 1

@@ -91,6 +91,7 @@ from fsdpsim import engine
 from fsdpsim.util import numbers
 
 from fsdpsim.drivers import sensitivity
+from fsdpsim.measured import shipped
 from fsdpsim.measured.published import tables as published
 from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError, shown
@@ -113,6 +114,11 @@ REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_le
 def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.DataFrame:
     """Read a measurements CSV (fsdpsim schema, the published-runs layout or vTrain's); the
     catalog (default: the built-in one) matches free-text GPU names of published tables."""
+    path = shipped.resolve(path)
+    text = str(path)
+    if text.strip() and "\0" not in text and not Path(text).exists() and not Path(text).is_symlink():
+        raise ConfigError(f"measurements file {shown(text)} does not exist; give a CSV path or the "
+                          f"name of a shipped one ({', '.join(shipped.names())})")
     source = open_capped(path, "measurements file", MAX_TABLE_BYTES)
     try:
         # labels stay text ("1e400", "inf"); low_memory=False: each column's type is read from
