@@ -1,0 +1,473 @@
+"""A scalar reference model of one training step: read this file first.
+
+``predict(model, system, plan, training)`` returns step time, tokens/s per GPU, MFU, HFU and
+the per-GPU peak memory of one configuration, with plain Python floats, one equation per line,
+each with its source. It is written from the equations of ``docs/model.md`` and the docstrings
+of :mod:`fsdpsim.costs`, not from the vectorised engine (:mod:`fsdpsim.engine`), which it does
+not call; ``tests/test_reference.py`` requires both to agree to a relative 1e-9 on random
+configurations, so the engine can be rewritten and optimised against it.
+
+Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a silent number):
+
+* dense decoder models with uniform full-attention layers (no MoE, MLA, MTP, QK-norm or
+  sliding/chunked attention; :attr:`ModelSpec.engine_unsupported` empty);
+* data parallelism only: ``tp = pp = cp = ep = 1``; sharding ``full`` (ZeRO-3),
+  ``grad_op`` (ZeRO-2), ``optimizer`` (ZeRO-1) or ``none`` (DDP); ``reshard_after_forward``
+  either way, ``keep_gathered`` off, gradients reduced every micro-batch;
+* the default framework ``fsdp2`` (PyTorch ``fully_shard``; NCCL 2.30 constants);
+* precision ``bf16``, ``fp16`` or ``fp32``; reduce dtype any of them; AdamW or SGD;
+  FlashAttention on or off, fused loss on or off; recompute ``none``, ``selective`` or
+  ``full`` on every layer; no dropout, no CUDA graphs, no per-module recompute, no BF16-layer
+  recipe;
+* micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
+* a switched scale-up domain (NVLink/NVSwitch or PCIe, not a switchless mesh), one
+  non-blocking fabric (no pods smaller than the job); power caps and fragmented placement are
+  included (they scale rates).
+
+Symbols: b micro-batch, s sequence length, T = b·s tokens per micro-batch, h = d_model, q and
+kv the query and key/value widths, f the MLP width, V the vocabulary, L layers, k gradient-
+accumulation steps, N data-parallel GPUs, e bytes per activation/parameter element in the
+compute dtype. R = peak × achievable matmul fraction [FLOP/s], W = HBM bandwidth × achievable
+fraction [B/s].
+"""
+
+from __future__ import annotations
+
+import math
+
+from fsdpsim.util.errors import ConfigError
+
+#: Bytes per element of the 16/32-bit dtypes this reference covers.
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
+STRATEGIES = ("full", "grad_op", "optimizer", "none")
+#: Eager PyTorch ops per layer (forward, backward): base GPT block and what each switch adds,
+#: counted with TorchDispatchMode (fsdpsim.costs.compute.HOST_OPS_*, tests/test_model_torch.py).
+OPS_BASE, OPS_EAGER_ATTN, OPS_ROTARY = (41, 79), (20, 21), (8, 16)
+OPS_SWIGLU, OPS_RMSNORM, OPS_BIAS = (5, 12), (12, 30), (0, 18)
+OPS_DOWN_PROJ = 3  # t, mm, view of the MLP down projection (skipped by early-stop recompute)
+#: HBM bytes per logit of the cross-entropy: unfused (upcast, log-softmax, its backward, the
+#: cast back: 36) or a fused kernel (4) (fsdpsim.costs.compute.LOSS_BYTES_PER_LOGIT).
+LOSS_BYTES, FUSED_LOSS_BYTES = 36.0, 4.0
+#: AdamW (foreach, fp32) moves 28 B per local parameter, SGD with momentum 20 B
+#: (Loshchilov & Hutter 2019 Alg. 2; torch.optim foreach kernels).
+OPTIMIZER_TRAFFIC_BYTES = {"adamw": 28.0, "sgd": 20.0}
+#: Optimizer-state bytes per parameter: two fp32 moments (AdamW), one momentum (SGD).
+OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "sgd": 4.0}
+NCCL_PROTOCOLS = ("ll", "ll128", "simple")
+PAT_BASE_S, PAT_PER_RANK_S = 8.0e-6, 2.8e-6  # NCCL tuning.cc PAT latency
+
+
+# ---------------------------------------------------------------- scope ---------------------
+def check_scope(model, system, plan, training) -> None:
+    """Raise ConfigError naming the first setting outside this reference's scope."""
+    def refuse(what, accepted):
+        raise ConfigError(f"fsdpsim.reference covers {accepted}; got {what}")
+    if model.engine_unsupported or model.is_moe or model.attention_kind == "mla" \
+            or model.mtp_layers or model.qk_norm or set(model.attention_pattern) != {"full"}:
+        refuse(f"model {model.name!r} (MoE, MLA, MTP, QK-norm or windowed attention)",
+               "dense uniform full-attention models")
+    for name in ("tp", "pp", "cp", "ep"):
+        if getattr(plan, name) != 1:
+            refuse(f"{name}={getattr(plan, name)}", f"{name}=1 only")
+    if plan.sharding not in STRATEGIES:
+        refuse(f"sharding {plan.sharding!r}", f"sharding {', '.join(STRATEGIES)}")
+    if plan.keep_gathered or plan.grad_sync != "every":
+        refuse("keep_gathered / grad_sync='last'", "gradients reduced every micro-batch")
+    if plan.framework != "fsdp2":
+        refuse(f"framework {plan.framework!r}", "framework fsdp2 only")
+    if training.precision not in DTYPE_BYTES or (training.reduce_dtype or "fp32") not in DTYPE_BYTES:
+        refuse(f"precision {training.precision!r} / reduce_dtype {training.reduce_dtype!r}",
+               "precision and reduce dtype bf16, fp16 or fp32")
+    if training.micro_batch is None or training.recompute is None:
+        refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
+    if (training.dropout or training.cuda_graphs != "none" or training.recompute_modules
+            or training.recompute_layers is not None or training.bf16_layers is not None
+            or training.fp8_attention or training.fp8_lm_head):
+        refuse("dropout, CUDA graphs, partial/per-module recompute or FP8 switches",
+               "none of them")
+    if system.link.topology == "mesh":
+        refuse("a switchless mesh scale-up link", "switched links (NVSwitch, PCIe)")
+    if system.pod_gpus and system.pod_gpus < plan.num_gpus:
+        refuse(f"pods of {system.pod_gpus} GPUs", "one non-blocking fabric")
+
+
+# ---------------------------------------------------------------- compute -------------------
+def linear_times_s(tokens, n, k, R, W, e, half_flops, half_k):
+    """Forward and backward time of y = x·Wᵀ, x: (T × k), W: (n × k) [s].
+
+    Each GEMM is a roofline (Williams et al. 2009) with a tile efficiency k/(k + k_half) in
+    its reduction dimension and a Hockney tail n_half/R per kernel (fsdpsim.costs.compute
+    ``gemm_time_s``): ``t = max(2·m·n·(k + k_half)/R, e·(mk + kn + mn)/W) + n_half/R``.
+    Backward = input gradient (reduces over n) + weight gradient (reduces over T)."""
+    traffic_s = e * (tokens * k + n * k + tokens * n) / W   # the three matrices, once
+    tail_s = half_flops / R                                  # per-kernel Hockney tail
+    fwd = max(2.0 * tokens * n * (k + half_k) / R, traffic_s) + tail_s
+    dgrad = max(2.0 * tokens * k * (n + half_k) / R, traffic_s) + tail_s
+    wgrad = max(2.0 * n * k * (tokens + half_k) / R, traffic_s) + tail_s
+    return fwd, dgrad + wgrad
+
+
+def layer_compute(m, x):
+    """One transformer layer, one micro-batch, one GPU: GEMMs, attention, element-wise work,
+    the host floor, and the recompute replay [s] (docs/model.md "Compute")."""
+    T, h, q, kv, f, e = x["T"], m.d_model, m.q_dim, m.kv_dim, m.ffn_size, x["e"]
+    b, s = x["b"], x["s"]
+    swiglu, rotary, flash = m.ffn_kind == "swiglu", m.position == "rotary", x["flash"]
+    gemm = lambda n, k: linear_times_s(T, n, k, x["R"], x["W"], e, x["half_flops"],  # noqa: E731
+                                       x["half_k"])
+    shapes = [(q + 2 * kv, h),                      # fused QKV projection (GQA)
+              (h, q),                               # attention output projection
+              ((2 if swiglu else 1) * f, h),        # MLP up (and gate: SwiGLU, Shazeer 2020)
+              (h, f)]                               # MLP down
+    times = [gemm(n, k) for n, k in shapes]
+    gemm_fwd = sum(t[0] for t in times)
+    gemm_bwd = sum(t[1] for t in times)
+    down_fwd = times[-1][0]
+    # Attention scores and values: 4·b·s²·q FLOPs forward over the full square; a causal flash
+    # kernel computes half (Dao 2023 §3.1) at peak × attention_fraction × n/(n + n_half), n the
+    # keys a query tile visits (s/2 causal). Eager attention runs as GEMMs over the full
+    # square and reads/writes the s × s scores three times (bandwidth bound).
+    attn_flops = (0.5 if flash else 1.0) * 4.0 * b * s * s * q
+    kv_len = (0.5 if flash else 1.0) * s
+    half = x["attn_half_kv"] if flash else x["half_k"]
+    fraction = x["attn_fraction"] if flash else x["matmul_fraction"]
+    attn_fwd = attn_flops / (x["peak"] * fraction / (1.0 + half / kv_len))
+    if not flash:
+        attn_fwd += 3.0 * e * b * m.n_heads * s * s / x["W"]
+    attn_bwd = (2.5 if flash else 2.0) * attn_fwd  # FlashAttention recomputes the scores
+    # Element-wise kernels, bytes per token (fsdpsim.costs.compute.layer_elementwise_bytes):
+    # forward 2 norms (4h) + 2 residual adds (6h) + activation (2f GELU, 3f SwiGLU) + rotary;
+    # backward norms (10h) + residual grads (6h) + activation (3f / 5f) + rotary + bias grads.
+    rope = 2.0 * (q + kv) if rotary else 0.0
+    bias = m.mlp_bias or m.qkv_bias or m.attn_out_bias
+    bias_grads = (q + 2 * kv) + h + (2 if swiglu else 1) * f + h if bias else 0.0
+    ew_fwd = T * e * (10.0 * h + (3.0 if swiglu else 2.0) * f + rope) / x["W"]
+    ew_bwd = T * e * (16.0 * h + (5.0 if swiglu else 3.0) * f + rope + bias_grads) / x["W"]
+    # Host floor: each eager op costs kernel_overhead_s of CPU time; a layer takes at least
+    # n_ops × overhead (launch bound).
+    switches = ((not flash, OPS_EAGER_ATTN), (rotary, OPS_ROTARY), (swiglu, OPS_SWIGLU),
+                (m.norm == "rmsnorm", OPS_RMSNORM), (bias, OPS_BIAS))
+    ops_fwd = OPS_BASE[0] + sum(o[0] for on, o in switches if on)
+    ops_bwd = OPS_BASE[1] + sum(o[1] for on, o in switches if on)
+    ko = x["kernel_overhead_s"]
+    block_fwd = max(gemm_fwd + attn_fwd + ew_fwd, ops_fwd * ko)
+    block_bwd = max(gemm_bwd + attn_bwd + ew_bwd, ops_bwd * ko)
+    # Recompute (Korthikanti et al. 2022 §5): full replays the forward, less the MLP down
+    # projection torch's non-reentrant checkpoint never needs (early stop, torch >= 2.1);
+    # selective replays the attention core only.
+    recompute = {"none": 0.0, "selective": attn_fwd,
+                 "full": max(gemm_fwd + attn_fwd + ew_fwd - down_fwd,
+                             (ops_fwd - OPS_DOWN_PROJ) * ko)}[x["recompute"]]
+    return {"gemm_fwd_s": gemm_fwd, "gemm_bwd_s": gemm_bwd, "attn_fwd_s": attn_fwd,
+            "attn_bwd_s": attn_bwd, "ew_fwd_s": ew_fwd, "ew_bwd_s": ew_bwd,
+            "block_fwd_s": block_fwd, "block_bwd_s": block_bwd, "recompute_s": recompute}
+
+
+def root_compute(m, x):
+    """Embedding lookup, LM head and loss for one micro-batch [s]: the head's GEMMs as a
+    linear layer (T × h)·(h × V); the loss bandwidth bound (40 % of its bytes in forward:
+    upcast and log-softmax, 14 of 36 B/logit); the embedding reads and writes T·h."""
+    T, V, h, e, W = x["T"], m.vocab_size, m.d_model, x["e"], x["W"]
+    head_fwd, head_bwd = linear_times_s(T, V, h, x["R"], W, e, x["half_flops"], x["half_k"])
+    loss = T * V * (FUSED_LOSS_BYTES if x["fused_loss"] else LOSS_BYTES) / W
+    embed = 2.0 * T * h * e / W
+    return {"head_gemm_s": head_fwd, "head_gemm_bwd_s": head_bwd, "loss_s": loss,
+            "embed_s": embed,
+            "root_fwd_s": head_fwd + 0.4 * loss + embed,
+            "root_bwd_s": head_bwd + 0.6 * loss + 2.0 * embed}   # embedding grad: scatter-add
+
+
+# ---------------------------------------------------------------- NCCL ----------------------
+def bus_bandwidth(x, n, per_node):
+    """Large-message bus bandwidth of a ring over n ranks, ``per_node`` of them per domain
+    [B/s]: the scale-up link inside one domain; across domains the node's NIC share
+    (``per_node`` × NIC share × fabric decay), capped by the link (fsdpsim.costs.comm)."""
+    g = min(per_node, n)
+    if n <= g:
+        return x["link"]
+    nodes = math.ceil(n / max(g, 1))
+    # Fabric decay with node count (NVIDIA/nccl#1229), per network class in the catalog.
+    lost = x["decay"] * math.log2(max(nodes / x["decay_from"], 1.0))
+    fabric = max(x["decay_floor"], 1.0 - lost) * x["placement_factor"]
+    intra = x["link"] if g > 1 else math.inf
+    return min(intra, g * x["nic"] * fabric)
+
+
+def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False):
+    """One NCCL collective on M bytes over n ranks: the least over NCCL's (algorithm,
+    protocol) pairs of ``latency + M · share / bandwidth`` (NCCL src/graph/tuning.cc
+    ``ncclTopoTuneModel``; constants from the catalog's library; fsdpsim.costs.nccl)."""
+    if n <= 1:
+        return 0.0
+    lib = x["nccl"]
+    ppn = min(per_node, n)
+    nodes = max(math.ceil(n / max(ppn, 1)), 1)
+    multi = nodes > 1
+    busbw = bus_bandwidth(x, n, per_node)
+    passes = 2.0 if all_reduce else 1.0
+    steps = passes * (n - 1)                 # ring steps: n − 1, twice for all-reduce
+    inter = passes * (nodes - 1)             # of which cross nodes
+    share = steps / n                        # (n−1)/n of M per rank (nccl-tests busbw)
+    ll_max = lib.ll_max_bytes_per_s[0 if nodes <= 1 else 1 if nodes <= 2 else 2]
+    ll128_cap = ppn * lib.ll128_channel_bytes_per_s if multi else math.inf
+    hop_kind = "nvlink" if x["nvlink"] else "pci"
+    lat = lambda p, k: lib.latency_us[p][f"{k}_us"] * 1e-6  # noqa: E731
+    best = math.inf
+    for p in NCCL_PROTOCOLS:
+        hop = lat(p, f"ring_{hop_kind}_hop")
+        if p == "ll" and multi:
+            hop *= lib.ll_multi_node_hop_factor
+        overhead = lib.net_overhead_s * (3.0 if p == "simple" else 1.0)
+        intra = max(hop, overhead if multi else 0.0)
+        latency = lat(p, "ring_base") + (steps - inter) * intra + inter * lat(p, "ring_net_hop")
+        bw = {"simple": busbw,
+              "ll128": min(busbw * lib.ll128_bandwidth_fraction, ll128_cap),
+              "ll": min(ll_max, busbw * lib.ll_bandwidth_fraction)}[p]
+        best = min(best, message_bytes * share / bw + latency)
+    if all_reduce and multi:  # tree: up and down a log2(nodes)-deep tree, 2·M/bw
+        tree_cap = ppn * lib.tree_channel_bytes_per_s
+        for p in NCCL_PROTOCOLS:
+            latency = lat(p, "tree_base") + 2.0 * ((ppn - 1) * lat(p, f"tree_{hop_kind}_hop")
+                                                   + math.log2(nodes) * lat(p, "tree_net_hop"))
+            bw = {"simple": min(busbw * lib.tree_bandwidth_fraction, tree_cap),
+                  "ll128": min(busbw * 120.0 / 128.0, ll128_cap),
+                  "ll": min(ll_max, busbw / 3.8)}[p]
+            best = min(best, message_bytes * 2.0 / bw + latency)
+    elif not all_reduce and lib.pat and multi and ppn <= 1:  # PAT, one GPU per node
+        latency = (PAT_BASE_S + math.log2(nodes) * lat("simple", "tree_net_hop") / 3.5
+                   + PAT_PER_RANK_S * n)
+        best = min(best, message_bytes * share / (0.75 * busbw) + latency)
+    return best
+
+
+# ---------------------------------------------------------------- inputs --------------------
+def padded_numel(shapes, shard):
+    """Elements of one FSDP2 unit: every parameter's dim 0 padded to a multiple of the shard
+    count (torch _fsdp_param.py; fsdpsim.costs.comm.padded_numel)."""
+    return float(sum(math.ceil((sh[0] if sh else 1) / shard) * shard
+                     * math.prod(sh[1:]) for _, sh in shapes))
+
+
+def _rates(system, plan, training):
+    """The catalog's rates and constants this reference reads, in SI units."""
+    from fsdpsim.hardware.system import FRAGMENTED_FACTOR
+    from fsdpsim.plan.frameworks import PROFILES
+
+    acc, eff, link, net = system.accelerator, system.accelerator.efficiency, system.link, \
+        system.network
+    lib = system.collectives.get(PROFILES["fsdp2"].collectives)
+    if lib is None:  # the built-in catalog's release of the default profile
+        from fsdpsim.hardware.catalog import load_catalog
+        lib = load_catalog(use_env=False).collectives(PROFILES["fsdp2"].collectives)
+    peak_nominal = acc.peak_for(training.precision)
+    peak = peak_nominal * system.compute_clock_ratio   # a power cap lowers the clock
+    return {
+        "peak_nominal": peak_nominal, "peak": peak,
+        "R": peak * eff.matmul_fraction, "matmul_fraction": eff.matmul_fraction,
+        "half_flops": eff.matmul_half_flops, "half_k": eff.matmul_half_k,
+        "attn_fraction": eff.attention_fraction, "attn_half_kv": eff.attention_half_kv,
+        "W": acc.hbm_bandwidth_bytes_per_s * eff.hbm_fraction,
+        "link": link.bandwidth_bytes_per_s * eff.link_fraction,
+        "nic": system.inter_node_bandwidth_bytes_per_s_per_gpu * system.inter_node_fraction,
+        "nvlink": link.topology != "pcie",
+        "decay": net.scale_decay_per_doubling if net else 0.0,
+        "decay_from": net.scale_decay_from_nodes if net else 4.0,
+        "decay_floor": net.scale_decay_floor if net else 1.0,
+        "placement_factor": FRAGMENTED_FACTOR if system.placement == "fragmented" else 1.0,
+        "kernel_overhead_s": eff.kernel_overhead_s, "sigma": eff.comm_compute_slowdown,
+        "nccl": lib, "memory_bytes": acc.memory_bytes,
+        "reserved_bytes": acc.runtime_reserved_bytes,
+        "allocator_fraction": acc.allocator_fraction,
+    }
+
+
+# ---------------------------------------------------------------- overlap -------------------
+def slowed_s(compute_s, comm_s, sigma):
+    """Compute beside NCCL kernels is slowed in proportion to the overlapped time:
+    ``f · (1 + σ · min(1, c/f))`` (Rashidi et al. 2021 ISCA §2; fsdpsim.costs.overlap)."""
+    return compute_s + sigma * min(comm_s, compute_s) if compute_s > 0 else 0.0
+
+
+def pipelined_s(first_comm_s, comm_s, compute_s, n_units, last_comm_s, sigma):
+    """FSDP's two-stream pipeline over n identical units (Zhao et al. 2023 §3.3): the first
+    collective exposed, then n − 1 times the slower of (slowed compute, next collective), the
+    last unit's compute, and its own trailing collective:
+    ``c_first + (n − 1)·max(f', c) + f + c_last``."""
+    return (first_comm_s + max(n_units - 1, 0) * max(slowed_s(compute_s, comm_s, sigma), comm_s)
+            + compute_s + last_comm_s)
+
+
+# ---------------------------------------------------------------- memory --------------------
+def peak_memory(m, x, block_numel, root_numel, strategy, reshard):
+    """Per-GPU peak memory [B]: the larger of two moments (fsdpsim.costs.memory): the loss
+    backward (states, the gathered root, every saved activation, logits and cross-entropy
+    temporaries) and the first block's backward (states, the root and two blocks gathered, one
+    unit's gradient, one layer re-materialised, the logits the loop holds). Each is
+    ``allocated · (1 + allocator_fraction) + runtime reserved``."""
+    b, s, T, e, N = x["b"], x["s"], x["T"], x["e"], x["shard"]
+    h, q, kv, a, V = m.d_model, m.q_dim, m.kv_dim, m.n_heads, m.vocab_size
+    psi = float(m.n_params)                            # Ψ: parameters of the replica
+    psi_padded = m.n_layers * block_numel + root_numel  # with FSDP2's padding
+    psi_shard = psi_padded / N                          # Ψ_s: one GPU's shard
+    # Model states, PyTorch recipe: fp32 master parameters and gradients, fp32 optimizer
+    # state (ZeRO paper §5 Fig. 1 table; Zhao et al. 2023 §4.4). SHARD_GRAD_OP holds an fp32
+    # parameter shard and the gathered bf16 units: "full" without resharding in memory.
+    params_sharded = strategy in ("full", "grad_op")
+    grads_sharded = params_sharded
+    states = (4.0 * (psi_shard if params_sharded else psi)
+              + 4.0 * (psi_shard if grads_sharded else psi)
+              + OPTIMIZER_STATE_BYTES[x["optimizer"]] * (psi_shard if strategy != "none" else psi))
+    # Gathered parameters in the compute dtype: two units in flight plus the never-resharded
+    # root (Zhao et al. 2023 §3.4 rate limiter), or all of them when not resharded; a separate
+    # copy exists only if gathered from shards or cast to another dtype.
+    separate = e != 4.0 or (params_sharded and N > 1)
+    resharded = params_sharded and reshard and strategy != "grad_op"
+    gathered_block = min(2.0 * block_numel + root_numel, psi) if resharded else psi
+    gathered_loss = min(root_numel, psi) if resharded else psi
+    unit_grad = block_numel * (e + (x["reduce_bytes"] if x["reduce_bytes"] != e else 0.0))
+    # Saved activations per layer, per token (Korthikanti et al. 2022 §4.1, general widths):
+    # 4 h-sized inputs (LN1, QKV, LN2, MLP up), Q, K, V, the attention output, and the MLP's
+    # activation tensors (GELU 2f; eager SwiGLU 4f: gate, up, SiLU and product).
+    n_ffn = 4.0 if m.ffn_kind == "swiglu" else 2.0
+    linear = T * (4.0 * e * h + e * (q + 2 * kv) + e * q + e * n_ffn * m.ffn_size)
+    core = 4.0 * b * a * s if x["flash"] else b * a * s * s * e  # fp32 logsumexp, or scores
+    kept = linear + core
+    saved = {"none": kept, "selective": linear, "full": T * e * h}[x["recompute"]]
+    working = kept - saved                               # one layer rebuilt in its backward
+    head = 2.0 * T * e * h                               # final-norm and LM-head inputs
+    logits = b * s * V * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)  # bf16 + 3 fp32 temps
+    held_logits = 2.0 * b * s * V
+    activations = m.n_layers * saved
+    at_loss = (states + (e * gathered_loss if separate else 0.0)
+               + activations + head + logits)
+    in_block = (states + (e * gathered_block if separate else 0.0) + unit_grad
+                + activations + working + held_logits)
+    frac, reserved = x["allocator_fraction"], x["reserved_bytes"]
+    return max(at_loss * (1.0 + frac) + reserved, in_block * (1.0 + frac) + reserved)
+
+
+# ---------------------------------------------------------------- the step ------------------
+def predict(model, system, plan, training) -> dict[str, float]:
+    """One training step of one configuration (module docstring for the scope) [SI units].
+
+    Returns step time, tokens/s per GPU, MFU, HFU, the peak memory per GPU and the main
+    terms: compute, the FSDP/ZeRO/DDP collectives, exposed communication, optimizer."""
+    check_scope(model, system, plan, training)
+    m, L, N = model, model.n_layers, plan.num_gpus
+    dp = plan.dp
+    b, s = training.micro_batch, training.seq_len
+    if training.global_batch is None:
+        k = 1
+    elif training.global_batch % (b * dp):
+        raise ConfigError(f"global_batch({training.global_batch}) is not a multiple of "
+                          f"micro_batch({b}) x dp({dp})")
+    else:
+        k = training.global_batch // (b * dp)             # gradient-accumulation steps
+    x = _rates(system, plan, training)
+    shard = 1 if plan.sharding == "none" else dp         # FSDP/ZeRO shard over all dp ranks
+    per_node = min(dp, plan.gpus_per_node)                # group members per scale-up domain
+    e = DTYPE_BYTES[training.precision]
+    x.update(b=b, s=s, T=float(b * s), e=e, shard=shard, flash=training.flash_attention,
+             fused_loss=training.fused_loss, recompute=training.recompute,
+             optimizer=training.optimizer,
+             reduce_bytes=DTYPE_BYTES[training.reduce_dtype or "fp32"])
+    layer = layer_compute(m, x)
+    root = root_compute(m, x)
+
+    # -- FSDP units: one per block and the root, padded per parameter for the shard count --
+    shapes = m.unit_parameter_shapes()
+    block_numel = padded_numel(shapes["block"], shard)
+    root_numel = padded_numel(shapes["root"], shard)
+    params_padded = L * block_numel + root_numel
+
+    # -- collectives per unit (fsdpsim.costs.comm table): bytes are the whole buffer --------
+    strategy = plan.sharding
+    ring = lambda nbytes: nccl_time_s(x, nbytes, shard, per_node)  # noqa: E731
+    ag_block, ag_root = ring(block_numel * e), ring(root_numel * e)      # gathered params
+    rs_block = ring(block_numel * x["reduce_bytes"])                     # grads, reduce dtype
+    rs_root = ring(root_numel * x["reduce_bytes"])
+    zero3 = strategy == "full"
+    gathers = strategy in ("full", "grad_op")          # parameters gathered per micro-batch
+    ag_calls = (2 if plan.reshard_after_forward else 1) if zero3 else 1 if gathers else 0
+    # ZeRO-1: gradients reduce-scattered and parameters gathered once a step; DDP: one
+    # all-reduce of the gradients a step (Li et al. 2020 §3.2.4).
+    zero1, ddp = strategy == "optimizer", strategy == "none"
+    step_block = step_root = post_step = 0.0
+    if zero1:
+        step_block, step_root = rs_block, rs_root
+        post_step = ring(params_padded * e)
+    if ddp:
+        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], dp, per_node, True)
+        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], dp, per_node, True)
+
+    # -- one micro-batch: forward and backward with the collectives overlapped --------------
+    sigma = x["sigma"]
+    fwd_ag = ag_block if gathers else 0.0
+    fwd_first = (ag_root + ag_block) if gathers else 0.0
+    fwd = pipelined_s(fwd_first, fwd_ag, layer["block_fwd_s"], L, 0.0, sigma) + root["root_fwd_s"]
+    block_bwd = layer["block_bwd_s"] + layer["recompute_s"]  # the replay precedes backward
+    bwd_ag = ag_block if ag_calls > 1 else 0.0            # ZeRO-3 re-gathers in backward
+    mb_rs = rs_block if gathers else 0.0
+    root_rs = rs_root if gathers else 0.0
+
+    def backward(block_comm, root_comm):
+        """The LM head's backward beside the first re-gather, then the blocks' pipeline, the
+        last unit's reduction, and the root's."""
+        head = slowed_s(root["root_bwd_s"], bwd_ag, sigma)
+        first = max(0.0, bwd_ag - root["root_bwd_s"])
+        return (head + pipelined_s(first, bwd_ag + block_comm, block_bwd, L, block_comm, sigma)
+                + root_comm)
+
+    bwd_mb = backward(mb_rs, root_rs)
+    bwd_last = backward(mb_rs + step_block, root_rs + step_root)
+    # Optimizer on the local shard: bandwidth bound (fsdpsim.costs.compute).
+    opt_shard = 1 if ddp else dp
+    optimizer_s = params_padded / opt_shard * OPTIMIZER_TRAFFIC_BYTES[training.optimizer] / x["W"]
+    step_s = k * fwd + (k - 1) * bwd_mb + bwd_last + optimizer_s + post_step
+
+    # -- totals --------------------------------------------------------------------------
+    compute_s = (k * (L * (layer["block_fwd_s"] + block_bwd) + root["root_fwd_s"]
+                      + root["root_bwd_s"]) + optimizer_s)
+    all_gather_s = k * ((L * ag_block * ag_calls + ag_root) if gathers else 0.0) + post_step
+    reduce_scatter_s = (k * ((L * rs_block + rs_root) if gathers else 0.0)
+                        + ((L * rs_block + rs_root) if zero1 else 0.0))
+    all_reduce_s = (L * step_block + step_root) if ddp else 0.0
+    tokens_per_step = b * s * k * dp
+    # MFU: PaLM App. B model FLOPs, 6·N_mm + 12·L·s·q per token, against the dense peak.
+    model_flops = (6.0 * m.matmul_params + 12.0 * L * s * m.q_dim) * tokens_per_step
+    # HFU: 3× every weight matmul, attention over the full square with flash's 2.5× backward,
+    # plus the recomputed forward (less the down projection under full recompute).
+    T = x["T"]
+    up = (2 if m.ffn_kind == "swiglu" else 1) * m.ffn_size
+    layer_mm = 2.0 * T * ((m.q_dim + 2 * m.kv_dim) * m.d_model + m.d_model * m.q_dim
+                          + up * m.d_model + m.d_model * m.ffn_size)
+    attn_full = 4.0 * b * s * s * m.q_dim
+    replay = {"none": 0.0, "selective": attn_full,
+              "full": layer_mm - 2.0 * T * m.d_model * m.ffn_size + attn_full}[training.recompute]
+    hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
+                      + 3.0 * 2.0 * T * m.d_model * m.vocab_size + L * replay) * k * dp
+    peak_total = x["peak_nominal"] * N
+    peak_bytes = peak_memory(m, x, block_numel, root_numel, strategy, plan.reshard_after_forward)
+    return {
+        "step_time_s": step_s,
+        "tokens_per_s_per_gpu": tokens_per_step / step_s / N,
+        "mfu": model_flops / (step_s * peak_total),
+        "hfu": hardware_flops / (step_s * peak_total),
+        "peak_memory_bytes": peak_bytes,
+        "fits": peak_bytes <= x["memory_bytes"],
+        "grad_accum": float(k),
+        "compute_s": compute_s,
+        "gemm_s": k * (L * (layer["gemm_fwd_s"] + layer["gemm_bwd_s"]) + root["head_gemm_s"]
+                       + root["head_gemm_bwd_s"]),
+        "attention_s": k * L * (layer["attn_fwd_s"] + layer["attn_bwd_s"]),
+        "memory_bound_s": k * (L * (layer["ew_fwd_s"] + layer["ew_bwd_s"]) + root["loss_s"]
+                               + 3.0 * root["embed_s"]) + optimizer_s,
+        "recompute_s": k * L * layer["recompute_s"],
+        "optimizer_s": optimizer_s,
+        "all_gather_s": all_gather_s,
+        "reduce_scatter_s": reduce_scatter_s,
+        "all_reduce_s": all_reduce_s,
+        "exposed_comm_s": max(step_s - compute_s, 0.0),
+        "model_flops_per_step": model_flops,
+        "hardware_flops_per_step": hardware_flops,
+    }
