@@ -1,0 +1,136 @@
+"""The scalar reference model (fsdpsim/reference.py) against the engine, through
+``fsdpsim.drivers.predict`` (the CLI's path): random configurations inside the reference's
+scope must agree to a relative 1e-9 on every reported number; configurations outside it must
+be refused with a ConfigError; the reference must not use the engine or the cost functions."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from fsdpsim import reference
+from fsdpsim.drivers.predict import predict
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.hardware.system import resolve_system
+from fsdpsim.model.presets import PRESETS
+from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.util.errors import ConfigError
+
+CATALOG = load_catalog(use_env=False)
+#: reference key -> engine key (Prediction.values)
+COMPARED = {"step_time_s": "step_time_s", "tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
+            "mfu": "mfu", "hfu": "hfu", "peak_memory_bytes": "peak_bytes",
+            "compute_s": "compute_s", "gemm_s": "gemm_s", "attention_s": "attention_s",
+            "memory_bound_s": "memory_bound_s", "recompute_s": "recompute_s",
+            "optimizer_s": "optimizer_s", "all_gather_s": "all_gather_s",
+            "reduce_scatter_s": "reduce_scatter_s", "all_reduce_s": "all_reduce_s",
+            "exposed_comm_s": "exposed_comm_s", "model_flops_per_step": "model_flops_per_step",
+            "hardware_flops_per_step": "hardware_flops_per_step"}
+RTOL = 1e-9
+DENSE = sorted(name for name, spec in PRESETS.items()
+               if not spec.engine_unsupported and not spec.is_moe
+               and spec.attention_kind != "mla" and not spec.mtp_layers and not spec.qk_norm
+               and set(spec.attention_pattern) == {"full"} and spec.n_params < 8e10)
+GPUS = sorted(CATALOG.ids("accelerator"))
+
+
+@st.composite
+def small_models(draw):
+    """A random small dense decoder: GPT-like or Llama-like switches, GQA, odd widths (FSDP2
+    padding bites when dim 0 does not divide the shard count)."""
+    head_dim = draw(st.sampled_from([16, 32, 64, 80, 128]))
+    n_heads = draw(st.integers(1, 16))
+    kv_heads = draw(st.sampled_from([h for h in range(1, n_heads + 1) if n_heads % h == 0]))
+    llama = draw(st.booleans())
+    return ModelSpec(
+        name="random", n_layers=draw(st.integers(1, 12)), d_model=n_heads * head_dim,
+        n_heads=n_heads, n_kv_heads=kv_heads, ffn_size=draw(st.integers(8, 4000)),
+        ffn_kind="swiglu" if llama else "gelu", vocab_size=draw(st.integers(100, 60000)),
+        tied_embeddings=draw(st.booleans()), position="rotary" if llama else "learned",
+        max_seq_len=8192, norm="rmsnorm" if llama else "layernorm", norm_bias=not llama,
+        qkv_bias=draw(st.booleans()), attn_out_bias=draw(st.booleans()),
+        mlp_bias=draw(st.booleans()))
+
+
+@st.composite
+def configurations(draw):
+    model = draw(st.one_of(st.sampled_from(DENSE).map(PRESETS.__getitem__), small_models()))
+    gpu = draw(st.sampled_from(GPUS))
+    system = resolve_system(CATALOG, gpu=gpu,
+                            placement=draw(st.sampled_from(["packed", "fragmented"])))
+    assume(system.link.topology != "mesh")
+    per_node = system.gpus_per_node
+    counts = sorted({d for d in range(1, per_node + 1) if per_node % d == 0}
+                    | {per_node * 2 ** i for i in range(1, 8)})
+    num_gpus = draw(st.sampled_from(counts))
+    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=per_node,
+                        sharding=draw(st.sampled_from(reference.STRATEGIES)),
+                        reshard_after_forward=draw(st.booleans()))
+    precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES)))
+    assume(precision in system.accelerator.peak_flops_per_s)
+    micro_batch = draw(st.integers(1, 8))
+    training = TrainingConfig(
+        seq_len=draw(st.sampled_from([s for s in (128, 256, 512, 1024, 2048, 4096)
+                                      if s <= model.max_seq_len])),
+        micro_batch=micro_batch,
+        global_batch=micro_batch * plan.dp * draw(st.integers(1, 4)),
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        precision=precision,
+        reduce_dtype=draw(st.sampled_from([None, "fp32", "bf16"])),
+        optimizer=draw(st.sampled_from(["adamw", "sgd"])),
+        flash_attention=draw(st.booleans()), fused_loss=draw(st.booleans()))
+    return model, system, plan, training
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.filter_too_much])
+@given(configurations())
+def test_reference_agrees_with_engine(config):
+    model, system, plan, training = config
+    prediction = predict(model, system, plan, training)
+    engine = prediction.values
+    ref = reference.predict(model, system, plan, training)
+    for key, engine_key in COMPARED.items():
+        assert math.isclose(ref[key], engine[engine_key], rel_tol=RTOL, abs_tol=1e-300), (
+            key, ref[key], engine[engine_key])
+    assert ref["fits"] == bool(engine["fits"])
+    assert ref["grad_accum"] == prediction.training["grad_accum"]
+
+
+def _h100():
+    return resolve_system(CATALOG, gpu="h100-sxm5-80gb")
+
+
+@pytest.mark.parametrize("change", [
+    {"model": "mixtral-8x7b"},
+    {"plan": {"tp": 2}},
+    {"plan": {"sharding": "hybrid", "shard_group_size": 8}},
+    {"plan": {"framework": "megatron"}},
+    {"plan": {"keep_gathered": True}},
+    {"training": {"precision": "fp8"}},
+    {"training": {"micro_batch": None, "global_batch": 64}},
+    {"training": {"recompute": None}},
+    {"training": {"dropout": True}},
+])
+def test_out_of_scope_is_refused(change):
+    model = PRESETS[change.get("model", "llama3-8b")]
+    plan = ParallelPlan(**{"num_gpus": 16, "gpus_per_node": 8, **change.get("plan", {})})
+    training = TrainingConfig(**{"seq_len": 2048, "micro_batch": 1, "recompute": "full",
+                                 **change.get("training", {})})
+    with pytest.raises(ConfigError, match="fsdpsim.reference covers"):
+        reference.predict(model, _h100(), plan, training)
+
+
+def test_reference_uses_neither_engine_nor_costs():
+    tree = ast.parse(Path(reference.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for a in node.names}
+    assert not {m for m in imported if m and m.startswith(("fsdpsim.engine", "fsdpsim.costs",
+                                                           "fsdpsim.drivers", "numpy"))}
