@@ -12,17 +12,17 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 * dense decoder models with uniform full-attention layers (no MoE, MLA, MTP, QK-norm or
   sliding/chunked attention; :attr:`ModelSpec.engine_unsupported` empty);
 * data parallelism only: ``tp = pp = cp = ep = 1``; sharding ``full`` (ZeRO-3),
-  ``grad_op`` (ZeRO-2), ``optimizer`` (ZeRO-1) or ``none`` (DDP); ``reshard_after_forward``
-  either way, ``keep_gathered`` off, gradients reduced every micro-batch;
+  ``grad_op`` (ZeRO-2), ``optimizer`` (ZeRO-1), ``none`` (DDP) or ``hybrid`` (HSDP, any shard
+  group size); ``reshard_after_forward`` either way, ``keep_gathered`` off, gradients reduced
+  every micro-batch;
 * the default framework ``fsdp2`` (PyTorch ``fully_shard``; NCCL 2.30 constants);
 * precision ``bf16``, ``fp16`` or ``fp32``; reduce dtype any of them; AdamW or SGD;
   FlashAttention on or off, fused loss on or off; recompute ``none``, ``selective`` or
   ``full`` on every layer; no dropout, no CUDA graphs, no per-module recompute, no BF16-layer
   recipe;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
-* a switched scale-up domain (NVLink/NVSwitch or PCIe, not a switchless mesh), one
-  non-blocking fabric (no pods smaller than the job); power caps and fragmented placement are
-  included (they scale rates).
+* any scale-up link (NVSwitch, PCIe, switchless mesh), one non-blocking fabric (no pods
+  smaller than the job); power caps and fragmented placement are included (they scale rates).
 
 Symbols: b micro-batch, s sequence length, T = b·s tokens per micro-batch, h = d_model, q and
 kv the query and key/value widths, f the MLP width, V the vocabulary, L layers, k gradient-
@@ -39,7 +39,7 @@ from fsdpsim.util.errors import ConfigError
 
 #: Bytes per element of the 16/32-bit dtypes this reference covers.
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
-STRATEGIES = ("full", "grad_op", "optimizer", "none")
+STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 #: Eager PyTorch ops per layer (forward, backward): base GPT block and what each switch adds,
 #: counted with TorchDispatchMode (fsdpsim.costs.compute.HOST_OPS_*, tests/test_model_torch.py).
 OPS_BASE, OPS_EAGER_ATTN, OPS_ROTARY = (41, 79), (20, 21), (8, 16)
@@ -85,8 +85,6 @@ def check_scope(model, system, plan, training) -> None:
             or training.fp8_attention or training.fp8_lm_head):
         refuse("dropout, CUDA graphs, partial/per-module recompute or FP8 switches",
                "none of them")
-    if system.link.topology == "mesh":
-        refuse("a switchless mesh scale-up link", "switched links (NVSwitch, PCIe)")
     if system.pod_gpus and system.pod_gpus < plan.num_gpus:
         refuse(f"pods of {system.pod_gpus} GPUs", "one non-blocking fabric")
 
@@ -183,13 +181,21 @@ def bus_bandwidth(x, n, per_node):
     [B/s]: the scale-up link inside one domain; across domains the node's NIC share
     (``per_node`` × NIC share × fabric decay), capped by the link (fsdpsim.costs.comm)."""
     g = min(per_node, n)
+    link = x["link"]
+    if x["mesh"]:
+        # A switchless mesh (DGX-1 cube-mesh, MI300X Infinity Fabric): g of the D GPUs reach
+        # only (g − 1)/(D − 1) of each GPU's links, never less than one peer link (NVIDIA
+        # DGX-1 System Architecture whitepaper).
+        domain = max(x["gpus_per_node"], 2)
+        share = (min(g, domain) - 1) / (domain - 1)
+        link = link * min(max(share, x["per_peer_link"] / x["link_raw"]), 1.0)
     if n <= g:
-        return x["link"]
+        return link
     nodes = math.ceil(n / max(g, 1))
     # Fabric decay with node count (NVIDIA/nccl#1229), per network class in the catalog.
     lost = x["decay"] * math.log2(max(nodes / x["decay_from"], 1.0))
     fabric = max(x["decay_floor"], 1.0 - lost) * x["placement_factor"]
-    intra = x["link"] if g > 1 else math.inf
+    intra = link if g > 1 else math.inf
     return min(intra, g * x["nic"] * fabric)
 
 
@@ -241,6 +247,16 @@ def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False):
 
 
 # ---------------------------------------------------------------- inputs --------------------
+def members_per_domain(dims, domain_gpus):
+    """Ranks of rank 0's group that sit in the first scale-up domain of ``domain_gpus``
+    consecutive ranks; the group spans ``(degree, stride)`` dimensions of the row-major
+    device mesh (fsdpsim.plan.layout)."""
+    ranks = [0]
+    for degree, stride in dims:
+        ranks = [r + c * stride for r in ranks for c in range(degree)]
+    return sum(r < domain_gpus for r in ranks)
+
+
 def padded_numel(shapes, shard):
     """Elements of one FSDP2 unit: every parameter's dim 0 padded to a multiple of the shard
     count (torch _fsdp_param.py; fsdpsim.costs.comm.padded_numel)."""
@@ -269,7 +285,9 @@ def _rates(system, plan, training):
         "W": acc.hbm_bandwidth_bytes_per_s * eff.hbm_fraction,
         "link": link.bandwidth_bytes_per_s * eff.link_fraction,
         "nic": system.inter_node_bandwidth_bytes_per_s_per_gpu * system.inter_node_fraction,
-        "nvlink": link.topology != "pcie",
+        "nvlink": link.topology != "pcie", "mesh": link.topology == "mesh",
+        "link_raw": link.bandwidth_bytes_per_s, "gpus_per_node": plan.gpus_per_node,
+        "per_peer_link": link.per_peer_bandwidth_bytes_per_s or link.bandwidth_bytes_per_s,
         "decay": net.scale_decay_per_doubling if net else 0.0,
         "decay_from": net.scale_decay_from_nodes if net else 4.0,
         "decay_floor": net.scale_decay_floor if net else 1.0,
@@ -312,7 +330,7 @@ def peak_memory(m, x, block_numel, root_numel, strategy, reshard):
     # Model states, PyTorch recipe: fp32 master parameters and gradients, fp32 optimizer
     # state (ZeRO paper §5 Fig. 1 table; Zhao et al. 2023 §4.4). SHARD_GRAD_OP holds an fp32
     # parameter shard and the gathered bf16 units: "full" without resharding in memory.
-    params_sharded = strategy in ("full", "grad_op")
+    params_sharded = strategy in ("full", "grad_op", "hybrid")
     grads_sharded = params_sharded
     states = (4.0 * (psi_shard if params_sharded else psi)
               + 4.0 * (psi_shard if grads_sharded else psi)
@@ -364,8 +382,13 @@ def predict(model, system, plan, training) -> dict[str, float]:
     else:
         k = training.global_batch // (b * dp)             # gradient-accumulation steps
     x = _rates(system, plan, training)
-    shard = 1 if plan.sharding == "none" else dp         # FSDP/ZeRO shard over all dp ranks
-    per_node = min(dp, plan.gpus_per_node)                # group members per scale-up domain
+    # Groups: FSDP/ZeRO shard over S ranks (all dp ranks but for HSDP; 1 for DDP), HSDP's R
+    # replicas of it, and the whole data-parallel world; ranks laid out shard-innermost.
+    shard, replicas = plan.dp_shard, plan.dp_replicate
+    D = plan.gpus_per_node
+    shard_per_node = members_per_domain([(shard, 1)], D)
+    replica_per_node = members_per_domain([(replicas, shard)], D)
+    world_per_node = members_per_domain([(replicas, shard), (shard, 1)], D)
     e = DTYPE_BYTES[training.precision]
     x.update(b=b, s=s, T=float(b * s), e=e, shard=shard, flash=training.flash_attention,
              fused_loss=training.fused_loss, recompute=training.recompute,
@@ -382,12 +405,12 @@ def predict(model, system, plan, training) -> dict[str, float]:
 
     # -- collectives per unit (fsdpsim.costs.comm table): bytes are the whole buffer --------
     strategy = plan.sharding
-    ring = lambda nbytes: nccl_time_s(x, nbytes, shard, per_node)  # noqa: E731
+    ring = lambda nbytes: nccl_time_s(x, nbytes, shard, shard_per_node)  # noqa: E731
     ag_block, ag_root = ring(block_numel * e), ring(root_numel * e)      # gathered params
     rs_block = ring(block_numel * x["reduce_bytes"])                     # grads, reduce dtype
     rs_root = ring(root_numel * x["reduce_bytes"])
-    zero3 = strategy == "full"
-    gathers = strategy in ("full", "grad_op")          # parameters gathered per micro-batch
+    zero3 = strategy in ("full", "hybrid")
+    gathers = strategy in ("full", "grad_op", "hybrid")  # parameters gathered per micro-batch
     ag_calls = (2 if plan.reshard_after_forward else 1) if zero3 else 1 if gathers else 0
     # ZeRO-1: gradients reduce-scattered and parameters gathered once a step; DDP: one
     # all-reduce of the gradients a step (Li et al. 2020 §3.2.4).
@@ -397,8 +420,16 @@ def predict(model, system, plan, training) -> dict[str, float]:
         step_block, step_root = rs_block, rs_root
         post_step = ring(params_padded * e)
     if ddp:
-        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], dp, per_node, True)
-        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], dp, per_node, True)
+        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], dp, world_per_node, True)
+        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], dp, world_per_node, True)
+    # HSDP: every micro-batch, each GPU's reduced gradient shard is all-reduced over the
+    # replicas (Zhao et al. 2023 §3.2.2).
+    hsdp_block = hsdp_root = 0.0
+    if strategy == "hybrid":
+        hsdp_block = nccl_time_s(x, block_numel * x["reduce_bytes"] / shard, replicas,
+                                 replica_per_node, True)
+        hsdp_root = nccl_time_s(x, root_numel * x["reduce_bytes"] / shard, replicas,
+                                replica_per_node, True)
 
     # -- one micro-batch: forward and backward with the collectives overlapped --------------
     sigma = x["sigma"]
@@ -407,8 +438,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
     fwd = pipelined_s(fwd_first, fwd_ag, layer["block_fwd_s"], L, 0.0, sigma) + root["root_fwd_s"]
     block_bwd = layer["block_bwd_s"] + layer["recompute_s"]  # the replay precedes backward
     bwd_ag = ag_block if ag_calls > 1 else 0.0            # ZeRO-3 re-gathers in backward
-    mb_rs = rs_block if gathers else 0.0
-    root_rs = rs_root if gathers else 0.0
+    mb_rs = (rs_block if gathers else 0.0) + hsdp_block
+    root_rs = (rs_root if gathers else 0.0) + hsdp_root
 
     def backward(block_comm, root_comm):
         """The LM head's backward beside the first re-gather, then the blocks' pipeline, the
@@ -421,7 +452,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     bwd_mb = backward(mb_rs, root_rs)
     bwd_last = backward(mb_rs + step_block, root_rs + step_root)
     # Optimizer on the local shard: bandwidth bound (fsdpsim.costs.compute).
-    opt_shard = 1 if ddp else dp
+    opt_shard = shard
     optimizer_s = params_padded / opt_shard * OPTIMIZER_TRAFFIC_BYTES[training.optimizer] / x["W"]
     step_s = k * fwd + (k - 1) * bwd_mb + bwd_last + optimizer_s + post_step
 
@@ -431,7 +462,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     all_gather_s = k * ((L * ag_block * ag_calls + ag_root) if gathers else 0.0) + post_step
     reduce_scatter_s = (k * ((L * rs_block + rs_root) if gathers else 0.0)
                         + ((L * rs_block + rs_root) if zero1 else 0.0))
-    all_reduce_s = (L * step_block + step_root) if ddp else 0.0
+    all_reduce_s = (L * step_block + step_root) if ddp else k * (L * hsdp_block + hsdp_root)
     tokens_per_step = b * s * k * dp
     # MFU: PaLM App. B model FLOPs, 6·N_mm + 12·L·s·q per token, against the dense peak.
     model_flops = (6.0 * m.matmul_params + 12.0 * L * s * m.q_dim) * tokens_per_step

@@ -64,14 +64,17 @@ def configurations(draw):
     gpu = draw(st.sampled_from(GPUS))
     system = resolve_system(CATALOG, gpu=gpu,
                             placement=draw(st.sampled_from(["packed", "fragmented"])))
-    assume(system.link.topology != "mesh")
     per_node = system.gpus_per_node
     counts = sorted({d for d in range(1, per_node + 1) if per_node % d == 0}
                     | {per_node * 2 ** i for i in range(1, 8)})
     num_gpus = draw(st.sampled_from(counts))
-    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=per_node,
-                        sharding=draw(st.sampled_from(reference.STRATEGIES)),
-                        reshard_after_forward=draw(st.booleans()))
+    sharding = draw(st.sampled_from(reference.STRATEGIES))
+    shard_group = None
+    if sharding == "hybrid":  # HSDP: any shard group size dividing the GPUs, or the default
+        shard_group = draw(st.sampled_from([None] + [d for d in range(1, num_gpus + 1)
+                                                     if num_gpus % d == 0]))
+    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=per_node, sharding=sharding,
+                        shard_group_size=shard_group, reshard_after_forward=draw(st.booleans()))
     precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES)))
     assume(precision in system.accelerator.peak_flops_per_s)
     micro_batch = draw(st.integers(1, 8))
@@ -110,7 +113,8 @@ def _h100():
 @pytest.mark.parametrize("change", [
     {"model": "mixtral-8x7b"},
     {"plan": {"tp": 2}},
-    {"plan": {"sharding": "hybrid", "shard_group_size": 8}},
+    {"plan": {"grad_sync": "last"}},
+    {"plan": {"framework": "fsdp1"}},
     {"plan": {"framework": "megatron"}},
     {"plan": {"keep_gathered": True}},
     {"training": {"precision": "fp8"}},
