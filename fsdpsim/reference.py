@@ -11,7 +11,9 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 
 * dense decoder models with uniform full-attention layers (no MoE, MLA, MTP, QK-norm or
   sliding/chunked attention; :attr:`ModelSpec.engine_unsupported` empty);
-* data parallelism only: ``tp = pp = cp = ep = 1``; sharding ``full`` (ZeRO-3),
+* data parallelism with tensor parallelism inside one scale-up domain (``tp`` dividing
+  ``gpus_per_node``; Megatron column/row split, sequence parallelism and TP overlap either
+  way), ``pp = cp = ep = 1``; sharding ``full`` (ZeRO-3),
   ``grad_op`` (ZeRO-2), ``optimizer`` (ZeRO-1), ``none`` (DDP) or ``hybrid`` (HSDP, any shard
   group size); ``reshard_after_forward`` either way, ``keep_gathered`` off, gradients reduced
   every micro-batch;
@@ -66,16 +68,20 @@ def check_scope(model, system, plan, training) -> None:
             or model.mtp_layers or model.qk_norm or set(model.attention_pattern) != {"full"}:
         refuse(f"model {model.name!r} (MoE, MLA, MTP, QK-norm or windowed attention)",
                "dense uniform full-attention models")
-    for name in ("tp", "pp", "cp", "ep"):
+    for name in ("pp", "cp", "ep"):
         if getattr(plan, name) != 1:
             refuse(f"{name}={getattr(plan, name)}", f"{name}=1 only")
+    if plan.gpus_per_node % plan.tp:
+        refuse(f"tp={plan.tp} across scale-up domains of {plan.gpus_per_node}",
+               "tp dividing gpus_per_node")
     if plan.sharding not in STRATEGIES:
         refuse(f"sharding {plan.sharding!r}", f"sharding {', '.join(STRATEGIES)}")
     if plan.keep_gathered or plan.grad_sync != "every":
         refuse("keep_gathered / grad_sync='last'", "gradients reduced every micro-batch")
     if plan.framework != "fsdp2":
         refuse(f"framework {plan.framework!r}", "framework fsdp2 only")
-    if training.precision not in DTYPE_BYTES or (training.reduce_dtype or "fp32") not in DTYPE_BYTES:
+    reduce_dtype = training.reduce_dtype or "fp32"
+    if training.precision not in DTYPE_BYTES or reduce_dtype not in DTYPE_BYTES:
         refuse(f"precision {training.precision!r} / reduce_dtype {training.reduce_dtype!r}",
                "precision and reduce dtype bf16, fp16 or fp32")
     if training.micro_batch is None or training.recompute is None:
@@ -108,8 +114,13 @@ def linear_times_s(tokens, n, k, R, W, e, half_flops, half_k):
 def layer_compute(m, x):
     """One transformer layer, one micro-batch, one GPU: GEMMs, attention, element-wise work,
     the host floor, and the recompute replay [s] (docs/model.md "Compute")."""
-    T, h, q, kv, f, e = x["T"], m.d_model, m.q_dim, m.kv_dim, m.ffn_size, x["e"]
-    b, s = x["b"], x["s"]
+    # One TP rank's widths (Shoeybi et al. 2019 §3): heads, KV (at least one head: fewer KV
+    # heads than ranks are replicated), MLP columns split over t; h-sized element-wise work
+    # split too with sequence parallelism (Korthikanti et al. 2022 §4.2.2).
+    t, e, b, s, T = x["tp"], x["e"], x["b"], x["s"], x["T"]
+    h, q, f = m.d_model, m.q_dim / t, m.ffn_size / t
+    kv = max(m.kv_dim / t, min(m.head_size, m.kv_dim))
+    h_ew = h / t if x["sp"] else h
     swiglu, rotary, flash = m.ffn_kind == "swiglu", m.position == "rotary", x["flash"]
     gemm = lambda n, k: linear_times_s(T, n, k, x["R"], x["W"], e, x["half_flops"],  # noqa: E731
                                        x["half_k"])
@@ -131,16 +142,16 @@ def layer_compute(m, x):
     fraction = x["attn_fraction"] if flash else x["matmul_fraction"]
     attn_fwd = attn_flops / (x["peak"] * fraction / (1.0 + half / kv_len))
     if not flash:
-        attn_fwd += 3.0 * e * b * m.n_heads * s * s / x["W"]
+        attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / x["W"]
     attn_bwd = (2.5 if flash else 2.0) * attn_fwd  # FlashAttention recomputes the scores
     # Element-wise kernels, bytes per token (fsdpsim.costs.compute.layer_elementwise_bytes):
     # forward 2 norms (4h) + 2 residual adds (6h) + activation (2f GELU, 3f SwiGLU) + rotary;
     # backward norms (10h) + residual grads (6h) + activation (3f / 5f) + rotary + bias grads.
     rope = 2.0 * (q + kv) if rotary else 0.0
     bias = m.mlp_bias or m.qkv_bias or m.attn_out_bias
-    bias_grads = (q + 2 * kv) + h + (2 if swiglu else 1) * f + h if bias else 0.0
-    ew_fwd = T * e * (10.0 * h + (3.0 if swiglu else 2.0) * f + rope) / x["W"]
-    ew_bwd = T * e * (16.0 * h + (5.0 if swiglu else 3.0) * f + rope + bias_grads) / x["W"]
+    bias_grads = (q + 2 * kv) + h_ew + (2 if swiglu else 1) * f + h_ew if bias else 0.0
+    ew_fwd = T * e * (10.0 * h_ew + (3.0 if swiglu else 2.0) * f + rope) / x["W"]
+    ew_bwd = T * e * (16.0 * h_ew + (5.0 if swiglu else 3.0) * f + rope + bias_grads) / x["W"]
     # Host floor: each eager op costs kernel_overhead_s of CPU time; a layer takes at least
     # n_ops × overhead (launch bound).
     switches = ((not flash, OPS_EAGER_ATTN), (rotary, OPS_ROTARY), (swiglu, OPS_SWIGLU),
@@ -164,8 +175,9 @@ def layer_compute(m, x):
 def root_compute(m, x):
     """Embedding lookup, LM head and loss for one micro-batch [s]: the head's GEMMs as a
     linear layer (T × h)·(h × V); the loss bandwidth bound (40 % of its bytes in forward:
-    upcast and log-softmax, 14 of 36 B/logit); the embedding reads and writes T·h."""
-    T, V, h, e, W = x["T"], m.vocab_size, m.d_model, x["e"], x["W"]
+    upcast and log-softmax, 14 of 36 B/logit); the embedding reads and writes T·h. With TP
+    the (padded) vocabulary is split over the ranks (vocab-parallel head and loss)."""
+    T, V, h, e, W = x["T"], x["vocab"] / x["tp"], m.d_model, x["e"], x["W"]
     head_fwd, head_bwd = linear_times_s(T, V, h, x["R"], W, e, x["half_flops"], x["half_k"])
     loss = T * V * (FUSED_LOSS_BYTES if x["fused_loss"] else LOSS_BYTES) / W
     embed = 2.0 * T * h * e / W
@@ -246,6 +258,41 @@ def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False):
     return best
 
 
+def tensor_parallel_s(m, x, tp_per_node):
+    """Tensor-parallel collectives per micro-batch over the TP group [s]: (layer forward,
+    layer backward, root forward + backward), Megatron's operators (Shoeybi et al. 2019 §3
+    f and g; Korthikanti et al. 2022 §4.2.2 with sequence parallelism), m = T·h·e bytes each:
+
+    * layer, no SP: forward 2 all-reduces (after attention and MLP), backward 2 (fused QKV
+      and gate/up input gradients); SP: forward 2 all-gathers + 2 reduce-scatters, backward 2
+      reduce-scatters + 4 all-gathers (the block inputs gathered again for the weight grads);
+    * root: the embedding (no SP: all-reduce; SP: reduce-scatter, and an all-gather back),
+      the LM head (no SP: its input gradient all-reduced; SP: input all-gathered, gradient
+      reduce-scattered and input re-gathered), and the vocab-parallel loss's three per-token
+      fp32 all-reduces (max, target logit, sum-exp: 12 B per token in all).
+
+    A kind's calls in one pass are charged as that many calls of their mean size (as the
+    engine groups them; only the no-SP forward root mixes sizes: m and 4·T)."""
+    t, T = x["tp"], x["T"]
+    msg = T * m.d_model * x["e"]
+    loss_bytes = T * 12.0
+    def ar(total, calls):
+        return calls * nccl_time_s(x, total / calls, t, tp_per_node, all_reduce=True)
+
+    def ring(total, calls):
+        return calls * nccl_time_s(x, total / calls, t, tp_per_node)
+
+    if x["sp"]:
+        fwd = ring(2 * msg, 2) + ring(2 * msg, 2)                     # g, ḡ
+        bwd = ring(2 * msg, 2) + ring(4 * msg, 4)                     # g', ḡ' + re-gather
+        root = (ar(loss_bytes, 3) + ring(msg, 1) + ring(msg, 1)        # loss; embed RS; head AG
+                + ring(2 * msg, 2) + ring(msg, 1))                    # bwd AG x2; head RS
+    else:
+        fwd, bwd = ar(2 * msg, 2), ar(2 * msg, 2)
+        root = ar(msg + loss_bytes, 4) + ar(msg, 1)                   # embed + loss; head grad
+    return fwd, bwd, root
+
+
 # ---------------------------------------------------------------- inputs --------------------
 def members_per_domain(dims, domain_gpus):
     """Ranks of rank 0's group that sit in the first scale-up domain of ``domain_gpus``
@@ -255,6 +302,27 @@ def members_per_domain(dims, domain_gpus):
     for degree, stride in dims:
         ranks = [r + c * stride for r in ranks for c in range(degree)]
     return sum(r < domain_gpus for r in ranks)
+
+
+def tp_local_shapes(shapes, tp, vocab_size, padded_vocab):
+    """One TP rank's parameter shapes (Shoeybi et al. 2019 §3): column-parallel q, k, v,
+    gate, up (weights and biases) split dim 0; row-parallel o and down weights split dim 1
+    (their biases whole); the embedding and LM head split the padded vocabulary; norms and
+    learned positions whole."""
+    out = []
+    for name, shape in shapes:
+        if tp > 1 and name.startswith(("tok_emb", "lm_head")) and shape[0] == vocab_size:
+            shape = (padded_vocab,) + tuple(shape[1:])
+        leaf = name.split(".")[-2] if "." in name else name
+        dim = (0 if leaf in ("q", "k", "v", "gate", "up", "tok_emb", "lm_head") else
+               1 if leaf in ("o", "down") and name.endswith("weight") else None)
+        if tp > 1 and dim is not None:
+            if shape[dim] % tp:
+                raise ConfigError(f"{name} {shape}: dim {dim} ({shape[dim]}) % tp({tp}) != 0; "
+                                  "accepted: tp dividing it")
+            shape = shape[:dim] + (shape[dim] // tp,) + shape[dim + 1:]
+        out.append((name, shape))
+    return out
 
 
 def padded_numel(shapes, shard):
@@ -316,15 +384,16 @@ def pipelined_s(first_comm_s, comm_s, compute_s, n_units, last_comm_s, sigma):
 
 
 # ---------------------------------------------------------------- memory --------------------
-def peak_memory(m, x, block_numel, root_numel, strategy, reshard):
+def peak_memory(m, x, block_numel, root_numel, params_rank, strategy, reshard):
     """Per-GPU peak memory [B]: the larger of two moments (fsdpsim.costs.memory): the loss
     backward (states, the gathered root, every saved activation, logits and cross-entropy
     temporaries) and the first block's backward (states, the root and two blocks gathered, one
     unit's gradient, one layer re-materialised, the logits the loop holds). Each is
     ``allocated · (1 + allocator_fraction) + runtime reserved``."""
-    b, s, T, e, N = x["b"], x["s"], x["T"], x["e"], x["shard"]
-    h, q, kv, a, V = m.d_model, m.q_dim, m.kv_dim, m.n_heads, m.vocab_size
-    psi = float(m.n_params)                            # Ψ: parameters of the replica
+    b, s, T, e, N, t = x["b"], x["s"], x["T"], x["e"], x["shard"], x["tp"]
+    h, q, kv, a, V = m.d_model, m.q_dim, m.kv_dim, m.n_heads, x["vocab"]
+    h_split = t if x["sp"] else 1                       # SP splits the h-sized tensors too
+    psi = params_rank                                   # Ψ: parameters of one TP rank
     psi_padded = m.n_layers * block_numel + root_numel  # with FSDP2's padding
     psi_shard = psi_padded / N                          # Ψ_s: one GPU's shard
     # Model states, PyTorch recipe: fp32 master parameters and gradients, fp32 optimizer
@@ -345,16 +414,18 @@ def peak_memory(m, x, block_numel, root_numel, strategy, reshard):
     unit_grad = block_numel * (e + (x["reduce_bytes"] if x["reduce_bytes"] != e else 0.0))
     # Saved activations per layer, per token (Korthikanti et al. 2022 §4.1, general widths):
     # 4 h-sized inputs (LN1, QKV, LN2, MLP up), Q, K, V, the attention output, and the MLP's
-    # activation tensors (GELU 2f; eager SwiGLU 4f: gate, up, SiLU and product).
+    # activation tensors (GELU 2f; eager SwiGLU 4f: gate, up, SiLU and product); TP splits
+    # all but the h-sized ones, which SP splits too (Korthikanti et al. 2022 Table 2).
     n_ffn = 4.0 if m.ffn_kind == "swiglu" else 2.0
-    linear = T * (4.0 * e * h + e * (q + 2 * kv) + e * q + e * n_ffn * m.ffn_size)
-    core = 4.0 * b * a * s if x["flash"] else b * a * s * s * e  # fp32 logsumexp, or scores
+    linear = T * (4.0 * e * h / h_split + (e * (q + 2 * kv) + e * q + e * n_ffn * m.ffn_size) / t)
+    core = 4.0 * b * (a / t) * s if x["flash"] else b * (a / t) * s * s * e  # fp32 LSE / scores
     kept = linear + core
-    saved = {"none": kept, "selective": linear, "full": T * e * h}[x["recompute"]]
+    saved = {"none": kept, "selective": linear, "full": T * e * h / h_split}[x["recompute"]]
     working = kept - saved                               # one layer rebuilt in its backward
-    head = 2.0 * T * e * h                               # final-norm and LM-head inputs
-    logits = b * s * V * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)  # bf16 + 3 fp32 temps
-    held_logits = 2.0 * b * s * V
+    head = 2.0 * T * e * h / h_split                     # final-norm and LM-head inputs
+    # Logits (bf16) and the cross-entropy's three fp32 temporaries, the vocabulary split by TP.
+    logits = b * s * V / t * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)
+    held_logits = 2.0 * b * s * V / t
     activations = m.n_layers * saved
     at_loss = (states + (e * gathered_loss if separate else 0.0)
                + activations + head + logits)
@@ -371,7 +442,9 @@ def predict(model, system, plan, training) -> dict[str, float]:
     Returns step time, tokens/s per GPU, MFU, HFU, the peak memory per GPU and the main
     terms: compute, the FSDP/ZeRO/DDP collectives, exposed communication, optimizer."""
     check_scope(model, system, plan, training)
-    m, L, N = model, model.n_layers, plan.num_gpus
+    plan.check_model(n_layers=model.n_layers, n_heads=model.n_heads, n_kv_heads=model.kv_heads,
+                     seq_len=training.seq_len)
+    m, L, N, t = model, model.n_layers, plan.num_gpus, plan.tp
     dp = plan.dp
     b, s = training.micro_batch, training.seq_len
     if training.global_batch is None:
@@ -382,26 +455,42 @@ def predict(model, system, plan, training) -> dict[str, float]:
     else:
         k = training.global_batch // (b * dp)             # gradient-accumulation steps
     x = _rates(system, plan, training)
-    # Groups: FSDP/ZeRO shard over S ranks (all dp ranks but for HSDP; 1 for DDP), HSDP's R
-    # replicas of it, and the whole data-parallel world; ranks laid out shard-innermost.
+    # Groups: TP innermost (t consecutive ranks), then the FSDP/ZeRO shard group of S ranks
+    # (all dp ranks but for HSDP; 1 for DDP), HSDP's R replicas of it; the data-parallel world
+    # is replicas × shard.
     shard, replicas = plan.dp_shard, plan.dp_replicate
     D = plan.gpus_per_node
-    shard_per_node = members_per_domain([(shard, 1)], D)
-    replica_per_node = members_per_domain([(replicas, shard)], D)
-    world_per_node = members_per_domain([(replicas, shard), (shard, 1)], D)
+    tp_per_node = members_per_domain([(t, 1)], D)
+    shard_per_node = members_per_domain([(shard, t)], D)
+    replica_per_node = members_per_domain([(replicas, t * shard)], D)
+    world_per_node = members_per_domain([(replicas, t * shard), (shard, t)], D)
     e = DTYPE_BYTES[training.precision]
-    x.update(b=b, s=s, T=float(b * s), e=e, shard=shard, flash=training.flash_attention,
+    # Megatron pads the vocabulary to a multiple of 128·t with TP (--make-vocab-size-divisible-
+    # by, megatron/training/tokenizer _vocab_size_with_padding).
+    vocab = m.vocab_size if t == 1 else math.ceil(m.vocab_size / (128 * t)) * 128 * t
+    x.update(tp=t, sp=plan.sequence_parallel and t > 1, vocab=vocab,
+             b=b, s=s, T=float(b * s), e=e, shard=shard, flash=training.flash_attention,
              fused_loss=training.fused_loss, recompute=training.recompute,
              optimizer=training.optimizer,
              reduce_bytes=DTYPE_BYTES[training.reduce_dtype or "fp32"])
     layer = layer_compute(m, x)
     root = root_compute(m, x)
 
-    # -- FSDP units: one per block and the root, padded per parameter for the shard count --
-    shapes = m.unit_parameter_shapes()
+    # -- FSDP units: one per block and the root, one TP rank's, padded per parameter -------
+    shapes = {unit: tp_local_shapes(pairs, t, m.vocab_size, vocab)
+              for unit, pairs in m.unit_parameter_shapes().items()}
     block_numel = padded_numel(shapes["block"], shard)
     root_numel = padded_numel(shapes["root"], shard)
     params_padded = L * block_numel + root_numel
+    params_rank = (float(m.n_params) if t == 1 else L * padded_numel(shapes["block"], 1)
+                   + padded_numel(shapes["root"], 1))
+
+    # -- tensor parallelism: exposed unless overlapped with the GEMMs beside it -------------
+    tp_fwd, tp_bwd, tp_root = tensor_parallel_s(m, x, tp_per_node) if t > 1 else (0.0,) * 3
+    overlap = plan.tp_overlap
+    tp_fwd_exposed = max(tp_fwd - layer["gemm_fwd_s"], 0.0) if overlap else tp_fwd
+    tp_bwd_exposed = max(tp_bwd - layer["gemm_bwd_s"], 0.0) if overlap else tp_bwd
+    replay = 1.0 if training.recompute == "full" else 0.0  # full recompute replays them
 
     # -- collectives per unit (fsdpsim.costs.comm table): bytes are the whole buffer --------
     strategy = plan.sharding
@@ -435,8 +524,14 @@ def predict(model, system, plan, training) -> dict[str, float]:
     sigma = x["sigma"]
     fwd_ag = ag_block if gathers else 0.0
     fwd_first = (ag_root + ag_block) if gathers else 0.0
-    fwd = pipelined_s(fwd_first, fwd_ag, layer["block_fwd_s"], L, 0.0, sigma) + root["root_fwd_s"]
-    block_bwd = layer["block_bwd_s"] + layer["recompute_s"]  # the replay precedes backward
+    # A layer as FSDP sees it: its compute plus its exposed TP collectives (replayed with the
+    # forward under full recompute); the root's TP collectives half in each pass.
+    block_fwd = layer["block_fwd_s"] + tp_fwd_exposed
+    block_bwd = (layer["block_bwd_s"] + layer["recompute_s"]   # the replay precedes backward
+                 + tp_bwd_exposed + replay * tp_fwd_exposed)
+    root_fwd = root["root_fwd_s"] + 0.5 * tp_root
+    root_bwd = root["root_bwd_s"] + 0.5 * tp_root
+    fwd = pipelined_s(fwd_first, fwd_ag, block_fwd, L, 0.0, sigma) + root_fwd
     bwd_ag = ag_block if ag_calls > 1 else 0.0            # ZeRO-3 re-gathers in backward
     mb_rs = (rs_block if gathers else 0.0) + hsdp_block
     root_rs = (rs_root if gathers else 0.0) + hsdp_root
@@ -444,8 +539,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
     def backward(block_comm, root_comm):
         """The LM head's backward beside the first re-gather, then the blocks' pipeline, the
         last unit's reduction, and the root's."""
-        head = slowed_s(root["root_bwd_s"], bwd_ag, sigma)
-        first = max(0.0, bwd_ag - root["root_bwd_s"])
+        head = slowed_s(root_bwd, bwd_ag, sigma)
+        first = max(0.0, bwd_ag - root_bwd)
         return (head + pipelined_s(first, bwd_ag + block_comm, block_bwd, L, block_comm, sigma)
                 + root_comm)
 
@@ -457,8 +552,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
     step_s = k * fwd + (k - 1) * bwd_mb + bwd_last + optimizer_s + post_step
 
     # -- totals --------------------------------------------------------------------------
-    compute_s = (k * (L * (layer["block_fwd_s"] + block_bwd) + root["root_fwd_s"]
-                      + root["root_bwd_s"]) + optimizer_s)
+    compute_s = (k * (L * (layer["block_fwd_s"] + layer["block_bwd_s"] + layer["recompute_s"])
+                      + root["root_fwd_s"] + root["root_bwd_s"]) + optimizer_s)
     all_gather_s = k * ((L * ag_block * ag_calls + ag_root) if gathers else 0.0) + post_step
     reduce_scatter_s = (k * ((L * rs_block + rs_root) if gathers else 0.0)
                         + ((L * rs_block + rs_root) if zero1 else 0.0))
@@ -473,12 +568,13 @@ def predict(model, system, plan, training) -> dict[str, float]:
     layer_mm = 2.0 * T * ((m.q_dim + 2 * m.kv_dim) * m.d_model + m.d_model * m.q_dim
                           + up * m.d_model + m.d_model * m.ffn_size)
     attn_full = 4.0 * b * s * s * m.q_dim
-    replay = {"none": 0.0, "selective": attn_full,
-              "full": layer_mm - 2.0 * T * m.d_model * m.ffn_size + attn_full}[training.recompute]
+    replayed = {"none": 0.0, "selective": attn_full,
+                "full": layer_mm - 2.0 * T * m.d_model * m.ffn_size + attn_full}[training.recompute]
     hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
-                      + 3.0 * 2.0 * T * m.d_model * m.vocab_size + L * replay) * k * dp
+                      + 3.0 * 2.0 * T * m.d_model * vocab + L * replayed) * k * dp
     peak_total = x["peak_nominal"] * N
-    peak_bytes = peak_memory(m, x, block_numel, root_numel, strategy, plan.reshard_after_forward)
+    peak_bytes = peak_memory(m, x, block_numel, root_numel, params_rank, strategy,
+                             plan.reshard_after_forward)
     return {
         "step_time_s": step_s,
         "tokens_per_s_per_gpu": tokens_per_step / step_s / N,
@@ -499,6 +595,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
         "reduce_scatter_s": reduce_scatter_s,
         "all_reduce_s": all_reduce_s,
         "exposed_comm_s": max(step_s - compute_s, 0.0),
+        "tp_s": k * (L * ((1.0 + replay) * tp_fwd + tp_bwd) + tp_root),
+        "tp_exposed_s": k * (L * ((1.0 + replay) * tp_fwd_exposed + tp_bwd_exposed) + tp_root),
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hardware_flops,
     }

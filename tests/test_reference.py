@@ -31,7 +31,8 @@ COMPARED = {"step_time_s": "step_time_s", "tokens_per_s_per_gpu": "tokens_per_s_
             "optimizer_s": "optimizer_s", "all_gather_s": "all_gather_s",
             "reduce_scatter_s": "reduce_scatter_s", "all_reduce_s": "all_reduce_s",
             "exposed_comm_s": "exposed_comm_s", "model_flops_per_step": "model_flops_per_step",
-            "hardware_flops_per_step": "hardware_flops_per_step"}
+            "hardware_flops_per_step": "hardware_flops_per_step", "tp_s": "tp_s",
+            "tp_exposed_s": "tp_exposed_s"}
 RTOL = 1e-9
 DENSE = sorted(name for name, spec in PRESETS.items()
                if not spec.engine_unsupported and not spec.is_moe
@@ -45,12 +46,13 @@ def small_models(draw):
     """A random small dense decoder: GPT-like or Llama-like switches, GQA, odd widths (FSDP2
     padding bites when dim 0 does not divide the shard count)."""
     head_dim = draw(st.sampled_from([16, 32, 64, 80, 128]))
-    n_heads = draw(st.integers(1, 16))
+    n_heads = draw(st.sampled_from([1, 2, 3, 4, 8, 12, 16]))
     kv_heads = draw(st.sampled_from([h for h in range(1, n_heads + 1) if n_heads % h == 0]))
     llama = draw(st.booleans())
+    ffn_sizes = st.one_of(st.integers(8, 4000), st.integers(1, 500).map(lambda v: 8 * v))
     return ModelSpec(
         name="random", n_layers=draw(st.integers(1, 12)), d_model=n_heads * head_dim,
-        n_heads=n_heads, n_kv_heads=kv_heads, ffn_size=draw(st.integers(8, 4000)),
+        n_heads=n_heads, n_kv_heads=kv_heads, ffn_size=draw(ffn_sizes),
         ffn_kind="swiglu" if llama else "gelu", vocab_size=draw(st.integers(100, 60000)),
         tied_embeddings=draw(st.booleans()), position="rotary" if llama else "learned",
         max_seq_len=8192, norm="rmsnorm" if llama else "layernorm", norm_bias=not llama,
@@ -68,13 +70,17 @@ def configurations(draw):
     counts = sorted({d for d in range(1, per_node + 1) if per_node % d == 0}
                     | {per_node * 2 ** i for i in range(1, 8)})
     num_gpus = draw(st.sampled_from(counts))
+    # tensor parallelism inside a scale-up domain
+    tp = draw(st.sampled_from([t for t in counts if per_node % t == 0 and num_gpus % t == 0]))
+    dp = num_gpus // tp
     sharding = draw(st.sampled_from(reference.STRATEGIES))
     shard_group = None
-    if sharding == "hybrid":  # HSDP: any shard group size dividing the GPUs, or the default
-        shard_group = draw(st.sampled_from([None] + [d for d in range(1, num_gpus + 1)
-                                                     if num_gpus % d == 0]))
+    if sharding == "hybrid":  # HSDP: any shard group size dividing dp, or the default
+        shard_group = draw(st.sampled_from([None] + [d for d in range(1, dp + 1) if dp % d == 0]))
     plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=per_node, sharding=sharding,
-                        shard_group_size=shard_group, reshard_after_forward=draw(st.booleans()))
+                        shard_group_size=shard_group, reshard_after_forward=draw(st.booleans()),
+                        tp=tp, sequence_parallel=draw(st.booleans()) if tp > 1 else None,
+                        tp_overlap=tp > 1 and draw(st.booleans()))
     precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES)))
     assume(precision in system.accelerator.peak_flops_per_s)
     micro_batch = draw(st.integers(1, 8))
@@ -96,7 +102,12 @@ def configurations(draw):
 @given(configurations())
 def test_reference_agrees_with_engine(config):
     model, system, plan, training = config
-    prediction = predict(model, system, plan, training)
+    try:  # a model the plan cannot split (heads, widths over tp): both refuse it
+        prediction = predict(model, system, plan, training)
+    except ConfigError:
+        with pytest.raises(ConfigError):
+            reference.predict(model, system, plan, training)
+        return
     engine = prediction.values
     ref = reference.predict(model, system, plan, training)
     for key, engine_key in COMPARED.items():
@@ -114,7 +125,9 @@ def _h100():
 
 @pytest.mark.parametrize("change", [
     {"model": "mixtral-8x7b"},
-    {"plan": {"tp": 2}},
+    {"plan": {"pp": 2}},
+    {"plan": {"cp": 2}},
+    {"plan": {"tp": 16, "num_gpus": 32}},
     {"plan": {"grad_sync": "last"}},
     {"plan": {"framework": "fsdp1"}},
     {"plan": {"framework": "megatron"}},
