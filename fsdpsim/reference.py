@@ -11,12 +11,14 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 
 * dense decoder models with uniform full-attention layers (no MoE, MLA, MTP, QK-norm or
   sliding/chunked attention; :attr:`ModelSpec.engine_unsupported` empty);
-* data parallelism with tensor parallelism inside one scale-up domain (``tp`` dividing
-  ``gpus_per_node``; Megatron column/row split, sequence parallelism and TP overlap either
-  way), ``pp = cp = ep = 1``; sharding ``full`` (ZeRO-3),
-  ``grad_op`` (ZeRO-2), ``optimizer`` (ZeRO-1), ``none`` (DDP) or ``hybrid`` (HSDP, any shard
-  group size); ``reshard_after_forward`` either way, ``keep_gathered`` off, gradients reduced
-  every micro-batch;
+* data parallelism: sharding ``full`` (ZeRO-3), ``grad_op`` (ZeRO-2), ``optimizer``
+  (ZeRO-1), ``none`` (DDP) or ``hybrid`` (HSDP, any shard group size);
+  ``reshard_after_forward`` either way, ``keep_gathered`` off, gradients reduced every
+  micro-batch;
+* tensor parallelism inside one scale-up domain (``tp`` dividing ``gpus_per_node``; Megatron
+  column/row split, sequence parallelism and TP overlap on or off);
+* pipeline parallelism with the ``1f1b`` schedule (``vpp = 1``; even or given first/last
+  stage layers); ``cp = ep = 1``;
 * the default framework ``fsdp2`` (PyTorch ``fully_shard``; NCCL 2.30 constants);
 * precision ``bf16``, ``fp16`` or ``fp32``; reduce dtype any of them; AdamW or SGD;
   FlashAttention on or off, fused loss on or off; recompute ``none``, ``selective`` or
@@ -28,7 +30,7 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 
 Symbols: b micro-batch, s sequence length, T = b·s tokens per micro-batch, h = d_model, q and
 kv the query and key/value widths, f the MLP width, V the vocabulary, L layers, k gradient-
-accumulation steps, N data-parallel GPUs, e bytes per activation/parameter element in the
+accumulation steps (micro-batches per step), N GPUs, t the TP degree, e bytes per activation/parameter element in the
 compute dtype. R = peak × achievable matmul fraction [FLOP/s], W = HBM bandwidth × achievable
 fraction [B/s].
 """
@@ -68,9 +70,11 @@ def check_scope(model, system, plan, training) -> None:
             or model.mtp_layers or model.qk_norm or set(model.attention_pattern) != {"full"}:
         refuse(f"model {model.name!r} (MoE, MLA, MTP, QK-norm or windowed attention)",
                "dense uniform full-attention models")
-    for name in ("pp", "cp", "ep"):
+    for name in ("cp", "ep", "vpp"):
         if getattr(plan, name) != 1:
             refuse(f"{name}={getattr(plan, name)}", f"{name}=1 only")
+    if plan.pp > 1 and plan.pp_schedule != "1f1b":
+        refuse(f"pp_schedule {plan.pp_schedule!r}", "pipeline schedule 1f1b only")
     if plan.gpus_per_node % plan.tp:
         refuse(f"tp={plan.tp} across scale-up domains of {plan.gpus_per_node}",
                "tp dividing gpus_per_node")
@@ -354,6 +358,7 @@ def _rates(system, plan, training):
         "link": link.bandwidth_bytes_per_s * eff.link_fraction,
         "nic": system.inter_node_bandwidth_bytes_per_s_per_gpu * system.inter_node_fraction,
         "nvlink": link.topology != "pcie", "mesh": link.topology == "mesh",
+        "link_latency_s": link.latency_s, "nic_latency_s": system.inter_node_latency_s,
         "link_raw": link.bandwidth_bytes_per_s, "gpus_per_node": plan.gpus_per_node,
         "per_peer_link": link.per_peer_bandwidth_bytes_per_s or link.bandwidth_bytes_per_s,
         "decay": net.scale_decay_per_doubling if net else 0.0,
@@ -383,18 +388,52 @@ def pipelined_s(first_comm_s, comm_s, compute_s, n_units, last_comm_s, sigma):
             + compute_s + last_comm_s)
 
 
+def one_f_one_b_s(fwd_s, bwd_s, n_microbatches, p2p_s):
+    """Makespan of a 1F1B pipeline [s], by running the schedule: stage j (of p) runs
+    min(p − j − 1, m) warm-up forwards, then alternates one forward and one backward, then
+    drains its backwards (Narayanan et al. SC21 §2.2.1). An action starts when its stage is
+    free and its input has arrived: a forward after the previous stage's forward of the same
+    micro-batch plus one transfer, a backward after the next stage's backward plus one
+    transfer (the last stage's after its own forward). ``fwd_s``, ``bwd_s``: per stage."""
+    p, m = len(fwd_s), n_microbatches
+    orders = []
+    for j in range(p):
+        warm = min(p - j - 1, m)
+        order = [("F", i) for i in range(warm)]
+        for i in range(m - warm):
+            order += [("F", warm + i), ("B", i)]
+        orders.append(order + [("B", i) for i in range(m - warm, m)])
+    done, free, nxt = {}, [0.0] * p, [0] * p
+    while any(nxt[j] < len(orders[j]) for j in range(p)):
+        for j in range(p):
+            while nxt[j] < len(orders[j]):
+                kind, i = orders[j][nxt[j]]
+                dep = ((kind, j - 1, i) if kind == "F" and j > 0 else
+                       ("B", j + 1, i) if kind == "B" and j < p - 1 else None)
+                if dep is not None and dep not in done:
+                    break                                 # its input has not arrived yet
+                ready = 0.0 if dep is None else done[dep] + p2p_s
+                start = max(free[j], ready)
+                free[j] = done[(kind, j, i)] = start + (fwd_s[j] if kind == "F" else bwd_s[j])
+                nxt[j] += 1
+    return max(free)
+
+
 # ---------------------------------------------------------------- memory --------------------
-def peak_memory(m, x, block_numel, root_numel, params_rank, strategy, reshard):
-    """Per-GPU peak memory [B]: the larger of two moments (fsdpsim.costs.memory): the loss
-    backward (states, the gathered root, every saved activation, logits and cross-entropy
-    temporaries) and the first block's backward (states, the root and two blocks gathered, one
-    unit's gradient, one layer re-materialised, the logits the loop holds). Each is
-    ``allocated · (1 + allocator_fraction) + runtime reserved``."""
+def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel, root_numel,
+                vocab, in_flight):
+    """Per-GPU peak memory of one pipeline stage [B]: the larger of two moments
+    (fsdpsim.costs.memory): the loss backward (states, the gathered root, every saved
+    activation, logits and cross-entropy temporaries) and the first block's backward (states,
+    the root and two blocks gathered, one unit's gradient, one layer re-materialised, the
+    logits the loop holds). Each is ``allocated · (1 + allocator_fraction) + runtime
+    reserved``. The stage holds ``n_layers`` layers, ``psi`` parameters of one TP rank
+    (``psi_padded`` with FSDP2's padding), its part of the root (``root_numel``), the
+    logits of ``vocab`` (0 on a first pipeline stage) and ``in_flight`` micro-batches' saved
+    activations."""
     b, s, T, e, N, t = x["b"], x["s"], x["T"], x["e"], x["shard"], x["tp"]
-    h, q, kv, a, V = m.d_model, m.q_dim, m.kv_dim, m.n_heads, x["vocab"]
+    h, q, kv, a, V = m.d_model, m.q_dim, m.kv_dim, m.n_heads, vocab
     h_split = t if x["sp"] else 1                       # SP splits the h-sized tensors too
-    psi = params_rank                                   # Ψ: parameters of one TP rank
-    psi_padded = m.n_layers * block_numel + root_numel  # with FSDP2's padding
     psi_shard = psi_padded / N                          # Ψ_s: one GPU's shard
     # Model states, PyTorch recipe: fp32 master parameters and gradients, fp32 optimizer
     # state (ZeRO paper §5 Fig. 1 table; Zhao et al. 2023 §4.4). SHARD_GRAD_OP holds an fp32
@@ -426,7 +465,7 @@ def peak_memory(m, x, block_numel, root_numel, params_rank, strategy, reshard):
     # Logits (bf16) and the cross-entropy's three fp32 temporaries, the vocabulary split by TP.
     logits = b * s * V / t * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)
     held_logits = 2.0 * b * s * V / t
-    activations = m.n_layers * saved
+    activations = in_flight * n_layers * saved
     at_loss = (states + (e * gathered_loss if separate else 0.0)
                + activations + head + logits)
     in_block = (states + (e * gathered_block if separate else 0.0) + unit_grad
@@ -484,6 +523,14 @@ def predict(model, system, plan, training) -> dict[str, float]:
     params_padded = L * block_numel + root_numel
     params_rank = (float(m.n_params) if t == 1 else L * padded_numel(shapes["block"], 1)
                    + padded_numel(shapes["root"], 1))
+    # Pipeline stages: the first holds the embeddings, the last the final norm and LM head (and
+    # a copy of a tied embedding, Megatron); the layers split (first, middle, last).
+    pp = plan.pp
+    L_first, L_mid, L_last = plan.stage_layers(L)
+    L_stage = L_mid if pp > 1 else L                      # layers of a (middle) stage
+    embed = [(n, sh) for n, sh in shapes["root"] if n.startswith(("tok_emb", "pos_emb"))]
+    head = [(n, sh) for n, sh in shapes["root"] if not n.startswith(("tok_emb", "pos_emb"))]
+    head += [(n, sh) for n, sh in embed if m.tied_embeddings and n.startswith("tok_emb")]
 
     # -- tensor parallelism: exposed unless overlapped with the GEMMs beside it -------------
     tp_fwd, tp_bwd, tp_root = tensor_parallel_s(m, x, tp_per_node) if t > 1 else (0.0,) * 3
@@ -507,7 +554,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     step_block = step_root = post_step = 0.0
     if zero1:
         step_block, step_root = rs_block, rs_root
-        post_step = ring(params_padded * e)
+        post_step = ring((L_stage * block_numel + root_numel) * e)
     if ddp:
         step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], dp, world_per_node, True)
         step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], dp, world_per_node, True)
@@ -523,7 +570,9 @@ def predict(model, system, plan, training) -> dict[str, float]:
     # -- one micro-batch: forward and backward with the collectives overlapped --------------
     sigma = x["sigma"]
     fwd_ag = ag_block if gathers else 0.0
-    fwd_first = (ag_root + ag_block) if gathers else 0.0
+    bwd_ag = ag_block if ag_calls > 1 else 0.0            # ZeRO-3 re-gathers in backward
+    mb_rs = (rs_block if gathers else 0.0) + hsdp_block
+    root_rs = (rs_root if gathers else 0.0) + hsdp_root
     # A layer as FSDP sees it: its compute plus its exposed TP collectives (replayed with the
     # forward under full recompute); the root's TP collectives half in each pass.
     block_fwd = layer["block_fwd_s"] + tp_fwd_exposed
@@ -531,33 +580,75 @@ def predict(model, system, plan, training) -> dict[str, float]:
                  + tp_bwd_exposed + replay * tp_fwd_exposed)
     root_fwd = root["root_fwd_s"] + 0.5 * tp_root
     root_bwd = root["root_bwd_s"] + 0.5 * tp_root
-    fwd = pipelined_s(fwd_first, fwd_ag, block_fwd, L, 0.0, sigma) + root_fwd
-    bwd_ag = ag_block if ag_calls > 1 else 0.0            # ZeRO-3 re-gathers in backward
-    mb_rs = (rs_block if gathers else 0.0) + hsdp_block
-    root_rs = (rs_root if gathers else 0.0) + hsdp_root
 
-    def backward(block_comm, root_comm):
-        """The LM head's backward beside the first re-gather, then the blocks' pipeline, the
-        last unit's reduction, and the root's."""
-        head = slowed_s(root_bwd, bwd_ag, sigma)
-        first = max(0.0, bwd_ag - root_bwd)
-        return (head + pipelined_s(first, bwd_ag + block_comm, block_bwd, L, block_comm, sigma)
-                + root_comm)
+    def phases(n_units, holds_root):
+        """A stage's forward, a backward that is not the last, and the last backward (with
+        the once-a-step collectives) for one micro-batch: FSDP's prefetch pipeline over the
+        units, the root (if held) gathered first in forward and computed first in backward
+        beside the first re-gather, the last unit's reduction and the root's after it."""
+        r_fwd, r_bwd = (root_fwd, root_bwd) if holds_root else (0.0, 0.0)
+        r_ag = ag_root if gathers and holds_root else 0.0
+        fwd = pipelined_s(r_ag + fwd_ag, fwd_ag, block_fwd, n_units, 0.0, sigma) + r_fwd
 
-    bwd_mb = backward(mb_rs, root_rs)
-    bwd_last = backward(mb_rs + step_block, root_rs + step_root)
-    # Optimizer on the local shard: bandwidth bound (fsdpsim.costs.compute).
-    opt_shard = shard
-    optimizer_s = params_padded / opt_shard * OPTIMIZER_TRAFFIC_BYTES[training.optimizer] / x["W"]
-    step_s = k * fwd + (k - 1) * bwd_mb + bwd_last + optimizer_s + post_step
+        def backward(block_comm, root_comm):
+            head = slowed_s(r_bwd, bwd_ag, sigma)
+            first = max(0.0, bwd_ag - r_bwd)
+            return (head + pipelined_s(first, bwd_ag + block_comm, block_bwd, n_units,
+                                       block_comm, sigma) + root_comm * holds_root)
+        return fwd, backward(mb_rs, root_rs), backward(mb_rs + step_block, root_rs + step_root)
+
+    # Optimizer on the local shard (the first stage's, with pipelining): bandwidth bound.
+    stage_params = (L_first * block_numel + padded_numel(embed, shard) if pp > 1
+                    else params_padded)
+    optimizer_s = stage_params / shard * OPTIMIZER_TRAFFIC_BYTES[training.optimizer] / x["W"]
+    embed_fwd, embed_bwd = root["embed_s"], 2.0 * root["embed_s"]
+    head_fwd = root["head_gemm_s"] + 0.4 * root["loss_s"]
+    head_bwd = root["head_gemm_bwd_s"] + 0.6 * root["loss_s"]
+    p2p_s = bubble_s = 0.0
+    if pp == 1:
+        fwd, bwd_mb, bwd_last = phases(L, True)
+        step_s = k * fwd + (k - 1) * bwd_mb + bwd_last + optimizer_s + post_step
+    else:
+        # One activation (or its gradient) per micro-batch crosses each stage boundary, over
+        # the link when neighbouring stages share a domain, else the NIC (SC21 §3.2); SP sends
+        # the 1/t shard.
+        pp_per_node = members_per_domain([(pp, N // pp)], D)
+        a_bytes = x["T"] * m.d_model * e / (t if x["sp"] else 1)
+        p2p_s = (a_bytes / x["link"] + x["link_latency_s"] if pp_per_node > 1
+                 else a_bytes / x["nic"] + x["nic_latency_s"])
+        fwd, bwd_mb, bwd_last = phases(L_mid, False)   # a middle stage
+        r_ag = ag_root if gathers else 0.0
+        extra_first = (max((L_first - L_mid) * block_fwd + embed_fwd + 0.5 * tp_root + r_ag, 0.0),
+                       max((L_first - L_mid) * block_bwd + embed_bwd, 0.0))
+        extra_last = (max((L_last - L_mid) * block_fwd + head_fwd + 0.5 * tp_root + r_ag, 0.0),
+                      max((L_last - L_mid) * block_bwd + head_bwd + 0.5 * tp_root, 0.0))
+        stage_fwd = [fwd] * pp
+        stage_bwd = [bwd_mb] * pp
+        stage_fwd[0] += extra_first[0]
+        stage_bwd[0] += extra_first[1]
+        stage_fwd[-1] += extra_last[0]
+        stage_bwd[-1] += extra_last[1]
+        # after the flush: the last backward's once-a-step collectives, then the optimizer
+        makespan = one_f_one_b_s(stage_fwd, stage_bwd, k, p2p_s)
+        step_s = makespan + (bwd_last - bwd_mb) + optimizer_s + post_step
+        # the bubble: what the busiest stage idles
+        bubble_s = makespan - k * (fwd + bwd_mb + max(sum(extra_first), sum(extra_last)))
 
     # -- totals --------------------------------------------------------------------------
-    compute_s = (k * (L * (layer["block_fwd_s"] + layer["block_bwd_s"] + layer["recompute_s"])
-                      + root["root_fwd_s"] + root["root_bwd_s"]) + optimizer_s)
-    all_gather_s = k * ((L * ag_block * ag_calls + ag_root) if gathers else 0.0) + post_step
-    reduce_scatter_s = (k * ((L * rs_block + rs_root) if gathers else 0.0)
-                        + ((L * rs_block + rs_root) if zero1 else 0.0))
-    all_reduce_s = (L * step_block + step_root) if ddp else k * (L * hsdp_block + hsdp_root)
+    # per GPU: a (middle) stage's layers, plus the root, or with pipelining the busier end
+    Ls = L_stage
+    root_mb = root["root_fwd_s"] + root["root_bwd_s"]
+    if pp > 1:
+        raw = layer["block_fwd_s"] + layer["block_bwd_s"]
+        root_mb = max((L_first - L_mid) * raw + embed_fwd + embed_bwd,
+                      (L_last - L_mid) * raw + head_fwd + head_bwd)
+    has_root = 1.0 if pp == 1 else 0.0
+    compute_s = (k * (Ls * (layer["block_fwd_s"] + layer["block_bwd_s"] + layer["recompute_s"])
+                      + root_mb) + optimizer_s)
+    all_gather_s = k * ((Ls * ag_block * ag_calls + ag_root) if gathers else 0.0) + post_step
+    reduce_scatter_s = (k * ((Ls * rs_block + rs_root) if gathers else 0.0)
+                        + ((Ls * rs_block + rs_root) if zero1 else 0.0))
+    all_reduce_s = (Ls * step_block + step_root) if ddp else k * (Ls * hsdp_block + hsdp_root)
     tokens_per_step = b * s * k * dp
     # MFU: PaLM App. B model FLOPs, 6·N_mm + 12·L·s·q per token, against the dense peak.
     model_flops = (6.0 * m.matmul_params + 12.0 * L * s * m.q_dim) * tokens_per_step
@@ -573,8 +664,19 @@ def predict(model, system, plan, training) -> dict[str, float]:
     hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
                       + 3.0 * 2.0 * T * m.d_model * vocab + L * replayed) * k * dp
     peak_total = x["peak_nominal"] * N
-    peak_bytes = peak_memory(m, x, block_numel, root_numel, params_rank, strategy,
-                             plan.reshard_after_forward)
+
+    def stage_memory(*stage):
+        return peak_memory(m, x, strategy, plan.reshard_after_forward, *stage)
+    if pp == 1:
+        peak_bytes = stage_memory(L, params_rank, params_padded, block_numel, root_numel,
+                                  vocab, 1)
+    else:  # the first stage holds min(pp, m) micro-batches in flight, the last one
+        block_rank = padded_numel(shapes["block"], 1)
+        ends = [(L_first, embed, 0.0, min(pp, k)), (L_last, head, vocab, 1)]
+        peak_bytes = max(stage_memory(n, n * block_rank + padded_numel(part, 1),
+                                      n * block_numel + padded_numel(part, shard), block_numel,
+                                      padded_numel(part, shard), v, flight)
+                         for n, part, v, flight in ends)
     return {
         "step_time_s": step_s,
         "tokens_per_s_per_gpu": tokens_per_step / step_s / N,
@@ -584,19 +686,21 @@ def predict(model, system, plan, training) -> dict[str, float]:
         "fits": peak_bytes <= x["memory_bytes"],
         "grad_accum": float(k),
         "compute_s": compute_s,
-        "gemm_s": k * (L * (layer["gemm_fwd_s"] + layer["gemm_bwd_s"]) + root["head_gemm_s"]
-                       + root["head_gemm_bwd_s"]),
-        "attention_s": k * L * (layer["attn_fwd_s"] + layer["attn_bwd_s"]),
-        "memory_bound_s": k * (L * (layer["ew_fwd_s"] + layer["ew_bwd_s"]) + root["loss_s"]
-                               + 3.0 * root["embed_s"]) + optimizer_s,
-        "recompute_s": k * L * layer["recompute_s"],
+        "gemm_s": k * (Ls * (layer["gemm_fwd_s"] + layer["gemm_bwd_s"])
+                       + has_root * (root["head_gemm_s"] + root["head_gemm_bwd_s"])),
+        "attention_s": k * Ls * (layer["attn_fwd_s"] + layer["attn_bwd_s"]),
+        "memory_bound_s": k * (Ls * (layer["ew_fwd_s"] + layer["ew_bwd_s"])
+                               + has_root * (root["loss_s"] + 3.0 * root["embed_s"])) + optimizer_s,
+        "recompute_s": k * Ls * layer["recompute_s"],
         "optimizer_s": optimizer_s,
         "all_gather_s": all_gather_s,
         "reduce_scatter_s": reduce_scatter_s,
         "all_reduce_s": all_reduce_s,
-        "exposed_comm_s": max(step_s - compute_s, 0.0),
-        "tp_s": k * (L * ((1.0 + replay) * tp_fwd + tp_bwd) + tp_root),
-        "tp_exposed_s": k * (L * ((1.0 + replay) * tp_fwd_exposed + tp_bwd_exposed) + tp_root),
+        "exposed_comm_s": max(step_s - compute_s - bubble_s, 0.0),
+        "bubble_s": bubble_s,
+        "pp_s": k * 2.0 * p2p_s,
+        "tp_s": k * (Ls * ((1.0 + replay) * tp_fwd + tp_bwd) + tp_root),
+        "tp_exposed_s": k * (Ls * ((1.0 + replay) * tp_fwd_exposed + tp_bwd_exposed) + tp_root),
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hardware_flops,
     }

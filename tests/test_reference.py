@@ -32,7 +32,7 @@ COMPARED = {"step_time_s": "step_time_s", "tokens_per_s_per_gpu": "tokens_per_s_
             "reduce_scatter_s": "reduce_scatter_s", "all_reduce_s": "all_reduce_s",
             "exposed_comm_s": "exposed_comm_s", "model_flops_per_step": "model_flops_per_step",
             "hardware_flops_per_step": "hardware_flops_per_step", "tp_s": "tp_s",
-            "tp_exposed_s": "tp_exposed_s"}
+            "tp_exposed_s": "tp_exposed_s", "bubble_s": "bubble_s", "pp_s": "pp_s"}
 RTOL = 1e-9
 DENSE = sorted(name for name, spec in PRESETS.items()
                if not spec.engine_unsupported and not spec.is_moe
@@ -72,7 +72,15 @@ def configurations(draw):
     num_gpus = draw(st.sampled_from(counts))
     # tensor parallelism inside a scale-up domain
     tp = draw(st.sampled_from([t for t in counts if per_node % t == 0 and num_gpus % t == 0]))
-    dp = num_gpus // tp
+    # 1F1B pipelining over whole layers; sometimes an uneven first or last stage
+    pp = draw(st.sampled_from([p for p in (1, 2, 3, 4, 8) if num_gpus % (tp * p) == 0
+                               and model.n_layers >= p]))
+    pp_first = pp_last = None
+    if pp > 1 and draw(st.booleans()):
+        pp_first = draw(st.integers(1, model.n_layers - pp + 1))
+        if draw(st.booleans()):
+            pp_last = draw(st.integers(1, max(1, model.n_layers - pp_first)))
+    dp = num_gpus // (tp * pp)
     sharding = draw(st.sampled_from(reference.STRATEGIES))
     shard_group = None
     if sharding == "hybrid":  # HSDP: any shard group size dividing dp, or the default
@@ -80,7 +88,8 @@ def configurations(draw):
     plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=per_node, sharding=sharding,
                         shard_group_size=shard_group, reshard_after_forward=draw(st.booleans()),
                         tp=tp, sequence_parallel=draw(st.booleans()) if tp > 1 else None,
-                        tp_overlap=tp > 1 and draw(st.booleans()))
+                        tp_overlap=tp > 1 and draw(st.booleans()), pp=pp,
+                        pp_first_layers=pp_first, pp_last_layers=pp_last)
     precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES)))
     assume(precision in system.accelerator.peak_flops_per_s)
     micro_batch = draw(st.integers(1, 8))
@@ -88,7 +97,7 @@ def configurations(draw):
         seq_len=draw(st.sampled_from([s for s in (128, 256, 512, 1024, 2048, 4096)
                                       if s <= model.max_seq_len])),
         micro_batch=micro_batch,
-        global_batch=micro_batch * plan.dp * draw(st.integers(1, 4)),
+        global_batch=micro_batch * plan.dp * draw(st.integers(1, 12 if pp > 1 else 4)),
         recompute=draw(st.sampled_from(["none", "selective", "full"])),
         precision=precision,
         reduce_dtype=draw(st.sampled_from([None, "fp32", "bf16"])),
@@ -111,8 +120,9 @@ def test_reference_agrees_with_engine(config):
     engine = prediction.values
     ref = reference.predict(model, system, plan, training)
     for key, engine_key in COMPARED.items():
-        # exposed communication is step − compute: where they cancel, compare against the step
-        floor = RTOL * engine["step_time_s"] if key == "exposed_comm_s" else 0.0
+        # exposed communication (step − compute) and the bubble (makespan − busiest stage)
+        # are differences: where they cancel, compare them against the step
+        floor = RTOL * engine["step_time_s"] if key in ("exposed_comm_s", "bubble_s") else 0.0
         assert math.isclose(ref[key], engine[engine_key], rel_tol=RTOL, abs_tol=floor), (
             key, ref[key], engine[engine_key])
     assert ref["fits"] == bool(engine["fits"])
@@ -125,7 +135,8 @@ def _h100():
 
 @pytest.mark.parametrize("change", [
     {"model": "mixtral-8x7b"},
-    {"plan": {"pp": 2}},
+    {"plan": {"pp": 2, "pp_schedule": "gpipe"}},
+    {"plan": {"pp": 2, "vpp": 2}},
     {"plan": {"cp": 2}},
     {"plan": {"tp": 16, "num_gpus": 32}},
     {"plan": {"grad_sync": "last"}},
