@@ -164,3 +164,32 @@ def test_reference_uses_neither_engine_nor_costs():
                  for a in node.names}
     assert not {m for m in imported if m and m.startswith(("fsdpsim.engine", "fsdpsim.costs",
                                                            "fsdpsim.drivers", "numpy"))}
+
+
+@pytest.mark.parametrize("p,m", [(1, 1), (1, 5), (2, 2), (4, 4), (4, 9), (8, 3), (3, 12)])
+def test_one_f_one_b_equal_stages(p, m):
+    """Equal stages, no transfer time: (m + p − 1)·(f + b) for m ≥ p (Narayanan et al. SC21
+    §2.2.1), and for any m when forward and backward take equally long."""
+    f, b = 1.0, 2.0
+    makespan = reference.one_f_one_b_s([f] * p, [b] * p, m, 0.0)
+    if m >= p:
+        assert makespan == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
+    one = reference.one_f_one_b_s([1.0] * p, [1.0] * p, m, 0.0)
+    assert one == pytest.approx((m + p - 1) * 2.0, rel=1e-12)
+
+
+def test_one_f_one_b_transfers_on_the_critical_path():
+    """One micro-batch through p stages: p forwards, p backwards and 2·(p − 1) transfers."""
+    assert reference.one_f_one_b_s([1.0] * 4, [2.0] * 4, 1, 0.5) == pytest.approx(
+        4 * 3.0 + 2 * 3 * 0.5)
+
+
+def test_linear_time_by_hand():
+    """A 1024-token (1024 × 4096)·(4096 × 4096) GEMM at R = 1e15 FLOP/s, W = 2e12 B/s, no tile
+    loss or tail: forward 2·1024·4096·4096 / 1e15 s (compute bound); backward twice that."""
+    fwd, bwd = reference.linear_times_s(1024, 4096, 4096, 1e15, 2e12, 2.0, 0.0, 0.0)
+    assert fwd == pytest.approx(2 * 1024 * 4096 * 4096 / 1e15)
+    assert bwd == pytest.approx(2 * fwd)
+    # memory bound when tiny: the three matrices' bytes over W
+    fwd, _ = reference.linear_times_s(1, 4096, 4096, 1e15, 2e12, 2.0, 0.0, 0.0)
+    assert fwd == pytest.approx(2.0 * (4096 + 4096 * 4096 + 4096) / 2e12)
