@@ -19,7 +19,10 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   column/row split, sequence parallelism and TP overlap on or off);
 * pipeline parallelism with the ``1f1b`` schedule (``vpp = 1``; even or given first/last
   stage layers); ``cp = ep = 1``;
-* the default framework ``fsdp2`` (PyTorch ``fully_shard``; NCCL 2.30 constants);
+* frameworks ``fsdp2`` (PyTorch ``fully_shard``, the default), ``megatron`` and
+  ``deepspeed-zero3`` (Megatron's mixed-precision recipe and reentrant checkpoint, cuDNN fused
+  attention; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather with the
+  next forward, not with pipelining); all on the catalog's NCCL 2.30 constants;
 * precision ``bf16``, ``fp16`` or ``fp32``; reduce dtype any of them; AdamW or SGD;
   FlashAttention on or off, fused loss on or off; recompute ``none``, ``selective`` or
   ``full`` on every layer; no dropout, no CUDA graphs, no per-module recompute, no BF16-layer
@@ -44,6 +47,7 @@ from fsdpsim.util.errors import ConfigError
 #: Bytes per element of the 16/32-bit dtypes this reference covers.
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
+FRAMEWORKS = ("fsdp2", "megatron", "deepspeed-zero3")
 #: Eager PyTorch ops per layer (forward, backward): base GPT block and what each switch adds,
 #: counted with TorchDispatchMode (fsdpsim.costs.compute.HOST_OPS_*, tests/test_model_torch.py).
 OPS_BASE, OPS_EAGER_ATTN, OPS_ROTARY = (41, 79), (20, 21), (8, 16)
@@ -82,8 +86,13 @@ def check_scope(model, system, plan, training) -> None:
         refuse(f"sharding {plan.sharding!r}", f"sharding {', '.join(STRATEGIES)}")
     if plan.keep_gathered or plan.grad_sync != "every":
         refuse("keep_gathered / grad_sync='last'", "gradients reduced every micro-batch")
-    if plan.framework != "fsdp2":
-        refuse(f"framework {plan.framework!r}", "framework fsdp2 only")
+    from fsdpsim.plan.frameworks import canonical
+
+    framework = canonical(plan.framework)
+    if framework not in FRAMEWORKS:
+        refuse(f"framework {plan.framework!r}", f"frameworks {', '.join(FRAMEWORKS)}")
+    if framework == "megatron" and plan.pp > 1 and plan.sharding == "optimizer":
+        refuse("megatron's overlapped parameter gather with pipelining", "pp = 1 with it")
     reduce_dtype = training.reduce_dtype or "fp32"
     if training.precision not in DTYPE_BYTES or reduce_dtype not in DTYPE_BYTES:
         refuse(f"precision {training.precision!r} / reduce_dtype {training.reduce_dtype!r}",
@@ -143,7 +152,9 @@ def layer_compute(m, x):
     attn_flops = (0.5 if flash else 1.0) * 4.0 * b * s * s * q
     kv_len = (0.5 if flash else 1.0) * s
     half = x["attn_half_kv"] if flash else x["half_k"]
-    fraction = x["attn_fraction"] if flash else x["matmul_fraction"]
+    # Megatron's recipe runs Transformer Engine's cuDNN fused attention, not PyTorch SDPA
+    fraction = ((x["fused_attn_fraction"] if x["megatron"] else x["attn_fraction"]) if flash
+                else x["matmul_fraction"])
     attn_fwd = attn_flops / (x["peak"] * fraction / (1.0 + half / kv_len))
     if not flash:
         attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / x["W"]
@@ -166,11 +177,13 @@ def layer_compute(m, x):
     block_fwd = max(gemm_fwd + attn_fwd + ew_fwd, ops_fwd * ko)
     block_bwd = max(gemm_bwd + attn_bwd + ew_bwd, ops_bwd * ko)
     # Recompute (Korthikanti et al. 2022 §5): full replays the forward, less the MLP down
-    # projection torch's non-reentrant checkpoint never needs (early stop, torch >= 2.1);
-    # selective replays the attention core only.
+    # projection torch's non-reentrant checkpoint never needs (early stop, torch >= 2.1;
+    # Megatron's reentrant CheckpointFunction replays it too); selective replays the
+    # attention core only.
+    early_stop = 0.0 if x["megatron"] else 1.0
     recompute = {"none": 0.0, "selective": attn_fwd,
-                 "full": max(gemm_fwd + attn_fwd + ew_fwd - down_fwd,
-                             (ops_fwd - OPS_DOWN_PROJ) * ko)}[x["recompute"]]
+                 "full": max(gemm_fwd + attn_fwd + ew_fwd - early_stop * down_fwd,
+                             (ops_fwd - early_stop * OPS_DOWN_PROJ) * ko)}[x["recompute"]]
     return {"gemm_fwd_s": gemm_fwd, "gemm_bwd_s": gemm_bwd, "attn_fwd_s": attn_fwd,
             "attn_bwd_s": attn_bwd, "ew_fwd_s": ew_fwd, "ew_bwd_s": ew_bwd,
             "block_fwd_s": block_fwd, "block_bwd_s": block_bwd, "recompute_s": recompute}
@@ -339,11 +352,11 @@ def padded_numel(shapes, shard):
 def _rates(system, plan, training):
     """The catalog's rates and constants this reference reads, in SI units."""
     from fsdpsim.hardware.system import FRAGMENTED_FACTOR
-    from fsdpsim.plan.frameworks import PROFILES
+    from fsdpsim.plan.frameworks import PROFILES, canonical, profile
 
     acc, eff, link, net = system.accelerator, system.accelerator.efficiency, system.link, \
         system.network
-    lib = system.collectives.get(PROFILES["fsdp2"].collectives)
+    lib = system.collectives.get(profile(plan.framework).collectives)
     if lib is None:  # the built-in catalog's release of the default profile
         from fsdpsim.hardware.catalog import load_catalog
         lib = load_catalog(use_env=False).collectives(PROFILES["fsdp2"].collectives)
@@ -354,6 +367,10 @@ def _rates(system, plan, training):
         "R": peak * eff.matmul_fraction, "matmul_fraction": eff.matmul_fraction,
         "half_flops": eff.matmul_half_flops, "half_k": eff.matmul_half_k,
         "attn_fraction": eff.attention_fraction, "attn_half_kv": eff.attention_half_kv,
+        "fused_attn_fraction": (eff.attention_fraction if eff.fused_attention_fraction is None
+                                else eff.fused_attention_fraction),
+        "megatron": profile(plan.framework).recipe == "megatron",
+        "param_gather_overlap": canonical(plan.framework) == "megatron",
         "W": acc.hbm_bandwidth_bytes_per_s * eff.hbm_fraction,
         "link": link.bandwidth_bytes_per_s * eff.link_fraction,
         "nic": system.inter_node_bandwidth_bytes_per_s_per_gpu * system.inter_node_fraction,
@@ -435,18 +452,23 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     h, q, kv, a, V = m.d_model, m.q_dim, m.kv_dim, m.n_heads, vocab
     h_split = t if x["sp"] else 1                       # SP splits the h-sized tensors too
     psi_shard = psi_padded / N                          # Ψ_s: one GPU's shard
-    # Model states, PyTorch recipe: fp32 master parameters and gradients, fp32 optimizer
-    # state (ZeRO paper §5 Fig. 1 table; Zhao et al. 2023 §4.4). SHARD_GRAD_OP holds an fp32
-    # parameter shard and the gathered bf16 units: "full" without resharding in memory.
+    # Model states (ZeRO paper §5 Fig. 1 table). PyTorch recipe: fp32 master parameters and
+    # gradients, fp32 optimizer state (Zhao et al. 2023 §4.4); Megatron's: parameters in the
+    # compute dtype, gradients in the reduce dtype, the fp32 master copy with the optimizer
+    # state (Megatron-LM distrib_optimizer.md). SHARD_GRAD_OP holds a parameter shard and the
+    # gathered units: "full" without resharding in memory.
+    param_bytes = e if x["megatron"] else 4.0
+    grad_bytes = x["reduce_bytes"] if x["megatron"] else 4.0
+    optimizer_bytes = OPTIMIZER_STATE_BYTES[x["optimizer"]] + (4.0 if x["megatron"] else 0.0)
     params_sharded = strategy in ("full", "grad_op", "hybrid")
     grads_sharded = params_sharded
-    states = (4.0 * (psi_shard if params_sharded else psi)
-              + 4.0 * (psi_shard if grads_sharded else psi)
-              + OPTIMIZER_STATE_BYTES[x["optimizer"]] * (psi_shard if strategy != "none" else psi))
+    states = (param_bytes * (psi_shard if params_sharded else psi)
+              + grad_bytes * (psi_shard if grads_sharded else psi)
+              + optimizer_bytes * (psi_shard if strategy != "none" else psi))
     # Gathered parameters in the compute dtype: two units in flight plus the never-resharded
     # root (Zhao et al. 2023 §3.4 rate limiter), or all of them when not resharded; a separate
     # copy exists only if gathered from shards or cast to another dtype.
-    separate = e != 4.0 or (params_sharded and N > 1)
+    separate = e != param_bytes or (params_sharded and N > 1)
     resharded = params_sharded and reshard and strategy != "grad_op"
     gathered_block = min(2.0 * block_numel + root_numel, psi) if resharded else psi
     gathered_loss = min(root_numel, psi) if resharded else psi
@@ -607,7 +629,10 @@ def predict(model, system, plan, training) -> dict[str, float]:
     p2p_s = bubble_s = 0.0
     if pp == 1:
         fwd, bwd_mb, bwd_last = phases(L, True)
-        step_s = k * fwd + (k - 1) * bwd_mb + bwd_last + optimizer_s + post_step
+        # Megatron's distributed optimizer gathers the updated parameters beside the next
+        # step's forward (--overlap-param-gather): only what outlasts that forward shows.
+        shown = max(post_step - fwd, 0.0) if x["param_gather_overlap"] else post_step
+        step_s = k * fwd + (k - 1) * bwd_mb + bwd_last + optimizer_s + shown
     else:
         # One activation (or its gradient) per micro-batch crosses each stage boundary, over
         # the link when neighbouring stages share a domain, else the NIC (SC21 §3.2); SP sends
@@ -660,7 +685,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
                           + up * m.d_model + m.d_model * m.ffn_size)
     attn_full = 4.0 * b * s * s * m.q_dim
     replayed = {"none": 0.0, "selective": attn_full,
-                "full": layer_mm - 2.0 * T * m.d_model * m.ffn_size + attn_full}[training.recompute]
+                "full": layer_mm + attn_full                    # less the down projection
+                - (0.0 if x["megatron"] else 2.0 * T * m.d_model * m.ffn_size)}[training.recompute]
     hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
                       + 3.0 * 2.0 * T * m.d_model * vocab + L * replayed) * k * dp
     peak_total = x["peak_nominal"] * N

@@ -89,7 +89,9 @@ def configurations(draw):
                         shard_group_size=shard_group, reshard_after_forward=draw(st.booleans()),
                         tp=tp, sequence_parallel=draw(st.booleans()) if tp > 1 else None,
                         tp_overlap=tp > 1 and draw(st.booleans()), pp=pp,
-                        pp_first_layers=pp_first, pp_last_layers=pp_last)
+                        pp_first_layers=pp_first, pp_last_layers=pp_last,
+                        framework=draw(st.sampled_from(reference.FRAMEWORKS)))
+    assume(not (plan.framework == "megatron" and pp > 1 and sharding == "optimizer"))
     precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES)))
     assume(precision in system.accelerator.peak_flops_per_s)
     micro_batch = draw(st.integers(1, 8))
@@ -141,7 +143,8 @@ def _h100():
     {"plan": {"tp": 16, "num_gpus": 32}},
     {"plan": {"grad_sync": "last"}},
     {"plan": {"framework": "fsdp1"}},
-    {"plan": {"framework": "megatron"}},
+    {"plan": {"framework": "internevo"}},
+    {"plan": {"framework": "megatron", "pp": 2, "sharding": "optimizer"}},
     {"plan": {"keep_gathered": True}},
     {"training": {"precision": "fp8"}},
     {"training": {"micro_batch": None, "global_batch": 64}},
