@@ -97,6 +97,11 @@ def check_scope(model, system, plan, training) -> None:
     if training.precision not in DTYPE_BYTES or reduce_dtype not in DTYPE_BYTES:
         refuse(f"precision {training.precision!r} / reduce_dtype {training.reduce_dtype!r}",
                "precision and reduce dtype bf16, fp16 or fp32")
+    from fsdpsim.hardware.system import domain_gpus
+
+    if plan.gpus_per_node not in (system.gpus_per_node, domain_gpus(system, plan.num_gpus)):
+        raise ConfigError(f"plan gpus_per_node({plan.gpus_per_node}) != system "
+                          f"gpus_per_node({system.gpus_per_node})")
     if training.micro_batch is None or training.recompute is None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
     if (training.dropout or training.cuda_graphs != "none" or training.recompute_modules
