@@ -33,9 +33,13 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 
 Symbols: b micro-batch, s sequence length, T = b·s tokens per micro-batch, h = d_model, q and
 kv the query and key/value widths, f the MLP width, V the vocabulary, L layers, k gradient-
-accumulation steps (micro-batches per step), N GPUs, t the TP degree, e bytes per activation/parameter element in the
-compute dtype. R = peak × achievable matmul fraction [FLOP/s], W = HBM bandwidth × achievable
-fraction [B/s].
+accumulation steps (micro-batches per step), N GPUs, t the TP degree, S the FSDP shard group,
+e bytes per activation/parameter element in the compute dtype. R = peak × achievable matmul
+fraction [FLOP/s], W = HBM bandwidth × achievable fraction [B/s].
+
+Where the engine counts something in a way that looks questionable, the reference does the
+same (so the two agree) and says so in a comment: each pipeline end stage gathers the whole
+root unit, and the TP forward all-reduces of the root are charged at their mean size.
 """
 
 from __future__ import annotations
@@ -579,7 +583,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     # all-reduce of the gradients a step (Li et al. 2020 §3.2.4).
     zero1, ddp = strategy == "optimizer", strategy == "none"
     step_block = step_root = post_step = 0.0
-    if zero1:
+    if zero1:  # (with pipelining, a stage's layers and the whole root, as the engine counts)
         step_block, step_root = rs_block, rs_root
         post_step = ring((L_stage * block_numel + root_numel) * e)
     if ddp:
@@ -647,6 +651,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
         p2p_s = (a_bytes / x["link"] + x["link_latency_s"] if pp_per_node > 1
                  else a_bytes / x["nic"] + x["nic_latency_s"])
         fwd, bwd_mb, bwd_last = phases(L_mid, False)   # a middle stage
+        # Each end stage gathers the root unit once per micro-batch; the engine charges the
+        # whole root's bytes at both ends (each holds only its part: an upper bound).
         r_ag = ag_root if gathers else 0.0
         extra_first = (max((L_first - L_mid) * block_fwd + embed_fwd + 0.5 * tp_root + r_ag, 0.0),
                        max((L_first - L_mid) * block_bwd + embed_bwd, 0.0))
