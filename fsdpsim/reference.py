@@ -17,8 +17,8 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   micro-batch;
 * tensor parallelism inside one scale-up domain (``tp`` dividing ``gpus_per_node``; Megatron
   column/row split, sequence parallelism and TP overlap on or off);
-* pipeline parallelism with the ``1f1b`` schedule (``vpp = 1``; even or given first/last
-  stage layers); ``cp = ep = 1``;
+* pipeline parallelism with the ``gpipe``, ``1f1b`` or ``zb-h1`` schedule (``vpp = 1``;
+  even or given first/last stage layers); ``cp = ep = 1``;
 * frameworks ``fsdp2`` (PyTorch ``fully_shard``, the default), ``megatron`` and
   ``deepspeed-zero3`` (Megatron's mixed-precision recipe and reentrant checkpoint, cuDNN fused
   attention; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather with the
@@ -81,8 +81,8 @@ def check_scope(model, system, plan, training) -> None:
     for name in ("cp", "ep", "vpp"):
         if getattr(plan, name) != 1:
             refuse(f"{name}={getattr(plan, name)}", f"{name}=1 only")
-    if plan.pp > 1 and plan.pp_schedule != "1f1b":
-        refuse(f"pp_schedule {plan.pp_schedule!r}", "pipeline schedule 1f1b only")
+    if plan.pp > 1 and plan.pp_schedule not in ("gpipe", "1f1b", "zb-h1"):
+        refuse(f"pp_schedule {plan.pp_schedule!r}", "pipeline schedules gpipe, 1f1b, zb-h1")
     if plan.gpus_per_node % plan.tp:
         refuse(f"tp={plan.tp} across scale-up domains of {plan.gpus_per_node}",
                "tp dividing gpus_per_node")
@@ -414,21 +414,40 @@ def pipelined_s(first_comm_s, comm_s, compute_s, n_units, last_comm_s, sigma):
             + compute_s + last_comm_s)
 
 
-def one_f_one_b_s(fwd_s, bwd_s, n_microbatches, p2p_s):
-    """Makespan of a 1F1B pipeline [s], by running the schedule: stage j (of p) runs
-    min(p − j − 1, m) warm-up forwards, then alternates one forward and one backward, then
-    drains its backwards (Narayanan et al. SC21 §2.2.1). An action starts when its stage is
-    free and its input has arrived: a forward after the previous stage's forward of the same
-    micro-batch plus one transfer, a backward after the next stage's backward plus one
-    transfer (the last stage's after its own forward). ``fwd_s``, ``bwd_s``: per stage."""
-    p, m = len(fwd_s), n_microbatches
+def schedule_orders(schedule, p, m):
+    """Every stage's actions in order: forwards F, backwards B and, for ZB-H1, weight-gradient
+    passes W. GPipe runs all forwards then all backwards (Huang et al. 2019); 1F1B runs
+    min(p − j − 1, m) warm-up forwards on stage j, then alternates a forward and a backward,
+    then drains (Narayanan et al. SC21 §2.2.1); ZB-H1 is 1F1B with each backward split into B
+    and W, stage j's W running j backwards late and the owed ones at the end (Qi et al. 2024
+    §2.1; torch 2.13 ``ScheduleZBVZeroBubble`` orders, fsdpsim.costs.schedule)."""
+    if schedule == "gpipe":
+        return [[("F", i) for i in range(m)] + [("B", i) for i in range(m)] for _ in range(p)]
     orders = []
     for j in range(p):
         warm = min(p - j - 1, m)
         order = [("F", i) for i in range(warm)]
-        for i in range(m - warm):
-            order += [("F", warm + i), ("B", i)]
-        orders.append(order + [("B", i) for i in range(m - warm, m)])
+        for i in range(m):
+            if warm + i < m:
+                order.append(("F", warm + i))
+            order.append(("B", i))
+            if schedule == "zb-h1" and i >= j:
+                order.append(("W", i - j))
+        if schedule == "zb-h1":
+            order += [("W", i) for i in range(max(m - j, 0), m)]
+        orders.append(order)
+    return orders
+
+
+def pipeline_makespan_s(schedule, fwd_s, bwd_s, wgrad_s, n_microbatches, p2p_s):
+    """Makespan of one step's pipeline [s], by running the schedule (:func:`schedule_orders`):
+    an action starts when its stage is free and its input has arrived: a forward after the
+    previous stage's forward of the same micro-batch plus one transfer, a backward after the
+    next stage's backward plus one transfer (the last stage's after its own forward), a W
+    after its own B. ``fwd_s``, ``bwd_s``, ``wgrad_s``: per stage."""
+    p = len(fwd_s)
+    orders = schedule_orders(schedule, p, n_microbatches)
+    took = {"F": fwd_s, "B": bwd_s, "W": wgrad_s}
     done, free, nxt = {}, [0.0] * p, [0] * p
     while any(nxt[j] < len(orders[j]) for j in range(p)):
         for j in range(p):
@@ -440,7 +459,7 @@ def one_f_one_b_s(fwd_s, bwd_s, n_microbatches, p2p_s):
                     break                                 # its input has not arrived yet
                 ready = 0.0 if dep is None else done[dep] + p2p_s
                 start = max(free[j], ready)
-                free[j] = done[(kind, j, i)] = start + (fwd_s[j] if kind == "F" else bwd_s[j])
+                free[j] = done[(kind, j, i)] = start + took[kind][j]
                 nxt[j] += 1
     return max(free)
 
@@ -658,14 +677,18 @@ def predict(model, system, plan, training) -> dict[str, float]:
                        max((L_first - L_mid) * block_bwd + embed_bwd, 0.0))
         extra_last = (max((L_last - L_mid) * block_fwd + head_fwd + 0.5 * tp_root + r_ag, 0.0),
                       max((L_last - L_mid) * block_bwd + head_bwd + 0.5 * tp_root, 0.0))
+        # ZB-H1 splits each backward into the input-gradient pass B and the weight-gradient
+        # pass W: half of the GEMM backward FLOPs (the end stages' extras stay in B).
+        wgrad = L_mid * 0.5 * layer["gemm_bwd_s"] if plan.pp_schedule == "zb-h1" else 0.0
         stage_fwd = [fwd] * pp
-        stage_bwd = [bwd_mb] * pp
+        stage_bwd = [bwd_mb - wgrad] * pp
         stage_fwd[0] += extra_first[0]
         stage_bwd[0] += extra_first[1]
         stage_fwd[-1] += extra_last[0]
         stage_bwd[-1] += extra_last[1]
         # after the flush: the last backward's once-a-step collectives, then the optimizer
-        makespan = one_f_one_b_s(stage_fwd, stage_bwd, k, p2p_s)
+        makespan = pipeline_makespan_s(plan.pp_schedule, stage_fwd, stage_bwd, [wgrad] * pp, k,
+                                       p2p_s)
         step_s = makespan + (bwd_last - bwd_mb) + optimizer_s + post_step
         # the bubble: what the busiest stage idles
         bubble_s = makespan - k * (fwd + bwd_mb + max(sum(extra_first), sum(extra_last)))
@@ -707,9 +730,14 @@ def predict(model, system, plan, training) -> dict[str, float]:
     if pp == 1:
         peak_bytes = stage_memory(L, params_rank, params_padded, block_numel, root_numel,
                                   vocab, 1)
-    else:  # the first stage holds min(pp, m) micro-batches in flight, the last one
+    else:
+        # Micro-batches in flight at a stage's peak: GPipe all m; 1F1B min(p − j, m) on stage
+        # j (the first min(p, m), the last 1). ZB-H1 is counted as 1F1B, as the engine does,
+        # though its delayed W passes keep activations longer on the later stages.
         block_rank = padded_numel(shapes["block"], 1)
-        ends = [(L_first, embed, 0.0, min(pp, k)), (L_last, head, vocab, 1)]
+        gpipe = plan.pp_schedule == "gpipe"
+        ends = [(L_first, embed, 0.0, k if gpipe else min(pp, k)),
+                (L_last, head, vocab, k if gpipe else 1)]
         peak_bytes = max(stage_memory(n, n * block_rank + padded_numel(part, 1),
                                       n * block_numel + padded_numel(part, shard), block_numel,
                                       padded_numel(part, shard), v, flight)

@@ -90,7 +90,9 @@ def configurations(draw):
                         tp=tp, sequence_parallel=draw(st.booleans()) if tp > 1 else None,
                         tp_overlap=tp > 1 and draw(st.booleans()), pp=pp,
                         pp_first_layers=pp_first, pp_last_layers=pp_last,
-                        framework=draw(st.sampled_from(reference.FRAMEWORKS)))
+                        framework=draw(st.sampled_from(reference.FRAMEWORKS)),
+                        pp_schedule=draw(st.sampled_from(["gpipe", "1f1b", "zb-h1"]))
+                        if pp > 1 else None)
     assume(not (plan.framework == "megatron" and pp > 1 and sharding == "optimizer"))
     precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES)))
     assume(precision in system.accelerator.peak_flops_per_s)
@@ -137,7 +139,7 @@ def _h100():
 
 @pytest.mark.parametrize("change", [
     {"model": "mixtral-8x7b"},
-    {"plan": {"pp": 2, "pp_schedule": "gpipe"}},
+    {"plan": {"pp": 2, "pp_schedule": "interleaved", "vpp": 2}},
     {"plan": {"pp": 2, "vpp": 2}},
     {"plan": {"cp": 2}},
     {"plan": {"tp": 16, "num_gpus": 32}},
@@ -174,17 +176,17 @@ def test_one_f_one_b_equal_stages(p, m):
     """Equal stages, no transfer time: (m + p − 1)·(f + b) for m ≥ p (Narayanan et al. SC21
     §2.2.1), and for any m when forward and backward take equally long."""
     f, b = 1.0, 2.0
-    makespan = reference.one_f_one_b_s([f] * p, [b] * p, m, 0.0)
+    makespan = reference.pipeline_makespan_s("1f1b", [f] * p, [b] * p, [0.0] * p, m, 0.0)
     if m >= p:
         assert makespan == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
-    one = reference.one_f_one_b_s([1.0] * p, [1.0] * p, m, 0.0)
+    one = reference.pipeline_makespan_s("1f1b", [1.0] * p, [1.0] * p, [0.0] * p, m, 0.0)
     assert one == pytest.approx((m + p - 1) * 2.0, rel=1e-12)
 
 
 def test_one_f_one_b_transfers_on_the_critical_path():
     """One micro-batch through p stages: p forwards, p backwards and 2·(p − 1) transfers."""
-    assert reference.one_f_one_b_s([1.0] * 4, [2.0] * 4, 1, 0.5) == pytest.approx(
-        4 * 3.0 + 2 * 3 * 0.5)
+    makespan = reference.pipeline_makespan_s("1f1b", [1.0] * 4, [2.0] * 4, [0.0] * 4, 1, 0.5)
+    assert makespan == pytest.approx(4 * 3.0 + 2 * 3 * 0.5)
 
 
 def test_linear_time_by_hand():
@@ -196,3 +198,10 @@ def test_linear_time_by_hand():
     # memory bound when tiny: the three matrices' bytes over W
     fwd, _ = reference.linear_times_s(1, 4096, 4096, 1e15, 2e12, 2.0, 0.0, 0.0)
     assert fwd == pytest.approx(2.0 * (4096 + 4096 * 4096 + 4096) / 2e12)
+
+
+@pytest.mark.parametrize("p,m", [(2, 3), (4, 4), (4, 9)])
+def test_gpipe_equal_stages(p, m):
+    """GPipe with equal stages and no transfer time: (m + p − 1)·(f + b) (Huang et al. 2019)."""
+    makespan = reference.pipeline_makespan_s("gpipe", [1.0] * p, [2.0] * p, [0.0] * p, m, 0.0)
+    assert makespan == pytest.approx((m + p - 1) * 3.0)
