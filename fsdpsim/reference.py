@@ -18,7 +18,7 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 * tensor parallelism inside one scale-up domain (``tp`` dividing ``gpus_per_node``; Megatron
   column/row split, sequence parallelism and TP overlap on or off);
 * pipeline parallelism with the ``gpipe``, ``1f1b`` or ``zb-h1`` schedule (``vpp = 1``;
-  even or given first/last stage layers); ``cp = ep = 1``;
+  even or given first/last stage layers); context parallelism, ring or Ulysses; ``ep = 1``;
 * frameworks ``fsdp2`` (PyTorch ``fully_shard``, the default), ``megatron`` and
   ``deepspeed-zero3`` (Megatron's mixed-precision recipe and reentrant checkpoint, cuDNN fused
   attention; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather with the
@@ -78,7 +78,7 @@ def check_scope(model, system, plan, training) -> None:
             or model.mtp_layers or model.qk_norm or set(model.attention_pattern) != {"full"}:
         refuse(f"model {model.name!r} (MoE, MLA, MTP, QK-norm or windowed attention)",
                "dense uniform full-attention models")
-    for name in ("cp", "ep", "vpp"):
+    for name in ("ep", "vpp"):
         if getattr(plan, name) != 1:
             refuse(f"{name}={getattr(plan, name)}", f"{name}=1 only")
     if plan.pp > 1 and plan.pp_schedule not in ("gpipe", "1f1b", "zb-h1"):
@@ -157,16 +157,19 @@ def layer_compute(m, x):
     # Attention scores and values: 4·b·s²·q FLOPs forward over the full square; a causal flash
     # kernel computes half (Dao 2023 §3.1) at peak × attention_fraction × n/(n + n_half), n the
     # keys a query tile visits (s/2 causal). Eager attention runs as GEMMs over the full
-    # square and reads/writes the s × s scores three times (bandwidth bound).
-    attn_flops = (0.5 if flash else 1.0) * 4.0 * b * s * s * q
-    kv_len = (0.5 if flash else 1.0) * s
+    # square and reads/writes the s × s scores three times (bandwidth bound). Context
+    # parallelism gives each rank 1/c of the (load-balanced causal) work; a ring step's kernel
+    # sees one K, V block of s/c keys (Ulysses: the whole sequence for its heads).
+    c = x["cp"]
+    attn_flops = (0.5 if flash else 1.0) * 4.0 * b * s * s * q / c
+    kv_len = (0.5 if flash else 1.0) * s / (1 if x["cp_all2all"] else c)
     half = x["attn_half_kv"] if flash else x["half_k"]
     # Megatron's recipe runs Transformer Engine's cuDNN fused attention, not PyTorch SDPA
     fraction = ((x["fused_attn_fraction"] if x["megatron"] else x["attn_fraction"]) if flash
                 else x["matmul_fraction"])
     attn_fwd = attn_flops / (x["peak"] * fraction / (1.0 + half / kv_len))
     if not flash:
-        attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / x["W"]
+        attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / c / x["W"]
     attn_bwd = (2.5 if flash else 2.0) * attn_fwd  # FlashAttention recomputes the scores
     # Element-wise kernels, bytes per token (fsdpsim.costs.compute.layer_elementwise_bytes):
     # forward 2 norms (4h) + 2 residual adds (6h) + activation (2f GELU, 3f SwiGLU) + rotary;
@@ -317,6 +320,32 @@ def tensor_parallel_s(m, x, tp_per_node):
         fwd, bwd = ar(2 * msg, 2), ar(2 * msg, 2)
         root = ar(msg + loss_bytes, 4) + ar(msg, 1)                   # embed + loss; head grad
     return fwd, bwd, root
+
+
+def context_parallel_s(m, x, cp_per_node):
+    """Context-parallel communication of one layer per micro-batch [s]: (forward, backward).
+
+    Ring attention (Liu et al. 2023 §3; TransformerEngine ``AttnFuncWithCPAndKVP2P``): the
+    rank's K and V block, kv = 2·T·kv_dim/t·e bytes, travels c − 1 hops forward; backward K, V
+    and their gradients travel c − 1 hops each, packed into the same sends. Each hop is a
+    send/recv to the ring neighbour over the link (inside a domain) or the NIC share.
+    Ulysses (Jacobs et al. 2023 §3.1): q, k, v all-to-all before attention and the output
+    after, the reverse in backward: 4 calls of T·(2q + 2kv)/t·e bytes in all, each rank
+    sending (g − 1)/c of them over the link and (c − g)/c over its NIC at once."""
+    c, t, T, e = x["cp"], x["tp"], x["T"], x["e"]
+    inside = cp_per_node >= c
+    if not x["cp_all2all"]:
+        per_byte = 1.0 / (x["link"] if inside else x["nic"])
+        latency = x["link_latency_s"] if inside else x["nic_latency_s"]
+        kv = 2.0 * T * m.kv_dim / t * e
+        hops = c - 1
+        return hops * kv * per_byte + hops * latency, 2.0 * hops * kv * per_byte + hops * latency
+    g = min(cp_per_node, c)
+    per_byte = max((g - 1) / c / x["link"], (c - g) / c / x["nic"] if c > g else 0.0)
+    latency = (c - 1) * (x["nic_latency_s"] if c > g else x["link_latency_s"])
+    total = T * (2.0 * m.q_dim + 2.0 * m.kv_dim) / t * e
+    one_pass = total * per_byte + 4.0 * latency
+    return one_pass, one_pass
 
 
 # ---------------------------------------------------------------- inputs --------------------
@@ -507,14 +536,15 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     # all but the h-sized ones, which SP splits too (Korthikanti et al. 2022 Table 2).
     n_ffn = 4.0 if m.ffn_kind == "swiglu" else 2.0
     linear = T * (4.0 * e * h / h_split + (e * (q + 2 * kv) + e * q + e * n_ffn * m.ffn_size) / t)
-    core = 4.0 * b * (a / t) * s if x["flash"] else b * (a / t) * s * s * e  # fp32 LSE / scores
+    rows = b * (a / t) * s / x["cp"]                   # score rows (queries) on this rank
+    core = 4.0 * rows if x["flash"] else rows * s * e   # fp32 logsumexp, or the scores
     kept = linear + core
     saved = {"none": kept, "selective": linear, "full": T * e * h / h_split}[x["recompute"]]
     working = kept - saved                               # one layer rebuilt in its backward
     head = 2.0 * T * e * h / h_split                     # final-norm and LM-head inputs
     # Logits (bf16) and the cross-entropy's three fp32 temporaries, the vocabulary split by TP.
-    logits = b * s * V / t * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)
-    held_logits = 2.0 * b * s * V / t
+    logits = T * V / t * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)
+    held_logits = 2.0 * T * V / t
     activations = in_flight * n_layers * saved
     at_loss = (states + (e * gathered_loss if separate else 0.0)
                + activations + head + logits)
@@ -547,18 +577,23 @@ def predict(model, system, plan, training) -> dict[str, float]:
     # Groups: TP innermost (t consecutive ranks), then the FSDP/ZeRO shard group of S ranks
     # (all dp ranks but for HSDP; 1 for DDP), HSDP's R replicas of it; the data-parallel world
     # is replicas × shard.
-    shard, replicas = plan.dp_shard, plan.dp_replicate
+    c, dp_shard, replicas = plan.cp, plan.dp_shard, plan.dp_replicate
+    shard = plan.shard_group                              # dp_shard × cp (1 for DDP)
     D = plan.gpus_per_node
     tp_per_node = members_per_domain([(t, 1)], D)
-    shard_per_node = members_per_domain([(shard, t)], D)
-    replica_per_node = members_per_domain([(replicas, t * shard)], D)
-    world_per_node = members_per_domain([(replicas, t * shard), (shard, t)], D)
+    cp_per_node = members_per_domain([(c, t)], D)
+    outer = t * c * dp_shard                              # the replicas' stride
+    shard_per_node = members_per_domain([(dp_shard, t * c), (c, t)], D)
+    replica_per_node = members_per_domain([(replicas, outer)], D)
+    world_per_node = members_per_domain([(replicas, outer), (dp_shard, t * c), (c, t)], D)
+    world = replicas * dp_shard * c                       # the data-parallel world: dp × cp
     e = DTYPE_BYTES[training.precision]
     # Megatron pads the vocabulary to a multiple of 128·t with TP (--make-vocab-size-divisible-
     # by, megatron/training/tokenizer _vocab_size_with_padding).
     vocab = m.vocab_size if t == 1 else math.ceil(m.vocab_size / (128 * t)) * 128 * t
     x.update(tp=t, sp=plan.sequence_parallel and t > 1, vocab=vocab,
-             b=b, s=s, T=float(b * s), e=e, shard=shard, flash=training.flash_attention,
+             cp=c, cp_all2all=plan.cp_kind == "all2all",
+             b=b, s=s, T=b * s / c, e=e, shard=shard, flash=training.flash_attention,
              fused_loss=training.fused_loss, recompute=training.recompute,
              optimizer=training.optimizer,
              reduce_bytes=DTYPE_BYTES[training.reduce_dtype or "fp32"])
@@ -588,6 +623,11 @@ def predict(model, system, plan, training) -> dict[str, float]:
     tp_fwd_exposed = max(tp_fwd - layer["gemm_fwd_s"], 0.0) if overlap else tp_fwd
     tp_bwd_exposed = max(tp_bwd - layer["gemm_bwd_s"], 0.0) if overlap else tp_bwd
     replay = 1.0 if training.recompute == "full" else 0.0  # full recompute replays them
+    # -- context parallelism: ring hops hide behind the attention they feed; Ulysses' do not
+    cp_fwd, cp_bwd = context_parallel_s(m, x, cp_per_node) if c > 1 else (0.0, 0.0)
+    ring_cp = not x["cp_all2all"]
+    cp_fwd_exposed = max(cp_fwd - layer["attn_fwd_s"], 0.0) if ring_cp else cp_fwd
+    cp_bwd_exposed = max(cp_bwd - layer["attn_bwd_s"], 0.0) if ring_cp else cp_bwd
 
     # -- collectives per unit (fsdpsim.costs.comm table): bytes are the whole buffer --------
     strategy = plan.sharding
@@ -606,8 +646,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
         step_block, step_root = rs_block, rs_root
         post_step = ring((L_stage * block_numel + root_numel) * e)
     if ddp:
-        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], dp, world_per_node, True)
-        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], dp, world_per_node, True)
+        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], world, world_per_node, True)
+        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], world, world_per_node, True)
     # HSDP: every micro-batch, each GPU's reduced gradient shard is all-reduced over the
     # replicas (Zhao et al. 2023 §3.2.2).
     hsdp_block = hsdp_root = 0.0
@@ -625,9 +665,9 @@ def predict(model, system, plan, training) -> dict[str, float]:
     root_rs = (rs_root if gathers else 0.0) + hsdp_root
     # A layer as FSDP sees it: its compute plus its exposed TP collectives (replayed with the
     # forward under full recompute); the root's TP collectives half in each pass.
-    block_fwd = layer["block_fwd_s"] + tp_fwd_exposed
+    block_fwd = layer["block_fwd_s"] + tp_fwd_exposed + cp_fwd_exposed
     block_bwd = (layer["block_bwd_s"] + layer["recompute_s"]   # the replay precedes backward
-                 + tp_bwd_exposed + replay * tp_fwd_exposed)
+                 + tp_bwd_exposed + cp_bwd_exposed + replay * (tp_fwd_exposed + cp_fwd_exposed))
     root_fwd = root["root_fwd_s"] + 0.5 * tp_root
     root_bwd = root["root_bwd_s"] + 0.5 * tp_root
 
@@ -713,7 +753,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     model_flops = (6.0 * m.matmul_params + 12.0 * L * s * m.q_dim) * tokens_per_step
     # HFU: 3× every weight matmul, attention over the full square with flash's 2.5× backward,
     # plus the recomputed forward (less the down projection under full recompute).
-    T = x["T"]
+    T = b * s                                             # the whole micro-batch
     up = (2 if m.ffn_kind == "swiglu" else 1) * m.ffn_size
     layer_mm = 2.0 * T * ((m.q_dim + 2 * m.kv_dim) * m.d_model + m.d_model * m.q_dim
                           + up * m.d_model + m.d_model * m.ffn_size)
@@ -764,6 +804,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
         "exposed_comm_s": max(step_s - compute_s - bubble_s, 0.0),
         "bubble_s": bubble_s,
         "pp_s": k * 2.0 * p2p_s,
+        "cp_s": k * Ls * ((1.0 + replay) * cp_fwd + cp_bwd),
+        "cp_exposed_s": k * Ls * ((1.0 + replay) * cp_fwd_exposed + cp_bwd_exposed),
         "tp_s": k * (Ls * ((1.0 + replay) * tp_fwd + tp_bwd) + tp_root),
         "tp_exposed_s": k * (Ls * ((1.0 + replay) * tp_fwd_exposed + tp_bwd_exposed) + tp_root),
         "model_flops_per_step": model_flops,

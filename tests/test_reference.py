@@ -32,7 +32,8 @@ COMPARED = {"step_time_s": "step_time_s", "tokens_per_s_per_gpu": "tokens_per_s_
             "reduce_scatter_s": "reduce_scatter_s", "all_reduce_s": "all_reduce_s",
             "exposed_comm_s": "exposed_comm_s", "model_flops_per_step": "model_flops_per_step",
             "hardware_flops_per_step": "hardware_flops_per_step", "tp_s": "tp_s",
-            "tp_exposed_s": "tp_exposed_s", "bubble_s": "bubble_s", "pp_s": "pp_s"}
+            "tp_exposed_s": "tp_exposed_s", "bubble_s": "bubble_s", "pp_s": "pp_s",
+            "cp_s": "cp_s", "cp_exposed_s": "cp_exposed_s"}
 RTOL = 1e-9
 DENSE = sorted(name for name, spec in PRESETS.items()
                if not spec.engine_unsupported and not spec.is_moe
@@ -80,7 +81,9 @@ def configurations(draw):
         pp_first = draw(st.integers(1, model.n_layers - pp + 1))
         if draw(st.booleans()):
             pp_last = draw(st.integers(1, max(1, model.n_layers - pp_first)))
-    dp = num_gpus // (tp * pp)
+    # context parallelism, ring or Ulysses
+    cp = draw(st.sampled_from([c for c in (1, 2, 4, 8) if num_gpus % (tp * pp * c) == 0]))
+    dp = num_gpus // (tp * pp * cp)
     sharding = draw(st.sampled_from(reference.STRATEGIES))
     shard_group = None
     if sharding == "hybrid":  # HSDP: any shard group size dividing dp, or the default
@@ -88,7 +91,8 @@ def configurations(draw):
     plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=per_node, sharding=sharding,
                         shard_group_size=shard_group, reshard_after_forward=draw(st.booleans()),
                         tp=tp, sequence_parallel=draw(st.booleans()) if tp > 1 else None,
-                        tp_overlap=tp > 1 and draw(st.booleans()), pp=pp,
+                        tp_overlap=tp > 1 and draw(st.booleans()), pp=pp, cp=cp,
+                        cp_kind=draw(st.sampled_from(["ring", "all2all"])),
                         pp_first_layers=pp_first, pp_last_layers=pp_last,
                         framework=draw(st.sampled_from(reference.FRAMEWORKS)),
                         pp_schedule=draw(st.sampled_from(["gpipe", "1f1b", "zb-h1"]))
@@ -141,7 +145,7 @@ def _h100():
     {"model": "mixtral-8x7b"},
     {"plan": {"pp": 2, "pp_schedule": "interleaved", "vpp": 2}},
     {"plan": {"pp": 2, "vpp": 2}},
-    {"plan": {"cp": 2}},
+    {"training": {"recompute_layers": 2}},
     {"plan": {"tp": 16, "num_gpus": 32}},
     {"plan": {"grad_sync": "last"}},
     {"plan": {"framework": "fsdp1"}},
