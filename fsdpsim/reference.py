@@ -13,8 +13,8 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   sliding/chunked attention; :attr:`ModelSpec.engine_unsupported` empty);
 * data parallelism: sharding ``full`` (ZeRO-3), ``grad_op`` (ZeRO-2), ``optimizer``
   (ZeRO-1), ``none`` (DDP) or ``hybrid`` (HSDP, any shard group size);
-  ``reshard_after_forward`` either way, ``keep_gathered`` off, gradients reduced every
-  micro-batch;
+  ``reshard_after_forward``, ``keep_gathered`` and ``grad_sync`` (every / last micro-batch)
+  either way;
 * tensor parallelism inside one scale-up domain (``tp`` dividing ``gpus_per_node``; Megatron
   column/row split, sequence parallelism and TP overlap on or off);
 * pipeline parallelism with the ``gpipe``, ``1f1b`` or ``zb-h1`` schedule (``vpp = 1``;
@@ -24,9 +24,9 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   attention; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather with the
   next forward, not with pipelining); all on the catalog's NCCL 2.30 constants;
 * precision ``bf16``, ``fp16`` or ``fp32``; reduce dtype any of them; AdamW or SGD;
-  FlashAttention on or off, fused loss on or off; recompute ``none``, ``selective`` or
-  ``full`` on every layer; no dropout, no CUDA graphs, no per-module recompute, no BF16-layer
-  recipe;
+  FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective`` or
+  ``full`` on every layer or the first ``recompute_layers`` of each stage; no CUDA graphs, no
+  per-module recompute, no BF16-layer recipe;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
 * any scale-up link (NVSwitch, PCIe, switchless mesh), one non-blocking fabric (no pods
   smaller than the job); power caps and fragmented placement are included (they scale rates).
@@ -90,8 +90,6 @@ def check_scope(model, system, plan, training) -> None:
                "tp dividing gpus_per_node")
     if plan.sharding not in STRATEGIES:
         refuse(f"sharding {plan.sharding!r}", f"sharding {', '.join(STRATEGIES)}")
-    if plan.keep_gathered or plan.grad_sync != "every":
-        refuse("keep_gathered / grad_sync='last'", "gradients reduced every micro-batch")
     from fsdpsim.plan.frameworks import canonical
 
     framework = canonical(plan.framework)
@@ -110,11 +108,9 @@ def check_scope(model, system, plan, training) -> None:
                           f"gpus_per_node({system.gpus_per_node})")
     if training.micro_batch is None or training.recompute is None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
-    if (training.dropout or training.cuda_graphs != "none" or training.recompute_modules
-            or training.recompute_layers is not None or training.bf16_layers is not None
-            or training.fp8_attention or training.fp8_lm_head):
-        refuse("dropout, CUDA graphs, partial/per-module recompute or FP8 switches",
-               "none of them")
+    if (training.cuda_graphs != "none" or training.recompute_modules
+            or training.bf16_layers is not None or training.fp8_attention or training.fp8_lm_head):
+        refuse("CUDA graphs, per-module recompute or FP8 switches", "none of them")
     if system.pod_gpus and system.pod_gpus < plan.num_gpus:
         refuse(f"pods of {system.pod_gpus} GPUs", "one non-blocking fabric")
 
@@ -173,14 +169,22 @@ def layer_compute(m, x):
     if not flash:
         attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / c / x["W"]
     attn_bwd = (2.5 if flash else 2.0) * attn_fwd  # FlashAttention recomputes the scores
+    # Dropout (fused into FlashAttention's kernel): each pass reads its input, writes its
+    # output and a 1-byte mask, (2e + 1) bytes per element, on eager attention's probabilities
+    # and on the two residual branches (Korthikanti et al. 2022 §4.1).
+    drop_bytes = 2.0 * e + 1.0 if x["dropout"] else 0.0
+    drop_attn = 0.0 if flash else drop_bytes * b * (m.n_heads / t) * s * s / c / x["W"]
+    attn_fwd, attn_bwd = attn_fwd + drop_attn, attn_bwd + drop_attn
     # Element-wise kernels, bytes per token (fsdpsim.costs.compute.layer_elementwise_bytes):
     # forward 2 norms (4h) + 2 residual adds (6h) + activation (2f GELU, 3f SwiGLU) + rotary;
     # backward norms (10h) + residual grads (6h) + activation (3f / 5f) + rotary + bias grads.
     rope = 2.0 * (q + kv) if rotary else 0.0
     bias = m.mlp_bias or m.qkv_bias or m.attn_out_bias
     bias_grads = (q + 2 * kv) + h_ew + (2 if swiglu else 1) * f + h_ew if bias else 0.0
-    ew_fwd = T * e * (10.0 * h_ew + (3.0 if swiglu else 2.0) * f + rope) / x["W"]
-    ew_bwd = T * e * (16.0 * h_ew + (5.0 if swiglu else 3.0) * f + rope + bias_grads) / x["W"]
+    drop_h = drop_bytes * 2.0 * T * h_ew
+    ew_fwd = (T * e * (10.0 * h_ew + (3.0 if swiglu else 2.0) * f + rope) + drop_h) / x["W"]
+    ew_bwd = (T * e * (16.0 * h_ew + (5.0 if swiglu else 3.0) * f + rope + bias_grads)
+              + drop_h) / x["W"]
     # Host floor: each eager op costs kernel_overhead_s of CPU time; a layer takes at least
     # n_ops × overhead (launch bound).
     switches = ((not flash, OPS_EAGER_ATTN), (rotary, OPS_ROTARY), (swiglu, OPS_SWIGLU),
@@ -499,7 +503,7 @@ def pipeline_makespan_s(schedule, fwd_s, bwd_s, wgrad_s, n_microbatches, p2p_s):
 
 # ---------------------------------------------------------------- memory --------------------
 def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel, root_numel,
-                vocab, in_flight):
+                vocab, in_flight, accumulate=False):
     """Per-GPU peak memory of one pipeline stage [B]: the larger of two moments
     (fsdpsim.costs.memory): the loss backward (states, the gathered root, every saved
     activation, logits and cross-entropy temporaries) and the first block's backward (states,
@@ -508,7 +512,8 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     reserved``. The stage holds ``n_layers`` layers, ``psi`` parameters of one TP rank
     (``psi_padded`` with FSDP2's padding), its part of the root (``root_numel``), the
     logits of ``vocab`` (0 on a first pipeline stage) and ``in_flight`` micro-batches' saved
-    activations."""
+    activations; with ``accumulate`` (gradient sync on the last micro-batch only) every
+    unsharded gradient accumulates in the reduce dtype (FSDP2 to_accumulated_grad_if_needed)."""
     b, s, T, e, N, t = x["b"], x["s"], x["T"], x["e"], x["shard"], x["tp"]
     h, q, kv, a, V = m.d_model, m.q_dim, m.kv_dim, m.n_heads, vocab
     h_split = t if x["sp"] else 1                       # SP splits the h-sized tensors too
@@ -534,14 +539,18 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     gathered_block = min(2.0 * block_numel + root_numel, psi) if resharded else psi
     gathered_loss = min(root_numel, psi) if resharded else psi
     unit_grad = block_numel * (e + (x["reduce_bytes"] if x["reduce_bytes"] != e else 0.0))
+    accumulated = psi_padded * x["reduce_bytes"] if accumulate else 0.0
     # Saved activations per layer, per token (Korthikanti et al. 2022 §4.1, general widths):
     # 4 h-sized inputs (LN1, QKV, LN2, MLP up), Q, K, V, the attention output, and the MLP's
     # activation tensors (GELU 2f; eager SwiGLU 4f: gate, up, SiLU and product); TP splits
-    # all but the h-sized ones, which SP splits too (Korthikanti et al. 2022 Table 2).
+    # all but the h-sized ones, which SP splits too (Korthikanti et al. 2022 Table 2); with
+    # dropout the two residual masks (1 B each) and, eager, the attention mask and output.
+    drop = 1.0 if x["dropout"] else 0.0
     n_ffn = 4.0 if m.ffn_kind == "swiglu" else 2.0
-    linear = T * (4.0 * e * h / h_split + (e * (q + 2 * kv) + e * q + e * n_ffn * m.ffn_size) / t)
+    linear = T * ((4.0 * e * h + 2.0 * drop * h) / h_split
+                  + (e * (q + 2 * kv) + e * q + e * n_ffn * m.ffn_size) / t)
     rows = b * (a / t) * s / x["cp"]                   # score rows (queries) on this rank
-    core = 4.0 * rows if x["flash"] else rows * s * e   # fp32 logsumexp, or the scores
+    core = 4.0 * rows if x["flash"] else rows * s * (e + drop * (1.0 + e))  # LSE, or scores
     kept = linear + core
     saved = {"none": kept, "selective": linear, "full": T * e * h / h_split}[x["recompute"]]
     working = kept - saved                               # one layer rebuilt in its backward
@@ -549,10 +558,13 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     # Logits (bf16) and the cross-entropy's three fp32 temporaries, the vocabulary split by TP.
     logits = T * V / t * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)
     held_logits = 2.0 * T * V / t
-    activations = in_flight * n_layers * saved
-    at_loss = (states + (e * gathered_loss if separate else 0.0)
+    # Only the first K layers recompute (Megatron --recompute-num-layers); the rest keep all.
+    K = n_layers if x["recompute_layers"] is None else min(x["recompute_layers"], n_layers)
+    activations = in_flight * (K * saved + (n_layers - K) * kept)
+    working = working if K > 0 else 0.0
+    at_loss = (states + (e * gathered_loss if separate else 0.0) + accumulated
                + activations + head + logits)
-    in_block = (states + (e * gathered_block if separate else 0.0) + unit_grad
+    in_block = (states + (e * gathered_block if separate else 0.0) + unit_grad + accumulated
                 + activations + working + held_logits)
     frac, reserved = x["allocator_fraction"], x["reserved_bytes"]
     return max(at_loss * (1.0 + frac) + reserved, in_block * (1.0 + frac) + reserved)
@@ -599,6 +611,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
              cp=c, cp_all2all=plan.cp_kind == "all2all",
              b=b, s=s, T=b * s / c, e=e, shard=shard, flash=training.flash_attention,
              fused_loss=training.fused_loss, recompute=training.recompute,
+             dropout=training.dropout, recompute_layers=training.recompute_layers,
              optimizer=training.optimizer,
              reduce_bytes=DTYPE_BYTES[training.reduce_dtype or "fp32"])
     layer = layer_compute(m, x)
@@ -626,7 +639,11 @@ def predict(model, system, plan, training) -> dict[str, float]:
     overlap = plan.tp_overlap
     tp_fwd_exposed = max(tp_fwd - layer["gemm_fwd_s"], 0.0) if overlap else tp_fwd
     tp_bwd_exposed = max(tp_bwd - layer["gemm_bwd_s"], 0.0) if overlap else tp_bwd
-    replay = 1.0 if training.recompute == "full" else 0.0  # full recompute replays them
+    # Recompute runs on the first K layers of each stage (all by default): their share.
+    K = training.recompute_layers
+    rc_share = 1.0 if K is None else min(K, L_stage) / L_stage
+    recompute_s = rc_share * layer["recompute_s"]
+    replay = rc_share if training.recompute == "full" else 0.0  # full recompute replays them
     # -- context parallelism: ring hops hide behind the attention they feed; Ulysses' do not
     cp_fwd, cp_bwd = context_parallel_s(m, x, cp_per_node) if c > 1 else (0.0, 0.0)
     ring_cp = not x["cp_all2all"]
@@ -641,7 +658,14 @@ def predict(model, system, plan, training) -> dict[str, float]:
     rs_root = ring(root_numel * x["reduce_bytes"])
     zero3 = strategy in ("full", "hybrid")
     gathers = strategy in ("full", "grad_op", "hybrid")  # parameters gathered per micro-batch
-    ag_calls = (2 if plan.reshard_after_forward else 1) if zero3 else 1 if gathers else 0
+    # keep_gathered: gathered once in the first micro-batch's forward, kept all step.
+    keep = plan.keep_gathered and gathers
+    ag_calls = (2 if plan.reshard_after_forward and not keep else 1) if zero3 else int(gathers)
+    ag_steps = 1 if keep else k                            # micro-batches that gather
+    # grad_sync "last": only the last micro-batch reduces (FSDP2
+    # set_requires_gradient_sync(False) on the others), the rest accumulate unsharded.
+    sync_last = plan.grad_sync == "last" and gathers
+    rs_steps = 1 if sync_last else k
     # ZeRO-1: gradients reduce-scattered and parameters gathered once a step; DDP: one
     # all-reduce of the gradients a step (Li et al. 2020 §3.2.4).
     zero1, ddp = strategy == "optimizer", strategy == "none"
@@ -670,7 +694,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     # A layer as FSDP sees it: its compute plus its exposed TP collectives (replayed with the
     # forward under full recompute); the root's TP collectives half in each pass.
     block_fwd = layer["block_fwd_s"] + tp_fwd_exposed + cp_fwd_exposed
-    block_bwd = (layer["block_bwd_s"] + layer["recompute_s"]   # the replay precedes backward
+    block_bwd = (layer["block_bwd_s"] + recompute_s            # the replay precedes backward
                  + tp_bwd_exposed + cp_bwd_exposed + replay * (tp_fwd_exposed + cp_fwd_exposed))
     root_fwd = root["root_fwd_s"] + 0.5 * tp_root
     root_bwd = root["root_bwd_s"] + 0.5 * tp_root
@@ -683,13 +707,16 @@ def predict(model, system, plan, training) -> dict[str, float]:
         r_fwd, r_bwd = (root_fwd, root_bwd) if holds_root else (0.0, 0.0)
         r_ag = ag_root if gathers and holds_root else 0.0
         fwd = pipelined_s(r_ag + fwd_ag, fwd_ag, block_fwd, n_units, 0.0, sigma) + r_fwd
+        if keep:  # later micro-batches: the parameters are still there
+            fwd = (fwd + (k - 1) * (n_units * block_fwd + r_fwd)) / k
 
         def backward(block_comm, root_comm):
             head = slowed_s(r_bwd, bwd_ag, sigma)
             first = max(0.0, bwd_ag - r_bwd)
             return (head + pipelined_s(first, bwd_ag + block_comm, block_bwd, n_units,
                                        block_comm, sigma) + root_comm * holds_root)
-        return fwd, backward(mb_rs, root_rs), backward(mb_rs + step_block, root_rs + step_root)
+        bwd_mb = backward(0.0, 0.0) if sync_last else backward(mb_rs, root_rs)
+        return fwd, bwd_mb, backward(mb_rs + step_block, root_rs + step_root)
 
     # Optimizer on the local shard (the first stage's, with pipelining): bandwidth bound.
     stage_params = (L_first * block_numel + padded_numel(embed, shard) if pp > 1
@@ -700,7 +727,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     head_bwd = root["head_gemm_bwd_s"] + 0.6 * root["loss_s"]
     p2p_s = bubble_s = 0.0
     if pp == 1:
-        fwd, bwd_mb, bwd_last = phases(L, True)
+        fwd, bwd_mb, bwd_last = phases(L, True)  # fwd: the mean over the k micro-batches
         # Megatron's distributed optimizer gathers the updated parameters beside the next
         # step's forward (--overlap-param-gather): only what outlasts that forward shows.
         shown = max(post_step - fwd, 0.0) if x["param_gather_overlap"] else post_step
@@ -746,12 +773,14 @@ def predict(model, system, plan, training) -> dict[str, float]:
         root_mb = max((L_first - L_mid) * raw + embed_fwd + embed_bwd,
                       (L_last - L_mid) * raw + head_fwd + head_bwd)
     has_root = 1.0 if pp == 1 else 0.0
-    compute_s = (k * (Ls * (layer["block_fwd_s"] + layer["block_bwd_s"] + layer["recompute_s"])
+    compute_s = (k * (Ls * (layer["block_fwd_s"] + layer["block_bwd_s"] + recompute_s)
                       + root_mb) + optimizer_s)
-    all_gather_s = k * ((Ls * ag_block * ag_calls + ag_root) if gathers else 0.0) + post_step
-    reduce_scatter_s = (k * ((Ls * rs_block + rs_root) if gathers else 0.0)
+    all_gather_s = (ag_steps * ((Ls * ag_block * ag_calls + ag_root) if gathers else 0.0)
+                    + post_step)
+    reduce_scatter_s = (rs_steps * ((Ls * rs_block + rs_root) if gathers else 0.0)
                         + ((Ls * rs_block + rs_root) if zero1 else 0.0))
-    all_reduce_s = (Ls * step_block + step_root) if ddp else k * (Ls * hsdp_block + hsdp_root)
+    all_reduce_s = ((Ls * step_block + step_root) if ddp
+                    else rs_steps * (Ls * hsdp_block + hsdp_root))
     tokens_per_step = b * s * k * dp
     # MFU: PaLM App. B model FLOPs, 6·N_mm + 12·L·s·q per token, against the dense peak.
     model_flops = (6.0 * m.matmul_params + 12.0 * L * s * m.q_dim) * tokens_per_step
@@ -766,11 +795,12 @@ def predict(model, system, plan, training) -> dict[str, float]:
                 "full": layer_mm + attn_full                    # less the down projection
                 - (0.0 if x["megatron"] else 2.0 * T * m.d_model * m.ffn_size)}[training.recompute]
     hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
-                      + 3.0 * 2.0 * T * m.d_model * vocab + L * replayed) * k * dp
+                      + 3.0 * 2.0 * T * m.d_model * vocab + L * replayed * rc_share) * k * dp
     peak_total = x["peak_nominal"] * N
 
     def stage_memory(*stage):
-        return peak_memory(m, x, strategy, plan.reshard_after_forward, *stage)
+        return peak_memory(m, x, strategy, plan.reshard_after_forward and not keep, *stage,
+                           accumulate=sync_last and k > 1)
     if pp == 1:
         peak_bytes = stage_memory(L, params_rank, params_padded, block_numel, root_numel,
                                   vocab, 1)
@@ -800,7 +830,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
         "attention_s": k * Ls * (layer["attn_fwd_s"] + layer["attn_bwd_s"]),
         "memory_bound_s": k * (Ls * (layer["ew_fwd_s"] + layer["ew_bwd_s"])
                                + has_root * (root["loss_s"] + 3.0 * root["embed_s"])) + optimizer_s,
-        "recompute_s": k * Ls * layer["recompute_s"],
+        "recompute_s": k * Ls * recompute_s,
         "optimizer_s": optimizer_s,
         "all_gather_s": all_gather_s,
         "reduce_scatter_s": reduce_scatter_s,

@@ -88,8 +88,12 @@ def configurations(draw):
     shard_group = None
     if sharding == "hybrid":  # HSDP: any shard group size dividing dp, or the default
         shard_group = draw(st.sampled_from([None] + [d for d in range(1, dp + 1) if dp % d == 0]))
+    sharded = sharding in ("full", "grad_op", "hybrid")
     plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=per_node, sharding=sharding,
                         shard_group_size=shard_group, reshard_after_forward=draw(st.booleans()),
+                        keep_gathered=sharding in ("full", "hybrid") and draw(st.booleans()),
+                        grad_sync=draw(st.sampled_from(["every", "last"])) if sharded
+                        else "every",
                         tp=tp, sequence_parallel=draw(st.booleans()) if tp > 1 else None,
                         tp_overlap=tp > 1 and draw(st.booleans()), pp=pp, cp=cp,
                         cp_kind=draw(st.sampled_from(["ring", "all2all"])),
@@ -110,7 +114,9 @@ def configurations(draw):
         precision=precision,
         reduce_dtype=draw(st.sampled_from([None, "fp32", "bf16"])),
         optimizer=draw(st.sampled_from(["adamw", "sgd"])),
-        flash_attention=draw(st.booleans()), fused_loss=draw(st.booleans()))
+        flash_attention=draw(st.booleans()), fused_loss=draw(st.booleans()),
+        dropout=draw(st.booleans()),
+        recompute_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))))
     return model, system, plan, training
 
 
@@ -145,17 +151,16 @@ def _h100():
     {"model": "mixtral-8x7b"},
     {"plan": {"pp": 2, "pp_schedule": "interleaved", "vpp": 2}},
     {"plan": {"pp": 2, "vpp": 2}},
-    {"training": {"recompute_layers": 2}},
+    {"training": {"recompute_modules": ("mlp",)}},
     {"plan": {"tp": 16, "num_gpus": 32}},
-    {"plan": {"grad_sync": "last"}},
     {"plan": {"framework": "fsdp1"}},
     {"plan": {"framework": "internevo"}},
     {"plan": {"framework": "megatron", "pp": 2, "sharding": "optimizer"}},
-    {"plan": {"keep_gathered": True}},
+    {"plan": {"framework": "deepspeed-zero3-2021"}},
     {"training": {"precision": "fp8"}},
     {"training": {"micro_batch": None, "global_batch": 64}},
     {"training": {"recompute": None}},
-    {"training": {"dropout": True}},
+    {"training": {"cuda_graphs": "full"}},
 ])
 def test_out_of_scope_is_refused(change):
     model = PRESETS[change.get("model", "llama3-8b")]
