@@ -23,10 +23,12 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   ``deepspeed-zero3`` (Megatron's mixed-precision recipe and reentrant checkpoint, cuDNN fused
   attention; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather with the
   next forward, not with pipelining); all on the catalog's NCCL 2.30 constants;
-* precision ``bf16``, ``fp16`` or ``fp32``; reduce dtype any of them; AdamW or SGD;
+* every precision (16/32-bit, and FP8, FP8 block-scaled, MXFP8, NVFP4 with 16-bit weights,
+  activations and attention unless ``fp8_attention`` / ``fp8_lm_head``, ``bf16_layers``
+  blended); reduce dtype bf16, fp16 or fp32; AdamW or SGD;
   FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective`` or
   ``full`` on every layer or the first ``recompute_layers`` of each stage; no CUDA graphs, no
-  per-module recompute, no BF16-layer recipe;
+  per-module recompute;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
 * any scale-up link (NVSwitch, PCIe, switchless mesh), one non-blocking fabric (no pods
   smaller than the job); power caps and fragmented placement are included (they scale rates).
@@ -52,6 +54,19 @@ from fsdpsim.util.errors import ConfigError
 
 #: Bytes per element of the 16/32-bit dtypes this reference covers.
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
+#: Low-precision GEMM formats: weights gathered and activations kept in 16 bits, only the
+#: GEMM operands cast (Transformer Engine fp8_autocast; torchao float8 in torchtitan).
+LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
+#: HBM bytes per element of a cast with its transposed copy: read 2 (bf16), write both
+#: layouts with their scales (TE ``cast_transpose``; OCP MX v1.0; arXiv 2509.25149 §2;
+#: DeepSeek-V3 arXiv 2412.19437 §3.3.1 for 1×128 / 128×128 FP32 scales).
+CAST_BYTES = {"fp8": 4.0, "fp8-block": 2.0 + 2.0 * (1.0 + 4.0 / 128),
+              "mxfp8": 2.0 + 2.0 * (1.0 + 1.0 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1.0 / 16)}
+#: FP8 attention over 16-bit on the same GPU: FlashAttention-3, 1.2 vs 0.74 PFLOP/s on H100
+#: (Shah et al. 2024 §4.1).
+FP8_ATTENTION_SPEEDUP = 1.2 / 0.74
+#: NVFP4 keeps about 15 % of the linear layers in BF16 (arXiv 2509.25149 §4).
+NVFP4_BF16_SHARE = 0.15
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 FRAMEWORKS = ("fsdp2", "megatron", "deepspeed-zero3")
 #: Eager PyTorch ops per layer (forward, backward): base GPT block and what each switch adds,
@@ -98,9 +113,8 @@ def check_scope(model, system, plan, training) -> None:
     if framework == "megatron" and plan.pp > 1 and plan.sharding == "optimizer":
         refuse("megatron's overlapped parameter gather with pipelining", "pp = 1 with it")
     reduce_dtype = training.reduce_dtype or "fp32"
-    if training.precision not in DTYPE_BYTES or reduce_dtype not in DTYPE_BYTES:
-        refuse(f"precision {training.precision!r} / reduce_dtype {training.reduce_dtype!r}",
-               "precision and reduce dtype bf16, fp16 or fp32")
+    if reduce_dtype not in DTYPE_BYTES:
+        refuse(f"reduce_dtype {training.reduce_dtype!r}", "reduce dtype bf16, fp16 or fp32")
     from fsdpsim.hardware.system import domain_gpus
 
     if plan.gpus_per_node not in (system.gpus_per_node, domain_gpus(system, plan.num_gpus)):
@@ -108,9 +122,8 @@ def check_scope(model, system, plan, training) -> None:
                           f"gpus_per_node({system.gpus_per_node})")
     if training.micro_batch is None or training.recompute is None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
-    if (training.cuda_graphs != "none" or training.recompute_modules
-            or training.bf16_layers is not None or training.fp8_attention or training.fp8_lm_head):
-        refuse("CUDA graphs, per-module recompute or FP8 switches", "none of them")
+    if training.cuda_graphs != "none" or training.recompute_modules:
+        refuse("CUDA graphs or per-module recompute", "none of them")
     if system.pod_gpus and system.pod_gpus < plan.num_gpus:
         refuse(f"pods of {system.pod_gpus} GPUs", "one non-blocking fabric")
 
@@ -165,7 +178,7 @@ def layer_compute(m, x):
     # Megatron's recipe runs Transformer Engine's cuDNN fused attention, not PyTorch SDPA
     fraction = ((x["fused_attn_fraction"] if x["megatron"] else x["attn_fraction"]) if flash
                 else x["matmul_fraction"])
-    attn_fwd = attn_flops / (x["peak"] * fraction / (1.0 + half / kv_len))
+    attn_fwd = attn_flops / (x["peak"] * x["attention_ratio"] * fraction / (1.0 + half / kv_len))
     if not flash:
         attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / c / x["W"]
     attn_bwd = (2.5 if flash else 2.0) * attn_fwd  # FlashAttention recomputes the scores
@@ -182,9 +195,17 @@ def layer_compute(m, x):
     bias = m.mlp_bias or m.qkv_bias or m.attn_out_bias
     bias_grads = (q + 2 * kv) + h_ew + (2 if swiglu else 1) * f + h_ew if bias else 0.0
     drop_h = drop_bytes * 2.0 * T * h_ew
-    ew_fwd = (T * e * (10.0 * h_ew + (3.0 if swiglu else 2.0) * f + rope) + drop_h) / x["W"]
-    ew_bwd = (T * e * (16.0 * h_ew + (5.0 if swiglu else 3.0) * f + rope + bias_grads)
+    # Low precision casts every GEMM input (h twice, q, f) and the layer's weights forward,
+    # every GEMM output gradient backward, each with a transposed copy (TE cast_transpose).
+    cast_fwd = cast_bwd = 0.0
+    if x["low"]:
+        gate = 2.0 if swiglu else 1.0
+        cast_fwd = x["cast_scale"] * 4.0 * (T * (2.0 * h + q + f) + x["block_params"] / t)
+        cast_bwd = x["cast_scale"] * 4.0 * T * (q + 2.0 * kv + h + gate * f + h)
+    ew_fwd = (T * e * (10.0 * h_ew + (3.0 if swiglu else 2.0) * f + rope) + cast_fwd
               + drop_h) / x["W"]
+    ew_bwd = (T * e * (16.0 * h_ew + (5.0 if swiglu else 3.0) * f + rope + bias_grads)
+              + cast_bwd + drop_h) / x["W"]
     # Host floor: each eager op costs kernel_overhead_s of CPU time; a layer takes at least
     # n_ops × overhead (launch bound).
     switches = ((not flash, OPS_EAGER_ATTN), (rotary, OPS_ROTARY), (swiglu, OPS_SWIGLU),
@@ -213,7 +234,8 @@ def root_compute(m, x):
     upcast and log-softmax, 14 of 36 B/logit); the embedding reads and writes T·h. With TP
     the (padded) vocabulary is split over the ranks (vocab-parallel head and loss)."""
     T, V, h, e, W = x["T"], x["vocab"] / x["tp"], m.d_model, x["e"], x["W"]
-    head_fwd, head_bwd = linear_times_s(T, V, h, x["R"], W, e, x["half_flops"], x["half_k"])
+    R_head = x["R"] * x["lm_head_ratio"]          # 16-bit unless fp8_lm_head
+    head_fwd, head_bwd = linear_times_s(T, V, h, R_head, W, e, x["half_flops"], x["half_k"])
     loss = T * V * (FUSED_LOSS_BYTES if x["fused_loss"] else LOSS_BYTES) / W
     embed = 2.0 * T * h * e / W
     return {"head_gemm_s": head_fwd, "head_gemm_bwd_s": head_bwd, "loss_s": loss,
@@ -395,7 +417,39 @@ def padded_numel(shapes, shard):
                      * math.prod(sh[1:]) for _, sh in shapes))
 
 
-def _rates(system, plan, training):
+def gemm_peak_flops_per_s(acc, precision, bf16_layers, n_layers):
+    """Dense peak of the linear layers' GEMMs [FLOP/s]: the catalog's peak for the format
+    (fp8-block at FP8's; MXFP8 at FP8's on parts with microscaling tensor cores, those with
+    an FP4 peak; NVFP4 at FP4's on NVIDIA), blended with the 16-bit peak for the share s of
+    linear layers kept in BF16 (``bf16_layers`` / L; NVFP4's default 15 %):
+    ``1 / ((1 − s)/P_format + s/P_bf16)`` (GEMM time of alike layers)."""
+    peaks = acc.peak_flops_per_s
+    sixteen = peaks.get("bf16") or peaks.get("fp16")
+    if bf16_layers is not None and bf16_layers > n_layers:
+        raise ConfigError(f"bf16_layers {bf16_layers} exceeds the model's {n_layers} layers; "
+                          f"accepted: 0 to {n_layers}")
+    if precision == "fp8-block":
+        peak = acc.peak_for("fp8")
+    elif precision == "mxfp8" and "mxfp8" not in peaks:
+        if "fp4" not in peaks or "fp8" not in peaks:
+            raise ConfigError(f"precision 'mxfp8' needs microscaling tensor cores; {acc.id} has: "
+                              f"{', '.join(sorted(peaks))}")
+        peak = peaks["fp8"]
+    elif precision == "nvfp4":
+        peak = peaks.get("nvfp4") or peaks.get("fp4")
+        if peak is None or sixteen is None or acc.vendor.lower() != "nvidia":
+            raise ConfigError(f"precision 'nvfp4' needs NVIDIA Blackwell FP4 tensor cores; "
+                              f"{acc.id} has: {', '.join(sorted(peaks))}")
+    else:
+        peak = acc.peak_for(precision)
+    share = ((NVFP4_BF16_SHARE if precision == "nvfp4" else 0.0) if bf16_layers is None
+             else bf16_layers / n_layers)
+    if share <= 0.0 or sixteen is None or precision not in LOW_PRECISION:
+        return peak
+    return 1.0 / ((1.0 - share) / peak + share / sixteen)
+
+
+def _rates(model, system, plan, training):
     """The catalog's rates and constants this reference reads, in SI units."""
     from fsdpsim.hardware.system import FRAGMENTED_FACTOR
     from fsdpsim.plan.frameworks import PROFILES, canonical, profile
@@ -406,10 +460,21 @@ def _rates(system, plan, training):
     if lib is None:  # the built-in catalog's release of the default profile
         from fsdpsim.hardware.catalog import load_catalog
         lib = load_catalog(use_env=False).collectives(PROFILES["fsdp2"].collectives)
-    peak_nominal = acc.peak_for(training.precision)
-    peak = peak_nominal * system.compute_clock_ratio   # a power cap lowers the clock
+    precision, peaks = training.precision, acc.peak_flops_per_s
+    sixteen = peaks.get("bf16") or peaks.get("fp16")
+    low = precision in LOW_PRECISION and sixteen is not None
+    gemm_peak = gemm_peak_flops_per_s(acc, precision, training.bf16_layers, model.n_layers)
+    peak = gemm_peak * system.compute_clock_ratio   # a power cap lowers the clock
+    # MFU against the 16-bit dense peak for low-precision training (as published tables
+    # state it); attention and the LM head stay in 16 bits unless switched to FP8.
+    fp8_attention = min(sixteen * FP8_ATTENTION_SPEEDUP, peaks.get("fp8", sixteen)) if low else 0
     return {
-        "peak_nominal": peak_nominal, "peak": peak,
+        "peak_nominal": sixteen if low else acc.peak_for(precision), "gemm_peak": gemm_peak,
+        "peak": peak, "low": precision in LOW_PRECISION,
+        "attention_ratio": ((fp8_attention if training.fp8_attention else sixteen) / gemm_peak
+                            if low else 1.0),
+        "lm_head_ratio": 1.0 if not low or training.fp8_lm_head else sixteen / gemm_peak,
+        "cast_scale": CAST_BYTES.get(precision, 4.0) / CAST_BYTES["fp8"],
         "R": peak * eff.matmul_fraction, "matmul_fraction": eff.matmul_fraction,
         "half_flops": eff.matmul_half_flops, "half_k": eff.matmul_half_k,
         "attn_fraction": eff.attention_fraction, "attn_half_kv": eff.attention_half_kv,
@@ -589,7 +654,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
                           f"micro_batch({b}) x dp({dp})")
     else:
         k = training.global_batch // (b * dp)             # gradient-accumulation steps
-    x = _rates(system, plan, training)
+    x = _rates(model, system, plan, training)
     # Groups: TP innermost (t consecutive ranks), then the FSDP/ZeRO shard group of S ranks
     # (all dp ranks but for HSDP; 1 for DDP), HSDP's R replicas of it; the data-parallel world
     # is replicas × shard.
@@ -603,7 +668,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
     replica_per_node = members_per_domain([(replicas, outer)], D)
     world_per_node = members_per_domain([(replicas, outer), (dp_shard, t * c), (c, t)], D)
     world = replicas * dp_shard * c                       # the data-parallel world: dp × cp
-    e = DTYPE_BYTES[training.precision]
+    # Low-precision recipes keep 16-bit weights for the gathers and 16-bit activations.
+    e = 2.0 if training.precision in LOW_PRECISION else DTYPE_BYTES[training.precision]
     # Megatron pads the vocabulary to a multiple of 128·t with TP (--make-vocab-size-divisible-
     # by, megatron/training/tokenizer _vocab_size_with_padding).
     vocab = m.vocab_size if t == 1 else math.ceil(m.vocab_size / (128 * t)) * 128 * t
@@ -612,6 +678,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
              b=b, s=s, T=b * s / c, e=e, shard=shard, flash=training.flash_attention,
              fused_loss=training.fused_loss, recompute=training.recompute,
              dropout=training.dropout, recompute_layers=training.recompute_layers,
+             block_params=float(sum(math.prod(sh) for _, sh in
+                                    m.unit_parameter_shapes()["block"])),
              optimizer=training.optimizer,
              reduce_bytes=DTYPE_BYTES[training.reduce_dtype or "fp32"])
     layer = layer_compute(m, x)
@@ -820,6 +888,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
         "step_time_s": step_s,
         "tokens_per_s_per_gpu": tokens_per_step / step_s / N,
         "mfu": model_flops / (step_s * peak_total),
+        "mfu_native": model_flops / (step_s * x["gemm_peak"] * N),
         "hfu": hardware_flops / (step_s * peak_total),
         "peak_memory_bytes": peak_bytes,
         "fits": peak_bytes <= x["memory_bytes"],

@@ -33,7 +33,7 @@ COMPARED = {"step_time_s": "step_time_s", "tokens_per_s_per_gpu": "tokens_per_s_
             "exposed_comm_s": "exposed_comm_s", "model_flops_per_step": "model_flops_per_step",
             "hardware_flops_per_step": "hardware_flops_per_step", "tp_s": "tp_s",
             "tp_exposed_s": "tp_exposed_s", "bubble_s": "bubble_s", "pp_s": "pp_s",
-            "cp_s": "cp_s", "cp_exposed_s": "cp_exposed_s"}
+            "cp_s": "cp_s", "cp_exposed_s": "cp_exposed_s", "mfu_native": "mfu_native"}
 RTOL = 1e-9
 DENSE = sorted(name for name, spec in PRESETS.items()
                if not spec.engine_unsupported and not spec.is_moe
@@ -102,10 +102,18 @@ def configurations(draw):
                         pp_schedule=draw(st.sampled_from(["gpipe", "1f1b", "zb-h1"]))
                         if pp > 1 else None)
     assume(not (plan.framework == "megatron" and pp > 1 and sharding == "optimizer"))
-    precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES)))
-    assume(precision in system.accelerator.peak_flops_per_s)
+    precision = draw(st.sampled_from(sorted(reference.DTYPE_BYTES) + list(reference.LOW_PRECISION)))
+    low = precision in reference.LOW_PRECISION
     micro_batch = draw(st.integers(1, 8))
-    training = TrainingConfig(
+    try:
+        training = _training(draw, model, plan, pp, micro_batch, precision, low)
+    except ConfigError:  # a combination TrainingConfig itself refuses
+        assume(False)
+    return model, system, plan, training
+
+
+def _training(draw, model, plan, pp, micro_batch, precision, low):
+    return TrainingConfig(
         seq_len=draw(st.sampled_from([s for s in (128, 256, 512, 1024, 2048, 4096)
                                       if s <= model.max_seq_len])),
         micro_batch=micro_batch,
@@ -116,11 +124,12 @@ def configurations(draw):
         optimizer=draw(st.sampled_from(["adamw", "sgd"])),
         flash_attention=draw(st.booleans()), fused_loss=draw(st.booleans()),
         dropout=draw(st.booleans()),
-        recompute_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))))
-    return model, system, plan, training
+        recompute_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))),
+        fp8_attention=low and draw(st.booleans()), fp8_lm_head=low and draw(st.booleans()),
+        bf16_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))) if low else None)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.filter_too_much])
 @given(configurations())
 def test_reference_agrees_with_engine(config):
@@ -157,7 +166,6 @@ def _h100():
     {"plan": {"framework": "internevo"}},
     {"plan": {"framework": "megatron", "pp": 2, "sharding": "optimizer"}},
     {"plan": {"framework": "deepspeed-zero3-2021"}},
-    {"training": {"precision": "fp8"}},
     {"training": {"micro_batch": None, "global_batch": 64}},
     {"training": {"recompute": None}},
     {"training": {"cuda_graphs": "full"}},
