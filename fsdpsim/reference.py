@@ -27,8 +27,8 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   activations and attention unless ``fp8_attention`` / ``fp8_lm_head``, ``bf16_layers``
   blended); reduce dtype bf16, fp16 or fp32; AdamW or SGD;
   FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective`` or
-  ``full`` on every layer or the first ``recompute_layers`` of each stage; no CUDA graphs, no
-  per-module recompute;
+  ``full`` on every layer or the first ``recompute_layers`` of each stage; CUDA graphs on or
+  off; no per-module recompute;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
 * any scale-up link (NVSwitch, PCIe, switchless mesh), one non-blocking fabric (no pods
   smaller than the job); power caps and fragmented placement are included (they scale rates).
@@ -122,8 +122,8 @@ def check_scope(model, system, plan, training) -> None:
                           f"gpus_per_node({system.gpus_per_node})")
     if training.micro_batch is None or training.recompute is None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
-    if training.cuda_graphs != "none" or training.recompute_modules:
-        refuse("CUDA graphs or per-module recompute", "none of them")
+    if training.recompute_modules:
+        refuse(f"recompute_modules {training.recompute_modules!r}", "none")
     if system.pod_gpus and system.pod_gpus < plan.num_gpus:
         refuse(f"pods of {system.pod_gpus} GPUs", "one non-blocking fabric")
 
@@ -212,7 +212,8 @@ def layer_compute(m, x):
                 (m.norm == "rmsnorm", OPS_RMSNORM), (bias, OPS_BIAS))
     ops_fwd = OPS_BASE[0] + sum(o[0] for on, o in switches if on)
     ops_bwd = OPS_BASE[1] + sum(o[1] for on, o in switches if on)
-    ko = x["kernel_overhead_s"]
+    # CUDA graphs replay the captured layer without the host: no launch floor.
+    ko = 0.0 if x["cuda_graphs"] else x["kernel_overhead_s"]
     block_fwd = max(gemm_fwd + attn_fwd + ew_fwd, ops_fwd * ko)
     block_bwd = max(gemm_bwd + attn_bwd + ew_bwd, ops_bwd * ko)
     # Recompute (Korthikanti et al. 2022 §5): full replays the forward, less the MLP down
@@ -678,6 +679,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
              b=b, s=s, T=b * s / c, e=e, shard=shard, flash=training.flash_attention,
              fused_loss=training.fused_loss, recompute=training.recompute,
              dropout=training.dropout, recompute_layers=training.recompute_layers,
+             cuda_graphs=training.cuda_graphs != "none",
              block_params=float(sum(math.prod(sh) for _, sh in
                                     m.unit_parameter_shapes()["block"])),
              optimizer=training.optimizer,

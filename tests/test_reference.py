@@ -124,6 +124,7 @@ def _training(draw, model, plan, pp, micro_batch, precision, low):
         optimizer=draw(st.sampled_from(["adamw", "sgd"])),
         flash_attention=draw(st.booleans()), fused_loss=draw(st.booleans()),
         dropout=draw(st.booleans()),
+        cuda_graphs=draw(st.sampled_from(["none", "none", "partial", "full"])),
         recompute_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))),
         fp8_attention=low and draw(st.booleans()), fp8_lm_head=low and draw(st.booleans()),
         bf16_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))) if low else None)
@@ -168,7 +169,6 @@ def _h100():
     {"plan": {"framework": "deepspeed-zero3-2021"}},
     {"training": {"micro_batch": None, "global_batch": 64}},
     {"training": {"recompute": None}},
-    {"training": {"cuda_graphs": "full"}},
 ])
 def test_out_of_scope_is_refused(change):
     model = PRESETS[change.get("model", "llama3-8b")]
