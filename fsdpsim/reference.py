@@ -37,8 +37,8 @@ Symbols: b micro-batch, s sequence length, c the CP degree, T = b·s/c tokens of
 on one rank, h = d_model, q and kv the query and key/value widths, f the MLP width, V the
 vocabulary, L layers, k gradient-accumulation steps (micro-batches per step), N GPUs, t the
 TP degree, S the FSDP shard group, e bytes per activation/parameter element in the compute
-dtype. R = peak × achievable matmul
-fraction [FLOP/s], W = HBM bandwidth × achievable fraction [B/s].
+dtype, R = peak × achievable matmul fraction [FLOP/s], W = HBM bandwidth × achievable
+fraction [B/s].
 
 Where the engine counts something in a way that looks questionable, the reference does the
 same (so the two agree) and says so in a comment: each pipeline end stage gathers the whole

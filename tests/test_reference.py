@@ -65,8 +65,13 @@ def small_models(draw):
 def configurations(draw):
     model = draw(st.one_of(st.sampled_from(DENSE).map(PRESETS.__getitem__), small_models()))
     gpu = draw(st.sampled_from(GPUS))
-    system = resolve_system(CATALOG, gpu=gpu,
-                            placement=draw(st.sampled_from(["packed", "fragmented"])))
+    try:  # any network, a power cap sometimes, either placement
+        system = resolve_system(
+            CATALOG, gpu=gpu, placement=draw(st.sampled_from(["packed", "fragmented"])),
+            network=draw(st.sampled_from([None] + sorted(CATALOG.ids("network")))),
+            power_cap_w=draw(st.sampled_from([None, None, 300.0, 500.0])))
+    except ConfigError:  # a cap above the part's power, say
+        assume(False)
     per_node = system.gpus_per_node
     counts = sorted({d for d in range(1, per_node + 1) if per_node % d == 0}
                     | {per_node * 2 ** i for i in range(1, 8)})
