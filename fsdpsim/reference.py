@@ -30,8 +30,8 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   ``full`` on every layer or the first ``recompute_layers`` of each stage; CUDA graphs on or
   off; no per-module recompute;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
-* any scale-up link (NVSwitch, PCIe, switchless mesh), one non-blocking fabric (no pods
-  smaller than the job); power caps and fragmented placement are included (they scale rates).
+* any scale-up link (NVSwitch, PCIe, switchless mesh), any catalog network and cluster
+  (fabric decay, oversubscribed pods), power caps and fragmented placement.
 
 Symbols: b micro-batch, s sequence length, c the CP degree, T = b·s/c tokens of a micro-batch
 on one rank, h = d_model, q and kv the query and key/value widths, f the MLP width, V the
@@ -124,8 +124,6 @@ def check_scope(model, system, plan, training) -> None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
     if training.recompute_modules:
         refuse(f"recompute_modules {training.recompute_modules!r}", "none")
-    if system.pod_gpus and system.pod_gpus < plan.num_gpus:
-        refuse(f"pods of {system.pod_gpus} GPUs", "one non-blocking fabric")
 
 
 # ---------------------------------------------------------------- compute -------------------
@@ -246,10 +244,14 @@ def root_compute(m, x):
 
 
 # ---------------------------------------------------------------- NCCL ----------------------
-def bus_bandwidth(x, n, per_node):
+def bus_bandwidth(x, n, per_node, per_pod=None):
     """Large-message bus bandwidth of a ring over n ranks, ``per_node`` of them per domain
     [B/s]: the scale-up link inside one domain; across domains the node's NIC share
-    (``per_node`` × NIC share × fabric decay), capped by the link (fsdpsim.costs.comm)."""
+    (``per_node`` × NIC share × fabric decay), capped by the link (fsdpsim.costs.comm), and
+    for a group spanning the pods of an oversubscribed fabric (``per_pod`` < n members in
+    one pod) the uplinks' share: each pod carries pod/per_pod such rings, each needing
+    2·per_node NIC rates of uplink, against pod/oversubscription (fsdpsim.costs.nccl
+    ``pod_factor``; Dubey et al. 2024 §3.3.1)."""
     g = min(per_node, n)
     link = x["link"]
     if x["mesh"]:
@@ -265,11 +267,13 @@ def bus_bandwidth(x, n, per_node):
     # Fabric decay with node count (NVIDIA/nccl#1229), per network class in the catalog.
     lost = x["decay"] * math.log2(max(nodes / x["decay_from"], 1.0))
     fabric = max(x["decay_floor"], 1.0 - lost) * x["placement_factor"]
+    if per_pod is not None and per_pod < n:
+        fabric *= min(1.0, per_pod / (2.0 * x["oversubscription"] * max(g, 1)))
     intra = link if g > 1 else math.inf
     return min(intra, g * x["nic"] * fabric)
 
 
-def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False):
+def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False, per_pod=None):
     """One NCCL collective on M bytes over n ranks: the least over NCCL's (algorithm,
     protocol) pairs of ``latency + M · share / bandwidth`` (NCCL src/graph/tuning.cc
     ``ncclTopoTuneModel``; constants from the catalog's library; fsdpsim.costs.nccl)."""
@@ -279,7 +283,7 @@ def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False):
     ppn = min(per_node, n)
     nodes = max(math.ceil(n / max(ppn, 1)), 1)
     multi = nodes > 1
-    busbw = bus_bandwidth(x, n, per_node)
+    busbw = bus_bandwidth(x, n, per_node, per_pod)
     passes = 2.0 if all_reduce else 1.0
     steps = passes * (n - 1)                 # ring steps: n − 1, twice for all-reduce
     inter = passes * (nodes - 1)             # of which cross nodes
@@ -316,7 +320,7 @@ def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False):
     return best
 
 
-def tensor_parallel_s(m, x, tp_per_node):
+def tensor_parallel_s(m, x, tp_per_node, tp_per_pod):
     """Tensor-parallel collectives per micro-batch over the TP group [s]: (layer forward,
     layer backward, root forward + backward), Megatron's operators (Shoeybi et al. 2019 §3
     f and g; Korthikanti et al. 2022 §4.2.2 with sequence parallelism), m = T·h·e bytes each:
@@ -337,10 +341,10 @@ def tensor_parallel_s(m, x, tp_per_node):
     msg = T * m.d_model * x["e"]
     loss_bytes = T * 12.0
     def ar(total, calls):
-        return calls * nccl_time_s(x, total / calls, t, tp_per_node, all_reduce=True)
+        return calls * nccl_time_s(x, total / calls, t, tp_per_node, True, tp_per_pod)
 
     def ring(total, calls):
-        return calls * nccl_time_s(x, total / calls, t, tp_per_node)
+        return calls * nccl_time_s(x, total / calls, t, tp_per_node, False, tp_per_pod)
 
     if x["sp"]:
         fwd = ring(2 * msg, 2) + ring(2 * msg, 2)                     # g, ḡ
@@ -663,12 +667,22 @@ def predict(model, system, plan, training) -> dict[str, float]:
     shard = plan.shard_group                              # dp_shard × cp (1 for DDP)
     D = plan.gpus_per_node
     tp_per_node = members_per_domain([(t, 1)], D)
+    # ... and per non-blocking pod of an oversubscribed fabric (the group's size without)
+    pod = system.pod_gpus
+
+    def per_pod(dims):
+        return members_per_domain(dims, pod) if pod else math.prod(d for d, _ in dims)
     cp_per_node = members_per_domain([(c, t)], D)
     outer = t * c * dp_shard                              # the replicas' stride
     shard_per_node = members_per_domain([(dp_shard, t * c), (c, t)], D)
     replica_per_node = members_per_domain([(replicas, outer)], D)
     world_per_node = members_per_domain([(replicas, outer), (dp_shard, t * c), (c, t)], D)
     world = replicas * dp_shard * c                       # the data-parallel world: dp × cp
+    x["oversubscription"] = system.oversubscription
+    tp_per_pod = per_pod([(t, 1)])
+    shard_per_pod = per_pod([(dp_shard, t * c), (c, t)])
+    replica_per_pod = per_pod([(replicas, outer)])
+    world_per_pod = per_pod([(replicas, outer), (dp_shard, t * c), (c, t)])
     # Low-precision recipes keep 16-bit weights for the gathers and 16-bit activations.
     e = 2.0 if training.precision in LOW_PRECISION else DTYPE_BYTES[training.precision]
     # Megatron pads the vocabulary to a multiple of 128·t with TP (--make-vocab-size-divisible-
@@ -705,7 +719,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
     head += [(n, sh) for n, sh in embed if m.tied_embeddings and n.startswith("tok_emb")]
 
     # -- tensor parallelism: exposed unless overlapped with the GEMMs beside it -------------
-    tp_fwd, tp_bwd, tp_root = tensor_parallel_s(m, x, tp_per_node) if t > 1 else (0.0,) * 3
+    tp_fwd, tp_bwd, tp_root = (tensor_parallel_s(m, x, tp_per_node, tp_per_pod) if t > 1
+                               else (0.0, 0.0, 0.0))
     overlap = plan.tp_overlap
     tp_fwd_exposed = max(tp_fwd - layer["gemm_fwd_s"], 0.0) if overlap else tp_fwd
     tp_bwd_exposed = max(tp_bwd - layer["gemm_bwd_s"], 0.0) if overlap else tp_bwd
@@ -722,7 +737,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
 
     # -- collectives per unit (fsdpsim.costs.comm table): bytes are the whole buffer --------
     strategy = plan.sharding
-    ring = lambda nbytes: nccl_time_s(x, nbytes, shard, shard_per_node)  # noqa: E731
+    ring = lambda nbytes: nccl_time_s(x, nbytes, shard, shard_per_node, False,  # noqa: E731
+                                      shard_per_pod)
     ag_block, ag_root = ring(block_numel * e), ring(root_numel * e)      # gathered params
     rs_block = ring(block_numel * x["reduce_bytes"])                     # grads, reduce dtype
     rs_root = ring(root_numel * x["reduce_bytes"])
@@ -744,16 +760,18 @@ def predict(model, system, plan, training) -> dict[str, float]:
         step_block, step_root = rs_block, rs_root
         post_step = ring((L_stage * block_numel + root_numel) * e)
     if ddp:
-        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], world, world_per_node, True)
-        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], world, world_per_node, True)
+        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], world, world_per_node,
+                                 True, world_per_pod)
+        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], world, world_per_node,
+                                True, world_per_pod)
     # HSDP: every micro-batch, each GPU's reduced gradient shard is all-reduced over the
     # replicas (Zhao et al. 2023 §3.2.2).
     hsdp_block = hsdp_root = 0.0
     if strategy == "hybrid":
         hsdp_block = nccl_time_s(x, block_numel * x["reduce_bytes"] / shard, replicas,
-                                 replica_per_node, True)
+                                 replica_per_node, True, replica_per_pod)
         hsdp_root = nccl_time_s(x, root_numel * x["reduce_bytes"] / shard, replicas,
-                                replica_per_node, True)
+                                replica_per_node, True, replica_per_pod)
 
     # -- one micro-batch: forward and backward with the collectives overlapped --------------
     sigma = x["sigma"]

@@ -40,6 +40,7 @@ DENSE = sorted(name for name, spec in PRESETS.items()
                and spec.attention_kind != "mla" and not spec.mtp_layers and not spec.qk_norm
                and set(spec.attention_pattern) == {"full"} and spec.n_params < 8e10)
 GPUS = sorted(CATALOG.ids("accelerator"))
+CLUSTERS = sorted(CATALOG.ids("cluster"))
 
 
 @st.composite
@@ -64,17 +65,20 @@ def small_models(draw):
 @st.composite
 def configurations(draw):
     model = draw(st.one_of(st.sampled_from(DENSE).map(PRESETS.__getitem__), small_models()))
-    gpu = draw(st.sampled_from(GPUS))
+    # a GPU, or a catalog cluster (some with oversubscribed pods of 3,072 GPUs)
+    cluster = draw(st.one_of(st.none(), st.none(), st.sampled_from(CLUSTERS)))
+    gpu = None if cluster else draw(st.sampled_from(GPUS))
     try:  # any network, a power cap sometimes, either placement
         system = resolve_system(
-            CATALOG, gpu=gpu, placement=draw(st.sampled_from(["packed", "fragmented"])),
+            CATALOG, gpu=gpu, cluster=cluster,
+            placement=draw(st.sampled_from(["packed", "fragmented"])),
             network=draw(st.sampled_from([None] + sorted(CATALOG.ids("network")))),
             power_cap_w=draw(st.sampled_from([None, None, 300.0, 500.0])))
     except ConfigError:  # a cap above the part's power, say
         assume(False)
     per_node = system.gpus_per_node
     counts = sorted({d for d in range(1, per_node + 1) if per_node % d == 0}
-                    | {per_node * 2 ** i for i in range(1, 8)})
+                    | {per_node * 2 ** i for i in range(1, 11 if system.pod_gpus else 8)})
     num_gpus = draw(st.sampled_from(counts))
     # tensor parallelism inside a scale-up domain
     tp = draw(st.sampled_from([t for t in counts if per_node % t == 0 and num_gpus % t == 0]))
@@ -139,7 +143,10 @@ def _training(draw, model, plan, pp, micro_batch, precision, low):
                                                                   HealthCheck.filter_too_much])
 @given(configurations())
 def test_reference_agrees_with_engine(config):
-    model, system, plan, training = config
+    _agree(*config)
+
+
+def _agree(model, system, plan, training):
     try:  # a model the plan cannot split (heads, widths over tp): both refuse it
         prediction = predict(model, system, plan, training)
     except ConfigError:
@@ -227,3 +234,14 @@ def test_gpipe_equal_stages(p, m):
     """GPipe with equal stages and no transfer time: (m + p − 1)·(f + b) (Huang et al. 2019)."""
     makespan = reference.pipeline_makespan_s("gpipe", [1.0] * p, [2.0] * p, [0.0] * p, m, 0.0)
     assert makespan == pytest.approx((m + p - 1) * 3.0)
+
+
+@pytest.mark.parametrize("sharding,tp,pp", [("full", 1, 1), ("hybrid", 8, 1), ("none", 8, 4),
+                                            ("optimizer", 4, 2)])
+def test_agrees_across_oversubscribed_pods(sharding, tp, pp):
+    """Llama 3's cluster (3,072-GPU pods, 1:7 above them): 8,192 GPUs, groups that span pods."""
+    system = resolve_system(CATALOG, cluster="llama3-ib")
+    plan = ParallelPlan(num_gpus=8192, gpus_per_node=8, sharding=sharding, tp=tp, pp=pp)
+    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=8 * plan.dp,
+                              recompute="full")
+    _agree(PRESETS["llama3-70b"], system, plan, training)
