@@ -236,12 +236,15 @@ def test_gpipe_equal_stages(p, m):
     assert makespan == pytest.approx((m + p - 1) * 3.0)
 
 
-@pytest.mark.parametrize("sharding,tp,pp", [("full", 1, 1), ("hybrid", 8, 1), ("none", 8, 4),
-                                            ("optimizer", 4, 2)])
-def test_agrees_across_oversubscribed_pods(sharding, tp, pp):
-    """Llama 3's cluster (3,072-GPU pods, 1:7 above them): 8,192 GPUs, groups that span pods."""
+@pytest.mark.parametrize("sharding,tp,pp,shard_group", [
+    ("full", 1, 1, None), ("hybrid", 8, 1, 64), ("hybrid", 1, 1, 512), ("none", 8, 4, None),
+    ("optimizer", 4, 2, None)])
+def test_agrees_across_oversubscribed_pods(sharding, tp, pp, shard_group):
+    """Llama 3's cluster (3,072-GPU pods, 1:7 above them): 8,192 GPUs, groups that span pods
+    (HSDP's replica groups with few members per pod lose uplink bandwidth)."""
     system = resolve_system(CATALOG, cluster="llama3-ib")
-    plan = ParallelPlan(num_gpus=8192, gpus_per_node=8, sharding=sharding, tp=tp, pp=pp)
+    plan = ParallelPlan(num_gpus=8192, gpus_per_node=8, sharding=sharding, tp=tp, pp=pp,
+                        shard_group_size=shard_group)
     training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=8 * plan.dp,
                               recompute="full")
     _agree(PRESETS["llama3-70b"], system, plan, training)
