@@ -52,7 +52,7 @@ import math
 
 from fsdpsim.util.errors import ConfigError
 
-#: Bytes per element of the 16/32-bit dtypes this reference covers.
+#: Bytes per element of the 16- and 32-bit dtypes (compute, gathers, gradient reduction).
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
 #: Low-precision GEMM formats: weights gathered and activations kept in 16 bits, only the
 #: GEMM operands cast (Transformer Engine fp8_autocast; torchao float8 in torchtitan).
