@@ -1,0 +1,268 @@
+"""A training plan as one line of text, and that line read back: the one spelling that
+``predict``, ``sweep``, ``search``, ``compare`` and ``report`` print and ``predict --plan``
+reads.
+
+A :class:`RunPlan` is a :class:`~fsdpsim.plan.parallel.ParallelPlan` with the micro-batch, the
+gradient accumulation and the recompute it runs. Its line lists the mesh dimensions, outermost
+data first, joined by ``" × "``, then the settings of the step joined by ``" · "``::
+
+    hsdp2x16 × cp2(a2a) × tp8(sp,overlap) × pp4(interleaved, v=2, m=32, first=10, last=12)
+        × ep8(etp1,overlap) · ckpt full 12/20 · mb 1 · sync last · keep gathered
+        · order pp,dp_replicate,dp_shard,cp,tp
+
+- data: ``fsdpN`` (ZeRO-3 over N), ``zero2-N``, ``zero1-N``, ``ddpN``, ``hsdpRxS`` (HSDP: R
+  replicas of S-way shards), ``zero1-RxS`` (ZeRO-1 in groups of S, InternEvo); left out when
+  the data-parallel degree is 1 with ZeRO-3 and another dimension is there;
+- ``cpN`` (ring attention) or ``cpN(a2a)`` (Ulysses all-to-all);
+- ``tpN`` with ``sp`` (sequence parallelism) and ``overlap`` (TP communication overlap) in
+  brackets where on;
+- ``ppN(schedule, v=V, m=M, first=F, last=L)``: the schedule, the virtual stages per rank
+  (when > 1), the micro-batches per step (the accumulation) and the layers of the first and
+  last stages (when uneven);
+- ``epN`` with ``etpE`` (where the expert TP differs from TP; ``ep1(etpE)`` without EP) and
+  ``overlap`` (EP all-to-all overlap) in brackets;
+- ``ckpt none|sel|full`` and the recomputed layers of each stage (``K`` or ``K/L``), ``mb N``,
+  ``accum N`` (without a pipeline, when above 1), ``sync last``, ``keep gathered``, ``no
+  reshard`` and ``order`` (the full mesh order, when not the default).
+
+The GPU count, the GPUs per scale-up domain and the framework are not in the line: the
+command around it states them. ``parse_plan(format_plan(r), ...) == r`` for every valid plan
+in canonical form (:func:`canonical`); ``tests/test_plan_spelling.py`` checks it with
+hypothesis.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, PP_SCHEDULES, RECOMPUTES, ParallelPlan
+from fsdpsim.util.errors import ConfigError
+
+DIM_SEP = " × "
+SETTING_SEP = " · "
+_DATA_WORDS = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none": "ddp"}
+_CKPT_WORDS = {"none": "none", "selective": "sel", "full": "full"}
+ACCEPTED = ("accepted: dimensions fsdpN, zero2-N, zero1-N, ddpN, hsdpRxS, zero1-RxS, cpN[(a2a)], "
+            "tpN[(sp,overlap)], ppN(schedule[, v=V][, m=M][, first=F][, last=L]), "
+            "epN[(etpE,overlap)] joined by ' × ', then settings 'ckpt none|sel|full [K]', "
+            "'mb N', 'accum N', 'sync last', 'keep gathered', 'no reshard', 'order a,b,c,d,e' "
+            "joined by ' · '")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A parallel plan with the micro-batch, accumulation and recompute of its step."""
+
+    plan: ParallelPlan
+    micro_batch: int
+    """Sequences per micro-batch on one data-parallel rank [-]."""
+    grad_accum: int
+    """Micro-batches per step on one data-parallel rank (the pipeline's m) [-]."""
+    recompute: str = "none"
+    """none, selective or full."""
+    recompute_layers: int | None = None
+    """Layers of each pipeline stage that recompute (Megatron --recompute-num-layers); None =
+    all of them (or none for ``recompute = "none"``) [-]."""
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per step: micro-batch × accumulation × data-parallel degree [-]."""
+        return self.micro_batch * self.grad_accum * self.plan.dp
+
+
+def canonical(plan: ParallelPlan) -> ParallelPlan:
+    """``plan`` with its implied settings written out, so equal plans compare equal: the HSDP
+    shard group given, a grouped ZeRO-1 group of the whole data-parallel group left implied,
+    the CP kind of a plan without CP ``ring``."""
+    group = plan.shard_group_size
+    if plan.sharding == "hybrid":
+        group = plan.dp_shard
+    elif group == plan.dp or plan.sharding != "optimizer":
+        group = None
+    return replace(plan, shard_group_size=group,
+                   cp_kind=plan.cp_kind if plan.cp > 1 else "ring")
+
+
+def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
+    """The plan's one line (module docstring); ``layers_per_stage`` adds ``/L`` to a partial
+    recompute's layer count."""
+    p = run.plan
+    dims = []
+    if p.sharding == "hybrid":
+        dims.append(f"hsdp{p.dp_replicate}x{p.dp_shard}")
+    elif p.sharding == "optimizer" and p.dp_replicate > 1:
+        dims.append(f"zero1-{p.dp_replicate}x{p.dp_shard}")
+    elif p.dp > 1 or p.sharding != "full" or p.tp * p.pp * p.cp == 1:
+        dims.append(f"{_DATA_WORDS[p.sharding]}{p.dp}")
+    if p.cp > 1:
+        dims.append(f"cp{p.cp}" + ("(a2a)" if p.cp_kind == "all2all" else ""))
+    if p.tp > 1:
+        flags = [f for f, on in (("sp", p.sequence_parallel), ("overlap", p.tp_overlap)) if on]
+        dims.append(f"tp{p.tp}" + (f"({','.join(flags)})" if flags else ""))
+    if p.pp > 1:
+        sched = [p.pp_schedule] + ([f"v={p.vpp}"] if p.vpp > 1 else []) + [f"m={run.grad_accum}"]
+        sched += [f"{name}={value}" for name, value in (("first", p.pp_first_layers),
+                                                          ("last", p.pp_last_layers))
+                  if value is not None]
+        dims.append(f"pp{p.pp}({', '.join(sched)})")
+    if p.ep > 1 or p.etp != p.tp:
+        flags = [f for f, on in ((f"etp{p.etp}", p.etp != p.tp), ("overlap", p.ep_overlap)) if on]
+        dims.append(f"ep{p.ep}" + (f"({','.join(flags)})" if flags else ""))
+    settings = [_ckpt_text(run, layers_per_stage), f"mb {run.micro_batch}"]
+    if p.pp == 1 and run.grad_accum > 1:
+        settings.append(f"accum {run.grad_accum}")
+    if p.grad_sync == "last":
+        settings.append("sync last")
+    if p.keep_gathered:
+        settings.append("keep gathered")
+    elif not p.reshard_after_forward:
+        settings.append("no reshard")
+    if p.mesh_order != DEFAULT_MESH_ORDER:
+        settings.append("order " + ",".join(p.mesh_order))
+    return SETTING_SEP.join([DIM_SEP.join(dims)] + settings)
+
+
+def _ckpt_text(run: RunPlan, layers_per_stage: int | None) -> str:
+    """``ckpt none``, ``ckpt full``, ``ckpt sel``, ``ckpt full 12`` or ``ckpt full 12/40``."""
+    text = f"ckpt {_CKPT_WORDS[run.recompute]}"
+    if run.recompute == "none" or run.recompute_layers is None:
+        return text
+    return f"{text} {run.recompute_layers}" + (f"/{layers_per_stage}" if layers_per_stage
+                                                else "")
+
+
+def _error(text: str, what: str) -> ConfigError:
+    return ConfigError(f"--plan {text!r}: {what}; {ACCEPTED}")
+
+
+_DATA_RE = re.compile(r"^(fsdp|zero2-|zero1-|ddp|hsdp)(\d+)(?:x(\d+))?$")
+_DIM_RE = re.compile(r"^(cp|tp|pp|ep)(\d+)(?:\((.*)\))?$")
+
+
+def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
+               framework: str = "fsdp2") -> RunPlan:
+    """The :class:`RunPlan` a line of :func:`format_plan` names, on ``num_gpus`` GPUs
+    (``gpus_per_node`` per scale-up domain) under ``framework``. Raises :class:`ConfigError`
+    naming the part it cannot read, or the degrees that do not multiply to ``num_gpus``."""
+    parts = [s.strip() for s in text.strip().split("·")]
+    dims_text, settings = parts[0], parts[1:]
+    if not dims_text:
+        raise _error(text, "no mesh dimensions")
+    kw: dict = {"tp": 1, "pp": 1, "cp": 1}
+    data = None
+    accum = None
+    seen = set()
+    for dim in (d.strip() for d in dims_text.split("×")):
+        m = _DATA_RE.match(dim)
+        if m and data is None and not seen:
+            data = m.groups()
+            seen.add("data")
+            continue
+        m = _DIM_RE.match(dim)
+        if not m or m.group(1) in seen:
+            raise _error(text, f"cannot read {dim!r} (or it repeats, or comes out of order)")
+        name, degree, inner = m.group(1), int(m.group(2)), m.group(3)
+        seen.add(name)
+        flags = [f.strip() for f in inner.split(",")] if inner else []
+        kw[name] = degree
+        if name == "cp":
+            if flags not in ([], ["a2a"]):
+                raise _error(text, f"cp accepts (a2a), got {dim!r}")
+            kw["cp_kind"] = "all2all" if flags else "ring"
+        elif name == "tp":
+            if set(flags) - {"sp", "overlap"} or len(set(flags)) != len(flags):
+                raise _error(text, f"tp accepts (sp), (overlap) or (sp,overlap), got {dim!r}")
+            kw["sequence_parallel"] = "sp" in flags
+            kw["tp_overlap"] = "overlap" in flags
+        elif name == "pp":
+            accum = _pp_settings(text, dim, flags, kw)
+        else:
+            for f in flags:
+                if f == "overlap":
+                    kw["ep_overlap"] = True
+                elif re.fullmatch(r"etp\d+", f):
+                    kw["etp"] = int(f[3:])
+                else:
+                    raise _error(text, f"ep accepts (etpE), (overlap) or (etpE,overlap), "
+                                       f"got {dim!r}")
+    if kw["tp"] == 1:
+        kw.setdefault("sequence_parallel", False)
+    model_parallel = kw["tp"] * kw["pp"] * kw["cp"]
+    if data is None:
+        sharding, dp, group = "full", num_gpus // model_parallel, None
+    else:
+        word, first, second = data
+        sharding = {"fsdp": "full", "zero2-": "grad_op", "zero1-": "optimizer", "ddp": "none",
+                    "hsdp": "hybrid"}[word]
+        if second is None and word == "hsdp":
+            raise _error(text, "hsdp needs replicas x shards: hsdpRxS")
+        if second is not None and word not in ("hsdp", "zero1-"):
+            raise _error(text, f"{word}{first}x{second}: only hsdp and zero1- take RxS")
+        dp = int(first) * int(second) if second is not None else int(first)
+        group = int(second) if second is not None else None
+    if dp * model_parallel != num_gpus:
+        raise ConfigError(f"--plan {text!r}: dp({dp}) * cp({kw['cp']}) * tp({kw['tp']}) * "
+                          f"pp({kw['pp']}) != num_gpus({num_gpus}); accepted: degrees whose "
+                          f"product is {num_gpus}")
+    run = {"micro_batch": None, "grad_accum": accum, "recompute": None, "recompute_layers": None}
+    for s in settings:
+        _setting(text, s, kw, run)
+    if run["micro_batch"] is None or run["recompute"] is None:
+        raise _error(text, "it needs 'ckpt ...' and 'mb N'")
+    if kw["pp"] == 1 and run["grad_accum"] is None:
+        run["grad_accum"] = 1
+    if run["grad_accum"] is None:
+        raise _error(text, "a pipeline needs its micro-batches per step: ppN(schedule, m=M)")
+    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=gpus_per_node, sharding=sharding,
+                        shard_group_size=group, framework=framework, **kw)
+    return RunPlan(plan=canonical(plan), **run)
+
+
+def _pp_settings(text: str, dim: str, flags: list[str], kw: dict) -> int | None:
+    """The schedule, ``v=``, ``first=``, ``last=`` of a ``ppN(...)`` into ``kw``; ``m=``
+    returned."""
+    accum = None
+    for f in flags:
+        key, _, value = f.partition("=")
+        if not value and key in PP_SCHEDULES:
+            kw["pp_schedule"] = key
+        elif key in ("v", "m", "first", "last") and value.isdigit() and int(value) > 0:
+            if key == "m":
+                accum = int(value)
+            else:
+                kw[{"v": "vpp", "first": "pp_first_layers", "last": "pp_last_layers"}[key]] = \
+                    int(value)
+        else:
+            raise _error(text, f"cannot read {f!r} of {dim!r} (schedules: "
+                               f"{', '.join(PP_SCHEDULES)})")
+    return accum
+
+
+def _setting(text: str, s: str, kw: dict, run: dict) -> None:
+    """One ``·``-separated setting into the plan's keywords ``kw`` or the step's ``run``."""
+    words = s.split()
+    ckpt = {v: k for k, v in _CKPT_WORDS.items()}
+    if len(words) in (2, 3) and words[0] == "ckpt" and words[1] in ckpt:
+        run["recompute"] = ckpt[words[1]]
+        if len(words) == 3:
+            m = re.fullmatch(r"(\d+)(?:/\d+)?", words[2])
+            if not m or words[1] == "none":
+                raise _error(text, f"cannot read {s!r}")
+            run["recompute_layers"] = int(m.group(1))
+    elif len(words) == 2 and words[0] in ("mb", "accum") and words[1].isdigit() \
+            and int(words[1]) > 0:
+        run["micro_batch" if words[0] == "mb" else "grad_accum"] = int(words[1])
+    elif s == "sync last":
+        kw["grad_sync"] = "last"
+    elif s == "keep gathered":
+        kw["keep_gathered"] = True
+    elif s == "no reshard":
+        kw["reshard_after_forward"] = False
+    elif len(words) == 2 and words[0] == "order":
+        kw["mesh_order"] = tuple(words[1].split(","))
+    else:
+        raise _error(text, f"cannot read {s!r}")
+
+
+__all__ = ["RunPlan", "format_plan", "parse_plan", "canonical", "RECOMPUTES"]
