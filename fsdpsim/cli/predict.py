@@ -88,7 +88,13 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
         system = build_system(ctx, **o)
     seq_len = _auto_int(o["seq_len"], "--seq-len")
     spec = spec if spec is not None else model_at(o["model"], seq_len)
-    plan = build_plan(o, system)
+    if o.get("plan"):
+        run = plan_option(o, system)
+        plan = run.plan
+        o = {**o, "micro_batch": str(run.micro_batch), "global_batch": str(run.global_batch),
+             "recompute": run.recompute, "recompute_layers": run.recompute_layers}
+    else:
+        plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
     training = TrainingConfig(seq_len=seq_len or 4096,
                               micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
@@ -117,6 +123,41 @@ def ep_overlap_of(o: dict) -> bool:
     given = o.get("ep_overlap")
     return bool(knob_default(o.get("framework") or "fsdp2", "ep_overlap")
                 if given is None else given)
+
+
+#: The options a ``--plan`` line states, with their defaults: giving one beside ``--plan`` is
+#: an error (the plan would be said twice).
+PLAN_OPTIONS = {"sharding": "full", "shard_group_size": None, "reshard_after_forward": True,
+                "keep_params_gathered": False, "grad_sync": "every", "recompute": "auto",
+                "recompute_layers": None, "zero": None, "dp_shard": None, "dp_replicate": None,
+                "tp": 1, "sequence_parallel": None, "tp_overlap": False, "pp": 1, "vpp": 1,
+                "pp_schedule": None, "pp_first_layers": None, "pp_last_layers": None, "cp": 1,
+                "cp_kind": "ring", "mesh_order": None, "micro_batch": "auto", "ep": 1,
+                "pp_layers": None, "etp": None, "ep_overlap": None}
+
+
+def plan_option(o: dict, system):
+    """The :class:`~fsdpsim.plan.spelling.RunPlan` of ``--plan`` (the one spelling of
+    :mod:`fsdpsim.plan.spelling`); a plan option given beside it, or a ``--global-batch`` other
+    than the plan's, is a one-line error naming both."""
+    from fsdpsim.hardware.system import domain_gpus
+    from fsdpsim.plan.spelling import parse_plan
+
+    given = [name for name, default in PLAN_OPTIONS.items()
+             if name in o and o[name] != default]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(f"--plan states the whole plan; {flags} given beside it is not "
+                          "accepted: give the plan once, in --plan or in the separate options")
+    run = parse_plan(o["plan"], num_gpus=o["num_gpus"],
+                     gpus_per_node=domain_gpus(system, o["num_gpus"]),
+                     framework=o.get("framework") or "fsdp2")
+    batch = _auto_int(o.get("global_batch"), "--global-batch")
+    if batch is not None and batch != run.global_batch:
+        raise ConfigError(f"--global-batch {batch} differs from the plan's {run.global_batch} "
+                          f"sequences (mb {run.micro_batch} x accumulation {run.grad_accum} x "
+                          f"dp {run.plan.dp}); accepted: {run.global_batch} or none")
+    return run
 
 
 def build_plan(o: dict, system) -> ParallelPlan:
@@ -194,6 +235,9 @@ def predict_options(f):
         click.option("--micro-batch", default="auto", show_default=True),
         click.option("--global-batch", default=None, help="Sequences per step; default: one "
                      "micro-batch per GPU."),
+        click.option("--plan", "plan", default=None, metavar="TEXT",
+                     help="The whole plan in one line, as search and compare print it (e.g. "
+                          "'fsdp8 × tp8(sp) · ckpt none · mb 1'); instead of the plan options."),
         click.option("--sharding", type=click.Choice(SHARDINGS), default="full",
                      show_default=True, help=SHARDING_HELP),
         click.option("--shard-group-size", type=option_type(GPUS), default=None,

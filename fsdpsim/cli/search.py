@@ -177,7 +177,8 @@ def register(cli: click.Group) -> None:
             rows.append((c, p))
         from fsdpsim.report.search_table import report_dict, report_table
 
-        report = report_dict(spec, systems[results[-1][0]], training, o, results, rows)
+        report = report_dict(spec, systems[results[-1][0]], training, o, results, rows,
+                             ctx.obj.get("catalog_dirs", ()))
         constrained = o["fix"] or o["max_tp"] or o["max_pp"] or not o["mesh_orders"]
         if o["explain"] and constrained:  # what the user's constraints cost
             free = {**o, "fix": (), "max_tp": None, "max_pp": None, "mesh_orders": True}

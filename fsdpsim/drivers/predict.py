@@ -316,12 +316,14 @@ def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
     return row
 
 
-def plan_summary(plan: ParallelPlan, grad_accum: int) -> dict[str, Any]:
-    """The ``plan`` object of a report: every degree, the strategies and a one-line form."""
-    line = plan.describe()
-    if plan.pp > 1:
-        line += f" ({plan.pp_schedule}" + (f", v={plan.vpp}" if plan.vpp > 1 else "") + \
-            f", m={grad_accum})"
+def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
+                 recompute: str = "none", recompute_layers: int | None = None) -> dict[str, Any]:
+    """The ``plan`` object of a report: every degree, the strategies and the plan's one line
+    (:func:`fsdpsim.plan.spelling.format_plan`, what ``predict --plan`` reads)."""
+    from fsdpsim.plan.spelling import RunPlan, canonical, format_plan
+
+    line = format_plan(RunPlan(canonical(plan), int(micro_batch), int(grad_accum), recompute,
+                               None if recompute == "none" else recompute_layers))
     return {"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
             "sharding": plan.sharding, "zero": {"none": 0, "optimizer": 1, "grad_op": 2,
                                                 "full": 3, "hybrid": 3}[plan.sharding],
@@ -432,7 +434,8 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         inputs=MappingProxyType({k: v for k, v in x.items()
                                  if isinstance(v, (int, float)) or np.ndim(v) == 0}),
         model=spec.name, system=system.label,
-        plan=plan_summary(plan, int(accum[i])),
+        plan=plan_summary(plan, int(accum[i]), int(mb_flat[i]), rc_name,
+                          training.recompute_layers),
         training={"seq_len": training.seq_len, "micro_batch": int(mb_flat[i]),
                   "grad_accum": int(accum[i]),
                   "global_batch": int(mb_flat[i] * accum[i] * dp),

@@ -145,7 +145,8 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
     """The :class:`RunPlan` a line of :func:`format_plan` names, on ``num_gpus`` GPUs
     (``gpus_per_node`` per scale-up domain) under ``framework``. Raises :class:`ConfigError`
     naming the part it cannot read, or the degrees that do not multiply to ``num_gpus``."""
-    parts = [s.strip() for s in text.strip().split("·")]
+    text = " ".join(text.split())  # a line broken over several (a quoted shell argument) reads
+    parts = [s.strip() for s in text.split("·")]
     dims_text, settings = parts[0], parts[1:]
     if not dims_text:
         raise _error(text, "no mesh dimensions")

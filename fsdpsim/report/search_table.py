@@ -7,6 +7,7 @@ from typing import Any
 from fsdpsim.engine import MEMORY_PRESSURE_FRACTION
 from fsdpsim.drivers.search.export import megatron_args, torchtitan_toml
 from fsdpsim.drivers.search.explain import differences, plan_line
+from fsdpsim.report.command import command_lines, plan_lines, predict_command
 from fsdpsim.util.units import GIB_BYTES
 
 #: Above this share of the budget a plan is marked tight (predict's near-the-limit note).
@@ -17,15 +18,26 @@ BREAKDOWN = (("compute_s", "compute (incl. recompute and optimizer)"),
              ("bubble_s", "pipeline bubble"), ("optimizer_s", "optimizer step"))
 
 
-def report_dict(spec, system, training, o: dict[str, Any], results, rows) -> dict[str, Any]:
-    """Query, space statistics, the ranked plans (each with predict's numbers), the best plan's
-    breakdown and cut-offs, and the best plan for torchtitan and Megatron-LM."""
+def search_command(o: dict[str, Any], training, choice, catalog_dirs=()) -> str:
+    """The ``fsdpsim predict`` command that reproduces ``choice``'s numbers
+    (:func:`fsdpsim.report.command.predict_command`) from search's options ``o``."""
+    return predict_command({**o, "num_gpus": choice.plan.num_gpus, "seq_len": training.seq_len},
+                           plan_line(choice), catalog_dirs)
+
+
+def report_dict(spec, system, training, o: dict[str, Any], results, rows,
+                catalog_dirs=()) -> dict[str, Any]:
+    """Query, space statistics, the ranked plans (each with predict's numbers and the predict
+    command that reproduces them), the best plan's breakdown and cut-offs, and the best plan for
+    torchtitan and Megatron-LM."""
     best_c, best_p = rows[0]
     plans = []
     for rank, (c, p) in enumerate(rows, 1):
         v = p.values
         plans.append({
-            "rank": rank, "plan": plan_line(c), "num_gpus": c.plan.num_gpus,
+            "rank": rank, "plan": plan_line(c),
+            "predict_command": search_command(o, training, c, catalog_dirs),
+            "num_gpus": c.plan.num_gpus,
             "tokens_per_s": v["tokens_per_s"], "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
             "step_time_s": v["step_time_s"], "mfu": v["mfu"], "hfu": v["hfu"],
             "peak_gib": v["peak_bytes"] / GIB_BYTES,
@@ -34,12 +46,16 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows) -> dic
             best_c.score / c.score - 1.0 if c.score else 0.0,
             "gives_up": "" if rank == 1 else differences(best_c, c),
             "tp": c.plan.tp, "pp": c.plan.pp, "cp": c.plan.cp, "vpp": c.plan.vpp,
-            "ep": c.plan.ep, "dp": c.plan.dp, "dp_shard": c.plan.dp_shard,
+            "ep": c.plan.ep, "etp": c.plan.etp, "ep_overlap": c.plan.ep_overlap,
+            "dp": c.plan.dp, "dp_shard": c.plan.dp_shard,
             "dp_replicate": c.plan.dp_replicate, "sharding": c.plan.sharding,
             "pp_schedule": c.plan.pp_schedule if c.plan.pp > 1 else None,
             "sequence_parallel": c.plan.sequence_parallel, "tp_overlap": c.plan.tp_overlap,
             "cp_kind": c.plan.cp_kind if c.plan.cp > 1 else None,
-            "mesh_order": ",".join(c.plan.mesh_order),
+            "pp_first_layers": c.plan.pp_first_layers, "pp_last_layers": c.plan.pp_last_layers,
+            "mesh_order": ",".join(c.plan.mesh_order), "grad_sync": c.plan.grad_sync,
+            "keep_gathered": c.plan.keep_gathered,
+            "reshard_after_forward": c.plan.reshard_after_forward,
             "micro_batch": c.micro_batch, "grad_accum": c.grad_accum,
             "recompute": c.recompute, "recompute_layers": c.recompute_layers,
             "layers_per_stage": c.layers_per_stage,
@@ -86,11 +102,13 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     for p in report["plans"]:  # two lines a plan: the plan, then its numbers (<= 100 wide)
         vs = "best" if p["rank"] == 1 else f"{100 * p['vs_best']:+.1f} % vs #1"
         tight = " (tight)" if p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] else ""
-        out += [f"{p['rank']:>2}. {p['plan']}",
+        out += plan_lines(p["plan"], f"{p['rank']:>2}. ", "      ")
+        out += [
                 f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu']:.1f} % · "
                 f"{p['peak_gib']:.1f} GiB{tight} · {_neck(p['bottleneck'])} · {vs}"]
         if p["rank"] > 1:
             out.append(f"    differs: {p['gives_up']}")
+        out += command_lines(p["predict_command"], indent="    ")
     if any(p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] for p in report["plans"]):
         from fsdpsim.report.render import wrap
 

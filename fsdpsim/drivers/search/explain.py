@@ -12,45 +12,16 @@ from fsdpsim.drivers.search.space import (MAX_CANDIDATES, SearchSpace, enumerate
                                   meshes)
 from fsdpsim.util.units import GIB_BYTES
 
-_DATA = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none": "ddp"}
 _SHARDING_WORDS = {"full": "fsdp", "grad_op": "zero2", "optimizer": "zero1", "none": "ddp",
                    "hybrid": "hsdp"}
 
 
 def plan_line(choice) -> str:
-    """``fsdp64 × tp8 × pp2(1f1b, m=16) · ckpt full 12/40 · mb 2`` (issue 14's form)."""
-    p: ParallelPlan = choice.plan
-    parts = []
-    if p.sharding == "hybrid":
-        parts.append(f"hsdp{p.dp_replicate}x{p.dp_shard}")
-    elif p.sharding == "optimizer" and p.dp_replicate > 1:  # InternEvo's zero1 groups
-        parts.append(f"zero1-{p.dp_shard}x{p.dp_replicate}")
-    elif p.dp > 1 or (p.tp == p.pp == p.cp == 1):
-        parts.append(f"{_DATA[p.sharding]}{p.dp}")
-    if p.cp > 1:
-        parts.append(f"cp{p.cp}" + ("(a2a)" if p.cp_kind == "all2all" else ""))
-    if p.tp > 1:
-        flags = ",".join(f for f, on in (("sp", p.sequence_parallel), ("overlap", p.tp_overlap))
-                         if on)
-        parts.append(f"tp{p.tp}" + (f"({flags})" if flags else ""))
-    if p.pp > 1:
-        # interleaved 1F1B is the schedule of v > 1 chunks: "v=2" says it
-        sched = ([f"v={p.vpp}"] if p.vpp > 1 else [p.pp_schedule]) + [f"m={choice.grad_accum}"]
-        if p.pp_first_layers is not None:
-            sched.append(f"ends {p.pp_first_layers}/{p.pp_last_layers}")
-        parts.append(f"pp{p.pp}({', '.join(sched)})")
-    if p.ep > 1:
-        parts.append(f"ep{p.ep}" + (f"(etp{p.etp})" if p.etp != p.tp else "")
-                     + ("+overlap" if p.ep_overlap else ""))
-    line = " × ".join(parts)
-    extras = [ckpt_text(choice), f"mb {choice.micro_batch}"]
-    if p.grad_sync == "last":
-        extras.append("sync last")
-    if p.keep_gathered:
-        extras.append("keep gathered")
-    if p.mesh_order != DEFAULT_MESH_ORDER:
-        extras.append("order " + ",".join(d for d in p.mesh_order if p.degrees[d] > 1))
-    return " · ".join([line] + extras)
+    """The candidate's plan in its one line (:func:`fsdpsim.plan.spelling.format_plan`: what
+    ``predict --plan`` reads), with a partial recompute's layers out of a stage's (``12/40``)."""
+    from fsdpsim.plan.spelling import format_plan
+
+    return format_plan(choice.run_plan, choice.layers_per_stage)
 
 
 def ckpt_text(choice) -> str:

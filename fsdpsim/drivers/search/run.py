@@ -71,6 +71,15 @@ class Choice:
     layers_per_stage: int = 0
     """Layers of a (middle) pipeline stage: what ``recompute_layers`` counts of [-]."""
 
+    @property
+    def run_plan(self):
+        """The plan with this candidate's micro-batch, accumulation and recompute
+        (:class:`fsdpsim.plan.spelling.RunPlan`: its one line)."""
+        from fsdpsim.plan.spelling import RunPlan, canonical
+
+        return RunPlan(canonical(self.plan), self.micro_batch, self.grad_accum, self.recompute,
+                       None if self.recompute == "none" else self.recompute_layers)
+
     def training(self, base: TrainingConfig) -> TrainingConfig:
         """``base`` with this candidate's micro-batch and recompute (for :func:`predict_choice`)."""
         return replace(base, micro_batch=self.micro_batch, recompute=self.recompute,

@@ -131,7 +131,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "plan.num_gpus": num_gpus,
         "plan.gpus_per_node": spread(t.plan["gpus_per_node"][plan_rows]),
         "plan.sharding": knob(SHARDINGS, c["sh"]),
-        **_plan_columns(t, plan_rows, c["accum"], spread, n),
+        **_plan_columns(t, plan_rows, c, grid.recompute_layers, spread, n),
         "plan.reshard_after_forward": ~kept,
         "plan.keep_gathered": kept,
         "plan.grad_sync": np.where(sharded & (grid.grad_sync == "last"), "last",
@@ -210,9 +210,9 @@ PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp",
                "expert_dp", "ep_overlap")
 
 
-def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any]:
-    """predict's ``plan`` fields for the chosen plan of every row (one summary per distinct
-    plan and number of micro-batches: the one-line form shows m for pipelines)."""
+def _plan_columns(t: _Tables, plan_rows, c, recompute_layers, spread, n: int) -> dict[str, Any]:
+    """predict's ``plan`` fields for the chosen plan of every row (one line per distinct plan,
+    micro-batch, accumulation and recompute: :func:`fsdpsim.plan.spelling.format_plan`)."""
     cols: dict[str, Any] = {}
     summaries = [summary for summary, _ in t.plan_text]
     for name in PLAN_FIELDS:
@@ -229,10 +229,12 @@ def _plan_columns(t: _Tables, plan_rows, accum, spread, n: int) -> dict[str, Any
             cols[f"plan.{name}"] = spread(table[plan_rows], fill=None)
     lines = np.full(plan_rows.size, None, dtype=object)
     keys = {}
-    for i, (row, m) in enumerate(zip(plan_rows.tolist(), accum.tolist())):
-        key = (row, int(m))
+    for i, key in enumerate(zip(plan_rows.tolist(), c["accum"].astype(int).tolist(),
+                                c["mb"].astype(int).tolist(), c["rc"].astype(int).tolist())):
         if key not in keys:
-            keys[key] = plan_summary(t.plan_text[row][1], int(m))["line"]
+            row, m, mb, rc = key
+            keys[key] = plan_summary(t.plan_text[row][1], m, mb, RECOMPUTES[rc],
+                                     recompute_layers)["line"]
         lines[i] = keys[key]
     cols["plan.line"] = spread(lines, fill=None)
     return cols

@@ -1,0 +1,80 @@
+"""Every plan search ranks carries the ``fsdpsim predict`` command that reproduces its numbers:
+the command, run as a user would, gives the same step time and peak memory (1e-9), for dense
+and MoE models; ``predict --plan`` refuses a plan option given beside it."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+
+import pytest
+from click.testing import CliRunner
+
+from fsdpsim.cli import cli, main
+from fsdpsim.util.units import GIB_BYTES
+
+
+def _json(args: list[str]) -> dict:
+    result = CliRunner().invoke(cli, args + ["--format", "json"])
+    assert result.exit_code == 0, (args, result.output)
+    return json.loads(result.output)
+
+
+def _rerun_all(search_args: list[str]) -> int:
+    report = _json(["search", *search_args])
+    plans = report["plans"]
+    assert plans
+    for p in plans:
+        words = shlex.split(p["predict_command"])
+        assert words[:2] == ["fsdpsim", "predict"] and "--plan" in words
+        d = _json(words[1:])
+        assert math.isclose(d["step_time_s"], p["step_time_s"], rel_tol=1e-9), p["plan"]
+        assert math.isclose(d["memory"]["peak_bytes"], p["peak_gib"] * GIB_BYTES,
+                            rel_tol=1e-9), p["plan"]
+        assert d["plan"]["line"].split(" · ckpt")[0] == p["plan"].split(" · ckpt")[0]
+        for key in ("etp", "ep_overlap", "pp_first_layers", "pp_last_layers", "tp", "pp",
+                    "vpp", "dp_shard", "dp_replicate", "sharding"):
+            assert d["plan"][key] == p[key], (key, p["plan"])
+        assert p["pp_schedule"] in (None, d["plan"]["pp_schedule"])
+        assert d["training"]["micro_batch"] == p["micro_batch"]
+        assert d["training"]["grad_accum"] == p["grad_accum"]
+    return len(plans)
+
+
+@pytest.mark.parametrize("args", [
+    ["--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "64", "--top", "12"],
+    ["--model", "qwen3-30b-a3b", "--gpu", "b200", "--num-gpus", "32", "--top", "12"],
+    ["--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "16", "--seq-len", "16k",
+     "--precision", "fp8", "--framework", "megatron", "--top", "8"],
+])
+def test_searched_plans_rerun_to_the_same_numbers(args):
+    assert _rerun_all(args) >= 8
+
+
+@pytest.mark.slow
+def test_deepseek_v3_plans_rerun_to_the_same_numbers():
+    assert _rerun_all(["--model", "deepseek-v3", "--gpu", "gb200", "--num-gpus", "256",
+                       "--top", "10"]) == 10
+
+
+def test_plan_with_a_plan_option_is_a_one_line_error(capsys):
+    assert main(["predict", "--model", "llama3-70b", "--num-gpus", "16",
+                 "--plan", "fsdp2 × tp8(sp) · ckpt full · mb 1", "--tp", "8"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and "--tp" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_and_a_different_global_batch_is_an_error(capsys):
+    assert main(["predict", "--model", "llama3-8b", "--num-gpus", "8",
+                 "--plan", "fsdp8 · ckpt none · mb 1 · accum 2", "--global-batch", "32"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and "16" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_plan_broken_over_lines_reads_the_same():
+    one = _json(["predict", "--model", "llama3-70b", "--num-gpus", "16",
+                 "--plan", "fsdp2 × tp8(sp) · ckpt full · mb 1"])
+    two = _json(["predict", "--model", "llama3-70b", "--num-gpus", "16",
+                 "--plan", "fsdp2 × tp8(sp) ·\n        ckpt full · mb 1"])
+    assert one["step_time_s"] == two["step_time_s"]
