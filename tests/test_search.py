@@ -191,10 +191,13 @@ def test_cli_table_json_and_emits():
     res = runner.invoke(cli, args + ["--explain"])
     assert res.exit_code == 0, res.output
     assert "why #1 wins" in res.output and "[parallelism]" in res.output
-    tight = runner.invoke(cli, ["search", "--model", "llama3-70b", "--num-gpus", "64",
+    roomy = runner.invoke(cli, ["search", "--model", "llama3-70b", "--num-gpus", "64",
                                 "--top", "2"]).output
-    assert "GiB (tight)" in tight and "above 90 % of the budget" in tight  # as predict says
-    assert max(len(line) for line in tight.splitlines()) <= 100
+    assert "(tight)" not in roomy and "budget 72.0 GiB/GPU (default: 90 % of 80 GiB)" in roomy
+    tight = runner.invoke(cli, ["search", "--model", "llama3-70b", "--num-gpus", "64",
+                                "--top", "2", "--memory-budget-gib", "80"]).output
+    assert "GiB (tight)" in tight and "above 90 % of the GPU's memory" in tight  # as predict
+    assert max(len(line) for line in tight.splitlines() + roomy.splitlines()) <= 100
     data = json.loads(runner.invoke(cli, args + ["--format", "json"]).output)
     assert len(data["plans"]) == 3 and data["plans"][0]["rank"] == 1
     assert data["plans"][0]["tokens_per_s"] >= data["plans"][1]["tokens_per_s"]
@@ -398,3 +401,17 @@ def test_emits_name_every_precision(precision):
     assert tomllib.loads(toml.output)["training"]["mixed_precision_param"] == "bfloat16"
     mega = runner.invoke(cli, args + ["--emit", "megatron"])
     assert mega.exit_code == 0 and "--bf16" in mega.output
+
+
+def test_default_budget_keeps_headroom():
+    """By default no searched plan uses more than 90 % of the GPU's memory (predict's rule);
+    --memory-budget-gib changes the budget, and plans above 90 % are flagged."""
+    runner = CliRunner()
+    args = ["search", "--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "64", "--top",
+            "5", "--format", "json"]
+    data = json.loads(runner.invoke(cli, args).output)
+    assert data["query"]["memory_budget_gib"] == pytest.approx(72.0)
+    assert all(p["peak_gib"] <= 0.9 * 80 + 1e-9 for p in data["plans"])
+    assert not any(p["above_default_budget"] for p in data["plans"])
+    full = json.loads(runner.invoke(cli, args + ["--memory-budget-gib", "80"]).output)
+    assert full["plans"][0]["peak_gib"] > 72 and full["plans"][0]["above_default_budget"]

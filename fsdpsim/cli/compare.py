@@ -102,13 +102,13 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     prices = parse_prices(o["price"], cat) if o["price"] else {}
     specs = [model_at(name, seq) for name in models]
     cases = []
-    for spec in specs:
+    for name, spec in zip(models, specs):
         for kind, ident in hardware:
             for n in counts:
                 system = build_system(ctx, **{**o, "gpu": None, "cluster": None, kind: ident,
                                               "num_gpus": n})
                 cases.append(Case(spec, ident, system, n,
-                                  prices.get(system.accelerator.id)))
+                                  prices.get(system.accelerator.id), kind=kind, model_id=name))
     space = SearchSpace(framework=o["framework"])
     rows = compare(cases, training, plan=o["plan_kind"], run=run, space=space,
                    objective=o["objective"])
@@ -130,7 +130,8 @@ def register(cli: click.Group) -> None:
           fsdpsim compare --model llama3-8b --gpu h100,h200,b200,mi300x --num-gpus 64 --tokens 1t
         """
         rows, training, run = run_compare(ctx, o)
-        data = report_data(rows, training, run, o["plan_kind"])
+        data = report_data(rows, training, run, o["plan_kind"], o,
+                           ctx.obj.get("catalog_dirs", ()))
         if fmt == "json":
             echo(render.to_json({k: v for k, v in data.items() if k != "best_index"}))
         elif fmt == "csv":
@@ -156,7 +157,8 @@ def register(cli: click.Group) -> None:
             raise ConfigError(f"--output {output!r}: give an .html file")
         check_output_path(output)
         rows, training, run = run_compare(ctx, o)
-        data = report_data(rows, training, run, o["plan_kind"])
+        data = report_data(rows, training, run, o["plan_kind"], o,
+                           ctx.obj.get("catalog_dirs", ()))
         text = report_html(rows, data, training, run, notes(data["rows"], run, training))
         try:
             path.write_text(text, encoding="utf-8")

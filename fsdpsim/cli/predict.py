@@ -112,8 +112,34 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
         return prediction
     from fsdpsim.drivers.advice import scale_advice
 
-    return replace(prediction, advice=tuple(scale_advice(spec, system, plan, training,
-                                                         prediction)[:ADVICE_SHOWN]))
+    prediction = replace(prediction, advice=tuple(scale_advice(spec, system, plan, training,
+                                                               prediction)[:ADVICE_SHOWN]))
+    if not prediction.fits:
+        prediction = replace(prediction, fit_advice=fit_advice(ctx, o, spec, system, plan,
+                                                               training, prediction))
+    return prediction
+
+
+def fit_advice(ctx: click.Context, o: dict, spec, system, plan, training, prediction
+               ) -> tuple[dict, ...]:
+    """What the hybrid search finds for a plan that does not fit
+    (:func:`fsdpsim.drivers.advice.hybrid_fit`, at the prediction's global batch), each with
+    the predict command that reproduces it."""
+    from fsdpsim.drivers.advice import hybrid_fit
+    from fsdpsim.drivers.search.explain import plan_line
+    from fsdpsim.report.command import predict_command
+
+    out = []
+    for n, choice, within in hybrid_fit(spec, system, plan, training,
+                                        int(prediction.training["global_batch"])):
+        line = plan_line(choice)
+        out.append({"num_gpus": n, "plan": line, "within_default_budget": within,
+                    "peak_bytes": choice.peak_bytes,
+                    "tokens_per_s_per_gpu": choice.tokens_per_s / n,
+                    "predict_command": predict_command(
+                        {**o, "num_gpus": n, "seq_len": training.seq_len}, line,
+                        ctx.obj.get("catalog_dirs", ()))})
+    return tuple(out)
 
 
 def ep_overlap_of(o: dict) -> bool:

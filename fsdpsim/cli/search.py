@@ -51,7 +51,8 @@ def search_options(f):
                      default="fsdp2", show_default=True,
                      help="Framework profile every plan runs on."),
         click.option("--memory-budget-gib", type=option_type(Rule(0.01, 1e6)), default=None,
-                     help="Memory per GPU a plan may use (default: the GPU's)."),
+                     help="Memory per GPU a plan may use (default: 90 % of the GPU's, predict's "
+                          "headroom rule)."),
         click.option("--objective", type=click.Choice(("throughput", "cost", "energy",
                                                        "time-to-train")),
                      default="throughput", show_default=True,
@@ -110,8 +111,10 @@ def check_counts(spec, systems: dict, training, space) -> None:
 
 
 def run_search(ctx: click.Context, o: dict[str, Any]):
-    """Resolve the options and search every GPU count: (spec, the system of each count,
-    training, results by count, the ranking)."""
+    """Resolve the options and search every GPU count within the memory budget
+    (``--memory-budget-gib``, default :data:`~fsdpsim.drivers.search.run.
+    DEFAULT_MEMORY_BUDGET_FRACTION` of the GPU's): (spec, the system of each count with the
+    GPU's own memory, training, results by count, the ranking)."""
     from fsdpsim.drivers import procurement
     from fsdpsim.cli.predict import (_auto_int, build_system, global_batch_or_default,
                                      kernel_knobs, model_at)
@@ -129,14 +132,14 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
                         mesh_orders=o["mesh_orders"], framework=o["framework"])
     run = procurement.read_run_options(o)
     price = None if o["price"] is None else procurement.read_price(o["price"], "--price")
-    results, systems = [], {}
+    results, systems, budgets = [], {}, {}
     for n in counts:
-        systems[n] = budget_system(build_system(ctx, **{**o, "num_gpus": n}),
-                                   o["memory_budget_gib"])
+        systems[n] = build_system(ctx, **{**o, "num_gpus": n})
+        budgets[n] = budget_system(systems[n], o["memory_budget_gib"])
     if len(counts) > 1:  # each count's space is bounded in search(); the list's sum here
-        check_counts(spec, systems, training, space)
+        check_counts(spec, budgets, training, space)
     for n in counts:
-        results.append((n, search(spec, systems[n], n, training, space,
+        results.append((n, search(spec, budgets[n], n, training, space,
                                   objective=o["objective"], top=o["top"], run=run, price=price)))
     ranking = sorted(((c, n) for n, r in results for c in r.top), key=lambda cn: -cn[0].score)
     if not ranking:

@@ -69,3 +69,43 @@ def scale_advice(spec: ModelSpec, system, plan: ParallelPlan, training: Training
             found.append({"setting": words, "tokens_per_s_per_gpu": alt.tokens_per_s_per_gpu,
                           "gain": gain})
     return sorted(found, key=lambda a: -a["gain"])
+
+
+#: GPU counts the fit advice searches: the plan's, then doubling this many times.
+FIT_DOUBLINGS = 4
+
+
+def hybrid_fit(spec: ModelSpec, system, plan: ParallelPlan, training: TrainingConfig,
+               global_batch: int) -> list[tuple[int, Any, bool]]:
+    """For a plan that does not fit, what :func:`fsdpsim.drivers.search.run.search` (every
+    hybrid plan of the same model, sequence and ``global_batch``) finds instead, as
+    ``(num_gpus, choice, within the default budget)``: the best plan on the plan's own GPUs
+    within the GPU's whole memory when none fits the default budget (a tight one), then the
+    fewest GPUs, of the plan's count and its doublings (:data:`FIT_DOUBLINGS`), on which a plan
+    fits the default budget. Empty when neither exists."""
+    from fsdpsim.drivers.search.run import budget_system, search
+    from fsdpsim.drivers.search.space import SearchSpace
+
+    training = dataclasses.replace(training, global_batch=global_batch, micro_batch=None,
+                                   recompute=None, recompute_layers=None)
+    space = SearchSpace(framework=plan.framework)
+    full = system.accelerator.memory_bytes / 2**30
+
+    def best(n: int, budget_gib: float | None):
+        try:
+            found = search(spec, budget_system(system, budget_gib), n, training, space, top=1)
+        except ConfigError:  # no plan of this batch on n GPUs, or none fits
+            return None
+        return found.top[0] if found.top else None
+
+    out: list[tuple[int, Any, bool]] = []
+    for k in range(FIT_DOUBLINGS + 1):
+        n = plan.num_gpus * 2 ** k
+        choice = best(n, None)
+        if choice is not None:
+            return out + [(n, choice, True)]
+        if k == 0:
+            tight = best(n, full)
+            if tight is not None:
+                out.append((n, tight, False))
+    return out

@@ -21,6 +21,7 @@ from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.drivers.procurement import RunAssumptions, prediction_run
+from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.drivers.search.space import SearchSpace
 
 PLANS = ("search", "fsdp")
@@ -47,6 +48,11 @@ class Case:
     num_gpus: int
     price_usd_per_gpu_hour: float | None = None
     """The user's rent for this GPU (``--price``); None: the catalog's."""
+    kind: str = "gpu"
+    """Whether ``hardware`` names a GPU (``gpu``) or a node or cluster (``cluster``)."""
+    model_id: str | None = None
+    """The model as the user named it (preset, ladder id or config.json path); None: the
+    spec's name."""
 
 
 @dataclass(frozen=True)
@@ -84,13 +90,15 @@ def compare(cases: Sequence[Case], training: TrainingConfig, *, plan: str = "sea
 def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
          space: SearchSpace, objective: str) -> Row:
     from fsdpsim.drivers.predict import predict
-    from fsdpsim.drivers.search.run import predict_choice, search
+    from fsdpsim.drivers.search.run import budget_system, predict_choice, search
     from fsdpsim.hardware.system import domain_gpus
 
     spec, system, n = case.spec, case.system, case.num_gpus
     try:
         if plan == "search":
-            found = search(spec, system, n, training, space, objective=objective, top=1,
+            # within the default memory budget (a share of the GPU's memory: predict's rule)
+            found = search(spec, budget_system(system, None), n, training, space,
+                           objective=objective, top=1,
                            run=run, price=case.price_usd_per_gpu_hour)
             choice = found.top[0] if found.top else found.least_peak
             if choice is None:
@@ -136,6 +144,8 @@ def row_values(row: Row) -> dict[str, Any]:
         "mfu": d["mfu"], "hfu": d["hfu"], "step_time_s": d["step_time_s"],
         "fits": d["fits"], "peak_bytes": m["peak_bytes"], "capacity_bytes": m["capacity_bytes"],
         "memory_share": m["peak_bytes"] / m["capacity_bytes"],
+        "above_default_budget": bool(m["peak_bytes"] > DEFAULT_MEMORY_BUDGET_FRACTION
+                                     * m["capacity_bytes"]),
         "bottleneck": d["bottleneck"],
         "price_usd_per_gpu_hour": _number(r["price_usd_per_gpu_hour"]),
         "price_kind": r["price_kind"], "price_source": r["price_source"],

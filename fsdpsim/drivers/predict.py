@@ -84,6 +84,9 @@ class Prediction:
     """90 % prediction interval of throughput and step time (see :func:`prediction_interval`)."""
     advice: tuple[Mapping[str, Any], ...] = ()
     """Faster settings of the same job at this scale (:func:`fsdpsim.drivers.advice.scale_advice`)."""
+    fit_advice: tuple[Mapping[str, Any], ...] = ()
+    """For a plan that does not fit: what the hybrid search finds instead (the plan's own GPUs,
+    or the fewest that fit; :func:`fsdpsim.drivers.advice.hybrid_fit`)."""
     reported: Mapping[str, float] | None = None
     """Bottleneck, thresholds and sensitivities from the engine's own response to each
     resource (:func:`fsdpsim.drivers.sensitivity.analyse`, keys :data:`fsdpsim.drivers.sensitivity.OUTPUTS`):
@@ -172,6 +175,7 @@ class Prediction:
             "sensitivity": reported["sensitivity"],
             "notes": list(self.notes),
             "advice": [dict(a) for a in self.advice],
+            "fit_advice": [dict(a) for a in self.fit_advice],
         }
 
 

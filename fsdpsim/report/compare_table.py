@@ -6,7 +6,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.report import render
+from fsdpsim.report.command import command_lines, predict_command
 from fsdpsim.report.procurement import assumption_notes, money, rate, short_source
 
 WIDTH = 100
@@ -38,7 +40,7 @@ def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | N
                  ("MFU", "mfu", _num(v["mfu"], ".1%")),
                  ("mem GiB", "memory_share",
                   f"{v['peak_bytes'] / 2**30:.0f}/{v['capacity_bytes'] / 2**30:.0f}"
-                  + ("" if v["fits"] else "!"))]
+                  + ("!" if not v["fits"] else "~" if v["above_default_budget"] else ""))]
         if tokens is None:
             cells += [("$/Mtok", "cost_usd_per_million_tokens",
                        _num(v["cost_usd_per_million_tokens"], ".3f")),
@@ -56,20 +58,33 @@ def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | N
 
 
 def plan_rows(values: list[dict]) -> list[dict[str, str]]:
-    """The plan and batch of each row."""
+    """The batch of each row (its plan: :func:`command_text`)."""
     many_models = len({v["model"] for v in values}) > 1
     out = []
     for v in values:
         row = {"model": v["model"]} if many_models else {}
         row.update({"hardware": v["hardware"], "GPUs": f"{v['num_gpus']:,}"})
         if "plan" not in v:
-            out.append({**row, "plan": "-"})
+            out.append({**row, "mbs x accum": "-"})
             continue
-        row.update({"plan": v["plan"], "mbs x accum": f"{v['micro_batch']} x {v['grad_accum']}",
+        row.update({"mbs x accum": f"{v['micro_batch']} x {v['grad_accum']}",
                     "recompute": v["recompute"], "batch (seqs)": f"{v['global_batch']:,}",
                     "rent $/GPU-h": "-" if v["price_usd_per_gpu_hour"] is None
                     else rate(v["price_usd_per_gpu_hour"])})
         out.append(row)
+    return out
+
+
+def command_text(values: list[dict]) -> list[str]:
+    """Each row's plan as the ``fsdpsim predict`` command that reproduces its numbers."""
+    many_models = len({v["model"] for v in values}) > 1
+    out = []
+    for v in values:
+        if "predict_command" in v:
+            name = (f"{v['model']} on " if many_models else "") + \
+                f"{v['hardware']} x {v['num_gpus']:,}"
+            out += ["", f"{name}:", *command_lines(v["predict_command"], indent="  ",
+                                                    width=WIDTH)]
     return out
 
 
@@ -86,6 +101,9 @@ def header(values: list[dict], training, run, plan_kind: str) -> str:
 def notes(values: list[dict], run, training) -> list[str]:
     out = ["* best of the column among rows that fit; mem GiB = peak/capacity per GPU "
            "(! = does not fit)"]
+    if any(v.get("above_default_budget") and v.get("fits") for v in values):
+        out.append(f"~ = above {100 * DEFAULT_MEMORY_BUDGET_FRACTION:.0f} % of the GPU's memory: "
+                   "allocator retries and fragmentation can slow or stop a real run")
     kernels = [text for on, text in (
         (training.fp8_attention, "attention in FP8 (--fp8-attention)"),
         (training.fp8_lm_head, "LM head in the low-precision format (--fp8-lm-head)"),
@@ -116,11 +134,21 @@ def notes(values: list[dict], run, training) -> list[str]:
     return out
 
 
-def report_data(rows, training, run, plan_kind: str) -> dict[str, Any]:
-    """The comparison as plain data: query, assumptions, rows and the best row per column."""
+def report_data(rows, training, run, plan_kind: str, options: dict[str, Any] | None = None,
+                catalog_dirs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The comparison as plain data: query, assumptions, rows (each with a plan: the
+    ``fsdpsim predict`` command that reproduces its numbers, from compare's ``options``) and
+    the best row per column."""
     from fsdpsim.drivers.compare import best_rows, row_values
 
     values = [row_values(r) for r in rows]
+    for r, v in zip(rows, values):
+        if "plan" in v:
+            c = r.case
+            v["predict_command"] = predict_command(
+                {**(options or {}), "model": c.model_id or c.spec.name, "gpu": None,
+                 "cluster": None, c.kind: c.hardware, "num_gpus": c.num_gpus,
+                 "seq_len": training.seq_len}, v["plan"], catalog_dirs)
     best = best_rows(values)
     return {"query": {"seq_len": training.seq_len, "global_batch": training.global_batch,
                       "tokens_per_step": training.global_batch * training.seq_len,
@@ -146,7 +174,7 @@ def compare_text(data: dict[str, Any], training, run) -> str:
     lines = [textwrap.fill(header(values, training, run, data["query"]["plan"]), WIDTH,
                            subsequent_indent="  ", break_on_hyphens=False), "",
              render.table(table_rows(values, best, run.tokens)), "", "plans",
-             render.table(plan_rows(values)), "", "notes"]
+             render.table(plan_rows(values)), *command_text(values), "", "notes"]
     lines += [textwrap.fill(n, WIDTH, initial_indent="  - ", subsequent_indent="    ",
                             break_on_hyphens=False, break_long_words=False)
               for n in notes(values, run, training)]

@@ -33,10 +33,29 @@ def _comm_range_words(interval: dict) -> str:
     return ("; with " + ", ".join(parts)) if parts else ""
 
 
-def _utilisation_rows(d: dict) -> list[tuple[str, str]]:
+def fit_advice_lines(d: dict) -> list[str]:
+    """What the hybrid search finds for a plan that does not fit (``fit_advice``), each with
+    the predict command that reproduces it."""
+    from fsdpsim.report.command import command_lines
+
+    out = []
+    for a in d.get("fit_advice", ()):
+        here = a["num_gpus"] == d["plan"]["num_gpus"]
+        head = (f"  on these {a['num_gpus']:,} GPUs" if here else
+                f"  the fewest GPUs a searched plan fits on: {a['num_gpus']:,}")
+        how = ("" if a["within_default_budget"] else
+               f", {a['peak_bytes'] / 2**30:.1f} GiB: above the default 90 % budget, tight")
+        out.append(f"{head} ({a['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU{how}):")
+        out += command_lines(a["predict_command"], indent="    ")
+    if out:
+        out.insert(0, "\nthe hybrid search (fsdpsim search) finds instead:")
+    return out
+
+
+def _utilisation_rows(d: dict, fitted: str = "") -> list[tuple[str, str]]:
     """MFU / HFU and the peak they divide by; for FP8 the FP8 peak's MFU on a row beside."""
     u = d["utilisation"]
-    rows = [("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}  (of the "
+    rows = [("MFU / HFU", f"{_pct(d['mfu'])} / {_pct(d['hfu'])}{fitted}  (of the "
                           f"{u['peak_precision'].upper()} dense peak, "
                           f"{u['peak_flops_per_s_per_gpu'] / 1e12:,.0f} TFLOP/s per GPU)")]
     if u["native_precision"] != u["peak_precision"]:
@@ -105,6 +124,12 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
     tr, pl = d["training"], d["plan"]
     lines = [render.wrap(f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — "
                          f"{d['system']}", hanging="  ")]
+    if not d["fits"]:  # the headline: no number below is runnable
+        over = d["memory"]["peak_bytes"] - d["memory"]["capacity_bytes"]
+        lines.append(render.wrap(
+            f"DOES NOT FIT: {render.gib(over)} per GPU over the "
+            f"{render.gib(d['memory']['capacity_bytes'])} usable; this plan cannot run, and its "
+            "throughput and MFU below are what it would give if it fitted", hanging="  "))
     lines.append(render.key_values([
         ("plan", _plan_text(pl)),
         ("training", f"seq {tr['seq_len']:,}, micro-batch {tr['micro_batch']} x {tr['grad_accum']} "
@@ -116,13 +141,16 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
     ]))
     if d["chosen"].get("why"):
         lines.append(render.wrap(f"({d['chosen']['why']})", "  ", "   "))
-    lines.append("\nthroughput")
+    fitted = "" if d["fits"] else " if it fitted"
+    if not d["fits"]:
+        lines.extend(fit_advice_lines(d))
+    lines.append("\nthroughput" + (" if it fitted (not runnable)" if fitted else ""))
     lines.append(render.key_values([
-        ("step time", f"{render.seconds(d['step_time_s'])}  (bounds: "
+        ("step time", f"{render.seconds(d['step_time_s'])}{fitted}  (bounds: "
                       f"{render.seconds(t['step_lower_bound_s'])} perfect overlap .. "
                       f"{render.seconds(t['step_upper_bound_s'])} no overlap)"),
-        ("tokens/s", f"{d['tokens_per_s']:,.0f}"),
-        ("tokens/s per GPU", f"{d['tokens_per_s_per_gpu']:,.0f}  (90 % range "
+        ("tokens/s", f"{d['tokens_per_s']:,.0f}{fitted}"),
+        ("tokens/s per GPU", f"{d['tokens_per_s_per_gpu']:,.0f}{fitted}  (90 % range "
                              f"{d['interval']['tokens_per_s_per_gpu_low']:,.0f} .. "
                              f"{d['interval']['tokens_per_s_per_gpu_high']:,.0f}; "
                              + ("calibrated GPU type" if d['interval']['calibrated'] else
@@ -132,7 +160,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                                 " residuals" if d['interval'].get('mixture_of_experts') else "")
                              + ("; near the memory limit: lower low end)"
                                 if d['interval'].get('near_memory_limit') else ")")),
-        *_utilisation_rows(d),
+        *_utilisation_rows(d, fitted),
         ("bottleneck", BOTTLENECK_WORDS[d["bottleneck"]]),
     ]))
     cap, peak = m["capacity_bytes"], m["peak_bytes"]

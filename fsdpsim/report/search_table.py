@@ -10,7 +10,8 @@ from fsdpsim.drivers.search.explain import differences, plan_line
 from fsdpsim.report.command import command_lines, plan_lines, predict_command
 from fsdpsim.util.units import GIB_BYTES
 
-#: Above this share of the budget a plan is marked tight (predict's near-the-limit note).
+#: The default budget's share of the GPU's memory (predict's near-the-limit rule); a plan above
+#: it (a larger ``--memory-budget-gib``) is marked tight.
 TIGHT_FRACTION = MEMORY_PRESSURE_FRACTION
 #: Time parts of the best plan's step shown by ``--explain`` (predict's ``time`` keys).
 BREAKDOWN = (("compute_s", "compute (incl. recompute and optimizer)"),
@@ -31,6 +32,7 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
     command that reproduces them), the best plan's breakdown and cut-offs, and the best plan for
     torchtitan and Megatron-LM."""
     best_c, best_p = rows[0]
+    budget_gib = results[-1][1].budget_bytes / GIB_BYTES
     plans = []
     for rank, (c, p) in enumerate(rows, 1):
         v = p.values
@@ -41,7 +43,10 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
             "tokens_per_s": v["tokens_per_s"], "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
             "step_time_s": v["step_time_s"], "mfu": v["mfu"], "hfu": v["hfu"],
             "peak_gib": v["peak_bytes"] / GIB_BYTES,
-            "budget_gib": v["capacity_bytes"] / GIB_BYTES, "bottleneck": p.bottleneck,
+            "budget_gib": budget_gib, "gpu_memory_gib": v["capacity_bytes"] / GIB_BYTES,
+            "above_default_budget": bool(v["peak_bytes"] > TIGHT_FRACTION
+                                         * v["capacity_bytes"]),
+            "bottleneck": p.bottleneck,
             "vs_best": c.score / best_c.score - 1.0 if best_c.score > 0 else
             best_c.score / c.score - 1.0 if c.score else 0.0,
             "gives_up": "" if rank == 1 else differences(best_c, c),
@@ -76,7 +81,9 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
                   "global_batch": training.global_batch,
                   "tokens_per_step": training.global_batch * training.seq_len,
                   "precision": training.precision, "framework": o["framework"],
-                  "memory_budget_gib": system.accelerator.memory_bytes / GIB_BYTES,
+                  "memory_budget_gib": budget_gib,
+                  "gpu_memory_gib": system.accelerator.memory_bytes / GIB_BYTES,
+                  "default_budget_fraction": TIGHT_FRACTION,
                   "objective": o["objective"], "fixed": [str(f) for f in o["fix"]]},
         "space": space,
         "plans": plans,
@@ -95,13 +102,14 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     out = [f"search: {q['model']} on {gpus} × {q['system']}",
            f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
            f"({q['tokens_per_step'] / 1e6:.1f} M tokens) · {q['precision']} · {q['framework']}",
-           f"  budget {q['memory_budget_gib']:.1f} GiB/GPU · objective {q['objective']}"
+           f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
+           f"{q['objective']}"
            + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
            f"  {sp['plans']:,} plans ({sp['plans_fitting']:,} fit), "
            f"{sp['candidates_evaluated']:,} candidates evaluated in {sp['seconds']:.2f} s", ""]
     for p in report["plans"]:  # two lines a plan: the plan, then its numbers (<= 100 wide)
         vs = "best" if p["rank"] == 1 else f"{100 * p['vs_best']:+.1f} % vs #1"
-        tight = " (tight)" if p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] else ""
+        tight = " (tight)" if p["above_default_budget"] else ""
         out += plan_lines(p["plan"], f"{p['rank']:>2}. ", "      ")
         out += [
                 f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu']:.1f} % · "
@@ -109,11 +117,12 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
         if p["rank"] > 1:
             out.append(f"    differs: {p['gives_up']}")
         out += command_lines(p["predict_command"], indent="    ")
-    if any(p["peak_gib"] > TIGHT_FRACTION * p["budget_gib"] for p in report["plans"]):
+    if any(p["above_default_budget"] for p in report["plans"]):
         from fsdpsim.report.render import wrap
 
-        out += ["", wrap(f"(tight) = above {100 * TIGHT_FRACTION:.0f} % of the budget: allocator "
-                         "retries can slow a real run; a lower --memory-budget-gib keeps headroom",
+        out += ["", wrap(f"(tight) = above {100 * TIGHT_FRACTION:.0f} % of the GPU's memory (the "
+                         "default budget): allocator retries and fragmentation can slow or stop "
+                         "a real run; the default --memory-budget-gib keeps headroom",
                          hanging="  ")]
     if explain:
         b = report["best_breakdown_s"]
@@ -141,6 +150,14 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
             *_wrapped([line for line in report["megatron"].splitlines()
                        if not line.startswith("#")])]
     return "\n".join(out)
+
+
+def _budget_words(q: dict[str, Any]) -> str:
+    """How the budget was set: the default share of the GPU's memory, or the user's."""
+    share = q["memory_budget_gib"] / q["gpu_memory_gib"]
+    if abs(share - q["default_budget_fraction"]) < 1e-9:
+        return f"default: {100 * share:.0f} % of {q['gpu_memory_gib']:.0f} GiB"
+    return f"--memory-budget-gib: {100 * share:.0f} % of {q['gpu_memory_gib']:.0f} GiB"
 
 
 def _wrapped(args: list[str], width: int = 96) -> list[str]:

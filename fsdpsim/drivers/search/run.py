@@ -107,12 +107,20 @@ class SearchResult:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def budget_system(system: System, budget_gib: float | None) -> System:
-    """``system`` with each GPU's memory set to the budget (None: the GPU's own); a budget above
-    the GPU's memory is an error naming both."""
-    if budget_gib is None:
-        return system
+#: The memory a searched plan may use by default, as a share of the GPU's: predict's own rule
+#: (``auto`` prefers candidates below :data:`fsdpsim.engine.MEMORY_PRESSURE_FRACTION` of
+#: memory and notes those above as near the limit, where allocator retries and fragmentation
+#: slow or stop real runs) [-].
+DEFAULT_MEMORY_BUDGET_FRACTION = engine.MEMORY_PRESSURE_FRACTION
+
+
+def budget_system(system: System, budget_gib: float | None,
+                  fraction: float = DEFAULT_MEMORY_BUDGET_FRACTION) -> System:
+    """``system`` with each GPU's memory set to the budget: ``budget_gib``, or (None)
+    ``fraction`` of the GPU's own; a budget above the GPU's memory is an error naming both."""
     have = system.accelerator.memory_bytes / GIB_BYTES
+    if budget_gib is None:
+        budget_gib = fraction * have
     if not 0 < budget_gib <= have + 1e-9:
         raise ConfigError(f"--memory-budget-gib {budget_gib:g} is not accepted; accepted: more "
                           f"than 0 and at most the {system.accelerator.name}'s {have:.1f} GiB")
@@ -443,4 +451,5 @@ def predict_choice(spec: ModelSpec, system: System, choice: Choice, training: Tr
 
     return predict(spec, system, choice.plan, choice.training(training))
 __all__ = ["search", "SearchResult", "Choice", "OBJECTIVES", "budget_system", "score_of",
+           "DEFAULT_MEMORY_BUDGET_FRACTION",
            "predict_choice"]
