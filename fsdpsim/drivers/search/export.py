@@ -1,19 +1,29 @@
 """A searched plan in the words of the frameworks that run it: a torchtitan TOML fragment and
-Megatron-LM command-line arguments.
+Megatron-LM command-line arguments, each of which runs the ranked plan exactly (micro-batch,
+accumulation, every degree, schedule, ZeRO stage, expert TP), or says in comment lines why
+the framework cannot run it instead of emitting another plan.
 
-Option names are those of torchtitan's ``JobConfig`` (``torchtitan/config/job_config.py``:
-``[parallelism]``, ``[training]``, ``[activation_checkpoint]``) and Megatron-LM's
-``megatron/training/arguments.py``. Where a framework has no exact equivalent the fragment says
-so in a comment instead of guessing.
+Option names and rules are those of torchtitan's ``JobConfig``
+(``torchtitan/config/job_config.py`` at pytorch/torchtitan e347b1e5e, the last release read
+from TOML: ``[parallelism]``, ``[training]``, ``[activation_checkpoint]``; ``train.py``:
+gradient accumulation = ``global_batch_size / (local_batch_size × dp_replicate × dp_shard)``,
+the pipeline splits ``local_batch_size`` into micro-batches of
+``pipeline_parallel_microbatch_size``) and of Megatron-LM's
+``megatron/training/arguments.py`` (``--expert-tensor-parallel-size`` defaults to
+``--tensor-model-parallel-size``; ``--tp-comm-overlap`` needs ``--sequence-parallel``; the
+number of micro-batches is ``global / (micro × dp)``). :mod:`fsdpsim.drivers.search.
+export_read` reads both back by those rules; ``tests/test_export.py`` checks that what it
+reads is the ranked plan.
 """
 
 from __future__ import annotations
 
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER
 
-#: fsdpsim schedule -> torchtitan ``pipeline_parallel_schedule``.
-TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
-                        "zb-h1": "InterleavedZeroBubble"}
+#: fsdpsim schedule -> torchtitan ``pipeline_parallel_schedule`` (torch.distributed.pipelining
+#: names); zb-h1 with one stage per rank has none (torchtitan's zero-bubble schedules are
+#: looped: InterleavedZeroBubble, ZBVZeroBubble).
+TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 _PRECISION = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16",
               "fp8-block": "bfloat16", "mxfp8": "bfloat16", "nvfp4": "bfloat16"}
 #: Megatron-LM's precision arguments (megatron/training/arguments.py: --fp8-format,
@@ -23,75 +33,138 @@ MEGATRON_PRECISION = {"bf16": "--bf16", "fp16": "--fp16", "fp32": "",
                       "fp8-block": "--bf16 --fp8-format e4m3 --fp8-recipe blockwise",
                       "mxfp8": "--bf16 --fp8-format e4m3 --fp8-recipe mxfp8",
                       "nvfp4": "--bf16 --fp4-format e2m1 --fp4-recipe nvfp4"}
+#: The first line of a fragment that does not run the plan (then only comments follow).
+CANNOT = "cannot run this plan"
+
+
+def stage_layers(choice) -> tuple[int, int, int]:
+    """Layers of the (first, middle, last) pipeline stages of a candidate [-]."""
+    p, mid = choice.plan, choice.layers_per_stage
+    return (p.pp_first_layers or mid, mid, p.pp_last_layers or mid)
+
+
+def chunk_layers(choice) -> list[int]:
+    """Layers of each model chunk in torchtitan's order (chunk ``v·pp + r`` on pipeline rank
+    ``r``: the looped placement of Interleaved1F1B), each rank's layers split as evenly as
+    vpp chunks allow, the first chunks taking the remainder."""
+    p = choice.plan
+    first, mid, last = stage_layers(choice)
+    per_rank = [first] + [mid] * (p.pp - 2) + [last]
+    chunks = [[n // p.vpp + (v < n % p.vpp) for v in range(p.vpp)] for n in per_rank]
+    return [chunks[r][v] for v in range(p.vpp) for r in range(p.pp)]
+
+
+def _torchtitan_blockers(choice) -> list[str]:
+    """What of the plan torchtitan cannot run (each a reason)."""
+    p, out = choice.plan, []
+    if p.sharding in ("optimizer", "grad_op"):
+        out.append(f"ZeRO-{1 if p.sharding == 'optimizer' else 2} (sharded "
+                   f"{'optimizer states' if p.sharding == 'optimizer' else 'optimizer states and gradients'}"
+                   " with whole parameters) is not a torchtitan mode: it shards parameters "
+                   "too (FSDP) or replicates everything (DDP)")
+    if p.sharding == "none" and p.cp > 1:
+        out.append("DDP with context parallelism: torchtitan shards the parameters over the "
+                   "context-parallel ranks (FSDP over dp_shard x cp)")
+    if p.sharding in ("full", "hybrid") and p.dp_shard * p.cp == 1:
+        out.append("FSDP over one rank: torchtitan applies no FSDP there (data_parallel_shard"
+                   "_degree 1 without context parallelism)")
+    if p.pp > 1 and p.pp_schedule not in TORCHTITAN_SCHEDULES:
+        out.append(f"pipeline schedule {p.pp_schedule} with one stage per rank has no "
+                   "torchtitan schedule (its zero-bubble schedules are looped)")
+    if p.tp > 1 and not p.sequence_parallel:
+        out.append("TP without sequence parallelism: torchtitan's TP always shards the "
+                   "sequence")
+    if p.cp > 1 and p.cp_kind == "all2all":
+        out.append("all-to-all (Ulysses) context parallelism: torchtitan's is ring attention")
+    if p.etp not in (1, p.tp) or (p.ep == 1 and p.etp != p.tp):
+        out.append(f"expert TP {p.etp} with TP {p.tp} and EP {p.ep}: torchtitan's expert TP is "
+                   "1 or the TP degree, and applies only with EP > 1")
+    shard_ranks = (p.dp_shard if p.sharding != "none" else 1) * p.cp * p.tp
+    if p.ep > 1 and shard_ranks % (p.ep * p.etp):
+        out.append(f"EP {p.ep} x expert TP {p.etp} over more than the {shard_ranks} ranks of "
+                   "dp_shard x cp x tp: torchtitan's experts borrow only those ranks")
+    if p.ep_overlap:
+        out.append("expert all-to-alls overlapped with another micro-batch: torchtitan "
+                   "overlaps them only in its DualPipeV schedule")
+    if p.keep_gathered or p.grad_sync == "last":
+        out.append("parameters kept gathered / gradients synced once per step: torchtitan "
+                   "has no option for either")
+    if p.mesh_order != DEFAULT_MESH_ORDER:
+        out.append("mesh order " + ",".join(p.mesh_order) + ": torchtitan's is fixed "
+                   "(pp, dp_replicate, dp_shard, cp, tp)")
+    k, n = choice.recompute_layers, choice.layers_per_stage
+    if choice.recompute != "none" and k is not None and (choice.recompute == "selective"
+                                                          or n % k or p.vpp > 1):
+        out.append(f"recompute of {k} of each stage's {n} layers: torchtitan checkpoints "
+                   "every n-th layer of a model chunk (selective_ac_option = n)")
+    return out
 
 
 def torchtitan_toml(choice, training) -> str:
-    """The plan as torchtitan config sections (paste into a train config's TOML)."""
+    """The plan as torchtitan config sections (paste into a train config's TOML), or comment
+    lines saying why torchtitan cannot run it."""
     p = choice.plan
-    lines = ["[parallelism]"]
-    notes = []
-    if p.sharding == "none":
-        shard, repl = 1, p.dp
-    elif p.sharding == "optimizer":
-        shard, repl = p.dp, 1
-        notes.append("# ZeRO-1 (sharded optimizer only) is not a torchtitan mode; this shards "
-                     "parameters too (FSDP). Megatron --use-distributed-optimizer is ZeRO-1.")
-    else:
-        shard, repl = p.dp_shard, p.dp_replicate
-    lines += [f"data_parallel_replicate_degree = {repl}",
-              f"data_parallel_shard_degree = {shard}"]
-    if p.sharding in ("full", "grad_op", "hybrid", "optimizer"):
-        raf = "never" if p.sharding == "grad_op" or not p.reshard_after_forward else "default"
-        lines.append(f'fsdp_reshard_after_forward = "{raf}"')
+    blockers = _torchtitan_blockers(choice)
+    if blockers:
+        return "\n".join(_comments([f"# torchtitan {CANNOT}:"] + [f"# - {b}" for b in blockers]
+                                   + ["# (--emit megatron, or --fix to constrain the search)"])
+                         ) + "\n"
+    shard, repl = (1, p.dp) if p.sharding == "none" else (p.dp_shard, p.dp_replicate)
+    lines = ["[parallelism]", f"data_parallel_replicate_degree = {repl}",
+             f"data_parallel_shard_degree = {shard}"]
+    if p.sharding != "none":
+        lines.append('fsdp_reshard_after_forward = '
+                     f'"{"always" if p.reshard_after_forward else "never"}"')
     lines.append(f"tensor_parallel_degree = {p.tp}")
     if p.tp > 1:
         lines.append(f"enable_async_tensor_parallel = {str(p.tp_overlap).lower()}")
-        if not p.sequence_parallel:
-            notes.append("# torchtitan always uses sequence parallelism with TP; this plan "
-                         "was searched without it.")
     lines.append(f"context_parallel_degree = {p.cp}")
-    if p.cp > 1:
-        method = "alltoall" if p.cp_kind == "all2all" else "allgather"
-        lines.append(f'context_parallel_rotate_method = "{method}"')
+    if p.cp > 1:  # ring attention: KV shards passed to the next rank
+        lines.append('context_parallel_rotate_method = "alltoall"')
     lines.append(f"pipeline_parallel_degree = {p.pp}")
+    local = choice.micro_batch
     if p.pp > 1:
+        local = choice.micro_batch * choice.grad_accum  # one pipeline step: m micro-batches
         lines += [f'pipeline_parallel_schedule = "{TORCHTITAN_SCHEDULES[p.pp_schedule]}"',
-                  f"pipeline_parallel_microbatch_size = {choice.micro_batch}"]
-        if p.pp_schedule == "zb-h1":
-            notes.append("# zb-h1 (one stage per rank) has no torchtitan schedule of its own; "
-                         "InterleavedZeroBubble needs 2+ stages per rank.")
-        if p.vpp > 1 or p.pp_first_layers is not None:
-            notes.append(f"# {p.vpp} model chunk(s) per rank"
-                         + (f", end stages {p.pp_first_layers}/{p.pp_last_layers} layers"
-                            if p.pp_first_layers is not None else "")
-                         + ": set the stage split with pipeline_parallel_layers_per_stage / "
-                           "module_fqns_per_model_part")
+                  f"pipeline_parallel_microbatch_size = {choice.micro_batch}",
+                  "module_fqns_per_model_part = " + _fqns(chunk_layers(choice))]
     if p.ep > 1:
         lines += [f"expert_parallel_degree = {p.ep}",
                   f"expert_tensor_parallel_degree = {p.etp}"]
-    if p.mesh_order != DEFAULT_MESH_ORDER:
-        notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
-                     + " — torchtitan's is pp, dp_replicate, dp_shard, cp, tp; reorder ranks "
-                       "by the launcher's host list")
-    local = choice.micro_batch * choice.grad_accum  # sequences per data-parallel rank
-    lines += ["", "[training]", f"global_batch_size = {training.global_batch}",
+    lines += ["", "[training]", f"global_batch_size = {choice.global_batch}",
               f"local_batch_size = {local}", f"seq_len = {training.seq_len}",
               f'mixed_precision_param = "{_PRECISION[training.precision]}"']
     lines += ["", "[activation_checkpoint]"]
     if choice.recompute == "none" or choice.recompute_layers == 0:  # no layer recomputed
         lines.append('mode = "none"')
-    elif choice.recompute == "selective" and choice.recompute_layers is None:
+    elif choice.recompute == "selective":
         lines += ['mode = "selective"', 'selective_ac_option = "op"']
     elif choice.recompute_layers is None:
         lines.append('mode = "full"')
-    else:
-        k, n = choice.recompute_layers, choice.layers_per_stage
-        every = max(1, round(n / k))
-        lines += ['mode = "selective"', f'selective_ac_option = "{every}"']
-        notes.append(f"# the plan recomputes the first {k} of each stage's {n} layers "
-                     f"({choice.recompute}); torchtitan checkpoints every {every}-th layer "
-                     f"instead ({n // every} of {n}): check the memory")
-    # the LM head stays 16-bit (torchtitan's FP8 recipes filter "output") unless fp8_lm_head
+    else:  # every n-th layer: L / n of the stage's L layers
+        lines += ['mode = "selective"',
+                  f'selective_ac_option = "{choice.layers_per_stage // choice.recompute_layers}"']
+    lines, notes = _torchtitan_knobs(lines, p, training)
+    return "\n".join(_comments(notes) + lines) + "\n"
+
+
+def _fqns(chunks: list[int]) -> str:
+    """torchtitan's ``module_fqns_per_model_part`` for chunks of these layer counts (the
+    embedding on the first, the final norm and output on the last)."""
+    parts, start = [], 0
+    for i, n in enumerate(chunks):
+        names = (["tok_embeddings"] if i == 0 else []) + \
+            [f"layers.{j}" for j in range(start, start + n)] + \
+            (["norm", "output"] if i == len(chunks) - 1 else [])
+        parts.append("[" + ", ".join(f'"{x}"' for x in names) + "]")
+        start += n
+    return "[" + ", ".join(parts) + "]"
+
+
+def _torchtitan_knobs(lines: list[str], p, training) -> tuple[list[str], list[str]]:
+    """The precision sections and the notes on training knobs torchtitan lacks (these change
+    kernels, not the plan)."""
+    notes = []
     head = [] if training.fp8_lm_head else ['filter_fqns = ["output"]']
     if training.precision == "fp8":
         lines += ["", "[quantize.linear.float8]", "enable_fsdp_float8_all_gather = false", *head]
@@ -113,9 +186,9 @@ def torchtitan_toml(choice, training) -> str:
         notes.append("# per-module recompute (" + ", ".join(training.recompute_modules)
                      + "): Megatron-Core's recompute_modules; torchtitan has no equivalent")
     if p.ep > 1 and training.moe_dispatcher == "deepep":
-        notes.append("# node-deduplicated dispatch (DeepEP): set torchtitan's expert-parallel "
-                     "communication backend to DeepEP where the release has one")
-    return "\n".join(_comments(notes) + lines) + "\n"
+        notes.append("# node-deduplicated dispatch (DeepEP): expert_parallel_comm_backend = "
+                     "\"deepep\" in [parallelism]")
+    return lines, notes
 
 
 def _comments(notes: list[str]) -> list[str]:
@@ -127,9 +200,41 @@ def _comments(notes: list[str]) -> list[str]:
                              hanging="#   ").split("\n")]
 
 
+def _megatron_blockers(choice) -> list[str]:
+    """What of the plan Megatron-LM cannot run (each a reason)."""
+    p, out = choice.plan, []
+    if p.pp > 1 and p.pp_schedule in ("gpipe", "zb-h1"):
+        out.append(f"pipeline schedule {p.pp_schedule}: Megatron-LM runs 1F1B, interleaved with "
+                   "virtual stages; no argument selects this one")
+    if p.tp_overlap and not p.sequence_parallel:
+        out.append("TP overlap without sequence parallelism: --tp-comm-overlap needs "
+                   "--sequence-parallel")
+    if not p.reshard_after_forward or p.keep_gathered or p.grad_sync == "last":
+        out.append("parameters kept after forward / gathered for the step / gradients synced "
+                   "once per step: Megatron-FSDP reshards and reduces every micro-batch")
+    if p.mesh_order != DEFAULT_MESH_ORDER:
+        out.append("mesh order " + ",".join(p.mesh_order) + ": Megatron's rank order is "
+                   "tp-cp-ep-dp-pp (innermost first), no argument changes it")
+    k = choice.recompute_layers
+    if choice.recompute == "selective" and k is not None:
+        out.append(f"selective recompute of {k} layers only: Megatron's selective granularity "
+                   "applies to every layer")
+    if choice.recompute == "full" and k is not None and k % p.vpp:
+        out.append(f"full recompute of {k} of each stage's layers over {p.vpp} virtual "
+                   "stages: --recompute-num-layers counts per model chunk")
+    return out
+
+
 def megatron_args(choice, training) -> str:
-    """The plan as Megatron-LM arguments (``pretrain_gpt.py``), one per line."""
+    """The plan as Megatron-LM arguments (``pretrain_gpt.py``), one per line, or comment lines
+    saying why Megatron-LM cannot run it."""
     p = choice.plan
+    blockers = _megatron_blockers(choice)
+    if blockers:
+        return "\n".join(_comments([f"# Megatron-LM {CANNOT}:"]
+                                   + [f"# - {b}" for b in blockers]
+                                   + ["# (--emit torchtitan, or --fix to constrain the search)"])
+                         ) + "\n"
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--context-parallel-size {p.cp}"]
     notes = []
@@ -143,12 +248,10 @@ def megatron_args(choice, training) -> str:
         if p.vpp > 1:
             args.append(f"--num-virtual-stages-per-pipeline-rank {p.vpp}")
         if p.pp_first_layers is not None:
-            args += [f"--decoder-first-pipeline-num-layers {p.pp_first_layers}",
-                     f"--decoder-last-pipeline-num-layers {p.pp_last_layers}"]
-        if p.pp_schedule in ("gpipe", "zb-h1"):
-            notes.append(f"# schedule {p.pp_schedule}: Megatron-LM runs 1F1B (interleaved with "
-                         "virtual stages); no flag selects this one")
-    if p.ep > 1:
+            args.append(f"--decoder-first-pipeline-num-layers {p.pp_first_layers}")
+        if p.pp_last_layers is not None:
+            args.append(f"--decoder-last-pipeline-num-layers {p.pp_last_layers}")
+    if p.ep > 1 or p.etp != p.tp:  # its default is the TP degree
         args += [f"--expert-model-parallel-size {p.ep}",
                  f"--expert-tensor-parallel-size {p.etp}"]
         if p.ep_overlap:
@@ -166,21 +269,23 @@ def megatron_args(choice, training) -> str:
         strategy = {"full": "optim_grads_params", "grad_op": "optim_grads",
                     "hybrid": "optim_grads_params"}[p.sharding]
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
-        if p.sharding == "hybrid":
-            notes.append(f"# HSDP: shard over {p.dp_shard} ranks, replicate {p.dp_replicate}x "
-                         "(--num-distributed-optimizer-instances "
-                         f"{p.dp_replicate} with the distributed optimizer)")
+    if p.dp_replicate > 1 and p.sharding != "none":  # shards within each of R replicas
+        args.append(f"--num-distributed-optimizer-instances {p.dp_replicate}")
     args += [f"--micro-batch-size {choice.micro_batch}",
-             f"--global-batch-size {training.global_batch}", f"--seq-length {training.seq_len}"]
-    if choice.recompute == "selective" and choice.recompute_layers is None:
+             f"--global-batch-size {choice.global_batch}", f"--seq-length {training.seq_len}"]
+    if choice.recompute == "selective":
         args.append("--recompute-granularity selective")
-    elif choice.recompute != "none" and choice.recompute_layers != 0:  # 0: no layer
-        if choice.recompute == "selective":
-            notes.append("# selective recompute of some layers only is not a Megatron option; "
-                         "this recomputes those layers in full")
-        k = choice.recompute_layers or choice.layers_per_stage
-        args += ["--recompute-granularity full", "--recompute-method block",
-                 f"--recompute-num-layers {k}"]
+    elif choice.recompute == "full" and choice.recompute_layers != 0:  # 0: no layer
+        k = choice.recompute_layers
+        args += ["--recompute-granularity full"] + (
+            ["--recompute-method uniform", "--recompute-num-layers 1"] if k is None else
+            ["--recompute-method block", f"--recompute-num-layers {k // p.vpp}"])
+    args, notes = _megatron_knobs(args, notes, choice, training)
+    return "\n".join(_comments(notes) + [a for a in args if a]) + "\n"
+
+
+def _megatron_knobs(args: list[str], notes: list[str], choice, training):
+    """Precision, FP8 attention, CUDA graphs and per-module recompute arguments."""
     args.append(MEGATRON_PRECISION[training.precision])
     if training.fp8_attention:
         args.append("--fp8-dot-product-attention")
@@ -201,11 +306,8 @@ def megatron_args(choice, training) -> str:
     if training.fp8_lm_head:
         notes.append("# LM head in MXFP8: Megatron-Core's TransformerConfig.fp8_output_proj = "
                      "True (no command-line flag; needs --fp8-recipe mxfp8)")
-    if p.mesh_order != DEFAULT_MESH_ORDER:
-        notes.append("# mesh order (outermost first): " + ", ".join(p.mesh_order)
-                     + "; Megatron's default is tp-cp-ep-dp-pp (innermost first): "
-                       "--order may not express it")
-    return "\n".join(_comments(notes) + [a for a in args if a]) + "\n"
+    return args, notes
 
 
-__all__ = ["torchtitan_toml", "megatron_args", "TORCHTITAN_SCHEDULES"]
+__all__ = ["torchtitan_toml", "megatron_args", "TORCHTITAN_SCHEDULES", "CANNOT",
+           "chunk_layers", "stage_layers"]

@@ -72,6 +72,11 @@ class Choice:
     """Layers of a (middle) pipeline stage: what ``recompute_layers`` counts of [-]."""
 
     @property
+    def global_batch(self) -> int:
+        """Sequences per step: micro-batch × accumulation × data-parallel degree [-]."""
+        return self.micro_batch * self.grad_accum * self.plan.dp
+
+    @property
     def run_plan(self):
         """The plan with this candidate's micro-batch, accumulation and recompute
         (:class:`fsdpsim.plan.spelling.RunPlan`: its one line)."""
