@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fsdpsim.report import render
+from fsdpsim.engine import MEMORY_PRESSURE_FRACTION
 from fsdpsim.report.procurement import assumption_notes, rate, short_source
 from fsdpsim.drivers.sweep.grid import Grid, describe
 from fsdpsim.util.units import GIB_BYTES
@@ -98,7 +99,8 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = 
                 "step": render.seconds(r["step_time_s"]),
                 "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
                 "MFU": _fmt(r["mfu"], ".1f", 100, "%"),
-                "mem GiB": "-" if no_peak else f"{peak / GIB_BYTES:.0f}/{cap / GIB_BYTES:.0f}",
+                "mem GiB": "-" if no_peak else f"{peak / GIB_BYTES:.0f}/{cap / GIB_BYTES:.0f}"
+                + ("~" if r["fits"] and peak > MEMORY_PRESSURE_FRACTION * cap else ""),
                 "bottleneck": BOTTLENECK_SHORT.get(r["bottleneck"], r["bottleneck"] or "-"),
             })
             if grid.train_tokens is None:
@@ -184,7 +186,13 @@ def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
         out.append(f"no TDP in the catalog for {', '.join(no_tdp)}: energy left empty")
     if grid.free:
         out.append(f"free knobs ({', '.join(grid.free)}): each row is the fastest candidate "
-                   "that fits (else the smallest memory footprint)")
+                   f"that fits within {100 * MEMORY_PRESSURE_FRACTION:.0f} % of memory, else "
+                   "the fastest that fits above it (~), else the smallest memory footprint")
+    peak, cap = frame.get("memory.peak_bytes"), frame.get("memory.capacity_bytes")
+    if peak is not None and cap is not None and bool(
+            (frame["fits"].astype(bool) & (peak > MEMORY_PRESSURE_FRACTION * cap)).any()):
+        out.append(f"~ = above {100 * MEMORY_PRESSURE_FRACTION:.0f} % of the GPU's memory: "
+                   "allocator retries and fragmentation can slow or stop a real run")
     out.append(batch_note(grid, frame))
     return out
 
