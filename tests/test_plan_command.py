@@ -78,3 +78,25 @@ def test_a_plan_broken_over_lines_reads_the_same():
     two = _json(["predict", "--model", "llama3-70b", "--num-gpus", "16",
                  "--plan", "fsdp2 × tp8(sp) ·\n        ckpt full · mb 1"])
     assert one["step_time_s"] == two["step_time_s"]
+
+
+def test_compared_rows_carry_their_command_and_keep_headroom():
+    data = _json(["compare", "--model", "llama3-70b,qwen3-30b-a3b", "--gpu", "h100,b200",
+                  "--num-gpus", "64"])
+    assert len(data["rows"]) == 4
+    for row in data["rows"]:
+        assert row["peak_bytes"] <= 0.9 * row["capacity_bytes"] and not row[
+            "above_default_budget"]
+        d = _json(shlex.split(row["predict_command"])[1:])
+        assert math.isclose(d["step_time_s"], row["step_time_s"], rel_tol=1e-9)
+        assert math.isclose(d["memory"]["peak_bytes"], row["peak_bytes"], rel_tol=1e-9)
+
+
+def test_compare_text_and_search_table_fit_100_columns():
+    for args in (["compare", "--model", "llama3-70b", "--gpu", "h100,b200", "--num-gpus", "64"],
+                 ["search", "--model", "llama3-70b", "--num-gpus", "256", "--global-batch",
+                  "512", "--top", "5"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0
+        assert max(len(line) for line in result.output.splitlines()) <= 100
+        assert "fsdpsim predict" in result.output

@@ -195,6 +195,12 @@ def report_html(rows, data: dict[str, Any], training, run, notes: Sequence[str])
         "mem GiB = peak / capacity per GPU.</p>",
         '<h2 id="plans">Plans and batch</h2>',
         _table(plan_rows(values), text_columns=("model", "hardware", "plan", "recompute")),
+        '<p class="muted">Each row\'s plan, and the fsdpsim predict command that reproduces '
+        "its numbers:</p>",
+        _table([{"hardware": v["hardware"], "GPUs": f"{v['num_gpus']:,}", "plan": v["plan"],
+                 "predict command": v.get("predict_command", "")}
+                for v in values if "plan" in v],
+               text_columns=("hardware", "plan", "predict command")),
         '<h2 id="figures">Figures</h2>',
     ]
     for ident, caption, svg in figures:
