@@ -138,7 +138,7 @@ def test_report_is_one_self_contained_html_file(tmp_path, capsys):
                                   "fig-pareto", "fig-bandwidth-h100-sxm5-80gb",
                                   "fig-bandwidth-mi300x"}
     assert parts.tags["svg"] == len(parts.figures)
-    assert parts.tags["table"] == 5  # comparison, plans, rent, assumptions, ranges
+    assert parts.tags["table"] == 6  # comparison, plans, commands, rent, assumptions, ranges
     assert "script" not in parts.tags and "link" not in parts.tags
     assert all(link.startswith("#") for link in parts.links), parts.links
     for words in ("Comparison", "Plans and batch", "Assumptions and ranges", "PUE", "1.56",
