@@ -130,7 +130,8 @@ def test_zero1_groups_are_internevo_s_alone():
 def test_search_under_internevo_weighs_its_zero1_groups():
     """``search --framework internevo`` enumerates the zero1 groups too (InternEvo's knob), and
     at 1,024 A100 a group smaller than the data-parallel group wins: the whole-group ZeRO-1
-    pays 1,024 chained broadcasts a step. The plan line names the group and its replicas."""
+    pays 1,024 chained broadcasts a step. The plan line names the replicas and the group (as
+    HSDP's ``hsdpRxS``)."""
     from fsdpsim.drivers.search.run import search
     from fsdpsim.drivers.search.explain import plan_line
     from fsdpsim.drivers.search.space import SearchSpace
@@ -140,7 +141,7 @@ def test_search_under_internevo_weighs_its_zero1_groups():
                     SearchSpace(framework="internevo", fixed={"tp": 1, "pp": 1, "cp": 1}))
     best = result.top[0]
     assert best.plan.sharding == "optimizer" and 1 < best.plan.dp_shard < 1024
-    assert plan_line(best).startswith(f"zero1-{best.plan.dp_shard}x{best.plan.dp_replicate}")
+    assert plan_line(best).startswith(f"zero1-{best.plan.dp_replicate}x{best.plan.dp_shard}")
     whole = _internevo(1024, None)
     assert best.tokens_per_s / 1024 > 1.2 * whole.tokens_per_s_per_gpu
 
