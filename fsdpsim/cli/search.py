@@ -147,7 +147,8 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
 
         n, r = min(results, key=lambda nr: (nr[1].least_peak.peak_bytes if nr[1].least_peak
                                              else float("inf")))
-        raise ConfigError(no_fit_message(r, spec, n, systems[n].accelerator.name))
+        raise ConfigError(no_fit_message(r, spec, n, systems[n].accelerator.name,
+                                         systems[n].accelerator.memory_bytes / 2**30))
     return spec, systems, training, results, ranking[:o["top"]]
 
 

@@ -92,7 +92,8 @@ def header(values: list[dict], training, run, plan_kind: str) -> str:
     models = ", ".join(dict.fromkeys(v["model"] for v in values))
     tokens = training.global_batch * training.seq_len
     budget = "" if run.tokens is None else f", {run.tokens / 1e12:g}T tokens to train"
-    plan = ("best plan per row (fsdpsim search)" if plan_kind == "search"
+    plan = (f"best plan per row within {100 * DEFAULT_MEMORY_BUDGET_FRACTION:.0f} % of GPU "
+            "memory (fsdpsim search's default budget)" if plan_kind == "search"
             else "FSDP plan per row (fsdpsim predict)")
     return (f"fsdpsim compare: {models}; every row at global batch {training.global_batch:,} x "
             f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){budget}; {plan}")

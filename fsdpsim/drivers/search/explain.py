@@ -135,14 +135,18 @@ def _nearest(value: Any, seen: set) -> list:
     return sorted(seen, key=str)[:4]
 
 
-def no_fit_message(result, spec: ModelSpec, num_gpus: int, gpu_label: str) -> str:
-    """Nothing fits the budget: the least memory any plan needs, and what would do."""
+def no_fit_message(result, spec: ModelSpec, num_gpus: int, gpu_label: str,
+                   gpu_memory_gib: float | None = None) -> str:
+    """Nothing fits the budget: the least memory any plan needs, and what would do (a larger
+    budget where the GPU has the memory: above the default budget, tight)."""
     budget = result.budget_bytes / GIB_BYTES
     least = result.least_peak
     if least is None:
         return f"no plan of {spec.name} on {num_gpus:,} GPUs can run its pipeline schedule"
     need = least.peak_bytes / GIB_BYTES
+    raise_budget = (f"--memory-budget-gib {int(need) + 1} (tight: above the default budget)"
+                    if gpu_memory_gib is not None and int(need) + 1 <= gpu_memory_gib else
+                    f"--memory-budget-gib {int(need) + 1} on a GPU with that much memory")
     return (f"no plan of {spec.name} fits {budget:.1f} GiB per GPU on {num_gpus:,} {gpu_label}: "
             f"the least memory any plan needs is {need:.1f} GiB ({plan_line(least)}); nearest "
-            f"feasible: --memory-budget-gib {int(need) + 1} on a GPU with that much memory, or "
-            "more GPUs")
+            f"feasible: {raise_budget}, or more GPUs")
