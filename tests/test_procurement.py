@@ -81,7 +81,7 @@ def test_predict_json_equals_the_sweep_row_with_tokens_and_failures(hardware):
     new = [k for k in flat if k.startswith(("failures.", "train_", "price", "cost", "energy"))]
     assert len(new) == 24 and "board_power_w" in flat
     for key in flat:
-        if not key.startswith("chosen") and key not in ("notes", "advice"):
+        if not key.startswith("chosen") and key not in ("notes", "advice", "fit_advice"):
             assert rows[0][key] == flat[key], key
     if hardware[1] == "gaudi3":  # no rent in the catalog: cost unknown, energy known
         assert p["price_kind"] is None and p["train_cost_usd"] is None

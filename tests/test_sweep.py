@@ -197,7 +197,7 @@ def test_sweep_row_equals_predict_exactly(cat, options, args):
     system = ({"inter_node_gbps_per_gpu": float(options["inter_node_gbps_per_gpu"])}
               if "inter_node_gbps_per_gpu" in options else {})
     expected = flatten(_predict(cat, *args, **system).to_dict())
-    compared = [k for k in expected if not k.startswith("chosen") and k not in ("notes", "advice")]
+    compared = [k for k in expected if not k.startswith("chosen") and k not in ("notes", "advice", "fit_advice")]
     assert len(compared) > 60
     diffs = {k: (expected[k], row[k]) for k in compared if not same(expected[k], row[k])}
     assert not diffs
@@ -349,7 +349,7 @@ def test_cli_csv_has_every_predict_field():
     p = json.loads(invoke("predict", "--model", "llama3-8b", "--num-gpus", "64", "--micro-batch",
                           "2", "--recompute", "none", "--format", "json"))
     flat = {k: v for k, v in flatten(p).items()
-            if not k.startswith("chosen") and k not in ("notes", "advice")}
+            if not k.startswith("chosen") and k not in ("notes", "advice", "fit_advice")}
     assert set(flat) <= set(frame.columns)
     assert frame["step_time_s"].iloc[1] == p["step_time_s"]  # CSV keeps every digit
     assert "infeasible" in frame.columns and len(frame) == 2
@@ -367,7 +367,7 @@ def test_cli_json_equals_predict_json():
                           str(row["training.global_batch"]), "--format", "json"))
     assert row["training.global_batch"] == 1024  # --best: about 4M tokens of 4,096
     for key, value in flatten(p).items():
-        if not key.startswith("chosen") and key not in ("notes", "advice"):
+        if not key.startswith("chosen") and key not in ("notes", "advice", "fit_advice"):
             assert row[key] == value, key
 
 
