@@ -45,3 +45,21 @@ def test_a_fitting_plan_has_no_headline_and_no_fit_advice():
     assert d["fits"] and d["fit_advice"] == []
     out = CliRunner().invoke(cli, ["predict", "--model", "llama3-8b", "--num-gpus", "8"]).output
     assert "DOES NOT FIT" not in out and "if it fitted" not in out
+
+
+def test_sweep_marks_rows_above_the_default_budget():
+    out = CliRunner().invoke(cli, ["sweep", "--model", "llama3-8b", "--gpu", "h100",
+                                   "--num-gpus", "8", "--micro-batch", "1,2",
+                                   "--recompute", "none"]).output
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1] in ("1", "2")]
+    mem = {r[0]: next(c for c in r if "/80" in c) for r in rows}
+    assert mem["1"] == "48/80" and mem["2"] == "76/80~"  # 95 % of memory: marked
+    assert "~ = above 90 % of the GPU's memory" in out
+
+
+def test_search_with_nothing_in_the_default_budget_says_the_tight_budget(capsys):
+    from fsdpsim.cli import main
+
+    assert main(["search", "--model", "llama3-70b", "--num-gpus", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "fits 72.0 GiB per GPU" in err and "(tight: above the default budget)" in err
