@@ -88,7 +88,9 @@ def hybrid_fit(spec: ModelSpec, system, plan: ParallelPlan, training: TrainingCo
 
     training = dataclasses.replace(training, global_batch=global_batch, micro_batch=None,
                                    recompute=None, recompute_layers=None)
-    space = SearchSpace(framework=plan.framework)
+    # the default mesh order only: other orders move no bytes into memory (what fits is the
+    # same) and cost the advice several times the search
+    space = SearchSpace(framework=plan.framework, mesh_orders=False)
     full = system.accelerator.memory_bytes / 2**30
 
     def best(n: int, budget_gib: float | None):
