@@ -11,7 +11,9 @@ the pipeline splits ``local_batch_size`` into micro-batches of
 ``pipeline_parallel_microbatch_size``) and of Megatron-LM's
 ``megatron/training/arguments.py`` (``--expert-tensor-parallel-size`` defaults to
 ``--tensor-model-parallel-size``; ``--tp-comm-overlap`` needs ``--sequence-parallel``; the
-number of micro-batches is ``global / (micro × dp)``). :mod:`fsdpsim.drivers.search.
+number of micro-batches is ``global / (micro × dp)``; Megatron-FSDP runs HSDP when
+``--num-distributed-optimizer-instances`` > 1: ``megatron/core/distributed/fsdp/
+mcore_fsdp_adapter.py``, ``enable_hsdp``). :mod:`fsdpsim.drivers.search.
 export_read` reads both back by those rules; ``tests/test_export.py`` checks that what it
 reads is the ranked plan.
 """
