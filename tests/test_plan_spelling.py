@@ -83,7 +83,19 @@ def test_every_setting_is_in_the_line():
                     "keep gathered")
 
 
+def test_a_stated_split_reads_back():
+    """``--pp-layers`` (every stage's layers) is part of the plan's line: ``layers=A/B/...``."""
+    plan = ParallelPlan(num_gpus=32, gpus_per_node=8, sharding="optimizer", pp=4,
+                        pp_layers=(7, 9, 9, 7))
+    run = RunPlan(plan, 4, 2, "none", None)
+    line = format_plan(run)
+    assert line == "zero1-8 × pp4(1f1b, m=2, layers=7/9/9/7) · ckpt none · mb 4"
+    assert parse_plan(line, num_gpus=32, gpus_per_node=8) == RunPlan(canonical(plan), 4, 2,
+                                                                     "none", None)
+
+
 @pytest.mark.parametrize("text, says", [
+    ("fsdp8 × pp4(1f1b, m=2, layers=7/9/x/7) · ckpt none · mb 1", "layers=7/9/x/7"),
     ("fsdp8 × tp4", "product is 16"),
     ("fsdp8 × pp2(1f1b) · ckpt none · mb 1", "micro-batches per step"),
     ("fsdp16 · mb 1", "needs 'ckpt"),

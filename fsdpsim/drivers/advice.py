@@ -75,6 +75,12 @@ def scale_advice(spec: ModelSpec, system, plan: ParallelPlan, training: Training
 FIT_DOUBLINGS = 4
 
 
+#: Candidate plans (the search's upper-bound estimate, every count together) above which
+#: :func:`hybrid_fit` gives no advice rather than keep ``predict`` waiting: about a second of
+#: search on the development machine (Llama 3 70B on 1,024 GPUs estimates 434,000).
+ADVICE_MAX_CANDIDATES = 1_000_000
+
+
 def hybrid_fit(spec: ModelSpec, system, plan: ParallelPlan, training: TrainingConfig,
                global_batch: int) -> list[tuple[int, Any, bool]]:
     """For a plan that does not fit, what :func:`fsdpsim.drivers.search.run.search` (every
@@ -82,9 +88,11 @@ def hybrid_fit(spec: ModelSpec, system, plan: ParallelPlan, training: TrainingCo
     ``(num_gpus, choice, within the default budget)``: the best plan on the plan's own GPUs
     within the GPU's whole memory when none fits the default budget (a tight one), then the
     fewest GPUs, of the plan's count and its doublings (:data:`FIT_DOUBLINGS`), on which a plan
-    fits the default budget. Empty when neither exists."""
+    fits the default budget. Empty when neither exists, or when the spaces are too large for
+    advice (above :data:`ADVICE_MAX_CANDIDATES` by the search's own upper-bound estimate:
+    ``fsdpsim search`` answers those on its own)."""
     from fsdpsim.drivers.search.run import budget_system, search
-    from fsdpsim.drivers.search.space import SearchSpace
+    from fsdpsim.drivers.search.space import SearchSpace, estimate_size
 
     training = dataclasses.replace(training, global_batch=global_batch, micro_batch=None,
                                    recompute=None, recompute_layers=None)
@@ -100,9 +108,12 @@ def hybrid_fit(spec: ModelSpec, system, plan: ParallelPlan, training: TrainingCo
             return None
         return found.top[0] if found.top else None
 
+    counts = [plan.num_gpus * 2 ** k for k in range(FIT_DOUBLINGS + 1)]
+    if sum(estimate_size(spec, n, plan.gpus_per_node, training.seq_len, global_batch,
+                         space)[1] for n in counts) > ADVICE_MAX_CANDIDATES:
+        return []
     out: list[tuple[int, Any, bool]] = []
-    for k in range(FIT_DOUBLINGS + 1):
-        n = plan.num_gpus * 2 ** k
+    for k, n in enumerate(counts):
         choice = best(n, None)
         if choice is not None:
             return out + [(n, choice, True)]

@@ -16,9 +16,9 @@ data first, joined by ``" × "``, then the settings of the step joined by ``" ·
 - ``cpN`` (ring attention) or ``cpN(a2a)`` (Ulysses all-to-all);
 - ``tpN`` with ``sp`` (sequence parallelism) and ``overlap`` (TP communication overlap) in
   brackets where on;
-- ``ppN(schedule, v=V, m=M, first=F, last=L)``: the schedule, the virtual stages per rank
-  (when > 1), the micro-batches per step (the accumulation) and the layers of the first and
-  last stages (when uneven);
+- ``ppN(schedule, v=V, m=M, first=F, last=L, layers=A/B/...)``: the schedule, the virtual
+  stages per rank (when > 1), the micro-batches per step (the accumulation), the layers of the
+  first and last stages (when uneven) or of every stage (a stated split, ``--pp-layers``);
 - ``epN`` with ``etpE`` (where the expert TP differs from TP; ``ep1(etpE)`` without EP) and
   ``overlap`` (EP all-to-all overlap) in brackets;
 - ``ckpt none|sel|full`` and the recomputed layers of each stage (``K`` or ``K/L``), ``mb N``,
@@ -44,7 +44,7 @@ SETTING_SEP = " · "
 _DATA_WORDS = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none": "ddp"}
 _CKPT_WORDS = {"none": "none", "selective": "sel", "full": "full"}
 ACCEPTED = ("accepted: dimensions fsdpN, zero2-N, zero1-N, ddpN, hsdpRxS, zero1-RxS, cpN[(a2a)], "
-            "tpN[(sp,overlap)], ppN(schedule[, v=V][, m=M][, first=F][, last=L]), "
+            "tpN[(sp,overlap)], ppN(schedule[, v=V][, m=M][, first=F][, last=L][, layers=A/B]), "
             "epN[(etpE,overlap)] joined by ' × ', then settings 'ckpt none|sel|full [K]', "
             "'mb N', 'accum N', 'sync last', 'keep gathered', 'no reshard', 'order a,b,c,d,e' "
             "joined by ' · '")
@@ -105,6 +105,8 @@ def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
         sched += [f"{name}={value}" for name, value in (("first", p.pp_first_layers),
                                                           ("last", p.pp_last_layers))
                   if value is not None]
+        if p.pp_layers is not None:  # a stated split: every stage's layers
+            sched.append("layers=" + "/".join(str(k) for k in p.pp_layers))
         dims.append(f"pp{p.pp}({', '.join(sched)})")
     if p.ep > 1 or p.etp != p.tp:
         flags = [f for f, on in ((f"etp{p.etp}", p.etp != p.tp), ("overlap", p.ep_overlap)) if on]
@@ -221,12 +223,15 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
 
 
 def _pp_settings(text: str, dim: str, flags: list[str], kw: dict) -> int | None:
-    """The schedule, ``v=``, ``first=``, ``last=`` of a ``ppN(...)`` into ``kw``; ``m=``
-    returned."""
+    """The schedule, ``v=``, ``first=``, ``last=``, ``layers=`` of a ``ppN(...)`` into ``kw``;
+    ``m=`` returned."""
     accum = None
     for f in flags:
         key, _, value = f.partition("=")
-        if not value and key in PP_SCHEDULES:
+        counts = value.split("/")
+        if key == "layers" and all(c.isdigit() and int(c) > 0 for c in counts):
+            kw["pp_layers"] = tuple(int(c) for c in counts)
+        elif not value and key in PP_SCHEDULES:
             kw["pp_schedule"] = key
         elif key in ("v", "m", "first", "last") and value.isdigit() and int(value) > 0:
             if key == "m":
