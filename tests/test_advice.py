@@ -1,4 +1,4 @@
-"""Scale advice (issue 12 §6): a faster setting of the same job, with the number."""
+"""Scale advice: a faster setting of the same job, with the number."""
 
 from __future__ import annotations
 

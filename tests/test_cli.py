@@ -289,7 +289,7 @@ def test_predict_full_recompute():
 
 
 def test_predict_mfu_conventions_bf16_and_fp8():
-    """Issue 10 item 5: without recompute HFU >= MFU (one attention convention); the table
+    """Without recompute HFU >= MFU (one attention convention); the table
     names the peak; FP8 is measured against the BF16 dense peak (published tables) with the
     FP8 peak's MFU beside it, in the table and the JSON."""
     base = ("--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8", "--micro-batch", "1",

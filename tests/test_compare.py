@@ -1,4 +1,4 @@
-"""``fsdpsim compare`` and ``fsdpsim report`` (issue 10 items 3 and 4): rows equal search /
+"""``fsdpsim compare`` and ``fsdpsim report``: rows equal search /
 predict / procurement for the same inputs, one global batch for every row, the best of each
 column marked, the CLI contract, and a self-contained HTML report checked by parsing it."""
 

@@ -201,7 +201,7 @@ def test_model_flops_equal_flop_counter(dims, batch, measured):
 
 
 def test_flash_attention_hardware_flops_count_the_full_square_and_its_backward():
-    """HFU's convention (issue 10 item 5): the hardware FLOPs count attention over the full
+    """HFU's convention: the hardware FLOPs count attention over the full
     square, as MFU does, with FlashAttention's 2.5x backward (it recomputes the scores):
     exactly what FlopCounterMode counts with the CPU SDPA op registered, 14·L·B·s²·d on top of
     6·N_mm·T: 2,617,245,696 + 14·2·4·64²·256 = 2,734,686,208 for V512 d256 L2 s64 B4. (The
@@ -216,7 +216,7 @@ def test_flash_attention_hardware_flops_count_the_full_square_and_its_backward()
 
 @pytest.mark.parametrize("name", list_models())
 def test_hfu_at_least_mfu_without_recompute(name):
-    """Issue 10 item 5: one convention for both (full attention square), HFU adding what runs
+    """One convention for both (full attention square), HFU adding what runs
     again; without recompute HFU >= MFU (equal with eager attention), for every preset, bf16
     and fp8, FlashAttention on and off. FP8: both against the BF16 dense peak, the FP8 peak's
     utilisation (mfu_native) beside them."""

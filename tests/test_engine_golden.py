@@ -1,4 +1,4 @@
-"""tp = pp = cp = 1 reproduces the pre-hybrid engine exactly (issue 9 §1).
+"""tp = pp = cp = 1 reproduces the pre-hybrid engine exactly.
 
 ``tests/data/engine_golden.json`` was written by ``tools/make_engine_golden.py`` with the
 engine as it stood before the hybrid-parallelism reshape (commit 36fb5c9): 400 seeded random

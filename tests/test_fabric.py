@@ -1,4 +1,4 @@
-"""Fabric effects as data (issue 12 §2): decay with nodes, pods of an oversubscribed fabric,
+"""Fabric effects as data: decay with nodes, pods of an oversubscribed fabric,
 and the job's placement."""
 
 from __future__ import annotations

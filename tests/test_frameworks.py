@@ -1,4 +1,4 @@
-"""Framework profiles (issue 12 §3): names, and what each changes in the engine."""
+"""Framework profiles: names, and what each changes in the engine."""
 
 from __future__ import annotations
 

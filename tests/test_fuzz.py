@@ -219,7 +219,7 @@ SHARED_OPTIONS = {  # options predict and sweep both take, with the same meaning
     "--no-sequence-parallel": st.just(None),
     "--tp-overlap": st.just(None),
     "--recompute-layers": _mostly(st.sampled_from(["0", "1", "2", "16"]), one_in=6),
-    # a training run: tokens, energy, failures and checkpoints (issue 10)
+    # a training run: tokens, energy, failures and checkpoints
     "--pue": _float([1, 1.2, 1.56, 10], [10.5, 0.9]),
     "--tokens": _float(["15t", "1", "1e19", "1k"], ["1e20", "0.5"]),
     "--gpu-mtbf-hours": _float([1, 100, 50677, "1e9"], ["0.5", "1e10", "-1"]),

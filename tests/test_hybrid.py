@@ -1,5 +1,5 @@
 """Hybrid parallelism: the plan as a mesh, the layout on the tiers, and the physics of TP, SP,
-CP and PP in the engine (issue 9 §2-3, "Physics in tests")."""
+CP and PP in the engine."""
 
 from __future__ import annotations
 

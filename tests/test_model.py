@@ -472,7 +472,7 @@ def test_no_torch_import():
 
 @pytest.mark.parametrize("size", [1e9, 7e9, 70e9, 1.5e12, 3.2e9])
 def test_ladder_ids_printed_by_sweep_name_the_same_model(size):
-    """Issue 10: a ladder id that `sweep --model-sizes` prints (ladder-7b) works wherever a
+    """A ladder id that `sweep --model-sizes` prints (ladder-7b) works wherever a
     model id does (`model show`, `predict --model`), naming the same model."""
     from fsdpsim.model.ladder import ladder_model
     from fsdpsim.model.presets import get_model
@@ -492,7 +492,7 @@ def test_a_bad_ladder_id_is_one_clear_error():
 
 
 def test_hf_configs_with_one_name_do_not_clash(tmp_path, cat):
-    """Issue 10 item 8: two configs in one folder are named by their files; two config.json
+    """Two configs in one folder are named by their files; two config.json
     files whose model names coincide keep their rows apart (named by path); the same file
     twice is one line naming it."""
     from conftest import sweep

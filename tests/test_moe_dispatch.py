@@ -1,4 +1,4 @@
-"""Node-deduplicated expert dispatch (DeepEP / HybridEP) and FP8 attention (issue 13): the
+"""Node-deduplicated expert dispatch (DeepEP / HybridEP) and FP8 attention: the
 dedup factor against a Monte Carlo of routing, its effect on the engine, FP8 attention's speed,
 the CLI options and their refusals, and the published recipes that set them."""
 

@@ -1,4 +1,4 @@
-"""The layered engine (issue 13): mixture-of-experts costs by hand, invariants of expert
+"""The layered engine: mixture-of-experts costs by hand, invariants of expert
 parallelism with hypothesis, the plan's expert mesh checks, the CLI's MoE options, and the
 DeepSeek-V3 validation rows.
 

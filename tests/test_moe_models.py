@@ -224,11 +224,11 @@ def test_layer_view_of_deepseek_v3():
     assert not spec.uniform_layers
     with pytest.raises(ConfigError, match="blocks differ"):
         spec.block_params
-    assert spec.engine_unsupported == ()  # the layered engine times it (issue 13)
+    assert spec.engine_unsupported == ()  # the layered engine times it
 
 
 def test_engine_support():
-    """Since the layered engine (issue 13) every architecture field is timed; the refusal
+    """Since the layered engine every architecture field is timed; the refusal
     machinery stays for features to come."""
     from fsdpsim.model.presets import list_models
 

@@ -1,4 +1,4 @@
-"""The collective model against NCCL's own model and measured bus bandwidth (issue 12).
+"""The collective model against NCCL's own model and measured bus bandwidth.
 
 Each reference point names its source in ``tests/data/reference/network_at_scale.md`` (§1: NCCL
 2.30's ``tuning.cc`` model, evaluated by hand there; §2: measured nccl-tests bus bandwidth).

@@ -85,7 +85,7 @@ def test_validation_notebook_skips_without_measurements(kernel, tmp_path, monkey
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_saved_with_its_outputs(name):
-    """Issue 10 item 6: committed with outputs (``tools/run_notebooks.py``), run top to bottom
+    """Committed with outputs (``tools/run_notebooks.py``), run top to bottom
     in one kernel, without an error, so a reader sees them without running anything."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbformat.validate(nb)

@@ -1,4 +1,4 @@
-"""The wheel carries the catalog: `pip install .` must work from any directory (issue 2)."""
+"""The wheel carries the catalog: `pip install .` must work from any directory."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def _shown_labels(axis):
 
 @pytest.mark.parametrize("gpu", ["h100", "a100", "h200", "b200"])
 def test_memory_ceiling_seq_len_of_one_gpu_has_y_labels(cat, gpu):
-    """Issue 10 item 8: one GPU's ceiling spans less than a decade; its y axis showed no
+    """One GPU's ceiling spans less than a decade; its y axis showed no
     label (llama3-8b on H100, A100) or one (H200, B200)."""
     rows = sweep(cat, model="llama3-8b", gpu=gpu, num_gpus="8..1024", micro_batch="1",
                  recompute="full")
@@ -203,7 +203,7 @@ def test_memory_ceiling_seq_len_of_one_gpu_has_y_labels(cat, gpu):
 
 
 def test_memory_ceiling_same_memory_gpus_are_both_visible(cat):
-    """Issue 10 item 8: A100 80GB and H100 (80 GiB each) have the same ceiling: one line names
+    """A100 80GB and H100 (80 GiB each) have the same ceiling: one line names
     both instead of one drawn over the other; a GPU of its own keeps its own line."""
     rows = sweep(cat, model_sizes="1b,3b,10b,30b,100b,300b", gpu="a100,h100,h200",
                  num_gpus="8,64", best=True)
@@ -238,7 +238,7 @@ def test_bandwidth_map_rows_are_the_engine(map_rows, cat):
 
 
 def test_bandwidth_map_defaults_to_the_sequence_length_of_everything_else():
-    """Issue 10 item 8: the map swept sequences of 1,024 tokens, every other default 4,096."""
+    """The map swept sequences of 1,024 tokens, every other default 4,096."""
     from fsdpsim.drivers.sweep.grid import DEFAULTS
 
     assert plot_data.MAP_SEQ_LEN == int(DEFAULTS["seq-len"]) == 4096
@@ -273,7 +273,7 @@ def test_bandwidth_map_threshold_contour_is_where_the_need_equals_the_bandwidth(
 
 
 def test_throughput_band_is_the_rows_90_percent_range(throughput_rows):
-    """Issue 12 §4: the range (calibration, network and framework uncertainty) as a band."""
+    """The range (calibration, network and framework uncertainty) as a band."""
     fig = plots.throughput_vs_model_size(throughput_rows)
     ax = fig.axes[0]
     bands = [c for c in ax.collections if c.get_gid() == plots.BAND_GID]
@@ -370,7 +370,7 @@ def test_procurement_pareto_front_is_non_dominated_and_complete(pareto_rows):
 
 
 def test_procurement_pareto_total_cost_and_every_point_labelled(pareto_rows):
-    """Issue 10 item 8: a right axis reads the total cost of the token budget; the front's
+    """A right axis reads the total cost of the token budget; the front's
     labels give it; the points off the front are labelled too (grey)."""
     fig = plots.procurement_pareto(pareto_rows)
     ax = fig.axes[0]
@@ -445,7 +445,7 @@ def test_step_breakdown_bars(breakdown_rows, normalize, per):
 
 
 def test_step_breakdown_compares_other_micro_batches_per_token(cat):
-    """Issue 10 item 8: by default the bars are per token (GPU time), so a micro-batch of 4
+    """By default the bars are per token (GPU time), so a micro-batch of 4
     is not drawn 4x as long as one of 1 for the same throughput; the axis says so."""
     rows = sweep(cat, model="llama3-8b", gpu="h100", num_gpus="64", micro_batch="1,4",
                  recompute="full")

@@ -1,4 +1,4 @@
-"""Procurement answers (issue 10): prices in the catalog with their sources, cost, energy and
+"""Procurement answers: prices in the catalog with their sources, cost, energy and
 time to train in ``predict`` equal to ``sweep``'s, failures in the time to train, and the CLI."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fsdpsim.hardware.spec import PRICE_KINDS
 from fsdpsim.report.render import flatten
 from fsdpsim.hardware.system import resolve_system
 
-#: Current accelerators a buyer compares (issue 10); each must have a rent.
+#: Current accelerators a buyer compares; each must have a rent.
 CURRENT = ("h100-sxm5-80gb", "h200-sxm-141gb", "b200", "b300", "gb200", "gb300", "mi300x",
            "mi325x", "mi355x", "a100-sxm4-40gb", "a100-sxm4-80gb")
 CLOUD_NODES = ("p4d", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "nd-a100-v4", "nd-h100-v5",

@@ -1,4 +1,4 @@
-"""The README for a newcomer (issue 10 item 9): it starts with the two commands CI runs, its
+"""The README for a newcomer: it starts with the two commands CI runs, its
 question table's commands run, its examples fit 100 columns and its links resolve."""
 
 from __future__ import annotations

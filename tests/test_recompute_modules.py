@@ -1,4 +1,4 @@
-"""Megatron-Core's per-module recompute (``recompute_modules``; issue 13): ``mla_up_proj``
+"""Megatron-Core's per-module recompute (``recompute_modules``): ``mla_up_proj``
 reruns MLA's up projections and frees Q, K and V, ``mlp`` reruns the dense layers' MLP and frees
 its internals, ``moe_act`` reruns the experts' activation and frees its output. Time, FLOPs and
 memory of each against the formulas, their absence under full recompute and where the module

@@ -1,4 +1,4 @@
-"""``fsdpsim search`` against the hand-tuned plans of published runs (issue 14, "Done when").
+"""``fsdpsim search`` against the hand-tuned plans of published runs.
 
 By fsdpsim's own model the search's best must be at least as fast as every published plan in
 its space that fits: a published plan that beats it is either outside the space (a rule of

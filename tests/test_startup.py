@@ -1,4 +1,4 @@
-"""Fast start (issue 10): commands import pandas, matplotlib and scipy only when they need them.
+"""Fast start: commands import pandas, matplotlib and scipy only when they need them.
 
 Each check runs in a fresh interpreter (this test process has pandas loaded already): it
 imports the CLI module, runs a command in that same process through :func:`fsdpsim.cli.main`

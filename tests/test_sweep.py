@@ -457,7 +457,7 @@ def test_benchmark_runs_and_reports_a_rate():
 
 
 def test_shard_group_size_in_sweep_equals_predict():
-    """Issue 10: sweep takes --shard-group-size (HSDP), and its row is predict's."""
+    """Sweep takes --shard-group-size (HSDP), and its row is predict's."""
     rows = json.loads(invoke("sweep", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus",
                              "1024", "--sharding", "hybrid", "--shard-group-size", "64",
                              "--micro-batch", "1", "--seq-len", "2048", "--recompute", "none",
@@ -471,7 +471,7 @@ def test_shard_group_size_in_sweep_equals_predict():
 
 
 def test_best_keeps_the_global_batch_fixed_unless_free_batch(cat):
-    """Issue 10 item 3: --best compares like runs (one global batch for every row: about 4M
+    """--best compares like runs (one global batch for every row: about 4M
     tokens, or --global-batch), --free-batch lets each row run one micro-batch per GPU, and
     the table and notes say which batch each row used."""
     common = dict(model="llama3-8b", gpu="h100,h200", num_gpus="8,64")
@@ -498,7 +498,7 @@ def test_best_keeps_the_global_batch_fixed_unless_free_batch(cat):
 
 
 def test_grad_sync_takes_a_list_and_each_row_equals_predict(cat, capsys):
-    """Issue 10 item 8: --grad-sync every,last (a list, like every grid option) gives a block of
+    """--grad-sync every,last (a list, like every grid option) gives a block of
     rows per value, each equal to predict with that value."""
     options = dict(model="llama3-8b", gpu="h100", num_gpus="8,64", micro_batch="1",
                    recompute="none", global_batch="512")
@@ -522,7 +522,7 @@ def test_grad_sync_takes_a_list_and_each_row_equals_predict(cat, capsys):
 
 
 def test_seq_len_k_is_1024_and_the_help_says_so(cat):
-    """Issue 10 item 8: 8k = 8,192 tokens in sweep (lists, ranges, grid files) as in predict."""
+    """8k = 8,192 tokens in sweep (lists, ranges, grid files) as in predict."""
     rows = sweep(cat, model="llama3-8b", num_gpus="8", seq_len="8k,4k..16k", micro_batch="1",
                  recompute="full")
     assert list(rows["training.seq_len"]) == [8192, 4096, 16384]

@@ -142,7 +142,7 @@ def test_calibration_refuses_a_factor_the_rows_cannot_identify(published):
 
 
 def test_a_factor_starting_at_the_middle_of_its_range_is_still_identified(published, tmp_path):
-    """Regression (session 7): the identifiability probe moved every factor to the middle of
+    """Regression: the identifiability probe moved every factor to the middle of
     its range, so one that started there (GB300's fused attention at 0.55 of (0.1, 1.0))
     changed nothing and was refused."""
     low, high = FACTORS["matmul_fraction"][2]

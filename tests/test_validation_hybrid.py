@@ -1,4 +1,4 @@
-"""``fsdpsim validate`` on hybrid-parallel published runs (issue 9 §3 "Against published runs").
+"""``fsdpsim validate`` on hybrid-parallel published runs.
 
 Each source's mapping is checked on hand-read rows of ``validation/data`` (degrees, schedule,
 sharding, precision, skip reasons); the engine inputs of a hybrid row equal what

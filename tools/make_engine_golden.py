@@ -1,6 +1,6 @@
 """Snapshot the engine's outputs on a seeded random grid of data-parallel configurations.
 
-The hybrid-parallelism reshape (issue 9) must reproduce today's FSDP/ZeRO/DDP/HSDP numbers
+The hybrid-parallelism reshape must reproduce today's FSDP/ZeRO/DDP/HSDP numbers
 exactly when tp = pp = cp = 1. This script records, for a seeded random set of configurations
 built through the public objects (ModelSpec preset, resolve_system, ParallelPlan,
 TrainingConfig) and :func:`fsdpsim.drivers.predict.predict` with every knob given, the flat engine

@@ -11,7 +11,7 @@ import click
 from fsdpsim.plan.parallel import PRECISIONS
 
 from fsdpsim.report import render
-from fsdpsim.cli.predict import kernel_options
+from fsdpsim.cli.predict import framework_option, kernel_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.report.compare_table import compare_text, notes, report_data
 from fsdpsim.util.errors import ConfigError
@@ -47,8 +47,7 @@ def compare_options(f):
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
         *kernel_options(),
-        click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
-                     default="fsdp2", show_default=True),
+        framework_option(),
         click.option("--plan", "plan_kind", type=click.Choice(("search", "fsdp")),
                      default="search", show_default=True,
                      help="search: the best plan `fsdpsim search` finds per row; fsdp: the FSDP "

@@ -142,6 +142,15 @@ def fit_advice(ctx: click.Context, o: dict, spec, system, plan, training, predic
     return tuple(out)
 
 
+def framework_option(text: str = "Framework profile every plan runs on."):
+    """``--framework NAME``: a profile of :mod:`fsdpsim.plan.frameworks` (or an alias); the
+    names are listed in the help text, not in the option's column, so help stays within 100
+    columns."""
+    return click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
+                        metavar="NAME", default="fsdp2", show_default=True,
+                        help=f"{text} Accepted: {', '.join(FRAMEWORKS)}.")
+
+
 def ep_overlap_of(o: dict) -> bool:
     """``--ep-overlap``, or the ``--framework`` profile's default where it is not given."""
     from fsdpsim.plan.frameworks import knob_default
@@ -317,12 +326,11 @@ def predict_options(f):
                      help="Context-parallel degree (sequence split)."),
         click.option("--cp-kind", type=click.Choice(CP_KINDS), default="ring", show_default=True,
                      help="ring attention or all2all (Ulysses)."),
-        click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
-                     default="fsdp2", show_default=True,
-                     help="Framework profile: recipe, NCCL release, collective granularity and "
-                          "overlap. fsdp2 (torch), fsdp1, deepspeed-zero3, deepspeed-zero3-2021 "
-                          "(a gather per parameter, no overlap), megatron (Megatron-Core), "
-                          "megatron-2021 (all-reduce after backward)."),
+        framework_option("Framework profile: recipe, NCCL release, collective granularity, "
+                         "overlap and kernel stack. fsdp2 (torch, torchtitan), fsdp1, "
+                         "deepspeed-zero3, deepspeed-zero3-2021 (a gather per parameter, no "
+                         "overlap), megatron (Megatron-Core), megatron-2021 (all-reduce after "
+                         "backward), internevo, nanotron."),
         click.option("--mesh-order", default=None,
                      help="Mesh dimensions outermost first, comma-separated (default "
                           "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),

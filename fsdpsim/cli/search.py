@@ -11,7 +11,7 @@ import click
 from fsdpsim.plan.parallel import PRECISIONS
 
 from fsdpsim.report import render
-from fsdpsim.cli.predict import kernel_options
+from fsdpsim.cli.predict import framework_option, kernel_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, Rule, option_type
@@ -47,9 +47,7 @@ def search_options(f):
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
         *kernel_options(),
-        click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
-                     default="fsdp2", show_default=True,
-                     help="Framework profile every plan runs on."),
+        framework_option(),
         click.option("--memory-budget-gib", type=option_type(Rule(0.01, 1e6)), default=None,
                      help="Memory per GPU a plan may use (default: 90 % of the GPU's, predict's "
                           "headroom rule)."),

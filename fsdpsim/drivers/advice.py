@@ -1,4 +1,4 @@
-"""Scale advice: a faster setting of the same job at this scale, with the number (issue 12 §6).
+"""Scale advice: a faster setting of the same job at this scale, with the number.
 
 At scale the FSDP shard group's collectives cost more per byte (ring latency grows with the
 ranks, the fabric loses bandwidth with the nodes: :mod:`fsdpsim.costs.nccl`), and production

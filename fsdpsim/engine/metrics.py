@@ -12,7 +12,7 @@ the same peak (the 16-bit dense peak for FP8 training, :func:`fsdpsim.engine.bui
 The binding resource and the thresholds of the seed study (Wang et al. 2025, arXiv
 2504.03655) are not engine outputs: :mod:`fsdpsim.drivers.sensitivity` asks the engine itself how the
 step responds to each resource, so the bottleneck and the thresholds cannot contradict each
-other (issue 12 item 5). The engine's old heuristic and closed forms, which did (447 of 5,166
+other. The engine's old heuristic and closed forms, which did (447 of 5,166
 fitting rows of a 9,072-row sweep), were removed."""
 
 from __future__ import annotations
