@@ -1,4 +1,4 @@
-"""Wall time of one in-process ``predict`` with its knobs given (issue 9: <= 2 ms).
+"""Wall time of one in-process ``predict`` with its knobs given (target: <= 2 ms).
 
 Three configurations on H100: Llama-3-8B FSDP on 64 GPUs, GPT-3 175B in 3D (tp 8 x pp 8,
 1F1B, ZeRO-1, 1,024 GPUs) and the same with the interleaved schedule (vpp 2). After 5 warm-up

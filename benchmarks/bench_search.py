@@ -1,4 +1,4 @@
-"""Wall time of ``fsdpsim search`` in one process (issue 14: a 70B model on 1,024 GPUs under
+"""Wall time of ``fsdpsim search`` in one process (targets: a 70B model on 1,024 GPUs under
 1 s; a 1T model on 16,384 GPUs under 5 s), and the plans and candidates it evaluates per second.
 
 Cases on H100 (80 GiB, 8 per node, 400G InfiniBand), bf16, fsdp2, every plan of the default

@@ -1,6 +1,6 @@
 """Start-up time of the ``fsdpsim`` command: import overhead above a bare interpreter.
 
-Issue 10 sets a ceiling of 0.2 s of import overhead for ``fsdpsim --version`` and for a table
+The ceiling is 0.2 s of import overhead for ``fsdpsim --version`` and for a table
 ``predict``: every command imports pandas and matplotlib only when it needs them (a sweep, CSV
 output, a plot), numpy and click always.
 
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Issue 10's ceiling on import overhead [s].
+#: The ceiling on import overhead [s].
 CEILING_S = 0.2
 CASES = {
     "import fsdpsim.cli": "import fsdpsim.cli",
@@ -51,7 +51,7 @@ CASES = {
     "fsdpsim predict (table)": ("from fsdpsim.cli import main\n"
                                 "main(['predict', '--model', 'llama3-8b', '--num-gpus', '64'])"),
 }
-#: The cases issue 10's ceiling applies to (import overhead); the others are shown for context.
+#: The cases the ceiling applies to (import overhead); the others are shown for context.
 CEILING_CASES = ("fsdpsim --version", "predict's imports")
 
 

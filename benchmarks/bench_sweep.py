@@ -1,6 +1,6 @@
 """Throughput of :func:`fsdpsim.engine.evaluate` in configurations per second, on one core.
 
-Issue 5 sets a floor of 1,000,000 configurations/s for the sweep's cost function. This measures
+The floor is 1,000,000 configurations/s for the sweep's cost function. This measures
 the engine alone: a fixed set of ``n`` configurations (default 1,000,000) mixing 4 models,
 3 GPUs (H100, B200, MI300X), 8 GPU counts, 5 sharding strategies, 5 sequence lengths,
 micro-batches 1-8 and the 3 recompute modes, with **every input a full array of length n**

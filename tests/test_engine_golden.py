@@ -1,34 +1,35 @@
 """tp = pp = cp = 1 reproduces the pre-hybrid engine exactly.
 
 ``tests/data/engine_golden.json`` was written by ``tools/make_engine_golden.py`` with the
-engine as it stood before the hybrid-parallelism reshape (commit 36fb5c9): 400 seeded random
+data-parallel engine: 400 seeded random
 data-parallel configurations (12 models, 8 GPUs, 1-1,024 GPUs, every sharding strategy and
 accumulation knob, bf16/fp16/fp8, eager and flash attention) and every modelled row of the
 MosaicML and vTrain single-node calibration files. Each is rebuilt here through today's public
 objects and must give the same numbers (relative tolerance 1e-12: the same formulas may be
 evaluated in another order).
 
-Dense models only: the snapshot's mixture-of-experts cases (Mixtral 8x7B) changed on purpose
-with the layered engine of issue 13 (experts as grouped GEMMs on their per-expert shapes, the
-router's GEMM, the busiest rank's load, expert states over the expert data-parallel group);
-they are not compared, and the snapshot is not regenerated.
+Dense models only: the snapshot's mixture-of-experts cases (Mixtral 8x7B) differ on purpose
+from the layered engine (experts as grouped GEMMs on their per-expert shapes, the router's
+GEMM, the busiest rank's load, expert states over the expert data-parallel group); they are
+not compared, and the snapshot is not regenerated.
 
-Utilisation changed on purpose with issue 10 item 5 (one convention for MFU and HFU): MFU of
+Utilisation differs on purpose (one convention for MFU and HFU): MFU of
 an FP8 run is measured against the 16-bit dense peak (the snapshot's ``mfu``, against the FP8
 peak, is today's ``mfu_native``), and HFU counts attention over the full square like MFU
 (the snapshot's ``hardware_flops_per_step`` discounted FlashAttention's causal half). The
 snapshot's ``mfu`` is compared with ``mfu_native``; HFU and hardware FLOPs are checked against
 the new convention (equal to the model's without recompute or FlashAttention, above otherwise).
 
-The LM head runs in the 16-bit type under FP8 since session 7 (Megatron-Core's output layer is
+The LM head runs in the 16-bit type under FP8 (Megatron-Core's output layer is
 outside Transformer Engine's FP8 autocast; torchtitan filters it out of its FP8 conversion): the
 snapshot ran it at the FP8 rate, so its FP8 cases are rebuilt with ``fp8_lm_head`` (which
 restores that rate exactly).
 
-Catalog factors recalibrated on purpose since are pinned to the snapshot's values with a catalog
-overlay (:data:`SNAPSHOT_FACTORS`): in session 6 the V100 parts were fitted to the DLPerf rows
-of ``hybrid_calibration.csv`` (matmul fraction, HBM fraction from Jia et al. 2018), and H100,
-H200 and B200 refitted on the dense rows only (B200 with GB200's matmul fraction).
+Catalog factors recalibrated on purpose after the snapshot are pinned to its values with a
+catalog overlay (:data:`SNAPSHOT_FACTORS`): the V100 parts (fitted to the DLPerf rows of
+``hybrid_calibration.csv``: matmul fraction, HBM fraction from Jia et al. 2018), H100, H200
+and B200 (refitted on the dense rows; B200 with GB200's matmul fraction) and the per-precision
+PyTorch tables.
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ def _args(options: dict) -> list[str]:
        sweep_only=st.fixed_dictionaries({}, optional=SWEEP_ONLY),
        fmt=st.sampled_from(["json", "csv", "table"]))
 @example(shared={"--num-gpus": "64", "--inter-node-gbps-per-gpu": "5e-324"},
-         predict_only={}, sweep_only={}, fmt="csv")  # the inputs of issue 11, always in the run
+         predict_only={}, sweep_only={}, fmt="csv")  # inputs that once failed, always in the run
 @example(shared={"--num-gpus": "64", "--inter-node-gbps-per-gpu": "1e-300"},
          predict_only={}, sweep_only={}, fmt="table")
 @example(shared={"--num-gpus": "64", "--inter-node-gbps-per-gpu": "inf"},

@@ -1,5 +1,5 @@
-"""Regression tests of issue 11: 18 defects found by fuzzing 904 hostile inputs, one test (or a
-few) per item, numbered as in the issue. The shared machinery they pin down: one number reader
+"""Regression tests of 18 defects found by fuzzing 904 hostile inputs, one test (or a few) per
+defect. The shared machinery they pin down: one number reader
 (:mod:`fsdpsim.util.numbers`), one file reader (:mod:`fsdpsim.util.files`), one output writer
 (:mod:`fsdpsim.util.output`). The property-based fuzz suite that keeps them out is test_fuzz.py.
 """

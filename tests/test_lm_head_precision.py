@@ -1,5 +1,4 @@
-"""The LM head's precision under low-precision training (issue 13 item 5: which ops stay in
-BF16). Megatron-Core's output layer is a ``tensor_parallel.ColumnParallelLinear``, outside
+"""The LM head's precision under low-precision training (which ops stay in BF16). Megatron-Core's output layer is a ``tensor_parallel.ColumnParallelLinear``, outside
 Transformer Engine's FP8 autocast, so it runs in the 16-bit type unless ``fp8_output_proj``
 (Megatron-LM 3f6a2ed844, MXFP8 only); torchtitan's FP8 recipes filter ``output`` out of their
 conversion. fsdpsim's default is the 16-bit head; ``--fp8-lm-head`` runs it in the format."""

@@ -71,7 +71,7 @@ def test_expert_gemm_efficiency_of_deepseek_v3_experts(tmp_path):
     """h = 7168, f = 2048 (SwiGLU: gate and up fused, 2f wide): at 128 rows per expert the
     weights' HBM traffic binds (arithmetic intensity ~ m FLOP/B, under R/W ~ 405 rows on H100
     BF16): a quarter of the achievable matmul rate; at 8,192 rows (ep 64) over 90 %. At the
-    H100 factors of session 6, when the case was written (conftest.overlay_catalog)."""
+    H100 factors of an earlier fit, when the case was written (conftest.overlay_catalog)."""
     from conftest import overlay_catalog
 
     then = overlay_catalog(tmp_path, {"h100-sxm5-80gb": {

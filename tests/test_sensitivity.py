@@ -1,4 +1,4 @@
-"""Bottleneck and thresholds from one computation (issue 12 item 5, :mod:`fsdpsim.drivers.sensitivity`).
+"""Bottleneck and thresholds from one computation (:mod:`fsdpsim.drivers.sensitivity`).
 
 The reported bottleneck and every threshold come from the engine's own response to each
 resource, so they cannot contradict each other: for a configuration that fits, the bottleneck is
@@ -40,8 +40,8 @@ def _predict(model, gpu, gbps, plan, training, catalog=CAT):
                    resolve_system(catalog, gpu=gpu, inter_node_gbps_per_gpu=gbps), plan, training)
 
 
-#: H100's factors when the two regression cases below were found (session 4's fit; refitted on
-#: the dense rows in session 6): each case sits at the edge of a 95 % threshold, so it is pinned
+#: H100's factors when the two regression cases below were found (an earlier fit): each case
+#: sits at the edge of a 95 % threshold, so it is pinned
 #: (that one set also in the 16-bit PyTorch table, ``[efficiency.bf16.pytorch]``).
 H100_THEN = {"h100-sxm5-80gb": {"matmul_fraction": 0.790, "matmul_half_gflop": 3.91,
                                 "fused_attention_fraction": 0.329,

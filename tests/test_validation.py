@@ -46,8 +46,8 @@ def test_fsdp_rows_meet_the_accuracy_floor(published):
     # (93 % of memory) and MPT-70B on 64 A100-40GB at micro-batch 2 (82 %; llm-foundry's own
     # table shows it at 35.9 % MFU against 48.9 % on 128 GPUs with micro-batch 4, and
     # tests/data/reference/network_at_scale.md §3 finds memory pressure, not the network, the likelier cause). It was
-    # within 15 % only while these rows' fabric had its own fitted 15 %-of-line-rate fraction,
-    # which issue 12 removed (a general RoCE class now).
+    # within 15 % only with a fabric fraction fitted to these rows, which the model does not do
+    # (they run on the general RoCE class).
     bad = result[result["error"].abs() > 0.25]
     assert sorted(bad["id"]) == ["mosaic-080", "mosaic-140"], bad[["id", "error"]]
 
@@ -81,7 +81,7 @@ def test_rows_fsdpsim_cannot_model_are_skipped_with_a_reason(every_row):
 
 
 def test_sc21_deepspeed_zero3_rows_with_the_2021_profile(every_row):
-    """Issue 12 floor: the six SC21 DeepSpeed ZeRO-3 rows (GPT-175B and 530B, 384-2,240 A100s,
+    """The six SC21 DeepSpeed ZeRO-3 rows (GPT-175B and 530B, 384-2,240 A100s,
     fixed global batch) within 25 % MAPE with the ``deepspeed-zero3-2021`` profile (code facts:
     a per-parameter gather after a device synchronisation, list collectives with a copy per
     rank; nothing fitted to these rows), and the shape: per-GPU throughput falls by at least a
@@ -227,7 +227,7 @@ def test_a_filter_that_matches_nothing_says_what_the_file_has(capsys):
 
 
 def test_calibrate_on_a_file_without_usable_rows_is_one_line(tmp_path, capsys):
-    """Regression (found by test_fuzz in session 7): a file whose every row has a skip reason
+    """Regression (found by test_fuzz): a file whose every row has a skip reason
     made ``calibrate`` fail inside pandas (no usable row to test for MoE) instead of saying how
     many rows it could use."""
     from conftest import assert_one_line_error, run

@@ -179,8 +179,8 @@ def test_internevo_rows(hybrid):
 
 
 def test_internevo_zero1_over_every_rank_falls_off_with_scale(hybrid):
-    """Regression (README Limits until session 9: "the falling per-GPU throughput of
-    InternEvo's data-parallel runs at 512-1,024 A100 ... +37 %, +70 %"): with zero1=-1 every
+    """Regression (InternEvo's per-GPU throughput falling at 512-1,024 A100, once predicted
+    +37 % and +70 % fast): with zero1=-1 every
     rank broadcasts its shard through a chain of all the others after the step, so 1,024 GPUs
     run at 2,271 tokens/s per GPU against 3,625 with zero1=8. Predicted, that fall is more
     than 30 % (it was 1 %), and the rows of the table sit within 20 % (they were 70 % off)."""
@@ -324,8 +324,8 @@ def test_accuracy_on_the_issue_floors_is_reported(published, vtrain_multi, hybri
               f"{100 * s['median_ape']:.1f} %, bias {100 * s['bias']:+.1f} %")
     assert {"Ampere bf16", "Hopper fp8", "Volta fp16"} <= set(groups)
     assert all(np.isfinite(s["mape"]) for s in groups.values())
-    # the mixture-of-experts core rows (DeepSeek-V3 with expert parallelism; issue 13's floor
-    # is 15 %): printed by GPU, no per-row tuning
+    # the mixture-of-experts core rows (DeepSeek-V3 with expert parallelism; floor 15 %):
+    # printed by GPU, no per-row tuning
     moe = hybrid[(hybrid["subset"] == "core") & hybrid["model"].str.contains("DeepSeek")
                  & (hybrid["skip"] == "")]
     result = predict_measurements(moe, CATALOG)
@@ -412,7 +412,7 @@ def test_own_schema_bad_layout_is_one_line_naming_the_row(tmp_path, capsys, colu
 
 
 def test_generation_summary_keeps_moe_rows_apart_from_dense_ones():
-    """The issue-9 floors are about dense core rows and issue 13's about MoE rows: the
+    """The dense floors are about dense core rows and the MoE floor about MoE rows: the
     generation x precision summary labels MoE rows (some layer routes to experts) apart."""
     import pandas as pd
 

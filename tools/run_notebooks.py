@@ -1,6 +1,6 @@
 """Execute the notebooks in ``notebooks/`` top to bottom and save them with their outputs.
 
-Issue 10 item 6: the notebooks are committed with their outputs, so a reader sees the figures
+The notebooks are committed with their outputs, so a reader sees the figures
 and tables without running anything; CI re-executes them (``tests/test_notebooks.py``) and
 fails if a cell errors. Each runs in a ``python3`` kernel of this interpreter with
 ``notebooks/`` as the working directory, as the test runs them; per-cell timing metadata is

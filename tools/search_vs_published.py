@@ -1,6 +1,6 @@
 """How far the hand-tuned parallel plans of published runs are from ``fsdpsim search``'s best.
 
-Issue 14 ("Done when"): the search is compared with the plans people tuned by hand, the
+The search is compared with the plans people tuned by hand, the
 published hybrid/data-parallel runs ``fsdpsim validate`` models (``validation/data``, copied
 from ``shared/validation`` with their sources):
 

@@ -21,7 +21,7 @@ NEAR_LIMIT_SHARE, NEAR_LIMIT_RATIO_LOW = 0.85, 0.75
 #: percentiles of measured / predicted tokens/s over the 34 DeepSeek-V3 ``core`` rows of
 #: ``validation/data/hybrid_calibration.csv`` (Megatron-Bridge 25.09-26.08 on B200, B300,
 #: GB200, GB300 and H100; nothing is fitted to them, so these are out-of-sample residuals;
-#: session 10, `fsdpsim validate`; tests/test_moe_engine.py recomputes them). A MoE
+#: `fsdpsim validate`; tests/test_moe_engine.py recomputes them). A MoE
 #: prediction's range is at least this wide.
 MOE_RATIO_P05, MOE_RATIO_P95 = 0.73, 1.08
 

@@ -142,8 +142,8 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     base = _predict(x, factors, start)
     keep = []
     for i, name in enumerate(factors):
-        # half the range away from the nearer bound (the midpoint for both branches before
-        # session 7, which left a factor starting there looking unidentifiable)
+        # half the range away from the nearer bound (the midpoint for both branches would
+        # leave a factor starting there looking unidentifiable)
         probe = start.copy()
         half = 0.5 * (hi[i] - lo[i])
         probe[i] = start[i] - half if start[i] - lo[i] > hi[i] - start[i] else start[i] + half

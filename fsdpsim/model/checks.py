@@ -189,7 +189,7 @@ def check_attention_pattern(spec: ModelSpec, where: str) -> None:
 
 def engine_unsupported(spec: ModelSpec) -> tuple[str, ...]:
     """Features of ``spec`` the step-time engine does not model yet; empty when it models them
-    all. Since the layered engine (:mod:`fsdpsim.engine.moe`, issue 13) it times dense and MoE
+    all. The layered engine (:mod:`fsdpsim.engine.moe`) times dense and MoE
     layers apart (routed experts on their real shapes, shared experts, router biases),
     multi-head latent attention's projections, q/k norms, attention sinks (one logit per head:
     no GEMM), multi-token-prediction modules, and sliding-window and chunked attention over the
