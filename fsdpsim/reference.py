@@ -173,9 +173,9 @@ def layer_compute(m, x):
     attn_flops = (0.5 if flash else 1.0) * 4.0 * b * s * s * q / c
     kv_len = (0.5 if flash else 1.0) * s / (1 if x["cp_all2all"] else c)
     half = x["attn_half_kv"] if flash else x["half_k"]
-    # Megatron's recipe runs Transformer Engine's cuDNN fused attention, not PyTorch SDPA
-    fraction = ((x["fused_attn_fraction"] if x["megatron"] else x["attn_fraction"]) if flash
-                else x["matmul_fraction"])
+    # The te kernel stack (Megatron-Core) runs cuDNN's fused attention, the others FA2 / SDPA
+    fraction = ((x["fused_attn_fraction"] if x["fused_attention"] else x["attn_fraction"])
+                if flash else x["matmul_fraction"])
     attn_fwd = attn_flops / (x["peak"] * x["attention_ratio"] * fraction / (1.0 + half / kv_len))
     if not flash:
         attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / c / x["W"]
@@ -459,8 +459,15 @@ def _rates(model, system, plan, training):
     from fsdpsim.hardware.system import FRAGMENTED_FACTOR
     from fsdpsim.plan.frameworks import PROFILES, canonical, profile
 
+    from fsdpsim.hardware.efficiency import resolve
+
     acc, eff, link, net = system.accelerator, system.accelerator.efficiency, system.link, \
         system.network
+    # The GEMM and attention fractions of this GPU x precision class x the profile's kernel
+    # stack (the catalog's [efficiency.<class>.<stack>] table, else the nearest stack's, else
+    # the fallback; outside Transformer Engine the fused-attention fraction is FlashAttention's).
+    stack = profile(plan.framework).kernel_stack
+    fractions = resolve(acc, training.precision, stack).values
     lib = system.collectives.get(profile(plan.framework).collectives)
     if lib is None:  # the built-in catalog's release of the default profile
         from fsdpsim.hardware.catalog import load_catalog
@@ -480,11 +487,12 @@ def _rates(model, system, plan, training):
                             if low else 1.0),
         "lm_head_ratio": 1.0 if not low or training.fp8_lm_head else sixteen / gemm_peak,
         "cast_scale": CAST_BYTES.get(precision, 4.0) / CAST_BYTES["fp8"],
-        "R": peak * eff.matmul_fraction, "matmul_fraction": eff.matmul_fraction,
+        "R": peak * fractions["matmul_fraction"],
+        "matmul_fraction": fractions["matmul_fraction"],
         "half_flops": eff.matmul_half_flops, "half_k": eff.matmul_half_k,
-        "attn_fraction": eff.attention_fraction, "attn_half_kv": eff.attention_half_kv,
-        "fused_attn_fraction": (eff.attention_fraction if eff.fused_attention_fraction is None
-                                else eff.fused_attention_fraction),
+        "attn_fraction": fractions["attention_fraction"], "attn_half_kv": eff.attention_half_kv,
+        "fused_attn_fraction": fractions["fused_attention_fraction"],
+        "fused_attention": stack == "te",
         "megatron": profile(plan.framework).recipe == "megatron",
         "param_gather_overlap": canonical(plan.framework) == "megatron",
         "W": acc.hbm_bandwidth_bytes_per_s * eff.hbm_fraction,
@@ -897,9 +905,14 @@ def predict(model, system, plan, training) -> dict[str, float]:
         # j (the first min(p, m), the last 1). ZB-H1 is counted as 1F1B, as the engine does,
         # though its delayed W passes keep activations longer on the later stages.
         block_rank = padded_numel(shapes["block"], 1)
-        gpipe = plan.pp_schedule == "gpipe"
-        ends = [(L_first, embed, 0.0, k if gpipe else min(pp, k)),
-                (L_last, head, vocab, k if gpipe else 1)]
+
+        def flight(stage):
+            return k if plan.pp_schedule == "gpipe" else min(pp - stage, k)
+        ends = [(L_first, embed, 0.0, flight(0)), (L_last, head, vocab, flight(pp - 1))]
+        # An uneven split whose busiest middle rank holds more layers than the first: that
+        # rank (no embedding, no head) can bind too.
+        if L_mid > L_first:
+            ends.append((L_mid, [], 0.0, flight(plan.busiest_middle_rank(L))))
         peak_bytes = max(stage_memory(n, n * block_rank + padded_numel(part, 1),
                                       n * block_numel + padded_numel(part, shard), block_numel,
                                       padded_numel(part, shard), v, flight)
