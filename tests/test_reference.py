@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fsdpsim import reference
 from fsdpsim.drivers.predict import predict
 from fsdpsim.hardware.catalog import load_catalog
-from fsdpsim.hardware.system import resolve_system
+from fsdpsim.hardware.system import BUSBW_COLUMNS, resolve_system
 from fsdpsim.model.presets import PRESETS
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -73,7 +73,9 @@ def configurations(draw):
             CATALOG, gpu=gpu, cluster=cluster,
             placement=draw(st.sampled_from(["packed", "fragmented"])),
             network=draw(st.sampled_from([None] + sorted(CATALOG.ids("network")))),
-            power_cap_w=draw(st.sampled_from([None, None, 300.0, 500.0])))
+            power_cap_w=draw(st.sampled_from([None, None, 300.0, 500.0])),
+            busbw_gbs=draw(st.one_of(st.none(), st.none(), st.dictionaries(
+                st.sampled_from(BUSBW_COLUMNS), st.floats(5.0, 900.0), min_size=1))))
     except ConfigError:  # a cap above the part's power, say
         assume(False)
     per_node = system.gpus_per_node
