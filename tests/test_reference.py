@@ -177,7 +177,6 @@ def _h100():
     {"plan": {"pp": 2, "vpp": 2}},
     {"training": {"recompute_modules": ("mlp",)}},
     {"plan": {"tp": 16, "num_gpus": 32}},
-    {"plan": {"framework": "fsdp1"}},
     {"plan": {"framework": "internevo"}},
     {"plan": {"framework": "megatron", "pp": 2, "sharding": "optimizer"}},
     {"plan": {"framework": "deepspeed-zero3-2021"}},
