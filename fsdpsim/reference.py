@@ -53,8 +53,7 @@ fraction [B/s].
 
 Where the engine counts something in a way that looks questionable, the reference does the
 same (so the two agree) and says so in a comment: each pipeline end stage gathers the whole
-root unit, the TP forward all-reduces of the root are charged at their mean size, and ZB-H1's
-stages hold activations as 1F1B's do.
+root unit, the TP forward all-reduces of the root are charged at their mean size.
 """
 
 from __future__ import annotations
@@ -944,12 +943,14 @@ def predict(model, system, plan, training) -> dict[str, float]:
                                   vocab, 1)
     else:
         # Micro-batches in flight at a stage's peak: GPipe all m; 1F1B min(p − j, m) on stage
-        # j (the first min(p, m), the last 1). ZB-H1 is counted as 1F1B, as the engine does,
-        # though its delayed W passes keep activations longer on the later stages.
+        # j (the first min(p, m), the last 1); ZB-H1 min(p, m) on every stage: stage j's W
+        # passes run j backwards late, so j more micro-batches wait for their W (Qi et al.
+        # 2024 §2.1), counted whole (W keeps most of a micro-batch's activations, Table 1).
         block_rank = padded_numel(shapes["block"], 1)
 
         def flight(stage):
-            return k if plan.pp_schedule == "gpipe" else min(pp - stage, k)
+            return (k if plan.pp_schedule == "gpipe" else min(pp, k)
+                    if plan.pp_schedule == "zb-h1" else min(pp - stage, k))
         ends = [(L_first, embed, 0.0, flight(0)), (L_last, head, vocab, flight(pp - 1))]
         # An uneven split whose busiest middle rank holds more layers than the first: that
         # rank (no embedding, no head) can bind too.
