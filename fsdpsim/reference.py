@@ -34,15 +34,15 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   activations and attention unless ``fp8_attention`` / ``fp8_lm_head``, ``bf16_layers``
   blended); reduce dtype bf16, fp16 or fp32; AdamW or SGD;
   FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective`` or
-  ``full`` on every layer or the first ``recompute_layers`` of each stage; CUDA graphs on or
-  off; no per-module recompute;
+  ``full`` on every layer or the first ``recompute_layers`` of each stage, and Megatron's
+  per-module ``mlp`` recompute (``recompute_modules``); CUDA graphs on or off;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
 * any scale-up link (NVSwitch, PCIe, switchless mesh), any catalog network and cluster
   (fabric decay, oversubscribed pods), power caps, fragmented placement and measured bus
   bandwidths (``--busbw-*-gbs``).
 
 Not covered (refused): ``deepspeed-zero3-2021``, ``internevo``, ``megatron-2021``,
-interleaved schedules, ``ep > 1``, per-module recompute, TP across scale-up domains.
+interleaved schedules, ``ep > 1``, TP across scale-up domains.
 
 Symbols: b micro-batch, s sequence length, c the CP degree, T = b·s/c tokens of a micro-batch
 on one rank, h = d_model, q and kv the query and key/value widths, f the MLP width, V the
@@ -53,7 +53,9 @@ fraction [B/s].
 
 Where the engine counts something in a way that looks questionable, the reference does the
 same (so the two agree) and says so in a comment: each pipeline end stage gathers the whole
-root unit, the TP forward all-reduces of the root are charged at their mean size.
+root unit; the TP forward all-reduces of the root are charged at their mean size; an unpipelined root's fp32 accumulation pass (nanotron) counts its FSDP-padded
+size; Megatron's ``mlp`` module recompute frees the MLP internals of every layer of a stage,
+though it replays only the first ``recompute_layers``.
 """
 
 from __future__ import annotations
@@ -132,8 +134,8 @@ def check_scope(model, system, plan, training) -> None:
                           f"gpus_per_node({system.gpus_per_node})")
     if training.micro_batch is None or training.recompute is None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
-    if training.recompute_modules:
-        refuse(f"recompute_modules {training.recompute_modules!r}", "none")
+    # Dense models: Megatron's ``mlp`` module recompute; the MLA and expert modules have
+    # nothing to act on.
 
 
 # ---------------------------------------------------------------- compute -------------------
@@ -232,6 +234,11 @@ def layer_compute(m, x):
     recompute = {"none": 0.0, "selective": attn_fwd,
                  "full": max(gemm_fwd + attn_fwd + ew_fwd - early_stop * down_fwd,
                              (ops_fwd - early_stop * OPS_DOWN_PROJ) * ko)}[x["recompute"]]
+    # Megatron's ``mlp`` module recompute (transformer_layer.py, CheckpointWithoutOutput around
+    # the MLP; moot under full recompute): the MLP forward again in backward, its up (and
+    # gate) and down GEMMs and the activation's traffic (SwiGLU reads 2f, writes f; GELU f, f).
+    if x["rc_mlp"] and x["recompute"] != "full":
+        recompute += times[2][0] + down_fwd + T * f * (3.0 if swiglu else 2.0) * e / x["W"]
     return {"gemm_fwd_s": gemm_fwd, "gemm_bwd_s": gemm_bwd, "attn_fwd_s": attn_fwd,
             "attn_bwd_s": attn_bwd, "ew_fwd_s": ew_fwd, "ew_bwd_s": ew_bwd,
             "block_fwd_s": block_fwd, "block_bwd_s": block_bwd, "recompute_s": recompute}
@@ -662,6 +669,10 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     core = 4.0 * rows if x["flash"] else rows * s * (e + drop * (1.0 + e))  # LSE, or scores
     kept = linear + core
     saved = {"none": kept, "selective": linear, "full": T * e * h / h_split}[x["recompute"]]
+    # Megatron's ``mlp`` module recompute frees the MLP internals (e·n_ffn·f/t per token) of
+    # every layer of the stage, as the engine counts it (the replay runs on the first K only).
+    freed = (n_layers * T * e * n_ffn * m.ffn_size / t
+             if x["rc_mlp"] and x["recompute"] != "full" else 0.0)
     working = kept - saved                               # one layer rebuilt in its backward
     head = 2.0 * T * e * h / h_split                     # final-norm and LM-head inputs
     # Logits (bf16) and the cross-entropy's three fp32 temporaries, the vocabulary split by TP.
@@ -669,7 +680,7 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     held_logits = 2.0 * T * V / t
     # Only the first K layers recompute (Megatron --recompute-num-layers); the rest keep all.
     K = n_layers if x["recompute_layers"] is None else min(x["recompute_layers"], n_layers)
-    activations = in_flight * (K * saved + (n_layers - K) * kept)
+    activations = in_flight * (K * saved + (n_layers - K) * kept - freed)
     working = working if K > 0 else 0.0
     at_loss = (states + (e * gathered_loss if separate else 0.0) + accumulated
                + activations + head + logits)
@@ -733,6 +744,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
              fused_loss=training.fused_loss, recompute=training.recompute,
              dropout=training.dropout, recompute_layers=training.recompute_layers,
              cuda_graphs=training.cuda_graphs != "none",
+             rc_mlp="mlp" in training.recompute_modules,
              block_params=float(sum(math.prod(sh) for _, sh in
                                     m.unit_parameter_shapes()["block"])),
              optimizer=training.optimizer,
@@ -931,6 +943,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
     replayed = {"none": 0.0, "selective": attn_full,
                 "full": layer_mm + attn_full                    # less the down projection
                 - (0.0 if x["megatron"] else 2.0 * T * m.d_model * m.ffn_size)}[training.recompute]
+    if x["rc_mlp"] and training.recompute != "full":   # the MLP's forward GEMMs again
+        replayed += 2.0 * T * (up + m.ffn_size) * m.d_model
     hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
                       + 3.0 * 2.0 * T * m.d_model * vocab + L * replayed * rc_share) * k * dp
     peak_total = x["peak_nominal"] * N

@@ -136,6 +136,7 @@ def _training(draw, model, plan, pp, micro_batch, precision, low):
         flash_attention=draw(st.booleans()), fused_loss=draw(st.booleans()),
         dropout=draw(st.booleans()),
         cuda_graphs=draw(st.sampled_from(["none", "none", "partial", "full"])),
+        recompute_modules=draw(st.sampled_from([(), (), ("mlp",), ("mla_up_proj", "moe_act")])),
         recompute_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))),
         fp8_attention=low and draw(st.booleans()), fp8_lm_head=low and draw(st.booleans()),
         bf16_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))) if low else None)
@@ -175,7 +176,6 @@ def _h100():
     {"model": "mixtral-8x7b"},
     {"plan": {"pp": 2, "pp_schedule": "interleaved", "vpp": 2}},
     {"plan": {"pp": 2, "vpp": 2}},
-    {"training": {"recompute_modules": ("mlp",)}},
     {"plan": {"tp": 16, "num_gpus": 32}},
     {"plan": {"framework": "internevo"}},
     {"plan": {"framework": "megatron", "pp": 2, "sharding": "optimizer"}},
