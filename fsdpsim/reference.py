@@ -53,7 +53,7 @@ fraction [B/s].
 
 Where the engine counts something in a way that looks questionable, the reference does the
 same (so the two agree) and says so in a comment: each pipeline end stage gathers the whole
-root unit; the TP forward all-reduces of the root are charged at their mean size; an unpipelined root's fp32 accumulation pass (nanotron) counts its FSDP-padded
+root unit; an unpipelined root's fp32 accumulation pass (nanotron) counts its FSDP-padded
 size; Megatron's ``mlp`` module recompute frees the MLP internals of every layer of a stage,
 though it replays only the first ``recompute_layers``.
 """
@@ -364,10 +364,9 @@ def tensor_parallel_s(m, x, tp_per_node, tp_per_pod):
       reduce-scattered and input re-gathered), and the vocab-parallel loss's three per-token
       fp32 all-reduces (max, target logit, sum-exp: 12 B per token in all).
 
-    A kind's calls in one pass are charged as that many calls of their mean size, as the
-    engine groups them. Only the no-SP forward root mixes sizes (one m-byte all-reduce, three
-    of 4·T bytes); NCCL picks per call, and charging 4 × t(mean) instead of t(m) + 3·t(4T)
-    overstates it (llama3-8b, tp 8, b·s = 2048 on H100: 251 µs against 175 µs)."""
+    Calls of one kind and size in one pass are charged together; the no-SP forward root's
+    all-reduces differ in size (one of m bytes, three of 4·T) and each is costed on its own,
+    as NCCL picks an algorithm per call: t(m) + 3·t(4T)."""
     t, T = x["tp"], x["T"]
     msg = T * m.d_model * x["e"]
     loss_bytes = T * 12.0
@@ -384,7 +383,7 @@ def tensor_parallel_s(m, x, tp_per_node, tp_per_pod):
                 + ring(2 * msg, 2) + ring(msg, 1))                    # bwd AG x2; head RS
     else:
         fwd, bwd = ar(2 * msg, 2), ar(2 * msg, 2)
-        root = ar(msg + loss_bytes, 4) + ar(msg, 1)                   # embed + loss; head grad
+        root = ar(msg, 1) + ar(loss_bytes, 3) + ar(msg, 1)            # embed; loss; head grad
     return fwd, bwd, root
 
 
