@@ -18,20 +18,31 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 * tensor parallelism inside one scale-up domain (``tp`` dividing ``gpus_per_node``; Megatron
   column/row split, sequence parallelism and TP overlap on or off);
 * pipeline parallelism with the ``gpipe``, ``1f1b`` or ``zb-h1`` schedule (``vpp = 1``;
-  even or given first/last stage layers); context parallelism, ring or Ulysses; ``ep = 1``;
-* frameworks ``fsdp2`` (PyTorch ``fully_shard``, the default), ``megatron`` and
-  ``deepspeed-zero3`` (Megatron's mixed-precision recipe and reentrant checkpoint, cuDNN fused
-  attention; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather with the
-  next forward, not with pipelining); all on the catalog's NCCL 2.30 constants;
+  given first/last stage layers, or the framework's default split,
+  :func:`fsdpsim.plan.pipeline_split.default_split`: every middle stage is timed as the
+  busiest one, whose memory is checked beside the ends'); context parallelism, ring or
+  Ulysses; ``ep = 1``;
+* frameworks ``fsdp2`` (PyTorch ``fully_shard``, the default; every parameter padded),
+  ``fsdp1`` (one FlatParameter per unit, padded once), ``megatron``,
+  ``deepspeed-zero3`` and ``nanotron`` (the last three Megatron's mixed-precision recipe and
+  reentrant checkpoint; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather
+  with the next forward, not with pipelining; nanotron adds an fp32 gradient accumulation
+  pass after each backward); all on the catalog's NCCL 2.30 constants. GEMM and attention
+  fractions are the catalog's for the GPU x precision class x the profile's kernel stack
+  (:func:`fsdpsim.hardware.efficiency.resolve`; cuDNN fused attention on ``te`` only);
 * every precision (16/32-bit, and FP8, FP8 block-scaled, MXFP8, NVFP4 with 16-bit weights,
   activations and attention unless ``fp8_attention`` / ``fp8_lm_head``, ``bf16_layers``
   blended); reduce dtype bf16, fp16 or fp32; AdamW or SGD;
   FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective`` or
-  ``full`` on every layer or the first ``recompute_layers`` of each stage; CUDA graphs on or
-  off; no per-module recompute;
+  ``full`` on every layer or the first ``recompute_layers`` of each stage, and Megatron's
+  per-module ``mlp`` recompute (``recompute_modules``); CUDA graphs on or off;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
 * any scale-up link (NVSwitch, PCIe, switchless mesh), any catalog network and cluster
-  (fabric decay, oversubscribed pods), power caps and fragmented placement.
+  (fabric decay, oversubscribed pods), power caps, fragmented placement and measured bus
+  bandwidths (``--busbw-*-gbs``).
+
+Not covered (refused): ``deepspeed-zero3-2021``, ``internevo``, ``megatron-2021``,
+interleaved schedules, ``ep > 1``, TP across scale-up domains.
 
 Symbols: b micro-batch, s sequence length, c the CP degree, T = b·s/c tokens of a micro-batch
 on one rank, h = d_model, q and kv the query and key/value widths, f the MLP width, V the
@@ -42,8 +53,9 @@ fraction [B/s].
 
 Where the engine counts something in a way that looks questionable, the reference does the
 same (so the two agree) and says so in a comment: each pipeline end stage gathers the whole
-root unit, the TP forward all-reduces of the root are charged at their mean size, and ZB-H1's
-stages hold activations as 1F1B's do.
+root unit; an unpipelined root's fp32 accumulation pass (nanotron) counts its FSDP-padded
+size; Megatron's ``mlp`` module recompute frees the MLP internals of every layer of a stage,
+though it replays only the first ``recompute_layers``.
 """
 
 from __future__ import annotations
@@ -68,7 +80,7 @@ FP8_ATTENTION_SPEEDUP = 1.2 / 0.74
 #: NVFP4 keeps about 15 % of the linear layers in BF16 (arXiv 2509.25149 §4).
 NVFP4_BF16_SHARE = 0.15
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
-FRAMEWORKS = ("fsdp2", "megatron", "deepspeed-zero3")
+FRAMEWORKS = ("fsdp2", "fsdp1", "megatron", "deepspeed-zero3", "nanotron")
 #: Eager PyTorch ops per layer (forward, backward): base GPT block and what each switch adds,
 #: counted with TorchDispatchMode (fsdpsim.costs.compute.HOST_OPS_*, tests/test_model_torch.py).
 OPS_BASE, OPS_EAGER_ATTN, OPS_ROTARY = (41, 79), (20, 21), (8, 16)
@@ -122,8 +134,8 @@ def check_scope(model, system, plan, training) -> None:
                           f"gpus_per_node({system.gpus_per_node})")
     if training.micro_batch is None or training.recompute is None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
-    if training.recompute_modules:
-        refuse(f"recompute_modules {training.recompute_modules!r}", "none")
+    # Dense models: Megatron's ``mlp`` module recompute; the MLA and expert modules have
+    # nothing to act on.
 
 
 # ---------------------------------------------------------------- compute -------------------
@@ -173,9 +185,9 @@ def layer_compute(m, x):
     attn_flops = (0.5 if flash else 1.0) * 4.0 * b * s * s * q / c
     kv_len = (0.5 if flash else 1.0) * s / (1 if x["cp_all2all"] else c)
     half = x["attn_half_kv"] if flash else x["half_k"]
-    # Megatron's recipe runs Transformer Engine's cuDNN fused attention, not PyTorch SDPA
-    fraction = ((x["fused_attn_fraction"] if x["megatron"] else x["attn_fraction"]) if flash
-                else x["matmul_fraction"])
+    # The te kernel stack (Megatron-Core) runs cuDNN's fused attention, the others FA2 / SDPA
+    fraction = ((x["fused_attn_fraction"] if x["fused_attention"] else x["attn_fraction"])
+                if flash else x["matmul_fraction"])
     attn_fwd = attn_flops / (x["peak"] * x["attention_ratio"] * fraction / (1.0 + half / kv_len))
     if not flash:
         attn_fwd += 3.0 * e * b * (m.n_heads / t) * s * s / c / x["W"]
@@ -222,6 +234,11 @@ def layer_compute(m, x):
     recompute = {"none": 0.0, "selective": attn_fwd,
                  "full": max(gemm_fwd + attn_fwd + ew_fwd - early_stop * down_fwd,
                              (ops_fwd - early_stop * OPS_DOWN_PROJ) * ko)}[x["recompute"]]
+    # Megatron's ``mlp`` module recompute (transformer_layer.py, CheckpointWithoutOutput around
+    # the MLP; moot under full recompute): the MLP forward again in backward, its up (and
+    # gate) and down GEMMs and the activation's traffic (SwiGLU reads 2f, writes f; GELU f, f).
+    if x["rc_mlp"] and x["recompute"] != "full":
+        recompute += times[2][0] + down_fwd + T * f * (3.0 if swiglu else 2.0) * e / x["W"]
     return {"gemm_fwd_s": gemm_fwd, "gemm_bwd_s": gemm_bwd, "attn_fwd_s": attn_fwd,
             "attn_bwd_s": attn_bwd, "ew_fwd_s": ew_fwd, "ew_bwd_s": ew_bwd,
             "block_fwd_s": block_fwd, "block_bwd_s": block_bwd, "recompute_s": recompute}
@@ -276,14 +293,28 @@ def bus_bandwidth(x, n, per_node, per_pod=None):
 def nccl_time_s(x, message_bytes, n, per_node, all_reduce=False, per_pod=None):
     """One NCCL collective on M bytes over n ranks: the least over NCCL's (algorithm,
     protocol) pairs of ``latency + M · share / bandwidth`` (NCCL src/graph/tuning.cc
-    ``ncclTopoTuneModel``; constants from the catalog's library; fsdpsim.costs.nccl)."""
+    ``ncclTopoTuneModel``; constants from the catalog's library; fsdpsim.costs.nccl).
+
+    A bus bandwidth the user measured (nccl-tests' busbw, ``--busbw-*-gbs``) replaces the
+    modelled one for its kind and tier: all-reduce inside one domain or across domains,
+    all-gather / reduce-scatter across domains. With both of the latter pinned, the ring
+    collectives (priced alike) take the bandwidth at which an all-gather and a
+    reduce-scatter of M bytes last as long as the two measured ones together:
+    ``2 / (1/B_ag + 1/B_rs)``."""
     if n <= 1:
         return 0.0
     lib = x["nccl"]
     ppn = min(per_node, n)
     nodes = max(math.ceil(n / max(ppn, 1)), 1)
     multi = nodes > 1
-    busbw = bus_bandwidth(x, n, per_node, per_pod)
+    pins = x["busbw_pins"]
+    if all_reduce:
+        pin = pins.get("busbw_allreduce_inter_gbs" if multi else "busbw_allreduce_intra_gbs")
+    else:
+        ring = [pins[k] for k in ("busbw_allgather_inter_gbs", "busbw_reducescatter_inter_gbs")
+                if k in pins]
+        pin = len(ring) / sum(1.0 / v for v in ring) if ring and multi else None
+    busbw = bus_bandwidth(x, n, per_node, per_pod) if pin is None else pin
     passes = 2.0 if all_reduce else 1.0
     steps = passes * (n - 1)                 # ring steps: n − 1, twice for all-reduce
     inter = passes * (nodes - 1)             # of which cross nodes
@@ -333,10 +364,9 @@ def tensor_parallel_s(m, x, tp_per_node, tp_per_pod):
       reduce-scattered and input re-gathered), and the vocab-parallel loss's three per-token
       fp32 all-reduces (max, target logit, sum-exp: 12 B per token in all).
 
-    A kind's calls in one pass are charged as that many calls of their mean size, as the
-    engine groups them. Only the no-SP forward root mixes sizes (one m-byte all-reduce, three
-    of 4·T bytes); NCCL picks per call, and charging 4 × t(mean) instead of t(m) + 3·t(4T)
-    overstates it (llama3-8b, tp 8, b·s = 2048 on H100: 251 µs against 175 µs)."""
+    Calls of one kind and size in one pass are charged together; the no-SP forward root's
+    all-reduces differ in size (one of m bytes, three of 4·T) and each is costed on its own,
+    as NCCL picks an algorithm per call: t(m) + 3·t(4T)."""
     t, T = x["tp"], x["T"]
     msg = T * m.d_model * x["e"]
     loss_bytes = T * 12.0
@@ -353,7 +383,7 @@ def tensor_parallel_s(m, x, tp_per_node, tp_per_pod):
                 + ring(2 * msg, 2) + ring(msg, 1))                    # bwd AG x2; head RS
     else:
         fwd, bwd = ar(2 * msg, 2), ar(2 * msg, 2)
-        root = ar(msg + loss_bytes, 4) + ar(msg, 1)                   # embed + loss; head grad
+        root = ar(msg, 1) + ar(loss_bytes, 3) + ar(msg, 1)            # embed; loss; head grad
     return fwd, bwd, root
 
 
@@ -415,9 +445,12 @@ def tp_local_shapes(shapes, tp, vocab_size, padded_vocab):
     return out
 
 
-def padded_numel(shapes, shard):
-    """Elements of one FSDP2 unit: every parameter's dim 0 padded to a multiple of the shard
-    count (torch _fsdp_param.py; fsdpsim.costs.comm.padded_numel)."""
+def padded_numel(shapes, shard, flat=False):
+    """Elements of one FSDP unit sharded ``shard`` ways: FSDP2 pads every parameter's dim 0
+    to a multiple of the shard count (torch ``_fsdp_param.py``); FSDP1 (``flat``) flattens
+    the unit into one FlatParameter and pads it once (torch ``_flat_param.py``)."""
+    if flat:
+        return float(math.ceil(sum(math.prod(sh) for _, sh in shapes) / shard) * shard)
     return float(sum(math.ceil((sh[0] if sh else 1) / shard) * shard
                      * math.prod(sh[1:]) for _, sh in shapes))
 
@@ -459,8 +492,15 @@ def _rates(model, system, plan, training):
     from fsdpsim.hardware.system import FRAGMENTED_FACTOR
     from fsdpsim.plan.frameworks import PROFILES, canonical, profile
 
+    from fsdpsim.hardware.efficiency import resolve
+
     acc, eff, link, net = system.accelerator, system.accelerator.efficiency, system.link, \
         system.network
+    # The GEMM and attention fractions of this GPU x precision class x the profile's kernel
+    # stack (the catalog's [efficiency.<class>.<stack>] table, else the nearest stack's, else
+    # the fallback; outside Transformer Engine the fused-attention fraction is FlashAttention's).
+    stack = profile(plan.framework).kernel_stack
+    fractions = resolve(acc, training.precision, stack).values
     lib = system.collectives.get(profile(plan.framework).collectives)
     if lib is None:  # the built-in catalog's release of the default profile
         from fsdpsim.hardware.catalog import load_catalog
@@ -480,11 +520,12 @@ def _rates(model, system, plan, training):
                             if low else 1.0),
         "lm_head_ratio": 1.0 if not low or training.fp8_lm_head else sixteen / gemm_peak,
         "cast_scale": CAST_BYTES.get(precision, 4.0) / CAST_BYTES["fp8"],
-        "R": peak * eff.matmul_fraction, "matmul_fraction": eff.matmul_fraction,
+        "R": peak * fractions["matmul_fraction"],
+        "matmul_fraction": fractions["matmul_fraction"],
         "half_flops": eff.matmul_half_flops, "half_k": eff.matmul_half_k,
-        "attn_fraction": eff.attention_fraction, "attn_half_kv": eff.attention_half_kv,
-        "fused_attn_fraction": (eff.attention_fraction if eff.fused_attention_fraction is None
-                                else eff.fused_attention_fraction),
+        "attn_fraction": fractions["attention_fraction"], "attn_half_kv": eff.attention_half_kv,
+        "fused_attn_fraction": fractions["fused_attention_fraction"],
+        "fused_attention": stack == "te",
         "megatron": profile(plan.framework).recipe == "megatron",
         "param_gather_overlap": canonical(plan.framework) == "megatron",
         "W": acc.hbm_bandwidth_bytes_per_s * eff.hbm_fraction,
@@ -500,6 +541,10 @@ def _rates(model, system, plan, training):
         "placement_factor": FRAGMENTED_FACTOR if system.placement == "fragmented" else 1.0,
         "kernel_overhead_s": eff.kernel_overhead_s, "sigma": eff.comm_compute_slowdown,
         "nccl": lib, "memory_bytes": acc.memory_bytes,
+        "busbw_pins": dict(system.measured_busbw),      # [B/s] by BUSBW_COLUMNS name
+        # an fp32 gradient accumulation pass after each backward (nanotron), bytes/parameter
+        "accum_pass_bytes": profile(plan.framework).grad_accum_pass_bytes,
+        "flat_parameter": profile(plan.framework).flat_parameter,   # FSDP1's padding
         "reserved_bytes": acc.runtime_reserved_bytes,
         "allocator_fraction": acc.allocator_fraction,
     }
@@ -623,6 +668,10 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     core = 4.0 * rows if x["flash"] else rows * s * (e + drop * (1.0 + e))  # LSE, or scores
     kept = linear + core
     saved = {"none": kept, "selective": linear, "full": T * e * h / h_split}[x["recompute"]]
+    # Megatron's ``mlp`` module recompute frees the MLP internals (e·n_ffn·f/t per token) of
+    # every layer of the stage, as the engine counts it (the replay runs on the first K only).
+    freed = (n_layers * T * e * n_ffn * m.ffn_size / t
+             if x["rc_mlp"] and x["recompute"] != "full" else 0.0)
     working = kept - saved                               # one layer rebuilt in its backward
     head = 2.0 * T * e * h / h_split                     # final-norm and LM-head inputs
     # Logits (bf16) and the cross-entropy's three fp32 temporaries, the vocabulary split by TP.
@@ -630,7 +679,7 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     held_logits = 2.0 * T * V / t
     # Only the first K layers recompute (Megatron --recompute-num-layers); the rest keep all.
     K = n_layers if x["recompute_layers"] is None else min(x["recompute_layers"], n_layers)
-    activations = in_flight * (K * saved + (n_layers - K) * kept)
+    activations = in_flight * (K * saved + (n_layers - K) * kept - freed)
     working = working if K > 0 else 0.0
     at_loss = (states + (e * gathered_loss if separate else 0.0) + accumulated
                + activations + head + logits)
@@ -694,6 +743,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
              fused_loss=training.fused_loss, recompute=training.recompute,
              dropout=training.dropout, recompute_layers=training.recompute_layers,
              cuda_graphs=training.cuda_graphs != "none",
+             rc_mlp="mlp" in training.recompute_modules,
              block_params=float(sum(math.prod(sh) for _, sh in
                                     m.unit_parameter_shapes()["block"])),
              optimizer=training.optimizer,
@@ -701,11 +751,12 @@ def predict(model, system, plan, training) -> dict[str, float]:
     layer = layer_compute(m, x)
     root = root_compute(m, x)
 
-    # -- FSDP units: one per block and the root, one TP rank's, padded per parameter -------
+    # -- FSDP units: one per block and the root, one TP rank's, padded (per parameter or flat)
     shapes = {unit: tp_local_shapes(pairs, t, m.vocab_size, vocab)
               for unit, pairs in m.unit_parameter_shapes().items()}
-    block_numel = padded_numel(shapes["block"], shard)
-    root_numel = padded_numel(shapes["root"], shard)
+    flat = x["flat_parameter"]
+    block_numel = padded_numel(shapes["block"], shard, flat)
+    root_numel = padded_numel(shapes["root"], shard, flat)
     params_padded = L * block_numel + root_numel
     params_rank = (float(m.n_params) if t == 1 else L * padded_numel(shapes["block"], 1)
                    + padded_numel(shapes["root"], 1))
@@ -717,6 +768,15 @@ def predict(model, system, plan, training) -> dict[str, float]:
     embed = [(n, sh) for n, sh in shapes["root"] if n.startswith(("tok_emb", "pos_emb"))]
     head = [(n, sh) for n, sh in shapes["root"] if not n.startswith(("tok_emb", "pos_emb"))]
     head += [(n, sh) for n, sh in embed if m.tied_embeddings and n.startswith("tok_emb")]
+    # nanotron accumulates each micro-batch's 16-bit gradients into fp32 buffers after its
+    # backward (FP32GradientAccumulator: fp32_grad.add_(half_param.grad); read 2 B, read and
+    # write 4 B per parameter of the rank), bandwidth bound on the compute stream. The engine
+    # counts an unpipelined root at its FSDP-padded size; each pipeline end its own part.
+    accum = x["accum_pass_bytes"] / x["W"]
+    layer["block_bwd_s"] += accum * padded_numel(shapes["block"], 1)
+    root["root_bwd_s"] += accum * root_numel
+    embed_accum_s = accum * padded_numel(embed, 1)
+    head_accum_s = accum * padded_numel(head, 1)
 
     # -- tensor parallelism: exposed unless overlapped with the GEMMs beside it -------------
     tp_fwd, tp_bwd, tp_root = (tensor_parallel_s(m, x, tp_per_node, tp_per_pod) if t > 1
@@ -807,12 +867,12 @@ def predict(model, system, plan, training) -> dict[str, float]:
         return fwd, bwd_mb, backward(mb_rs + step_block, root_rs + step_root)
 
     # Optimizer on the local shard (the first stage's, with pipelining): bandwidth bound.
-    stage_params = (L_first * block_numel + padded_numel(embed, shard) if pp > 1
+    stage_params = (L_first * block_numel + padded_numel(embed, shard, flat) if pp > 1
                     else params_padded)
     optimizer_s = stage_params / shard * OPTIMIZER_TRAFFIC_BYTES[training.optimizer] / x["W"]
-    embed_fwd, embed_bwd = root["embed_s"], 2.0 * root["embed_s"]
+    embed_fwd, embed_bwd = root["embed_s"], 2.0 * root["embed_s"] + embed_accum_s
     head_fwd = root["head_gemm_s"] + 0.4 * root["loss_s"]
-    head_bwd = root["head_gemm_bwd_s"] + 0.6 * root["loss_s"]
+    head_bwd = root["head_gemm_bwd_s"] + 0.6 * root["loss_s"] + head_accum_s
     p2p_s = bubble_s = 0.0
     if pp == 1:
         fwd, bwd_mb, bwd_last = phases(L, True)  # fwd: the mean over the k micro-batches
@@ -882,6 +942,8 @@ def predict(model, system, plan, training) -> dict[str, float]:
     replayed = {"none": 0.0, "selective": attn_full,
                 "full": layer_mm + attn_full                    # less the down projection
                 - (0.0 if x["megatron"] else 2.0 * T * m.d_model * m.ffn_size)}[training.recompute]
+    if x["rc_mlp"] and training.recompute != "full":   # the MLP's forward GEMMs again
+        replayed += 2.0 * T * (up + m.ffn_size) * m.d_model
     hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
                       + 3.0 * 2.0 * T * m.d_model * vocab + L * replayed * rc_share) * k * dp
     peak_total = x["peak_nominal"] * N
@@ -894,15 +956,22 @@ def predict(model, system, plan, training) -> dict[str, float]:
                                   vocab, 1)
     else:
         # Micro-batches in flight at a stage's peak: GPipe all m; 1F1B min(p − j, m) on stage
-        # j (the first min(p, m), the last 1). ZB-H1 is counted as 1F1B, as the engine does,
-        # though its delayed W passes keep activations longer on the later stages.
+        # j (the first min(p, m), the last 1); ZB-H1 min(p, m) on every stage: stage j's W
+        # passes run j backwards late, so j more micro-batches wait for their W (Qi et al.
+        # 2024 §2.1), counted whole (W keeps most of a micro-batch's activations, Table 1).
         block_rank = padded_numel(shapes["block"], 1)
-        gpipe = plan.pp_schedule == "gpipe"
-        ends = [(L_first, embed, 0.0, k if gpipe else min(pp, k)),
-                (L_last, head, vocab, k if gpipe else 1)]
+
+        def flight(stage):
+            return (k if plan.pp_schedule == "gpipe" else min(pp, k)
+                    if plan.pp_schedule == "zb-h1" else min(pp - stage, k))
+        ends = [(L_first, embed, 0.0, flight(0)), (L_last, head, vocab, flight(pp - 1))]
+        # An uneven split whose busiest middle rank holds more layers than the first: that
+        # rank (no embedding, no head) can bind too.
+        if L_mid > L_first:
+            ends.append((L_mid, [], 0.0, flight(plan.busiest_middle_rank(L))))
         peak_bytes = max(stage_memory(n, n * block_rank + padded_numel(part, 1),
-                                      n * block_numel + padded_numel(part, shard), block_numel,
-                                      padded_numel(part, shard), v, flight)
+                                      n * block_numel + padded_numel(part, shard, flat),
+                                      block_numel, padded_numel(part, shard, flat), v, flight)
                          for n, part, v, flight in ends)
     return {
         "step_time_s": step_s,

@@ -160,3 +160,28 @@ def test_internevo_reduces_its_bf16_gradients_unless_told_otherwise():
     assert told.values["grads_bytes"] == pytest.approx(2 * p.values["grads_bytes"])
     megatron = predict(spec, SELENE, ParallelPlan(64, 8, "optimizer", framework="megatron"), base)
     assert megatron.training["reduce_dtype"] == "fp32"
+
+
+def test_fsdp1_pads_each_unit_once_fsdp2_every_parameter():
+    """gpt3-125m sharded 3,072 ways. A block holds 12·768² + 13·768 = 7,087,872 parameters.
+    FSDP1's FlatParameter pads the flattened unit once (torch ``_flat_param.py``):
+    ceil(7,087,872 / 3,072)·3,072 = 7,090,176. FSDP2 pads every parameter's dim 0 to 3,072
+    rows: q, k, v, o and down weights to 3,072·768 (four) and 3,072·3,072 (down), the
+    3,072-row up weight as it is, ten 768-long vectors and the up bias to 3,072 each:
+    4·2,359,296 + 9,437,184 + 2,359,296 + 11·3,072 - 3,072 = 21,264,384."""
+    from fsdpsim.engine.build import config_inputs
+
+    model, system = get_model("gpt3-125m"), resolve_system(CATALOG, gpu="h100")
+    training = TrainingConfig(seq_len=2048, micro_batch=1, recompute="full")
+    numel = {}
+    for name in ("fsdp1", "fsdp2"):
+        plan = ParallelPlan(num_gpus=3072, gpus_per_node=8, framework=name)
+        numel[name] = float(np.asarray(
+            config_inputs(model, system, plan, training)["block_numel_padded"]))
+    assert numel == {"fsdp1": 7_090_176.0, "fsdp2": 21_264_384.0}
+    # a third of the blocks' gathered bytes (the ring's 3,071 hops of latency stay)
+    values = {name: predict(model, system, ParallelPlan(num_gpus=3072, gpus_per_node=8,
+                                                        framework=name), training).values
+              for name in numel}
+    assert values["fsdp1"]["all_gather_s"] < values["fsdp2"]["all_gather_s"]
+    assert values["fsdp1"]["peak_bytes"] < values["fsdp2"]["peak_bytes"]

@@ -144,3 +144,25 @@ def test_cli_sweep_and_megatron_emit(capsys):
                        "8", "--recompute-modules", "mlp", "--top", "1", "--emit", "megatron")
     assert rc == 0, err
     assert "--recompute-modules" in out and "mlp" in out
+
+
+def test_dense_mlp_recompute_counts_in_the_hardware_flops():
+    """Llama 3 8B on 8 GPUs (FSDP, dp 8), b·s = 4,096 tokens: ``mlp`` reruns the SwiGLU MLP's
+    three GEMMs in each of the 32 layers, 2·4,096·3·4,096·14,336 FLOPs a layer, on each of the
+    8 data-parallel ranks; the model FLOPs do not change, and HFU counts the extra."""
+    h100 = resolve_system(CATALOG, gpu="h100")
+    plan = ParallelPlan(8, 8, "full")
+
+    def run(modules):
+        training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="none",
+                                  recompute_modules=modules)
+        return predict(get_model("llama3-8b"), h100, plan, training).values
+
+    none, mlp = run(()), run(("mlp",))
+    extra = 8 * 32 * 2.0 * 4096 * 3 * 4096 * 14336
+    assert mlp["hardware_flops_per_step"] - none["hardware_flops_per_step"] == pytest.approx(
+        extra, rel=1e-12)
+    assert mlp["model_flops_per_step"] == none["model_flops_per_step"]
+    peak = 8 * h100.accelerator.peak_flops_per_s["bf16"]         # HFU's denominator per second
+    assert (mlp["hfu"] * mlp["step_time_s"] - none["hfu"] * none["step_time_s"]) * peak \
+        == pytest.approx(extra, rel=1e-9)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fsdpsim import reference
 from fsdpsim.drivers.predict import predict
 from fsdpsim.hardware.catalog import load_catalog
-from fsdpsim.hardware.system import resolve_system
+from fsdpsim.hardware.system import BUSBW_COLUMNS, resolve_system
 from fsdpsim.model.presets import PRESETS
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -73,7 +73,9 @@ def configurations(draw):
             CATALOG, gpu=gpu, cluster=cluster,
             placement=draw(st.sampled_from(["packed", "fragmented"])),
             network=draw(st.sampled_from([None] + sorted(CATALOG.ids("network")))),
-            power_cap_w=draw(st.sampled_from([None, None, 300.0, 500.0])))
+            power_cap_w=draw(st.sampled_from([None, None, 300.0, 500.0])),
+            busbw_gbs=draw(st.one_of(st.none(), st.none(), st.dictionaries(
+                st.sampled_from(BUSBW_COLUMNS), st.floats(5.0, 900.0), min_size=1))))
     except ConfigError:  # a cap above the part's power, say
         assume(False)
     per_node = system.gpus_per_node
@@ -134,6 +136,7 @@ def _training(draw, model, plan, pp, micro_batch, precision, low):
         flash_attention=draw(st.booleans()), fused_loss=draw(st.booleans()),
         dropout=draw(st.booleans()),
         cuda_graphs=draw(st.sampled_from(["none", "none", "partial", "full"])),
+        recompute_modules=draw(st.sampled_from([(), (), ("mlp",), ("mla_up_proj", "moe_act")])),
         recompute_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))),
         fp8_attention=low and draw(st.booleans()), fp8_lm_head=low and draw(st.booleans()),
         bf16_layers=draw(st.one_of(st.none(), st.integers(0, model.n_layers))) if low else None)
@@ -173,9 +176,7 @@ def _h100():
     {"model": "mixtral-8x7b"},
     {"plan": {"pp": 2, "pp_schedule": "interleaved", "vpp": 2}},
     {"plan": {"pp": 2, "vpp": 2}},
-    {"training": {"recompute_modules": ("mlp",)}},
     {"plan": {"tp": 16, "num_gpus": 32}},
-    {"plan": {"framework": "fsdp1"}},
     {"plan": {"framework": "internevo"}},
     {"plan": {"framework": "megatron", "pp": 2, "sharding": "optimizer"}},
     {"plan": {"framework": "deepspeed-zero3-2021"}},

@@ -282,9 +282,11 @@ def test_in_flight_equals_simulation(schedule):
                 assert res.peak_in_flight.max() == res.peak_in_flight[0]    # first stage
                 every = in_flight_microbatches(SCHEDULE_CODES[schedule], p, v, m,
                                                stage=np.arange(p))
-                assert every.tolist() == pytest.approx(res.peak_in_flight.tolist())
+                # zb-h1 holds a micro-batch until its W pass: min(p, m) on every stage
+                held = res.peak_in_flight_until_w if schedule == "zb-h1" else res.peak_in_flight
+                assert every.tolist() == pytest.approx(held.tolist())
                 if schedule == "zb-h1":                                     # [4] §2.1
-                    assert res.peak_in_flight_until_w.max() == min(p, m)
+                    assert held.tolist() == [min(p, m)] * p
 
 
 def test_in_flight_literals():
@@ -314,3 +316,27 @@ def test_p2p_per_stage():
     assert p2p_per_stage(1, 1, 8, act).send_bytes.tolist() == [0.0]
     with pytest.raises(ConfigError, match="vpp must be a positive integer"):
         p2p_per_stage(4, 0, 8, act)
+
+
+def test_zb_h1_holds_p_microbatches_on_the_last_stage_too():
+    """ZB-H1 delays stage s's W passes by s backwards ([4] §2.1), so the last of p = 4 stages
+    holds 1 micro-batch awaiting B and 3 awaiting W: 4, as GPipe's last stage with m = 4 (all
+    its forwards before its backwards), where 1F1B's holds 1."""
+    from fsdpsim.drivers.predict import predict
+    from fsdpsim.hardware.catalog import load_catalog
+    from fsdpsim.hardware.system import resolve_system
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+    assert in_flight_microbatches("zb-h1", 4, 1, 16, stage=3) == 4
+    assert in_flight_microbatches("1f1b", 4, 1, 16, stage=3) == 1
+    system = resolve_system(load_catalog(use_env=False), gpu="h100")
+
+    def last_stage_bytes(schedule, m):
+        plan = ParallelPlan(num_gpus=32, gpus_per_node=8, pp=4, pp_schedule=schedule)
+        training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=m * plan.dp,
+                                  recompute="none")
+        return predict(get_model("llama3-8b"), system, plan, training).values[
+            "peak_bytes_last_stage"]
+    assert last_stage_bytes("zb-h1", 16) == pytest.approx(last_stage_bytes("gpipe", 4))
+    assert last_stage_bytes("zb-h1", 16) > last_stage_bytes("1f1b", 16) + 3e9

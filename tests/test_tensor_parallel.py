@@ -20,6 +20,8 @@ from fsdpsim.model.spec import ModelSpec
 
 LAYER_KEYS = [f"{p}_{k}_{q}" for p in tpc.PHASES for k in tpc.TP_KINDS
               for q in ("calls", "bytes")]
+HEAD_PARTS = [f"forward_{part}_all_reduce_{q}" for part in ("embedding", "loss")
+              for q in ("calls", "bytes")]
 
 GPT_BIAS = ModelSpec(name="gelu-bias", n_layers=2, d_model=32, n_heads=4, ffn_size=128,
                      ffn_kind="gelu", vocab_size=64, tied_embeddings=False, position="learned",
@@ -67,8 +69,17 @@ def test_layer_torch_layout():
 def test_tp_one_is_free(sp):
     layer = tpc.tp_layer_collectives(4096, 4096, 2, 1, sp)
     head = tpc.tp_head_collectives(4096, 4096, 32000, 2, 1, sp)
-    assert set(layer) == set(head) == set(LAYER_KEYS)
+    assert set(layer) == set(LAYER_KEYS)
+    assert set(head) == set(LAYER_KEYS) | set(HEAD_PARTS)
     assert all(np.all(v == 0) for v in [*layer.values(), *head.values()])
+
+
+@pytest.mark.parametrize("sp,loss_parallel", [(False, True), (True, True), (False, False)])
+def test_head_forward_all_reduce_parts_add_up(sp, loss_parallel):
+    head = tpc.tp_head_collectives(4096, 4096, 32000, 2, 8, sp, loss_parallel)
+    for q in ("calls", "bytes"):
+        assert head[f"forward_all_reduce_{q}"] == (head[f"forward_embedding_all_reduce_{q}"]
+                                                   + head[f"forward_loss_all_reduce_{q}"])
 
 
 @settings(max_examples=60, deadline=None)
@@ -315,3 +326,36 @@ def test_korthikanti_table2(s, b, h, a, t):
     # Table 2 is per layer: fused_glu changes nothing for a GELU MLP.
     assert activation_bytes_per_layer(b, s, h, h, h, 4 * h, "gelu", a, flash_attention=False,
                                       dropout=True, fused_glu=False) == rows[("none", 1, False)]
+
+
+def test_root_forward_all_reduces_are_costed_each_at_its_own_size():
+    """llama3-8b, tp 8 without SP, b·s = 2,048 on H100, one micro-batch, no recompute: each of
+    the 32 layers all-reduces m = 2,048·4,096·2 B four times (two forward, two backward); the
+    root all-reduces the embedding output (m) and the LM head's input gradient (m) and, for
+    the vocab-parallel loss, three per-token fp32 scalars (4·2,048 B each). NCCL picks an
+    algorithm per call, so tp_s = 32·4·t(m) + 2·t(m) + 3·t(8,192 B), not
+    32·4·t(m) + 4·t((m + 3·8,192)/4) + t(m) (the forward's four calls at their mean size)."""
+    from fsdpsim import engine
+    from fsdpsim.costs import nccl
+    from fsdpsim.drivers.predict import config_inputs, predict
+    from fsdpsim.engine import collectives, layers
+    from fsdpsim.hardware.catalog import load_catalog
+    from fsdpsim.hardware.system import resolve_system
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+    system = resolve_system(load_catalog(use_env=False), gpu="h100")
+    plan = ParallelPlan(8, 8, "none", tp=8, sequence_parallel=False)
+    training = TrainingConfig(seq_len=2048, micro_batch=1, recompute="none")
+    model = get_model("llama3-8b")
+    g = engine.prepare({**config_inputs(model, system, plan, training), "micro_batch": 1.0,
+                        "recompute": engine.RECOMPUTE_CODES["none"], "grad_accum": 1.0})
+    cands = collectives.group_coefficients(g, layers.rates(g))["tp"]["ar"]
+
+    def t(nbytes):
+        return float(nccl.time_s(nbytes, cands))
+    m, loss = 2048 * 4096 * 2.0, 4.0 * 2048
+    tp_s = predict(model, system, plan, training).values["tp_s"]
+    assert tp_s == pytest.approx(32 * 4 * t(m) + 2 * t(m) + 3 * t(loss), rel=1e-9)
+    mean_size = 32 * 4 * t(m) + 4 * t((m + 3 * loss) / 4) + t(m)
+    assert mean_size - tp_s > 20e-6          # the mean-size charge overstated the root

@@ -229,27 +229,34 @@ def in_flight_microbatches(schedule_code, pp, vpp, n_microbatches, stage=0):
     most loaded one) [-].
 
     In units of one stage's full activations (an interleaved chunk counts 1 / v). A stage
-    holds a micro-batch from the start of its forward to the end of its backward (B); the
-    peak comes just before the stage's first backward. For stage s (0-based):
+    holds a micro-batch from the start of its forward to the end of its backward (B), under
+    zb-h1 to the end of its weight-gradient pass (W); the peak comes just before the stage's
+    first backward (zb-h1: its first W). For stage s (0-based):
 
     * gpipe: m (every forward runs before the first backward).
     * 1f1b: min(p − s, m): p − s − 1 warm-up forwards plus the first steady-state one; the
       first stage holds p ([2] §2.2.1), the last 1.
-    * zb-h1: as 1F1B until B; held until W it is min(p, m) on every stage, the constraint
-      ZB-H1 is built around ([4] §2.1).
+    * zb-h1: min(p, m) on every stage. Stage s runs 1F1B's p − s − 1 warm-up forwards and
+      starts its W passes s backwards late, so p − s micro-batches wait for their B and s
+      more for their W: "all pipeline stages have the same number of in-flight
+      microbatches" ([4] §2.1), p, the first stage's 1F1B count. A micro-batch past its B
+      keeps only what W reads (the linear layers' inputs and output gradients, M_W = 32·bsh
+      against M_B = 34·bsh + 5·as²b, [4] Table 1); it is counted whole here, an upper bound
+      by at most (M_B − M_W)/M_B of the s micro-batches awaiting W.
     * interleaved: min(w_s + 1, m·v) / v chunks with w_s = (v − 1)·p + 2·(p − s − 1) warm-up
       forwards. The first stage holds p + (p − 1)/v = p·(1 + (p − 1)/(p·v)) when m·v > w_0:
       more than 1F1B's p by (p − 1)/v, the factor of [5] §4.2.3 (and [2] §2.2.2); the last
       holds ((v − 1)·p + 1)/v, not 1.
 
     Vectorised: every argument may be an array; codes as in :data:`SCHEDULE_CODES` (or names).
-    Equal to :func:`fsdpsim.costs.schedule_sim.simulate`'s ``peak_in_flight`` (tested).
+    Equal to :func:`fsdpsim.costs.schedule_sim.simulate`'s ``peak_in_flight`` (zb-h1:
+    ``peak_in_flight_until_w``; tested).
     """
     code = _codes(schedule_code)
     p, v, m, s = as_array(pp), as_array(vpp), as_array(n_microbatches), as_array(stage)
     warmup = minimum((v - 1.0) * p + 2.0 * (p - s - 1.0), m * v)
     interleaved = minimum(warmup + 1.0, m * v) / v
-    one_f_one_b = minimum(p - s, m)
+    one_f_one_b = where(code == ZB_H1, minimum(p, m), minimum(p - s, m))
     return where(code == GPIPE, m, where(code == INTERLEAVED, interleaved, one_f_one_b))
 
 

@@ -164,7 +164,10 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
 
     Returns
     -------
-    dict as :func:`tp_layer_collectives`.
+    dict as :func:`tp_layer_collectives`, and the two parts of ``forward_all_reduce``, whose
+    sizes differ (an m-byte embedding all-reduce, three loss all-reduces of a few bytes per
+    token; NCCL picks an algorithm for each call): ``forward_embedding_all_reduce_*`` and
+    ``forward_loss_all_reduce_*`` (calls, bytes).
 
     Notes
     -----
@@ -208,6 +211,9 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
         "backward_all_gather": (sp * (1.0 + regather),             # embedding grad (+ input)
                                 sp * (1.0 + regather) * m),
         "backward_reduce_scatter": (1.0 * sp, sp * m),             # LM-head input gradient
+        # the forward all-reduces' two parts (not counted again in the totals above)
+        "forward_embedding_all_reduce": (1.0 * plain, plain * m),
+        "forward_loss_all_reduce": (3.0 * split_loss, split_loss * loss_scalars),
     }
     shape = np.broadcast(*[x for pair in terms.values() for x in pair]).shape
     out = _empty(shape)

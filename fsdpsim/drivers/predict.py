@@ -218,8 +218,8 @@ def full_shard_peaks(spec: ModelSpec, system: System, plan: ParallelPlan,
 
     One vectorised memory evaluation (padding per world size). Returns (worlds, peak bytes,
     fits), worlds ascending. Memory per GPU does not fall for ever: FSDP2 pads every
-    parameter's dim 0 to the shard count, so past a few thousand GPUs the padded gathers grow
-    (llama3-8b on H100: 11.4 GiB at 8,192 GPUs, 977 GiB at 4,194,304).
+    parameter's dim 0 to the shard count (FSDP1 each unit once), so past a few thousand GPUs
+    the padded gathers grow (llama3-8b on H100: 11.4 GiB at 8,192 GPUs, 977 GiB at 4,194,304).
     """
     from fsdpsim.util.numbers import MAX_GPUS
 
@@ -227,7 +227,8 @@ def full_shard_peaks(spec: ModelSpec, system: System, plan: ParallelPlan,
     nodes = per_node * 2 ** np.arange(0, int(np.log2(MAX_GPUS // per_node)) + 1)
     worlds = np.unique(np.concatenate([divisors(per_node), nodes, [plan.num_gpus]])).astype(float)
     x: dict[str, Any] = {}
-    x.update(model_inputs(spec, worlds))
+    x.update(model_inputs(spec, worlds,
+                          per_parameter=not frameworks.profile(plan.framework).flat_parameter))
     x.update(system_inputs(system, training.precision))
     x.update({"num_gpus": worlds, "gpus_per_node": per_node,
               "strategy": STRATEGY_CODES["full"], "shard_size": worlds, "replicate_size": 1.0,

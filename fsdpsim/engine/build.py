@@ -474,7 +474,10 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
     plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads, n_kv_heads=spec.kv_heads,
                      seq_len=training.seq_len, n_experts=spec.n_experts,
                      expert_ffn_size=spec.expert_size if spec.is_moe else 0)
-    x = {**model_inputs(spec, plan.shard_group, tp=plan.tp),
+    from fsdpsim.plan.frameworks import profile
+
+    flat = profile(plan.framework).flat_parameter  # FSDP1 pads each unit once
+    x = {**model_inputs(spec, plan.shard_group, per_parameter=not flat, tp=plan.tp),
          **system_inputs(system, training.precision, bf16_linear_share(spec, training)),
          **plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
          **training_inputs(training),

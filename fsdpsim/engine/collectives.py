@@ -274,6 +274,21 @@ def _ring_time_s(c, prefix, cands):
     return total
 
 
+def _head_forward_s(c, cands):
+    """Seconds of the root's forward TP collectives [s]: its all-reduces of two sizes each
+    costed on its own (the embedding's m bytes, then the loss's three per-token reductions,
+    :func:`fsdpsim.costs.tensor_parallel.tp_head_collectives`), as NCCL picks per call;
+    the all-gathers and reduce-scatters as :func:`_ring_time_s`."""
+    parts = {**c, "forward_all_reduce_calls": 0.0}
+    total = _ring_time_s(parts, "forward", cands)
+    for part in ("embedding", "loss"):
+        calls = c[f"forward_{part}_all_reduce_calls"]
+        if any_of(calls):
+            per_call = c[f"forward_{part}_all_reduce_bytes"] / maximum(calls, 1.0)
+            total = total + nccl.time_s(per_call, cands["ar"], calls)
+    return total
+
+
 def _bytes(c, directions=("forward", "backward")):
     return sum(c[f"{d}_{kind}_bytes"] for d in directions
                for kind in ("all_reduce", "all_gather", "reduce_scatter"))
@@ -304,8 +319,8 @@ def tensor_parallel(g, co, w, layer):
     overlap = g["tp_overlap"] > 0
     fwd_exposed = where(overlap, maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
     bwd_exposed = where(overlap, maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
-    root_s = where(on, _ring_time_s(root_c, "forward", cands)
-                   + _ring_time_s(root_c, "backward", cands), 0.0)
+    root_s = where(on, _head_forward_s(root_c, cands) + _ring_time_s(root_c, "backward", cands),
+                   0.0)
     return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
             "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
             "tp_root_s": root_s, "tp_layer_bytes": where(on, _bytes(layer_c), 0.0),

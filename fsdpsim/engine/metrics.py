@@ -33,7 +33,9 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     convention; a causal kernel's skipped half is not discounted) with FlashAttention's 2.5x
     backward, and the recomputed forward (torch's early-stop checkpoint skips the MLP down
     projection, Megatron's reentrant checkpoint does not) on the share of layers that
-    recompute."""
+    recompute, and there too Megatron's ``mlp`` module recompute (``recompute_modules``, dense
+    layers without full recompute; :func:`fsdpsim.engine.module_recompute.mlp_recompute_s`):
+    the MLP's up (and gate) and down GEMMs again, 2·T·(3 or 2)·h·f."""
     b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
     tokens = b * s
     swiglu, flash = g["swiglu"] > 0, g["flash"] > 0
@@ -44,7 +46,11 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     # torch's early-stop checkpoint skips the down projection; Megatron's recomputes it.
     down_fwd_flops = where(g["megatron"] > 0, 0.0,
                            2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"])
+    mlp_fwd_flops = where((g["rc_mlp"] > 0) & (recompute != 2) & (g["active_experts"] <= 1),
+                          2.0 * tokens * where(swiglu, 3.0, 2.0) * g["d_model"] * g["ffn_size"],
+                          0.0)
     return (L * (3.0 * layer_mm + where(flash, 3.5, 3.0) * attn_flops_fwd)
             + 3.0 * compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
-            + L * where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
-                        where(recompute == 1, attn_flops_fwd, 0.0)) * recompute_fraction)
+            + L * (where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
+                         where(recompute == 1, attn_flops_fwd, 0.0))
+                   + mlp_fwd_flops) * recompute_fraction)

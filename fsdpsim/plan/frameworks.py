@@ -138,6 +138,11 @@ class Framework:
     """Bytes of HBM traffic per parameter and micro-batch to add the 16-bit gradient into an
     fp32 accumulation buffer after the backward (0: accumulated in place, e.g. Megatron's
     fused wgrad accumulation into ``main_grad``)."""
+    flat_parameter: bool = False
+    """FSDP1's ``FlatParameter``: each unit's parameters flattened into one tensor, padded once
+    to a multiple of the shard count (torch ``_flat_param.py`` ``_get_shard`` /
+    ``FlatParamHandle``); else FSDP2's padding of every parameter's dim 0
+    (:func:`fsdpsim.costs.comm.padded_numel`)."""
     uncertainty: float = 0.0
     """Relative spread of step time this profile leaves [-]."""
     kernel_stack: str = "pytorch"
@@ -155,7 +160,7 @@ class Framework:
 PROFILES: dict[str, Framework] = {p.name: p for p in (
     Framework("fsdp2", "torch", "nccl-2.30",
               source="torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"),
-    Framework("fsdp1", "torch", "nccl-2.30", uncertainty=0.05,
+    Framework("fsdp1", "torch", "nccl-2.30", flat_parameter=True, uncertainty=0.05,
               source="torch 2.13 torch/distributed/fsdp/_flat_param.py; arXiv 2304.11277 §3",
               # async TP is DTensor/FSDP2-era (torch 2.5 torch.distributed._symmetric_memory)
               supports=(("tp_overlap", (False,)),)),

@@ -16,6 +16,7 @@ from fsdpsim.engine.build import (bf16_linear_share, framework_inputs, model_inp
                             pod_inputs, system_inputs, training_inputs)
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
+from fsdpsim.plan.frameworks import profile
 from fsdpsim.plan.parallel import PP_SCHEDULES, ParallelPlan, TrainingConfig
 from fsdpsim.drivers.search.space import Family
 
@@ -88,7 +89,9 @@ class PlanColumns:
                                      bf16_linear_share(spec, training)),
                      **training_inputs(training),
                      **framework_inputs(spec, system, families[0].base, training.precision)}
-        # model inputs per distinct (tp, shard group): vectorised over the shard sizes
+        # model inputs per distinct (tp, shard group): vectorised over the shard sizes, padded
+        # per parameter (FSDP2) or once per unit (FSDP1's flat parameter)
+        flat = profile(families[0].base.framework).flat_parameter
         tp = self.column("tp").astype(np.int64)
         shard = self.column("shard_size").astype(np.int64)
         key = tp * 2**32 + shard
@@ -96,7 +99,7 @@ class PlanColumns:
         parts = []
         for t in np.unique(uniq // 2**32):
             shards = (uniq[uniq // 2**32 == t] % 2**32).astype(float)
-            x = model_inputs(spec, shards, tp=int(t))
+            x = model_inputs(spec, shards, per_parameter=not flat, tp=int(t))
             parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
                           for k, v in x.items()})
         parts = [{k: np.broadcast_to(np.asarray(v, dtype=float), p["n_layers"].shape)
