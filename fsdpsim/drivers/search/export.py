@@ -95,8 +95,8 @@ def _torchtitan_blockers(choice) -> list[str]:
         out.append("mesh order " + ",".join(p.mesh_order) + ": torchtitan's is fixed "
                    "(pp, dp_replicate, dp_shard, cp, tp)")
     k, n = choice.recompute_layers, choice.layers_per_stage
-    if choice.recompute != "none" and k is not None and (choice.recompute == "selective"
-                                                          or n % k or p.vpp > 1):
+    if choice.recompute != "none" and k not in (None, 0) and (choice.recompute == "selective"
+                                                               or n % k or p.vpp > 1):
         out.append(f"recompute of {k} of each stage's {n} layers: torchtitan checkpoints "
                    "every n-th layer of a model chunk (selective_ac_option = n)")
     return out
