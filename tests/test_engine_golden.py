@@ -7,6 +7,9 @@ accumulation knob, bf16/fp16/fp8, eager and flash attention) and every modelled 
 MosaicML and vTrain single-node calibration files. Each is rebuilt here through today's public
 objects and must give the same numbers (relative tolerance 1e-12: the same formulas may be
 evaluated in another order).
+The calibration rows' part (``measurements``) follows intended physics changes of the
+model (``tools/make_engine_golden.py`` rewrites it; the root's tensor-parallel all-reduces are
+costed each at its own size); the grid part is never regenerated.
 
 Dense models only: the snapshot's mixture-of-experts cases (Mixtral 8x7B) differ on purpose
 from the layered engine (experts as grouped GEMMs on their per-expert shapes, the router's
