@@ -70,8 +70,8 @@ def _pct(x: float) -> str:
 
 
 def _plan_text(pl: dict) -> str:
-    """The plan in the report: the mesh in one line for hybrid plans (with what differs from
-    the defaults), the data-parallel strategy in words otherwise."""
+    """The plan in the report: its one line (:mod:`fsdpsim.plan.spelling`, what ``predict
+    --plan`` reads) and, in words, what the line leaves implicit."""
     extras = ((", parameters kept gathered for the step" if pl["keep_gathered"] else "")
               + (", gradient sync on the last micro-batch" if pl["grad_sync"] == "last"
                  else ""))
@@ -89,8 +89,8 @@ def _plan_text(pl: dict) -> str:
             words.append(f"expert-dp {pl['expert_dp']}, all-to-all "
                          + ("overlapped" if pl["ep_overlap"] else "exposed"))
         return ", ".join(words) + framework + extras
-    return (f"sharding {pl['sharding']} (dp_shard {pl['dp_shard']} x dp_replicate "
-            f"{pl['dp_replicate']}), reshard after forward: "
+    zero = f"ZeRO-{pl['zero']}" + (" (HSDP)" if pl["sharding"] == "hybrid" else "")
+    return (f"{pl['line']}, {zero}, reshard after forward: "
             f"{'yes' if pl['reshard_after_forward'] else 'no'}" + framework + extras)
 
 
