@@ -57,8 +57,19 @@ def summarise_by(result: pd.DataFrame, by: str) -> dict[str, dict]:
 
 
 def summarise(result: pd.DataFrame) -> dict[str, float]:
-    """MAPE, median and worst absolute error (fractions), and the row count."""
+    """MAPE, median and worst absolute error (fractions), and the row count; where the rows
+    carry their 90 % ranges (``validate``), the coverage figures of
+    :func:`fsdpsim.measured.ranges.coverage_summary` too (``coverage``, ``median_width``,
+    ``coverage_out_of_sample`` and its ``rows_out_of_sample``)."""
     err = result["error"].abs()
-    return {"rows": int(len(result)), "mape": float(err.mean()),
-            "median_ape": float(err.median()), "worst_ape": float(err.max()),
-            "bias": float(result["error"].mean())}
+    out = {"rows": int(len(result)), "mape": float(err.mean()),
+           "median_ape": float(err.median()), "worst_ape": float(err.max()),
+           "bias": float(result["error"].mean())}
+    if "inside" in result.columns:
+        from fsdpsim.measured.ranges import coverage_summary
+
+        cov = coverage_summary(result)
+        out.update(coverage=cov["all"]["coverage"], median_width=cov["all"]["median_width"],
+                   coverage_out_of_sample=cov["out_of_sample"]["coverage"],
+                   rows_out_of_sample=cov["out_of_sample"]["rows"])
+    return out
