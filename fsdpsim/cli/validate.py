@@ -36,10 +36,10 @@ def coverage_line(s: dict) -> str:
     """The coverage summary line: how often the 90 % range holds the measured value, over all
     rows and over the out-of-sample ones (:mod:`fsdpsim.measured.ranges`), and its median
     relative width."""
-    oos = (f"{100 * s['coverage_out_of_sample']:.0f} % of the {s['rows_out_of_sample']} "
-           "out-of-sample rows" if s["rows_out_of_sample"] else "no out-of-sample rows")
-    return (f"90 % range holds the measured value for {100 * s['coverage']:.0f} % of rows "
-            f"({oos}); median range width {100 * s['median_width']:.0f} % of the prediction")
+    oos = (f"{100 * s['coverage_out_of_sample']:.0f} % of {s['rows_out_of_sample']} "
+           "out-of-sample" if s["rows_out_of_sample"] else "none out-of-sample")
+    return (f"90 % range holds the measurement for {100 * s['coverage']:.0f} % of rows, "
+            f"{oos}; median width {100 * s['median_width']:.0f} %")
 
 
 def _group_table(title: str, groups: dict[str, dict]) -> list[str]:
