@@ -162,3 +162,24 @@ def test_coverage_quoted_in_accuracy_md_is_validates(name):
     assert quoted["oos_rows"] == s["rows_out_of_sample"]
     assert quoted["oos"] == round(100 * s["coverage_out_of_sample"])
     assert quoted["width"] == round(100 * s["median_width"])
+
+
+@pytest.mark.slow
+def test_sweep_gives_predicts_range_for_a_pipeline_across_nodes(capsys):
+    import io
+    import json
+
+    from fsdpsim.cli import main
+
+    flags = ["--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "32", "--gpus-per-node", "8",
+             "--pp", "8", "--tp", "1", "--seq-len", "4096", "--global-batch", "256",
+             "--micro-batch", "1", "--recompute", "none", "--sharding", "none"]
+    assert main(["predict", *flags, "--format", "json"]) == 0
+    interval = json.loads(capsys.readouterr().out)["interval"]
+    assert interval["pipeline_across_nodes"] is True
+    assert main(["sweep", *flags, "--format", "csv"]) == 0
+    row = pd.read_csv(io.StringIO(capsys.readouterr().out)).iloc[0]
+    assert bool(row["interval.pipeline_across_nodes"])
+    for end in ("low", "high"):
+        assert row[f"interval.tokens_per_s_per_gpu_{end}"] == pytest.approx(
+            interval[f"tokens_per_s_per_gpu_{end}"], rel=1e-9)
