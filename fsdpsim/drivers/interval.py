@@ -33,7 +33,8 @@ NETWORK_UNSTATED_UNCERTAINTY = 0.30
 #: schedule's idle time (Narayanan et al. 2021, PTD-P, Sec. 2.2.1: (p - 1) / m of the ideal
 #: step) assumes stages of equal time and point-to-point transfers hidden behind compute; across
 #: nodes neither holds for certain (stage imbalance, p2p waits on the NIC), so the bubble may be
-#: twice the modelled one (low end) or hidden (high end, the step without it).
+#: twice the modelled one (low end); the high end is the step without it, the most any schedule
+#: can win back (the modelled bubble's p2p and imbalance terms may as well be too large).
 PIPELINE_BUBBLE_UNCERTAINTY = 1.0
 
 
