@@ -12,7 +12,7 @@ on: its GPU x precision x stack triple resolves to its own table (not transferre
 ``source`` names the ``fsdpsim calibrate`` command that fitted it (``fitted by `fsdpsim calibrate
 --measurements FILE --gpu G ... --framework F --where Q```), and the row passes that command's
 selection: same file, its GPU among the ``--gpu`` ones, its framework containing ``F`` (default
-``fsdp``), ``Q`` true, and a row a fit may use (:func:`fsdpsim.cli.validate.fit_rows`: no
+``fsdp``), ``Q`` true, and a row a fit may use (:func:`fsdpsim.measured.stats.fit_rows`: no
 doubtful subset, block-scaled format or MoE model). Every other row is out-of-sample; its
 coverage is the honest figure.
 """
@@ -33,6 +33,7 @@ from fsdpsim.drivers.interval import (comm_uncertainty, faster_ratio, prediction
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.measured.rows import row_setup
+from fsdpsim.measured.stats import fit_rows
 from fsdpsim.plan import frameworks
 
 #: Keys of the engine's outputs the range needs (scalars per row).
@@ -61,8 +62,6 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
     low_tps = np.broadcast_to(np.asarray(twin["tokens_per_s_per_gpu"], dtype=float), (n,))
     slower = np.where(tps > 0, low_tps / np.where(tps > 0, tps, 1.0), 1.0)
     u_fab, u_fw = (np.broadcast_to(np.asarray(a, dtype=float), (n,)) for a in comm_uncertainty(x))
-    from fsdpsim.cli.validate import fit_rows
-
     fittable = fit_rows(result)
     lows, highs, flags, in_sample = [], [], {k: [] for k in FLAG_COLUMNS}, []
     for i, (index, row) in enumerate(result.iterrows()):

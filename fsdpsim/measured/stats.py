@@ -73,3 +73,31 @@ def summarise(result: pd.DataFrame) -> dict[str, float]:
                    coverage_out_of_sample=cov["out_of_sample"]["coverage"],
                    rows_out_of_sample=cov["out_of_sample"]["rows"])
     return out
+
+
+#: Rows a fit leaves out: subsets their file marks as doubtful or not pre-training, and the
+#: block-scaled number formats, validated out of sample (fsdpsim.measured.published.plan.UNFIT_FORMATS).
+UNFIT_SUBSETS = ("doubtful", "finetune", "unusable")
+
+
+def fit_rows(frame):
+    """The rows a calibration may fit: no doubtful, fine-tuning or unusable subset, no
+    block-scaled number format (MXFP8, NVFP4) and no mixture-of-experts model: a GPU's factors
+    come from dense runs, and the MoE rows (whose model adds routing, dispatch and recipe
+    settings) test them out of sample. Validation still reports all of them."""
+    from fsdpsim.measured.rows import spec_for_row
+    from fsdpsim.measured.published.plan import UNFIT_FORMATS
+
+    import pandas as pd
+
+    subset = frame["subset"] if "subset" in frame.columns else pd.Series("", index=frame.index)
+    keep = ~subset.astype(str).isin(UNFIT_SUBSETS)
+    if "precision_format" in frame.columns:
+        keep &= ~frame["precision_format"].astype(str).isin(tuple(UNFIT_FORMATS))
+    if "skip" in frame.columns:
+        usable = keep & (frame["skip"] == "")
+        moe = pd.Series(False, index=frame.index)
+        if usable.any():  # (assigning an empty list to no rows fails in pandas)
+            moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
+        keep &= ~moe
+    return frame[keep]
