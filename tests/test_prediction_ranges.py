@@ -183,3 +183,25 @@ def test_sweep_gives_predicts_range_for_a_pipeline_across_nodes(capsys):
     for end in ("low", "high"):
         assert row[f"interval.tokens_per_s_per_gpu_{end}"] == pytest.approx(
             interval[f"tokens_per_s_per_gpu_{end}"], rel=1e-9)
+
+
+def test_in_sample_follows_the_fitting_commands_selection():
+    from fsdpsim.measured.ranges import fitted_on
+
+    source = ("fitted by `fsdpsim calibrate --measurements hopper_bf16_nanotron.csv --gpu h100 "
+              "--framework '' --factor matmul_fraction --where 'n_gpus == 8 and pp == 1'`")
+    row = dict(gpu="h100-sxm5-80gb", n_gpus=8, pp=1)
+    assert fitted_on(source, pd.DataFrame([row]), CATALOG, "data/hopper_bf16_nanotron.csv")
+    assert not fitted_on(source, pd.DataFrame([row]), CATALOG, "other.csv")  # another file
+    assert not fitted_on(source, pd.DataFrame([{**row, "n_gpus": 16}]), CATALOG,
+                         "hopper_bf16_nanotron.csv")  # outside --where
+    assert not fitted_on(source, pd.DataFrame([{**row, "gpu": "a100-sxm4-80gb"}]), CATALOG,
+                         "hopper_bf16_nanotron.csv")  # not a --gpu
+    assert not fitted_on(source, pd.DataFrame([{"gpu": "h100-sxm5-80gb"}]), CATALOG,
+                         "hopper_bf16_nanotron.csv")  # the --where columns missing
+    megatron = ("fitted by `fsdpsim calibrate --measurements validation/data/hybrid_calibration.csv "
+                "--gpu gb200 --factor matmul_fraction --framework megatron`")
+    nemo = dict(gpu="gb200", framework="NeMo Megatron-Bridge 25.09 container (Megatron-Core)")
+    assert fitted_on(megatron, pd.DataFrame([nemo]), CATALOG, "hybrid_calibration.csv")
+    assert not fitted_on(megatron, pd.DataFrame([{**nemo, "framework": "InternEvo"}]), CATALOG,
+                         "hybrid_calibration.csv")

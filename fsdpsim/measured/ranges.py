@@ -116,7 +116,10 @@ def fitted_on(source: str, rows: pd.DataFrame, catalog: Catalog,
         elif framework and framework not in "pytorch fsdp":  # own schema: PyTorch FSDP
             keep &= False
         if "--where" in opts:
-            chosen = rows.query(opts["--where"][0])
+            try:
+                chosen = rows.query(opts["--where"][0])
+            except Exception:  # a file of the same name without the columns: not those rows
+                return False
             keep &= rows.index.isin(chosen.index)
         if bool(keep.all()):
             return True
