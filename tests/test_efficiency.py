@@ -44,9 +44,15 @@ def test_the_loader_reads_the_per_precision_tables():
     fp8 = efficiency.resolve(acc, "fp8", "te")
     assert bf16.values["matmul_fraction"] == 0.6616 and not bf16.transferred
     assert fp8.values["matmul_fraction"] == 0.8533 and not fp8.transferred
-    # a GPU without split tables resolves to its one table, silently (unchanged behaviour)
+    # a GPU whose one table declares nothing resolves to it, silently
+    v100 = efficiency.resolve(CATALOG.accelerator("v100-sxm2-32gb"), "fp16", "te")
+    assert v100.values["matmul_fraction"] > 0 and v100.notes() == [] and not v100.transferred
+    # A100's one table declares its fit (PyTorch FSDP, BF16): other stacks take it, transferred
     a100 = efficiency.resolve(CATALOG.accelerator("a100-sxm4-80gb"), "bf16", "te")
-    assert a100.values["matmul_fraction"] == 0.755 and a100.notes() == []
+    assert a100.values["matmul_fraction"] == 0.755 and a100.transferred
+    assert "transferred from (pytorch, bf16)" in a100.notes()[0]
+    own = efficiency.resolve(CATALOG.accelerator("a100-sxm4-80gb"), "bf16", "pytorch")
+    assert own.values["matmul_fraction"] == 0.755 and own.notes() == []
 
 
 def _user(tmp_path: Path, extra: str) -> Path:

@@ -8,13 +8,14 @@ import click
 
 from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.measured.stats import UNFIT_SUBSETS, fit_rows  # noqa: F401 (re-exported)
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import Rule, option_type
 from fsdpsim.util.output import cannot_write, check_output_path, echo
 
 ROW_COLUMNS = ("id", "model", "gpu", "n_gpus", "layout", "seq_len", "micro_batch", "grad_accum",
                "recompute", "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error",
-               "bottleneck")
+               "range", "bottleneck")
 #: Groupings printed by default (each only when it splits the rows into two or more groups).
 DEFAULT_BY = ("framework", "subset", "generation")
 BY_TITLES = {"framework": "by framework", "subset": "by subset",
@@ -24,20 +25,35 @@ NAME_WIDTH = 44
 
 
 def _summary_line(name: str, s: dict) -> str:
-    return (f"{name}: {s['rows']} rows, MAPE {100 * s['mape']:.1f} %, median "
+    line = (f"{name}: {s['rows']} rows, MAPE {100 * s['mape']:.1f} %, median "
             f"{100 * s['median_ape']:.1f} %, worst {100 * s['worst_ape']:.1f} %, "
             f"bias {100 * s['bias']:+.1f} %")
+    if "coverage" in s:
+        line += "\n" + coverage_line(s)
+    return line
+
+
+def coverage_line(s: dict) -> str:
+    """The coverage summary line: how often the 90 % range holds the measured value, over all
+    rows and over the out-of-sample ones (:mod:`fsdpsim.measured.ranges`), and its median
+    relative width."""
+    oos = (f"{100 * s['coverage_out_of_sample']:.0f} % of {s['rows_out_of_sample']} "
+           "out-of-sample" if s["rows_out_of_sample"] else "none out-of-sample")
+    return (f"90 % range holds the measurement for {100 * s['coverage']:.0f} % of rows, "
+            f"{oos}; median width {100 * s['median_width']:.0f} %")
 
 
 def _group_table(title: str, groups: dict[str, dict]) -> list[str]:
     """One grouping as lines of at most ~90 characters: a header, then a row per group."""
+    ranged = any("coverage" in s for s in groups.values())
     lines = [f"{title:<{NAME_WIDTH + 2}} {'rows':>5} {'MAPE':>8} {'median':>8} {'worst':>8} "
-             f"{'bias':>8}"]
+             f"{'bias':>8}" + (f" {'in 90%':>7}" if ranged else "")]
     for name, s in groups.items():
         short = name if len(name) <= NAME_WIDTH else name[:NAME_WIDTH - 1] + "…"
         lines.append(f"  {short:<{NAME_WIDTH}} {s['rows']:>5} {100 * s['mape']:>6.1f} % "
                      f"{100 * s['median_ape']:>6.1f} % {100 * s['worst_ape']:>6.1f} % "
-                     f"{100 * s['bias']:>+6.1f} %")
+                     f"{100 * s['bias']:>+6.1f} %"
+                     + (f" {100 * s['coverage']:>5.0f} %" if "coverage" in s else ""))
     return lines
 
 
@@ -60,6 +76,10 @@ def _layout(row) -> str:
 
 def _rows_table(frame) -> str:
     frame = frame.assign(layout=[_layout(row) for _, row in frame.iterrows()])
+    if "inside" in frame.columns:  # the 90 % range, "*" where it misses the measurement
+        frame = frame.assign(range=[f"{lo:.0f}-{hi:.0f}{'' if ok else ' *'}" for lo, hi, ok in
+                                    zip(frame["predicted_low"], frame["predicted_high"],
+                                        frame["inside"])])
     columns = [c for c in ROW_COLUMNS if c in frame.columns]
     if "knobs" in frame.columns and (frame["knobs"] != "").any():
         columns.append("knobs")
@@ -77,34 +97,6 @@ def _skipped_lines(skipped, total: int) -> list[str]:
     for reason, n in skipped["skip"].value_counts().items():
         lines += textwrap.wrap(f"{n:>4}  {reason}", 100, subsequent_indent=" " * 6)
     return lines
-
-
-#: Rows a fit leaves out: subsets their file marks as doubtful or not pre-training, and the
-#: block-scaled number formats, validated out of sample (fsdpsim.measured.published.plan.UNFIT_FORMATS).
-UNFIT_SUBSETS = ("doubtful", "finetune", "unusable")
-
-
-def fit_rows(frame):
-    """The rows a calibration may fit: no doubtful, fine-tuning or unusable subset, no
-    block-scaled number format (MXFP8, NVFP4) and no mixture-of-experts model: a GPU's factors
-    come from dense runs, and the MoE rows (whose model adds routing, dispatch and recipe
-    settings) test them out of sample. Validation still reports all of them."""
-    from fsdpsim.measured.rows import spec_for_row
-    from fsdpsim.measured.published.plan import UNFIT_FORMATS
-
-    import pandas as pd
-
-    subset = frame["subset"] if "subset" in frame.columns else pd.Series("", index=frame.index)
-    keep = ~subset.astype(str).isin(UNFIT_SUBSETS)
-    if "precision_format" in frame.columns:
-        keep &= ~frame["precision_format"].astype(str).isin(tuple(UNFIT_FORMATS))
-    if "skip" in frame.columns:
-        usable = keep & (frame["skip"] == "")
-        moe = pd.Series(False, index=frame.index)
-        if usable.any():  # (assigning an empty list to no rows fails in pandas)
-            moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
-        keep &= ~moe
-    return frame[keep]
 
 
 def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: str = ""):
@@ -181,7 +173,7 @@ def register(cli: click.Group) -> None:
                 + ", ".join(sorted({str(g) for g in every["gpu"].dropna()}))
                 + (f" and frameworks {', '.join(repr(n) for n in names)}" if names else ""))
         skipped = frame[frame["skip"] != ""]
-        result = predict_measurements(frame, cat)
+        result = predict_measurements(frame, cat, intervals=True, measurements=measurements)
         summary = summarise(result)
         groups = summarise_groups(result)
         groupings = {name: summarise_by(result, name) for name in (by or DEFAULT_BY)}

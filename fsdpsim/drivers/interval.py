@@ -1,7 +1,8 @@
 """The 90 % range of a prediction: the GPU type's calibration residuals, the memory limit, and
-what is uncertain about the plan's communication (the network class, scale past the largest
-measured one, the framework profile), evaluated on a slower twin (``fsdpsim.drivers.predict`` and
-``fsdpsim.drivers.sweep.run`` both use these; ``fsdpsim.drivers.predict`` re-exports them)."""
+what is uncertain about the plan's communication (the network class or none named, scale past
+the largest measured one, the framework profile, a pipeline across nodes), evaluated on a
+slower twin (``fsdpsim.drivers.predict`` and ``fsdpsim.drivers.sweep.run`` both use these;
+``fsdpsim.drivers.predict`` re-exports them)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,25 @@ NEAR_LIMIT_SHARE, NEAR_LIMIT_RATIO_LOW = 0.85, 0.75
 #: `fsdpsim validate`; tests/test_moe_engine.py recomputes them). A MoE
 #: prediction's range is at least this wide.
 MOE_RATIO_P05, MOE_RATIO_P95 = 0.73, 1.08
+#: Relative uncertainty of inter-node bandwidth when the plan names no network class: the
+#: catalog's figure for fabrics without a nccl-tests measurement at scale (Ethernet and cloud
+#: fabrics, ``bandwidth_uncertainty = 0.30`` in hardware_catalog/networks/cloud.toml), since an
+#: unnamed fabric is at best as well known as those.
+NETWORK_UNSTATED_UNCERTAINTY = 0.30
+#: Relative uncertainty of the pipeline bubble when pipeline stages sit on different nodes: the
+#: schedule's idle time (Narayanan et al. 2021, PTD-P, Sec. 2.2.1: (p - 1) / m of the ideal
+#: step) assumes stages of equal time and point-to-point transfers hidden behind compute; across
+#: nodes neither holds for certain (stage imbalance, p2p waits on the NIC), so the bubble may be
+#: twice the modelled one (low end); the high end is the step without it, the most any schedule
+#: can win back (the modelled bubble's p2p and imbalance terms may as well be too large).
+PIPELINE_BUBBLE_UNCERTAINTY = 1.0
 
 
 def prediction_interval(values: Mapping[str, Any], system: System, *,
                         comm: tuple[Any, Any] = (1.0, 1.0),
                         uncertainty: tuple[Any, Any] | None = None,
-                        efficiency=None) -> dict[str, Any]:
+                        efficiency=None, plan: Mapping[str, Any] | None = None
+                        ) -> dict[str, Any]:
     """5-95 % range of tokens/s and step time from the GPU type's calibration residuals,
     widened by what is uncertain about the plan's communication.
 
@@ -50,6 +64,12 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     the plan's GPU x precision x kernel stack): the range of the table it used, and a
     transferred triple widens both ends by
     :data:`fsdpsim.hardware.efficiency.TRANSFER_UNCERTAINTY` (``efficiency_transferred``).
+    ``plan`` (engine inputs ``pp``, ``pp_per_node``; when given, with ``bubble_s`` and
+    ``step_time_s`` in ``values``): a pipeline whose stages span nodes
+    (``pipeline_across_nodes``: pp > stages per node) widens by its bubble share
+    b = bubble_s / step_time_s and :data:`PIPELINE_BUBBLE_UNCERTAINTY` u: the low end x
+    1 / (1 + u·b) (the bubble (1 + u) times the modelled one), the high end x
+    1 / (1 - min(u, 1)·b) (the bubble hidden).
     """
     eff = system.accelerator.efficiency
     lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
@@ -79,6 +99,16 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
                 > NEAR_LIMIT_SHARE * np.asarray(values["capacity_bytes"], dtype=float))
         lo = np.where(near, np.minimum(lo, NEAR_LIMIT_RATIO_LOW), lo)
         near = near.tolist() if np.ndim(near) == 0 else near
+    across = False
+    if plan is not None and "pp" in plan and "bubble_s" in values:
+        pp = np.asarray(plan["pp"], dtype=float)
+        across = (pp > 1) & (np.asarray(plan.get("pp_per_node", pp), dtype=float) < pp)
+        share = np.where(across, np.clip(np.asarray(values["bubble_s"], dtype=float)
+                                         / np.asarray(values["step_time_s"], dtype=float),
+                                         0.0, 0.9), 0.0)
+        lo = lo / (1.0 + PIPELINE_BUBBLE_UNCERTAINTY * share)
+        hi = hi / (1.0 - min(PIPELINE_BUBBLE_UNCERTAINTY, 1.0) * share)
+        across = across.tolist() if np.ndim(across) == 0 else across
     slower, faster = (np.asarray(r, dtype=float) for r in comm)
     lo = lo * np.minimum(slower, 1.0)
     hi = hi * np.maximum(faster, 1.0)
@@ -93,6 +123,7 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
            "mfu_low": values["mfu"] * lo, "mfu_high": values["mfu"] * hi,
            "calibrated": calibrated, "efficiency_transferred": transferred,
            "near_memory_limit": near, "mixture_of_experts": moe,
+           "pipeline_across_nodes": across,
            "coverage": 0.9}
     if uncertainty is not None:
         u_fab, u_fw = uncertainty
@@ -113,11 +144,16 @@ def comm_uncertainty(x: Mapping[str, Any]) -> tuple[Any, Any]:
     ``u_fabric`` is the network class's ``bandwidth_uncertainty`` (catalog: 0.10 for
     InfiniBand, whose large-message busbw is measured at 0.88-0.96 of line rate; 0.3 for
     Ethernet/cloud fabrics without a measurement at scale), plus the decay per doubling for
-    every doubling of nodes past :data:`MEASURED_NODES`; 0 on one node. ``u_framework`` is the
-    framework profile's (:mod:`fsdpsim.plan.frameworks`)."""
+    every doubling of nodes past :data:`MEASURED_NODES`; 0 on one node; at least
+    :data:`NETWORK_UNSTATED_UNCERTAINTY` where no network class was named
+    (``network_stated`` 0). ``u_framework`` is the framework profile's
+    (:mod:`fsdpsim.plan.frameworks`)."""
     nodes = np.asarray(x["num_gpus"], dtype=float) / np.asarray(x["gpus_per_node"], dtype=float)
     beyond = np.log2(np.maximum(nodes / MEASURED_NODES, 1.0))
-    u_fab = np.where(nodes > 1.0, np.asarray(x.get("nic_uncertainty", 0.1), dtype=float)
+    nic = np.asarray(x.get("nic_uncertainty", 0.1), dtype=float)
+    nic = np.where(np.asarray(x.get("network_stated", 1.0), dtype=float) > 0, nic,
+                   np.maximum(nic, NETWORK_UNSTATED_UNCERTAINTY))
+    u_fab = np.where(nodes > 1.0, nic
                      + np.asarray(x.get("nic_decay_per_doubling", 0.0), dtype=float) * beyond,
                      0.0)
     return np.minimum(u_fab, 0.9), np.asarray(x.get("framework_uncertainty", 0.0), dtype=float)

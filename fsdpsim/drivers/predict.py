@@ -460,6 +460,6 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                   "recompute_modules": list(training.recompute_modules)},
         chosen=chosen, notes=tuple(notes),
         interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty,
-                                     efficiency=stack_eff),
+                                     efficiency=stack_eff, plan=chosen_x),
         analysis_inputs=MappingProxyType(chosen_x),
     )

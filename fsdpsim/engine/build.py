@@ -220,6 +220,7 @@ def fabric_inputs(system: System) -> dict[str, float]:
               "pod_gpus": float(system.pod_gpus or np.inf),
               "placement_factor": FRAGMENTED_FACTOR if fragmented else 1.0})
     net = system.network
+    x["network_stated"] = 0.0 if net is None else 1.0  # read by the 90 % range only
     if net is not None:
         x.update({"nic_uncertainty": net.bandwidth_uncertainty
                   + (FRAGMENTED_UNCERTAINTY if fragmented else 0.0),

@@ -112,6 +112,7 @@ class SystemInputs(TypedDict):
     link_mesh: Number                # 0/1 switchless mesh: subgroups use their own links
     link_per_peer_bytes_per_s: Number  # one peer link, one direction
     nic_uncertainty: Number          # relative uncertainty of the fabric's bandwidth [-]
+    network_stated: Number           # 1: the network class was named (else the range widens)
     oversubscription: Number         # uplinks above the cluster's non-blocking pods [-]
     pod_gpus: Number                 # GPUs per non-blocking pod (inf: none)
     placement_factor: Number         # bus bandwidth kept by the job's placement [-]

@@ -25,7 +25,7 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "rc_mla_up_proj": 0.0, "rc_mlp": 0.0, "rc_moe_act": 0.0,
                    "cast_scale": 1.0,
                    "keep_gathered": 0.0, "grad_sync_last": 0.0,
-                   "ceilings": 1.0,
+                   "ceilings": 1.0, "network_stated": 1.0,
                    "tp": 1.0, "pp": 1.0, "cp": 1.0, "vpp": 1.0, "pp_schedule": 1,
                    "sequence_parallel": 0.0, "cp_all2all": 0.0, "tp_overlap": 0.0,
                    "recompute_layers": -1.0, "megatron": 0.0, "dropout": 0.0,

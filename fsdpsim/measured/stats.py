@@ -57,8 +57,47 @@ def summarise_by(result: pd.DataFrame, by: str) -> dict[str, dict]:
 
 
 def summarise(result: pd.DataFrame) -> dict[str, float]:
-    """MAPE, median and worst absolute error (fractions), and the row count."""
+    """MAPE, median and worst absolute error (fractions), and the row count; where the rows
+    carry their 90 % ranges (``validate``), the coverage figures of
+    :func:`fsdpsim.measured.ranges.coverage_summary` too (``coverage``, ``median_width``,
+    ``coverage_out_of_sample`` and its ``rows_out_of_sample``)."""
     err = result["error"].abs()
-    return {"rows": int(len(result)), "mape": float(err.mean()),
-            "median_ape": float(err.median()), "worst_ape": float(err.max()),
-            "bias": float(result["error"].mean())}
+    out = {"rows": int(len(result)), "mape": float(err.mean()),
+           "median_ape": float(err.median()), "worst_ape": float(err.max()),
+           "bias": float(result["error"].mean())}
+    if "inside" in result.columns:
+        from fsdpsim.measured.ranges import coverage_summary
+
+        cov = coverage_summary(result)
+        out.update(coverage=cov["all"]["coverage"], median_width=cov["all"]["median_width"],
+                   coverage_out_of_sample=cov["out_of_sample"]["coverage"],
+                   rows_out_of_sample=cov["out_of_sample"]["rows"])
+    return out
+
+
+#: Rows a fit leaves out: subsets their file marks as doubtful or not pre-training, and the
+#: block-scaled number formats, validated out of sample (fsdpsim.measured.published.plan.UNFIT_FORMATS).
+UNFIT_SUBSETS = ("doubtful", "finetune", "unusable")
+
+
+def fit_rows(frame):
+    """The rows a calibration may fit: no doubtful, fine-tuning or unusable subset, no
+    block-scaled number format (MXFP8, NVFP4) and no mixture-of-experts model: a GPU's factors
+    come from dense runs, and the MoE rows (whose model adds routing, dispatch and recipe
+    settings) test them out of sample. Validation still reports all of them."""
+    from fsdpsim.measured.rows import spec_for_row
+    from fsdpsim.measured.published.plan import UNFIT_FORMATS
+
+    import pandas as pd
+
+    subset = frame["subset"] if "subset" in frame.columns else pd.Series("", index=frame.index)
+    keep = ~subset.astype(str).isin(UNFIT_SUBSETS)
+    if "precision_format" in frame.columns:
+        keep &= ~frame["precision_format"].astype(str).isin(tuple(UNFIT_FORMATS))
+    if "skip" in frame.columns:
+        usable = keep & (frame["skip"] == "")
+        moe = pd.Series(False, index=frame.index)
+        if usable.any():  # (assigning an empty list to no rows fails in pandas)
+            moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
+        keep &= ~moe
+    return frame[keep]

@@ -406,8 +406,12 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
 
 
 def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
-                         overrides: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Predicted tokens/s per GPU and relative error for every modelled row."""
+                         overrides: dict[str, Any] | None = None, *, intervals: bool = False,
+                         measurements: str | Path | None = None) -> pd.DataFrame:
+    """Predicted tokens/s per GPU and relative error for every modelled row; with
+    ``intervals`` also each row's 90 % range and whether it holds the measurement
+    (:func:`fsdpsim.measured.ranges.add_intervals`; ``measurements``: the file's path, which
+    tells in-sample rows from the others)."""
     use = frame[frame["skip"] == ""].reset_index(drop=True)
     if use.empty:
         raise ConfigError("no row of the measurements file can be modelled "
@@ -427,4 +431,8 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
         sensitivity.analyse(x)["bottleneck"], len(use))]
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
+    if intervals:
+        from fsdpsim.measured.ranges import add_intervals
+
+        result = add_intervals(result, x, out, catalog, measurements)
     return result

@@ -171,8 +171,10 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         step = cols["step_time_s"]
         cols["time.moe_share"] = np.where(step > 0, cols["time.moe_s"] / step,
                                           np.where(np.isnan(step), np.nan, 0.0))
-    twins = {k: np.full(n, np.nan if k == "twin_tokens_per_s_per_gpu" else 0.0)
-             for k in ("twin_tokens_per_s_per_gpu", "twin_u_fabric", "twin_u_framework")}
+    twins = {k: np.full(n, np.nan if k == "twin_tokens_per_s_per_gpu" else
+                        1.0 if k.startswith("twin_pp") else 0.0)
+             for k in ("twin_tokens_per_s_per_gpu", "twin_u_fabric", "twin_u_framework",
+                       "twin_pp", "twin_pp_per_node")}
     if at.size:
         for k in twins:
             twins[k][at] = out[k]
@@ -265,6 +267,8 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
                       exposed_comm_s=cols["comm.exposed_s"][rows])
         if "time.moe_s" in cols:
             values["moe_s"] = cols["time.moe_s"][rows]
+        values["bubble_s"] = cols["time.bubble_s"][rows]
+        plan = {"pp": twins["twin_pp"][rows], "pp_per_node": twins["twin_pp_per_node"][rows]}
         uncertainty = (twins["twin_u_fabric"][rows], twins["twin_u_framework"][rows])
         twin = twins["twin_tokens_per_s_per_gpu"][rows]
         slower = np.where(np.isnan(twin), 1.0, twin / values["tokens_per_s_per_gpu"])
@@ -278,7 +282,7 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
                     {k: v[part] for k, v in values.items()}, hw.system,
                     comm=tuple(c[part] for c in comm),
                     uncertainty=tuple(u[part] for u in uncertainty),
-                    efficiency=stack_eff).items():
+                    efficiency=stack_eff, plan={k: v[part] for k, v in plan.items()}).items():
                 flag = isinstance(v, bool) or (isinstance(v, np.ndarray) and v.dtype == bool)
                 column = out.setdefault(f"interval.{k}", np.full(
                     n, None if flag else np.nan, dtype=object if flag else float))

@@ -193,8 +193,9 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
 def _slower_twins(t: _Tables, p, c, chosen: Callable[[np.ndarray], dict],
                   eval_chunk: int) -> dict[str, np.ndarray]:
     """Each point's chosen configuration again on a slower network and framework
-    (:func:`fsdpsim.drivers.predict.slower_twin`, as predict evaluates it): its throughput, and the
-    network's and framework's uncertainty (:func:`fsdpsim.drivers.predict.comm_uncertainty`). Only
+    (:func:`fsdpsim.drivers.predict.slower_twin`, as predict evaluates it): its throughput, the
+    network's and framework's uncertainty (:func:`fsdpsim.drivers.predict.comm_uncertainty`) and
+    its pipeline degree and stages per node (``twin_pp``, ``twin_pp_per_node``). Only
     multi-node rows are evaluated (sweep's framework is fsdp2, with no uncertainty of its own;
     on one node the twin is the row itself)."""
     n = c["sh"].size
@@ -202,7 +203,7 @@ def _slower_twins(t: _Tables, p, c, chosen: Callable[[np.ndarray], dict],
     plan = t.plan_index(p["g"][o], p["h"][o], p["ly"][o], c["sh"])
     multi = np.flatnonzero(t.plan["num_gpus"][plan] > t.plan["gpus_per_node"][plan])
     out = {"twin_tokens_per_s_per_gpu": np.full(n, np.nan), "twin_u_fabric": np.zeros(n),
-           "twin_u_framework": np.zeros(n)}
+           "twin_u_framework": np.zeros(n), "twin_pp": np.ones(n), "twin_pp_per_node": np.ones(n)}
     if not multi.size:
         return out
 
@@ -211,6 +212,8 @@ def _slower_twins(t: _Tables, p, c, chosen: Callable[[np.ndarray], dict],
         u_fab, u_fw = comm_uncertainty(x)
         out["twin_u_fabric"][multi[rows]] = u_fab
         out["twin_u_framework"][multi[rows]] = u_fw
+        for k in ("pp", "pp_per_node"):  # a pipeline across nodes widens the range
+            out[f"twin_{k}"][multi[rows]] = np.asarray(x.get(k, 1.0), dtype=float)
         return slower_twin(x)
 
     slow = _evaluate(twin, multi.size, eval_chunk, ceilings=False,
