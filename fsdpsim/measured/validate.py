@@ -388,7 +388,17 @@ def _check_knobs(frame: pd.DataFrame) -> None:
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
     """Stack the engine inputs of every row (rows with a ``skip`` reason must be dropped):
     :func:`fsdpsim.engine.build.config_inputs` of the row's objects (the one builder ``predict``
-    uses) plus its micro-batch, accumulation and recompute mode."""
+    uses) plus its micro-batch, accumulation and recompute mode; built once per group of rows
+    that describe the same run (:func:`fsdpsim.measured.grid.engine_inputs`), identical to
+    :func:`engine_inputs_per_row`."""
+    from fsdpsim.measured import grid
+
+    return grid.engine_inputs(frame, catalog)
+
+
+def engine_inputs_per_row(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`engine_inputs` one row at a time (the reference the grid path is tested
+    against)."""
     per_row: list[dict[str, Any]] = []
     for _, row in frame.iterrows():
         spec, system, plan, options = row_setup(row, catalog)

@@ -1,0 +1,143 @@
+"""A measurements file as one grid: rows grouped by what they describe, the per-row objects
+(model, system, plan, training options: :func:`fsdpsim.measured.rows.row_setup`) built once
+per group and the engine inputs gathered per row, as :mod:`fsdpsim.drivers.sweep.tables` does
+for a sweep's distinct models, systems and plans.
+
+Two rows belong to one group when every cell the setup can read is the same value of the same
+type (floats bit for bit); the cells that never enter it (the label, the measurement, the
+knobs given per row) are left out of the key. A row whose setup fails is never served from a
+group: it is set up on its own, so its message names it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim.hardware.catalog import Catalog
+from fsdpsim.measured.rows import row_setup
+
+#: Columns no row setup reads (label, measurement, per-row knobs and bookkeeping).
+NOT_SETUP = ("id", "tokens_per_s_per_gpu", "skip", "knobs", "micro_batch", "grad_accum",
+             "recompute", "measured_from", "modelled_as")
+
+
+def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
+    """Integer codes of a column, equal exactly where the cells are the same value of the same
+    type: floats by their bits (NaN, -0.0 apart from 0.0), other cells by value and type (``1``,
+    ``1.0``, ``"1"`` and ``True`` apart, ``None`` apart from NaN)."""
+    a = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
+    if a.dtype.kind == "f":
+        return pd.factorize(a.astype(np.float64).view(np.int64))[0]
+    if a.dtype.kind in "iub":
+        return pd.factorize(a)[0]
+    a = a.astype(object)
+    codes = pd.factorize(a)[0]  # missing cells (None, NaN, NA) are -1
+    kind = pd.api.types.infer_dtype(a, skipna=True)
+    typed = np.flatnonzero(codes < 0) if kind in ("string", "empty") else np.arange(a.size)
+    if typed.size:
+        types = pd.factorize(np.array([type(a[i]).__name__ for i in typed], dtype=object))[0]
+        codes = codes.astype(np.int64)
+        # (value, type) as one code: shift by the number of type codes
+        width = int(types.max()) + 1
+        full = np.zeros(a.size, dtype=np.int64)
+        full[typed] = types
+        codes = (codes + 1) * width + full
+    return codes
+
+
+def group_ids(frame: pd.DataFrame, columns: Iterable[str]) -> np.ndarray:
+    """Each row's group (0, 1, ... in order of first appearance): rows with the same cells in
+    ``columns`` (:func:`column_codes`) share one."""
+    ids = np.zeros(len(frame), dtype=np.int64)
+    for column in columns:
+        codes = column_codes(frame[column]).astype(np.int64)
+        ids = pd.factorize(ids * (int(codes.max(initial=0)) + 2) + (codes + 1))[0]
+    return ids
+
+
+def setup_columns(frame: pd.DataFrame, also: Iterable[str] = ()) -> list[str]:
+    """The columns of ``frame`` a row's setup may read: all but :data:`NOT_SETUP`, plus
+    ``also``."""
+    extra = set(also)
+    return [c for c in frame.columns if c not in NOT_SETUP or c in extra]
+
+
+def rows_of(frame: pd.DataFrame) -> Callable[[int], pd.Series]:
+    """The row at a position as :meth:`pandas.DataFrame.iterrows` yields it (one array of the
+    frame's values, built once)."""
+    values = frame.values
+    columns, index = frame.columns, frame.index
+
+    def row(position: int) -> pd.Series:
+        return pd.Series(values[position], index=columns, name=index[position])
+
+    return row
+
+
+class Setups:
+    """:func:`fsdpsim.measured.rows.row_setup` of a frame's rows, once per group of equal setup
+    cells (and ``vpp`` override); failures are not kept (each failing row is set up again, so
+    its error names it)."""
+
+    def __init__(self, frame: pd.DataFrame, catalog: Catalog):
+        self.catalog = catalog
+        self.group = group_ids(frame, setup_columns(frame))
+        self.row = rows_of(frame)
+        self._done: dict[tuple[int, Any], tuple] = {}
+
+    def __call__(self, position: int, vpp: int | None = None) -> tuple:
+        key = (int(self.group[position]), vpp)
+        found = self._done.get(key)
+        if found is None:
+            found = row_setup(self.row(position), self.catalog, vpp)
+            self._done[key] = found
+        return found
+
+
+def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`fsdpsim.measured.validate.engine_inputs_per_row` as a grid (same numbers): the
+    builder ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) once per group of
+    equal setup cells, its inputs gathered per row with the row's micro-batch, accumulation
+    and recompute mode. The training options are checked once per distinct (group,
+    micro-batch, recompute mode), as the per-row path checks every row's."""
+    from fsdpsim import engine
+    from fsdpsim.drivers.predict import config_inputs
+    from fsdpsim.engine.build_moe import uniform_keys
+    from fsdpsim.plan.parallel import TrainingConfig
+
+    n = len(frame)
+    setups = Setups(frame, catalog)
+    mb = [int(v) for v in frame["micro_batch"].tolist()]
+    ga = [int(v) for v in frame["grad_accum"].tolist()]
+    rc = [str(v) for v in frame["recompute"].tolist()]
+    knobs = pd.DataFrame({"g": setups.group, "mb": mb, "rc": rc})
+    combo = group_ids(knobs, ("g", "mb", "rc"))
+    first_combo = _first_positions(combo)
+    codes = np.empty(first_combo.size, dtype=float)
+    per_group: dict[int, dict[str, Any]] = {}
+    for c, pos in enumerate(first_combo):
+        spec, system, plan, options = setups(pos)
+        training = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
+        codes[c] = engine.RECOMPUTE_CODES[training.recompute]
+        g = int(setups.group[pos])
+        if g not in per_group:
+            x = config_inputs(spec, system, plan, training)
+            # the per-row keys as the per-row path orders them (values replaced below)
+            x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
+            per_group[g] = x
+    rows = uniform_keys([per_group[g] for g in range(len(per_group))])
+    out = {k: np.array([np.asarray(r[k], dtype=float) for r in rows])[setups.group]
+           for k in rows[0]}
+    out["micro_batch"] = np.array(mb, dtype=float).reshape(n)
+    out["grad_accum"] = np.array(ga, dtype=float).reshape(n)
+    out["recompute"] = codes[combo]
+    return out
+
+
+def _first_positions(ids: np.ndarray) -> np.ndarray:
+    """Position of the first row of each group (groups numbered in order of appearance)."""
+    _, first = np.unique(ids, return_index=True)
+    return first
