@@ -11,6 +11,7 @@ group: it is set up on its own, so its message names it.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -65,16 +66,32 @@ def setup_columns(frame: pd.DataFrame, also: Iterable[str] = ()) -> list[str]:
     return [c for c in frame.columns if c not in NOT_SETUP or c in extra]
 
 
-def rows_of(frame: pd.DataFrame) -> Callable[[int], pd.Series]:
-    """The row at a position as :meth:`pandas.DataFrame.iterrows` yields it (one array of the
-    frame's values, built once)."""
-    values = frame.values
-    columns, index = frame.columns, frame.index
+class Cells(dict):
+    """One row's cells by column, read as a :class:`pandas.Series` row is (``get``, ``[]``,
+    ``in``, ``index``) without building one."""
 
-    def row(position: int) -> pd.Series:
-        return pd.Series(values[position], index=columns, name=index[position])
+    @property
+    def index(self):
+        return self.keys()
+
+
+def rows_of(frame: pd.DataFrame) -> Callable[[int], Cells]:
+    """The row at a position with the values :meth:`pandas.DataFrame.iterrows` yields (one
+    array of the frame's values, built once)."""
+    values = frame.values
+    columns = list(frame.columns)
+
+    def row(position: int) -> Cells:
+        return Cells(zip(columns, values[position]))
 
     return row
+
+
+#: Setups already built per catalog, by the row's setup cells (shared by the stages of one
+#: ``validate``: the layout check, the auto knobs and the engine inputs).
+_BUILT: "weakref.WeakKeyDictionary[Catalog, dict]" = weakref.WeakKeyDictionary()
+#: Setups kept per catalog at most (then the memory starts again).
+MAX_KEPT = 200_000
 
 
 class Setups:
@@ -84,15 +101,25 @@ class Setups:
 
     def __init__(self, frame: pd.DataFrame, catalog: Catalog):
         self.catalog = catalog
-        self.group = group_ids(frame, setup_columns(frame))
+        self.columns = setup_columns(frame)
+        self.group = group_ids(frame, self.columns)
         self.row = rows_of(frame)
         self._done: dict[tuple[int, Any], tuple] = {}
+        self._built = _BUILT.setdefault(catalog, {})
 
     def __call__(self, position: int, vpp: int | None = None) -> tuple:
         key = (int(self.group[position]), vpp)
         found = self._done.get(key)
         if found is None:
-            found = row_setup(self.row(position), self.catalog, vpp)
+            row = self.row(position)
+            content = (tuple(self.columns), vpp,
+                       tuple((type(row[c]), repr(row[c])) for c in self.columns))
+            found = self._built.get(content)
+            if found is None:
+                found = row_setup(row, self.catalog, vpp)
+                if len(self._built) >= MAX_KEPT:
+                    self._built.clear()
+                self._built[content] = found
             self._done[key] = found
         return found
 
@@ -129,8 +156,9 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
             x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
             per_group[g] = x
     rows = uniform_keys([per_group[g] for g in range(len(per_group))])
-    out = {k: np.array([np.asarray(r[k], dtype=float) for r in rows])[setups.group]
-           for k in rows[0]}
+    keys = list(rows[0])
+    table = np.array([[r[k] for k in keys] for r in rows], dtype=float)[setups.group]
+    out = {k: np.ascontiguousarray(table[:, j]) for j, k in enumerate(keys)}
     out["micro_batch"] = np.array(mb, dtype=float).reshape(n)
     out["grad_accum"] = np.array(ga, dtype=float).reshape(n)
     out["recompute"] = codes[combo]

@@ -91,7 +91,7 @@ from fsdpsim import engine
 from fsdpsim.util import numbers
 
 from fsdpsim.drivers import sensitivity
-from fsdpsim.measured import shipped
+from fsdpsim.measured import grid, shipped
 from fsdpsim.measured.published import tables as published
 from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError, shown
@@ -189,8 +189,9 @@ def _generation(catalog: Catalog, gpu: Any) -> str:
         return gpu_generation(str(gpu))
 
 
-def _auto_vpp(row: pd.Series) -> bool:
-    return str(row.get("vpp", "")).strip().lower() == "auto"
+def _auto_vpp(vpp: Any) -> bool:
+    """Whether a ``vpp`` cell asks for the chunk count ``predict`` would choose."""
+    return str(vpp).strip().lower() == "auto"
 
 
 def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.DataFrame:
@@ -198,19 +199,25 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
     PP × vpp, sequence by CP): a published row the plan refuses gets the reason as ``skip``;
     in fsdpsim's own schema (``strict``) it is an error naming the row."""
     frame = frame.copy()
-    for i, row in frame.iterrows():
-        if row["skip"] or _auto_vpp(row):
+    setups = grid.Setups(frame, catalog)  # one setup and check per group of equal rows
+    checked: set[int] = set()
+    vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
+    for position, (i, skip, row_id) in enumerate(zip(frame.index, frame["skip"].tolist(),
+                                                     frame["id"].tolist())):
+        group = int(setups.group[position])
+        if skip or _auto_vpp(vpps[position]) or group in checked:
             continue
         try:
-            spec, _, plan, options = row_setup(row, catalog)
+            spec, _, plan, options = setups(position)
             plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
                              n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
                              n_experts=spec.n_experts,
                              expert_ffn_size=spec.expert_size if spec.is_moe else 0)
             bf16_linear_share(spec, TrainingConfig(**options))  # BF16 layers of this model
+            checked.add(group)
         except ConfigError as exc:
             if strict:
-                raise ConfigError(f"row {row['id']!r}: {exc}") from None
+                raise ConfigError(f"row {row_id!r}: {exc}") from None
             frame.at[i, "skip"] = f"layout: {exc}"
     return frame
 
@@ -243,31 +250,49 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     for column in ("micro_batch", "grad_accum", "recompute", "knobs", "vpp"):
         if column in frame.columns:
             frame[column] = frame[column].astype(object)  # "auto" text becomes a number
-    for i, row in frame.iterrows():
-        auto_mb, auto_rc = _unstated(row["micro_batch"]), _unstated(row["recompute"])
-        auto_vpp = _auto_vpp(row)
-        if row["skip"] or not (auto_mb or auto_rc or auto_vpp):
+    # rows that describe the same run with the same knobs are searched once
+    group = grid.group_ids(frame, grid.setup_columns(frame, ("micro_batch", "grad_accum",
+                                                             "recompute")))
+    row_at = grid.rows_of(frame)
+    found: dict[int, tuple] = {}
+    chosen_cells: dict[str, dict[int, Any]] = {
+        c: {} for c in ("micro_batch", "grad_accum", "recompute", "vpp", "knobs")}
+    vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
+    cells = zip(frame.index, frame["skip"].tolist(), frame["micro_batch"].tolist(),
+                frame["recompute"].tolist(), vpps)
+    for position, (i, skip, mb, rc, vpp_cell) in enumerate(cells):
+        auto_mb, auto_rc, auto_vpp = _unstated(mb), _unstated(rc), _auto_vpp(vpp_cell)
+        if skip or not (auto_mb or auto_rc or auto_vpp):
             continue
-        try:
-            vpps = _vpp_candidates(row, spec_for_row(row)) if auto_vpp else [None]
-            best = None
-            for vpp in vpps:
-                chosen = _predict_knobs(row, catalog, vpp, auto_mb, auto_rc)
-                rank = tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(chosen.values))
-                if best is None or rank < best[0]:
-                    best = (rank, vpp, chosen.training)
-        except ConfigError as exc:
-            frame.at[i, "skip"] = f"auto knobs: {exc}"
-            continue
-        _, vpp, chosen = best
-        frame.at[i, "micro_batch"] = chosen["micro_batch"]
-        frame.at[i, "grad_accum"] = chosen["grad_accum"]
-        frame.at[i, "recompute"] = chosen["recompute"]
+        g = int(group[position])
+        if g not in found:
+            row = row_at(position)
+            try:
+                vpps_tried = _vpp_candidates(row, spec_for_row(row)) if auto_vpp else [None]
+                best = None
+                for vpp in vpps_tried:
+                    chosen = _predict_knobs(row, catalog, vpp, auto_mb, auto_rc)
+                    rank = tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(chosen.values))
+                    if best is None or rank < best[0]:
+                        best = (rank, vpp, chosen.training)
+            except ConfigError as exc:  # not kept: the next row of the group tries again
+                frame.at[i, "skip"] = f"auto knobs: {exc}"
+                continue
+            found[g] = best
+        _, vpp, chosen = found[g]
+        for column in ("micro_batch", "grad_accum", "recompute"):
+            chosen_cells[column][position] = chosen[column]
         if auto_vpp:
-            frame.at[i, "vpp"] = vpp
-        frame.at[i, "knobs"] = "auto: " + ", ".join(
+            chosen_cells["vpp"][position] = vpp
+        chosen_cells["knobs"][position] = "auto: " + ", ".join(
             [f"{k} {chosen[k]}" for k, auto in (("micro_batch", auto_mb), ("recompute", auto_rc))
              if auto] + ([f"vpp {vpp}"] if auto_vpp else []))
+    for column, cells_set in chosen_cells.items():
+        if cells_set:
+            values = frame[column].tolist()
+            for position, value in cells_set.items():
+                values[position] = value
+            frame[column] = pd.Series(values, index=frame.index, dtype=object)
     _check_knobs(frame)
     return frame
 
@@ -327,34 +352,43 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
     for column, (rule, empty_ok) in columns.items():
         if column not in frame.columns:
             continue
-        rows = frame.index[frame["skip"] == ""]
-        values = frame[column].astype(object).copy()
-        for i in rows:
-            value = values.at[i]
+        skips, ids = frame["skip"].tolist(), frame["id"].tolist()
+        values = frame[column].astype(object).tolist()
+        read: dict[tuple[type, str], Any] = {}  # a cell read once per distinct value and type
+        for position, value in enumerate(values):
+            if skips[position] != "":
+                continue
             if empty_ok and is_empty(value):
-                values.at[i] = float("nan")
+                values[position] = float("nan")
                 continue
             if auto and isinstance(value, str) and value.strip().lower() == "auto" and \
                     column in _AUTO_COLUMNS:
                 continue
+            key = (type(value), repr(value))
+            if key in read:
+                values[position] = read[key]
+                continue
             try:
-                values.at[i] = read_number(
-                    value, f"row {shown(frame.at[i, 'id'])}: column {column}", rule)
+                values[position] = read[key] = read_number(
+                    value, f"row {shown(ids[position])}: column {column}", rule)
             except ConfigError as exc:
                 if not skip:
                     raise
-                frame.at[i, "skip"] = str(exc)
-        frame[column] = values
+                frame.at[frame.index[position], "skip"] = str(exc)
+        frame[column] = pd.Series(values, index=frame.index, dtype=object)
 
 
 def _check_columns(frame: pd.DataFrame) -> None:
     """One clear error for a row of fsdpsim's schema whose numbers are not usable."""
     _read_cells(frame, COLUMN_RULES)
-    for _, row in frame[frame["skip"] == ""].iterrows():
-        _check_plan_columns(row)
+    layout = ["id"] + [c for c in ("sequence_parallel", "pp_schedule", "cp_kind",
+                                   "moe_dispatcher", "cuda_graphs") if c in frame.columns]
+    use = frame.loc[frame["skip"] == "", layout]
+    for cells in use.itertuples(index=False, name=None):
+        _check_plan_columns(dict(zip(layout, cells)))
 
 
-def _check_plan_columns(row: pd.Series) -> None:
+def _check_plan_columns(row: pd.Series | dict) -> None:
     """One clear error for a layout cell of fsdpsim's schema that is not usable (the numeric
     ones are read by :func:`_read_cells`)."""
     def refuse(column: str, accepted: str) -> ConfigError:
@@ -379,9 +413,10 @@ def _check_knobs(frame: pd.DataFrame) -> None:
     not usable (a traceback later would be worse)."""
     _read_cells(frame, {"micro_batch": (numbers.COUNT, False),
                         "grad_accum": (numbers.COUNT, False)}, auto=False)
-    for _, row in frame[frame["skip"] == ""].iterrows():
-        if str(row["recompute"]) not in engine.RECOMPUTE_CODES:
-            raise ConfigError(f"row {shown(row['id'])}: recompute {shown(row['recompute'])} is "
+    use = frame[frame["skip"] == ""]
+    for row_id, recompute in zip(use["id"].tolist(), use["recompute"].tolist()):
+        if str(recompute) not in engine.RECOMPUTE_CODES:
+            raise ConfigError(f"row {shown(row_id)}: recompute {shown(recompute)} is "
                               f"not accepted; accepted: {', '.join(engine.RECOMPUTE_CODES)}, auto")
 
 

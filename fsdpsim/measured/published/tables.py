@@ -199,7 +199,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         if g not in converted:
             converted[g] = _convert(row_at(position), raw.columns, catalog, accelerators)
         row, before, after, model_flops = converted[g]
-        measured, measured_from = tokens_per_s_per_gpu(_Cells(zip(columns, cells)), model_flops)
+        measured, measured_from = tokens_per_s_per_gpu(grid.Cells(zip(columns, cells)),
+                                                       model_flops)
         no_measurement = ("no measurement (tokens/s, step time or TFLOP/s per GPU)"
                           if measured != measured else "")
         rows.append({**row, "id": ids[position] if ids is not None else f"row-{len(rows) + 1}",
@@ -211,15 +212,6 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 #: Columns of a published row that only its measurement reads (:func:`_measured`).
 MEASUREMENT_ONLY = ("tokens_per_s_per_gpu", "tokens_per_s_total", "step_time_s",
                     "tflops_per_gpu", "mfu_pct")
-
-
-class _Cells(dict):
-    """One row's cells by column (what :func:`_measured` reads of a row, without building a
-    :class:`pandas.Series`)."""
-
-    @property
-    def index(self):
-        return self.keys()
 
 
 def _convert(r: pd.Series, columns, catalog: Catalog,
