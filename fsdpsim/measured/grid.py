@@ -126,43 +126,53 @@ class Setups:
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
     """:func:`fsdpsim.measured.validate.engine_inputs_per_row` as a grid (same numbers): the
-    builder ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) once per group of
-    equal setup cells, its inputs gathered per row with the row's micro-batch, accumulation
-    and recompute mode. The training options are checked once per distinct (group,
-    micro-batch, recompute mode), as the per-row path checks every row's."""
+    inputs of :func:`distinct_inputs` gathered per row."""
+    x, inverse = distinct_inputs(frame, catalog)
+    return {k: v[inverse] for k, v in x.items()}
+
+
+def distinct_inputs(frame: pd.DataFrame,
+                    catalog: Catalog) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The engine inputs of each distinct run of ``frame`` and each row's run (``inputs[k][
+    inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). The builder
+    ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) runs once per group of equal
+    setup cells; a run is a group with one micro-batch, accumulation and recompute mode. The
+    training options are checked once per run, as the per-row path checks every row's."""
     from fsdpsim import engine
     from fsdpsim.drivers.predict import config_inputs
     from fsdpsim.engine.build_moe import uniform_keys
     from fsdpsim.plan.parallel import TrainingConfig
 
-    n = len(frame)
     setups = Setups(frame, catalog)
     mb = [int(v) for v in frame["micro_batch"].tolist()]
     ga = [int(v) for v in frame["grad_accum"].tolist()]
     rc = [str(v) for v in frame["recompute"].tolist()]
-    knobs = pd.DataFrame({"g": setups.group, "mb": mb, "rc": rc})
-    combo = group_ids(knobs, ("g", "mb", "rc"))
-    first_combo = _first_positions(combo)
-    codes = np.empty(first_combo.size, dtype=float)
+    runs = group_ids(pd.DataFrame({"g": setups.group, "mb": mb, "ga": ga, "rc": rc}),
+                     ("g", "mb", "ga", "rc"))
+    first = _first_positions(runs)
+    codes = np.empty(first.size, dtype=float)
     per_group: dict[int, dict[str, Any]] = {}
-    for c, pos in enumerate(first_combo):
-        spec, system, plan, options = setups(pos)
-        training = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
-        codes[c] = engine.RECOMPUTE_CODES[training.recompute]
+    checked: dict[tuple[int, int, str], float] = {}
+    for r, pos in enumerate(first):
         g = int(setups.group[pos])
-        if g not in per_group:
-            x = config_inputs(spec, system, plan, training)
-            # the per-row keys as the per-row path orders them (values replaced below)
-            x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
-            per_group[g] = x
+        if (g, mb[pos], rc[pos]) not in checked:
+            spec, system, plan, options = setups(pos)
+            training = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
+            checked[g, mb[pos], rc[pos]] = engine.RECOMPUTE_CODES[training.recompute]
+            if g not in per_group:
+                x = config_inputs(spec, system, plan, training)
+                # the per-row keys as the per-row path orders them (values set below)
+                x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
+                per_group[g] = x
+        codes[r] = checked[g, mb[pos], rc[pos]]
     rows = uniform_keys([per_group[g] for g in range(len(per_group))])
     keys = list(rows[0])
-    table = np.array([[r[k] for k in keys] for r in rows], dtype=float)[setups.group]
+    table = np.array([[r[k] for k in keys] for r in rows], dtype=float)[setups.group[first]]
     out = {k: np.ascontiguousarray(table[:, j]) for j, k in enumerate(keys)}
-    out["micro_batch"] = np.array(mb, dtype=float).reshape(n)
-    out["grad_accum"] = np.array(ga, dtype=float).reshape(n)
-    out["recompute"] = codes[combo]
-    return out
+    out["micro_batch"] = np.array(mb, dtype=float)[first]
+    out["grad_accum"] = np.array(ga, dtype=float)[first]
+    out["recompute"] = codes
+    return out, runs
 
 
 def _first_positions(ids: np.ndarray) -> np.ndarray:

@@ -457,19 +457,27 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     if use.empty:
         raise ConfigError("no row of the measurements file can be modelled "
                           "(all rows have a skip reason)")
-    x = engine_inputs(use, catalog)
+    # each distinct run once (rows that repeat a run share its prediction), unless per-row
+    # overrides make every row its own
+    x, run = grid.distinct_inputs(use, catalog)
     if overrides:
+        x, run = {k: v[run] for k, v in x.items()}, np.arange(len(use))
         x.update(overrides)
+    n_runs = len(next(iter(x.values())))
     out = engine.evaluate(x)
+
+    def per_row(values):
+        return np.broadcast_to(np.asarray(values), n_runs)[run]
+
     result = use.copy()
-    result["predicted_tokens_per_s_per_gpu"] = out["tokens_per_s_per_gpu"]
-    result["predicted_mfu"] = out["mfu"]
-    result["fits"] = out["fits"]
+    result["predicted_tokens_per_s_per_gpu"] = per_row(out["tokens_per_s_per_gpu"])
+    result["predicted_mfu"] = per_row(out["mfu"])
+    result["fits"] = per_row(out["fits"])
     # MoE rows (some layer routes to experts) are summarised apart from dense ones
-    result["moe"] = np.broadcast_to(np.asarray(out.get("moe_s", 0.0)) > 0, len(use))
+    result["moe"] = per_row(np.asarray(out.get("moe_s", 0.0)) > 0)
     # the bottleneck as predict reports it (fsdpsim.drivers.sensitivity), not the engine's heuristic
-    result["bottleneck"] = [engine.BOTTLENECKS[int(b)] for b in np.broadcast_to(
-        sensitivity.analyse(x)["bottleneck"], len(use))]
+    result["bottleneck"] = [engine.BOTTLENECKS[int(b)]
+                            for b in per_row(sensitivity.analyse(x)["bottleneck"])]
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     return result
