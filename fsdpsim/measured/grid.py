@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
-from fsdpsim.measured.rows import row_setup
+from fsdpsim.measured.rows import SPEC_COLUMNS, row_setup, spec_for_row
 
 #: Columns no row setup reads (label, measurement, per-row knobs and bookkeeping).
 NOT_SETUP = ("id", "tokens_per_s_per_gpu", "skip", "knobs", "micro_batch", "grad_accum",
@@ -35,18 +35,17 @@ def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iub":
         return pd.factorize(a)[0]
     a = a.astype(object)
-    codes = pd.factorize(a)[0]  # missing cells (None, NaN, NA) are -1
-    kind = pd.api.types.infer_dtype(a, skipna=True)
-    typed = np.flatnonzero(codes < 0) if kind in ("string", "empty") else np.arange(a.size)
-    if typed.size:
-        types = pd.factorize(np.array([type(a[i]).__name__ for i in typed], dtype=object))[0]
-        codes = codes.astype(np.int64)
-        # (value, type) as one code: shift by the number of type codes
-        width = int(types.max()) + 1
-        full = np.zeros(a.size, dtype=np.int64)
-        full[typed] = types
-        codes = (codes + 1) * width + full
-    return codes
+    codes, uniques = pd.factorize(a)  # missing cells (None, NaN, NA) are -1
+    types = pd.factorize(_TYPE_OF(a))[0].astype(np.int64)
+    # 0.0 and -0.0 are equal values that print apart
+    for u in [u for u, v in enumerate(uniques) if isinstance(v, float) and v == 0.0]:
+        at = np.flatnonzero(codes == u)
+        types[at] += (int(types.max()) + 1) * np.signbit(a[at].astype(float))
+    return (codes.astype(np.int64) + 1) * (int(types.max()) + 1) + types
+
+
+#: Each cell's type, elementwise over an object array.
+_TYPE_OF = np.frompyfunc(type, 1, 1)
 
 
 def group_ids(frame: pd.DataFrame, columns: Iterable[str]) -> np.ndarray:
@@ -106,6 +105,16 @@ class Setups:
         self.row = rows_of(frame)
         self._done: dict[tuple[int, Any], tuple] = {}
         self._built = _BUILT.setdefault(catalog, {})
+        self._specs: dict[tuple, Any] = {}
+
+    def _spec(self, row: Cells):
+        """The row's model (:func:`fsdpsim.measured.rows.spec_for_row`), once per distinct
+        model cells (:data:`fsdpsim.measured.rows.SPEC_COLUMNS`); a failure is not kept."""
+        key = tuple((c in row, type(row.get(c)), repr(row.get(c))) for c in SPEC_COLUMNS)
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = spec_for_row(row)
+        return spec
 
     def __call__(self, position: int, vpp: int | None = None) -> tuple:
         key = (int(self.group[position]), vpp)
@@ -116,7 +125,7 @@ class Setups:
                        tuple((type(row[c]), repr(row[c])) for c in self.columns))
             found = self._built.get(content)
             if found is None:
-                found = row_setup(row, self.catalog, vpp)
+                found = row_setup(row, self.catalog, vpp, self._spec(row))
                 if len(self._built) >= MAX_KEPT:
                     self._built.clear()
                 self._built[content] = found

@@ -189,8 +189,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     accelerators: dict[tuple[str, float | None], str | None] = {}
     # Rows that differ only in their label and measurement are converted once; the
     # measurement is read for every row (:func:`tokens_per_s_per_gpu`).
-    group = grid.group_ids(raw, [c for c in raw.columns
-                                 if c != "id" and c not in MEASUREMENT_ONLY])
+    group = grid.group_ids(raw, [c for c in raw.columns if c != "id" and c not in
+                                 MEASUREMENT_ONLY and c not in PASSED_THROUGH])
     row_at, columns = grid.rows_of(raw), list(raw.columns)
     ids = raw["id"].tolist() if "id" in raw.columns else None
     converted: dict[int, tuple[dict[str, Any], str, str, Any]] = {}
@@ -199,11 +199,12 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         if g not in converted:
             converted[g] = _convert(row_at(position), raw.columns, catalog, accelerators)
         row, before, after, model_flops = converted[g]
-        measured, measured_from = tokens_per_s_per_gpu(grid.Cells(zip(columns, cells)),
-                                                       model_flops)
+        this = grid.Cells(zip(columns, cells))
+        measured, measured_from = tokens_per_s_per_gpu(this, model_flops)
         no_measurement = ("no measurement (tokens/s, step time or TFLOP/s per GPU)"
                           if measured != measured else "")
         rows.append({**row, "id": ids[position] if ids is not None else f"row-{len(rows) + 1}",
+                     **{c: this.get(c, float("nan")) for c in PASSED_THROUGH},
                      "tokens_per_s_per_gpu": measured, "measured_from": measured_from,
                      "skip": before or no_measurement or after})
     return pd.DataFrame(rows)
@@ -212,6 +213,8 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 #: Columns of a published row that only its measurement reads (:func:`_measured`).
 MEASUREMENT_ONLY = ("tokens_per_s_per_gpu", "tokens_per_s_total", "step_time_s",
                     "tflops_per_gpu", "mfu_pct")
+#: Columns a published row's conversion copies as they are (:func:`_convert`), set per row.
+PASSED_THROUGH = ("tie_word_embeddings", *BUSBW_COLUMNS)
 
 
 def _convert(r: pd.Series, columns, catalog: Catalog,
