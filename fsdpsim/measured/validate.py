@@ -352,25 +352,34 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
     for column, (rule, empty_ok) in columns.items():
         if column not in frame.columns:
             continue
-        skips, ids = frame["skip"].tolist(), frame["id"].tolist()
-        values = frame[column].astype(object).tolist()
-        read: dict[tuple[type, str], Any] = {}  # a cell read once per distinct value and type
-        for position, value in enumerate(values):
-            if skips[position] != "":
-                continue
+        ids = frame["id"].tolist()
+        values = frame[column].astype(object).to_numpy(copy=True)
+        rows = np.flatnonzero((frame["skip"] == "").to_numpy(dtype=bool))
+        # each distinct cell (value and type, grid.column_codes) read once, at its first row
+        codes = grid.column_codes(values)[rows]
+        _, first, which, counts = np.unique(codes, return_index=True, return_inverse=True,
+                                            return_counts=True)
+        members = np.split(rows[np.argsort(which, kind="stable")], np.cumsum(counts)[:-1])
+        failed = []
+        for k in np.argsort(first):
+            value, at = values[rows[first[k]]], members[k]
             if empty_ok and is_empty(value):
-                values[position] = float("nan")
+                values[at] = float("nan")
                 continue
             if auto and isinstance(value, str) and value.strip().lower() == "auto" and \
                     column in _AUTO_COLUMNS:
                 continue
-            key = (type(value), repr(value))
-            if key in read:
-                values[position] = read[key]
-                continue
             try:
-                values[position] = read[key] = read_number(
-                    value, f"row {shown(ids[position])}: column {column}", rule)
+                number = read_number(value, f"row {shown(ids[rows[first[k]]])}: column {column}",
+                                     rule)
+            except ConfigError:
+                failed.extend(at.tolist())
+                continue
+            values[at] = [number] * at.size
+        for position in sorted(failed):  # the message names each row
+            try:
+                read_number(values[position], f"row {shown(ids[position])}: column {column}",
+                            rule)
             except ConfigError as exc:
                 if not skip:
                     raise
