@@ -194,7 +194,7 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     row_at, columns = grid.rows_of(raw), list(raw.columns)
     ids = raw["id"].tolist() if "id" in raw.columns else None
     converted: dict[int, tuple[dict[str, Any], str, str, Any]] = {}
-    for position, cells in enumerate(raw.itertuples(index=False, name=None)):
+    for position, cells in enumerate(raw.values):
         g = int(group[position])
         if g not in converted:
             converted[g] = _convert(row_at(position), raw.columns, catalog, accelerators)
