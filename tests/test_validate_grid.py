@@ -128,3 +128,27 @@ def test_a_failing_row_is_named_even_when_its_group_failed_before(tmp_path):
     frame = load_measurements(copy, CATALOG)
     assert "'first'" in frame["skip"].iloc[0] and "ep_overlap" in frame["skip"].iloc[0]
     assert "'second'" in frame["skip"].iloc[1]
+
+
+def test_calibrate_fits_the_same_factors_as_with_every_row_its_own_run(monkeypatch):
+    """calibrate's least squares over distinct runs = over every row on its own."""
+    from fsdpsim.measured import calibrate
+
+    frame = load_measurements(DATA / "hybrid_calibration.csv", CATALOG)
+    frame = frame[frame["gpu"] == CATALOG.accelerator("h100").id]
+    # every run twice (the second copy measured 10 % faster): runs shared by rows
+    frame = pd.concat([frame, frame.assign(id=frame["id"] + "-copy", tokens_per_s_per_gpu=
+                                           frame["tokens_per_s_per_gpu"] * 1.1)],
+                      ignore_index=True)
+    factors = ("matmul_fraction", "hbm_fraction")
+    grid_fit = calibrate.fit(frame, CATALOG, ["h100"], factors, check_ceiling=False)
+
+    def per_row(use, catalog):
+        return engine_inputs_per_row(use, catalog), np.arange(len(use))
+
+    monkeypatch.setattr(calibrate, "distinct_inputs", per_row)
+    row_fit = calibrate.fit(frame, CATALOG, ["h100"], factors, check_ceiling=False)
+    assert grid_fit.values == row_fit.values
+    assert (grid_fit.before, grid_fit.after, grid_fit.cross_validated, grid_fit.interval) == \
+        (row_fit.before, row_fit.after, row_fit.cross_validated, row_fit.interval)
+    pd.testing.assert_frame_equal(grid_fit.rows, row_fit.rows)
