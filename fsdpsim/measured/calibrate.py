@@ -23,7 +23,7 @@ from fsdpsim import engine
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.measured.stats import summarise
-from fsdpsim.measured.validate import engine_inputs
+from fsdpsim.measured.grid import distinct_inputs
 
 #: engine input name -> (catalog [efficiency] key, catalog units per engine unit, bounds)
 FACTORS = {
@@ -131,7 +131,16 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     if len(use) < len(factors) + 2:
         raise ConfigError(f"{len(use)} usable rows for {', '.join(ids)}: too few to fit "
                           f"{len(factors)} factors (need at least {len(factors) + 2})")
-    x = engine_inputs(use, catalog)
+    # each distinct run evaluated once and gathered per row (grid.distinct_inputs)
+    runs, run = distinct_inputs(use, catalog)
+    x = {k: v[run] for k, v in runs.items()}
+
+    def predict_rows(theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Tokens/s per GPU of ``rows`` (default: all) at factors ``theta``: the distinct
+        runs among them evaluated, each row given its run's."""
+        present, back = np.unique(run if rows is None else run[rows], return_inverse=True)
+        return _predict({k: v[present] for k, v in runs.items()}, factors, theta)[back]
+
     measured = use["tokens_per_s_per_gpu"].to_numpy(dtype=float)
     start = np.array([float(np.mean(x[f])) for f in factors])
     lo = np.array([FACTORS[f][2][0] for f in factors])
@@ -139,7 +148,7 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     start = np.clip(start, lo + 1e-9, hi - 1e-9)
 
     refused: dict[str, str] = {}
-    base = _predict(x, factors, start)
+    base = predict_rows(start)
     keep = []
     for i, name in enumerate(factors):
         # half the range away from the nearer bound (the midpoint for both branches would
@@ -147,7 +156,7 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         probe = start.copy()
         half = 0.5 * (hi[i] - lo[i])
         probe[i] = start[i] - half if start[i] - lo[i] > hi[i] - start[i] else start[i] + half
-        change = np.max(np.abs(_predict(x, factors, probe) / base - 1.0))
+        change = np.max(np.abs(predict_rows(probe) / base - 1.0))
         if change < MIN_SENSITIVITY:
             refused[name] = (f"not identifiable from these rows: moving it to {probe[i]:.3g} "
                              f"changes predictions by at most {100 * change:.2f} %")
@@ -162,8 +171,7 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         def residuals(theta):
             full = start.copy()
             full[keep] = theta
-            sub = {k: (v[rows] if np.ndim(v) else v) for k, v in x.items()}
-            return np.log(_predict(sub, factors, full) / measured[rows])
+            return np.log(predict_rows(full, rows) / measured[rows])
 
         return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac")
 
@@ -174,7 +182,7 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     before_rows = use.copy()
     before_rows["predicted_tokens_per_s_per_gpu"] = base
     before_rows["error"] = base / measured - 1.0
-    after_pred = _predict(x, factors, theta)
+    after_pred = predict_rows(theta)
     after_rows = use.copy()
     after_rows["predicted_tokens_per_s_per_gpu"] = after_pred
     after_rows["error"] = after_pred / measured - 1.0
@@ -199,7 +207,7 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         held = folds == k
         cv_theta = start.copy()
         cv_theta[keep] = solve(everything[~held]).x
-        cv_pred[held] = _predict(x, factors, cv_theta)[held]
+        cv_pred[held] = predict_rows(cv_theta)[held]
     cv_rows = use.copy()
     cv_rows["predicted_tokens_per_s_per_gpu"] = cv_pred
     cv_rows["error"] = cv_pred / measured - 1.0

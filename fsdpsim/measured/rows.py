@@ -59,6 +59,11 @@ def flag(row: pd.Series, column: str, default: bool) -> bool:
                       "empty")
 
 
+#: The cells :func:`spec_for_row` reads (``id`` only to name the row in an error).
+SPEC_COLUMNS = ("seq_len", "preset", "mtp_layers", "n_layers", "d_model", "n_heads",
+                "n_kv_heads", "ffn_size", "vocab", "arch", "tie_word_embeddings", "model")
+
+
 def spec_for_row(row: pd.Series) -> ModelSpec:
     """The model of one measurement row: a preset/config path, or the architecture columns."""
     from fsdpsim.model.presets import get_model
@@ -155,13 +160,14 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         shard_group_size=whole_cell(row, "shard_group_size"))
 
 
-def row_setup(row: pd.Series, catalog: Catalog,
-               vpp: int | None = None) -> tuple[ModelSpec, Any, ParallelPlan, dict]:
-    """The model, system, plan and training options one measurement row describes.
+def row_setup(row: pd.Series, catalog: Catalog, vpp: int | None = None,
+              spec: ModelSpec | None = None) -> tuple[ModelSpec, Any, ParallelPlan, dict]:
+    """The model, system, plan and training options one measurement row describes (``spec``:
+    its :func:`spec_for_row`, when already built).
 
     The scale-up domain is what ``predict`` uses (:func:`fsdpsim.hardware.system.domain_gpus`): the
     row's GPUs per node, or on NVL72 racks the GPUs the job uses in each rack."""
-    spec = spec_for_row(row)
+    spec = spec if spec is not None else spec_for_row(row)
     network = row.get("network")
     gbps = float(row["inter_node_gbps_per_gpu"])
     cap = float(row.get("power_cap_w", float("nan")))

@@ -91,7 +91,7 @@ from fsdpsim import engine
 from fsdpsim.util import numbers
 
 from fsdpsim.drivers import sensitivity
-from fsdpsim.measured import shipped
+from fsdpsim.measured import grid, shipped
 from fsdpsim.measured.published import tables as published
 from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError, shown
@@ -189,8 +189,9 @@ def _generation(catalog: Catalog, gpu: Any) -> str:
         return gpu_generation(str(gpu))
 
 
-def _auto_vpp(row: pd.Series) -> bool:
-    return str(row.get("vpp", "")).strip().lower() == "auto"
+def _auto_vpp(vpp: Any) -> bool:
+    """Whether a ``vpp`` cell asks for the chunk count ``predict`` would choose."""
+    return str(vpp).strip().lower() == "auto"
 
 
 def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.DataFrame:
@@ -198,19 +199,25 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
     PP × vpp, sequence by CP): a published row the plan refuses gets the reason as ``skip``;
     in fsdpsim's own schema (``strict``) it is an error naming the row."""
     frame = frame.copy()
-    for i, row in frame.iterrows():
-        if row["skip"] or _auto_vpp(row):
+    setups = grid.Setups(frame, catalog)  # one setup and check per group of equal rows
+    checked: set[int] = set()
+    vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
+    for position, (i, skip, row_id) in enumerate(zip(frame.index, frame["skip"].tolist(),
+                                                     frame["id"].tolist())):
+        group = int(setups.group[position])
+        if skip or _auto_vpp(vpps[position]) or group in checked:
             continue
         try:
-            spec, _, plan, options = row_setup(row, catalog)
+            spec, _, plan, options = setups(position)
             plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
                              n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
                              n_experts=spec.n_experts,
                              expert_ffn_size=spec.expert_size if spec.is_moe else 0)
             bf16_linear_share(spec, TrainingConfig(**options))  # BF16 layers of this model
+            checked.add(group)
         except ConfigError as exc:
             if strict:
-                raise ConfigError(f"row {row['id']!r}: {exc}") from None
+                raise ConfigError(f"row {row_id!r}: {exc}") from None
             frame.at[i, "skip"] = f"layout: {exc}"
     return frame
 
@@ -243,31 +250,49 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     for column in ("micro_batch", "grad_accum", "recompute", "knobs", "vpp"):
         if column in frame.columns:
             frame[column] = frame[column].astype(object)  # "auto" text becomes a number
-    for i, row in frame.iterrows():
-        auto_mb, auto_rc = _unstated(row["micro_batch"]), _unstated(row["recompute"])
-        auto_vpp = _auto_vpp(row)
-        if row["skip"] or not (auto_mb or auto_rc or auto_vpp):
+    # rows that describe the same run with the same knobs are searched once
+    group = grid.group_ids(frame, grid.setup_columns(frame, ("micro_batch", "grad_accum",
+                                                             "recompute")))
+    row_at = grid.rows_of(frame)
+    found: dict[int, tuple] = {}
+    chosen_cells: dict[str, dict[int, Any]] = {
+        c: {} for c in ("micro_batch", "grad_accum", "recompute", "vpp", "knobs")}
+    vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
+    cells = zip(frame.index, frame["skip"].tolist(), frame["micro_batch"].tolist(),
+                frame["recompute"].tolist(), vpps)
+    for position, (i, skip, mb, rc, vpp_cell) in enumerate(cells):
+        auto_mb, auto_rc, auto_vpp = _unstated(mb), _unstated(rc), _auto_vpp(vpp_cell)
+        if skip or not (auto_mb or auto_rc or auto_vpp):
             continue
-        try:
-            vpps = _vpp_candidates(row, spec_for_row(row)) if auto_vpp else [None]
-            best = None
-            for vpp in vpps:
-                chosen = _predict_knobs(row, catalog, vpp, auto_mb, auto_rc)
-                rank = tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(chosen.values))
-                if best is None or rank < best[0]:
-                    best = (rank, vpp, chosen.training)
-        except ConfigError as exc:
-            frame.at[i, "skip"] = f"auto knobs: {exc}"
-            continue
-        _, vpp, chosen = best
-        frame.at[i, "micro_batch"] = chosen["micro_batch"]
-        frame.at[i, "grad_accum"] = chosen["grad_accum"]
-        frame.at[i, "recompute"] = chosen["recompute"]
+        g = int(group[position])
+        if g not in found:
+            row = row_at(position)
+            try:
+                vpps_tried = _vpp_candidates(row, spec_for_row(row)) if auto_vpp else [None]
+                best = None
+                for vpp in vpps_tried:
+                    chosen = _predict_knobs(row, catalog, vpp, auto_mb, auto_rc)
+                    rank = tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(chosen.values))
+                    if best is None or rank < best[0]:
+                        best = (rank, vpp, chosen.training)
+            except ConfigError as exc:  # not kept: the next row of the group tries again
+                frame.at[i, "skip"] = f"auto knobs: {exc}"
+                continue
+            found[g] = best
+        _, vpp, chosen = found[g]
+        for column in ("micro_batch", "grad_accum", "recompute"):
+            chosen_cells[column][position] = chosen[column]
         if auto_vpp:
-            frame.at[i, "vpp"] = vpp
-        frame.at[i, "knobs"] = "auto: " + ", ".join(
+            chosen_cells["vpp"][position] = vpp
+        chosen_cells["knobs"][position] = "auto: " + ", ".join(
             [f"{k} {chosen[k]}" for k, auto in (("micro_batch", auto_mb), ("recompute", auto_rc))
              if auto] + ([f"vpp {vpp}"] if auto_vpp else []))
+    for column, cells_set in chosen_cells.items():
+        if cells_set:
+            values = frame[column].tolist()
+            for position, value in cells_set.items():
+                values[position] = value
+            frame[column] = pd.Series(values, index=frame.index, dtype=object)
     _check_knobs(frame)
     return frame
 
@@ -327,34 +352,52 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
     for column, (rule, empty_ok) in columns.items():
         if column not in frame.columns:
             continue
-        rows = frame.index[frame["skip"] == ""]
-        values = frame[column].astype(object).copy()
-        for i in rows:
-            value = values.at[i]
+        ids = frame["id"].tolist()
+        values = frame[column].astype(object).to_numpy(copy=True)
+        rows = np.flatnonzero((frame["skip"] == "").to_numpy(dtype=bool))
+        # each distinct cell (value and type, grid.column_codes) read once, at its first row
+        codes = grid.column_codes(values)[rows]
+        _, first, which, counts = np.unique(codes, return_index=True, return_inverse=True,
+                                            return_counts=True)
+        members = np.split(rows[np.argsort(which, kind="stable")], np.cumsum(counts)[:-1])
+        failed = []
+        for k in np.argsort(first):
+            value, at = values[rows[first[k]]], members[k]
             if empty_ok and is_empty(value):
-                values.at[i] = float("nan")
+                values[at] = float("nan")
                 continue
             if auto and isinstance(value, str) and value.strip().lower() == "auto" and \
                     column in _AUTO_COLUMNS:
                 continue
             try:
-                values.at[i] = read_number(
-                    value, f"row {shown(frame.at[i, 'id'])}: column {column}", rule)
+                number = read_number(value, f"row {shown(ids[rows[first[k]]])}: column {column}",
+                                     rule)
+            except ConfigError:
+                failed.extend(at.tolist())
+                continue
+            values[at] = [number] * at.size
+        for position in sorted(failed):  # the message names each row
+            try:
+                read_number(values[position], f"row {shown(ids[position])}: column {column}",
+                            rule)
             except ConfigError as exc:
                 if not skip:
                     raise
-                frame.at[i, "skip"] = str(exc)
-        frame[column] = values
+                frame.at[frame.index[position], "skip"] = str(exc)
+        frame[column] = pd.Series(values, index=frame.index, dtype=object)
 
 
 def _check_columns(frame: pd.DataFrame) -> None:
     """One clear error for a row of fsdpsim's schema whose numbers are not usable."""
     _read_cells(frame, COLUMN_RULES)
-    for _, row in frame[frame["skip"] == ""].iterrows():
-        _check_plan_columns(row)
+    layout = ["id"] + [c for c in ("sequence_parallel", "pp_schedule", "cp_kind",
+                                   "moe_dispatcher", "cuda_graphs") if c in frame.columns]
+    use = frame.loc[frame["skip"] == "", layout]
+    for cells in use.itertuples(index=False, name=None):
+        _check_plan_columns(dict(zip(layout, cells)))
 
 
-def _check_plan_columns(row: pd.Series) -> None:
+def _check_plan_columns(row: pd.Series | dict) -> None:
     """One clear error for a layout cell of fsdpsim's schema that is not usable (the numeric
     ones are read by :func:`_read_cells`)."""
     def refuse(column: str, accepted: str) -> ConfigError:
@@ -379,16 +422,27 @@ def _check_knobs(frame: pd.DataFrame) -> None:
     not usable (a traceback later would be worse)."""
     _read_cells(frame, {"micro_batch": (numbers.COUNT, False),
                         "grad_accum": (numbers.COUNT, False)}, auto=False)
-    for _, row in frame[frame["skip"] == ""].iterrows():
-        if str(row["recompute"]) not in engine.RECOMPUTE_CODES:
-            raise ConfigError(f"row {shown(row['id'])}: recompute {shown(row['recompute'])} is "
+    use = frame[frame["skip"] == ""]
+    for row_id, recompute in zip(use["id"].tolist(), use["recompute"].tolist()):
+        if str(recompute) not in engine.RECOMPUTE_CODES:
+            raise ConfigError(f"row {shown(row_id)}: recompute {shown(recompute)} is "
                               f"not accepted; accepted: {', '.join(engine.RECOMPUTE_CODES)}, auto")
 
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
     """Stack the engine inputs of every row (rows with a ``skip`` reason must be dropped):
     :func:`fsdpsim.engine.build.config_inputs` of the row's objects (the one builder ``predict``
-    uses) plus its micro-batch, accumulation and recompute mode."""
+    uses) plus its micro-batch, accumulation and recompute mode; built once per group of rows
+    that describe the same run (:func:`fsdpsim.measured.grid.engine_inputs`), identical to
+    :func:`engine_inputs_per_row`."""
+    from fsdpsim.measured import grid
+
+    return grid.engine_inputs(frame, catalog)
+
+
+def engine_inputs_per_row(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`engine_inputs` one row at a time (the reference the grid path is tested
+    against)."""
     per_row: list[dict[str, Any]] = []
     for _, row in frame.iterrows():
         spec, system, plan, options = row_setup(row, catalog)
@@ -416,19 +470,27 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     if use.empty:
         raise ConfigError("no row of the measurements file can be modelled "
                           "(all rows have a skip reason)")
-    x = engine_inputs(use, catalog)
+    # each distinct run once (rows that repeat a run share its prediction), unless per-row
+    # overrides make every row its own
+    x, run = grid.distinct_inputs(use, catalog)
     if overrides:
+        x, run = {k: v[run] for k, v in x.items()}, np.arange(len(use))
         x.update(overrides)
+    n_runs = len(next(iter(x.values())))
     out = engine.evaluate(x)
+
+    def per_row(values):
+        return np.broadcast_to(np.asarray(values), n_runs)[run]
+
     result = use.copy()
-    result["predicted_tokens_per_s_per_gpu"] = out["tokens_per_s_per_gpu"]
-    result["predicted_mfu"] = out["mfu"]
-    result["fits"] = out["fits"]
+    result["predicted_tokens_per_s_per_gpu"] = per_row(out["tokens_per_s_per_gpu"])
+    result["predicted_mfu"] = per_row(out["mfu"])
+    result["fits"] = per_row(out["fits"])
     # MoE rows (some layer routes to experts) are summarised apart from dense ones
-    result["moe"] = np.broadcast_to(np.asarray(out.get("moe_s", 0.0)) > 0, len(use))
+    result["moe"] = per_row(np.asarray(out.get("moe_s", 0.0)) > 0)
     # the bottleneck as predict reports it (fsdpsim.drivers.sensitivity), not the engine's heuristic
-    result["bottleneck"] = [engine.BOTTLENECKS[int(b)] for b in np.broadcast_to(
-        sensitivity.analyse(x)["bottleneck"], len(use))]
+    result["bottleneck"] = [engine.BOTTLENECKS[int(b)]
+                            for b in per_row(sensitivity.analyse(x)["bottleneck"])]
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     if intervals:

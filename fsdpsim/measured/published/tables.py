@@ -181,142 +181,182 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Convert rows with the published-calibration columns to the fsdpsim schema, with their
     whole parallel layout (:func:`fsdpsim.measured.published.plan.read_layout`) and the conventions of
     the framework each row names where it does not say."""
+    from fsdpsim.measured import grid
+
     rows = []
-    for _, r in raw.iterrows():
-        framework = cell_text(r.get("framework"))
-        conventions = framework_conventions(framework)
-        modelled_as: list[str] = []
-        counts = {k: cell_count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
-                                                 "n_heads", "vocab")}
-        n_gpus = counts["n_gpus"] or 1
-        layout, notes, why = read_layout(r, raw.columns, n_gpus, counts["n_layers"], conventions)
-        modelled_as += notes
-        skip = why
-        moe: dict[str, Any] = {}
-        if cell_positive(r.get("ep")) > 1 or cell_positive(r.get("moe_experts")) > 0:
-            from fsdpsim.measured.published.moe import moe_row
-
-            moe, said, why = moe_row(cell_text(r.get("model")),
-                                     mtp_stated=not is_empty(r.get("mtp_layers")))
-            modelled_as += said
-            skip = skip or why
-        moe.update(stated_columns(r))
-        gpu_text = cell_text(r.get("gpu"))
-        gpu = match_accelerator(catalog, gpu_text, cell_number(r.get("gpu_mem_gb")))
-        if gpu is None:
-            skip = skip or f"GPU {gpu_text!r} is not in the catalog"
-        unstated = [k for k, v in counts.items() if v is None]
-        if unstated:
-            skip = skip or f"{', '.join(unstated)} not stated as whole numbers"
-        gpn = cell_count(r.get("gpus_per_node"))
-        gpn = gpn if gpn and gpn <= 1e6 else min(n_gpus, 8)
-        domain = catalog.accelerator(gpu).link.domain_size if gpu else None
-        if domain and domain > 8:  # a rack-scale NVLink domain (NVL72): its trays share it
-            gpn = domain
-        network, per_gpu = parse_network(cell_text(r.get("inter_node_interconnect")), gpn,
-                                         cell_text(r.get("source_key")) + " " + framework)
-        precision_text = cell_text(r.get("precision"))
-        precision, reduce_dtype = parse_precision(precision_text, framework)
-        number_format = precision_format(precision_text, precision)
-        if number_format in UNFIT_FORMATS:  # reduced as FP8 recipes reduce
-            reduce_dtype = parse_precision("fp8", framework)[1]
-            precision = number_format
-        sharding_text = cell_text(r.get("sharding"))
-        sharding = parse_sharding(sharding_text, framework)
-        if conventions.get("sharding") and sharding_words(sharding_text) is None:
-            sharding = conventions["sharding"]
-            modelled_as.append(f"sharding not stated: {conventions['name']}'s default "
-                               f"({sharding})")
-        model_parallel = np.prod([layout.get(k, 1) for k in ("tp", "pp", "cp")])
-        dp = n_gpus // model_parallel if n_gpus % model_parallel == 0 else n_gpus
-        zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
-        shard_group = float("nan")
-        if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
-            if profile(conventions.get("profile", "fsdp2")).zero1_groups:  # as run
-                shard_group = int(zero_group.group(1))
-            else:
-                modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled "
-                                   f"over all {dp} data-parallel ranks")
-        mb, ga = cell_positive(r.get("micro_batch")), cell_positive(r.get("grad_accum"))
-        global_seqs = cell_positive(r.get("global_batch_seqs"))
-        if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
-            ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
-        # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
-        # predict's auto would choose (with the global batch when it is known).
-        model_flops = None
-        if moe.get("preset"):  # its own count: MLA's attention, the MTP modules
-            from fsdpsim.measured.published.moe import preset_flops_per_token
-
-            model_flops = (moe["preset"], functools.partial(
-                preset_flops_per_token, moe["preset"], moe.get("mtp_layers"),
-                counts["seq_len"] or 1))
-        measured, measured_from = tokens_per_s_per_gpu(r, model_flops)
-        if measured != measured:
-            skip = skip or "no measurement (tokens/s, step time or TFLOP/s per GPU)"
-        model = cell_text(r.get("model"))
-        heads = cell_number(r.get("n_heads"))
-        vocab = count_or_nan(counts["vocab"])  # the count as read; NaN where not stated (skipped)
-        if counts["vocab"] and layout.get("tp", 1) > 1:
-            vocab = tp_vocab(counts["vocab"], layout["tp"])
-            if vocab != counts["vocab"]:
-                modelled_as.append(f"vocab {counts['vocab']} padded to {vocab} (Megatron: a "
-                                   f"multiple of {MEGATRON_VOCAB_MULTIPLE} x tp)")
-        cap = parse_power_cap(catalog, gpu, gpu_text, cell_text(r.get("notes")))
-        texts = [cell_text(r.get(k)) for k in ("notes", "framework", "source", "source_locator")]
-        generation = gpu_generation(gpu or gpu_text)
-        checkpointing = cell_text(r.get("activation_checkpointing"))
-        recipe = conventions.get("profile", "fsdp2")
-        stated_recompute = cell_text(r.get("recompute")).strip().lower()
-        if stated_recompute and stated_recompute not in RECOMPUTE_CELLS:
-            skip = skip or (f"column recompute: {stated_recompute!r} is not accepted; accepted: "
-                            f"{', '.join(RECOMPUTE_CELLS)} (or empty)")
-            stated_recompute = ""
-        rows.append({
-            "id": r.get("id", f"row-{len(rows) + 1}"), "arch": arch_of(model), "model": model,
-            # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
-            "n_layers": count_or_nan(counts["n_layers"]), "d_model": count_or_nan(counts["d_model"]),
-            "n_heads": heads,
-            "n_kv_heads": number_or(r.get("n_kv_heads"), heads),
-            "ffn_size": number_or(r.get("ffn_size"), 4 * cell_number(r.get("d_model"))),
-            "vocab": vocab, "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
-            "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
-            "network": network or "",
-            "seq_len": counts["seq_len"] or 1,
-            "micro_batch": mb, "grad_accum": ga,
-            "sharding": sharding, "shard_group_size": shard_group,
-            "recompute": (stated_recompute or parse_recompute(checkpointing)
-                          if stated_recompute or _stated(checkpointing)
-                          else conventions.get("recompute", "auto")),
-            "global_batch_seqs": global_seqs,
-            # the model's own tying where stated; measured bus bandwidths of the job (GB/s)
-            "tie_word_embeddings": r.get("tie_word_embeddings", float("nan")),
-            **{c: r.get(c, float("nan")) for c in BUSBW_COLUMNS},
-            **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},
-            "pp_schedule": layout.get("pp_schedule", ""),
-            "sequence_parallel": layout.get("sequence_parallel", False),
-            "pp_first_layers": layout.get("pp_first_layers", float("nan")),
-            "pp_last_layers": layout.get("pp_last_layers", float("nan")),
-            "ep": number_or(r.get("ep"), 1.0),
-            **moe,
-            "precision": precision, "reduce_dtype": reduce_dtype,
-            # the framework's recipe for BF16 layers under a low-precision format (else the
-            # format's own default, TrainingConfig.bf16_layers)
-            "bf16_layers": (moe["bf16_layers"] if "bf16_layers" in moe
-                            else _or_nan(knob_default(recipe, "bf16_layers", precision))),
-            "precision_format": number_format, "precision_note": precision_text,
-            # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
-            "fused_loss": arch_of(model) == "mpt" or bool(
-                conventions.get("fused_loss", knob_default(recipe, "fused_loss"))),
-            "flash_attention": _flash(texts, conventions, generation),
-            "power_cap_w": cap if cap is not None else float("nan"),
-            "framework": framework, "source_key": cell_text(r.get("source_key")),
-            "recipe": recipe,
-            "dropout": bool(conventions.get("dropout", False)) and arch_of(model) == "gpt",
-            "generation": generation, "tokens_per_s_per_gpu": measured,
-            "measured_from": measured_from, "subset": cell_text(r.get("subset")),
-            "modelled_as": "; ".join(modelled_as), "skip": skip,
-        })
+    # a file repeats few GPU names: each distinct (name, memory) is matched once (the match
+    # depends on nothing else)
+    accelerators: dict[tuple[str, float | None], str | None] = {}
+    # Rows that differ only in their label and measurement are converted once; the
+    # measurement is read for every row (:func:`tokens_per_s_per_gpu`).
+    group = grid.group_ids(raw, [c for c in raw.columns if c != "id" and c not in
+                                 MEASUREMENT_ONLY and c not in PASSED_THROUGH])
+    row_at, columns = grid.rows_of(raw), list(raw.columns)
+    ids = raw["id"].tolist() if "id" in raw.columns else None
+    converted: dict[int, tuple[dict[str, Any], str, str, Any]] = {}
+    for position, cells in enumerate(raw.values):
+        g = int(group[position])
+        if g not in converted:
+            converted[g] = _convert(row_at(position), raw.columns, catalog, accelerators)
+        row, before, after, model_flops = converted[g]
+        this = grid.Cells(zip(columns, cells))
+        measured, measured_from = tokens_per_s_per_gpu(this, model_flops)
+        no_measurement = ("no measurement (tokens/s, step time or TFLOP/s per GPU)"
+                          if measured != measured else "")
+        rows.append({**row, "id": ids[position] if ids is not None else f"row-{len(rows) + 1}",
+                     **{c: this.get(c, float("nan")) for c in PASSED_THROUGH},
+                     "tokens_per_s_per_gpu": measured, "measured_from": measured_from,
+                     "skip": before or no_measurement or after})
     return pd.DataFrame(rows)
+
+
+#: Columns of a published row that only its measurement reads (:func:`_measured`).
+MEASUREMENT_ONLY = ("tokens_per_s_per_gpu", "tokens_per_s_total", "step_time_s",
+                    "tflops_per_gpu", "mfu_pct")
+#: Columns a published row's conversion copies as they are (:func:`_convert`), set per row.
+PASSED_THROUGH = ("tie_word_embeddings", *BUSBW_COLUMNS)
+
+
+def _convert(r: pd.Series, columns, catalog: Catalog,
+             accelerators: dict) -> tuple[dict[str, Any], str, str, Any]:
+    """One published row in the fsdpsim schema without its label and measurement: the row,
+    the skip reason found before the measurement is read and the one after it, and the
+    model's own FLOP count (``model_flops`` of :func:`tokens_per_s_per_gpu`)."""
+    framework = cell_text(r.get("framework"))
+    conventions = framework_conventions(framework)
+    modelled_as: list[str] = []
+    counts = {k: cell_count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
+                                             "n_heads", "vocab")}
+    n_gpus = counts["n_gpus"] or 1
+    layout, notes, why = read_layout(r, columns, n_gpus, counts["n_layers"], conventions)
+    modelled_as += notes
+    skip = why
+    moe: dict[str, Any] = {}
+    if cell_positive(r.get("ep")) > 1 or cell_positive(r.get("moe_experts")) > 0:
+        from fsdpsim.measured.published.moe import moe_row
+
+        moe, said, why = moe_row(cell_text(r.get("model")),
+                                 mtp_stated=not is_empty(r.get("mtp_layers")))
+        modelled_as += said
+        skip = skip or why
+    moe.update(stated_columns(r))
+    gpu_text = cell_text(r.get("gpu"))
+    memory_gb = cell_number(r.get("gpu_mem_gb"))
+    gpu_key = (gpu_text, memory_gb if memory_gb == memory_gb else None)  # NaN: one key
+    if gpu_key not in accelerators:
+        accelerators[gpu_key] = match_accelerator(catalog, gpu_text, memory_gb)
+    gpu = accelerators[gpu_key]
+    if gpu is None:
+        skip = skip or f"GPU {gpu_text!r} is not in the catalog"
+    unstated = [k for k, v in counts.items() if v is None]
+    if unstated:
+        skip = skip or f"{', '.join(unstated)} not stated as whole numbers"
+    gpn = cell_count(r.get("gpus_per_node"))
+    gpn = gpn if gpn and gpn <= 1e6 else min(n_gpus, 8)
+    domain = catalog.accelerator(gpu).link.domain_size if gpu else None
+    if domain and domain > 8:  # a rack-scale NVLink domain (NVL72): its trays share it
+        gpn = domain
+    network, per_gpu = parse_network(cell_text(r.get("inter_node_interconnect")), gpn,
+                                     cell_text(r.get("source_key")) + " " + framework)
+    precision_text = cell_text(r.get("precision"))
+    precision, reduce_dtype = parse_precision(precision_text, framework)
+    number_format = precision_format(precision_text, precision)
+    if number_format in UNFIT_FORMATS:  # reduced as FP8 recipes reduce
+        reduce_dtype = parse_precision("fp8", framework)[1]
+        precision = number_format
+    sharding_text = cell_text(r.get("sharding"))
+    sharding = parse_sharding(sharding_text, framework)
+    if conventions.get("sharding") and sharding_words(sharding_text) is None:
+        sharding = conventions["sharding"]
+        modelled_as.append(f"sharding not stated: {conventions['name']}'s default "
+                           f"({sharding})")
+    model_parallel = np.prod([layout.get(k, 1) for k in ("tp", "pp", "cp")])
+    dp = n_gpus // model_parallel if n_gpus % model_parallel == 0 else n_gpus
+    zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
+    shard_group = float("nan")
+    if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
+        if profile(conventions.get("profile", "fsdp2")).zero1_groups:  # as run
+            shard_group = int(zero_group.group(1))
+        else:
+            modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled "
+                               f"over all {dp} data-parallel ranks")
+    mb, ga = cell_positive(r.get("micro_batch")), cell_positive(r.get("grad_accum"))
+    global_seqs = cell_positive(r.get("global_batch_seqs"))
+    if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
+        ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
+    # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
+    # predict's auto would choose (with the global batch when it is known).
+    model_flops = None
+    if moe.get("preset"):  # its own count: MLA's attention, the MTP modules
+        from fsdpsim.measured.published.moe import preset_flops_per_token
+
+        model_flops = (moe["preset"], functools.partial(
+            preset_flops_per_token, moe["preset"], moe.get("mtp_layers"),
+            counts["seq_len"] or 1))
+    before, skip = skip, ""
+    model = cell_text(r.get("model"))
+    heads = cell_number(r.get("n_heads"))
+    vocab = count_or_nan(counts["vocab"])  # the count as read; NaN where not stated (skipped)
+    if counts["vocab"] and layout.get("tp", 1) > 1:
+        vocab = tp_vocab(counts["vocab"], layout["tp"])
+        if vocab != counts["vocab"]:
+            modelled_as.append(f"vocab {counts['vocab']} padded to {vocab} (Megatron: a "
+                               f"multiple of {MEGATRON_VOCAB_MULTIPLE} x tp)")
+    cap = parse_power_cap(catalog, gpu, gpu_text, cell_text(r.get("notes")))
+    texts = [cell_text(r.get(k)) for k in ("notes", "framework", "source", "source_locator")]
+    generation = gpu_generation(gpu or gpu_text)
+    checkpointing = cell_text(r.get("activation_checkpointing"))
+    recipe = conventions.get("profile", "fsdp2")
+    stated_recompute = cell_text(r.get("recompute")).strip().lower()
+    if stated_recompute and stated_recompute not in RECOMPUTE_CELLS:
+        skip = skip or (f"column recompute: {stated_recompute!r} is not accepted; accepted: "
+                        f"{', '.join(RECOMPUTE_CELLS)} (or empty)")
+        stated_recompute = ""
+    return {
+        "id": "", "arch": arch_of(model), "model": model,
+        # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
+        "n_layers": count_or_nan(counts["n_layers"]), "d_model": count_or_nan(counts["d_model"]),
+        "n_heads": heads,
+        "n_kv_heads": number_or(r.get("n_kv_heads"), heads),
+        "ffn_size": number_or(r.get("ffn_size"), 4 * cell_number(r.get("d_model"))),
+        "vocab": vocab, "gpu": gpu or gpu_text, "n_gpus": n_gpus, "gpus_per_node": gpn,
+        "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
+        "network": network or "",
+        "seq_len": counts["seq_len"] or 1,
+        "micro_batch": mb, "grad_accum": ga,
+        "sharding": sharding, "shard_group_size": shard_group,
+        "recompute": (stated_recompute or parse_recompute(checkpointing)
+                      if stated_recompute or _stated(checkpointing)
+                      else conventions.get("recompute", "auto")),
+        "global_batch_seqs": global_seqs,
+        # the model's own tying where stated; measured bus bandwidths of the job (GB/s)
+        "tie_word_embeddings": r.get("tie_word_embeddings", float("nan")),
+        **{c: r.get(c, float("nan")) for c in BUSBW_COLUMNS},
+        **{k: layout.get(k, v) for k, v in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1))},
+        "pp_schedule": layout.get("pp_schedule", ""),
+        "sequence_parallel": layout.get("sequence_parallel", False),
+        "pp_first_layers": layout.get("pp_first_layers", float("nan")),
+        "pp_last_layers": layout.get("pp_last_layers", float("nan")),
+        "ep": number_or(r.get("ep"), 1.0),
+        **moe,
+        "precision": precision, "reduce_dtype": reduce_dtype,
+        # the framework's recipe for BF16 layers under a low-precision format (else the
+        # format's own default, TrainingConfig.bf16_layers)
+        "bf16_layers": (moe["bf16_layers"] if "bf16_layers" in moe
+                        else _or_nan(knob_default(recipe, "bf16_layers", precision))),
+        "precision_format": number_format, "precision_note": precision_text,
+        # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
+        "fused_loss": arch_of(model) == "mpt" or bool(
+            conventions.get("fused_loss", knob_default(recipe, "fused_loss"))),
+        "flash_attention": _flash(texts, conventions, generation),
+        "power_cap_w": cap if cap is not None else float("nan"),
+        "framework": framework, "source_key": cell_text(r.get("source_key")),
+        "recipe": recipe,
+        "dropout": bool(conventions.get("dropout", False)) and arch_of(model) == "gpt",
+        "generation": generation, "tokens_per_s_per_gpu": float("nan"),
+        "measured_from": "", "subset": cell_text(r.get("subset")),
+        "modelled_as": "; ".join(modelled_as), "skip": "",
+    }, before, skip, model_flops
 
 
 def _or_nan(value: Any) -> Any:

@@ -1,0 +1,190 @@
+"""A measurements file as one grid: rows grouped by what they describe, the per-row objects
+(model, system, plan, training options: :func:`fsdpsim.measured.rows.row_setup`) built once
+per group and the engine inputs gathered per row, as :mod:`fsdpsim.drivers.sweep.tables` does
+for a sweep's distinct models, systems and plans.
+
+Two rows belong to one group when every cell the setup can read is the same value of the same
+type (floats bit for bit); the cells that never enter it (the label, the measurement, the
+knobs given per row) are left out of the key. A row whose setup fails is never served from a
+group: it is set up on its own, so its message names it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from fsdpsim.hardware.catalog import Catalog
+from fsdpsim.measured.rows import SPEC_COLUMNS, row_setup, spec_for_row
+
+#: Columns no row setup reads (label, measurement, per-row knobs and bookkeeping).
+NOT_SETUP = ("id", "tokens_per_s_per_gpu", "skip", "knobs", "micro_batch", "grad_accum",
+             "recompute", "measured_from", "modelled_as")
+
+
+def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
+    """Integer codes of a column, equal exactly where the cells are the same value of the same
+    type: floats by their bits (NaN, -0.0 apart from 0.0), other cells by value and type (``1``,
+    ``1.0``, ``"1"`` and ``True`` apart, ``None`` apart from NaN)."""
+    a = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
+    if a.dtype.kind == "f":
+        return pd.factorize(a.astype(np.float64).view(np.int64))[0]
+    if a.dtype.kind in "iub":
+        return pd.factorize(a)[0]
+    a = a.astype(object)
+    codes, uniques = pd.factorize(a)  # missing cells (None, NaN, NA) are -1
+    types = pd.factorize(_TYPE_OF(a))[0].astype(np.int64)
+    # 0.0 and -0.0 are equal values that print apart
+    for u in [u for u, v in enumerate(uniques) if isinstance(v, float) and v == 0.0]:
+        at = np.flatnonzero(codes == u)
+        types[at] += (int(types.max()) + 1) * np.signbit(a[at].astype(float))
+    return (codes.astype(np.int64) + 1) * (int(types.max()) + 1) + types
+
+
+#: Each cell's type, elementwise over an object array.
+_TYPE_OF = np.frompyfunc(type, 1, 1)
+
+
+def group_ids(frame: pd.DataFrame, columns: Iterable[str]) -> np.ndarray:
+    """Each row's group (0, 1, ... in order of first appearance): rows with the same cells in
+    ``columns`` (:func:`column_codes`) share one."""
+    ids = np.zeros(len(frame), dtype=np.int64)
+    for column in columns:
+        codes = column_codes(frame[column]).astype(np.int64)
+        ids = pd.factorize(ids * (int(codes.max(initial=0)) + 2) + (codes + 1))[0]
+    return ids
+
+
+def setup_columns(frame: pd.DataFrame, also: Iterable[str] = ()) -> list[str]:
+    """The columns of ``frame`` a row's setup may read: all but :data:`NOT_SETUP`, plus
+    ``also``."""
+    extra = set(also)
+    return [c for c in frame.columns if c not in NOT_SETUP or c in extra]
+
+
+class Cells(dict):
+    """One row's cells by column, read as a :class:`pandas.Series` row is (``get``, ``[]``,
+    ``in``, ``index``) without building one."""
+
+    @property
+    def index(self):
+        return self.keys()
+
+
+def rows_of(frame: pd.DataFrame) -> Callable[[int], Cells]:
+    """The row at a position with the values :meth:`pandas.DataFrame.iterrows` yields (one
+    array of the frame's values, built once)."""
+    values = frame.values
+    columns = list(frame.columns)
+
+    def row(position: int) -> Cells:
+        return Cells(zip(columns, values[position]))
+
+    return row
+
+
+#: Setups already built per catalog, by the row's setup cells (shared by the stages of one
+#: ``validate``: the layout check, the auto knobs and the engine inputs).
+_BUILT: "weakref.WeakKeyDictionary[Catalog, dict]" = weakref.WeakKeyDictionary()
+#: Setups kept per catalog at most (then the memory starts again).
+MAX_KEPT = 200_000
+
+
+class Setups:
+    """:func:`fsdpsim.measured.rows.row_setup` of a frame's rows, once per group of equal setup
+    cells (and ``vpp`` override); failures are not kept (each failing row is set up again, so
+    its error names it)."""
+
+    def __init__(self, frame: pd.DataFrame, catalog: Catalog):
+        self.catalog = catalog
+        self.columns = setup_columns(frame)
+        self.group = group_ids(frame, self.columns)
+        self.row = rows_of(frame)
+        self._done: dict[tuple[int, Any], tuple] = {}
+        self._built = _BUILT.setdefault(catalog, {})
+        self._specs: dict[tuple, Any] = {}
+
+    def _spec(self, row: Cells):
+        """The row's model (:func:`fsdpsim.measured.rows.spec_for_row`), once per distinct
+        model cells (:data:`fsdpsim.measured.rows.SPEC_COLUMNS`); a failure is not kept."""
+        key = tuple((c in row, type(row.get(c)), repr(row.get(c))) for c in SPEC_COLUMNS)
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = spec_for_row(row)
+        return spec
+
+    def __call__(self, position: int, vpp: int | None = None) -> tuple:
+        key = (int(self.group[position]), vpp)
+        found = self._done.get(key)
+        if found is None:
+            row = self.row(position)
+            content = (tuple(self.columns), vpp,
+                       tuple((type(row[c]), repr(row[c])) for c in self.columns))
+            found = self._built.get(content)
+            if found is None:
+                found = row_setup(row, self.catalog, vpp, self._spec(row))
+                if len(self._built) >= MAX_KEPT:
+                    self._built.clear()
+                self._built[content] = found
+            self._done[key] = found
+        return found
+
+
+def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`fsdpsim.measured.validate.engine_inputs_per_row` as a grid (same numbers): the
+    inputs of :func:`distinct_inputs` gathered per row."""
+    x, inverse = distinct_inputs(frame, catalog)
+    return {k: v[inverse] for k, v in x.items()}
+
+
+def distinct_inputs(frame: pd.DataFrame,
+                    catalog: Catalog) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The engine inputs of each distinct run of ``frame`` and each row's run (``inputs[k][
+    inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). The builder
+    ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) runs once per group of equal
+    setup cells; a run is a group with one micro-batch, accumulation and recompute mode. The
+    training options are checked once per run, as the per-row path checks every row's."""
+    from fsdpsim import engine
+    from fsdpsim.drivers.predict import config_inputs
+    from fsdpsim.engine.build_moe import uniform_keys
+    from fsdpsim.plan.parallel import TrainingConfig
+
+    setups = Setups(frame, catalog)
+    mb = [int(v) for v in frame["micro_batch"].tolist()]
+    ga = [int(v) for v in frame["grad_accum"].tolist()]
+    rc = [str(v) for v in frame["recompute"].tolist()]
+    runs = group_ids(pd.DataFrame({"g": setups.group, "mb": mb, "ga": ga, "rc": rc}),
+                     ("g", "mb", "ga", "rc"))
+    first = _first_positions(runs)
+    codes = np.empty(first.size, dtype=float)
+    per_group: dict[int, dict[str, Any]] = {}
+    checked: dict[tuple[int, int, str], float] = {}
+    for r, pos in enumerate(first):
+        g = int(setups.group[pos])
+        if (g, mb[pos], rc[pos]) not in checked:
+            spec, system, plan, options = setups(pos)
+            training = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
+            checked[g, mb[pos], rc[pos]] = engine.RECOMPUTE_CODES[training.recompute]
+            if g not in per_group:
+                x = config_inputs(spec, system, plan, training)
+                # the per-row keys as the per-row path orders them (values set below)
+                x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
+                per_group[g] = x
+        codes[r] = checked[g, mb[pos], rc[pos]]
+    rows = uniform_keys([per_group[g] for g in range(len(per_group))])
+    keys = list(rows[0])
+    table = np.array([[r[k] for k in keys] for r in rows], dtype=float)[setups.group[first]]
+    out = {k: np.ascontiguousarray(table[:, j]) for j, k in enumerate(keys)}
+    out["micro_batch"] = np.array(mb, dtype=float)[first]
+    out["grad_accum"] = np.array(ga, dtype=float)[first]
+    out["recompute"] = codes
+    return out, runs
+
+
+def _first_positions(ids: np.ndarray) -> np.ndarray:
+    """Position of the first row of each group (groups numbered in order of appearance)."""
+    _, first = np.unique(ids, return_index=True)
+    return first

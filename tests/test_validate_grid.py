@@ -1,0 +1,154 @@
+"""``validate`` evaluates a file as one grid (rows grouped by the run they describe, inputs
+built once per group, :mod:`fsdpsim.measured.grid`) with the numbers of the per-row path.
+
+For every calibration file (``validation/data/*.csv``, all rows): the grid's engine inputs
+equal the per-row builder's (:func:`fsdpsim.measured.validate.engine_inputs_per_row`) key for
+key and bit for bit; ``validate --format csv`` is byte for byte the table the per-row inputs
+give (evaluated row by row in the engine, with the sensitivity post-pass); a published file's
+grouped conversion equals converting each row on its own; and a file whose rows each appear
+twice (new ids, one copy's measurement changed) predicts each copy as its original.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from fsdpsim import engine
+from fsdpsim.cli import cli
+from fsdpsim.drivers import sensitivity
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.measured import grid
+from fsdpsim.measured.published import tables
+from fsdpsim.measured.validate import (engine_inputs, engine_inputs_per_row, load_measurements,
+                                       predict_measurements)
+
+DATA = Path(__file__).resolve().parents[1] / "validation" / "data"
+FILES = sorted(DATA.glob("*.csv"))
+CATALOG = load_catalog(use_env=False)
+
+
+def _modelled(path: Path) -> pd.DataFrame:
+    frame = load_measurements(path, CATALOG)
+    return frame[frame["skip"] == ""].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_grid_inputs_equal_per_row_inputs(path):
+    use = _modelled(path)
+    got, want = engine_inputs(use, CATALOG), engine_inputs_per_row(use, CATALOG)
+    assert list(got) == list(want)
+    for key in want:
+        assert got[key].dtype == want[key].dtype, key
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key, strict=True)
+
+
+def _per_row_table(use: pd.DataFrame) -> pd.DataFrame:
+    """What ``validate`` reports, from the per-row inputs (every row its own run)."""
+    x = engine_inputs_per_row(use, CATALOG)
+    out = engine.evaluate(x)
+    result = use.copy()
+    result["predicted_tokens_per_s_per_gpu"] = out["tokens_per_s_per_gpu"]
+    result["predicted_mfu"] = out["mfu"]
+    result["fits"] = out["fits"]
+    result["moe"] = np.broadcast_to(np.asarray(out.get("moe_s", 0.0)) > 0, len(use))
+    result["bottleneck"] = [engine.BOTTLENECKS[int(b)] for b in np.broadcast_to(
+        sensitivity.analyse(x)["bottleneck"], len(use))]
+    measured = result["tokens_per_s_per_gpu"].astype(float)
+    result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
+    return result
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_validate_csv_is_the_per_row_table_byte_for_byte(path):
+    done = CliRunner().invoke(cli, ["validate", str(path), "--format", "csv"])
+    assert done.exit_code == 0, done.output
+    assert done.output == _per_row_table(_modelled(path)).to_csv(index=False)
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if "vtrain" not in p.stem],
+                         ids=lambda p: p.stem)
+def test_grouped_conversion_equals_row_by_row(path):
+    raw = pd.read_csv(path, dtype={"id": str}, low_memory=False)
+    raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
+    got = tables.from_published(raw, CATALOG)
+    rows = []
+    for _, r in raw.iterrows():  # each row on its own, as a pandas row
+        row, before, after, model_flops = tables._convert(r, raw.columns, CATALOG, {})
+        measured, source = tables.tokens_per_s_per_gpu(r, model_flops)
+        rows.append({**row, "id": r.get("id"), "tokens_per_s_per_gpu": measured,
+                     "measured_from": source,
+                     "skip": before or ("no measurement (tokens/s, step time or TFLOP/s per GPU)"
+                                        if measured != measured else "") or after})
+    pd.testing.assert_frame_equal(got, pd.DataFrame(rows))
+
+
+def test_repeated_rows_predict_as_their_originals(tmp_path):
+    path = DATA / "hybrid_calibration.csv"
+    raw = pd.read_csv(path, dtype={"id": str}, low_memory=False)
+    twice = pd.concat([raw, raw.assign(id=raw["id"] + "-copy",
+                                       tokens_per_s_per_gpu=raw["tokens_per_s_per_gpu"] * 1.5)],
+                      ignore_index=True)
+    copy = tmp_path / "twice.csv"
+    twice.to_csv(copy, index=False)
+    one = predict_measurements(_modelled(path), CATALOG)
+    both = predict_measurements(_modelled(copy), CATALOG)
+    assert len(both) == 2 * len(one)
+    for half in (both.iloc[:len(one)], both.iloc[len(one):]):
+        half = half.reset_index(drop=True)
+        for column in ("predicted_tokens_per_s_per_gpu", "predicted_mfu", "fits", "bottleneck",
+                       "micro_batch", "recompute", "knobs"):
+            assert half[column].tolist() == one[column].tolist(), column
+
+
+def test_codes_tell_apart_what_the_setup_reads_differently():
+    # 1, 1.0, "1" and True compare equal in Python but are different cells; so are NaN, None
+    # and 0.0 / -0.0
+    cells = pd.Series([1, 1.0, "1", True, None, float("nan"), 0.0, -0.0, 1], dtype=object)
+    codes = grid.column_codes(cells)
+    assert len(set(codes[:8].tolist())) == 8
+    assert codes[8] == codes[0]
+    floats = grid.column_codes(pd.Series([0.0, -0.0, np.nan, 0.0]))
+    assert floats[0] == floats[3] and len({*floats[:3].tolist()}) == 3
+
+
+def test_a_failing_row_is_named_even_when_its_group_failed_before(tmp_path):
+    # two rows of one run with a cell the setup refuses: each skip reason names its own row
+    # (a group's failure is not shared)
+    path = DATA / "hybrid_calibration.csv"
+    raw = pd.read_csv(path, dtype={"id": str}, low_memory=False).head(1)
+    bad = pd.concat([raw.assign(id="first"), raw.assign(id="second")], ignore_index=True)
+    bad["ep_overlap"] = "maybe"
+    copy = tmp_path / "bad.csv"
+    bad.to_csv(copy, index=False)
+    frame = load_measurements(copy, CATALOG)
+    assert "'first'" in frame["skip"].iloc[0] and "ep_overlap" in frame["skip"].iloc[0]
+    assert "'second'" in frame["skip"].iloc[1]
+
+
+def test_calibrate_fits_the_same_factors_as_with_every_row_its_own_run(monkeypatch):
+    """calibrate's least squares over distinct runs = over every row on its own."""
+    from fsdpsim.measured import calibrate
+
+    frame = load_measurements(DATA / "hybrid_calibration.csv", CATALOG)
+    frame = frame[frame["gpu"] == CATALOG.accelerator("h100").id]
+    # every run twice (the second copy measured 10 % faster): runs shared by rows
+    frame = pd.concat([frame, frame.assign(id=frame["id"] + "-copy", tokens_per_s_per_gpu=
+                                           frame["tokens_per_s_per_gpu"] * 1.1)],
+                      ignore_index=True)
+    factors = ("matmul_fraction", "hbm_fraction")
+    grid_fit = calibrate.fit(frame, CATALOG, ["h100"], factors, check_ceiling=False)
+
+    def per_row(use, catalog):
+        return engine_inputs_per_row(use, catalog), np.arange(len(use))
+
+    monkeypatch.setattr(calibrate, "distinct_inputs", per_row)
+    row_fit = calibrate.fit(frame, CATALOG, ["h100"], factors, check_ceiling=False)
+    assert grid_fit.values == row_fit.values
+    assert (grid_fit.before, grid_fit.after, grid_fit.cross_validated, grid_fit.interval) == \
+        (row_fit.before, row_fit.after, row_fit.cross_validated, row_fit.interval)
+    pd.testing.assert_frame_equal(grid_fit.rows, row_fit.rows)
