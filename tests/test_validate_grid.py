@@ -47,8 +47,9 @@ def test_grid_inputs_equal_per_row_inputs(path):
         np.testing.assert_array_equal(got[key], want[key], err_msg=key, strict=True)
 
 
-def _per_row_table(use: pd.DataFrame) -> pd.DataFrame:
-    """What ``validate`` reports, from the per-row inputs (every row its own run)."""
+def _per_row_table(use: pd.DataFrame, path: Path | None = None) -> pd.DataFrame:
+    """What ``validate`` reports, from the per-row inputs (every row its own run); with
+    ``path``, the 90 % range columns too (:func:`fsdpsim.measured.ranges.add_intervals`)."""
     x = engine_inputs_per_row(use, CATALOG)
     out = engine.evaluate(x)
     result = use.copy()
@@ -60,14 +61,20 @@ def _per_row_table(use: pd.DataFrame) -> pd.DataFrame:
         sensitivity.analyse(x)["bottleneck"], len(use))]
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
+    if path is not None:
+        from fsdpsim.measured.ranges import add_intervals
+
+        result = add_intervals(result, x, out, CATALOG, path)
     return result
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_validate_csv_is_the_per_row_table_byte_for_byte(path):
+    """The CLI's table (shared runs gathered per row, ranges from the gathered inputs) equals
+    the table built with every row its own run, ranges included."""
     done = CliRunner().invoke(cli, ["validate", str(path), "--format", "csv"])
     assert done.exit_code == 0, done.output
-    assert done.output == _per_row_table(_modelled(path)).to_csv(index=False)
+    assert done.output == _per_row_table(_modelled(path), path).to_csv(index=False)
 
 
 @pytest.mark.parametrize("path", [p for p in FILES if "vtrain" not in p.stem],

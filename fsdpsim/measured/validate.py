@@ -496,5 +496,8 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     if intervals:
         from fsdpsim.measured.ranges import add_intervals
 
-        result = add_intervals(result, x, out, catalog, measurements)
+        def rows_of(table):  # the per-run inputs and outputs, gathered per row
+            return {k: per_row(v) if np.ndim(v) <= 1 else v for k, v in table.items()}
+
+        result = add_intervals(result, rows_of(x), rows_of(out), catalog, measurements)
     return result
