@@ -203,23 +203,3 @@ def test_search_over_a_gpu_list_bounds_the_sum(capsys, monkeypatch):
     line = assert_one_line_error(*run(capsys, "search", "--model", "deepseek-v3", "--num-gpus",
                                       "8..4194304", "--global-batch", "65536"))
     assert "candidates together, more than the 20,000,000" in line and "fewer GPU counts" in line
-
-
-# -- the default precision follows the GPU -----------------------------------------------------
-def test_v100_predicts_in_fp16_when_no_precision_is_given(capsys):
-    """A V100 has no bf16: without --precision, predict and search run fp16 and say so; a
-    given --precision is still checked against the GPU."""
-    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "v100",
-                       "--num-gpus", "8")
-    assert rc == 0, err
-    assert "precision not given: fp16 (v100-sxm2-32gb has no bf16)" in out
-    rc, out, err = run(capsys, "search", "--model", "gpt3-1.3b", "--gpu", "v100", "--num-gpus",
-                       "8", "--top", "1")
-    assert rc == 0, err
-    assert "· fp16 ·" in out
-    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "v100",
-                       "--num-gpus", "8", "--precision", "bf16")
-    assert rc == 2 and "has: fp16, fp32" in err
-    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "h100",
-                       "--num-gpus", "8", "--format", "json")
-    assert rc == 0 and '"precision": "bf16"' in out

@@ -96,11 +96,10 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     else:
         plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
-    precision = precision_for(o.get("precision"), system)
     training = TrainingConfig(seq_len=seq_len or 4096,
                               micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
                               global_batch=_auto_int(o["global_batch"], "--global-batch"),
-                              recompute=recompute, precision=precision,
+                              recompute=recompute, precision=o["precision"],
                               reduce_dtype=o["reduce_dtype"], optimizer=o["optimizer"],
                               flash_attention=o["flash_attention"],
                               recompute_layers=o.get("recompute_layers"),
@@ -109,10 +108,6 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
-    if o.get("precision") is None and precision != "bf16":
-        prediction = replace(prediction, notes=(
-            f"precision not given: {precision} ({system.accelerator.id} has no bf16)",
-            *prediction.notes))
     if not advice:
         return prediction
     from fsdpsim.drivers.advice import scale_advice
@@ -145,15 +140,6 @@ def fit_advice(ctx: click.Context, o: dict, spec, system, plan, training, predic
                         {**o, "num_gpus": n, "seq_len": training.seq_len}, line,
                         ctx.obj.get("catalog_dirs", ()))})
     return tuple(out)
-
-
-def precision_for(given: str | None, system) -> str:
-    """``--precision``, or (not given) bf16 where the GPU has it, else fp16, else fp32: the
-    16-bit format a V100 trains in is fp16 (its datasheet has no bf16)."""
-    if given is not None:
-        return given
-    peaks = system.accelerator.peak_flops_per_s
-    return next((p for p in ("bf16", "fp16") if p in peaks), "fp32")
 
 
 def framework_option(text: str = "Framework profile every plan runs on."):
@@ -348,9 +334,8 @@ def predict_options(f):
         click.option("--mesh-order", default=None,
                      help="Mesh dimensions outermost first, comma-separated (default "
                           "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Number format of the compute (default: bf16, or fp16 on a GPU "
-                          "without bf16 such as the V100)."),
+        click.option("--precision", type=click.Choice(PRECISIONS),
+                     default="bf16", show_default=True),
         click.option("--reduce-dtype", type=click.Choice(("fp32", "bf16", "fp16")), default=None,
                      help="Gradient reduce dtype (default fp32)."),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",

@@ -11,7 +11,7 @@ import click
 from fsdpsim.plan.parallel import PRECISIONS
 
 from fsdpsim.report import render
-from fsdpsim.cli.predict import framework_option, kernel_options, precision_for
+from fsdpsim.cli.predict import framework_option, kernel_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, Rule, option_type
@@ -42,9 +42,8 @@ def search_options(f):
                      help="Tokens per sequence (8k = 8,192: k and m are binary here)."),
         click.option("--global-batch", default=None,
                      help="Sequences per step (default: about 4M tokens, a power of two)."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Number format of the compute (default: bf16, or fp16 on a GPU "
-                          "without bf16 such as the V100)."),
+        click.option("--precision", type=click.Choice(PRECISIONS),
+                     default="bf16", show_default=True),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
         *kernel_options(),
@@ -124,9 +123,8 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     counts = _counts(o["num_gpus"])
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
     spec = model_at(o["model"], seq)
-    precision = precision_for(o["precision"], build_system(ctx, **{**o, "num_gpus": counts[0]}))
     training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
-                                  o["global_batch"], seq), precision=precision,
+                                  o["global_batch"], seq), precision=o["precision"],
                               optimizer=o["optimizer"], **kernel_knobs(o))
     space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],
                         mesh_orders=o["mesh_orders"], framework=o["framework"])
