@@ -152,22 +152,14 @@ def _nemotron(c: Config) -> dict[str, Any]:
     # parameters; attention_bias covers q, k, v and o, mlp_bias up and down (both default
     # False); tie_word_embeddings defaults to False; head_dim defaults to hidden/heads.
     attention_bias = c.get_bool("attention_bias", False)
-    return dict(
-        n_layers=c.get_int("num_hidden_layers"),
-        d_model=c.get_int("hidden_size"),
-        n_heads=c.get_int("num_attention_heads"),
-        n_kv_heads=c.get_int("num_key_value_heads", required=False),
-        head_dim=c.get_int("head_dim", required=False),
-        ffn_size=c.get_int("intermediate_size"),
+    fields = llama_like(c, attention_bias=attention_bias)  # the same heads, widths, rotary
+    fields.update(
         ffn_kind="gelu",
-        vocab_size=c.get_int("vocab_size"),
-        tied_embeddings=c.get_bool("tie_word_embeddings", False),
-        position="rotary",
         max_seq_len=c.get_int("max_position_embeddings", 4096, required=False),
         norm="layernorm", norm_bias=True,
-        qkv_bias=attention_bias, attn_out_bias=attention_bias,
         mlp_bias=c.get_bool("mlp_bias", False),
     )
+    return fields
 
 
 _MPT_NORMS = {"layernorm": "layernorm", "low_precision_layernorm": "layernorm",
