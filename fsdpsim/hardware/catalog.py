@@ -28,14 +28,13 @@ import datetime as _dt
 import functools
 import os
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from fsdpsim.hardware.efficiency import check_tables, tables_of
 from fsdpsim.util.errors import SHOWN_PATH_CHARS, ConfigError, shown, suggest
-from fsdpsim.util.files import read_toml
+from fsdpsim.util.files import package_data_dir, read_toml
 from fsdpsim.hardware.spec import (Accelerator, Cluster, CollectiveLibrary, Efficiency, Link, Network,
                               Node)
 from fsdpsim.util.numbers import read_number
@@ -82,13 +81,7 @@ def builtin_dir() -> Path:
     of another checkout (a git worktree, ``/work/main``) would otherwise pair this checkout's
     code with that checkout's catalog.
     """
-    source_tree = Path(__file__).resolve().parents[2] / "hardware_catalog"
-    if (source_tree / "__init__.py").is_file():
-        return source_tree
-    try:
-        return Path(str(resources.files("fsdpsim.hardware_catalog")))
-    except ModuleNotFoundError:
-        return source_tree
+    return package_data_dir("hardware_catalog", "fsdpsim.hardware_catalog")
 
 
 def _check_value(key: str, value: Any, spec: Field, where: str) -> None:

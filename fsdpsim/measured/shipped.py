@@ -9,8 +9,9 @@ exists always wins.
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
+
+from fsdpsim.util.files import package_data_dir
 
 #: The folder of the shipped files, relative to a source checkout's root.
 SOURCE_FOLDER = Path("validation") / "data"
@@ -19,13 +20,7 @@ SOURCE_FOLDER = Path("validation") / "data"
 def data_dir() -> Path:
     """The folder of the shipped measurement files (a source checkout's own wins, as the
     catalog's does: :func:`fsdpsim.hardware.catalog.builtin_dir`)."""
-    source_tree = Path(__file__).resolve().parents[2] / SOURCE_FOLDER
-    if (source_tree / "__init__.py").is_file():
-        return source_tree
-    try:
-        return Path(str(resources.files("fsdpsim.validation_data")))
-    except ModuleNotFoundError:
-        return source_tree
+    return package_data_dir(SOURCE_FOLDER, "fsdpsim.validation_data")
 
 
 def names() -> list[str]:

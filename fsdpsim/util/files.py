@@ -138,5 +138,26 @@ def looks_like_file(text: str) -> bool:
         return False
 
 
-__all__ = ["open_capped", "read_bytes", "read_text", "read_toml", "looks_like_file",
+#: The source checkout's root (the folder that holds ``fsdpsim/``).
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def package_data_dir(source_folder: str | os.PathLike, package: str) -> Path:
+    """A data folder shipped with fsdpsim: ``source_folder`` (relative to the source checkout's
+    root) when this code runs from a checkout that has it, else the installed data package
+    ``package`` (how a wheel carries it). The checkout's own wins: an editable install of
+    another checkout (a git worktree) would otherwise pair this checkout's code with that
+    checkout's data."""
+    from importlib import resources
+
+    source_tree = SOURCE_ROOT / source_folder
+    if (source_tree / "__init__.py").is_file():
+        return source_tree
+    try:
+        return Path(str(resources.files(package)))
+    except ModuleNotFoundError:
+        return source_tree
+
+
+__all__ = ["package_data_dir", "open_capped", "read_bytes", "read_text", "read_toml", "looks_like_file",
            "MAX_TEXT_BYTES", "MAX_TABLE_BYTES", "MAX_ROWS_BYTES"]
