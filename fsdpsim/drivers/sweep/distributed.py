@@ -103,6 +103,16 @@ def check_folder(output: str | None) -> Path:
     return path
 
 
+def _dask_distributed():
+    """``dask.distributed``, or one line saying how to install it (an optional extra)."""
+    try:
+        import dask.distributed
+    except ImportError:
+        raise ConfigError("--scheduler needs dask.distributed and pyarrow, which are not "
+                          "installed: pip install 'fsdpsim[dask]'") from None
+    return dask.distributed
+
+
 @contextmanager
 def client_for(scheduler: str) -> Iterator[Any]:
     """A client of the cluster at ``scheduler``; ``local`` or ``local:N`` starts a
@@ -112,11 +122,8 @@ def client_for(scheduler: str) -> Iterator[Any]:
         if workers and not (workers.isdigit() and int(workers) >= 1):
             raise ConfigError(f"--scheduler {scheduler!r}: give local or local:N with N a "
                               "whole number of worker processes, at least 1")
-        try:
-            from dask.distributed import Client, LocalCluster
-        except ImportError:
-            raise ConfigError("--scheduler needs dask.distributed and pyarrow, which are not "
-                              "installed: pip install 'fsdpsim[dask]'") from None
+        dd = _dask_distributed()
+        Client, LocalCluster = dd.Client, dd.LocalCluster
         n = int(workers) if workers else (os.cpu_count() or 1)
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
@@ -131,11 +138,7 @@ def client_for(scheduler: str) -> Iterator[Any]:
 
 def connect(scheduler: str):
     """A ``dask.distributed`` client of the cluster at ``scheduler`` (one line if it fails)."""
-    try:
-        from dask.distributed import Client
-    except ImportError:
-        raise ConfigError("--scheduler needs dask.distributed and pyarrow, which are not "
-                          "installed: pip install 'fsdpsim[dask]'") from None
+    Client = _dask_distributed().Client
     try:
         return Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
     except (OSError, TimeoutError, ValueError, TypeError) as exc:
