@@ -26,7 +26,7 @@ from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.files import read_toml
 from fsdpsim.drivers.sweep.values import (knob_counts, moe_number, one_choice, one_count,
-                                 parse_choices, parse_counts, parse_prices, parse_sizes,
+                                 parse_choices, parse_counts, parse_prices, parse_sizes, price_of,
                                  read_flag, split_values)
 from fsdpsim.hardware.spec import Price, System
 from fsdpsim.model.spec import ModelSpec
@@ -169,7 +169,7 @@ class Grid:
 
     def price(self, hardware: Hardware) -> Price | None:
         """The rent per GPU-hour of one hardware choice (the user's, else the catalog's)."""
-        return resolve_price(hardware.system, self.price_overrides.get(hardware.gpu))
+        return resolve_price(hardware.system, price_of(self.price_overrides, hardware.gpu))
 
     @property
     def axes(self) -> tuple[tuple, ...]:
