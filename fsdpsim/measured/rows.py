@@ -211,6 +211,44 @@ def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def row_options(row: pd.Series) -> dict[str, Any]:
+    """``fsdpsim predict``'s parsed options for the run one measurement row states, read through
+    the knob registry (:data:`fsdpsim.plan.knobs.KNOBS`): each predict knob from its
+    :attr:`~fsdpsim.plan.knobs.Knob.column`, a cell the row leaves empty (or a knob without a
+    column) being the flag not given (its option's default; the ``--framework`` profile's for
+    the framework knobs, resolved where predict resolves it). The row's GPUs, accelerator and
+    accumulation give ``--num-gpus``, ``--gpu`` and ``--global-batch`` (micro-batch x
+    accumulation x data-parallel degree)."""
+    from fsdpsim.plan.knobs import FRAMEWORK, of_command
+
+    out: dict[str, Any] = {"model": None, "gpu": str(row["gpu"]), "cluster": None,
+                           "num_gpus": int(row["n_gpus"])}
+    for k in of_command("predict"):
+        value = None if k.column is None else row.get(k.column)
+        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+                or (isinstance(value, str) and value.strip().lower() in ("", "nan")):
+            out[k.name] = None if k.default == FRAMEWORK else k.default
+        else:
+            out[k.name] = _option_value(row, k, value)
+    tp, pp, cp = (out[k] for k in ("tp", "pp", "cp"))
+    dp = out["num_gpus"] // (tp * pp * cp)
+    out["global_batch"] = str(int(out["micro_batch"]) * int(float(row["grad_accum"])) * dp)
+    return out
+
+
+def _option_value(row: pd.Series, k, value: Any) -> Any:
+    """A stated cell as predict's option ``k`` parses it (a knob of
+    :mod:`fsdpsim.plan.knobs`)."""
+    if k.kind == "flag":
+        return flag(row, k.column, False)
+    if k.kind == "number":
+        number = float(value)
+        return int(number) if k.rule.whole else number
+    if isinstance(value, (int, float, np.integer, np.floating)) and float(value) == int(value):
+        return str(int(value))  # a text cell pandas read as a number (seq_len, pp_layers)
+    return str(value)
+
+
 def is_empty(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
         or (isinstance(value, str) and value.strip().lower() in ("", "nan", "none"))

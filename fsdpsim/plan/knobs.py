@@ -96,11 +96,13 @@ def _busbw(column: str, words: str) -> Knob:
                 column=column)
 
 
-def _kernel(name: str, kind: str, help: str, grid_help: str = "", **kw) -> Knob:
-    """A TrainingConfig knob of predict, search and compare (and sweep with ``grid_help``)."""
+def _kernel(name: str, kind: str, help: str, grid_help: str = "", column: str | None = "",
+            **kw) -> Knob:
+    """A TrainingConfig knob of predict, search and compare (and sweep with ``grid_help``); its
+    measurement column is its name unless ``column`` says otherwise (None: no column)."""
     commands = {**_RUN, **({"sweep": GRID} if grid_help else {})}
     return Knob(name, kind, help, commands, grid_help=grid_help, field=f"training.{name}",
-                column=name, **kw)
+                column=name if column == "" else column, **kw)
 
 
 _HARDWARE = [
@@ -285,7 +287,7 @@ _MOE = [
 _KERNEL = [
     _kernel("moe_fp8_dispatch", "flag", "Send the dispatch all-to-alls in FP8 with 1x128 block "
             "scales (DeepSeek-V3); combines stay 16-bit.",
-            "Dispatch all-to-alls in FP8 with 1x128 scales.", default=False),
+            "Dispatch all-to-alls in FP8 with 1x128 scales.", default=False, column=None),
     _kernel("moe_dispatcher", "choice", "alltoall: every routed copy to its expert's rank; "
             "deepep: once per destination node, then NVLink (DeepEP, HybridEP); default: the "
             "--framework's (alltoall).", "alltoall (default) or deepep: once per destination "
