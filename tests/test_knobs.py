@@ -58,6 +58,14 @@ def test_no_command_declares_a_knob_option_by_hand():
     assert found == []
 
 
+def test_every_knob_of_sweep_is_a_key_of_a_grid_file():
+    from fsdpsim.drivers.sweep.grid import GRID_KEYS
+
+    for k in KNOBS.values():
+        if "sweep" in k.commands:
+            assert k.option[2:] in GRID_KEYS, k.name
+
+
 def test_the_framework_knobs_are_those_the_profiles_default():
     framework = {k.name for k in KNOBS.values() if k.default == FRAMEWORK}
     assert framework == set(GENERIC_KNOBS)

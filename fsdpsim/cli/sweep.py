@@ -48,8 +48,9 @@ def grid_options(f):
         *k("gpus_per_node", "network", "inter_node_gbps_per_gpu", "power_cap_w", "placement"),
         click.option("--num-gpus", multiple=True,
                      help="GPU counts: 8,64 or 8..4096 (powers of two between); default 8."),
-        *k("seq_len", "micro_batch", "global_batch", "sharding", "recompute", "precision",
-           "grad_sync", "shard_group_size", "keep_params_gathered"),
+        *k("seq_len", "micro_batch", "global_batch", "sharding", "zero", "recompute",
+           "precision", "optimizer", "framework", "grad_sync", "shard_group_size",
+           "keep_params_gathered"),
         click.option("--best/--no-best", default=None,
                      help="Leave every knob not given free (sharding, micro-batch, recompute) "
                           "and keep, per point, the fastest setting that fits, at a fixed "

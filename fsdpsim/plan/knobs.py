@@ -181,8 +181,10 @@ _DATA_PARALLEL = [
          grid_help="Recompute only the first K layers of each stage.",
          field="training.recompute_layers", column="recompute_layers"),
     Knob("zero", "number", "ZeRO stage of the data dimension (0 DDP, 1 optimizer, 2 "
-         "+gradients, 3 +parameters = FSDP); the mesh spelling of --sharding.", _PREDICT_ONLY,
-         rule=Rule(0, 3, whole=True), field="plan.zero"),
+         "+gradients, 3 +parameters = FSDP); the mesh spelling of --sharding.",
+         {"predict": ONE, "sweep": LIST}, rule=Rule(0, 3, whole=True), field="plan.zero",
+         grid_help="ZeRO stages (0-3), the mesh spelling of --sharding (0 none, 1 optimizer, "
+                   "2 grad_op, 3 full); not beside --sharding."),
     Knob("dp_shard", "number", "Data-parallel ranks the states are sharded over (with --zero).",
          _PREDICT_ONLY, rule=GPUS, field="plan.dp_shard"),
     Knob("dp_replicate", "number", "Replicas of each shard group (ZeRO-3: HSDP).",
@@ -228,7 +230,9 @@ _MODEL_PARALLEL = [
          "granularity, overlap and kernel stack. fsdp2 (torch, torchtitan), fsdp1, "
          "deepspeed-zero3, deepspeed-zero3-2021 (a gather per parameter, no overlap), megatron "
          "(Megatron-Core), megatron-2021 (all-reduce after backward), internevo, nanotron. "
-         f"Accepted: {', '.join(FRAMEWORKS)}.", _RUN, default="fsdp2", choices=FRAMEWORKS,
+         f"Accepted: {', '.join(FRAMEWORKS)}.", {**_RUN, "sweep": GRID}, default="fsdp2",
+         choices=FRAMEWORKS, grid_help="Framework profile of every point (as predict's; "
+                                       "default fsdp2); the knobs not given take its defaults.",
          help_for={c: "Framework profile every plan runs on. Accepted: "
                       f"{', '.join(FRAMEWORKS)}." for c in ("search", "compare")},
          metavar="NAME", case_sensitive=False, field="plan.framework", column="recipe"),
@@ -243,7 +247,8 @@ _TRAINING = [
          field="training.precision", column="precision"),
     Knob("reduce_dtype", "choice", "Gradient reduce dtype (default fp32).", _PREDICT_ONLY,
          choices=("fp32", "bf16", "fp16"), field="training.reduce_dtype", column="reduce_dtype"),
-    Knob("optimizer", "choice", "", _RUN, default="adamw", choices=("adamw", "sgd"),
+    Knob("optimizer", "choice", "", {**_RUN, "sweep": GRID}, default="adamw",
+         choices=("adamw", "sgd"), grid_help="adamw or sgd, for every point; default adamw.",
          field="training.optimizer"),
     Knob("flash_attention", "flag", "", _PREDICT_ONLY, default=True, off="eager-attention",
          field="training.flash_attention", column="flash_attention"),
