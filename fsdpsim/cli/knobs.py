@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from fsdpsim.plan.knobs import FRAMEWORK, KNOBS, LIST, Knob
+from fsdpsim.plan.knobs import KNOBS, LIST, Knob, option_default
 from fsdpsim.util.numbers import option_type
 
 
@@ -44,7 +44,7 @@ def knob_option(name: str, command: str):
             return click.option(*names, k.name, default=None, help=text)
         return click.option(*names, k.name, multiple=form == LIST, default=None, help=text,
                             metavar=k.metavar)
-    default = None if k.default == FRAMEWORK else k.default
+    default = option_default(name)
     return click.option(*names, k.name, type=_type(k), default=default,
                         show_default=default is not None, help=text, metavar=k.metavar)
 

@@ -12,6 +12,7 @@ from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.knobs import knob_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
+from fsdpsim.plan.knobs import option_default
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.util.numbers import GPUS, count_rule, option_type, read_number
 from fsdpsim.util.output import echo
@@ -140,15 +141,14 @@ def ep_overlap_of(o: dict) -> bool:
                 if given is None else given)
 
 
-#: The options a ``--plan`` line states, with their defaults: giving one beside ``--plan`` is
-#: an error (the plan would be said twice).
-PLAN_OPTIONS = {"sharding": "full", "shard_group_size": None, "reshard_after_forward": True,
-                "keep_params_gathered": False, "grad_sync": "every", "recompute": "auto",
-                "recompute_layers": None, "zero": None, "dp_shard": None, "dp_replicate": None,
-                "tp": 1, "sequence_parallel": None, "tp_overlap": False, "pp": 1, "vpp": 1,
-                "pp_schedule": None, "pp_first_layers": None, "pp_last_layers": None, "cp": 1,
-                "cp_kind": "ring", "mesh_order": None, "micro_batch": "auto", "ep": 1,
-                "pp_layers": None, "etp": None, "ep_overlap": None}
+#: The options a ``--plan`` line states, with their defaults (:mod:`fsdpsim.plan.knobs`): giving
+#: one beside ``--plan`` is an error (the plan would be said twice).
+PLAN_OPTIONS = {name: option_default(name) for name in (
+    "sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
+    "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate", "tp",
+    "sequence_parallel", "tp_overlap", "pp", "vpp", "pp_schedule", "pp_first_layers",
+    "pp_last_layers", "cp", "cp_kind", "mesh_order", "micro_batch", "ep", "pp_layers", "etp",
+    "ep_overlap")}
 
 
 def plan_option(o: dict, system):

@@ -219,7 +219,7 @@ def row_options(row: pd.Series) -> dict[str, Any]:
     the framework knobs, resolved where predict resolves it). The row's GPUs, accelerator and
     accumulation give ``--num-gpus``, ``--gpu`` and ``--global-batch`` (micro-batch x
     accumulation x data-parallel degree)."""
-    from fsdpsim.plan.knobs import FRAMEWORK, of_command
+    from fsdpsim.plan.knobs import of_command, option_default
 
     out: dict[str, Any] = {"model": None, "gpu": str(row["gpu"]), "cluster": None,
                            "num_gpus": int(row["n_gpus"])}
@@ -227,7 +227,7 @@ def row_options(row: pd.Series) -> dict[str, Any]:
         value = None if k.column is None else row.get(k.column)
         if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
                 or (isinstance(value, str) and value.strip().lower() in ("", "nan")):
-            out[k.name] = None if k.default == FRAMEWORK else k.default
+            out[k.name] = option_default(k.name)
         else:
             out[k.name] = _option_value(row, k, value)
     tp, pp, cp = (out[k] for k in ("tp", "pp", "cp"))

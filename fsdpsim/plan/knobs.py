@@ -327,9 +327,16 @@ _KERNEL = [
 KNOBS: dict[str, Knob] = {k.name: k for k in (*_HARDWARE, *_BATCH, *_DATA_PARALLEL,
                                               *_MODEL_PARALLEL, *_TRAINING, *_MOE, *_KERNEL)}
 
+def option_default(name: str) -> Any:
+    """The value a one-value option of knob ``name`` parses to when not given (None for a
+    :data:`FRAMEWORK` default, resolved later as predict resolves it)."""
+    default = KNOBS[name].default
+    return None if default == FRAMEWORK else default
+
+
 def of_command(command: str) -> tuple[Knob, ...]:
     """The knobs ``command`` takes."""
     return tuple(k for k in KNOBS.values() if command in k.commands)
 
 
-__all__ = ["Knob", "KNOBS", "ONE", "LIST", "GRID", "FRAMEWORK", "of_command"]
+__all__ = ["Knob", "KNOBS", "ONE", "LIST", "GRID", "FRAMEWORK", "of_command", "option_default"]
