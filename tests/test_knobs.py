@@ -115,3 +115,40 @@ def test_a_price_that_names_another_gpu_only_is_refused_where_one_gpu_runs(capsy
         line = assert_one_line_error(*run(capsys, command, "--gpu", "h100", "--price",
                                           "b200=5"))
         assert "b200" in line and "h100" in line
+
+
+def _stated(k):
+    """A value of knob ``k`` as a measurement cell, and as predict's option parses it."""
+    if k.kind == "flag":
+        return "yes", True
+    if k.kind == "choice":
+        return k.choices[-1], k.choices[-1]
+    if k.kind == "number":
+        value = max(k.rule.lo, 1)
+        return str(value), int(value) if k.rule.whole else float(value)
+    return "a,b", "a,b"
+
+
+def test_a_measurement_row_reaches_predict_through_each_knobs_column():
+    from fsdpsim.measured.rows import framework_knobs, row_options
+
+    import pandas as pd
+
+    columns = {k.column: _stated(k) for k in KNOBS.values() if k.column}
+    row = pd.Series({"id": "r", "gpu": "h100", "n_gpus": 8, "grad_accum": 3,
+                     **{c: cell for c, (cell, _) in columns.items()}, "micro_batch": "2"})
+    options = row_options(row)
+    for k in KNOBS.values():
+        if k.column and "predict" in k.commands and k.column != "micro_batch":
+            assert options[k.name] == columns[k.column][1], k.name
+        elif not k.column and "predict" in k.commands and k.name != "global_batch":
+            assert options[k.name] == (None if k.default == FRAMEWORK else k.default), k.name
+    assert options["global_batch"] == str(2 * 3 * 8)  # micro-batch x accumulation x dp
+    known = framework_knobs(row)
+    assert set(known) == {k.name for k in KNOBS.values() if k.default == FRAMEWORK
+                          and k.field.startswith("training.")}
+    for name, value in known.items():
+        stated = columns[KNOBS[name].column][1]
+        assert value == (stated if KNOBS[name].kind != "text" else "a,b"), name
+    empty = framework_knobs(pd.Series({"id": "r", "recipe": "megatron", "precision": "nvfp4"}))
+    assert empty["fused_loss"] is True and empty["bf16_layers"] == 0  # megatron's defaults

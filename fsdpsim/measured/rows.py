@@ -189,18 +189,31 @@ def row_setup(row: pd.Series, catalog: Catalog, vpp: int | None = None,
     options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
                    precision=str(row.get("precision", "bf16")),
                    flash_attention=flag(row, "flash_attention", True),
-                   fused_loss=flag(row, "fused_loss", knob(row, "fused_loss")),
                    dropout=flag(row, "dropout", False),
-                   fp8_attention=flag(row, "fp8_attention", knob(row, "fp8_attention")),
-                   fp8_lm_head=flag(row, "fp8_lm_head", knob(row, "fp8_lm_head")),
-                   recompute_modules=str(knob(row, "recompute_modules") or ""),
-                   moe_dispatcher=str(knob(row, "moe_dispatcher")),
-                   cuda_graphs=str(knob(row, "cuda_graphs")),
                    recompute_layers=whole_cell(row, "recompute_layers"),
-                   bf16_layers=_whole_or_none(knob(row, "bf16_layers")),
-                   moe_capacity_factor=_float_or_none(knob(row, "moe_capacity_factor")),
-                   moe_imbalance=_float_or_none(cell(row, "moe_imbalance")))
+                   moe_imbalance=_float_or_none(cell(row, "moe_imbalance")),
+                   **framework_knobs(row))
     return spec, system, plan, options
+
+
+def framework_knobs(row: pd.Series) -> dict[str, Any]:
+    """The TrainingConfig fields of the knobs whose default is the framework's
+    (:data:`fsdpsim.plan.knobs.FRAMEWORK`), read from their registry columns: a stated cell, else
+    the row's framework profile's default (:func:`knob`), each as its kind reads it."""
+    from fsdpsim.plan.knobs import FRAMEWORK, KNOBS
+
+    out: dict[str, Any] = {}
+    for k in KNOBS.values():
+        if k.default != FRAMEWORK or not (k.field or "").startswith("training."):
+            continue
+        value = knob(row, k.column)
+        if k.kind == "flag":
+            out[k.name] = flag(row, k.column, bool(value))
+        elif k.kind == "number":
+            out[k.name] = (_whole_or_none(value) if k.rule.whole else _float_or_none(value))
+        else:
+            out[k.name] = str(value or "") if k.kind == "text" else str(value)
+    return out
 
 
 def _whole_or_none(value: Any) -> int | None:
