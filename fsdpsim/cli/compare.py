@@ -91,7 +91,8 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
                 system = build_system(ctx, **{**o, "gpu": None, "cluster": None, kind: ident,
                                               "num_gpus": n})
                 cases.append(Case(spec, ident, system, n,
-                                  price_of(prices, system.accelerator.id), kind=kind, model_id=name))
+                                  price_of(prices, system.accelerator.id), kind=kind,
+                                  model_id=name))
     space = SearchSpace(framework=o["framework"])
     rows = compare(cases, training, plan=o["plan_kind"], run=run, space=space,
                    objective=o["objective"])
