@@ -45,11 +45,11 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable
 
+from fsdpsim.hardware.catalog_schema import KINDS as HARDWARE_KINDS
+from fsdpsim.hardware.catalog_schema import MODEL_KINDS as KINDS
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.util.errors import ConfigError, suggest
 from fsdpsim.util.files import package_data_dir, read_toml
-
-KINDS = ("family", "model")
 
 
 @dataclass(frozen=True)
@@ -147,16 +147,14 @@ def _entries_of(path: Path, strict: bool) -> list[Entry]:
     """The family and model entries of one file. ``strict`` (the built-in folder): any other
     table is an error; a user folder also holds hardware tables, left to the hardware
     catalog."""
-    from fsdpsim.hardware.catalog_schema import KINDS as HARDWARE_KINDS
-
     doc = read_toml(path, "model catalog file")
     out = []
     for kind, tables in doc.items():
         if kind not in KINDS:
             if strict or kind not in HARDWARE_KINDS and isinstance(tables, list):
-                raise ConfigError(f"{path}: unknown table [[{kind}]]"
-                                  f"{suggest(kind, KINDS + HARDWARE_KINDS)}; a model file holds "
-                                  "[[family]] and [[model]] tables")
+                accepted = KINDS if strict else KINDS + HARDWARE_KINDS
+                raise ConfigError(f"{path}: unknown table [[{kind}]]{suggest(kind, accepted)}; "
+                                  f"accepted: {', '.join(f'[[{k}]]' for k in accepted)}")
             continue
         if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
             raise ConfigError(f"{path}: [{kind}] must be an array of tables, written [[{kind}]]")
