@@ -39,6 +39,7 @@ def test_every_entry_builds_with_a_source():
         for alias in entry.get("aliases", []):
             assert get_model(alias.upper()) is spec
     assert set(ALIASES.values()) <= set(PRESETS) and len(ALIASES) == 10
+    assert "arXiv:2307.09288" in catalog.builtin().source("llama-2-7b")
     assert {e.get("family") for _, e in models} == families  # no family left unused
 
 
@@ -155,9 +156,11 @@ BAD = [
     ('family = "llama"', 'family = "lama"', ["'lama'", "did you mean: llama"]),
     ('family = "llama"\n', "", ["missing required key 'ffn_kind'"]),
     ('source = "meta-llama/Llama-3.2-3B config.json"\n', "", ["missing required key 'source'"]),
+    ('source = "meta-llama/Llama-3.2-3B config.json"', 'source = " "',
+     ["missing required key 'source'"]),
     ("n_heads = 24", "n_heads = 25", ["n_heads", "divide"]),
     ('id = "my-llama-3b"', 'id = "My-Llama"', ["needs an 'id'", "'My-Llama'"]),
-    ('id = "my-llama-3b"', 'id = "llama3-8b"', ["'llama3-8b' is already a model"]),
+    ('id = "my-llama-3b"', 'id = "llama3-8b"', ["'llama3-8b' is already a model", "llama.toml: [[model]] 'llama3-8b'"]),
     ('aliases = ["mine-3b"]', 'aliases = ["llama-2-7b"]', ["alias 'llama-2-7b'"]),
     ("[[model]]", "[[modle]]", ["[[modle]]", "did you mean: model"]),
 ]

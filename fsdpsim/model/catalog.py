@@ -48,7 +48,7 @@ from typing import Any, Iterable
 from fsdpsim.hardware.catalog_schema import KINDS as HARDWARE_KINDS
 from fsdpsim.hardware.catalog_schema import MODEL_KINDS as KINDS
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.util.errors import ConfigError, suggest
+from fsdpsim.util.errors import ConfigError, shown, suggest
 from fsdpsim.util.files import package_data_dir, read_toml
 
 
@@ -136,10 +136,10 @@ def _check_value(key: str, value: Any, spec: Key, where: str) -> None:
                  for v in value)
     values = value if spec.item is not None and ok else [value]
     if ok and spec.choices and not all(v in spec.choices for v in values):
-        raise ConfigError(f"{where}: key {key!r} = {value!r} is not accepted; accepted: "
+        raise ConfigError(f"{where}: key {key!r} = {shown(value)} is not accepted; accepted: "
                           f"{spec.describe()}")
     if not ok:
-        raise ConfigError(f"{where}: key {key!r} = {value!r} has the wrong type; accepted: "
+        raise ConfigError(f"{where}: key {key!r} = {shown(value)} has the wrong type; accepted: "
                           f"{spec.describe()}")
 
 
@@ -172,9 +172,10 @@ def _entries_of(path: Path, strict: bool) -> list[Entry]:
                                       f"{', '.join(schema)}")
                 _check_value(key, value, schema[key], entry.where)
             for key in [k for k, spec in _ENTRY_KEYS[kind].items() if spec.required]:
-                if key not in data:
-                    raise ConfigError(f"{entry.where}: missing required key {key!r} (text: the "
-                                      "paper, model card or config.json the numbers come from)")
+                if not str(data.get(key, "")).strip():
+                    raise ConfigError(f"{entry.where}: missing required key {key!r} (non-empty "
+                                      "text: the paper, model card or config.json the numbers "
+                                      "come from)")
             out.append(entry)
     return out
 
@@ -186,11 +187,12 @@ def _toml_files(folder: Path) -> list[Path]:
 class ModelCatalog:
     """Families and models of some folders, built into ModelSpec objects once."""
 
-    def __init__(self, entries: Iterable[Entry], builtin: ModelCatalog | None = None):
-        self.families: dict[str, Entry] = dict(builtin.families) if builtin else {}
-        self.entries: dict[str, Entry] = {}
-        self.aliases: dict[str, str] = dict(builtin.aliases) if builtin else {}
-        self.specs: dict[str, ModelSpec] = dict(builtin.specs) if builtin else {}
+    def __init__(self, entries: Iterable[Entry], base: ModelCatalog | None = None):
+        """``entries`` added to those of ``base`` (the built-in catalog under user folders)."""
+        self.families: dict[str, Entry] = dict(base.families) if base else {}
+        self.entries: dict[str, Entry] = dict(base.entries) if base else {}
+        self.aliases: dict[str, str] = dict(base.aliases) if base else {}
+        self.specs: dict[str, ModelSpec] = dict(base.specs) if base else {}
         entries = list(entries)
         for entry in entries:
             if entry.kind == "family":
@@ -204,17 +206,16 @@ class ModelCatalog:
 
     def _add(self, entry: Entry) -> None:
         if entry.id in self.specs or entry.id in self.aliases:
-            first = self.entries.get(entry.id)
-            held = first.path if first else "the built-in catalog"
+            first = self.entries[self.resolve(entry.id)]
             raise ConfigError(f"{entry.where}: id {entry.id!r} is already a model or alias "
-                              f"({held}); give a new id")
+                              f"({first.where}); give a new id")
         for alias in entry.data.get("aliases", []):
             if alias != alias.lower() or " " in alias or not alias:
                 raise ConfigError(f"{entry.where}: key 'aliases': {alias!r} must be lowercase "
                                   "without spaces (lookups are case-insensitive)")
             if alias in self.specs or alias in self.aliases or alias == entry.id:
                 raise ConfigError(f"{entry.where}: alias {alias!r} is already the id or alias "
-                                  f"of {self.aliases.get(alias, alias)!r}")
+                                  f"of {self.aliases.get(alias, alias)!r}; give it once")
         self.specs[entry.id] = self._build(entry)
         self.entries[entry.id] = entry
         for alias in entry.data.get("aliases", []):
