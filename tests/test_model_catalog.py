@@ -128,6 +128,9 @@ def test_a_user_folder_adds_a_model_beside_hardware(capsys, tmp_path):
     rc, out, err = run(capsys, "--catalog", str(tmp_path), "predict", "--model", "my-llama-3b",
                        "--num-gpus", "8", "--format", "json")
     assert rc == 0, err
+    # the folder lasts one command: a later call in the same process does not read it
+    with pytest.raises(ConfigError, match="unknown model 'my-llama-3b'"):
+        get_model("my-llama-3b")
     # without the folder the model is unknown again, and the built-in list is unchanged
     line = assert_one_line_error(*run(capsys, "model", "show", "my-llama-3b"))
     assert "unknown model 'my-llama-3b'" in line

@@ -75,10 +75,11 @@ def cli(ctx: click.Context, catalog_dirs: tuple[str, ...]) -> None:
     """fsdpsim: predict step time, throughput, MFU and memory of FSDP training."""
     ctx.ensure_object(dict)
     ctx.obj["catalog_dirs"] = catalog_dirs
-    if catalog_dirs or "fsdpsim.model.catalog" in sys.modules:
+    if catalog_dirs:
         from fsdpsim.model.catalog import use_folders
 
-        use_folders(catalog_dirs)  # models of these folders, wherever a model is named
+        use_folders(catalog_dirs)  # models of these folders, wherever this command names one
+        ctx.call_on_close(lambda: use_folders(()))  # and not in the next command of a process
 
 
 # -- catalog -------------------------------------------------------------------------------------
