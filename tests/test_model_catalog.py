@@ -163,7 +163,8 @@ BAD = [
      ["missing required key 'source'"]),
     ("n_heads = 24", "n_heads = 25", ["n_heads", "divide"]),
     ('id = "my-llama-3b"', 'id = "My-Llama"', ["needs an 'id'", "'My-Llama'"]),
-    ('id = "my-llama-3b"', 'id = "llama3-8b"', ["'llama3-8b' is already a model", "llama.toml: [[model]] 'llama3-8b'"]),
+    ('id = "my-llama-3b"', 'id = "llama3-8b"',
+     ["'llama3-8b' is already a model", "llama.toml: [[model]] 'llama3-8b'"]),
     ('aliases = ["mine-3b"]', 'aliases = ["llama-2-7b"]', ["alias 'llama-2-7b'"]),
     ("[[model]]", "[[modle]]", ["[[modle]]", "did you mean: model"]),
 ]
