@@ -260,7 +260,9 @@ class ModelCatalog:
 
 def builtin_dir() -> Path:
     """The built-in model catalog (``model_catalog/`` in the source tree; the data package
-    ``fsdpsim.model_catalog`` in a wheel)."""
+    ``fsdpsim.model_catalog`` in a wheel). It sits at the repository root beside
+    ``hardware_catalog/`` so that both catalogs are data folders found, packaged and extended
+    (``--catalog``) the same way, and a source checkout reads its own (package_data_dir)."""
     return package_data_dir("model_catalog", "fsdpsim.model_catalog")
 
 
