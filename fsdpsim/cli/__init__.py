@@ -67,8 +67,8 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version, help="Show the version and exit.")
-@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(),
-              envvar=None, help="Extra catalog folder of hardware or models (repeatable); also "
+@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(), envvar=None,
+              help="Extra catalog folder of hardware or models (repeatable); also "
                    "FSDPSIM_CATALOG.")
 @click.pass_context
 def cli(ctx: click.Context, catalog_dirs: tuple[str, ...]) -> None:
