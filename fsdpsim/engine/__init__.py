@@ -23,13 +23,14 @@ and 0/1 flags ``swiglu``, ``rotary``, ``reshard``, ``flash``, ``sequence_paralle
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
 
 from fsdpsim.costs import compute
 from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
-from fsdpsim.engine import collectives, expert_comm, heap, layers, metrics, moe, step
+from fsdpsim.engine import collectives, expert_comm, groups, heap, layers, metrics, moe, step
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
 
@@ -69,37 +70,55 @@ BLOCK_ROWS = 65_536
 #: From this many rows on, :func:`evaluate` tunes the C allocator to reuse the temporaries'
 #: memory (:mod:`fsdpsim.engine.heap`: half the CPU time was page faults on 65,536 rows).
 HEAP_TUNING_ROWS = 16_384
+#: Input types that are one value (one configuration's inputs, predict's: no shape to read).
+_ONE_VALUE = frozenset((float, int, bool, np.float64))
+#: From this many rows on, :func:`evaluate` groups rows by structure (:mod:`.groups`).
+GROUP_ROWS = 2 * groups.MIN_GROUP_ROWS
 
 
 def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast); see :func:`_evaluate`.
 
-    Inputs with more than :data:`BLOCK_ROWS` configurations are evaluated block by block and
-    concatenated; results are identical to one call.
+    A large input (:data:`GROUP_ROWS` configurations and more) is evaluated by group of rows
+    that take the same branches (:mod:`.groups`), block by block (at most :data:`BLOCK_ROWS`
+    rows), each input that is one value in a block passed as that value. Results are
+    identical to one call on all rows.
     """
-    shape = np.broadcast_shapes(*{() if isinstance(v, (int, float)) else np.shape(v)
-                                  for v in x.values()})
-    n = int(np.prod(shape)) if shape else 1
+    shapes = {np.shape(v) for v in x.values() if type(v) not in _ONE_VALUE}
+    shape = np.broadcast_shapes(*shapes) if shapes else ()
+    n = math.prod(shape)
     if n >= HEAP_TUNING_ROWS:  # temporaries of 128 KiB and more: keep them on the heap
         heap.keep_freed_memory()
-    if n <= BLOCK_ROWS:
+    if n < GROUP_ROWS and n <= BLOCK_ROWS:
         return _evaluate(x)
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
-    # Each block's outputs go straight into the full arrays (as np.concatenate would type
-    # them: a later block of a wider dtype widens the column), not kept until the end.
+    parts = groups.split(flat, n) if n >= GROUP_ROWS else None
+    # Each block's outputs go straight into the full arrays, not kept until the end.
     result: dict[str, np.ndarray] = {}
-    for start in range(0, n, BLOCK_ROWS):
-        stop = min(start + BLOCK_ROWS, n)
-        out = _evaluate({k: (v[start:stop] if np.ndim(v) else v) for k, v in flat.items()})
-        for k, v in out.items():
-            dtype = np.asarray(v).dtype
-            if k not in result:
-                result[k] = np.empty(n, dtype=dtype)
-            elif dtype != result[k].dtype:
-                result[k] = result[k].astype(np.result_type(result[k].dtype, dtype))
-            result[k][start:stop] = v
+    for rows in parts or (None,):
+        for start in range(0, n if rows is None else rows.size, BLOCK_ROWS):
+            if rows is None:
+                block = slice(start, min(start + BLOCK_ROWS, n))
+            else:  # ascending rows: the gather streams through memory
+                block = rows[start:start + BLOCK_ROWS]
+            out = _evaluate(groups.constants({k: (v[block] if np.ndim(v) else v)
+                                              for k, v in flat.items()}))
+            _store(result, n, block, out)
     return {k: v.reshape(shape) for k, v in result.items()}
+
+
+def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object]) -> None:
+    """``out``, the outputs of ``rows`` (a slice or indices), into the full-length ``result``
+    arrays, typed as np.concatenate would type them (a later block of a wider dtype widens
+    the column)."""
+    for k, v in out.items():
+        dtype = np.asarray(v).dtype
+        if k not in result:
+            result[k] = np.empty(n, dtype=dtype)
+        elif dtype != result[k].dtype:
+            result[k] = result[k].astype(np.result_type(result[k].dtype, dtype))
+        result[k][rows] = v
 
 
 def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
