@@ -93,7 +93,13 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         return _evaluate(x)
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
+    if n >= GROUP_ROWS:  # one value for all rows: not gathered, computed once
+        flat = groups.constants(flat)
     parts = groups.split(flat, n) if n >= GROUP_ROWS else None
+    if parts is None and n <= BLOCK_ROWS:  # one block: its outputs are the result
+        out = _evaluate(flat)
+        return {k: (v.reshape(shape) if np.shape(v) == (n,) else
+                    np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
     # Each block's outputs go straight into the full arrays, not kept until the end.
     result: dict[str, np.ndarray] = {}
     for rows in parts or (None,):

@@ -79,7 +79,7 @@ def constants(x: Mapping[str, object]) -> dict[str, object]:
     for key, v in x.items():
         if type(v) is np.ndarray and v.ndim == 1 and v.size > 1:
             bits = v.view(np.int64) if v.dtype == np.float64 else v
-            if not np.count_nonzero(bits != bits[0]):
+            if bits[-1] == bits[0] and not np.count_nonzero(bits != bits[0]):
                 v = v[0]
         out[key] = v
     return out
