@@ -4,7 +4,10 @@ The floor is 1,000,000 configurations/s for the sweep's cost function. This meas
 the engine alone: a fixed set of ``n`` configurations (default 1,000,000) mixing 4 models,
 3 GPUs (H100, B200, MI300X), 8 GPU counts, 5 sharding strategies, 5 sequence lengths,
 micro-batches 1-8 and the 3 recompute modes, with **every input a full array of length n**
-(the worst case: nothing broadcasts), memory ceilings off (``"ceilings": 0.0``), one thread.
+(the worst case: nothing broadcasts; the engine itself passes a column that holds one value as
+that number, and evaluates the rows of each structure together: ``fsdpsim/engine/groups.py``),
+memory ceilings off (``"ceilings": 0.0``), one thread. ``--models mixtral-8x7b`` measures an
+MoE grid, ``--hybrid`` a hybrid one.
 Building the inputs is not timed. Time is this process's CPU time (``time.process_time``):
 single-threaded, it equals wall time on an idle core and does not count time the scheduler
 gives other processes on a shared machine. Two numbers:

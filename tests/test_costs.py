@@ -402,3 +402,33 @@ class TestOverlap:
         lower, upper = overlap.step_bounds_s(np.array([5.0, 2.0]), np.array([3.0, 7.0]))
         np.testing.assert_allclose(lower, [5.0, 7.0], rtol=RTOL)
         np.testing.assert_allclose(upper, [8.0, 9.0], rtol=RTOL)
+
+
+_SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.25, 5e-324, 1e308])
+
+
+@pytest.mark.parametrize("a_kind", ["array", "float", "np_float", "zero_d", "int"])
+@pytest.mark.parametrize("b_kind", ["array", "float", "row", "int"])
+def test_where_selects_the_bits_np_where_selects(a_kind, b_kind):
+    """compute.where's branch-free select on long masks returns np.where's values bit for bit
+    (NaN, -0.0, infinities, subnormals), its dtype and its shape, for arrays and numbers."""
+    rng = np.random.default_rng(7)
+    n = 3 * compute._BIT_SELECT_MIN
+    cond = rng.random((2, n)) > 0.5
+    values = {"array": lambda: rng.choice(_SPECIAL, (2, n)), "float": lambda: -0.0,
+              "np_float": lambda: np.float64(np.nan), "zero_d": lambda: np.array(np.inf),
+              "row": lambda: rng.choice(_SPECIAL, n), "int": lambda: 3}
+    a, b = values[a_kind](), values[b_kind]()
+    got, want = compute.where(cond, a, b), np.where(cond, a, b)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def test_where_keeps_short_and_non_float_selects_to_numpy():
+    """Masks shorter than the threshold, integer operands and non-boolean conditions go to
+    np.where unchanged (integer results stay integers)."""
+    cond = np.arange(2 * compute._BIT_SELECT_MIN) % 3 == 0
+    assert compute.where(cond, 1, 2).dtype == np.where(cond, 1, 2).dtype
+    assert compute.where(cond[:4], 1.0, 2.0).tolist() == [1.0, 2.0, 2.0, 1.0]
+    flags = cond.astype(float)
+    assert compute.where(flags, 1.0, 2.0).tobytes() == np.where(flags, 1.0, 2.0).tobytes()

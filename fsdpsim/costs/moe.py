@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import as_array
+from fsdpsim.costs.compute import as_array, where
 
 #: FP8 dispatch: one fp32 scale per 1 x 128 block of a token's hidden vector [3] §3.3.2, on top
 #: of one byte per element [B/element].
@@ -134,7 +134,7 @@ def sent_rows(tokens, top_k, n_experts, capacity_factor):
     (Megatron ``get_capacity``: ``capacity = ceil(num_tokens·k / E · cf)``)."""
     copies = as_array(tokens) * as_array(top_k)
     e, cf = np.maximum(as_array(n_experts), 1.0), as_array(capacity_factor)
-    return np.where(cf > 0, e * np.ceil(copies / e * np.where(cf > 0, cf, 1.0)), copies)
+    return where(cf > 0, e * np.ceil(copies / e * where(cf > 0, cf, 1.0)), copies)
 
 
 # -- communication --------------------------------------------------------------------------------

@@ -358,7 +358,7 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
                 if on.any():
                     step[on] = form(*(x[on] for x in _form_args(k, p, v, m, f, b, w, c, ef,
                                                                 eb, lf, lb)))
-    busiest = f + full_b + np.where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))
+    busiest = f + full_b + where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))
     return step, step - m * busiest
 
 

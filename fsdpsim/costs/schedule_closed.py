@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fsdpsim.costs.compute import where as compute_where
+
 NEG = -np.inf
 
 
@@ -49,7 +51,7 @@ _FAST = frozenset((float, int, bool))
 def _where(cond, a, b):
     if type(cond) is bool and type(a) in _FAST and type(b) in _FAST:
         return a if cond else b
-    return np.where(cond, a, b)
+    return compute_where(cond, a, b)
 
 
 def _minimum(a, b):

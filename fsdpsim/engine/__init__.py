@@ -2,8 +2,9 @@
 
 :func:`evaluate` takes a flat mapping of named numeric inputs (numbers or numpy arrays that
 broadcast together; names carry units; built by :func:`fsdpsim.engine.build.config_inputs`) and
-returns a flat mapping of named outputs. It composes the stages of this package and nothing
-else; every formula lives in :mod:`fsdpsim.costs` with its source:
+returns a flat mapping of named outputs. It composes the stages of this package
+(:mod:`.stages`, one short function each) and nothing else; every formula lives in
+:mod:`fsdpsim.costs` with its source:
 
 1. layout: group sizes and members per scale-up domain (:mod:`fsdpsim.plan.layout`, inputs
    ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`);
@@ -23,13 +24,13 @@ and 0/1 flags ``swiglu``, ``rotary``, ``reshard``, ``flash``, ``sequence_paralle
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs import compute
-from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
-from fsdpsim.engine import collectives, expert_comm, heap, layers, metrics, moe, step
+from fsdpsim.costs.compute import all_of, any_of, where
+from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
 
@@ -69,37 +70,65 @@ BLOCK_ROWS = 65_536
 #: From this many rows on, :func:`evaluate` tunes the C allocator to reuse the temporaries'
 #: memory (:mod:`fsdpsim.engine.heap`: half the CPU time was page faults on 65,536 rows).
 HEAP_TUNING_ROWS = 16_384
+#: Input types that are one value (one configuration's inputs, predict's: no shape to read).
+_ONE_VALUE = frozenset((float, int, bool, np.float64))
+#: From this many rows on, :func:`evaluate` groups rows by structure (:mod:`.groups`).
+GROUP_ROWS = 2 * groups.MIN_GROUP_ROWS
 
 
 def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast); see :func:`_evaluate`.
 
-    Inputs with more than :data:`BLOCK_ROWS` configurations are evaluated block by block and
-    concatenated; results are identical to one call.
+    A large input (:data:`GROUP_ROWS` configurations and more) is evaluated by group of rows
+    that take the same branches (:mod:`.groups`), block by block (at most :data:`BLOCK_ROWS`
+    rows), each input that is one value in a block passed as that value. Results are
+    identical to one call on all rows.
     """
-    shape = np.broadcast_shapes(*{() if isinstance(v, (int, float)) else np.shape(v)
-                                  for v in x.values()})
-    n = int(np.prod(shape)) if shape else 1
+    shapes = {np.shape(v) for v in x.values() if type(v) not in _ONE_VALUE}
+    shape = np.broadcast_shapes(*shapes) if shapes else ()
+    n = math.prod(shape)
     if n >= HEAP_TUNING_ROWS:  # temporaries of 128 KiB and more: keep them on the heap
         heap.keep_freed_memory()
-    if n <= BLOCK_ROWS:
+    if n < GROUP_ROWS and n <= BLOCK_ROWS:
         return _evaluate(x)
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
-    # Each block's outputs go straight into the full arrays (as np.concatenate would type
-    # them: a later block of a wider dtype widens the column), not kept until the end.
+    if n >= GROUP_ROWS:  # one value for all rows: not gathered, computed once
+        flat = groups.constants(flat)
+    parts = groups.split(flat, n) if n >= GROUP_ROWS else None
+    if parts is None and n <= BLOCK_ROWS:  # one block: its outputs are the result
+        out = _evaluate(flat)
+        return {k: (v.reshape(shape) if np.shape(v) == (n,) else
+                    np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
+    # Each block's outputs go straight into the full arrays, not kept until the end.
     result: dict[str, np.ndarray] = {}
-    for start in range(0, n, BLOCK_ROWS):
-        stop = min(start + BLOCK_ROWS, n)
-        out = _evaluate({k: (v[start:stop] if np.ndim(v) else v) for k, v in flat.items()})
-        for k, v in out.items():
-            dtype = np.asarray(v).dtype
-            if k not in result:
-                result[k] = np.empty(n, dtype=dtype)
-            elif dtype != result[k].dtype:
-                result[k] = result[k].astype(np.result_type(result[k].dtype, dtype))
-            result[k][start:stop] = v
+    for rows in parts or (None,):
+        for start in range(0, n if rows is None else rows.size, BLOCK_ROWS):
+            if rows is None:
+                block = slice(start, min(start + BLOCK_ROWS, n))
+            else:  # ascending rows: the gather streams through memory
+                block = rows[start:start + BLOCK_ROWS]
+            take = (lambda v: v[block]) if rows is None else (lambda v: v.take(block))
+            out = _evaluate(groups.constants({k: (take(v) if np.ndim(v) else v)
+                                              for k, v in flat.items()}))
+            _store(result, n, block, out)
     return {k: v.reshape(shape) for k, v in result.items()}
+
+
+def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object]) -> None:
+    """``out``, the outputs of ``rows`` (a slice or indices), into the full-length ``result``
+    arrays, typed as np.concatenate would type them (a later block of a wider dtype widens
+    the column)."""
+    for k, v in out.items():
+        dtype = np.asarray(v).dtype
+        if k not in result:
+            result[k] = np.empty(n, dtype=dtype)
+        elif dtype != result[k].dtype:
+            result[k] = result[k].astype(np.result_type(result[k].dtype, dtype))
+        if isinstance(rows, slice):
+            result[k][rows] = v
+        else:  # np.put: a fifth quicker than indexed assignment (a scalar is repeated)
+            np.put(result[k], rows, v)
 
 
 def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -118,281 +147,12 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     to a data-parallel plan.
     """
     g = prepare(x)
-    k = g["grad_accum"]
-    piped = bool(any_of(g["pp"] > 1))
-
-    # ---- stage 2: compute of one layer and the root, one micro-batch, one rank --------------
-    r = layers.rates(g)
-    w = layers.widths(g)
-    lt = layers.layer_times(g, r, w)
-    rt = layers.root_times(g, r, w)
-    # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
-    layered = moe.layered(g)
-    has_moe = layered and bool(any_of(g["moe_layers"] > 0))
-    ep, phi = expert_comm.NO_EXPERT_PARALLEL, 0.0
-    if layered:
-        lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt)
-        lt = lt_d
-        if has_moe:
-            ep, phi = ep_c, moe.moe_share(g)
-            lt = moe.mix(lt_d, lt_m, phi)
-        if any_of(g["mtp_layers"] > 0):
-            mtp_fwd_s, mtp_bwd_s = moe.mtp_times(g, r, w, lt_d, lt_m, ep, rt)
-            rt = {**rt, "head_fwd_s": rt["head_fwd_s"] + mtp_fwd_s,
-                  "head_bwd_s": rt["head_bwd_s"] + mtp_bwd_s,
-                  "root_fwd_s": rt["root_fwd_s"] + mtp_fwd_s,
-                  "root_bwd_s": rt["root_bwd_s"] + mtp_bwd_s}
-
-    if any_of(g["grad_accum_pass_bytes"] > 0):
-        lt, rt = fp32_accumulation(g, r, lt, rt)
-
-    # ---- stage 3: collectives ----------------------------------------------------------------
-    # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
-    # which are all zero there (sweep speed).
-    co = collectives.group_coefficients(g, r, tp=bool(any_of(g["tp"] > 1)))
-    tpc = (collectives.tensor_parallel(g, co, w, lt) if any_of(g["tp"] > 1)
-           else collectives.NO_TENSOR_PARALLEL)
-    cpc = (collectives.context_parallel(g, co, w, lt, r) if any_of(g["cp"] > 1)
-           else collectives.NO_CONTEXT_PARALLEL)
-    p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
-    L_stage = where(g["pp"] > 1, g["layers_mid"], g["n_layers"])
-    dpc = collectives.data_parallel(g, co, L_stage, r)
-    if has_moe:  # MoE layers: their dense part, and their experts over the expert groups
-        dpc, dpc_e, g_e = moe.data_parallel(g, r, co, dpc, L_stage, phi)
-    f = step.fsdp_flags(g)
-
-    # Recompute applies to the first K layers of each stage (all when recompute_layers < 0).
-    rl = g["recompute_layers"]
-    rc_share = where(rl < 0, 1.0, minimum(rl, L_stage) / L_stage)
-    # A layer as the FSDP schedule sees it: compute plus its exposed TP/CP communication.
-    block_fwd_s = lt["block_fwd_s"] + tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]
-    # Full recompute replays the layer's forward, its TP/CP collectives with it (Megatron's
-    # CheckpointFunction and torch's checkpoint rerun the forward ops, collectives included;
-    # selective recompute reruns only the attention core, between them).
-    replay = where(np.asarray(g["recompute"]) == 2, rc_share, 0.0)
-    block_bwd_s = (lt["block_bwd_s"] + rc_share * lt["recompute_s"] + tpc["tp_layer_bwd_exposed_s"]
-                   + cpc["cp_layer_bwd_exposed_s"]
-                   + replay * (tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]))
-    root_tp_s = tpc["tp_root_s"]
-    if has_moe:  # the MoE layers' exposed all-to-alls (replayed with full recompute)
-        block_fwd_s = block_fwd_s + phi * ep["fwd_exposed_s"]
-        block_bwd_s = block_bwd_s + phi * (ep["bwd_exposed_s"] + replay * ep["fwd_exposed_s"])
-
-    # ---- stage 4: the step -------------------------------------------------------------------
-    n_params_stage = g["n_params_padded"]
-    if piped:  # the first stage's states (embedding and its layers) set the optimizer's time
-        n_params_stage = where(g["pp"] > 1, g["layers_first"] * g["block_numel_padded"]
-                               + g["embed_numel_padded"], n_params_stage)
-    if layered:
-        n_params_stage = n_params_stage + where(g["pp"] > 1, 0.0, g["mtp_numel_padded"])
-    if has_moe:  # dense parts of the first stage's layers, and its experts
-        first_moe = where(g["pp"] > 1, g["moe_layers_first"], g["moe_layers"])
-        n_params_stage = where(g["pp"] > 1, moe.stage_dense_numel(
-            g, g["layers_first"], g["moe_layers_first"]) + g["embed_numel_padded"],
-            n_params_stage)
-    optimizer_s, post_step_s = step.optimizer_times(g, f, dpc, n_params_stage)
-    if has_moe:
-        n_experts_stage = (first_moe + where(g["pp"] > 1, 0.0, g["mtp_layers"] * g["mtp_moe"])
-                           ) * moe.expert_local_numel(g)
-        optimizer_s = optimizer_s + step.optimizer_times(g_e, f, dpc_e, n_experts_stage)[0]
-    only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
-                             rt["root_fwd_s"] + 0.5 * root_tp_s,
-                             rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
-    # Megatron's distributed optimizer overlaps the parameter all-gather with the next
-    # step's forward (--overlap-param-gather): only what outlasts that forward shows.
-    post_total_s = post_step_s
-    post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - only["fwd_s"], 0.0),
-                        post_step_s)
-    step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
-    bubble_s = np.zeros_like(step_s)
-    pipeline_ok = np.ones(np.shape(step_s), dtype=bool)
-    if piped:
-        mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
-                                0.0)
-        root_ag = where(f["fsdp_like"], dpc["ag_root_s"], 0.0)
-        first_extra = ((g["layers_first"] - g["layers_mid"]) * block_fwd_s + rt["embed_fwd_s"]
-                       + 0.5 * root_tp_s + root_ag,
-                       (g["layers_first"] - g["layers_mid"]) * block_bwd_s + rt["embed_bwd_s"])
-        last_extra = ((g["layers_last"] - g["layers_mid"]) * block_fwd_s + rt["head_fwd_s"]
-                      + 0.5 * root_tp_s + root_ag,
-                      (g["layers_last"] - g["layers_mid"]) * block_bwd_s + rt["head_bwd_s"]
-                      + 0.5 * root_tp_s)
-        if has_moe:  # end stages whose share of MoE layers differs from the middle ones'
-            d_fwd = lt_m["block_fwd_s"] + ep["fwd_exposed_s"] - lt_d["block_fwd_s"]
-            d_bwd = (lt_m["block_bwd_s"] - lt_d["block_bwd_s"]
-                     + rc_share * (lt_m["recompute_s"] - lt_d["recompute_s"])
-                     + ep["bwd_exposed_s"] + replay * ep["fwd_exposed_s"])
-            extra_moe = {end: g[f"moe_layers_{end}"] - g["moe_layers_mid"]
-                         - (g[f"layers_{end}"] - g["layers_mid"]) * phi for end in ("first", "last")}
-            first_extra = (first_extra[0] + extra_moe["first"] * d_fwd,
-                           first_extra[1] + extra_moe["first"] * d_bwd)
-            last_extra = (last_extra[0] + extra_moe["last"] * d_fwd,
-                          last_extra[1] + extra_moe["last"] * d_bwd)
-        # Zero-bubble schedules split each backward into input- and weight-gradient passes;
-        # the weight-gradient GEMMs are half of the GEMM backward FLOPs.
-        wgrad_s = where(np.asarray(g["pp_schedule"]) == 3,
-                        g["layers_mid"] * 0.5 * lt["gemm_bwd_s"], 0.0)
-        piped_step_s, piped_bubble_s, piped_ok = step.pipeline_step_s(
-            g, f, mid, first_extra, last_extra, p2p_s, wgrad_s, optimizer_s, post_step_s)
-        pp_on = g["pp"] > 1
-        step_s = where(pp_on, piped_step_s, step_s)
-        bubble_s = where(pp_on, piped_bubble_s, 0.0)
-        pipeline_ok = where(pp_on, piped_ok, True)
-
-    if has_moe:  # the overlapped all-to-alls of the warm-up and cool-down chunks show
-        unpaired_s = expert_comm.unpaired_overlap_s(g, ep, L_stage, phi)
-        step_s = step_s + unpaired_s
-
-    # ---- totals per GPU (the busiest stage) ------------------------------------------------------
-    # Pipelined rows hold the root's parts on their end stages only (the busier of the two).
-    root_share = where(g["pp"] > 1, 0.0, 1.0) if piped else 1.0
-    compute_mb_s = (L_stage * (lt["block_fwd_s"] + (lt["block_bwd_s"] + rc_share * lt["recompute_s"]))
-                    + rt["root_fwd_s"] * root_share + rt["root_bwd_s"] * root_share)
-    if piped:
-        ends = {end: (g[f"layers_{end}"] - g["layers_mid"]) * (lt["block_fwd_s"] + lt["block_bwd_s"])
-                for end in ("first", "last")}
-        if has_moe:  # end stages whose share of MoE layers differs from the middle ones'
-            d_layer = (lt_m["block_fwd_s"] + lt_m["block_bwd_s"] - lt_d["block_fwd_s"]
-                       - lt_d["block_bwd_s"])
-            ends = {end: v + extra_moe[end] * d_layer for end, v in ends.items()}
-        compute_mb_s = compute_mb_s + (1.0 - root_share) * maximum(
-            ends["first"] + rt["embed_fwd_s"] + rt["embed_bwd_s"],
-            ends["last"] + rt["head_fwd_s"] + rt["head_bwd_s"])
-    compute_s = k * compute_mb_s + optimizer_s
-    ag_calls = f["ag_calls"]
-    fsdp_like = f["fsdp_like"]
-    is_zero1, is_hybrid, is_ddp = f["is_zero1"], f["is_hybrid"], f["is_ddp"]
-    ag_steps, rs_steps = f["ag_steps"], f["rs_steps"]
-    ag_per_mb_s = where(fsdp_like, L_stage * dpc["ag_block_s"] * ag_calls + dpc["ag_root_s"], 0.0)
-    all_gather_s = ag_steps * ag_per_mb_s + post_total_s
-    rs_per_mb_s = where(f["rs_calls"] > 0, L_stage * dpc["rs_block_s"] + dpc["rs_root_s"], 0.0)
-    grads_ar = is_zero1 & (g["grad_all_reduce"] > 0)  # InternEvo's ZeRO-1 all-reduces them
-    zero1_grads_s = where(is_zero1, L_stage * dpc["zero1_rs_block_s"] + dpc["zero1_rs_root_s"],
-                          0.0)
-    reduce_scatter_s = rs_steps * rs_per_mb_s + where(grads_ar, 0.0, zero1_grads_s)
-    all_reduce_s = (rs_steps * where(is_hybrid, L_stage * dpc["hsdp_ar_block_s"]
-                                     + dpc["hsdp_ar_root_s"], 0.0)
-                    + where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0)
-                    + where(grads_ar, zero1_grads_s, 0.0))
-    tp_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
-                + root_tp_s)
-    tp_exposed_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_exposed_s"]
-                                   + tpc["tp_layer_bwd_exposed_s"])
-                        + root_tp_s)
-    cp_s = k * L_stage * ((1.0 + replay) * cpc["cp_layer_fwd_s"] + cpc["cp_layer_bwd_s"])
-    cp_exposed_s = k * L_stage * ((1.0 + replay) * cpc["cp_layer_fwd_exposed_s"]
-                                  + cpc["cp_layer_bwd_exposed_s"])
-    pp_s = k * 2.0 * p2p_s
-    comm_s = all_gather_s + reduce_scatter_s + all_reduce_s + tp_s + cp_s + pp_s
-    moe_layers_stage = ep_s = ep_exposed_s = ep_bytes = moe_s = 0.0  # no MoE row: no cost
-    if has_moe:
-        moe_layers_stage = L_stage * phi
-        ep_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_s"] + ep["bwd_s"])
-        ep_exposed_s = k * moe_layers_stage * ((1.0 + replay) * ep["fwd_exposed_s"]
-                                               + ep["bwd_exposed_s"]) + unpaired_s
-        ep_bytes = k * moe_layers_stage * (ep["bytes"] + replay * ep["fwd_bytes"])
-        # the MoE MLPs (router, shared and routed experts, their kernels; the forward again
-        # under full recompute) and their exposed all-to-alls
-        moe_s = k * moe_layers_stage * (lt_m["moe_mlp_fwd_s"] + lt_m["moe_mlp_bwd_s"]
-                                        + replay * lt_m["moe_mlp_fwd_s"]) + ep_exposed_s
-        comm_s = comm_s + ep_s
-    exposed_s = maximum(step_s - compute_s - bubble_s, 0.0)
-    # Bounds: every stream fully overlapped (compute with its bubble; data-parallel collectives
-    # on their communicator; tensor/context/pipeline traffic on theirs), and nothing overlapped.
-    lower_s = maximum(maximum(compute_s + bubble_s, all_gather_s + reduce_scatter_s
-                              + all_reduce_s), tp_s + cp_s + pp_s + ep_s)
-    upper_s = compute_s + comm_s + bubble_s
-
-    # Tensor bytes per GPU per step (the quantities torch's c10d ops see).
-    elem = g["compute_bytes"]
-    block_numel = g["block_numel_padded"]
-    if has_moe:  # the stage's mean unit: dense layers, MoE layers' dense parts and experts
-        block_numel = where(phi > 0, moe.stage_dense_numel(g, L_stage, moe_layers_stage)
-                            / L_stage + phi * moe.expert_local_numel(g), block_numel)
-    units_ag = L_stage * ag_calls * block_numel + where(fsdp_like, g["root_numel_padded"], 0.0)
-    all_params_padded = L_stage * block_numel + g["root_numel_padded"]
-    all_gather_bytes = (ag_steps * units_ag + where(is_zero1, all_params_padded, 0.0)) * elem
-    reduce_scatter_bytes = (rs_steps * where(f["rs_calls"] > 0, all_params_padded, 0.0)
-                            + where(is_zero1 & np.logical_not(grads_ar), all_params_padded,
-                                    0.0)) * g["reduce_bytes"]
-    all_reduce_bytes = ((rs_steps * where(is_hybrid, all_params_padded / g["shard_size"], 0.0)
-                         + where(is_ddp, all_params_padded, 0.0)) * g["reduce_bytes"]
-                        + where(grads_ar, all_params_padded * elem, 0.0))
-
-    # ---- stage 5: memory ---------------------------------------------------------------------
-    mem = engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0)))
-
-    # ---- stage 6: throughput and utilisation --------------------------------------------------
-    gpus = g["num_gpus"]
-    tokens_per_step = g["micro_batch"] * g["seq_len"] * k * g["dp"]
-    from fsdpsim.costs import compute
-
-    model_flops = compute.model_flops_per_token(g["matmul_params"], g["n_layers"],
-                                                g["seq_len"], g["q_dim"]) * tokens_per_step
-    hardware_flops = metrics.executed_flops_per_microbatch(g, rc_share) * k * g["dp"]
-    if layered:  # per kind of layer, on the rows of layered models
-        executed, model = moe.layered_flops(g, rc_share, k)
-        rows = moe.layered_rows(g)
-        hardware_flops = where(rows, executed, hardware_flops)
-        model_flops = where(rows, model, model_flops)
-    # MFU and HFU against the 16-bit dense peak for FP8 runs (the published tables'), MFU
-    # against the compute precision's own peak beside it (fsdpsim.engine.metrics: conventions)
-    mfu_peak_total = g.get("mfu_peak_flops_per_s", g["peak_flops_per_s"]) * gpus
-    mfu = model_flops / (step_s * mfu_peak_total)
-    hfu = hardware_flops / (step_s * mfu_peak_total)
-    mfu_native = model_flops / (step_s * g["peak_flops_per_s"] * gpus)
-
-    gemm_total = k * (L_stage * (lt["gemm_fwd_s"] + lt["gemm_bwd_s"])
-                      + root_share * (rt["head_gemm_s"] + rt["head_gemm_bwd_s"]))
-    attn_total = k * L_stage * (lt["attn_fwd_s"] + lt["attn_bwd_s"])
-    hbm_total = k * (L_stage * (lt["ew_fwd_s"] + lt["ew_bwd_s"])
-                     + root_share * (rt["loss_s"] + 3.0 * rt["embed_s"])) + optimizer_s
-    # The bottleneck and the thresholds are not the engine's: they come from its response to
-    # each resource (fsdpsim.drivers.sensitivity, a post-pass on the configurations a report shows).
-
-    out = {
-        "step_time_s": step_s,
-        "tokens_per_step": tokens_per_step,
-        "tokens_per_s": tokens_per_step / step_s,
-        "tokens_per_s_per_gpu": tokens_per_step / step_s / gpus,
-        "mfu": mfu,
-        "hfu": hfu,
-        "mfu_native": mfu_native,
-        "model_flops_per_step": model_flops,
-        "hardware_flops_per_step": hardware_flops,
-        "compute_s": compute_s,
-        "gemm_s": gemm_total,
-        "attention_s": attn_total,
-        "memory_bound_s": hbm_total,
-        "recompute_s": k * L_stage * rc_share * lt["recompute_s"],
-        "optimizer_s": optimizer_s,
-        "comm_s": comm_s,
-        "exposed_comm_s": exposed_s,
-        "bubble_s": bubble_s,
-        "step_lower_bound_s": lower_s,
-        "step_upper_bound_s": upper_s,
-        "all_gather_s": all_gather_s,
-        "reduce_scatter_s": reduce_scatter_s,
-        "all_reduce_s": all_reduce_s,
-        "all_gather_bytes": all_gather_bytes,
-        "reduce_scatter_bytes": reduce_scatter_bytes,
-        "all_reduce_bytes": all_reduce_bytes,
-        "tp_s": tp_s,
-        "tp_exposed_s": tp_exposed_s,
-        "tp_bytes": k * (L_stage * (tpc["tp_layer_bytes"] + replay * tpc["tp_layer_fwd_bytes"])
-                         + tpc["tp_root_bytes"]),
-        "cp_s": cp_s,
-        "cp_exposed_s": cp_exposed_s,
-        "cp_bytes": k * L_stage * (cpc["cp_layer_bytes"] + replay * cpc["cp_layer_fwd_bytes"]),
-        "pp_s": pp_s,
-        "pp_bytes": k * 2.0 * p2p_bytes,
-        "ep_s": ep_s,
-        "ep_exposed_s": ep_exposed_s,
-        "ep_bytes": ep_bytes,
-        "moe_s": moe_s,
-        "pipeline_ok": pipeline_ok,
-    }
-    out.update(mem)
+    s = {"k": g["grad_accum"], "piped": bool(any_of(g["pp"] > 1))}
+    s.update(stages.layer_costs(g))  # the stages of engine/stages.py, in order
+    for stage in (stages.communication, stages.step_times, stages.totals, stages.tensor_bytes):
+        s.update(stage(g, s))
+    out = stages.outputs(g, s)
+    out.update(engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0))))  # stage 5
     return out
 
 
@@ -400,25 +160,3 @@ def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str
     """Per-GPU memory of every configuration in ``x`` (see :mod:`fsdpsim.costs.memory`), whether
     it fits, and (``ceilings``) the largest micro-batch and sequence length that fit."""
     return engine_memory(prepare(x), ceilings)
-
-
-def fp32_accumulation(g, r, lt, rt):
-    """Layer and root times with the framework's fp32 gradient accumulation pass [s]: after
-    every micro-batch's backward, each parameter's 16-bit gradient is added into its fp32
-    buffer (nanotron ``FP32GradientAccumulator.backward`` / ``_accumulate_grad``:
-    ``fp32_grad.add_(half_param.grad)``, or the DDP hook's ``add_`` on the sync step), a
-    memory-bound pass of ``grad_accum_pass_bytes`` per parameter of the rank (read 2, read 4,
-    write 4) on the compute stream, not overlapped. The root of an unpipelined model holds a
-    tied embedding once (``root_numel_padded``); with pipelining the first and last stages
-    each hold their copy."""
-    per_param = g["grad_accum_pass_bytes"]
-
-    def pass_s(numel):
-        return compute.memory_bound_time_s(numel * per_param, r["hbm"])
-
-    embed_s, head_s = pass_s(g["embed_numel_rank"]), pass_s(g["head_numel_rank"])
-    lt = {**lt, "block_bwd_s": lt["block_bwd_s"] + pass_s(g["block_numel_rank"])}
-    rt = {**rt, "embed_bwd_s": rt["embed_bwd_s"] + embed_s,
-          "head_bwd_s": rt["head_bwd_s"] + head_s,
-          "root_bwd_s": rt["root_bwd_s"] + pass_s(g["root_numel_padded"])}
-    return lt, rt

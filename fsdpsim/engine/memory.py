@@ -201,10 +201,10 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
     out["capacity_bytes"] = np.broadcast_to(capacity, np.shape(out["peak_bytes"])).astype(float)
     out["fits"] = memory.fits(out["peak_bytes"], capacity)
     if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
-        multiple = 2.0 * g["cp"] if any_of(g["cp"] > 1) else 1
         out["max_micro_batch"] = limits["max_micro_batch"].astype(float)
         out["max_seq_len"] = limits["max_seq_len"].astype(float)
-        if any_of(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks
+        if any_of(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks (rows with cp > 1)
+            multiple = where(g["cp"] > 1, 2.0 * g["cp"], 1.0)
             out["max_seq_len"] = np.floor(out["max_seq_len"] / multiple) * multiple
     return out
 

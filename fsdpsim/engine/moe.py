@@ -54,7 +54,10 @@ def layered(g: Mapping[str, np.ndarray]) -> bool:
 def layered_rows(g: Mapping[str, np.ndarray]) -> np.ndarray:
     """Which rows have MoE layers, MLA, q/k norms or MTP modules (the others keep the uniform
     engine's numbers exactly)."""
-    return np.logical_or.reduce([np.asarray(g[k]) > 0 for k in LAYERED_KEYS])
+    rows = np.asarray(g[LAYERED_KEYS[0]]) > 0
+    for key in LAYERED_KEYS[1:]:  # inputs of one value and per-row ones broadcast
+        rows = rows | (np.asarray(g[key]) > 0)
+    return rows
 
 
 def moe_share(g, layers_key="layers_mid", moe_key="moe_layers_mid"):

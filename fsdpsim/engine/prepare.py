@@ -55,7 +55,11 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     the data-parallel engine always placed it (the shard group innermost) when the caller did
     not give it (:func:`fsdpsim.plan.layout.group_layout` does for hybrid plans)."""
     g = dict(_OPTIONAL_PREPARED)
-    g.update((k, _categorical(v) if k in CATEGORICAL else _number(v)) for k, v in x.items())
+    for k, v in x.items():  # a loop, not a generator: this runs for every input of a predict
+        if k in CATEGORICAL:
+            g[k] = _categorical(v)
+        else:
+            g[k] = v if type(v) is np.float64 else _number(v)
     if "link_per_peer_bytes_per_s" not in g and "link_bytes_per_s" in g:
         g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
     if "param_gather_overlap" not in g:  # Megatron's distributed optimizer

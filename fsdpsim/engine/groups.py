@@ -1,0 +1,85 @@
+"""Rows of a large input grouped by the engine's branches, each group evaluated on its own.
+
+:func:`fsdpsim.engine._evaluate` takes the layered-model path (MoE, MLA, MTP: about three times
+the work of a dense layer) and the pipeline's stages only when some row of its input needs
+them; a grid that mixes rows pays for every branch on every row and masks
+the results. :func:`split` sorts the rows by their *structure* (the branches they need) so
+each structure is evaluated alone, and :func:`constants` turns a column that holds one value
+into that value, so the engine computes it once (a group of one model and one GPU: most of the
+model and hardware inputs). Each row's numbers are those of the row evaluated on its own: every
+operation of the engine is element-wise, and a branch a row does not need only adds exact
+zeros to it (the engine snapshot in ``tests/test_engine_groups.py`` compares grouped against
+masked evaluation bit for bit).
+
+Structures with fewer than :data:`MIN_GROUP_ROWS` rows are evaluated together (masked):
+below that the engine's per-call cost (a few thousand numpy operations) outweighs the branch.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from fsdpsim.engine.moe import LAYERED_KEYS
+
+#: A structure with fewer rows than this joins the masked remainder (module docstring).
+MIN_GROUP_ROWS = 4_096
+#: Inputs whose ``> 1`` is one bit of a row's structure (absent: a data-parallel plan). Pipelined
+#: rows evaluate two more memory stages and the schedule; splitting on ``tp`` and ``cp`` as well
+#: measured slower on bench_sweep's hybrid mix (more, smaller groups for less work saved).
+PARALLEL_KEYS = ("pp",)
+
+
+def _column(x: Mapping[str, object], key: str, n: int) -> np.ndarray | None:
+    """Input ``key`` as a flat array of ``n`` rows, or None where it is one value (absent or a
+    number: it splits nothing)."""
+    v = x.get(key)
+    if v is None or np.ndim(v) == 0 or np.size(v) != n:
+        return None
+    return np.asarray(v).reshape(-1)
+
+
+def structure(x: Mapping[str, object], n: int) -> np.ndarray | None:
+    """Each row's structure code (bits: layered model, then :data:`PARALLEL_KEYS` above 1),
+    or None when no input that sets it varies by row."""
+    code = None
+    layered = [c > 0 for c in (_column(x, k, n) for k in LAYERED_KEYS) if c is not None]
+    if layered:
+        code = np.logical_or.reduce(layered).astype(np.int64)
+    for bit, key in enumerate(PARALLEL_KEYS, start=1):
+        col = _column(x, key, n)
+        if col is not None:
+            code = (0 if code is None else code) | ((col > 1).astype(np.int64) << bit)
+    return code
+
+
+def split(x: Mapping[str, object], n: int) -> list[np.ndarray] | None:
+    """The rows of each group, ascending (one group per structure of at least
+    :data:`MIN_GROUP_ROWS` rows, the other rows together), or None for one group."""
+    code = structure(x, n)
+    if code is None:
+        return None
+    counts = np.bincount(code)
+    big = np.flatnonzero(counts >= MIN_GROUP_ROWS)
+    if np.count_nonzero(counts) < 2 or (big.size == 1 and counts[big[0]] == n):
+        return None
+    group = np.full(counts.size, big.size, dtype=np.int64)
+    group[big] = np.arange(big.size)
+    row_group = group[code]
+    order = np.argsort(row_group, kind="stable")  # ascending rows inside each group
+    ends = np.cumsum(np.bincount(row_group, minlength=big.size + 1))
+    return [order[start:end] for start, end in zip(np.r_[0, ends[:-1]], ends) if end > start]
+
+
+def constants(x: Mapping[str, object]) -> dict[str, object]:
+    """``x`` with every array input whose entries are all one value (bit for bit: a column of
+    NaN too, -0.0 apart from 0.0) replaced by that value."""
+    out = {}
+    for key, v in x.items():
+        if type(v) is np.ndarray and v.ndim == 1 and v.size > 1:
+            bits = v.view(np.int64) if v.dtype == np.float64 else v
+            if bits[-1] == bits[0] and not np.count_nonzero(bits != bits[0]):
+                v = v[0]
+        out[key] = v
+    return out

@@ -1,0 +1,81 @@
+"""Grouped evaluation (fsdpsim.engine.groups): a large input evaluated by structure, with its
+one-value columns passed as numbers, gives every row the numbers of the rows evaluated
+together with masks (bit for bit) and of each row evaluated on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fsdpsim import engine
+from fsdpsim.drivers.predict import model_inputs, plan_inputs, system_inputs, training_inputs
+from fsdpsim.engine import groups
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.hardware.system import resolve_system
+from fsdpsim.model.presets import get_model
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+
+def _rows(n: int) -> dict[str, np.ndarray]:
+    """``n`` configurations mixing a dense and an MoE model, pipelined or not, tensor and
+    context parallel or not, both shardings, every recompute mode, micro-batches 1-4."""
+    system = resolve_system(load_catalog(use_env=False), gpu="h100")
+    base = []
+    for name in ("llama3-8b", "mixtral-8x7b"):
+        spec = get_model(name)
+        for tp, pp, cp in ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2), (1, 4, 1)):
+            for sharding in ("full", "optimizer"):
+                plan = ParallelPlan(num_gpus=64, gpus_per_node=8, sharding=sharding, tp=tp,
+                                    pp=pp, cp=cp)
+                x = {**model_inputs(spec, plan.shard_group, tp=plan.tp),
+                     **system_inputs(system, "bf16"), **plan_inputs(plan, spec.n_layers),
+                     **training_inputs(TrainingConfig(seq_len=1))}
+                base.append({k: float(v) for k, v in x.items()})
+    rng = np.random.default_rng(3)
+    pick = rng.integers(0, len(base), n)
+    x = {k: np.array([r[k] for r in base])[pick] for k in base[0]}
+    x["seq_len"] = rng.choice([1024.0, 4096.0], n)
+    x["micro_batch"] = rng.integers(1, 5, n).astype(float)
+    x["recompute"] = rng.integers(0, 3, n).astype(float)
+    x["grad_accum"] = rng.integers(1, 4, n).astype(float)
+    return x
+
+
+@pytest.fixture
+def small_groups(monkeypatch):
+    """Grouping from 64 rows on, groups of 8 rows and more (the defaults need thousands)."""
+    monkeypatch.setattr(groups, "MIN_GROUP_ROWS", 8)
+    monkeypatch.setattr(engine, "GROUP_ROWS", 64)
+
+
+@pytest.mark.parametrize("ceilings", [0.0, 1.0])
+def test_grouped_rows_equal_masked_rows_bit_for_bit(small_groups, ceilings):
+    x = {**_rows(160), "ceilings": ceilings}
+    assert len(groups.split(x, 160)) >= 3  # several structures: the test exercises the split
+    grouped, masked = engine.evaluate(x), engine._evaluate(x)
+    assert set(grouped) == set(masked)
+    for key, value in grouped.items():
+        want = np.broadcast_to(masked[key], value.shape)
+        assert value.dtype == want.dtype, key
+        assert value.tobytes() == np.ascontiguousarray(want).tobytes(), key
+
+
+def test_grouped_rows_equal_each_row_alone(small_groups):
+    x = {**_rows(96), "ceilings": 1.0}
+    grouped = engine.evaluate(x)
+    for i in range(0, 96, 7):
+        alone = engine.evaluate({k: (v[i] if np.ndim(v) else v) for k, v in x.items()})
+        for key in ("step_time_s", "tokens_per_s", "mfu", "peak_bytes", "max_seq_len",
+                    "bubble_s", "ep_s", "comm_s"):
+            np.testing.assert_allclose(grouped[key][i], alone[key], rtol=1e-12, err_msg=key)
+
+
+def test_constants_turn_one_value_columns_into_that_value():
+    x = {"a": np.full(5, 2.0), "b": np.array([1.0, 2.0, 1.0, 1.0, 1.0]),
+         "c": np.full(5, np.nan), "d": np.array([0.0, -0.0, 0.0, 0.0, 0.0]), "e": 3.0,
+         "f": np.full(5, 2, dtype=np.int64)}
+    out = groups.constants(x)
+    assert out["a"] == 2.0 and np.ndim(out["a"]) == 0
+    assert out["b"] is x["b"] and out["d"] is x["d"]  # -0.0 is not 0.0 bit for bit
+    assert np.isnan(out["c"]) and np.ndim(out["c"]) == 0
+    assert out["e"] == 3.0 and out["f"] == 2 and out["f"].dtype == np.int64
