@@ -47,13 +47,27 @@ def model_at(name: str, seq_len: int | None):
     return spec
 
 
-def global_batch_or_default(value: str | None, seq_len: int) -> int:
-    """``--global-batch``, or about 4M tokens as a power of two sequences
-    (:func:`fsdpsim.drivers.sweep.grid.default_global_batch`): the fixed batch of search and compare."""
-    from fsdpsim.drivers.sweep.grid import default_global_batch
+def default_batch(value: str | None, seq_len: int, dp: int = 1) -> tuple[int, str | None]:
+    """``--global-batch``, or the default of every command
+    (:func:`fsdpsim.plan.training.default_global_batch`: about 4M tokens as a power of two
+    sequences, the nearest multiple of ``dp`` where ``dp`` does not divide it) with the note
+    that says so (None when the batch was given)."""
+    from fsdpsim.plan.training import DEFAULT_BATCH_RULE, default_global_batch
 
     given = _auto_int(value, "--global-batch") if value else None
-    return given or default_global_batch(seq_len)
+    if given:
+        return given, None
+    base, batch = default_global_batch(seq_len), default_global_batch(seq_len, dp)
+    moved = (f"; {base:,} is not a multiple of dp x micro-batch ({dp:,}), so the nearest one"
+             if batch != base else "")
+    return batch, (f"global batch {batch:,} sequences ({batch * seq_len / 2**20:.1f}M tokens per "
+                   f"step): the default of every command, {DEFAULT_BATCH_RULE}{moved}; "
+                   "--global-batch sets another")
+
+
+def global_batch_or_default(value: str | None, seq_len: int, dp: int = 1) -> int:
+    """``--global-batch``, or the default of every command (:func:`default_batch`)."""
+    return default_batch(value, seq_len, dp)[0]
 
 
 #: Faster settings shown (the best first).
@@ -96,9 +110,11 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     else:
         plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
+    micro_batch = _auto_int(o["micro_batch"], "--micro-batch")
+    global_batch, batch_note = default_batch(o.get("global_batch"), seq_len or 4096,
+                                             plan.dp * (micro_batch or 1))
     training = TrainingConfig(seq_len=seq_len or 4096,
-                              micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
-                              global_batch=_auto_int(o["global_batch"], "--global-batch"),
+                              micro_batch=micro_batch, global_batch=global_batch,
                               recompute=recompute, precision=o["precision"],
                               reduce_dtype=o["reduce_dtype"], optimizer=o["optimizer"],
                               flash_attention=o["flash_attention"],
@@ -108,6 +124,8 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
+    if batch_note:
+        prediction = replace(prediction, notes=prediction.notes + (batch_note,))
     if not advice:
         return prediction
     from fsdpsim.drivers.advice import scale_advice
@@ -268,8 +286,8 @@ def predict_options(f):
         click.option("--seq-len", default="4096", show_default=True,
                      help="Tokens per sequence; k = 1,024 here (32k = 32,768)."),
         click.option("--micro-batch", default="auto", show_default=True),
-        click.option("--global-batch", default=None, help="Sequences per step; default: one "
-                     "micro-batch per GPU."),
+        click.option("--global-batch", default=None, help="Sequences per step; default: about "
+                     "4M tokens, a power of two sequences (notes)."),
         click.option("--plan", "plan", default=None, metavar="TEXT",
                      help="The whole plan in one line, as search and compare print it (e.g. "
                           "'fsdp8 × tp8(sp) · ckpt none · mb 1'); instead of the plan options."),

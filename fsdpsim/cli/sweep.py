@@ -59,7 +59,8 @@ def grid_options(f):
         click.option("--micro-batch", multiple=True,
                      help="Micro-batch sizes, or auto (free: fastest that fits); default auto."),
         click.option("--global-batch", multiple=True,
-                     help="Sequences per step, or none (one micro-batch per GPU); default none."),
+                     help="Sequences per step, or none (one micro-batch per GPU); default: about "
+                          "4M tokens, every command's (notes)."),
         click.option("--sharding", multiple=True,
                      help=f"Strategies or auto (free); default full. {SHARDING_HELP}."),
         click.option("--recompute", multiple=True,
@@ -80,8 +81,8 @@ def grid_options(f):
                           "and keep, per point, the fastest setting that fits, at a fixed "
                           "global batch (--global-batch, else about 4M tokens)."),
         click.option("--free-batch/--fixed-batch", default=None,
-                     help="With --best: let each row run one micro-batch per GPU (its global "
-                          "batch then differs between rows) instead of a fixed global batch."),
+                     help="Let each row run one micro-batch per GPU (its global batch then "
+                          "differs between rows) instead of the default global batch."),
         click.option("--price", multiple=True,
                      help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog "
                           "(the cloud node's or the GPU's)."),

@@ -199,14 +199,25 @@ def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
 
 def batch_note(grid: Grid, frame: pd.DataFrame) -> str:
     """Which global batch the rows used (the ``batch`` column), and why."""
-    from fsdpsim.drivers.sweep.grid import DEFAULT_BATCH_TOKENS, default_global_batch
+    from fsdpsim.plan.training import (DEFAULT_BATCH_RULE, DEFAULT_BATCH_TOKENS,
+                                       default_global_batch)
 
     if grid.batch_tokens is not None:
-        fixed = ", ".join(f"{default_global_batch(s, grid.batch_tokens):,} sequences at seq "
+        fixed = ", ".join(f"{default_global_batch(s, 1, grid.batch_tokens):,} sequences at seq "
                           f"{s:,}" for s in grid.seq_lens)
-        return (f"global batch fixed for every row (batch): {fixed}, about "
-                f"{DEFAULT_BATCH_TOKENS / 2**20:g}M tokens per step (--global-batch sets "
-                "another; --free-batch lets each row run one micro-batch per GPU)")
+        adjusted = ""
+        if "training.global_batch" in frame and "training.seq_len" in frame:
+            base = default_global_batch(frame["training.seq_len"].fillna(4096).astype(int)
+                                        .to_numpy(), 1, grid.batch_tokens)
+            moved = frame["training.global_batch"].notna() & (
+                frame["training.global_batch"].to_numpy() != base)
+            if bool(moved.any()):
+                adjusted = (f"; {int(moved.sum())} row(s) whose data-parallel degree does not "
+                            "divide it run the nearest multiple of it (batch)")
+        return (f"global batch (batch): {fixed}, about {DEFAULT_BATCH_TOKENS / 2**20:g}M tokens "
+                f"per step, the default of every command ({DEFAULT_BATCH_RULE}){adjusted}; "
+                "--global-batch sets another; --free-batch lets each row run one micro-batch "
+                "per GPU")
     if grid.global_batches != (None,):
         return ("global batch as given (--global-batch): "
                 + ", ".join("one micro-batch per GPU" if b is None else f"{b:,} sequences"
