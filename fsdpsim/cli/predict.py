@@ -124,8 +124,10 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
-    if batch_note:
-        prediction = replace(prediction, notes=prediction.notes + (batch_note,))
+    plan_note = None if o.get("plan") else framework_plan_defaults(o)[1]
+    extra = tuple(n for n in (plan_note, batch_note) if n)
+    if extra:
+        prediction = replace(prediction, notes=prediction.notes + extra)
     if not advice:
         return prediction
     from fsdpsim.drivers.advice import scale_advice
@@ -213,10 +215,39 @@ def plan_option(o: dict, system):
     return run
 
 
+def _given(o: dict, name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not its default)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and name in ctx.params and ctx.params[name] == o.get(name):
+        source = ctx.get_parameter_source(name)
+        return source not in (click.core.ParameterSource.DEFAULT,
+                              click.core.ParameterSource.DEFAULT_MAP)
+    return o.get(name) != PLAN_OPTIONS.get(name)
+
+
+def framework_plan_defaults(o: dict) -> tuple[dict, str | None]:
+    """``o`` with the ``--framework`` profile's sharding and overlap where none was given
+    (:func:`fsdpsim.plan.frameworks.plan_defaults`), and the note that says which (None when
+    every one was given or the profile's equal the flags' defaults)."""
+    from fsdpsim.plan.frameworks import plan_defaults
+
+    chosen, note = plan_defaults(o.get("framework") or "fsdp2", tp=o.get("tp") or 1,
+                                 pp=o.get("pp") or 1, cp=o.get("cp") or 1)
+    if any(_given(o, k) for k in ("sharding", "zero", "dp_shard", "dp_replicate",
+                                  "shard_group_size")):
+        chosen.pop("sharding")
+    chosen = {k: v for k, v in chosen.items() if not _given(o, k)}
+    changed = {k: v for k, v in chosen.items() if v != PLAN_OPTIONS[k]}
+    return {**o, **chosen}, (note if changed else None)
+
+
 def build_plan(o: dict, system) -> ParallelPlan:
     """The plan the options describe: ``--sharding`` (FSDP spelling) or ``--zero`` with
-    ``--dp-shard/--dp-replicate`` (mesh spelling), plus the model-parallel degrees."""
+    ``--dp-shard/--dp-replicate`` (mesh spelling), plus the model-parallel degrees; what the
+    options leave open, the ``--framework``'s default (:func:`framework_plan_defaults`)."""
     from fsdpsim.hardware.system import domain_gpus
+
+    o, _ = framework_plan_defaults(o)
 
     per_domain = domain_gpus(system, o["num_gpus"])
     hybrid = dict(tp=o.get("tp", 1), pp=o.get("pp", 1), cp=o.get("cp", 1), vpp=o.get("vpp", 1),
