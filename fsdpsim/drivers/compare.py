@@ -20,7 +20,7 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.drivers.procurement import RunAssumptions, prediction_run
+from fsdpsim.drivers.procurement import RunAssumptions, prediction_run, run_summary
 from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.drivers.search.space import SearchSpace
 
@@ -129,8 +129,7 @@ def row_values(row: Row) -> dict[str, Any]:
     if p is None:
         return {**out, "fits": False, "reason": row.reason}
     d, r = p.to_dict(), row.run
-    tr, m, f = d["training"], d["memory"], r["failures"]
-    train_s = f.get("train_time_s")
+    tr, m = d["training"], d["memory"]
     out.update({
         "plan": d["plan"]["line"], "sharding": d["plan"]["sharding"],
         "micro_batch": tr["micro_batch"], "grad_accum": tr["grad_accum"],
@@ -151,16 +150,8 @@ def row_values(row: Row) -> dict[str, Any]:
         "price_kind": r["price_kind"], "price_source": r["price_source"],
         "price_retrieved": r["price_retrieved"],
         "board_power_w": _number(r["board_power_w"]), "pue": r["pue"],
-        "cost_usd_per_million_tokens": r["cost_usd_per_million_tokens"],
-        "energy_kwh_per_million_tokens": r["energy_kwh_per_million_tokens"],
-        "goodput": f["goodput"],
-        "train_tokens": r.get("train_tokens"),
-        "train_days": None if train_s is None else train_s / 86_400.0,
-        "train_cost_usd": f.get("train_cost_usd"),
-        "train_energy_kwh": f.get("train_energy_kwh"),
-        "train_days_failure_free": (None if r.get("train_time_s") is None
-                                    else r["train_time_s"] / 86_400.0),
-        "train_cost_usd_failure_free": r.get("train_cost_usd"),
+        **run_summary(r),
+        "price_usd_per_gpu_hour": _number(r["price_usd_per_gpu_hour"]),  # its place above
         "reason": None if d["fits"] else "does not fit in memory",
     })
     return out
