@@ -45,6 +45,8 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
             "num_gpus": c.plan.num_gpus, **run,
             "tokens_per_s": v["tokens_per_s"], "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
             "step_time_s": v["step_time_s"], "mfu": v["mfu"], "hfu": v["hfu"],
+            "mfu_native": v["mfu_native"],
+            "peak_precision": p.to_dict()["utilisation"]["native_precision"],
             "peak_gib": v["peak_bytes"] / GIB_BYTES,
             "budget_gib": budget_gib, "gpu_memory_gib": v["capacity_bytes"] / GIB_BYTES,
             "above_default_budget": bool(v["peak_bytes"] > TIGHT_FRACTION
@@ -118,7 +120,8 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
         tight = " (tight)" if p["above_default_budget"] else ""
         out += plan_lines(p["plan"], f"{p['rank']:>2}. ", "      ")
         out += [
-                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu']:.1f} % · "
+                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu_native']:.1f} %"
+                f"{_peak_words(p)} · "
                 f"{p['peak_gib']:.1f} GiB{tight} · {_neck(p['bottleneck'])} · {vs}"]
         money = _money_line(p, q)
         if money:
@@ -189,6 +192,13 @@ def _limit_lines(q: dict[str, Any]) -> list[str]:
             f"included), {order[q['objective']]}"]
 
 
+def _peak_words(p: dict[str, Any]) -> str:
+    """" of the NVFP4 peak" for a plan whose MFU is against a low-precision peak; "" for a
+    16-bit one."""
+    prec = p.get("peak_precision") or "bf16"
+    return "" if prec in ("bf16", "fp16", "fp32") else f" of the {prec.upper()} peak"
+
+
 def _budget_words(q: dict[str, Any]) -> str:
     """How the budget was set: the default share of the GPU's memory, or the user's."""
     share = q["memory_budget_gib"] / q["gpu_memory_gib"]
@@ -209,7 +219,7 @@ def _wrapped(args: list[str], width: int = 96) -> list[str]:
 
 
 def _neck(code: str) -> str:
-    """The bottleneck in predict's words, short: "inter-node network"."""
-    from fsdpsim.report.predict_table import BOTTLENECK_WORDS
+    """The bottleneck in every report's words: "inter-node network"."""
+    from fsdpsim.report.words import bottleneck_name
 
-    return "bound by " + BOTTLENECK_WORDS.get(code, code).split(":")[0]
+    return "bound by " + bottleneck_name(code)
