@@ -97,6 +97,7 @@ def _predict_numbers(d: dict) -> dict:
 README_SETUPS = [  # (model, gpu, GPUs, tokens): the question table's "how fast", "cost", network
     ("llama3-8b", "h100", "64", "1t"),
     ("llama3-70b", "h100", "64", None),
+    ("llama3-8b", "h100", "1024", "15t"),
 ]
 
 

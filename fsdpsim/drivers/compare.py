@@ -92,6 +92,7 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
     from fsdpsim.drivers.predict import predict
     from fsdpsim.drivers.search.run import budget_system, predict_choice, search
     from fsdpsim.hardware.system import domain_gpus
+    from fsdpsim.plan.frameworks import plan_defaults
 
     spec, system, n = case.spec, case.system, case.num_gpus
     try:
@@ -105,8 +106,10 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
                 return Row(case, None, None, "no plan of the search space can run")
             p = predict_choice(spec, system, choice, training)
         else:
+            chosen, _ = plan_defaults(space.framework)  # predict's defaults of the framework
             fsdp = ParallelPlan(num_gpus=n, gpus_per_node=domain_gpus(system, n),
-                                framework=space.framework)
+                                framework=space.framework, sharding=chosen["sharding"],
+                                reshard_after_forward=chosen["reshard_after_forward"])
             p = predict(spec, system, fsdp, training)
     except ConfigError as exc:  # no plan of this batch on these GPUs: a row that says so
         return Row(case, None, None, str(exc))

@@ -166,14 +166,15 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
 
 def _money_line(p: dict[str, Any], q: dict[str, Any]) -> str:
     """A plan's GPUs, dollars and days (with failures, as compare shows them): the whole run
-    with ``--tokens``, else per million tokens; "" without a price and tokens."""
+    with ``--tokens``, else per million tokens under ``--objective cost``; "" otherwise (and
+    without a price and tokens)."""
     days, usd, per_m = p.get("train_days"), p.get("train_cost_usd"), \
         p.get("cost_usd_per_million_tokens")
     if days is not None:
         cost = "no price" if usd is None else f"${usd / 1e6:,.2f}M"
         return (f"    {p['num_gpus']:,} GPUs · {q['train_tokens'] / 1e12:g}T tokens in "
                 f"{days:,.1f} days · {cost} (failures included)")
-    if per_m is not None:
+    if per_m is not None and q["objective"] != "throughput":
         return f"    {p['num_gpus']:,} GPUs · ${per_m:,.3f} per million tokens"
     return ""
 
