@@ -164,3 +164,16 @@ def test_low_precision_mfu_is_of_its_own_peak_in_every_table():
     assert "of the NVFP4 peak" in found
     comp = _json("compare", *common)["rows"][0]
     assert f"{100 * comp['mfu_native']:.1f}%" in invoke("compare", *common)
+
+
+def test_sweep_hybrid_row_equals_predict_with_the_framework_defaults():
+    """sweep and predict give a hybrid layout the same torchtitan defaults (no reshard after
+    forward under a pipeline) and so the same numbers."""
+    args = ("--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "256", "--tp", "8", "--pp",
+            "4")
+    row = _json("sweep", *args)[0]
+    pred = _json("predict", *args)
+    assert row["plan.reshard_after_forward"] is False and not pred["plan"]["reshard_after_forward"]
+    assert row["plan.line"] == pred["plan"]["line"]
+    for key in ("tokens_per_s_per_gpu", "step_time_s", "mfu"):
+        _same(row[key], pred[key], key)

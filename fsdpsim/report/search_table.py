@@ -120,8 +120,8 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
         tight = " (tight)" if p["above_default_budget"] else ""
         out += plan_lines(p["plan"], f"{p['rank']:>2}. ", "      ")
         out += [
-                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu_native']:.1f} %"
-                f"{_peak_words(p)} · "
+                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
+                f"MFU {100 * p['mfu_native']:.1f} %{_peak_words(p)} · "
                 f"{p['peak_gib']:.1f} GiB{tight} · {_neck(p['bottleneck'])} · {vs}"]
         money = _money_line(p, q)
         if money:
