@@ -44,8 +44,8 @@ def given(o: dict, name: str) -> bool:
 
 def framework_plan_defaults(o: dict) -> tuple[dict, str | None]:
     """``o`` with the ``--framework`` profile's sharding and overlap where none was given
-    (:func:`fsdpsim.plan.frameworks.plan_defaults`), and the note that says which (None when
-    every one was given or the profile's equal the flags' defaults)."""
+    (:func:`fsdpsim.plan.frameworks.plan_defaults`), and the note that says which: for a
+    hybrid plan (tp, pp or cp > 1) or where they differ from the flags' defaults; else None."""
     from fsdpsim.cli.predict import PLAN_OPTIONS
     from fsdpsim.plan.frameworks import plan_defaults
 
@@ -56,7 +56,8 @@ def framework_plan_defaults(o: dict) -> tuple[dict, str | None]:
         chosen.pop("sharding")
     chosen = {k: v for k, v in chosen.items() if not given(o, k)}
     changed = {k: v for k, v in chosen.items() if v != PLAN_OPTIONS[k]}
-    return {**o, **chosen}, (note if changed else None)
+    hybrid = max(o.get("tp") or 1, o.get("pp") or 1, o.get("cp") or 1) > 1
+    return {**o, **chosen}, (note if changed or (hybrid and chosen) else None)
 
 
 __all__ = ["default_batch", "global_batch_or_default", "given", "framework_plan_defaults"]
