@@ -49,15 +49,16 @@ def framework_plan_defaults(o: dict) -> tuple[dict, str | None]:
     from fsdpsim.cli.predict import PLAN_OPTIONS
     from fsdpsim.plan.frameworks import plan_defaults
 
-    chosen, note = plan_defaults(o.get("framework") or "fsdp2", tp=o.get("tp") or 1,
-                                 pp=o.get("pp") or 1, cp=o.get("cp") or 1)
+    stated = tuple(k for k in ("reshard_after_forward", "tp_overlap") if given(o, k))
     if any(given(o, k) for k in ("sharding", "zero", "dp_shard", "dp_replicate",
                                   "shard_group_size")):
-        chosen.pop("sharding")
-    chosen = {k: v for k, v in chosen.items() if not given(o, k)}
+        stated += ("sharding",)
+    chosen, note = plan_defaults(o.get("framework") or "fsdp2", tp=o.get("tp") or 1,
+                                 pp=o.get("pp") or 1, cp=o.get("cp") or 1, given=stated)
+    chosen = {k: v for k, v in chosen.items() if k not in stated}
     changed = {k: v for k, v in chosen.items() if v != PLAN_OPTIONS[k]}
     hybrid = max(o.get("tp") or 1, o.get("pp") or 1, o.get("cp") or 1) > 1
-    return {**o, **chosen}, (note if changed or (hybrid and chosen) else None)
+    return {**o, **chosen}, (note if note and (changed or hybrid and chosen) else None)
 
 
 __all__ = ["default_batch", "global_batch_or_default", "given", "framework_plan_defaults"]
