@@ -34,6 +34,7 @@ from fsdpsim.drivers.predict import full_shard_peaks
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.model.presets import get_model
 from fsdpsim.report.render import to_json
+from fsdpsim.report.sweep_table import with_predict_commands
 from fsdpsim.drivers.sweep.run import run_sweep
 from fsdpsim.hardware.system import resolve_system
 
@@ -416,7 +417,7 @@ def test_17_streamed_csv_and_json_equal_the_whole_frame(monkeypatch, cat):
     """Chunks of 7 points written in slices of 3 rows: the same text as the whole frame."""
     options = {"model": "llama3-8b,gpt3-1.3b", "gpu": "h100,v100", "num-gpus": "8,12,64",
                "best": True}
-    frame = run_sweep(build_grid(cat, options))
+    frame = with_predict_commands(run_sweep(build_grid(cat, options)), options)  # as --best
     monkeypatch.setattr(cli_sweep, "STREAM_CANDIDATES", 7 * 135)
     monkeypatch.setattr(cli_sweep, "ROWS_PER_CHUNK", 3)
     args = ["sweep", "--model", "llama3-8b,gpt3-1.3b", "--gpu", "h100,v100", "--num-gpus",

@@ -448,7 +448,7 @@ def test_step_breakdown_compares_other_micro_batches_per_token(cat):
     """By default the bars are per token (GPU time), so a micro-batch of 4
     is not drawn 4x as long as one of 1 for the same throughput; the axis says so."""
     rows = sweep(cat, model="llama3-8b", gpu="h100", num_gpus="64", micro_batch="1,4",
-                 recompute="full")
+                 recompute="full", free_batch=True)
     fig = plots.step_breakdown(rows)
     ax = fig.axes[0]
     containers = [c for c in ax.containers if isinstance(c, BarContainer)]

@@ -29,6 +29,7 @@ from fsdpsim.drivers.sweep.values import parse_counts, parse_prices, parse_sizes
 from fsdpsim.model.ladder import (FFN_MULTIPLE, HEAD_DIM, KV_HEADS, _layer_and_fixed_params,
                                   ladder_model)
 from fsdpsim.plan.parallel import SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.plan.training import default_global_batch
 from fsdpsim.drivers.predict import AUTO_MICRO_BATCHES, predict
 from fsdpsim.model.presets import get_model
 from fsdpsim.report.render import flatten
@@ -186,7 +187,11 @@ def _predict(cat, model, gpu, num_gpus, sharding, training, plan_kw=None, **syst
     sysm = resolve_system(cat, gpu=gpu, **system)
     plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=sysm.gpus_per_node, sharding=sharding,
                         **(plan_kw or {}))
-    return predict(get_model(model), sysm, plan, TrainingConfig(**{"seq_len": 4096, **training}))
+    training = {"seq_len": 4096, **training}
+    if "global_batch" not in training:  # every command's default batch
+        training["global_batch"] = default_global_batch(
+            training["seq_len"], plan.dp * (training.get("micro_batch") or 1))
+    return predict(get_model(model), sysm, plan, TrainingConfig(**training))
 
 
 @pytest.mark.parametrize("options, args", POINTS)
@@ -225,7 +230,8 @@ def test_learned_positions_grow_with_the_sequence_as_in_the_cli(cat):
     assert frame["n_params"].iloc[0] == spec.n_params
     sysm = resolve_system(cat, gpu="a100")
     p = predict(spec, sysm, ParallelPlan(num_gpus=16, gpus_per_node=8),
-                TrainingConfig(seq_len=8192, micro_batch=1, recompute="none"))
+                TrainingConfig(seq_len=8192, micro_batch=1, recompute="none",
+                               global_batch=default_global_batch(8192, 16)))
     assert frame["step_time_s"].iloc[0] == p.step_time_s
 
 
@@ -233,7 +239,7 @@ def test_best_picks_the_fastest_fitting_row(cat):
     common = dict(model="llama3-8b,llama3-70b", gpu="h100,mi300x", num_gpus="8,32")
     every = sweep(cat, **common, sharding=",".join(SHARDINGS),
                   micro_batch=",".join(map(str, AUTO_MICRO_BATCHES)),
-                  recompute="none,selective,full")
+                  recompute="none,selective,full", free_batch=True)
     best = sweep(cat, **common, best=True, free_batch=True)  # as many rows as `every`
     assert len(every) == 8 * 5 * 9 * 3 and len(best) == 8
     keys = ["model", "gpu", "plan.num_gpus"]
@@ -491,7 +497,7 @@ def test_best_keeps_the_global_batch_fixed_unless_free_batch(cat):
     out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100,h200", "--num-gpus", "8",
                  "--best")
     assert "batch" in out.splitlines()[1]
-    assert "global batch fixed for every row (batch): 1,024 sequences at seq 4,096" in out
+    assert "global batch (batch): 1,024 sequences at seq 4,096" in out
     out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100,h200", "--num-gpus", "8",
                  "--best", "--free-batch")
     assert "global batch: one micro-batch per GPU" in out
@@ -577,3 +583,16 @@ def test_zero_is_the_sharding_axis_and_not_beside_sharding(cat, capsys):
     assert "--framework" in line and "megatron" in line
     line = assert_one_line_error(*run(capsys, "sweep", "--optimizer", "adam"))
     assert "--optimizer" in line and "adamw" in line
+
+
+def test_default_batch_moves_to_a_multiple_of_dp_instead_of_dropping_rows(cat):
+    """GPU counts whose data-parallel degree exceeds (or does not divide) the default batch run
+    the nearest multiple of it, and the note says so; every row stays feasible."""
+    frame = sweep(cat, model="llama3-8b", gpu="h100", num_gpus="512..4096", best=True,
+                  tokens="15t")
+    assert frame["infeasible"].isna().all() or (frame["infeasible"].fillna("") == "").all()
+    assert list(frame["training.global_batch"]) == [1024, 1024, 2048, 4096]
+    assert (frame["training.global_batch"] % frame["plan.dp"] == 0).all()
+    out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "512..2048",
+                 "--best")
+    assert "1 row(s) whose data-parallel degree does not" in " ".join(out.split())

@@ -18,6 +18,8 @@ from fsdpsim.util.numbers import GPUS, count_rule, option_type, read_number
 from fsdpsim.util.output import echo
 from fsdpsim.report.predict_table import predict_table
 from fsdpsim.util.units import GIB_BYTES
+from fsdpsim.cli.defaults import (default_batch, framework_plan_defaults,  # noqa: F401
+                                  global_batch_or_default)
 
 def _auto_int(value: str | None, what: str) -> int | None:
     """A count option (fsdpsim.util.numbers: the one number reader), or None for ``auto``."""
@@ -35,15 +37,6 @@ def model_at(name: str, seq_len: int | None):
     if spec.position == "learned" and seq_len and seq_len > spec.max_seq_len:
         spec = spec.with_seq_len(seq_len)
     return spec
-
-
-def global_batch_or_default(value: str | None, seq_len: int) -> int:
-    """``--global-batch``, or about 4M tokens as a power of two sequences
-    (:func:`fsdpsim.drivers.sweep.grid.default_global_batch`): the fixed batch of search and compare."""
-    from fsdpsim.drivers.sweep.grid import default_global_batch
-
-    given = _auto_int(value, "--global-batch") if value else None
-    return given or default_global_batch(seq_len)
 
 
 #: Faster settings shown (the best first).
@@ -86,9 +79,11 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     else:
         plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
+    micro_batch = _auto_int(o["micro_batch"], "--micro-batch")
+    global_batch, batch_note = default_batch(o.get("global_batch"), seq_len or 4096,
+                                             plan.dp * (micro_batch or 1))
     training = TrainingConfig(seq_len=seq_len or 4096,
-                              micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
-                              global_batch=_auto_int(o["global_batch"], "--global-batch"),
+                              micro_batch=micro_batch, global_batch=global_batch,
                               recompute=recompute, precision=o["precision"],
                               reduce_dtype=o["reduce_dtype"], optimizer=o["optimizer"],
                               flash_attention=o["flash_attention"],
@@ -98,6 +93,10 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
+    plan_note = None if o.get("plan") else framework_plan_defaults(o)[1]
+    extra = tuple(n for n in (plan_note, batch_note) if n)
+    if extra:
+        prediction = replace(prediction, notes=prediction.notes + extra)
     if not advice:
         return prediction
     from fsdpsim.drivers.advice import scale_advice
@@ -177,8 +176,11 @@ def plan_option(o: dict, system):
 
 def build_plan(o: dict, system) -> ParallelPlan:
     """The plan the options describe: ``--sharding`` (FSDP spelling) or ``--zero`` with
-    ``--dp-shard/--dp-replicate`` (mesh spelling), plus the model-parallel degrees."""
+    ``--dp-shard/--dp-replicate`` (mesh spelling), plus the model-parallel degrees; what the
+    options leave open, the ``--framework``'s default (:func:`framework_plan_defaults`)."""
     from fsdpsim.hardware.system import domain_gpus
+
+    o, _ = framework_plan_defaults(o)
 
     per_domain = domain_gpus(system, o["num_gpus"])
     hybrid = dict(tp=o.get("tp", 1), pp=o.get("pp", 1), cp=o.get("cp", 1), vpp=o.get("vpp", 1),

@@ -68,6 +68,43 @@ def search_options(f):
     return run_options(f)
 
 
+def limit_options(f):
+    """``--deadline-days`` and ``--budget-usd``: keep the plans whose whole run (``--tokens``,
+    with failures) ends in time / within the money (:func:`fsdpsim.drivers.procurement.
+    within_limits`); the cheapest first under a deadline, the fastest under a budget."""
+    opts = [
+        click.option("--deadline-days", default=None, metavar="DAYS",
+                     help="With --tokens: only plans that train them within DAYS (failures "
+                          "included), the cheapest first (--objective sets another order)."),
+        click.option("--budget-usd", default=None, metavar="USD",
+                     help="With --tokens: only plans whose run costs at most USD (12e6, "
+                          "$12m), the fastest first (--objective sets another order)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def limited_objective(ctx: click.Context, o: dict[str, Any]) -> tuple[float | None,
+                                                                      float | None]:
+    """The limits of :func:`limit_options` (read, and checked to come with ``--tokens``), and
+    ``o["objective"]`` set to their order where ``--objective`` was not given: cost under a
+    deadline, time-to-train under a budget."""
+    from fsdpsim.drivers.procurement import read_limits
+
+    days, usd = read_limits(o.get("deadline_days"), o.get("budget_usd"))
+    if (days is not None or usd is not None) and o.get("tokens") is None:
+        raise ConfigError("--deadline-days and --budget-usd need --tokens (the tokens to train, "
+                          "e.g. --tokens 15t)")
+    given = ctx.get_parameter_source("objective") not in (
+        click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+    if not given and days is not None:
+        o["objective"] = "cost"
+    elif not given and usd is not None:
+        o["objective"] = "time-to-train"
+    return days, usd
+
+
 def _counts(text: str) -> list[int]:
     """``--num-gpus``: a count, a list or a range."""
     from fsdpsim.drivers.sweep.values import parse_counts
@@ -130,6 +167,7 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
         results.append((n, search(spec, budgets[n], n, training, space,
                                   objective=o["objective"], top=o["top"], run=run, price=price)))
     ranking = sorted(((c, n) for n, r in results for c in r.top), key=lambda cn: -cn[0].score)
+    limited = o.get("deadline_days") is not None or o.get("budget_usd") is not None
     if not ranking:
         from fsdpsim.drivers.search.explain import no_fit_message
 
@@ -137,13 +175,55 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
                                              else float("inf")))
         raise ConfigError(no_fit_message(r, spec, n, systems[n].accelerator.name,
                                          systems[n].accelerator.memory_bytes / 2**30))
-    return spec, systems, training, results, ranking[:o["top"]]
+    return spec, systems, training, results, ranking if limited else ranking[:o["top"]]
+
+
+def plan_run(prediction, system, o: dict[str, Any]) -> dict[str, Any]:
+    """The cost, energy and time of a ranked plan as compare reports them
+    (:func:`fsdpsim.drivers.procurement.run_summary`)."""
+    from fsdpsim.drivers import procurement
+
+    price = None if o["price"] is None else procurement.read_price(o["price"], "--price")
+    return procurement.run_summary(procurement.prediction_run(
+        prediction, system, procurement.read_run_options(o), price))
+
+
+def within(spec, systems: dict, training, ranking: list, o: dict[str, Any],
+           deadline_days: float | None, budget_usd: float | None) -> list:
+    """The ranked (choice, GPUs) whose whole run meets the limits, best first, at most
+    ``--top``; none: a one-line error naming the closest plan."""
+    from fsdpsim.drivers.procurement import within_limits
+    from fsdpsim.drivers.search.explain import plan_line
+    from fsdpsim.drivers.search.run import predict_choice
+
+    kept, closest = [], None
+    for c, n in ranking:
+        summary = plan_run(predict_choice(spec, systems[n], c, training), systems[n], o)
+        if within_limits(summary, deadline_days, budget_usd):
+            kept.append((c, n))
+            if len(kept) == o["top"]:
+                break
+        elif closest is None or (summary["train_days"] or float("inf")) < closest[2]:
+            closest = (c, n, summary["train_days"] or float("inf"), summary["train_cost_usd"])
+    if kept:
+        return kept
+    wanted = " and ".join(w for w in (
+        None if deadline_days is None else f"within {deadline_days:g} days",
+        None if budget_usd is None else f"for at most ${budget_usd:,.0f}") if w)
+    near = ("" if closest is None else
+            f"; the fastest, {plan_line(closest[0])} on {closest[1]:,} GPUs, takes "
+            f"{closest[2]:,.1f} days"
+            + ("" if closest[3] is None else f" and ${closest[3] / 1e6:,.2f}M"))
+    raise ConfigError(f"no plan on {', '.join(f'{n:,}' for n in systems)} GPUs trains "
+                      f"{o['tokens']} tokens {wanted}{near}; accepted: a later deadline, a "
+                      "larger budget or more GPUs (--num-gpus)")
 
 
 def register(cli: click.Group) -> None:
     """Add ``search`` to the command group."""
     @cli.command("search")
     @search_options
+    @limit_options
     @click.pass_context
     def search_cmd(ctx: click.Context, fmt: str, **o: Any) -> None:
         """Find the fastest parallel plans that fit (mesh, sharding, pipeline schedule,
@@ -155,7 +235,10 @@ def register(cli: click.Group) -> None:
 
         if o["gpu"] is None and o["cluster"] is None:
             o["gpu"] = "h100"
+        limits = limited_objective(ctx, o)
         spec, systems, training, results, ranking = run_search(ctx, o)
+        if any(x is not None for x in limits):
+            ranking = within(spec, systems, training, ranking, o, *limits)
         best = ranking[0][0]
         if o["emit"] == "torchtitan":
             echo(torchtitan_toml(best, training), nl=False)
@@ -170,7 +253,9 @@ def register(cli: click.Group) -> None:
         from fsdpsim.report.search_table import report_dict, report_table
 
         report = report_dict(spec, systems[results[-1][0]], training, o, results, rows,
-                             ctx.obj.get("catalog_dirs", ()))
+                             ctx.obj.get("catalog_dirs", ()),
+                             runs=[plan_run(p, systems[n], o) for (c, n), (_, p)
+                                   in zip(ranking, rows)], limits=limits)
         constrained = o["fix"] or o["max_tp"] or o["max_pp"] or not o["mesh_orders"]
         if o["explain"] and constrained:  # what the user's constraints cost
             free = {**o, "fix": (), "max_tp": None, "max_pp": None, "mesh_orders": True}

@@ -56,8 +56,8 @@ def grid_options(f):
                           "and keep, per point, the fastest setting that fits, at a fixed "
                           "global batch (--global-batch, else about 4M tokens)."),
         click.option("--free-batch/--fixed-batch", default=None,
-                     help="With --best: let each row run one micro-batch per GPU (its global "
-                          "batch then differs between rows) instead of a fixed global batch."),
+                     help="Let each row run one micro-batch per GPU (its global batch then "
+                          "differs between rows) instead of the default global batch."),
         *k("price"),
         click.option("--ceilings/--no-ceilings", default=None,
                      help="Solve the largest micro-batch and sequence that fit for every row "
@@ -279,19 +279,28 @@ def register(cli: click.Group) -> None:
 
           fsdpsim sweep --model llama3-8b,llama3-70b --gpu h100,b200 --num-gpus 8..1024 --best
         """
+        from fsdpsim.drivers.sweep.grid import normalise_key
         from fsdpsim.drivers.sweep.run import iter_sweep
+        from fsdpsim.report.sweep_table import with_predict_commands
+
+        def normalised(o: dict[str, Any]) -> dict[str, Any]:
+            return {normalise_key(k): v for k, v in o.items() if v not in (None, ())}
 
         if scheduler is not None or chunk_points is not None:
             run_on_cluster(ctx, grid_file, fmt, output, scheduler, chunk_points, options)
             return
         check_output(fmt, output)
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        grid = build_grid(cat, merge_options(grid_file, options))
+        merged = merge_options(grid_file, options)
+        grid = build_grid(cat, merged)
         try:
             with progress(grid) as update:
-                rows, feasible = write(iter_sweep(grid, progress=update,
-                                                  candidates_per_chunk=STREAM_CANDIDATES),
-                                       grid, fmt, output, wide)
+                frames = iter_sweep(grid, progress=update, candidates_per_chunk=STREAM_CANDIDATES)
+                if grid.free:  # --best: each row's plan as the predict command that reproduces it
+                    frames = (with_predict_commands(f, normalised(merged),
+                                                    ctx.obj.get("catalog_dirs", ()))
+                              for f in frames)
+                rows, feasible = write(frames, grid, fmt, output, wide)
         except MemoryError:
             raise _out_of_memory(grid) from None
         if not is_stdout(output):

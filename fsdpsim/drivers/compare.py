@@ -20,7 +20,7 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.drivers.procurement import RunAssumptions, prediction_run
+from fsdpsim.drivers.procurement import RunAssumptions, prediction_run, run_summary
 from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.drivers.search.space import SearchSpace
 
@@ -28,7 +28,7 @@ PLANS = ("search", "fsdp")
 #: Columns ranked across rows: the better direction of each ("max" or "min"). Only rows that
 #: fit and run take part.
 BEST: dict[str, str] = {
-    "tokens_per_s": "max", "tokens_per_s_per_gpu": "max", "mfu": "max",
+    "tokens_per_s": "max", "tokens_per_s_per_gpu": "max", "mfu": "max", "mfu_native": "max",
     "memory_share": "min", "cost_usd_per_million_tokens": "min",
     "energy_kwh_per_million_tokens": "min", "train_days": "min", "train_cost_usd": "min",
     "train_energy_kwh": "min",
@@ -92,6 +92,7 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
     from fsdpsim.drivers.predict import predict
     from fsdpsim.drivers.search.run import budget_system, predict_choice, search
     from fsdpsim.hardware.system import domain_gpus
+    from fsdpsim.plan.frameworks import plan_defaults
 
     spec, system, n = case.spec, case.system, case.num_gpus
     try:
@@ -105,8 +106,10 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
                 return Row(case, None, None, "no plan of the search space can run")
             p = predict_choice(spec, system, choice, training)
         else:
+            chosen, _ = plan_defaults(space.framework)  # predict's defaults of the framework
             fsdp = ParallelPlan(num_gpus=n, gpus_per_node=domain_gpus(system, n),
-                                framework=space.framework)
+                                framework=space.framework, sharding=chosen["sharding"],
+                                reshard_after_forward=chosen["reshard_after_forward"])
             p = predict(spec, system, fsdp, training)
     except ConfigError as exc:  # no plan of this batch on these GPUs: a row that says so
         return Row(case, None, None, str(exc))
@@ -129,8 +132,7 @@ def row_values(row: Row) -> dict[str, Any]:
     if p is None:
         return {**out, "fits": False, "reason": row.reason}
     d, r = p.to_dict(), row.run
-    tr, m, f = d["training"], d["memory"], r["failures"]
-    train_s = f.get("train_time_s")
+    tr, m = d["training"], d["memory"]
     out.update({
         "plan": d["plan"]["line"], "sharding": d["plan"]["sharding"],
         "micro_batch": tr["micro_batch"], "grad_accum": tr["grad_accum"],
@@ -142,6 +144,7 @@ def row_values(row: Row) -> dict[str, Any]:
         "tokens_per_s_per_gpu_high": d["interval"]["tokens_per_s_per_gpu_high"],
         "calibrated": d["interval"]["calibrated"],
         "mfu": d["mfu"], "hfu": d["hfu"], "step_time_s": d["step_time_s"],
+        "mfu_native": d["mfu_native"], "peak_precision": d["utilisation"]["native_precision"],
         "fits": d["fits"], "peak_bytes": m["peak_bytes"], "capacity_bytes": m["capacity_bytes"],
         "memory_share": m["peak_bytes"] / m["capacity_bytes"],
         "above_default_budget": bool(m["peak_bytes"] > DEFAULT_MEMORY_BUDGET_FRACTION
@@ -151,16 +154,8 @@ def row_values(row: Row) -> dict[str, Any]:
         "price_kind": r["price_kind"], "price_source": r["price_source"],
         "price_retrieved": r["price_retrieved"],
         "board_power_w": _number(r["board_power_w"]), "pue": r["pue"],
-        "cost_usd_per_million_tokens": r["cost_usd_per_million_tokens"],
-        "energy_kwh_per_million_tokens": r["energy_kwh_per_million_tokens"],
-        "goodput": f["goodput"],
-        "train_tokens": r.get("train_tokens"),
-        "train_days": None if train_s is None else train_s / 86_400.0,
-        "train_cost_usd": f.get("train_cost_usd"),
-        "train_energy_kwh": f.get("train_energy_kwh"),
-        "train_days_failure_free": (None if r.get("train_time_s") is None
-                                    else r["train_time_s"] / 86_400.0),
-        "train_cost_usd_failure_free": r.get("train_cost_usd"),
+        **run_summary(r),
+        "price_usd_per_gpu_hour": _number(r["price_usd_per_gpu_hour"]),  # its place above
         "reason": None if d["fits"] else "does not fit in memory",
     })
     return out

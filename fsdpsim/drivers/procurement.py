@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from fsdpsim.hardware.spec import Price, System
-from fsdpsim.util.numbers import (CHECKPOINT_GB_PER_S, GPU_MTBF_HOURS, PRICE_USD_PER_GPU_HOUR, PUE,
-                             RESTART_MIN, TRAIN_TOKENS, read_number)
+from fsdpsim.util.numbers import (CHECKPOINT_GB_PER_S, DECIMAL, GPU_MTBF_HOURS,
+                                  PRICE_USD_PER_GPU_HOUR, PUE, RESTART_MIN, TRAIN_TOKENS, Rule,
+                                  read_number)
 from fsdpsim.util.units import HOUR_S
 
 #: Uptime Institute Global Data Center Survey 2024: average annual PUE 1.56 reported by
@@ -93,6 +94,22 @@ def read_price(value: Any, what: str = "--price") -> float:
     for suffix in ("/gpu-hour", "/hour", "/hr", "/h"):
         text = text.removesuffix(suffix)
     return read_number(text, what, PRICE_USD_PER_GPU_HOUR)
+
+
+#: What ``--deadline-days`` and ``--budget-usd`` accept (a run's whole wall time, its rent).
+DEADLINE_DAYS = Rule(0.001, 36_525, unit="days")
+BUDGET_USD = Rule(1, 1e13, unit="USD", suffixes=DECIMAL)
+
+
+def read_limits(deadline_days: Any = None, budget_usd: Any = None
+                ) -> tuple[float | None, float | None]:
+    """``--deadline-days`` (days) and ``--budget-usd`` (``12e6``, ``$12m``: m = million) read
+    by the one number reader; None where not given."""
+    days = None if deadline_days is None else read_number(deadline_days, "--deadline-days",
+                                                          DEADLINE_DAYS)
+    usd = None if budget_usd is None else read_number(
+        str(budget_usd).strip().lstrip("$"), "--budget-usd", BUDGET_USD)
+    return days, usd
 
 
 def resolve_price(system: System, override_usd_per_gpu_hour: float | None = None
@@ -247,6 +264,42 @@ def prediction_run(prediction, system: System, run: RunAssumptions,
     return out
 
 
+def run_summary(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The cost, energy and time of one plan as every command reports them (compare's columns,
+    search's plans): from :func:`prediction_run`'s dict, the whole run with failures (Daly's
+    checkpoints, restarts: goodput) and beside it the failure-free run. Days = seconds / 86,400.
+    None where unknown (no price, no ``--tokens``, a plan that cannot run)."""
+    f = run.get("failures") or {}
+
+    def days(seconds):
+        return None if seconds is None else seconds / 86_400.0
+
+    return {
+        "price_usd_per_gpu_hour": run.get("price_usd_per_gpu_hour"),
+        "cost_usd_per_million_tokens": run.get("cost_usd_per_million_tokens"),
+        "energy_kwh_per_million_tokens": run.get("energy_kwh_per_million_tokens"),
+        "goodput": f.get("goodput"),
+        "train_tokens": run.get("train_tokens"),
+        "train_days": days(f.get("train_time_s")),
+        "train_cost_usd": f.get("train_cost_usd"),
+        "train_energy_kwh": f.get("train_energy_kwh"),
+        "train_days_failure_free": days(run.get("train_time_s")),
+        "train_cost_usd_failure_free": run.get("train_cost_usd"),
+    }
+
+
+def within_limits(summary: Mapping[str, Any], deadline_days: float | None = None,
+                  budget_usd: float | None = None) -> bool:
+    """Whether a plan's whole run (:func:`run_summary`, with failures) ends within
+    ``deadline_days`` and costs at most ``budget_usd`` (None: no limit); a plan without the
+    number (no price, cannot run) is not within it."""
+    for value, limit in ((summary.get("train_days"), deadline_days),
+                         (summary.get("train_cost_usd"), budget_usd)):
+        if limit is not None and (value is None or not math.isfinite(value) or value > limit):
+            return False
+    return True
+
+
 def price_columns(prices: list[Price | None]) -> dict[str, list[Any]]:
     """``price_kind``, ``price_source``, ``price_retrieved`` for a list of prices (None:
     unknown), in the order given."""
@@ -256,6 +309,7 @@ def price_columns(prices: list[Price | None]) -> dict[str, list[Any]]:
 
 
 __all__ = ["RunAssumptions", "read_run_options", "read_price", "resolve_price",
-           "checkpoint_bytes", "run_columns", "prediction_run", "price_columns",
+           "checkpoint_bytes", "run_columns", "prediction_run", "price_columns", "run_summary",
+           "within_limits", "read_limits",
            "DEFAULT_PUE", "DEFAULT_GPU_MTBF_S", "DEFAULT_STORAGE_BYTES_PER_S_PER_GPU",
            "DEFAULT_RESTART_S"]

@@ -243,6 +243,46 @@ def knob_default(framework: str, knob: str, precision: str = "bf16"):
     return own[knob] if knob in own else GENERIC_KNOBS[knob]
 
 
+def plan_defaults(framework: str, *, tp: int = 1, pp: int = 1, cp: int = 1,
+                  given: tuple[str, ...] = ()) -> tuple[dict, str]:
+    """The data-parallel sharding and overlap a framework runs where a plan leaves them unset
+    (``predict`` without ``--sharding``/``--zero``/``--reshard-after-forward``/``--tp-overlap``),
+    and the note that states them:
+
+    * ``megatron``: the distributed optimizer, ZeRO-1 (``use_distributed_optimizer`` of
+      Megatron-Bridge's recipes, :data:`FRAMEWORK_CONVENTIONS`), sequence parallelism with TP,
+      TP communication overlap off (``ModelParallelConfig.tp_comm_overlap = False``,
+      ``megatron/core/model_parallel_config.py``).
+    * ``fsdp2`` (torchtitan): FSDP2 (ZeRO-3) over the data-parallel ranks with TP/PP/CP
+      inside; parameters resharded after forward only without a pipeline
+      (``fsdp_reshard_after_forward = "default"``: ``reshard_after_forward = not pp_enabled``,
+      ``torchtitan/models/llama3/infra/parallelize.py`` ``apply_fsdp``), async TP off
+      (``parallelism.enable_async_tensor_parallel = False``), sequence parallelism in its TP
+      plan.
+    * any other profile: ZeRO-3, resharded after forward, no TP overlap (the flags' defaults).
+    Returns ``({sharding, reshard_after_forward, tp_overlap}, note)``; the note leaves out the
+    settings named in ``given`` (stated by the user), "" when none is left."""
+    name = canonical(framework)
+    if name == "megatron":
+        chosen = {"sharding": "optimizer", "reshard_after_forward": True, "tp_overlap": False}
+        words = {"sharding": "distributed optimizer (ZeRO-1)",
+                 "tp_overlap": "sequence parallel, TP communication overlap off "
+                               "(tp_comm_overlap)" if tp > 1 else ""}
+    elif name == "fsdp2":
+        chosen = {"sharding": "full", "reshard_after_forward": pp == 1, "tp_overlap": False}
+        words = {"sharding": "FSDP2 (ZeRO-3)",
+                 "tp_overlap": "sequence parallel, async TP off" if tp > 1 else "",
+                 "reshard_after_forward": "no reshard after forward with a pipeline "
+                                          "(torchtitan's default policy)" if pp > 1 else ""}
+    else:
+        chosen = {"sharding": "full", "reshard_after_forward": True, "tp_overlap": False}
+        words = {"sharding": "ZeRO-3", "reshard_after_forward": "resharded after forward",
+                 "tp_overlap": "no TP overlap" if tp > 1 else ""}
+    said = ", ".join(w for k, w in words.items() if w and k not in given)
+    return chosen, (f"defaults of --framework {name} where not given: {said}; --sharding, "
+                    "--zero, --reshard-after-forward and --tp-overlap set others" if said else "")
+
+
 #: Older and alternative spellings.
 ALIASES = {"torch": "fsdp2", "megatron-core": "megatron", "megatron-dist-opt": "megatron",
            "deepspeed": "deepspeed-zero3", "megatron-lm-2021": "megatron-2021"}

@@ -138,12 +138,14 @@ _BATCH = [
     Knob("micro_batch", "text", "", {"predict": ONE, "sweep": LIST}, default="auto",
          grid_help="Micro-batch sizes, or auto (free: fastest that fits); default auto.",
          field="training.micro_batch", column="micro_batch"),
-    Knob("global_batch", "text", "Sequences per step; default: one micro-batch per GPU.",
+    Knob("global_batch", "text", "Sequences per step; default: about 4M tokens, a power of two "
+         "sequences (notes).",
          {**_RUN, "sweep": LIST}, units="sequences",
          help_for={"search": "Sequences per step (default: about 4M tokens, a power of two).",
                    "compare": "Sequences per step, the same for every row (default: about 4M "
                               "tokens, a power of two)."},
-         grid_help="Sequences per step, or none (one micro-batch per GPU); default none.",
+         grid_help="Sequences per step, or none (one micro-batch per GPU); default: about "
+                   "4M tokens, every command's (notes).",
          field="training.global_batch"),
 ]
 

@@ -27,6 +27,32 @@ CUDA_GRAPHS = ("none", "partial", "full")
 RECOMPUTE_MODULES = ("mla_up_proj", "mlp", "moe_act")
 
 
+#: Tokens per step of the default global batch: about 4M, Llama 3 405B's first pre-training
+#: stage (arXiv 2407.21783 §3.4.1: 4M tokens of 4,096-token sequences) [-].
+DEFAULT_BATCH_TOKENS = 4 * 2**20
+#: The rule of :func:`default_global_batch`, as every command's notes state it.
+DEFAULT_BATCH_RULE = ("the largest power of two sequences of at most about 4M tokens "
+                      "(1,024 at seq 4,096), rounded to the nearest multiple of the "
+                      "data-parallel degree where that does not divide it")
+
+
+def default_global_batch(seq_len, dp=1, tokens: int = DEFAULT_BATCH_TOKENS):
+    """The default global batch [sequences] of every command (predict, sweep, search, compare):
+    the largest power of two not above ``tokens`` / ``seq_len`` (rounded), at least 1 (4,096-token
+    sequences: 1,024), moved to the nearest multiple of the data-parallel degree ``dp`` (ties
+    up, at least ``dp``) where ``dp`` does not divide it. ``seq_len`` and ``dp`` may be numpy
+    arrays (one batch per element). Llama 3's 4M tokens per step (arXiv 2407.21783 §3.4.1)."""
+    import numpy as np
+
+    seq = np.asarray(seq_len, dtype=np.int64)
+    per_step = np.maximum(np.rint(tokens / seq).astype(np.int64), 1)
+    base = np.left_shift(1, np.floor(np.log2(per_step)).astype(np.int64))
+    d = np.maximum(np.asarray(dp, dtype=np.int64), 1)
+    batch = np.maximum((base + d // 2) // d, 1) * d
+    batch = np.where(base % d == 0, base, batch)
+    return int(batch) if batch.ndim == 0 else batch
+
+
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} {value!r} is not accepted; accepted: {', '.join(choices)}")

@@ -10,6 +10,7 @@ from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.report import render
 from fsdpsim.report.command import command_lines, predict_command
 from fsdpsim.report.procurement import assumption_notes, money, rate, short_source
+from fsdpsim.report.words import NOT_RUNNABLE, bottleneck_name, mfu_note
 
 WIDTH = 100
 
@@ -20,6 +21,10 @@ def _cell(v: dict, key: str, text: str, best: dict[str, list[int]], i: int) -> s
 
 def _num(x: Any, spec: str, scale: float = 1.0) -> str:
     return "-" if not isinstance(x, (int, float)) or x != x else f"{x * scale:{spec}}"
+
+
+#: Columns a row that does not fit leaves empty (predict prints them only "if it fitted").
+_IF_IT_FITTED = ("tok/s", "tok/s/GPU", "MFU")
 
 
 def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | None
@@ -37,7 +42,7 @@ def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | N
             continue
         cells = [("tok/s", "tokens_per_s", _num(v["tokens_per_s"], ",.0f")),
                  ("tok/s/GPU", "tokens_per_s_per_gpu", _num(v["tokens_per_s_per_gpu"], ",.0f")),
-                 ("MFU", "mfu", _num(v["mfu"], ".1%")),
+                 ("MFU", "mfu_native", _num(v["mfu_native"], ".1%")),
                  ("mem GiB", "memory_share",
                   f"{v['peak_bytes'] / 2**30:.0f}/{v['capacity_bytes'] / 2**30:.0f}"
                   + ("!" if not v["fits"] else "~" if v["above_default_budget"] else ""))]
@@ -51,8 +56,10 @@ def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | N
                       ("cost", "train_cost_usd", money(v["train_cost_usd"])),
                       ("MWh", "train_energy_kwh", _num(v["train_energy_kwh"], ",.0f", 1e-3))]
         for head, key, text in cells:
+            if not v["fits"] and head in _IF_IT_FITTED:  # not runnable: no headline number
+                text = "-"
             row[head] = _cell(v, key, text, best, i)
-        row["bottleneck"] = v["bottleneck"] if v["fits"] else "memory: does not fit"
+        row["bottleneck"] = bottleneck_name(v["bottleneck"]) if v["fits"] else NOT_RUNNABLE
         out.append(row)
     return out
 
@@ -117,6 +124,9 @@ def notes(values: list[dict], run, training) -> list[str]:
          f"{training.cuda_graphs} CUDA graphs (--cuda-graphs)")) if on]
     if kernels:
         out.append("every row: " + "; ".join(kernels))
+    mfu = mfu_note(v.get("peak_precision") for v in values)
+    if mfu:
+        out.append(mfu)
     if run.tokens is not None:
         out.append("days, cost and MWh include failures, checkpoints and restarts (goodput); "
                    "the failure-free numbers are in the JSON/CSV")

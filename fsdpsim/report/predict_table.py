@@ -7,21 +7,8 @@ from fsdpsim.plan import frameworks
 
 from fsdpsim.report import render
 from fsdpsim.report.procurement import run_table
+from fsdpsim.report.words import BOTTLENECK_NAMES, BOTTLENECK_WORDS
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
-
-BOTTLENECK_WORDS = {
-    "compute": "compute: matmul and attention kernels set the pace",
-    "hbm_bandwidth": "HBM bandwidth: memory-bound kernels (norms, activations, loss, optimizer) dominate",
-    "intra_node_link": "intra-node link: exposed collectives limited by NVLink/PCIe bandwidth",
-    "inter_node_link": "inter-node network: exposed collectives limited by the NICs' bandwidth",
-    "memory_capacity": "memory capacity: the configuration does not fit in GPU memory",
-    "pipeline_bubble": "pipeline bubble: stages idle in warm-up and cool-down (more micro-batches "
-                       "or virtual stages would help)",
-    "collective_latency": "collective latency: exposed collectives that more bandwidth would not "
-                          "speed up (too many ranks per collective, small messages or no "
-                          "overlap; smaller shard groups (HSDP, InternEvo's zero1) or larger "
-                          "micro-batches help)",
-}
 
 
 def _comm_range_words(interval: dict) -> str:
@@ -262,8 +249,7 @@ def threshold_lines(d: dict, have_gbps: float) -> list[str]:
                  (f"longest sequence at micro-batch {tr['micro_batch']}",
                   f"{th['max_seq_len']:,}" if th["max_seq_len"]
                   else "none: not even 1 token fits with this plan")])]
-    words = {"compute": "compute (peak FLOP/s)", "hbm_bandwidth": "HBM bandwidth",
-             "intra_node_link": "intra-node link", "inter_node_link": "inter-node network"}
+    words = {**BOTTLENECK_NAMES, "compute": "compute (peak FLOP/s)"}
     cost = f"{100 - 100 * th['throughput_share']:.0f} %"
     lines.append("\n" + render.wrap(f"sensitivity (tokens/s gained with each resource "
                              f"{100 * (sens['speedup'] - 1):.0f} % faster; the bottleneck is "

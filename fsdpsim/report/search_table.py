@@ -27,21 +27,26 @@ def search_command(o: dict[str, Any], training, choice, catalog_dirs=()) -> str:
 
 
 def report_dict(spec, system, training, o: dict[str, Any], results, rows,
-                catalog_dirs=()) -> dict[str, Any]:
-    """Query, space statistics, the ranked plans (each with predict's numbers and the predict
-    command that reproduces them), the best plan's breakdown and cut-offs, and the best plan for
-    torchtitan and Megatron-LM."""
+                catalog_dirs=(), runs=None, limits=(None, None)) -> dict[str, Any]:
+    """Query, space statistics, the ranked plans (each with predict's numbers, the cost, energy
+    and time of its run as compare reports them (``runs``:
+    :func:`fsdpsim.drivers.procurement.run_summary` of each) and the predict command that
+    reproduces them), the best plan's breakdown and cut-offs, and the best plan for torchtitan
+    and Megatron-LM."""
     best_c, best_p = rows[0]
     budget_gib = results[-1][1].budget_bytes / GIB_BYTES
+    runs = runs or [{} for _ in rows]
     plans = []
-    for rank, (c, p) in enumerate(rows, 1):
+    for rank, ((c, p), run) in enumerate(zip(rows, runs), 1):
         v = p.values
         plans.append({
             "rank": rank, "plan": plan_line(c),
             "predict_command": search_command(o, training, c, catalog_dirs),
-            "num_gpus": c.plan.num_gpus,
+            "num_gpus": c.plan.num_gpus, **run,
             "tokens_per_s": v["tokens_per_s"], "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
             "step_time_s": v["step_time_s"], "mfu": v["mfu"], "hfu": v["hfu"],
+            "mfu_native": v["mfu_native"],
+            "peak_precision": p.to_dict()["utilisation"]["native_precision"],
             "peak_gib": v["peak_bytes"] / GIB_BYTES,
             "budget_gib": budget_gib, "gpu_memory_gib": v["capacity_bytes"] / GIB_BYTES,
             "above_default_budget": bool(v["peak_bytes"] > TIGHT_FRACTION
@@ -84,7 +89,9 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
                   "memory_budget_gib": budget_gib,
                   "gpu_memory_gib": system.accelerator.memory_bytes / GIB_BYTES,
                   "default_budget_fraction": TIGHT_FRACTION,
-                  "objective": o["objective"], "fixed": [str(f) for f in o["fix"]]},
+                  "objective": o["objective"], "fixed": [str(f) for f in o["fix"]],
+                  "train_tokens": runs[0].get("train_tokens"),
+                  "deadline_days": limits[0], "budget_usd": limits[1]},
         "space": space,
         "plans": plans,
         "best_breakdown_s": {k: time[k] for k, _ in BREAKDOWN} | {"step_time_s":
@@ -105,6 +112,7 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
            f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
            f"{q['objective']}"
            + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
+           *_limit_lines(q),
            f"  {sp['plans']:,} plans ({sp['plans_fitting']:,} fit), "
            f"{sp['candidates_evaluated']:,} candidates evaluated in {sp['seconds']:.2f} s", ""]
     for p in report["plans"]:  # two lines a plan: the plan, then its numbers (<= 100 wide)
@@ -112,8 +120,12 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
         tight = " (tight)" if p["above_default_budget"] else ""
         out += plan_lines(p["plan"], f"{p['rank']:>2}. ", "      ")
         out += [
-                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · MFU {100 * p['mfu']:.1f} % · "
+                f"    {p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
+                f"MFU {100 * p['mfu_native']:.1f} %{_peak_words(p)} · "
                 f"{p['peak_gib']:.1f} GiB{tight} · {_neck(p['bottleneck'])} · {vs}"]
+        money = _money_line(p, q)
+        if money:
+            out.append(money)
         if p["rank"] > 1:
             out.append(f"    differs: {p['gives_up']}")
         out += command_lines(p["predict_command"], indent="    ")
@@ -169,6 +181,42 @@ def _indented_toml(text: str, width: int = 100) -> list[str]:
     return out
 
 
+def _money_line(p: dict[str, Any], q: dict[str, Any]) -> str:
+    """A plan's GPUs, dollars and days (with failures, as compare shows them): the whole run
+    with ``--tokens``, else per million tokens under ``--objective cost``; "" otherwise (and
+    without a price and tokens)."""
+    days, usd, per_m = p.get("train_days"), p.get("train_cost_usd"), \
+        p.get("cost_usd_per_million_tokens")
+    if days is not None:
+        cost = "no price" if usd is None else f"${usd / 1e6:,.2f}M"
+        return (f"    {p['num_gpus']:,} GPUs · {q['train_tokens'] / 1e12:g}T tokens in "
+                f"{days:,.1f} days · {cost} (failures included)")
+    if per_m is not None and q["objective"] != "throughput":
+        return f"    {p['num_gpus']:,} GPUs · ${per_m:,.3f} per million tokens"
+    return ""
+
+
+def _limit_lines(q: dict[str, Any]) -> list[str]:
+    """The query's deadline or budget, and the order it ranks by."""
+    days, usd = q.get("deadline_days"), q.get("budget_usd")
+    if days is None and usd is None:
+        return []
+    limits = " and ".join(w for w in (
+        None if days is None else f"within {days:g} days",
+        None if usd is None else f"for at most ${usd / 1e6:,.2f}M") if w)
+    order = {"cost": "the cheapest first", "time-to-train": "the fastest first",
+             "energy": "the least energy first", "throughput": "the most tokens/s first"}
+    return [f"  plans that train {q['train_tokens'] / 1e12:g}T tokens {limits} (failures "
+            f"included), {order[q['objective']]}"]
+
+
+def _peak_words(p: dict[str, Any]) -> str:
+    """" of the NVFP4 peak" for a plan whose MFU is against a low-precision peak; "" for a
+    16-bit one."""
+    prec = p.get("peak_precision") or "bf16"
+    return "" if prec in ("bf16", "fp16", "fp32") else f" of the {prec.upper()} peak"
+
+
 def _budget_words(q: dict[str, Any]) -> str:
     """How the budget was set: the default share of the GPU's memory, or the user's."""
     share = q["memory_budget_gib"] / q["gpu_memory_gib"]
@@ -189,7 +237,7 @@ def _wrapped(args: list[str], width: int = 96) -> list[str]:
 
 
 def _neck(code: str) -> str:
-    """The bottleneck in predict's words, short: "inter-node network"."""
-    from fsdpsim.report.predict_table import BOTTLENECK_WORDS
+    """The bottleneck in every report's words: "inter-node network"."""
+    from fsdpsim.report.words import bottleneck_name
 
-    return "bound by " + BOTTLENECK_WORDS.get(code, code).split(":")[0]
+    return "bound by " + bottleneck_name(code)

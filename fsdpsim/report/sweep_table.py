@@ -4,13 +4,14 @@ once, ``--wide`` for every column), and its notes (the CLI's rendering; no formu
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fsdpsim.report import render
 from fsdpsim.engine import MEMORY_PRESSURE_FRACTION
 from fsdpsim.report.procurement import assumption_notes, rate, short_source
 from fsdpsim.drivers.sweep.grid import Grid, describe
 from fsdpsim.util.units import GIB_BYTES
+from fsdpsim.report.words import bottleneck_name, mfu_note
 
 if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
     import pandas as pd
@@ -31,10 +32,13 @@ def _fmt(value: Any, spec: str, scale: float = 1.0, unit: str = "") -> str:
     return f"{value * scale if scale != 1.0 else value:{spec}}{unit}"
 
 
-#: The bottleneck in one word for the compact table (the full name is in --wide, CSV, JSON).
-BOTTLENECK_SHORT = {"compute": "compute", "hbm_bandwidth": "HBM", "intra_node_link": "scale-up",
-                    "inter_node_link": "network", "memory_capacity": "memory",
-                    "pipeline_bubble": "bubble", "collective_latency": "latency"}
+def _mfu(r: Mapping[str, Any]):
+    """A row's MFU against the dense peak of its own precision (``mfu_native``; the BF16
+    peak's is ``mfu``): never above 100 % for a low-precision row."""
+    native = r.get("mfu_native")
+    return r.get("mfu") if native is None else native
+
+
 #: Columns of the compact table that go first when it is wider than render.WIDTH, in order.
 DROP_TO_FIT = ("MWh", "kWh/Mtok", "step", "MFU", "bottleneck", "mem GiB", "$M", "$/Mtok")
 
@@ -78,9 +82,9 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = 
             row.update({
                 "step": _fmt(r["step_time_s"], ",.1f", 1e3, " ms"),
                 "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
-                "MFU": _fmt(r["mfu"], ".1f", 100, " %"),
+                "MFU": _fmt(_mfu(r), ".1f", 100, " %"),
                 "peak": _fmt(r["memory.peak_bytes"], ".1f", 1 / GIB_BYTES, " GiB"),
-                "bottleneck": r["bottleneck"] or "-",
+                "bottleneck": bottleneck_name(r["bottleneck"] or None),
                 "$/Mtok": _fmt(r["cost_usd_per_million_tokens"], ".3f"),
                 "kWh/Mtok": _fmt(r["energy_kwh_per_million_tokens"], ".3f"),
             })
@@ -98,10 +102,10 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = 
             row.update({
                 "step": render.seconds(r["step_time_s"]),
                 "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
-                "MFU": _fmt(r["mfu"], ".1f", 100, "%"),
+                "MFU": _fmt(_mfu(r), ".1f", 100, "%"),
                 "mem GiB": "-" if no_peak else f"{peak / GIB_BYTES:.0f}/{cap / GIB_BYTES:.0f}"
                 + ("~" if r["fits"] and peak > MEMORY_PRESSURE_FRACTION * cap else ""),
-                "bottleneck": BOTTLENECK_SHORT.get(r["bottleneck"], r["bottleneck"] or "-"),
+                "bottleneck": bottleneck_name(r["bottleneck"] or None),
             })
             if grid.train_tokens is None:
                 row["$/Mtok"] = _fmt(r["cost_usd_per_million_tokens"], ".3f")
@@ -193,20 +197,92 @@ def notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
             (frame["fits"].astype(bool) & (peak > MEMORY_PRESSURE_FRACTION * cap)).any()):
         out.append(f"~ = above {100 * MEMORY_PRESSURE_FRACTION:.0f} % of the GPU's memory: "
                    "allocator retries and fragmentation can slow or stop a real run")
+    if "utilisation.native_precision" in frame:
+        mfu = mfu_note(frame["utilisation.native_precision"].dropna().astype(str))
+        if mfu:
+            out.append(mfu)
     out.append(batch_note(grid, frame))
     return out
 
 
+#: Sweep options that, when given, a row's predict command carries (from the row's column).
+_SYSTEM_COLUMNS = {"network": "network", "inter-node-gbps-per-gpu": "inter_node_gbps_per_gpu",
+                   "power-cap-w": "power_cap_w", "gpus-per-node": "plan.gpus_per_node"}
+#: Training columns of a row that predict reads as options (report.command.OPTIONS names).
+_TRAINING_COLUMNS = ("precision", "optimizer", "moe_fp8_dispatch", "moe_dispatcher",
+                     "fp8_attention", "recompute_modules", "fp8_lm_head", "cuda_graphs")
+
+
+def _one(value: Any) -> str | None:
+    """A sweep option's value when it names one choice (``packed``), else None."""
+    values = [v for item in ([value] if isinstance(value, str) else value or ())
+              for v in str(item).split(",") if v.strip()]
+    return values[0].strip() if len(values) == 1 else None
+
+
+def with_predict_commands(frame: pd.DataFrame, given: Mapping[str, Any],
+                          catalog_dirs: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``frame`` with a ``predict_command`` column: the ``fsdpsim predict --plan ...`` line
+    that reproduces each row that has a plan (:func:`fsdpsim.report.command.predict_command`;
+    None for a row without one). ``given``: the sweep's options (those of
+    :data:`_SYSTEM_COLUMNS` given are carried from the row, with ``placement``)."""
+    from fsdpsim.report.command import predict_command
+
+    cache: dict[tuple, str] = {}
+    out = []
+    for r in records(frame):
+        line = r.get("plan.line")
+        if not line or r.get("infeasible"):
+            out.append(None)
+            continue
+        o: dict[str, Any] = {"model": r["model"], "num_gpus": int(r["plan.num_gpus"]),
+                             "seq_len": int(r["training.seq_len"]),
+                             "framework": r.get("plan.framework") or "fsdp2",
+                             "placement": _one(given.get("placement"))}
+        if r.get("cluster"):
+            o["cluster"] = r["cluster"]
+        else:
+            o["gpu"] = r["gpu"]
+        for option, column in _SYSTEM_COLUMNS.items():
+            if given.get(option) is not None and r.get(column) is not None:
+                value = r[column]
+                o[option.replace("-", "_")] = (int(value) if float(value).is_integer()
+                                               else value) if column != "network" else value
+        for name in _TRAINING_COLUMNS:
+            value = r.get(f"training.{name}")
+            if isinstance(value, str) and name == "recompute_modules":
+                value = tuple(v for v in value.split(",") if v)
+            o[name] = value
+        key = tuple(sorted((k, str(v)) for k, v in o.items())) + (line,)
+        if key not in cache:
+            cache[key] = predict_command(o, line, catalog_dirs)
+        out.append(cache[key])
+    frame = frame.copy()  # one block: the sweep builds its frame column by column
+    frame["predict_command"] = out
+    return frame
+
+
 def batch_note(grid: Grid, frame: pd.DataFrame) -> str:
     """Which global batch the rows used (the ``batch`` column), and why."""
-    from fsdpsim.drivers.sweep.grid import DEFAULT_BATCH_TOKENS, default_global_batch
+    from fsdpsim.plan.training import (DEFAULT_BATCH_RULE, DEFAULT_BATCH_TOKENS,
+                                       default_global_batch)
 
     if grid.batch_tokens is not None:
-        fixed = ", ".join(f"{default_global_batch(s, grid.batch_tokens):,} sequences at seq "
+        fixed = ", ".join(f"{default_global_batch(s, 1, grid.batch_tokens):,} sequences at seq "
                           f"{s:,}" for s in grid.seq_lens)
-        return (f"global batch fixed for every row (batch): {fixed}, about "
-                f"{DEFAULT_BATCH_TOKENS / 2**20:g}M tokens per step (--global-batch sets "
-                "another; --free-batch lets each row run one micro-batch per GPU)")
+        adjusted = ""
+        if "training.global_batch" in frame and "training.seq_len" in frame:
+            base = default_global_batch(frame["training.seq_len"].fillna(4096).astype(int)
+                                        .to_numpy(), 1, grid.batch_tokens)
+            moved = frame["training.global_batch"].notna() & (
+                frame["training.global_batch"].to_numpy() != base)
+            if bool(moved.any()):
+                adjusted = (f"; {int(moved.sum())} row(s) whose data-parallel degree does not "
+                            "divide it run the nearest multiple of it (batch)")
+        return (f"global batch (batch): {fixed}, about {DEFAULT_BATCH_TOKENS / 2**20:g}M tokens "
+                f"per step, the default of every command ({DEFAULT_BATCH_RULE}){adjusted}; "
+                "--global-batch sets another; --free-batch lets each row run one micro-batch "
+                "per GPU")
     if grid.global_batches != (None,):
         return ("global batch as given (--global-batch): "
                 + ", ".join("one micro-batch per GPU" if b is None else f"{b:,} sequences"

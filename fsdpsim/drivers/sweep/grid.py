@@ -37,6 +37,7 @@ from fsdpsim.plan.parallel import (CP_KINDS, CUDA_GRAPHS, LOW_PRECISION, MOE_DIS
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
 from fsdpsim.drivers.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.hardware.system import cluster_gpus, resolve_system
+from fsdpsim.plan.training import DEFAULT_BATCH_TOKENS, default_global_batch
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
@@ -53,17 +54,6 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
 DEFAULT_MODEL = "llama3-8b"
-#: Tokens per step of the default global batch of ``sweep --best``, ``search`` and ``compare``:
-#: about 4M, Llama 3 405B's first pre-training stage (arXiv 2407.21783 §3.4.1: 4M tokens of
-#: 4,096-token sequences) [-].
-DEFAULT_BATCH_TOKENS = 4 * 2**20
-
-
-def default_global_batch(seq_len: int, tokens: int = DEFAULT_BATCH_TOKENS) -> int:
-    """The default global batch [sequences]: the largest power of two not above ``tokens`` /
-    ``seq_len`` (rounded), at least 1 (4,096-token sequences: 1,024)."""
-    return 1 << max(0, round(tokens / seq_len).bit_length() - 1)
-
 DEFAULT_GPU = "h100"
 
 
@@ -161,8 +151,9 @@ class Grid:
     optimizer: str = "adamw"
     """The optimizer of every point (TrainingConfig.optimizer)."""
     batch_tokens: int | None = None
-    """With ``best`` and no ``global-batch``: the global batch of each sequence length is
-    :func:`default_global_batch` of this many tokens; None = as ``global_batches`` says."""
+    """Without ``global-batch`` or ``free-batch``: the global batch of each row is
+    :func:`default_global_batch` of this many tokens at its sequence length and data-parallel
+    degree; None = as ``global_batches`` says."""
 
     @property
     def pue(self) -> float:
@@ -342,8 +333,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
     if free_batch and global_batches:
         raise ConfigError("give --global-batch or --free-batch, not both: --free-batch lets "
                           "each row run one micro-batch per GPU")
-    batch_tokens = DEFAULT_BATCH_TOKENS if best and not free_batch and not global_batches \
-        else None
+    batch_tokens = None if free_batch or global_batches else DEFAULT_BATCH_TOKENS
     hardware = _hardware(catalog, options)
     prices = parse_prices(options["price"], catalog) if "price" in options else {}
     precisions = parse_choices(get("precision"), "--precision", PRECISIONS)

@@ -115,9 +115,6 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     n = points.size
     num_gpus = np.array(grid.num_gpus)[p["g"]]
     gbatch = np.array([np.nan if b is None else b for b in grid.global_batches])[p["gb"]]
-    if grid.batch_tokens is not None:  # --best: about 4M tokens per step at each seq len
-        per_seq = [default_global_batch(s, grid.batch_tokens) for s in grid.seq_lens]
-        gbatch = np.where(np.isnan(gbatch), np.array(per_seq, dtype=float)[p["sq"]], gbatch)
     sh_code = (np.full(n, -1) if grid.shardings is None
                else np.array([SHARDINGS.index(s) for s in grid.shardings])[p["sh"]])
     mb_fixed = (np.full(n, np.nan) if grid.micro_batches is None
@@ -128,6 +125,11 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     # the data-parallel degree: GPUs / (tp pp cp); at least 1 where the layout does not divide
     # the GPUs (those points are invalid already: no division by zero, no RuntimeWarning)
     dp = np.maximum(num_gpus // np.prod(layouts, axis=1), 1)
+    if grid.batch_tokens is not None:  # the default batch: about 4M tokens, a multiple of dp
+        seqs = np.array(grid.seq_lens, dtype=np.int64)[p["sq"]]
+        step = dp * np.where(np.isnan(mb_fixed), 1, mb_fixed).astype(np.int64)
+        gbatch = np.where(np.isnan(gbatch),
+                          default_global_batch(seqs, step, grid.batch_tokens), gbatch)
 
     # ---- invalid combinations: a reason and no prediction --------------------------------------
     # a fixed sharding: its plan's reason; auto: valid when some strategy's plan is (each

@@ -17,6 +17,7 @@ from fsdpsim.engine.build import (framework_constants, framework_model_inputs,
 from fsdpsim.plan.frameworks import knob_default, profile, with_defaults
 from fsdpsim.engine.build_moe import uniform_keys
 from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.plan.frameworks import plan_defaults
 from fsdpsim.drivers.predict import plan_summary
 from fsdpsim.hardware.system import domain_gpus
 
@@ -60,6 +61,11 @@ class _Tables:
         # why each (GPU count, system, layout, sharding) plan is invalid, None where it is valid
         self.plan_reason = np.full((ng, nh, nl, ns), None, dtype=object)
         rows, self.plan_text = [], []
+        # the framework's reshard-after-forward of each layout, as predict's (torchtitan's
+        # FSDP2: not under a pipeline; fsdpsim.plan.frameworks.plan_defaults)
+        framework = getattr(grid, "framework", None) or "fsdp2"
+        reshard = [plan_defaults(framework, tp=tp, pp=pp, cp=cp)[0]["reshard_after_forward"]
+                   for tp, pp, cp in grid.layouts]
         for g, n in enumerate(grid.num_gpus):
             for h, hw in enumerate(grid.hardware):
                 per_node = domain_gpus(hw.system, n)
@@ -67,7 +73,8 @@ class _Tables:
                     hybrid = layout_options(grid, layout)
                     for code, sharding in enumerate(SHARDINGS):
                         # the accumulation knobs mean something for the sharded strategies only
-                        accum = (dict(keep_gathered=grid.keep_gathered, grad_sync=grid.grad_sync)
+                        accum = (dict(keep_gathered=grid.keep_gathered, grad_sync=grid.grad_sync,
+                                      reshard_after_forward=reshard[l])
                                  if sharding in SHARDED else {})
                         if sharding == "hybrid" and grid.shard_group_size is not None:
                             accum["shard_group_size"] = grid.shard_group_size

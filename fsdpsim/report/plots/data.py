@@ -331,14 +331,17 @@ def bandwidth_map_rows(model: str, gpu: str, *, num_gpus: int = 64,
     """Sweep rows for :func:`fsdpsim.report.plots.sweep.bandwidth_map`: ``model`` on ``num_gpus`` × ``gpu``
     at every inter-node bandwidth per GPU [Gb/s, one direction] × micro-batch (tokens per GPU
     per micro-batch = micro-batch × ``seq_len``), in one vectorised sweep (the engine of
-    ``predict``). ``recompute="auto"`` keeps the fastest setting that fits at each point.
-    ``plan_options`` (sweep options, e.g. :func:`plan_sweep_options` of a searched plan) replace
-    the FSDP plan: the map then shows that mesh at every micro-batch and bandwidth."""
+    ``predict``). ``recompute="auto"`` keeps the fastest setting that fits at each point; each
+    point runs one micro-batch per GPU per step (``free-batch``: the map is of one micro-batch's
+    communication against its compute). ``plan_options`` (sweep options, e.g.
+    :func:`plan_sweep_options` of a searched plan) replace the FSDP plan: the map then shows that
+    mesh at every micro-batch and bandwidth."""
     options: dict[str, Any] = {
         "model": model, "gpu": gpu, "num-gpus": str(num_gpus),
         "inter-node-gbps-per-gpu": [float(b) for b in bandwidths_gbps],
         "seq-len": str(seq_len), "micro-batch": [int(m) for m in micro_batches],
-        "sharding": sharding, "recompute": recompute, "precision": precision}
+        "sharding": sharding, "recompute": recompute, "precision": precision,
+        "free-batch": True}
     if gpus_per_node is not None:
         options["gpus-per-node"] = str(gpus_per_node)
     options.update(plan_options or {})

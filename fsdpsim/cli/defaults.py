@@ -1,0 +1,64 @@
+"""What a command does where its options leave a choice open: the one default global batch of
+every command (:func:`fsdpsim.plan.training.default_global_batch`) and a framework's plan
+defaults (:func:`fsdpsim.plan.frameworks.plan_defaults`), each with the note that states it."""
+
+from __future__ import annotations
+
+import click
+
+
+def default_batch(value: str | None, seq_len: int, dp: int = 1) -> tuple[int, str | None]:
+    """``--global-batch``, or the default of every command
+    (:func:`fsdpsim.plan.training.default_global_batch`: about 4M tokens as a power of two
+    sequences, the nearest multiple of ``dp`` where ``dp`` does not divide it) with the note
+    that says so (None when the batch was given)."""
+    from fsdpsim.cli.predict import _auto_int
+    from fsdpsim.plan.training import DEFAULT_BATCH_RULE, default_global_batch
+
+    stated = _auto_int(value, "--global-batch") if value else None
+    if stated:
+        return stated, None
+    base, batch = default_global_batch(seq_len), default_global_batch(seq_len, dp)
+    moved = (f"; {base:,} is not a multiple of dp x micro-batch ({dp:,}), so the nearest one"
+             if batch != base else "")
+    return batch, (f"global batch {batch:,} sequences ({batch * seq_len / 2**20:.1f}M tokens per "
+                   f"step): the default of every command, {DEFAULT_BATCH_RULE}{moved}; "
+                   "--global-batch sets another")
+
+
+def global_batch_or_default(value: str | None, seq_len: int, dp: int = 1) -> int:
+    """``--global-batch``, or the default of every command (:func:`default_batch`)."""
+    return default_batch(value, seq_len, dp)[0]
+
+
+def given(o: dict, name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not its default); options built
+    outside a command (a caller's dict) state every value."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and name in ctx.params and ctx.params[name] == o.get(name):
+        source = ctx.get_parameter_source(name)
+        return source not in (click.core.ParameterSource.DEFAULT,
+                              click.core.ParameterSource.DEFAULT_MAP)
+    return True
+
+
+def framework_plan_defaults(o: dict) -> tuple[dict, str | None]:
+    """``o`` with the ``--framework`` profile's sharding and overlap where none was given
+    (:func:`fsdpsim.plan.frameworks.plan_defaults`), and the note that says which: for a
+    hybrid plan (tp, pp or cp > 1) or where they differ from the flags' defaults; else None."""
+    from fsdpsim.cli.predict import PLAN_OPTIONS
+    from fsdpsim.plan.frameworks import plan_defaults
+
+    stated = tuple(k for k in ("reshard_after_forward", "tp_overlap") if given(o, k))
+    if any(given(o, k) for k in ("sharding", "zero", "dp_shard", "dp_replicate",
+                                  "shard_group_size")):
+        stated += ("sharding",)
+    chosen, note = plan_defaults(o.get("framework") or "fsdp2", tp=o.get("tp") or 1,
+                                 pp=o.get("pp") or 1, cp=o.get("cp") or 1, given=stated)
+    chosen = {k: v for k, v in chosen.items() if k not in stated}
+    changed = {k: v for k, v in chosen.items() if v != PLAN_OPTIONS[k]}
+    hybrid = max(o.get("tp") or 1, o.get("pp") or 1, o.get("cp") or 1) > 1
+    return {**o, **chosen}, (note if note and (changed or hybrid and chosen) else None)
+
+
+__all__ = ["default_batch", "global_batch_or_default", "given", "framework_plan_defaults"]
