@@ -182,8 +182,12 @@ def plan_run(prediction, system, o: dict[str, Any]) -> dict[str, Any]:
     """The cost, energy and time of a ranked plan as compare reports them
     (:func:`fsdpsim.drivers.procurement.run_summary`)."""
     from fsdpsim.drivers import procurement
+    from fsdpsim.drivers.sweep.values import one_price
+    from fsdpsim.hardware.catalog import load_catalog
 
-    price = None if o["price"] is None else procurement.read_price(o["price"], "--price")
+    ctx = click.get_current_context(silent=True)
+    dirs = tuple(ctx.obj.get("catalog_dirs", ())) if ctx is not None and ctx.obj else ()
+    price = one_price(o["price"], load_catalog(dirs), system.accelerator.id)  # search's reader
     return procurement.run_summary(procurement.prediction_run(
         prediction, system, procurement.read_run_options(o), price))
 

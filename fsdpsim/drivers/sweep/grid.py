@@ -30,7 +30,7 @@ from fsdpsim.drivers.sweep.values import (knob_counts, moe_number, one_choice, o
                                  read_flag, split_values)
 from fsdpsim.hardware.spec import Price, System
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, knob_default
+from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, knob_default, plan_defaults
 from fsdpsim.plan.knobs import KNOBS
 from fsdpsim.plan.parallel import (CP_KINDS, CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS,
                               PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS, ZERO_STAGES)
@@ -320,9 +320,12 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
     framework = canonical(one_choice(options.get("framework", "fsdp2"), "--framework",
                                      FRAMEWORK_NAMES))
     default = lambda knob: knob_default(framework, knob)  # noqa: E731
+    # the framework's data-parallel strategy where none is given, as predict's
+    # (fsdpsim.plan.frameworks.plan_defaults: megatron's distributed optimizer is ZeRO-1)
+    unset = {**DEFAULTS, "sharding": plan_defaults(framework)[0]["sharding"]}
     for key, value in knobs.items():
         if value is None:
-            knobs[key] = "auto" if best else DEFAULTS[key]
+            knobs[key] = "auto" if best else unset[key]
     get = lambda key: options.get(key, DEFAULTS.get(key))  # noqa: E731
     global_batches: list[int | None] = []
     if "global-batch" in options:
