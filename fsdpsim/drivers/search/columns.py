@@ -130,9 +130,14 @@ class PlanColumns:
         return self.families[int(self.family[i])].plan(int(self.variant[i]))
 
     def evaluate(self, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray, rc: np.ndarray,
-                 rl: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
+                 rl: np.ndarray, keys=KEYS, memory_only: bool = False) -> dict[str, np.ndarray]:
         """Engine outputs ``keys`` of candidates (plan index, micro-batch, grad-accum,
-        recompute code, recompute layers (−1 = all)), without the memory ceilings."""
+        recompute code, recompute layers (−1 = all)), without the memory ceilings;
+        ``memory_only``: ``fits`` and ``peak_bytes`` alone, from the engine's memory stage
+        (:func:`fsdpsim.engine.memory_breakdown`, the values :func:`fsdpsim.engine.evaluate`
+        reports)."""
+        if memory_only:
+            keys = ("fits", "peak_bytes")
         n = plan.size
         out = {k: np.empty(n, dtype=bool if k in ("fits", "pipeline_ok") else float)
                for k in keys}
@@ -149,7 +154,7 @@ class PlanColumns:
             x.update(micro_batch=mb[s].astype(float), grad_accum=accum[s].astype(float),
                      recompute=rc[s].astype(float), recompute_layers=rl[s].astype(float),
                      ceilings=0.0)
-            y = engine.evaluate(x)
+            y = engine.memory_breakdown(x, ceilings=False) if memory_only else engine.evaluate(x)
             for k in keys:
                 out[k][s] = np.broadcast_to(y.get(k, True), p.shape)
         return out
