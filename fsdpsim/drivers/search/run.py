@@ -53,6 +53,9 @@ OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
 _RC = engine.RECOMPUTE_CODES
 #: Least (plan, micro-batch) rows a round of the recompute bisection takes (step 4).
 ROUND_ROWS = 4096
+#: Candidates of the first round of the bounded search, best bound first; each later round
+#: doubles (a small first round sets the K-th best early, at the cost of a few engine calls).
+FIRST_ROUND_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -332,12 +335,12 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         upper = score(upper)
         order = np.argsort(-upper, kind="stable")
         queue, upper = candidates[order], upper[order]
-        done, take = 0, ROUND_ROWS
+        done, take = 0, FIRST_ROUND_ROWS
         while done < queue.size and upper[done] >= kth():
             least = kth()
             part = slice(done, done + take)
             settle(queue[part][upper[part] >= least])
-            done, take = done + take, 2 * take
+            done, take = min(done + take, queue.size), 2 * take
         stats["bound_rows"] = n_bound
         stats["candidates_skipped"] = int(queue.size - done)
         if not found:  # nothing fits: the exhaustive search says what the least memory is
