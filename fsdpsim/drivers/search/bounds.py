@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fsdpsim.costs import schedule
+
 #: Plan inputs that change no layer's compute (``compute_s - optimizer_s``): group sizes and
 #: their members per scale-up domain and per pod (suffixes), the ZeRO stage, the schedule and
 #: its virtual stages, TP overlap; the expert group's members per node are not among them.
@@ -98,6 +100,16 @@ def throughput_bound(s, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray,
     return bound[inverse.ravel()], int(first.size)
 
 
+def schedule_runs(s, plan: np.ndarray, accum: np.ndarray) -> np.ndarray:
+    """Whether each candidate's pipeline schedule can run its ``accum`` micro-batches: the
+    engine's ``pipeline_ok`` (:func:`fsdpsim.costs.schedule.schedule_feasible` where
+    ``pp > 1``), which no recompute setting changes [-]."""
+    pp = s.column("pp", plan)
+    feasible = schedule.schedule_feasible(s.column("pp_schedule", plan), pp,
+                                          s.column("vpp", plan), accum)
+    return (pp <= 1) | feasible
+
+
 def kth_best(plans: np.ndarray, scores: np.ndarray, k: int) -> float:
     """The ``k``-th best of each plan's best score (−inf with fewer than ``k`` plans)."""
     if plans.size < k:
@@ -110,4 +122,4 @@ def kth_best(plans: np.ndarray, scores: np.ndarray, k: int) -> float:
     return float(np.partition(best, best.size - k)[best.size - k])
 
 
-__all__ = ["compute_groups", "throughput_bound", "kth_best", "NOT_COMPUTE"]
+__all__ = ["compute_groups", "throughput_bound", "schedule_runs", "kth_best", "NOT_COMPUTE"]

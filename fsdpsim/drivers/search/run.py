@@ -53,8 +53,9 @@ OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
 _RC = engine.RECOMPUTE_CODES
 #: Least (plan, micro-batch) rows a round of the recompute bisection takes (step 4).
 ROUND_ROWS = 4096
-#: Candidates of the first round of the bounded search, best bound first; each later round
-#: doubles (a small first round sets the K-th best early, at the cost of a few engine calls).
+#: Candidates of the first round of the bounded search, best bound first: it sets the K-th
+#: best early; each later round is 8 times larger (a round costs a dozen engine calls, which
+#: small spaces notice; a larger one evaluates more candidates a better K-th best would skip).
 FIRST_ROUND_ROWS = 256
 
 
@@ -216,14 +217,16 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
 
     # ---- candidates: (plan, micro-batch) pairs ------------------------------------------------
     fixed_mb = space.get("micro_batch")
-    plan_idx, mbs = [], []
-    for i, dp in enumerate(s.dp.tolist()):
-        per_gpu = gb // dp
-        options = ([fixed_mb] if fixed_mb is not None else divisors(per_gpu))
-        options = [m for m in options if per_gpu % m == 0]
-        plan_idx += [i] * len(options)
-        mbs += options
-    plan_idx, mb = np.array(plan_idx, dtype=np.int64), np.array(mbs, dtype=np.int64)
+    dps, dp_of = np.unique(s.dp, return_inverse=True)  # the micro-batches of each dp, once
+    options = [[m for m in ([fixed_mb] if fixed_mb is not None else divisors(gb // dp))
+                if (gb // dp) % m == 0] for dp in dps.tolist()]
+    counts = np.array([len(o) for o in options], dtype=np.int64)[dp_of.ravel()]
+    table = np.zeros((len(options), max(1, max(len(o) for o in options))), dtype=np.int64)
+    for i, o in enumerate(options):
+        table[i, :len(o)] = o
+    plan_idx = np.repeat(np.arange(len(s), dtype=np.int64), counts)
+    within = np.arange(plan_idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    mb = table[dp_of.ravel()[plan_idx], within]
     if not plan_idx.size:
         raise ConfigError(f"--fix micro_batch={fixed_mb} does not divide the sequences per GPU "
                           f"of any plan; accepted: a divisor of global_batch({gb}) / dp")
@@ -328,6 +331,10 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     else:
         # ---- the throughput bound (bounds.py), best first: a candidate whose bound is below
         # the K-th best plan found so far cannot enter the top; rounds raise the K-th best ----
+        # a pipeline schedule that cannot run the step's micro-batches never enters the top
+        runs = bounds.schedule_runs(s, plan_idx[candidates], accum[candidates])
+        stats["schedule_cannot_run"] = int(np.count_nonzero(~runs))
+        candidates = candidates[runs]
         groups = bounds.compute_groups(s)
         upper, n_bound = bounds.throughput_bound(s, plan_idx[candidates], mb[candidates],
                                                  accum[candidates], groups)
@@ -335,14 +342,15 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         upper = score(upper)
         order = np.argsort(-upper, kind="stable")
         queue, upper = candidates[order], upper[order]
-        done, take = 0, FIRST_ROUND_ROWS
+        done, take, settled = 0, FIRST_ROUND_ROWS, 0
         while done < queue.size and upper[done] >= kth():
             least = kth()
             part = slice(done, done + take)
-            settle(queue[part][upper[part] >= least])
-            done, take = min(done + take, queue.size), 2 * take
+            rows = queue[part][upper[part] >= least]
+            settle(rows)
+            done, take, settled = min(done + take, queue.size), 8 * take, settled + rows.size
         stats["bound_rows"] = n_bound
-        stats["candidates_skipped"] = int(queue.size - done)
+        stats["candidates_skipped"] = int(queue.size - settled)
         if not found:  # nothing fits: the exhaustive search says what the least memory is
             return search(spec, system, num_gpus, training, space, objective=objective,
                           top=top, run=run, price=price, prune=False)
