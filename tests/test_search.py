@@ -423,7 +423,8 @@ def test_default_budget_keeps_headroom():
 
 
 PRUNE_CASES = [  # model, gpu, gpus, global batch, seq, budget GiB, fixed
-    ("deepseek-v3", "gb200", 128, 256, 4096, None, {"cp": 1, "tp": 1}),  # MoE: MLA, dense layers, MTP
+    # MoE (MLA, dense layers, MTP)
+    ("deepseek-v3", "gb200", 128, 256, 4096, None, {"cp": 1, "tp": 1}),
     ("llama3-8b", "h100", 64, 128, 4096, 24.0, {}),  # hybrid dense, partial recompute
 ]
 

@@ -32,6 +32,8 @@ its bound is below the ``top``-th best plan found so far (:func:`kth_best`), not
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from fsdpsim.costs import schedule
@@ -110,6 +112,29 @@ def schedule_runs(s, plan: np.ndarray, accum: np.ndarray) -> np.ndarray:
     return (pp <= 1) | feasible
 
 
+#: Candidates of the first round of :func:`best_first`: it sets the K-th best early; each
+#: later round is 8 times larger (a round costs a dozen engine calls, which small spaces
+#: notice; a larger one evaluates more candidates that a better K-th best would skip).
+FIRST_ROUND_ROWS = 256
+
+
+def best_first(rows: np.ndarray, upper: np.ndarray, kth: Callable[[], float],
+               settle: Callable[[np.ndarray], None]) -> tuple[int, int]:
+    """Settle candidate ``rows`` best ``upper`` bound first, in rounds, skipping those whose
+    bound is below ``kth()`` (the K-th best plan found so far, which each round raises); the
+    candidates settled and skipped [-]."""
+    order = np.argsort(-upper, kind="stable")
+    queue, upper = rows[order], upper[order]
+    done, take, settled = 0, FIRST_ROUND_ROWS, 0
+    while done < queue.size and upper[done] >= kth():
+        least = kth()
+        part = slice(done, done + take)
+        chosen = queue[part][upper[part] >= least]
+        settle(chosen)
+        done, take, settled = min(done + take, queue.size), 8 * take, settled + chosen.size
+    return settled, int(queue.size - settled)
+
+
 def kth_best(plans: np.ndarray, scores: np.ndarray, k: int) -> float:
     """The ``k``-th best of each plan's best score (−inf with fewer than ``k`` plans)."""
     if plans.size < k:
@@ -122,4 +147,5 @@ def kth_best(plans: np.ndarray, scores: np.ndarray, k: int) -> float:
     return float(np.partition(best, best.size - k)[best.size - k])
 
 
-__all__ = ["compute_groups", "throughput_bound", "schedule_runs", "kth_best", "NOT_COMPUTE"]
+__all__ = ["compute_groups", "throughput_bound", "schedule_runs", "best_first", "kth_best",
+           "NOT_COMPUTE", "FIRST_ROUND_ROWS"]

@@ -13,8 +13,13 @@ run), and the search is exact over its space (:mod:`fsdpsim.drivers.search.space
 2. **Memory lower bound** (sound): a plan evaluated at its smallest micro-batch with every layer
    recomputed in full holds the least memory any of its candidates can; if that does not fit
    the budget, none of its candidates does. Peak memory grows with the micro-batch and shrinks
-   with the recomputed layers, so each (plan, micro-batch) first tries the same bound.
-3. **Throughput upper bound** (sound): no recompute is the fastest setting of a (plan,
+   with the recomputed layers, so each (plan, micro-batch) first tries the same bound (the
+   engine's memory stage alone, :func:`fsdpsim.engine.memory_breakdown`).
+3. **Throughput upper bound** (sound, :mod:`fsdpsim.drivers.search.bounds`): before any
+   candidate is evaluated in full, each (plan, micro-batch) gets a bound from the engine's
+   own compute time (one engine row per group of plans with the same layer compute); they
+   are evaluated best bound first, in rounds, and those whose bound is below the K-th best
+   plan found so far are skipped. Then no recompute is the fastest setting of a (plan,
    micro-batch); where it fits, it is the candidate. Where it does not, the recompute settings
    between are searched only if that bound beats the K-th best found so far.
 4. **Per-layer recompute** (the dynamic program's question "which layers to checkpoint",
@@ -53,12 +58,6 @@ OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
 _RC = engine.RECOMPUTE_CODES
 #: Least (plan, micro-batch) rows a round of the recompute bisection takes (step 4).
 ROUND_ROWS = 4096
-#: Candidates of the first round of the bounded search, best bound first: it sets the K-th
-#: best early; each later round is 8 times larger (a round costs a dozen engine calls, which
-#: small spaces notice; a larger one evaluates more candidates a better K-th best would skip).
-FIRST_ROUND_ROWS = 256
-
-
 @dataclass(frozen=True)
 class Choice:
     """One evaluated candidate: a plan and its micro-batch and recompute."""
@@ -216,20 +215,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                                "build_s": time.perf_counter() - t0}
 
     # ---- candidates: (plan, micro-batch) pairs ------------------------------------------------
-    fixed_mb = space.get("micro_batch")
-    dps, dp_of = np.unique(s.dp, return_inverse=True)  # the micro-batches of each dp, once
-    options = [[m for m in ([fixed_mb] if fixed_mb is not None else divisors(gb // dp))
-                if (gb // dp) % m == 0] for dp in dps.tolist()]
-    counts = np.array([len(o) for o in options], dtype=np.int64)[dp_of.ravel()]
-    table = np.zeros((len(options), max(1, max(len(o) for o in options))), dtype=np.int64)
-    for i, o in enumerate(options):
-        table[i, :len(o)] = o
-    plan_idx = np.repeat(np.arange(len(s), dtype=np.int64), counts)
-    within = np.arange(plan_idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    mb = table[dp_of.ravel()[plan_idx], within]
-    if not plan_idx.size:
-        raise ConfigError(f"--fix micro_batch={fixed_mb} does not divide the sequences per GPU "
-                          f"of any plan; accepted: a divisor of global_batch({gb}) / dp")
+    plan_idx, mb = _candidates(s, gb, space.get("micro_batch"))
     accum = gb // s.dp[plan_idx] // mb
     evaluated = 0
     fixed_rc = space.get("recompute")
@@ -340,17 +326,9 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                                                  accum[candidates], groups)
         evaluated += n_bound
         upper = score(upper)
-        order = np.argsort(-upper, kind="stable")
-        queue, upper = candidates[order], upper[order]
-        done, take, settled = 0, FIRST_ROUND_ROWS, 0
-        while done < queue.size and upper[done] >= kth():
-            least = kth()
-            part = slice(done, done + take)
-            rows = queue[part][upper[part] >= least]
-            settle(rows)
-            done, take, settled = min(done + take, queue.size), 8 * take, settled + rows.size
+        _, skipped = bounds.best_first(candidates, upper, kth, settle)
         stats["bound_rows"] = n_bound
-        stats["candidates_skipped"] = int(queue.size - settled)
+        stats["candidates_skipped"] = skipped
         if not found:  # nothing fits: the exhaustive search says what the least memory is
             return search(spec, system, num_gpus, training, space, objective=objective,
                           top=top, run=run, price=price, prune=False)
@@ -366,6 +344,24 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                         elapsed_s=time.perf_counter() - t0,
                         budget_bytes=float(system.accelerator.memory_bytes),
                         least_peak=least, stats=stats)
+
+
+def _candidates(s: PlanColumns, gb: int, fixed_mb: int | None) -> tuple[np.ndarray, ...]:
+    """Every (plan, micro-batch) pair: plan numbers (ascending) and micro-batches (each plan's
+    divisors of its sequences per GPU, ascending; or the fixed one where it divides)."""
+    dps, dp_of = np.unique(s.dp, return_inverse=True)  # the micro-batches of each dp, once
+    options = [[m for m in ([fixed_mb] if fixed_mb is not None else divisors(gb // dp))
+                if (gb // dp) % m == 0] for dp in dps.tolist()]
+    counts = np.array([len(o) for o in options], dtype=np.int64)[dp_of.ravel()]
+    table = np.zeros((len(options), max(1, max(len(o) for o in options))), dtype=np.int64)
+    for i, o in enumerate(options):
+        table[i, :len(o)] = o
+    plan_idx = np.repeat(np.arange(len(s), dtype=np.int64), counts)
+    within = np.arange(plan_idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    if not plan_idx.size:
+        raise ConfigError(f"--fix micro_batch={fixed_mb} does not divide the sequences per GPU "
+                          f"of any plan; accepted: a divisor of global_batch({gb}) / dp")
+    return plan_idx, table[dp_of.ravel()[plan_idx], within]
 
 
 def _order_owner(s: PlanColumns, plans: np.ndarray) -> np.ndarray:
