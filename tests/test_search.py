@@ -420,3 +420,65 @@ def test_default_budget_keeps_headroom():
     assert not any(p["above_default_budget"] for p in data["plans"])
     full = json.loads(runner.invoke(cli, args + ["--memory-budget-gib", "80"]).output)
     assert full["plans"][0]["peak_gib"] > 72 and full["plans"][0]["above_default_budget"]
+
+
+PRUNE_CASES = [  # model, gpu, gpus, global batch, seq, budget GiB, fixed
+    # MoE (MLA, dense layers, MTP)
+    ("deepseek-v3", "gb200", 128, 256, 4096, None, {"cp": 1, "tp": 1}),
+    ("llama3-8b", "h100", 64, 128, 4096, 24.0, {}),  # hybrid dense, partial recompute
+]
+
+
+@pytest.mark.parametrize("model,gpu,n,gb,seq,budget,fixed", PRUNE_CASES)
+def test_pruned_search_equals_unpruned(model, gpu, n, gb, seq, budget, fixed):
+    """The throughput bound skips candidates (fsdpsim.drivers.search.bounds) without changing
+    the result: the same plans with the same candidates, scores and order as the search that
+    evaluates every (plan, micro-batch) that fits."""
+    spec, system = get_model(model), _system(gpu, budget)
+    training = TrainingConfig(seq_len=seq, global_batch=gb)
+    space = SearchSpace(fixed=fixed)
+    pruned = search(spec, system, n, training, space, top=5)
+    full = search(spec, system, n, training, space, top=5, prune=False)
+    assert pruned.top and pruned.stats["candidates_skipped"] > 0
+    assert pruned.candidates < full.candidates
+    assert [(c.plan, c.micro_batch, c.recompute, c.recompute_layers, c.tokens_per_s, c.score)
+            for c in pruned.top] == [
+        (c.plan, c.micro_batch, c.recompute, c.recompute_layers, c.tokens_per_s, c.score)
+        for c in full.top]
+    assert (pruned.plans, pruned.plans_fitting) == (full.plans, full.plans_fitting)
+
+
+@pytest.mark.parametrize("model,gpu,n,gb,seq,budget,fixed", PRUNE_CASES)
+def test_throughput_bound_is_sound_and_shared(model, gpu, n, gb, seq, budget, fixed):
+    """The bound's two premises on every (plan, micro-batch) of the space, at no, selective and
+    full recompute: the step is at least the compute without the optimizer at no recompute,
+    and that compute is the same across each group of plans (compute_groups) that share it."""
+    from fsdpsim.drivers.search.bounds import compute_groups
+    from fsdpsim.drivers.search.columns import PlanColumns
+    from fsdpsim.drivers.search.space import enumerate_families
+
+    spec, system = get_model(model), _system(gpu, budget)
+    training = TrainingConfig(seq_len=seq, global_batch=gb)
+    from fsdpsim.hardware.system import domain_gpus
+
+    space = replace(SearchSpace(fixed=fixed), pod_gpus=system.pod_gpus)
+    per_node = domain_gpus(system, n)
+    families = list(enumerate_families(spec, n, per_node, seq, gb, space))
+    s = PlanColumns(spec, system, families, training)
+    plan = np.repeat(np.arange(len(s)), [len(divisors(gb // d)) for d in s.dp.tolist()])
+    mb = np.concatenate([divisors(gb // d) for d in s.dp.tolist()])
+    accum = gb // s.dp[plan] // mb
+    keys = ("step_time_s", "compute_s", "optimizer_s")
+    none = s.evaluate(plan, mb, accum, np.zeros(plan.size), np.full(plan.size, -1.0), keys=keys)
+    compute = none["compute_s"] - none["optimizer_s"]
+    for rc in (0.0, 1.0, 2.0):
+        out = s.evaluate(plan, mb, accum, np.full(plan.size, rc), np.full(plan.size, -1.0),
+                         keys=keys)
+        assert np.all(out["step_time_s"] >= compute * (1 - 1e-12))
+    groups = compute_groups(s)
+    assert groups.max() + 1 < len(s)  # the groups share something
+    key = groups[plan] * (mb.max() + 1) + mb
+    order = np.lexsort((compute, key))
+    first = np.r_[True, key[order][1:] != key[order][:-1]]
+    low = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    assert compute[order] == pytest.approx(compute[order][low], rel=1e-12)

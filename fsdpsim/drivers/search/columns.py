@@ -26,37 +26,50 @@ KEYS = ("tokens_per_s", "fits", "peak_bytes", "pipeline_ok", "step_time_s")
 CHUNK = 65_536
 
 
-def _variant_columns(spec: ModelSpec, family: Family) -> dict[str, np.ndarray]:
+def _variant_columns(spec: ModelSpec, family: Family,
+                     split_cache: dict | None = None) -> dict[str, np.ndarray]:
     """The engine inputs a family's variants change, one row per variant: the ZeRO stage's
     strategy code, the schedule, virtual stages and layer split (with the MoE layers per
     stage), SP, TP/EP overlap and the CP kind: the values :func:`fsdpsim.engine.build.plan_inputs`
-    and :func:`fsdpsim.engine.build_moe.stage_inputs` give the variant's plan."""
-    base = family.base
-    cols: dict[str, list[float]] = {k: [] for k in (
-        "strategy", "vpp", "pp_schedule", "sequence_parallel", "tp_overlap", "cp_all2all",
-        "ep_overlap", "layers_first", "layers_mid", "layers_last")}
-    splits: dict[tuple, dict[str, float]] = {}
-    for v in family.variants:
-        vpp = v["vpp"]
-        schedule = v["pp_schedule"] or ("interleaved" if vpp > 1 else "1f1b")
-        cols["strategy"].append(STRATEGY_CODES[v["sharding"]])
-        cols["vpp"].append(vpp)
-        cols["pp_schedule"].append(PP_SCHEDULES.index(schedule))
-        sp = v["sequence_parallel"]
-        cols["sequence_parallel"].append(float(base.tp > 1 if sp is None else sp))
-        cols["tp_overlap"].append(float(v["tp_overlap"]))
-        cols["cp_all2all"].append(float(v["cp_kind"] == "all2all"))
-        cols["ep_overlap"].append(float(v["ep_overlap"]))
-        key = (vpp, v["pp_first_layers"], v["pp_last_layers"])
-        if key not in splits:
-            probe = replace(base, vpp=vpp, pp_schedule=schedule, pp_first_layers=key[1],
-                            pp_last_layers=key[2])
+    and :func:`fsdpsim.engine.build_moe.stage_inputs` give the variant's plan. ``split_cache``
+    keeps each layer split's columns for the next family of the same pipeline degree."""
+    base, variants = family.base, family.variants
+    cache = {} if split_cache is None else split_cache
+    schedules = [v["pp_schedule"] or ("interleaved" if v["vpp"] > 1 else "1f1b")
+                 for v in variants]
+    codes = {name: i for i, name in enumerate(PP_SCHEDULES)}
+    sp_default = float(base.tp > 1)
+    cols = {"strategy": [STRATEGY_CODES[v["sharding"]] for v in variants],
+            "vpp": [v["vpp"] for v in variants],
+            "pp_schedule": [codes[x] for x in schedules],
+            "sequence_parallel": [sp_default if v["sequence_parallel"] is None
+                                  else float(v["sequence_parallel"]) for v in variants],
+            "tp_overlap": [float(v["tp_overlap"]) for v in variants],
+            "cp_all2all": [float(v["cp_kind"] == "all2all") for v in variants],
+            "ep_overlap": [float(v["ep_overlap"]) for v in variants]}
+    out = {k: np.array(v, dtype=float) for k, v in cols.items()}
+    index: dict[tuple, int] = {}  # each split's first variant sets its schedule (as predict)
+    rows = [index.setdefault((v["vpp"], v["pp_first_layers"], v["pp_last_layers"]), len(index))
+            for v in variants]
+    first_schedule = {}
+    for key, sched in zip(((v["vpp"], v["pp_first_layers"], v["pp_last_layers"])
+                           for v in variants), schedules):
+        first_schedule.setdefault(key, sched)
+    splits = []
+    for key in index:
+        vpp, first_layers, last_layers = key
+        ck = (base.pp, base.framework, first_schedule[key], *key)
+        if ck not in cache:
+            probe = replace(base, vpp=vpp, pp_schedule=first_schedule[key],
+                            pp_first_layers=first_layers, pp_last_layers=last_layers)
             first, mid, last = probe.stage_layers(spec.n_layers)
-            splits[key] = {"layers_first": first, "layers_mid": mid, "layers_last": last,
-                           **stage_inputs(spec, probe)}
-        for k, value in splits[key].items():
-            cols.setdefault(k, []).append(value)
-    return {k: np.array(v, dtype=float) for k, v in cols.items()}
+            cache[ck] = {"layers_first": first, "layers_mid": mid, "layers_last": last,
+                         **stage_inputs(spec, probe)}
+        splits.append(cache[ck])
+    take = np.array(rows, dtype=np.int64)
+    for k in splits[0]:
+        out[k] = np.array([split[k] for split in splits], dtype=float)[take]
+    return out
 
 
 class PlanColumns:
@@ -72,15 +85,17 @@ class PlanColumns:
         self.spec, self.system, self.families, self.training = spec, system, families, training
         rows = [{**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
                  **stage_inputs(spec, f.base)} for f in families]
-        keys = rows[0].keys()
-        base_cols = {k: np.array([float(r[k]) for r in rows]) for k in keys}
+        keys = list(rows[0])
+        table = np.array([[r[k] for k in keys] for r in rows], dtype=float)
+        base_cols = {k: table[:, j] for j, k in enumerate(keys)}
         sizes = np.array([len(f.variants) for f in families], dtype=np.int64)
         self.family = np.repeat(np.arange(len(families)), sizes)
         self.variant = np.arange(self.family.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         variant_cols: dict[int, dict[str, np.ndarray]] = {}
+        split_cache: dict = {}
         for f in families:  # families of one mesh share their variants' tuple
             if id(f.variants) not in variant_cols:
-                variant_cols[id(f.variants)] = _variant_columns(spec, f)
+                variant_cols[id(f.variants)] = _variant_columns(spec, f, split_cache)
         parts = [variant_cols[id(f.variants)] for f in families]
         # per plan: the columns variants change; per family: the rest (gathered per chunk)
         self.variant_cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
@@ -130,9 +145,14 @@ class PlanColumns:
         return self.families[int(self.family[i])].plan(int(self.variant[i]))
 
     def evaluate(self, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray, rc: np.ndarray,
-                 rl: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
+                 rl: np.ndarray, keys=KEYS, memory_only: bool = False) -> dict[str, np.ndarray]:
         """Engine outputs ``keys`` of candidates (plan index, micro-batch, grad-accum,
-        recompute code, recompute layers (−1 = all)), without the memory ceilings."""
+        recompute code, recompute layers (−1 = all)), without the memory ceilings;
+        ``memory_only``: ``fits`` and ``peak_bytes`` alone, from the engine's memory stage
+        (:func:`fsdpsim.engine.memory_breakdown`, the values :func:`fsdpsim.engine.evaluate`
+        reports)."""
+        if memory_only:
+            keys = ("fits", "peak_bytes")
         n = plan.size
         out = {k: np.empty(n, dtype=bool if k in ("fits", "pipeline_ok") else float)
                for k in keys}
@@ -149,7 +169,7 @@ class PlanColumns:
             x.update(micro_batch=mb[s].astype(float), grad_accum=accum[s].astype(float),
                      recompute=rc[s].astype(float), recompute_layers=rl[s].astype(float),
                      ceilings=0.0)
-            y = engine.evaluate(x)
+            y = engine.memory_breakdown(x, ceilings=False) if memory_only else engine.evaluate(x)
             for k in keys:
                 out[k][s] = np.broadcast_to(y.get(k, True), p.shape)
         return out

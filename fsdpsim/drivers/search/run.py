@@ -13,8 +13,13 @@ run), and the search is exact over its space (:mod:`fsdpsim.drivers.search.space
 2. **Memory lower bound** (sound): a plan evaluated at its smallest micro-batch with every layer
    recomputed in full holds the least memory any of its candidates can; if that does not fit
    the budget, none of its candidates does. Peak memory grows with the micro-batch and shrinks
-   with the recomputed layers, so each (plan, micro-batch) first tries the same bound.
-3. **Throughput upper bound** (sound): no recompute is the fastest setting of a (plan,
+   with the recomputed layers, so each (plan, micro-batch) first tries the same bound (the
+   engine's memory stage alone, :func:`fsdpsim.engine.memory_breakdown`).
+3. **Throughput upper bound** (sound, :mod:`fsdpsim.drivers.search.bounds`): before any
+   candidate is evaluated in full, each (plan, micro-batch) gets a bound from the engine's
+   own compute time (one engine row per group of plans with the same layer compute); they
+   are evaluated best bound first, in rounds, and those whose bound is below the K-th best
+   plan found so far are skipped. Then no recompute is the fastest setting of a (plan,
    micro-batch); where it fits, it is the candidate. Where it does not, the recompute settings
    between are searched only if that bound beats the K-th best found so far.
 4. **Per-layer recompute** (the dynamic program's question "which layers to checkpoint",
@@ -44,6 +49,7 @@ from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
 from fsdpsim.drivers.predict import divisors
+from fsdpsim.drivers.search import bounds
 from fsdpsim.drivers.search.columns import PlanColumns
 from fsdpsim.drivers.search.space import SearchSpace, check_size, enumerate_families
 from fsdpsim.util.units import GIB_BYTES
@@ -52,8 +58,6 @@ OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
 _RC = engine.RECOMPUTE_CODES
 #: Least (plan, micro-batch) rows a round of the recompute bisection takes (step 4).
 ROUND_ROWS = 4096
-
-
 @dataclass(frozen=True)
 class Choice:
     """One evaluated candidate: a plan and its micro-batch and recompute."""
@@ -179,10 +183,12 @@ def score_of(objective: str, tokens_per_s, num_gpus: int, system: System, run=No
 
 def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingConfig,
            space: SearchSpace = SearchSpace(), *, objective: str = "throughput", top: int = 5,
-           run=None, price: float | None = None) -> SearchResult:
+           run=None, price: float | None = None, prune: bool = True) -> SearchResult:
     """The best ``top`` plans of ``spec`` on ``num_gpus`` GPUs of ``system`` (its memory: the
     budget) for ``training``'s global batch (required) and sequence length; see the module
-    docstring for the algorithm. Raises :class:`ConfigError` when the space is empty."""
+    docstring for the algorithm. ``prune=False`` evaluates every (plan, micro-batch) that fits
+    and every recompute setting step 4 reaches, with no bound (what the pruned search must
+    equal; tests compare them). Raises :class:`ConfigError` when the space is empty."""
     from fsdpsim.hardware.system import domain_gpus
 
     t0 = time.perf_counter()
@@ -209,18 +215,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                                "build_s": time.perf_counter() - t0}
 
     # ---- candidates: (plan, micro-batch) pairs ------------------------------------------------
-    fixed_mb = space.get("micro_batch")
-    plan_idx, mbs = [], []
-    for i, dp in enumerate(s.dp.tolist()):
-        per_gpu = gb // dp
-        options = ([fixed_mb] if fixed_mb is not None else divisors(per_gpu))
-        options = [m for m in options if per_gpu % m == 0]
-        plan_idx += [i] * len(options)
-        mbs += options
-    plan_idx, mb = np.array(plan_idx, dtype=np.int64), np.array(mbs, dtype=np.int64)
-    if not plan_idx.size:
-        raise ConfigError(f"--fix micro_batch={fixed_mb} does not divide the sequences per GPU "
-                          f"of any plan; accepted: a divisor of global_batch({gb}) / dp")
+    plan_idx, mb = _candidates(s, gb, space.get("micro_batch"))
     accum = gb // s.dp[plan_idx] // mb
     evaluated = 0
     fixed_rc = space.get("recompute")
@@ -230,13 +225,16 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     found: list[tuple[np.ndarray, ...]] = []  # (plan, mb, rc code, rl, tps, peak, score)
     records: list[tuple] = []  # every evaluation, for the cut-off explanation
 
-    def run_eval(rows, rc_name, rl):
-        """Evaluate candidate ``rows`` at one recompute setting; keep those that run, record all."""
+    def run_eval(rows, rc_name, rl, memory_only=False):
+        """Evaluate candidate ``rows`` at one recompute setting; keep those that run, record all
+        (``memory_only``: whether they fit, nothing kept)."""
         nonlocal evaluated
         evaluated += rows.size
         rl = np.broadcast_to(np.asarray(rl, dtype=float), rows.shape)
         out = s.evaluate(plan_idx[rows], mb[rows], accum[rows],
-                         np.full(rows.size, float(_RC[rc_name])), rl)
+                         np.full(rows.size, float(_RC[rc_name])), rl, memory_only=memory_only)
+        if memory_only:
+            return out
         out["ok"] = out["fits"] & out["pipeline_ok"]
         ok = out["ok"]
         found.append((plan_idx[rows][ok], mb[rows][ok], np.full(ok.sum(), _RC[rc_name]),
@@ -245,11 +243,19 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         records.append((plan_idx[rows], mb[rows], rc_name, rl, out))
         return out
 
+    def kth() -> float:
+        """The score a candidate must reach to enter the top (−inf unpruned)."""
+        if not prune or not found:
+            return -np.inf
+        return bounds.kth_best(np.concatenate([f[0] for f in found]),
+                               np.concatenate([f[6] for f in found]), top)
+
     # ---- step 2: the memory bound. Each plan's micro-batches (consecutive, ascending) are
     # bisected at the least-memory setting (every layer recomputed in full, or the fixed one)
     # for the largest that fits: peak memory never falls as the micro-batch grows (1F1B holds
     # min(pp, m) micro-batches of mb sequences in flight, GPipe all m: mb·min(pp, m) and
-    # mb·m never fall), so the larger ones cannot fit with any recompute -------------------
+    # mb·m never fall), so the larger ones cannot fit with any recompute. Pruned, the
+    # engine's memory stage alone answers (its step and throughput are not needed) ---------
     low_rc = fixed_rc or "full"
     low_rl = -1.0 if fixed_rl is None else float(fixed_rl)
     starts = np.flatnonzero(np.r_[True, plan_idx[1:] != plan_idx[:-1]])
@@ -264,23 +270,25 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         act = np.flatnonzero(hi - lo > 1)
         mid = hi[act] - 1 if first else (lo[act] + hi[act]) // 2
         first = False
-        fit = run_eval(starts[act] + mid, low_rc, low_rl)["fits"]  # memory alone: the
-        lo[act] = np.where(fit, mid, lo[act])                       # schedule's rule is not
-        hi[act] = np.where(fit, hi[act], mid)                       # monotone in mb
+        fit = run_eval(starts[act] + mid, low_rc, low_rl, memory_only=prune)["fits"]  # memory
+        lo[act] = np.where(fit, mid, lo[act])             # alone: the schedule's rule is not
+        hi[act] = np.where(fit, hi[act], mid)             # monotone in mb
     lo = lo[owner]
     within = np.arange(plan_idx.size) - np.repeat(starts, counts)
     candidates = np.flatnonzero(within <= np.repeat(lo, counts))
     plans_fit = int(np.count_nonzero(lo >= 0))
-    if fixed_rc is not None:
-        run_eval(candidates, fixed_rc, low_rl)
-    else:
+
+    def settle(rows):
+        """Steps 3 and 4 on candidate ``rows``: each one's best recompute setting that fits."""
+        if fixed_rc is not None:
+            run_eval(rows, fixed_rc, low_rl)
+            return
         # ---- step 3: no recompute, the fastest setting of each (plan, micro-batch) ---------
-        none = run_eval(candidates, "none", -1.0)
+        none = run_eval(rows, "none", -1.0)
         bound = np.full(plan_idx.size, -np.inf)
-        bound[candidates] = score(none["tokens_per_s"])
+        bound[rows] = score(none["tokens_per_s"])
         # a schedule that cannot run its micro-batches cannot with any recompute either
-        rows = candidates[~none["ok"] & none["pipeline_ok"]
-                          & (bound[candidates] > _kth_best(found, top))]
+        rows = rows[~none["ok"] & none["pipeline_ok"] & (bound[rows] >= kth())]
         full = run_eval(rows, "full", -1.0)
         rows = rows[full["ok"]]
         methods = space.supports.get("recompute", RECOMPUTES)
@@ -295,14 +303,35 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                  (("selective", sel["ok"]), ("full", np.ones(rows.size, bool))) if partial]
         queue = [(method, q[np.argsort(-bound[q], kind="stable")]) for method, q in queue]
         while any(q.size for _, q in queue):
-            kth = _kth_best(found, top)
-            queue = [(method, q[bound[q] > kth]) for method, q in queue]
+            least = kth()
+            queue = [(method, q[bound[q] >= least]) for method, q in queue]
             for i, (method, q) in enumerate(queue):
                 if not q.size:
                     continue
                 take = max(ROUND_ROWS, q.size // 8)
                 _fewest_layers(run_eval, q[:take], method, L[q[:take]])
                 queue[i] = (method, q[take:])
+
+    if not prune:
+        settle(candidates)
+    else:
+        # ---- the throughput bound (bounds.py), best first: a candidate whose bound is below
+        # the K-th best plan found so far cannot enter the top; rounds raise the K-th best ----
+        # a pipeline schedule that cannot run the step's micro-batches never enters the top
+        runs = bounds.schedule_runs(s, plan_idx[candidates], accum[candidates])
+        stats["schedule_cannot_run"] = int(np.count_nonzero(~runs))
+        candidates = candidates[runs]
+        groups = bounds.compute_groups(s)
+        upper, n_bound = bounds.throughput_bound(s, plan_idx[candidates], mb[candidates],
+                                                 accum[candidates], groups)
+        evaluated += n_bound
+        upper = score(upper)
+        _, skipped = bounds.best_first(candidates, upper, kth, settle)
+        stats["bound_rows"] = n_bound
+        stats["candidates_skipped"] = skipped
+        if not found:  # nothing fits: the exhaustive search says what the least memory is
+            return search(spec, system, num_gpus, training, space, objective=objective,
+                          top=top, run=run, price=price, prune=False)
     least = _least_peak(s, gb, records, low_rc, low_rl, score)
     stats["evaluate_s"] = time.perf_counter() - t0 - stats["build_s"]
 
@@ -315,6 +344,24 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                         elapsed_s=time.perf_counter() - t0,
                         budget_bytes=float(system.accelerator.memory_bytes),
                         least_peak=least, stats=stats)
+
+
+def _candidates(s: PlanColumns, gb: int, fixed_mb: int | None) -> tuple[np.ndarray, ...]:
+    """Every (plan, micro-batch) pair: plan numbers (ascending) and micro-batches (each plan's
+    divisors of its sequences per GPU, ascending; or the fixed one where it divides)."""
+    dps, dp_of = np.unique(s.dp, return_inverse=True)  # the micro-batches of each dp, once
+    options = [[m for m in ([fixed_mb] if fixed_mb is not None else divisors(gb // dp))
+                if (gb // dp) % m == 0] for dp in dps.tolist()]
+    counts = np.array([len(o) for o in options], dtype=np.int64)[dp_of.ravel()]
+    table = np.zeros((len(options), max(1, max(len(o) for o in options))), dtype=np.int64)
+    for i, o in enumerate(options):
+        table[i, :len(o)] = o
+    plan_idx = np.repeat(np.arange(len(s), dtype=np.int64), counts)
+    within = np.arange(plan_idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    if not plan_idx.size:
+        raise ConfigError(f"--fix micro_batch={fixed_mb} does not divide the sequences per GPU "
+                          f"of any plan; accepted: a divisor of global_batch({gb}) / dp")
+    return plan_idx, table[dp_of.ravel()[plan_idx], within]
 
 
 def _order_owner(s: PlanColumns, plans: np.ndarray) -> np.ndarray:
@@ -348,16 +395,6 @@ def _scorer(objective, num_gpus, system, run, ckpt, price) -> Callable[[np.ndarr
         return lambda tps: np.asarray(tps, dtype=float)
     score_of(objective, np.ones(1), num_gpus, system, run, ckpt, price)  # raises without a price
     return lambda tps: score_of(objective, tps, num_gpus, system, run, ckpt, price)
-
-
-def _kth_best(found, k: int) -> float:
-    """The K-th best score found so far (−inf with fewer than K)."""
-    if not found:
-        return -np.inf
-    scores = np.concatenate([f[6] for f in found])
-    if scores.size < k:
-        return -np.inf
-    return float(np.partition(scores, scores.size - k)[scores.size - k])
 
 
 def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray) -> None:
