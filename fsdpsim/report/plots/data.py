@@ -335,7 +335,7 @@ def bandwidth_map_rows(model: str, gpu: str, *, num_gpus: int = 64,
     point runs one micro-batch per GPU per step (``free-batch``: the map is of one micro-batch's
     communication against its compute). ``plan_options`` (sweep options, e.g.
     :func:`plan_sweep_options` of a searched plan) replace the FSDP plan: the map then shows that
-    mesh at every micro-batch and bandwidth."""
+    mesh at every micro-batch and bandwidth, at the plan's global batch."""
     options: dict[str, Any] = {
         "model": model, "gpu": gpu, "num-gpus": str(num_gpus),
         "inter-node-gbps-per-gpu": [float(b) for b in bandwidths_gbps],
@@ -345,6 +345,8 @@ def bandwidth_map_rows(model: str, gpu: str, *, num_gpus: int = 64,
     if gpus_per_node is not None:
         options["gpus-per-node"] = str(gpus_per_node)
     options.update(plan_options or {})
+    if "global-batch" in options:  # a plan's own batch: its accumulation at each micro-batch
+        del options["free-batch"]
     return sweep_rows(options, catalog)
 
 
