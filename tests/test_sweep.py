@@ -371,6 +371,27 @@ def test_cli_json_equals_predict_json():
             assert row[key] == value, key
 
 
+def test_default_precision_per_gpu_is_consistent_with_predict():
+    """--precision not given: each GPU row runs its own default (fp16 on the V100, which has
+    no bf16; bf16 on the H100) in sweep as in predict, field for field; a given --precision
+    still applies to every row."""
+    rows = json.loads(invoke("sweep", "--model", "gpt3-1.3b", "--gpu", "h100,v100",
+                             "--num-gpus", "16", "--micro-batch", "2", "--recompute", "none",
+                             "--format", "json"))
+    assert [r["training.precision"] for r in rows] == ["bf16", "fp16"]
+    for row in rows:
+        assert row["infeasible"] is None
+        p = json.loads(invoke("predict", "--model", "gpt3-1.3b", "--gpu", row["gpu"],
+                              "--num-gpus", "16", "--micro-batch", "2", "--recompute", "none",
+                              "--format", "json"))
+        for key, value in flatten(p).items():
+            if not key.startswith("chosen") and key not in ("notes", "advice", "fit_advice"):
+                assert row[key] == value, (row["gpu"], key)
+    given = json.loads(invoke("sweep", "--model", "gpt3-1.3b", "--gpu", "h100,v100",
+                              "--num-gpus", "16", "--precision", "bf16", "--format", "json"))
+    assert "not available on v100" in given[1]["infeasible"]
+
+
 def test_cli_table_and_grid_file(tmp_path):
     grid = tmp_path / "grid.toml"
     grid.write_text('model = ["llama3-8b", "llama3-70b"]\ngpu = "h100,gaudi3"\n'

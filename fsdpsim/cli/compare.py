@@ -42,8 +42,9 @@ def compare_options(f):
         click.option("--global-batch", default=None,
                      help="Sequences per step, the same for every row (default: about 4M "
                           "tokens, a power of two)."),
-        click.option("--precision", type=click.Choice(PRECISIONS),
-                     default="bf16", show_default=True),
+        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Number format of the compute (default: each GPU's 16-bit format, "
+                          "bf16, or fp16 on a GPU without bf16 such as the V100)."),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
         *kernel_options(),
@@ -94,7 +95,7 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
     training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
                                   o["global_batch"], seq),
-                              precision=o["precision"], optimizer=o["optimizer"],
+                              precision=o["precision"] or "bf16", optimizer=o["optimizer"],
                               **kernel_knobs(o))
     run = procurement.read_run_options(o)
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
@@ -106,8 +107,11 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
             for n in counts:
                 system = build_system(ctx, **{**o, "gpu": None, "cluster": None, kind: ident,
                                               "num_gpus": n})
+                own = (None if o["precision"] is not None
+                       else system.accelerator.default_precision)
                 cases.append(Case(spec, ident, system, n,
-                                  prices.get(system.accelerator.id), kind=kind, model_id=name))
+                                  prices.get(system.accelerator.id), kind=kind, model_id=name,
+                                  precision=None if own == training.precision else own))
     space = SearchSpace(framework=o["framework"])
     rows = compare(cases, training, plan=o["plan_kind"], run=run, space=space,
                    objective=o["objective"])

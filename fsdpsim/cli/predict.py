@@ -96,6 +96,8 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     else:
         plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
+    given_precision = o.get("precision")
+    o = {**o, "precision": precision_for(given_precision, system)}
     training = TrainingConfig(seq_len=seq_len or 4096,
                               micro_batch=_auto_int(o["micro_batch"], "--micro-batch"),
                               global_batch=_auto_int(o["global_batch"], "--global-batch"),
@@ -108,6 +110,10 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
+    if given_precision is None and o["precision"] != "bf16":
+        prediction = replace(prediction, notes=(
+            f"precision not given: {o['precision']}, the default for "
+            f"{system.accelerator.id} (it has no bf16)", *prediction.notes))
     if not advice:
         return prediction
     from fsdpsim.drivers.advice import scale_advice
@@ -140,6 +146,13 @@ def fit_advice(ctx: click.Context, o: dict, spec, system, plan, training, predic
                         {**o, "num_gpus": n, "seq_len": training.seq_len}, line,
                         ctx.obj.get("catalog_dirs", ()))})
     return tuple(out)
+
+
+def precision_for(given: str | None, system) -> str:
+    """``--precision``, or (not given) the GPU's own default: bf16, or fp16 on a GPU without
+    bf16 such as the V100 (:attr:`fsdpsim.hardware.spec.Accelerator.default_precision`; sweep
+    applies the same default per system)."""
+    return given if given is not None else system.accelerator.default_precision
 
 
 def framework_option(text: str = "Framework profile every plan runs on."):
@@ -334,8 +347,9 @@ def predict_options(f):
         click.option("--mesh-order", default=None,
                      help="Mesh dimensions outermost first, comma-separated (default "
                           "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),
-        click.option("--precision", type=click.Choice(PRECISIONS),
-                     default="bf16", show_default=True),
+        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Number format of the compute (default: the GPU's 16-bit format, bf16, "
+                          "or fp16 on a GPU without bf16 such as the V100)."),
         click.option("--reduce-dtype", type=click.Choice(("fp32", "bf16", "fp16")), default=None,
                      help="Gradient reduce dtype (default fp32)."),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",

@@ -42,8 +42,9 @@ def search_options(f):
                      help="Tokens per sequence (8k = 8,192: k and m are binary here)."),
         click.option("--global-batch", default=None,
                      help="Sequences per step (default: about 4M tokens, a power of two)."),
-        click.option("--precision", type=click.Choice(PRECISIONS),
-                     default="bf16", show_default=True),
+        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Number format of the compute (default: the GPU's 16-bit format, bf16, "
+                          "or fp16 on a GPU without bf16 such as the V100)."),
         click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
                      show_default=True),
         *kernel_options(),
@@ -115,7 +116,7 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     GPU's own memory, training, results by count, the ranking)."""
     from fsdpsim.drivers import procurement
     from fsdpsim.cli.predict import (_auto_int, build_system, global_batch_or_default,
-                                     kernel_knobs, model_at)
+                                     kernel_knobs, model_at, precision_for)
     from fsdpsim.drivers.search.run import budget_system, search
     from fsdpsim.drivers.search.space import SearchSpace, parse_fix
     from fsdpsim.plan.parallel import TrainingConfig
@@ -123,6 +124,8 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     counts = _counts(o["num_gpus"])
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
     spec = model_at(o["model"], seq)
+    o = {**o, "precision": precision_for(o["precision"],
+                                         build_system(ctx, **{**o, "num_gpus": counts[0]}))}
     training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
                                   o["global_batch"], seq), precision=o["precision"],
                               optimizer=o["optimizer"], **kernel_knobs(o))

@@ -115,10 +115,11 @@ def _figures(rows, data, training, run) -> tuple[list[tuple[str, str, str]], lis
             f"Network: MFU of {spec.name} on {n:,} {gpu} (FSDP, seq {training.seq_len:,}) over "
             "inter-node bandwidth per GPU and tokens per GPU per micro-batch; the dashed line "
             "is the bandwidth that hides the data-parallel collectives.",
-            lambda gpu=gpu, spec=spec, n=n, sys=row.case.system: plots.bandwidth_map(
+            lambda gpu=gpu, spec=spec, n=n, sys=row.case.system,
+            precision=row.case.precision or training.precision: plots.bandwidth_map(
                 plot_data.bandwidth_map_rows(
                     spec.name, gpu, num_gpus=n, gpus_per_node=sys.gpus_per_node,
-                    seq_len=training.seq_len, precision=training.precision,
+                    seq_len=training.seq_len, precision=precision,
                     bandwidths_gbps=plot_data.MAP_BANDWIDTHS_GBPS[::_MAP_STRIDE])))
     return out, missing
 

@@ -164,9 +164,10 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
         cols, inverse = t.model_columns(t.spec_of[p["m"][o], p["sq"][o]],
                                         t.plan["shard_size"][plan], t.plan["tp"][plan])
         _gather(cols, inverse, x)
-        _gather(t.system, np.ravel_multi_index((p["h"][o], p["pr"][o]), t.system_reason.shape), x)
+        at = np.ravel_multi_index((p["h"][o], p["pr"][o]), t.system_reason.shape)
+        _gather(t.system, at, x)
         _gather(t.plan, plan, x)
-        _gather(t.training, p["pr"][o], x)
+        _gather(t.training, at, x)
         x.update(seq_len=seq[o], micro_batch=c["mb"][rows], recompute=c["rc"][rows],
                  grad_accum=c["accum"][rows])
         # Even pipeline stages (the model checks guarantee the split).

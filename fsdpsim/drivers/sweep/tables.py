@@ -40,7 +40,8 @@ class _Tables:
         self.system_reason = np.full((nh, npr), None, dtype=object)
         rows = []
         for h, hw in enumerate(grid.hardware):
-            for p, precision in enumerate(grid.precisions):
+            for p in range(npr):
+                precision = grid.precision_at(h, p)
                 try:
                     rows.append(system_inputs(hw.system, precision))
                 except ConfigError as exc:  # never evaluated: the point is invalid
@@ -87,7 +88,7 @@ class _Tables:
             fp8_attention=grid.fp8_attention and p in LOW_PRECISION,
             fp8_lm_head=grid.fp8_lm_head and p in LOW_PRECISION,
             recompute_modules=grid.recompute_modules, cuda_graphs=grid.cuda_graphs))
-            for p in grid.precisions])
+            for p in grid.precision_names])  # per system x precision, as self.system
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
         # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
         # 2 x CP): a reason per (spec, layout, sequence length).
