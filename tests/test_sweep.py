@@ -179,6 +179,11 @@ POINTS = [  # (sweep options, predict arguments): fixed micro-batch and recomput
       "recompute": "full", "tp": "8", "sharding": "optimizer", "tp_overlap": "true"},
      ("llama3-70b", "h100", 64, "optimizer", dict(micro_batch=1, recompute="full"),
       dict(tp=8, tp_overlap=True))),
+    ({"model": "llama3-8b", "gpu": "h100", "num_gpus": "32", "micro_batch": "2",
+      "recompute": "op-selective", "tp": "2", "seq_len": "8192", "global_batch": "64"},
+     ("llama3-8b", "h100", 32, "full",
+      dict(micro_batch=2, recompute="op-selective", seq_len=8192, global_batch=64),
+      dict(tp=2))),
 ]
 
 

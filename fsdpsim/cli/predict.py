@@ -303,7 +303,10 @@ def predict_options(f):
                      help="Reduce-scatter gradients every micro-batch, or only the last "
                           "(FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False))."),
         click.option("--recompute", type=click.Choice(("auto",) + RECOMPUTES), default="auto",
-                     show_default=True),
+                     show_default=True,
+                     help="selective: the attention core (Megatron); op-selective: torchtitan's "
+                          "per-op policy (every second matmul, attention kept); auto tries none, "
+                          "selective, full."),
         click.option("--recompute-layers", type=option_type(Rule(0, MAX_COUNT, whole=True)),
                      default=None,
                      help="Recompute only the first K layers of each pipeline stage "

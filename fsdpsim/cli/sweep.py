@@ -63,8 +63,11 @@ def grid_options(f):
         click.option("--sharding", multiple=True,
                      help=f"Strategies or auto (free); default full. {SHARDING_HELP}."),
         click.option("--recompute", multiple=True,
-                     help="none, selective, full, or auto (free); default auto."),
-        click.option("--precision", multiple=True, help="bf16, fp16, fp8, fp32; default bf16."),
+                     help="none, selective, full, op-selective (torchtitan's per-op policy), or "
+                          "auto (free: none, selective, full); default auto."),
+        click.option("--precision", multiple=True,
+                     help="bf16, fp16, fp8, fp32; default: each GPU's 16-bit format (bf16, or "
+                          "fp16 on a GPU without bf16 such as the V100)."),
         click.option("--grad-sync", multiple=True,
                      help="With accumulation, reduce gradients every micro-batch or only the "
                           "last, for the sharded strategies: every, last or both (every,last: "

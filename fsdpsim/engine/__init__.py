@@ -15,7 +15,8 @@ else; every formula lives in :mod:`fsdpsim.costs` with its source:
    :mod:`fsdpsim.drivers.sensitivity`, from the engine's response to each resource).
 
 Categorical inputs are integer codes so a grid can mix them: ``strategy`` (see
-:data:`fsdpsim.costs.comm.STRATEGY_CODES`), ``recompute`` (0 none, 1 selective, 2 full),
+:data:`fsdpsim.costs.comm.STRATEGY_CODES`), ``recompute`` (0 none, 1 selective, 2 full,
+3 op-selective),
 ``optimizer`` (0 adamw, 1 sgd), ``pp_schedule`` (:data:`fsdpsim.costs.schedule.SCHEDULE_CODES`),
 and 0/1 flags ``swiglu``, ``rotary``, ``reshard``, ``flash``, ``sequence_parallel``,
 ``cp_all2all``, ``tp_overlap``.
@@ -33,7 +34,7 @@ from fsdpsim.engine import collectives, expert_comm, heap, layers, metrics, moe,
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
 
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "op-selective": 3}
 OPTIMIZER_CODES = {"adamw": 0, "sgd": 1}
 BOTTLENECKS = ("compute", "hbm_bandwidth", "intra_node_link", "inter_node_link",
                "memory_capacity", "pipeline_bubble", "collective_latency")
@@ -168,11 +169,20 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     block_fwd_s = lt["block_fwd_s"] + tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]
     # Full recompute replays the layer's forward, its TP/CP collectives with it (Megatron's
     # CheckpointFunction and torch's checkpoint rerun the forward ops, collectives included;
-    # selective recompute reruns only the attention core, between them).
-    replay = where(np.asarray(g["recompute"]) == 2, rc_share, 0.0)
+    # selective recompute reruns only the attention core, between them). torchtitan's op-level
+    # policy saves the reduce-scatter outputs and the attention's, and reruns the all-gathers:
+    # half the sequence-parallel TP collectives, all of them without sequence parallelism
+    # (costs.activations [5]).
+    rc_code = np.asarray(g["recompute"])
+    replay = tp_replay = where(rc_code == 2, rc_share, 0.0)
     block_bwd_s = (lt["block_bwd_s"] + rc_share * lt["recompute_s"] + tpc["tp_layer_bwd_exposed_s"]
                    + cpc["cp_layer_bwd_exposed_s"]
                    + replay * (tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]))
+    if any_of(rc_code == 3):
+        tp_replay = where(rc_code == 3, where(g["sequence_parallel"] > 0, 0.5, 1.0) * rc_share,
+                          replay)
+        block_bwd_s = block_bwd_s + where(rc_code == 3,
+                                          tp_replay * tpc["tp_layer_fwd_exposed_s"], 0.0)
     root_tp_s = tpc["tp_root_s"]
     if has_moe:  # the MoE layers' exposed all-to-alls (replayed with full recompute)
         block_fwd_s = block_fwd_s + phi * ep["fwd_exposed_s"]
@@ -274,9 +284,9 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
                                      + dpc["hsdp_ar_root_s"], 0.0)
                     + where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0)
                     + where(grads_ar, zero1_grads_s, 0.0))
-    tp_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
+    tp_s = k * (L_stage * ((1.0 + tp_replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
                 + root_tp_s)
-    tp_exposed_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_exposed_s"]
+    tp_exposed_s = k * (L_stage * ((1.0 + tp_replay) * tpc["tp_layer_fwd_exposed_s"]
                                    + tpc["tp_layer_bwd_exposed_s"])
                         + root_tp_s)
     cp_s = k * L_stage * ((1.0 + replay) * cpc["cp_layer_fwd_s"] + cpc["cp_layer_bwd_s"])
@@ -379,7 +389,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         "all_reduce_bytes": all_reduce_bytes,
         "tp_s": tp_s,
         "tp_exposed_s": tp_exposed_s,
-        "tp_bytes": k * (L_stage * (tpc["tp_layer_bytes"] + replay * tpc["tp_layer_fwd_bytes"])
+        "tp_bytes": k * (L_stage * (tpc["tp_layer_bytes"] + tp_replay * tpc["tp_layer_fwd_bytes"])
                          + tpc["tp_root_bytes"]),
         "cp_s": cp_s,
         "cp_exposed_s": cp_exposed_s,
