@@ -184,6 +184,14 @@ CLUSTERS = ["eos", "dgx-h100", "p4d", "frontier", "lumi-g", "juwels-booster", "s
 NETWORKS = ["ib-ndr-400", "ib-hdr-200", "efa-v1", "roce-100", "slingshot-11", "gcp-tcpx",
             "no-such-net"]
 SHARED_OPTIONS = {  # options predict and sweep both take, with the same meaning
+    "--price": _mostly(st.sampled_from(["2.5", "$2.5/h", "0.0001", "1e4", "3/gpu-hour",
+                                        "h100=2.5/h", "h100=$0.0001"]),
+                       st.sampled_from(["nan", "-1", "1e5", "cheap", "", "h100=1e5", "a100=nan",
+                                        "h100=inf", "h100=-1", "h100"])),
+    "--optimizer": _mostly(st.sampled_from(["adamw", "sgd"]), st.just("adam")),
+    "--zero": _mostly(st.sampled_from(["0", "1", "2", "3"]), st.just("4")),
+    "--framework": _mostly(st.sampled_from(["torch", "megatron", "fsdp1", "deepspeed-zero3",
+                                            "internevo", "nanotron"]), st.just("jax")),
     "--model": _mostly(st.sampled_from(MODELS), st.one_of(_WORD, _GARBAGE)),
     "--gpu": _mostly(st.sampled_from(GPUS), st.one_of(_WORD, _GARBAGE)),
     "--cluster": _mostly(st.sampled_from(CLUSTERS)),
@@ -233,21 +241,16 @@ SHARED_OPTIONS = {  # options predict and sweep both take, with the same meaning
     "--moe-imbalance": _float([1, 1.1, 2], [0.99, 1001, "-1"]),
 }
 PREDICT_ONLY = {
-    "--price": _mostly(st.sampled_from(["2.5", "$2.5/h", "0.0001", "1e4", "3/gpu-hour"]),
-                       st.sampled_from(["h100=2.5/h", "nan", "-1", "1e5", "cheap", ""])),
     "--shard-group-size": _count([1, 2, 8, 16, 3]),
     "--reduce-dtype": _mostly(st.sampled_from(["fp32", "bf16", "fp16"]), st.just("fp8")),
-    "--optimizer": _mostly(st.sampled_from(["adamw", "sgd"]), st.just("adam")),
     "--eager-attention": st.just(None),
     "--no-reshard-after-forward": st.just(None),
-    "--zero": _mostly(st.sampled_from(["0", "1", "2", "3"]), st.just("4")),
     "--dp-shard": _count([1, 2, 8, 64]),
     "--dp-replicate": _count([1, 2, 8]),
     "--pp-first-layers": _count([1, 2, 15, 31]),
     "--pp-last-layers": _count([1, 2, 15, 31]),
     "--pp-layers": _mostly(st.sampled_from(["16,16", "8,8,8,8", "7,9,9,7", "1,31"]),
                            st.sampled_from(["0,32", "8,8,8,9", "x", "", "8,,8", "-1,33"])),
-    "--framework": _mostly(st.sampled_from(["torch", "megatron"]), st.just("jax")),
     "--mesh-order": _mostly(st.sampled_from(["pp,dp_replicate,dp_shard,cp,tp",
                                              "tp,cp,dp_shard,dp_replicate,pp"]),
                             st.sampled_from(["tp,tp", "dp", ""])),
@@ -256,8 +259,6 @@ PREDICT_ONLY = {
 SWEEP_ONLY = {
     "--model-sizes": _mostly(st.sampled_from(["7b", "1b..10b", "1e6", "1e15", "1e16", "1m",
                                               "10t", "1b..1t"])),
-    "--price": _mostly(st.sampled_from(["h100=2.5/h", "h100=$0.0001", "h100=1e5", "a100=nan",
-                                        "h100=inf", "h100=-1", "h100"])),
     "--best": st.just(None),
     "--no-ceilings": st.just(None),
 }
@@ -621,6 +622,9 @@ _GRID_VALUES = {
     "fp8-lm-head": ["true", "false", '"yes"'],
     "recompute-modules": ['"mla_up_proj,moe_act"', '"mlp"', '"attn"', "3", '["mlp", "moe_act"]'],
     "cuda-graphs": ['"full"', '"partial"', '"none"', '"always"', "2", '["full", "none"]'],
+    "framework": ['"megatron"', '"torch"', '"deepspeed-zero3"', '"jax"', "3", '["fsdp1"]'],
+    "zero": ["3", '"0,1,2,3"', "[1, 3]", "4", '"-1"', '"x"'],
+    "optimizer": ['"sgd"', '"adamw"', '"adam"', "1", '["sgd", "adamw"]'],
 }
 assert set(_GRID_VALUES) == set(GRID_KEYS)
 

@@ -67,6 +67,7 @@ def test_notebook_runs(name, kernel):
     errors = [out for cell in nb.cells for out in cell.get("outputs", [])
               if out.get("output_type") == "error"]
     assert not errors
+    assert not _warnings(nb)
     text = outputs_text(nb)
     # fsdpsim comes from this repository, not from an installed copy.
     assert f"from {ROOT / 'fsdpsim'}" in text
@@ -96,3 +97,11 @@ def test_notebook_saved_with_its_outputs(name):
     assert sum(len(cell.outputs) for cell in code) >= len(code) // 2
     assert not [out for cell in code for out in cell.outputs if out.output_type == "error"]
     assert "Traceback" not in outputs_text(nb)
+    assert not _warnings(nb), f"{name}: saved with warnings on stderr"
+
+
+def _warnings(nb) -> list[str]:
+    """What the cells wrote to stderr (pandas' and numpy's warnings land there)."""
+    return [out.text for cell in nb.cells if cell.cell_type == "code"
+            for out in cell.get("outputs", [])
+            if out.get("output_type") == "stream" and out.get("name") == "stderr"]

@@ -25,6 +25,9 @@ def test_wheel_contains_package_catalog_and_entry_point(tmp_path):
     in_tree = {"fsdpsim/hardware_catalog/" + p.relative_to(ROOT / "hardware_catalog").as_posix()
                for p in (ROOT / "hardware_catalog").rglob("*.toml")}
     assert shipped == in_tree and len(in_tree) >= 18
+    models = {n for n in names if n.startswith("fsdpsim/model_catalog/") and n.endswith(".toml")}
+    assert models == {"fsdpsim/model_catalog/" + p.name
+                      for p in (ROOT / "model_catalog").glob("*.toml")} and len(models) >= 10
     data = {n for n in names if n.startswith("fsdpsim/validation_data/") and n.endswith(".csv")}
     assert data == {"fsdpsim/validation_data/" + p.name
                     for p in (ROOT / "validation" / "data").glob("*.csv")} and len(data) >= 4
@@ -38,12 +41,14 @@ def test_builtin_catalog_found_without_the_source_tree(monkeypatch, tmp_path):
     """From another directory the catalog still loads (the package locates its own data)."""
     monkeypatch.chdir(tmp_path)
     code = ("from fsdpsim.hardware.catalog import load_catalog; "
-            "print(len(load_catalog(use_env=False).ids('accelerator')))")
+            "from fsdpsim.model.presets import list_models; "
+            "print(len(load_catalog(use_env=False).ids('accelerator')), len(list_models()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert int(out.stdout) >= 26
+    accelerators, models = map(int, out.stdout.split())
+    assert accelerators >= 26 and models >= 51
 
 
 def test_shipped_measurements_resolve_by_name_from_any_folder(tmp_path):

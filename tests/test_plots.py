@@ -540,3 +540,97 @@ def test_cli_plot_errors_on_rows(capsys, tmp_path, rows_csv):
     empty.write_text("")
     rc, _, err = run(capsys, "plot", "pareto", "--input", str(empty), "-o", str(tmp_path / "p.png"))
     assert rc == 2 and "cannot be read" in err and err.count("\n") == 1
+
+
+def _visible_boxes(fig, texts):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return renderer, [t.get_window_extent(renderer) for t in texts
+                      if t.get_visible() and t.get_text().strip()]
+
+
+def test_procurement_pareto_labels_overlap_nothing_and_stay_inside(cat):
+    """Many close options: every shown label is clear of the others and of the legend and
+    inside the plotting area; every label of the front is shown."""
+    rows = sweep(cat, model="llama3-70b", gpu="h100,h200,b200,mi300x,a100",
+                 num_gpus="256,512,1024,2048", tokens="15t", best=True)
+    fig = plots.procurement_pareto(rows)
+    ax = fig.axes[0]
+    renderer, boxes = _visible_boxes(fig, ax.texts)
+    legends = [lg.get_window_extent(renderer) for lg in fig.legends]
+    legends += [a.get_legend().get_window_extent(renderer) for a in fig.axes if a.get_legend()]
+    area = ax.get_window_extent(renderer)
+    assert legends and len(boxes) >= 8
+    for i, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[i + 1:] + legends)
+        assert area.x0 <= a.x0 and a.x1 <= area.x1 and area.y0 <= a.y0 and a.y1 <= area.y1
+    front = [t for t in ax.texts if t.get_gid() == plots_procurement.FRONT_LABEL_GID]
+    assert all(t.get_visible() for t in front)
+    total = next(c for c in ax.child_axes if c.get_gid() == plots_procurement.TOTAL_AXIS_GID)
+    low, high = total.get_ylim()
+    shown = [t for t in total.yaxis.get_ticklabels() if t.get_text().strip()
+             and low <= t.get_position()[1] <= high]
+    assert len(shown) >= 3, [t.get_text() for t in shown]  # the right axis can be read
+
+
+def test_compare_memory_legend_covers_no_bar_label(cat):
+    """The legend sits outside the bars' area: no value label under it."""
+    from fsdpsim.report.plots import compare as plots_compare
+    from fsdpsim.drivers.compare import sweep_frame
+
+    rows = _report_rows()
+    fig = plots_compare.memory_bars(sweep_frame(rows))
+    renderer, boxes = _visible_boxes(fig, fig.axes[0].texts)
+    legends = [lg.get_window_extent(renderer) for lg in fig.legends]
+    legends += [a.get_legend().get_window_extent(renderer) for a in fig.axes if a.get_legend()]
+    assert legends and boxes
+    assert not any(b.overlaps(lg) for b in boxes for lg in legends)
+
+
+def _report_rows():
+    from fsdpsim.drivers.compare import Case, compare
+    from fsdpsim.hardware.catalog import load_catalog
+
+    catalog = load_catalog()
+    spec = get_model("llama3-70b")
+    cases = [Case(spec, gpu, resolve_system(catalog, gpu=gpu), 256)
+             for gpu in ("h100", "b200", "mi300x")]
+    return compare(cases, TrainingConfig(seq_len=4096, global_batch=1024))
+
+
+def test_report_bandwidth_map_runs_the_rows_own_mesh():
+    """The map of a row whose searched plan the sweep can run is that plan's mesh (its TP
+    degree in every row of the map); one it cannot run (an uneven pipeline split) is FSDP, and
+    the caption says which."""
+    from fsdpsim.report import html
+
+    for row in _report_rows():
+        caption, rows = html._bandwidth_map(row, TrainingConfig(seq_len=4096,
+                                                                global_batch=1024), plot_data)
+        plan = row.prediction.plan
+        if "uneven pipeline split" in caption:
+            assert plan["pp"] > 1 and "FSDP" in caption
+        else:
+            assert plan["line"].split(" × ")[0].split("(")[0] in caption
+        ran = rows[rows["mfu"].notna()]
+        assert not ran.empty
+        tp = 1 if "uneven" in caption else plan["tp"]
+        assert (ran["plan.tp"].astype(int) == tp).all()
+
+
+def test_procurement_pareto_log_cost_axis_keeps_readable_right_ticks(cat):
+    """Costs spanning more than 8x draw on a log axis; the total-cost axis beside it still
+    shows at least three labelled ticks (not only the one decade inside the range)."""
+    rows = sweep(cat, model="llama3-70b", gpu="h100,b200", num_gpus="256,512,1024",
+                 tokens="15t", best=True)
+    rows = rows.assign(cost_usd_per_million_tokens=rows["cost_usd_per_million_tokens"].where(
+        rows["gpu"] != "b200", rows["cost_usd_per_million_tokens"] * 12))
+    fig = plots.procurement_pareto(rows)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    fig.canvas.draw()
+    total = next(c for c in ax.child_axes if c.get_gid() == plots_procurement.TOTAL_AXIS_GID)
+    low, high = total.get_ylim()
+    shown = [t for t in total.yaxis.get_ticklabels(which="both") if t.get_text().strip()
+             and low <= t.get_position()[1] <= high]
+    assert len(shown) >= 3, [t.get_text() for t in shown]

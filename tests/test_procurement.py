@@ -150,7 +150,7 @@ def test_predict_without_a_price_says_how_to_give_one():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--price", "cheap"], "--price"), (["--price", "h100=2/h"], "--price"),
+    (["--price", "cheap"], "--price"), (["--price", "b200=2/h"], "--price"),
     (["--price", "-1"], "--price"), (["--pue", "0.9"], "--pue"),
     (["--tokens", "1e20"], "--tokens"), (["--gpu-mtbf-hours", "0"], "--gpu-mtbf-hours"),
     (["--checkpoint-gb-per-s", "nan"], "--checkpoint-gb-per-s"),
@@ -158,8 +158,8 @@ def test_predict_without_a_price_says_how_to_give_one():
 ])
 def test_bad_run_options_are_one_line(capsys, args, needle):
     for command in ("predict", "sweep"):
-        if command == "sweep" and args[0] == "--price":
-            continue
+        if command == "sweep" and args[1] == "b200=2/h":
+            continue  # a grid's price list may name GPUs the grid does not run on
         rc, out, err = run(capsys, command, "--num-gpus", "8", *args)
         assert_one_line_error(rc, out, err)
         assert needle in err

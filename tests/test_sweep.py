@@ -557,3 +557,49 @@ def test_seq_len_k_is_1024_and_the_help_says_so(cat):
     assert "k = 1,024" in " ".join(invoke("plot", "--help").split())  # --tokens-per-gpu
     d = json.loads(invoke("predict", "--seq-len", "8k", "--format", "json"))
     assert d["training"]["seq_len"] == 8192
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+@pytest.mark.parametrize("args", [
+    ("--framework", "megatron", "--tp", "2", "--num-gpus", "16"),
+    ("--framework", "megatron-2021", "--precision", "fp8", "--num-gpus", "8"),
+    ("--framework", "deepspeed-zero3", "--num-gpus", "16"),
+    ("--framework", "fsdp1", "--zero", "2", "--num-gpus", "8"),
+    ("--framework", "internevo", "--zero", "1", "--num-gpus", "16"),
+    ("--framework", "nanotron", "--optimizer", "sgd", "--tp", "2", "--num-gpus", "8"),
+    ("--framework", "megatron", "--precision", "nvfp4", "--gpu", "b200", "--num-gpus", "8"),
+    ("--zero", "0", "--optimizer", "sgd", "--num-gpus", "16"),
+    ("--zero", "3", "--num-gpus", "8")])
+def test_framework_zero_and_optimizer_in_sweep_equal_predict(args):
+    """sweep's --framework, --zero and --optimizer: every field of the row is predict's with
+    the same flags (the framework's kernel stack, collectives, uncertainty and knob defaults,
+    the ZeRO stage's plan, the optimizer's states and checkpoint)."""
+    common = ("--model", "llama3-8b", "--micro-batch", "1", "--recompute", "selective",
+              *args)
+    rows = json.loads(invoke("sweep", *common, "--format", "json"))
+    assert len(rows) == 1
+    assert rows[0]["infeasible"] is None or rows[0]["infeasible"].startswith("does not fit")
+    p = flatten(json.loads(invoke("predict", *common, "--format", "json")))
+    diffs = {k: (v, rows[0].get(k, "absent")) for k, v in p.items()
+             if not k.startswith("chosen") and k not in ("notes", "advice", "fit_advice")
+             and not (_missing(v) and _missing(rows[0].get(k))) and rows[0].get(k) != v}
+    assert diffs == {}
+
+
+def test_zero_is_the_sharding_axis_and_not_beside_sharding(cat, capsys):
+    by_zero = sweep(cat, zero="0,1,2,3", num_gpus="8", micro_batch="1", recompute="none")
+    by_name = sweep(cat, sharding="none,optimizer,grad_op,full", num_gpus="8", micro_batch="1",
+                    recompute="none")
+    assert list(by_zero["plan.sharding"]) == ["none", "optimizer", "grad_op", "full"]
+    assert list(by_zero["tokens_per_s"]) == list(by_name["tokens_per_s"])
+    line = assert_one_line_error(*run(capsys, "sweep", "--zero", "1", "--sharding", "full"))
+    assert "--sharding or --zero" in line
+    line = assert_one_line_error(*run(capsys, "sweep", "--zero", "4"))
+    assert "--zero" in line
+    line = assert_one_line_error(*run(capsys, "sweep", "--framework", "jax"))
+    assert "--framework" in line and "megatron" in line
+    line = assert_one_line_error(*run(capsys, "sweep", "--optimizer", "adam"))
+    assert "--optimizer" in line and "adamw" in line

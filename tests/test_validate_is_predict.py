@@ -2,8 +2,9 @@
 
 For every calibration file (``validation/data/*.csv``) the rows are read as ``validate`` reads
 them, and for each modelled row the ``predict`` call is built from the row's stated fields:
-the options dict ``fsdpsim predict`` parses from its flags (a cell the row leaves empty is a
-flag not given, so the framework profile's default applies on both sides), resolved by the
+the options dict ``fsdpsim predict`` parses from its flags, read through the knob registry's
+measurement columns (a cell the row leaves empty is a flag not given, so the framework
+profile's default applies on both sides), resolved by the
 CLI's own builders (:func:`fsdpsim.cli.predict.build_system`, ``build_plan``, ``kernel_knobs``
 in :func:`fsdpsim.cli.predict.build_prediction`). The model is the row's (a preset, or the
 architecture columns ``validate`` turns into a model), given to predict's builder as an object.
@@ -22,8 +23,7 @@ import pytest
 
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.predict import build_prediction, build_system
-from fsdpsim.hardware.system import BUSBW_COLUMNS
-from fsdpsim.measured.rows import is_empty, spec_for_row, truthy
+from fsdpsim.measured.rows import row_options, spec_for_row
 from fsdpsim.measured.validate import load_measurements, predict_measurements
 
 DATA = Path(__file__).resolve().parents[1] / "validation" / "data"
@@ -33,68 +33,10 @@ SAMPLE = 120
 CATALOG = load_catalog(use_env=False)
 
 
-def _given(row: pd.Series, column: str):
-    """The row's cell, or None (a flag not given) where it is empty or absent."""
-    value = row.get(column)
-    return None if is_empty(value) else value
-
-
-def _whole(row: pd.Series, column: str) -> int | None:
-    value = _given(row, column)
-    return None if value is None else int(float(value))
-
-
-def _number(row: pd.Series, column: str) -> float | None:
-    value = _given(row, column)
-    return None if value is None else float(value)
-
-
-def _switch(row: pd.Series, column: str) -> bool | None:
-    value = _given(row, column)
-    return None if value is None else truthy(value)
-
-
 def predict_options(row: pd.Series) -> dict:
-    """``fsdpsim predict``'s parsed options for the run one measurement row states."""
-    tp, pp, cp = (_whole(row, k) or 1 for k in ("tp", "pp", "cp"))
-    n_gpus = int(row["n_gpus"])
-    dp = n_gpus // (tp * pp * cp)
-    mb, ga = int(row["micro_batch"]), int(row["grad_accum"])
-    layers = _given(row, "pp_layers")
-    return {
-        "model": None, "gpu": str(row["gpu"]), "cluster": None, "num_gpus": n_gpus,
-        "gpus_per_node": int(row["gpus_per_node"]), "network": _given(row, "network"),
-        "inter_node_gbps_per_gpu": _number(row, "inter_node_gbps_per_gpu"),
-        "power_cap_w": _number(row, "power_cap_w"), "placement": "packed",
-        "seq_len": str(int(row["seq_len"])), "micro_batch": str(mb),
-        "global_batch": str(mb * ga * dp), "sharding": str(row["sharding"]),
-        "shard_group_size": _whole(row, "shard_group_size"),
-        "reshard_after_forward": True, "keep_params_gathered": False, "grad_sync": "every",
-        "recompute": str(row["recompute"]), "recompute_layers": _whole(row, "recompute_layers"),
-        "zero": None, "dp_shard": None, "dp_replicate": None,
-        "tp": tp, "pp": pp, "cp": cp, "vpp": _whole(row, "vpp") or 1,
-        "sequence_parallel": _switch(row, "sequence_parallel"), "tp_overlap": False,
-        "pp_schedule": _given(row, "pp_schedule"),
-        "pp_first_layers": _whole(row, "pp_first_layers"),
-        "pp_last_layers": _whole(row, "pp_last_layers"),
-        "pp_layers": None if layers is None else str(layers),
-        "cp_kind": _given(row, "cp_kind") or "ring",
-        "framework": _given(row, "recipe") or "fsdp2", "mesh_order": None,
-        "precision": _given(row, "precision") or "bf16",
-        "reduce_dtype": _given(row, "reduce_dtype"), "optimizer": "adamw",
-        "flash_attention": _switch(row, "flash_attention") is not False,
-        "dropout": bool(_switch(row, "dropout")),
-        "ep": _whole(row, "ep") or 1, "etp": _whole(row, "etp"),
-        "ep_overlap": _switch(row, "ep_overlap"),
-        "moe_capacity_factor": _number(row, "moe_capacity_factor"),
-        "moe_imbalance": _number(row, "moe_imbalance"), "moe_fp8_dispatch": False,
-        "moe_dispatcher": _given(row, "moe_dispatcher"),
-        "fp8_attention": _switch(row, "fp8_attention"),
-        "recompute_modules": _given(row, "recompute_modules"),
-        "fp8_lm_head": _switch(row, "fp8_lm_head"), "cuda_graphs": _given(row, "cuda_graphs"),
-        "fused_loss": _switch(row, "fused_loss"), "bf16_layers": _whole(row, "bf16_layers"),
-        **{column: _number(row, column) for column in BUSBW_COLUMNS},
-    }
+    """``fsdpsim predict``'s parsed options for the run one measurement row states (the knob
+    registry's columns: :func:`fsdpsim.measured.rows.row_options`)."""
+    return row_options(row)
 
 
 def _sample(frame: pd.DataFrame) -> pd.DataFrame:

@@ -67,13 +67,19 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version, help="Show the version and exit.")
-@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(),
-              envvar=None, help="Extra catalog folder (repeatable); also FSDPSIM_CATALOG.")
+@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(), envvar=None,
+              help="Extra catalog folder of hardware or models (repeatable); also "
+                   "FSDPSIM_CATALOG.")
 @click.pass_context
 def cli(ctx: click.Context, catalog_dirs: tuple[str, ...]) -> None:
     """fsdpsim: predict step time, throughput, MFU and memory of FSDP training."""
     ctx.ensure_object(dict)
     ctx.obj["catalog_dirs"] = catalog_dirs
+    if catalog_dirs:
+        from fsdpsim.model.catalog import use_folders
+
+        use_folders(catalog_dirs)  # models of these folders, wherever this command names one
+        ctx.call_on_close(lambda: use_folders(()))  # and not in the next command of a process
 
 
 # -- catalog -------------------------------------------------------------------------------------
@@ -178,14 +184,15 @@ def model() -> None:
 @model.command("list")
 @FORMAT_OPTION
 def model_list(fmt: str) -> None:
-    """List the built-in model presets."""
-    from fsdpsim.model.presets import PRESETS
+    """List the model presets (built-in and those of --catalog folders)."""
+    from fsdpsim.model.catalog import user_folders, with_folders
 
+    specs = with_folders(user_folders()).specs
     rows = [{"id": name, "n_params": spec.n_params, "active_params": spec.active_params,
              "n_layers": spec.n_layers, "d_model": spec.d_model, "n_heads": spec.n_heads,
              "kv_heads": spec.kv_heads, "ffn": f"{spec.ffn_kind} {spec.ffn_size}",
              "vocab": spec.vocab_size}
-            for name, spec in sorted(PRESETS.items(), key=lambda kv: kv[1].n_params)]
+            for name, spec in sorted(specs.items(), key=lambda kv: kv[1].n_params)]
     _emit_rows(rows, fmt)
 
 

@@ -8,16 +8,13 @@ from typing import Any
 
 import click
 
-from fsdpsim.plan.parallel import PRECISIONS
-
 from fsdpsim.report import render
-from fsdpsim.cli.predict import framework_option, kernel_options
+from fsdpsim.cli.knobs import knob_options
+from fsdpsim.cli.predict import kernel_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.report.compare_table import compare_text, notes, report_data
 from fsdpsim.util.errors import ConfigError
-from fsdpsim.util.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, option_type
 from fsdpsim.util.output import cannot_write, check_output_path, echo
-from fsdpsim.plan.parallel import FRAMEWORKS
 
 #: Width of the header and notes of the table view [characters].
 def compare_options(f):
@@ -31,24 +28,11 @@ def compare_options(f):
                      help="Node or cluster ids, comma-separated (rows beside the --gpu ones)."),
         click.option("--num-gpus", default="64", show_default=True,
                      help="GPUs per row, or a list (64,512) or range (64..1024): a row each."),
-        click.option("--gpus-per-node", type=option_type(GPUS), default=None),
-        click.option("--network", default=None, help="Network id between nodes (--gpu rows)."),
-        click.option("--inter-node-gbps-per-gpu", type=option_type(INTER_NODE_GBPS),
-                     default=None),
-        click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None),
-        click.option("--placement", type=click.Choice(("packed", "fragmented")),
-                     default="packed", show_default=True),
-        click.option("--seq-len", default="4096", show_default=True),
-        click.option("--global-batch", default=None,
-                     help="Sequences per step, the same for every row (default: about 4M "
-                          "tokens, a power of two)."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Number format of the compute (default: each GPU's 16-bit format, "
-                          "bf16, or fp16 on a GPU without bf16 such as the V100)."),
-        click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
-                     show_default=True),
-        *kernel_options(),
-        framework_option(),
+        *knob_options("compare", "gpus_per_node", "network", "inter_node_gbps_per_gpu",
+                      "power_cap_w", "placement", "seq_len", "global_batch", "precision",
+                      "optimizer"),
+        *kernel_options("compare"),
+        *knob_options("compare", "framework"),
         click.option("--plan", "plan_kind", type=click.Choice(("search", "fsdp")),
                      default="search", show_default=True,
                      help="search: the best plan `fsdpsim search` finds per row; fsdp: the FSDP "
@@ -58,8 +42,7 @@ def compare_options(f):
                                                        "time-to-train")),
                      default="throughput", show_default=True,
                      help="What the search ranks plans by (--plan search)."),
-        click.option("--price", default=None,
-                     help="Rent per GPU-hour, GPU=USD/h (h100=2.5/h,b200=5); default: catalog."),
+        *knob_options("compare", "price"),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -77,7 +60,7 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     from fsdpsim.cli.predict import (_auto_int, build_system, global_batch_or_default,
                                      kernel_knobs, model_at)
     from fsdpsim.drivers.compare import MAX_ROWS, Case, compare
-    from fsdpsim.drivers.sweep.values import parse_counts, parse_prices
+    from fsdpsim.drivers.sweep.values import parse_counts, parse_prices, price_of
     from fsdpsim.plan.parallel import TrainingConfig
     from fsdpsim.drivers.search.space import SearchSpace
 
@@ -110,7 +93,8 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
                 own = (None if o["precision"] is not None
                        else system.accelerator.default_precision)
                 cases.append(Case(spec, ident, system, n,
-                                  prices.get(system.accelerator.id), kind=kind, model_id=name,
+                                  price_of(prices, system.accelerator.id), kind=kind,
+                                  model_id=name,
                                   precision=None if own == training.precision else own))
     space = SearchSpace(framework=o["framework"])
     rows = compare(cases, training, plan=o["plan_kind"], run=run, space=space,

@@ -7,24 +7,14 @@ from typing import Any
 
 import click
 
-from fsdpsim.plan.parallel import CUDA_GRAPHS, MOE_DISPATCHERS, PRECISIONS
-
 from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.cli.knobs import knob_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
-from fsdpsim.plan.parallel import (
-    CP_KINDS,
-    FRAMEWORKS,
-    PP_SCHEDULES,
-    RECOMPUTES,
-    SHARDING_HELP,
-    SHARDINGS,
-    ParallelPlan,
-    TrainingConfig,
-)
-from fsdpsim.util.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT,  # noqa: F401
-                             POWER_CAP_W, VPP, Rule, count_rule, option_type, read_number)
+from fsdpsim.plan.knobs import option_default
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.util.numbers import GPUS, count_rule, option_type, read_number
 from fsdpsim.util.output import echo
 from fsdpsim.report.predict_table import predict_table
 from fsdpsim.util.units import GIB_BYTES
@@ -155,15 +145,6 @@ def precision_for(given: str | None, system) -> str:
     return given if given is not None else system.accelerator.default_precision
 
 
-def framework_option(text: str = "Framework profile every plan runs on."):
-    """``--framework NAME``: a profile of :mod:`fsdpsim.plan.frameworks` (or an alias); the
-    names are listed in the help text, not in the option's column, so help stays within 100
-    columns."""
-    return click.option("--framework", type=click.Choice(FRAMEWORKS, case_sensitive=False),
-                        metavar="NAME", default="fsdp2", show_default=True,
-                        help=f"{text} Accepted: {', '.join(FRAMEWORKS)}.")
-
-
 def ep_overlap_of(o: dict) -> bool:
     """``--ep-overlap``, or the ``--framework`` profile's default where it is not given."""
     from fsdpsim.plan.frameworks import knob_default
@@ -173,15 +154,14 @@ def ep_overlap_of(o: dict) -> bool:
                 if given is None else given)
 
 
-#: The options a ``--plan`` line states, with their defaults: giving one beside ``--plan`` is
-#: an error (the plan would be said twice).
-PLAN_OPTIONS = {"sharding": "full", "shard_group_size": None, "reshard_after_forward": True,
-                "keep_params_gathered": False, "grad_sync": "every", "recompute": "auto",
-                "recompute_layers": None, "zero": None, "dp_shard": None, "dp_replicate": None,
-                "tp": 1, "sequence_parallel": None, "tp_overlap": False, "pp": 1, "vpp": 1,
-                "pp_schedule": None, "pp_first_layers": None, "pp_last_layers": None, "cp": 1,
-                "cp_kind": "ring", "mesh_order": None, "micro_batch": "auto", "ep": 1,
-                "pp_layers": None, "etp": None, "ep_overlap": None}
+#: The options a ``--plan`` line states, with their defaults (:mod:`fsdpsim.plan.knobs`): giving
+#: one beside ``--plan`` is an error (the plan would be said twice).
+PLAN_OPTIONS = {name: option_default(name) for name in (
+    "sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
+    "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate", "tp",
+    "sequence_parallel", "tp_overlap", "pp", "vpp", "pp_schedule", "pp_first_layers",
+    "pp_last_layers", "cp", "cp_kind", "mesh_order", "micro_batch", "ep", "pp_layers", "etp",
+    "ep_overlap")}
 
 
 def plan_option(o: dict, system):
@@ -239,22 +219,17 @@ def build_plan(o: dict, system) -> ParallelPlan:
                         **hybrid)
 
 
-def busbw_options() -> list:
+def busbw_options(command: str = "predict") -> list:
     """``--busbw-allreduce-intra-gbs`` ... (:data:`fsdpsim.hardware.system.BUSBW_COLUMNS`): measured
     bus bandwidths (nccl-tests busbw, GB/s) that replace the modelled ones; ``validate`` reads
     the same names as measurement columns."""
-    from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS, busbw_option
+    from fsdpsim.hardware.system import BUSBW_COLUMNS
 
-    words = {"busbw_allreduce_intra_gbs": "all-reduce inside one node",
-             "busbw_allreduce_inter_gbs": "all-reduce over groups spanning nodes",
-             "busbw_allgather_inter_gbs": "all-gather over groups spanning nodes",
-             "busbw_reducescatter_inter_gbs": "reduce-scatter over groups spanning nodes"}
-    return [click.option(busbw_option(c), c, type=option_type(BUSBW_GBS), default=None,
-                         help=f"Measured bus bandwidth (nccl-tests busbw, GB/s) of "
-                              f"{words[c]}; replaces the model's.") for c in BUSBW_COLUMNS]
+    return knob_options(command, *BUSBW_COLUMNS)
 
 
 def predict_options(f):
+    k = lambda *names: knob_options("predict", *names)  # noqa: E731
     opts = [
         click.option("--model", "model", default="llama3-8b", show_default=True,
                      help="Preset id or path to a Hugging Face config.json."),
@@ -262,108 +237,18 @@ def predict_options(f):
         click.option("--cluster", default=None, help="Node or cluster id instead of --gpu."),
         click.option("--num-gpus", type=option_type(GPUS), default=8,
                      show_default=True),
-        click.option("--gpus-per-node", type=option_type(GPUS), default=None,
-                     help="Default: the node's, else 8."),
-        click.option("--network", default=None, help="Network id (NIC type) between nodes."),
-        click.option("--inter-node-gbps-per-gpu", type=option_type(INTER_NODE_GBPS),
-                     default=None,
-                     help="Override: inter-node Gb/s per GPU, one direction."),
-        click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None,
-                     help="Board power limit per GPU below TDP (nvidia-smi -pl); lowers the "
-                          "compute clock (uncalibrated DVFS model)."),
+        *k("gpus_per_node", "network", "inter_node_gbps_per_gpu", "power_cap_w"),
         *busbw_options(),
-        click.option("--placement", type=click.Choice(("packed", "fragmented")),
-                     default="packed", show_default=True,
-                     help="Where the job's nodes sit: packed (contiguous, rail-aligned: pods "
-                          "of an oversubscribed cluster are crossed only by groups larger than "
-                          "a pod) or fragmented (scattered: x0.7 inter-node bandwidth, wider "
-                          "range)."),
-        click.option("--seq-len", default="4096", show_default=True,
-                     help="Tokens per sequence; k = 1,024 here (32k = 32,768)."),
-        click.option("--micro-batch", default="auto", show_default=True),
-        click.option("--global-batch", default=None, help="Sequences per step; default: one "
-                     "micro-batch per GPU."),
+        *k("placement", "seq_len", "micro_batch", "global_batch"),
         click.option("--plan", "plan", default=None, metavar="TEXT",
                      help="The whole plan in one line, as search and compare print it (e.g. "
                           "'fsdp8 × tp8(sp) · ckpt none · mb 1'); instead of the plan options."),
-        click.option("--sharding", type=click.Choice(SHARDINGS), default="full",
-                     show_default=True, help=SHARDING_HELP),
-        click.option("--shard-group-size", type=option_type(GPUS), default=None,
-                     help="HSDP shard group (default: one node); with --sharding optimizer "
-                          "--framework internevo, its zero1 group (default: every "
-                          "data-parallel rank)."),
-        click.option("--reshard-after-forward/--no-reshard-after-forward", default=True,
-                     show_default=True),
-        click.option("--keep-params-gathered/--regather-params", default=False,
-                     show_default=True,
-                     help="With gradient accumulation: gather each unit once per step and keep "
-                          "it (costs the full unsharded parameters in memory)."),
-        click.option("--grad-sync", type=click.Choice(("every", "last")), default="every",
-                     show_default=True,
-                     help="Reduce-scatter gradients every micro-batch, or only the last "
-                          "(FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False))."),
-        click.option("--recompute", type=click.Choice(("auto",) + RECOMPUTES), default="auto",
-                     show_default=True,
-                     help="selective: the attention core (Megatron); op-selective: torchtitan's "
-                          "per-op policy (every second matmul, attention kept); auto tries none, "
-                          "selective, full."),
-        click.option("--recompute-layers", type=option_type(Rule(0, MAX_COUNT, whole=True)),
-                     default=None,
-                     help="Recompute only the first K layers of each pipeline stage "
-                          "(Megatron --recompute-num-layers); default: all."),
-        click.option("--zero", type=option_type(Rule(0, 3, whole=True)), default=None,
-                     help="ZeRO stage of the data dimension (0 DDP, 1 optimizer, 2 +gradients, "
-                          "3 +parameters = FSDP); the mesh spelling of --sharding."),
-        click.option("--dp-shard", type=option_type(GPUS), default=None,
-                     help="Data-parallel ranks the states are sharded over (with --zero)."),
-        click.option("--dp-replicate", type=option_type(GPUS), default=None,
-                     help="Replicas of each shard group (ZeRO-3: HSDP)."),
-        click.option("--tp", type=option_type(GPUS), default=1, show_default=True,
-                     help="Tensor-parallel degree (Megatron column/row split)."),
-        click.option("--sequence-parallel/--no-sequence-parallel", default=None,
-                     help="Split norm/dropout activations over TP (default: on when tp > 1)."),
-        click.option("--tp-overlap/--no-tp-overlap", default=False, show_default=True,
-                     help="Overlap TP collectives with GEMMs (async TP)."),
-        click.option("--pp", type=option_type(GPUS), default=1, show_default=True,
-                     help="Pipeline-parallel degree (stages)."),
-        click.option("--vpp", type=option_type(VPP), default=1,
-                     show_default=True,
-                     help="Virtual stages (model chunks) per pipeline rank: interleaved 1F1B."),
-        click.option("--pp-schedule", type=click.Choice(PP_SCHEDULES), default=None,
-                     help="Pipeline schedule (default: interleaved when --vpp > 1, else 1f1b)."),
-        click.option("--pp-first-layers", type=option_type(COUNT), default=None,
-                     help="Layers on the first pipeline stage (uneven split)."),
-        click.option("--pp-last-layers", type=option_type(COUNT), default=None,
-                     help="Layers on the last pipeline stage (uneven split)."),
-        click.option("--pp-layers", default=None, metavar="N,N,...",
-                     help="Layers on each pipeline stage, first to last (e.g. 31,32,32,31); "
-                          "default: the framework's split (even where the layers divide)."),
-        click.option("--cp", type=option_type(GPUS), default=1, show_default=True,
-                     help="Context-parallel degree (sequence split)."),
-        click.option("--cp-kind", type=click.Choice(CP_KINDS), default="ring", show_default=True,
-                     help="ring attention or all2all (Ulysses)."),
-        framework_option("Framework profile: recipe, NCCL release, collective granularity, "
-                         "overlap and kernel stack. fsdp2 (torch, torchtitan), fsdp1, "
-                         "deepspeed-zero3, deepspeed-zero3-2021 (a gather per parameter, no "
-                         "overlap), megatron (Megatron-Core), megatron-2021 (all-reduce after "
-                         "backward), internevo, nanotron."),
-        click.option("--mesh-order", default=None,
-                     help="Mesh dimensions outermost first, comma-separated (default "
-                          "pp,dp_replicate,dp_shard,cp,tp: TP innermost)."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Number format of the compute (default: the GPU's 16-bit format, bf16, "
-                          "or fp16 on a GPU without bf16 such as the V100)."),
-        click.option("--reduce-dtype", type=click.Choice(("fp32", "bf16", "fp16")), default=None,
-                     help="Gradient reduce dtype (default fp32)."),
-        click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
-                     show_default=True),
-        click.option("--flash-attention/--eager-attention", default=True, show_default=True),
-        click.option("--dropout/--no-dropout", default=False, show_default=True,
-                     help="Attention and residual dropout (Megatron GPT 0.1): its traffic "
-                          "and masks."),
-        click.option("--price", default=None,
-                     help="Rent per GPU-hour in USD (e.g. 2.5 or $2.5/h); default: the "
-                          "catalog's (the cloud node's or the GPU's)."),
+        *k("sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
+           "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate",
+           "tp", "sequence_parallel", "tp_overlap", "pp", "vpp", "pp_schedule",
+           "pp_first_layers", "pp_last_layers", "pp_layers", "cp", "cp_kind", "framework",
+           "mesh_order", "precision", "reduce_dtype", "optimizer", "flash_attention",
+           "dropout", "price"),
         *moe_options(),
     ]
     for opt in reversed(opts):
@@ -371,88 +256,22 @@ def predict_options(f):
     return run_options(f)
 
 
-#: Capacity factors and imbalance the options accept.
-MOE_FACTOR = Rule(0.01, 1000.0, also="none")
-MOE_IMBALANCE = Rule(1.0, 1000.0)
-
-
-def _factor_or_none():
-    """``--moe-capacity-factor``: a number (:data:`MOE_FACTOR`) or ``none`` (dropless)."""
-    inner = option_type(MOE_FACTOR)
-
-    class _Factor(click.ParamType):
-        name = "number|none"
-
-        def convert(self, value, param, ctx):
-            if isinstance(value, str) and value.strip().lower() == "none":
-                return None
-            return inner.convert(value, param, ctx)
-
-    return _Factor()
-
-
 def moe_options():
     """The mixture-of-experts options of ``predict`` (``sweep`` has their grid-wide forms)."""
-    return [
-        click.option("--ep", type=option_type(GPUS), default=1, show_default=True,
-                     help="Expert-parallel degree: each MoE layer's routed experts divided over "
-                          "ep ranks (folded over the data-parallel x CP ranks, Megatron-Core's "
-                          "expert mesh)."),
-        click.option("--etp", type=option_type(GPUS), default=None,
-                     help="Expert tensor-parallel degree (default: --tp)."),
-        click.option("--ep-overlap/--no-ep-overlap", default=None,
-                     help="Hide the expert all-to-alls behind another micro-batch's compute "
-                          "(DeepEP / DualPipe, Megatron's 1F1B all-to-all overlap); default: "
-                          "the --framework's (off)."),
-        click.option("--moe-capacity-factor", type=_factor_or_none(), default=None,
-                     help="Token dropping: experts padded to this factor times their mean "
-                          "load; none (default) = dropless."),
-        click.option("--moe-imbalance", type=option_type(MOE_IMBALANCE), default=None,
-                     help="Dropless: the busiest EP rank's routed tokens over the mean "
-                          "(default: the balanced-routing floor 1 + sqrt(2 ln(ep) / rows))."),
-        *kernel_options(),
-    ]
+    return [*knob_options("predict", "ep", "etp", "ep_overlap", "moe_capacity_factor",
+                          "moe_imbalance"),
+            *kernel_options("predict")]
 
 
-def kernel_options():
+#: The knobs of :func:`kernel_options`: TrainingConfig fields of predict, search and compare.
+KERNEL_KNOBS = ("moe_fp8_dispatch", "moe_dispatcher", "fp8_attention", "recompute_modules",
+                "fp8_lm_head", "cuda_graphs", "fused_loss", "bf16_layers")
+
+
+def kernel_options(command: str):
     """How attention and the expert dispatch run: options of ``predict``, ``search`` and
     ``compare`` (TrainingConfig fields, read by :func:`kernel_knobs`)."""
-    return [
-        click.option("--moe-fp8-dispatch/--no-moe-fp8-dispatch", default=False,
-                     show_default=True,
-                     help="Send the dispatch all-to-alls in FP8 with 1x128 block scales "
-                          "(DeepSeek-V3); combines stay 16-bit."),
-        click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
-                     help="alltoall: every routed copy to its expert's rank; deepep: once "
-                          "per destination node, then NVLink (DeepEP, HybridEP); default: "
-                          "the --framework's (alltoall)."),
-        click.option("--fp8-attention/--no-fp8-attention", default=None,
-                     help="Attention in FP8 too (Transformer Engine fp8_dot_product_"
-                          "attention); needs a low-precision --precision; default: off."),
-        click.option("--recompute-modules", default=None, metavar="LIST",
-                     help="Megatron's per-module recompute, comma-separated: mla_up_proj, "
-                          "mlp (dense layers), moe_act; beside --recompute none|selective; "
-                          "default: none."),
-        click.option("--fp8-lm-head/--no-fp8-lm-head", default=None,
-                     help="The LM head's GEMMs in the low-precision format too (Megatron-Core "
-                          "fp8_output_proj); default: 16-bit, as Megatron and torchtitan run "
-                          "it."),
-        click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS), default=None,
-                     help="What the step replays from CUDA graphs: none (every op costs host "
-                          "time), partial (each layer's own kernels; routed experts stay "
-                          "eager), full (the whole iteration; no host time); default: the "
-                          "--framework's (none)."),
-        click.option("--fused-loss/--no-fused-loss", default=None,
-                     help="Fused cross-entropy writing the gradient over the logits; default: "
-                          "the --framework's (megatron: on, Megatron-Bridge "
-                          "cross_entropy_loss_fusion; others off)."),
-        click.option("--bf16-layers", type=option_type(Rule(0, 2**14, whole=True)),
-                     default=None, metavar="N",
-                     help="Transformer layers kept in BF16 under a low-precision --precision "
-                          "(Megatron first_last_layers_bf16); default: --framework megatron "
-                          "none, else the format's recipe, 15 % of the layers for nvfp4 "
-                          "(arXiv 2509.25149), none for FP8."),
-    ]
+    return knob_options(command, *KERNEL_KNOBS)
 
 
 def kernel_knobs(o: dict) -> dict:
@@ -488,13 +307,14 @@ def register(cli: click.Group) -> None:
         """Predict step time, throughput, MFU, memory and bottleneck of one setup, and what a
         training run on it costs (rent, energy, days; with failures and checkpoints)."""
         from fsdpsim.drivers import procurement
+        from fsdpsim.drivers.sweep.values import one_price
 
         if options["gpu"] is None and options["cluster"] is None:
             options["gpu"] = "h100"
         run = procurement.read_run_options(options)
-        price = (None if options["price"] is None
-                 else procurement.read_price(options["price"], "--price"))
         system = build_system(ctx, **options)
+        price = one_price(options["price"], load_catalog(ctx.obj.get("catalog_dirs", ())),
+                          system.accelerator.id)
         p = build_prediction(ctx, system=system, **options)
         report = {**p.to_dict(), **procurement.prediction_run(p, system, run, price)}
         if fmt == "json":

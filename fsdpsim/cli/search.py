@@ -8,15 +8,13 @@ from typing import Any
 
 import click
 
-from fsdpsim.plan.parallel import PRECISIONS
-
 from fsdpsim.report import render
-from fsdpsim.cli.predict import framework_option, kernel_options
+from fsdpsim.cli.knobs import knob_options
+from fsdpsim.cli.predict import kernel_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
-from fsdpsim.util.numbers import GPUS, INTER_NODE_GBPS, POWER_CAP_W, Rule, option_type
+from fsdpsim.util.numbers import GPUS, Rule, option_type
 from fsdpsim.util.output import echo
-from fsdpsim.plan.parallel import FRAMEWORKS
 
 EMITS = ("table", "torchtitan", "megatron")
 
@@ -31,24 +29,11 @@ def search_options(f):
         click.option("--num-gpus", default="8", show_default=True,
                      help="GPUs, or a list (512,1024) or range (256..4096): the plans of each "
                           "count are ranked together."),
-        click.option("--gpus-per-node", type=option_type(GPUS), default=None),
-        click.option("--network", default=None, help="Network id between nodes."),
-        click.option("--inter-node-gbps-per-gpu", type=option_type(INTER_NODE_GBPS),
-                     default=None),
-        click.option("--power-cap-w", type=option_type(POWER_CAP_W), default=None),
-        click.option("--placement", type=click.Choice(("packed", "fragmented")),
-                     default="packed", show_default=True),
-        click.option("--seq-len", default="4096", show_default=True,
-                     help="Tokens per sequence (8k = 8,192: k and m are binary here)."),
-        click.option("--global-batch", default=None,
-                     help="Sequences per step (default: about 4M tokens, a power of two)."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Number format of the compute (default: the GPU's 16-bit format, bf16, "
-                          "or fp16 on a GPU without bf16 such as the V100)."),
-        click.option("--optimizer", type=click.Choice(("adamw", "sgd")), default="adamw",
-                     show_default=True),
-        *kernel_options(),
-        framework_option(),
+        *knob_options("search", "gpus_per_node", "network", "inter_node_gbps_per_gpu",
+                      "power_cap_w", "placement", "seq_len", "global_batch", "precision",
+                      "optimizer"),
+        *kernel_options("search"),
+        *knob_options("search", "framework"),
         click.option("--memory-budget-gib", type=option_type(Rule(0.01, 1e6)), default=None,
                      help="Memory per GPU a plan may use (default: 90 % of the GPU's, predict's "
                           "headroom rule)."),
@@ -74,7 +59,7 @@ def search_options(f):
         click.option("--emit", type=click.Choice(EMITS), default="table", show_default=True,
                      help="Print the best plan as a torchtitan TOML fragment or Megatron-LM "
                           "arguments instead of the table."),
-        click.option("--price", default=None, help="USD per GPU-hour (for --objective cost)."),
+        *knob_options("search", "price"),
         click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
                      show_default=True, help="Output format of the ranking."),
     ]
@@ -118,6 +103,8 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     from fsdpsim.cli.predict import (_auto_int, build_system, global_batch_or_default,
                                      kernel_knobs, model_at, precision_for)
     from fsdpsim.drivers.search.run import budget_system, search
+    from fsdpsim.drivers.sweep.values import one_price
+    from fsdpsim.hardware.catalog import load_catalog
     from fsdpsim.drivers.search.space import SearchSpace, parse_fix
     from fsdpsim.plan.parallel import TrainingConfig
 
@@ -132,10 +119,12 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],
                         mesh_orders=o["mesh_orders"], framework=o["framework"])
     run = procurement.read_run_options(o)
-    price = None if o["price"] is None else procurement.read_price(o["price"], "--price")
     results, systems, budgets = [], {}, {}
     for n in counts:
         systems[n] = build_system(ctx, **{**o, "num_gpus": n})
+    price = one_price(o["price"], load_catalog(ctx.obj.get("catalog_dirs", ())),
+                      systems[counts[0]].accelerator.id)
+    for n in counts:
         budgets[n] = budget_system(systems[n], o["memory_budget_gib"])
     if len(counts) > 1:  # each count's space is bounded in search(); the list's sum here
         check_counts(spec, budgets, training, space)

@@ -12,12 +12,12 @@ import click
 
 from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.cli.knobs import knob_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.drivers.sweep.grid import Grid, build_grid, describe, read_grid_file
 from fsdpsim.util.output import (ROWS_PER_CHUNK, cannot_write, check_output_path, echo, is_stdout,
                                  write_chunks, write_parquet)
-from fsdpsim.plan.parallel import SHARDING_HELP
 from fsdpsim.report.sweep_table import notes, records, table_text
 
 if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
@@ -33,6 +33,7 @@ _LIST = "comma-separated, repeatable"
 def grid_options(f):
     """The grid options of ``fsdpsim sweep`` (everything but ``--format`` and ``--output``);
     ``fsdpsim plot`` takes the same ones."""
+    k = lambda *names: knob_options("sweep", *names)  # noqa: E731
     opts = [
         click.option("--grid", "grid_file", type=click.Path(dir_okay=False), default=None,
                      help="TOML grid file; keys are these option names (the command line "
@@ -44,40 +45,12 @@ def grid_options(f):
         click.option("--gpu", multiple=True, help=f"Accelerator ids or aliases ({_LIST}); "
                      "default h100."),
         click.option("--cluster", multiple=True, help=f"Node or cluster ids ({_LIST})."),
-        click.option("--gpus-per-node", multiple=True, help="Override GPUs per node."),
-        click.option("--network", multiple=True, help=f"Network ids between nodes ({_LIST})."),
-        click.option("--inter-node-gbps-per-gpu", multiple=True,
-                     help="Inter-node Gb/s per GPU, one direction, e.g. 50,100,200,400."),
-        click.option("--power-cap-w", multiple=True,
-                     help="Board power limits per GPU, e.g. 500,600,700 (uncalibrated DVFS model)."),
-        click.option("--placement", multiple=True,
-                     help="packed and/or fragmented (as predict; default packed)."),
+        *k("gpus_per_node", "network", "inter_node_gbps_per_gpu", "power_cap_w", "placement"),
         click.option("--num-gpus", multiple=True,
                      help="GPU counts: 8,64 or 8..4096 (powers of two between); default 8."),
-        click.option("--seq-len", multiple=True, help="Sequence lengths (ranges as --num-gpus); "
-                     "k = 1,024 here (8k = 8,192); default 4096."),
-        click.option("--micro-batch", multiple=True,
-                     help="Micro-batch sizes, or auto (free: fastest that fits); default auto."),
-        click.option("--global-batch", multiple=True,
-                     help="Sequences per step, or none (one micro-batch per GPU); default none."),
-        click.option("--sharding", multiple=True,
-                     help=f"Strategies or auto (free); default full. {SHARDING_HELP}."),
-        click.option("--recompute", multiple=True,
-                     help="none, selective, full, op-selective (torchtitan's per-op policy), or "
-                          "auto (free: none, selective, full); default auto."),
-        click.option("--precision", multiple=True,
-                     help="bf16, fp16, fp8, fp32; default: each GPU's 16-bit format (bf16, or "
-                          "fp16 on a GPU without bf16 such as the V100)."),
-        click.option("--grad-sync", multiple=True,
-                     help="With accumulation, reduce gradients every micro-batch or only the "
-                          "last, for the sharded strategies: every, last or both (every,last: "
-                          "rows for each); default every."),
-        click.option("--shard-group-size", default=None,
-                     help="GPUs per HSDP shard group, for --sharding hybrid (default: one "
-                          "scale-up domain's worth), as predict's."),
-        click.option("--keep-params-gathered/--regather-params", default=None,
-                     help="With accumulation, gather each unit once per step and keep it, for "
-                          "the sharded-parameter strategies (default: re-gather)."),
+        *k("seq_len", "micro_batch", "global_batch", "sharding", "zero", "recompute",
+           "precision", "optimizer", "framework", "grad_sync", "shard_group_size",
+           "keep_params_gathered"),
         click.option("--best/--no-best", default=None,
                      help="Leave every knob not given free (sharding, micro-batch, recompute) "
                           "and keep, per point, the fastest setting that fits, at a fixed "
@@ -85,53 +58,14 @@ def grid_options(f):
         click.option("--free-batch/--fixed-batch", default=None,
                      help="With --best: let each row run one micro-batch per GPU (its global "
                           "batch then differs between rows) instead of a fixed global batch."),
-        click.option("--price", multiple=True,
-                     help="Rent per GPU-hour, GPU=USD/h (e.g. h100=2.5/h); default: catalog "
-                          "(the cloud node's or the GPU's)."),
+        *k("price"),
         click.option("--ceilings/--no-ceilings", default=None,
                      help="Solve the largest micro-batch and sequence that fit for every row "
                           "(default on; off is about 3x faster on grids without free knobs)."),
-        click.option("--tp", multiple=True, help=f"Tensor-parallel degrees ({_LIST}); "
-                     "crossed with --pp and --cp."),
-        click.option("--pp", multiple=True, help=f"Pipeline-parallel degrees ({_LIST})."),
-        click.option("--cp", multiple=True, help=f"Context-parallel degrees ({_LIST})."),
-        click.option("--vpp", default=None, help="Virtual stages per pipeline rank (pp > 1)."),
-        click.option("--pp-schedule", default=None,
-                     help="gpipe, 1f1b, interleaved or zb-h1 (pp > 1; default 1f1b, "
-                          "interleaved with --vpp > 1)."),
-        click.option("--cp-kind", default=None, help="ring (default) or all2all."),
-        click.option("--sequence-parallel/--no-sequence-parallel", default=None,
-                     help="Sequence parallelism with tp > 1 (default on)."),
-        click.option("--tp-overlap/--no-tp-overlap", default=None,
-                     help="Overlap TP collectives with GEMMs (tp > 1)."),
-        click.option("--recompute-layers", default=None,
-                     help="Recompute only the first K layers of each stage."),
-        click.option("--ep", default=None,
-                     help="Expert-parallel degree of the MoE models (one value; dense models "
-                          "need 1)."),
-        click.option("--etp", default=None, help="Expert tensor-parallel degree (default tp)."),
-        click.option("--ep-overlap/--no-ep-overlap", default=None,
-                     help="Hide the expert all-to-alls behind another micro-batch (ep > 1)."),
-        click.option("--moe-capacity-factor", default=None,
-                     help="Token dropping with this capacity factor; none = dropless."),
-        click.option("--moe-imbalance", default=None,
-                     help="Dropless busiest-rank load over the mean (default: the balanced-"
-                          "routing floor)."),
-        click.option("--moe-fp8-dispatch/--no-moe-fp8-dispatch", default=None,
-                     help="Dispatch all-to-alls in FP8 with 1x128 scales."),
-        click.option("--moe-dispatcher", default=None,
-                     help="alltoall (default) or deepep: once per destination node."),
-        click.option("--fp8-attention/--no-fp8-attention", default=None,
-                     help="Attention in FP8 for the low-precision --precision entries."),
-        click.option("--recompute-modules", default=None, metavar="LIST",
-                     help="Megatron's per-module recompute for the whole grid: mla_up_proj, "
-                          "mlp, moe_act (comma-separated)."),
-        click.option("--fp8-lm-head/--no-fp8-lm-head", default=None,
-                     help="The LM head in the format for the low-precision --precision "
-                          "entries (default: 16-bit)."),
-        click.option("--cuda-graphs", default=None,
-                     help="none (default), partial (each layer's own kernels) or full (the "
-                          "whole iteration): what every point replays from CUDA graphs."),
+        *k("tp", "pp", "cp", "vpp", "pp_schedule", "cp_kind", "sequence_parallel", "tp_overlap",
+           "recompute_layers", "ep", "etp", "ep_overlap", "moe_capacity_factor",
+           "moe_imbalance", "moe_fp8_dispatch", "moe_dispatcher", "fp8_attention",
+           "recompute_modules", "fp8_lm_head", "cuda_graphs"),
     ]
     for opt in reversed(opts):
         f = opt(f)

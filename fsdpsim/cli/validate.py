@@ -13,9 +13,6 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import Rule, option_type
 from fsdpsim.util.output import cannot_write, check_output_path, echo
 
-ROW_COLUMNS = ("id", "model", "gpu", "n_gpus", "layout", "seq_len", "micro_batch", "grad_accum",
-               "recompute", "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error",
-               "range", "bottleneck")
 #: Groupings printed by default (each only when it splits the rows into two or more groups).
 DEFAULT_BY = ("framework", "subset", "generation")
 BY_TITLES = {"framework": "by framework", "subset": "by subset",
@@ -74,19 +71,35 @@ def _layout(row) -> str:
     return " ".join(parts + [f"dp{dp}", zero])
 
 
+#: The per-row table's columns, most telling first (:func:`render.narrow_table` leaves columns
+#: out from the right when the table is wider than the screen; ``--format csv`` keeps them all).
+ROW_HEADERS = {"id": "id", "gpu": "gpu", "n_gpus": "gpus", "layout": "layout",
+               "tokens_per_s_per_gpu": "measured", "predicted_tokens_per_s_per_gpu": "predicted",
+               "error": "error", "range": "90% range", "model": "model", "bottleneck": "bottleneck",
+               "seq_len": "seq", "micro_batch": "mb", "grad_accum": "accum",
+               "recompute": "recompute", "knobs": "knobs"}
+
+
 def _rows_table(frame) -> str:
+    """Every row: measured and predicted tokens/s per GPU, the error and the 90 % range ("*"
+    where it misses the measurement), within 100 columns."""
     frame = frame.assign(layout=[_layout(row) for _, row in frame.iterrows()])
     if "inside" in frame.columns:  # the 90 % range, "*" where it misses the measurement
         frame = frame.assign(range=[f"{lo:.0f}-{hi:.0f}{'' if ok else ' *'}" for lo, hi, ok in
                                     zip(frame["predicted_low"], frame["predicted_high"],
                                         frame["inside"])])
-    columns = [c for c in ROW_COLUMNS if c in frame.columns]
+    columns = [c for c in ROW_HEADERS if c in frame.columns and c != "knobs"]
     if "knobs" in frame.columns and (frame["knobs"] != "").any():
         columns.append("knobs")
     view = frame[columns].copy()
     view["error"] = [f"{100 * e:+.1f} %" for e in view["error"]]
-    view["predicted_tokens_per_s_per_gpu"] = view["predicted_tokens_per_s_per_gpu"].round(0)
-    return view.to_string(index=False)
+    for name in ("tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu"):
+        view[name] = [f"{v:,.0f}" if v == v else "" for v in view[name]]
+    if "bottleneck" in view.columns:
+        view["bottleneck"] = [str(b).replace("_", " ") for b in view["bottleneck"]]
+    rows = view.to_dict("records")
+    return ("tokens/s per GPU, measured and predicted\n"
+            + render.narrow_table(rows, ROW_HEADERS, cell=18))
 
 
 def _skipped_lines(skipped, total: int) -> list[str]:

@@ -52,6 +52,7 @@ from fsdpsim.hardware.catalog_schema import (  # re-exported: the schema lives i
     DEFAULT_MATMUL_HALF_K,
     ENV_VAR,
     KINDS,
+    MODEL_KINDS,
     SCHEMAS,
     UNCALIBRATED_INTERVAL,
     Field,
@@ -131,6 +132,8 @@ def _read_file(path: Path) -> list[_Raw]:
         return []  # another tool's TOML (a pyproject.toml): not a catalog file
     out = []
     for kind, entries in doc.items():
+        if kind in MODEL_KINDS:
+            continue  # models beside hardware in a user folder: fsdpsim.model.catalog reads them
         if kind not in SCHEMAS:
             raise ConfigError(f"{path}: unknown table [[{kind}]]{suggest(kind, KINDS)}; "
                               f"accepted: {', '.join(f'[[{k}]]' for k in KINDS)}")

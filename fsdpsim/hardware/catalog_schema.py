@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("accelerator", "network", "node", "cluster", "collectives")
+#: Tables of the model catalog (fsdpsim.model.catalog), which may share a user catalog folder
+#: with hardware entries: the hardware reader skips them.
+MODEL_KINDS = ("family", "model")
 #: GEMM reduction length at which a tile reaches half its main-loop rate, when an entry does not
 #: give one: the prologue/epilogue of a 128x128 tile is worth about 64 k-steps (an estimate to
 #: be calibrated per GPU; see fsdpsim.costs.compute.gemm_time_s).

@@ -189,18 +189,31 @@ def row_setup(row: pd.Series, catalog: Catalog, vpp: int | None = None,
     options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
                    precision=str(row.get("precision", "bf16")),
                    flash_attention=flag(row, "flash_attention", True),
-                   fused_loss=flag(row, "fused_loss", knob(row, "fused_loss")),
                    dropout=flag(row, "dropout", False),
-                   fp8_attention=flag(row, "fp8_attention", knob(row, "fp8_attention")),
-                   fp8_lm_head=flag(row, "fp8_lm_head", knob(row, "fp8_lm_head")),
-                   recompute_modules=str(knob(row, "recompute_modules") or ""),
-                   moe_dispatcher=str(knob(row, "moe_dispatcher")),
-                   cuda_graphs=str(knob(row, "cuda_graphs")),
                    recompute_layers=whole_cell(row, "recompute_layers"),
-                   bf16_layers=_whole_or_none(knob(row, "bf16_layers")),
-                   moe_capacity_factor=_float_or_none(knob(row, "moe_capacity_factor")),
-                   moe_imbalance=_float_or_none(cell(row, "moe_imbalance")))
+                   moe_imbalance=_float_or_none(cell(row, "moe_imbalance")),
+                   **framework_knobs(row))
     return spec, system, plan, options
+
+
+def framework_knobs(row: pd.Series) -> dict[str, Any]:
+    """The TrainingConfig fields of the knobs whose default is the framework's
+    (:data:`fsdpsim.plan.knobs.FRAMEWORK`), read from their registry columns: a stated cell, else
+    the row's framework profile's default (:func:`knob`), each as its kind reads it."""
+    from fsdpsim.plan.knobs import FRAMEWORK, KNOBS
+
+    out: dict[str, Any] = {}
+    for k in KNOBS.values():
+        if k.default != FRAMEWORK or not (k.field or "").startswith("training."):
+            continue
+        value = knob(row, k.column)
+        if k.kind == "flag":
+            out[k.name] = flag(row, k.column, bool(value))
+        elif k.kind == "number":
+            out[k.name] = (_whole_or_none(value) if k.rule.whole else _float_or_none(value))
+        else:
+            out[k.name] = str(value or "") if k.kind == "text" else str(value)
+    return out
 
 
 def _whole_or_none(value: Any) -> int | None:
@@ -209,6 +222,44 @@ def _whole_or_none(value: Any) -> int | None:
 
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def row_options(row: pd.Series) -> dict[str, Any]:
+    """``fsdpsim predict``'s parsed options for the run one measurement row states, read through
+    the knob registry (:data:`fsdpsim.plan.knobs.KNOBS`): each predict knob from its
+    :attr:`~fsdpsim.plan.knobs.Knob.column`, a cell the row leaves empty (or a knob without a
+    column) being the flag not given (its option's default; the ``--framework`` profile's for
+    the framework knobs, resolved where predict resolves it). The row's GPUs, accelerator and
+    accumulation give ``--num-gpus``, ``--gpu`` and ``--global-batch`` (micro-batch x
+    accumulation x data-parallel degree)."""
+    from fsdpsim.plan.knobs import of_command, option_default
+
+    out: dict[str, Any] = {"model": None, "gpu": str(row["gpu"]), "cluster": None,
+                           "num_gpus": int(row["n_gpus"])}
+    for k in of_command("predict"):
+        value = None if k.column is None else row.get(k.column)
+        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+                or (isinstance(value, str) and value.strip().lower() in ("", "nan")):
+            out[k.name] = option_default(k.name)
+        else:
+            out[k.name] = _option_value(row, k, value)
+    tp, pp, cp = (out[k] for k in ("tp", "pp", "cp"))
+    dp = out["num_gpus"] // (tp * pp * cp)
+    out["global_batch"] = str(int(out["micro_batch"]) * int(float(row["grad_accum"])) * dp)
+    return out
+
+
+def _option_value(row: pd.Series, k, value: Any) -> Any:
+    """A stated cell as predict's option ``k`` parses it (a knob of
+    :mod:`fsdpsim.plan.knobs`)."""
+    if k.kind == "flag":
+        return flag(row, k.column, False)
+    if k.kind == "number":
+        number = float(value)
+        return int(number) if k.rule.whole else number
+    if isinstance(value, (int, float, np.integer, np.floating)) and float(value) == int(value):
+        return str(int(value))  # a text cell pandas read as a number (seq_len, pp_layers)
+    return str(value)
 
 
 def is_empty(value: Any) -> bool:

@@ -98,7 +98,9 @@ def _figures(rows, data, training, run) -> tuple[list[tuple[str, str, str]], lis
         lambda: plots_compare.cost_bars(frame, tokens))
     add("memory", "Peak memory per GPU of each row's plan against the GPU's capacity.",
         lambda: plots_compare.memory_bars(frame))
-    add("breakdown", "Where the time of a training step goes, per row (seconds per step).",
+    add("breakdown", "Where the time of a training step goes, per row: GPU time per token "
+        "(each part of the step × GPUs / tokens per step; the bars sum to 1 / tokens per "
+        "second per GPU).",
         lambda: plots.step_breakdown(frame))
     if tokens is not None and len(frame) > 1:
         add("pareto", "Cost per million tokens against time to train: the Pareto front (no "
@@ -110,18 +112,43 @@ def _figures(rows, data, training, run) -> tuple[list[tuple[str, str, str]], lis
         if row.prediction is None or gpu in seen or len(seen) >= MAX_BANDWIDTH_MAPS:
             continue
         seen[gpu] = row
-        spec, n = row.case.spec, row.case.num_gpus
-        add(f"bandwidth-{gpu}",
-            f"Network: MFU of {spec.name} on {n:,} {gpu} (FSDP, seq {training.seq_len:,}) over "
-            "inter-node bandwidth per GPU and tokens per GPU per micro-batch; the dashed line "
-            "is the bandwidth that hides the data-parallel collectives.",
-            lambda gpu=gpu, spec=spec, n=n, sys=row.case.system,
-            precision=row.case.precision or training.precision: plots.bandwidth_map(
-                plot_data.bandwidth_map_rows(
-                    spec.name, gpu, num_gpus=n, gpus_per_node=sys.gpus_per_node,
-                    seq_len=training.seq_len, precision=precision,
-                    bandwidths_gbps=plot_data.MAP_BANDWIDTHS_GBPS[::_MAP_STRIDE])))
+        try:
+            caption, map_rows = _bandwidth_map(row, training, plot_data)
+        except ConfigError as exc:
+            missing.append(f"Network map of {gpu}: not drawn ({exc})")
+            continue
+        add(f"bandwidth-{gpu}", caption, lambda rows=map_rows: plots.bandwidth_map(rows))
     return out, missing
+
+
+def _bandwidth_map(row, training, plot_data) -> tuple[str, Any]:
+    """(caption, sweep rows) of one row's bandwidth map: the row's own mesh at every micro-batch and
+    bandwidth, or the FSDP plan where the sweep cannot evaluate that mesh (an uneven pipeline
+    split), said in the caption."""
+    import re
+
+    spec, n, system = row.case.spec, row.case.num_gpus, row.case.system
+    plan, run_training = row.prediction.plan, row.prediction.training
+
+    def rows(plan_options):
+        return plot_data.bandwidth_map_rows(
+            spec.name, system.accelerator.id, num_gpus=n, gpus_per_node=system.gpus_per_node,
+            seq_len=training.seq_len, precision=run_training["precision"],
+            bandwidths_gbps=plot_data.MAP_BANDWIDTHS_GBPS[::_MAP_STRIDE],
+            plan_options=plan_options)
+
+    mesh = re.sub(r", m=\d+", "", plan["line"].split(" · ")[0])
+    frame = rows(plot_data.plan_sweep_options(plan, run_training))
+    what = (f"the row's mesh ({mesh}; global batch {int(run_training['global_batch']):,})")
+    if not frame["mfu"].notna().any():
+        frame = rows(None)
+        what = (f"FSDP (the row's mesh {mesh} has an uneven pipeline split, which the sweep "
+                "behind this map does not evaluate)")
+    caption = (f"Network: MFU of {spec.name} on {n:,} {system.accelerator.id} with {what}, seq "
+               f"{training.seq_len:,}, over inter-node bandwidth per GPU and tokens per GPU per "
+               "micro-batch; the dashed line is the bandwidth that hides the data-parallel "
+               "collectives.")
+    return caption, frame
 
 
 def _assumptions(data: dict[str, Any], run) -> str:

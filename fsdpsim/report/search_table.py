@@ -134,8 +134,8 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
                 reason = (f"needs {c['peak_gib']:.1f} GiB > {q['memory_budget_gib']:.1f}"
                           if c["why"] == "memory" else "its pipeline schedule cannot run "
                                                           "these micro-batches")
-                out.append(f"  {c['plan']}: {c['tokens_per_s'] / c['num_gpus']:,.0f} tok/s/GPU, "
-                           f"{reason}")
+                out += plan_lines(c["plan"], "  ", "    ")
+                out.append(f"    {c['tokens_per_s'] / c['num_gpus']:,.0f} tok/s/GPU, {reason}")
         else:
             out += ["", "no faster plan was cut off by memory or the schedule"]
         free = report.get("without_constraints")
@@ -144,11 +144,28 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
                         f"best is {free['plan']}: {100 * free['gain']:+.1f} %"
                         + ("" if free["gain"] > 1e-12 else " (the constraints cost nothing)")]
     out += ["", "best plan for torchtitan (--emit torchtitan):",
-            *("  " + line for line in report["torchtitan"].splitlines()),
+            *_indented_toml(report["torchtitan"]),
             "", "for Megatron-LM (--emit megatron):",
             *_wrapped([line for line in report["megatron"].splitlines()
                        if not line.startswith("#")])]
     return "\n".join(out)
+
+
+def _indented_toml(text: str, width: int = 100) -> list[str]:
+    """The emitted TOML indented by two; a comment line too long for ``width`` continues on
+    further comment lines (TOML reads each as a comment)."""
+    import textwrap
+
+    out: list[str] = []
+    for line in text.splitlines():
+        if len(line) + 2 <= width or not line.lstrip().startswith("#"):
+            out.append("  " + line)
+            continue
+        lead = line[:len(line) - len(line.lstrip())] + "# "
+        body = line.lstrip()[1:].strip()
+        out += ["  " + part for part in textwrap.wrap(body, width - 2, initial_indent=lead,
+                                                      subsequent_indent=lead + "  ")]
+    return out
 
 
 def _budget_words(q: dict[str, Any]) -> str:

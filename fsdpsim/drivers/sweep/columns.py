@@ -21,6 +21,7 @@ from fsdpsim.drivers.predict import (COMM_KEYS, HFU_CONVENTION, MEMORY_KEYS, MFU
                              MODEL_PARALLEL_COMM, TIME_KEYS, faster_ratio, plan_summary,
                              prediction_interval, training_inputs)
 from fsdpsim.hardware.system import cluster_too_small
+from fsdpsim.plan.frameworks import profile
 from fsdpsim.util.units import GIB_BYTES
 from fsdpsim.drivers.sweep.tables import _Tables
 
@@ -100,6 +101,11 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
                                          ) if len(set(names)) == len(names) else \
             np.array(names, dtype=object)[codes]
 
+    def per_entry(names, codes):  # a text column per table entry, as a categorical
+        categories = list(dict.fromkeys(names))
+        return named(categories, np.array([categories.index(x) for x in names],
+                                          dtype=int)[codes])
+
     def knob(names, codes):  # a chosen knob; missing (-1) where the point is invalid
         full = np.full(n, -1)
         full[at] = codes
@@ -142,13 +148,12 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.grad_accum": spread(c["accum"]),
         "training.global_batch": global_batch,
         "training.recompute": knob(RECOMPUTES, c["rc"]),
-        "training.precision": named(list(dict.fromkeys(grid.precision_names)), np.array(
-            [list(dict.fromkeys(grid.precision_names)).index(x)
-             for x in grid.precision_names], dtype=int)[sys_at]),
-        "training.optimizer": constant(_DEFAULT_TRAINING.optimizer),
-        "training.reduce_dtype": constant(_DEFAULT_TRAINING.reduce_dtype or "fp32"),
+        "training.precision": per_entry(grid.precision_names, sys_at),
+        "training.optimizer": constant(grid.optimizer),
+        "training.reduce_dtype": per_entry([tr.reduce_dtype or "fp32" for tr in t.trainings],
+                                           sys_at),
         "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
-        "training.fused_loss": np.full(n, _DEFAULT_TRAINING.fused_loss),
+        "training.fused_loss": np.array([tr.fused_loss for tr in t.trainings])[sys_at],
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
         "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
         "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
@@ -276,11 +281,12 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
         twin = twins["twin_tokens_per_s_per_gpu"][rows]
         slower = np.where(np.isnan(twin), 1.0, twin / values["tokens_per_s_per_gpu"])
         comm = (slower, faster_ratio(values, uncertainty))
-        # the fractions' table per precision (sweep's framework is fsdp2: the pytorch stack)
+        # the fractions' table per precision of the framework's kernel stack
         precisions = np.asarray(cols["training.precision"], dtype=object)[rows]
         for precision in dict.fromkeys(precisions.tolist()):
             part = precisions == precision
-            stack_eff = resolve_efficiency(hw.system.accelerator, str(precision), "pytorch")
+            stack_eff = resolve_efficiency(hw.system.accelerator, str(precision),
+                                           profile(grid.framework).kernel_stack)
             for k, v in prediction_interval(
                     {k: v[part] for k, v in values.items()}, hw.system,
                     comm=tuple(c[part] for c in comm),
@@ -305,9 +311,9 @@ def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray, pr: np.ndarray,
     compute_bytes = np.array([training_inputs(TrainingConfig(seq_len=1, precision=x))
                               ["compute_bytes"] for x in grid.precision_names],
                              dtype=float)[h * len(grid.precisions) + pr]
-    megatron = np.equal(np.asarray(cols["plan.framework"], dtype=object), "megatron")
+    megatron = float(profile(grid.framework).recipe == "megatron")  # the engine's input
     ckpt = procurement.checkpoint_bytes(cols["n_params"], compute_bytes,
-                                        engine.OPTIMIZER_CODES[_DEFAULT_TRAINING.optimizer],
+                                        engine.OPTIMIZER_CODES[grid.optimizer],
                                         megatron)
     out = procurement.run_columns(tokens_per_s=cols["tokens_per_s"],
                                   num_gpus=cols["plan.num_gpus"], ok=ok,

@@ -26,12 +26,14 @@ from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.files import read_toml
 from fsdpsim.drivers.sweep.values import (knob_counts, moe_number, one_choice, one_count,
-                                 parse_choices, parse_counts, parse_prices, parse_sizes,
+                                 parse_choices, parse_counts, parse_prices, parse_sizes, price_of,
                                  read_flag, split_values)
 from fsdpsim.hardware.spec import Price, System
 from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, knob_default
+from fsdpsim.plan.knobs import KNOBS
 from fsdpsim.plan.parallel import (CP_KINDS, CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS,
-                              PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS)
+                              PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS, ZERO_STAGES)
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
 from fsdpsim.drivers.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.hardware.system import cluster_gpus, resolve_system
@@ -46,7 +48,7 @@ GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network
              "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
              "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch",
              "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention", "fp8-lm-head",
-             "recompute-modules", "cuda-graphs")
+             "recompute-modules", "cuda-graphs", "framework", "zero", "optimizer")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -157,6 +159,11 @@ class Grid:
     """Megatron's per-module recompute for every point (TrainingConfig.recompute_modules)."""
     cuda_graphs: str = "none"
     """What every point replays from CUDA graphs (TrainingConfig.cuda_graphs)."""
+    framework: str = "fsdp2"
+    """The framework profile every point runs on (:mod:`fsdpsim.plan.frameworks`); the kernel
+    knobs not given take its defaults, as predict's do."""
+    optimizer: str = "adamw"
+    """The optimizer of every point (TrainingConfig.optimizer)."""
     batch_tokens: int | None = None
     """With ``best`` and no ``global-batch``: the global batch of each sequence length is
     :func:`default_global_batch` of this many tokens; None = as ``global_batches`` says."""
@@ -173,7 +180,7 @@ class Grid:
 
     def price(self, hardware: Hardware) -> Price | None:
         """The rent per GPU-hour of one hardware choice (the user's, else the catalog's)."""
-        return resolve_price(hardware.system, self.price_overrides.get(hardware.gpu))
+        return resolve_price(hardware.system, price_of(self.price_overrides, hardware.gpu))
 
     def precision_at(self, h: int, p: int) -> str:
         """The precision of system ``h`` at entry ``p`` of the precision axis: the given one,
@@ -335,8 +342,11 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
     if unknown:
         raise ConfigError(f"unknown sweep option {unknown[0]!r}; accepted: {', '.join(GRID_KEYS)}")
     best = read_flag(options.get("best", False), "--best")
-    knobs = {"sharding": options.get("sharding"), "micro-batch": options.get("micro-batch"),
+    knobs = {"sharding": _shardings(options), "micro-batch": options.get("micro-batch"),
              "recompute": options.get("recompute")}
+    framework = canonical(one_choice(options.get("framework", "fsdp2"), "--framework",
+                                     FRAMEWORK_NAMES))
+    default = lambda knob: knob_default(framework, knob)  # noqa: E731
     for key, value in knobs.items():
         if value is None:
             knobs[key] = "auto" if best else DEFAULTS[key]
@@ -388,19 +398,37 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                           one_count(options["recompute-layers"], "--recompute-layers", 0)),
         ep=one_count(options.get("ep", 1), "--ep"),
         etp=None if options.get("etp") is None else one_count(options["etp"], "--etp"),
-        ep_overlap=read_flag(options.get("ep-overlap", False), "--ep-overlap"),
-        moe_capacity_factor=moe_number(options.get("moe-capacity-factor"),
+        ep_overlap=read_flag(options.get("ep-overlap", default("ep_overlap")), "--ep-overlap"),
+        moe_capacity_factor=moe_number(options.get("moe-capacity-factor",
+                                                   default("moe_capacity_factor")),
                                         "--moe-capacity-factor", 0.01),
         moe_imbalance=moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
         moe_fp8_dispatch=read_flag(options.get("moe-fp8-dispatch", False), "--moe-fp8-dispatch"),
-        moe_dispatcher=one_choice(options.get("moe-dispatcher", "alltoall"), "--moe-dispatcher",
-                                  MOE_DISPATCHERS),
-        fp8_attention=_low_precision_flag(options, precisions, "fp8-attention"),
-        fp8_lm_head=_low_precision_flag(options, precisions, "fp8-lm-head"),
-        recompute_modules=_recompute_modules(options.get("recompute-modules")),
-        cuda_graphs=one_choice(options.get("cuda-graphs", "none"), "--cuda-graphs", CUDA_GRAPHS),
+        moe_dispatcher=one_choice(options.get("moe-dispatcher", default("moe_dispatcher")),
+                                  "--moe-dispatcher", MOE_DISPATCHERS),
+        fp8_attention=_low_precision_flag(options, precisions, "fp8-attention", framework),
+        fp8_lm_head=_low_precision_flag(options, precisions, "fp8-lm-head", framework),
+        recompute_modules=_recompute_modules(options.get("recompute-modules",
+                                                         default("recompute_modules"))),
+        cuda_graphs=one_choice(options.get("cuda-graphs", default("cuda_graphs")),
+                               "--cuda-graphs", CUDA_GRAPHS),
+        framework=framework,
+        optimizer=one_choice(options.get("optimizer", "adamw"), "--optimizer",
+                             KNOBS["optimizer"].choices),
         batch_tokens=batch_tokens,
     )
+
+
+def _shardings(options: Mapping[str, Any]) -> Any:
+    """``--sharding``, or its mesh spelling ``--zero`` (stages 0-3: :data:`ZERO_STAGES`, as
+    predict's ``--zero`` without ``--dp-shard``/``--dp-replicate``); not both."""
+    if "zero" not in options:
+        return options.get("sharding")
+    if options.get("sharding") is not None:
+        raise ConfigError("give the data-parallel strategy once: --sharding or --zero, not both")
+    stages = [read_number(v, "--zero", KNOBS["zero"].rule)
+              for v in split_values(options["zero"], "--zero")]
+    return [ZERO_STAGES[int(z)] for z in stages]
 
 
 def _recompute_modules(value) -> tuple[str, ...]:
@@ -418,10 +446,12 @@ def _recompute_modules(value) -> tuple[str, ...]:
     return TrainingConfig(seq_len=1, recompute_modules=value).recompute_modules
 
 
-def _low_precision_flag(options: Mapping[str, Any], precisions, name: str) -> bool:
-    """``--fp8-attention`` or ``--fp8-lm-head``: on for the grid's low-precision entries; one
-    line if it has none."""
-    on = read_flag(options.get(name, False), f"--{name}")
+def _low_precision_flag(options: Mapping[str, Any], precisions, name: str,
+                        framework: str = "fsdp2") -> bool:
+    """``--fp8-attention`` or ``--fp8-lm-head`` (not given: the ``framework``'s default): on
+    for the grid's low-precision entries; one line if it has none."""
+    on = read_flag(options.get(name, knob_default(framework, name.replace("-", "_"))),
+                   f"--{name}")
     if on and not set(precisions) & set(LOW_PRECISION):
         raise ConfigError(f"--{name} needs a low-precision --precision "
                           f"({', '.join(LOW_PRECISION)}); the grid has "

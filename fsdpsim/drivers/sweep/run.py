@@ -31,6 +31,7 @@ from fsdpsim import engine
 
 from fsdpsim.drivers import sensitivity
 from fsdpsim.drivers.sweep.grid import Grid, default_global_batch
+from fsdpsim.plan.frameworks import profile
 from fsdpsim.plan.parallel import RECOMPUTES, SHARDINGS
 from fsdpsim.plan.training import AUTO_RECOMPUTES
 from fsdpsim.engine.build import op_selective_refused
@@ -204,12 +205,13 @@ def _slower_twins(t: _Tables, p, c, chosen: Callable[[np.ndarray], dict],
     (:func:`fsdpsim.drivers.predict.slower_twin`, as predict evaluates it): its throughput, the
     network's and framework's uncertainty (:func:`fsdpsim.drivers.predict.comm_uncertainty`) and
     its pipeline degree and stages per node (``twin_pp``, ``twin_pp_per_node``). Only
-    multi-node rows are evaluated (sweep's framework is fsdp2, with no uncertainty of its own;
-    on one node the twin is the row itself)."""
+    multi-node rows are evaluated where the framework has no uncertainty of its own (on one
+    node the twin is then the row itself)."""
     n = c["sh"].size
     o = c["owner"]
     plan = t.plan_index(p["g"][o], p["h"][o], p["ly"][o], c["sh"])
-    multi = np.flatnonzero(t.plan["num_gpus"][plan] > t.plan["gpus_per_node"][plan])
+    multi = (np.arange(n) if profile(t.grid.framework).uncertainty > 0 else  # every row
+             np.flatnonzero(t.plan["num_gpus"][plan] > t.plan["gpus_per_node"][plan]))
     out = {"twin_tokens_per_s_per_gpu": np.full(n, np.nan), "twin_u_fabric": np.zeros(n),
            "twin_u_framework": np.zeros(n), "twin_pp": np.ones(n), "twin_pp_per_node": np.ones(n)}
     if not multi.size:

@@ -11,7 +11,10 @@ import numpy as np
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.drivers.sweep.grid import Grid
 from fsdpsim.plan.parallel import LOW_PRECISION
-from fsdpsim.engine.build import model_inputs, plan_inputs, pod_inputs, system_inputs, training_inputs
+from fsdpsim.engine.build import (framework_constants, framework_model_inputs,
+                                  framework_system_inputs, model_inputs, plan_inputs, pod_inputs,
+                                  system_inputs, training_inputs)
+from fsdpsim.plan.frameworks import knob_default, profile, with_defaults
 from fsdpsim.engine.build_moe import uniform_keys
 from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
 from fsdpsim.drivers.predict import plan_summary
@@ -43,10 +46,14 @@ class _Tables:
             for p in range(npr):
                 precision = grid.precision_at(h, p)
                 try:
-                    rows.append(system_inputs(hw.system, precision))
+                    rows.append({**system_inputs(hw.system, precision,
+                                                 _bf16_share(grid.framework, precision)),
+                                 **framework_system_inputs(hw.system, grid.framework,
+                                                           precision)})
                 except ConfigError as exc:  # never evaluated: the point is invalid
                     some = next(iter(hw.system.accelerator.peak_flops_per_s))
-                    rows.append(system_inputs(hw.system, some))
+                    rows.append({**system_inputs(hw.system, some),
+                                 **framework_system_inputs(hw.system, grid.framework, some)})
                     self.system_reason[h, p] = str(exc)
         self.system = _columns(rows)
         # GPU count × system × layout × sharding: plan inputs, or why the plan is invalid.
@@ -81,14 +88,11 @@ class _Tables:
         self.plan_ok = np.equal(self.plan_reason, None)
         self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
         self.plan_shape = (ng, nh, nl, ns)
-        self.training = _columns([training_inputs(TrainingConfig(
-            seq_len=1, precision=p, recompute_layers=grid.recompute_layers,
-            moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance,
-            moe_fp8_dispatch=grid.moe_fp8_dispatch, moe_dispatcher=grid.moe_dispatcher,
-            fp8_attention=grid.fp8_attention and p in LOW_PRECISION,
-            fp8_lm_head=grid.fp8_lm_head and p in LOW_PRECISION,
-            recompute_modules=grid.recompute_modules, cuda_graphs=grid.cuda_graphs))
-            for p in grid.precision_names])  # per system x precision, as self.system
+        # per system x precision (row h * len(precisions) + p), as self.system: a system's
+        # precision is its GPU's own when --precision is not given (Grid.precision_at)
+        self.trainings = [grid_training(grid, p) for p in grid.precision_names]
+        self.training = _columns([{**training_inputs(tr), **framework_constants(grid.framework)}
+                                  for tr in self.trainings])
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
         # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
         # 2 x CP): a reason per (spec, layout, sequence length).
@@ -130,7 +134,9 @@ class _Tables:
         parts = []
         for s, t in sorted(set(zip(u_spec.tolist(), u_tp.tolist()))):
             shards = u_shard[(u_spec == s) & (u_tp == t)]
-            x = model_inputs(self.specs[int(s)], shards, tp=int(t))
+            x = {**model_inputs(self.specs[int(s)], shards, tp=int(t),
+                                per_parameter=not profile(self.grid.framework).flat_parameter),
+                 **framework_model_inputs(self.specs[int(s)], self.grid.framework)}
             parts.append({k: np.broadcast_to(np.asarray(v, dtype=float), shards.shape)
                           for k, v in x.items()})
         parts = [{k: np.broadcast_to(np.asarray(v, dtype=float), p["n_layers"].shape)
@@ -143,11 +149,39 @@ def layout_options(grid: Grid, layout: tuple[int, int, int]) -> dict[str, Any]:
     settings where they apply (vpp and the schedule with pp > 1, sequence parallelism and
     overlap with tp > 1)."""
     tp, pp, cp = layout
-    return dict(tp=tp, pp=pp, cp=cp, vpp=grid.vpp if pp > 1 else 1,
+    return dict(tp=tp, pp=pp, cp=cp, vpp=grid.vpp if pp > 1 else 1, framework=grid.framework,
                 ep=grid.ep, etp=grid.etp, ep_overlap=grid.ep_overlap,
                 pp_schedule=grid.pp_schedule if pp > 1 else None,
                 sequence_parallel=grid.sequence_parallel if tp > 1 else False,
                 cp_kind=grid.cp_kind, tp_overlap=grid.tp_overlap and tp > 1)
+
+
+def grid_training(grid: Grid, precision: str) -> TrainingConfig:
+    """The training options of the grid's points at ``precision`` (sequence, batch and
+    recompute aside): the grid's knobs, the framework's defaults of those the sweep does not
+    take (fused loss, BF16 layers, the reduce dtype: :func:`fsdpsim.plan.frameworks.knob_default`,
+    :func:`~fsdpsim.plan.frameworks.with_defaults`), as predict resolves them."""
+    low = precision in LOW_PRECISION
+    training = TrainingConfig(
+        seq_len=1, precision=precision, optimizer=grid.optimizer,
+        recompute_layers=grid.recompute_layers,
+        moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance,
+        moe_fp8_dispatch=grid.moe_fp8_dispatch, moe_dispatcher=grid.moe_dispatcher,
+        fp8_attention=grid.fp8_attention and low, fp8_lm_head=grid.fp8_lm_head and low,
+        recompute_modules=grid.recompute_modules, cuda_graphs=grid.cuda_graphs,
+        fused_loss=bool(knob_default(grid.framework, "fused_loss", precision)),
+        bf16_layers=knob_default(grid.framework, "bf16_layers", precision))
+    return with_defaults(training, grid.framework)
+
+
+def _bf16_share(framework: str, precision: str) -> float | None:
+    """The BF16 share of the linear layers of the framework's default ``bf16_layers``
+    (:func:`fsdpsim.engine.build.bf16_linear_share`): none or zero layers, whatever the model."""
+    layers = knob_default(framework, "bf16_layers", precision)
+    if layers not in (None, 0):
+        raise ConfigError(f"--framework {framework}: a default of {layers} BF16 layers depends "
+                          "on the model; sweep takes none or 0")
+    return None if layers is None else 0.0
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:

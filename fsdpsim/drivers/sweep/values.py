@@ -88,21 +88,51 @@ def parse_sizes(value: Any) -> list[float]:
     return list(dict.fromkeys(out))
 
 
+#: The key of :func:`parse_prices` for a price given without a GPU (every GPU's).
+EVERY_GPU = "*"
+
+
 def parse_prices(value: Any, catalog: Catalog) -> dict[str, float]:
-    """``GPU=USD/h`` items (``h100=2.5/h``, ``b200=5``) → USD per GPU-hour by accelerator id."""
+    """``--price`` of every command: USD per GPU-hour by accelerator id. Items are
+    comma-separated: ``GPU=USD/h`` (``h100=2.5/h``, ``b200=5``) for one GPU, or a price alone
+    (``2.5``, ``$2.5/h``: :func:`fsdpsim.drivers.procurement.read_price`) for every GPU without
+    its own (key :data:`EVERY_GPU`)."""
     if isinstance(value, Mapping):
         value = [f"{k}={v}" for k, v in value.items()]
     out = {}
     for item in split_values(value, "--price"):
         gpu, sep, price = item.partition("=")
         if not sep:
-            raise ConfigError(f"--price {item!r}: give GPU=USD_PER_HOUR, e.g. h100=2.5/h")
+            if EVERY_GPU in out:
+                raise ConfigError(f"--price {item!r}: a price without a GPU is given twice; "
+                                  "accepted: one USD/h for every GPU, and GPU=USD/h items")
+            out[EVERY_GPU] = read_price(item, "--price")
+            continue
         try:
             acc = catalog.accelerator(gpu.strip())
         except ConfigError as exc:
             raise ConfigError(f"--price {item!r}: {exc}") from None
         out[acc.id] = read_price(price, f"--price {gpu.strip()}")
     return out
+
+
+def price_of(prices: Mapping[str, float], accelerator_id: str) -> float | None:
+    """The user's rent per GPU-hour of one accelerator (:func:`parse_prices`), None for the
+    catalog's."""
+    return prices.get(accelerator_id, prices.get(EVERY_GPU))
+
+
+def one_price(value: Any, catalog: Catalog, accelerator_id: str) -> float | None:
+    """``--price`` of a command that runs on one accelerator (predict, search): its price;
+    prices that all name other GPUs are refused (they would be ignored)."""
+    if value is None:
+        return None
+    prices = parse_prices(value, catalog)
+    price = price_of(prices, accelerator_id)
+    if price is None:
+        raise ConfigError(f"--price {value!r} names {', '.join(prices)} only; the run is on "
+                          f"{accelerator_id}: give its price, or one for every GPU")
+    return price
 
 
 def knob_counts(value: Any, what: str) -> tuple[int, ...] | None:

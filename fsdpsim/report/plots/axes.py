@@ -116,17 +116,53 @@ def constants(rows: pd.DataFrame, columns: Sequence[str]) -> str:
     return " · ".join(parts)
 
 
-def hide_overlaps(fig: Figure, texts) -> None:
-    """Hide annotations that overlap an earlier one (labels of close points)."""
+#: Where :func:`hide_overlaps` tries a label, in order: offset from its point [points] and
+#: horizontal alignment (above right, below right, above left, below left; then a line
+#: further out each way).
+LABEL_SPOTS = (((7, 5), "left"), ((7, -12), "left"), ((-7, 5), "right"), ((-7, -12), "right"),
+               ((7, 16), "left"), ((-7, 16), "right"), ((7, -23), "left"), ((-7, -23), "right"),
+               ((7, 27), "left"), ((-7, 27), "right"), ((7, -34), "left"), ((-7, -34), "right"))
+
+
+def hide_overlaps(fig: Figure, texts, ax=None, over_markers: int = 0) -> None:
+    """Place each annotation (in order) at the first of :data:`LABEL_SPOTS` around its point,
+    starting from where it was put, that overlaps no earlier label and no legend of the figure
+    and (given ``ax``) stays inside ``ax``'s plotting area and covers none of its scatter
+    markers (the first ``over_markers`` labels may: the ones that must be shown); hide it where
+    no spot does."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    kept = []
-    for t in texts:
-        box = t.get_window_extent(renderer)
-        if any(box.overlaps(k) for k in kept):
-            t.set_visible(False)
+    kept = [lg.get_window_extent(renderer) for lg in fig.legends]
+    kept += [a.get_legend().get_window_extent(renderer) for a in fig.axes if a.get_legend()]
+    area = ax.get_window_extent(renderer) if ax is not None else None
+    points = np.empty((0, 2))
+    if ax is not None:  # the markers of the axes' scatter plots: a label should not cover one
+        from matplotlib.collections import PathCollection
+
+        points = np.concatenate([points] + [c.get_offset_transform().transform(c.get_offsets())
+                                            for c in ax.collections
+                                            if isinstance(c, PathCollection)])
+    pad_px = 3.0 * fig.dpi / 72.0  # about a marker's radius
+
+    def free(box, markers: bool) -> bool:
+        inside = area is None or (area.x0 <= box.x0 and box.x1 <= area.x1
+                                  and area.y0 <= box.y0 and box.y1 <= area.y1)
+        covers = ((points[:, 0] > box.x0 - pad_px) & (points[:, 0] < box.x1 + pad_px)
+                  & (points[:, 1] > box.y0 - pad_px) & (points[:, 1] < box.y1 + pad_px))
+        return (inside and not (markers and covers.any())
+                and not any(box.overlaps(k) for k in kept))
+
+    for i, t in enumerate(texts):
+        spots = [(t.get_position(), t.get_horizontalalignment())] + list(LABEL_SPOTS)
+        for offset, align in spots:
+            t.set_position(offset)
+            t.set_horizontalalignment(align)
+            box = t.get_window_extent(renderer)
+            if free(box, markers=i >= over_markers):
+                kept.append(box)
+                break
         else:
-            kept.append(box)
+            t.set_visible(False)
 
 
 def legend(ax, **kw):

@@ -115,7 +115,8 @@ def memory_bars(frame: pd.DataFrame) -> "Figure":  # noqa: F821
     ax.invert_yaxis()
     _finish(ax, "Memory per GPU: peak of the chosen plan against capacity",
             "memory per GPU [GiB]", "hardware × GPUs")
-    ax.legend(fontsize=TEXT_PT, loc="lower right")
+    # below the axes: inside, it covered the last bar's label
+    fig.legend(loc="outside lower center", ncols=2, fontsize=TEXT_PT, framealpha=0.9)
     return fig
 
 

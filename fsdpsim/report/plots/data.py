@@ -176,10 +176,13 @@ def config_labels(rows: pd.DataFrame, columns: Sequence[str] = LABEL_COLUMNS,
     present = [c for c in columns if c in rows.columns]
     varying = [c for c in present
                if c in keep or rows[c].map(_text).nunique() > 1]
-    if "cluster" in varying and "gpu" in varying:  # a cluster names its GPU
-        has_cluster = rows["cluster"].map(_text) != ""
-        if has_cluster.all():
-            varying.remove("gpu")
+    if "cluster" in varying and (rows["cluster"].map(_text) != "").all():
+        # a cluster names its GPU, and its network where each cluster has one in the rows
+        for implied in ("gpu", "network", "inter_node_gbps_per_gpu"):
+            if implied in varying and (implied == "gpu" or implied not in keep and rows.groupby(
+                    rows["cluster"].map(_text))[implied].agg(lambda v: v.map(_text).nunique())
+                    .max() == 1):
+                varying.remove(implied)
     labels = []
     for _, row in rows[varying].iterrows():
         parts = [_fmt_value(c, row[c]) for c in varying]
@@ -323,11 +326,14 @@ def bandwidth_map_rows(model: str, gpu: str, *, num_gpus: int = 64,
                        micro_batches: Sequence[int] = MAP_MICRO_BATCHES,
                        sharding: str = "full", recompute: str = "auto",
                        precision: str = "bf16",
+                       plan_options: Mapping[str, Any] | None = None,
                        catalog: Catalog | None = None) -> pd.DataFrame:
     """Sweep rows for :func:`fsdpsim.report.plots.sweep.bandwidth_map`: ``model`` on ``num_gpus`` × ``gpu``
     at every inter-node bandwidth per GPU [Gb/s, one direction] × micro-batch (tokens per GPU
     per micro-batch = micro-batch × ``seq_len``), in one vectorised sweep (the engine of
-    ``predict``). ``recompute="auto"`` keeps the fastest setting that fits at each point."""
+    ``predict``). ``recompute="auto"`` keeps the fastest setting that fits at each point.
+    ``plan_options`` (sweep options, e.g. :func:`plan_sweep_options` of a searched plan) replace
+    the FSDP plan: the map then shows that mesh at every micro-batch and bandwidth."""
     options: dict[str, Any] = {
         "model": model, "gpu": gpu, "num-gpus": str(num_gpus),
         "inter-node-gbps-per-gpu": [float(b) for b in bandwidths_gbps],
@@ -335,7 +341,34 @@ def bandwidth_map_rows(model: str, gpu: str, *, num_gpus: int = 64,
         "sharding": sharding, "recompute": recompute, "precision": precision}
     if gpus_per_node is not None:
         options["gpus-per-node"] = str(gpus_per_node)
+    options.update(plan_options or {})
     return sweep_rows(options, catalog)
+
+
+def plan_sweep_options(plan: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, Any]:
+    """Sweep options that run the mesh of a predicted plan (``Prediction.plan`` and
+    ``.training`` as mappings): sharding, TP/PP/CP/EP degrees and their switches, the schedule,
+    recompute and the global batch. Micro-batch and bandwidth are left to the map's axes; the
+    stage ends follow the sweep's default split (the sweep has no first/last-stage option)."""
+    out: dict[str, Any] = {
+        "sharding": str(plan["sharding"]), "recompute": str(training["recompute"]),
+        "global-batch": str(int(training["global_batch"]))}
+    for name in ("tp", "pp", "cp", "vpp", "ep"):
+        out[name] = str(int(plan[name]))
+    if int(plan["ep"]) > 1 and plan.get("etp") is not None:
+        out["etp"] = str(int(plan["etp"]))
+    if int(plan["pp"]) > 1 and plan.get("pp_schedule"):
+        out["pp-schedule"] = str(plan["pp_schedule"])
+    if plan["sharding"] == "hybrid":
+        out["shard-group-size"] = str(int(plan["dp_shard"]))
+    if plan["cp"] > 1:
+        out["cp-kind"] = str(plan["cp_kind"])
+    for name in ("sequence_parallel", "tp_overlap", "ep_overlap"):
+        if plan.get(name) is not None:
+            out[name.replace("_", "-")] = bool(plan[name])
+    if training.get("recompute_layers") is not None:
+        out["recompute-layers"] = str(int(training["recompute_layers"]))
+    return out
 
 
 def bandwidth_grid(rows: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -351,10 +384,11 @@ def bandwidth_grid(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     0 without it).
     """
     for column in ("model", "gpu", "plan.num_gpus", "plan.sharding"):
-        if column in rows and rows[column].map(_text).nunique() > 1:
+        named = rows[column].map(_text) if column in rows else pd.Series([], dtype=str)
+        named = named[named != ""]  # rows the sweep could not run name no plan
+        if named.nunique() > 1:
             raise ConfigError(f"the bandwidth map shows one configuration; the rows vary in "
-                              f"{column} ({', '.join(sorted(set(rows[column].map(_text))))}): "
-                              "filter them first")
+                              f"{column} ({', '.join(sorted(set(named)))}): filter them first")
     ok = rows["mfu"].notna()
     r = rows[ok]
     tokens = r["training.seq_len"].astype(float) * r["training.micro_batch"].astype(float)

@@ -71,6 +71,7 @@ def procurement_pareto(rows: Rows, *, tokens: float | None = None,
     for axis, values in ((ax.xaxis, use["_days"]), (ax.yaxis, use["_cost"])):
         if values.max() / values.min() > 8:
             pa.log_axis(axis, values)
+    ax.margins(0.06, 0.12)  # room for a label beside the outermost points
     ax.autoscale_view()
     to_axes = ax.transData + ax.transAxes.inverted()
     for t in texts:  # labels of points on the right half extend to the left
@@ -82,6 +83,9 @@ def procurement_pareto(rows: Rows, *, tokens: float | None = None,
     total.set_gid(TOTAL_AXIS_GID)
     total.set_ylabel(f"total cost of {pa.params(budget)} tokens [USD, no failures]",
                      fontsize=LABEL_PT)
+    if ax.get_yscale() == "log":  # round totals in view, not only the decades
+        low, high = (v * per_cost for v in ax.get_ylim())
+        total.yaxis.set_major_locator(ticker.FixedLocator(pa.log_ticks(low, high)))
     total.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: usd(v)))
     total.yaxis.set_minor_formatter(ticker.NullFormatter())
     total.tick_params(which="both", labelsize=TEXT_PT)
@@ -92,8 +96,9 @@ def procurement_pareto(rows: Rows, *, tokens: float | None = None,
     pa.finish(ax, f"Procurement: cost against time to train {pa.params(budget)} tokens",
             f"time to train {pa.params(budget)} tokens [days]", "cost [USD per million tokens]",
             sub)
-    pa.legend(ax, loc="best")
-    pa.hide_overlaps(fig, texts)
+    # below the axes, so it covers no point or label
+    fig.legend(loc="outside lower center", ncols=3, fontsize=TEXT_PT, framealpha=0.9)
+    pa.hide_overlaps(fig, texts, ax, over_markers=len(best))  # the front's labels first
     return fig
 
 

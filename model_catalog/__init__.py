@@ -1,0 +1,1 @@
+"""Built-in model catalog data (TOML files); read only by :mod:`fsdpsim.model.catalog`."""

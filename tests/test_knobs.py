@@ -1,0 +1,154 @@
+"""Every knob is declared once (:mod:`fsdpsim.plan.knobs`): each command that claims it has its
+option, with the declared spelling, help and parsing, no command declares one by hand, a bad
+value is one line with exit status 2 in every command, and ``--price`` takes the same forms
+everywhere."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+import pytest
+from conftest import assert_one_line_error, run
+
+from fsdpsim.cli import cli
+from fsdpsim.plan.frameworks import GENERIC_KNOBS, KNOB_DEFAULTS
+from fsdpsim.plan.knobs import COMMANDS, FRAMEWORK, KINDS, KNOBS, ONE
+
+CLI = Path(__file__).resolve().parents[1] / "fsdpsim" / "cli"
+
+
+def _params(command: str) -> dict[str, click.Parameter]:
+    ctx = click.Context(cli)
+    return {p.name: p for p in cli.get_command(ctx, command).params}
+
+
+def test_every_knob_is_an_option_of_the_commands_it_names_and_of_no_other():
+    params = {c: _params(c) for c in (*COMMANDS, "plot", "report")}
+    for k in KNOBS.values():
+        assert k.kind in KINDS and set(k.commands) <= set(COMMANDS), k.name
+        for command in COMMANDS:
+            if command not in k.commands:
+                assert k.name not in params[command], (k.name, command)
+                continue
+            p = params[command][k.name]
+            assert k.option in p.opts, (k.name, command, p.opts)
+            if k.kind == "flag":
+                assert p.secondary_opts == [k.off_option], (k.name, command)
+            assert p.help == (k.help_of(command) or None), (k.name, command)
+            if k.commands[command] == ONE and k.kind == "choice":
+                assert tuple(p.type.choices) == k.choices, (k.name, command)
+        if "sweep" in k.commands:  # plot draws sweep's grid
+            assert k.name in params["plot"], k.name
+        if "compare" in k.commands:  # report writes compare's rows
+            assert k.name in params["report"], k.name
+
+
+def test_no_command_declares_a_knob_option_by_hand():
+    spellings = {k.option for k in KNOBS.values()} | {k.off_option for k in KNOBS.values()}
+    found = []
+    # validate's and calibrate's --framework and --gpu filter a file's rows: not knobs
+    for path in sorted(set(CLI.glob("*.py")) - {CLI / "validate.py"}):
+        for match in re.finditer(r"click\.option\(\s*\"(--[a-z0-9-]+)", path.read_text()):
+            flag = match.group(1)
+            if flag in spellings:
+                found.append(f"{path.name}: {flag}")
+    assert found == []
+
+
+def test_every_knob_of_sweep_is_a_key_of_a_grid_file():
+    from fsdpsim.drivers.sweep.grid import GRID_KEYS
+
+    for k in KNOBS.values():
+        if "sweep" in k.commands:
+            assert k.option[2:] in GRID_KEYS, k.name
+
+
+def test_the_framework_knobs_are_those_the_profiles_default():
+    framework = {k.name for k in KNOBS.values() if k.default == FRAMEWORK}
+    assert framework == set(GENERIC_KNOBS)
+    for own in KNOB_DEFAULTS.values():
+        assert set(own) <= framework
+
+
+def _bad_value(k) -> str:
+    return {"choice": "bogus", "number": "-5"}.get(k.kind, "")
+
+
+@pytest.mark.parametrize("name", [k.name for k in KNOBS.values()
+                                  if k.kind in ("choice", "number")])
+def test_a_bad_value_of_a_knob_is_one_line_in_every_command_taking_one(capsys, name):
+    k = KNOBS[name]
+    for command, form in k.commands.items():
+        if form != ONE:
+            continue
+        rc, out, err = run(capsys, command, k.option, _bad_value(k))
+        line = assert_one_line_error(rc, out, err)
+        assert k.option in line, (command, line)
+
+
+@pytest.mark.parametrize("price", ["2", "$2/h", "h100=2", "h100=2/h,b200=9"])
+def test_price_takes_the_same_forms_in_every_command(capsys, price):
+    for command, extra in (("predict", ()), ("compare", ("--gpu", "h100", "--num-gpus", "8")),
+                           ("sweep", ())):
+        rc, out, err = run(capsys, command, *extra, "--price", price, "--format", "json")
+        assert rc == 0, (command, err)
+        data = json.loads(out)
+        row = {"predict": lambda: data, "compare": lambda: data["rows"][0],
+               "sweep": lambda: data[0]}[command]()
+        assert row["price_usd_per_gpu_hour"] == 2.0, command
+    rc, out, err = run(capsys, "search", "--price", price, "--objective", "cost", "--top", "1")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("command", ["predict", "search", "compare", "sweep"])
+@pytest.mark.parametrize("price", ["cheap", "h100=cheap", "h1000=2", "2,3"])
+def test_a_bad_price_is_one_line_in_every_command(capsys, command, price):
+    line = assert_one_line_error(*run(capsys, command, "--gpu", "h100", "--price", price))
+    assert "--price" in line
+
+
+def test_a_price_that_names_another_gpu_only_is_refused_where_one_gpu_runs(capsys):
+    for command in ("predict", "search"):
+        line = assert_one_line_error(*run(capsys, command, "--gpu", "h100", "--price",
+                                          "b200=5"))
+        assert "b200" in line and "h100" in line
+
+
+def _stated(k):
+    """A value of knob ``k`` as a measurement cell, and as predict's option parses it."""
+    if k.kind == "flag":
+        return "yes", True
+    if k.kind == "choice":
+        return k.choices[-1], k.choices[-1]
+    if k.kind == "number":
+        value = max(k.rule.lo, 1)
+        return str(value), int(value) if k.rule.whole else float(value)
+    return "a,b", "a,b"
+
+
+def test_a_measurement_row_reaches_predict_through_each_knobs_column():
+    from fsdpsim.measured.rows import framework_knobs, row_options
+
+    import pandas as pd
+
+    columns = {k.column: _stated(k) for k in KNOBS.values() if k.column}
+    row = pd.Series({"id": "r", "gpu": "h100", "n_gpus": 8, "grad_accum": 3,
+                     **{c: cell for c, (cell, _) in columns.items()}, "micro_batch": "2"})
+    options = row_options(row)
+    for k in KNOBS.values():
+        if k.column and "predict" in k.commands and k.column != "micro_batch":
+            assert options[k.name] == columns[k.column][1], k.name
+        elif not k.column and "predict" in k.commands and k.name != "global_batch":
+            assert options[k.name] == (None if k.default == FRAMEWORK else k.default), k.name
+    assert options["global_batch"] == str(2 * 3 * 8)  # micro-batch x accumulation x dp
+    known = framework_knobs(row)
+    assert set(known) == {k.name for k in KNOBS.values() if k.default == FRAMEWORK
+                          and k.field.startswith("training.")}
+    for name, value in known.items():
+        stated = columns[KNOBS[name].column][1]
+        assert value == (stated if KNOBS[name].kind != "text" else "a,b"), name
+    empty = framework_knobs(pd.Series({"id": "r", "recipe": "megatron", "precision": "nvfp4"}))
+    assert empty["fused_loss"] is True and empty["bf16_layers"] == 0  # megatron's defaults
