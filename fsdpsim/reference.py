@@ -33,8 +33,10 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
 * every precision (16/32-bit, and FP8, FP8 block-scaled, MXFP8, NVFP4 with 16-bit weights,
   activations and attention unless ``fp8_attention`` / ``fp8_lm_head``, ``bf16_layers``
   blended); reduce dtype bf16, fp16 or fp32; AdamW or SGD;
-  FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective`` or
-  ``full`` on every layer or the first ``recompute_layers`` of each stage, and Megatron's
+  FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective``,
+  ``full`` or ``op-selective`` (torchtitan's op-level policy: every second matmul's output,
+  the attention kernel's and the reduce-scatters' kept, the rest rerun) on every layer or the
+  first ``recompute_layers`` of each stage, and Megatron's
   per-module ``mlp`` recompute (``recompute_modules``); CUDA graphs on or off;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
 * any scale-up link (NVSwitch, PCIe, switchless mesh), any catalog network and cluster
@@ -134,6 +136,10 @@ def check_scope(model, system, plan, training) -> None:
                           f"gpus_per_node({system.gpus_per_node})")
     if training.micro_batch is None or training.recompute is None:
         refuse("an auto micro-batch or recompute", "a given micro_batch and recompute")
+    if training.recompute == "op-selective" and len(
+            {model.qkv_bias, model.attn_out_bias, model.mlp_bias}) > 1:
+        refuse(f"op-selective on {model.name!r} (biases on some linear layers only)",
+               "op-selective with biases on every linear layer or none")
     # Dense models: Megatron's ``mlp`` module recompute; the MLA and expert modules have
     # nothing to act on.
 
@@ -231,9 +237,20 @@ def layer_compute(m, x):
     # Megatron's reentrant CheckpointFunction replays it too); selective replays the
     # attention core only.
     early_stop = 0.0 if x["megatron"] else 1.0
+    # torchtitan's op-level selective checkpoint (torchtitan distributed/activation_checkpoint.py
+    # SelectiveAC, early_stop=False): the matmuls called 2nd, 4th, 6th in the block (wk, wo,
+    # then w3 of w2(silu(w1 x) * w3 x), or GELU's down) run again with every element-wise
+    # kernel; the saved matmuls (3 host ops each) and the attention kernel (1) are not launched.
+    # A biased linear runs as aten.addmm: saved, and not counted among the matmuls.
+    again = [] if bias else [(kv, h), (h, q), (f, h) if swiglu else (h, f)]
+    n_saved = (7 if swiglu else 6) - len(again)
+    cached_ops = n_saved * OPS_DOWN_PROJ + 1
+    op_selective = max(sum(gemm(n, k)[0] for n, k in again) + ew_fwd,
+                       (ops_fwd - cached_ops) * ko)
     recompute = {"none": 0.0, "selective": attn_fwd,
                  "full": max(gemm_fwd + attn_fwd + ew_fwd - early_stop * down_fwd,
-                             (ops_fwd - early_stop * OPS_DOWN_PROJ) * ko)}[x["recompute"]]
+                             (ops_fwd - early_stop * OPS_DOWN_PROJ) * ko),
+                 "op-selective": op_selective}[x["recompute"]]
     # Megatron's ``mlp`` module recompute (transformer_layer.py, CheckpointWithoutOutput around
     # the MLP; moot under full recompute): the MLP forward again in backward, its up (and
     # gate) and down GEMMs and the activation's traffic (SwiGLU reads 2f, writes f; GELU f, f).
@@ -667,12 +684,26 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     rows = b * (a / t) * s / x["cp"]                   # score rows (queries) on this rank
     core = 4.0 * rows if x["flash"] else rows * s * (e + drop * (1.0 + e))  # LSE, or scores
     kept = linear + core
-    saved = {"none": kept, "selective": linear, "full": T * e * h / h_split}[x["recompute"]]
+    # torchtitan's op-level policy keeps the block input, the outputs of the 1st, 3rd, 5th
+    # (and 7th) matmul of the block (wq, wv, w1 and the row-parallel w2's full-width partial
+    # sum; GELU: wq, wv, up), the attention kernel's output and logsumexp (eager: both score
+    # matmuls' outputs) and, with sequence parallelism, the two reduce-scatters' outputs.
+    # A biased linear runs as aten.addmm: on the list, never counted: all outputs kept.
+    glu = m.ffn_kind == "swiglu"
+    biased = m.mlp_bias or m.qkv_bias or m.attn_out_bias
+    up = (2 if glu else 1) * m.ffn_size
+    kept_mm = (e * (q + 2 * kv + up) / t + 2.0 * e * h if biased       # every output
+               else e * (q + kv + m.ffn_size) / t + (e * h if glu else 0.0))
+    op_core = (4.0 * rows if x["flash"] else rows * s * e) + T * e * q / t
+    op_selective = (T * e * h / h_split + T * kept_mm
+                    + op_core + (T * 2.0 * e * h / t if x["sp"] and t > 1 else 0.0))
+    saved = {"none": kept, "selective": linear, "full": T * e * h / h_split,
+             "op-selective": op_selective}[x["recompute"]]
     # Megatron's ``mlp`` module recompute frees the MLP internals (e·n_ffn·f/t per token) of
     # every layer of the stage, as the engine counts it (the replay runs on the first K only).
     freed = (n_layers * T * e * n_ffn * m.ffn_size / t
              if x["rc_mlp"] and x["recompute"] != "full" else 0.0)
-    working = kept - saved                               # one layer rebuilt in its backward
+    working = max(kept - saved, 0.0)                     # one layer rebuilt in its backward
     head = 2.0 * T * e * h / h_split                     # final-norm and LM-head inputs
     # Logits (bf16) and the cross-entropy's three fp32 temporaries, the vocabulary split by TP.
     logits = T * V / t * (2.0 if x["fused_loss"] else 2.0 + 3.0 * 4.0)
@@ -789,6 +820,10 @@ def predict(model, system, plan, training) -> dict[str, float]:
     rc_share = 1.0 if K is None else min(K, L_stage) / L_stage
     recompute_s = rc_share * layer["recompute_s"]
     replay = rc_share if training.recompute == "full" else 0.0  # full recompute replays them
+    # torchtitan's op-level policy keeps the reduce-scatter outputs and reruns the all-gathers
+    # (half the sequence-parallel TP collectives), all of them without sequence parallelism.
+    tp_replay = ((0.5 if x["sp"] else 1.0) * rc_share if training.recompute == "op-selective"
+                 else replay)
     # -- context parallelism: ring hops hide behind the attention they feed; Ulysses' do not
     cp_fwd, cp_bwd = context_parallel_s(m, x, cp_per_node) if c > 1 else (0.0, 0.0)
     ring_cp = not x["cp_all2all"]
@@ -843,7 +878,9 @@ def predict(model, system, plan, training) -> dict[str, float]:
     # forward under full recompute); the root's TP collectives half in each pass.
     block_fwd = layer["block_fwd_s"] + tp_fwd_exposed + cp_fwd_exposed
     block_bwd = (layer["block_bwd_s"] + recompute_s            # the replay precedes backward
-                 + tp_bwd_exposed + cp_bwd_exposed + replay * (tp_fwd_exposed + cp_fwd_exposed))
+                 + tp_bwd_exposed + cp_bwd_exposed + replay * (tp_fwd_exposed + cp_fwd_exposed)
+                 + (tp_replay * tp_fwd_exposed if training.recompute == "op-selective"
+                    else 0.0))
     root_fwd = root["root_fwd_s"] + 0.5 * tp_root
     root_bwd = root["root_bwd_s"] + 0.5 * tp_root
 
@@ -941,7 +978,11 @@ def predict(model, system, plan, training) -> dict[str, float]:
     attn_full = 4.0 * b * s * s * m.q_dim
     replayed = {"none": 0.0, "selective": attn_full,
                 "full": layer_mm + attn_full                    # less the down projection
-                - (0.0 if x["megatron"] else 2.0 * T * m.d_model * m.ffn_size)}[training.recompute]
+                - (0.0 if x["megatron"] else 2.0 * T * m.d_model * m.ffn_size),
+                # op-selective: wk, wo and w3 (or GELU's down) again; biased: none (addmm)
+                "op-selective": (0.0 if (m.mlp_bias or m.qkv_bias or m.attn_out_bias) else
+                                 2.0 * T * m.d_model * (m.kv_dim + m.q_dim + m.ffn_size)),
+                }[training.recompute]
     if x["rc_mlp"] and training.recompute != "full":   # the MLP's forward GEMMs again
         replayed += 2.0 * T * (up + m.ffn_size) * m.d_model
     hardware_flops = (L * (3.0 * layer_mm + (3.5 if x["flash"] else 3.0) * attn_full)
@@ -998,8 +1039,9 @@ def predict(model, system, plan, training) -> dict[str, float]:
         "pp_s": k * 2.0 * p2p_s,
         "cp_s": k * Ls * ((1.0 + replay) * cp_fwd + cp_bwd),
         "cp_exposed_s": k * Ls * ((1.0 + replay) * cp_fwd_exposed + cp_bwd_exposed),
-        "tp_s": k * (Ls * ((1.0 + replay) * tp_fwd + tp_bwd) + tp_root),
-        "tp_exposed_s": k * (Ls * ((1.0 + replay) * tp_fwd_exposed + tp_bwd_exposed) + tp_root),
+        "tp_s": k * (Ls * ((1.0 + tp_replay) * tp_fwd + tp_bwd) + tp_root),
+        "tp_exposed_s": k * (Ls * ((1.0 + tp_replay) * tp_fwd_exposed + tp_bwd_exposed)
+                             + tp_root),
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hardware_flops,
     }

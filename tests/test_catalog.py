@@ -50,6 +50,8 @@ CLUSTER_IDS = [
 # Line rate per GPU, one direction [Gb/s], worked out by hand from the node's NICs:
 # nics_per_node x Gb/s per NIC / GPUs per node. Every built-in node must be listed here.
 NODE_GBIT_PER_GPU = {
+    "dgx-1-v100-16gb": 50,       # 4 x EDR 100 / 8
+    "dgx-1-v100-32gb": 50,
     "dgx-a100-40gb": 200,        # 8 x HDR 200 / 8
     "dgx-a100-80gb": 200,
     "dgx-h100": 400,             # 8 x NDR 400 / 8
@@ -283,6 +285,83 @@ def test_node_bandwidth_is_what_the_file_says(builtin):
     assert set(claims) == set(builtin.ids("node"))
     for ident, gbit in claims.items():
         assert builtin.node(ident).inter_node_gbit_per_s_per_gpu == pytest.approx(gbit), ident
+
+
+# -- the network a GPU gets when only the GPU is named ------------------------------------------
+#: Each accelerator's usual node (``default_node``), hand-checked; the others fall back to one
+#: ib-ndr-400 NIC per GPU.
+DEFAULT_NODES = {
+    "v100-sxm2-16gb": "dgx-1-v100-16gb", "v100-sxm2-32gb": "dgx-1-v100-32gb",
+    "a100-sxm4-40gb": "dgx-a100-40gb", "a100-sxm4-80gb": "dgx-a100-80gb",
+    "a100-sxm4-64gb": "leonardo-node", "h100-sxm5-80gb": "dgx-h100",
+    "h200-sxm-141gb": "dgx-h200", "gh200-96gb": "jupiter-node", "b200": "dgx-b200",
+    "b300": "dgx-b300", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72",
+    "mi250x": "frontier-node", "mi300x": "mi300x-node", "gaudi2": "gaudi2-hls",
+    "gaudi3": "gaudi3-node",
+}
+
+
+def test_default_nodes_are_hand_checked(builtin):
+    got = {i: builtin.accelerator(i).default_node for i in builtin.ids("accelerator")}
+    assert {i: n for i, n in got.items() if n is not None} == DEFAULT_NODES
+
+
+@pytest.mark.parametrize("ident", [
+    "a100-pcie-40gb", "a100-sxm4-80gb", "b300", "gaudi3", "gb200", "h100-sxm5-80gb", "mi250x",
+    "mi300x", "tpu-v5p", "v100-sxm2-32gb"])
+def test_default_network_is_the_usual_nodes(builtin, ident):
+    """Only --gpu named: the usual node's network and NICs per GPU (a catalogued network), the
+    label and the note say it is the GPU's default; a given --network still wins (one NIC per
+    GPU)."""
+    from fsdpsim.hardware.system import DEFAULT_NETWORK, resolve_system
+
+    acc = builtin.accelerator(ident)
+    system = resolve_system(builtin, gpu=ident)
+    node = builtin.node(acc.default_node) if acc.default_node else None
+    net = node.network if node else builtin.network(DEFAULT_NETWORK)
+    assert system.network.id == net.id and system.network.id in builtin.ids("network")
+    per_gpu = (node.inter_node_bandwidth_bytes_per_s_per_gpu if node
+               else net.nic_bandwidth_bytes_per_s)
+    assert system.inter_node_bandwidth_bytes_per_s_per_gpu == pytest.approx(per_gpu)
+    assert "the GPU's default" in system.label
+    assert f"the default for {ident}" in system.extra["notes"]
+    given = resolve_system(builtin, gpu=ident, network="roce-200")
+    assert given.network.id == "roce-200" and "default" not in given.label
+    assert given.inter_node_bandwidth_bytes_per_s_per_gpu == pytest.approx(200e9 / 8)
+
+
+def test_a100_defaults_to_hdr_200_and_h100_to_ndr_400(builtin):
+    from fsdpsim.hardware.system import resolve_system
+
+    for gpu, net, gbit in (("a100", "ib-hdr-200", 200), ("a100-40gb", "ib-hdr-200", 200),
+                           ("h100", "ib-ndr-400", 400), ("v100", "ib-edr-100", 50),
+                           ("mi250x", "slingshot-11", 100), ("gaudi3", "gaudi-roce-200", 600)):
+        system = resolve_system(builtin, gpu=gpu)
+        assert system.network.id == net, gpu
+        assert system.inter_node_bandwidth_bytes_per_s_per_gpu == pytest.approx(gbit * 1e9 / 8)
+
+
+def test_every_default_node_holds_its_accelerator(builtin):
+    for ident in builtin.ids("accelerator"):
+        node = builtin.accelerator(ident).default_node
+        if node is not None:
+            assert builtin.node(node).accelerator.id == ident
+            assert builtin.raw("accelerator", ident).get("default_node_source"), ident
+
+
+def test_a_default_node_of_another_gpu_is_refused(tmp_path):
+    (tmp_path / "acc.toml").write_text(
+        '[[accelerator]]\nid = "h100-sxm5-80gb"\noverride = true\n'
+        'default_node = "dgx-a100-80gb"\n')
+    with pytest.raises(ConfigError, match="default_node 'dgx-a100-80gb' is a node of "
+                                          "a100-sxm4-80gb"):
+        load_catalog([tmp_path], use_env=False)
+
+
+def test_default_precision_is_the_16_bit_format(builtin):
+    assert builtin.accelerator("v100").default_precision == "fp16"
+    assert builtin.accelerator("h100").default_precision == "bf16"
+    assert builtin.accelerator("tpu-v5p").default_precision == "bf16"
 
 
 @pytest.mark.parametrize("ident,gpus_per_node,link_topology,per_peer", [

@@ -88,7 +88,8 @@ PLANS = [
 
 @pytest.mark.parametrize("plan", PLANS, ids=range(len(PLANS)))
 @pytest.mark.parametrize("recompute,layers", [("none", None), ("full", None), ("full", 4),
-                                              ("selective", None), ("selective", 4)])
+                                              ("selective", None), ("selective", 4),
+                                              ("op-selective", None), ("op-selective", 4)])
 def test_hand_plans_round_trip_or_are_refused(plan, recompute, layers):
     choice = _choice(plan, recompute=recompute, layers=layers)
     training = replace(TRAINING, global_batch=choice.global_batch)
@@ -123,3 +124,17 @@ def test_megatron_states_expert_tp():
     no_ep = megatron_args(_choice(ParallelPlan(num_gpus=64, gpus_per_node=8, tp=2, etp=1)),
                           TRAINING)
     assert "--expert-tensor-parallel-size 1" in no_ep
+
+
+def test_torchtitan_selective_is_its_op_policy():
+    """torchtitan's selective_ac_option = "op" is op-selective, both ways; the attention-only
+    selective (Megatron's) is not a torchtitan mode, and op-selective is not Megatron's."""
+    op = _choice(PLANS[0], recompute="op-selective")
+    training = replace(TRAINING, global_batch=op.global_batch)
+    text = torchtitan_toml(op, training)
+    assert 'mode = "selective"\nselective_ac_option = "op"' in text
+    assert read_torchtitan(text, num_gpus=64, gpus_per_node=8,
+                           layers_per_stage=16).recompute == "op-selective"
+    sel = torchtitan_toml(_choice(PLANS[0], recompute="selective"), training)
+    assert CANNOT in sel and "attention core" in sel and "[parallelism]" not in sel
+    assert CANNOT in megatron_args(op, training)

@@ -179,8 +179,9 @@ def test_rows_of_any_source_are_read_by_what_they_say():
     r = frame.loc["r1"]
     assert (r["skip"], r["gpu"], r["network"], r["inter_node_gbps_per_gpu"]) == \
         ("", "h100-sxm5-80gb", "ib-ndr-400", 400.0)
+    # torchtitan's "selective" is its op-level policy (selective_ac_option = "op")
     assert (r["sharding"], r["recompute"], r["precision"], r["reduce_dtype"], r["arch"]) == \
-        ("full", "selective", "bf16", "fp32", "llama")
+        ("full", "op-selective", "bf16", "fp32", "llama")
     assert r["flash_attention"] and not r["fused_loss"]
     assert (r["tp"], r["pp"], r["cp"], r["vpp"]) == (1, 1, 1, 1)
     tp = frame.loc["tp"]  # tensor parallel: modelled; torchtitan's TP plan is sequence-parallel
@@ -275,3 +276,15 @@ def test_vtrain_garbage_cells_are_skipped_with_a_reason(column, value):
         assert row["skip"] == ""  # 2.5 ms is a time
     else:
         assert row["skip"] in (f"{column} not stated as whole numbers", "no iteration time")
+
+
+def test_selective_means_what_the_framework_runs():
+    """A row's "selective" checkpointing is torchtitan's op-level policy under torchtitan and
+    the attention core elsewhere (Megatron); said outright, op-selective is read anywhere."""
+    frame = from_published(pd.DataFrame([
+        _row(id="titan"),
+        _row(id="mega", framework="Megatron-LM"),
+        _row(id="op", framework="Megatron-LM", activation_checkpointing="selective (op)"),
+    ]), CATALOG).set_index("id")
+    assert frame["recompute"].to_dict() == {"titan": "op-selective", "mega": "selective",
+                                            "op": "op-selective"}

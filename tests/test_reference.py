@@ -6,6 +6,7 @@ be refused with a ConfigError; the reference must not use the engine or the cost
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def _training(draw, model, plan, pp, micro_batch, precision, low):
                                       if s <= model.max_seq_len])),
         micro_batch=micro_batch,
         global_batch=micro_batch * plan.dp * draw(st.integers(1, 12 if pp > 1 else 4)),
-        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        recompute=draw(st.sampled_from(["none", "selective", "full", "op-selective"])),
         precision=precision,
         reduce_dtype=draw(st.sampled_from([None, "fp32", "bf16"])),
         optimizer=draw(st.sampled_from(["adamw", "sgd"])),
@@ -249,3 +250,31 @@ def test_agrees_across_oversubscribed_pods(sharding, tp, pp, shard_group):
     training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=8 * plan.dp,
                               recompute="full")
     _agree(PRESETS["llama3-70b"], system, plan, training)
+
+
+@pytest.mark.parametrize("model,tp,sp,pp,flash,layers", [
+    ("llama3-8b", 1, True, 1, True, None), ("llama3-8b", 4, True, 1, True, None),
+    ("llama3-8b", 4, False, 2, False, 8), ("gpt3-1.3b", 2, True, 1, True, None),
+    ("gpt3-1.3b", 1, True, 1, False, 3), ("gpt3-1.3b-nobias", 2, True, 1, True, None),
+    ("gpt3-1.3b-nobias", 1, True, 1, False, None)])
+def test_op_selective_agrees(model, tp, sp, pp, flash, layers):
+    """torchtitan's op-level policy (recompute op-selective) on SwiGLU and GELU blocks, with
+    and without biases (every linear saved), TP's sequence parallelism, eager attention and
+    partial recompute: the reference's saved bytes, rerun matmuls and replayed all-gathers are
+    the engine's."""
+    spec = (dataclasses.replace(PRESETS["gpt3-1.3b"], qkv_bias=False, attn_out_bias=False,
+                                mlp_bias=False) if model.endswith("nobias") else PRESETS[model])
+    plan = ParallelPlan(num_gpus=16, gpus_per_node=8, tp=tp, pp=pp, sequence_parallel=sp)
+    training = TrainingConfig(seq_len=2048, micro_batch=2, global_batch=2 * plan.dp * pp,
+                              recompute="op-selective", flash_attention=flash,
+                              recompute_layers=layers)
+    _agree(spec, _h100(), plan, training)
+
+
+def test_op_selective_is_refused_where_not_modelled():
+    """Biases on some projections only (Qwen2.5: QKV), MoE layers: both refuse op-selective."""
+    plan = ParallelPlan(num_gpus=16, gpus_per_node=8)
+    training = TrainingConfig(seq_len=2048, micro_batch=1, recompute="op-selective")
+    for name in ("qwen2.5-7b", "mixtral-8x7b"):
+        with pytest.raises(ConfigError, match="op-selective"):
+            predict(PRESETS[name], _h100(), plan, training)

@@ -203,3 +203,40 @@ def test_search_over_a_gpu_list_bounds_the_sum(capsys, monkeypatch):
     line = assert_one_line_error(*run(capsys, "search", "--model", "deepseek-v3", "--num-gpus",
                                       "8..4194304", "--global-batch", "65536"))
     assert "candidates together, more than the 20,000,000" in line and "fewer GPU counts" in line
+
+
+# -- defaults from the GPU: its 16-bit format, its usual node's network -------------------------
+def test_v100_runs_in_fp16_when_no_precision_is_given(capsys):
+    """A V100 has no bf16: without --precision, predict, search and compare run fp16 and say
+    so; a given --precision is still checked against the GPU."""
+    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "v100",
+                       "--num-gpus", "8")
+    assert rc == 0, err
+    assert "precision not given: fp16, the default for v100-sxm2-32gb (it has no bf16)" in out
+    rc, out, err = run(capsys, "search", "--model", "gpt3-1.3b", "--gpu", "v100", "--num-gpus",
+                       "8", "--top", "1")
+    assert rc == 0, err
+    assert "· fp16 ·" in out
+    rc, out, err = run(capsys, "compare", "--model", "gpt3-1.3b", "--gpu", "v100,h100",
+                       "--num-gpus", "8", "--plan", "fsdp", "--format", "json")
+    assert rc == 0, err
+    assert '"precision": "fp16"' in out and '"precision": "bf16"' in out
+    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "v100",
+                       "--num-gpus", "8", "--precision", "bf16")
+    assert rc == 2 and "has: fp16, fp32" in err
+    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "h100",
+                       "--num-gpus", "8", "--format", "json")
+    assert rc == 0 and '"precision": "bf16"' in out and "precision not given" not in out
+
+
+def test_predict_header_names_the_default_network(capsys):
+    """Only --gpu: the header names the network assumed and that it is the GPU's default (the
+    A100's DGX A100 HDR 200); a given --network wins."""
+    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "a100",
+                       "--num-gpus", "16")
+    header = " ".join(out.split("\n  plan")[0].split())
+    assert rc == 0 and "1x ib-hdr-200 per GPU (the GPU's default, as dgx-a100-80gb)" in header
+    rc, out, err = run(capsys, "predict", "--model", "gpt3-1.3b", "--gpu", "a100",
+                       "--num-gpus", "16", "--network", "ib-ndr-400")
+    header = " ".join(out.split("\n  plan")[0].split())
+    assert rc == 0 and header.endswith("1x ib-ndr-400 per GPU") and "default" not in header

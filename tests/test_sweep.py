@@ -180,6 +180,11 @@ POINTS = [  # (sweep options, predict arguments): fixed micro-batch and recomput
       "recompute": "full", "tp": "8", "sharding": "optimizer", "tp_overlap": "true"},
      ("llama3-70b", "h100", 64, "optimizer", dict(micro_batch=1, recompute="full"),
       dict(tp=8, tp_overlap=True))),
+    ({"model": "llama3-8b", "gpu": "h100", "num_gpus": "32", "micro_batch": "2",
+      "recompute": "op-selective", "tp": "2", "seq_len": "8192", "global_batch": "64"},
+     ("llama3-8b", "h100", 32, "full",
+      dict(micro_batch=2, recompute="op-selective", seq_len=8192, global_batch=64),
+      dict(tp=2))),
 ]
 
 
@@ -375,6 +380,27 @@ def test_cli_json_equals_predict_json():
     for key, value in flatten(p).items():
         if not key.startswith("chosen") and key not in ("notes", "advice", "fit_advice"):
             assert row[key] == value, key
+
+
+def test_default_precision_per_gpu_is_consistent_with_predict():
+    """--precision not given: each GPU row runs its own default (fp16 on the V100, which has
+    no bf16; bf16 on the H100) in sweep as in predict, field for field; a given --precision
+    still applies to every row."""
+    rows = json.loads(invoke("sweep", "--model", "gpt3-1.3b", "--gpu", "h100,v100",
+                             "--num-gpus", "16", "--micro-batch", "2", "--recompute", "none",
+                             "--format", "json"))
+    assert [r["training.precision"] for r in rows] == ["bf16", "fp16"]
+    for row in rows:
+        assert row["infeasible"] is None
+        p = json.loads(invoke("predict", "--model", "gpt3-1.3b", "--gpu", row["gpu"],
+                              "--num-gpus", "16", "--micro-batch", "2", "--recompute", "none",
+                              "--format", "json"))
+        for key, value in flatten(p).items():
+            if not key.startswith("chosen") and key not in ("notes", "advice", "fit_advice"):
+                assert row[key] == value, (row["gpu"], key)
+    given = json.loads(invoke("sweep", "--model", "gpt3-1.3b", "--gpu", "h100,v100",
+                              "--num-gpus", "16", "--precision", "bf16", "--format", "json"))
+    assert "not available on v100" in given[1]["infeasible"]
 
 
 def test_cli_table_and_grid_file(tmp_path):

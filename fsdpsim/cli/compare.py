@@ -78,7 +78,7 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
     training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
                                   o["global_batch"], seq),
-                              precision=o["precision"], optimizer=o["optimizer"],
+                              precision=o["precision"] or "bf16", optimizer=o["optimizer"],
                               **kernel_knobs(o))
     run = procurement.read_run_options(o)
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
@@ -90,9 +90,12 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
             for n in counts:
                 system = build_system(ctx, **{**o, "gpu": None, "cluster": None, kind: ident,
                                               "num_gpus": n})
+                own = (None if o["precision"] is not None
+                       else system.accelerator.default_precision)
                 cases.append(Case(spec, ident, system, n,
                                   price_of(prices, system.accelerator.id), kind=kind,
-                                  model_id=name))
+                                  model_id=name,
+                                  precision=None if own == training.precision else own))
     space = SearchSpace(framework=o["framework"])
     rows = compare(cases, training, plan=o["plan_kind"], run=run, space=space,
                    objective=o["objective"])

@@ -79,6 +79,8 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     else:
         plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
+    given_precision = o.get("precision")
+    o = {**o, "precision": precision_for(given_precision, system)}
     micro_batch = _auto_int(o["micro_batch"], "--micro-batch")
     global_batch, batch_note = default_batch(o.get("global_batch"), seq_len or 4096,
                                              plan.dp * (micro_batch or 1))
@@ -97,6 +99,10 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     extra = tuple(n for n in (plan_note, batch_note) if n)
     if extra:
         prediction = replace(prediction, notes=prediction.notes + extra)
+    if given_precision is None and o["precision"] != "bf16":
+        prediction = replace(prediction, notes=(
+            f"precision not given: {o['precision']}, the default for "
+            f"{system.accelerator.id} (it has no bf16)", *prediction.notes))
     if not advice:
         return prediction
     from fsdpsim.drivers.advice import scale_advice
@@ -129,6 +135,13 @@ def fit_advice(ctx: click.Context, o: dict, spec, system, plan, training, predic
                         {**o, "num_gpus": n, "seq_len": training.seq_len}, line,
                         ctx.obj.get("catalog_dirs", ()))})
     return tuple(out)
+
+
+def precision_for(given: str | None, system) -> str:
+    """``--precision``, or (not given) the GPU's own default: bf16, or fp16 on a GPU without
+    bf16 such as the V100 (:attr:`fsdpsim.hardware.spec.Accelerator.default_precision`; sweep
+    applies the same default per system)."""
+    return given if given is not None else system.accelerator.default_precision
 
 
 def ep_overlap_of(o: dict) -> bool:

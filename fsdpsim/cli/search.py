@@ -138,7 +138,7 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     GPU's own memory, training, results by count, the ranking)."""
     from fsdpsim.drivers import procurement
     from fsdpsim.cli.predict import (_auto_int, build_system, global_batch_or_default,
-                                     kernel_knobs, model_at)
+                                     kernel_knobs, model_at, precision_for)
     from fsdpsim.drivers.search.run import budget_system, search
     from fsdpsim.drivers.sweep.values import one_price
     from fsdpsim.hardware.catalog import load_catalog
@@ -148,6 +148,8 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     counts = _counts(o["num_gpus"])
     seq = _auto_int(o["seq_len"], "--seq-len") or 4096
     spec = model_at(o["model"], seq)
+    o = {**o, "precision": precision_for(o["precision"],
+                                         build_system(ctx, **{**o, "num_gpus": counts[0]}))}
     training = TrainingConfig(seq_len=seq, global_batch=global_batch_or_default(
                                   o["global_batch"], seq), precision=o["precision"],
                               optimizer=o["optimizer"], **kernel_knobs(o))

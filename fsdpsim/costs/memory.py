@@ -255,7 +255,7 @@ def peak_memory_bytes(*, moment="peak", **config):
         FSDP buffers, see :func:`fsdp_buffer_bytes`
     n_layers : transformer layers on this rank [-]
     micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads, recompute,
-    flash_attention, act_bytes, dropout, fused_glu, tp, cp, sequence_parallel :
+    flash_attention, act_bytes, dropout, fused_glu, tp, cp, sequence_parallel, linear_bias :
         activations, see :func:`activation_bytes_per_layer`
     vocab_size, logits_dtype_bytes, loss_fp32, fused_loss :
         see :func:`logits_bytes` (``fused_loss`` is its ``fused``)
@@ -350,7 +350,7 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
                    sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
                    allocator_fraction=0.0, accumulated_grad_numel=0.0, recomputed_layers=None,
                    expert_n_params=0.0, expert_shard_size=1.0, moe_saved_bytes_per_token=0.0,
-                   moe_working_bytes_per_token=0.0, check=True):
+                   moe_working_bytes_per_token=0.0, linear_bias=False, check=True):
     """Both moments of :func:`peak_memory_bytes` in one pass, term by term [B].
 
     Parameters are those documented in :func:`peak_memory_bytes` (but ``moment``), with the
@@ -399,7 +399,7 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
     by_policy = saved_bytes_by_policy(*layer_shape, flash_attention=flash_attention,
                                       act_bytes=act_bytes, dropout=dropout, fused_glu=fused_glu,
                                       tp=tp, cp=cp, sequence_parallel=sequence_parallel,
-                                      check=False)
+                                      linear_bias=linear_bias, check=False)
     saved_per_layer = select_policy(recompute, by_policy)
     kept_per_layer = by_policy[0]
     working = recompute_working_bytes(*layer_shape, recompute, saved_bytes=saved_per_layer,

@@ -13,7 +13,7 @@ flattened and ranked per column (:data:`BEST`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from fsdpsim.util.errors import ConfigError
@@ -53,6 +53,9 @@ class Case:
     model_id: str | None = None
     """The model as the user named it (preset, ladder id or config.json path); None: the
     spec's name."""
+    precision: str | None = None
+    """This row's precision where it is not the shared training's (``--precision`` not given:
+    the GPU's own default, fp16 on a V100); None: the training's."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
     from fsdpsim.plan.frameworks import plan_defaults
 
     spec, system, n = case.spec, case.system, case.num_gpus
+    if case.precision is not None:
+        training = replace(training, precision=case.precision)
     try:
         if plan == "search":
             # within the default memory budget (a share of the GPU's memory: predict's rule)

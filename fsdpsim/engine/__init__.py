@@ -16,7 +16,8 @@ returns a flat mapping of named outputs. It composes the stages of this package
    :mod:`fsdpsim.drivers.sensitivity`, from the engine's response to each resource).
 
 Categorical inputs are integer codes so a grid can mix them: ``strategy`` (see
-:data:`fsdpsim.costs.comm.STRATEGY_CODES`), ``recompute`` (0 none, 1 selective, 2 full),
+:data:`fsdpsim.costs.comm.STRATEGY_CODES`), ``recompute`` (0 none, 1 selective, 2 full,
+3 op-selective),
 ``optimizer`` (0 adamw, 1 sgd), ``pp_schedule`` (:data:`fsdpsim.costs.schedule.SCHEDULE_CODES`),
 and 0/1 flags ``swiglu``, ``rotary``, ``reshard``, ``flash``, ``sequence_parallel``,
 ``cp_all2all``, ``tp_overlap``.
@@ -34,7 +35,7 @@ from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
 
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "op-selective": 3}
 OPTIMIZER_CODES = {"adamw": 0, "sgd": 1}
 BOTTLENECKS = ("compute", "hbm_bandwidth", "intra_node_link", "inter_node_link",
                "memory_capacity", "pipeline_bubble", "collective_latency")

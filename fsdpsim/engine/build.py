@@ -495,10 +495,33 @@ def training_inputs(training: TrainingConfig) -> dict[str, Any]:
     }
 
 
+def op_selective_refused(spec: ModelSpec) -> str | None:
+    """Why recompute ``op-selective`` cannot be modelled for ``spec``, or None: its saved bytes
+    and rerun matmuls are derived for a dense block of one full-attention kind whose linear
+    layers all have biases or none has (:func:`fsdpsim.costs.activations.op_selective_split`);
+    torchtitan's op list over MoE layers (grouped GEMMs, all-to-alls, the router's forced
+    recompute), MLA, MTP modules, q/k norms, mixed attention kinds and blocks with biases on
+    some projections only is not."""
+    from fsdpsim.engine.build_moe import needs_layers
+
+    if needs_layers(spec):
+        why = "MoE, MLA, MTP, q/k-norm or windowed layers"
+    elif len({spec.qkv_bias, spec.attn_out_bias, spec.mlp_bias}) > 1:
+        why = "biases on some linear layers only"
+    else:
+        return None
+    return (f"recompute op-selective is modelled for dense full-attention layers whose linear "
+            f"layers all have biases or none has; {spec.name} has {why}; accepted: recompute "
+            "none, selective or full for it")
+
+
 def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
                   training: TrainingConfig) -> EngineInputs:
     """The engine inputs of one configuration, except micro-batch, recompute and grad-accum."""
     from fsdpsim.engine import build_moe as moe_inputs
+
+    if training.recompute == "op-selective" and op_selective_refused(spec):
+        raise ConfigError(op_selective_refused(spec))
 
     plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads, n_kv_heads=spec.kv_heads,
                      seq_len=training.seq_len, n_experts=spec.n_experts,

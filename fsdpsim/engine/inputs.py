@@ -247,7 +247,7 @@ class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, Framew
     (:data:`fsdpsim.engine.OPTIONAL_INPUTS`)."""
 
     micro_batch: Number
-    recompute: Number           # 0 none, 1 selective, 2 full
+    recompute: Number           # 0 none, 1 selective, 2 full, 3 op-selective
     grad_accum: Number          # micro-batches per step
     ceilings: Number            # 0/1 solve the memory ceilings
     dp_comm_scale: Number       # data-parallel collective times x this (what-if twins)

@@ -48,6 +48,35 @@ def widths(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
+def _op_selective_recompute_s(g, r, w, ew_fwd_s, ops_fwd):
+    """torchtitan's op-level selective checkpoint of one dense layer rerun in backward [s]
+    (:mod:`fsdpsim.costs.activations` [5]): the matmuls it does not save
+    (:func:`~fsdpsim.costs.activations.op_selective_split`: ``wk``, ``wo``, then ``w3`` or
+    GELU's ``down``; none when the linear layers have biases) and every element-wise kernel of
+    the forward (norms, rotary, activation, residual adds: its wrapper runs with
+    ``early_stop=False``); the saved matmuls and the attention kernel come from the cache
+    without a launch (3 host ops a linear, as the down projection's, and one for the
+    attention)."""
+    from fsdpsim.costs.activations import op_selective_matmuls, op_selective_split
+
+    swiglu, bias = g["swiglu"] > 0, g["linear_bias"] > 0
+    gemm_s = cached = 0.0
+    for glu in (True, False):
+        shapes = {name: (n, k) for name, n, k, _ in op_selective_matmuls(
+            g["d_model"], w["q"], w["kv"], w["ffn"], glu)}
+        for biased in (True, False):
+            saved, again = op_selective_split(glu, biased)
+            part = sum(compute.linear_time_s(w["tokens"], *shapes[name], r["matmul"], r["hbm"],
+                                             g["matmul_half_flops"], g["matmul_half_k"],
+                                             g["compute_bytes"])[0] for name in again)
+            on = (swiglu == glu) & (bias == biased)
+            gemm_s = gemm_s + where(on, part, 0.0)
+            cached = cached + where(on, len(saved) * compute.HOST_OPS_DOWN_PROJECTION + 1.0, 0.0)
+    eager = where(g["cuda_graphs"] > 0, 0.0, 1.0)
+    return compute.launch_bound_s(gemm_s + ew_fwd_s, ops_fwd - cached * eager,
+                                  g["kernel_overhead_s"])
+
+
 def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                 w: Mapping[str, np.ndarray], gemm=None, extra_ew=None,
                 extra_ops=None) -> dict[str, np.ndarray]:
@@ -158,6 +187,9 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         g["kernel_overhead_s"])
     recompute_s = where(recompute == 2, full_recompute_s,
                         where(recompute == 1, attn_fwd_s, 0.0))
+    if any_of(recompute == 3):  # torchtitan's op-level policy
+        recompute_s = where(recompute == 3, _op_selective_recompute_s(g, r, w, ew_fwd_s, ops_fwd),
+                            recompute_s)
     if any_of(g["rc_mlp"] > 0):  # Megatron recompute_modules "mlp": dense layers only
         from fsdpsim.engine import module_recompute
 

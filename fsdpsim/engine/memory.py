@@ -137,6 +137,7 @@ def shared_memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
         act_bytes=g["compute_bytes"], fused_loss=g["fused_loss"] > 0,
         # Eager PyTorch SwiGLU saves silu(gate) as well (a compiled or fused kernel does not).
         fused_glu=g["fused_glu"] > 0, dropout=g["dropout"] > 0,
+        linear_bias=g["linear_bias"] > 0,
         runtime_reserved_bytes=g["runtime_reserved_bytes"],
         allocator_fraction=g["allocator_fraction"], _accumulate=accumulate,
         # Codes and degrees come checked from the plan and prepare(): no argument checks.

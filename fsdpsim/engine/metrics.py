@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import where
+from fsdpsim.costs.activations import op_selective_recompute_flops
+from fsdpsim.costs.compute import any_of, where
 
 #: Exposed communication (or pipeline bubble) at or above this share of the step names it as
 #: the bottleneck.
@@ -49,8 +50,13 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     mlp_fwd_flops = where((g["rc_mlp"] > 0) & (recompute != 2) & (g["active_experts"] <= 1),
                           2.0 * tokens * where(swiglu, 3.0, 2.0) * g["d_model"] * g["ffn_size"],
                           0.0)
+    # torchtitan's op-level policy: the matmuls it does not save (activations [5])
+    op_flops = (op_selective_recompute_flops(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
+                                             g["ffn_size"], g["linear_bias"] > 0)
+                if any_of(recompute == 3) else 0.0)
     return (L * (3.0 * layer_mm + where(flash, 3.5, 3.0) * attn_flops_fwd)
             + 3.0 * compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
             + L * (where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
-                         where(recompute == 1, attn_flops_fwd, 0.0))
+                         where(recompute == 1, attn_flops_fwd,
+                               where(recompute == 3, op_flops, 0.0)))
                    + mlp_fwd_flops) * recompute_fraction)

@@ -77,18 +77,28 @@ def communication(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     block_fwd_s = lt["block_fwd_s"] + tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]
     # Full recompute replays the layer's forward, its TP/CP collectives with it (Megatron's
     # CheckpointFunction and torch's checkpoint rerun the forward ops, collectives included;
-    # selective recompute reruns only the attention core, between them).
-    replay = where(np.asarray(g["recompute"]) == 2, rc_share, 0.0)
+    # selective recompute reruns only the attention core, between them). torchtitan's op-level
+    # policy saves the reduce-scatter outputs and the attention's, and reruns the all-gathers:
+    # half the sequence-parallel TP collectives, all of them without sequence parallelism
+    # (costs.activations [5]).
+    rc_code = np.asarray(g["recompute"])
+    replay = tp_replay = where(rc_code == 2, rc_share, 0.0)
     block_bwd_s = (lt["block_bwd_s"] + rc_share * lt["recompute_s"] + tpc["tp_layer_bwd_exposed_s"]
                    + cpc["cp_layer_bwd_exposed_s"]
                    + replay * (tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]))
+    if any_of(rc_code == 3):
+        tp_replay = where(rc_code == 3, where(g["sequence_parallel"] > 0, 0.5, 1.0) * rc_share,
+                          replay)
+        block_bwd_s = block_bwd_s + where(rc_code == 3,
+                                          tp_replay * tpc["tp_layer_fwd_exposed_s"], 0.0)
     root_tp_s = tpc["tp_root_s"]
     if has_moe:  # the MoE layers' exposed all-to-alls (replayed with full recompute)
         block_fwd_s = block_fwd_s + phi * ep["fwd_exposed_s"]
         block_bwd_s = block_bwd_s + phi * (ep["bwd_exposed_s"] + replay * ep["fwd_exposed_s"])
 
     return dict(tpc=tpc, cpc=cpc, p2p_s=p2p_s, p2p_bytes=p2p_bytes, L_stage=L_stage, dpc=dpc,
-                dpc_e=dpc_e, g_e=g_e, f=f, rc_share=rc_share, replay=replay, block_fwd_s=block_fwd_s,
+                dpc_e=dpc_e, g_e=g_e, f=f, rc_share=rc_share, replay=replay, tp_replay=tp_replay,
+                block_fwd_s=block_fwd_s,
                 block_bwd_s=block_bwd_s, root_tp_s=root_tp_s)
 
 
@@ -201,9 +211,10 @@ def totals(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
                                      + dpc["hsdp_ar_root_s"], 0.0)
                     + where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0)
                     + where(grads_ar, zero1_grads_s, 0.0))
-    tp_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
+    tp_replay = s["tp_replay"]
+    tp_s = k * (L_stage * ((1.0 + tp_replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
                 + root_tp_s)
-    tp_exposed_s = k * (L_stage * ((1.0 + replay) * tpc["tp_layer_fwd_exposed_s"]
+    tp_exposed_s = k * (L_stage * ((1.0 + tp_replay) * tpc["tp_layer_fwd_exposed_s"]
                                    + tpc["tp_layer_bwd_exposed_s"])
                         + root_tp_s)
     cp_s = k * L_stage * ((1.0 + replay) * cpc["cp_layer_fwd_s"] + cpc["cp_layer_bwd_s"])
@@ -328,7 +339,8 @@ def outputs(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
         "all_reduce_bytes": all_reduce_bytes,
         "tp_s": tp_s,
         "tp_exposed_s": tp_exposed_s,
-        "tp_bytes": k * (L_stage * (tpc["tp_layer_bytes"] + replay * tpc["tp_layer_fwd_bytes"])
+        "tp_bytes": k * (L_stage * (tpc["tp_layer_bytes"] + s["tp_replay"]
+                                    * tpc["tp_layer_fwd_bytes"])
                          + tpc["tp_root_bytes"]),
         "cp_s": cp_s,
         "cp_exposed_s": cp_exposed_s,

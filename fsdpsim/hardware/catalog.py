@@ -262,6 +262,23 @@ class Catalog:
         for kind in KINDS:
             for ident in self._raw[kind]:
                 self.get(kind, ident)
+        for ident in self._raw["accelerator"]:
+            self._check_default_node(ident)
+
+    def _check_default_node(self, ident: str) -> None:
+        """An accelerator's ``default_node`` is the id (not an alias) of a node of that
+        accelerator, or the catalog is refused."""
+        raw = self._raw["accelerator"][ident]
+        name = raw.data.get("default_node")
+        if name is None:
+            return
+        where = f"{raw.where}: [[accelerator]] {ident!r}: default_node"
+        node = _ref(self, "node", name, raw)
+        if node.accelerator.id != ident:
+            raise ConfigError(f"{where} {name!r} is a node of {node.accelerator.id}; accepted: "
+                              f"a node whose accelerator is {ident}")
+        if node.id != name:
+            raise ConfigError(f"{where} {name!r} is an alias; give the node's id {node.id!r}")
 
     # -- lookup -------------------------------------------------------------------------------
     def ids(self, kind: str) -> list[str]:
@@ -380,6 +397,7 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         tdp_w=d.get("tdp_w"), year=d.get("year"), price_usd=d.get("price_usd"),
         rent_usd_per_hour=d.get("rent_usd_per_hour"), **_price_fields(d),
         notes=d.get("notes", ""), aliases=tuple(d.get("aliases", ())),
+        default_node=d.get("default_node"),
     )
 
 

@@ -144,6 +144,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "allocator_fraction": Field(_NUM, True, 0.0, 0.5),
         "tdp_w": Field(_NUM, False, 10, 5000, unit="W"),
         "year": Field(int, False, 2010, 2040),
+        # The node this part usually ships in (a [[node]] id whose accelerator is this one): its
+        # network and NICs per GPU are the default when only --gpu is named; and why it is the
+        # usual one.
+        "default_node": Field(str, False),
+        "default_node_source": Field(str, False),
         "price_usd": Field(_NUM, False, 100, 10_000_000, unit="USD"),
         "rent_usd_per_hour": Field(_NUM, False, 0.01, 500, unit="USD/h"),
         **_PRICE,

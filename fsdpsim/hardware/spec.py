@@ -126,6 +126,9 @@ class Accelerator:
     price_retrieved: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = ()
+    default_node: str | None = None
+    """Id of the catalog node this part usually ships in: its network and NICs per GPU are the
+    default when only the GPU is named (:func:`fsdpsim.hardware.system.resolve_system`)."""
 
     @property
     def price(self) -> Price | None:
@@ -134,6 +137,13 @@ class Accelerator:
             return None
         return Price(float(self.rent_usd_per_hour), self.price_kind, self.price_source,
                      self.price_retrieved)
+
+    @property
+    def default_precision(self) -> str:
+        """The precision a run on this part uses when none is given: its 16-bit format, bf16,
+        or fp16 on a part without bf16 (the V100: Volta's tensor cores take fp16 only, NVIDIA
+        V100 datasheet), else fp32."""
+        return next((p for p in ("bf16", "fp16") if p in self.peak_flops_per_s), "fp32")
 
     def peak_for(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``; a clear error if this part lacks it."""

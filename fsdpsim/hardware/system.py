@@ -26,10 +26,27 @@ FRAGMENTED_FACTOR = 0.7
 #: on what else runs beside it; no measurement gives more than the >30 % above).
 FRAGMENTED_UNCERTAINTY = 0.2
 
-#: Used when only a GPU is named: one 400 Gb/s NDR InfiniBand NIC per GPU, 8 GPUs per node
-#: (the DGX H100 / HGX layout, hardware.md §5). Reports say so.
+#: Used when only a GPU is named and the catalog gives it no usual node (``default_node``): one
+#: 400 Gb/s NDR InfiniBand NIC per GPU (the DGX H100 / HGX layout, hardware.md §5). 8 GPUs per
+#: node whatever the node. Reports say so.
 DEFAULT_NETWORK = "ib-ndr-400"
 DEFAULT_GPUS_PER_NODE = 8
+
+
+def default_network(catalog: Catalog, acc, network: str | None = None):
+    """``(network, NICs per GPU, usual node id or None)`` of a system named by its GPU alone.
+
+    ``--network`` given: that network, one NIC per GPU. Not given: the network and the NICs per
+    GPU (``nics_per_node / gpus_per_node``) of the accelerator's usual node in the catalog
+    (``default_node``, each with its source there: DGX A100's 8x HDR 200, a Gaudi 3 node's
+    3x 200 GbE per card, a DGX-1's 4x EDR 100 for 8 V100), else :data:`DEFAULT_NETWORK`, one
+    NIC per GPU."""
+    if network is not None:
+        return catalog.network(network), 1.0, None
+    if acc.default_node is None:
+        return catalog.network(DEFAULT_NETWORK), 1.0, None
+    node = catalog.node(acc.default_node)
+    return node.network, node.nics_per_node / node.gpus_per_node, node.id
 
 
 #: Measured bus bandwidths a user may pin (nccl-tests' busbw, GB/s), by measurement column /
@@ -111,12 +128,17 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         # A rack-scale NVLink domain (NVL72) is the scale-up unit when no node is named.
         rack = acc.link.domain_size if (acc.link.domain_size or 0) > DEFAULT_GPUS_PER_NODE else None
         per_node = gpus_per_node or rack or DEFAULT_GPUS_PER_NODE
-        net = catalog.network(DEFAULT_NETWORK if network is None else network)
-        share = net.nic_bandwidth_bytes_per_s
+        net, nics, usual = default_network(catalog, acc, network)
+        share = nics * net.nic_bandwidth_bytes_per_s
         link = acc.link
-        label = f"{per_node}x {acc.id} per node, 1x {net.id} per GPU"
-        if network is None and inter_node_gbps_per_gpu is None:
-            notes.append(f"network not given: assumed 1x {net.id} per GPU")
+        label = f"{per_node}x {acc.id} per node, {nics:g}x {net.id} per GPU"
+        if network is None:
+            label += f" (the GPU's default{f', as {usual}' if usual else ''})"
+            if inter_node_gbps_per_gpu is None:
+                why = (f"its usual node {usual}" if usual else
+                       f"no usual node in the catalog: one {DEFAULT_NETWORK} NIC per GPU")
+                notes.append(f"network not given: {nics:g}x {net.id} per GPU, the default for "
+                             f"{acc.id} ({why})")
     if per_node < 1:
         raise ConfigError(f"gpus_per_node must be a positive integer, got {per_node}")
     if inter_node_gbps_per_gpu is not None:

@@ -14,7 +14,7 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``seq_len``, ``micro_batch``, ``grad_accum``  (``micro_batch`` may be ``auto``: what ``predict``
                            would choose; ``global_batch_seqs`` then fixes the batch)
 ``sharding``               full | grad_op | optimizer | none | hybrid
-``recompute``              none | selective | full | auto
+``recompute``              none | selective | full | op-selective | auto
 ``reduce_dtype``           fp32 | bf16
 ``fused_loss``             true when the run used a fused cross-entropy (optional; empty:
                            the framework profile's default, see below)

@@ -333,7 +333,10 @@ def with_defaults(training, framework: str):
 #: * nanotron (v0.5): TP in ``REDUCE_SCATTER`` mode is sequence parallelism; flash_attn 2; no
 #:   recompute unless configured (``recompute_layer`` is False by default, ``config/models_config``);
 #:   the ``nanotron`` profile (fp32 gradient accumulation, DDP hook, ZeRO-1 gather after the step).
-#: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms).
+#: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms); its
+#:   selective checkpointing is the op-level policy (``ac_mode = "selective"`` with its default
+#:   ``selective_ac_option = "op"``, torchtitan/distributed/activation_checkpoint.py
+#:   ``SelectiveAC``): ``op-selective`` (the ``selective`` key: what a row's "selective" means).
 #: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
 #: and did not exist before 2022), data-parallel sharding as the row's words say.
 FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
@@ -351,7 +354,8 @@ FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                     "fused_loss": False}),
     (("nanotron",), {"name": "nanotron", "profile": "nanotron", "sequence_parallel": True,
                      "flash": True, "recompute": "none"}),
-    (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True}),
+    (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True,
+                       "selective": "op-selective"}),
     (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
 )
 

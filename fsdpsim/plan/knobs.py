@@ -173,9 +173,12 @@ _DATA_PARALLEL = [
          grid_help="With accumulation, reduce gradients every micro-batch or only the last, "
                    "for the sharded strategies: every, last or both (every,last: rows for "
                    "each); default every.", field="plan.grad_sync"),
-    Knob("recompute", "choice", "", {"predict": ONE, "sweep": LIST}, default="auto",
+    Knob("recompute", "choice", "selective: the attention core (Megatron); op-selective: "
+         "torchtitan's per-op policy (every second matmul, attention kept); auto tries none, "
+         "selective, full.", {"predict": ONE, "sweep": LIST}, default="auto",
          choices=("auto",) + RECOMPUTES,
-         grid_help="none, selective, full, or auto (free); default auto.",
+         grid_help="none, selective, full, op-selective (torchtitan's per-op policy), or auto "
+                   "(free: none, selective, full); default auto.",
          field="training.recompute", column="recompute"),
     Knob("recompute_layers", "number", "Recompute only the first K layers of each pipeline "
          "stage (Megatron --recompute-num-layers); default: all.",
@@ -244,8 +247,13 @@ _MODEL_PARALLEL = [
 ]
 
 _TRAINING = [
-    Knob("precision", "choice", "", {**_RUN, "sweep": LIST}, default="bf16",
-         choices=PRECISIONS, grid_help="bf16, fp16, fp8, fp32; default bf16.",
+    Knob("precision", "choice", "Number format of the compute (default: the GPU's 16-bit "
+         "format, bf16, or fp16 on a GPU without bf16 such as the V100).",
+         {**_RUN, "sweep": LIST}, choices=PRECISIONS,
+         help_for={"compare": "Number format of the compute (default: each GPU's 16-bit "
+                              "format, bf16, or fp16 on a GPU without bf16 such as the V100)."},
+         grid_help="bf16, fp16, fp8, fp32; default: each GPU's 16-bit format (bf16, or fp16 "
+                   "on a GPU without bf16 such as the V100).",
          field="training.precision", column="precision"),
     Knob("reduce_dtype", "choice", "Gradient reduce dtype (default fp32).", _PREDICT_ONLY,
          choices=("fp32", "bf16", "fp16"), field="training.reduce_dtype", column="reduce_dtype"),

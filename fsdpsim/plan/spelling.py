@@ -21,7 +21,7 @@ data first, joined by ``" × "``, then the settings of the step joined by ``" ·
   first and last stages (when uneven) or of every stage (a stated split, ``--pp-layers``);
 - ``epN`` with ``etpE`` (where the expert TP differs from TP; ``ep1(etpE)`` without EP) and
   ``overlap`` (EP all-to-all overlap) in brackets;
-- ``ckpt none|sel|full`` and the recomputed layers of each stage (``K`` or ``K/L``), ``mb N``,
+- ``ckpt none|sel|full|op`` and the recomputed layers of each stage (``K`` or ``K/L``), ``mb N``,
   ``accum N`` (without a pipeline, when above 1), ``sync last``, ``keep gathered``, ``no
   reshard`` and ``order`` (the full mesh order, when not the default).
 
@@ -42,10 +42,10 @@ from fsdpsim.util.errors import ConfigError
 DIM_SEP = " × "
 SETTING_SEP = " · "
 _DATA_WORDS = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none": "ddp"}
-_CKPT_WORDS = {"none": "none", "selective": "sel", "full": "full"}
+_CKPT_WORDS = {"none": "none", "selective": "sel", "full": "full", "op-selective": "op"}
 ACCEPTED = ("accepted: dimensions fsdpN, zero2-N, zero1-N, ddpN, hsdpRxS, zero1-RxS, cpN[(a2a)], "
             "tpN[(sp,overlap)], ppN(schedule[, v=V][, m=M][, first=F][, last=L][, layers=A/B]), "
-            "epN[(etpE,overlap)] joined by ' × ', then settings 'ckpt none|sel|full [K]', "
+            "epN[(etpE,overlap)] joined by ' × ', then settings 'ckpt none|sel|full|op [K]', "
             "'mb N', 'accum N', 'sync last', 'keep gathered', 'no reshard', 'order a,b,c,d,e' "
             "joined by ' · '")
 
@@ -60,7 +60,7 @@ class RunPlan:
     grad_accum: int
     """Micro-batches per step on one data-parallel rank (the pipeline's m) [-]."""
     recompute: str = "none"
-    """none, selective or full."""
+    """none, selective, full or op-selective."""
     recompute_layers: int | None = None
     """Layers of each pipeline stage that recompute (Megatron --recompute-num-layers); None =
     all of them (or none for ``recompute = "none"``) [-]."""

@@ -9,8 +9,14 @@ from typing import Literal
 
 from fsdpsim.util.errors import ConfigError
 
-Recompute = Literal["none", "selective", "full"]
-RECOMPUTES = ("none", "selective", "full")
+Recompute = Literal["none", "selective", "full", "op-selective"]
+#: Activation recompute: none, ``selective`` (the attention core, Korthikanti et al. 2022 §5),
+#: ``full`` (every layer from its input), ``op-selective`` (torchtitan's op-level selective
+#: checkpointing: :mod:`fsdpsim.costs.activations` [5]).
+RECOMPUTES = ("none", "selective", "full", "op-selective")
+#: What ``auto`` recompute tries (predict, sweep; search the same three): op-selective is asked
+#: for, or a torchtitan configuration says it (``selective_ac_option = "op"``).
+AUTO_RECOMPUTES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp8-block", "mxfp8", "nvfp4", "fp32")
 #: Formats whose linear-layer GEMMs run on the low-precision tensor cores while attention,
 #: norms, the embedding, the LM head and the gathered weights stay 16-bit (Transformer Engine
@@ -163,6 +169,10 @@ class TrainingConfig:
                               f"accepted: {', '.join(RECOMPUTE_MODULES)} (comma-separated)")
         object.__setattr__(self, "recompute_modules",
                            tuple(m for m in RECOMPUTE_MODULES if m in modules))
+        if self.recompute_modules and self.recompute == "op-selective":
+            raise ConfigError("recompute_modules (Megatron's per-module recompute) does not "
+                              "combine with recompute op-selective (torchtitan's op-level "
+                              "policy); accepted: recompute none or selective with them")
         for name in ("fp8_attention", "fp8_lm_head"):
             if getattr(self, name) and self.precision not in LOW_PRECISION:
                 raise ConfigError(f"{name} needs a low-precision format "

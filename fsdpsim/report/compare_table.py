@@ -161,9 +161,13 @@ def report_data(rows, training, run, plan_kind: str, options: dict[str, Any] | N
                  "cluster": None, c.kind: c.hardware, "num_gpus": c.num_gpus,
                  "seq_len": training.seq_len}, v["plan"], catalog_dirs)
     best = best_rows(values)
+    # --precision not given: each row runs its GPU's own default (Case.precision)
+    precisions = list(dict.fromkeys(r.case.precision or training.precision for r in rows))
     return {"query": {"seq_len": training.seq_len, "global_batch": training.global_batch,
                       "tokens_per_step": training.global_batch * training.seq_len,
-                      "precision": training.precision, "optimizer": training.optimizer,
+                      "precision": (precisions[0] if len(precisions) == 1 else
+                                    ", ".join(precisions) + " (each GPU's default)"),
+                      "optimizer": training.optimizer,
                       "fp8_attention": training.fp8_attention,
                       "fp8_lm_head": training.fp8_lm_head,
                       "recompute_modules": list(training.recompute_modules),

@@ -133,7 +133,7 @@ def _bandwidth_map(row, training, plot_data) -> tuple[str, Any]:
     def rows(plan_options):
         return plot_data.bandwidth_map_rows(
             spec.name, system.accelerator.id, num_gpus=n, gpus_per_node=system.gpus_per_node,
-            seq_len=training.seq_len, precision=training.precision,
+            seq_len=training.seq_len, precision=run_training["precision"],
             bandwidths_gbps=plot_data.MAP_BANDWIDTHS_GBPS[::_MAP_STRIDE],
             plan_options=plan_options)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fsdpsim.engine import MEMORY_PRESSURE_FRACTION
+from fsdpsim.util.text import wrap
 from fsdpsim.drivers.search.export import megatron_args, torchtitan_toml
 from fsdpsim.drivers.search.explain import differences, plan_line
 from fsdpsim.report.command import command_lines, plan_lines, predict_command
@@ -106,7 +107,7 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     """The ranking as text; with ``explain`` the best plan's breakdown and the cut-offs."""
     q, sp = report["query"], report["space"]
     gpus = ", ".join(f"{n:,}" for n in q["num_gpus"])
-    out = [f"search: {q['model']} on {gpus} × {q['system']}",
+    out = [wrap(f"search: {q['model']} on {gpus} × {q['system']}", hanging="  "),
            f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
            f"({q['tokens_per_step'] / 1e6:.1f} M tokens) · {q['precision']} · {q['framework']}",
            f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
@@ -130,8 +131,6 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
             out.append(f"    differs: {p['gives_up']}")
         out += command_lines(p["predict_command"], indent="    ")
     if any(p["above_default_budget"] for p in report["plans"]):
-        from fsdpsim.report.render import wrap
-
         out += ["", wrap(f"(tight) = above {100 * TIGHT_FRACTION:.0f} % of the GPU's memory (the "
                          "default budget): allocator retries and fragmentation can slow or stop "
                          "a real run; the default --memory-budget-gib keeps headroom",

@@ -25,10 +25,11 @@ def plan_line(choice) -> str:
 
 
 def ckpt_text(choice) -> str:
-    """``ckpt none``, ``ckpt full``, ``ckpt sel``, or ``ckpt full 12/40`` (K of a stage's L)."""
+    """``ckpt none``, ``ckpt full``, ``ckpt sel``, ``ckpt op``, or ``ckpt full 12/40`` (K of a
+    stage's L)."""
     if choice.recompute == "none":
         return "ckpt none"
-    name = "sel" if choice.recompute == "selective" else "full"
+    name = {"selective": "sel", "op-selective": "op"}.get(choice.recompute, "full")
     if choice.recompute_layers is None:
         return f"ckpt {name}"
     return f"ckpt {name} {choice.recompute_layers}/{choice.layers_per_stage}"

@@ -95,8 +95,11 @@ def _torchtitan_blockers(choice) -> list[str]:
         out.append("mesh order " + ",".join(p.mesh_order) + ": torchtitan's is fixed "
                    "(pp, dp_replicate, dp_shard, cp, tp)")
     k, n = choice.recompute_layers, choice.layers_per_stage
-    if choice.recompute != "none" and k not in (None, 0) and (choice.recompute == "selective"
-                                                               or n % k or p.vpp > 1):
+    if choice.recompute == "selective" and k != 0:
+        out.append("selective recompute of the attention core (Megatron's): torchtitan's "
+                   "selective checkpointing is per op (op-selective) or per n-th layer")
+    elif choice.recompute != "none" and k not in (None, 0) and (
+            choice.recompute == "op-selective" or n % k or p.vpp > 1):
         out.append(f"recompute of {k} of each stage's {n} layers: torchtitan checkpoints "
                    "every n-th layer of a model chunk (selective_ac_option = n)")
     return out
@@ -139,7 +142,7 @@ def torchtitan_toml(choice, training) -> str:
     lines += ["", "[activation_checkpoint]"]
     if choice.recompute == "none" or choice.recompute_layers == 0:  # no layer recomputed
         lines.append('mode = "none"')
-    elif choice.recompute == "selective":
+    elif choice.recompute == "op-selective":  # torchtitan SelectiveAC's op-level policy
         lines += ['mode = "selective"', 'selective_ac_option = "op"']
     elif choice.recompute_layers is None:
         lines.append('mode = "full"')
@@ -218,6 +221,9 @@ def _megatron_blockers(choice) -> list[str]:
         out.append("mesh order " + ",".join(p.mesh_order) + ": Megatron's rank order is "
                    "tp-cp-ep-dp-pp (innermost first), no argument changes it")
     k = choice.recompute_layers
+    if choice.recompute == "op-selective" and k != 0:
+        out.append("op-selective recompute (torchtitan's per-op policy): Megatron-LM's "
+                   "selective granularity recomputes the attention core or listed modules")
     if choice.recompute == "selective" and k is not None:
         out.append(f"selective recompute of {k} layers only: Megatron's selective granularity "
                    "applies to every layer")

@@ -8,7 +8,8 @@ ranked plan (``tests/test_export.py``).
   ``global_batch_size / (local_batch_size × dp)``; with a pipeline, ``local_batch_size`` runs as
   micro-batches of ``pipeline_parallel_microbatch_size``; ``data_parallel_shard_degree`` > 1
   is FSDP (ZeRO-3), HSDP with replicas, else DDP; ``fsdp_reshard_after_forward = "never"``
-  keeps parameters after forward; ``selective_ac_option = "n"`` checkpoints every n-th layer;
+  keeps parameters after forward; ``selective_ac_option = "n"`` checkpoints every n-th layer,
+  ``"op"`` is the op-level policy (``op-selective``; ``activation_checkpoint.py``);
   ``expert_tensor_parallel_degree`` applies with ``expert_parallel_degree`` > 1.
 - Megatron-LM (``megatron/training/arguments.py``): ``--expert-tensor-parallel-size`` defaults
   to ``--tensor-model-parallel-size``; micro-batches per step = ``global / (micro × dp)``, dp =
@@ -83,8 +84,8 @@ def read_torchtitan(text: str, *, num_gpus: int, gpus_per_node: int, layers_per_
         recompute, layers = "none", None
     elif mode == "full":
         recompute, layers = "full", None
-    elif option == "op":
-        recompute, layers = "selective", None
+    elif option == "op":  # SelectiveAC's op-level policy (activation_checkpoint.py)
+        recompute, layers = "op-selective", None
     else:  # every n-th layer: L / n of a stage's L layers, in full
         recompute, layers = "full", layers_per_stage // int(option)
     return RunPlan(canonical(plan), micro, accum, recompute, layers)

@@ -50,6 +50,7 @@ from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
 from fsdpsim.drivers.predict import divisors
 from fsdpsim.drivers.search import bounds
+from fsdpsim.engine.build import op_selective_refused
 from fsdpsim.drivers.search.columns import PlanColumns
 from fsdpsim.drivers.search.space import SearchSpace, check_size, enumerate_families
 from fsdpsim.util.units import GIB_BYTES
@@ -222,6 +223,8 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     fixed_rl = space.get("recompute_layers")
     if fixed_rl is not None and fixed_rc is None:
         fixed_rc = "full"  # a layer count alone means Megatron's full (block) recompute
+    if fixed_rc == "op-selective" and op_selective_refused(spec):
+        raise ConfigError(op_selective_refused(spec))
     found: list[tuple[np.ndarray, ...]] = []  # (plan, mb, rc code, rl, tps, peak, score)
     records: list[tuple] = []  # every evaluation, for the cut-off explanation
 

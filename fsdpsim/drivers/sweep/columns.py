@@ -67,7 +67,7 @@ def _utilisation_columns(grid: Grid, t: _Tables, p: dict[str, np.ndarray],
     """predict's ``utilisation``: the peaks MFU/HFU and ``mfu_native`` divide by, and the
     conventions (:meth:`fsdpsim.drivers.predict.Prediction.utilisation`)."""
     at = p["h"] * len(grid.precisions) + p["pr"]  # the system table's rows: system x precision
-    native = np.array(grid.precisions, dtype=object)[p["pr"]]
+    native = np.array(grid.precision_names, dtype=object)[at]
     peak, native_peak = t.system["mfu_peak_flops_per_s"][at], t.system["peak_flops_per_s"][at]
     low = np.isin(native.astype(str), LOW_PRECISION)
     return {"utilisation.peak_precision": np.where(low & (peak != native_peak),
@@ -101,6 +101,11 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
                                          ) if len(set(names)) == len(names) else \
             np.array(names, dtype=object)[codes]
 
+    def per_entry(names, codes):  # a text column per table entry, as a categorical
+        categories = list(dict.fromkeys(names))
+        return named(categories, np.array([categories.index(x) for x in names],
+                                          dtype=int)[codes])
+
     def knob(names, codes):  # a chosen knob; missing (-1) where the point is invalid
         full = np.full(n, -1)
         full[at] = codes
@@ -110,6 +115,7 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         return pd.Categorical.from_codes(np.zeros(n, dtype=int), categories=[value])
 
     spec_rows = t.spec_of[p["m"], p["sq"]]
+    sys_at = p["h"] * len(grid.precisions) + p["pr"]  # rows of the system x precision tables
     sharding_names = np.asarray(knob(SHARDINGS, c["sh"]).astype(object))
     sharded = np.isin(sharding_names, SHARDED)
     kept = sharded & grid.keep_gathered
@@ -143,20 +149,20 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.grad_accum": spread(c["accum"]),
         "training.global_batch": global_batch,
         "training.recompute": knob(RECOMPUTES, c["rc"]),
-        "training.precision": named(list(grid.precisions), p["pr"]),
+        "training.precision": per_entry(grid.precision_names, sys_at),
         "training.optimizer": constant(grid.optimizer),
-        "training.reduce_dtype": named([tr.reduce_dtype or "fp32" for tr in t.trainings],
-                                       p["pr"]),
+        "training.reduce_dtype": per_entry([tr.reduce_dtype or "fp32" for tr in t.trainings],
+                                           sys_at),
         "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
-        "training.fused_loss": np.array([tr.fused_loss for tr in t.trainings])[p["pr"]],
+        "training.fused_loss": np.array([tr.fused_loss for tr in t.trainings])[sys_at],
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
         "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
         "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
         "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
         "training.moe_fp8_dispatch": np.full(n, grid.moe_fp8_dispatch),
         "training.moe_dispatcher": np.full(n, grid.moe_dispatcher, dtype=object),
-        "training.fp8_attention": t.training["fp8_attention"][p["pr"]] > 0,
-        "training.fp8_lm_head": t.training["fp8_lm_head"][p["pr"]] > 0,
+        "training.fp8_attention": t.training["fp8_attention"][sys_at] > 0,
+        "training.fp8_lm_head": t.training["fp8_lm_head"][sys_at] > 0,
         "training.recompute_modules": np.full(n, ",".join(grid.recompute_modules), dtype=object),
         "training.cuda_graphs": np.full(n, grid.cuda_graphs, dtype=object),
         "candidates": counts.astype(float),
@@ -304,7 +310,8 @@ def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray, pr: np.ndarray,
     # A capped GPU draws at most its cap (the energy model charges board power for the step).
     cap = np.array([x.system.power_cap_w or np.inf for x in grid.hardware], dtype=float)[h]
     compute_bytes = np.array([training_inputs(TrainingConfig(seq_len=1, precision=x))
-                              ["compute_bytes"] for x in grid.precisions], dtype=float)[pr]
+                              ["compute_bytes"] for x in grid.precision_names],
+                             dtype=float)[h * len(grid.precisions) + pr]
     megatron = float(profile(grid.framework).recipe == "megatron")  # the engine's input
     ckpt = procurement.checkpoint_bytes(cols["n_params"], compute_bytes,
                                         engine.OPTIMIZER_CODES[grid.optimizer],

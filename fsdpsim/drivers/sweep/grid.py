@@ -100,6 +100,10 @@ class Grid:
     tdp_w: Mapping[str, float] = field(default_factory=dict)
     """Board power by accelerator id (catalog)."""
     run: RunAssumptions = field(default_factory=RunAssumptions)
+    precision_given: bool = True
+    """False when ``--precision`` was not given: each system then runs its GPU's own default
+    (:attr:`fsdpsim.hardware.spec.Accelerator.default_precision`: bf16, fp16 on a V100), as
+    ``predict`` does, and ``precisions`` holds one placeholder entry."""
     """Tokens to train, PUE, failure rate, checkpoint bandwidth and restart time."""
     grad_syncs: tuple[str, ...] = ("every",)
     """Gradient sync with accumulation ("every", "last"), for the sharded strategies; one
@@ -168,6 +172,20 @@ class Grid:
     def price(self, hardware: Hardware) -> Price | None:
         """The rent per GPU-hour of one hardware choice (the user's, else the catalog's)."""
         return resolve_price(hardware.system, price_of(self.price_overrides, hardware.gpu))
+
+    def precision_at(self, h: int, p: int) -> str:
+        """The precision of system ``h`` at entry ``p`` of the precision axis: the given one,
+        or (``--precision`` not given) the system's GPU's default."""
+        if self.precision_given:
+            return self.precisions[p]
+        return self.hardware[h].system.accelerator.default_precision
+
+    @property
+    def precision_names(self) -> tuple[str, ...]:
+        """:meth:`precision_at` of every system x precision entry, flattened as the sweep's
+        system tables are (entry ``h * len(precisions) + p``)."""
+        return tuple(self.precision_at(h, p) for h in range(len(self.hardware))
+                     for p in range(len(self.precisions)))
 
     @property
     def axes(self) -> tuple[tuple, ...]:
@@ -343,7 +361,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
     return Grid(
         models=_models(options),
         hardware=hardware,
-        precisions=precisions,
+        precisions=precisions, precision_given="precision" in options,
         num_gpus=tuple(parse_counts(get("num-gpus"), "--num-gpus")),
         seq_lens=tuple(parse_counts(get("seq-len"), "--seq-len")),
         global_batches=tuple(dict.fromkeys(global_batches)) or (None,),

@@ -33,6 +33,8 @@ from fsdpsim.drivers import sensitivity
 from fsdpsim.drivers.sweep.grid import Grid, default_global_batch
 from fsdpsim.plan.frameworks import profile
 from fsdpsim.plan.parallel import RECOMPUTES, SHARDINGS
+from fsdpsim.plan.training import AUTO_RECOMPUTES
+from fsdpsim.engine.build import op_selective_refused
 from fsdpsim.drivers.predict import AUTO_MICRO_BATCHES, comm_uncertainty, divisors, slower_twin
 from fsdpsim.drivers.sweep.columns import INT_COLUMNS, _columns_of, _first_reason
 from fsdpsim.drivers.sweep.tables import _Tables, _gather
@@ -48,7 +50,7 @@ def estimated_candidates(grid: Grid) -> int:
     """Configurations a sweep evaluates: points times the candidates of the free knobs (a
     global batch's divisors are counted as the nine default micro-batches)."""
     per_point = ((len(SHARDINGS) if grid.shardings is None else 1)
-                 * (len(RECOMPUTES) if grid.recomputes is None else 1)
+                 * (len(AUTO_RECOMPUTES) if grid.recomputes is None else 1)
                  * (len(AUTO_MICRO_BATCHES) if grid.micro_batches is None else 1))
     return grid.n_points * per_point
 
@@ -142,6 +144,11 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     reasons = np.where(np.equal(reasons, None), t.system_reason[p["h"], p["pr"]], reasons)
     reasons = np.where(np.equal(reasons, None),
                        t.model_reason[t.spec_of[p["m"], p["sq"]], p["ly"], p["sq"]], reasons)
+    if "op-selective" in (grid.recomputes or ()):  # a dense-layer policy (engine.build)
+        why = np.array([op_selective_refused(s) for s in t.specs], dtype=object)
+        spec_at = t.spec_of[p["m"], p["sq"]]
+        refused = (rc_code == RECOMPUTES.index("op-selective")) & ~np.equal(why[spec_at], None)
+        _first_reason(reasons, refused, lambda k: why[k], spec_at)
     has_gb = ~np.isnan(gbatch)
     gb_int = np.where(has_gb, gbatch, 0).astype(np.int64)
     _first_reason(reasons, has_gb & (gb_int % dp != 0),
@@ -167,9 +174,10 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
         cols, inverse = t.model_columns(t.spec_of[p["m"][o], p["sq"][o]],
                                         t.plan["shard_size"][plan], t.plan["tp"][plan])
         _gather(cols, inverse, x)
-        _gather(t.system, np.ravel_multi_index((p["h"][o], p["pr"][o]), t.system_reason.shape), x)
+        at = np.ravel_multi_index((p["h"][o], p["pr"][o]), t.system_reason.shape)
+        _gather(t.system, at, x)
         _gather(t.plan, plan, x)
-        _gather(t.training, p["pr"][o], x)
+        _gather(t.training, at, x)
         x.update(seq_len=seq[o], micro_batch=c["mb"][rows], recompute=c["rc"][rows],
                  grad_accum=c["accum"][rows])
         # Even pipeline stages (the model checks guarantee the split).
@@ -252,8 +260,8 @@ def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code,
         owner, sh = owner[row], sh[row]
     else:
         mb = mb_fixed[owner]
-    if grid.recomputes is None:
-        k = len(RECOMPUTES)
+    if grid.recomputes is None:  # auto: the codes of AUTO_RECOMPUTES, RECOMPUTES' first three
+        k = len(AUTO_RECOMPUTES)
         owner, sh, mb = np.repeat(owner, k), np.repeat(sh, k), np.repeat(mb, k)
         rc = np.tile(np.arange(k), owner.size // k)
     else:

@@ -44,7 +44,8 @@ class _Tables:
         self.system_reason = np.full((nh, npr), None, dtype=object)
         rows = []
         for h, hw in enumerate(grid.hardware):
-            for p, precision in enumerate(grid.precisions):
+            for p in range(npr):
+                precision = grid.precision_at(h, p)
                 try:
                     rows.append({**system_inputs(hw.system, precision,
                                                  _bf16_share(grid.framework, precision)),
@@ -94,7 +95,9 @@ class _Tables:
         self.plan_ok = np.equal(self.plan_reason, None)
         self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
         self.plan_shape = (ng, nh, nl, ns)
-        self.trainings = [grid_training(grid, p) for p in grid.precisions]
+        # per system x precision (row h * len(precisions) + p), as self.system: a system's
+        # precision is its GPU's own when --precision is not given (Grid.precision_at)
+        self.trainings = [grid_training(grid, p) for p in grid.precision_names]
         self.training = _columns([{**training_inputs(tr), **framework_constants(grid.framework)}
                                   for tr in self.trainings])
         self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)

@@ -159,7 +159,14 @@ STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_over
                   "bf16_layers")
 _FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head")
 #: What a row's ``recompute`` cell (``predict --recompute``) accepts.
-RECOMPUTE_CELLS = ("none", "selective", "full", "auto")
+RECOMPUTE_CELLS = ("none", "selective", "full", "op-selective", "auto")
+
+
+def _framework_selective(recompute: str, conventions: dict[str, Any]) -> str:
+    """A row's ``selective`` recompute as its framework runs it: torchtitan's selective
+    checkpointing is its op-level policy (``selective_ac_option = "op"``, its default:
+    ``op-selective``); Megatron's is the attention core (``selective``)."""
+    return conventions.get("selective", recompute) if recompute == "selective" else recompute
 
 
 def stated_columns(r: pd.Series) -> dict[str, Any]:
@@ -325,9 +332,10 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
         "seq_len": counts["seq_len"] or 1,
         "micro_batch": mb, "grad_accum": ga,
         "sharding": sharding, "shard_group_size": shard_group,
-        "recompute": (stated_recompute or parse_recompute(checkpointing)
-                      if stated_recompute or _stated(checkpointing)
-                      else conventions.get("recompute", "auto")),
+        "recompute": _framework_selective(
+            stated_recompute or parse_recompute(checkpointing)
+            if stated_recompute or _stated(checkpointing)
+            else conventions.get("recompute", "auto"), conventions),
         "global_batch_seqs": global_seqs,
         # the model's own tying where stated; measured bus bandwidths of the job (GB/s)
         "tie_word_embeddings": r.get("tie_word_embeddings", float("nan")),

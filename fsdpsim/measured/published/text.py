@@ -209,7 +209,12 @@ def sharding_words(text: str) -> str | None:
 
 
 def parse_recompute(text: str) -> str:
+    """none, selective, full or op-selective (torchtitan's op-level selective checkpointing,
+    said as "op-selective" or "selective (op)") from a row's checkpointing text."""
     low = text.lower()
+    if "op-selective" in low or ("selective" in low and "op" in low.replace("selective", "")
+                                 .replace("(", " ").replace(")", " ").split()):
+        return "op-selective"
     if "selective" in low:
         return "selective"
     if low.startswith(("full", "true", "yes")) or "full" in low:
