@@ -120,6 +120,7 @@ _STACK_EFFICIENCY = {
     "throughput_ratio_p05": Field(_NUM, False, 0.1, 1.0),
     "throughput_ratio_p95": Field(_NUM, False, 1.0, 10.0),
     "source": Field(str, False),
+    "scaled_from": Field(str, False),  # the accelerator id whose fit a literature table carries
 }
 #: A precision class ([accelerator.efficiency.bf16] / [...fp8]): its measured ceiling and its
 #: kernel stacks' tables.
