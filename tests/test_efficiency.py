@@ -269,6 +269,35 @@ def test_calibrate_refuses_a_fit_above_the_ceiling(two_sources, tmp_path, capsys
     assert rc == 0, err
 
 
+def test_h100_attention_fit_is_below_its_kernel_ceiling_and_one_above_is_refused(tmp_path,
+                                                                                 capsys):
+    """H100's fused attention ceiling (cuDNN forward+backward in FlashAttention-3's kernel
+    benchmarks) is 0.57: the fit (0.3432) is under it, no text. Under a (made-up) ceiling of 0.3
+    the same fraction is named, and calibrate refuses the rows' fit with one line."""
+    from fsdpsim.measured.calibrate import attention_ceiling_violations
+
+    rows = pd.DataFrame({"gpu": ["h100-sxm5-80gb"], "precision": ["fp8"]})
+    table = CATALOG.accelerator("h100").efficiency.tables["bf16"]
+    assert table["fused_attention_ceiling"] == 0.57
+    fitted = efficiency.resolve(CATALOG.accelerator("h100"), "fp8", "te").values[
+        "fused_attention_fraction"]
+    assert fitted < 0.57 and attention_ceiling_violations(fitted, rows, CATALOG) == []
+    (tmp_path / "ceiling.toml").write_text(
+        '[[accelerator]]\nid = "h100-sxm5-80gb"\noverride = true\n\n'
+        '[accelerator.efficiency.bf16]\nfused_attention_ceiling = 0.3\n'
+        'attention_ceiling_source = "unit test"\n')
+    low = load_catalog([tmp_path], use_env=False)
+    assert attention_ceiling_violations(fitted, rows, low) == [
+        "h100-sxm5-80gb fused attention 0.3 (unit test)"]
+    line = assert_one_line_error(*run(
+        capsys, "--catalog", str(tmp_path), "calibrate", "--measurements",
+        str(ROOT / "validation" / "data" / "hybrid_calibration.csv"), "--gpu", "h100-sxm5-80gb",
+        "--framework", "", "--factor", "fused_attention_fraction", "--factor",
+        "matmul_fraction"))
+    assert "above the measured fused attention kernel ceiling of h100-sxm5-80gb fused " \
+        "attention 0.3 (unit test)" in line
+
+
 def test_where_keeps_rows_or_says_why_not(two_sources, capsys):
     line = assert_one_line_error(*run(
         capsys, "calibrate", "--measurements", str(two_sources), "--gpu", "a100-sxm4-40gb",

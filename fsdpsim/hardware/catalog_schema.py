@@ -127,6 +127,8 @@ _STACK_EFFICIENCY = {
 _CLASS_EFFICIENCY = {
     "matmul_ceiling": Field(_NUM, False, 0.05, 1.0),
     "ceiling_source": Field(str, False),
+    "fused_attention_ceiling": Field(_NUM, False, 0.05, 1.0),  # fused attention kernel, fwd+bwd
+    "attention_ceiling_source": Field(str, False),
     **{stack: _STACK_EFFICIENCY for stack in KERNEL_STACKS},
 }
 _EFFICIENCY.update({"bf16": _CLASS_EFFICIENCY, "fp8": _CLASS_EFFICIENCY})
