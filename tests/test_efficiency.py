@@ -36,14 +36,14 @@ def _inputs(precision: str, framework: str):
 def test_the_loader_reads_the_per_precision_tables():
     acc = CATALOG.accelerator("h100")
     tables = acc.efficiency.tables
-    assert tables["bf16"]["pytorch"]["matmul_fraction"] == 0.6616
+    assert tables["bf16"]["pytorch"]["matmul_fraction"] == 0.6591
     assert tables["bf16"]["matmul_ceiling"] == 0.803
     assert tables["fp8"]["matmul_ceiling"] == 0.709
     assert tables["fitted_on"] == ("te", "fp8")
     bf16 = efficiency.resolve(acc, "bf16", "pytorch")
     fp8 = efficiency.resolve(acc, "fp8", "te")
-    assert bf16.values["matmul_fraction"] == 0.6616 and not bf16.transferred
-    assert fp8.values["matmul_fraction"] == 0.8533 and not fp8.transferred
+    assert bf16.values["matmul_fraction"] == 0.6591 and not bf16.transferred
+    assert fp8.values["matmul_fraction"] == 0.6667 and not fp8.transferred
     # a GPU whose one table declares nothing resolves to it, silently
     v100 = efficiency.resolve(CATALOG.accelerator("v100-sxm2-32gb"), "fp16", "te")
     assert v100.values["matmul_fraction"] > 0 and v100.notes() == [] and not v100.transferred
@@ -98,20 +98,20 @@ def test_a_fallback_stack_needs_its_precision(tmp_path):
 
 def test_fp8_and_bf16_plans_on_h100_use_different_fractions():
     """One 8,192-cube GEMM, hand-checked from the catalog's numbers: BF16 under PyTorch at
-    989.4 TFLOP/s x 0.6616, FP8 under Transformer Engine at 1,978.9 TFLOP/s x 0.8533, each with
-    the tile term (k + 256) and the Hockney tail 4.22 GFLOP / rate (compute.gemm_time_s)."""
+    989.4 TFLOP/s x 0.6591, FP8 under Transformer Engine at 1,978.9 TFLOP/s x 0.6667, each with
+    the tile term (k + 256) and the Hockney tail 3.30 GFLOP / rate (compute.gemm_time_s)."""
     n = 8192.0
-    for precision, framework, peak, fraction in (("bf16", "fsdp2", 989.4e12, 0.6616),
-                                                 ("fp8", "megatron", 1978.9e12, 0.8533)):
+    for precision, framework, peak, fraction in (("bf16", "fsdp2", 989.4e12, 0.6591),
+                                                 ("fp8", "megatron", 1978.9e12, 0.6667)):
         x = _inputs(precision, framework)
         assert x["matmul_fraction"] == fraction
         rate = x["peak_flops_per_s"] * x["matmul_fraction"]
         t = compute.gemm_time_s(n, n, n, rate, x["hbm_bytes_per_s"] * x["hbm_fraction"],
                                 x["matmul_half_flops"], x["matmul_half_k"])
-        by_hand = (2 * n * n * (n + 256) + 4.22e9) / (peak * fraction)
+        by_hand = (2 * n * n * (n + 256) + 3.30e9) / (peak * fraction)
         assert float(t) == pytest.approx(by_hand, rel=1e-9)
-    # 16-bit GEMMs under PyTorch: 1.732 ms + 6.4 us; 8-bit under TE: 0.671 ms + 2.5 us
-    assert (2 * n * n * (n + 256) + 4.22e9) / (989.4e12 * 0.6616) == pytest.approx(1.7386e-3,
+    # 16-bit GEMMs under PyTorch: 1.739 ms + 5.1 us; 8-bit under TE: 0.859 ms + 2.5 us
+    assert (2 * n * n * (n + 256) + 3.30e9) / (989.4e12 * 0.6591) == pytest.approx(1.7438e-3,
                                                                                    rel=1e-3)
 
 
@@ -129,11 +129,35 @@ def test_a_transferred_triple_is_named_in_notes_and_widens_the_range():
     lo, hi = (moved.interval[k] / moved.values["tokens_per_s_per_gpu"]
               for k in ("tokens_per_s_per_gpu_low", "tokens_per_s_per_gpu_high"))
     # both use the uncalibrated 0.70..1.10 (the PyTorch table states no range); the transfer
-    # widens it by 22 % on each side, times the plans' communication terms (>= 1 apart)
+    # widens it by 13 % on each side (H100's two fitted stacks: 0.821 and 0.940 of MAMF),
+    # times the plans' communication terms (>= 1 apart)
     t = efficiency.TRANSFER_UNCERTAINTY
-    assert t == 0.22
+    assert t == pytest.approx(1 - (0.6591 / 0.803) / (0.6667 / 0.709), abs=0.005)
     assert lo_own == pytest.approx(0.70, rel=0.02) and hi_own == pytest.approx(1.10, rel=0.02)
     assert lo <= 0.70 * (1 - t) * 1.0001 and hi >= 1.10 * (1 + t) * 0.9999
+
+
+@pytest.mark.parametrize("gpu, fraction", [("b200", 0.637), ("mi300x", 0.422)])
+def test_a_table_scaled_from_another_gpus_fit_is_a_transfer(gpu, fraction, capsys):
+    """B200's and MI300X's PyTorch BF16 tables are literature values (MAMF x H100's fitted share
+    of its MAMF): predict names them as carried from H100 and widens the range by the transfer
+    spread on both ends, so a run at half the predicted speed is inside it."""
+    got = efficiency.resolve(CATALOG.accelerator(gpu), "bf16", "pytorch")
+    assert got.values["matmul_fraction"] == fraction and got.transferred
+    assert got.scaled_from == "h100-sxm5-80gb" and not got.calibrated
+    system = resolve_system(CATALOG, gpu=gpu)
+    training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="none", precision="bf16")
+    p = predict(LLAMA, system, ParallelPlan(8, 8, "full"), training)
+    assert [n for n in p.notes if "carries h100-sxm5-80gb's fit" in n]
+    assert p.interval["efficiency_transferred"] and not p.interval["calibrated"]
+    t = efficiency.SCALED_UNCERTAINTY
+    assert t == pytest.approx(1 - 450 / 668.4, abs=0.005) and got.uncertainty == t
+    lo, hi = (p.interval[k] / p.values["tokens_per_s_per_gpu"]
+              for k in ("tokens_per_s_per_gpu_low", "tokens_per_s_per_gpu_high"))
+    assert lo <= 0.70 * (1 - t) * 1.0001 < 0.5 and hi >= 1.10 * (1 + t) * 0.9999
+    rc, out, err = run(capsys, "predict", "--gpu", gpu, "--precision", "bf16")
+    assert rc == 0, err
+    assert "carries h100-sxm5-80gb's fit" in " ".join(out.split())
 
 
 def test_predict_cli_prints_the_transfer_note(capsys):
@@ -144,9 +168,16 @@ def test_predict_cli_prints_the_transfer_note(capsys):
     assert "transferred from (pytorch, bf16)" in out
 
 
-def test_the_fp8_fit_above_its_ceiling_is_noted():
-    note = efficiency.resolve(CATALOG.accelerator("h100"), "fp8", "te").notes()
-    assert len(note) == 1 and "above the measured best-shape GEMM ceiling 0.709" in note[0]
+def test_the_h100_fp8_fit_is_below_its_ceiling_and_a_fit_above_one_is_noted(tmp_path):
+    """H100's Transformer Engine FP8 fit (0.6667) is under its FP8 MAMF ceiling 0.709: no note.
+    Under a (made-up) ceiling of 0.6 the same fraction is said to absorb other terms."""
+    assert efficiency.resolve(CATALOG.accelerator("h100"), "fp8", "te").notes() == []
+    (tmp_path / "ceiling.toml").write_text(
+        '[[accelerator]]\nid = "h100-sxm5-80gb"\noverride = true\n\n'
+        '[accelerator.efficiency.fp8]\nmatmul_ceiling = 0.6\nceiling_source = "unit test"\n')
+    acc = load_catalog([tmp_path], use_env=False).accelerator("h100")
+    note = efficiency.resolve(acc, "fp8", "te").notes()
+    assert len(note) == 1 and "above the measured best-shape GEMM ceiling 0.6" in note[0]
 
 
 # --- calibrate: the ceiling check and leave-one-source-out on a synthetic two-source file ----
@@ -238,6 +269,35 @@ def test_calibrate_refuses_a_fit_above_the_ceiling(two_sources, tmp_path, capsys
     assert rc == 0, err
 
 
+def test_h100_attention_fit_is_below_its_kernel_ceiling_and_one_above_is_refused(tmp_path,
+                                                                                 capsys):
+    """H100's fused attention ceiling (cuDNN forward+backward in FlashAttention-3's kernel
+    benchmarks) is 0.57: the fit (0.3432) is under it, no text. Under a (made-up) ceiling of 0.3
+    the same fraction is named, and calibrate refuses the rows' fit with one line."""
+    from fsdpsim.measured.calibrate import attention_ceiling_violations
+
+    rows = pd.DataFrame({"gpu": ["h100-sxm5-80gb"], "precision": ["fp8"]})
+    table = CATALOG.accelerator("h100").efficiency.tables["bf16"]
+    assert table["fused_attention_ceiling"] == 0.57
+    fitted = efficiency.resolve(CATALOG.accelerator("h100"), "fp8", "te").values[
+        "fused_attention_fraction"]
+    assert fitted < 0.57 and attention_ceiling_violations(fitted, rows, CATALOG) == []
+    (tmp_path / "ceiling.toml").write_text(
+        '[[accelerator]]\nid = "h100-sxm5-80gb"\noverride = true\n\n'
+        '[accelerator.efficiency.bf16]\nfused_attention_ceiling = 0.3\n'
+        'attention_ceiling_source = "unit test"\n')
+    low = load_catalog([tmp_path], use_env=False)
+    assert attention_ceiling_violations(fitted, rows, low) == [
+        "h100-sxm5-80gb fused attention 0.3 (unit test)"]
+    line = assert_one_line_error(*run(
+        capsys, "--catalog", str(tmp_path), "calibrate", "--measurements",
+        str(ROOT / "validation" / "data" / "hybrid_calibration.csv"), "--gpu", "h100-sxm5-80gb",
+        "--framework", "", "--factor", "fused_attention_fraction", "--factor",
+        "matmul_fraction"))
+    assert "above the measured fused attention kernel ceiling of h100-sxm5-80gb fused " \
+        "attention 0.3 (unit test)" in line
+
+
 def test_where_keeps_rows_or_says_why_not(two_sources, capsys):
     line = assert_one_line_error(*run(
         capsys, "calibrate", "--measurements", str(two_sources), "--gpu", "a100-sxm4-40gb",
@@ -271,7 +331,7 @@ def test_calibrate_writes_fractions_to_the_table_the_rows_run_at(tmp_path):
     (tmp_path / "fit.toml").write_text(result.overlay_toml("x.csv"))
     acc = load_catalog([tmp_path], use_env=False).accelerator("h100")
     assert acc.efficiency.hbm_fraction == 0.7
-    assert acc.efficiency.matmul_fraction == 0.8533  # the fallback keeps the FP8 fit
+    assert acc.efficiency.matmul_fraction == 0.6667  # the fallback keeps the FP8 fit
     got = efficiency.resolve(acc, "bf16", "pytorch")
     assert got.values["matmul_fraction"] == 0.61 and got.interval == (0.9, 1.1)
 
@@ -288,15 +348,15 @@ def test_the_h100_pytorch_bf16_fraction_is_what_its_command_gives(capsys):
     assert rc == 0, err
     # the catalog already holds the fit: before and after agree
     assert "before: 20 rows, MAPE 4.3 %" in out and "after : 20 rows, MAPE 4.3 %" in out
-    assert "[accelerator.efficiency.bf16.pytorch]\nmatmul_fraction = 0.6616" in out
+    assert "[accelerator.efficiency.bf16.pytorch]\nmatmul_fraction = 0.6591" in out
 
 
 def test_only_transformer_engine_runs_the_fused_attention_fraction():
     """Megatron's recipe selects the fused-attention fraction in the engine; under DeepSpeed,
     InternEvo or Megatron-LM 2021 (the same recipe, not Transformer Engine) it is the
-    FlashAttention-2 one: H100's 0.3355 (TE, fitted) against its 0.187."""
+    FlashAttention-2 one: H100's 0.3432 (TE, fitted) against its 0.187."""
     acc = CATALOG.accelerator("h100")
-    assert efficiency.resolve(acc, "bf16", "te").values["fused_attention_fraction"] == 0.3355
+    assert efficiency.resolve(acc, "bf16", "te").values["fused_attention_fraction"] == 0.3432
     for stack in ("deepspeed", "megatron-lm", "pytorch"):
         got = efficiency.resolve(acc, "bf16", stack).values
         assert got["fused_attention_fraction"] == got["attention_fraction"] == 0.187

@@ -105,6 +105,50 @@ def test_megatron_bridge_rows_take_megatron_core_defaults(hybrid):
     assert (mx["precision"], mx["precision_format"]) == ("mxfp8", "mxfp8")
 
 
+#: H100 rows whose recipe sets Transformer Engine's userbuffers TP comm overlap
+#: (``tp_comm_overlap``): Megatron-Bridge's Llama 3 70B and 3.1 405B perf configs from r0.1.0 to
+#: v0.5.x, and NeMo-Framework-Launcher 24.07's configs of the same TP x PP layout.
+TP_OVERLAP_H100 = ("mbridge-2509-023", "mbridge-2509-024", "mbridge-2511-028", "mbridge-2511-029",
+                   "mbridge-2602-007", "mbridge-2602-014", "mbridge-260201-007",
+                   "mbridge-2604-007", "mbridge-260401-007", "mbridge-260401-014",
+                   "mbridge-2606-007", "mbridge-2606-036", "mbridge-2606-041", "nemo2407-002",
+                   "nemo2407-007", "nemo2407-008", "nemo2407-009", "nemo2407-012")
+
+
+def test_tp_comm_overlap_is_read_from_the_rows_recipe(hybrid):
+    """The ``tp_overlap`` column is ``predict --tp-overlap``: the stated rows plan with it, the
+    DeepSeek-V3 H100 rows (``tp_comm_overlap=False`` in their recipe) and unstated rows without
+    it, and on a 405B row it hides the TP all-gathers/reduce-scatters behind the GEMMs: the
+    prediction is faster than the same row with the cell cleared."""
+    h100 = hybrid[(hybrid["gpu"] == "h100-sxm5-80gb") & (hybrid["skip"] == "")]
+    stated = {i for i in h100.index if row_setup(h100.loc[i], CATALOG)[2].tp_overlap}
+    assert stated == set(TP_OVERLAP_H100)
+    assert not row_setup(hybrid.loc["mbridge-2509-025"], CATALOG)[2].tp_overlap
+    row = hybrid.loc[["mbridge-2606-007"]].copy()
+    off = row.assign(tp_overlap=float("nan"))
+    on_tps, off_tps = (predict_measurements(r, CATALOG)["predicted_tokens_per_s_per_gpu"].iloc[0]
+                       for r in (row, off))
+    assert on_tps > 1.2 * off_tps
+
+
+def test_the_h100_fp8_fit_is_below_its_gemm_ceiling_only_with_tp_overlap(hybrid):
+    """Fitted on H100's 34 dense FP8 core rows (the catalog's command), the Transformer Engine
+    matmul fraction is under the FP8 MAMF ceiling 0.709 with each row's TP comm overlap, and
+    above it (the TP collectives counted as exposed) without."""
+    from fsdpsim.measured.calibrate import fit
+    from fsdpsim.measured.stats import fit_rows
+
+    rows = fit_rows(hybrid[hybrid["gpu"] == "h100-sxm5-80gb"].reset_index(drop=True))
+    assert len(rows) == 34
+    factors = ["fused_attention_fraction", "matmul_fraction"]
+    with_overlap = fit(rows, CATALOG, ["h100-sxm5-80gb"], factors, cross_validate=False)
+    assert with_overlap.values["matmul_fraction"] == pytest.approx(0.6667, abs=2e-3)
+    assert with_overlap.after["mape"] < 0.065
+    without = fit(rows.assign(tp_overlap=float("nan")), CATALOG, ["h100-sxm5-80gb"], factors,
+                  cross_validate=False, check_ceiling=False)
+    assert without.values["matmul_fraction"] > 0.709
+
+
 def test_deepseek_recipe_dispatcher_and_overlap_by_release(hybrid):
     """The file's ep_overlap and moe_dispatcher columns (read from Megatron-Bridge's configs:
     H100 overlapped the expert all-to-alls in 25.09 and 25.11, not from 26.02; the 25.09

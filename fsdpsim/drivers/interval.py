@@ -62,8 +62,9 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     ``uncertainty`` = :func:`comm_uncertainty`'s pair, reported. Scalars or arrays (a sweep
     passes one system's rows at once). ``efficiency`` (a :class:`fsdpsim.hardware.efficiency.Resolved`,
     the plan's GPU x precision x kernel stack): the range of the table it used, and a
-    transferred triple widens both ends by
-    :data:`fsdpsim.hardware.efficiency.TRANSFER_UNCERTAINTY` (``efficiency_transferred``).
+    transferred triple widens both ends by its ``uncertainty``
+    (:data:`fsdpsim.hardware.efficiency.TRANSFER_UNCERTAINTY` from another stack of the GPU,
+    ``SCALED_UNCERTAINTY`` from another GPU's fit; ``efficiency_transferred``).
     ``plan`` (engine inputs ``pp``, ``pp_per_node``; when given, with ``bubble_s`` and
     ``step_time_s`` in ``values``): a pipeline whose stages span nodes
     (``pipeline_across_nodes``: pp > stages per node) widens by its bubble share
@@ -76,15 +77,14 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     calibrated = eff.calibrated and system.power_cap_w is None
     transferred = False
     if efficiency is not None:
-        from fsdpsim.hardware.efficiency import TRANSFER_UNCERTAINTY
-
         if efficiency.interval is not None:
             lo, hi = efficiency.interval
         calibrated = (efficiency.calibrated and not efficiency.transferred
                       and system.power_cap_w is None)
         transferred = efficiency.transferred
         if transferred:
-            lo, hi = lo * (1.0 - TRANSFER_UNCERTAINTY), hi * (1.0 + TRANSFER_UNCERTAINTY)
+            u = efficiency.uncertainty
+            lo, hi = lo * (1.0 - u), hi * (1.0 + u)
     if not calibrated:  # the power-cap model is uncalibrated: at least the uncalibrated range
         lo, hi = min(lo, UNCALIBRATED_INTERVAL[0]), max(hi, UNCALIBRATED_INTERVAL[1])
     moe = False

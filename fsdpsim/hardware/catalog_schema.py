@@ -123,12 +123,15 @@ _STACK_EFFICIENCY = {
     "throughput_ratio_p05": Field(_NUM, False, 0.1, 1.0),
     "throughput_ratio_p95": Field(_NUM, False, 1.0, 10.0),
     "source": Field(str, False),
+    "scaled_from": Field(str, False),  # the accelerator id whose fit a literature table carries
 }
 #: A precision class ([accelerator.efficiency.bf16] / [...fp8]): its measured ceiling and its
 #: kernel stacks' tables.
 _CLASS_EFFICIENCY = {
     "matmul_ceiling": Field(_NUM, False, 0.05, 1.0),
     "ceiling_source": Field(str, False),
+    "fused_attention_ceiling": Field(_NUM, False, 0.05, 1.0),  # fused attention kernel, fwd+bwd
+    "attention_ceiling_source": Field(str, False),
     **{stack: _STACK_EFFICIENCY for stack in KERNEL_STACKS},
 }
 _EFFICIENCY.update({"bf16": _CLASS_EFFICIENCY, "fp8": _CLASS_EFFICIENCY})

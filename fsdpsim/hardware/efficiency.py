@@ -31,9 +31,11 @@ On AMD parts the same names mean the ROCm builds of those stacks.
 Resolution of (stack S, class C) (:func:`resolve`): the ``[efficiency.C.S]`` table if there is
 one; else the nearest stack with a ``C`` table (:data:`NEAREST_STACKS`), *transferred*; else
 the fallback table, transferred where it declares another (stack, precision) it was fitted on.
-A fallback that declares nothing keeps today's meaning (no note, no wider range). A transferred
-triple is named in ``predict``'s notes and widens the prediction interval
-(:data:`TRANSFER_UNCERTAINTY`).
+A fallback that declares nothing keeps today's meaning (no note, no wider range). A stack table
+that carries another GPU's fit (``scaled_from``: a literature value, that GPU's fitted share of
+its MAMF ceiling times this GPU's ceiling) is transferred too. A transferred triple is named in
+``predict``'s notes and widens the prediction interval (:data:`TRANSFER_UNCERTAINTY`, or
+:data:`SCALED_UNCERTAINTY` for another GPU's fit).
 """
 
 from __future__ import annotations
@@ -61,13 +63,19 @@ NEAREST_STACKS: dict[str, tuple[str, ...]] = {
 }
 #: Keys a stack table may set (each replaces the fallback table's).
 STACK_KEYS = ("matmul_fraction", "attention_fraction", "fused_attention_fraction",
-              "throughput_ratio_p05", "throughput_ratio_p95")
+              "throughput_ratio_p05", "throughput_ratio_p95", "scaled_from")
 FRACTION_KEYS = STACK_KEYS[:3]
-#: Relative spread added to both ends of the 90 % range of a transferred triple: the one gap
-#: between two fitted triples of one GPU here, H100's PyTorch 16-bit GEMM fraction (0.662,
-#: nanotron rows) against its Transformer Engine FP8 one (0.853): 1 - 0.662 / 0.853 = 0.22
-#: (docs/accuracy.md, "Efficiency per GPU x precision x kernel stack").
-TRANSFER_UNCERTAINTY = 0.22
+#: Relative spread added to both ends of the 90 % range of a triple transferred from another
+#: stack of the same GPU: the gap between the two fitted stacks of one GPU here, H100's PyTorch
+#: BF16 GEMMs at 0.821 of their MAMF ceiling (0.6591 / 0.803, nanotron rows) against Transformer
+#: Engine FP8 at 0.940 of its (0.6667 / 0.709): 1 - 0.821 / 0.940 = 0.13 (docs/accuracy.md,
+#: "Efficiency per GPU x precision x kernel stack").
+TRANSFER_UNCERTAINTY = 0.13
+#: The same for a table carrying another GPU's fit (``scaled_from``): what the GPU's best GEMM
+#: alone moves with its software stack, MI300X's MAMF ~450 TFLOP/s under ROCm 6.1's default
+#: kernels against 668.4 under ROCm 6.3 with TunableOp (hardware.md §6.1): 1 - 450 / 668.4 =
+#: 0.33. A GPU without runs of its own may reach either.
+SCALED_UNCERTAINTY = 0.33
 
 
 def precision_class(precision: str) -> str | None:
@@ -102,10 +110,19 @@ class Resolved:
     ceiling: float | None = None
     """Best-shape GEMM / dense peak for this class (MAMF), when the catalog gives one."""
     ceiling_source: str = ""
+    scaled_from: str | None = None
+    """The GPU whose fit the table's fractions carry (a literature table's ``scaled_from``)."""
 
     @property
     def transferred(self) -> bool:
-        return self.from_triple is not None
+        return self.from_triple is not None or self.scaled_from is not None
+
+    @property
+    def uncertainty(self) -> float:
+        """The relative widening of both ends of the range: 0 for a triple's own table."""
+        if self.scaled_from is not None:
+            return SCALED_UNCERTAINTY
+        return TRANSFER_UNCERTAINTY if self.from_triple is not None else 0.0
 
     def notes(self) -> list[str]:
         """``predict``'s notes: the transfer, and a fraction above its measured ceiling."""
@@ -117,6 +134,12 @@ class Resolved:
                        f"{self.from_triple[1]}) (matmul_fraction "
                        f"{self.values['matmul_fraction']:.3g}); range widened by "
                        f"{100 * TRANSFER_UNCERTAINTY:.0f} %")
+        elif self.scaled_from is not None:
+            out.append(f"{self.gpu}: no calibration for stack x precision {triple} on this GPU; "
+                       f"matmul_fraction {self.values['matmul_fraction']:.3g} carries "
+                       f"{self.scaled_from}'s fit, scaled by the two GPUs' best-shape GEMM "
+                       f"ceilings (a literature value); range widened by "
+                       f"{100 * SCALED_UNCERTAINTY:.0f} %")
         if self.ceiling is not None and self.values["matmul_fraction"] > self.ceiling:
             out.append(f"{self.gpu}: matmul_fraction {self.values['matmul_fraction']:.3g} for "
                        f"{triple} is above the measured best-shape GEMM ceiling "
@@ -186,7 +209,7 @@ def resolve(acc, precision: str, stack: str) -> Resolved:
             return Resolved(values=MappingProxyType(values), source=chosen["source"],
                             from_triple=None if candidate == stack else (candidate, cls),
                             interval=interval, calibrated=own_range, table=candidate,
-                            **common)
+                            scaled_from=chosen.get("scaled_from"), **common)
     fitted_on = tables.get("fitted_on")
     own = fitted_on is None or (fitted_on[0] == stack and fitted_on[1] == cls)
     return Resolved(values=MappingProxyType(base), source=eff.source,

@@ -122,7 +122,9 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     """Fit ``factors`` shared by the accelerators ``gpus`` to the rows run on them.
     ``cross_validate``: also the 5-fold out-of-sample errors and interval (else the interval
     is (1, 1)). A fitted ``matmul_fraction`` above the measured ceiling of a row's GPU and
-    precision class (:func:`ceiling_violations`) is refused with one clear error."""
+    precision class (:func:`ceiling_violations`), or a ``fused_attention_fraction`` above the
+    GPU's measured fused attention kernel ceiling (:func:`attention_ceiling_violations`), is
+    refused with one clear error."""
     ids = tuple(catalog.accelerator(g).id for g in gpus)
     unknown = [f for f in factors if f not in FACTORS]
     if unknown:
@@ -194,6 +196,14 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
                               f"the measured best-shape GEMM ceiling of {'; '.join(over)}: not "
                               "written (the rows ask for more than the GPU's best GEMM "
                               "delivers, so another term of the model is off for them)")
+    if check_ceiling and "fused_attention_fraction" in values:
+        over = attention_ceiling_violations(values["fused_attention_fraction"], use, catalog)
+        if over:
+            raise ConfigError(f"fitted fused_attention_fraction "
+                              f"{values['fused_attention_fraction']:.4g} is above the measured "
+                              f"fused attention kernel ceiling of {'; '.join(over)}: not written "
+                              "(the rows ask for more than the GPU's attention kernel delivers, "
+                              "so another term of the model is off for them)")
     if not cross_validate:
         return CalibrationResult(gpus=ids, values=values, before=summarise(before_rows),
                                  after=summarise(after_rows), rows=after_rows, refused=refused,
@@ -243,6 +253,23 @@ def ceiling_violations(matmul_fraction: float, rows: pd.DataFrame,
         if ceiling is not None and matmul_fraction > ceiling and (gpu, cls) not in seen:
             seen.add((gpu, cls))
             out.append(f"{gpu} {cls} {ceiling:.4g} ({table.get('ceiling_source', 'no source')})")
+    return out
+
+
+def attention_ceiling_violations(fused_attention_fraction: float, rows: pd.DataFrame,
+                                 catalog: Catalog) -> list[str]:
+    """Each GPU of ``rows`` whose catalog fused attention ceiling (``fused_attention_ceiling``
+    of its 16-bit class table: the fused attention kernel's forward+backward FLOP/s over the
+    dense 16-bit peak, measured in kernel benchmarks; attention runs in the 16-bit type unless
+    ``fp8_attention``) is below ``fused_attention_fraction``, as text naming the ceiling and its
+    source; [] when none is."""
+    out = []
+    for gpu in sorted({str(g) for g in rows["gpu"]}):
+        table = catalog.accelerator(gpu).efficiency.tables.get("bf16", {})
+        ceiling = table.get("fused_attention_ceiling")
+        if ceiling is not None and fused_attention_fraction > ceiling:
+            out.append(f"{gpu} fused attention {ceiling:.4g} "
+                       f"({table.get('attention_ceiling_source', 'no source')})")
     return out
 
 

@@ -7,7 +7,8 @@ carry to runs they were not fitted on. A fold whose fit improves its own rows (t
 sources) by less than it worsens the held-out source is flagged: the factors then fit the
 other sources' peculiarities, not the GPU. Gains and losses are summed absolute errors of
 tokens/s per GPU over the rows, in percentage points (row-weighted). A fold whose
-``matmul_fraction`` lies above a measured GEMM ceiling of its rows is marked too (the refit
+``matmul_fraction`` lies above a measured GEMM ceiling of its rows (or whose
+``fused_attention_fraction`` lies above a measured attention kernel ceiling) is marked too (the refit
 itself is not refused here, so that the report shows what each source asks for).
 """
 
@@ -19,7 +20,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from fsdpsim.measured.calibrate import DEFAULT_FACTORS, FACTORS, _predict, ceiling_violations, fit
+from fsdpsim.measured.calibrate import (DEFAULT_FACTORS, FACTORS, _predict,
+                                        attention_ceiling_violations, ceiling_violations, fit)
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.measured.validate import engine_inputs
@@ -46,6 +48,10 @@ class Fold:
     above_ceiling: tuple[str, ...] = ()
     """(GPU, class, ceiling) texts whose measured best-shape GEMM ceiling the fold's
     ``matmul_fraction`` exceeds (:func:`fsdpsim.measured.calibrate.ceiling_violations`)."""
+    above_attention_ceiling: tuple[str, ...] = ()
+    """(GPU, ceiling) texts whose measured fused attention kernel ceiling the fold's
+    ``fused_attention_fraction`` exceeds
+    (:func:`fsdpsim.measured.calibrate.attention_ceiling_violations`)."""
 
     @property
     def flagged(self) -> bool:
@@ -78,8 +84,11 @@ def leave_one_source_out(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[s
                        - 1.0)
         over = (tuple(ceiling_violations(values["matmul_fraction"], use, catalog))
                 if "matmul_fraction" in values else ())
+        over_attention = (tuple(attention_ceiling_violations(
+            values["fused_attention_fraction"], use, catalog))
+            if "fused_attention_fraction" in values else ())
         folds.append(Fold(source=source, rows=int(held.sum()), values=values,
-                          above_ceiling=over,
+                          above_ceiling=over, above_attention_ceiling=over_attention,
                           mape_before=float(before[held].mean()),
                           mape_after=float(after[held].mean()),
                           gain_pp=float(100 * (before[~held] - after[~held]).sum()),
@@ -100,5 +109,7 @@ def report_lines(folds: list[Fold]) -> list[str]:
                      + ("  FLAGGED: worsens the held-out source more than it gains"
                         if f.flagged else "")
                      + ("  ABOVE THE GEMM CEILING of " + "; ".join(f.above_ceiling)
-                        if f.above_ceiling else ""))
+                        if f.above_ceiling else "")
+                     + ("  ABOVE THE ATTENTION CEILING of " + "; ".join(f.above_attention_ceiling)
+                        if f.above_attention_ceiling else ""))
     return lines

@@ -30,7 +30,7 @@ PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "moe_imbalance": None, "preset": None, "mtp_layers": None,
                 "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
                 "recompute_modules": None, "shard_group_size": None, "bf16_layers": None,
-                "cuda_graphs": "none"}
+                "cuda_graphs": "none", "tp_overlap": None}
 
 
 def truthy(value: Any) -> bool:
@@ -157,6 +157,7 @@ def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> Para
         framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
         etp=whole_cell(row, "etp"),
         ep_overlap=flag(row, "ep_overlap", bool(knob(row, "ep_overlap"))),
+        tp_overlap=flag(row, "tp_overlap", False),
         shard_group_size=whole_cell(row, "shard_group_size"))
 
 

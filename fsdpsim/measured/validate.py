@@ -62,6 +62,9 @@ The parallel layout and the run's switches (optional columns, named and valued a
 ``moe_dispatcher``         alltoall (default) or deepep (once per destination node)
 ``fp8_attention``          true: attention in FP8 too (low-precision rows; default false)
 ``fp8_lm_head``            true: the LM head's GEMMs in the format too (default false: 16-bit)
+``tp_overlap``             true: TP collectives overlapped with the GEMMs (``predict
+                           --tp-overlap``: Transformer Engine's userbuffers ``tp_comm_overlap``,
+                           async TP; default false)
 ``bf16_layers``            layers kept in BF16 under a low-precision format (default: the
                            format's recipe, TrainingConfig ``bf16_layers``)
 ``cuda_graphs``            none (default), partial or full: what the step replays from CUDA

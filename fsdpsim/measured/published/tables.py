@@ -156,8 +156,8 @@ def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
 STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_overlap",
                   "fp8_attention", "recompute_modules", "fp8_lm_head", "cuda_graphs",
                   "moe_dispatcher", "etp", "pp_first_layers", "pp_last_layers", "pp_layers",
-                  "bf16_layers")
-_FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head")
+                  "bf16_layers", "tp_overlap")
+_FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head", "tp_overlap")
 #: What a row's ``recompute`` cell (``predict --recompute``) accepts.
 RECOMPUTE_CELLS = ("none", "selective", "full", "op-selective", "auto")
 
