@@ -229,10 +229,12 @@ def test_sweep_equals_predict_with_the_kernel_options(kernels):
     has its own reason, and the row equals predict, with the kernel options too."""
     rows = _sweep_row("model", "qwen3-30b-a3b", "gpu", "h100", "num-gpus", "64", "ep", "16",
                       "precision", "fp8", "sharding", "optimizer", "micro-batch", "1",
-                      "recompute", "full", *[x for kv in kernels.items() for x in kv])
+                      "recompute", "full", "global-batch", "64",
+                      *[x for kv in kernels.items() for x in kv])
     assert len(rows) == 1 and bool(rows["fits"].iloc[0])
     system = resolve_system(CATALOG, gpu="h100-sxm5-80gb")
-    training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="full", precision="fp8",
+    training = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64, recompute="full",
+                              precision="fp8",
                               moe_dispatcher=kernels.get("moe-dispatcher", "alltoall"),
                               fp8_attention=bool(kernels.get("fp8-attention")))
     expected = predict.predict(get_model("qwen3-30b-a3b"), system,

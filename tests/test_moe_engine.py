@@ -472,11 +472,12 @@ def test_sweep_row_equals_predict_for_a_moe_plan():
 
     grid = build_grid(CATALOG, {"model": ["qwen3-30b-a3b"], "gpu": ["h100"], "num-gpus": ["64"],
                        "ep": "8", "micro-batch": ["1"], "recompute": ["full"],
-                       "seq-len": ["4096"], "sharding": ["optimizer"]})
+                       "seq-len": ["4096"], "sharding": ["optimizer"], "global-batch": ["64"]})
     row = run_sweep(grid).iloc[0]
     p = predict.predict(get_model("qwen3-30b-a3b"), H100,
                         ParallelPlan(num_gpus=64, gpus_per_node=8, sharding="optimizer", ep=8),
-                        TrainingConfig(seq_len=4096, micro_batch=1, recompute="full"))
+                        TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64,
+                                       recompute="full"))
     assert row["step_time_s"] == pytest.approx(p.step_time_s, rel=1e-12)
     assert row["comm.ep_bytes"] == pytest.approx(p.values["ep_bytes"], rel=1e-12)
 
