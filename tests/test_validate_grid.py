@@ -49,7 +49,8 @@ def test_grid_inputs_equal_per_row_inputs(path):
 
 def _per_row_table(use: pd.DataFrame, path: Path | None = None) -> pd.DataFrame:
     """What ``validate`` reports, from the per-row inputs (every row its own run); with
-    ``path``, the 90 % range columns too (:func:`fsdpsim.measured.ranges.add_intervals`)."""
+    ``path``, the 90 % range columns too, row by row
+    (:func:`fsdpsim.measured.ranges.add_intervals_per_row`)."""
     x = engine_inputs_per_row(use, CATALOG)
     out = engine.evaluate(x)
     result = use.copy()
@@ -62,9 +63,9 @@ def _per_row_table(use: pd.DataFrame, path: Path | None = None) -> pd.DataFrame:
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     if path is not None:
-        from fsdpsim.measured.ranges import add_intervals
+        from fsdpsim.measured.ranges import add_intervals_per_row
 
-        result = add_intervals(result, x, out, CATALOG, path)
+        result = add_intervals_per_row(result, x, out, CATALOG, path)
     return result
 
 

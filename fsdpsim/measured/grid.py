@@ -140,25 +140,26 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
     return {k: v[inverse] for k, v in x.items()}
 
 
-def distinct_inputs(frame: pd.DataFrame,
-                    catalog: Catalog) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None = None
+                    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The engine inputs of each distinct run of ``frame`` and each row's run (``inputs[k][
     inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). The builder
     ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) runs once per group of equal
     setup cells; a run is a group with one micro-batch, accumulation and recompute mode. The
-    training options are checked once per run, as the per-row path checks every row's."""
+    training options are checked once per run, as the per-row path checks every row's.
+    ``setups``: the frame's :class:`Setups`, when the caller keeps them for later stages."""
     from fsdpsim import engine
     from fsdpsim.drivers.predict import config_inputs
     from fsdpsim.engine.build_moe import uniform_keys
     from fsdpsim.plan.parallel import TrainingConfig
 
-    setups = Setups(frame, catalog)
+    setups = setups if setups is not None else Setups(frame, catalog)
     mb = [int(v) for v in frame["micro_batch"].tolist()]
     ga = [int(v) for v in frame["grad_accum"].tolist()]
     rc = [str(v) for v in frame["recompute"].tolist()]
     runs = group_ids(pd.DataFrame({"g": setups.group, "mb": mb, "ga": ga, "rc": rc}),
                      ("g", "mb", "ga", "rc"))
-    first = _first_positions(runs)
+    first = first_positions(runs)
     codes = np.empty(first.size, dtype=float)
     per_group: dict[int, dict[str, Any]] = {}
     checked: dict[tuple[int, int, str], float] = {}
@@ -184,7 +185,7 @@ def distinct_inputs(frame: pd.DataFrame,
     return out, runs
 
 
-def _first_positions(ids: np.ndarray) -> np.ndarray:
+def first_positions(ids: np.ndarray) -> np.ndarray:
     """Position of the first row of each group (groups numbered in order of appearance)."""
     _, first = np.unique(ids, return_index=True)
     return first

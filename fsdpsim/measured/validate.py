@@ -472,7 +472,8 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
                           "(all rows have a skip reason)")
     # each distinct run once (rows that repeat a run share its prediction), unless per-row
     # overrides make every row its own
-    x, run = grid.distinct_inputs(use, catalog)
+    setups = grid.Setups(use, catalog)
+    x, run = grid.distinct_inputs(use, catalog, setups)
     if overrides:
         x, run = {k: v[run] for k, v in x.items()}, np.arange(len(use))
         x.update(overrides)
@@ -496,8 +497,5 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     if intervals:
         from fsdpsim.measured.ranges import add_intervals
 
-        def rows_of(table):  # the per-run inputs and outputs, gathered per row
-            return {k: per_row(v) if np.ndim(v) <= 1 else v for k, v in table.items()}
-
-        result = add_intervals(result, rows_of(x), rows_of(out), catalog, measurements)
+        result = add_intervals(result, x, out, catalog, measurements, run, setups)
     return result
