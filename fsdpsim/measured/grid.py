@@ -74,10 +74,11 @@ class Cells(dict):
         return self.keys()
 
 
-def rows_of(frame: pd.DataFrame) -> Callable[[int], Cells]:
+def rows_of(frame: pd.DataFrame, values: np.ndarray | None = None) -> Callable[[int], Cells]:
     """The row at a position with the values :meth:`pandas.DataFrame.iterrows` yields (one
-    array of the frame's values, built once)."""
-    values = frame.values
+    array of the frame's values, built once; ``values``: ``frame.values`` when the caller has
+    it)."""
+    values = frame.values if values is None else values
     columns = list(frame.columns)
 
     def row(position: int) -> Cells:
@@ -102,7 +103,11 @@ class Setups:
         self.catalog = catalog
         self.columns = setup_columns(frame)
         self.group = group_ids(frame, self.columns)
-        self.row = rows_of(frame)
+        self._values = frame.values
+        self.row = rows_of(frame, self._values)
+        # where the setup cells are in a row of values, and their names as a key
+        self._at = np.array([list(frame.columns).index(c) for c in self.columns], dtype=int)
+        self._names = tuple(self.columns)
         self._done: dict[tuple[int, Any], tuple] = {}
         self._built = _BUILT.setdefault(catalog, {})
         self._specs: dict[tuple, Any] = {}
@@ -120,11 +125,11 @@ class Setups:
         key = (int(self.group[position]), vpp)
         found = self._done.get(key)
         if found is None:
-            row = self.row(position)
-            content = (tuple(self.columns), vpp,
-                       tuple((type(row[c]), repr(row[c])) for c in self.columns))
+            cells = self._values[position, self._at]
+            content = (self._names, vpp, tuple(map(type, cells)), tuple(map(repr, cells)))
             found = self._built.get(content)
             if found is None:
+                row = self.row(position)
                 found = row_setup(row, self.catalog, vpp, self._spec(row))
                 if len(self._built) >= MAX_KEPT:
                     self._built.clear()

@@ -352,34 +352,34 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
     for column, (rule, empty_ok) in columns.items():
         if column not in frame.columns:
             continue
-        ids = frame["id"].tolist()
         values = frame[column].astype(object).to_numpy(copy=True)
         rows = np.flatnonzero((frame["skip"] == "").to_numpy(dtype=bool))
-        # each distinct cell (value and type, grid.column_codes) read once, at its first row
+        # each distinct cell (value and type, grid.column_codes) read once, at its first row,
+        # and written to all its rows; a cell refused is read again below per row, so that
+        # the message names the row
         codes = grid.column_codes(values)[rows]
-        _, first, which, counts = np.unique(codes, return_index=True, return_inverse=True,
-                                            return_counts=True)
-        members = np.split(rows[np.argsort(which, kind="stable")], np.cumsum(counts)[:-1])
-        failed = []
-        for k in np.argsort(first):
-            value, at = values[rows[first[k]]], members[k]
+        _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+        read = np.empty(first.size, dtype=object)
+        written = np.ones(first.size, dtype=bool)
+        refused = np.zeros(first.size, dtype=bool)
+        for k, value in enumerate(values[rows[first]].tolist()):
             if empty_ok and is_empty(value):
-                values[at] = float("nan")
-                continue
-            if auto and isinstance(value, str) and value.strip().lower() == "auto" and \
+                read[k] = float("nan")
+            elif auto and isinstance(value, str) and value.strip().lower() == "auto" and \
                     column in _AUTO_COLUMNS:
-                continue
+                written[k] = False
+            else:
+                try:
+                    read[k] = read_number(value, column, rule)
+                except ConfigError:
+                    written[k], refused[k] = False, True
+        at = written[which]
+        values[rows[at]] = read[which[at]]
+        failed = rows[refused[which]]
+        for position in failed.tolist():  # the message names each row
             try:
-                number = read_number(value, f"row {shown(ids[rows[first[k]]])}: column {column}",
-                                     rule)
-            except ConfigError:
-                failed.extend(at.tolist())
-                continue
-            values[at] = [number] * at.size
-        for position in sorted(failed):  # the message names each row
-            try:
-                read_number(values[position], f"row {shown(ids[position])}: column {column}",
-                            rule)
+                read_number(values[position],
+                            f"row {shown(frame['id'].iat[position])}: column {column}", rule)
             except ConfigError as exc:
                 if not skip:
                     raise

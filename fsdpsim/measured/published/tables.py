@@ -191,10 +191,11 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     # measurement is read for every row (:func:`tokens_per_s_per_gpu`).
     group = grid.group_ids(raw, [c for c in raw.columns if c != "id" and c not in
                                  MEASUREMENT_ONLY and c not in PASSED_THROUGH])
-    row_at, columns = grid.rows_of(raw), list(raw.columns)
+    values = raw.values
+    row_at, columns = grid.rows_of(raw, values), list(raw.columns)
     ids = raw["id"].tolist() if "id" in raw.columns else None
     converted: dict[int, tuple[dict[str, Any], str, str, Any]] = {}
-    for position, cells in enumerate(raw.values):
+    for position, cells in enumerate(values):
         g = int(group[position])
         if g not in converted:
             converted[g] = _convert(row_at(position), raw.columns, catalog, accelerators)
