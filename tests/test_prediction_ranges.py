@@ -215,8 +215,8 @@ def test_in_sample_of_many_rows_at_once_is_each_rows_own():
 
     source = ("fitted by `fsdpsim calibrate --measurements hopper_bf16_nanotron.csv --gpu h100 "
               "--framework '' --factor matmul_fraction --where 'n_gpus == 8 and pp == 1'`; "
-              "a100 fitted by `fsdpsim calibrate --measurements hopper_bf16_nanotron.csv --gpu a100 "
-              "--framework '' --where 'n_gpus == 16'`")
+              "a100 fitted by `fsdpsim calibrate --measurements hopper_bf16_nanotron.csv --gpu "
+              "a100 --framework '' --where 'n_gpus == 16'`")
     rows = pd.DataFrame([dict(gpu=g, n_gpus=n, pp=p) for g in ("h100-sxm5-80gb",
                                                                 "a100-sxm4-80gb", "b200")
                          for n in (8, 16) for p in (1, 2)])

@@ -29,6 +29,8 @@ def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
     """Integer codes of a column, equal exactly where the cells are the same value of the same
     type: floats by their bits (NaN, -0.0 apart from 0.0), other cells by value and type (``1``,
     ``1.0``, ``"1"`` and ``True`` apart, ``None`` apart from NaN)."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.StringDtype):
+        return pd.factorize(values)[0]  # text cells (one type) and missing ones (-1)
     a = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
     if a.dtype.kind == "f":
         return pd.factorize(a.astype(np.float64).view(np.int64))[0]
