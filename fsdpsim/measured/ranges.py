@@ -59,9 +59,10 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
 
     ``x`` and ``out`` are the engine inputs and outputs of each distinct run and ``run`` each
     row's run (default: every row its own, in order); the slower twin is evaluated and the
-    range worked out once per run, then gathered per row. ``setups``: the rows'
-    :class:`fsdpsim.measured.grid.Setups` (default: built from ``result``). The numbers are
-    :func:`add_intervals_per_row`'s."""
+    range worked out once per run (one array call of :func:`prediction_interval` for the runs
+    on one accelerator, precision, kernel stack and power cap), then gathered per row.
+    ``setups``: the rows' :class:`fsdpsim.measured.grid.Setups` (default: built from
+    ``result``). The numbers are :func:`add_intervals_per_row`'s."""
     from fsdpsim.measured import grid
 
     n = len(result)
@@ -76,33 +77,48 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
     slower = np.where(tps > 0, low_tps / np.where(tps > 0, tps, 1.0), 1.0)
     u_fab, u_fw = (np.broadcast_to(np.asarray(a, dtype=float), (n_runs,))
                    for a in comm_uncertainty(x))
-    values = _per_run(out, _VALUE_KEYS, n_runs)
-    conditions = _per_run(x, [k for k in ("pp", "pp_per_node") if k in x], n_runs)
-    efficiency: dict[int, Any] = {}
-    ranges = []
+    values = {k: np.broadcast_to(np.asarray(out.get(k, 0.0), dtype=float), (n_runs,))
+              for k in _VALUE_KEYS}
+    conditions = {k: np.broadcast_to(np.asarray(x[k], dtype=float), (n_runs,))
+                  for k in ("pp", "pp_per_node") if k in x}
+    # the range reads of a run's system only its accelerator and power cap, and the resolved
+    # efficiency table: runs that share them are worked out in one array call
+    tables: dict[tuple, Any] = {}
+    blocks: dict[tuple, list[int]] = {}
+    systems: dict[tuple, Any] = {}
+    efficiencies = []
     for r, position in enumerate(first.tolist()):
         _, system, plan, options = setups(position)
-        group = int(setups.group[position])
-        if group not in efficiency:
-            stack = frameworks.profile(plan.framework).kernel_stack
-            efficiency[group] = resolve_efficiency(system.accelerator, options["precision"],
-                                                   stack)
-        eff = efficiency[group]
-        these = {k: v[r] for k, v in values.items()}
-        ranges.append((eff, prediction_interval(
-            these, system, comm=(slower[r], faster_ratio(these, (u_fab[r], u_fw[r]))),
-            efficiency=eff, plan={k: v[r] for k, v in conditions.items()})))
+        table = (id(system.accelerator), options["precision"],
+                 frameworks.profile(plan.framework).kernel_stack)
+        if table not in tables:  # (the accelerator kept: its id stays its own)
+            tables[table] = (system.accelerator, resolve_efficiency(
+                system.accelerator, options["precision"], table[2]))
+        efficiencies.append(tables[table][1])
+        block = (table, system.power_cap_w)
+        blocks.setdefault(block, []).append(r)
+        systems.setdefault(block, system)
+    low, high = np.empty(n_runs), np.empty(n_runs)
+    flags = {k: np.zeros(n_runs, dtype=bool) for k in FLAG_COLUMNS}
+    for block, members in blocks.items():
+        at = np.array(members)
+        these = {k: v[at] for k, v in values.items()}
+        rng = prediction_interval(
+            these, systems[block],
+            comm=(slower[at], faster_ratio(these, (u_fab[at], u_fw[at]))),
+            efficiency=tables[block[0]][1], plan={k: v[at] for k, v in conditions.items()})
+        low[at] = rng["tokens_per_s_per_gpu_low"]
+        high[at] = rng["tokens_per_s_per_gpu_high"]
+        for k in FLAG_COLUMNS:
+            flags[k][at] = np.asarray(rng.get(k, False), dtype=bool)
     frame = result.copy()
-    frame["predicted_low"] = np.array([rng["tokens_per_s_per_gpu_low"] for _, rng in ranges],
-                                      dtype=float)[run]
-    frame["predicted_high"] = np.array([rng["tokens_per_s_per_gpu_high"] for _, rng in ranges],
-                                       dtype=float)[run]
+    frame["predicted_low"] = low[run]
+    frame["predicted_high"] = high[run]
     measured = frame["tokens_per_s_per_gpu"].astype(float)
     frame["inside"] = (measured >= frame["predicted_low"]) & (measured <= frame["predicted_high"])
-    frame["in_sample"] = _in_sample(result, [eff for eff, _ in ranges], run, catalog,
-                                    measurements)
+    frame["in_sample"] = _in_sample(result, efficiencies, run, catalog, measurements)
     for k in FLAG_COLUMNS:
-        frame[k] = np.array([bool(rng.get(k, False)) for _, rng in ranges], dtype=bool)[run]
+        frame[k] = flags[k][run]
     return frame
 
 
@@ -110,12 +126,6 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
 #: row setup reads them).
 PREDICTED = ("predicted_tokens_per_s_per_gpu", "predicted_mfu", "fits", "moe", "bottleneck",
              "error")
-
-
-def _per_run(table: Mapping[str, Any], keys, n_runs: int) -> dict[str, list[float]]:
-    """Each key's value per run as Python floats (a scalar broadcast; missing keys 0)."""
-    return {k: np.broadcast_to(np.asarray(table.get(k, 0.0), dtype=float), (n_runs,)).tolist()
-            for k in keys}
 
 
 def _in_sample(result: pd.DataFrame, efficiencies: list, run: np.ndarray, catalog: Catalog,

@@ -250,10 +250,9 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     for column in ("micro_batch", "grad_accum", "recompute", "knobs", "vpp"):
         if column in frame.columns:
             frame[column] = frame[column].astype(object)  # "auto" text becomes a number
-    # rows that describe the same run with the same knobs are searched once
-    group = grid.group_ids(frame, grid.setup_columns(frame, ("micro_batch", "grad_accum",
-                                                             "recompute")))
-    row_at = grid.rows_of(frame)
+    # rows that describe the same run with the same knobs are searched once (the groups are
+    # found when the first row needs them)
+    group: np.ndarray | None = None
     found: dict[int, tuple] = {}
     chosen_cells: dict[str, dict[int, Any]] = {
         c: {} for c in ("micro_batch", "grad_accum", "recompute", "vpp", "knobs")}
@@ -264,6 +263,10 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         auto_mb, auto_rc, auto_vpp = _unstated(mb), _unstated(rc), _auto_vpp(vpp_cell)
         if skip or not (auto_mb or auto_rc or auto_vpp):
             continue
+        if group is None:
+            group = grid.group_ids(frame, grid.setup_columns(frame, ("micro_batch", "grad_accum",
+                                                                     "recompute")))
+            row_at = grid.rows_of(frame)
         g = int(group[position])
         if g not in found:
             row = row_at(position)
