@@ -141,6 +141,18 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         present, back = np.unique(run if rows is None else run[rows], return_inverse=True)
         return _predict({k: v[present] for k, v in runs.items()}, factors, theta)[back]
 
+    def predict_many(thetas: list[np.ndarray], rows: np.ndarray) -> list[np.ndarray]:
+        """:func:`predict_rows` of ``rows`` at each of ``thetas`` in one engine call: the
+        distinct runs among them stacked once per theta (the engine works elementwise)."""
+        present, back = np.unique(run[rows], return_inverse=True)
+        y = {k: np.tile(v[present], len(thetas)) for k, v in runs.items()}
+        for j, name in enumerate(factors):
+            y[name] = np.repeat(np.array([theta[j] for theta in thetas], dtype=float),
+                                present.size)
+        y["ceilings"] = 0.0
+        tps = np.asarray(engine.evaluate(y)["tokens_per_s_per_gpu"], dtype=float)
+        return [part[back] for part in np.split(tps, len(thetas))]
+
     measured = use["tokens_per_s_per_gpu"].to_numpy(dtype=float)
     start = np.array([float(np.mean(x[f])) for f in factors])
     lo = np.array([FACTORS[f][2][0] for f in factors])
@@ -173,7 +185,17 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
             full[keep] = theta
             return np.log(predict_rows(full, rows) / measured[rows])
 
-        return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac")
+        def jacobian_points(_, thetas):
+            """least_squares' ``workers``: the residuals at the finite-difference points of
+            one Jacobian, in one engine call (:func:`predict_many`)."""
+            fulls = []
+            for theta in thetas:
+                fulls.append(start.copy())
+                fulls[-1][keep] = theta
+            return [np.log(p / measured[rows]) for p in predict_many(fulls, rows)]
+
+        return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac",
+                             workers=jacobian_points)
 
     everything = np.arange(len(use))
     sol = solve(everything)
