@@ -12,6 +12,7 @@ collinear with another).
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -43,6 +44,10 @@ STACK_FACTORS = ("matmul_fraction", "attention_fraction", "fused_attention_fract
 DEFAULT_FACTORS = ("matmul_fraction", "matmul_half_k", "attention_fraction",
                    "attention_half_kv", "hbm_fraction", "nic_fraction")
 NETWORK_FACTORS = ("nic_fraction",)
+#: Whether :func:`scipy.optimize.least_squares` takes ``workers`` (a map for the Jacobian's
+#: finite-difference points; SciPy 1.16 and later): the points are then evaluated in one
+#: engine call, with the same numbers as one by one.
+_HAS_WORKERS = "workers" in inspect.signature(least_squares).parameters
 #: A factor is identifiable when moving it across 50 % of its range changes some prediction by
 #: at least this much (relative).
 MIN_SENSITIVITY = 0.005
@@ -194,8 +199,9 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
                 fulls[-1][keep] = theta
             return [np.log(p / measured[rows]) for p in predict_many(fulls, rows)]
 
+        batched = {"workers": jacobian_points} if _HAS_WORKERS else {}  # SciPy >= 1.16
         return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac",
-                             workers=jacobian_points)
+                             **batched)
 
     everything = np.arange(len(use))
     sol = solve(everything)
