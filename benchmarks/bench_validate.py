@@ -10,7 +10,9 @@ CLI in a fresh process (``python -m fsdpsim.cli validate FILE --format csv``; wa
 start-up included) with this tree and, with ``--before REV``, with the tree of git revision
 REV (extracted with ``git archive``) in the same run, alternating; the two outputs must be
 byte-identical. The per-row path costs minutes on 100,000 rows: ``--before-max-rows`` (default
-10,000) limits the files REV is run on.
+10,000) limits the files REV is run on. Each line gives the wall time and the process's CPU time
+(user + system, which a loaded machine inflates less than the wall time), the rows per second of
+each, and the machine's 1-minute load average when the line was measured.
 
 Run: ``python benchmarks/bench_validate.py [--before REV] [--rows 10000,100000]``
 """
@@ -18,6 +20,8 @@ Run: ``python benchmarks/bench_validate.py [--before REV] [--rows 10000,100000]`
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -56,15 +60,26 @@ def make_file(source: Path, rows: int, distinct: float, seed: int, out: Path) ->
     frame.to_csv(out, index=False)
 
 
-def run(tree: Path, path: Path) -> tuple[float, bytes]:
-    """Wall seconds and standard output of ``validate --format csv`` run in ``tree``."""
-    start = time.perf_counter()
+def _children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run(tree: Path, path: Path) -> tuple[float, float, bytes]:
+    """Wall seconds, CPU seconds and standard output of ``validate --format csv`` run in
+    ``tree``."""
+    cpu, start = _children_cpu_s(), time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "fsdpsim.cli", "validate", str(path),
                            "--format", "csv"], cwd=tree, capture_output=True, check=False)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu_s() - cpu
     if done.returncode:
         raise SystemExit(f"validate failed in {tree}: {done.stderr.decode()[-500:]}")
-    return seconds, done.stdout
+    return seconds, cpu, done.stdout
+
+
+def _timing(rows: int, wall_s: float, cpu_s: float) -> str:
+    return (f"{wall_s:6.1f} s = {rows / wall_s:6,.0f} rows/s (CPU {cpu_s:5.1f} s = "
+            f"{rows / cpu_s:6,.0f} rows/s)")
 
 
 def extract(rev: str, into: Path) -> Path:
@@ -99,14 +114,15 @@ def main(argv: list[str] | None = None) -> int:
         for rows in sizes:
             path = tmp_path / f"measurements_{rows}.csv"
             make_file(Path(args.source), rows, args.distinct, args.seed, path)
-            after_s, after_out = run(ROOT, path)
-            line = f"{rows:>7,} rows: after {after_s:7.1f} s = {rows / after_s:8,.0f} rows/s"
+            after_s, after_cpu, after_out = run(ROOT, path)
+            line = f"{rows:>7,} rows: after {_timing(rows, after_s, after_cpu)}"
             if before is not None and rows <= args.before_max_rows:
-                before_s, before_out = run(before, path)
+                before_s, before_cpu, before_out = run(before, path)
                 same = "byte-identical" if before_out == after_out else "OUTPUTS DIFFER"
-                line += (f"; before ({args.before}) {before_s:7.1f} s = "
-                         f"{rows / before_s:6,.0f} rows/s; x{before_s / after_s:.1f}; {same}")
-            print(line, flush=True)
+                line += (f"; before ({args.before}) {_timing(rows, before_s, before_cpu)}; "
+                         f"x{before_s / after_s:.1f} wall, x{before_cpu / after_cpu:.1f} CPU; "
+                         f"{same}")
+            print(f"{line}; load {os.getloadavg()[0]:.1f}", flush=True)
     return 0
 
 

@@ -205,3 +205,31 @@ def test_in_sample_follows_the_fitting_commands_selection():
     assert fitted_on(megatron, pd.DataFrame([nemo]), CATALOG, "hybrid_calibration.csv")
     assert not fitted_on(megatron, pd.DataFrame([{**nemo, "framework": "InternEvo"}]), CATALOG,
                          "hybrid_calibration.csv")
+
+
+def test_in_sample_of_many_rows_at_once_is_each_rows_own():
+    """fitted_rows (every row at once) = fitted_on of each row as a one-row frame: rows in and
+    out of --gpu and --where, and a --where some rows cannot be evaluated on (then row by row,
+    where the rows that lack the column are not selected)."""
+    from fsdpsim.measured.ranges import fitted_on, fitted_rows
+
+    source = ("fitted by `fsdpsim calibrate --measurements hopper_bf16_nanotron.csv --gpu h100 "
+              "--framework '' --factor matmul_fraction --where 'n_gpus == 8 and pp == 1'`; "
+              "a100 fitted by `fsdpsim calibrate --measurements hopper_bf16_nanotron.csv --gpu "
+              "a100 --framework '' --where 'n_gpus == 16'`")
+    rows = pd.DataFrame([dict(gpu=g, n_gpus=n, pp=p) for g in ("h100-sxm5-80gb",
+                                                                "a100-sxm4-80gb", "b200")
+                         for n in (8, 16) for p in (1, 2)])
+    want = [fitted_on(source, rows.iloc[[k]], CATALOG, "hopper_bf16_nanotron.csv")
+            for k in range(len(rows))]
+    got = fitted_rows(source, rows, CATALOG, "hopper_bf16_nanotron.csv").tolist()
+    assert got == want and sum(got) == 1 + 2  # h100 on 8 GPUs without PP; a100 on 16
+    assert not fitted_rows(source, rows, CATALOG, "other.csv").any()
+    # a --where that cannot be evaluated (text methods on a number column), named first: no
+    # row is in-sample, as for each row on its own
+    unreadable = ("fitted by `fsdpsim calibrate --measurements hopper_bf16_nanotron.csv --gpu "
+                  "a100 --where 'n_gpus.str.len() == 2'`; " + source)
+    assert not fitted_rows(unreadable, rows, CATALOG, "hopper_bf16_nanotron.csv").any()
+    assert fitted_rows(unreadable, rows, CATALOG, "hopper_bf16_nanotron.csv").tolist() == [
+        fitted_on(unreadable, rows.iloc[[k]], CATALOG, "hopper_bf16_nanotron.csv")
+        for k in range(len(rows))]

@@ -49,7 +49,8 @@ def test_grid_inputs_equal_per_row_inputs(path):
 
 def _per_row_table(use: pd.DataFrame, path: Path | None = None) -> pd.DataFrame:
     """What ``validate`` reports, from the per-row inputs (every row its own run); with
-    ``path``, the 90 % range columns too (:func:`fsdpsim.measured.ranges.add_intervals`)."""
+    ``path``, the 90 % range columns too, row by row
+    (:func:`fsdpsim.measured.ranges.add_intervals_per_row`)."""
     x = engine_inputs_per_row(use, CATALOG)
     out = engine.evaluate(x)
     result = use.copy()
@@ -62,9 +63,9 @@ def _per_row_table(use: pd.DataFrame, path: Path | None = None) -> pd.DataFrame:
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     if path is not None:
-        from fsdpsim.measured.ranges import add_intervals
+        from fsdpsim.measured.ranges import add_intervals_per_row
 
-        result = add_intervals(result, x, out, CATALOG, path)
+        result = add_intervals_per_row(result, x, out, CATALOG, path)
     return result
 
 
@@ -159,3 +160,27 @@ def test_calibrate_fits_the_same_factors_as_with_every_row_its_own_run(monkeypat
     assert (grid_fit.before, grid_fit.after, grid_fit.cross_validated, grid_fit.interval) == \
         (row_fit.before, row_fit.after, row_fit.cross_validated, row_fit.interval)
     pd.testing.assert_frame_equal(grid_fit.rows, row_fit.rows)
+
+
+def test_calibrate_jacobian_in_one_engine_call_fits_as_point_by_point(monkeypatch):
+    """The finite-difference points of each Jacobian evaluated in one engine call (least_squares'
+    workers) give the fit of evaluating them one by one, bit for bit, in fewer engine calls."""
+    from fsdpsim.measured import calibrate
+
+    if not calibrate._HAS_WORKERS:
+        pytest.skip("SciPy without least_squares(workers=...)")
+    frame = load_measurements(DATA / "hybrid_calibration.csv", CATALOG)
+    frame = frame[frame["gpu"] == CATALOG.accelerator("h100").id]
+    factors = ("matmul_fraction", "hbm_fraction")
+    calls = []
+    evaluate = calibrate.engine.evaluate
+    monkeypatch.setattr(calibrate.engine, "evaluate", lambda x: calls.append(1) or evaluate(x))
+    batched = calibrate.fit(frame, CATALOG, ["h100"], factors, check_ceiling=False)
+    n_batched = len(calls)
+    monkeypatch.setattr(calibrate, "_HAS_WORKERS", False)
+    one_by_one = calibrate.fit(frame, CATALOG, ["h100"], factors, check_ceiling=False)
+    assert n_batched < len(calls) - n_batched
+    assert batched.values == one_by_one.values
+    assert (batched.after, batched.cross_validated, batched.interval) == \
+        (one_by_one.after, one_by_one.cross_validated, one_by_one.interval)
+    pd.testing.assert_frame_equal(batched.rows, one_by_one.rows)

@@ -12,6 +12,7 @@ collinear with another).
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -43,6 +44,10 @@ STACK_FACTORS = ("matmul_fraction", "attention_fraction", "fused_attention_fract
 DEFAULT_FACTORS = ("matmul_fraction", "matmul_half_k", "attention_fraction",
                    "attention_half_kv", "hbm_fraction", "nic_fraction")
 NETWORK_FACTORS = ("nic_fraction",)
+#: Whether :func:`scipy.optimize.least_squares` takes ``workers`` (a map for the Jacobian's
+#: finite-difference points; SciPy 1.16 and later): the points are then evaluated in one
+#: engine call, with the same numbers as one by one.
+_HAS_WORKERS = "workers" in inspect.signature(least_squares).parameters
 #: A factor is identifiable when moving it across 50 % of its range changes some prediction by
 #: at least this much (relative).
 MIN_SENSITIVITY = 0.005
@@ -143,6 +148,18 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
         present, back = np.unique(run if rows is None else run[rows], return_inverse=True)
         return _predict({k: v[present] for k, v in runs.items()}, factors, theta)[back]
 
+    def predict_many(thetas: list[np.ndarray], rows: np.ndarray) -> list[np.ndarray]:
+        """:func:`predict_rows` of ``rows`` at each of ``thetas`` in one engine call: the
+        distinct runs among them stacked once per theta (the engine works elementwise)."""
+        present, back = np.unique(run[rows], return_inverse=True)
+        y = {k: np.tile(v[present], len(thetas)) for k, v in runs.items()}
+        for j, name in enumerate(factors):
+            y[name] = np.repeat(np.array([theta[j] for theta in thetas], dtype=float),
+                                present.size)
+        y["ceilings"] = 0.0
+        tps = np.asarray(engine.evaluate(y)["tokens_per_s_per_gpu"], dtype=float)
+        return [part[back] for part in np.split(tps, len(thetas))]
+
     measured = use["tokens_per_s_per_gpu"].to_numpy(dtype=float)
     start = np.array([float(np.mean(x[f])) for f in factors])
     lo = np.array([FACTORS[f][2][0] for f in factors])
@@ -175,7 +192,18 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
             full[keep] = theta
             return np.log(predict_rows(full, rows) / measured[rows])
 
-        return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac")
+        def jacobian_points(_, thetas):
+            """least_squares' ``workers``: the residuals at the finite-difference points of
+            one Jacobian, in one engine call (:func:`predict_many`)."""
+            fulls = []
+            for theta in thetas:
+                fulls.append(start.copy())
+                fulls[-1][keep] = theta
+            return [np.log(p / measured[rows]) for p in predict_many(fulls, rows)]
+
+        batched = {"workers": jacobian_points} if _HAS_WORKERS else {}  # SciPy >= 1.16
+        return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac",
+                             **batched)
 
     everything = np.arange(len(use))
     sol = solve(everything)

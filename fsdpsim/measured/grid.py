@@ -29,6 +29,8 @@ def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
     """Integer codes of a column, equal exactly where the cells are the same value of the same
     type: floats by their bits (NaN, -0.0 apart from 0.0), other cells by value and type (``1``,
     ``1.0``, ``"1"`` and ``True`` apart, ``None`` apart from NaN)."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.StringDtype):
+        return pd.factorize(values)[0]  # text cells (one type) and missing ones (-1)
     a = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
     if a.dtype.kind == "f":
         return pd.factorize(a.astype(np.float64).view(np.int64))[0]
@@ -74,10 +76,11 @@ class Cells(dict):
         return self.keys()
 
 
-def rows_of(frame: pd.DataFrame) -> Callable[[int], Cells]:
+def rows_of(frame: pd.DataFrame, values: np.ndarray | None = None) -> Callable[[int], Cells]:
     """The row at a position with the values :meth:`pandas.DataFrame.iterrows` yields (one
-    array of the frame's values, built once)."""
-    values = frame.values
+    array of the frame's values, built once; ``values``: ``frame.values`` when the caller has
+    it)."""
+    values = frame.values if values is None else values
     columns = list(frame.columns)
 
     def row(position: int) -> Cells:
@@ -102,7 +105,11 @@ class Setups:
         self.catalog = catalog
         self.columns = setup_columns(frame)
         self.group = group_ids(frame, self.columns)
-        self.row = rows_of(frame)
+        self._values = frame.values
+        self.row = rows_of(frame, self._values)
+        # where the setup cells are in a row of values, and their names as a key
+        self._at = np.array([list(frame.columns).index(c) for c in self.columns], dtype=int)
+        self._names = tuple(self.columns)
         self._done: dict[tuple[int, Any], tuple] = {}
         self._built = _BUILT.setdefault(catalog, {})
         self._specs: dict[tuple, Any] = {}
@@ -120,11 +127,11 @@ class Setups:
         key = (int(self.group[position]), vpp)
         found = self._done.get(key)
         if found is None:
-            row = self.row(position)
-            content = (tuple(self.columns), vpp,
-                       tuple((type(row[c]), repr(row[c])) for c in self.columns))
+            cells = self._values[position, self._at]
+            content = (self._names, vpp, tuple(map(type, cells)), tuple(map(repr, cells)))
             found = self._built.get(content)
             if found is None:
+                row = self.row(position)
                 found = row_setup(row, self.catalog, vpp, self._spec(row))
                 if len(self._built) >= MAX_KEPT:
                     self._built.clear()
@@ -140,25 +147,26 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
     return {k: v[inverse] for k, v in x.items()}
 
 
-def distinct_inputs(frame: pd.DataFrame,
-                    catalog: Catalog) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None = None
+                    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The engine inputs of each distinct run of ``frame`` and each row's run (``inputs[k][
     inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). The builder
     ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) runs once per group of equal
     setup cells; a run is a group with one micro-batch, accumulation and recompute mode. The
-    training options are checked once per run, as the per-row path checks every row's."""
+    training options are checked once per run, as the per-row path checks every row's.
+    ``setups``: the frame's :class:`Setups`, when the caller keeps them for later stages."""
     from fsdpsim import engine
     from fsdpsim.drivers.predict import config_inputs
     from fsdpsim.engine.build_moe import uniform_keys
     from fsdpsim.plan.parallel import TrainingConfig
 
-    setups = Setups(frame, catalog)
+    setups = setups if setups is not None else Setups(frame, catalog)
     mb = [int(v) for v in frame["micro_batch"].tolist()]
     ga = [int(v) for v in frame["grad_accum"].tolist()]
     rc = [str(v) for v in frame["recompute"].tolist()]
     runs = group_ids(pd.DataFrame({"g": setups.group, "mb": mb, "ga": ga, "rc": rc}),
                      ("g", "mb", "ga", "rc"))
-    first = _first_positions(runs)
+    first = first_positions(runs)
     codes = np.empty(first.size, dtype=float)
     per_group: dict[int, dict[str, Any]] = {}
     checked: dict[tuple[int, int, str], float] = {}
@@ -184,7 +192,7 @@ def distinct_inputs(frame: pd.DataFrame,
     return out, runs
 
 
-def _first_positions(ids: np.ndarray) -> np.ndarray:
+def first_positions(ids: np.ndarray) -> np.ndarray:
     """Position of the first row of each group (groups numbered in order of appearance)."""
     _, first = np.unique(ids, return_index=True)
     return first

@@ -50,12 +50,105 @@ def _row_value(out: Mapping[str, Any], key: str, i: int, n: int) -> float:
 
 
 def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, Any],
-                  catalog: Catalog, measurements: str | Path | None = None) -> pd.DataFrame:
-    """``result`` (:func:`fsdpsim.measured.validate.predict_measurements`' rows, in the order of
-    the engine inputs ``x`` and outputs ``out``) with the 90 % range ``predicted_low`` /
-    ``predicted_high`` (tokens/s per GPU), ``inside`` (the measured value within it),
-    ``in_sample`` (module docstring; ``measurements`` is the file the rows come from) and the
-    range's widening flags (:data:`FLAG_COLUMNS`)."""
+                  catalog: Catalog, measurements: str | Path | None = None,
+                  run: np.ndarray | None = None, setups: Any = None) -> pd.DataFrame:
+    """``result`` (:func:`fsdpsim.measured.validate.predict_measurements`' rows) with the 90 %
+    range ``predicted_low`` / ``predicted_high`` (tokens/s per GPU), ``inside`` (the measured
+    value within it), ``in_sample`` (module docstring; ``measurements`` is the file the rows
+    come from) and the range's widening flags (:data:`FLAG_COLUMNS`).
+
+    ``x`` and ``out`` are the engine inputs and outputs of each distinct run and ``run`` each
+    row's run (default: every row its own, in order); the slower twin is evaluated and the
+    range worked out once per run (one array call of :func:`prediction_interval` for the runs
+    on one accelerator, precision, kernel stack and power cap), then gathered per row.
+    ``setups``: the rows' :class:`fsdpsim.measured.grid.Setups` (default: built from
+    ``result``). The numbers are :func:`add_intervals_per_row`'s."""
+    from fsdpsim.measured import grid
+
+    n = len(result)
+    run = np.arange(n) if run is None else np.asarray(run)
+    if setups is None:
+        setups = grid.Setups(result.drop(columns=[c for c in PREDICTED if c in result]), catalog)
+    first = grid.first_positions(run)
+    n_runs = first.size
+    twin = engine.evaluate({**slower_twin(x), "ceilings": 0.0})
+    tps = np.broadcast_to(np.asarray(out["tokens_per_s_per_gpu"], dtype=float), (n_runs,))
+    low_tps = np.broadcast_to(np.asarray(twin["tokens_per_s_per_gpu"], dtype=float), (n_runs,))
+    slower = np.where(tps > 0, low_tps / np.where(tps > 0, tps, 1.0), 1.0)
+    u_fab, u_fw = (np.broadcast_to(np.asarray(a, dtype=float), (n_runs,))
+                   for a in comm_uncertainty(x))
+    values = {k: np.broadcast_to(np.asarray(out.get(k, 0.0), dtype=float), (n_runs,))
+              for k in _VALUE_KEYS}
+    conditions = {k: np.broadcast_to(np.asarray(x[k], dtype=float), (n_runs,))
+                  for k in ("pp", "pp_per_node") if k in x}
+    # the range reads of a run's system only its accelerator and power cap, and the resolved
+    # efficiency table: runs that share them are worked out in one array call
+    tables: dict[tuple, Any] = {}
+    blocks: dict[tuple, list[int]] = {}
+    systems: dict[tuple, Any] = {}
+    efficiencies = []
+    for r, position in enumerate(first.tolist()):
+        _, system, plan, options = setups(position)
+        table = (id(system.accelerator), options["precision"],
+                 frameworks.profile(plan.framework).kernel_stack)
+        if table not in tables:  # (the accelerator kept: its id stays its own)
+            tables[table] = (system.accelerator, resolve_efficiency(
+                system.accelerator, options["precision"], table[2]))
+        efficiencies.append(tables[table][1])
+        block = (table, system.power_cap_w)
+        blocks.setdefault(block, []).append(r)
+        systems.setdefault(block, system)
+    low, high = np.empty(n_runs), np.empty(n_runs)
+    flags = {k: np.zeros(n_runs, dtype=bool) for k in FLAG_COLUMNS}
+    for block, members in blocks.items():
+        at = np.array(members)
+        these = {k: v[at] for k, v in values.items()}
+        rng = prediction_interval(
+            these, systems[block],
+            comm=(slower[at], faster_ratio(these, (u_fab[at], u_fw[at]))),
+            efficiency=tables[block[0]][1], plan={k: v[at] for k, v in conditions.items()})
+        low[at] = rng["tokens_per_s_per_gpu_low"]
+        high[at] = rng["tokens_per_s_per_gpu_high"]
+        for k in FLAG_COLUMNS:
+            flags[k][at] = np.asarray(rng.get(k, False), dtype=bool)
+    frame = result.copy()
+    frame["predicted_low"] = low[run]
+    frame["predicted_high"] = high[run]
+    measured = frame["tokens_per_s_per_gpu"].astype(float)
+    frame["inside"] = (measured >= frame["predicted_low"]) & (measured <= frame["predicted_high"])
+    frame["in_sample"] = _in_sample(result, efficiencies, run, catalog, measurements)
+    for k in FLAG_COLUMNS:
+        frame[k] = flags[k][run]
+    return frame
+
+
+#: The columns :func:`fsdpsim.measured.validate.predict_measurements` adds to the rows (no
+#: row setup reads them).
+PREDICTED = ("predicted_tokens_per_s_per_gpu", "predicted_mfu", "fits", "moe", "bottleneck",
+             "error")
+
+
+def _in_sample(result: pd.DataFrame, efficiencies: list, run: np.ndarray, catalog: Catalog,
+               measurements: str | Path | None) -> np.ndarray:
+    """Each row's ``in_sample`` (module docstring): its run's efficiency table is its own (not
+    transferred), it is a row a fit may use, and the ``fsdpsim calibrate`` command its table's
+    source names selects it (:func:`fitted_rows`, once per distinct source)."""
+    fittable = fit_rows(result)
+    own = np.array([not eff.transferred for eff in efficiencies], dtype=bool)[run]
+    candidates = own & result.index.isin(fittable.index)
+    sources = np.array([eff.source for eff in efficiencies], dtype=object)[run]
+    found = np.zeros(len(result), dtype=bool)
+    for source in dict.fromkeys(sources[candidates].tolist()):
+        at = np.flatnonzero(candidates & (sources == source))
+        found[at] = fitted_rows(source, result.iloc[at], catalog, measurements)
+    return found
+
+
+def add_intervals_per_row(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, Any],
+                          catalog: Catalog, measurements: str | Path | None = None
+                          ) -> pd.DataFrame:
+    """:func:`add_intervals` one row at a time, with ``x`` and ``out`` given per row (the
+    reference the grouped path is tested against)."""
     n = len(result)
     twin = engine.evaluate({**slower_twin(x), "ceilings": 0.0})
     tps = np.broadcast_to(np.asarray(out["tokens_per_s_per_gpu"], dtype=float), (n,))
@@ -93,37 +186,70 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
 _FITTED_BY = re.compile(r"fitted by `(fsdpsim calibrate [^`]*)`")
 
 
-def fitted_on(source: str, rows: pd.DataFrame, catalog: Catalog,
-              measurements: str | Path | None) -> bool:
-    """Whether every row of ``rows`` (from the file ``measurements``) passes the selection of
-    an ``fsdpsim calibrate`` command named in ``source`` (module docstring)."""
+def _commands(source: str, measurements: str | Path | None):
+    """The options (flag -> values) of each ``fsdpsim calibrate`` command named in ``source``
+    that fitted the file ``measurements`` (by name)."""
     if not measurements:
-        return False
+        return
     for command in _FITTED_BY.findall(source):
         args = shlex.split(command)[2:]
         opts: dict[str, list[str]] = {}
         for flag, value in zip(args[::2], args[1::2]):
             opts.setdefault(flag, []).append(value)
         fit_file = opts.get("--measurements", [""])[0]
-        if not fit_file or Path(fit_file).name != Path(str(measurements)).name:
-            continue
-        gpus = {catalog.accelerator(g).id for g in opts.get("--gpu", [])}
-        framework = opts.get("--framework", ["fsdp"])[0].lower()
-        keep = rows["gpu"].isin(gpus)
-        if framework and "framework" in rows.columns:
-            keep &= rows["framework"].fillna("").astype(str).str.lower().str.contains(
-                framework, regex=False)
-        elif framework and framework not in "pytorch fsdp":  # own schema: PyTorch FSDP
-            keep &= False
-        if "--where" in opts:
-            try:
-                chosen = rows.query(opts["--where"][0])
-            except Exception:  # a file of the same name without the columns: not those rows
-                return False
-            keep &= rows.index.isin(chosen.index)
+        if fit_file and Path(fit_file).name == Path(str(measurements)).name:
+            yield opts
+
+
+def _kept(opts: dict[str, list[str]], rows: pd.DataFrame, catalog: Catalog
+          ) -> pd.Series | None:
+    """Which of ``rows`` a calibrate command's selection (``--gpu``, ``--framework``,
+    ``--where``) keeps; None when its ``--where`` cannot be evaluated on them (a file of the
+    same name without the columns: not those rows)."""
+    gpus = {catalog.accelerator(g).id for g in opts.get("--gpu", [])}
+    framework = opts.get("--framework", ["fsdp"])[0].lower()
+    keep = rows["gpu"].isin(gpus)
+    if framework and "framework" in rows.columns:
+        keep &= rows["framework"].fillna("").astype(str).str.lower().str.contains(
+            framework, regex=False)
+    elif framework and framework not in "pytorch fsdp":  # own schema: PyTorch FSDP
+        keep &= False
+    if "--where" in opts:
+        try:
+            chosen = rows.query(opts["--where"][0])
+        except Exception:  # pandas raises many types for a condition it cannot evaluate
+            return None
+        keep &= rows.index.isin(chosen.index)
+    return keep
+
+
+def fitted_on(source: str, rows: pd.DataFrame, catalog: Catalog,
+              measurements: str | Path | None) -> bool:
+    """Whether every row of ``rows`` (from the file ``measurements``) passes the selection of
+    an ``fsdpsim calibrate`` command named in ``source`` (module docstring)."""
+    for opts in _commands(source, measurements):
+        keep = _kept(opts, rows, catalog)
+        if keep is None:
+            return False
         if bool(keep.all()):
             return True
     return False
+
+
+def fitted_rows(source: str, rows: pd.DataFrame, catalog: Catalog,
+                measurements: str | Path | None) -> np.ndarray:
+    """:func:`fitted_on` of each row of ``rows`` on its own, for all of them at once: each
+    command's ``--where`` is evaluated on the rows together, which is the same row by row for
+    a condition on each row's cells (what calibrate's ``--where`` states); where it cannot be
+    evaluated on them together, row by row."""
+    found = np.zeros(len(rows), dtype=bool)
+    for opts in _commands(source, measurements):
+        keep = _kept(opts, rows, catalog)
+        if keep is None:
+            return np.array([fitted_on(source, rows.iloc[[k]], catalog, measurements)
+                             for k in range(len(rows))], dtype=bool)
+        found |= keep.to_numpy(dtype=bool)
+    return found
 
 
 def plan_conditions(x: Mapping[str, Any], i: int, n: int) -> dict[str, float]:

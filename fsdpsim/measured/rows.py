@@ -5,6 +5,7 @@ its parallel plan, system and training options, with the schema's layout default
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -130,13 +131,20 @@ def knob(row: pd.Series, column: str) -> Any:
     ``moe_capacity_factor``, ``fused_loss``); where it is empty, what the row's framework
     profile (column ``recipe``) does by default (:func:`fsdpsim.plan.frameworks.knob_default`, the
     default ``predict`` takes when the flag is not given)."""
-    from fsdpsim.plan.frameworks import knob_default
-
     value = row.get(column)
     if is_empty(value):
-        return knob_default(str(cell(row, "recipe") or "torch"), column,
-                            str(row.get("precision", "bf16")))
+        return _knob_default(str(cell(row, "recipe") or "torch"), column,
+                             str(row.get("precision", "bf16")))
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _knob_default(framework: str, column: str, precision: str) -> Any:
+    """:func:`fsdpsim.plan.frameworks.knob_default` (a table lookup of immutable values),
+    remembered: a file's rows ask for few distinct ones."""
+    from fsdpsim.plan.frameworks import knob_default
+
+    return knob_default(framework, column, precision)
 
 
 def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:

@@ -85,7 +85,6 @@ def fit_rows(frame):
     block-scaled number format (MXFP8, NVFP4) and no mixture-of-experts model: a GPU's factors
     come from dense runs, and the MoE rows (whose model adds routing, dispatch and recipe
     settings) test them out of sample. Validation still reports all of them."""
-    from fsdpsim.measured.rows import spec_for_row
     from fsdpsim.measured.published.plan import UNFIT_FORMATS
 
     import pandas as pd
@@ -98,6 +97,20 @@ def fit_rows(frame):
         usable = keep & (frame["skip"] == "")
         moe = pd.Series(False, index=frame.index)
         if usable.any():  # (assigning an empty list to no rows fails in pandas)
-            moe[usable] = [spec_for_row(row).is_moe for _, row in frame[usable].iterrows()]
+            moe[usable] = _is_moe(frame[usable])
         keep &= ~moe
     return frame[keep]
+
+
+def _is_moe(frame):
+    """Whether each row's model (:func:`fsdpsim.measured.rows.spec_for_row`) is a mixture of
+    experts, the model built once per group of equal model cells
+    (:data:`fsdpsim.measured.rows.SPEC_COLUMNS`, :func:`fsdpsim.measured.grid.group_ids`)."""
+    from fsdpsim.measured import grid
+    from fsdpsim.measured.rows import SPEC_COLUMNS, spec_for_row
+
+    group = grid.group_ids(frame, [c for c in SPEC_COLUMNS if c in frame.columns])
+    row_at = grid.rows_of(frame)
+    first = grid.first_positions(group)
+    moe = [spec_for_row(row_at(position)).is_moe for position in first.tolist()]
+    return [moe[g] for g in group.tolist()]

@@ -253,10 +253,9 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     for column in ("micro_batch", "grad_accum", "recompute", "knobs", "vpp"):
         if column in frame.columns:
             frame[column] = frame[column].astype(object)  # "auto" text becomes a number
-    # rows that describe the same run with the same knobs are searched once
-    group = grid.group_ids(frame, grid.setup_columns(frame, ("micro_batch", "grad_accum",
-                                                             "recompute")))
-    row_at = grid.rows_of(frame)
+    # rows that describe the same run with the same knobs are searched once (the groups are
+    # found when the first row needs them)
+    group: np.ndarray | None = None
     found: dict[int, tuple] = {}
     chosen_cells: dict[str, dict[int, Any]] = {
         c: {} for c in ("micro_batch", "grad_accum", "recompute", "vpp", "knobs")}
@@ -267,6 +266,10 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         auto_mb, auto_rc, auto_vpp = _unstated(mb), _unstated(rc), _auto_vpp(vpp_cell)
         if skip or not (auto_mb or auto_rc or auto_vpp):
             continue
+        if group is None:
+            group = grid.group_ids(frame, grid.setup_columns(frame, ("micro_batch", "grad_accum",
+                                                                     "recompute")))
+            row_at = grid.rows_of(frame)
         g = int(group[position])
         if g not in found:
             row = row_at(position)
@@ -355,34 +358,34 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
     for column, (rule, empty_ok) in columns.items():
         if column not in frame.columns:
             continue
-        ids = frame["id"].tolist()
         values = frame[column].astype(object).to_numpy(copy=True)
         rows = np.flatnonzero((frame["skip"] == "").to_numpy(dtype=bool))
-        # each distinct cell (value and type, grid.column_codes) read once, at its first row
+        # each distinct cell (value and type, grid.column_codes) read once, at its first row,
+        # and written to all its rows; a cell refused is read again below per row, so that
+        # the message names the row
         codes = grid.column_codes(values)[rows]
-        _, first, which, counts = np.unique(codes, return_index=True, return_inverse=True,
-                                            return_counts=True)
-        members = np.split(rows[np.argsort(which, kind="stable")], np.cumsum(counts)[:-1])
-        failed = []
-        for k in np.argsort(first):
-            value, at = values[rows[first[k]]], members[k]
+        _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+        read = np.empty(first.size, dtype=object)
+        written = np.ones(first.size, dtype=bool)
+        refused = np.zeros(first.size, dtype=bool)
+        for k, value in enumerate(values[rows[first]].tolist()):
             if empty_ok and is_empty(value):
-                values[at] = float("nan")
-                continue
-            if auto and isinstance(value, str) and value.strip().lower() == "auto" and \
+                read[k] = float("nan")
+            elif auto and isinstance(value, str) and value.strip().lower() == "auto" and \
                     column in _AUTO_COLUMNS:
-                continue
+                written[k] = False
+            else:
+                try:
+                    read[k] = read_number(value, column, rule)
+                except ConfigError:
+                    written[k], refused[k] = False, True
+        at = written[which]
+        values[rows[at]] = read[which[at]]
+        failed = rows[refused[which]]
+        for position in failed.tolist():  # the message names each row
             try:
-                number = read_number(value, f"row {shown(ids[rows[first[k]]])}: column {column}",
-                                     rule)
-            except ConfigError:
-                failed.extend(at.tolist())
-                continue
-            values[at] = [number] * at.size
-        for position in sorted(failed):  # the message names each row
-            try:
-                read_number(values[position], f"row {shown(ids[position])}: column {column}",
-                            rule)
+                read_number(values[position],
+                            f"row {shown(frame['id'].iat[position])}: column {column}", rule)
             except ConfigError as exc:
                 if not skip:
                     raise
@@ -475,7 +478,8 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
                           "(all rows have a skip reason)")
     # each distinct run once (rows that repeat a run share its prediction), unless per-row
     # overrides make every row its own
-    x, run = grid.distinct_inputs(use, catalog)
+    setups = grid.Setups(use, catalog)
+    x, run = grid.distinct_inputs(use, catalog, setups)
     if overrides:
         x, run = {k: v[run] for k, v in x.items()}, np.arange(len(use))
         x.update(overrides)
@@ -499,8 +503,5 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     if intervals:
         from fsdpsim.measured.ranges import add_intervals
 
-        def rows_of(table):  # the per-run inputs and outputs, gathered per row
-            return {k: per_row(v) if np.ndim(v) <= 1 else v for k, v in table.items()}
-
-        result = add_intervals(result, rows_of(x), rows_of(out), catalog, measurements)
+        result = add_intervals(result, x, out, catalog, measurements, run, setups)
     return result

@@ -198,23 +198,41 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     # measurement is read for every row (:func:`tokens_per_s_per_gpu`).
     group = grid.group_ids(raw, [c for c in raw.columns if c != "id" and c not in
                                  MEASUREMENT_ONLY and c not in PASSED_THROUGH])
-    row_at, columns = grid.rows_of(raw), list(raw.columns)
+    values = raw.values
+    row_at, columns = grid.rows_of(raw, values), list(raw.columns)
     ids = raw["id"].tolist() if "id" in raw.columns else None
     converted: dict[int, tuple[dict[str, Any], str, str, Any]] = {}
-    for position, cells in enumerate(raw.values):
+    passed = [(c, columns.index(c)) for c in PASSED_THROUGH if c in columns]
+    direct = _direct_measurements(raw)
+    at_direct = columns.index("tokens_per_s_per_gpu") if direct.any() else -1
+    for position, cells in enumerate(values):
         g = int(group[position])
         if g not in converted:
             converted[g] = _convert(row_at(position), raw.columns, catalog, accelerators)
         row, before, after, model_flops = converted[g]
-        this = grid.Cells(zip(columns, cells))
-        measured, measured_from = tokens_per_s_per_gpu(this, model_flops)
+        if direct[position]:  # the first source _measured reads, stated and usable
+            measured, measured_from = float(cells[at_direct]), "tokens_per_s_per_gpu"
+        else:
+            measured, measured_from = tokens_per_s_per_gpu(grid.Cells(zip(columns, cells)),
+                                                           model_flops)
         no_measurement = ("no measurement (tokens/s, step time or TFLOP/s per GPU)"
                           if measured != measured else "")
         rows.append({**row, "id": ids[position] if ids is not None else f"row-{len(rows) + 1}",
-                     **{c: this.get(c, float("nan")) for c in PASSED_THROUGH},
+                     **{c: float("nan") for c in PASSED_THROUGH},
+                     **{c: cells[i] for c, i in passed},
                      "tokens_per_s_per_gpu": measured, "measured_from": measured_from,
                      "skip": before or no_measurement or after})
     return pd.DataFrame(rows)
+
+
+def _direct_measurements(raw: pd.DataFrame) -> np.ndarray:
+    """Rows whose ``tokens_per_s_per_gpu`` is a finite number > 0 in a numeric column: their
+    measurement is that cell (:func:`_measured`'s first source, read for all rows at once)."""
+    column = raw.get("tokens_per_s_per_gpu")
+    if column is None or column.dtype.kind not in "fiu":
+        return np.zeros(len(raw), dtype=bool)
+    a = column.to_numpy(dtype=float)
+    return np.isfinite(a) & (a > 0)
 
 
 #: Columns of a published row that only its measurement reads (:func:`_measured`).
