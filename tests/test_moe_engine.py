@@ -129,6 +129,55 @@ def test_expert_groups_fold_over_data_parallel_ranks():
     assert (one["ep_size"], one["ep_per_node"], one["edp_size"]) == (8, 8, 8)
 
 
+def _expert_ranks_enumerated(plan):
+    """The global ranks of each expert group holding rank 0, from the whole rank grid: every
+    rank's mesh coordinates (row-major in ``mesh_order``), the first pipeline stage's ranks
+    ascending, the groups as index progressions over them (ETP innermost, then EP, then
+    expert DP; its inner ``eshard`` part and the ``ereplicate`` stride)."""
+    degrees = plan.degrees
+    shape = [degrees[d] for d in plan.mesh_order]
+    coords = np.indices(shape).reshape(len(shape), -1)
+    stage = np.flatnonzero(coords[plan.mesh_order.index("pp")] == 0)  # ranks are the flat ids
+    etp, ep, edp = plan.etp, plan.ep, plan.expert_dp
+    shard = plan.expert_shard_group if plan.sharding == "hybrid" else edp
+    index = {"ep": np.arange(ep) * etp, "etp": np.arange(etp),
+             "edp": np.arange(edp) * etp * ep, "eshard": np.arange(shard) * etp * ep,
+             "ereplicate": np.arange(edp // shard) * etp * ep * shard}
+    return {name: stage[idx] for name, idx in index.items()}
+
+
+_MESHES = [dict(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, sharding=sh, shard_group_size=g)
+           for tp in (1, 2) for cp in (1, 2) for pp in (1, 2) for ep in (1, 2, 4, 8)
+           for etp in sorted({1, tp}) for sh, g in (("full", None), ("hybrid", 2))]
+
+
+@pytest.mark.parametrize("order", [("pp", "dp_replicate", "dp_shard", "cp", "tp"),
+                                   ("dp_replicate", "dp_shard", "pp", "cp", "tp"),
+                                   ("dp_shard", "cp", "dp_replicate", "pp", "tp"),
+                                   ("cp", "pp", "dp_shard", "dp_replicate", "tp")])
+def test_expert_layout_counts_the_enumerated_ranks(order):
+    """The closed-form expert layout equals counting each group's enumerated ranks below the
+    scale-up domain and the pod, for every mesh order, degree and domain of a 32-GPU grid."""
+    checked = 0
+    for kw in _MESHES:
+        try:
+            plan = ParallelPlan(num_gpus=32, gpus_per_node=4, mesh_order=order, **kw)
+        except ConfigError:
+            continue
+        ranks = _expert_ranks_enumerated(plan)
+        for domain in (1, 2, 4, 8, 16):
+            for pod in (None, 4, 8, 16):
+                lay = expert_layout(plan, domain_gpus=domain, pod_gpus=pod)
+                for name, members in ranks.items():
+                    assert lay[f"{name}_size"] == members.size
+                    assert lay[f"{name}_per_node"] == np.count_nonzero(members < domain), (
+                        kw, order, domain, name)
+                    assert lay[f"{name}_per_pod"] == (
+                        members.size if pod is None else np.count_nonzero(members < pod))
+        checked += 1
+    assert checked > 20
+
+
 # ================================================================== invariants
 def _inputs(spec, system, plan, training, micro_batch=1, recompute="none"):
     x = predict.config_inputs(spec, system, plan, training)

@@ -426,6 +426,8 @@ PRUNE_CASES = [  # model, gpu, gpus, global batch, seq, budget GiB, fixed
     # MoE (MLA, dense layers, MTP)
     ("deepseek-v3", "gb200", 128, 256, 4096, None, {"cp": 1, "tp": 1}),
     ("llama3-8b", "h100", 64, 128, 4096, 24.0, {}),  # hybrid dense, partial recompute
+    # MoE over InfiniBand: exposed expert all-to-alls, interleaved pipelines
+    ("deepseek-v3", "h100", 512, 256, 4096, None, {"cp": 1}),
 ]
 
 
@@ -450,10 +452,13 @@ def test_pruned_search_equals_unpruned(model, gpu, n, gb, seq, budget, fixed):
 
 @pytest.mark.parametrize("model,gpu,n,gb,seq,budget,fixed", PRUNE_CASES)
 def test_throughput_bound_is_sound_and_shared(model, gpu, n, gb, seq, budget, fixed):
-    """The bound's two premises on every (plan, micro-batch) of the space, at no, selective and
-    full recompute: the step is at least the compute without the optimizer at no recompute,
-    and that compute is the same across each group of plans (compute_groups) that share it."""
-    from fsdpsim.drivers.search.bounds import compute_groups
+    """The bounds' premises on every (plan, micro-batch) of the space, at no, selective and
+    full recompute: the step is at least (1) the compute without the optimizer at no
+    recompute and (2) the step without the optimizer at no recompute on the ideal network;
+    (1) is the same across each group of plans (compute_groups) and (2) across each group
+    of bound_groups, up to IDEAL_SLACK."""
+    from fsdpsim.drivers.search.bounds import (IDEAL_SLACK, bound_groups, compute_groups,
+                                               ideal_network)
     from fsdpsim.drivers.search.columns import PlanColumns
     from fsdpsim.drivers.search.space import enumerate_families
 
@@ -469,16 +474,28 @@ def test_throughput_bound_is_sound_and_shared(model, gpu, n, gb, seq, budget, fi
     mb = np.concatenate([divisors(gb // d) for d in s.dp.tolist()])
     accum = gb // s.dp[plan] // mb
     keys = ("step_time_s", "compute_s", "optimizer_s")
-    none = s.evaluate(plan, mb, accum, np.zeros(plan.size), np.full(plan.size, -1.0), keys=keys)
+    rl = np.full(plan.size, -1.0)
+    none = s.evaluate(plan, mb, accum, np.zeros(plan.size), rl, keys=keys)
     compute = none["compute_s"] - none["optimizer_s"]
+    ideal = s.evaluate(plan, mb, accum, np.zeros(plan.size), rl, keys=keys,
+                       base=ideal_network(s.base))
+    least = ideal["step_time_s"] - ideal["optimizer_s"]
+    assert np.mean(least > compute * (1 + 1e-3)) > 0.5  # (2) is the tighter one
     for rc in (0.0, 1.0, 2.0):
-        out = s.evaluate(plan, mb, accum, np.full(plan.size, rc), np.full(plan.size, -1.0),
-                         keys=keys)
+        out = s.evaluate(plan, mb, accum, np.full(plan.size, rc), rl, keys=keys)
         assert np.all(out["step_time_s"] >= compute * (1 - 1e-12))
+        assert np.all(out["step_time_s"] >= least * (1 - 1e-12))
+
+    def shared(groups, value, rel):
+        key = groups[plan] * (mb.max() + 1) + mb
+        order = np.lexsort((value, key))
+        first = np.r_[True, key[order][1:] != key[order][:-1]]
+        low = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+        assert value[order] == pytest.approx(value[order][low], rel=rel)
+
     groups = compute_groups(s)
     assert groups.max() + 1 < len(s)  # the groups share something
-    key = groups[plan] * (mb.max() + 1) + mb
-    order = np.lexsort((compute, key))
-    first = np.r_[True, key[order][1:] != key[order][:-1]]
-    low = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
-    assert compute[order] == pytest.approx(compute[order][low], rel=1e-12)
+    shared(groups, compute, 1e-12)
+    finer = bound_groups(s, groups)
+    assert finer.max() + 1 < len(s)
+    shared(finer, least, IDEAL_SLACK)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 from math import prod
 
-import numpy as np
 
 from fsdpsim.plan.parallel import ParallelPlan
 
@@ -84,7 +83,7 @@ def _members(mesh: Mesh, dims: tuple[str, ...], domain_gpus: int) -> int:
     return count + (1 if left > 0 else 0)
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=65536)
 def _group_layout(mesh: Mesh, domain: int) -> dict[str, int]:
     """Size and members per scale-up domain of every group in :data:`GROUPS`:
     ``{"tp_size": 8, "tp_per_node": 8, ...}`` [-]."""
@@ -96,7 +95,7 @@ def _group_layout(mesh: Mesh, domain: int) -> dict[str, int]:
     return out
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=65536)
 def _pod_layout(mesh: Mesh, pod_gpus: int | None) -> dict[str, int]:
     """Members of each group inside one non-blocking pod of ``pod_gpus`` consecutive ranks
     (``{"shard_per_pod": ..., ...}``); a group's size when there are no pods (None) [-]. With a
@@ -115,37 +114,31 @@ def _pod_layout(mesh: Mesh, pod_gpus: int | None) -> dict[str, int]:
 EXPERT_GROUPS = ("ep", "etp", "edp", "eshard", "ereplicate")
 
 
-def _stage_ranks(mesh: Mesh, index: np.ndarray) -> np.ndarray:
-    """Global ranks of the ``index``-th ranks (ascending order) of the first pipeline stage:
-    the ranks whose pp coordinate is 0, which sorted are the mixed-radix numbers of the other
-    mesh dimensions in mesh order (the last fastest)."""
-    degrees, step = dict(mesh), _strides(mesh)
-    rest = [name for name, _ in mesh if name != "pp"]
-    out = np.zeros(index.shape, dtype=np.int64)
-    left = index.astype(np.int64)
-    for name in reversed(rest):
-        left, digit = np.divmod(left, degrees[name])
-        out += digit * step[name]
-    return out
+def _expert_counts(mesh: Mesh, etp: int, ep: int, edp: int,
+                   shard: int) -> dict[str, tuple[int, int]]:
+    """(stride, count) of each expert group that holds rank 0, as indices (from 0) into the
+    first pipeline stage's ranks in ascending order (``shard``: the expert shard group, ``edp``
+    or one HSDP replica of it)."""
+    return {"ep": (etp, ep), "etp": (1, etp), "edp": (etp * ep, edp),
+            "eshard": (etp * ep, shard), "ereplicate": (etp * ep * shard, edp // shard)}
 
 
-def _expert_members(mesh: Mesh, etp: int, ep: int, edp: int,
-                    shard: int) -> dict[str, np.ndarray]:
-    """The global ranks of each expert group that holds rank 0 (``shard``: the expert shard
-    group, ``edp`` or one HSDP replica of it)."""
-    index = {"ep": np.arange(0, etp * ep, etp), "etp": np.arange(etp),
-             "edp": np.arange(0, etp * ep * edp, etp * ep),
-             "eshard": np.arange(0, etp * ep * shard, etp * ep),
-             "ereplicate": np.arange(0, etp * ep * edp, etp * ep * shard)}
-    # one pass of the mixed-radix digits over every group's indices together
-    ranks = _stage_ranks(mesh, np.concatenate(list(index.values())))
-    out, start = {}, 0
-    for name, idx in index.items():
-        out[name], start = ranks[start:start + idx.size], start + idx.size
-    return out
+@functools.lru_cache(maxsize=65536)
+def _stage_below(mesh: Mesh, limit: int) -> int:
+    """How many of the first pipeline stage's ranks lie below rank ``limit``: the stage's ranks
+    are the group of its mesh dimensions (all but pp) holding rank 0 (:func:`_members`) [-]."""
+    return _members(mesh, tuple(name for name, _ in mesh if name != "pp"), limit)
 
 
-@functools.lru_cache(maxsize=16384)
+def _below(stride: int, count: int, k: int) -> int:
+    """Members ``0, stride, ..., (count - 1)·stride`` (indices into the first pipeline stage's
+    ranks, ascending) among the stage's first ``k`` ranks: the multiples of ``stride`` below
+    ``k`` [-]. With ``k = _stage_below(mesh, limit)`` these are the members whose global rank
+    is below ``limit`` (the stage's ranks ascend with their index)."""
+    return min(count, -(-k // stride))
+
+
+@functools.lru_cache(maxsize=65536)
 def _expert_layout(mesh: Mesh, experts: tuple[int, int, int, int], domain: int,
                    pod_gpus: int | None = None) -> dict[str, int]:
     """Size, members per scale-up domain and members per pod of every expert group
@@ -153,13 +146,15 @@ def _expert_layout(mesh: Mesh, experts: tuple[int, int, int, int], domain: int,
 
     ``edp`` holds the same experts (their gradients are reduced over it); ``eshard`` is the
     group the expert states are sharded over (``edp``, or one HSDP replica of it) and
-    ``ereplicate`` its replicas (1 without HSDP)."""
+    ``ereplicate`` its replicas (1 without HSDP). Counted in closed form (:func:`_below`);
+    ``tests/test_moe_engine.py`` checks it against the groups' ranks enumerated."""
+    in_domain = _stage_below(mesh, domain)
+    in_pod = _stage_below(mesh, pod_gpus) if pod_gpus else None
     out = {}
-    for name, members in _expert_members(mesh, *experts).items():
-        out[f"{name}_size"] = int(members.size)
-        out[f"{name}_per_node"] = int(np.count_nonzero(members < domain))
-        out[f"{name}_per_pod"] = (int(np.count_nonzero(members < pod_gpus)) if pod_gpus
-                                  else int(members.size))
+    for name, (stride, count) in _expert_counts(mesh, *experts).items():
+        out[f"{name}_size"] = count
+        out[f"{name}_per_node"] = _below(stride, count, in_domain)
+        out[f"{name}_per_pod"] = count if in_pod is None else _below(stride, count, in_pod)
     return out
 
 
@@ -182,12 +177,21 @@ def order_layouts(plan: ParallelPlan, order: tuple[str, ...], pod_gpus: int | No
     ``order``, without building that plan (the search compares the orders of every mesh):
     equal to :func:`group_layout`, :func:`pod_layout` and :func:`expert_layout` of
     ``replace(plan, mesh_order=order)``."""
-    degrees = plan.degrees
-    mesh = tuple((name, degrees[name]) for name in order)
-    return (_group_layout(mesh, plan.gpus_per_node),
-            _pod_layout(mesh, pod_gpus) if pod_gpus else None,
-            _expert_layout(mesh, _experts(plan), plan.gpus_per_node, pod_gpus)
-            if experts else None)
+    return orders_layouts(plan, (order,), pod_gpus, experts)[0]
+
+
+def orders_layouts(plan: ParallelPlan, orders, pod_gpus: int | None = None,
+                   experts: bool = True) -> list[tuple]:
+    """:func:`order_layouts` of each of ``orders`` (the plan's degrees read once)."""
+    degrees, domain = plan.degrees, plan.gpus_per_node
+    expert = _experts(plan) if experts else None
+    out = []
+    for order in orders:
+        mesh = tuple((name, degrees[name]) for name in order)
+        out.append((_group_layout(mesh, domain),
+                    _pod_layout(mesh, pod_gpus) if pod_gpus else None,
+                    _expert_layout(mesh, expert, domain, pod_gpus) if experts else None))
+    return out
 
 
 def _experts(plan: ParallelPlan) -> tuple[int, int, int, int]:

@@ -13,8 +13,24 @@ forward). So for a (plan, micro-batch) at any recompute setting::
     step_time_s >= compute_s(recompute none) - optimizer_s       (1)
 
 and its throughput is at most ``tokens_per_step / (compute_s - optimizer_s)`` (tokens per step
-are the global batch for every candidate). ``tests/test_search.py`` checks (1) on every
+are the global batch for every candidate); with (2) below, at most the tokens per step over
+the larger of the two. ``tests/test_search.py`` checks (1) on every
 candidate of a MoE and a hybrid dense space.
+
+**Ideal-network bound.** Every communication time of the engine grows with bytes over a rate
+plus latencies (``costs/comm.py``, ``costs/nccl.py``: NCCL's algorithm is the fastest of its
+candidates; ``engine/expert_comm.py``), and the step composes them with sums and maxima
+(overlap shows ``max(·, 0)`` of what outlasts compute; the schedule's makespan,
+``costs/schedule.py``, grows with each stage's forward and backward). So the step on the same
+plan with the network :data:`IDEAL_RATE_FACTOR` times faster and without latency
+(:func:`ideal_network`) is no longer, and recompute only lengthens that one too::
+
+    step_time_s >= step_time_s(ideal network, recompute none) - optimizer_s       (2)
+
+(2) keeps the pipeline bubble and whatever compute the communication cannot shorten; it is
+the tighter of the two wherever communication or the bubble shows (DeepSeek-V3 on 8,192 H100:
+its exposed expert all-to-alls and interleaved bubbles). ``tests/test_search.py`` checks (2)
+on every candidate of three spaces.
 
 **Sharing the bound.** ``compute_s - optimizer_s`` is the same for plans that differ only in
 settings that move communication or the optimizer's shard, never a layer's compute: the ZeRO
@@ -23,7 +39,10 @@ expert-parallel group's GPUs per node: the MoE layer's dispatch kernels, ``engin
 the pipeline schedule and its virtual stages, and TP overlap (:data:`NOT_COMPUTE`). The
 bound is computed once per group of such plans and micro-batch by the engine itself (the
 same ``compute_s`` the candidates get, so it cannot drift from the engine);
-``tests/test_search.py`` checks that the value is the same across each group.
+``tests/test_search.py`` checks that the value is the same across each group. On the ideal
+network communication is (all but) free, so (2) is shared as well by plans that also have the
+same pipeline schedule and virtual stages (:func:`bound_groups`; the bubble depends on them),
+up to :data:`IDEAL_SLACK` for the bytes still sent at the ideal rates.
 
 **Kth best.** The search keeps the best ``top`` *plans*, so a candidate is skipped only when
 its bound is below the ``top``-th best plan found so far (:func:`kth_best`), not the
@@ -86,19 +105,56 @@ def compute_groups(s) -> np.ndarray:
     return _ids(np.column_stack([fam_id[s.family], var_id]))
 
 
+#: Factor on the network's rates in the ideal network of (2) [-].
+IDEAL_RATE_FACTOR = 1e12
+#: What the ideal network's communication (bytes at 1e12 times the rates) may still add to a
+#: plan's bound over another's of its group, relative (measured: under 1e-11) [-].
+IDEAL_SLACK = 1e-9
+
+
+def _is_rate(key: str) -> bool:
+    """A network rate among the engine's system inputs (link, NIC, NCCL channels, pinned bus
+    bandwidths; not HBM's)."""
+    return (key in ("link_bytes_per_s", "nic_share_bytes_per_s", "link_per_peer_bytes_per_s")
+            or key.startswith("busbw_")
+            or (key.startswith("nccl_") and key.endswith("_bytes_per_s")))
+
+
+def _is_latency(key: str) -> bool:
+    """A network latency among the engine's system inputs (per hop, per call) [s]."""
+    return key in ("link_latency_s", "nic_latency_s") or (
+        key.startswith("nccl_") and key.endswith("_s") and not key.endswith("_bytes_per_s"))
+
+
+def ideal_network(base: dict) -> dict:
+    """``base`` with the network :data:`IDEAL_RATE_FACTOR` times faster and without latency:
+    the inputs of bound (2)."""
+    return {k: (v * IDEAL_RATE_FACTOR if _is_rate(k) else 0.0 if _is_latency(k) else v)
+            for k, v in base.items()}
+
+
+def bound_groups(s, groups: np.ndarray) -> np.ndarray:
+    """Each plan's group for bound (2): its :func:`compute_groups` group and its pipeline
+    schedule and virtual stages (the bubble) [-]."""
+    return _ids(np.column_stack([groups, s.column("pp_schedule"), s.column("vpp")]))
+
+
 def throughput_bound(s, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray,
                      groups: np.ndarray) -> tuple[np.ndarray, int]:
     """An upper bound on the tokens/s of every candidate (``plan``, ``mb``, ``accum``) at any
-    recompute setting (the module docstring's (1)), and the engine rows it took (one per
-    group and micro-batch) [tokens/s, -]."""
+    recompute setting (the module docstring's (1) and (2); ``groups``: each plan's
+    :func:`bound_groups` group), and the engine rows it took (one per group and micro-batch)
+    [tokens/s, -]."""
     if not plan.size:
         return np.zeros(0), 0
     key = groups[plan] * (int(mb.max()) + 1) + mb
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     out = s.evaluate(plan[first], mb[first], accum[first], np.zeros(first.size),
-                     np.full(first.size, -1.0),
-                     keys=("compute_s", "optimizer_s", "tokens_per_step"))
-    bound = out["tokens_per_step"] / (out["compute_s"] - out["optimizer_s"])
+                     np.full(first.size, -1.0), base=ideal_network(s.base),
+                     keys=("compute_s", "optimizer_s", "step_time_s", "tokens_per_step"))
+    least_s = (np.maximum(out["compute_s"], out["step_time_s"]) - out["optimizer_s"]) * (
+        1.0 - IDEAL_SLACK)
+    bound = out["tokens_per_step"] / least_s
     return bound[inverse.ravel()], int(first.size)
 
 
@@ -147,5 +203,5 @@ def kth_best(plans: np.ndarray, scores: np.ndarray, k: int) -> float:
     return float(np.partition(best, best.size - k)[best.size - k])
 
 
-__all__ = ["compute_groups", "throughput_bound", "schedule_runs", "best_first", "kth_best",
+__all__ = ["compute_groups", "bound_groups", "ideal_network", "throughput_bound", "schedule_runs", "best_first", "kth_best",
            "NOT_COMPUTE", "FIRST_ROUND_ROWS"]

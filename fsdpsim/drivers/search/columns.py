@@ -91,14 +91,22 @@ class PlanColumns:
         sizes = np.array([len(f.variants) for f in families], dtype=np.int64)
         self.family = np.repeat(np.arange(len(families)), sizes)
         self.variant = np.arange(self.family.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        variant_cols: dict[int, dict[str, np.ndarray]] = {}
-        split_cache: dict = {}
-        for f in families:  # families of one mesh share their variants' tuple
-            if id(f.variants) not in variant_cols:
-                variant_cols[id(f.variants)] = _variant_columns(spec, f, split_cache)
-        parts = [variant_cols[id(f.variants)] for f in families]
+        # families of one mesh and data-parallel layout hold the same variant dicts (their
+        # expert meshes and orders): their columns are computed once, as one block
+        blocks: dict[tuple, int] = {}
+        parts, split_cache = [], {}
+        for f in families:
+            key = (id(f.variants[0]), len(f.variants), f.base.pp, f.base.tp > 1,
+                   f.base.framework)
+            if key not in blocks:
+                blocks[key] = len(parts)
+                parts.append(_variant_columns(spec, f, split_cache))
+        block = np.array([blocks[(id(f.variants[0]), len(f.variants), f.base.pp,
+                                  f.base.tp > 1, f.base.framework)] for f in families])
+        block_start = np.r_[0, np.cumsum([len(q["vpp"]) for q in parts])][:-1]
+        rows_of = block_start[block][self.family] + self.variant
         # per plan: the columns variants change; per family: the rest (gathered per chunk)
-        self.variant_cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+        self.variant_cols = {k: np.concatenate([q[k] for q in parts])[rows_of] for k in parts[0]}
         self.family_cols = {k: v for k, v in base_cols.items() if k not in self.variant_cols}
         self.base = {**system_inputs(system, training.precision,
                                      bf16_linear_share(spec, training)),
@@ -145,12 +153,14 @@ class PlanColumns:
         return self.families[int(self.family[i])].plan(int(self.variant[i]))
 
     def evaluate(self, plan: np.ndarray, mb: np.ndarray, accum: np.ndarray, rc: np.ndarray,
-                 rl: np.ndarray, keys=KEYS, memory_only: bool = False) -> dict[str, np.ndarray]:
+                 rl: np.ndarray, keys=KEYS, memory_only: bool = False,
+                 base: dict | None = None) -> dict[str, np.ndarray]:
         """Engine outputs ``keys`` of candidates (plan index, micro-batch, grad-accum,
         recompute code, recompute layers (−1 = all)), without the memory ceilings;
         ``memory_only``: ``fits`` and ``peak_bytes`` alone, from the engine's memory stage
         (:func:`fsdpsim.engine.memory_breakdown`, the values :func:`fsdpsim.engine.evaluate`
-        reports)."""
+        reports); ``base``: other system, training and framework inputs than the search's
+        (the bounds' ideal network)."""
         if memory_only:
             keys = ("fits", "peak_bytes")
         n = plan.size
@@ -159,7 +169,7 @@ class PlanColumns:
         for start in range(0, n, CHUNK):
             s = slice(start, min(start + CHUNK, n))
             p = plan[s]
-            x: dict[str, Any] = {**self.base, **self.constant}
+            x: dict[str, Any] = {**(self.base if base is None else base), **self.constant}
             model, fam = self.model_row[p], self.family[p]
             for cols, rows in ((self.model_cols, model), (self.family_cols, fam),
                                (self.variant_cols, p)):

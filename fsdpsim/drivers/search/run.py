@@ -17,7 +17,8 @@ run), and the search is exact over its space (:mod:`fsdpsim.drivers.search.space
    engine's memory stage alone, :func:`fsdpsim.engine.memory_breakdown`).
 3. **Throughput upper bound** (sound, :mod:`fsdpsim.drivers.search.bounds`): before any
    candidate is evaluated in full, each (plan, micro-batch) gets a bound from the engine's
-   own compute time (one engine row per group of plans with the same layer compute); they
+   own step on an ideal network (one engine row per group of plans with the same layer
+   compute, pipeline schedule and virtual stages); they
    are evaluated best bound first, in rounds, and those whose bound is below the K-th best
    plan found so far are skipped. Then no recompute is the fastest setting of a (plan,
    micro-batch); where it fits, it is the candidate. Where it does not, the recompute settings
@@ -324,7 +325,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         runs = bounds.schedule_runs(s, plan_idx[candidates], accum[candidates])
         stats["schedule_cannot_run"] = int(np.count_nonzero(~runs))
         candidates = candidates[runs]
-        groups = bounds.compute_groups(s)
+        groups = bounds.bound_groups(s, bounds.compute_groups(s))
         upper, n_bound = bounds.throughput_bound(s, plan_idx[candidates], mb[candidates],
                                                  accum[candidates], groups)
         evaluated += n_bound

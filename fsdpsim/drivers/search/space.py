@@ -378,15 +378,20 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
                    for ep in _options(space, "ep", [d for d in divisors((tp * cp * dp) // etp)
                                                     if spec.n_experts % d == 0])]
     seen_layouts: dict = {}
+    made: dict[tuple, list[dict[str, Any]]] = {}  # the variant dicts of each (shardings, EP)
     for shardings, group in groups:
         for ep, etp in experts:
-            ep_overlaps = _options(space, "ep_overlap", (False, True)) if ep > 1 else [False]
-            variants = tuple(
-                {"sharding": sh, "vpp": vpp, "pp_schedule": sched, "pp_first_layers": first,
-                 "pp_last_layers": last, "sequence_parallel": sp, "tp_overlap": ov,
-                 "cp_kind": kind or "ring", "ep_overlap": e_ov}
-                for sh in shardings for vpp, sched, (first, last) in pipes
-                for sp, ov in tp_variants for kind in cp_kinds for e_ov in ep_overlaps)
+            ep_overlaps = tuple(_options(space, "ep_overlap", (False, True)) if ep > 1
+                                else [False])
+            if (shardings, ep_overlaps) not in made:
+                made[shardings, ep_overlaps] = [
+                    {"sharding": sh, "vpp": vpp, "pp_schedule": sched, "pp_first_layers": first,
+                     "pp_last_layers": last, "sequence_parallel": sp, "tp_overlap": ov,
+                     "cp_kind": kind or "ring", "ep_overlap": e_ov}
+                    for sh in shardings for vpp, sched, (first, last) in pipes
+                    for sp, ov in tp_variants for kind in cp_kinds for e_ov in ep_overlaps]
+            # a tuple of its own per expert mesh: its mesh orders share it (and only they)
+            variants = tuple(made[shardings, ep_overlaps])
             if not variants:
                 continue
             try:
@@ -411,7 +416,7 @@ def _other_orders(plan: ParallelPlan, seen: dict,
     """The plan with its non-unit, non-TP dimensions in the other orders outside TP (TP stays
     innermost, on adjacent ranks) that place some group differently on the tiers: orders with
     the same group, pod and expert layouts as an earlier one are the same plan to the model."""
-    from fsdpsim.plan.layout import order_layouts
+    from fsdpsim.plan.layout import orders_layouts
 
     degrees = plan.degrees
     outer = [d for d in DEFAULT_MESH_ORDER if d != "tp" and degrees[d] > 1]
@@ -422,10 +427,9 @@ def _other_orders(plan: ParallelPlan, seen: dict,
            degrees["dp_replicate"], plan.sharding == "hybrid")
     if key not in seen:  # the distinct layouts of this mesh, computed once
         layouts, orders = [], []  # the first permutation is the default order
-        for perm in itertools.permutations(outer):
-            order = units + perm + ("tp",)
-            layout = order_layouts(plan, order, pod_gpus,
-                                   experts=plan.ep > 1 or plan.etp != plan.tp)
+        every = [units + perm + ("tp",) for perm in itertools.permutations(outer)]
+        for order, layout in zip(every, orders_layouts(
+                plan, every, pod_gpus, experts=plan.ep > 1 or plan.etp != plan.tp)):
             if layout not in layouts:
                 layouts.append(layout)
                 orders.append(order)
