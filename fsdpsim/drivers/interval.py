@@ -24,7 +24,7 @@ NEAR_LIMIT_SHARE, NEAR_LIMIT_RATIO_LOW = 0.85, 0.75
 #: GB200, GB300 and H100; nothing is fitted to them, so these are out-of-sample residuals;
 #: `fsdpsim validate`; tests/test_moe_engine.py recomputes them). A MoE
 #: prediction's range is at least this wide.
-MOE_RATIO_P05, MOE_RATIO_P95 = 0.73, 1.08
+MOE_RATIO_P05, MOE_RATIO_P95 = 0.78, 1.07
 #: Relative uncertainty of inter-node bandwidth when the plan names no network class: the
 #: catalog's figure for fabrics without a nccl-tests measurement at scale (Ethernet and cloud
 #: fabrics, ``bandwidth_uncertainty = 0.30`` in hardware_catalog/networks/cloud.toml), since an
