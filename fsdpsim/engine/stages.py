@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import any_of, maximum, minimum, where
+from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 
 
@@ -78,7 +78,7 @@ def communication(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     # Full recompute replays the layer's forward, its TP/CP collectives with it (Megatron's
     # CheckpointFunction and torch's checkpoint rerun the forward ops, collectives included;
     # selective recompute reruns only the attention core, between them).
-    replay = where(np.asarray(g["recompute"]) == 2, rc_share, 0.0)
+    replay = where(as_values(g["recompute"]) == 2, rc_share, 0.0)
     block_bwd_s = (lt["block_bwd_s"] + rc_share * lt["recompute_s"] + tpc["tp_layer_bwd_exposed_s"]
                    + cpc["cp_layer_bwd_exposed_s"]
                    + replay * (tpc["tp_layer_fwd_exposed_s"] + cpc["cp_layer_fwd_exposed_s"]))
@@ -149,7 +149,7 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
                           last_extra[1] + extra_moe["last"] * d_bwd)
         # Zero-bubble schedules split each backward into input- and weight-gradient passes;
         # the weight-gradient GEMMs are half of the GEMM backward FLOPs.
-        wgrad_s = where(np.asarray(g["pp_schedule"]) == 3,
+        wgrad_s = where(as_values(g["pp_schedule"]) == 3,
                         g["layers_mid"] * 0.5 * lt["gemm_bwd_s"], 0.0)
         piped_step_s, piped_bubble_s, piped_ok = step.pipeline_step_s(
             g, f, mid, first_extra, last_extra, p2p_s, wgrad_s, optimizer_s, post_step_s)
