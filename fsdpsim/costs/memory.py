@@ -321,7 +321,10 @@ def binding_terms(at_loss, in_block, moment="peak"):
 
 def _read_only(value, shape):
     """``value`` as a read-only float array of ``shape``: a view (no copies on the hot path of a
-    sweep), or for a small result a copy, which is quicker to make than a broadcast view."""
+    sweep), or for a small result a copy, which is quicker to make than a broadcast view; one
+    configuration's value (``shape`` ``()``) as a numpy float scalar (immutable as well)."""
+    if not shape:
+        return np.float64(value)
     arr = np.asarray(value, dtype=float)
     if arr.shape == shape:
         arr = arr.view()
