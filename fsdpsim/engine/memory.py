@@ -198,7 +198,9 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
     out = (memory.peak_and_ceilings(capacity, **config) if ceilings
            else memory.peak_memory_bytes(**config))
     limits = {key: out.pop(key) for key in ("max_micro_batch", "max_seq_len") if key in out}
-    out["capacity_bytes"] = np.broadcast_to(capacity, np.shape(out["peak_bytes"])).astype(float)
+    shape = np.shape(out["peak_bytes"])
+    out["capacity_bytes"] = (np.broadcast_to(capacity, shape).astype(float) if shape
+                             else np.float64(capacity))  # one configuration: a number
     out["fits"] = memory.fits(out["peak_bytes"], capacity)
     if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
         out["max_micro_batch"] = limits["max_micro_batch"].astype(float)

@@ -123,8 +123,10 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - only["fwd_s"], 0.0),
                         post_step_s)
     step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
-    bubble_s = np.zeros_like(step_s)
-    pipeline_ok = np.ones(np.shape(step_s), dtype=bool)
+    if type(step_s) is np.ndarray:
+        bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)
+    else:  # one configuration: numbers
+        bubble_s, pipeline_ok = np.float64(0.0), np.True_
     if piped:
         mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
                                 0.0)
