@@ -69,9 +69,10 @@ def as_array(x) -> np.ndarray:
 
 
 def as_values(x, dtype=None):
-    """``np.asarray(x, dtype)`` that keeps a numpy scalar a scalar (of ``dtype``): codes and
-    flags of one configuration (:func:`fsdpsim.engine.prepare`), on which numpy's operators
-    cost a tenth of their cost on a 0-d array; the values are the same."""
+    """``np.asarray(x, dtype)`` that keeps one value a numpy scalar (of ``dtype``; a Python
+    number becomes one), not a 0-d array: codes and flags of one configuration
+    (:func:`fsdpsim.engine.prepare`), on which numpy's operators cost a tenth of their cost on
+    a 0-d array; the values are the same. Arrays as ``np.asarray`` returns them."""
     if isinstance(x, np.generic):
         return x if dtype is None else x.astype(dtype)
     if type(x) in _WHERE_SCALARS:
