@@ -24,7 +24,7 @@ import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import as_array, where
+from fsdpsim.costs.compute import as_array, as_values, where
 
 #: Activation recomputation policies: [3] §5, and torchtitan's op-level selective
 #: checkpointing ([5]; ``op-selective``).
@@ -107,7 +107,7 @@ def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn
     it); under op-selective a row-parallel matmul's output is a full-width partial sum.
     ``cp`` divides the tokens each rank holds, and its queries' rows of the score matrix.
     """
-    rc = choice_codes(recompute, RECOMPUTE, "recompute") if check else np.asarray(recompute)
+    rc = choice_codes(recompute, RECOMPUTE, "recompute") if check else as_values(recompute)
     saved = saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size,
                                   ffn_kind, n_heads, flash_attention=flash_attention,
                                   act_bytes=act_bytes, dropout=dropout, fused_glu=fused_glu, tp=tp,
@@ -124,13 +124,13 @@ def saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size
     ``(none, selective, full, op-selective)`` [B]: the terms of
     :func:`activation_bytes_per_layer` (its parameters and Notes), computed once for all four
     policies."""
-    glu = (choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") if check else np.asarray(ffn_kind)) == 1
+    glu = (choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") if check else as_values(ffn_kind)) == 1
     b, s, h = as_array(micro_batch), as_array(seq_len), as_array(d_model)
     q, kv, f, a = as_array(q_dim), as_array(kv_dim), as_array(ffn_size), as_array(n_heads)
     e = as_array(act_bytes)
     t = _check_at_least_one("tp", tp) if check else as_array(tp)
     c = _check_at_least_one("cp", cp) if check else as_array(cp)
-    drop = np.asarray(dropout, dtype=float)
+    drop = as_values(dropout, float)
     h_split = where(sequence_parallel, t, 1.0)   # divisor of the h-sized tensors
 
     tokens = b * s / c                              # tokens this rank holds

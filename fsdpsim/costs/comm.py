@@ -53,7 +53,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array, maximum, minimum, where
+from fsdpsim.costs.compute import as_array, as_values, maximum, minimum, where
 
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 STRATEGY_CODES = {name: i for i, name in enumerate(STRATEGIES)}
@@ -133,8 +133,8 @@ def fsdp_calls_per_microbatch(strategy, reshard_after_forward):
 
     ``strategy`` is an integer code array (:data:`STRATEGY_CODES`).
     """
-    st = np.asarray(strategy)
-    reshard = np.asarray(reshard_after_forward, dtype=float)
+    st = as_values(strategy)
+    reshard = as_values(reshard_after_forward, float)
     sharded_params = (st == FULL) | (st == HYBRID)
     ag = where(sharded_params, 1.0 + reshard, where(st == GRAD_OP, 1.0, 0.0))
     rs = where(sharded_params | (st == GRAD_OP), 1.0, 0.0)
@@ -147,7 +147,7 @@ def fsdp_calls_per_step(strategy):
     (all-gather, reduce-scatter, all-reduce). ZeRO-1 reduce-scatters the accumulated gradient
     and all-gathers the updated parameters once; DDP all-reduces once (``no_sync`` for the
     other micro-batches; Li et al. 2020, PyTorch DDP, VLDB §3.2.4)."""
-    st = np.asarray(strategy)
+    st = as_values(strategy)
     zero1 = where(st == OPTIMIZER, 1.0, 0.0)
     ar = where(st == NONE, 1.0, 0.0)
     return zero1, zero1, ar
@@ -185,6 +185,6 @@ def p2p_coefficients(same_domain, link_bytes_per_s, nic_share_bytes_per_s, link_
     over the scale-up link when both stages share a domain, else over the sender's NIC share
     (``(s_per_byte, latency_s)``; Narayanan et al. SC21 §3.2: activations and their gradients
     cross stage boundaries once per micro-batch each way)."""
-    same = np.asarray(same_domain, dtype=bool)
+    same = as_values(same_domain, bool)
     spb = where(same, 1.0 / as_array(link_bytes_per_s), 1.0 / as_array(nic_share_bytes_per_s))
     return spb, where(same, as_array(link_latency_s), as_array(nic_latency_s))

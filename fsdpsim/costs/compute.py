@@ -58,10 +58,26 @@ HOST_OPS_DOWN_PROJECTION = 3
 def as_array(x) -> np.ndarray:
     """``np.asarray(x, dtype=float)``: the one conversion cost functions apply to inputs; a
     numpy float scalar (one configuration's input, :func:`fsdpsim.engine.prepare`) is kept as
-    it is, which numpy's arithmetic treats as a 0-d array at a fraction of its overhead."""
-    if type(x) is np.float64:
+    it is, and a Python number becomes one, which numpy's arithmetic treats as a 0-d array at
+    a fraction of its overhead (the same values)."""
+    kind = type(x)
+    if kind is np.float64:
         return x
+    if kind is float or kind is int or kind is bool:
+        return np.float64(x)
     return np.asarray(x, dtype=float)
+
+
+def as_values(x, dtype=None):
+    """``np.asarray(x, dtype)`` that keeps one value a numpy scalar (of ``dtype``; a Python
+    number becomes one), not a 0-d array: codes and flags of one configuration
+    (:func:`fsdpsim.engine.prepare`), on which numpy's operators cost a tenth of their cost on
+    a 0-d array; the values are the same. Arrays as ``np.asarray`` returns them."""
+    if isinstance(x, np.generic):
+        return x if dtype is None else x.astype(dtype)
+    if type(x) in _WHERE_SCALARS:
+        return np.asarray(x, dtype=dtype)[()]
+    return np.asarray(x, dtype=dtype)
 
 
 def any_of(mask) -> bool:
@@ -84,6 +100,8 @@ _SCALAR_BOOLS = frozenset((bool, np.bool_))
 #: Types :func:`maximum`, :func:`minimum` and :func:`where` treat as one number (also how
 #: the engine's one-configuration path recognises a number: prepare(), predict's row).
 NUMBER_TYPES = frozenset((float, int, np.float64))
+#: Types :func:`where` picks between without numpy: numbers, integer codes and flags.
+_WHERE_SCALARS = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
 
 
 # numpy's ufuncs cost about a microsecond a call on numpy scalars (one configuration's inputs,
@@ -104,9 +122,9 @@ def minimum(a, b):
 
 def where(cond, a, b):
     """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
-    boolean and ``a`` and ``b`` are numbers (then a number, not a 0-d array), and without its
-    per-element branch on a long boolean mask of floats (:func:`_bit_select`)."""
-    if type(cond) in _SCALAR_BOOLS and type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
+    boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array),
+    and without its per-element branch on a long boolean mask of floats (:func:`_bit_select`)."""
+    if type(cond) in _SCALAR_BOOLS and type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
         return a if cond else b
     if type(cond) is np.ndarray and cond.dtype == np.bool_ and cond.size >= _BIT_SELECT_MIN:
         bits_a, bits_b = _float_bits(a), _float_bits(b)

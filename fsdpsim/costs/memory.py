@@ -101,7 +101,7 @@ from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the
 )
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import all_of, any_of, as_array, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, as_array, as_values, minimum, where
 
 #: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
@@ -148,7 +148,7 @@ def model_state_bytes(n_params, shard_size, replicate_size, strategy, *, param_b
     p = g = 4, K = 8 it is PyTorch FSDP's fp32 sharded master parameters and gradients with
     AdamW ([2] §3.2.1, §4.4).
     """
-    st = choice_codes(strategy, STRATEGIES, "strategy") if check else np.asarray(strategy)
+    st = choice_codes(strategy, STRATEGIES, "strategy") if check else as_values(strategy)
     n = as_array(n_params)
     padded = n if padded_n_params is None else as_array(padded_n_params)
     n_shard = padded / (_check_at_least_one("shard_size", shard_size) if check
@@ -214,7 +214,7 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     compute dtype plus a cast to the reduce dtype when they differ,
     ``ψ_max · (g_c + g_r·[g_r ≠ g_c])``. The reduce-scatter output (ψ_max/F) is neglected.
     """
-    st = choice_codes(strategy, STRATEGIES, "strategy") if check else np.asarray(strategy)
+    st = choice_codes(strategy, STRATEGIES, "strategy") if check else as_values(strategy)
     unit = as_array(unit_numel)
     n = as_array(n_params)
     f = _check_at_least_one("shard_size", shard_size) if check else as_array(shard_size)
@@ -226,7 +226,7 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     # A separate compute copy exists when it is gathered from shards or cast to another dtype.
     separate_copy = (k_low != as_array(param_bytes)) | (params_sharded & (f > 1))
     in_flight_numel = minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
-    gathered_numel = where(params_sharded & np.asarray(reshard_after_forward, dtype=bool),
+    gathered_numel = where(params_sharded & as_values(reshard_after_forward, bool),
                            in_flight_numel, n)
     return {
         "unsharded_params_bytes": where(separate_copy, k_low * gathered_numel, 0.0),
@@ -321,7 +321,10 @@ def binding_terms(at_loss, in_block, moment="peak"):
 
 def _read_only(value, shape):
     """``value`` as a read-only float array of ``shape``: a view (no copies on the hot path of a
-    sweep), or for a small result a copy, which is quicker to make than a broadcast view."""
+    sweep), or for a small result a copy, which is quicker to make than a broadcast view; one
+    configuration's value (``shape`` ``()``) as a numpy float scalar (immutable as well)."""
+    if not shape:
+        return np.float64(value)
     arr = np.asarray(value, dtype=float)
     if arr.shape == shape:
         arr = arr.view()
@@ -376,7 +379,7 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
         tp, cp = _check_at_least_one("tp", tp), _check_at_least_one("cp", cp)
     else:
         tp, cp = as_array(tp), as_array(cp)
-    recompute = np.asarray(recompute)
+    recompute = as_values(recompute)
     states = model_state_bytes(n_params, shard_size, replicate_size, strategy,
                                param_bytes=param_bytes, grad_bytes=grad_bytes,
                                optimizer_bytes_per_param=optimizer_bytes_per_param,

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, as_array, maximum, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, as_array, as_values, maximum, minimum, where
 
 PROTOCOLS = ("ll", "ll128", "simple")
 _KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
@@ -166,7 +166,7 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     if broadcast:
         share = (n > 1.0).astype(float)    # M at the bus bandwidth; 0 for one rank
     bw = as_array(busbw_bytes_per_s)
-    nv = np.asarray(nvlink, dtype=bool)
+    nv = as_values(nvlink, bool)
     all_nvlink = bool(all_of(nv))
     any_multi = bool(any_of(multi))
     ll_max = _ll_max(g, nodes)

@@ -54,7 +54,7 @@ import numpy as np
 
 from fsdpsim.costs import schedule_closed as closed
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import all_of, any_of, as_array, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, as_array, as_values, minimum, where
 from fsdpsim.util.errors import ConfigError, suggest
 
 #: Pipeline schedules, in the order of their integer codes.
@@ -328,7 +328,7 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
                               + "; ".join(f"{s}: pp({a}) vpp({b}) n_microbatches({c})"
                                           for s, a, b, c in cases[:5]))
     else:
-        code = np.asarray(schedule_code).astype(np.int64)
+        code = as_values(schedule_code).astype(np.int64)
         p, v, m = (as_array(x).astype(np.int64) for x in (pp, vpp, n_microbatches))
     times = [as_array(x) for x in values]
     if check:

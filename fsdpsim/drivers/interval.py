@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fsdpsim.costs.compute import as_array, maximum, minimum, where
 from fsdpsim.hardware.catalog_schema import UNCALIBRATED_INTERVAL
 from fsdpsim.hardware.spec import System
 
@@ -89,29 +90,28 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
         lo, hi = min(lo, UNCALIBRATED_INTERVAL[0]), max(hi, UNCALIBRATED_INTERVAL[1])
     moe = False
     if "moe_s" in values:
-        moe = np.asarray(values["moe_s"], dtype=float) > 0
-        lo = np.where(moe, np.minimum(lo, MOE_RATIO_P05), lo)
-        hi = np.where(moe, np.maximum(hi, MOE_RATIO_P95), hi)
+        moe = as_array(values["moe_s"]) > 0
+        lo = where(moe, minimum(lo, MOE_RATIO_P05), lo)
+        hi = where(moe, maximum(hi, MOE_RATIO_P95), hi)
         moe = moe.tolist() if np.ndim(moe) == 0 else moe
     near = False
     if "peak_bytes" in values and "capacity_bytes" in values:
-        near = (np.asarray(values["peak_bytes"], dtype=float)
-                > NEAR_LIMIT_SHARE * np.asarray(values["capacity_bytes"], dtype=float))
-        lo = np.where(near, np.minimum(lo, NEAR_LIMIT_RATIO_LOW), lo)
+        near = (as_array(values["peak_bytes"])
+                > NEAR_LIMIT_SHARE * as_array(values["capacity_bytes"]))
+        lo = where(near, minimum(lo, NEAR_LIMIT_RATIO_LOW), lo)
         near = near.tolist() if np.ndim(near) == 0 else near
     across = False
     if plan is not None and "pp" in plan and "bubble_s" in values:
-        pp = np.asarray(plan["pp"], dtype=float)
-        across = (pp > 1) & (np.asarray(plan.get("pp_per_node", pp), dtype=float) < pp)
-        share = np.where(across, np.clip(np.asarray(values["bubble_s"], dtype=float)
-                                         / np.asarray(values["step_time_s"], dtype=float),
-                                         0.0, 0.9), 0.0)
+        pp = as_array(plan["pp"])
+        across = (pp > 1) & (as_array(plan.get("pp_per_node", pp)) < pp)
+        share = where(across, np.clip(as_array(values["bubble_s"])
+                                      / as_array(values["step_time_s"]), 0.0, 0.9), 0.0)
         lo = lo / (1.0 + PIPELINE_BUBBLE_UNCERTAINTY * share)
         hi = hi / (1.0 - min(PIPELINE_BUBBLE_UNCERTAINTY, 1.0) * share)
         across = across.tolist() if np.ndim(across) == 0 else across
-    slower, faster = (np.asarray(r, dtype=float) for r in comm)
-    lo = lo * np.minimum(slower, 1.0)
-    hi = hi * np.maximum(faster, 1.0)
+    slower, faster = (as_array(r) for r in comm)
+    lo = lo * minimum(slower, 1.0)
+    hi = hi * maximum(faster, 1.0)
     if np.ndim(lo) == 0:
         lo, hi = float(lo), float(hi)
     tps = values["tokens_per_s_per_gpu"]
@@ -148,15 +148,14 @@ def comm_uncertainty(x: Mapping[str, Any]) -> tuple[Any, Any]:
     :data:`NETWORK_UNSTATED_UNCERTAINTY` where no network class was named
     (``network_stated`` 0). ``u_framework`` is the framework profile's
     (:mod:`fsdpsim.plan.frameworks`)."""
-    nodes = np.asarray(x["num_gpus"], dtype=float) / np.asarray(x["gpus_per_node"], dtype=float)
-    beyond = np.log2(np.maximum(nodes / MEASURED_NODES, 1.0))
-    nic = np.asarray(x.get("nic_uncertainty", 0.1), dtype=float)
-    nic = np.where(np.asarray(x.get("network_stated", 1.0), dtype=float) > 0, nic,
-                   np.maximum(nic, NETWORK_UNSTATED_UNCERTAINTY))
-    u_fab = np.where(nodes > 1.0, nic
-                     + np.asarray(x.get("nic_decay_per_doubling", 0.0), dtype=float) * beyond,
-                     0.0)
-    return np.minimum(u_fab, 0.9), np.asarray(x.get("framework_uncertainty", 0.0), dtype=float)
+    nodes = as_array(x["num_gpus"]) / as_array(x["gpus_per_node"])
+    beyond = np.log2(maximum(nodes / MEASURED_NODES, 1.0))
+    nic = as_array(x.get("nic_uncertainty", 0.1))
+    nic = where(as_array(x.get("network_stated", 1.0)) > 0, nic,
+                maximum(nic, NETWORK_UNSTATED_UNCERTAINTY))
+    u_fab = where(nodes > 1.0, nic + as_array(x.get("nic_decay_per_doubling", 0.0)) * beyond,
+                  0.0)
+    return minimum(u_fab, 0.9), as_array(x.get("framework_uncertainty", 0.0))
 
 
 def slower_twin(x: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,8 +165,8 @@ def slower_twin(x: Mapping[str, Any]) -> dict[str, Any]:
     of the 90 % range (:func:`prediction_interval`) by what is uncertain for that plan; predict
     and sweep both evaluate it."""
     u_fab, u_fw = comm_uncertainty(x)
-    return {**x, "nic_fraction": np.asarray(x["nic_fraction"], dtype=float) * (1.0 - u_fab),
-            "dp_comm_scale": 1.0 / (1.0 - np.minimum(u_fw, 0.9))}
+    return {**x, "nic_fraction": as_array(x["nic_fraction"]) * (1.0 - u_fab),
+            "dp_comm_scale": 1.0 / (1.0 - minimum(u_fw, 0.9))}
 
 
 def faster_ratio(values: Mapping[str, Any], uncertainty: tuple[Any, Any]) -> Any:
@@ -175,7 +174,7 @@ def faster_ratio(values: Mapping[str, Any], uncertainty: tuple[Any, Any]) -> Any
     communication shrinks by u / (1 + u) (u the larger of the network's and the framework's),
     ``step / (step - exposed · u / (1 + u))`` [-]. Exposed time is all a faster network can
     win back, so this is the most it can gain; it raises the high end of the range."""
-    u = np.maximum(*(np.asarray(a, dtype=float) for a in uncertainty))
-    step = np.asarray(values["step_time_s"], dtype=float)
-    won = np.asarray(values["exposed_comm_s"], dtype=float) * u / (1.0 + u)
-    return step / np.maximum(step - won, 1e-300)
+    u = maximum(*(as_array(a) for a in uncertainty))
+    step = as_array(values["step_time_s"])
+    won = as_array(values["exposed_comm_s"]) * u / (1.0 + u)
+    return step / maximum(step - won, 1e-300)

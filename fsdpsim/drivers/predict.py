@@ -316,20 +316,28 @@ def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
         if kind in NUMBER_TYPES:  # one value (numpy scalar or Python number) serves every row
             row[key] = float(arr)
             continue
-        a = np.asarray(arr)
-        value = a.flat[i] if a.size > 1 else a.flat[0]
-        row[key] = bool(value) if a.dtype == bool else float(value)
+        a = arr if kind is np.ndarray else np.asarray(arr)
+        value = a.item(i) if a.size > 1 else a.item(0)  # a Python number
+        row[key] = value if a.dtype.kind == "b" else float(value)
     return row
+
+
+@functools.lru_cache(maxsize=256)  # plans are frozen: the same plan, the same line
+def _plan_line(plan: ParallelPlan, micro_batch: int, grad_accum: int, recompute: str,
+               recompute_layers: int | None) -> str:
+    """The plan's one line (:func:`fsdpsim.plan.spelling.format_plan`)."""
+    from fsdpsim.plan.spelling import RunPlan, canonical, format_plan
+
+    return format_plan(RunPlan(canonical(plan), micro_batch, grad_accum, recompute,
+                               recompute_layers))
 
 
 def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
                  recompute: str = "none", recompute_layers: int | None = None) -> dict[str, Any]:
     """The ``plan`` object of a report: every degree, the strategies and the plan's one line
     (:func:`fsdpsim.plan.spelling.format_plan`, what ``predict --plan`` reads)."""
-    from fsdpsim.plan.spelling import RunPlan, canonical, format_plan
-
-    line = format_plan(RunPlan(canonical(plan), int(micro_batch), int(grad_accum), recompute,
-                               None if recompute == "none" else recompute_layers))
+    line = _plan_line(plan, int(micro_batch), int(grad_accum), recompute,
+                      None if recompute == "none" else recompute_layers)
     return {"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
             "sharding": plan.sharding, "zero": {"none": 0, "optimizer": 1, "grad_op": 2,
                                                 "full": 3, "hybrid": 3}[plan.sharding],

@@ -464,6 +464,15 @@ def _pod_inputs(plan: ParallelPlan, pod_gpus) -> dict[str, Any]:
 
 
 def training_inputs(training: TrainingConfig) -> dict[str, Any]:
+    """The engine inputs of ``training`` (a new dict; remembered per frozen configuration)."""
+    try:
+        return dict(_training_inputs(training))
+    except TypeError:  # a field that cannot be hashed: built afresh
+        return _training_inputs.__wrapped__(training)
+
+
+@functools.lru_cache(maxsize=256)
+def _training_inputs(training: TrainingConfig) -> dict[str, Any]:
     from fsdpsim.engine.build_moe import moe_training_inputs
 
     from fsdpsim.costs.compute import CAST_TRANSPOSE_BYTES, FP8_CAST_TRANSPOSE_BYTES

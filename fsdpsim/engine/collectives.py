@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, nccl
-from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, where
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
@@ -220,7 +220,7 @@ def data_parallel(g, co, n_units, r):
     block_grad_bytes = g["block_numel_padded"] * g["reduce_bytes"]
     root_grad_bytes = g["root_numel_padded"] * g["reduce_bytes"]
     world = g["dp_world_size"]
-    strategy = np.asarray(g["strategy"])
+    strategy = as_values(g["strategy"])
 
     def dp(total, calls, cands, ranks):
         return _dp_call_s(g, r, total, calls, cands, ranks, listed)

@@ -11,7 +11,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import any_of, maximum, minimum, where
+from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
 
 
 def rates(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -90,7 +90,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     b, s = g["micro_batch"], g["seq_len"]
     tokens = w["tokens"]
     swiglu, rotary, flash = g["swiglu"] > 0, g["rotary"] > 0, g["flash"] > 0
-    recompute = np.asarray(g["recompute"])
+    recompute = as_values(g["recompute"])
     elem = g["compute_bytes"]
     cp = g["cp"]
     if gemm is None:

@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, memory
-from fsdpsim.costs.compute import NUMBER_TYPES, all_of, any_of, minimum, where
+from fsdpsim.costs.compute import NUMBER_TYPES, all_of, any_of, as_values, minimum, where
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -112,16 +112,16 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
 def shared_memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
     """The keywords of :func:`memory_config` that are the same on every pipeline stage (and
     ``_accumulate``: where the unsharded gradient accumulates, None for no row)."""
-    strategy = np.asarray(g["strategy"])
+    strategy = as_values(g["strategy"])
     mem_strategy = where(strategy == comm.GRAD_OP, comm.FULL, strategy)
-    keep = np.asarray(g["keep_gathered"]) > 0
+    keep = as_values(g["keep_gathered"]) > 0
     reshard = where((strategy == comm.GRAD_OP) | keep, False, g["reshard"] > 0)
-    sync_last = np.asarray(g["grad_sync_last"]) > 0
+    sync_last = as_values(g["grad_sync_last"]) > 0
     accumulate = None
     if any_of(sync_last):
         sharded_grads = ((strategy == comm.FULL) | (strategy == comm.HYBRID)
                          | (strategy == comm.GRAD_OP))
-        accumulate = sync_last & sharded_grads & (np.asarray(g.get("grad_accum", 1.0)) > 1)
+        accumulate = sync_last & sharded_grads & (as_values(g.get("grad_accum", 1.0)) > 1)
     param_bytes, grad_bytes, optimizer_bytes = state_bytes_per_param(
         g["compute_bytes"], g["reduce_bytes"], g["optimizer"], g["megatron"])
     config = dict(
@@ -129,7 +129,7 @@ def shared_memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
         reshard_after_forward=reshard, micro_batch=g["micro_batch"],
         seq_len=g["seq_len"], d_model=g["d_model"], q_dim=g["q_dim"], kv_dim=g["kv_dim"],
         ffn_size=g["ffn_size"] * g["active_experts"], ffn_kind=(g["swiglu"] > 0).astype(int),
-        n_heads=g["n_heads"], recompute=np.asarray(g["recompute"]).astype(int),
+        n_heads=g["n_heads"], recompute=as_values(g["recompute"]).astype(int),
         param_bytes=param_bytes, grad_bytes=grad_bytes,
         optimizer_bytes_per_param=optimizer_bytes,
         compute_param_bytes=g["compute_bytes"], compute_grad_bytes=g["compute_bytes"],
@@ -199,7 +199,9 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
     out = (memory.peak_and_ceilings(capacity, **config) if ceilings
            else memory.peak_memory_bytes(**config))
     limits = {key: out.pop(key) for key in ("max_micro_batch", "max_seq_len") if key in out}
-    out["capacity_bytes"] = np.broadcast_to(capacity, np.shape(out["peak_bytes"])).astype(float)
+    shape = np.shape(out["peak_bytes"])
+    out["capacity_bytes"] = (np.broadcast_to(capacity, shape).astype(float) if shape
+                             else np.float64(capacity))  # one configuration: a number
     out["fits"] = memory.fits(out["peak_bytes"], capacity)
     if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
         out["max_micro_batch"] = limits["max_micro_batch"].astype(float)

@@ -21,7 +21,7 @@ import numpy as np
 
 from fsdpsim.costs import compute
 from fsdpsim.costs.activations import op_selective_recompute_flops
-from fsdpsim.costs.compute import any_of, where
+from fsdpsim.costs.compute import any_of, as_values, where
 
 #: Exposed communication (or pipeline bubble) at or above this share of the step names it as
 #: the bottleneck.
@@ -40,7 +40,7 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
     tokens = b * s
     swiglu, flash = g["swiglu"] > 0, g["flash"] > 0
-    recompute = np.asarray(g["recompute"])
+    recompute = as_values(g["recompute"])
     attn_flops_fwd = compute.attention_flops_fwd(b, s, g["q_dim"], causal=False)
     layer_mm = compute.layer_matmul_flops_fwd(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
                                               g["ffn_size"], swiglu, g["active_experts"])

@@ -55,11 +55,17 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     the data-parallel engine always placed it (the shard group innermost) when the caller did
     not give it (:func:`fsdpsim.plan.layout.group_layout` does for hybrid plans)."""
     g = dict(_OPTIONAL_PREPARED)
+    float64 = np.float64
     for k, v in x.items():  # a loop, not a generator: this runs for every input of a predict
-        if k in CATEGORICAL:
+        kind = type(v)
+        if k in _CATEGORICAL:
             g[k] = _categorical(v)
+        elif kind is float64:
+            g[k] = v
+        elif kind is float or kind is int or kind is bool:  # _number's first case, inlined
+            g[k] = float64(v)
         else:
-            g[k] = v if type(v) is np.float64 else _number(v)
+            g[k] = _number(v)
     if "link_per_peer_bytes_per_s" not in g and "link_bytes_per_s" in g:
         g["link_per_peer_bytes_per_s"] = g["link_bytes_per_s"]
     if "param_gather_overlap" not in g:  # Megatron's distributed optimizer
@@ -95,6 +101,9 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     return g
 
 
+_CATEGORICAL = frozenset(CATEGORICAL)
+
+
 def _number(v):
     """A float input as prepare() keeps it: one value as a numpy float scalar (numpy's operators
     on those cost a fraction of their cost on 0-d arrays), several as a float array."""
@@ -105,8 +114,10 @@ def _number(v):
 
 
 def _categorical(v):
-    """A categorical input (codes) as prepare() keeps it: integers."""
-    return np.asarray(v).astype(np.int64)
+    """A categorical input (codes) as prepare() keeps it: integers, one value as a numpy
+    integer scalar (numpy's operators on a 0-d array cost ten times their cost on a scalar)."""
+    a = np.asarray(v).astype(np.int64)
+    return a[()] if a.ndim == 0 else a
 
 
 #: :data:`OPTIONAL_INPUTS` as prepare() keeps them (converted once).

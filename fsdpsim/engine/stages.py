@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import any_of, maximum, minimum, where
+from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 
 
@@ -81,7 +81,7 @@ def communication(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     # policy saves the reduce-scatter outputs and the attention's, and reruns the all-gathers:
     # half the sequence-parallel TP collectives, all of them without sequence parallelism
     # (costs.activations [5]).
-    rc_code = np.asarray(g["recompute"])
+    rc_code = as_values(g["recompute"])
     replay = tp_replay = where(rc_code == 2, rc_share, 0.0)
     block_bwd_s = (lt["block_bwd_s"] + rc_share * lt["recompute_s"] + tpc["tp_layer_bwd_exposed_s"]
                    + cpc["cp_layer_bwd_exposed_s"]
@@ -133,8 +133,10 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - only["fwd_s"], 0.0),
                         post_step_s)
     step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
-    bubble_s = np.zeros_like(step_s)
-    pipeline_ok = np.ones(np.shape(step_s), dtype=bool)
+    if type(step_s) is np.ndarray:
+        bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)
+    else:  # one configuration: numbers
+        bubble_s, pipeline_ok = np.float64(0.0), np.True_
     if piped:
         mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
                                 0.0)
@@ -159,7 +161,7 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
                           last_extra[1] + extra_moe["last"] * d_bwd)
         # Zero-bubble schedules split each backward into input- and weight-gradient passes;
         # the weight-gradient GEMMs are half of the GEMM backward FLOPs.
-        wgrad_s = where(np.asarray(g["pp_schedule"]) == 3,
+        wgrad_s = where(as_values(g["pp_schedule"]) == 3,
                         g["layers_mid"] * 0.5 * lt["gemm_bwd_s"], 0.0)
         piped_step_s, piped_bubble_s, piped_ok = step.pipeline_step_s(
             g, f, mid, first_extra, last_extra, p2p_s, wgrad_s, optimizer_s, post_step_s)

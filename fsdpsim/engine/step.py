@@ -14,19 +14,19 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import comm, compute, overlap
-from fsdpsim.costs.compute import any_of, maximum, where
+from fsdpsim.costs.compute import any_of, as_values, maximum, where
 
 
 def fsdp_flags(g):
     """Which collectives the data-parallel strategy issues, per unit (costs/comm.py table)."""
-    strategy = np.asarray(g["strategy"])
-    keep = np.asarray(g["keep_gathered"]) > 0
+    strategy = as_values(g["strategy"])
+    keep = as_values(g["keep_gathered"]) > 0
     ag_calls, rs_calls, ar_calls = comm.fsdp_calls_per_microbatch(
-        strategy, (np.asarray(g["reshard"]) > 0) & ~keep)
+        strategy, (as_values(g["reshard"]) > 0) & ~keep)
     fsdp_like = ag_calls > 0
     # Gradient sync on the last micro-batch only (FSDP1 no_sync, FSDP2
     # set_requires_gradient_sync(False)): the others reduce-scatter nothing.
-    sync_last = (np.asarray(g["grad_sync_last"]) > 0) & (rs_calls > 0)
+    sync_last = (as_values(g["grad_sync_last"]) > 0) & (rs_calls > 0)
     k = g["grad_accum"]
     return {"keep": keep, "ag_calls": ag_calls, "rs_calls": rs_calls,
             "is_hybrid": strategy == comm.HYBRID, "is_ddp": strategy == comm.NONE,
@@ -100,7 +100,7 @@ def optimizer_times(g, f, t, n_params_padded):
     # groups; ZeRO-1's shard group is otherwise the whole data-parallel group)
     opt_shard = where(f["is_ddp"], 1.0, where(f["is_hybrid"] | f["is_zero1"], g["shard_size"],
                                               g["dp_world_size"]))
-    traffic = where(np.asarray(g["optimizer"]) == 0, compute.OPTIMIZER_BYTES_PER_PARAM["adamw"],
+    traffic = where(as_values(g["optimizer"]) == 0, compute.OPTIMIZER_BYTES_PER_PARAM["adamw"],
                     compute.OPTIMIZER_BYTES_PER_PARAM["sgd"])
     optimizer_s = compute.memory_bound_time_s(n_params_padded / opt_shard * traffic,
                                               g["hbm_bytes_per_s"] * g["hbm_fraction"])
