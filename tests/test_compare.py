@@ -30,7 +30,8 @@ def rows():
 
 
 def test_rows_equal_search_then_predict_then_procurement(cat, rows):
-    assert [r["hardware"] for r in rows["rows"]] == ["h100", "mi300x"]
+    # the GPU's catalog id, as predict, sweep and search name it (the alias h100 resolved)
+    assert [r["hardware"] for r in rows["rows"]] == ["h100-sxm5-80gb", "mi300x"]
     spec = get_model("gpt3-350m").with_seq_len(4096)  # learned positions, as the CLI does
     training = TrainingConfig(seq_len=4096, global_batch=1024)
     run_ = RunAssumptions(tokens=1e12)

@@ -147,7 +147,7 @@ def test_one_vocabulary_for_the_bottleneck():
 
 def test_compare_shows_no_headline_for_a_plan_that_does_not_fit():
     out = invoke("compare", "--model", "llama3-405b", "--gpu", "h100", "--num-gpus", "8")
-    row = next(line for line in out.splitlines() if line.strip().startswith("h100    8"))
+    row = next(line for line in out.splitlines() if line.strip().startswith("h100-sxm5-80gb    8"))
     assert "does not fit (not runnable)" in row
     assert row.split()[2:5] == ["-", "-", "-"]  # tok/s, tok/s/GPU, MFU
 

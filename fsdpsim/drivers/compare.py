@@ -121,6 +121,12 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
     return Row(case, p, prediction_run(p, system, run, case.price_usd_per_gpu_hour))
 
 
+def _hardware_id(case: Case) -> str:
+    """The row's hardware as every command names it: a GPU's catalog id (``h100`` is
+    ``h100-sxm5-80gb`` in predict, sweep and search too), a node or cluster id as given."""
+    return case.system.accelerator.id if case.kind == "gpu" else case.hardware
+
+
 def _number(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
@@ -130,7 +136,7 @@ def row_values(row: Row) -> dict[str, Any]:
     the table, the CSV/JSON and the report show. Cost, energy and time to train include
     failures (goodput); the failure-free numbers are beside them."""
     c = row.case
-    out: dict[str, Any] = {"model": c.spec.name, "hardware": c.hardware,
+    out: dict[str, Any] = {"model": c.spec.name, "hardware": _hardware_id(c),
                            "accelerator": c.system.accelerator.id, "system": c.system.label,
                            "num_gpus": c.num_gpus}
     p = row.prediction
@@ -198,9 +204,10 @@ def sweep_frame(rows: Sequence[Row]):
         flat = flatten({**row.prediction.to_dict(), **row.run})
         flat.update({"model": c.spec.name, "n_params": c.spec.n_params,
                      "gpu": c.system.accelerator.id,
-                     "cluster": "" if c.hardware == c.system.accelerator.id else c.hardware,
+                     "cluster": c.hardware if c.kind == "cluster" else "",
                      "system": c.system.label, "network": c.system.extra.get("network", ""),
-                     "hardware": c.hardware, "infeasible": None if row.fits else "does not fit"})
+                     "hardware": _hardware_id(c),
+                     "infeasible": None if row.fits else "does not fit"})
         records.append(flat)
     return pd.DataFrame.from_records(records)
 
