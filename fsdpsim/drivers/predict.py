@@ -308,16 +308,6 @@ class CeilingValues(Mapping):
         return f"CeilingValues({dict(self)!r})"
 
 
-def _is_scalar(v: Any) -> bool:
-    """Whether an engine input is one value (``np.ndim(v) == 0``, without its cost for the
-    Python and numpy numbers most inputs are)."""
-    if isinstance(v, (int, float)):
-        return True
-    if isinstance(v, (np.ndarray, np.generic)):
-        return v.ndim == 0
-    return np.ndim(v) == 0
-
-
 def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
     """Row ``i`` of the engine's outputs as Python numbers (a single value serves every row)."""
     row = {}
@@ -455,7 +445,8 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                      f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; {what}")
     return Prediction(
         values=row,
-        inputs=MappingProxyType({k: v for k, v in x.items() if _is_scalar(v)}),
+        inputs=MappingProxyType({k: v for k, v in x.items()
+                                 if isinstance(v, (int, float)) or np.ndim(v) == 0}),
         model=spec.name, system=system.label,
         plan=plan_summary(plan, int(accum[i]), int(mb_flat[i]), rc_name,
                           training.recompute_layers),
