@@ -17,8 +17,13 @@ OpenBLAS threads starting on other cores, so it can exceed wall time.
 * ``fsdpsim --version``: the same plus click's parsing;
 * ``predict's imports``: everything a table ``predict`` imports (numpy, the engine, the model
   presets, the cost and failure models): the import overhead the ceiling is about;
-* ``fsdpsim predict`` (table): the whole command: those imports, reading the catalog (about
-  40 ms of TOML), one prediction and its table.
+* ``fsdpsim predict`` (table): the whole command: those imports, reading the catalogs (their
+  checked entries from the per-user disk cache, :mod:`fsdpsim.util.disk_cache`), one
+  prediction and its table.
+
+Each case runs once unmeasured first, so the measured runs find this checkout's bytecode and
+the catalog cache as an installed fsdpsim's second command does (``PYTHONDONTWRITEBYTECODE`` is
+dropped from the children's environment).
 
 ``--importtime`` also prints the ten slowest imports of ``import fsdpsim.cli`` (``python -X
 importtime``, cumulative microseconds).
@@ -61,6 +66,10 @@ def _env() -> dict[str, str]:
                                                       env.get("PYTHONPATH", "").split(os.pathsep)
                                                       if p])
     env.pop("FSDPSIM_CATALOG", None)
+    # Bytecode as an installed fsdpsim has it (pip compiles it at install; a checkout's first
+    # run writes it): with PYTHONDONTWRITEBYTECODE set, every run would compile each module of
+    # this checkout again, about as much time as the imports themselves.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -68,6 +77,8 @@ def timed(code: str, runs: int) -> tuple[float, float, float]:
     """Median wall, best wall and median CPU time (user + system, the child's) of
     ``python -c code`` over ``runs`` fresh interpreters [s]."""
     walls, cpus = [], []
+    subprocess.run([sys.executable, "-c", code], env=_env(), check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # warm-up: bytecode, caches
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()

@@ -497,12 +497,30 @@ _BUILDERS = {"accelerator": _build_accelerator, "network": _build_network,
 
 @functools.lru_cache(maxsize=16)
 def _load_cached(dirs: tuple[str, ...]) -> Catalog:
-    raws: list[_Raw] = []
-    for folder in (str(builtin_dir()),) + dirs:
-        overlay = [raw for path in _catalog_files(folder) for raw in _read_file(path)]
-        _no_duplicates(overlay, folder)
+    raws: list[_Raw] = list(_builtin_raws())
+    for folder in dirs:
+        overlay = _read_folder(folder)
         raws.extend(overlay)
     return Catalog(raws)
+
+
+def _read_folder(folder: str, files: list[Path] | None = None) -> list[_Raw]:
+    files = _catalog_files(folder) if files is None else files
+    overlay = [raw for path in files for raw in _read_file(path)]
+    _no_duplicates(overlay, folder)
+    return overlay
+
+
+def _builtin_raws() -> list[_Raw]:
+    """The built-in folder's checked entries, kept in the per-user disk cache
+    (:mod:`fsdpsim.util.disk_cache`) keyed by the files' bytes and this code."""
+    from fsdpsim.util.disk_cache import cached
+
+    folder = str(builtin_dir())
+    files = _catalog_files(folder)
+    here = Path(__file__).resolve().parent
+    return cached("hardware-catalog", files, [here, here.parent / "util"],
+                  lambda: _read_folder(folder, files))
 
 
 def load_catalog(extra_dirs: Iterable[str | os.PathLike] = (), *, use_env: bool = True) -> Catalog:

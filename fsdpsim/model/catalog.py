@@ -268,8 +268,16 @@ def builtin_dir() -> Path:
 
 @functools.cache
 def builtin() -> ModelCatalog:
-    """The presets shipped with fsdpsim, read once."""
-    return ModelCatalog(e for p in _toml_files(builtin_dir()) for e in _entries_of(p, True))
+    """The presets shipped with fsdpsim, read once; the checked entries are kept in the
+    per-user disk cache (:mod:`fsdpsim.util.disk_cache`) keyed by the files' bytes and this
+    code."""
+    from fsdpsim.util.disk_cache import cached
+
+    files = _toml_files(builtin_dir())
+    here = Path(__file__).resolve().parent
+    entries = cached("model-catalog", files, [here, here.parent / "util"],
+                     lambda: [e for p in files for e in _entries_of(p, True)])
+    return ModelCatalog(entries)
 
 
 #: Folders given by ``fsdpsim --catalog`` for this process (see :func:`use_folders`).
