@@ -499,3 +499,44 @@ def test_throughput_bound_is_sound_and_shared(model, gpu, n, gb, seq, budget, fi
     finer = bound_groups(s, groups)
     assert finer.max() + 1 < len(s)
     shared(finer, least, IDEAL_SLACK)
+
+
+@pytest.mark.parametrize("model,n", [("llama3-70b", 256), ("mixtral-8x7b", 64)])
+def test_reordered_plans_equal_replace(model, n):
+    """The search's other mesh orders skip ParallelPlan's checks: each one equals the plan
+    ``replace`` builds and validates, field by field (``etp_defaulted`` included)."""
+    from dataclasses import fields
+
+    from fsdpsim.drivers.search.space import enumerate_families
+
+    spec = get_model(model)
+    families = list(enumerate_families(spec, n, 8, 4096, 256, SearchSpace()))
+    reordered = 0
+    for f in families:
+        if f.base.mesh_order == ParallelPlan(num_gpus=8, gpus_per_node=8).mesh_order:
+            continue
+        reordered += 1
+        base = next(g.base for g in families if g.variants is f.variants)
+        built = replace(base, mesh_order=f.base.mesh_order)
+        assert all(getattr(f.base, x.name) == getattr(built, x.name) for x in fields(built))
+    assert reordered > 0
+
+
+@pytest.mark.parametrize("model,n,pod", [("llama3-70b", 256, None), ("mixtral-8x7b", 64, None),
+                                         ("mixtral-8x7b", 128, 32)])
+def test_family_rows_equal_plan_inputs(model, n, pod):
+    """Every family's base row (an other mesh order takes its first order's row with its own
+    layouts) equals predict's builders for its plan, with and without pods."""
+    from fsdpsim.engine.build import plan_inputs, pod_inputs
+    from fsdpsim.engine.build_moe import stage_inputs
+    from fsdpsim.drivers.search.columns import _family_rows
+    from fsdpsim.drivers.search.space import enumerate_families
+
+    spec, system = get_model(model), replace(_system(), pod_gpus=pod)
+    families = list(enumerate_families(spec, n, 8, 4096, 256, SearchSpace(pod_gpus=pod)))
+    rows = _family_rows(spec, system, families)
+    assert len({f.base.mesh_order for f in families}) > 1
+    for f, row in zip(families, rows):
+        want = {**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
+                **stage_inputs(spec, f.base)}
+        assert {k: float(v) for k, v in row.items()} == {k: float(v) for k, v in want.items()}

@@ -110,7 +110,7 @@ def _is_moe(frame):
     from fsdpsim.measured.rows import SPEC_COLUMNS, spec_for_row
 
     group = grid.group_ids(frame, [c for c in SPEC_COLUMNS if c in frame.columns])
-    row_at = grid.rows_of(frame)
     first = grid.first_positions(group)
-    moe = [spec_for_row(row_at(position)).is_moe for position in first.tolist()]
+    row_at = grid.rows_of(frame.iloc[first])  # each group's first row, in group order
+    moe = [spec_for_row(row_at(g)).is_moe for g in range(first.size)]
     return [moe[g] for g in group.tolist()]

@@ -72,6 +72,45 @@ def _variant_columns(spec: ModelSpec, family: Family,
     return out
 
 
+def _family_rows(spec: ModelSpec, system: System, families: list[Family]) -> list[dict]:
+    """Each family's base-plan inputs: :func:`~fsdpsim.engine.build.plan_inputs`,
+    ``pod_inputs`` and ``stage_inputs`` (predict's builders) of the first family of each mesh
+    (the families that share its variants' tuple are its other mesh orders,
+    :func:`fsdpsim.drivers.search.space.enumerate_families`); an other order takes that row
+    with the members per scale-up domain and per pod of its own order
+    (:func:`fsdpsim.plan.layout.order_layouts`): the order places the groups on the tiers and
+    changes nothing else (tests/test_search.py checks every family against the builders)."""
+    rows, first = [], {}
+    for f in families:
+        row = first.get(id(f.variants))
+        if row is None:
+            row = {**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
+                   **stage_inputs(spec, f.base)}
+            first[id(f.variants)] = row
+        else:
+            row = {**row, **_order_inputs(f.base, system.pod_gpus)}
+        rows.append(row)
+    return rows
+
+
+def _order_inputs(plan: ParallelPlan, pod_gpus: int | None) -> dict[str, float]:
+    """The inputs of ``plan`` that its mesh order decides: every group's members per scale-up
+    domain (``plan_inputs``: ``group_layout``, the expert groups', one for a replicated
+    model's shard group) and per pod (``pod_inputs``; without pods each is the group's size,
+    which no order changes)."""
+    from fsdpsim.plan.layout import order_layouts
+
+    group, pod, expert = order_layouts(plan, plan.mesh_order, pod_gpus)
+    ends = ("_per_node", "_per_pod") if pod is not None else ("_per_node",)
+    out = {k: float(v) for k, v in group.items() if k.endswith("_per_node")}
+    out.update((k, float(v)) for k, v in expert.items() if k.endswith(ends))
+    if pod is not None:
+        out.update((k, float(v)) for k, v in pod.items())
+    if plan.sharding == "none":
+        out["shard_per_node"] = 1.0
+    return out
+
+
 class PlanColumns:
     """The plans of one search as engine-input columns, and their candidates' evaluation.
 
@@ -83,8 +122,7 @@ class PlanColumns:
     def __init__(self, spec: ModelSpec, system: System, families: list[Family],
                  training: TrainingConfig):
         self.spec, self.system, self.families, self.training = spec, system, families, training
-        rows = [{**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
-                 **stage_inputs(spec, f.base)} for f in families]
+        rows = _family_rows(spec, system, families)
         keys = list(rows[0])
         table = np.array([[r[k] for k in keys] for r in rows], dtype=float)
         base_cols = {k: table[:, j] for j, k in enumerate(keys)}

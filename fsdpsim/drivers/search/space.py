@@ -29,6 +29,7 @@ What the space leaves out by rule (each rule says why; ``--fix`` overrides the d
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from dataclasses import dataclass, field, replace
@@ -435,7 +436,19 @@ def _other_orders(plan: ParallelPlan, seen: dict,
                 orders.append(order)
         seen[key] = orders[1:]
     for order in seen[key]:
-        yield replace(plan, mesh_order=order)
+        yield _reordered(plan, order)
+
+
+def _reordered(plan: ParallelPlan, order: tuple[str, ...]) -> ParallelPlan:
+    """``replace(plan, mesh_order=order)`` without its checks again: ``order`` is a permutation
+    of the mesh (built so by :func:`_other_orders`), and every other check of
+    ``ParallelPlan.__post_init__`` reads fields the plan already passed with; as ``replace``,
+    ``etp`` is then given, so ``etp_defaulted`` is False (tests/test_search.py compares the
+    two). The search builds thousands of these."""
+    out = copy.copy(plan)
+    object.__setattr__(out, "mesh_order", order)
+    object.__setattr__(out, "etp_defaulted", False)
+    return out
 
 
 __all__ = ["SearchSpace", "Family", "VARIANT_FIELDS", "FIXABLE", "parse_fix", "enumerate_plans",

@@ -190,26 +190,27 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     the framework each row names where it does not say."""
     from fsdpsim.measured import grid
 
-    rows = []
     # a file repeats few GPU names: each distinct (name, memory) is matched once (the match
     # depends on nothing else)
     accelerators: dict[tuple[str, float | None], str | None] = {}
-    # Rows that differ only in their label and measurement are converted once; the
-    # measurement is read for every row (:func:`tokens_per_s_per_gpu`).
+    # Rows that differ only in their label and measurement are converted once, and their
+    # converted cells are built as one row per group and repeated; the label, the cells passed
+    # through and the measurement (:func:`tokens_per_s_per_gpu`) are read for every row.
     group = grid.group_ids(raw, [c for c in raw.columns if c != "id" and c not in
                                  MEASUREMENT_ONLY and c not in PASSED_THROUGH])
     values = raw.values
     row_at, columns = grid.rows_of(raw, values), list(raw.columns)
     ids = raw["id"].tolist() if "id" in raw.columns else None
-    converted: dict[int, tuple[dict[str, Any], str, str, Any]] = {}
+    converted: list[tuple[dict[str, Any], str, str, Any]] = []
     passed = [(c, columns.index(c)) for c in PASSED_THROUGH if c in columns]
     direct = _direct_measurements(raw)
     at_direct = columns.index("tokens_per_s_per_gpu") if direct.any() else -1
+    own: list[dict[str, Any]] = []  # the cells read per row
     for position, cells in enumerate(values):
         g = int(group[position])
-        if g not in converted:
-            converted[g] = _convert(row_at(position), raw.columns, catalog, accelerators)
-        row, before, after, model_flops = converted[g]
+        if g == len(converted):  # groups are numbered in order of first appearance
+            converted.append(_convert(row_at(position), raw.columns, catalog, accelerators))
+        _, before, after, model_flops = converted[g]
         if direct[position]:  # the first source _measured reads, stated and usable
             measured, measured_from = float(cells[at_direct]), "tokens_per_s_per_gpu"
         else:
@@ -217,12 +218,19 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
                                                            model_flops)
         no_measurement = ("no measurement (tokens/s, step time or TFLOP/s per GPU)"
                           if measured != measured else "")
-        rows.append({**row, "id": ids[position] if ids is not None else f"row-{len(rows) + 1}",
-                     **{c: float("nan") for c in PASSED_THROUGH},
-                     **{c: cells[i] for c, i in passed},
-                     "tokens_per_s_per_gpu": measured, "measured_from": measured_from,
-                     "skip": before or no_measurement or after})
-    return pd.DataFrame(rows)
+        own.append({"id": ids[position] if ids is not None else f"row-{position + 1}",
+                    **{c: float("nan") for c in PASSED_THROUGH},
+                    **{c: cells[i] for c, i in passed},
+                    "tokens_per_s_per_gpu": measured, "measured_from": measured_from,
+                    "skip": before or no_measurement or after})
+    # one row per group, with the per-row cells' columns where a row puts them (their values
+    # replaced below): the columns, their order and each column's type are those of one frame
+    # built from every row's cells
+    shared = pd.DataFrame([{**row, **own[0]} for row, *_ in converted])
+    frame = shared.iloc[group].reset_index(drop=True)
+    for column, cells in pd.DataFrame(own).items():
+        frame[column] = cells
+    return frame
 
 
 def _direct_measurements(raw: pd.DataFrame) -> np.ndarray:
