@@ -101,7 +101,7 @@ def header(values: list[dict], training, run, plan_kind: str) -> str:
     batch = training.global_batch or default_global_batch(training.seq_len)
     tokens = batch * training.seq_len
     moved = ("" if training.global_batch else
-             " (the default; a row whose dp does not divide it: the nearest multiple)")
+             ", the default, or where a row's dp does not divide it the nearest multiple")
     budget = "" if run.tokens is None else f", {run.tokens / 1e12:g}T tokens to train"
     plan = (f"best plan per row within {100 * DEFAULT_MEMORY_BUDGET_FRACTION:.0f} % of GPU "
             "memory (fsdpsim search's default budget)" if plan_kind == "search"
