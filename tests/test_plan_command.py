@@ -100,3 +100,27 @@ def test_compare_text_and_search_table_fit_100_columns():
         assert result.exit_code == 0
         assert max(len(line) for line in result.output.splitlines()) <= 100
         assert "fsdpsim predict" in result.output
+
+
+def test_large_gpu_counts_train_the_default_batch_moved_to_their_dp():
+    """Without --global-batch each mesh trains the default batch moved to a multiple of its dp
+    (predict's rule): 8,192 GPUs of data parallelism run 8,192 sequences, not none of 1,024;
+    the predict commands rerun them. --global-batch stays fixed for every mesh."""
+    args = ["--model", "llama3-70b", "--gpu", "h100", "--tokens", "15t", "--deadline-days",
+            "30", "--num-gpus", "8192"]
+    report = _json(["search", *args])
+    assert report["query"]["global_batch"] == 1024 and report["query"]["global_batch_default"]
+    assert report["plans"] and all(p["global_batch"] % p["dp"] == 0 for p in report["plans"])
+    assert any(p["global_batch"] != 1024 for p in report["plans"])
+    assert all("--global-batch" not in p["predict_command"] for p in report["plans"])
+    # torchtitan's per-op selective checkpointing is among what fsdp2 (the default) tries
+    assert {p["sharding"] for p in report["plans"]} <= {"full", "hybrid", "none"}
+    assert "op-selective" in {p["recompute"] for p in report["plans"]}
+    assert _rerun_all(args + ["--top", "3"]) == 3
+    text = CliRunner().invoke(cli, ["search", *args, "--top", "1"]).output
+    assert "trains global batch 8,192 sequences" in text and "the default" in text
+    assert "Megatron-LM cannot run this plan" in text  # torchtitan's per-op recompute
+    fixed = _json(["search", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "64",
+                   "--global-batch", "128", "--top", "5"])
+    assert not fixed["query"]["global_batch_default"]
+    assert {p["global_batch"] for p in fixed["plans"]} == {128}

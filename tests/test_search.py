@@ -17,7 +17,7 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.engine.build import config_inputs
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.model.presets import get_model
-from fsdpsim.drivers.search.run import budget_system, search
+from fsdpsim.drivers.search.run import _selective_method, budget_system, search
 from fsdpsim.drivers.search.explain import plan_line
 from fsdpsim.drivers.search.space import SearchSpace, divisors, enumerate_plans, parse_fix, stage_splits
 from fsdpsim.hardware.system import resolve_system
@@ -42,10 +42,14 @@ def brute_force(spec, system, n, training, space):
         per_gpu = training.global_batch // plan.dp
         L = plan.stage_layers(spec.n_layers)[1] if plan.pp > 1 else spec.n_layers
         rows = []
+        sel = _selective_method(spec, space)  # attention-core, or torchtitan's per-op policy
         for mb in divisors(per_gpu):
             rows.append((mb, "none", -1))
             for rc in ("selective", "full"):
-                rows += [(mb, rc, k) for k in range(1, L)] + [(mb, rc, -1)]
+                if rc != "selective" or sel == "selective":
+                    rows += [(mb, rc, k) for k in range(1, L)] + [(mb, rc, -1)]
+            if sel == "op-selective":
+                rows.append((mb, "op-selective", -1))
         mb = np.array([r[0] for r in rows], dtype=float)
         out = engine.evaluate({**x, "micro_batch": mb, "grad_accum": per_gpu / mb,
                                "recompute": np.array([engine.RECOMPUTE_CODES[r[1]]
@@ -107,7 +111,7 @@ def test_tight_budget_finds_partial_recompute_and_predict_agrees():
 
 def test_space_holds_hybrid_dimensions():
     spec = get_model("llama3-70b")
-    plans = list(enumerate_plans(spec, 64, 8, 8192, 64, SearchSpace()))
+    plans = list(enumerate_plans(spec, 64, 8, 8192, 64, SearchSpace(framework="megatron")))
     seen = {name: {getattr(p, name) for p in plans}
             for name in ("tp", "pp", "cp", "vpp", "sharding", "pp_schedule", "cp_kind",
                          "sequence_parallel", "tp_overlap")}
@@ -196,7 +200,8 @@ def test_cli_table_json_and_emits():
                                 "--top", "2"]).output
     assert "(tight)" not in roomy and "budget 72.0 GiB/GPU (default: 90 % of 80 GiB)" in roomy
     tight = runner.invoke(cli, ["search", "--model", "llama3-70b", "--num-gpus", "64",
-                                "--top", "2", "--memory-budget-gib", "80"]).output
+                                "--top", "2", "--memory-budget-gib", "80",
+                                "--fix", "zero=1"]).output
     assert "GiB (tight)" in tight and "above 90 % of the GPU's memory" in tight  # as predict
     assert max(len(line) for line in tight.splitlines() + roomy.splitlines()) <= 100
     data = json.loads(runner.invoke(cli, args + ["--format", "json"]).output)
@@ -418,7 +423,8 @@ def test_default_budget_keeps_headroom():
     assert data["query"]["memory_budget_gib"] == pytest.approx(72.0)
     assert all(p["peak_gib"] <= 0.9 * 80 + 1e-9 for p in data["plans"])
     assert not any(p["above_default_budget"] for p in data["plans"])
-    full = json.loads(runner.invoke(cli, args + ["--memory-budget-gib", "80"]).output)
+    full = json.loads(runner.invoke(cli, args + ["--memory-budget-gib", "80", "--fix",
+                                                 "zero=1"]).output)
     assert full["plans"][0]["peak_gib"] > 72 and full["plans"][0]["above_default_budget"]
 
 
@@ -540,3 +546,32 @@ def test_family_rows_equal_plan_inputs(model, n, pod):
         want = {**plan_inputs(f.base, spec.n_layers), **pod_inputs(f.base, system),
                 **stage_inputs(spec, f.base)}
         assert {k: float(v) for k, v in row.items()} == {k: float(v) for k, v in want.items()}
+
+
+def test_fsdp2_searches_what_torchtitan_runs():
+    """Under --framework fsdp2 the search keeps to torchtitan's data parallelism (FSDP2, HSDP,
+    DDP: no ZeRO-1/2) and recompute (none, full, per-op selective; not Megatron's attention-
+    core selective) unless --fix names another; under megatron both are ranked."""
+    spec, system = get_model("llama3-8b"), _system(budget_gib=40.0)
+    fixed = {"cp": 1, "pp": 1}
+    for flash in (True, False):  # eager attention: the attention core's activations matter
+        training = TrainingConfig(seq_len=4096, global_batch=32, flash_attention=flash)
+        titan = search(spec, system, 16, training, SearchSpace(fixed=fixed, framework="fsdp2"),
+                       top=30).top
+        assert titan and {c.plan.sharding for c in titan} <= {"full", "hybrid", "none"}
+        assert "selective" not in {c.recompute for c in titan}
+        mega = search(spec, system, 16, training,
+                      SearchSpace(fixed=fixed, framework="megatron"), top=30).top
+        assert {"optimizer", "grad_op"} <= {c.plan.sharding for c in mega}
+        assert "op-selective" not in {c.recompute for c in mega}
+        if flash:
+            assert "op-selective" in {c.recompute for c in titan}
+        else:
+            assert "selective" in {c.recompute for c in mega}
+    own = SearchSpace(framework="fsdp2", fixed={**fixed, "sharding": "optimizer",
+                                                "recompute": "selective"})
+    top = search(spec, system, 16, training, own, top=5).top
+    assert top and {(c.plan.sharding, c.recompute) for c in top} == {("optimizer", "selective")}
+    # the per-op policy where fsdpsim models it for the model's layers; else none or full
+    assert _selective_method(spec, SearchSpace(framework="megatron")) == "selective"
+    assert _selective_method(get_model("mixtral-8x7b"), SearchSpace(framework="fsdp2")) is None

@@ -79,11 +79,11 @@ def compare(cases: Sequence[Case], training: TrainingConfig, *, plan: str = "sea
             run: RunAssumptions = RunAssumptions(), space: SearchSpace = SearchSpace(),
             objective: str = "throughput") -> list[Row]:
     """One :class:`Row` per case, in order: the ``plan`` ("search" or "fsdp") of each case at
-    ``training``'s global batch (required) and sequence length."""
+    ``training``'s global batch and sequence length (None: each row's plan trains the default
+    batch moved to a multiple of its data-parallel degree,
+    :func:`fsdpsim.plan.training.default_global_batch`, as predict and search do)."""
     if plan not in PLANS:
         raise ConfigError(f"--plan {plan!r} is not accepted; accepted: {', '.join(PLANS)}")
-    if training.global_batch is None:
-        raise ConfigError("compare needs a global batch (sequences per step)")
     if len(cases) > MAX_ROWS:
         raise ConfigError(f"the comparison has {len(cases)} rows (hardware x GPU counts x "
                           f"models); accepted: at most {MAX_ROWS}")
@@ -96,6 +96,7 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
     from fsdpsim.drivers.search.run import budget_system, predict_choice, search
     from fsdpsim.hardware.system import domain_gpus
     from fsdpsim.plan.frameworks import plan_defaults
+    from fsdpsim.plan.training import default_global_batch
 
     spec, system, n = case.spec, case.system, case.num_gpus
     if case.precision is not None:
@@ -115,6 +116,9 @@ def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
             fsdp = ParallelPlan(num_gpus=n, gpus_per_node=domain_gpus(system, n),
                                 framework=space.framework, sharding=chosen["sharding"],
                                 reshard_after_forward=chosen["reshard_after_forward"])
+            if training.global_batch is None:
+                training = replace(training, global_batch=default_global_batch(
+                    training.seq_len, fsdp.dp))
             p = predict(spec, system, fsdp, training)
     except ConfigError as exc:  # no plan of this batch on these GPUs: a row that says so
         return Row(case, None, None, str(exc))

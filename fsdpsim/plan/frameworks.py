@@ -159,7 +159,14 @@ class Framework:
 
 PROFILES: dict[str, Framework] = {p.name: p for p in (
     Framework("fsdp2", "torch", "nccl-2.30",
-              source="torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"),
+              source="torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
+              # torchtitan's data parallelism: FSDP2 (ZeRO-3), HSDP or DDP, no ZeRO-1/2
+              # (torchtitan/distributed/parallel_dims.py: dp_shard, dp_replicate); its
+              # activation checkpointing: none, full, or selective per op ("op") or per n-th
+              # layer (torchtitan/distributed/activation_checkpoint.py), not Megatron's
+              # attention-core selective recompute
+              supports=(("sharding", ("full", "hybrid", "none")),
+                        ("recompute", ("none", "op-selective", "full")))),
     Framework("fsdp1", "torch", "nccl-2.30", flat_parameter=True, uncertainty=0.05,
               source="torch 2.13 torch/distributed/fsdp/_flat_param.py; arXiv 2304.11277 §3",
               # async TP is DTensor/FSDP2-era (torch 2.5 torch.distributed._symmetric_memory)

@@ -8,6 +8,7 @@ from typing import Any
 
 from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.report import render
+from fsdpsim.plan.training import default_global_batch
 from fsdpsim.report.command import command_lines, predict_command
 from fsdpsim.report.procurement import assumption_notes, money, rate, short_source
 from fsdpsim.report.words import NOT_RUNNABLE, bottleneck_name, mfu_note
@@ -97,13 +98,17 @@ def command_text(values: list[dict]) -> list[str]:
 
 def header(values: list[dict], training, run, plan_kind: str) -> str:
     models = ", ".join(dict.fromkeys(v["model"] for v in values))
-    tokens = training.global_batch * training.seq_len
+    batch = training.global_batch or default_global_batch(training.seq_len)
+    tokens = batch * training.seq_len
+    moved = ("" if training.global_batch else
+             ", the default, or where a row's dp does not divide it the nearest multiple")
     budget = "" if run.tokens is None else f", {run.tokens / 1e12:g}T tokens to train"
     plan = (f"best plan per row within {100 * DEFAULT_MEMORY_BUDGET_FRACTION:.0f} % of GPU "
             "memory (fsdpsim search's default budget)" if plan_kind == "search"
             else "FSDP plan per row (fsdpsim predict)")
-    return (f"fsdpsim compare: {models}; every row at global batch {training.global_batch:,} x "
-            f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){budget}; {plan}")
+    return (f"fsdpsim compare: {models}; every row at global batch {batch:,} x "
+            f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){moved}{budget}; "
+            f"{plan}")
 
 
 def notes(values: list[dict], run, training) -> list[str]:
@@ -163,8 +168,10 @@ def report_data(rows, training, run, plan_kind: str, options: dict[str, Any] | N
     best = best_rows(values)
     # --precision not given: each row runs its GPU's own default (Case.precision)
     precisions = list(dict.fromkeys(r.case.precision or training.precision for r in rows))
-    return {"query": {"seq_len": training.seq_len, "global_batch": training.global_batch,
-                      "tokens_per_step": training.global_batch * training.seq_len,
+    batch = training.global_batch or default_global_batch(training.seq_len)
+    return {"query": {"seq_len": training.seq_len, "global_batch": batch,
+                      "global_batch_default": training.global_batch is None,
+                      "tokens_per_step": batch * training.seq_len,
                       "precision": (precisions[0] if len(precisions) == 1 else
                                     ", ".join(precisions) + " (each GPU's default)"),
                       "optimizer": training.optimizer,

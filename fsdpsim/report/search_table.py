@@ -6,9 +6,10 @@ from typing import Any
 
 from fsdpsim.engine import MEMORY_PRESSURE_FRACTION
 from fsdpsim.util.text import wrap
-from fsdpsim.drivers.search.export import megatron_args, torchtitan_toml
+from fsdpsim.drivers.search.export import CANNOT, megatron_args, torchtitan_toml
 from fsdpsim.drivers.search.explain import differences, plan_line
 from fsdpsim.report.command import command_lines, plan_lines, predict_command
+from fsdpsim.plan.training import default_global_batch
 from fsdpsim.util.units import GIB_BYTES
 
 #: The default budget's share of the GPU's memory (predict's near-the-limit rule); a plan above
@@ -68,10 +69,13 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
             "keep_gathered": c.plan.keep_gathered,
             "reshard_after_forward": c.plan.reshard_after_forward,
             "micro_batch": c.micro_batch, "grad_accum": c.grad_accum,
+            "global_batch": c.global_batch, "tokens_per_step": c.global_batch * training.seq_len,
             "recompute": c.recompute, "recompute_layers": c.recompute_layers,
             "layers_per_stage": c.layers_per_stage,
         })
     time = best_p.to_dict()["time"]
+    # the query's batch: the given one, or the default before each mesh's adjustment
+    batch = training.global_batch or default_global_batch(training.seq_len)
     space = {"plans": sum(r.plans for _, r in results),
              "plans_fitting": sum(r.plans_fitting for _, r in results),
              "candidates_evaluated": sum(r.candidates for _, r in results),
@@ -84,8 +88,8 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
     return {
         "query": {"model": spec.name, "system": system.label,
                   "num_gpus": [n for n, _ in results], "seq_len": training.seq_len,
-                  "global_batch": training.global_batch,
-                  "tokens_per_step": training.global_batch * training.seq_len,
+                  "global_batch": batch, "global_batch_default": training.global_batch is None,
+                  "tokens_per_step": batch * training.seq_len,
                   "precision": training.precision, "framework": o["framework"],
                   "memory_budget_gib": budget_gib,
                   "gpu_memory_gib": system.accelerator.memory_bytes / GIB_BYTES,
@@ -108,8 +112,10 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     q, sp = report["query"], report["space"]
     gpus = ", ".join(f"{n:,}" for n in q["num_gpus"])
     out = [wrap(f"search: {q['model']} on {gpus} × {q['system']}", hanging="  "),
-           f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
-           f"({q['tokens_per_step'] / 1e6:.1f} M tokens) · {q['precision']} · {q['framework']}",
+           wrap(f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
+                f"({q['tokens_per_step'] / 1e6:.1f} M tokens"
+                + (", the default; each mesh a multiple of its dp" if q["global_batch_default"]
+                   else "") + f") · {q['precision']} · {q['framework']}", hanging="  "),
            f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
            f"{q['objective']}"
            + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
@@ -129,6 +135,9 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
             out.append(money)
         if p["rank"] > 1:
             out.append(f"    differs: {p['gives_up']}")
+        if p["global_batch"] != q["global_batch"]:
+            out.append(f"    trains global batch {p['global_batch']:,} sequences: the default "
+                       f"moved to a multiple of its dp ({p['dp']:,})")
         out += command_lines(p["predict_command"], indent="    ")
     if any(p["above_default_budget"] for p in report["plans"]):
         out += ["", wrap(f"(tight) = above {100 * TIGHT_FRACTION:.0f} % of the GPU's memory (the "
@@ -158,8 +167,10 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     out += ["", "best plan for torchtitan (--emit torchtitan):",
             *_indented_toml(report["torchtitan"]),
             "", "for Megatron-LM (--emit megatron):",
-            *_wrapped([line for line in report["megatron"].splitlines()
-                       if not line.startswith("#")])]
+            # the arguments without their notes; where it cannot run the plan, why not
+            *(_indented_toml(report["megatron"]) if CANNOT in report["megatron"].split("\n")[0]
+              else _wrapped([line for line in report["megatron"].splitlines()
+                             if not line.startswith("#")]))]
     return "\n".join(out)
 
 

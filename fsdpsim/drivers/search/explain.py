@@ -72,13 +72,16 @@ def empty_space_message(spec: ModelSpec, num_gpus: int, per_node: int,
     """Why no plan exists, with the nearest setting that has one: each fixed setting is
     relaxed in turn; the values it could take are listed, nearest first."""
     gb = training.global_batch
-    head = f"no plan of {spec.name} on {num_gpus:,} GPUs with global_batch({gb})"
+    head = (f"no plan of {spec.name} on {num_gpus:,} GPUs with "
+            + ("the default global batch" if gb is None else f"global_batch({gb})"))
     if space.fixed:
         head += " and " + ", ".join(f"{k}={v}" for k, v in space.fixed.items())
     # the batch first: with one every data-parallel degree divides (the GPU count), which
     # meshes would the constraints allow?
-    if estimate_size(spec, num_gpus, per_node, training.seq_len, num_gpus,
-                     space)[1] <= MAX_CANDIDATES:
+    if gb is None:  # each mesh's default batch divides by its degree: no batch to suggest
+        dps = []
+    elif estimate_size(spec, num_gpus, per_node, training.seq_len, num_gpus,
+                       space)[1] <= MAX_CANDIDATES:
         dps = sorted({plan.dp for plan in enumerate_plans(spec, num_gpus, per_node,
                                                           training.seq_len, num_gpus, space)})
     else:  # too many plans to build: the meshes' degrees (each family's checks not applied),

@@ -153,17 +153,26 @@ def torchtitan_toml(choice, training) -> str:
     return "\n".join(_comments(notes) + lines) + "\n"
 
 
-def _fqns(chunks: list[int]) -> str:
+def _fqns(chunks: list[int], width: int = 94) -> str:
     """torchtitan's ``module_fqns_per_model_part`` for chunks of these layer counts (the
-    embedding on the first, the final norm and output on the last)."""
-    parts, start = [], 0
+    embedding on the first, the final norm and output on the last): one part a line, broken
+    at ``width`` columns (a TOML array may span lines)."""
+    lines, start = ["["], 0
     for i, n in enumerate(chunks):
         names = (["tok_embeddings"] if i == 0 else []) + \
             [f"layers.{j}" for j in range(start, start + n)] + \
             (["norm", "output"] if i == len(chunks) - 1 else [])
-        parts.append("[" + ", ".join(f'"{x}"' for x in names) + "]")
+        items = [f'"{x}",' for x in names[:-1]] + [f'"{names[-1]}"],']
+        line = "  [" + items[0]
+        for item in items[1:]:
+            if len(line) + 1 + len(item) > width:
+                lines.append(line)
+                line = "   " + item
+            else:
+                line += " " + item
+        lines.append(line)
         start += n
-    return "[" + ", ".join(parts) + "]"
+    return "\n".join(lines + ["]"])
 
 
 def _torchtitan_knobs(lines: list[str], p, training) -> tuple[list[str], list[str]]:

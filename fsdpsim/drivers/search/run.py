@@ -53,7 +53,8 @@ from fsdpsim.drivers.predict import divisors
 from fsdpsim.drivers.search import bounds
 from fsdpsim.engine.build import op_selective_refused
 from fsdpsim.drivers.search.columns import PlanColumns
-from fsdpsim.drivers.search.space import SearchSpace, check_size, enumerate_families
+from fsdpsim.drivers.search.space import (SearchSpace, batch_of, check_size,
+                                          enumerate_families)
 from fsdpsim.util.units import GIB_BYTES
 
 OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
@@ -92,9 +93,10 @@ class Choice:
                        None if self.recompute == "none" else self.recompute_layers)
 
     def training(self, base: TrainingConfig) -> TrainingConfig:
-        """``base`` with this candidate's micro-batch and recompute (for :func:`predict_choice`)."""
-        return replace(base, micro_batch=self.micro_batch, recompute=self.recompute,
-                       recompute_layers=self.recompute_layers)
+        """``base`` with this candidate's micro-batch, global batch and recompute (for
+        :func:`predict_choice`)."""
+        return replace(base, micro_batch=self.micro_batch, global_batch=self.global_batch,
+                       recompute=self.recompute, recompute_layers=self.recompute_layers)
 
 
 @dataclass(frozen=True)
@@ -187,15 +189,15 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
            space: SearchSpace = SearchSpace(), *, objective: str = "throughput", top: int = 5,
            run=None, price: float | None = None, prune: bool = True) -> SearchResult:
     """The best ``top`` plans of ``spec`` on ``num_gpus`` GPUs of ``system`` (its memory: the
-    budget) for ``training``'s global batch (required) and sequence length; see the module
+    budget) for ``training``'s global batch and sequence length (None: each mesh trains the
+    default batch adjusted to its data-parallel degree,
+    :func:`fsdpsim.drivers.search.space.batch_of`, as predict does); see the module
     docstring for the algorithm. ``prune=False`` evaluates every (plan, micro-batch) that fits
     and every recompute setting step 4 reaches, with no bound (what the pruned search must
     equal; tests compare them). Raises :class:`ConfigError` when the space is empty."""
     from fsdpsim.hardware.system import domain_gpus
 
     t0 = time.perf_counter()
-    if training.global_batch is None:
-        raise ConfigError("search needs a global batch (sequences per step): give --global-batch")
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective {objective!r} is not accepted; accepted: "
                           f"{', '.join(OBJECTIVES)}")
@@ -211,6 +213,8 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
 
         raise ConfigError(empty_space_message(spec, num_gpus, per_node, training, space))
     s = PlanColumns(spec, system, families, training)
+    gb = np.broadcast_to(np.asarray(batch_of(gb, training.seq_len, s.dp), dtype=np.int64),
+                         s.dp.shape)  # each plan's global batch [sequences]
     ckpt = _checkpoint_bytes(s)
     score = _scorer(objective, num_gpus, system, run, ckpt, price)
     stats: dict[str, float] = {"plans": len(s), "families": len(families),
@@ -218,7 +222,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
 
     # ---- candidates: (plan, micro-batch) pairs ------------------------------------------------
     plan_idx, mb = _candidates(s, gb, space.get("micro_batch"))
-    accum = gb // s.dp[plan_idx] // mb
+    accum = gb[plan_idx] // s.dp[plan_idx] // mb
     evaluated = 0
     fixed_rc = space.get("recompute")
     fixed_rl = space.get("recompute_layers")
@@ -226,6 +230,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         fixed_rc = "full"  # a layer count alone means Megatron's full (block) recompute
     if fixed_rc == "op-selective" and op_selective_refused(spec):
         raise ConfigError(op_selective_refused(spec))
+    selective = _selective_method(spec, space)
     found: list[tuple[np.ndarray, ...]] = []  # (plan, mb, rc code, rl, tps, peak, score)
     records: list[tuple] = []  # every evaluation, for the cut-off explanation
 
@@ -295,16 +300,17 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         rows = rows[~none["ok"] & none["pipeline_ok"] & (bound[rows] >= kth())]
         full = run_eval(rows, "full", -1.0)
         rows = rows[full["ok"]]
-        methods = space.supports.get("recompute", RECOMPUTES)
         partial = space.supports.get("partial_recompute", (True,))[0]
-        sel = (run_eval(rows, "selective", -1.0) if "selective" in methods
+        sel = (run_eval(rows, selective, -1.0) if selective
                else {"ok": np.zeros(rows.size, bool)})
         # ---- step 4: the fewest recomputed layers that fit, best bound first, in rounds: each
         # round raises the K-th best, which prunes the rest of the queue (branch and bound;
         # selective only where all-selective fits: fewer layers hold more) -------------------
         L = s.layers_stage[plan_idx]
+        # (op-selective covers every layer: torchtitan's "op" policy has no layer count)
         queue = [(method, rows[fits & (L[rows] > 1)]) for method, fits in
-                 (("selective", sel["ok"]), ("full", np.ones(rows.size, bool))) if partial]
+                 (("selective", sel["ok"] & (selective == "selective")),
+                  ("full", np.ones(rows.size, bool))) if partial]
         queue = [(method, q[np.argsort(-bound[q], kind="stable")]) for method, q in queue]
         while any(q.size for _, q in queue):
             least = kth()
@@ -350,12 +356,14 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                         least_peak=least, stats=stats)
 
 
-def _candidates(s: PlanColumns, gb: int, fixed_mb: int | None) -> tuple[np.ndarray, ...]:
+def _candidates(s: PlanColumns, gb: np.ndarray, fixed_mb: int | None) -> tuple[np.ndarray, ...]:
     """Every (plan, micro-batch) pair: plan numbers (ascending) and micro-batches (each plan's
-    divisors of its sequences per GPU, ascending; or the fixed one where it divides)."""
-    dps, dp_of = np.unique(s.dp, return_inverse=True)  # the micro-batches of each dp, once
-    options = [[m for m in ([fixed_mb] if fixed_mb is not None else divisors(gb // dp))
-                if (gb // dp) % m == 0] for dp in dps.tolist()]
+    divisors of its sequences per GPU, ascending; or the fixed one where it divides). ``gb``:
+    each plan's global batch (one per data-parallel degree)."""
+    dps, first, dp_of = np.unique(s.dp, return_index=True, return_inverse=True)
+    per_gpu = (gb[first] // dps).tolist()  # the micro-batches of each dp, once
+    options = [[m for m in ([fixed_mb] if fixed_mb is not None else divisors(n)) if n % m == 0]
+               for n in per_gpu]
     counts = np.array([len(o) for o in options], dtype=np.int64)[dp_of.ravel()]
     table = np.zeros((len(options), max(1, max(len(o) for o in options))), dtype=np.int64)
     for i, o in enumerate(options):
@@ -364,7 +372,8 @@ def _candidates(s: PlanColumns, gb: int, fixed_mb: int | None) -> tuple[np.ndarr
     within = np.arange(plan_idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
     if not plan_idx.size:
         raise ConfigError(f"--fix micro_batch={fixed_mb} does not divide the sequences per GPU "
-                          f"of any plan; accepted: a divisor of global_batch({gb}) / dp")
+                          f"of any plan ({', '.join(map(str, sorted(set(per_gpu))))}); "
+                          "accepted: a divisor of global_batch / dp")
     return plan_idx, table[dp_of.ravel()[plan_idx], within]
 
 
@@ -381,6 +390,20 @@ def _order_owner(s: PlanColumns, plans: np.ndarray) -> np.ndarray:
     position[plans] = np.arange(plans.size)
     owner = position[same]
     return np.where(owner >= 0, owner, np.arange(plans.size))
+
+
+def _selective_method(spec: ModelSpec, space: SearchSpace) -> str | None:
+    """The selective recompute ``auto`` tries between none and full: Megatron's attention-core
+    ``selective``, or under a framework that runs only the per-op policy (torchtitan's
+    ``selective_ac_option = "op"``, :attr:`fsdpsim.plan.frameworks.Framework.supports`)
+    ``op-selective`` where the model's layers allow it (:func:`op_selective_refused`); None
+    when the framework runs neither."""
+    methods = space.supports.get("recompute", RECOMPUTES)
+    if "selective" in methods:
+        return "selective"
+    if "op-selective" in methods and not op_selective_refused(spec):
+        return "op-selective"
+    return None
 
 
 def _checkpoint_bytes(s: PlanColumns) -> float:
@@ -414,19 +437,20 @@ def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray) -> No
         lo[act] = np.where(ok, lo[act], mid)
 
 
-def _choice(s: PlanColumns, gb: int, plan: int, mb: int, rc_code: int, rl: float, tps: float,
+def _choice(s: PlanColumns, gb: np.ndarray, plan: int, mb: int, rc_code: int, rl: float, tps: float,
             peak: float, score: float) -> Choice:
-    """One candidate of the columns as a :class:`Choice` (its plan built and validated)."""
+    """One candidate of the columns as a :class:`Choice` (its plan built and validated);
+    ``gb``: each plan's global batch."""
     name = RECOMPUTES[int(rc_code)]
     L = int(s.layers_stage[plan])
     layers = None if rl < 0 or rl >= L or name == "none" else int(rl)
     return Choice(plan=s.plan(plan), micro_batch=int(mb),
-                  grad_accum=int(gb // s.dp[plan] // mb), recompute=name,
+                  grad_accum=int(gb[plan] // s.dp[plan] // mb), recompute=name,
                   recompute_layers=layers, tokens_per_s=float(tps), peak_bytes=float(peak),
                   score=float(score), layers_per_stage=L)
 
 
-def _top_plans(s: PlanColumns, cand, gb: int, top: int) -> list[Choice]:
+def _top_plans(s: PlanColumns, cand, gb: np.ndarray, top: int) -> list[Choice]:
     """Each plan's best candidate, the best ``top`` plans; ties: fewer recomputed layers, then
     smaller peak memory, then the enumeration order."""
     p, mb, rc, rl, tps, peak, score = cand
@@ -463,7 +487,7 @@ def _least_peak(s, gb, records, rc_name, rl, score) -> Choice | None:
     return _choice(s, gb, p, m, _RC[rc_name], rl, tps, peak, float(score(np.array([tps]))[0]))
 
 
-def _cut_off(s: PlanColumns, records, gb: int, best: float, score, shown: int = 3):
+def _cut_off(s: PlanColumns, records, gb: np.ndarray, best: float, score, shown: int = 3):
     """The fastest evaluated candidates that beat the best but cannot run, one per plan."""
     rows = []
     for p, m, rc_name, rl, out in records:

@@ -216,17 +216,18 @@ VARIANT_FIELDS = ("sharding", "vpp", "pp_schedule", "pp_first_layers", "pp_last_
 
 
 def enumerate_plans(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
-                    global_batch: int, space: SearchSpace) -> Iterator[ParallelPlan]:
+                    global_batch: int | None, space: SearchSpace) -> Iterator[ParallelPlan]:
     """Every plan of the space that the model, the GPU count and the global batch allow (each
     passes :class:`ParallelPlan`'s and :meth:`ParallelPlan.check_model`'s checks; a global
-    batch divisible by its data-parallel degree)."""
+    batch divisible by its data-parallel degree; ``global_batch`` None: each mesh trains
+    :func:`batch_of` its degree, which it divides)."""
     for family in enumerate_families(spec, num_gpus, gpus_per_node, seq_len, global_batch,
                                      space):
         yield from family.plans()
 
 
 def enumerate_families(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
-                       global_batch: int, space: SearchSpace) -> Iterator[Family]:
+                       global_batch: int | None, space: SearchSpace) -> Iterator[Family]:
     """The plans of :func:`enumerate_plans`, as :class:`Family` groups."""
     for tp, cp, pp, dp in meshes(spec, num_gpus, gpus_per_node, seq_len, global_batch, space):
         yield from _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
@@ -234,7 +235,7 @@ def enumerate_families(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_l
 
 
 def meshes(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
-           global_batch: int, space: SearchSpace) -> Iterator[tuple[int, int, int, int]]:
+           global_batch: int | None, space: SearchSpace) -> Iterator[tuple[int, int, int, int]]:
     """The (tp, cp, pp, dp) meshes the space's degree rules allow, before their families."""
     max_tp = space.max_tp or gpus_per_node
     for tp in _options(space, "tp", [d for d in divisors(num_gpus) if d <= max_tp]):
@@ -251,13 +252,25 @@ def meshes(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
                 if (num_gpus // (tp * cp)) % pp:
                     continue
                 dp = num_gpus // (tp * cp * pp)
-                if global_batch % dp:
+                if global_batch is not None and global_batch % dp:
                     continue
                 yield tp, cp, pp, dp
 
 
+def batch_of(global_batch: int | None, seq_len: int, dp):
+    """The global batch a mesh of data-parallel degree ``dp`` trains [sequences]: the given
+    one, or (None) the default of every command adjusted to ``dp``
+    (:func:`fsdpsim.plan.training.default_global_batch`, as predict adjusts it). ``dp`` may be
+    a numpy array (one batch each)."""
+    from fsdpsim.plan.training import default_global_batch
+
+    if global_batch is not None:
+        return global_batch
+    return default_global_batch(seq_len, dp)
+
+
 def check_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
-               global_batch: int, space: SearchSpace) -> None:
+               global_batch: int | None, space: SearchSpace) -> None:
     """Refuse, before any work, a space larger than :data:`MAX_CANDIDATES` (one line saying the
     estimate, the limit and how to narrow it)."""
     plans, candidates = estimate_size(spec, num_gpus, gpus_per_node, seq_len, global_batch,
@@ -267,7 +280,9 @@ def check_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
                 if n not in space.fixed and (n != "ep" or spec.is_moe)]
         orders = ", --default-mesh-order" if space.mesh_orders else ""
         raise ConfigError(
-            f"search space of {spec.name} on {num_gpus:,} GPUs with global_batch({global_batch}) "
+            f"search space of {spec.name} on {num_gpus:,} GPUs with "
+            + ("the default global batch " if global_batch is None
+               else f"global_batch({global_batch}) ") +
             f"is too large: up to {candidates:,} candidates ({plans:,} plans), more than the "
             f"{MAX_CANDIDATES:,} a search takes; narrow it with --fix (e.g. "
             + ", ".join(f"--fix {n}=..." for n in free[:3])
@@ -275,7 +290,7 @@ def check_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
 
 
 def estimate_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
-                  global_batch: int, space: SearchSpace) -> tuple[int, int]:
+                  global_batch: int | None, space: SearchSpace) -> tuple[int, int]:
     """An upper bound on (plans, candidates) of the space, counted per mesh without building a
     plan: data-parallel layouts x expert meshes x pipeline variants x SP/overlap/CP kinds x
     mesh orders (every permutation of the non-unit outer dimensions, of which the search keeps
@@ -306,7 +321,7 @@ def estimate_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: i
         n = sum(count * variants * (math.factorial(outer + extra) if space.mesh_orders else 1)
                 for count, extra in groups)
         plans += n
-        per_rank = global_batch // dp
+        per_rank = batch_of(global_batch, seq_len, dp) // dp
         candidates += n * (1 if "micro_batch" in fixed else len(divisors(per_rank)))
     return plans, candidates
 
@@ -452,6 +467,6 @@ def _reordered(plan: ParallelPlan, order: tuple[str, ...]) -> ParallelPlan:
 
 
 __all__ = ["SearchSpace", "Family", "VARIANT_FIELDS", "FIXABLE", "parse_fix", "enumerate_plans",
-           "enumerate_families", "meshes", "estimate_size", "stage_splits",
+           "enumerate_families", "meshes", "batch_of", "estimate_size", "stage_splits",
            "MIN_TOKENS_PER_CP_RANK", "MAX_VPP", "MAX_END_SHIFT", "MAX_CANDIDATES",
            "check_size"]
