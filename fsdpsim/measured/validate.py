@@ -103,7 +103,7 @@ from fsdpsim.engine.build import bf16_linear_share
 from fsdpsim.measured.rows import (PLAN_COLUMNS, cell, is_empty, row_setup, spec_for_row,
                                       whole_cell)
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.util.numbers import Rule, read_number
+from fsdpsim.util.numbers import TINY, Rule, read_number
 from fsdpsim.plan.parallel import (CP_KINDS, CUDA_GRAPHS, MOE_DISPATCHERS, PP_SCHEDULES,
                               TrainingConfig)
 from fsdpsim.drivers.predict import config_inputs, predict
@@ -368,7 +368,12 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
         read = np.empty(first.size, dtype=object)
         written = np.ones(first.size, dtype=bool)
         refused = np.zeros(first.size, dtype=bool)
-        for k, value in enumerate(values[rows[first]].tolist()):
+        cells = values[rows[first]].tolist()
+        for k in _plain_floats(cells, rule):  # read as read_number reads them
+            read[k] = cells[k]
+        for k, value in enumerate(cells):
+            if read[k] is not None:
+                continue
             if empty_ok and is_empty(value):
                 read[k] = float("nan")
             elif auto and isinstance(value, str) and value.strip().lower() == "auto" and \
@@ -391,6 +396,21 @@ def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
                     raise
                 frame.at[frame.index[position], "skip"] = str(exc)
         frame[column] = pd.Series(values, index=frame.index, dtype=object)
+
+
+def _plain_floats(cells: list, rule: Rule) -> np.ndarray:
+    """Positions of the cells that are Python floats :func:`read_number` gives back as they are
+    (finite, accepted by a rule for any number), found for all cells at once
+    (:meth:`fsdpsim.util.numbers.Rule.contains`, elementwise)."""
+    if rule.whole:
+        return np.zeros(0, dtype=int)
+    at = np.flatnonzero(np.fromiter((type(c) is float for c in cells), dtype=bool,
+                                    count=len(cells)))
+    x = np.array([cells[k] for k in at.tolist()], dtype=float)
+    with np.errstate(invalid="ignore"):
+        above = x > rule.lo if rule.lo_open else x >= rule.lo
+        ok = np.isfinite(x) & above & (x <= rule.hi) & ((x == 0) | (np.abs(x) >= TINY))
+    return at[ok]
 
 
 def _check_columns(frame: pd.DataFrame) -> None:

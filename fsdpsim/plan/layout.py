@@ -68,7 +68,12 @@ def _members(mesh: Mesh, dims: tuple[str, ...], domain_gpus: int) -> int:
     row-major mesh every dimension's stride exceeds the largest offset the group's inner
     dimensions reach, so each coordinate of the outermost dimension below ``domain // stride``
     holds the whole inner group, the next one part of it (recursing inwards), the rest none."""
-    degrees, step = dict(mesh), _strides(mesh)
+    return _members_of(dict(mesh), _strides(mesh), dims, domain_gpus)
+
+
+def _members_of(degrees: dict[str, int], step: dict[str, int], dims: tuple[str, ...],
+                domain_gpus: int) -> int:
+    """:func:`_members` with the mesh's degrees and strides given (read once per mesh)."""
     ordered = sorted((d for d in dims if degrees[d] > 1), key=lambda d: -step[d])
     inner = prod(degrees[d] for d in ordered)
     count, left = 0, domain_gpus
@@ -87,11 +92,11 @@ def _members(mesh: Mesh, dims: tuple[str, ...], domain_gpus: int) -> int:
 def _group_layout(mesh: Mesh, domain: int) -> dict[str, int]:
     """Size and members per scale-up domain of every group in :data:`GROUPS`:
     ``{"tp_size": 8, "tp_per_node": 8, ...}`` [-]."""
-    degrees = dict(mesh)
+    degrees, step = dict(mesh), _strides(mesh)
     out = {}
     for group, dims in GROUPS.items():
         out[f"{group}_size"] = prod(degrees[d] for d in dims)
-        out[f"{group}_per_node"] = _members(mesh, dims, domain)
+        out[f"{group}_per_node"] = _members_of(degrees, step, dims, domain)
     return out
 
 
@@ -104,7 +109,8 @@ def _pod_layout(mesh: Mesh, pod_gpus: int | None) -> dict[str, int]:
     sizes = {g: prod(degrees[d] for d in dims) for g, dims in GROUPS.items()}
     if not pod_gpus:
         return {f"{g}_per_pod": n for g, n in sizes.items()}
-    return {f"{g}_per_pod": _members(mesh, GROUPS[g], pod_gpus) for g in GROUPS}
+    step = _strides(mesh)
+    return {f"{g}_per_pod": _members_of(degrees, step, GROUPS[g], pod_gpus) for g in GROUPS}
 
 
 #: The expert groups (Megatron-Core's expert mesh, :mod:`fsdpsim.plan.parallel`): for one pipeline

@@ -48,7 +48,7 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
             "tokens_per_s": v["tokens_per_s"], "tokens_per_s_per_gpu": v["tokens_per_s_per_gpu"],
             "step_time_s": v["step_time_s"], "mfu": v["mfu"], "hfu": v["hfu"],
             "mfu_native": v["mfu_native"],
-            "peak_precision": p.to_dict()["utilisation"]["native_precision"],
+            "peak_precision": p.utilisation()["native_precision"],
             "peak_gib": v["peak_bytes"] / GIB_BYTES,
             "budget_gib": budget_gib, "gpu_memory_gib": v["capacity_bytes"] / GIB_BYTES,
             "above_default_budget": bool(v["peak_bytes"] > TIGHT_FRACTION
@@ -73,7 +73,7 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
             "recompute": c.recompute, "recompute_layers": c.recompute_layers,
             "layers_per_stage": c.layers_per_stage,
         })
-    time = best_p.to_dict()["time"]
+    time = best_p.values  # predict's "time" parts, without the rest of its report
     # the query's batch: the given one, or the default before each mesh's adjustment
     batch = training.global_batch or default_global_batch(training.seq_len)
     space = {"plans": sum(r.plans for _, r in results),
