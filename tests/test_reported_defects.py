@@ -145,16 +145,11 @@ def test_calibrate_known_framework_says_which_filter_left_nothing(capsys):
 
 
 # -- search spaces too large to search --------------------------------------------------------------
-@pytest.mark.parametrize("batch, says", [
-    (None, "the global batch must divide by the data-parallel degree"),
-    ("1048576", "too large: up to"),
-])
-def test_search_on_a_million_gpus_answers_without_building_the_plans(capsys, monkeypatch,
-                                                                      batch, says):
-    """DeepSeek-V3 on 2^20 GPUs ran for minutes: at the default batch (no plan) the
-    explanation built every plan at global batch = GPU count; at a batch of 2^20 the search
-    itself had tens of millions of candidates. Both now answer from the size estimate, before
-    a plan is built (building one fails this test)."""
+def test_search_on_a_million_gpus_at_a_batch_too_large_answers_before_building(capsys,
+                                                                               monkeypatch):
+    """DeepSeek-V3 on 2^20 GPUs at a batch of 2^20 has tens of millions of candidates: the
+    search refuses from its size estimate, before a plan is built (building one fails this
+    test)."""
     import fsdpsim.drivers.search.run as search_module
     import fsdpsim.drivers.search.explain as explain
 
@@ -162,16 +157,20 @@ def test_search_on_a_million_gpus_answers_without_building_the_plans(capsys, mon
         raise AssertionError("plans were built")
 
     monkeypatch.setattr(explain, "enumerate_plans", refuse)
-    if batch:
-        monkeypatch.setattr(search_module, "enumerate_families", refuse)
-    args = ["search", "--model", "deepseek-v3", "--num-gpus", "1048576"]
-    line = assert_one_line_error(*run(capsys, *args, *(["--global-batch", batch] if batch
-                                                       else [])))
-    assert says in line, line
-    if batch:
-        assert "20,000,000" in line and "--fix" in line
-    else:
-        assert "nearest feasible: --global-batch 2048" in line
+    monkeypatch.setattr(search_module, "enumerate_families", refuse)
+    line = assert_one_line_error(*run(capsys, "search", "--model", "deepseek-v3", "--num-gpus",
+                                      "1048576", "--global-batch", "1048576"))
+    assert "too large: up to" in line and "20,000,000" in line and "--fix" in line
+
+
+@pytest.mark.slow  # about 10 s
+def test_search_on_a_million_gpus_at_the_default_batch_ranks_plans(capsys):
+    """At the default batch each mesh trains the batch moved to its data-parallel degree, so
+    DeepSeek-V3 on 2^20 GPUs gets ranked plans, each with the batch it trains stated."""
+    rc, out, err = run(capsys, "search", "--model", "deepseek-v3", "--num-gpus", "1048576",
+                       "--top", "1")
+    assert rc == 0, err
+    assert " 1. " in out and "trains global batch 1,048,576 sequences" in out
 
 
 @pytest.mark.parametrize("model, gpus", [("llama3-8b", 64), ("gpt3-175b", 256),

@@ -30,8 +30,7 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.plan.training import AUTO_RECOMPUTES
-from fsdpsim.engine.build import (config_inputs, model_inputs,  # noqa: F401 (re-exported)
+from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs,  # noqa: F401 (re-exported)
                             plan_inputs, pod_inputs, system_inputs, training_inputs)
 from fsdpsim.drivers.interval import (MEASURED_NODES, NEAR_LIMIT_RATIO_LOW,  # noqa: F401 (re-exported)
                               NEAR_LIMIT_SHARE, comm_uncertainty, faster_ratio,
@@ -376,7 +375,8 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         mbs = divisors(per_gpu)
     else:
         mbs = list(AUTO_MICRO_BATCHES)
-    recomputes = [training.recompute] if training.recompute else list(AUTO_RECOMPUTES)
+    recomputes = ([training.recompute] if training.recompute
+                  else list(auto_recomputes(plan.framework, spec)))
     mb_grid, rc_grid = np.meshgrid(np.array(mbs, dtype=float),
                                    np.array([engine.RECOMPUTE_CODES[r] for r in recomputes]),
                                    indexing="ij")

@@ -545,3 +545,23 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
          **framework_inputs(spec, system, plan, training.precision)}
     x.update(moe_inputs.stage_inputs(spec, plan))
     return x
+
+
+def framework_recomputes(framework: str) -> tuple[str, ...]:
+    """The recompute modes an automatic ``recompute`` tries, in order, under ``framework``:
+    the profile's own modes where it declares them (torchtitan's none, op-level selective and
+    full: :attr:`fsdpsim.plan.frameworks.Framework.supports`), else
+    :data:`fsdpsim.plan.training.AUTO_RECOMPUTES`. predict, sweep and search choose among the
+    same modes."""
+    from fsdpsim.plan.frameworks import profile
+    from fsdpsim.plan.training import AUTO_RECOMPUTES
+
+    modes = dict(profile(framework).supports).get("recompute")
+    return AUTO_RECOMPUTES if modes is None else tuple(modes)
+
+
+def auto_recomputes(framework: str, spec: ModelSpec) -> tuple[str, ...]:
+    """:func:`framework_recomputes` for ``spec``: op-level selective only where
+    :func:`op_selective_refused` allows it."""
+    return tuple(m for m in framework_recomputes(framework)
+                 if m != "op-selective" or op_selective_refused(spec) is None)

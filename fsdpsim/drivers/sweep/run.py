@@ -33,8 +33,7 @@ from fsdpsim.drivers import sensitivity
 from fsdpsim.drivers.sweep.grid import Grid, default_global_batch
 from fsdpsim.plan.frameworks import profile
 from fsdpsim.plan.parallel import RECOMPUTES, SHARDINGS
-from fsdpsim.plan.training import AUTO_RECOMPUTES
-from fsdpsim.engine.build import op_selective_refused
+from fsdpsim.engine.build import framework_recomputes, op_selective_refused
 from fsdpsim.drivers.predict import AUTO_MICRO_BATCHES, comm_uncertainty, divisors, slower_twin
 from fsdpsim.drivers.sweep.columns import INT_COLUMNS, _columns_of, _first_reason
 from fsdpsim.drivers.sweep.tables import _Tables, _gather
@@ -50,7 +49,7 @@ def estimated_candidates(grid: Grid) -> int:
     """Configurations a sweep evaluates: points times the candidates of the free knobs (a
     global batch's divisors are counted as the nine default micro-batches)."""
     per_point = ((len(SHARDINGS) if grid.shardings is None else 1)
-                 * (len(AUTO_RECOMPUTES) if grid.recomputes is None else 1)
+                 * (len(framework_recomputes(grid.framework)) if grid.recomputes is None else 1)
                  * (len(AUTO_MICRO_BATCHES) if grid.micro_batches is None else 1))
     return grid.n_points * per_point
 
@@ -137,7 +136,9 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     # a fixed sharding: its plan's reason; auto: valid when some strategy's plan is (each
     # candidate strategy is then one whose plan is valid, as predict's auto sharding does)
     plan_ok = t.plan_ok[p["g"], p["h"], p["ly"]]  # (points, shardings), from the small table
-    if grid.shardings is None:
+    if grid.shardings is None:  # auto: the strategies the framework runs (search's rule)
+        runs = dict(profile(grid.framework).supports).get("sharding", SHARDINGS)
+        plan_ok = plan_ok & np.array([sh in runs for sh in SHARDINGS])
         reasons = np.where(plan_ok.any(axis=1), None, t.plan_reason[p["g"], p["h"], p["ly"], 0])
     else:
         reasons = t.plan_reason[p["g"], p["h"], p["ly"], sh_code]
@@ -163,7 +164,8 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
     valid = np.equal(reasons, None)
 
     # ---- candidates of the valid points, evaluated --------------------------------------------
-    c = _expand(grid, valid, sh_code, per_gpu, mb_fixed, rc_code, plan_ok)
+    c = _expand(grid, valid, sh_code, per_gpu, mb_fixed, rc_code, plan_ok,
+                _auto_recompute_codes(grid, t, p))
     c["accum"] = np.where(has_gb[c["owner"]], per_gpu[c["owner"]] / c["mb"], 1.0)
     seq = np.array(grid.seq_lens, dtype=float)[p["sq"]]
 
@@ -234,8 +236,23 @@ def _slower_twins(t: _Tables, p, c, chosen: Callable[[np.ndarray], dict],
     return out
 
 
+def _auto_recompute_codes(grid: Grid, t, p: dict) -> np.ndarray:
+    """(points, k) recompute codes an automatic recompute tries at each point: the
+    framework's modes (:func:`fsdpsim.engine.build.auto_recomputes`, predict's), with a model
+    that cannot run op-level selective trying ``none`` in its place (a repeated candidate: the
+    first of equals wins, so the choice is predict's)."""
+    modes = framework_recomputes(grid.framework)
+    codes = np.tile(np.array([RECOMPUTES.index(m) for m in modes]), (p["m"].size, 1))
+    if "op-selective" in modes:
+        refused = np.array([op_selective_refused(s) is not None for s in t.specs])
+        at = refused[t.spec_of[p["m"], p["sq"]]]
+        column = modes.index("op-selective")
+        codes[at, column] = RECOMPUTES.index("none")
+    return codes
+
+
 def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code,
-            plan_ok) -> dict[str, np.ndarray]:
+            plan_ok, auto_rc) -> dict[str, np.ndarray]:
     """Candidates of the valid points in predict's order (sharding, micro-batch, recompute):
     the owning point, sharding code, micro-batch and recompute code of each. An automatic
     sharding tries the strategies whose plan is valid at the point (``plan_ok``)."""
@@ -260,10 +277,10 @@ def _expand(grid: Grid, valid, sh_code, per_gpu, mb_fixed, rc_code,
         owner, sh = owner[row], sh[row]
     else:
         mb = mb_fixed[owner]
-    if grid.recomputes is None:  # auto: the codes of AUTO_RECOMPUTES, RECOMPUTES' first three
-        k = len(AUTO_RECOMPUTES)
+    if grid.recomputes is None:  # auto: the framework's modes at each point (auto_rc)
+        k = auto_rc.shape[1]
+        rc = auto_rc[owner].reshape(-1)
         owner, sh, mb = np.repeat(owner, k), np.repeat(sh, k), np.repeat(mb, k)
-        rc = np.tile(np.arange(k), owner.size // k)
     else:
         rc = rc_code[owner]
     return {"owner": owner, "sh": sh, "mb": mb, "rc": rc}
