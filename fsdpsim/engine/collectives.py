@@ -39,6 +39,7 @@ class _Candidates(dict):
     def __init__(self, g, r, name):
         super().__init__()
         self._g, self._r, self._name, self._busbw = g, r, name, None
+        self._subsets: dict[bytes, _Candidates] = {}
 
     def __missing__(self, key):
         g, name = self._g, self._name
@@ -52,8 +53,13 @@ class _Candidates(dict):
         return value
 
     def rows(self, idx):
-        """The same group on the rows ``idx`` only (a strategy's rows of a mixed grid)."""
-        return _Candidates(_Rows(self._g, idx), _Rows(self._r, idx), self._name)
+        """The same group on the rows ``idx`` only (a strategy's rows of a mixed grid); built
+        once per set of rows (a MoE stage costs its dense, MoE and ZeRO-1 units on one group)."""
+        key = idx.tobytes()
+        if key not in self._subsets:
+            self._subsets[key] = _Candidates(_Rows(self._g, idx), _Rows(self._r, idx),
+                                             self._name)
+        return self._subsets[key]
 
 
 def take(x, idx):
