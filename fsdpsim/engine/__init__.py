@@ -80,10 +80,10 @@ GROUP_ROWS = 2 * groups.MIN_GROUP_ROWS
 def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast); see :func:`_evaluate`.
 
-    A large input (:data:`GROUP_ROWS` configurations and more) is evaluated by group of rows
-    that take the same branches (:mod:`.groups`), block by block (at most :data:`BLOCK_ROWS`
-    rows), each input that is one value in a block passed as that value. Results are
-    identical to one call on all rows.
+    A large input is evaluated block by block (:data:`BLOCK_ROWS` consecutive rows), a block
+    of :data:`GROUP_ROWS` configurations and more by group of rows that take the same branches
+    (:mod:`.groups`), each input that is one value in a group passed as that value. Results
+    are identical to one call on all rows.
     """
     shapes = {np.shape(v) for v in x.values() if type(v) not in _ONE_VALUE}
     shape = np.broadcast_shapes(*shapes) if shapes else ()
@@ -94,27 +94,18 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         return _evaluate(x)
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
-    if n <= BLOCK_ROWS and (parts := groups.split(flat, n)) is not None:
-        return {k: v.reshape(shape) for k, v in _evaluate_groups(flat, n, parts).items()}
-    flat = groups.constants(flat)  # one value for all rows: not gathered, computed once
-    parts = groups.split(flat, n) if n > BLOCK_ROWS else None
-    if parts is None and n <= BLOCK_ROWS:  # one block: its outputs are the result
-        out = _evaluate(flat)
-        return {k: (v.reshape(shape) if np.shape(v) == (n,) else
-                    np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
-    # Each block's outputs go straight into the full arrays, not kept until the end.
-    result: dict[str, np.ndarray] = {}
-    for rows in parts or (None,):
-        for start in range(0, n if rows is None else rows.size, BLOCK_ROWS):
-            if rows is None:
-                block = slice(start, min(start + BLOCK_ROWS, n))
-            else:  # ascending rows: the gather streams through memory
-                block = rows[start:start + BLOCK_ROWS]
-            take = (lambda v: v[block]) if rows is None else (lambda v: v.take(block))
-            out = _evaluate(groups.constants({k: (take(v) if np.ndim(v) else v)
+    if n > BLOCK_ROWS:  # block by block, each grouped on its own; outputs straight into place
+        result: dict[str, np.ndarray] = {}
+        for start in range(0, n, BLOCK_ROWS):
+            rows = slice(start, min(start + BLOCK_ROWS, n))
+            _store(result, n, rows, evaluate({k: (v[rows] if np.ndim(v) else v)
                                               for k, v in flat.items()}))
-            _store(result, n, block, out)
-    return {k: v.reshape(shape) for k, v in result.items()}
+        return {k: v.reshape(shape) for k, v in result.items()}
+    if (parts := groups.split(flat, n)) is not None:
+        return {k: v.reshape(shape) for k, v in _evaluate_groups(flat, n, parts).items()}
+    out = _evaluate(groups.constants(flat))  # one value for all rows: computed once
+    return {k: (v.reshape(shape) if np.shape(v) == (n,) else
+                np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
 
 
 def _evaluate_groups(flat: Mapping[str, object], n: int,
