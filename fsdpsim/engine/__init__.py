@@ -80,10 +80,10 @@ GROUP_ROWS = 2 * groups.MIN_GROUP_ROWS
 def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast); see :func:`_evaluate`.
 
-    A large input (:data:`GROUP_ROWS` configurations and more) is evaluated by group of rows
-    that take the same branches (:mod:`.groups`), block by block (at most :data:`BLOCK_ROWS`
-    rows), each input that is one value in a block passed as that value. Results are
-    identical to one call on all rows.
+    A large input is evaluated block by block (:data:`BLOCK_ROWS` consecutive rows), a block
+    of :data:`GROUP_ROWS` configurations and more by group of rows that take the same branches
+    (:mod:`.groups`), each input that is one value in a group passed as that value. Results
+    are identical to one call on all rows.
     """
     shapes = {np.shape(v) for v in x.values() if type(v) not in _ONE_VALUE}
     shape = np.broadcast_shapes(*shapes) if shapes else ()
@@ -94,26 +94,52 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         return _evaluate(x)
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
-    if n >= GROUP_ROWS:  # one value for all rows: not gathered, computed once
-        flat = groups.constants(flat)
-    parts = groups.split(flat, n) if n >= GROUP_ROWS else None
-    if parts is None and n <= BLOCK_ROWS:  # one block: its outputs are the result
-        out = _evaluate(flat)
-        return {k: (v.reshape(shape) if np.shape(v) == (n,) else
-                    np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
-    # Each block's outputs go straight into the full arrays, not kept until the end.
-    result: dict[str, np.ndarray] = {}
-    for rows in parts or (None,):
-        for start in range(0, n if rows is None else rows.size, BLOCK_ROWS):
-            if rows is None:
-                block = slice(start, min(start + BLOCK_ROWS, n))
-            else:  # ascending rows: the gather streams through memory
-                block = rows[start:start + BLOCK_ROWS]
-            take = (lambda v: v[block]) if rows is None else (lambda v: v.take(block))
-            out = _evaluate(groups.constants({k: (take(v) if np.ndim(v) else v)
-                                              for k, v in flat.items()}))
-            _store(result, n, block, out)
-    return {k: v.reshape(shape) for k, v in result.items()}
+    if n > BLOCK_ROWS:  # block by block, each grouped on its own; outputs straight into place
+        result: dict[str, np.ndarray] = {}
+        for start in range(0, n, BLOCK_ROWS):
+            rows = slice(start, min(start + BLOCK_ROWS, n))
+            block = {k: (v[rows] if np.ndim(v) else v) for k, v in flat.items()}
+            size = rows.stop - start
+            parts = groups.split(block, size) if size >= GROUP_ROWS else None
+            if parts is None:
+                _store(result, n, rows, _evaluate(groups.constants(block)))
+            else:  # each group's outputs straight into place
+                _evaluate_groups(block, n, [p + start for p in parts], parts, result)
+        return {k: v.reshape(shape) for k, v in result.items()}
+    if (parts := groups.split(flat, n)) is not None:
+        return {k: v.reshape(shape) for k, v in _evaluate_groups(flat, n, parts).items()}
+    out = _evaluate(groups.constants(flat))  # one value for all rows: computed once
+    return {k: (v.reshape(shape) if np.shape(v) == (n,) else
+                np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
+
+
+def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray],
+                     local: list[np.ndarray] | None = None,
+                     result: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """:func:`_evaluate` on each group of rows ``parts`` of the ``n`` rows of ``flat`` (one
+    block), gathered and stored column by column: each input column is read from memory once
+    for all groups (it stays in cache between its groups' gathers; group by group, every group
+    reads every cache line of every column again: measured 1.9x quicker gathers on 65,536
+    rows of bench_sweep's hybrid mix), and each output column written once. ``local``: the
+    groups' rows in ``flat`` where ``parts`` are their rows in ``result`` (a block of a larger
+    input, its outputs stored in place)."""
+    blocks: list[dict[str, object]] = [{} for _ in parts]
+    for k, v in flat.items():
+        v = groups.one_value(v)  # one value for all rows: not gathered, computed once
+        if np.ndim(v):
+            for block, rows in zip(blocks, parts if local is None else local):
+                block[k] = groups.one_value(v.take(rows))  # checked while in cache
+        else:
+            for block in blocks:
+                block[k] = v
+    outs = [_evaluate(block) for block in blocks]
+    keys = dict.fromkeys(k for out in outs for k in out)
+    result = {} if result is None else result
+    for k in keys:
+        for rows, out in zip(parts, outs):
+            if k in out:
+                _store(result, n, rows, {k: out[k]})
+    return result
 
 
 def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object]) -> None:
@@ -126,10 +152,7 @@ def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object
             result[k] = np.empty(n, dtype=dtype)
         elif dtype != result[k].dtype:
             result[k] = result[k].astype(np.result_type(result[k].dtype, dtype))
-        if isinstance(rows, slice):
-            result[k][rows] = v
-        else:  # np.put: a fifth quicker than indexed assignment (a scalar is repeated)
-            np.put(result[k], rows, v)
+        result[k][rows] = v  # indexed assignment: 2.5-3x quicker than np.put (numpy 2)
 
 
 def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:

@@ -75,11 +75,14 @@ def split(x: Mapping[str, object], n: int) -> list[np.ndarray] | None:
 def constants(x: Mapping[str, object]) -> dict[str, object]:
     """``x`` with every array input whose entries are all one value (bit for bit: a column of
     NaN too, -0.0 apart from 0.0) replaced by that value."""
-    out = {}
-    for key, v in x.items():
-        if type(v) is np.ndarray and v.ndim == 1 and v.size > 1:
-            bits = v.view(np.int64) if v.dtype == np.float64 else v
-            if bits[-1] == bits[0] and not np.count_nonzero(bits != bits[0]):
-                v = v[0]
-        out[key] = v
-    return out
+    return {key: one_value(v) for key, v in x.items()}
+
+
+def one_value(v):
+    """``v``'s one value where ``v`` is a flat array whose entries are all that value (bit for
+    bit), else ``v`` itself."""
+    if type(v) is np.ndarray and v.ndim == 1 and v.size > 1:
+        bits = v.view(np.int64) if v.dtype == np.float64 else v
+        if bits[-1] == bits[0] and not np.count_nonzero(bits != bits[0]):
+            return v[0]
+    return v
