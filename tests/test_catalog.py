@@ -50,6 +50,7 @@ CLUSTER_IDS = [
 # Line rate per GPU, one direction [Gb/s], worked out by hand from the node's NICs:
 # nics_per_node x Gb/s per NIC / GPUs per node. Every built-in node must be listed here.
 NODE_GBIT_PER_GPU = {
+    "tpu-v5p-pod": 50.0,  # Google: DCN 50 Gb/s per chip
     "dgx-1-v100-16gb": 50,       # 4 x EDR 100 / 8
     "dgx-1-v100-32gb": 50,
     "dgx-a100-40gb": 200,        # 8 x HDR 200 / 8
@@ -297,8 +298,18 @@ DEFAULT_NODES = {
     "h200-sxm-141gb": "dgx-h200", "gh200-96gb": "jupiter-node", "b200": "dgx-b200",
     "b300": "dgx-b300", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72",
     "mi250x": "frontier-node", "mi300x": "mi300x-node", "gaudi2": "gaudi2-hls",
-    "gaudi3": "gaudi3-node",
+    "gaudi3": "gaudi3-node", "tpu-v5p": "tpu-v5p-pod",
 }
+
+
+def test_tpu_v5p_joins_slices_over_its_50_gbps_per_chip_dcn(builtin):
+    """TPU v5p: the pod's 8,960 chips on ICI; beyond it the data center network at Google's
+    50 Gb/s per chip (docs.cloud.google.com/tpu/docs/v5p), not an InfiniBand NIC per chip."""
+    from fsdpsim.hardware.system import resolve_system
+
+    system = resolve_system(builtin, gpu="tpu-v5p")
+    assert system.gpus_per_node == 8960 and system.network.id == "gcp-dcn-v5p"
+    assert system.inter_node_bandwidth_bytes_per_s_per_gpu == pytest.approx(50e9 / 8)
 
 
 def test_default_nodes_are_hand_checked(builtin):

@@ -178,8 +178,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "node": {
         **_COMMON,
         "accelerator": Field(str),
-        "gpus_per_node": Field(int, True, 1, 1024),
-        "nics_per_node": Field(_NUM, True, 0.25, 1024),
+        # a scale-up domain: up to a TPU pod's ICI torus (v5p: 8,960 chips)
+        "gpus_per_node": Field(int, True, 1, 16_384),
+        "nics_per_node": Field(_NUM, True, 0.25, 16_384),
         "network": Field(str),
         "intra_node_link": {k: Field(f.types, False, f.lo, f.hi, f.choices, f.unit)
                             for k, f in _LINK.items()},
