@@ -92,8 +92,16 @@ def test_a_failing_build_caches_nothing(tmp_path, cache):
 
 
 def test_builtin_catalogs_read_through_the_cache_equal_a_fresh_read(tmp_path, monkeypatch):
+    import functools
+
     from fsdpsim.hardware import catalog as hardware
     from fsdpsim.model import catalog as models
+
+    # private memoised readers for this test: the process's own (which other modules' presets
+    # were taken from) stay as they are
+    monkeypatch.setattr(hardware, "_load_cached",
+                        functools.lru_cache(maxsize=8)(hardware._load_cached.__wrapped__))
+    monkeypatch.setattr(models, "builtin", functools.cache(models.builtin.__wrapped__))
 
     def read():
         hardware._load_cached.cache_clear()
@@ -108,5 +116,3 @@ def test_builtin_catalogs_read_through_the_cache_equal_a_fresh_read(tmp_path, mo
     stored, cached = read(), read()
     assert fresh == stored == cached
     assert len(os.listdir(tmp_path / "cache")) == 2
-    hardware._load_cached.cache_clear()
-    models.builtin.cache_clear()
