@@ -21,7 +21,7 @@ def default_batch(value: str | None, seq_len: int, dp: int = 1) -> tuple[int, st
     base, batch = default_global_batch(seq_len), default_global_batch(seq_len, dp)
     moved = (f"; {base:,} is not a multiple of dp x micro-batch ({dp:,}), so the nearest one"
              if batch != base else "")
-    return batch, (f"global batch {batch:,} sequences ({batch * seq_len / 2**20:.1f}M tokens per "
+    return batch, (f"global batch {batch:,} sequences ({batch * seq_len / 1e6:.1f}M tokens per "
                    f"step): the default of every command, {DEFAULT_BATCH_RULE}{moved}; "
                    "--global-batch sets another")
 
