@@ -395,6 +395,27 @@ def measure_memory(case: MemoryCase) -> Measurement:
                            n_param_tensors=len(params), wall_s=time.perf_counter() - t0)
 
 
+@contextlib.contextmanager
+def saved_storages(params: set[int]) -> Iterator[dict[int, int]]:
+    """``torch.autograd.graph.saved_tensors_hooks`` that record the bytes of each storage a
+    saved tensor lives in, by storage id, the ``params`` storage ids left out; yields that
+    dict (filled while the block runs). The saved tensors are held until the context ends, so
+    a freed storage's id is not reused for another."""
+    torch = _torch()
+    seen: dict[int, int] = {}
+    keep = []
+
+    def pack(t):
+        key = t.untyped_storage()._cdata
+        if key not in params:
+            seen.setdefault(key, t.untyped_storage().nbytes())
+            keep.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield seen
+
+
 def saved_bytes_per_layer(case: MemoryCase) -> int:
     """Bytes one block of ``case`` saves for backward in bf16 on CPU [B].
 
@@ -416,17 +437,7 @@ def saved_bytes_per_layer(case: MemoryCase) -> int:
         params = {p.untyped_storage()._cdata for p in block.parameters()}
         x = torch.randn(case.micro_batch, case.seq_len, spec.d_model, dtype=torch.bfloat16,
                         requires_grad=True)
-        seen: dict[int, int] = {}
-        keep = []
-
-        def pack(t):
-            key = t.untyped_storage()._cdata
-            if key not in params:
-                seen.setdefault(key, t.untyped_storage().nbytes())
-                keep.append(t)  # hold it so a freed storage's address is not reused
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with saved_storages(params) as seen:
             if case.recompute == "full":
                 checkpoint(block, x, use_reentrant=False)
             else:

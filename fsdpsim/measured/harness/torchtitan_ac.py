@@ -99,29 +99,21 @@ def op_selective_saved_bytes(spec, micro_batch: int, seq_len: int,
 
     from fsdpsim.measured.harness.reference import build_reference_model
 
+    from fsdpsim.measured.harness.fake_memory import saved_storages
+
     one = dataclasses.replace(spec, n_layers=1)
     cached: dict[int, int] = {}
-    hooked: dict[int, int] = {}
     with FakeTensorMode():
         block = build_reference_model(one, dtype=torch.bfloat16, device="cpu",
                                       attention=attention).blocks[0]
         params = {p.untyped_storage()._cdata for p in block.parameters()}
         x = torch.randn(micro_batch, seq_len, one.d_model, dtype=torch.bfloat16,
                         requires_grad=True)
-        keep = []
-
-        def pack(t):
-            key = t.untyped_storage()._cdata
-            if key not in params:
-                hooked.setdefault(key, t.untyped_storage().nbytes())
-                keep.append(t)  # hold it so a freed storage's address is not reused
-            return t
-
         policy = op_policy(cached)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with saved_storages(params) as hooked:
             out = checkpoint(block, x, use_reentrant=False,
                              context_fn=lambda: create_selective_checkpoint_contexts(policy))
-        del out
+            del out
     only_cached = {k: v for k, v in cached.items() if k not in hooked and k not in params}
     return {"input": sum(hooked.values()), "cached": sum(only_cached.values()),
             "total": sum(hooked.values()) + sum(only_cached.values())}
