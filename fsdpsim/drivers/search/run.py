@@ -51,7 +51,7 @@ from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
 from fsdpsim.drivers.predict import divisors
 from fsdpsim.drivers.search import bounds
-from fsdpsim.engine.build import op_selective_refused
+from fsdpsim.engine.build import auto_recomputes, op_selective_refused
 from fsdpsim.drivers.search.columns import PlanColumns
 from fsdpsim.drivers.search.space import (SearchSpace, batch_of, check_size,
                                           enumerate_families)
@@ -393,17 +393,12 @@ def _order_owner(s: PlanColumns, plans: np.ndarray) -> np.ndarray:
 
 
 def _selective_method(spec: ModelSpec, space: SearchSpace) -> str | None:
-    """The selective recompute ``auto`` tries between none and full: Megatron's attention-core
-    ``selective``, or under a framework that runs only the per-op policy (torchtitan's
-    ``selective_ac_option = "op"``, :attr:`fsdpsim.plan.frameworks.Framework.supports`)
-    ``op-selective`` where the model's layers allow it (:func:`op_selective_refused`); None
-    when the framework runs neither."""
-    methods = space.supports.get("recompute", RECOMPUTES)
-    if "selective" in methods:
-        return "selective"
-    if "op-selective" in methods and not op_selective_refused(spec):
-        return "op-selective"
-    return None
+    """The selective recompute ``auto`` tries between none and full: the framework's own
+    (:func:`fsdpsim.engine.build.auto_recomputes`, as predict and sweep choose: Megatron's
+    attention-core ``selective``, torchtitan's per-op ``op-selective`` where the model's
+    layers allow it); None when the framework runs neither."""
+    middle = [m for m in auto_recomputes(space.framework, spec) if m not in ("none", "full")]
+    return middle[0] if middle else None
 
 
 def _checkpoint_bytes(s: PlanColumns) -> float:
