@@ -140,8 +140,6 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     from fsdpsim.cli.predict import (_auto_int, build_system, kernel_knobs, model_at,
                                      precision_for)
     from fsdpsim.drivers.search.run import budget_system, search
-    from fsdpsim.drivers.sweep.values import one_price
-    from fsdpsim.hardware.catalog import load_catalog
     from fsdpsim.drivers.search.space import SearchSpace, parse_fix
     from fsdpsim.plan.parallel import TrainingConfig
 
@@ -161,8 +159,7 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     results, systems, budgets = [], {}, {}
     for n in counts:
         systems[n] = build_system(ctx, **{**o, "num_gpus": n})
-    price = one_price(o["price"], load_catalog(ctx.obj.get("catalog_dirs", ())),
-                      systems[counts[0]].accelerator.id)
+    price = search_price(ctx, o, systems[counts[0]])
     for n in counts:
         budgets[n] = budget_system(systems[n], o["memory_budget_gib"])
     if len(counts) > 1:  # each count's space is bounded in search(); the list's sum here
@@ -182,21 +179,26 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     return spec, systems, training, results, ranking if limited else ranking[:o["top"]]
 
 
-def plan_run(prediction, system, o: dict[str, Any]) -> dict[str, Any]:
-    """The cost, energy and time of a ranked plan as compare reports them
-    (:func:`fsdpsim.drivers.procurement.run_summary`)."""
-    from fsdpsim.drivers import procurement
+def search_price(ctx: click.Context, o: dict[str, Any], system) -> float | None:
+    """``--price`` for the searched GPU (the one reader of every command,
+    :func:`fsdpsim.drivers.sweep.values.one_price`); None: the catalog's."""
     from fsdpsim.drivers.sweep.values import one_price
     from fsdpsim.hardware.catalog import load_catalog
 
-    ctx = click.get_current_context(silent=True)
-    dirs = tuple(ctx.obj.get("catalog_dirs", ())) if ctx is not None and ctx.obj else ()
-    price = one_price(o["price"], load_catalog(dirs), system.accelerator.id)  # search's reader
+    return one_price(o["price"], load_catalog(ctx.obj.get("catalog_dirs", ())),
+                     system.accelerator.id)
+
+
+def plan_run(prediction, system, o: dict[str, Any], price: float | None) -> dict[str, Any]:
+    """The cost, energy and time of a ranked plan as compare reports them
+    (:func:`fsdpsim.drivers.procurement.run_summary`), at ``price`` (:func:`search_price`)."""
+    from fsdpsim.drivers import procurement
+
     return procurement.run_summary(procurement.prediction_run(
         prediction, system, procurement.read_run_options(o), price))
 
 
-def within(spec, systems: dict, training, ranking: list, o: dict[str, Any],
+def within(spec, systems: dict, training, ranking: list, o: dict[str, Any], price: float | None,
            deadline_days: float | None, budget_usd: float | None) -> list:
     """The ranked (choice, GPUs) whose whole run meets the limits, best first, at most
     ``--top``; none: a one-line error naming the closest plan."""
@@ -206,7 +208,7 @@ def within(spec, systems: dict, training, ranking: list, o: dict[str, Any],
 
     kept, closest = [], None
     for c, n in ranking:
-        summary = plan_run(predict_choice(spec, systems[n], c, training), systems[n], o)
+        summary = plan_run(predict_choice(spec, systems[n], c, training), systems[n], o, price)
         if within_limits(summary, deadline_days, budget_usd):
             kept.append((c, n))
             if len(kept) == o["top"]:
@@ -245,8 +247,9 @@ def register(cli: click.Group) -> None:
             o["gpu"] = "h100"
         limits = limited_objective(ctx, o)
         spec, systems, training, results, ranking = run_search(ctx, o)
+        price = search_price(ctx, o, next(iter(systems.values())))
         if any(x is not None for x in limits):
-            ranking = within(spec, systems, training, ranking, o, *limits)
+            ranking = within(spec, systems, training, ranking, o, price, *limits)
         best = ranking[0][0]
         if o["emit"] == "torchtitan":
             echo(torchtitan_toml(best, training), nl=False)
@@ -262,7 +265,7 @@ def register(cli: click.Group) -> None:
 
         report = report_dict(spec, systems[results[-1][0]], training, o, results, rows,
                              ctx.obj.get("catalog_dirs", ()),
-                             runs=[plan_run(p, systems[n], o) for (c, n), (_, p)
+                             runs=[plan_run(p, systems[n], o, price) for (c, n), (_, p)
                                    in zip(ranking, rows)], limits=limits)
         constrained = o["fix"] or o["max_tp"] or o["max_pp"] or not o["mesh_orders"]
         if o["explain"] and constrained:  # what the user's constraints cost
