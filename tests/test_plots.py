@@ -599,23 +599,21 @@ def _report_rows():
 
 
 def test_report_bandwidth_map_runs_the_rows_own_mesh():
-    """The map of a row whose searched plan the sweep can run is that plan's mesh (its TP
-    degree in every row of the map); one it cannot run (an uneven pipeline split) is FSDP, and
-    the caption says which."""
+    """The map of a row is that row's searched mesh (its TP and PP degrees in every row of the
+    map, an uneven pipeline split included: the sweep takes the framework's split), and the
+    caption names it."""
     from fsdpsim.report import html
 
     for row in _report_rows():
         caption, rows = html._bandwidth_map(row, TrainingConfig(seq_len=4096,
                                                                 global_batch=1024), plot_data)
         plan = row.prediction.plan
-        if "uneven pipeline split" in caption:
-            assert plan["pp"] > 1 and "FSDP" in caption
-        else:
-            assert plan["line"].split(" × ")[0].split("(")[0] in caption
+        assert "FSDP (" not in caption
+        assert plan["line"].split(" × ")[0].split("(")[0] in caption
         ran = rows[rows["mfu"].notna()]
         assert not ran.empty
-        tp = 1 if "uneven" in caption else plan["tp"]
-        assert (ran["plan.tp"].astype(int) == tp).all()
+        assert (ran["plan.tp"].astype(int) == plan["tp"]).all()
+        assert (ran["plan.pp"].astype(int) == plan["pp"]).all()
 
 
 def test_procurement_pareto_log_cost_axis_keeps_readable_right_ticks(cat):

@@ -624,3 +624,29 @@ def test_default_batch_moves_to_a_multiple_of_dp_instead_of_dropping_rows(cat):
     out = invoke("sweep", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "512..2048",
                  "--best")
     assert "1 row(s) whose data-parallel degree does not" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("args", [
+    # 126 layers over 8 stages: torchtitan's split (15, 16 x6, 15)
+    ("--model", "llama3-405b", "--num-gpus", "512", "--tp", "8", "--pp", "8"),
+    # Megatron's account-for-embedding/loss split, interleaved
+    ("--model", "llama3-405b", "--num-gpus", "512", "--tp", "8", "--pp", "8", "--vpp", "2",
+     "--pp-schedule", "interleaved", "--framework", "megatron"),
+    # 61 layers, 3 dense ones first: the stages' MoE layers counted by index, as predict
+    ("--model", "deepseek-v3", "--gpu", "h200", "--num-gpus", "512", "--tp", "2", "--pp", "4",
+     "--ep", "8", "--framework", "megatron", "--precision", "fp8")])
+def test_uneven_pipeline_split_row_equals_predict(args):
+    """Layers that do not divide over the stages: sweep takes the framework's split as predict
+    does (no row refused for it), every field equal, and its notes say the split."""
+    common = (*args, "--micro-batch", "1", "--recompute", "full", "--global-batch", "256")
+    text = invoke("sweep", *common)
+    assert "pipeline split of" in text and "layers per stage" in text
+    rows = json.loads(invoke("sweep", *common, "--format", "json"))
+    assert len(rows) == 1 and rows[0]["infeasible"] is None
+    predicted = json.loads(invoke("predict", *common, "--format", "json"))
+    assert any(n.startswith("pipeline split:") for n in predicted["notes"])
+    p = flatten(predicted)
+    diffs = {k: (v, rows[0].get(k, "absent")) for k, v in p.items()
+             if not k.startswith("chosen") and k not in ("notes", "advice", "fit_advice")
+             and not (_missing(v) and _missing(rows[0].get(k))) and rows[0].get(k) != v}
+    assert diffs == {}

@@ -123,8 +123,9 @@ def _figures(rows, data, training, run) -> tuple[list[tuple[str, str, str]], lis
 
 def _bandwidth_map(row, training, plot_data) -> tuple[str, Any]:
     """(caption, sweep rows) of one row's bandwidth map: the row's own mesh at every micro-batch and
-    bandwidth, or the FSDP plan where the sweep cannot evaluate that mesh (an uneven pipeline
-    split), said in the caption."""
+    bandwidth (with the framework's pipeline split where the row states its own: the sweep
+    takes no stated split), or the FSDP plan where the sweep cannot evaluate that mesh, said
+    in the caption."""
     import re
 
     spec, n, system = row.case.spec, row.case.num_gpus, row.case.system
@@ -139,11 +140,13 @@ def _bandwidth_map(row, training, plot_data) -> tuple[str, Any]:
 
     mesh = re.sub(r", m=\d+", "", plan["line"].split(" · ")[0])
     frame = rows(plot_data.plan_sweep_options(plan, run_training))
-    what = (f"the row's mesh ({mesh}; global batch {int(run_training['global_batch']):,})")
+    stated = any(plan.get(k) is not None
+                 for k in ("pp_first_layers", "pp_last_layers", "pp_layers"))
+    what = (f"the row's mesh ({mesh}; global batch {int(run_training['global_batch']):,}"
+            + ("; the framework's layer split, not the stated one" if stated else "") + ")")
     if not frame["mfu"].notna().any():
         frame = rows(None)
-        what = (f"FSDP (the row's mesh {mesh} has an uneven pipeline split, which the sweep "
-                "behind this map does not evaluate)")
+        what = f"FSDP (the sweep behind this map cannot evaluate the row's mesh {mesh})"
     caption = (f"Network: MFU of {spec.name} on {n:,} {system.accelerator.id} with {what}, seq "
                f"{training.seq_len:,}, over inter-node bandwidth per GPU and tokens per GPU per "
                "micro-batch; the dashed line is the bandwidth that hides the data-parallel "

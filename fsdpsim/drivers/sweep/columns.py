@@ -176,6 +176,14 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
     for name, key in DETAIL_COLUMNS.items():
         cols[name] = spread(value(key))
+    # the busiest middle stage's peak where an uneven split gives it more layers than the
+    # first (predict's memory.stages.middle; absent there otherwise: NaN here)
+    stage = t.stage_index(t.spec_of[p["m"], p["sq"]], p["ly"])[at]
+    heavier = t.stages["layers_mid"][stage] > t.stages["layers_first"][stage]
+    middle = np.full(at.size, np.nan)
+    if at.size and heavier.any():
+        middle[heavier] = out["peak_bytes_mid_stage"][heavier]
+    cols["memory.stages.middle"] = spread(middle)
     with np.errstate(invalid="ignore", divide="ignore"):  # invalid rows: NaN
         step = cols["step_time_s"]
         cols["time.moe_share"] = np.where(step > 0, cols["time.moe_s"] / step,

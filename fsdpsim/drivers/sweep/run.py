@@ -182,9 +182,8 @@ def _sweep_points(grid: Grid, t: _Tables, points: np.ndarray,
         _gather(t.training, at, x)
         x.update(seq_len=seq[o], micro_batch=c["mb"][rows], recompute=c["rc"][rows],
                  grad_accum=c["accum"][rows])
-        # Even pipeline stages (the model checks guarantee the split).
-        layers = x["n_layers"] / x["pp"]
-        x.update(layers_first=layers, layers_mid=layers, layers_last=layers)
+        # each stage's layers: the framework's split of the model over the layout, as predict
+        _gather(t.stages, t.stage_index(t.spec_of[p["m"][o], p["sq"][o]], p["ly"][o]), x)
         return x
 
     free = bool(grid.free)
@@ -298,7 +297,11 @@ def _evaluate(inputs: Callable[[np.ndarray], dict], n: int, eval_chunk: int, *, 
         parts.append({k: np.broadcast_to(y[k], rows.shape) for k in (keys or y)})
     if not parts:
         return {"fits": np.zeros(0, dtype=bool)}
-    return {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+    # an output only some blocks have (the busiest middle stage's memory of an uneven
+    # pipeline split): NaN in the others
+    names = dict.fromkeys(k for q in parts for k in q)
+    return {k: np.concatenate([q[k] if k in q else np.full(len(q["fits"]), np.nan)
+                               for q in parts]) for k in names}
 
 
 def _winners(owner: np.ndarray, out: dict[str, np.ndarray]) -> np.ndarray:

@@ -15,7 +15,7 @@ from fsdpsim.engine.build import (framework_constants, framework_model_inputs,
                                   framework_system_inputs, model_inputs, plan_inputs, pod_inputs,
                                   system_inputs, training_inputs)
 from fsdpsim.plan.frameworks import knob_default, profile, with_defaults
-from fsdpsim.engine.build_moe import uniform_keys
+from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
 from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
 from fsdpsim.plan.frameworks import plan_defaults
 from fsdpsim.drivers.predict import plan_summary
@@ -105,14 +105,23 @@ class _Tables:
         # 2 x CP): a reason per (spec, layout, sequence length).
         self.model_reason = np.full((len(self.specs), nl, len(grid.seq_lens)), None,
                                     dtype=object)
+        # Layers (and MoE layers) of the first, busiest middle and last pipeline stage per
+        # (spec, layout): the framework's split, even or not, as predict builds it
+        # (ParallelPlan.stage_layers, build_moe.stage_inputs).
+        self.stage_rows: dict[tuple[int, int], dict[str, float]] = {}
         for l, layout in enumerate(grid.layouts):
-            if layout == (1, 1, 1) and grid.ep == 1 and grid.etp in (None, 1):
-                continue
             tp, pp, cp = layout
             experts = grid.ep * (grid.etp or tp)  # a probe whose stage holds the expert mesh
             probe = ParallelPlan(num_gpus=tp * pp * cp * experts, gpus_per_node=1,
                                  **layout_options(grid, layout))
             for i, spec in enumerate(self.specs):
+                try:
+                    self.stage_rows[i, l] = stage_split_inputs(spec, probe)
+                except ConfigError as exc:  # every sequence length of the pair is invalid
+                    self.model_reason[i, l, :] = str(exc)
+                    continue
+                if layout == (1, 1, 1) and grid.ep == 1 and grid.etp in (None, 1):
+                    continue
                 for j, seq in enumerate(grid.seq_lens):
                     try:
                         probe.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
@@ -122,11 +131,16 @@ class _Tables:
                     except ConfigError as exc:
                         self.model_reason[i, l, j] = str(exc)
                         continue
-                    if spec.n_layers % (pp * probe.vpp):  # the sweep's stages are even
-                        self.model_reason[i, l, j] = (
-                            f"n_layers({spec.n_layers}) does not split evenly over pp({pp}) x "
-                            f"vpp({probe.vpp}); sweep evaluates even splits (predict and "
-                            "validate take uneven ones)")
+        # one row per (spec, layout), spec-major (stage_index); placeholders where the layers
+        # do not split (never evaluated)
+        rows = [self.stage_rows.get((i, l)) for i in range(len(self.specs)) for l in range(nl)]
+        template = next((r for r in rows if r is not None), {"layers_first": 1.0})
+        self.stages = _columns(uniform_keys([r if r is not None else dict.fromkeys(template, 1.0)
+                                             for r in rows]))
+
+    def stage_index(self, spec, layout):
+        """Row of the stage table for spec and layout codes."""
+        return spec * len(self.grid.layouts) + layout
 
     def plan_index(self, g, h, layout, sharding):
         """Row of the plan table for GPU-count, system, layout and sharding codes."""
@@ -189,6 +203,17 @@ def _bf16_share(framework: str, precision: str) -> float | None:
         raise ConfigError(f"--framework {framework}: a default of {layers} BF16 layers depends "
                           "on the model; sweep takes none or 0")
     return None if layers is None else 0.0
+
+
+def stage_split_inputs(spec, plan: ParallelPlan) -> dict[str, float]:
+    """The inputs predict's builders give ``plan`` for the layers of ``spec`` on the first,
+    busiest middle and last pipeline stage (:func:`~fsdpsim.engine.build.plan_inputs` with the
+    layer count, :func:`~fsdpsim.engine.build_moe.stage_inputs`): the framework's split, even
+    or not; a :class:`ConfigError` when the layers do not split."""
+    x = plan_inputs(plan, spec.n_layers)
+    return {**{k: float(x[k]) for k in ("layers_first", "layers_mid", "layers_last",
+                                         "mid_stage")},
+            **stage_inputs(spec, plan)}
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:

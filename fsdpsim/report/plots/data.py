@@ -353,11 +353,15 @@ def bandwidth_map_rows(model: str, gpu: str, *, num_gpus: int = 64,
 def plan_sweep_options(plan: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, Any]:
     """Sweep options that run the mesh of a predicted plan (``Prediction.plan`` and
     ``.training`` as mappings): sharding, TP/PP/CP/EP degrees and their switches, the schedule,
-    recompute and the global batch. Micro-batch and bandwidth are left to the map's axes; the
-    stage ends follow the sweep's default split (the sweep has no first/last-stage option)."""
+    recompute, the global batch and the framework (whose rule splits the layers over the
+    stages). Micro-batch and bandwidth are left to the map's axes; a stated split
+    (first/last-stage layers, per-rank counts) the sweep does not take: its stages follow the
+    framework's split."""
     out: dict[str, Any] = {
         "sharding": str(plan["sharding"]), "recompute": str(training["recompute"]),
         "global-batch": str(int(training["global_batch"]))}
+    if plan.get("framework"):
+        out["framework"] = str(plan["framework"])
     for name in ("tp", "pp", "cp", "vpp", "ep"):
         out[name] = str(int(plan[name]))
     if int(plan["ep"]) > 1 and plan.get("etp") is not None:
