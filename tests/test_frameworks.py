@@ -7,6 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from conftest import run
+
 from fsdpsim.plan import frameworks
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.util.errors import ConfigError
@@ -185,3 +187,26 @@ def test_fsdp1_pads_each_unit_once_fsdp2_every_parameter():
               for name in numel}
     assert values["fsdp1"]["all_gather_s"] < values["fsdp2"]["all_gather_s"]
     assert values["fsdp1"]["peak_bytes"] < values["fsdp2"]["peak_bytes"]
+
+
+def test_predict_says_when_the_framework_does_not_run_the_plan(capsys):
+    """The rules the search keeps to (supports and the cross-setting refusals) are predict's
+    note on a plan the framework does not run, and absent on one it runs."""
+    from fsdpsim.plan.frameworks import unsupported
+    from fsdpsim.plan.parallel import ParallelPlan
+
+    ddp_cp = ParallelPlan(num_gpus=64, gpus_per_node=8, sharding="none", tp=8, cp=2)
+    assert any("DDP with context parallelism" in r for r in unsupported("fsdp2", ddp_cp))
+    assert unsupported("megatron", ddp_cp) == []
+    zb = ParallelPlan(num_gpus=64, gpus_per_node=8, tp=8, pp=2, pp_schedule="zb-h1")
+    assert any("zb-h1" in r for r in unsupported("fsdp2", zb))
+    assert any("zb-h1" in r for r in unsupported("megatron", zb))
+    assert unsupported("fsdp1", zb) == []
+    runs = ParallelPlan(num_gpus=64, gpus_per_node=8, tp=8, pp=2)
+    assert unsupported("fsdp2", runs) == []
+    rc, out, _ = run(capsys, "predict", "--model", "llama3-70b", "--num-gpus", "64", "--plan",
+                     "ddp4 × cp2 × tp8(sp) · ckpt full · mb 1")
+    assert rc == 0 and "--framework fsdp2 does not run this plan as stated" in out
+    rc, out, _ = run(capsys, "predict", "--model", "llama3-70b", "--num-gpus", "64", "--tp", "8",
+                     "--pp", "2")
+    assert rc == 0 and "does not run this plan" not in out

@@ -43,11 +43,16 @@ def brute_force(spec, system, n, training, space):
         L = plan.stage_layers(spec.n_layers)[1] if plan.pp > 1 else spec.n_layers
         rows = []
         sel = _selective_method(spec, space)  # attention-core, or torchtitan's per-op policy
+        # the recomputed layer counts the framework can state: any (Megatron), those dividing
+        # the stage's layers without virtual stages (torchtitan's every n-th layer), or none
+        partial = space.supports.get("partial_recompute", (True,))[0]
+        counts = {True: range(1, L), False: range(0),
+                  "every-nth": [k for k in range(1, L) if L % k == 0 and plan.vpp == 1]}[partial]
         for mb in divisors(per_gpu):
             rows.append((mb, "none", -1))
             for rc in ("selective", "full"):
                 if rc != "selective" or sel == "selective":
-                    rows += [(mb, rc, k) for k in range(1, L)] + [(mb, rc, -1)]
+                    rows += [(mb, rc, k) for k in counts] + [(mb, rc, -1)]
             if sel == "op-selective":
                 rows.append((mb, "op-selective", -1))
         mb = np.array([r[0] for r in rows], dtype=float)
@@ -97,7 +102,7 @@ def test_tight_budget_finds_partial_recompute_and_predict_agrees():
 
     spec, system = get_model("gpt3-350m"), _system(budget_gib=3.0)
     training = TrainingConfig(seq_len=2048, global_batch=64)
-    result = search(spec, system, 16, training, top=10)
+    result = search(spec, system, 16, training, SearchSpace(framework="nanotron"), top=10)
     partial = [c for c in result.top if c.recompute_layers is not None]
     assert partial, [plan_line(c) for c in result.top]
     for c in result.top:
@@ -118,13 +123,53 @@ def test_space_holds_hybrid_dimensions():
     assert seen["tp"] == {1, 2, 4, 8}
     assert {1, 2, 4, 8} <= seen["pp"] and {1, 2, 4, 8} <= seen["cp"]
     assert {"full", "grad_op", "optimizer", "none", "hybrid"} == seen["sharding"]
-    assert {"1f1b", "interleaved", "zb-h1"} <= seen["pp_schedule"]
+    # Megatron-LM's schedules and rank order (its profile's supports)
+    assert seen["pp_schedule"] == {"1f1b", "interleaved"}
     assert seen["cp_kind"] == {"ring", "all2all"} and seen["tp_overlap"] == {False, True}
-    assert any(p.mesh_order != plans[0].mesh_order for p in plans)
+    assert {p.mesh_order for p in plans} == {plans[0].mesh_order}
+    # TP overlap only with sequence parallelism (--tp-comm-overlap needs it)
+    assert not any(p.tp_overlap and not p.sequence_parallel for p in plans)
     assert any(p.pp_first_layers is not None for p in plans)  # uneven end stages
     # every plan is valid and distinct
     assert len(set(plans)) == len(plans)
     assert all(p.tp * p.pp * p.cp * p.dp == 64 and 64 % p.dp == 0 for p in plans)
+
+
+def test_space_keeps_to_what_the_framework_runs():
+    """Under torchtitan's FSDP2 (the default) the space holds only plans torchtitan runs: its
+    schedules, TP with SP, ring CP, no DDP with CP, one mesh order; a framework that places
+    its mesh freely (FSDP1 with a user's device mesh) also gets the other orders and
+    zero-bubble schedules; ``--fix`` keeps what it fixes."""
+    spec = get_model("llama3-70b")
+    plans = list(enumerate_plans(spec, 64, 8, 8192, 64, SearchSpace()))
+    assert plans
+    assert {p.pp_schedule for p in plans if p.pp > 1} <= {"gpipe", "1f1b", "interleaved"}
+    assert all(p.sequence_parallel for p in plans if p.tp > 1)
+    assert {p.cp_kind for p in plans if p.cp > 1} == {"ring"}
+    assert not any(p.sharding == "none" and p.cp > 1 for p in plans)
+    assert not any(p.sharding in ("full", "hybrid") and p.dp_shard * p.cp == 1 for p in plans)
+    assert len({p.mesh_order for p in plans}) == 1
+    free = list(enumerate_plans(spec, 64, 8, 8192, 64, SearchSpace(framework="fsdp1")))
+    assert len({p.mesh_order for p in free}) > 1 and "zb-h1" in {p.pp_schedule for p in free}
+    fixed = list(enumerate_plans(spec, 64, 8, 8192, 64,
+                                 SearchSpace(fixed={"sharding": "none", "cp": 2, "tp": 8})))
+    assert fixed and all(p.sharding == "none" and p.cp == 2 for p in fixed)
+
+
+def test_every_ranked_plan_under_fsdp2_emits_for_torchtitan():
+    """The default framework's ranked plans are ones torchtitan runs: its emitter writes each
+    (no "cannot run this plan"), partial recompute included (every n-th layer)."""
+    from fsdpsim.drivers.search.export import CANNOT, torchtitan_toml
+
+    for model, n, gb, budget in (("gpt3-350m", 16, 64, 3.0), ("llama3-8b", 64, 128, 30.0)):
+        spec, system = get_model(model), _system(budget_gib=budget)
+        training = TrainingConfig(seq_len=2048, global_batch=gb)
+        result = search(spec, system, n, training, top=10)
+        assert result.top
+        for c in result.top:
+            assert CANNOT not in torchtitan_toml(c, training), plan_line(c)
+            if c.recompute_layers is not None:
+                assert c.layers_per_stage % c.recompute_layers == 0 and c.plan.vpp == 1
 
 
 def test_moe_space_has_expert_parallelism():
@@ -247,7 +292,8 @@ def test_variant_columns_equal_plan_inputs(model, n, seq):
 
     spec, system = get_model(model), _system()
     training = TrainingConfig(seq_len=seq, global_batch=2 * n)
-    families = list(enumerate_families(spec, n, 8, seq, 2 * n, SearchSpace()))
+    families = list(enumerate_families(spec, n, 8, seq, 2 * n,
+                                       SearchSpace(framework="megatron")))
     s = PlanColumns(spec, system, families, training)
     rng = np.random.default_rng(0)
     for i in rng.choice(len(s), size=min(300, len(s)), replace=False):
@@ -361,7 +407,8 @@ def test_memory_does_not_depend_on_the_mesh_order(model, n):
 
     spec, system = get_model(model), _system()
     training = TrainingConfig(seq_len=4096, global_batch=2 * n)
-    families = list(enumerate_families(spec, n, 8, 4096, 2 * n, SearchSpace()))
+    # a framework whose mesh dimensions may take any order (FSDP1 on a user's device mesh)
+    families = list(enumerate_families(spec, n, 8, 4096, 2 * n, SearchSpace(framework="fsdp1")))
     s = PlanColumns(spec, system, families, training)
     groups: dict = {}
     for i, f in enumerate(families):
@@ -428,9 +475,9 @@ def test_default_budget_keeps_headroom():
     assert full["plans"][0]["peak_gib"] > 72 and full["plans"][0]["above_default_budget"]
 
 
-PRUNE_CASES = [  # model, gpu, gpus, global batch, seq, budget GiB, fixed
-    # MoE (MLA, dense layers, MTP)
-    ("deepseek-v3", "gb200", 128, 256, 4096, None, {"cp": 1, "tp": 1}),
+PRUNE_CASES = [  # model, gpu, gpus, global batch, seq, budget GiB, fixed (and framework)
+    # MoE (MLA, dense layers, MTP) as Megatron runs it
+    ("deepseek-v3", "gb200", 128, 256, 4096, None, {"cp": 1, "tp": 1, "framework": "megatron"}),
     ("llama3-8b", "h100", 64, 128, 4096, 24.0, {}),  # hybrid dense, partial recompute
     # MoE over InfiniBand: exposed expert all-to-alls, interleaved pipelines
     ("deepseek-v3", "h100", 512, 256, 4096, None, {"cp": 1}),
@@ -444,7 +491,8 @@ def test_pruned_search_equals_unpruned(model, gpu, n, gb, seq, budget, fixed):
     evaluates every (plan, micro-batch) that fits."""
     spec, system = get_model(model), _system(gpu, budget)
     training = TrainingConfig(seq_len=seq, global_batch=gb)
-    space = SearchSpace(fixed=fixed)
+    fixed = dict(fixed)
+    space = SearchSpace(fixed=fixed, framework=fixed.pop("framework", "fsdp2"))
     pruned = search(spec, system, n, training, space, top=5)
     full = search(spec, system, n, training, space, top=5, prune=False)
     assert pruned.top and pruned.stats["candidates_skipped"] > 0
@@ -472,7 +520,9 @@ def test_throughput_bound_is_sound_and_shared(model, gpu, n, gb, seq, budget, fi
     training = TrainingConfig(seq_len=seq, global_batch=gb)
     from fsdpsim.hardware.system import domain_gpus
 
-    space = replace(SearchSpace(fixed=fixed), pod_gpus=system.pod_gpus)
+    fixed = dict(fixed)
+    space = SearchSpace(fixed=fixed, framework=fixed.pop("framework", "fsdp2"),
+                        pod_gpus=system.pod_gpus)
     per_node = domain_gpus(system, n)
     families = list(enumerate_families(spec, n, per_node, seq, gb, space))
     s = PlanColumns(spec, system, families, training)
@@ -516,7 +566,7 @@ def test_reordered_plans_equal_replace(model, n):
     from fsdpsim.drivers.search.space import enumerate_families
 
     spec = get_model(model)
-    families = list(enumerate_families(spec, n, 8, 4096, 256, SearchSpace()))
+    families = list(enumerate_families(spec, n, 8, 4096, 256, SearchSpace(framework="fsdp1")))
     reordered = 0
     for f in families:
         if f.base.mesh_order == ParallelPlan(num_gpus=8, gpus_per_node=8).mesh_order:
@@ -539,7 +589,8 @@ def test_family_rows_equal_plan_inputs(model, n, pod):
     from fsdpsim.drivers.search.space import enumerate_families
 
     spec, system = get_model(model), replace(_system(), pod_gpus=pod)
-    families = list(enumerate_families(spec, n, 8, 4096, 256, SearchSpace(pod_gpus=pod)))
+    families = list(enumerate_families(spec, n, 8, 4096, 256,
+                                       SearchSpace(pod_gpus=pod, framework="fsdp1")))
     rows = _family_rows(spec, system, families)
     assert len({f.base.mesh_order for f in families}) > 1
     for f, row in zip(families, rows):

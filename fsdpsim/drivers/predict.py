@@ -191,6 +191,10 @@ def plan_notes(spec, plan: ParallelPlan) -> list[str]:
         if not split.even:
             notes.append(f"pipeline split: {describe(split.counts)} layers per stage "
                          f"({split.rule}; override with --pp-layers)")
+    cannot = frameworks.unsupported(plan.framework, plan)
+    if cannot:
+        notes.append(f"--framework {frameworks.canonical(plan.framework)} does not run this "
+                     "plan as stated (predicted as stated): " + "; ".join(cannot))
     if plan.etp_defaulted:
         notes.append(f"expert tensor parallelism: etp 1 (etp = tp({plan.tp}) does not fit "
                      f"ep({plan.ep}) in a stage's ranks; Megatron-Bridge's MoE recipes use "

@@ -165,8 +165,22 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               # activation checkpointing: none, full, or selective per op ("op") or per n-th
               # layer (torchtitan/distributed/activation_checkpoint.py), not Megatron's
               # attention-core selective recompute
+              # Its pipeline schedules with one stage per rank: GPipe and 1F1B, with virtual
+              # stages Interleaved1F1B (its zero-bubble schedules are looped, not zb-h1:
+              # torch.distributed.pipelining schedules); TP always with sequence parallelism
+              # (SequenceParallel on the norms, torchtitan/models/llama3/infra/parallelize.py);
+              # CP is ring attention (context_parallel_rotate_method allgather/alltoall rotate
+              # the ring's keys/values, no head split); expert all-to-alls overlap another
+              # micro-batch only in DualPipeV; one mesh order (ParallelDims._build_mesh: pp,
+              # dp_replicate, dp_shard, cp, tp). Cross-field rules: plan_refusal.
               supports=(("sharding", ("full", "hybrid", "none")),
-                        ("recompute", ("none", "op-selective", "full")))),
+                        ("recompute", ("none", "op-selective", "full")),
+                        ("pp_schedule", ("gpipe", "1f1b", "interleaved")),
+                        ("sequence_parallel", (True,)), ("cp_kind", ("ring",)),
+                        ("ep_overlap", (False,)), ("mesh_order", ("default",)),
+                        # a partial recompute is every n-th layer of a model chunk
+                        # (selective_ac_option = n): a count that divides the stage's layers
+                        ("partial_recompute", ("every-nth",)))),
     Framework("fsdp1", "torch", "nccl-2.30", flat_parameter=True, uncertainty=0.05,
               source="torch 2.13 torch/distributed/fsdp/_flat_param.py; arXiv 2304.11277 §3",
               # async TP is DTensor/FSDP2-era (torch 2.5 torch.distributed._symmetric_memory)
@@ -191,7 +205,13 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
                         ("partial_recompute", (False,)))),
     Framework("megatron", "megatron", "nccl-2.30", uncertainty=0.05, kernel_stack="te",
               source="Megatron-LM megatron/core/distributed (overlap_grad_reduce, "
-                     "overlap_param_gather)"),
+                     "overlap_param_gather)",
+              # Megatron-LM's schedules (megatron/core/pipeline_parallel/schedules.py): 1F1B,
+              # interleaved with virtual stages; its rank order tp-cp-ep-dp-pp
+              # (megatron/core/parallel_state.py RankGenerator). Cross-field rules:
+              # plan_refusal.
+              supports=(("pp_schedule", ("1f1b", "interleaved")),
+                        ("mesh_order", ("default",)))),
     Framework("internevo", "megatron", "nccl-2.30", param_broadcast=True,
               grad_all_reduce=True, zero1_groups=True, uncertainty=0.05,
               source="InternLM/InternEvo internlm/solver/optimizer/hybrid_zero_optim.py "
@@ -374,6 +394,92 @@ def framework_conventions(framework: str) -> dict[str, Any]:
             return conventions
     return {}
 
+
+
+def plan_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int,
+                  ep: int, etp: int, sequence_parallel: bool, tp_overlap: bool) -> list[str]:
+    """Why ``framework`` cannot run a plan, for the rules that tie several settings together
+    (one-setting rules are :attr:`Framework.supports`), each a reason; [] where it can. The
+    search keeps to them (:mod:`fsdpsim.drivers.search.space`) and the emitters refuse a plan
+    by them (:mod:`fsdpsim.drivers.search.export`): :func:`layout_refusals` and
+    :func:`tp_refusals`."""
+    return (layout_refusals(framework, sharding=sharding, dp_shard=dp_shard, cp=cp, tp=tp,
+                            ep=ep, etp=etp)
+            + tp_refusals(framework, sequence_parallel=sequence_parallel,
+                          tp_overlap=tp_overlap))
+
+
+#: The plan fields a profile's ``supports`` may restrict, and how a plan spells its value.
+_PLAN_SUPPORTS = {
+    "sharding": lambda p: p.sharding, "pp_schedule": lambda p: p.pp_schedule if p.pp > 1 else None,
+    "sequence_parallel": lambda p: p.sequence_parallel if p.tp > 1 else None,
+    "tp_overlap": lambda p: p.tp_overlap if p.tp > 1 else None,
+    "cp_kind": lambda p: p.cp_kind if p.cp > 1 else None, "cp": lambda p: p.cp,
+    "pp": lambda p: p.pp, "ep": lambda p: p.ep, "ep_overlap": lambda p: p.ep_overlap,
+    "mesh_order": lambda p: None if p.mesh_order == _default_order() else "other"}
+
+
+def _default_order():
+    from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER
+
+    return DEFAULT_MESH_ORDER
+
+
+def unsupported(framework: str, plan) -> list[str]:
+    """What of ``plan`` (a :class:`~fsdpsim.plan.parallel.ParallelPlan`) the framework cannot
+    run, by the rules the search keeps to (:attr:`Framework.supports`, :func:`plan_refusals`),
+    each a reason; [] where it can."""
+    supports = dict(profile(framework).supports)
+    out = []
+    for name, value_of in _PLAN_SUPPORTS.items():
+        value = value_of(plan)
+        accepted = supports.get(name)
+        if value is None or accepted is None:
+            continue
+        if name == "mesh_order":
+            out.append("mesh order " + ",".join(plan.mesh_order) + ": its order is fixed ("
+                       + ",".join(_default_order()) + ")")
+        elif value not in accepted:
+            out.append(f"{name} {value}: it runs " + ", ".join(map(str, accepted)))
+    return out + plan_refusals(framework, sharding=plan.sharding, dp_shard=plan.dp_shard,
+                               cp=plan.cp, tp=plan.tp, ep=plan.ep, etp=plan.etp,
+                               sequence_parallel=plan.sequence_parallel,
+                               tp_overlap=plan.tp_overlap)
+
+
+def layout_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int, ep: int,
+                    etp: int) -> list[str]:
+    """The data-parallel and expert layouts ``framework`` cannot run. ``fsdp2`` (torchtitan,
+    ``torchtitan/distributed/parallel_dims.py``): the parameters are sharded over
+    ``dp_shard × cp`` (FSDP over the context-parallel ranks too), so DDP with CP does not
+    exist and FSDP over one rank is not applied (no FSDP mesh); expert TP is 1 or the TP
+    degree, and only with EP > 1; EP × expert TP borrows the ``dp_shard × cp × tp`` ranks
+    only (``dp_shard`` of DDP: 1)."""
+    out = []
+    if canonical(framework) == "fsdp2":
+        if sharding == "none" and cp > 1:
+            out.append("DDP with context parallelism: torchtitan shards the parameters over "
+                       "the context-parallel ranks (FSDP over dp_shard x cp)")
+        if sharding in ("full", "hybrid") and dp_shard * cp == 1:
+            out.append("FSDP over one rank: torchtitan applies no FSDP there (data_parallel_"
+                       "shard_degree 1 without context parallelism)")
+        if etp not in (1, tp) or (ep == 1 and etp != tp):
+            out.append(f"expert TP {etp} with TP {tp} and EP {ep}: torchtitan's expert TP is "
+                       "1 or the TP degree, and applies only with EP > 1")
+        shard_ranks = (dp_shard if sharding != "none" else 1) * cp * tp
+        if ep > 1 and shard_ranks % (ep * etp):
+            out.append(f"EP {ep} x expert TP {etp} over more than the {shard_ranks} ranks of "
+                       "dp_shard x cp x tp: torchtitan's experts borrow only those ranks")
+    return out
+
+
+def tp_refusals(framework: str, *, sequence_parallel: bool, tp_overlap: bool) -> list[str]:
+    """The TP settings ``framework`` cannot run: Megatron-LM's ``--tp-comm-overlap`` needs
+    ``--sequence-parallel`` (``megatron/training/arguments.py``)."""
+    if canonical(framework) == "megatron" and tp_overlap and not sequence_parallel:
+        return ["TP overlap without sequence parallelism: --tp-comm-overlap needs "
+                "--sequence-parallel"]
+    return []
 
 
 def canonical(name: str) -> str:

@@ -36,7 +36,9 @@ on every candidate of three spaces.
 settings that move communication or the optimizer's shard, never a layer's compute: the ZeRO
 stage and shard group, the mesh order and where each group lies on the tiers (except the
 expert-parallel group's GPUs per node: the MoE layer's dispatch kernels, ``engine/moe.py``),
-the pipeline schedule and its virtual stages, and TP overlap (:data:`NOT_COMPUTE`). The
+the pipeline schedule and its virtual stages (not under Megatron's recipe with MoE layers:
+the experts' host time shows once per model chunk, :func:`_vpp_computes`), and TP overlap
+(:data:`NOT_COMPUTE`). The
 bound is computed once per group of such plans and micro-batch by the engine itself (the
 same ``compute_s`` the candidates get, so it cannot drift from the engine);
 ``tests/test_search.py`` checks that the value is the same across each group. On the ideal
@@ -75,17 +77,33 @@ def _ids(matrix: np.ndarray) -> np.ndarray:
     return ids
 
 
-def _compute_columns(cols: dict, constant: dict) -> list[str]:
-    """The columns of ``cols`` that can change a layer's compute (:data:`NOT_COMPUTE`)."""
-    return [k for k in cols if k not in constant and k not in NOT_COMPUTE["columns"]
+def _compute_columns(cols: dict, constant: dict, vpp_computes: bool = False) -> list[str]:
+    """The columns of ``cols`` that can change a layer's compute (:data:`NOT_COMPUTE`);
+    ``vpp_computes``: the virtual stages too (:func:`_vpp_computes`)."""
+    skip = tuple(c for c in NOT_COMPUTE["columns"] if not (vpp_computes and c == "vpp"))
+    return [k for k in cols if k not in constant and k not in skip
             and (k in NOT_COMPUTE["keep"] or not k.endswith(NOT_COMPUTE["suffixes"]))]
+
+
+def _vpp_computes(s) -> bool:
+    """Whether the virtual stages change the compute of the space's plans: under Megatron's
+    recipe a MoE layer's expert host time shows once per chain of MoE layers, one model
+    chunk's with interleaving (:func:`fsdpsim.engine.moe._host_bound_experts`)."""
+    def value(key):
+        for cols in (s.constant, s.base, s.model_cols):
+            if key in cols:
+                return np.asarray(cols[key])
+        return np.zeros(1)
+
+    return bool(np.any(value("megatron") > 0) and np.any(value("moe_layers") > 0))
 
 
 def compute_groups(s) -> np.ndarray:
     """Each plan's group of :class:`~fsdpsim.drivers.search.columns.PlanColumns` ``s``: plans
     of one group have the same engine inputs but for :data:`NOT_COMPUTE` [-]."""
-    fam_keys = _compute_columns(s.family_cols, s.constant)
-    model_keys = _compute_columns(s.model_cols, s.constant)
+    vpp = _vpp_computes(s)
+    fam_keys = _compute_columns(s.family_cols, s.constant, vpp)
+    model_keys = _compute_columns(s.model_cols, s.constant, vpp)
     # the model row of a family's plans is the family's (it follows tp and the shard size)
     first = np.unique(s.family, return_index=True)[1]
     fam = np.column_stack([s.family_cols[k] for k in fam_keys]
@@ -98,7 +116,7 @@ def compute_groups(s) -> np.ndarray:
     canon = np.array([owner.setdefault(id(f.variants), i) for i, f in enumerate(s.families)])
     row = starts[canon[s.family]] + s.variant
     rows, inverse = np.unique(row, return_inverse=True)
-    var_keys = _compute_columns(s.variant_cols, s.constant)
+    var_keys = _compute_columns(s.variant_cols, s.constant, vpp)
     var = np.column_stack([s.variant_cols[k][rows] for k in var_keys] or [np.zeros(rows.size)])
     var_id = _ids(var)[inverse.ravel()]
     fam_id = _ids(fam)

@@ -20,6 +20,7 @@ reads is the ranked plan.
 
 from __future__ import annotations
 
+from fsdpsim.plan.frameworks import plan_refusals
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER
 
 #: fsdpsim schedule -> torchtitan ``pipeline_parallel_schedule`` (torch.distributed.pipelining
@@ -56,6 +57,14 @@ def chunk_layers(choice) -> list[int]:
     return [chunks[r][v] for v in range(p.vpp) for r in range(p.pp)]
 
 
+def _refusals(framework: str, p) -> list[str]:
+    """The framework's cross-setting rules on plan ``p``
+    (:func:`fsdpsim.plan.frameworks.plan_refusals`, which the search keeps to as well)."""
+    return plan_refusals(framework, sharding=p.sharding, dp_shard=p.dp_shard, cp=p.cp,
+                         tp=p.tp, ep=p.ep, etp=p.etp, sequence_parallel=p.sequence_parallel,
+                         tp_overlap=p.tp_overlap)
+
+
 def _torchtitan_blockers(choice) -> list[str]:
     """What of the plan torchtitan cannot run (each a reason)."""
     p, out = choice.plan, []
@@ -64,12 +73,7 @@ def _torchtitan_blockers(choice) -> list[str]:
                    f"{'optimizer states' if p.sharding == 'optimizer' else 'optimizer states and gradients'}"
                    " with whole parameters) is not a torchtitan mode: it shards parameters "
                    "too (FSDP) or replicates everything (DDP)")
-    if p.sharding == "none" and p.cp > 1:
-        out.append("DDP with context parallelism: torchtitan shards the parameters over the "
-                   "context-parallel ranks (FSDP over dp_shard x cp)")
-    if p.sharding in ("full", "hybrid") and p.dp_shard * p.cp == 1:
-        out.append("FSDP over one rank: torchtitan applies no FSDP there (data_parallel_shard"
-                   "_degree 1 without context parallelism)")
+    out += _refusals("fsdp2", p)
     if p.pp > 1 and p.pp_schedule not in TORCHTITAN_SCHEDULES:
         out.append(f"pipeline schedule {p.pp_schedule} with one stage per rank has no "
                    "torchtitan schedule (its zero-bubble schedules are looped)")
@@ -78,13 +82,6 @@ def _torchtitan_blockers(choice) -> list[str]:
                    "sequence")
     if p.cp > 1 and p.cp_kind == "all2all":
         out.append("all-to-all (Ulysses) context parallelism: torchtitan's is ring attention")
-    if p.etp not in (1, p.tp) or (p.ep == 1 and p.etp != p.tp):
-        out.append(f"expert TP {p.etp} with TP {p.tp} and EP {p.ep}: torchtitan's expert TP is "
-                   "1 or the TP degree, and applies only with EP > 1")
-    shard_ranks = (p.dp_shard if p.sharding != "none" else 1) * p.cp * p.tp
-    if p.ep > 1 and shard_ranks % (p.ep * p.etp):
-        out.append(f"EP {p.ep} x expert TP {p.etp} over more than the {shard_ranks} ranks of "
-                   "dp_shard x cp x tp: torchtitan's experts borrow only those ranks")
     if p.ep_overlap:
         out.append("expert all-to-alls overlapped with another micro-batch: torchtitan "
                    "overlaps them only in its DualPipeV schedule")
@@ -220,9 +217,7 @@ def _megatron_blockers(choice) -> list[str]:
     if p.pp > 1 and p.pp_schedule in ("gpipe", "zb-h1"):
         out.append(f"pipeline schedule {p.pp_schedule}: Megatron-LM runs 1F1B, interleaved with "
                    "virtual stages; no argument selects this one")
-    if p.tp_overlap and not p.sequence_parallel:
-        out.append("TP overlap without sequence parallelism: --tp-comm-overlap needs "
-                   "--sequence-parallel")
+    out += _refusals("megatron", p)
     if not p.reshard_after_forward or p.keep_gathered or p.grad_sync == "last":
         out.append("parameters kept after forward / gathered for the step / gradients synced "
                    "once per step: Megatron-FSDP reshards and reduces every micro-batch")

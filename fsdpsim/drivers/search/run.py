@@ -307,7 +307,13 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         # round raises the K-th best, which prunes the rest of the queue (branch and bound;
         # selective only where all-selective fits: fewer layers hold more) -------------------
         L = s.layers_stage[plan_idx]
-        # (op-selective covers every layer: torchtitan's "op" policy has no layer count)
+        # (op-selective covers every layer: torchtitan's "op" policy has no layer count);
+        # "every-nth" (torchtitan's selective_ac_option = n: every n-th layer of a model
+        # chunk): a count that divides the stage's layers, without virtual stages
+        nth = partial == "every-nth"
+        if nth:
+            keep = s.column("vpp", plan_idx[rows]) == 1
+            rows, sel = rows[keep], {"ok": sel["ok"][keep]}
         queue = [(method, rows[fits & (L[rows] > 1)]) for method, fits in
                  (("selective", sel["ok"] & (selective == "selective")),
                   ("full", np.ones(rows.size, bool))) if partial]
@@ -319,7 +325,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
                 if not q.size:
                     continue
                 take = max(ROUND_ROWS, q.size // 8)
-                _fewest_layers(run_eval, q[:take], method, L[q[:take]])
+                _fewest_layers(run_eval, q[:take], method, L[q[:take]], divisors=nth)
                 queue[i] = (method, q[take:])
 
     if not prune:
@@ -419,15 +425,27 @@ def _scorer(objective, num_gpus, system, run, ckpt, price) -> Callable[[np.ndarr
     return lambda tps: score_of(objective, tps, num_gpus, system, run, ckpt, price)
 
 
-def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray) -> None:
+def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray,
+                   divisors: bool = False) -> None:
     """Smallest K in [1, L] per row whose candidate fits (K = L fits on every row given; K = 0
     is no recompute, which does not), by bisection over all rows at once; every K tried is
-    recorded by ``run_eval``."""
-    lo, hi = np.zeros(rows.size, dtype=np.int64), L.astype(np.int64)  # lo fails, hi fits
+    recorded by ``run_eval``. ``divisors``: only the K that divide L (memory falls with K, so
+    the bisection runs over each row's divisors in order)."""
+    L = L.astype(np.int64)
+    if divisors:  # row r's options: table[r, :count[r]], ascending, the last one L
+        lists = {n: [d for d in range(1, n + 1) if n % d == 0] for n in np.unique(L).tolist()}
+        count = np.array([len(lists[n]) for n in L.tolist()], dtype=np.int64)
+        table = np.zeros((L.size, int(count.max(initial=1))), dtype=np.int64)
+        for r, n in enumerate(L.tolist()):
+            table[r, :len(lists[n])] = lists[n]
+    else:  # every K: the option of index i is i + 1
+        count = L
+    lo, hi = np.full(rows.size, -1, dtype=np.int64), count - 1  # option indices: lo fails
     while np.any(hi - lo > 1):
         act = np.flatnonzero(hi - lo > 1)
         mid = (lo[act] + hi[act]) // 2
-        ok = run_eval(rows[act], method, mid)["ok"]
+        k = table[act, mid] if divisors else mid + 1
+        ok = run_eval(rows[act], method, k)["ok"]
         hi[act] = np.where(ok, mid, hi[act])
         lo[act] = np.where(ok, lo[act], mid)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
 from fsdpsim.util.errors import ConfigError
-from fsdpsim.plan.frameworks import profile
+from fsdpsim.plan.frameworks import layout_refusals, profile, tp_refusals
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import (CP_KINDS, DEFAULT_MESH_ORDER, GRAD_SYNCS, PP_SCHEDULES, RECOMPUTES,
                               SHARDED, SHARDINGS, ParallelPlan)
@@ -90,6 +90,13 @@ class SearchSpace:
     def get(self, name: str, default=None):
         """The fixed value of ``name``, else ``default``."""
         return self.fixed.get(name, default)
+
+    @property
+    def orders_searched(self) -> bool:
+        """Whether the mesh's other orders are searched: :attr:`mesh_orders`, where the
+        framework can place its mesh dimensions in another order (torchtitan and Megatron-LM
+        each build one order: their ``supports`` hold ``mesh_order`` ``default``)."""
+        return self.mesh_orders and self.supports.get("mesh_order") != ("default",)
 
     @property
     def supports(self) -> dict[str, tuple]:
@@ -278,7 +285,7 @@ def check_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
     if candidates > MAX_CANDIDATES:
         free = [n for n in ("tp", "pp", "cp", "ep", "sharding", "micro_batch")
                 if n not in space.fixed and (n != "ep" or spec.is_moe)]
-        orders = ", --default-mesh-order" if space.mesh_orders else ""
+        orders = ", --default-mesh-order" if space.orders_searched else ""
         raise ConfigError(
             f"search space of {spec.name} on {num_gpus:,} GPUs with "
             + ("the default global batch " if global_batch is None
@@ -318,7 +325,8 @@ def estimate_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: i
         outer = (pp > 1) + (cp > 1) + (dp > 1)
         variants = (pipes[pp] * (tp_variants if tp > 1 else 1) * (2 if cp > 1 else 1)
                     * expert)
-        n = sum(count * variants * (math.factorial(outer + extra) if space.mesh_orders else 1)
+        n = sum(count * variants * (math.factorial(outer + extra) if space.orders_searched
+                                       else 1)
                 for count, extra in groups)
         plans += n
         per_rank = batch_of(global_batch, seq_len, dp) // dp
@@ -381,7 +389,9 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
             groups += [(("hybrid",), g) for g in sizes]
     pipes = _pipes(spec, pp, space)
     tp_variants = ([(sp, ov) for sp in _options(space, "sequence_parallel", (True, False))
-                    for ov in _options(space, "tp_overlap", (True,))]
+                    for ov in _options(space, "tp_overlap", (True,))
+                    if _runs(space, ("sequence_parallel", "tp_overlap"), tp_refusals(
+                        space.framework, sequence_parallel=sp, tp_overlap=ov))]
                    if tp > 1 else [(False, False)])
     cp_kinds = [None]
     if cp > 1:
@@ -395,8 +405,15 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
                                                     if spec.n_experts % d == 0])]
     seen_layouts: dict = {}
     made: dict[tuple, list[dict[str, Any]]] = {}  # the variant dicts of each (shardings, EP)
-    for shardings, group in groups:
+    for all_shardings, group in groups:
         for ep, etp in experts:
+            # the data-parallel and expert layouts the framework runs (--fix keeps its own)
+            shardings = tuple(sh for sh in all_shardings if _runs(
+                space, ("sharding", "ep", "etp"), layout_refusals(
+                    space.framework, sharding=sh, dp_shard=group or dp, cp=cp, tp=tp, ep=ep,
+                    etp=tp if etp is None else etp)))
+            if not shardings:
+                continue
             ep_overlaps = tuple(_options(space, "ep_overlap", (False, True)) if ep > 1
                                 else [False])
             if (shardings, ep_overlaps) not in made:
@@ -422,9 +439,17 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
             except ConfigError:
                 continue
             yield Family(base, variants)
-            if space.mesh_orders:
+            if space.orders_searched:
                 for plan in _other_orders(base, seen_layouts, space.pod_gpus):
                     yield Family(plan, variants)
+
+
+def _runs(space: SearchSpace, settings: tuple[str, ...], refusals: list[str]) -> bool:
+    """Whether the search keeps a combination the framework refuses for ``refusals``
+    (:func:`fsdpsim.plan.frameworks.plan_refusals`): only where it refuses nothing, or the user
+    fixed one of its ``settings`` (``--fix``: the plan then runs as asked, as
+    :func:`_options` keeps a fixed value the framework does not support)."""
+    return not refusals or any(name in space.fixed for name in settings)
 
 
 def _other_orders(plan: ParallelPlan, seen: dict,
