@@ -238,3 +238,24 @@ def test_nanotron_cross_node_pipeline_floor_is_per_layer_and_flat():
     assert 20 <= wide["ms"].median() <= 32, wide["ms"].median()
     per_stage = across.groupby(across["n_layers"] / across["pp"])["ms"].median()
     assert 0.8 <= per_stage[40] / per_stage[8] <= 1.25
+
+
+def test_nanotron_cross_node_pipeline_floor_grows_with_tp_not_dp():
+    """The same floor across TP degrees (docs/accuracy.md, nanotron): at micro-batch 1 with a
+    pipeline across nodes a layer and 1F1B slot takes ~11, ~16 and ~26 ms at TP 2, 4 and 8,
+    about (tp + 2.3) x 2.5 ms, whatever the data-parallel degree (1 to 16); the same TP
+    degrees with a pipeline inside one node take ~5-6 ms, and so do they without a pipeline
+    on as many nodes."""
+    raw = pd.read_csv(NANOTRON)
+    raw = raw[~doubtful(raw) & (raw["micro_batch"] == 1)].assign(ms=_per_layer_slot_ms)
+    across = raw[(raw["pp"] > 1) & (raw["n_gpus"] > 8)]
+    floor = across.groupby("tp")["ms"].median()
+    assert 9 <= floor[2] <= 13 and 14 <= floor[4] <= 19 and 22 <= floor[8] <= 30, floor
+    per_rank_ms = (floor[8] - floor[4]) / 4, (floor[4] - floor[2]) / 2
+    assert all(2.0 <= step <= 3.2 for step in per_rank_ms), per_rank_ms
+    by_dp = across[across["tp"].isin([2, 4, 8]) & (across["dp"] <= 16)]
+    by_dp = by_dp.groupby(["tp", "dp"])["ms"].median().unstack("dp")
+    assert (by_dp.max(axis=1) / by_dp.min(axis=1)).max() <= 1.25, by_dp
+    inside = raw[(raw["pp"] > 1) & (raw["n_gpus"] == 8) & (raw["tp"] >= 2)]
+    no_pp = raw[(raw["pp"] == 1) & (raw["n_gpus"] > 8) & raw["tp"].isin([2, 4, 8])]
+    assert inside["ms"].median() <= 7 and no_pp["ms"].median() <= 7
