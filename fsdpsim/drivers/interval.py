@@ -1,7 +1,8 @@
 """The 90 % range of a prediction: the GPU type's calibration residuals, the memory limit, and
 what is uncertain about the plan's communication (the network class or none named, scale past
 the largest measured one, the framework profile, a pipeline across nodes), evaluated on a
-slower twin, and the scale beyond the runs the efficiency table was fitted on (``fsdpsim.drivers.predict`` and ``fsdpsim.drivers.sweep.run`` both use these;
+slower twin, and the scale beyond the runs the efficiency table was fitted on
+(``fsdpsim.drivers.predict`` and ``fsdpsim.drivers.sweep.run`` both use these;
 ``fsdpsim.drivers.predict`` re-exports them)."""
 
 from __future__ import annotations
