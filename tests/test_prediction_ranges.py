@@ -185,9 +185,12 @@ def test_sweep_gives_predicts_range_for_a_pipeline_across_nodes(capsys):
     assert main(["predict", *flags, "--format", "json"]) == 0
     interval = json.loads(capsys.readouterr().out)["interval"]
     assert interval["pipeline_across_nodes"] is True
+    # 32 GPUs past the 8 that H100's PyTorch BF16 table was fitted on: two doublings
+    assert interval["beyond_fit_span"] is True
+    assert interval["fit_span_doublings"] == pytest.approx(2.0)
     assert main(["sweep", *flags, "--format", "csv"]) == 0
     row = pd.read_csv(io.StringIO(capsys.readouterr().out)).iloc[0]
-    assert bool(row["interval.pipeline_across_nodes"])
+    assert bool(row["interval.pipeline_across_nodes"]) and bool(row["interval.beyond_fit_span"])
     for end in ("low", "high"):
         assert row[f"interval.tokens_per_s_per_gpu_{end}"] == pytest.approx(
             interval[f"tokens_per_s_per_gpu_{end}"], rel=1e-9)
