@@ -128,7 +128,9 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     span = getattr(efficiency, "fit_span", None)
     if span is not None and plan is not None and "num_gpus" in plan and "n_params" in plan:
         doublings = fit_span_doublings(plan["num_gpus"], plan["n_params"], span)
-        widen = (1.0 + SCALE_WIDENING_PER_DOUBLING) ** doublings
+        # the ufunc, not `**`: a numpy scalar's `**` rounds differently from an array's
+        # element, and validate's grouped rows must equal its row-by-row reference
+        widen = np.power(1.0 + SCALE_WIDENING_PER_DOUBLING, doublings)
         lo, hi = lo / widen, hi * widen
         doublings = doublings.tolist() if np.ndim(doublings) == 0 else doublings
     beyond = as_array(doublings) > 0
@@ -188,7 +190,7 @@ def fit_span_notes(num_gpus: float, n_params: float, efficiency) -> list[str]:
         parts.append(f"model size {n_params / 1e9:.3g}B outside the {span.params_min / 1e9:.3g}"
                      f"-{span.params_max / 1e9:.3g}B {'it' if parts else f'its {table} table'} "
                      "was fitted on")
-    widen = (1.0 + SCALE_WIDENING_PER_DOUBLING) ** doublings
+    widen = np.power(1.0 + SCALE_WIDENING_PER_DOUBLING, doublings)
     return [f"{'; '.join(parts)}: range widened x{widen:.2f} on each end "
             f"({100 * SCALE_WIDENING_PER_DOUBLING:.0f} % per doubling, {doublings:.1f} "
             "doublings)"]
