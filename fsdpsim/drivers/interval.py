@@ -1,7 +1,8 @@
 """The 90 % range of a prediction: the GPU type's calibration residuals, the memory limit, and
 what is uncertain about the plan's communication (the network class or none named, scale past
 the largest measured one, the framework profile, a pipeline across nodes), evaluated on a
-slower twin (``fsdpsim.drivers.predict`` and ``fsdpsim.drivers.sweep.run`` both use these;
+slower twin, and the scale beyond the runs the efficiency table was fitted on
+(``fsdpsim.drivers.predict`` and ``fsdpsim.drivers.sweep.run`` both use these;
 ``fsdpsim.drivers.predict`` re-exports them)."""
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ NETWORK_UNSTATED_UNCERTAINTY = 0.30
 #: twice the modelled one (low end); the high end is the step without it, the most any schedule
 #: can win back (the modelled bubble's p2p and imbalance terms may as well be too large).
 PIPELINE_BUBBLE_UNCERTAINTY = 1.0
+#: Relative widening of both ends of the range per doubling of GPU count above, or of model
+#: size outside, the span of the runs the efficiency table was fitted on
+#: (:func:`fit_span_doublings`): the smallest rate, in steps of 0.01, at which the out-of-sample
+#: rows beyond their table's span in the five files of ``validation/data`` hold the measured
+#: value at least 90 % of the time, each file one vote
+#: (:func:`fsdpsim.measured.ranges.widening_rate`; docs/accuracy.md, "Prediction ranges").
+SCALE_WIDENING_PER_DOUBLING = 0.06
 
 
 def prediction_interval(values: Mapping[str, Any], system: System, *,
@@ -72,6 +80,10 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     b = bubble_s / step_time_s and :data:`PIPELINE_BUBBLE_UNCERTAINTY` u: the low end x
     1 / (1 + u·b) (the bubble (1 + u) times the modelled one), the high end x
     1 / (1 - min(u, 1)·b) (the bubble hidden).
+    With ``num_gpus`` and ``n_params`` in ``plan`` and a table that records its fit's span
+    (``efficiency.fit_span``), both ends widen last by (1 + r)^d, r =
+    :data:`SCALE_WIDENING_PER_DOUBLING`, d = :func:`fit_span_doublings` (``beyond_fit_span``,
+    ``fit_span_doublings``).
     """
     eff = system.accelerator.efficiency
     lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
@@ -112,6 +124,16 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     slower, faster = (as_array(r) for r in comm)
     lo = lo * minimum(slower, 1.0)
     hi = hi * maximum(faster, 1.0)
+    doublings = 0.0
+    span = getattr(efficiency, "fit_span", None)
+    if span is not None and plan is not None and "num_gpus" in plan and "n_params" in plan:
+        doublings = fit_span_doublings(plan["num_gpus"], plan["n_params"], span)
+        # the ufunc, not `**`: a numpy scalar's `**` rounds differently from an array's
+        # element, and validate's grouped rows must equal its row-by-row reference
+        widen = np.power(1.0 + SCALE_WIDENING_PER_DOUBLING, doublings)
+        lo, hi = lo / widen, hi * widen
+        doublings = doublings.tolist() if np.ndim(doublings) == 0 else doublings
+    beyond = as_array(doublings) > 0
     if np.ndim(lo) == 0:
         lo, hi = float(lo), float(hi)
     tps = values["tokens_per_s_per_gpu"]
@@ -124,12 +146,54 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
            "calibrated": calibrated, "efficiency_transferred": transferred,
            "near_memory_limit": near, "mixture_of_experts": moe,
            "pipeline_across_nodes": across,
+           "beyond_fit_span": beyond.tolist() if np.ndim(beyond) == 0 else beyond,
+           "fit_span_doublings": doublings,
            "coverage": 0.9}
     if uncertainty is not None:
         u_fab, u_fw = uncertainty
         out["network_uncertainty"] = float(u_fab) if np.ndim(u_fab) == 0 else u_fab
         out["framework_uncertainty"] = float(u_fw) if np.ndim(u_fw) == 0 else u_fw
     return out
+
+
+def fit_span_doublings(num_gpus, n_params, span) -> Any:
+    """Doublings of scale beyond the runs an efficiency table was fitted on [-]:
+    d = log2(max(N / N_max, 1)) + |log2(P / clip(P, P_min, P_max))|, N the GPU count and P the
+    model's parameters, ``span`` the table's :class:`fsdpsim.hardware.spec.FitSpan`.
+
+    The fitted fractions absorb whatever the fit rows' scale exercised (their communication,
+    overlap and host time); above their GPU count, and for models larger or smaller than theirs,
+    effects enter that the fit never saw. Fewer GPUs than the fit's are not counted: they add
+    no communication the fit did not see. Scalars or arrays."""
+    gpus = as_array(num_gpus).astype(float)
+    params = as_array(n_params).astype(float)
+    above = np.log2(maximum(gpus / span.gpus_max, 1.0))
+    outside = np.abs(np.log2(params / np.clip(params, span.params_min, span.params_max)))
+    return above + outside
+
+
+def fit_span_notes(num_gpus: float, n_params: float, efficiency) -> list[str]:
+    """``predict``'s note when the plan lies beyond the span its efficiency table was fitted on
+    (:func:`fit_span_doublings`), naming the scale, the span and the widening."""
+    span = getattr(efficiency, "fit_span", None)
+    if span is None:
+        return []
+    doublings = float(fit_span_doublings(num_gpus, n_params, span))
+    if doublings <= 0:
+        return []
+    table = " ".join(filter(None, (efficiency.gpu, efficiency.precision_class, efficiency.table)))
+    parts = []
+    if num_gpus > span.gpus_max:
+        parts.append(f"GPU count {num_gpus:g} beyond the {span.gpus_max} its {table} table was "
+                     "fitted on")
+    if not span.params_min <= n_params <= span.params_max:
+        parts.append(f"model size {n_params / 1e9:.3g}B outside the {span.params_min / 1e9:.3g}"
+                     f"-{span.params_max / 1e9:.3g}B {'it' if parts else f'its {table} table'} "
+                     "was fitted on")
+    widen = np.power(1.0 + SCALE_WIDENING_PER_DOUBLING, doublings)
+    return [f"{'; '.join(parts)}: range widened x{widen:.2f} on each end "
+            f"({100 * SCALE_WIDENING_PER_DOUBLING:.0f} % per doubling, {doublings:.1f} "
+            "doublings)"]
 
 
 #: Nodes up to which a fabric's decay with scale is measured (NVIDIA/nccl#1229: 4-128 nodes);

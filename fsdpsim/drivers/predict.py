@@ -34,7 +34,7 @@ from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs, 
                             plan_inputs, pod_inputs, system_inputs, training_inputs)
 from fsdpsim.drivers.interval import (MEASURED_NODES, NEAR_LIMIT_RATIO_LOW,  # noqa: F401 (re-exported)
                               NEAR_LIMIT_SHARE, comm_uncertainty, faster_ratio,
-                              prediction_interval, slower_twin)
+                              fit_span_notes, prediction_interval, slower_twin)
 
 #: Micro-batch sizes tried by ``auto`` when no global batch pins the per-GPU batch.
 AUTO_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -423,6 +423,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     stack_eff = resolve_efficiency(system.accelerator, training.precision,
                                    frameworks.profile(plan.framework).kernel_stack)
     notes.extend(stack_eff.notes())
+    notes.extend(fit_span_notes(plan.num_gpus, spec.n_params, stack_eff))
     auto = [name for name, given in (("micro_batch", training.micro_batch),
                                      ("recompute", training.recompute)) if given is None]
     if auto and n > 1:

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from fsdpsim.hardware.efficiency import check_tables, tables_of
+from fsdpsim.hardware.efficiency import check_tables, fit_span_of, tables_of
 from fsdpsim.util.errors import SHOWN_PATH_CHARS, ConfigError, shown, suggest
 from fsdpsim.util.files import package_data_dir, read_toml
 from fsdpsim.hardware.spec import (Accelerator, Cluster, CollectiveLibrary, Efficiency, Link, Network,
@@ -381,7 +381,7 @@ def _build_accelerator(cat: Catalog, raw: _Raw) -> Accelerator:
         ep_link_fraction=e.get("ep_link_fraction"),
         kernel_overhead_s=e["kernel_overhead_us"] * US_S,
         comm_compute_slowdown=e["comm_compute_slowdown"],
-        source=e["source"], tables=tables_of(e),
+        source=e["source"], tables=tables_of(e), fit_span=fit_span_of(e),
     )
     memory_gib = d.get("memory_usable_gib", d["memory_gib"])
     return Accelerator(

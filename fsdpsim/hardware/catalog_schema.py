@@ -95,6 +95,15 @@ _LINK = {
     "source": Field(str, False),
 }
 
+#: The scale of the runs a fitted table's fractions come from (fsdpsim.hardware.spec.FitSpan):
+#: GPU count and model parameters of the rows its `fsdpsim calibrate` command selects.
+_FIT_SPAN = {
+    "fit_gpus_min": Field(int, False, 1, 1_000_000),
+    "fit_gpus_max": Field(int, False, 1, 1_000_000),
+    "fit_params_min": Field(int, False, 1e6, 1e14),
+    "fit_params_max": Field(int, False, 1e6, 1e14),
+}
+
 _EFFICIENCY = {
     "matmul_fraction": Field(_NUM, True, 0.05, 1.0),
     "matmul_half_gflop": Field(_NUM, True, 0.0, 1e4, unit="GFLOP"),
@@ -110,6 +119,7 @@ _EFFICIENCY = {
     "kernel_overhead_us": Field(_NUM, True, 0.0, 100, unit="us"),
     "comm_compute_slowdown": Field(_NUM, True, 0.0, 5.0),
     "source": Field(str),
+    **_FIT_SPAN,
     # what the fractions above were fitted on (fsdpsim.hardware.efficiency.resolve)
     "stack": Field(str, False, choices=KERNEL_STACKS),
     "precision": Field(str, False, choices=("bf16", "fp8")),
@@ -124,6 +134,7 @@ _STACK_EFFICIENCY = {
     "throughput_ratio_p95": Field(_NUM, False, 1.0, 10.0),
     "source": Field(str, False),
     "scaled_from": Field(str, False),  # the accelerator id whose fit a literature table carries
+    **_FIT_SPAN,
 }
 #: A precision class ([accelerator.efficiency.bf16] / [...fp8]): its measured ceiling and its
 #: kernel stacks' tables.

@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from fsdpsim.hardware.catalog_schema import KERNEL_STACKS, UNCALIBRATED_INTERVAL
+from fsdpsim.hardware.spec import FitSpan
 from fsdpsim.util.errors import ConfigError
 
 #: Precision class -> the training precisions whose GEMMs it covers.
@@ -112,6 +113,8 @@ class Resolved:
     ceiling_source: str = ""
     scaled_from: str | None = None
     """The GPU whose fit the table's fractions carry (a literature table's ``scaled_from``)."""
+    fit_span: FitSpan | None = None
+    """The scale of the runs the table used was fitted on; None = not recorded."""
 
     @property
     def transferred(self) -> bool:
@@ -148,9 +151,34 @@ class Resolved:
         return out
 
 
+#: Catalog keys of a fitted table's span (:class:`fsdpsim.hardware.spec.FitSpan`), in field order.
+FIT_SPAN_KEYS = ("fit_gpus_min", "fit_gpus_max", "fit_params_min", "fit_params_max")
+
+
+def fit_span_of(table: Mapping[str, Any], where: str = "") -> FitSpan | None:
+    """The :class:`fsdpsim.hardware.spec.FitSpan` an efficiency table records: all four
+    :data:`FIT_SPAN_KEYS` or none (None); given in part, or a minimum above its maximum, one
+    clear error naming ``where``."""
+    given = [k for k in FIT_SPAN_KEYS if k in table]
+    if not given:
+        return None
+    if len(given) < len(FIT_SPAN_KEYS):
+        missing = ", ".join(k for k in FIT_SPAN_KEYS if k not in table)
+        raise ConfigError(f"{where}: a fit's span needs all of {', '.join(FIT_SPAN_KEYS)}; "
+                          f"missing {missing}")
+    span = FitSpan(*(int(table[k]) for k in FIT_SPAN_KEYS))
+    if span.gpus_min > span.gpus_max or span.params_min > span.params_max:
+        raise ConfigError(f"{where}: fit_gpus_min/max {span.gpus_min}/{span.gpus_max}, "
+                          f"fit_params_min/max {span.params_min}/{span.params_max}: a minimum "
+                          "above its maximum")
+    return span
+
+
 def check_tables(e: Mapping[str, Any], where: str) -> None:
     """One clear line for a split efficiency table the schema alone cannot judge: a stack table
-    without a source or without any fraction, a fallback ``stack``/``precision`` given alone."""
+    without a source or without any fraction, a fallback ``stack``/``precision`` given alone,
+    a fit's span given in part (:func:`fit_span_of`)."""
+    fit_span_of(e, f"{where} [efficiency]")
     if ("stack" in e) != ("precision" in e):
         raise ConfigError(f"{where} [efficiency]: 'stack' and 'precision' (what its fractions "
                           "were fitted on) go together; give both or neither")
@@ -165,6 +193,7 @@ def check_tables(e: Mapping[str, Any], where: str) -> None:
             if not any(k in table for k in FRACTION_KEYS):
                 raise ConfigError(f"{at}: sets no fraction; accepted: "
                                   f"{', '.join(FRACTION_KEYS)}")
+            fit_span_of(table, at)
 
 
 def tables_of(e: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -209,9 +238,10 @@ def resolve(acc, precision: str, stack: str) -> Resolved:
             return Resolved(values=MappingProxyType(values), source=chosen["source"],
                             from_triple=None if candidate == stack else (candidate, cls),
                             interval=interval, calibrated=own_range, table=candidate,
-                            scaled_from=chosen.get("scaled_from"), **common)
+                            scaled_from=chosen.get("scaled_from"),
+                            fit_span=fit_span_of(chosen), **common)
     fitted_on = tables.get("fitted_on")
     own = fitted_on is None or (fitted_on[0] == stack and fitted_on[1] == cls)
     return Resolved(values=MappingProxyType(base), source=eff.source,
                     from_triple=None if own else tuple(fitted_on), calibrated=eff.calibrated,
-                    **common)
+                    fit_span=eff.fit_span, **common)

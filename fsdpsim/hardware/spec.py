@@ -35,6 +35,23 @@ class Price:
 
 
 @dataclass(frozen=True)
+class FitSpan:
+    """The scale of the measured runs an efficiency table was fitted on (the rows its
+    ``fsdpsim calibrate`` command selects; catalog keys ``fit_gpus_min`` .. ``fit_params_max``).
+    Beyond it the fitted fractions carry effects the fit never saw, and the 90 % range widens
+    (:func:`fsdpsim.drivers.interval.fit_span_doublings`)."""
+
+    gpus_min: int
+    """Fewest GPUs of a fitted run [-]."""
+    gpus_max: int
+    """Most GPUs of a fitted run [-]."""
+    params_min: int
+    """Parameters of the smallest fitted model [-]."""
+    params_max: int
+    """Parameters of the largest fitted model [-]."""
+
+
+@dataclass(frozen=True)
 class Efficiency:
     """Achievable fractions and overheads of one accelerator type (calibrated, with sources).
 
@@ -75,6 +92,9 @@ class Efficiency:
     """Attention throughput / dense peak of the fused attention kernel Megatron-LM / NeMo use
     (Transformer Engine's cuDNN fused attention; FlashAttention-3 class on Hopper and later);
     None = ``attention_fraction`` (the PyTorch SDPA FlashAttention-2 kernel)."""
+    fit_span: FitSpan | None = None
+    """The scale of the runs the fields above were fitted on; None = not fitted (literature
+    values) or not recorded."""
     tables: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     """Fractions split by precision class and kernel stack, their ceilings, and what the
     fields above were fitted on (:func:`fsdpsim.hardware.efficiency.tables_of`; read by

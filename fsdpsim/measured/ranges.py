@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim import engine
-from fsdpsim.drivers.interval import (comm_uncertainty, faster_ratio, prediction_interval,
-                                      slower_twin)
+from fsdpsim.drivers.interval import (SCALE_WIDENING_PER_DOUBLING, comm_uncertainty,
+                                      faster_ratio, prediction_interval, slower_twin)
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
-from fsdpsim.measured.rows import row_setup
+from fsdpsim.hardware.spec import FitSpan
+from fsdpsim.measured.rows import row_setup, spec_for_row
 from fsdpsim.measured.stats import fit_rows
 from fsdpsim.plan import frameworks
 
@@ -41,7 +42,10 @@ _VALUE_KEYS = ("tokens_per_s_per_gpu", "tokens_per_s", "step_time_s", "mfu", "pe
                "capacity_bytes", "moe_s", "exposed_comm_s", "bubble_s")
 #: The widening flags of :func:`prediction_interval` copied to the rows.
 FLAG_COLUMNS = ("calibrated", "efficiency_transferred", "near_memory_limit",
-                "mixture_of_experts", "pipeline_across_nodes")
+                "mixture_of_experts", "pipeline_across_nodes", "beyond_fit_span")
+#: The engine inputs of a run the range reads besides its outputs
+#: (:func:`prediction_interval`'s ``plan``).
+PLAN_KEYS = ("pp", "pp_per_node", "num_gpus", "n_params")
 
 
 def _row_value(out: Mapping[str, Any], key: str, i: int, n: int) -> float:
@@ -55,7 +59,8 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
     """``result`` (:func:`fsdpsim.measured.validate.predict_measurements`' rows) with the 90 %
     range ``predicted_low`` / ``predicted_high`` (tokens/s per GPU), ``inside`` (the measured
     value within it), ``in_sample`` (module docstring; ``measurements`` is the file the rows
-    come from) and the range's widening flags (:data:`FLAG_COLUMNS`).
+    come from), the range's widening flags (:data:`FLAG_COLUMNS`) and ``fit_span_doublings``
+    (:func:`fsdpsim.drivers.interval.fit_span_doublings`).
 
     ``x`` and ``out`` are the engine inputs and outputs of each distinct run and ``run`` each
     row's run (default: every row its own, in order); the slower twin is evaluated and the
@@ -80,7 +85,7 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
     values = {k: np.broadcast_to(np.asarray(out.get(k, 0.0), dtype=float), (n_runs,))
               for k in _VALUE_KEYS}
     conditions = {k: np.broadcast_to(np.asarray(x[k], dtype=float), (n_runs,))
-                  for k in ("pp", "pp_per_node") if k in x}
+                  for k in PLAN_KEYS if k in x}
     # the range reads of a run's system only its accelerator and power cap, and the resolved
     # efficiency table: runs that share them are worked out in one array call
     tables: dict[tuple, Any] = {}
@@ -98,7 +103,7 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
         block = (table, system.power_cap_w)
         blocks.setdefault(block, []).append(r)
         systems.setdefault(block, system)
-    low, high = np.empty(n_runs), np.empty(n_runs)
+    low, high, doublings = np.empty(n_runs), np.empty(n_runs), np.empty(n_runs)
     flags = {k: np.zeros(n_runs, dtype=bool) for k in FLAG_COLUMNS}
     for block, members in blocks.items():
         at = np.array(members)
@@ -109,6 +114,7 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
             efficiency=tables[block[0]][1], plan={k: v[at] for k, v in conditions.items()})
         low[at] = rng["tokens_per_s_per_gpu_low"]
         high[at] = rng["tokens_per_s_per_gpu_high"]
+        doublings[at] = rng["fit_span_doublings"]
         for k in FLAG_COLUMNS:
             flags[k][at] = np.asarray(rng.get(k, False), dtype=bool)
     frame = result.copy()
@@ -119,6 +125,7 @@ def add_intervals(result: pd.DataFrame, x: Mapping[str, Any], out: Mapping[str, 
     frame["in_sample"] = _in_sample(result, efficiencies, run, catalog, measurements)
     for k in FLAG_COLUMNS:
         frame[k] = flags[k][run]
+    frame["fit_span_doublings"] = doublings[run]
     return frame
 
 
@@ -157,6 +164,7 @@ def add_intervals_per_row(result: pd.DataFrame, x: Mapping[str, Any], out: Mappi
     u_fab, u_fw = (np.broadcast_to(np.asarray(a, dtype=float), (n,)) for a in comm_uncertainty(x))
     fittable = fit_rows(result)
     lows, highs, flags, in_sample = [], [], {k: [] for k in FLAG_COLUMNS}, []
+    doublings = []
     for i, (index, row) in enumerate(result.iterrows()):
         _, system, plan, options = row_setup(row, catalog)
         stack = frameworks.profile(plan.framework).kernel_stack
@@ -168,6 +176,7 @@ def add_intervals_per_row(result: pd.DataFrame, x: Mapping[str, Any], out: Mappi
                                   efficiency=eff, plan=plan_conditions(x, i, n))
         lows.append(rng["tokens_per_s_per_gpu_low"])
         highs.append(rng["tokens_per_s_per_gpu_high"])
+        doublings.append(rng["fit_span_doublings"])
         for k in FLAG_COLUMNS:
             flags[k].append(bool(rng.get(k, False)))
         in_sample.append(not eff.transferred and index in fittable.index
@@ -180,6 +189,7 @@ def add_intervals_per_row(result: pd.DataFrame, x: Mapping[str, Any], out: Mappi
     frame["in_sample"] = in_sample
     for k, v in flags.items():
         frame[k] = v
+    frame["fit_span_doublings"] = doublings
     return frame
 
 
@@ -253,10 +263,10 @@ def fitted_rows(source: str, rows: pd.DataFrame, catalog: Catalog,
 
 
 def plan_conditions(x: Mapping[str, Any], i: int, n: int) -> dict[str, float]:
-    """The plan facts the range reads (:func:`prediction_interval`'s ``plan``): the pipeline
-    degree and the pipeline stages per node of row ``i``."""
-    keys = ("pp", "pp_per_node")
-    return {k: _row_value(x, k, i, n) for k in keys if k in x}
+    """The plan facts the range reads (:func:`prediction_interval`'s ``plan``) of row ``i``:
+    the pipeline degree, the pipeline stages per node, the GPU count and the model's
+    parameters (:data:`PLAN_KEYS`)."""
+    return {k: _row_value(x, k, i, n) for k in PLAN_KEYS if k in x}
 
 
 def coverage(frame: pd.DataFrame) -> dict[str, float]:
@@ -280,4 +290,74 @@ def coverage_summary(frame: pd.DataFrame) -> dict[str, Any]:
         parts["in_sample"] = frame[frame["in_sample"].astype(bool)]
     for name, part in parts.items():
         out[name] = {"rows": int(len(part)), **coverage(part)}
+    return out
+
+
+def fit_span(source: str, every: pd.DataFrame, catalog: Catalog,
+             measurements: str | Path) -> FitSpan | None:
+    """The span (GPU count, model parameters) of the rows of ``every`` (the whole file
+    ``measurements``, as loaded) that the ``fsdpsim calibrate`` command named in ``source``
+    fitted: its selection (:func:`fitted_rows`) of the rows a fit may use (:func:`fit_rows`)
+    that are modelled (not skipped), as ``calibrate`` keeps them; None if it selects none. The
+    catalog records it next to the table's ``source`` (``fit_gpus_min`` .. ``fit_params_max``)."""
+    rows = fit_rows(every)
+    rows = rows[rows["skip"] == ""] if "skip" in rows.columns else rows
+    rows = rows[fitted_rows(source, rows, catalog, measurements)]
+    if rows.empty:
+        return None
+    params = [spec_for_row(row).n_params for _, row in rows.iterrows()]
+    return FitSpan(int(rows["n_gpus"].min()), int(rows["n_gpus"].max()), int(min(params)),
+                   int(max(params)))
+
+
+def at_rate(frame: pd.DataFrame, rate: float) -> pd.DataFrame:
+    """``frame`` (``validate``'s rows with their ranges) with the scale-beyond-the-fit term at
+    ``rate`` per doubling instead of :data:`SCALE_WIDENING_PER_DOUBLING`: both ends rescaled by
+    ((1 + rate) / (1 + r_shipped))^d, d the row's ``fit_span_doublings``, and ``inside``
+    recomputed (the term is the range's last factor, so this is the range at that rate)."""
+    scale = ((1.0 + rate) / (1.0 + SCALE_WIDENING_PER_DOUBLING)) ** frame["fit_span_doublings"]
+    out = frame.copy()
+    out["predicted_low"] = frame["predicted_low"] / scale
+    out["predicted_high"] = frame["predicted_high"] * scale
+    measured = out["tokens_per_s_per_gpu"].astype(float)
+    out["inside"] = (measured >= out["predicted_low"]) & (measured <= out["predicted_high"])
+    return out
+
+
+#: Rates :func:`widening_rate` tries, per doubling [-].
+RATES = np.round(np.arange(0.0, 1.0 + 1e-9, 0.01), 2)
+#: Share of the out-of-sample rows beyond their table's span a 90 % range should hold.
+TARGET_COVERAGE = 0.9
+
+
+def widening_rate(frames: Mapping[str, pd.DataFrame]) -> float:
+    """The rate of :data:`SCALE_WIDENING_PER_DOUBLING` chosen on the files ``frames`` (name ->
+    ``validate``'s rows with ranges): the smallest of :data:`RATES` at which the out-of-sample
+    rows beyond their table's span (``fit_span_doublings`` > 0) hold the measured value for at
+    least :data:`TARGET_COVERAGE` of them, averaged with one vote per file that has such rows
+    (so that one large file does not decide alone); 0 where no file has any."""
+    beyond = [f[~f["in_sample"].astype(bool) & (f["fit_span_doublings"] > 0)]
+              for f in frames.values()]
+    beyond = [f for f in beyond if not f.empty]
+    if not beyond:
+        return 0.0
+    for rate in RATES.tolist():
+        if np.mean([at_rate(f, rate)["inside"].mean() for f in beyond]) >= TARGET_COVERAGE:
+            return rate
+    return float(RATES[-1])
+
+
+def held_out_coverage(frames: Mapping[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
+    """Leave-one-file-out check of :func:`widening_rate`: for each file, the rate chosen on the
+    other files and the out-of-sample rows' :func:`coverage` at that rate (``rate``, ``rows``,
+    ``coverage``, ``median_width``); ``"all"``: every file's held-out rows together."""
+    out: dict[str, dict[str, float]] = {}
+    held = []
+    for name, frame in frames.items():
+        rate = widening_rate({k: v for k, v in frames.items() if k != name})
+        rows = at_rate(frame[~frame["in_sample"].astype(bool)], rate)
+        held.append(rows)
+        out[name] = {"rate": rate, "rows": int(len(rows)), **coverage(rows)}
+    together = pd.concat(held, ignore_index=True)
+    out["all"] = {"rate": float("nan"), "rows": int(len(together)), **coverage(together)}
     return out

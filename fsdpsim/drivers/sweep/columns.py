@@ -285,7 +285,8 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
         if "time.moe_s" in cols:
             values["moe_s"] = cols["time.moe_s"][rows]
         values["bubble_s"] = cols["time.bubble_s"][rows]
-        plan = {"pp": twins["twin_pp"][rows], "pp_per_node": twins["twin_pp_per_node"][rows]}
+        plan = {"pp": twins["twin_pp"][rows], "pp_per_node": twins["twin_pp_per_node"][rows],
+                "num_gpus": cols["plan.num_gpus"][rows], "n_params": cols["n_params"][rows]}
         uncertainty = (twins["twin_u_fabric"][rows], twins["twin_u_framework"][rows])
         twin = twins["twin_tokens_per_s_per_gpu"][rows]
         slower = np.where(np.isnan(twin), 1.0, twin / values["tokens_per_s_per_gpu"])
