@@ -57,7 +57,8 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     """Resolve the options and compute the rows: (rows, training, run assumptions)."""
     from fsdpsim.drivers import procurement
     from fsdpsim.hardware.catalog import load_catalog
-    from fsdpsim.cli.predict import _auto_int, build_system, kernel_knobs, model_at
+    from fsdpsim.cli.defaults import auto_int
+    from fsdpsim.cli.predict import build_system, kernel_knobs, model_at
     from fsdpsim.drivers.compare import MAX_ROWS, Case, compare
     from fsdpsim.drivers.sweep.values import parse_counts, parse_prices, price_of
     from fsdpsim.plan.parallel import TrainingConfig
@@ -74,9 +75,9 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
         raise ConfigError(f"--gpu/--cluster x --num-gpus x --model make "
                           f"{len(hardware) * len(counts) * len(models)} rows; accepted: at most "
                           f"{MAX_ROWS}")
-    seq = _auto_int(o["seq_len"], "--seq-len") or 4096
+    seq = auto_int(o["seq_len"], "--seq-len") or 4096
     # no --global-batch: each row's plan trains the default batch moved to its dp
-    batch = _auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
+    batch = auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
     training = TrainingConfig(seq_len=seq, global_batch=batch,
                               precision=o["precision"] or "bf16", optimizer=o["optimizer"],
                               **kernel_knobs(o))

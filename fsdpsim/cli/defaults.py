@@ -4,7 +4,27 @@ defaults (:func:`fsdpsim.plan.frameworks.plan_defaults`), each with the note tha
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
+
+from fsdpsim.plan.knobs import option_default
+from fsdpsim.util.numbers import count_rule, read_number
+
+#: The plan options of predict (search and compare read the same), with their defaults.
+PLAN_OPTIONS = {name: option_default(name) for name in (
+    "sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
+    "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate", "tp",
+    "sequence_parallel", "tp_overlap", "pp", "vpp", "pp_schedule", "pp_first_layers",
+    "pp_last_layers", "cp", "cp_kind", "mesh_order", "micro_batch", "ep", "pp_layers", "etp",
+    "ep_overlap")}
+
+
+def auto_int(value: str | None, what: str) -> int | None:
+    """A count option (fsdpsim.util.numbers: the one number reader), or None for ``auto``."""
+    if value is None or str(value).strip().lower() == "auto":
+        return None
+    return read_number(value, what, replace(count_rule(what), also="auto"))
 
 
 def default_batch(value: str | None, seq_len: int, dp: int = 1) -> tuple[int, str | None]:
@@ -12,10 +32,9 @@ def default_batch(value: str | None, seq_len: int, dp: int = 1) -> tuple[int, st
     (:func:`fsdpsim.plan.training.default_global_batch`: about 4M tokens as a power of two
     sequences, the nearest multiple of ``dp`` where ``dp`` does not divide it) with the note
     that says so (None when the batch was given)."""
-    from fsdpsim.cli.predict import _auto_int
     from fsdpsim.plan.training import DEFAULT_BATCH_RULE, default_global_batch
 
-    stated = _auto_int(value, "--global-batch") if value else None
+    stated = auto_int(value, "--global-batch") if value else None
     if stated:
         return stated, None
     base, batch = default_global_batch(seq_len), default_global_batch(seq_len, dp)
@@ -46,7 +65,6 @@ def framework_plan_defaults(o: dict) -> tuple[dict, str | None]:
     """``o`` with the ``--framework`` profile's sharding and overlap where none was given
     (:func:`fsdpsim.plan.frameworks.plan_defaults`), and the note that says which: for a
     hybrid plan (tp, pp or cp > 1) or where they differ from the flags' defaults; else None."""
-    from fsdpsim.cli.predict import PLAN_OPTIONS
     from fsdpsim.plan.frameworks import plan_defaults
 
     stated = tuple(k for k in ("reshard_after_forward", "tp_overlap") if given(o, k))

@@ -12,21 +12,14 @@ from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.knobs import knob_options
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
-from fsdpsim.plan.knobs import option_default
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.util.numbers import GPUS, count_rule, option_type, read_number
+from fsdpsim.util.numbers import GPUS, option_type
 from fsdpsim.util.output import echo
 from fsdpsim.report.predict_table import predict_table
 from fsdpsim.util.units import GIB_BYTES
-from fsdpsim.cli.defaults import (default_batch, framework_plan_defaults,  # noqa: F401
+from fsdpsim.cli.defaults import (PLAN_OPTIONS, auto_int, default_batch,  # noqa: F401
+                                  framework_plan_defaults,
                                   global_batch_or_default)
-
-def _auto_int(value: str | None, what: str) -> int | None:
-    """A count option (fsdpsim.util.numbers: the one number reader), or None for ``auto``."""
-    if value is None or str(value).strip().lower() == "auto":
-        return None
-    return read_number(value, what, replace(count_rule(what), also="auto"))
-
 
 def model_at(name: str, seq_len: int | None):
     """The model ``name`` (preset, ladder id or config.json), its learned position table grown
@@ -69,7 +62,7 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
 
     if system is None:
         system = build_system(ctx, **o)
-    seq_len = _auto_int(o["seq_len"], "--seq-len")
+    seq_len = auto_int(o["seq_len"], "--seq-len")
     spec = spec if spec is not None else model_at(o["model"], seq_len)
     if o.get("plan"):
         run = plan_option(o, system)
@@ -81,7 +74,7 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     recompute = None if o["recompute"] == "auto" else o["recompute"]
     given_precision = o.get("precision")
     o = {**o, "precision": precision_for(given_precision, system)}
-    micro_batch = _auto_int(o["micro_batch"], "--micro-batch")
+    micro_batch = auto_int(o["micro_batch"], "--micro-batch")
     global_batch, batch_note = default_batch(o.get("global_batch"), seq_len or 4096,
                                              plan.dp * (micro_batch or 1))
     training = TrainingConfig(seq_len=seq_len or 4096,
@@ -155,14 +148,6 @@ def ep_overlap_of(o: dict) -> bool:
 
 #: The options a ``--plan`` line states, with their defaults (:mod:`fsdpsim.plan.knobs`): giving
 #: one beside ``--plan`` is an error (the plan would be said twice).
-PLAN_OPTIONS = {name: option_default(name) for name in (
-    "sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
-    "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate", "tp",
-    "sequence_parallel", "tp_overlap", "pp", "vpp", "pp_schedule", "pp_first_layers",
-    "pp_last_layers", "cp", "cp_kind", "mesh_order", "micro_batch", "ep", "pp_layers", "etp",
-    "ep_overlap")}
-
-
 def plan_option(o: dict, system):
     """The :class:`~fsdpsim.plan.spelling.RunPlan` of ``--plan`` (the one spelling of
     :mod:`fsdpsim.plan.spelling`); a plan option given beside it, or a ``--global-batch`` other
@@ -179,7 +164,7 @@ def plan_option(o: dict, system):
     run = parse_plan(o["plan"], num_gpus=o["num_gpus"],
                      gpus_per_node=domain_gpus(system, o["num_gpus"]),
                      framework=o.get("framework") or "fsdp2")
-    batch = _auto_int(o.get("global_batch"), "--global-batch")
+    batch = auto_int(o.get("global_batch"), "--global-batch")
     if batch is not None and batch != run.global_batch:
         raise ConfigError(f"--global-batch {batch} differs from the plan's {run.global_batch} "
                           f"sequences (mb {run.micro_batch} x accumulation {run.grad_accum} x "

@@ -137,20 +137,21 @@ def run_search(ctx: click.Context, o: dict[str, Any]):
     DEFAULT_MEMORY_BUDGET_FRACTION` of the GPU's): (spec, the system of each count with the
     GPU's own memory, training, results by count, the ranking)."""
     from fsdpsim.drivers import procurement
-    from fsdpsim.cli.predict import (_auto_int, build_system, kernel_knobs, model_at,
+    from fsdpsim.cli.defaults import auto_int
+    from fsdpsim.cli.predict import (build_system, kernel_knobs, model_at,
                                      precision_for)
     from fsdpsim.drivers.search.run import budget_system, search
     from fsdpsim.drivers.search.space import SearchSpace, parse_fix
     from fsdpsim.plan.parallel import TrainingConfig
 
     counts = _counts(o["num_gpus"])
-    seq = _auto_int(o["seq_len"], "--seq-len") or 4096
+    seq = auto_int(o["seq_len"], "--seq-len") or 4096
     spec = model_at(o["model"], seq)
     o = {**o, "precision": precision_for(o["precision"],
                                          build_system(ctx, **{**o, "num_gpus": counts[0]}))}
     # no --global-batch: each mesh trains the default batch adjusted to its data-parallel
     # degree (search.space.batch_of), as predict would run that plan
-    batch = _auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
+    batch = auto_int(o["global_batch"], "--global-batch") if o["global_batch"] else None
     training = TrainingConfig(seq_len=seq, global_batch=batch, precision=o["precision"],
                               optimizer=o["optimizer"], **kernel_knobs(o))
     space = SearchSpace(fixed=parse_fix(o["fix"]), max_tp=o["max_tp"], max_pp=o["max_pp"],

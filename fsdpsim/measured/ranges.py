@@ -34,7 +34,7 @@ from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.hardware.spec import FitSpan
 from fsdpsim.measured.rows import row_setup, spec_for_row
-from fsdpsim.measured.stats import fit_rows
+from fsdpsim.measured.stats import coverage, coverage_summary, fit_rows  # noqa: F401
 from fsdpsim.plan import frameworks
 
 #: Keys of the engine's outputs the range needs (scalars per row).
@@ -267,30 +267,6 @@ def plan_conditions(x: Mapping[str, Any], i: int, n: int) -> dict[str, float]:
     the pipeline degree, the pipeline stages per node, the GPU count and the model's
     parameters (:data:`PLAN_KEYS`)."""
     return {k: _row_value(x, k, i, n) for k in PLAN_KEYS if k in x}
-
-
-def coverage(frame: pd.DataFrame) -> dict[str, float]:
-    """Share of rows whose measured value lies in the 90 % range, and the median relative width
-    (high - low) / predicted; NaN for no rows."""
-    if frame.empty or "inside" not in frame.columns:
-        return {"coverage": float("nan"), "median_width": float("nan")}
-    width = ((frame["predicted_high"] - frame["predicted_low"])
-             / frame["predicted_tokens_per_s_per_gpu"]).astype(float)
-    return {"coverage": float(frame["inside"].astype(bool).mean()),
-            "median_width": float(width.median())}
-
-
-def coverage_summary(frame: pd.DataFrame) -> dict[str, Any]:
-    """:func:`coverage` over all rows, the out-of-sample rows and the in-sample ones, with
-    their counts."""
-    out: dict[str, Any] = {}
-    parts = {"all": frame}
-    if "in_sample" in frame.columns:
-        parts["out_of_sample"] = frame[~frame["in_sample"].astype(bool)]
-        parts["in_sample"] = frame[frame["in_sample"].astype(bool)]
-    for name, part in parts.items():
-        out[name] = {"rows": int(len(part)), **coverage(part)}
-    return out
 
 
 def fit_span(source: str, every: pd.DataFrame, catalog: Catalog,

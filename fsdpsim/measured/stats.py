@@ -3,6 +3,8 @@ figures (MAPE, median, worst, bias) of ``fsdpsim validate`` overall and per grou
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -58,20 +60,42 @@ def summarise_by(result: pd.DataFrame, by: str) -> dict[str, dict]:
 
 def summarise(result: pd.DataFrame) -> dict[str, float]:
     """MAPE, median and worst absolute error (fractions), and the row count; where the rows
-    carry their 90 % ranges (``validate``), the coverage figures of
-    :func:`fsdpsim.measured.ranges.coverage_summary` too (``coverage``, ``median_width``,
+    carry their 90 % ranges (``validate``, :mod:`fsdpsim.measured.ranges`), the coverage
+    figures of :func:`coverage_summary` too (``coverage``, ``median_width``,
     ``coverage_out_of_sample`` and its ``rows_out_of_sample``)."""
     err = result["error"].abs()
     out = {"rows": int(len(result)), "mape": float(err.mean()),
            "median_ape": float(err.median()), "worst_ape": float(err.max()),
            "bias": float(result["error"].mean())}
     if "inside" in result.columns:
-        from fsdpsim.measured.ranges import coverage_summary
-
         cov = coverage_summary(result)
         out.update(coverage=cov["all"]["coverage"], median_width=cov["all"]["median_width"],
                    coverage_out_of_sample=cov["out_of_sample"]["coverage"],
                    rows_out_of_sample=cov["out_of_sample"]["rows"])
+    return out
+
+
+def coverage(frame: pd.DataFrame) -> dict[str, float]:
+    """Share of rows whose measured value lies in the 90 % range, and the median relative width
+    (high - low) / predicted; NaN for no rows."""
+    if frame.empty or "inside" not in frame.columns:
+        return {"coverage": float("nan"), "median_width": float("nan")}
+    width = ((frame["predicted_high"] - frame["predicted_low"])
+             / frame["predicted_tokens_per_s_per_gpu"]).astype(float)
+    return {"coverage": float(frame["inside"].astype(bool).mean()),
+            "median_width": float(width.median())}
+
+
+def coverage_summary(frame: pd.DataFrame) -> dict[str, Any]:
+    """:func:`coverage` over all rows, the out-of-sample rows and the in-sample ones, with
+    their counts."""
+    out: dict[str, Any] = {}
+    parts = {"all": frame}
+    if "in_sample" in frame.columns:
+        parts["out_of_sample"] = frame[~frame["in_sample"].astype(bool)]
+        parts["in_sample"] = frame[frame["in_sample"].astype(bool)]
+    for name, part in parts.items():
+        out[name] = {"rows": int(len(part)), **coverage(part)}
     return out
 
 

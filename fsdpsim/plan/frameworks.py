@@ -102,6 +102,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fsdpsim.plan.training import LOW_PRECISION
 from fsdpsim.util.errors import ConfigError, suggest
 
 
@@ -262,8 +263,6 @@ def knob_default(framework: str, knob: str, precision: str = "bf16"):
     """What ``framework`` does where ``knob`` is not given (:data:`KNOB_DEFAULTS`, else
     :data:`GENERIC_KNOBS`); ``bf16_layers`` only under a low-precision ``precision`` (else
     None)."""
-    from fsdpsim.plan.parallel import LOW_PRECISION
-
     if knob == "bf16_layers" and precision not in LOW_PRECISION:
         return None
     own = KNOB_DEFAULTS.get(canonical(framework), {})
@@ -409,6 +408,9 @@ def plan_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: 
                           tp_overlap=tp_overlap))
 
 
+#: Mesh dimensions, outermost first (torchtitan ``ParallelDims``: pp, dp_replicate, dp_shard,
+#: cp, tp): tensor parallelism innermost, on adjacent ranks of one scale-up domain.
+DEFAULT_MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 #: The plan fields a profile's ``supports`` may restrict, and how a plan spells its value.
 _PLAN_SUPPORTS = {
     "sharding": lambda p: p.sharding, "pp_schedule": lambda p: p.pp_schedule if p.pp > 1 else None,
@@ -416,13 +418,7 @@ _PLAN_SUPPORTS = {
     "tp_overlap": lambda p: p.tp_overlap if p.tp > 1 else None,
     "cp_kind": lambda p: p.cp_kind if p.cp > 1 else None, "cp": lambda p: p.cp,
     "pp": lambda p: p.pp, "ep": lambda p: p.ep, "ep_overlap": lambda p: p.ep_overlap,
-    "mesh_order": lambda p: None if p.mesh_order == _default_order() else "other"}
-
-
-def _default_order():
-    from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER
-
-    return DEFAULT_MESH_ORDER
+    "mesh_order": lambda p: None if p.mesh_order == DEFAULT_MESH_ORDER else "other"}
 
 
 def unsupported(framework: str, plan) -> list[str]:
@@ -438,7 +434,7 @@ def unsupported(framework: str, plan) -> list[str]:
             continue
         if name == "mesh_order":
             out.append("mesh order " + ",".join(plan.mesh_order) + ": its order is fixed ("
-                       + ",".join(_default_order()) + ")")
+                       + ",".join(DEFAULT_MESH_ORDER) + ")")
         elif value not in accepted:
             out.append(f"{name} {value}: it runs " + ", ".join(map(str, accepted)))
     return out + plan_refusals(framework, sharding=plan.sharding, dp_shard=plan.dp_shard,

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fsdpsim.util.errors import ConfigError
-from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, PROFILES, canonical, profile
+from fsdpsim.plan.frameworks import (DEFAULT_MESH_ORDER, FRAMEWORK_NAMES, PROFILES,  # noqa: F401
+                                     canonical, profile)
 # the training configuration and its choices (re-exported: importers of fsdpsim.plan.parallel keep them)
 from fsdpsim.plan.training import (CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS,  # noqa: F401
                               OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES, RECOMPUTES, Recompute,
@@ -43,9 +44,6 @@ SHARDING_HELP = ("full = FULL_SHARD/ZeRO-3, grad_op = SHARD_GRAD_OP/ZeRO-2, opti
                  "none = NO_SHARD/DDP, hybrid = HYBRID_SHARD/HSDP")
 #: ZeRO stage -> the FSDP-style spelling (``--zero`` and ``--sharding`` mean the same plans).
 ZERO_STAGES = {0: "none", 1: "optimizer", 2: "grad_op", 3: "full"}
-#: Mesh dimensions, outermost first (torchtitan ``ParallelDims``: pp, dp_replicate, dp_shard,
-#: cp, tp): tensor parallelism innermost, on adjacent ranks of one scale-up domain.
-DEFAULT_MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 #: The frameworks whose ZeRO-1 shards within groups (for messages): InternEvo's ``zero1``.
 _ZERO1_GROUP_FRAMEWORKS = tuple(p.name for p in PROFILES.values() if p.zero1_groups)
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
