@@ -83,7 +83,8 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     With ``num_gpus`` and ``n_params`` in ``plan`` and a table that records its fit's span
     (``efficiency.fit_span``), both ends widen last by (1 + r)^d, r =
     :data:`SCALE_WIDENING_PER_DOUBLING`, d = :func:`fit_span_doublings` (``beyond_fit_span``,
-    ``fit_span_doublings``).
+    ``fit_span_doublings``). The high end never exceeds the GEMM ceiling's throughput
+    (:func:`physical_ratio_high`, with ``hfu``, ``mfu`` and ``mfu_native`` in ``values``).
     """
     eff = system.accelerator.efficiency
     lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
@@ -134,6 +135,7 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
         lo, hi = lo / widen, hi * widen
         doublings = doublings.tolist() if np.ndim(doublings) == 0 else doublings
     beyond = as_array(doublings) > 0
+    hi = minimum(hi, physical_ratio_high(values, efficiency))
     if np.ndim(lo) == 0:
         lo, hi = float(lo), float(hi)
     tps = values["tokens_per_s_per_gpu"]
@@ -154,6 +156,24 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
         out["network_uncertainty"] = float(u_fab) if np.ndim(u_fab) == 0 else u_fab
         out["framework_uncertainty"] = float(u_fw) if np.ndim(u_fw) == 0 else u_fw
     return out
+
+
+def physical_ratio_high(values: Mapping[str, Any], efficiency=None) -> Any:
+    """The most the measured throughput can exceed the prediction [-]: a step cannot run its
+    hardware FLOPs faster than the best-shape GEMM rate of its number format (the measured
+    maximum achievable matmul fraction of the dense peak, ``efficiency.ceiling``, MAMF; the
+    dense peak itself where the catalog has none), so the high end's HFU against the format's
+    own peak, ``hfu · mfu_native / mfu`` (:mod:`fsdpsim.engine.metrics`), stays at or below it.
+    At least 1 (the prediction itself stays inside its range); inf without the utilisations in
+    ``values``."""
+    if not all(k in values for k in ("hfu", "mfu", "mfu_native")):
+        return np.inf
+    ceiling = getattr(efficiency, "ceiling", None) or 1.0
+    mfu = as_array(values["mfu"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hfu_native = as_array(values["hfu"]) * as_array(values["mfu_native"]) / mfu
+        ratio = np.where(hfu_native > 0, ceiling / hfu_native, np.inf)
+    return maximum(ratio, 1.0)
 
 
 def fit_span_doublings(num_gpus, n_params, span) -> Any:

@@ -38,8 +38,9 @@ from fsdpsim.measured.stats import coverage, coverage_summary, fit_rows  # noqa:
 from fsdpsim.plan import frameworks
 
 #: Keys of the engine's outputs the range needs (scalars per row).
-_VALUE_KEYS = ("tokens_per_s_per_gpu", "tokens_per_s", "step_time_s", "mfu", "peak_bytes",
-               "capacity_bytes", "moe_s", "exposed_comm_s", "bubble_s")
+_VALUE_KEYS = ("tokens_per_s_per_gpu", "tokens_per_s", "step_time_s", "mfu", "hfu",
+               "mfu_native", "peak_bytes", "capacity_bytes", "moe_s", "exposed_comm_s",
+               "bubble_s")
 #: The widening flags of :func:`prediction_interval` copied to the rows.
 FLAG_COLUMNS = ("calibrated", "efficiency_transferred", "near_memory_limit",
                 "mixture_of_experts", "pipeline_across_nodes", "beyond_fit_span")

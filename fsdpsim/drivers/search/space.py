@@ -335,7 +335,10 @@ def estimate_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: i
 
 
 def _pipes(spec, pp: int, space: SearchSpace) -> list[tuple[int, str | None, tuple]]:
-    """(vpp, schedule, (first, last)) options of a pipeline degree; each split valid."""
+    """(vpp, schedule, (first, last)) options of a pipeline degree; each split valid and
+    distinct: where the layers do not divide over ``pp × vpp``, the framework's own split
+    ((None, None), as predict takes it: :mod:`fsdpsim.plan.pipeline_split`) first, then the
+    end stages of :func:`stage_splits` that place the layers otherwise."""
     fixed = space.fixed
     if pp == 1:
         return [(1, None, (None, None))] if "vpp" not in fixed or fixed["vpp"] == 1 else []
@@ -348,13 +351,21 @@ def _pipes(spec, pp: int, space: SearchSpace) -> list[tuple[int, str | None, tup
             splits = [(fixed.get("pp_first_layers"), fixed.get("pp_last_layers"))]
         else:
             splits = stage_splits(spec.n_layers, pp, vpp)
+            if spec.n_layers % (pp * vpp):
+                splits = [(None, None)] + splits
+        placed = set()  # each placement of the layers once
         for first, last in splits:
             try:
-                ParallelPlan(num_gpus=pp, gpus_per_node=1, pp=pp, vpp=vpp,
-                             pp_first_layers=first, pp_last_layers=last).stage_layers(
-                                 spec.n_layers)
+                probe = ParallelPlan(num_gpus=pp, gpus_per_node=1, pp=pp, vpp=vpp,
+                                     pp_first_layers=first, pp_last_layers=last,
+                                     framework=space.framework)
+                probe.stage_layers(spec.n_layers)
+                counts = probe.layer_split(spec.n_layers).counts
             except ConfigError:
                 continue
+            if counts in placed:
+                continue
+            placed.add(counts)
             out += [(vpp, s, (first, last)) for s in schedules]
     return out
 

@@ -278,7 +278,7 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
         if not rows.size:
             continue
         values = {k: cols[k][rows] for k in ("tokens_per_s_per_gpu", "tokens_per_s",
-                                             "step_time_s", "mfu")}
+                                             "step_time_s", "mfu", "hfu", "mfu_native")}
         values.update(peak_bytes=cols["memory.peak_bytes"][rows],
                       capacity_bytes=cols["memory.capacity_bytes"][rows],
                       exposed_comm_s=cols["comm.exposed_s"][rows])
