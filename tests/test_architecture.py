@@ -9,9 +9,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "fsdpsim"
 
 #: Lower layers first; a module may import its own layer and the layers before it. The three
-#: specifications (model, hardware, plan) read one another.
-LAYERS = ["util", "costs", "model", "hardware", "plan", "engine", "drivers", "measured", "report",
-          "cli"]
+#: specifications (model, hardware, plan) read one another; the scalar reference model reads
+#: them and nothing above them (tests/test_reference.py keeps it off costs as well).
+LAYERS = ["util", "costs", "model", "hardware", "plan", "reference", "engine", "drivers",
+          "measured", "report", "cli"]
 SPECS = {"model", "hardware", "plan"}
 
 
