@@ -92,7 +92,8 @@ def row_case(row: pd.Series, catalog: Catalog):
 def _plan_key(spec, system, plan: ParallelPlan) -> tuple:
     """What the engine sees of a plan (the inputs ``search`` builds per plan): two plans with the
     same key are the same plan to the model (e.g. mesh orders with the same group layout)."""
-    from fsdpsim.engine.build import framework_inputs, plan_inputs, pod_inputs
+    from fsdpsim.engine.build import plan_inputs, pod_inputs
+    from fsdpsim.engine.build_framework import framework_inputs
     from fsdpsim.engine.build_moe import stage_inputs
 
     x = {**plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),

@@ -136,7 +136,8 @@ NcclInputs = TypedDict("NcclInputs", {
 
 
 class FrameworkInputs(NcclInputs):
-    """:func:`fsdpsim.engine.build.framework_inputs`: the framework profile (fsdpsim.plan.frameworks)."""
+    """:func:`fsdpsim.engine.build_framework.framework_inputs`: the framework profile
+    (fsdpsim.plan.frameworks)."""
 
     megatron: Number               # 0/1 Megatron recipe
     framework_uncertainty: Number  # relative spread the profile leaves [-]

@@ -99,7 +99,7 @@ from fsdpsim.measured.published import tables as published
 from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.files import MAX_TABLE_BYTES, open_capped
-from fsdpsim.engine.build import bf16_linear_share
+from fsdpsim.engine.peaks import bf16_linear_share
 from fsdpsim.measured.rows import (PLAN_COLUMNS, cell, is_empty, row_setup, spec_for_row,
                                       whole_cell)
 from fsdpsim.model.spec import ModelSpec
