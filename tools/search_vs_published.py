@@ -49,7 +49,8 @@ from fsdpsim.measured.rows import row_setup  # noqa: E402
 from fsdpsim.measured.validate import load_measurements  # noqa: E402
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig  # noqa: E402
 from fsdpsim.drivers.predict import predict  # noqa: E402
-from fsdpsim.drivers.search.run import Choice, predict_choice, search  # noqa: E402
+from fsdpsim.drivers.search.results import Choice, predict_choice  # noqa: E402
+from fsdpsim.drivers.search.run import search  # noqa: E402
 from fsdpsim.drivers.search.explain import plan_line  # noqa: E402
 from fsdpsim.drivers.search.space import (MAX_END_SHIFT, MAX_VPP, MIN_TOKENS_PER_CP_RANK,  # noqa: E402
                                   SearchSpace, enumerate_plans, stage_splits)
@@ -148,7 +149,7 @@ def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
 
 
 def _choice_of(plan: ParallelPlan, training: TrainingConfig, pred) -> Choice:
-    """The published plan as a :class:`fsdpsim.drivers.search.run.Choice` (for its plan line)."""
+    """The published plan as a :class:`fsdpsim.drivers.search.results.Choice` (for its plan line)."""
     v = pred.values
     t = pred.training
     return Choice(plan=plan, micro_batch=int(t["micro_batch"]), grad_accum=int(t["grad_accum"]),
