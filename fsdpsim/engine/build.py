@@ -253,7 +253,8 @@ def _plan_inputs(plan: ParallelPlan, n_layers: int | None) -> dict[str, Any]:
     x = {
         "num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
         "strategy": STRATEGY_CODES[plan.sharding], "reshard": float(plan.reshard_after_forward),
-        "keep_gathered": float(plan.keep_gathered), "grad_sync_last": float(plan.grad_sync == "last"),
+        "keep_gathered": float(plan.keep_gathered),
+        "grad_sync_last": float(plan.grad_sync == "last"),
         "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp, "dp": plan.dp,
         "pp_schedule": PP_SCHEDULES.index(plan.pp_schedule),  # costs.schedule.SCHEDULE_CODES
         "sequence_parallel": float(plan.sequence_parallel),

@@ -76,9 +76,10 @@ The parallel layout and the run's switches (optional columns, named and valued a
 
 Published tables (the columns of ``shared/validation/published_calibration.csv`` and
 ``hybrid_calibration.csv``, and vTrain's ground truth) are recognised and converted by
-:mod:`fsdpsim.measured.published.tables`. Rows fsdpsim cannot model (mixture of experts, an accelerator not in
-the catalog, a layout the plan rejects) are kept with a ``skip`` reason instead of a silently
-wrong number; in fsdpsim's own schema such a row is an error that names it.
+:mod:`fsdpsim.measured.published.tables`. Rows fsdpsim cannot model (mixture of experts, an
+accelerator not in the catalog, a layout the plan rejects) are kept with a ``skip`` reason
+instead of a silently wrong number; in fsdpsim's own schema such a row is an error that names
+it.
 
 Each cell is checked by :mod:`fsdpsim.measured.cells`; a row's unstated micro-batch, recompute
 mode or model chunks get what ``predict`` would choose (:mod:`fsdpsim.measured.auto_knobs`).
@@ -117,7 +118,8 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     catalog (default: the built-in one) matches free-text GPU names of published tables."""
     path = shipped.resolve(path)
     text = str(path)
-    if text.strip() and "\0" not in text and not Path(text).exists() and not Path(text).is_symlink():
+    if (text.strip() and "\0" not in text and not Path(text).exists()
+            and not Path(text).is_symlink()):
         raise ConfigError(f"measurements file {shown(text)} does not exist; give a CSV path or the "
                           f"name of a shipped one ({', '.join(shipped.names())})")
     source = open_capped(path, "measurements file", MAX_TABLE_BYTES)

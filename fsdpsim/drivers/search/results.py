@@ -121,7 +121,8 @@ def least_peak(s, gb, records, rc_name, rl, score) -> Choice | None:
     if best is None:
         return None
     peak, p, m, tps = best
-    return _choice(s, gb, p, m, RECOMPUTE_CODES[rc_name], rl, tps, peak, float(score(np.array([tps]))[0]))
+    return _choice(s, gb, p, m, RECOMPUTE_CODES[rc_name], rl, tps, peak,
+                   float(score(np.array([tps]))[0]))
 
 
 def cut_off(s: PlanColumns, records, gb: np.ndarray, best: float, score, shown: int = 3):

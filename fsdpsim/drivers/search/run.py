@@ -29,10 +29,10 @@ run), and the search is exact over its space (:mod:`fsdpsim.drivers.search.space
    the first K of each stage). Memory falls and time rises with K, so the best K is the smallest
    that fits: a vectorised bisection over K for every (plan, micro-batch, method) at once.
 
-The top plans are then predicted in full by :func:`fsdpsim.drivers.predict.predict` (the same numbers,
-plus bottleneck, breakdown and range), and ``tests/test_search.py`` checks the optimum against
-brute-force enumeration of every candidate under the same model. The objectives and the memory
-budget are :mod:`fsdpsim.drivers.search.objective`'s; what a search returns,
+The top plans are then predicted in full by :func:`fsdpsim.drivers.predict.predict` (the same
+numbers, plus bottleneck, breakdown and range), and ``tests/test_search.py`` checks the optimum
+against brute-force enumeration of every candidate under the same model. The objectives and the
+memory budget are :mod:`fsdpsim.drivers.search.objective`'s; what a search returns,
 :mod:`fsdpsim.drivers.search.results`'.
 """
 
