@@ -7,6 +7,12 @@ of :mod:`fsdpsim.costs`, not from the vectorised engine (:mod:`fsdpsim.engine`),
 not call; ``tests/test_reference.py`` requires both to agree to a relative 1e-9 on random
 configurations, so the engine can be rewritten and optimised against it.
 
+Read it in this order: :mod:`.scope` (what is covered), :mod:`.inputs` (the catalog's rates
+and the parameter shapes of one rank), :mod:`.layers` (one layer's and the root's compute),
+:mod:`.communication` (NCCL, tensor and context parallelism), :mod:`.schedule` (overlap and
+the pipeline schedules), :mod:`.memory` (the peak per GPU), then :mod:`.step`
+(:func:`predict`, which composes them).
+
 Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a silent number):
 
 * dense decoder models with uniform full-attention layers (no MoE, MLA, MTP, QK-norm or
@@ -58,12 +64,6 @@ same (so the two agree) and says so in a comment: each pipeline end stage gather
 root unit; an unpipelined root's fp32 accumulation pass (nanotron) counts its FSDP-padded
 size; Megatron's ``mlp`` module recompute frees the MLP internals of every layer of a stage,
 though it replays only the first ``recompute_layers``.
-
-Read it in this order: :mod:`.scope` (what is covered), :mod:`.inputs` (the catalog's rates
-and the parameter shapes of one rank), :mod:`.layers` (one layer's and the root's compute),
-:mod:`.communication` (NCCL, tensor and context parallelism), :mod:`.schedule` (overlap and
-the pipeline schedules), :mod:`.memory` (the peak per GPU), then :mod:`.step`
-(:func:`predict`, which composes them).
 """
 
 from __future__ import annotations

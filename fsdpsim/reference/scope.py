@@ -11,6 +11,8 @@ DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
 #: Low-precision GEMM formats: weights gathered and activations kept in 16 bits, only the
 #: GEMM operands cast (Transformer Engine fp8_autocast; torchao float8 in torchtitan).
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
+#: The shardings (ParallelPlan ``sharding``) and framework profiles (fsdpsim.plan.frameworks)
+#: the reference covers.
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 FRAMEWORKS = ("fsdp2", "fsdp1", "megatron", "deepspeed-zero3", "nanotron")
 
