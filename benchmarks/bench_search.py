@@ -36,7 +36,8 @@ from fsdpsim.hardware.catalog import load_catalog  # noqa: E402
 from fsdpsim.hardware.system import resolve_system  # noqa: E402
 from fsdpsim.model.presets import get_model  # noqa: E402
 from fsdpsim.plan.parallel import TrainingConfig  # noqa: E402
-from fsdpsim.drivers.search.run import budget_system, search  # noqa: E402
+from fsdpsim.drivers.search.objective import budget_system  # noqa: E402
+from fsdpsim.drivers.search.run import search  # noqa: E402
 
 #: name: (model, GPU, GPUs, global batch, target wall seconds)
 CASES = {

@@ -16,7 +16,8 @@ from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.drivers.predict import predict
 from fsdpsim.model.presets import get_model
 from fsdpsim.drivers.procurement import RunAssumptions, prediction_run
-from fsdpsim.drivers.search.run import predict_choice, search
+from fsdpsim.drivers.search.results import predict_choice
+from fsdpsim.drivers.search.run import search
 from fsdpsim.drivers.search.space import SearchSpace
 from fsdpsim.hardware.system import resolve_system
 

@@ -619,8 +619,8 @@ def test_block_scaled_formats_peaks_casts_and_mfu_basis():
     without the format is one clear error."""
     from fsdpsim.costs.compute import CAST_TRANSPOSE_BYTES, FP8_CAST_TRANSPOSE_BYTES
     from fsdpsim.util.errors import ConfigError
-    from fsdpsim.engine.build import (NVFP4_BF16_LINEAR_SHARE, gemm_peak_flops_per_s,
-                                system_inputs, training_inputs)
+    from fsdpsim.engine.build import system_inputs, training_inputs
+    from fsdpsim.engine.peaks import NVFP4_BF16_LINEAR_SHARE, gemm_peak_flops_per_s
 
     gb300 = CATALOG.accelerator("gb300")
     p = gb300.peak_flops_per_s
@@ -671,7 +671,7 @@ def test_bf16_layers_are_checked_and_blend_the_gemm_peak():
     at most the model's layers, each refused in one line; given, the linear layers' peak is the
     blend of its share (by hand), so more BF16 layers never make the step faster."""
     from fsdpsim.util.errors import ConfigError
-    from fsdpsim.engine.build import bf16_linear_share
+    from fsdpsim.engine.peaks import bf16_linear_share
 
     with pytest.raises(ConfigError, match="bf16_layers needs a low-precision format"):
         TrainingConfig(seq_len=4096, precision="bf16", bf16_layers=2)

@@ -11,7 +11,9 @@ import pytest
 
 from fsdpsim.drivers.search.export import CANNOT, megatron_args, torchtitan_toml
 from fsdpsim.drivers.search.export_read import read_megatron, read_torchtitan
-from fsdpsim.drivers.search.run import Choice, budget_system, search
+from fsdpsim.drivers.search.objective import budget_system
+from fsdpsim.drivers.search.results import Choice
+from fsdpsim.drivers.search.run import search
 from fsdpsim.drivers.search.space import SearchSpace
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.hardware.system import resolve_system

@@ -31,7 +31,8 @@ def test_wheel_contains_package_catalog_and_entry_point(tmp_path):
     data = {n for n in names if n.startswith("fsdpsim/validation_data/") and n.endswith(".csv")}
     assert data == {"fsdpsim/validation_data/" + p.name
                     for p in (ROOT / "validation" / "data").glob("*.csv")} and len(data) >= 4
-    for module in ("fsdpsim/cli/__init__.py", "fsdpsim/costs/memory.py", "fsdpsim/measured/harness/reference.py"):
+    for module in ("fsdpsim/cli/__init__.py", "fsdpsim/costs/memory.py",
+                   "fsdpsim/measured/harness/reference.py", "fsdpsim/reference/step.py"):
         assert module in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "fsdpsim = fsdpsim.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()

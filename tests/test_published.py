@@ -196,7 +196,7 @@ def test_rows_of_any_source_are_read_by_what_they_say():
 def test_unstated_knobs_get_what_predict_would_choose():
     """Published runs rarely state micro-batch and recompute; they are resolved as predict's
     auto would resolve them (within the stated global batch), and marked."""
-    from fsdpsim.measured.validate import resolve_auto_knobs
+    from fsdpsim.measured.auto_knobs import resolve_auto_knobs
     from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
     from fsdpsim.drivers.predict import predict
     from fsdpsim.model.presets import get_model

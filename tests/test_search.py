@@ -17,7 +17,8 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.engine.build import config_inputs
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.model.presets import get_model
-from fsdpsim.drivers.search.run import _selective_method, budget_system, search
+from fsdpsim.drivers.search.objective import budget_system
+from fsdpsim.drivers.search.run import _selective_method, search
 from fsdpsim.drivers.search.explain import plan_line
 from fsdpsim.drivers.search.space import SearchSpace, divisors, enumerate_plans, parse_fix, stage_splits
 from fsdpsim.hardware.system import resolve_system
@@ -98,7 +99,7 @@ def test_search_optimum_equals_brute_force(model, n, gb, seq, budget, fixed):
 def test_tight_budget_finds_partial_recompute_and_predict_agrees():
     """A budget between no recompute and full recompute: the best plan recomputes some of its
     layers, and predict, given that plan, gives the same throughput and a peak in budget."""
-    from fsdpsim.drivers.search.run import predict_choice
+    from fsdpsim.drivers.search.results import predict_choice
 
     spec, system = get_model("gpt3-350m"), _system(budget_gib=3.0)
     training = TrainingConfig(seq_len=2048, global_batch=64)

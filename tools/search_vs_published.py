@@ -49,7 +49,8 @@ from fsdpsim.measured.rows import row_setup  # noqa: E402
 from fsdpsim.measured.validate import load_measurements  # noqa: E402
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig  # noqa: E402
 from fsdpsim.drivers.predict import predict  # noqa: E402
-from fsdpsim.drivers.search.run import Choice, predict_choice, search  # noqa: E402
+from fsdpsim.drivers.search.results import Choice, predict_choice  # noqa: E402
+from fsdpsim.drivers.search.run import search  # noqa: E402
 from fsdpsim.drivers.search.explain import plan_line  # noqa: E402
 from fsdpsim.drivers.search.space import (MAX_END_SHIFT, MAX_VPP, MIN_TOKENS_PER_CP_RANK,  # noqa: E402
                                   SearchSpace, enumerate_plans, stage_splits)
@@ -92,7 +93,8 @@ def row_case(row: pd.Series, catalog: Catalog):
 def _plan_key(spec, system, plan: ParallelPlan) -> tuple:
     """What the engine sees of a plan (the inputs ``search`` builds per plan): two plans with the
     same key are the same plan to the model (e.g. mesh orders with the same group layout)."""
-    from fsdpsim.engine.build import framework_inputs, plan_inputs, pod_inputs
+    from fsdpsim.engine.build import plan_inputs, pod_inputs
+    from fsdpsim.engine.build_framework import framework_inputs
     from fsdpsim.engine.build_moe import stage_inputs
 
     x = {**plan_inputs(plan, spec.n_layers), **pod_inputs(plan, system),
@@ -147,7 +149,7 @@ def outside_space(spec, system, plan: ParallelPlan, training: TrainingConfig,
 
 
 def _choice_of(plan: ParallelPlan, training: TrainingConfig, pred) -> Choice:
-    """The published plan as a :class:`fsdpsim.drivers.search.run.Choice` (for its plan line)."""
+    """The published plan as a :class:`fsdpsim.drivers.search.results.Choice` (for its plan line)."""
     v = pred.values
     t = pred.training
     return Choice(plan=plan, micro_batch=int(t["micro_batch"]), grad_accum=int(t["grad_accum"]),

@@ -133,14 +133,15 @@ def check_counts(spec, systems: dict, training, space) -> None:
 
 def run_search(ctx: click.Context, o: dict[str, Any]):
     """Resolve the options and search every GPU count within the memory budget
-    (``--memory-budget-gib``, default :data:`~fsdpsim.drivers.search.run.
+    (``--memory-budget-gib``, default :data:`~fsdpsim.drivers.search.objective.
     DEFAULT_MEMORY_BUDGET_FRACTION` of the GPU's): (spec, the system of each count with the
     GPU's own memory, training, results by count, the ranking)."""
     from fsdpsim.drivers import procurement
     from fsdpsim.cli.defaults import auto_int
     from fsdpsim.cli.predict import (build_system, kernel_knobs, model_at,
                                      precision_for)
-    from fsdpsim.drivers.search.run import budget_system, search
+    from fsdpsim.drivers.search.objective import budget_system
+    from fsdpsim.drivers.search.run import search
     from fsdpsim.drivers.search.space import SearchSpace, parse_fix
     from fsdpsim.plan.parallel import TrainingConfig
 
@@ -205,7 +206,7 @@ def within(spec, systems: dict, training, ranking: list, o: dict[str, Any], pric
     ``--top``; none: a one-line error naming the closest plan."""
     from fsdpsim.drivers.procurement import within_limits
     from fsdpsim.drivers.search.explain import plan_line
-    from fsdpsim.drivers.search.run import predict_choice
+    from fsdpsim.drivers.search.results import predict_choice
 
     kept, closest = [], None
     for c, n in ranking:
@@ -241,7 +242,7 @@ def register(cli: click.Group) -> None:
         micro-batch, recompute), without profiling; print them, or the best as a torchtitan or
         Megatron-LM configuration."""
         from fsdpsim.drivers.search.export import megatron_args, torchtitan_toml
-        from fsdpsim.drivers.search.run import predict_choice
+        from fsdpsim.drivers.search.results import predict_choice
         from fsdpsim.drivers.search.explain import plan_line
 
         if o["gpu"] is None and o["cluster"] is None:

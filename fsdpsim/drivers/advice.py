@@ -91,7 +91,8 @@ def hybrid_fit(spec: ModelSpec, system, plan: ParallelPlan, training: TrainingCo
     fits the default budget. Empty when neither exists, or when the spaces are too large for
     advice (above :data:`ADVICE_MAX_CANDIDATES` by the search's own upper-bound estimate:
     ``fsdpsim search`` answers those on its own)."""
-    from fsdpsim.drivers.search.run import budget_system, search
+    from fsdpsim.drivers.search.objective import budget_system
+    from fsdpsim.drivers.search.run import search
     from fsdpsim.drivers.search.space import SearchSpace, estimate_size
 
     training = dataclasses.replace(training, global_batch=global_batch, micro_batch=None,

@@ -21,7 +21,7 @@ from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.drivers.procurement import RunAssumptions, prediction_run, run_summary
-from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
+from fsdpsim.drivers.search.objective import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.drivers.search.space import SearchSpace
 
 PLANS = ("search", "fsdp")
@@ -93,7 +93,9 @@ def compare(cases: Sequence[Case], training: TrainingConfig, *, plan: str = "sea
 def _row(case: Case, training: TrainingConfig, plan: str, run: RunAssumptions,
          space: SearchSpace, objective: str) -> Row:
     from fsdpsim.drivers.predict import predict
-    from fsdpsim.drivers.search.run import budget_system, predict_choice, search
+    from fsdpsim.drivers.search.objective import budget_system
+    from fsdpsim.drivers.search.results import predict_choice
+    from fsdpsim.drivers.search.run import search
     from fsdpsim.hardware.system import domain_gpus
     from fsdpsim.plan.frameworks import plan_defaults
     from fsdpsim.plan.training import default_global_batch

@@ -32,6 +32,7 @@ import numpy as np
 
 from fsdpsim.costs.compute import all_of, any_of, where
 from fsdpsim.engine import groups, heap, metrics, stages
+from fsdpsim.engine.inputs import declared_names, unknown_names_error
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
 
@@ -43,7 +44,7 @@ EXPOSED_COMM_BINDS = metrics.EXPOSED_COMM_BINDS
 
 __all__ = ["evaluate", "prepare", "memory_breakdown", "memory_config", "choice_rank",
            "RECOMPUTE_CODES", "OPTIMIZER_CODES", "BOTTLENECKS", "OPTIMIZER_STATE_BYTES_PER_PARAM",
-           "MEMORY_PRESSURE_FRACTION", "BLOCK_ROWS", "OPTIONAL_INPUTS"]
+           "MEMORY_PRESSURE_FRACTION", "BLOCK_ROWS", "OPTIONAL_INPUTS", "INPUT_NAMES"]
 
 #: Above this share of capacity PyTorch's caching allocator starts to free and retry
 #: (``num_alloc_retries``), which slows steps in a way fsdpsim does not model: reports flag it
@@ -71,6 +72,9 @@ BLOCK_ROWS = 65_536
 #: From this many rows on, :func:`evaluate` tunes the C allocator to reuse the temporaries'
 #: memory (:mod:`fsdpsim.engine.heap`: half the CPU time was page faults on 65,536 rows).
 HEAP_TUNING_ROWS = 16_384
+#: Every input name :func:`evaluate` and :func:`memory_breakdown` accept: the typed bundle's keys
+#: (:class:`fsdpsim.engine.inputs.EngineInputs`) and the optional ones; any other is a TypeError.
+INPUT_NAMES = declared_names() | frozenset(OPTIONAL_INPUTS)
 #: Input types that are one value (one configuration's inputs, predict's: no shape to read).
 _ONE_VALUE = frozenset((float, int, bool, np.float64))
 #: From this many rows on, :func:`evaluate` groups rows by structure (:mod:`.groups`).
@@ -83,8 +87,11 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     A large input is evaluated block by block (:data:`BLOCK_ROWS` consecutive rows), a block
     of :data:`GROUP_ROWS` configurations and more by group of rows that take the same branches
     (:mod:`.groups`), each input that is one value in a group passed as that value. Results
-    are identical to one call on all rows.
+    are identical to one call on all rows. A name that is not an engine input
+    (:data:`INPUT_NAMES`) is a TypeError naming it and the closest known names.
     """
+    if not INPUT_NAMES.issuperset(x):
+        raise unknown_names_error(x, INPUT_NAMES)
     shapes = {np.shape(v) for v in x.values() if type(v) not in _ONE_VALUE}
     shape = np.broadcast_shapes(*shapes) if shapes else ()
     n = math.prod(shape)
@@ -182,5 +189,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
 
 def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str, np.ndarray]:
     """Per-GPU memory of every configuration in ``x`` (see :mod:`fsdpsim.costs.memory`), whether
-    it fits, and (``ceilings``) the largest micro-batch and sequence length that fit."""
+    it fits, and (``ceilings``) the largest micro-batch and sequence length that fit; an unknown
+    input name is a TypeError, as for :func:`evaluate`."""
+    if not INPUT_NAMES.issuperset(x):
+        raise unknown_names_error(x, INPUT_NAMES)
     return engine_memory(prepare(x), ceilings)

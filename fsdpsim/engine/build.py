@@ -1,8 +1,11 @@
 """The one builder of :func:`fsdpsim.engine.evaluate`'s inputs: a
 :class:`~fsdpsim.model.spec.ModelSpec`, a resolved :class:`~fsdpsim.hardware.spec.System`, a
-:class:`~fsdpsim.plan.parallel.ParallelPlan` and a :class:`~fsdpsim.plan.parallel.TrainingConfig` into the
-flat numeric bundle of :mod:`fsdpsim.engine.inputs` (``predict``, ``sweep`` and the measurement
-readers all call these; ``fsdpsim.drivers.predict`` re-exports them)."""
+:class:`~fsdpsim.plan.parallel.ParallelPlan` and a :class:`~fsdpsim.plan.parallel.TrainingConfig`
+into the flat numeric bundle of :mod:`fsdpsim.engine.inputs` (``predict``, ``sweep`` and the
+measurement readers all call these; ``fsdpsim.drivers.predict`` re-exports them). The
+framework profile's part is :mod:`fsdpsim.engine.build_framework`'s, the layered models' part
+:mod:`fsdpsim.engine.build_moe`'s; the peaks a precision runs at are
+:mod:`fsdpsim.engine.peaks`'s rules."""
 
 from __future__ import annotations
 
@@ -19,7 +22,10 @@ from fsdpsim.hardware import efficiency
 
 from fsdpsim.model import layers as model_layers
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
+from fsdpsim.engine.build_framework import framework_inputs
 from fsdpsim.engine.inputs import EngineInputs
+from fsdpsim.engine.peaks import (attention_peak_ratio, bf16_linear_share, gemm_peak_flops_per_s,
+                                  mfu_peak_flops_per_s)
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
@@ -155,11 +161,11 @@ def _system_inputs(system: System, precision: str,
         "peak_flops_per_s": gemm_peak_flops_per_s(acc, precision, bf16_share),
         "mfu_peak_flops_per_s": mfu_peak_flops_per_s(acc, precision),
         "compute_clock_ratio": system.compute_clock_ratio,
-        "attention_peak_ratio": _attention_peak_ratio(acc, precision, bf16_share=bf16_share),
-        "fp8_attention_peak_ratio": _attention_peak_ratio(acc, precision, fp8=True,
-                                                          bf16_share=bf16_share),
+        "attention_peak_ratio": attention_peak_ratio(acc, precision, bf16_share=bf16_share),
+        "fp8_attention_peak_ratio": attention_peak_ratio(acc, precision, fp8=True,
+                                                         bf16_share=bf16_share),
         # the LM head's GEMMs stay in the 16-bit type unless fp8_lm_head (layers.root_times)
-        "lm_head_peak_ratio": _attention_peak_ratio(acc, precision, bf16_share=bf16_share),
+        "lm_head_peak_ratio": attention_peak_ratio(acc, precision, bf16_share=bf16_share),
         # the default profile's kernel stack (fsdp2: pytorch); framework_inputs replaces them
         **efficiency.resolve(acc, precision, "pytorch").values,
         "matmul_half_flops": eff.matmul_half_flops, "matmul_half_k": eff.matmul_half_k,
@@ -230,183 +236,6 @@ def fabric_inputs(system: System) -> dict[str, float]:
     return x
 
 
-def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
-                     precision: str | None = None) -> dict[str, Any]:
-    """Engine inputs of the plan's framework profile (:mod:`fsdpsim.plan.frameworks`): its recipe,
-    the collective library release its runs used (NCCL cost-model constants), the number of
-    data-parallel collectives per unit (one, or one per gathered parameter), whether those
-    collectives overlap compute, and (given the training ``precision``) the GEMM and attention
-    fractions of its kernel stack for that precision (:func:`fsdpsim.hardware.efficiency.resolve`).
-    The parts by what they depend on: :func:`framework_system_inputs`,
-    :func:`framework_model_inputs`, :func:`framework_constants` (``sweep`` builds each once)."""
-    return {**framework_system_inputs(system, plan.framework, precision),
-            **framework_constants(plan.framework),
-            **framework_model_inputs(spec, plan.framework)}
-
-
-def framework_system_inputs(system: System, framework: str,
-                            precision: str | None = None) -> dict[str, Any]:
-    """The inputs of :func:`framework_inputs` that depend on the system: the kernel stack's
-    fractions for ``precision`` (none without one) and the profile's collective library release
-    where it is not the default profile's (:func:`fabric_inputs` gave that one)."""
-    from fsdpsim.plan import frameworks
-    from fsdpsim.costs import nccl
-
-    prof = frameworks.profile(framework)
-    x: dict[str, Any] = {}
-    if precision is not None:
-        x.update(efficiency.resolve(system.accelerator, precision, prof.kernel_stack).values)
-    lib = system.collectives.get(prof.collectives)
-    if lib is not None and prof.collectives != frameworks.PROFILES["fsdp2"].collectives:
-        x.update(nccl.library_inputs(lib))  # system_inputs gave the default profile's release
-    return x
-
-
-def framework_model_inputs(spec: ModelSpec, framework: str) -> dict[str, float]:
-    """The inputs of :func:`framework_inputs` that depend on the model: data-parallel
-    collectives per block and per root unit (one, or one per gathered parameter of a
-    per-parameter profile, DeepSpeed's ``stage3_param_persistence_threshold``)."""
-    from fsdpsim.plan import frameworks
-
-    prof = frameworks.profile(framework)
-    block_calls = root_calls = 1.0
-    if prof.per_parameter:
-        shapes = spec.unit_parameter_shapes()
-
-        def gathered(unit):
-            return max(1.0, float(sum(math.prod(sh) >= prof.persistence_numel
-                                      for _, sh in shapes[unit])))
-        block_calls, root_calls = gathered("block"), gathered("root")
-    return {"dp_block_calls": block_calls, "dp_root_calls": root_calls}
-
-
-def framework_constants(framework: str) -> dict[str, float]:
-    """The inputs of :func:`framework_inputs` that only the profile sets (its code paths)."""
-    from fsdpsim.plan import frameworks
-
-    prof = frameworks.profile(framework)
-    return {"megatron": float(prof.recipe == "megatron"),
-            "framework_uncertainty": prof.uncertainty,
-            "param_gather_overlap": float(prof.name == "megatron"),
-            # cuDNN fused attention is Transformer Engine's (the te stack); every other
-            # stack runs FlashAttention-2 / SDPA at the catalog's attention_fraction
-            "fused_attention": float(prof.kernel_stack == "te"),
-            "dp_gather_overlap": float(prof.gather_overlap),
-            "dp_list_collectives": float(prof.list_collectives),
-            "ddp_overlap": float(prof.grad_reduce_overlap),
-            "param_broadcast": float(prof.param_broadcast),
-            "grad_all_reduce": float(prof.grad_all_reduce),
-            "grad_accum_pass_bytes": prof.grad_accum_pass_bytes}
-
-
-#: The NVFP4 recipe keeps about 15 % of the linear layers (most of them at the end of the
-#: network) in BF16 (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149,
-#: §4: "selective high-precision layers").
-NVFP4_BF16_LINEAR_SHARE = 0.15
-
-
-def _sixteen_bit_peak(acc) -> float | None:
-    return acc.peak_flops_per_s.get("bf16") or acc.peak_flops_per_s.get("fp16")
-
-
-def bf16_linear_share(spec: ModelSpec, training: TrainingConfig) -> float | None:
-    """Share of the linear layers a low-precision recipe keeps in BF16: the training's
-    ``bf16_layers`` of the model's layers (layers are alike); None where not given (the
-    format's default, :func:`gemm_peak_flops_per_s`). More layers than the model has: one
-    clear error."""
-    if training.bf16_layers is None:
-        return None
-    if training.bf16_layers > spec.n_layers:
-        raise ConfigError(f"bf16_layers {training.bf16_layers} exceeds the model's "
-                          f"{spec.n_layers} layers; accepted: 0 to {spec.n_layers}")
-    return training.bf16_layers / spec.n_layers
-
-
-def gemm_peak_flops_per_s(acc, precision: str, bf16_share: float | None = None) -> float:
-    """Dense peak of the linear layers' GEMMs in ``precision`` [FLOP/s]; a clear error where the
-    part lacks the format. ``bf16_share``: the share of linear layers the recipe keeps in BF16
-    (Megatron's ``first_last_layers_bf16``), blended as below; None: the format's default
-    (:data:`NVFP4_BF16_LINEAR_SHARE` for NVFP4, none otherwise).
-
-    * MXFP8 (1×32 E8M0 block scales) runs at the FP8 rate on parts with microscaling tensor
-      cores (NVIDIA Blackwell: "MXFP8 ... at the same rate as FP8", Blackwell architecture
-      technical brief; AMD CDNA 4): those with an FP4 peak in the catalog, unless the catalog
-      gives an ``mxfp8`` peak of its own.
-    * NVFP4 (NVIDIA Blackwell only) runs at the FP4 peak.
-    * A low-precision format's share ``s`` of linear layers in BF16: the GEMM time of the
-      blend, ``1 / ((1 − s)/P_format + s/P_bf16)``, as layers are alike.
-    * FP8 with DeepSeek-V3's fine-grained block scaling (``fp8-block``) at the FP8 peak (the
-      per-block FP32 promotion is not charged).
-    * Otherwise the catalog's peak for ``precision``.
-    """
-    peak = _format_peak_flops_per_s(acc, precision)
-    share = (NVFP4_BF16_LINEAR_SHARE if precision == "nvfp4" else 0.0) if bf16_share is None \
-        else float(bf16_share)
-    sixteen = _sixteen_bit_peak(acc)
-    if share <= 0.0 or sixteen is None or precision not in LOW_PRECISION:
-        return peak
-    return 1.0 / ((1.0 - share) / peak + share / sixteen)
-
-
-def _format_peak_flops_per_s(acc, precision: str) -> float:
-    """:func:`gemm_peak_flops_per_s` before the BF16 layers' blend."""
-    peaks = acc.peak_flops_per_s
-    if precision == "fp8-block":
-        return acc.peak_for("fp8")
-    if precision == "mxfp8":
-        if "mxfp8" in peaks:
-            return peaks["mxfp8"]
-        if "fp4" not in peaks or "fp8" not in peaks:
-            raise ConfigError(f"precision 'mxfp8' needs microscaling tensor cores (Blackwell, "
-                              f"CDNA 4); {acc.id} has: {', '.join(sorted(peaks))}")
-        return peaks["fp8"]
-    if precision == "nvfp4":
-        fp4 = peaks.get("nvfp4") or peaks.get("fp4")
-        sixteen = _sixteen_bit_peak(acc)
-        if fp4 is None or sixteen is None or acc.vendor.lower() != "nvidia":
-            raise ConfigError(f"precision 'nvfp4' needs NVIDIA Blackwell FP4 tensor cores; "
-                              f"{acc.id} has: {', '.join(sorted(peaks))}")
-        return fp4
-    return acc.peak_for(precision)
-
-
-def mfu_peak_flops_per_s(acc, precision: str) -> float:
-    """The dense peak MFU and HFU are measured against [FLOP/s]: the precision's own peak, but
-    for low-precision training (FP8, MXFP8, NVFP4) the 16-bit (BF16, else FP16) dense peak, as
-    published MFU tables state it (e.g. NVIDIA's Megatron-Core and NeMo performance summaries);
-    the format's own peak's utilisation is reported beside it (``mfu_native``)."""
-    if precision in LOW_PRECISION:
-        sixteen = _sixteen_bit_peak(acc)
-        if sixteen:
-            return float(sixteen)
-    return acc.peak_for(precision)
-
-
-def _attention_peak_ratio(acc, precision: str, fp8: bool = False,
-                          bf16_share: float | None = None) -> float:
-    """Attention's peak relative to the GEMMs' [-]: low-precision training (Transformer
-    Engine's ``fp8_autocast`` with a per-tensor, MXFP8 or NVFP4 recipe) runs the GEMMs of its
-    linear layers in the format while attention stays in the 16-bit type (TE user guide, "Using
-    FP8 with Transformer Engine"; arXiv 2509.25149 §4 for NVFP4); other precisions: 1. The
-    LM head's GEMMs, outside the autocast in Megatron-Core and filtered out in torchtitan, run
-    at the same 16-bit peak (``lm_head_peak_ratio``). With
-    ``fp8`` (attention in FP8 too, ``fp8_dot_product_attention``) the 16-bit peak times the
-    measured FP8 attention speed-up (:data:`fsdpsim.costs.compute.FP8_ATTENTION_SPEEDUP`), at
-    most the FP8 peak."""
-    from fsdpsim.costs.compute import FP8_ATTENTION_SPEEDUP
-
-    if precision not in LOW_PRECISION:
-        return 1.0
-    sixteen = _sixteen_bit_peak(acc)
-    if not sixteen:
-        return 1.0
-    if fp8:
-        fp8_peak = acc.peak_flops_per_s.get("fp8", sixteen)
-        return min(sixteen * FP8_ATTENTION_SPEEDUP, fp8_peak) / gemm_peak_flops_per_s(
-            acc, precision, bf16_share)
-    return sixteen / gemm_peak_flops_per_s(acc, precision, bf16_share)
-
-
 def plan_inputs(plan: ParallelPlan, n_layers: int | None = None) -> dict[str, Any]:
     """Numeric plan inputs of :func:`engine.evaluate`: strategy, degrees, schedule, and the
     size and members per scale-up domain of every group (:func:`fsdpsim.plan.layout.group_layout`).
@@ -424,7 +253,8 @@ def _plan_inputs(plan: ParallelPlan, n_layers: int | None) -> dict[str, Any]:
     x = {
         "num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
         "strategy": STRATEGY_CODES[plan.sharding], "reshard": float(plan.reshard_after_forward),
-        "keep_gathered": float(plan.keep_gathered), "grad_sync_last": float(plan.grad_sync == "last"),
+        "keep_gathered": float(plan.keep_gathered),
+        "grad_sync_last": float(plan.grad_sync == "last"),
         "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp, "dp": plan.dp,
         "pp_schedule": PP_SCHEDULES.index(plan.pp_schedule),  # costs.schedule.SCHEDULE_CODES
         "sequence_parallel": float(plan.sequence_parallel),

@@ -5,12 +5,14 @@ ParallelPlan and a TrainingConfig; sweep and the measurement readers call its fo
 plus the per-candidate knobs ``micro_batch``, ``recompute`` and ``grad_accum``. Every value is a
 number or a numpy array; arrays broadcast, so one bundle holds one configuration or a million.
 Units are in the names (SI: bytes, seconds, FLOP); categorical values are integer codes.
-``tests/test_engine.py`` checks that the builder produces exactly these keys.
+``tests/test_engine.py`` checks that the builder produces exactly these keys;
+:func:`fsdpsim.engine.evaluate` refuses any other name (:func:`unknown_names_error`).
 """
 
 from __future__ import annotations
 
-from typing import TypedDict, Union
+import difflib
+from typing import Collection, Iterable, TypedDict, Union
 
 import numpy as np
 
@@ -136,7 +138,8 @@ NcclInputs = TypedDict("NcclInputs", {
 
 
 class FrameworkInputs(NcclInputs):
-    """:func:`fsdpsim.engine.build.framework_inputs`: the framework profile (fsdpsim.plan.frameworks)."""
+    """:func:`fsdpsim.engine.build_framework.framework_inputs`: the framework profile
+    (fsdpsim.plan.frameworks)."""
 
     megatron: Number               # 0/1 Megatron recipe
     framework_uncertainty: Number  # relative spread the profile leaves [-]
@@ -255,3 +258,22 @@ class EngineInputs(ModelInputs, SystemInputs, PlanInputs, TrainingInputs, Framew
     moe_layers_first: Number    # MoE layers on the first / a middle / the last stage
     moe_layers_mid: Number
     moe_layers_last: Number
+
+
+def declared_names() -> frozenset[str]:
+    """Every key :class:`EngineInputs` declares (its four parts, the knobs and the optional
+    switches)."""
+    return frozenset(EngineInputs.__required_keys__ | EngineInputs.__optional_keys__)
+
+
+def unknown_names_error(given: Iterable[str], known: Collection[str]) -> TypeError:
+    """The error for inputs that are not engine inputs: each unknown name with the closest
+    known ones (difflib), as Python names an unexpected keyword argument."""
+    unknown = sorted(set(given) - set(known))
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3)
+        named.append(f"{name!r} (closest: {', '.join(map(repr, close))})" if close
+                     else repr(name))
+    return TypeError(f"not an engine input: {'; '.join(named)}; the inputs are the keys of "
+                     "fsdpsim.engine.inputs.EngineInputs")

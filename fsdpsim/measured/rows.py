@@ -1,6 +1,6 @@
 """One measurement row as fsdpsim's objects: its model (a preset or the architecture columns),
 its parallel plan, system and training options, with the schema's layout defaults
-(:data:`PLAN_COLUMNS`) and the cell readers :mod:`fsdpsim.measured.validate` checks files with."""
+(:data:`PLAN_COLUMNS`) and the cell readers :mod:`fsdpsim.measured.cells` checks files with."""
 
 from __future__ import annotations
 

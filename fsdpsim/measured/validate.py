@@ -76,9 +76,13 @@ The parallel layout and the run's switches (optional columns, named and valued a
 
 Published tables (the columns of ``shared/validation/published_calibration.csv`` and
 ``hybrid_calibration.csv``, and vTrain's ground truth) are recognised and converted by
-:mod:`fsdpsim.measured.published.tables`. Rows fsdpsim cannot model (mixture of experts, an accelerator not in
-the catalog, a layout the plan rejects) are kept with a ``skip`` reason instead of a silently
-wrong number; in fsdpsim's own schema such a row is an error that names it.
+:mod:`fsdpsim.measured.published.tables`. Rows fsdpsim cannot model (mixture of experts, an
+accelerator not in the catalog, a layout the plan rejects) are kept with a ``skip`` reason
+instead of a silently wrong number; in fsdpsim's own schema such a row is an error that names
+it.
+
+Each cell is checked by :mod:`fsdpsim.measured.cells`; a row's unstated micro-batch, recompute
+mode or model chunks get what ``predict`` would choose (:mod:`fsdpsim.measured.auto_knobs`).
 """
 
 from __future__ import annotations
@@ -91,24 +95,19 @@ import pandas as pd
 
 from fsdpsim import engine
 
-from fsdpsim.util import numbers
-
 from fsdpsim.drivers import sensitivity
 from fsdpsim.measured import grid, shipped
+from fsdpsim.measured.auto_knobs import asks_auto_vpp, resolve_auto_knobs
+from fsdpsim.measured.cells import COLUMN_RULES, check_columns, read_cells
 from fsdpsim.measured.published import tables as published
 from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.files import MAX_TABLE_BYTES, open_capped
-from fsdpsim.engine.build import bf16_linear_share
-from fsdpsim.measured.rows import (PLAN_COLUMNS, cell, is_empty, row_setup, spec_for_row,
-                                      whole_cell)
-from fsdpsim.model.spec import ModelSpec
-from fsdpsim.util.numbers import TINY, Rule, read_number
-from fsdpsim.plan.parallel import (CP_KINDS, CUDA_GRAPHS, MOE_DISPATCHERS, PP_SCHEDULES,
-                              TrainingConfig)
-from fsdpsim.drivers.predict import config_inputs, predict
+from fsdpsim.engine.peaks import bf16_linear_share
+from fsdpsim.measured.rows import is_empty, row_setup
+from fsdpsim.plan.parallel import TrainingConfig
+from fsdpsim.drivers.predict import config_inputs
 from fsdpsim.measured.published.plan import gpu_generation
-from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
 
 REQUIRED = ("gpu", "n_gpus", "gpus_per_node", "inter_node_gbps_per_gpu", "seq_len",
             "micro_batch", "grad_accum", "sharding", "recompute", "tokens_per_s_per_gpu")
@@ -119,7 +118,8 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
     catalog (default: the built-in one) matches free-text GPU names of published tables."""
     path = shipped.resolve(path)
     text = str(path)
-    if text.strip() and "\0" not in text and not Path(text).exists() and not Path(text).is_symlink():
+    if (text.strip() and "\0" not in text and not Path(text).exists()
+            and not Path(text).is_symlink()):
         raise ConfigError(f"measurements file {shown(text)} does not exist; give a CSV path or the "
                           f"name of a shipped one ({', '.join(shipped.names())})")
     source = open_capped(path, "measurements file", MAX_TABLE_BYTES)
@@ -145,7 +145,7 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
         frame = (published.from_published(raw, catalog) if "source_key" in raw.columns
                  else published.from_vtrain(raw))
         _label_rows(frame)
-        _read_cells(frame, COLUMN_RULES, skip=True)  # implausible cells: skipped with the reason
+        read_cells(frame, COLUMN_RULES, skip=True)  # implausible cells: skipped with the reason
         frame = _check_layouts(frame, catalog, strict=False)
         return resolve_auto_knobs(frame, catalog) if "source_key" in raw.columns else frame
     missing = [c for c in REQUIRED if c not in raw.columns]
@@ -157,7 +157,7 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
         frame["skip"] = ""
     frame["skip"] = frame["skip"].fillna("")
     _label_rows(frame)
-    _check_columns(frame)
+    check_columns(frame)
     if "generation" not in frame.columns:
         frame["generation"] = [_generation(catalog, g) for g in frame["gpu"]]
     return resolve_auto_knobs(_check_layouts(frame, catalog, strict=True), catalog)
@@ -192,11 +192,6 @@ def _generation(catalog: Catalog, gpu: Any) -> str:
         return gpu_generation(str(gpu))
 
 
-def _auto_vpp(vpp: Any) -> bool:
-    """Whether a ``vpp`` cell asks for the chunk count ``predict`` would choose."""
-    return str(vpp).strip().lower() == "auto"
-
-
 def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.DataFrame:
     """Build every modelled row's plan and check it against its model (heads by TP, layers by
     PP × vpp, sequence by CP): a published row the plan refuses gets the reason as ``skip``;
@@ -208,7 +203,7 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
     for position, (i, skip, row_id) in enumerate(zip(frame.index, frame["skip"].tolist(),
                                                      frame["id"].tolist())):
         group = int(setups.group[position])
-        if skip or _auto_vpp(vpps[position]) or group in checked:
+        if skip or asks_auto_vpp(vpps[position]) or group in checked:
             continue
         try:
             spec, _, plan, options = setups(position)
@@ -223,236 +218,6 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
                 raise ConfigError(f"row {row_id!r}: {exc}") from None
             frame.at[i, "skip"] = f"layout: {exc}"
     return frame
-
-
-def _unstated(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value)) or \
-        str(value).strip().lower() in ("", "auto", "nan")
-
-
-def _vpp_candidates(row: pd.Series, spec: ModelSpec) -> list[int]:
-    """Model chunks per pipeline rank an ``auto`` interleaved schedule may use: every v >= 2
-    with n_layers divisible by pp × v (Megatron's rule)."""
-    pp = whole_cell(row, "pp")
-    found = [v for v in range(2, spec.n_layers // pp + 1) if spec.n_layers % (pp * v) == 0]
-    if not found:
-        raise ConfigError(f"n_layers({spec.n_layers}) does not split into pp({pp}) x vpp >= 2 "
-                          "model chunks (interleaved schedule)")
-    return found
-
-
-def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """Rows that do not state their micro-batch, recompute mode or (interleaved schedule)
-    number of model chunks get what ``predict`` would choose for them (``auto``: the fastest
-    setting that fits; with the row's global batch when it is known), and a ``knobs`` column
-    says so. The issue this follows: published runs rarely state these knobs, and guessing them
-    badly teaches the model wrong physics."""
-    frame = frame.copy()
-    if "knobs" not in frame.columns:
-        frame["knobs"] = ""
-    for column in ("micro_batch", "grad_accum", "recompute", "knobs", "vpp"):
-        if column in frame.columns:
-            frame[column] = frame[column].astype(object)  # "auto" text becomes a number
-    # rows that describe the same run with the same knobs are searched once (the groups are
-    # found when the first row needs them)
-    group: np.ndarray | None = None
-    found: dict[int, tuple] = {}
-    chosen_cells: dict[str, dict[int, Any]] = {
-        c: {} for c in ("micro_batch", "grad_accum", "recompute", "vpp", "knobs")}
-    vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
-    cells = zip(frame.index, frame["skip"].tolist(), frame["micro_batch"].tolist(),
-                frame["recompute"].tolist(), vpps)
-    for position, (i, skip, mb, rc, vpp_cell) in enumerate(cells):
-        auto_mb, auto_rc, auto_vpp = _unstated(mb), _unstated(rc), _auto_vpp(vpp_cell)
-        if skip or not (auto_mb or auto_rc or auto_vpp):
-            continue
-        if group is None:
-            group = grid.group_ids(frame, grid.setup_columns(frame, ("micro_batch", "grad_accum",
-                                                                     "recompute")))
-            row_at = grid.rows_of(frame)
-        g = int(group[position])
-        if g not in found:
-            row = row_at(position)
-            try:
-                vpps_tried = _vpp_candidates(row, spec_for_row(row)) if auto_vpp else [None]
-                best = None
-                for vpp in vpps_tried:
-                    chosen = _predict_knobs(row, catalog, vpp, auto_mb, auto_rc)
-                    rank = tuple(float(np.ravel(a)[0]) for a in engine.choice_rank(chosen.values))
-                    if best is None or rank < best[0]:
-                        best = (rank, vpp, chosen.training)
-            except ConfigError as exc:  # not kept: the next row of the group tries again
-                frame.at[i, "skip"] = f"auto knobs: {exc}"
-                continue
-            found[g] = best
-        _, vpp, chosen = found[g]
-        for column in ("micro_batch", "grad_accum", "recompute"):
-            chosen_cells[column][position] = chosen[column]
-        if auto_vpp:
-            chosen_cells["vpp"][position] = vpp
-        chosen_cells["knobs"][position] = "auto: " + ", ".join(
-            [f"{k} {chosen[k]}" for k, auto in (("micro_batch", auto_mb), ("recompute", auto_rc))
-             if auto] + ([f"vpp {vpp}"] if auto_vpp else []))
-    for column, cells_set in chosen_cells.items():
-        if cells_set:
-            values = frame[column].tolist()
-            for position, value in cells_set.items():
-                values[position] = value
-            frame[column] = pd.Series(values, index=frame.index, dtype=object)
-    _check_knobs(frame)
-    return frame
-
-
-def _predict_knobs(row: pd.Series, catalog: Catalog, vpp: int | None, auto_mb: bool,
-                   auto_rc: bool):
-    """``predict`` of one row with its unstated knobs left to ``auto``."""
-    spec, system, plan, options = row_setup(row, catalog, vpp)
-    global_seqs = float(row.get("global_batch_seqs", float("nan")))
-    if global_seqs != global_seqs and not auto_mb and not _unstated(row["grad_accum"]):
-        global_seqs = float(row["micro_batch"]) * float(row["grad_accum"]) * plan.dp
-    usable = global_seqs == global_seqs and global_seqs % plan.dp == 0
-    training = TrainingConfig(micro_batch=None if auto_mb else int(row["micro_batch"]),
-                              recompute=None if auto_rc else str(row["recompute"]),
-                              global_batch=int(global_seqs) if usable else None, **options)
-    # predict's auto ranks a micro-batch count the pipeline schedule cannot run (interleaved
-    # 1F1B needs whole rounds of pp) last, and refuses it when nothing else is left.
-    return predict(spec, system, plan, training)
-
-
-#: The numeric columns of fsdpsim's schema and what each accepts (read with the one number
-#: reader, :func:`fsdpsim.util.numbers.read_number`); True: an empty cell is allowed.
-_WIDTH, _LAYERS, _HEADS = (Rule(1, 2**20, whole=True), Rule(1, 2**14, whole=True),
-                           Rule(1, 2**16, whole=True))
-COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
-    "n_gpus": (numbers.GPUS, False), "gpus_per_node": (numbers.GPUS, False),
-    "seq_len": (numbers.SEQ_LEN, False),
-    "inter_node_gbps_per_gpu": (numbers.INTER_NODE_GBPS, True),
-    "tokens_per_s_per_gpu": (numbers.TOKENS_PER_S_PER_GPU, False),
-    "power_cap_w": (numbers.POWER_CAP_W, True),
-    "global_batch_seqs": (numbers.COUNT, True),
-    # empty or "auto" (micro_batch, grad_accum, vpp): what predict would choose
-    "micro_batch": (numbers.COUNT, True), "grad_accum": (numbers.COUNT, True),
-    "n_layers": (_LAYERS, True), "d_model": (_WIDTH, True), "n_heads": (_HEADS, True),
-    "n_kv_heads": (_HEADS, True), "ffn_size": (_WIDTH, True),
-    "vocab": (Rule(1, 2**24, whole=True), True),
-    # the layout (empty: the PLAN_COLUMNS default)
-    **{k: (numbers.GPUS, True) for k in ("tp", "pp", "cp", "ep", "etp", "shard_group_size")},
-    "moe_capacity_factor": (Rule(0.01, 1000.0), True), "moe_imbalance": (Rule(1.0, 1000.0), True),
-    "mtp_layers": (Rule(0, 64, whole=True), True),
-    "vpp": (Rule(1, 1024, whole=True, also="auto"), True),
-    "pp_first_layers": (_LAYERS, True), "pp_last_layers": (_LAYERS, True),
-    "recompute_layers": (Rule(0, 2**14, whole=True), True),
-    "bf16_layers": (Rule(0, 2**14, whole=True), True),
-    # measured bus bandwidths (GB/s), read as predict reads --busbw-*-gbs
-    **{c: (BUSBW_GBS, True) for c in BUSBW_COLUMNS},
-}
-_AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
-
-
-def _read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
-                skip: bool = False, auto: bool = True) -> None:
-    """Check the numeric cells of every modelled row and write back the numbers read (``" 8 "``
-    and ``"1e3"`` become 8 and 1000); one clear error for the first cell that is not accepted,
-    or with ``skip`` (published tables) that message as the row's skip reason. ``auto``: the
-    word "auto" passes in the columns that take it (resolved later)."""
-    for column, (rule, empty_ok) in columns.items():
-        if column not in frame.columns:
-            continue
-        values = frame[column].astype(object).to_numpy(copy=True)
-        rows = np.flatnonzero((frame["skip"] == "").to_numpy(dtype=bool))
-        # each distinct cell (value and type, grid.column_codes) read once, at its first row,
-        # and written to all its rows; a cell refused is read again below per row, so that
-        # the message names the row
-        codes = grid.column_codes(values)[rows]
-        _, first, which = np.unique(codes, return_index=True, return_inverse=True)
-        read = np.empty(first.size, dtype=object)
-        written = np.ones(first.size, dtype=bool)
-        refused = np.zeros(first.size, dtype=bool)
-        cells = values[rows[first]].tolist()
-        for k in _plain_floats(cells, rule):  # read as read_number reads them
-            read[k] = cells[k]
-        for k, value in enumerate(cells):
-            if read[k] is not None:
-                continue
-            if empty_ok and is_empty(value):
-                read[k] = float("nan")
-            elif auto and isinstance(value, str) and value.strip().lower() == "auto" and \
-                    column in _AUTO_COLUMNS:
-                written[k] = False
-            else:
-                try:
-                    read[k] = read_number(value, column, rule)
-                except ConfigError:
-                    written[k], refused[k] = False, True
-        at = written[which]
-        values[rows[at]] = read[which[at]]
-        failed = rows[refused[which]]
-        for position in failed.tolist():  # the message names each row
-            try:
-                read_number(values[position],
-                            f"row {shown(frame['id'].iat[position])}: column {column}", rule)
-            except ConfigError as exc:
-                if not skip:
-                    raise
-                frame.at[frame.index[position], "skip"] = str(exc)
-        frame[column] = pd.Series(values, index=frame.index, dtype=object)
-
-
-def _plain_floats(cells: list, rule: Rule) -> np.ndarray:
-    """Positions of the cells that are Python floats :func:`read_number` gives back as they are
-    (finite, accepted by a rule for any number), found for all cells at once
-    (:meth:`fsdpsim.util.numbers.Rule.contains`, elementwise)."""
-    if rule.whole:
-        return np.zeros(0, dtype=int)
-    at = np.flatnonzero(np.fromiter((type(c) is float for c in cells), dtype=bool,
-                                    count=len(cells)))
-    x = np.array([cells[k] for k in at.tolist()], dtype=float)
-    with np.errstate(invalid="ignore"):
-        above = x > rule.lo if rule.lo_open else x >= rule.lo
-        ok = np.isfinite(x) & above & (x <= rule.hi) & ((x == 0) | (np.abs(x) >= TINY))
-    return at[ok]
-
-
-def _check_columns(frame: pd.DataFrame) -> None:
-    """One clear error for a row of fsdpsim's schema whose numbers are not usable."""
-    _read_cells(frame, COLUMN_RULES)
-    layout = ["id"] + [c for c in ("sequence_parallel", "pp_schedule", "cp_kind",
-                                   "moe_dispatcher", "cuda_graphs") if c in frame.columns]
-    use = frame.loc[frame["skip"] == "", layout]
-    for cells in use.itertuples(index=False, name=None):
-        _check_plan_columns(dict(zip(layout, cells)))
-
-
-def _check_plan_columns(row: pd.Series | dict) -> None:
-    """One clear error for a layout cell of fsdpsim's schema that is not usable (the numeric
-    ones are read by :func:`_read_cells`)."""
-    def refuse(column: str, accepted: str) -> ConfigError:
-        return ConfigError(f"row {shown(row['id'])}: column {column}: {shown(row[column])} is "
-                           f"not accepted; accepted: {accepted} (or empty: "
-                           f"{PLAN_COLUMNS[column]})")
-
-    sp = cell(row, "sequence_parallel")
-    if sp is not None and str(sp).strip().lower() not in ("true", "false", "1", "0", "yes",
-                                                          "no", "1.0", "0.0"):
-        raise refuse("sequence_parallel", "true or false")
-    for column, choices in (("pp_schedule", PP_SCHEDULES), ("cp_kind", CP_KINDS),
-                            ("moe_dispatcher", MOE_DISPATCHERS),
-                            ("cuda_graphs", CUDA_GRAPHS)):
-        value = cell(row, column)
-        if value is not None and str(value) not in choices:
-            raise refuse(column, ", ".join(choices))
-
-
-def _check_knobs(frame: pd.DataFrame) -> None:
-    """One clear error for a modelled row whose micro-batch, accumulation or recompute mode is
-    not usable (a traceback later would be worse)."""
-    _read_cells(frame, {"micro_batch": (numbers.COUNT, False),
-                        "grad_accum": (numbers.COUNT, False)}, auto=False)
-    use = frame[frame["skip"] == ""]
-    for row_id, recompute in zip(use["id"].tolist(), use["recompute"].tolist()):
-        if str(recompute) not in engine.RECOMPUTE_CODES:
-            raise ConfigError(f"row {shown(row_id)}: recompute {shown(recompute)} is "
-                              f"not accepted; accepted: {', '.join(engine.RECOMPUTE_CODES)}, auto")
 
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from fsdpsim.drivers.search.run import DEFAULT_MEMORY_BUDGET_FRACTION
+from fsdpsim.drivers.search.objective import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.report import render
 from fsdpsim.plan.training import default_global_batch
 from fsdpsim.report.command import command_lines, predict_command

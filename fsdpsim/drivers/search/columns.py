@@ -12,8 +12,10 @@ import numpy as np
 from fsdpsim import engine
 from fsdpsim.costs.comm import STRATEGY_CODES
 from fsdpsim.hardware.spec import System
-from fsdpsim.engine.build import (bf16_linear_share, framework_inputs, model_inputs, plan_inputs,
-                            pod_inputs, system_inputs, training_inputs)
+from fsdpsim.engine.build import (model_inputs, plan_inputs, pod_inputs, system_inputs,
+                                  training_inputs)
+from fsdpsim.engine.build_framework import framework_inputs
+from fsdpsim.engine.peaks import bf16_linear_share
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
 from fsdpsim.plan.frameworks import profile

@@ -29,16 +29,17 @@ run), and the search is exact over its space (:mod:`fsdpsim.drivers.search.space
    the first K of each stage). Memory falls and time rises with K, so the best K is the smallest
    that fits: a vectorised bisection over K for every (plan, micro-batch, method) at once.
 
-The top plans are then predicted in full by :func:`fsdpsim.drivers.predict.predict` (the same numbers,
-plus bottleneck, breakdown and range), and ``tests/test_search.py`` checks the optimum against
-brute-force enumeration of every candidate under the same model.
+The top plans are then predicted in full by :func:`fsdpsim.drivers.predict.predict` (the same
+numbers, plus bottleneck, breakdown and range), and ``tests/test_search.py`` checks the optimum
+against brute-force enumeration of every candidate under the same model. The objectives and the
+memory budget are :mod:`fsdpsim.drivers.search.objective`'s; what a search returns,
+:mod:`fsdpsim.drivers.search.results`'.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -48,141 +49,19 @@ from fsdpsim.plan import frameworks
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.plan.parallel import RECOMPUTES, ParallelPlan, TrainingConfig
+from fsdpsim.plan.parallel import TrainingConfig
 from fsdpsim.drivers.predict import divisors
 from fsdpsim.drivers.search import bounds
 from fsdpsim.engine.build import auto_recomputes, op_selective_refused
 from fsdpsim.drivers.search.columns import PlanColumns
+from fsdpsim.drivers.search.objective import OBJECTIVES, scorer
+from fsdpsim.drivers.search.results import SearchResult, cut_off, least_peak, top_plans
 from fsdpsim.drivers.search.space import (SearchSpace, batch_of, check_size,
                                           enumerate_families)
-from fsdpsim.util.units import GIB_BYTES
 
-OBJECTIVES = ("throughput", "cost", "energy", "time-to-train")
 _RC = engine.RECOMPUTE_CODES
 #: Least (plan, micro-batch) rows a round of the recompute bisection takes (step 4).
 ROUND_ROWS = 4096
-@dataclass(frozen=True)
-class Choice:
-    """One evaluated candidate: a plan and its micro-batch and recompute."""
-
-    plan: ParallelPlan
-    micro_batch: int
-    grad_accum: int
-    recompute: str
-    recompute_layers: int | None
-    """Layers of each stage that recompute; None = all (or none for ``recompute="none"``)."""
-    tokens_per_s: float
-    peak_bytes: float
-    score: float
-    """The objective, larger is better (:func:`score_of`)."""
-    layers_per_stage: int = 0
-    """Layers of a (middle) pipeline stage: what ``recompute_layers`` counts of [-]."""
-
-    @property
-    def global_batch(self) -> int:
-        """Sequences per step: micro-batch × accumulation × data-parallel degree [-]."""
-        return self.micro_batch * self.grad_accum * self.plan.dp
-
-    @property
-    def run_plan(self):
-        """The plan with this candidate's micro-batch, accumulation and recompute
-        (:class:`fsdpsim.plan.spelling.RunPlan`: its one line)."""
-        from fsdpsim.plan.spelling import RunPlan, canonical
-
-        return RunPlan(canonical(self.plan), self.micro_batch, self.grad_accum, self.recompute,
-                       None if self.recompute == "none" else self.recompute_layers)
-
-    def training(self, base: TrainingConfig) -> TrainingConfig:
-        """``base`` with this candidate's micro-batch, global batch and recompute (for
-        :func:`predict_choice`)."""
-        return replace(base, micro_batch=self.micro_batch, global_batch=self.global_batch,
-                       recompute=self.recompute, recompute_layers=self.recompute_layers)
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """What a search found and how much it looked at."""
-
-    top: tuple[Choice, ...]
-    """The best candidate of each of the best plans, best first."""
-    cut_off: tuple[tuple[Choice, str], ...]
-    """Faster candidates than the best that cannot run, with why (memory, schedule)."""
-    plans: int
-    """Plans in the space (after the constraints)."""
-    plans_fitting: int
-    """Plans with a micro-batch that fits the budget with full recompute."""
-    candidates: int
-    """(plan, micro-batch, recompute) candidates the engine evaluated, bounds included."""
-    elapsed_s: float
-    budget_bytes: float
-    least_peak: Choice | None = None
-    """The candidate with the smallest peak memory (when nothing fits: what it needs)."""
-    stats: dict[str, float] = field(default_factory=dict)
-
-
-#: The memory a searched plan may use by default, as a share of the GPU's: predict's own rule
-#: (``auto`` prefers candidates below :data:`fsdpsim.engine.MEMORY_PRESSURE_FRACTION` of
-#: memory and notes those above as near the limit, where allocator retries and fragmentation
-#: slow or stop real runs) [-].
-DEFAULT_MEMORY_BUDGET_FRACTION = engine.MEMORY_PRESSURE_FRACTION
-
-
-def budget_system(system: System, budget_gib: float | None,
-                  fraction: float = DEFAULT_MEMORY_BUDGET_FRACTION) -> System:
-    """``system`` with each GPU's memory set to the budget: ``budget_gib``, or (None)
-    ``fraction`` of the GPU's own; a budget above the GPU's memory is an error naming both."""
-    have = system.accelerator.memory_bytes / GIB_BYTES
-    if budget_gib is None:
-        budget_gib = fraction * have
-    if not 0 < budget_gib <= have + 1e-9:
-        raise ConfigError(f"--memory-budget-gib {budget_gib:g} is not accepted; accepted: more "
-                          f"than 0 and at most the {system.accelerator.name}'s {have:.1f} GiB")
-    acc = replace(system.accelerator, memory_bytes=budget_gib * GIB_BYTES)
-    return replace(system, accelerator=acc)
-
-
-def score_of(objective: str, tokens_per_s, num_gpus: int, system: System, run=None,
-             checkpoint_bytes: float = 0.0, price: float | None = None) -> np.ndarray:
-    """The objective as a score, larger is better and increasing in throughput for a fixed GPU
-    count (so the throughput bound of step 3 bounds every objective):
-
-    - throughput: tokens/s;
-    - cost: −USD per million tokens, the rent of the expected wall time with failures
-      (:func:`fsdpsim.drivers.procurement.run_columns`: Daly's checkpoint interval);
-    - energy: −kWh per million tokens, likewise;
-    - time-to-train: −the expected wall time with failures (``--tokens``; without it, per token).
-    """
-    tps = np.asarray(tokens_per_s, dtype=float)
-    if objective == "throughput":
-        return tps
-    from fsdpsim.drivers import procurement
-
-    price = procurement.resolve_price(system, price)
-    run = run or procurement.RunAssumptions()
-    acc = system.accelerator
-    cols = procurement.run_columns(
-        tokens_per_s=np.maximum(tps, 1e-300), num_gpus=num_gpus, ok=True,
-        price_usd_per_gpu_hour=np.nan if price is None else price.usd_per_gpu_hour,
-        tdp_w=np.nan if acc.tdp_w is None else acc.tdp_w,
-        power_cap_w=np.inf if system.power_cap_w is None else system.power_cap_w,
-        checkpoint_bytes_=checkpoint_bytes, run=run)
-    good = np.maximum(cols["failures.goodput"], 1e-300)
-    if objective == "cost":
-        value = cols["cost_usd_per_million_tokens"] / good
-        if value.size and np.all(np.isnan(value)):
-            raise ConfigError(f"--objective cost needs a price for {system.label}: give "
-                              "--price USD per GPU-hour or a catalog price")
-    elif objective == "energy":
-        value = cols["energy_kwh_per_million_tokens"] / good
-        if value.size and np.all(np.isnan(value)):
-            raise ConfigError(f"--objective energy needs the board power of {system.label}")
-    elif objective == "time-to-train":
-        tokens = run.tokens or 1.0
-        value = tokens / np.maximum(tps, 1e-300) / good
-    else:
-        raise ConfigError(f"--objective {objective!r} is not accepted; accepted: "
-                          f"{', '.join(OBJECTIVES)}")
-    return np.where(tps > 0, -value, -np.inf)
 
 
 def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingConfig,
@@ -216,7 +95,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     gb = np.broadcast_to(np.asarray(batch_of(gb, training.seq_len, s.dp), dtype=np.int64),
                          s.dp.shape)  # each plan's global batch [sequences]
     ckpt = _checkpoint_bytes(s)
-    score = _scorer(objective, num_gpus, system, run, ckpt, price)
+    score = scorer(objective, num_gpus, system, run, ckpt, price)
     stats: dict[str, float] = {"plans": len(s), "families": len(families),
                                "build_s": time.perf_counter() - t0}
 
@@ -348,13 +227,13 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         if not found:  # nothing fits: the exhaustive search says what the least memory is
             return search(spec, system, num_gpus, training, space, objective=objective,
                           top=top, run=run, price=price, prune=False)
-    least = _least_peak(s, gb, records, low_rc, low_rl, score)
+    least = least_peak(s, gb, records, low_rc, low_rl, score)
     stats["evaluate_s"] = time.perf_counter() - t0 - stats["build_s"]
 
     cand = [np.concatenate(c) for c in zip(*found)] if found else [np.zeros(0)] * 7
-    top_choices = _top_plans(s, cand, gb, top)
+    top_choices = top_plans(s, cand, gb, top)
     best_score = top_choices[0].score if top_choices else -np.inf
-    cut = _cut_off(s, records, gb, best_score, score) if top_choices else ()
+    cut = cut_off(s, records, gb, best_score, score) if top_choices else ()
     return SearchResult(top=tuple(top_choices), cut_off=tuple(cut), plans=len(s),
                         plans_fitting=int(plans_fit), candidates=int(evaluated),
                         elapsed_s=time.perf_counter() - t0,
@@ -416,13 +295,6 @@ def _checkpoint_bytes(s: PlanColumns) -> float:
                                               b["optimizer"], b["megatron"]))
 
 
-def _scorer(objective, num_gpus, system, run, ckpt, price) -> Callable[[np.ndarray], np.ndarray]:
-    """The objective as a function of tokens/s (:func:`score_of`); raises at once without a
-    price."""
-    if objective == "throughput":
-        return lambda tps: np.asarray(tps, dtype=float)
-    score_of(objective, np.ones(1), num_gpus, system, run, ckpt, price)  # raises without a price
-    return lambda tps: score_of(objective, tps, num_gpus, system, run, ckpt, price)
 
 
 def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray,
@@ -449,90 +321,3 @@ def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray,
         hi[act] = np.where(ok, mid, hi[act])
         lo[act] = np.where(ok, lo[act], mid)
 
-
-def _choice(s: PlanColumns, gb: np.ndarray, plan: int, mb: int, rc_code: int, rl: float, tps: float,
-            peak: float, score: float) -> Choice:
-    """One candidate of the columns as a :class:`Choice` (its plan built and validated);
-    ``gb``: each plan's global batch."""
-    name = RECOMPUTES[int(rc_code)]
-    L = int(s.layers_stage[plan])
-    layers = None if rl < 0 or rl >= L or name == "none" else int(rl)
-    return Choice(plan=s.plan(plan), micro_batch=int(mb),
-                  grad_accum=int(gb[plan] // s.dp[plan] // mb), recompute=name,
-                  recompute_layers=layers, tokens_per_s=float(tps), peak_bytes=float(peak),
-                  score=float(score), layers_per_stage=L)
-
-
-def _top_plans(s: PlanColumns, cand, gb: np.ndarray, top: int) -> list[Choice]:
-    """Each plan's best candidate, the best ``top`` plans; ties: fewer recomputed layers, then
-    smaller peak memory, then the enumeration order."""
-    p, mb, rc, rl, tps, peak, score = cand
-    if not p.size:
-        return []
-    rl_eff = np.where(rc == 0, 0, np.where(rl < 0, s.layers_stage[p.astype(np.int64)], rl))
-    order = np.lexsort((mb, peak, rl_eff, rc, p, -score))
-    out, seen = [], set()
-    for i in order:
-        if int(p[i]) in seen:
-            continue
-        seen.add(int(p[i]))
-        out.append(_choice(s, gb, int(p[i]), mb[i], rc[i], rl[i], tps[i], peak[i], score[i]))
-        if len(out) == top:
-            break
-    return out
-
-
-def _least_peak(s, gb, records, rc_name, rl, score) -> Choice | None:
-    """The candidate with the smallest peak memory among those evaluated at the least-memory
-    setting (step 2; every plan's smallest micro-batch is among them when nothing fits) that
-    its schedule can run."""
-    best = None
-    for p, m, name, rls, out in records:
-        if name != rc_name or not p.size or not np.all(rls == rl):
-            continue
-        peak = np.where(out["pipeline_ok"], out["peak_bytes"], np.inf)
-        i = int(np.argmin(peak))
-        if np.isfinite(peak[i]) and (best is None or peak[i] < best[0]):
-            best = (peak[i], int(p[i]), int(m[i]), out["tokens_per_s"][i])
-    if best is None:
-        return None
-    peak, p, m, tps = best
-    return _choice(s, gb, p, m, _RC[rc_name], rl, tps, peak, float(score(np.array([tps]))[0]))
-
-
-def _cut_off(s: PlanColumns, records, gb: np.ndarray, best: float, score, shown: int = 3):
-    """The fastest evaluated candidates that beat the best but cannot run, one per plan."""
-    rows = []
-    for p, m, rc_name, rl, out in records:
-        bad = ~out["ok"]
-        sc = score(out["tokens_per_s"])
-        for i in np.flatnonzero(bad & (sc > best)):
-            rows.append((float(sc[i]), int(p[i]), int(m[i]), rc_name, float(rl[i]),
-                         float(out["tokens_per_s"][i]), float(out["peak_bytes"][i]),
-                         bool(out["fits"][i])))
-    rows.sort(key=lambda r: -r[0])
-    out, seen = [], set()
-    for sc, p, m, rc_name, rl, tps, peak, fits in rows:
-        if p in seen:
-            continue
-        seen.add(p)
-        c = _choice(s, gb, p, m, _RC[rc_name], rl, tps, peak, sc)
-        why = ("memory" if not fits else "schedule")
-        out.append((c, why))
-        if len(out) == shown:
-            break
-    return out
-
-
-
-
-
-def predict_choice(spec: ModelSpec, system: System, choice: Choice, training: TrainingConfig):
-    """:func:`fsdpsim.drivers.predict.predict` of a searched candidate (its plan, micro-batch and
-    recompute fixed): the full report of the same numbers the search ranked by."""
-    from fsdpsim.drivers.predict import predict
-
-    return predict(spec, system, choice.plan, choice.training(training))
-__all__ = ["search", "SearchResult", "Choice", "OBJECTIVES", "budget_system", "score_of",
-           "DEFAULT_MEMORY_BUDGET_FRACTION",
-           "predict_choice"]

@@ -11,9 +11,10 @@ import numpy as np
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.drivers.sweep.grid import Grid
 from fsdpsim.plan.parallel import LOW_PRECISION
-from fsdpsim.engine.build import (framework_constants, framework_model_inputs,
-                                  framework_system_inputs, model_inputs, plan_inputs, pod_inputs,
-                                  system_inputs, training_inputs)
+from fsdpsim.engine.build import (model_inputs, plan_inputs, pod_inputs, system_inputs,
+                                  training_inputs)
+from fsdpsim.engine.build_framework import (framework_constants, framework_model_inputs,
+                                            framework_system_inputs)
 from fsdpsim.plan.frameworks import knob_default, profile, with_defaults
 from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
 from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
@@ -197,7 +198,7 @@ def grid_training(grid: Grid, precision: str) -> TrainingConfig:
 
 def _bf16_share(framework: str, precision: str) -> float | None:
     """The BF16 share of the linear layers of the framework's default ``bf16_layers``
-    (:func:`fsdpsim.engine.build.bf16_linear_share`): none or zero layers, whatever the model."""
+    (:func:`fsdpsim.engine.peaks.bf16_linear_share`): none or zero layers, whatever the model."""
     layers = knob_default(framework, "bf16_layers", precision)
     if layers not in (None, 0):
         raise ConfigError(f"--framework {framework}: a default of {layers} BF16 layers depends "

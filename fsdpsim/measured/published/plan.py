@@ -24,7 +24,7 @@ GENERATIONS = {"v100": "Volta", "a100": "Ampere", "h100": "Hopper", "h200": "Hop
                "gb200": "Blackwell", "gb300": "Blackwell", "mi250x": "CDNA2", "mi300x": "CDNA3",
                "mi325x": "CDNA3", "mi355x": "CDNA4", "l4": "Ada", "l40s": "Ada"}
 
-#: Block-scaled formats, modelled as themselves (:func:`fsdpsim.engine.build.gemm_peak_flops_per_s`:
+#: Block-scaled formats, modelled as themselves (:func:`fsdpsim.engine.peaks.gemm_peak_flops_per_s`:
 #: MXFP8 at the FP8 rate, NVFP4 at the FP4 rate with the recipe's BF16 layers) and validated,
 #: but not fitted: a calibration's factors come from the FP8/BF16/FP16 rows, so these rows test
 #: the formats' model out of sample.

@@ -317,8 +317,8 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
     global_seqs = cell_positive(r.get("global_batch_seqs"))
     if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
         ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
-    # An unstated micro-batch stays unstated: measurements.resolve_auto_knobs gives it what
-    # predict's auto would choose (with the global batch when it is known).
+    # An unstated micro-batch stays unstated: measured.auto_knobs.resolve_auto_knobs gives it
+    # what predict's auto would choose (with the global batch when it is known).
     model_flops = None
     if moe.get("preset"):  # its own count: MLA's attention, the MTP modules
         from fsdpsim.measured.published.moe import preset_flops_per_token

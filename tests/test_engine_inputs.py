@@ -1,0 +1,86 @@
+"""The engine's door: :func:`fsdpsim.engine.evaluate` and ``memory_breakdown`` take only the
+names the typed bundle declares (:class:`fsdpsim.engine.inputs.EngineInputs`); a misspelt
+name is a TypeError naming it and the closest known names, never an input silently left at
+its default. Every key the builders emit is declared, for every kind of model and plan (the
+sweep, search and measurement builders are held to it by their own tests, which evaluate
+what they build)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fsdpsim import engine
+from fsdpsim.engine.build import config_inputs
+from fsdpsim.engine.inputs import declared_names
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.hardware.system import resolve_system
+from fsdpsim.model.presets import get_model
+from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+CATALOG = load_catalog(use_env=False)
+H100 = resolve_system(CATALOG, gpu="h100")
+KNOBS = {"micro_batch": 1.0, "recompute": 2, "grad_accum": 4.0}
+
+#: One configuration per kind of model and plan: (model, plan, training changes).
+CASES = {
+    "dense, FSDP": ("llama3-8b", ParallelPlan(64, 8, "full"), {}),
+    "dense, hybrid 4D (HSDP, TP, interleaved PP, CP), Megatron, FP8": (
+        "llama3-70b", ParallelPlan(512, 8, "hybrid", shard_group_size=4, tp=4, pp=4, vpp=2,
+                                   cp=2, framework="megatron"),
+        {"precision": "fp8", "global_batch": 256}),
+    "dense, ZeRO-1 with DeepSpeed's per-parameter collectives": (
+        "gpt3-1.3b", ParallelPlan(16, 8, "optimizer", framework="deepspeed-zero3"), {}),
+    "q/k-norm": ("qwen3-8b", ParallelPlan(16, 8, "full", tp=2), {}),
+    "MoE, expert parallelism": ("mixtral-8x7b", ParallelPlan(64, 8, "full", tp=2, ep=4), {}),
+    "MoE with windowed attention": ("gpt-oss-20b", ParallelPlan(32, 8, "full", ep=8), {}),
+    "MLA, MoE, MTP, pipelined": ("deepseek-v3", ParallelPlan(1024, 8, "full", pp=8, ep=32),
+                                 {"global_batch": 1024}),
+}
+
+
+def _inputs(case: str) -> dict:
+    model, plan, changes = CASES[case]
+    training = TrainingConfig(**{"seq_len": 4096, **changes})
+    return config_inputs(get_model(model), H100, plan, training)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_key_a_builder_emits_is_an_engine_input(case):
+    x = _inputs(case)
+    assert sorted(set(x) - engine.INPUT_NAMES) == []
+    out = engine.evaluate({**x, **KNOBS})  # and the engine takes them
+    assert np.all(np.asarray(out["step_time_s"]) > 0)
+
+
+def test_the_names_are_the_declarations():
+    """The accepted names are the typed bundle's: every optional input is declared there too
+    (with its type and unit), so one declaration says what a name is."""
+    assert set(engine.OPTIONAL_INPUTS) <= declared_names()
+    assert engine.INPUT_NAMES == declared_names()
+    assert set(KNOBS) <= declared_names()
+
+
+def test_a_misspelt_input_is_an_error_naming_it_and_the_closest():
+    x = {**_inputs("dense, FSDP"), **KNOBS}
+    engine.evaluate(x)
+    engine.memory_breakdown(x)
+    bad = {**x, "micro_bach": 2.0}
+    with pytest.raises(TypeError, match=r"not an engine input: 'micro_bach' \(closest: "
+                                        r"'micro_batch'"):
+        engine.evaluate(bad)
+    with pytest.raises(TypeError, match="'micro_bach'"):
+        engine.memory_breakdown(bad)
+
+
+def test_every_unknown_name_is_named_on_every_path():
+    """Two unknown names (one with no close match) in a grid of rows: both named, whether the
+    rows are evaluated at once or in groups."""
+    x = {**_inputs("dense, FSDP"), **KNOBS}
+    for rows in (4, engine.GROUP_ROWS):
+        bad = {**x, "micro_batch": np.arange(rows) % 4 + 1.0, "seq_lenn": 4096.0, "zzz": 1.0}
+        with pytest.raises(TypeError) as info:
+            engine.evaluate(bad)
+        message = str(info.value)
+        assert "'seq_lenn' (closest: 'seq_len'" in message and "'zzz'" in message
+        assert "zzz' (closest" not in message
