@@ -10,8 +10,8 @@ configurations, so the engine can be rewritten and optimised against it.
 Read it in this order: :mod:`.scope` (what is covered), :mod:`.inputs` (the catalog's rates
 and the parameter shapes of one rank), :mod:`.layers` (one layer's and the root's compute),
 :mod:`.communication` (NCCL, tensor and context parallelism), :mod:`.schedule` (overlap and
-the pipeline schedules), :mod:`.memory` (the peak per GPU), then :mod:`.step`
-(:func:`predict`, which composes them).
+the pipeline schedules), :mod:`.memory` (the peak per GPU), :mod:`.flops` (MFU's and HFU's
+FLOPs), then :mod:`.step` (:func:`predict`, which composes them stage by stage).
 
 Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a silent number):
 

@@ -1,8 +1,10 @@
-"""Per-GPU peak memory of one pipeline stage [B]: model states, gathered parameters,
+"""Per-GPU peak memory [B] of one pipeline stage: model states, gathered parameters,
 saved activations by recompute mode, and the loss's logits, at the two moments that can
-bind."""
+bind; of the step: the stage that binds."""
 
 from __future__ import annotations
+
+from fsdpsim.reference.inputs import padded_numel
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW), one momentum (SGD).
 OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "sgd": 4.0}
@@ -93,3 +95,38 @@ def peak_memory(m, x, strategy, reshard, n_layers, psi, psi_padded, block_numel,
     frac, reserved = x["allocator_fraction"], x["reserved_bytes"]
     return max(at_loss * (1.0 + frac) + reserved, in_block * (1.0 + frac) + reserved)
 
+
+
+def step_peak_memory(m, x, plan, k, units, keep, accumulate):
+    """Per-GPU peak memory of the step [B]: :func:`peak_memory` of the one stage, or with
+    pipelining the largest of the first stage (the embeddings), the last (the head and its
+    logits) and, on an uneven split whose busiest middle rank holds more layers than the
+    first, that rank (no embedding, no head). Micro-batches in flight at a stage's peak:
+    GPipe all k; 1F1B min(p − j, k) on stage j (the first min(p, k), the last 1); ZB-H1
+    min(p, k) on every stage: stage j's W passes run j backwards late, so j more
+    micro-batches wait for their W (Qi et al. 2024 §2.1), counted whole (W keeps most of a
+    micro-batch's activations, Table 1). Parameters gathered again in backward unless kept
+    (``keep``); gradients accumulated unsharded with ``accumulate``."""
+    strategy, reshard = plan.sharding, plan.reshard_after_forward and not keep
+    block_numel, root_numel = units["block_numel"], units["root_numel"]
+    if plan.pp == 1:
+        return peak_memory(m, x, strategy, reshard, m.n_layers, units["params_rank"],
+                           units["params_padded"], block_numel, root_numel, x["vocab"], 1,
+                           accumulate=accumulate)
+    pp, shard, flat = plan.pp, x["shard"], x["flat_parameter"]
+
+    def flight(stage):
+        return (k if plan.pp_schedule == "gpipe" else min(pp, k)
+                if plan.pp_schedule == "zb-h1" else min(pp - stage, k))
+    ends = [(units["L_first"], units["embed"], 0.0, flight(0)),
+            (units["L_last"], units["head"], x["vocab"], flight(pp - 1))]
+    if units["L_mid"] > units["L_first"]:
+        ends.append((units["L_mid"], [], 0.0, flight(plan.busiest_middle_rank(m.n_layers))))
+
+    def stage(n_layers, part, vocab, in_flight):
+        part_numel = padded_numel(part, shard, flat)       # its part of the root unit
+        psi = n_layers * units["block_rank"] + padded_numel(part, 1)
+        return peak_memory(m, x, strategy, reshard, n_layers, psi,
+                           n_layers * block_numel + part_numel, block_numel, part_numel, vocab,
+                           in_flight, accumulate=accumulate)
+    return max(stage(*end) for end in ends)
