@@ -74,13 +74,60 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     docstring for the algorithm. ``prune=False`` evaluates every (plan, micro-batch) that fits
     and every recompute setting step 4 reaches, with no bound (what the pruned search must
     equal; tests compare them). Raises :class:`ConfigError` when the space is empty."""
-    from fsdpsim.hardware.system import domain_gpus
-
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective {objective!r} is not accepted; accepted: "
                           f"{', '.join(OBJECTIVES)}")
     training = frameworks.with_defaults(training, space.framework)
+    # ---- step 1: the plans, and every (plan, micro-batch) candidate ---------------------------
+    s, space = _plans(spec, system, num_gpus, training, space)
+    gb = np.broadcast_to(np.asarray(batch_of(training.global_batch, training.seq_len, s.dp),
+                                    dtype=np.int64), s.dp.shape)  # each plan's global batch
+    score = scorer(objective, num_gpus, system, run, _checkpoint_bytes(s), price)
+    stats: dict[str, float] = {"plans": len(s), "families": len(s.families),
+                               "build_s": time.perf_counter() - t0}
+    plan_idx, mb = _candidates(s, gb, space.get("micro_batch"))
+    ev = _Evaluations(s, plan_idx, mb, gb[plan_idx] // s.dp[plan_idx] // mb, score, top, prune)
+    fixed_rc = space.get("recompute")
+    fixed_rl = space.get("recompute_layers")
+    if fixed_rl is not None and fixed_rc is None:
+        fixed_rc = "full"  # a layer count alone means Megatron's full (block) recompute
+    if fixed_rc == "op-selective" and op_selective_refused(spec):
+        raise ConfigError(op_selective_refused(spec))
+    selective = _selective_method(spec, space)
+    low_rc = fixed_rc or "full"
+    low_rl = -1.0 if fixed_rl is None else float(fixed_rl)
+    # ---- step 2: the memory bound -------------------------------------------------------------
+    candidates, plans_fit = _memory_bound(ev, low_rc, low_rl)
+
+    def settle(rows):  # ---- steps 3 and 4
+        _settle(ev, rows, space, fixed_rc, low_rl, selective)
+    if not prune:
+        settle(candidates)
+    else:  # ---- step 3's throughput bound, best first
+        _best_first(ev, candidates, settle, stats)
+        if not ev.found:  # nothing fits: the exhaustive search says what the least memory is
+            return search(spec, system, num_gpus, training, space, objective=objective,
+                          top=top, run=run, price=price, prune=False)
+    least = least_peak(s, gb, ev.records, low_rc, low_rl, score)
+    stats["evaluate_s"] = time.perf_counter() - t0 - stats["build_s"]
+    cand = [np.concatenate(c) for c in zip(*ev.found)] if ev.found else [np.zeros(0)] * 7
+    top_choices = top_plans(s, cand, gb, top)
+    best_score = top_choices[0].score if top_choices else -np.inf
+    cut = cut_off(s, ev.records, gb, best_score, score) if top_choices else ()
+    return SearchResult(top=tuple(top_choices), cut_off=tuple(cut), plans=len(s),
+                        plans_fitting=int(plans_fit), candidates=int(ev.count),
+                        elapsed_s=time.perf_counter() - t0,
+                        budget_bytes=float(system.accelerator.memory_bytes),
+                        least_peak=least, stats=stats)
+
+
+def _plans(spec: ModelSpec, system: System, num_gpus: int, training: TrainingConfig,
+           space: SearchSpace) -> tuple[PlanColumns, SearchSpace]:
+    """Step 1: every valid plan of the space, as engine inputs (the space with the system's
+    non-blocking pod). Refuses a space too large to search, or an empty one, saying why."""
+    from fsdpsim.hardware.system import domain_gpus
+
     gb = training.global_batch
     per_node = domain_gpus(system, num_gpus)
     if system.pod_gpus and space.pod_gpus != system.pod_gpus:
@@ -91,154 +138,137 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         from fsdpsim.drivers.search.explain import empty_space_message
 
         raise ConfigError(empty_space_message(spec, num_gpus, per_node, training, space))
-    s = PlanColumns(spec, system, families, training)
-    gb = np.broadcast_to(np.asarray(batch_of(gb, training.seq_len, s.dp), dtype=np.int64),
-                         s.dp.shape)  # each plan's global batch [sequences]
-    ckpt = _checkpoint_bytes(s)
-    score = scorer(objective, num_gpus, system, run, ckpt, price)
-    stats: dict[str, float] = {"plans": len(s), "families": len(families),
-                               "build_s": time.perf_counter() - t0}
+    return PlanColumns(spec, system, families, training), space
 
-    # ---- candidates: (plan, micro-batch) pairs ------------------------------------------------
-    plan_idx, mb = _candidates(s, gb, space.get("micro_batch"))
-    accum = gb[plan_idx] // s.dp[plan_idx] // mb
-    evaluated = 0
-    fixed_rc = space.get("recompute")
-    fixed_rl = space.get("recompute_layers")
-    if fixed_rl is not None and fixed_rc is None:
-        fixed_rc = "full"  # a layer count alone means Megatron's full (block) recompute
-    if fixed_rc == "op-selective" and op_selective_refused(spec):
-        raise ConfigError(op_selective_refused(spec))
-    selective = _selective_method(spec, space)
-    found: list[tuple[np.ndarray, ...]] = []  # (plan, mb, rc code, rl, tps, peak, score)
-    records: list[tuple] = []  # every evaluation, for the cut-off explanation
 
-    def run_eval(rows, rc_name, rl, memory_only=False):
+class _Evaluations:
+    """The engine evaluations of one search: the (plan, micro-batch) candidates, those that
+    run (kept with their score, for the top and the K-th best), every evaluation (recorded for
+    the cut-off explanation) and how many rows were evaluated."""
+
+    def __init__(self, s: PlanColumns, plan_idx: np.ndarray, mb: np.ndarray, accum: np.ndarray,
+                 score, top: int, prune: bool):
+        self.s, self.plan_idx, self.mb, self.accum = s, plan_idx, mb, accum
+        self.score, self.top, self.prune = score, top, prune
+        self.found: list[tuple[np.ndarray, ...]] = []  # (plan, mb, rc code, rl, tps, peak, score)
+        self.records: list[tuple] = []
+        self.count = 0
+
+    def run(self, rows, rc_name, rl, memory_only=False):
         """Evaluate candidate ``rows`` at one recompute setting; keep those that run, record all
         (``memory_only``: whether they fit, nothing kept)."""
-        nonlocal evaluated
-        evaluated += rows.size
+        self.count += rows.size
+        plan_idx, mb = self.plan_idx, self.mb
         rl = np.broadcast_to(np.asarray(rl, dtype=float), rows.shape)
-        out = s.evaluate(plan_idx[rows], mb[rows], accum[rows],
-                         np.full(rows.size, float(_RC[rc_name])), rl, memory_only=memory_only)
+        out = self.s.evaluate(plan_idx[rows], mb[rows], self.accum[rows],
+                              np.full(rows.size, float(_RC[rc_name])), rl,
+                              memory_only=memory_only)
         if memory_only:
             return out
         out["ok"] = out["fits"] & out["pipeline_ok"]
         ok = out["ok"]
-        found.append((plan_idx[rows][ok], mb[rows][ok], np.full(ok.sum(), _RC[rc_name]),
-                      rl[ok], out["tokens_per_s"][ok], out["peak_bytes"][ok],
-                      score(out["tokens_per_s"][ok])))
-        records.append((plan_idx[rows], mb[rows], rc_name, rl, out))
+        self.found.append((plan_idx[rows][ok], mb[rows][ok], np.full(ok.sum(), _RC[rc_name]),
+                           rl[ok], out["tokens_per_s"][ok], out["peak_bytes"][ok],
+                           self.score(out["tokens_per_s"][ok])))
+        self.records.append((plan_idx[rows], mb[rows], rc_name, rl, out))
         return out
 
-    def kth() -> float:
+    def kth(self) -> float:
         """The score a candidate must reach to enter the top (−inf unpruned)."""
-        if not prune or not found:
+        if not self.prune or not self.found:
             return -np.inf
-        return bounds.kth_best(np.concatenate([f[0] for f in found]),
-                               np.concatenate([f[6] for f in found]), top)
+        return bounds.kth_best(np.concatenate([f[0] for f in self.found]),
+                               np.concatenate([f[6] for f in self.found]), self.top)
 
-    # ---- step 2: the memory bound. Each plan's micro-batches (consecutive, ascending) are
-    # bisected at the least-memory setting (every layer recomputed in full, or the fixed one)
-    # for the largest that fits: peak memory never falls as the micro-batch grows (1F1B holds
-    # min(pp, m) micro-batches of mb sequences in flight, GPipe all m: mb·min(pp, m) and
-    # mb·m never fall), so the larger ones cannot fit with any recompute. Pruned, the
-    # engine's memory stage alone answers (its step and throughput are not needed) ---------
-    low_rc = fixed_rc or "full"
-    low_rl = -1.0 if fixed_rl is None else float(fixed_rl)
+
+def _memory_bound(ev: _Evaluations, low_rc: str, low_rl: float) -> tuple[np.ndarray, int]:
+    """Step 2: the candidates that can fit, and how many plans have one. Each plan's
+    micro-batches (consecutive, ascending) are bisected at the least-memory setting (every
+    layer recomputed in full, or the fixed one) for the largest that fits: peak memory never
+    falls as the micro-batch grows (1F1B holds min(pp, m) micro-batches of mb sequences in
+    flight, GPipe all m: mb·min(pp, m) and mb·m never fall), so the larger ones cannot fit
+    with any recompute. Pruned, the engine's memory stage alone answers (its step and
+    throughput are not needed)."""
+    plan_idx = ev.plan_idx
     starts = np.flatnonzero(np.r_[True, plan_idx[1:] != plan_idx[:-1]])
     counts = np.diff(np.r_[starts, plan_idx.size])
     lo, hi = np.full(starts.size, -1), counts.copy()  # index lo fits (-1: none), hi does not
     # A plan in another mesh order holds the same memory (the order places groups on the
     # tiers, it moves no bytes into memory; tests/test_search.py checks it): bisect one order.
-    owner = _order_owner(s, plan_idx[starts])
+    owner = _order_owner(ev.s, plan_idx[starts])
     hi[owner != np.arange(starts.size)] = -1  # settled below from their owner
     first = True  # the largest micro-batch first: where it fits (most plans of small models),
     while np.any(hi - lo > 1):  # one evaluation settles the plan
         act = np.flatnonzero(hi - lo > 1)
         mid = hi[act] - 1 if first else (lo[act] + hi[act]) // 2
         first = False
-        fit = run_eval(starts[act] + mid, low_rc, low_rl, memory_only=prune)["fits"]  # memory
+        fit = ev.run(starts[act] + mid, low_rc, low_rl, memory_only=ev.prune)["fits"]  # memory
         lo[act] = np.where(fit, mid, lo[act])             # alone: the schedule's rule is not
         hi[act] = np.where(fit, hi[act], mid)             # monotone in mb
     lo = lo[owner]
     within = np.arange(plan_idx.size) - np.repeat(starts, counts)
-    candidates = np.flatnonzero(within <= np.repeat(lo, counts))
-    plans_fit = int(np.count_nonzero(lo >= 0))
+    return (np.flatnonzero(within <= np.repeat(lo, counts)), int(np.count_nonzero(lo >= 0)))
 
-    def settle(rows):
-        """Steps 3 and 4 on candidate ``rows``: each one's best recompute setting that fits."""
-        if fixed_rc is not None:
-            run_eval(rows, fixed_rc, low_rl)
-            return
-        # ---- step 3: no recompute, the fastest setting of each (plan, micro-batch) ---------
-        none = run_eval(rows, "none", -1.0)
-        bound = np.full(plan_idx.size, -np.inf)
-        bound[rows] = score(none["tokens_per_s"])
-        # a schedule that cannot run its micro-batches cannot with any recompute either
-        rows = rows[~none["ok"] & none["pipeline_ok"] & (bound[rows] >= kth())]
-        full = run_eval(rows, "full", -1.0)
-        rows = rows[full["ok"]]
-        partial = space.supports.get("partial_recompute", (True,))[0]
-        sel = (run_eval(rows, selective, -1.0) if selective
-               else {"ok": np.zeros(rows.size, bool)})
-        # ---- step 4: the fewest recomputed layers that fit, best bound first, in rounds: each
-        # round raises the K-th best, which prunes the rest of the queue (branch and bound;
-        # selective only where all-selective fits: fewer layers hold more) -------------------
-        L = s.layers_stage[plan_idx]
-        # (op-selective covers every layer: torchtitan's "op" policy has no layer count);
-        # "every-nth" (torchtitan's selective_ac_option = n: every n-th layer of a model
-        # chunk): a count that divides the stage's layers, without virtual stages
-        nth = partial == "every-nth"
-        if nth:
-            keep = s.column("vpp", plan_idx[rows]) == 1
-            rows, sel = rows[keep], {"ok": sel["ok"][keep]}
-        queue = [(method, rows[fits & (L[rows] > 1)]) for method, fits in
-                 (("selective", sel["ok"] & (selective == "selective")),
-                  ("full", np.ones(rows.size, bool))) if partial]
-        queue = [(method, q[np.argsort(-bound[q], kind="stable")]) for method, q in queue]
-        while any(q.size for _, q in queue):
-            least = kth()
-            queue = [(method, q[bound[q] >= least]) for method, q in queue]
-            for i, (method, q) in enumerate(queue):
-                if not q.size:
-                    continue
-                take = max(ROUND_ROWS, q.size // 8)
-                _fewest_layers(run_eval, q[:take], method, L[q[:take]], divisors=nth)
-                queue[i] = (method, q[take:])
 
-    if not prune:
-        settle(candidates)
-    else:
-        # ---- the throughput bound (bounds.py), best first: a candidate whose bound is below
-        # the K-th best plan found so far cannot enter the top; rounds raise the K-th best ----
-        # a pipeline schedule that cannot run the step's micro-batches never enters the top
-        runs = bounds.schedule_runs(s, plan_idx[candidates], accum[candidates])
-        stats["schedule_cannot_run"] = int(np.count_nonzero(~runs))
-        candidates = candidates[runs]
-        groups = bounds.bound_groups(s, bounds.compute_groups(s))
-        upper, n_bound = bounds.throughput_bound(s, plan_idx[candidates], mb[candidates],
-                                                 accum[candidates], groups)
-        evaluated += n_bound
-        upper = score(upper)
-        _, skipped = bounds.best_first(candidates, upper, kth, settle)
-        stats["bound_rows"] = n_bound
-        stats["candidates_skipped"] = skipped
-        if not found:  # nothing fits: the exhaustive search says what the least memory is
-            return search(spec, system, num_gpus, training, space, objective=objective,
-                          top=top, run=run, price=price, prune=False)
-    least = least_peak(s, gb, records, low_rc, low_rl, score)
-    stats["evaluate_s"] = time.perf_counter() - t0 - stats["build_s"]
+def _settle(ev: _Evaluations, rows: np.ndarray, space: SearchSpace, fixed_rc: str | None,
+            low_rl: float, selective: str | None) -> None:
+    """Steps 3 and 4 on candidate ``rows``: each one's best recompute setting that fits."""
+    if fixed_rc is not None:
+        ev.run(rows, fixed_rc, low_rl)
+        return
+    # ---- step 3: no recompute, the fastest setting of each (plan, micro-batch) -------------
+    none = ev.run(rows, "none", -1.0)
+    bound = np.full(ev.plan_idx.size, -np.inf)
+    bound[rows] = ev.score(none["tokens_per_s"])
+    # a schedule that cannot run its micro-batches cannot with any recompute either
+    rows = rows[~none["ok"] & none["pipeline_ok"] & (bound[rows] >= ev.kth())]
+    full = ev.run(rows, "full", -1.0)
+    rows = rows[full["ok"]]
+    partial = space.supports.get("partial_recompute", (True,))[0]
+    sel = (ev.run(rows, selective, -1.0) if selective
+           else {"ok": np.zeros(rows.size, bool)})
+    # ---- step 4: the fewest recomputed layers that fit, best bound first, in rounds: each
+    # round raises the K-th best, which prunes the rest of the queue (branch and bound;
+    # selective only where all-selective fits: fewer layers hold more) -----------------------
+    L = ev.s.layers_stage[ev.plan_idx]
+    # (op-selective covers every layer: torchtitan's "op" policy has no layer count);
+    # "every-nth" (torchtitan's selective_ac_option = n: every n-th layer of a model
+    # chunk): a count that divides the stage's layers, without virtual stages
+    nth = partial == "every-nth"
+    if nth:
+        keep = ev.s.column("vpp", ev.plan_idx[rows]) == 1
+        rows, sel = rows[keep], {"ok": sel["ok"][keep]}
+    queue = [(method, rows[fits & (L[rows] > 1)]) for method, fits in
+             (("selective", sel["ok"] & (selective == "selective")),
+              ("full", np.ones(rows.size, bool))) if partial]
+    queue = [(method, q[np.argsort(-bound[q], kind="stable")]) for method, q in queue]
+    while any(q.size for _, q in queue):
+        least = ev.kth()
+        queue = [(method, q[bound[q] >= least]) for method, q in queue]
+        for i, (method, q) in enumerate(queue):
+            if not q.size:
+                continue
+            take = max(ROUND_ROWS, q.size // 8)
+            _fewest_layers(ev.run, q[:take], method, L[q[:take]], divisors=nth)
+            queue[i] = (method, q[take:])
 
-    cand = [np.concatenate(c) for c in zip(*found)] if found else [np.zeros(0)] * 7
-    top_choices = top_plans(s, cand, gb, top)
-    best_score = top_choices[0].score if top_choices else -np.inf
-    cut = cut_off(s, records, gb, best_score, score) if top_choices else ()
-    return SearchResult(top=tuple(top_choices), cut_off=tuple(cut), plans=len(s),
-                        plans_fitting=int(plans_fit), candidates=int(evaluated),
-                        elapsed_s=time.perf_counter() - t0,
-                        budget_bytes=float(system.accelerator.memory_bytes),
-                        least_peak=least, stats=stats)
+
+def _best_first(ev: _Evaluations, candidates: np.ndarray, settle, stats: dict) -> None:
+    """The throughput bound (:mod:`fsdpsim.drivers.search.bounds`), best first: a candidate
+    whose bound is below the K-th best plan found so far cannot enter the top; rounds raise
+    the K-th best. A pipeline schedule that cannot run the step's micro-batches never enters
+    the top."""
+    s, plan_idx, mb, accum = ev.s, ev.plan_idx, ev.mb, ev.accum
+    runs = bounds.schedule_runs(s, plan_idx[candidates], accum[candidates])
+    stats["schedule_cannot_run"] = int(np.count_nonzero(~runs))
+    candidates = candidates[runs]
+    groups = bounds.bound_groups(s, bounds.compute_groups(s))
+    upper, n_bound = bounds.throughput_bound(s, plan_idx[candidates], mb[candidates],
+                                             accum[candidates], groups)
+    ev.count += n_bound
+    _, skipped = bounds.best_first(candidates, ev.score(upper), ev.kth, settle)
+    stats["bound_rows"] = n_bound
+    stats["candidates_skipped"] = skipped
 
 
 def _candidates(s: PlanColumns, gb: np.ndarray, fixed_mb: int | None) -> tuple[np.ndarray, ...]:
@@ -293,8 +323,6 @@ def _checkpoint_bytes(s: PlanColumns) -> float:
     b = s.base
     return float(procurement.checkpoint_bytes(s.model_cols["n_params"][0], b["compute_bytes"],
                                               b["optimizer"], b["megatron"]))
-
-
 
 
 def _fewest_layers(run_eval, rows: np.ndarray, method: str, L: np.ndarray,
