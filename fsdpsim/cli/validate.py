@@ -19,6 +19,8 @@ BY_TITLES = {"framework": "by framework", "subset": "by subset",
              "source": "by source", "gpu": "by GPU",
              "generation": "by GPU generation x precision"}
 NAME_WIDTH = 44
+#: Where ``calibrate --local`` writes its catalog entry unless ``--output`` says.
+LOCAL_DEFAULT_OUTPUT = "./fsdpsim-local/local.toml"
 
 
 def _summary_line(name: str, s: dict) -> str:
@@ -114,16 +116,18 @@ def _skipped_lines(skipped, total: int) -> list[str]:
 
 def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: str = ""):
     """The rows ``calibrate`` may fit (``--framework``, then :func:`fit_rows`; :func:`fit` keeps
-    those on ``--gpu`` that are modelled, not skipped). Too few left: one error naming the filter that left them
-    (an unknown framework with the file's frameworks; else each filter's count)."""
+    those on ``--gpu`` that are modelled, not skipped). Too few left: one error naming the
+    filter that left them (an unknown framework with the file's frameworks; else each
+    filter's count)."""
     from fsdpsim.measured.stats import by_framework
 
     frame = by_framework(every, framework)
     names = (sorted({str(n) for n in every["framework"].fillna("")} - {""})
              if "framework" in every.columns else ["PyTorch FSDP"])
     if frame.empty:
+        accepted = ", ".join(repr(n) for n in names)
         raise ConfigError(f"--framework {framework!r} matches no framework of "
-                          f"{source or 'the file'}; accepted: part of one of {', '.join(repr(n) for n in names)}, or '' "
+                          f"{source or 'the file'}; accepted: part of one of {accepted}, or '' "
                           "for every row")
     fit = fit_rows(frame)
     ids = {catalog.accelerator(g).id for g in gpus}
@@ -150,159 +154,180 @@ def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: st
 
 
 def register(cli: click.Group) -> None:
-    @cli.command("validate")
-    @click.argument("measurements", type=click.Path(dir_okay=False))
-    @click.option("--gpu", "gpus", multiple=True, help="Only rows on these accelerators.")
-    @click.option("--framework", default=None,
-                  help="Only rows whose framework contains this text (e.g. fsdp, deepspeed).")
-    @click.option("--by", "by", multiple=True, type=click.Choice(tuple(BY_TITLES)),
-                  help="Summaries per group (repeatable): framework, subset, source, gpu, or "
-                       "generation (GPU generation x precision, core rows only); default: "
-                       "framework, subset and generation, each where it splits the rows.")
-    @click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
-                  show_default=True)
-    @click.pass_context
-    def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
-                     framework: str | None, by: tuple[str, ...], fmt: str) -> None:
-        """Predict every run of a measurements CSV and report the error of tokens/s per GPU."""
-        from fsdpsim.measured.stats import (by_framework, summarise, summarise_by,
-                                               summarise_groups)
-        from fsdpsim.measured.validate import load_measurements, predict_measurements
-
-        cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        every = load_measurements(measurements, cat)
-        frame = by_framework(every, framework)
-        if gpus:
-            ids = {cat.accelerator(g).id for g in gpus}
-            frame = frame[frame["gpu"].isin(ids)]
-        if frame.empty:
-            names = (sorted({str(n) for n in every["framework"].fillna("")})
-                     if "framework" in every else [])
-            raise ConfigError(
-                "no row of the file matches " + " and ".join(
-                    f"{flag} {value!r}" for flag, value in (("--framework", framework),
-                                                            ("--gpu", ",".join(gpus)))
-                    if value) + "; the file has GPUs "
-                + ", ".join(sorted({str(g) for g in every["gpu"].dropna()}))
-                + (f" and frameworks {', '.join(repr(n) for n in names)}" if names else ""))
-        skipped = frame[frame["skip"] != ""]
-        result = predict_measurements(frame, cat, intervals=True, measurements=measurements)
-        summary = summarise(result)
-        groups = summarise_groups(result)
-        groupings = {name: summarise_by(result, name) for name in (by or DEFAULT_BY)}
-        if fmt == "json":
-            echo(render.to_json({"summary": summary, "by_framework": groups,
-                                 "by": groupings,
-                                 "skipped": skipped[["id", "skip"]].to_dict("records"),
-                                 "rows": result.to_dict("records")}))
-            return
-        if fmt == "csv":
-            echo(result.to_csv(index=False), nl=False)
-            return
-        echo(_rows_table(result.sort_values("error")))
-        echo("")
-        if len(skipped):
-            echo("\n".join(_skipped_lines(skipped, len(frame))))
-        for name, found in groupings.items():
-            if found and (by or len(found) > 1):
-                core = "subset" in result.columns and (result["subset"] == "core").any()
-                title = BY_TITLES[name] + (" (core rows)" if name == "generation" and core
-                                           else "")
-                echo("\n".join(_group_table(title, found)))
-        echo(_summary_line("tokens/s per GPU", summary))
-
-    @cli.command("calibrate")
-    @click.option("--measurements", type=click.Path(dir_okay=False), default=None,
-                  help="Measured runs (fsdpsim schema or the published calibration CSV).")
-    @click.option("--gpu", "gpus", multiple=True,
-                  help="Accelerator(s) sharing one set of factors (repeatable).")
-    @click.option("--framework", default="fsdp", show_default=True,
-                  help="Fit only rows whose framework contains this text ('' for all rows).")
-    @click.option("--factor", "factors", multiple=True,
-                  help="Factors to fit (repeatable); default: the matmul, attention, HBM and "
-                       "network ones.")
-    @click.option("--local", "local", is_flag=True, default=False,
-                  help="Measure this machine with torch micro-benchmarks (gloo ranks, about "
-                       "30 s) and write a catalog entry for it (local-cpu, local-node) instead "
-                       "of fitting measured runs.")
-    @click.option("--ranks", type=option_type(Rule(2, 64, whole=True)), default=None,
-                  help="With --local: processes measured at once, the node's GPUs per node "
-                       "[default: 2].")
-    @click.option("--quick", is_flag=True, default=False,
-                  help="With --local: a reduced budget (about 15 s), noisier.")
-    @click.option("--output", type=click.Path(dir_okay=False), default=None,
-                  help="Write the catalog overlay here (a .toml inside a folder for --catalog); "
-                       f"with --local the default is {LOCAL_DEFAULT_OUTPUT}.")
-    @click.option("--where", "where", default=None,
-                  help="Only rows matching this condition on the measurement columns (pandas "
-                       "query syntax, e.g. 'n_gpus == 8 and pp == 1 and tp <= 2').")
-    @click.option("--loso", is_flag=True, default=False,
-                  help="Leave one source out: per source_key, fit without it and report its "
-                       "error before/after; flags a fit that worsens the held-out source more "
-                       "than it improves its own rows. Writes no overlay.")
-    @click.pass_context
-    def calibrate_cmd(ctx: click.Context, measurements: str | None, gpus: tuple[str, ...],
-                      framework: str, factors: tuple[str, ...], local: bool,
-                      ranks: int | None, quick: bool, output: str | None,
-                      where: str | None, loso: bool) -> None:
-        """Fit the physical efficiency factors of one GPU type to measured runs, or measure
-        this machine (--local)."""
-        if local:
-            given = [name for name, value in (("--measurements", measurements), ("--gpu", gpus),
-                                              ("--factor", factors), ("--where", where),
-                                              ("--loso", loso)) if value]
-            if given:
-                them = "it" if len(given) == 1 else "them"
-                raise ConfigError(f"calibrate --local measures this machine and takes no "
-                                  f"{', '.join(given)}; drop {them}, or drop --local to fit "
-                                  "measured runs")
-            _calibrate_local(ranks or 2, quick, output or LOCAL_DEFAULT_OUTPUT)
-            return
-        check_output_path(output, make_parents=True)
-        if ranks is not None or quick:
-            raise ConfigError("--ranks and --quick only apply to calibrate --local")
-        if not measurements or not gpus:
-            missing = " and ".join(name for name, value in (("--measurements CSV", measurements),
-                                                            ("--gpu ID", gpus)) if not value)
-            raise ConfigError(f"calibrate needs {missing} (fit factors to measured runs), or "
-                              "--local (measure this machine)")
-        from fsdpsim.measured.calibrate import DEFAULT_FACTORS, FACTORS, fit
-        from fsdpsim.measured.validate import load_measurements
-
-        cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
-        every = load_measurements(measurements, cat)
-        if where:
-            every = rows_where(every, where)
-        frame = rows_to_fit(every, framework, gpus, cat, len(factors or DEFAULT_FACTORS),
-                            measurements)
-        if loso:
-            from fsdpsim.measured.loso import leave_one_source_out, report_lines
-
-            if output:
-                raise ConfigError("--loso reports and writes no overlay; drop --output")
-            echo("\n".join(report_lines(leave_one_source_out(frame, cat, gpus,
-                                                             factors or DEFAULT_FACTORS))))
-            return
-        result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
-        overlay = result.overlay_toml(Path(measurements).name)
-        if output:  # written before anything is printed: a failure leaves stdout empty
-            _write(output, overlay)
-        lines = [_summary_line("before", result.before), _summary_line("after ", result.after)]
-        if result.cross_validated:
-            lines.append(_summary_line("5-fold cross-validated", result.cross_validated))
-        lo, hi = result.interval
-        lines.append(f"  measured/predicted, 5-95 % out of sample: {lo:.3f} .. {hi:.3f}")
-        for name, value in result.values.items():
-            key, scale, (lo, hi) = FACTORS[name]
-            at_bound = " (at its bound)" if min(value - lo, hi - value) <= 1e-6 * (hi - lo) else ""
-            lines.append(f"  {key:<22} {value * scale:.4g}{at_bound}")
-        lines += [f"  not fitted: {name}: {why}" for name, why in result.refused.items()]
-        lines.append(f"wrote {output}; use it with --catalog {Path(output).parent}" if output
-                     else "\n" + overlay)
-        echo("\n".join(lines))
+    """Add ``validate`` and ``calibrate`` to the command group."""
+    cli.add_command(validate_cmd)
+    cli.add_command(calibrate_cmd)
 
 
-LOCAL_DEFAULT_OUTPUT = "./fsdpsim-local/local.toml"
+@click.command("validate")
+@click.argument("measurements", type=click.Path(dir_okay=False))
+@click.option("--gpu", "gpus", multiple=True, help="Only rows on these accelerators.")
+@click.option("--framework", default=None,
+              help="Only rows whose framework contains this text (e.g. fsdp, deepspeed).")
+@click.option("--by", "by", multiple=True, type=click.Choice(tuple(BY_TITLES)),
+              help="Summaries per group (repeatable): framework, subset, source, gpu, or "
+                   "generation (GPU generation x precision, core rows only); default: "
+                   "framework, subset and generation, each where it splits the rows.")
+@click.option("--format", "fmt", type=click.Choice(render.FORMATS), default="table",
+              show_default=True)
+@click.pass_context
+def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
+                 framework: str | None, by: tuple[str, ...], fmt: str) -> None:
+    """Predict every run of a measurements CSV and report the error of tokens/s per GPU."""
+    from fsdpsim.measured.stats import summarise, summarise_by, summarise_groups
+    from fsdpsim.measured.validate import predict_measurements
+
+    cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
+    frame = _selected_rows(measurements, cat, gpus, framework)
+    skipped = frame[frame["skip"] != ""]
+    result = predict_measurements(frame, cat, intervals=True, measurements=measurements)
+    summary = summarise(result)
+    groups = summarise_groups(result)
+    groupings = {name: summarise_by(result, name) for name in (by or DEFAULT_BY)}
+    if fmt == "json":
+        echo(render.to_json({"summary": summary, "by_framework": groups,
+                             "by": groupings,
+                             "skipped": skipped[["id", "skip"]].to_dict("records"),
+                             "rows": result.to_dict("records")}))
+        return
+    if fmt == "csv":
+        echo(result.to_csv(index=False), nl=False)
+        return
+    echo(_rows_table(result.sort_values("error")))
+    echo("")
+    if len(skipped):
+        echo("\n".join(_skipped_lines(skipped, len(frame))))
+    for name, found in groupings.items():
+        if found and (by or len(found) > 1):
+            core = "subset" in result.columns and (result["subset"] == "core").any()
+            title = BY_TITLES[name] + (" (core rows)" if name == "generation" and core
+                                       else "")
+            echo("\n".join(_group_table(title, found)))
+    echo(_summary_line("tokens/s per GPU", summary))
+
+
+def _selected_rows(measurements: str, cat, gpus: tuple[str, ...], framework: str | None):
+    """The rows of the measurements file ``validate`` predicts (``--framework``, ``--gpu``);
+    none left is one error naming the filters and what the file has."""
+    from fsdpsim.measured.stats import by_framework
+    from fsdpsim.measured.validate import load_measurements
+
+    every = load_measurements(measurements, cat)
+    frame = by_framework(every, framework)
+    if gpus:
+        ids = {cat.accelerator(g).id for g in gpus}
+        frame = frame[frame["gpu"].isin(ids)]
+    if frame.empty:
+        names = (sorted({str(n) for n in every["framework"].fillna("")})
+                 if "framework" in every else [])
+        raise ConfigError(
+            "no row of the file matches " + " and ".join(
+                f"{flag} {value!r}" for flag, value in (("--framework", framework),
+                                                        ("--gpu", ",".join(gpus)))
+                if value) + "; the file has GPUs "
+            + ", ".join(sorted({str(g) for g in every["gpu"].dropna()}))
+            + (f" and frameworks {', '.join(repr(n) for n in names)}" if names else ""))
+    return frame
+
+
+@click.command("calibrate")
+@click.option("--measurements", type=click.Path(dir_okay=False), default=None,
+              help="Measured runs (fsdpsim schema or the published calibration CSV).")
+@click.option("--gpu", "gpus", multiple=True,
+              help="Accelerator(s) sharing one set of factors (repeatable).")
+@click.option("--framework", default="fsdp", show_default=True,
+              help="Fit only rows whose framework contains this text ('' for all rows).")
+@click.option("--factor", "factors", multiple=True,
+              help="Factors to fit (repeatable); default: the matmul, attention, HBM and "
+                   "network ones.")
+@click.option("--local", "local", is_flag=True, default=False,
+              help="Measure this machine with torch micro-benchmarks (gloo ranks, about "
+                   "30 s) and write a catalog entry for it (local-cpu, local-node) instead "
+                   "of fitting measured runs.")
+@click.option("--ranks", type=option_type(Rule(2, 64, whole=True)), default=None,
+              help="With --local: processes measured at once, the node's GPUs per node "
+                   "[default: 2].")
+@click.option("--quick", is_flag=True, default=False,
+              help="With --local: a reduced budget (about 15 s), noisier.")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the catalog overlay here (a .toml inside a folder for --catalog); "
+                   f"with --local the default is {LOCAL_DEFAULT_OUTPUT}.")
+@click.option("--where", "where", default=None,
+              help="Only rows matching this condition on the measurement columns (pandas "
+                   "query syntax, e.g. 'n_gpus == 8 and pp == 1 and tp <= 2').")
+@click.option("--loso", is_flag=True, default=False,
+              help="Leave one source out: per source_key, fit without it and report its "
+                   "error before/after; flags a fit that worsens the held-out source more "
+                   "than it improves its own rows. Writes no overlay.")
+@click.pass_context
+def calibrate_cmd(ctx: click.Context, measurements: str | None, gpus: tuple[str, ...],
+                  framework: str, factors: tuple[str, ...], local: bool,
+                  ranks: int | None, quick: bool, output: str | None,
+                  where: str | None, loso: bool) -> None:
+    """Fit the physical efficiency factors of one GPU type to measured runs, or measure
+    this machine (--local)."""
+    if local:
+        given = [name for name, value in (("--measurements", measurements), ("--gpu", gpus),
+                                          ("--factor", factors), ("--where", where),
+                                          ("--loso", loso)) if value]
+        if given:
+            them = "it" if len(given) == 1 else "them"
+            raise ConfigError(f"calibrate --local measures this machine and takes no "
+                              f"{', '.join(given)}; drop {them}, or drop --local to fit "
+                              "measured runs")
+        _calibrate_local(ranks or 2, quick, output or LOCAL_DEFAULT_OUTPUT)
+        return
+    check_output_path(output, make_parents=True)
+    if ranks is not None or quick:
+        raise ConfigError("--ranks and --quick only apply to calibrate --local")
+    if not measurements or not gpus:
+        missing = " and ".join(name for name, value in (("--measurements CSV", measurements),
+                                                        ("--gpu ID", gpus)) if not value)
+        raise ConfigError(f"calibrate needs {missing} (fit factors to measured runs), or "
+                          "--local (measure this machine)")
+    from fsdpsim.measured.calibrate import DEFAULT_FACTORS, fit
+    from fsdpsim.measured.validate import load_measurements
+
+    cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
+    every = load_measurements(measurements, cat)
+    if where:
+        every = rows_where(every, where)
+    frame = rows_to_fit(every, framework, gpus, cat, len(factors or DEFAULT_FACTORS),
+                        measurements)
+    if loso:
+        from fsdpsim.measured.loso import leave_one_source_out, report_lines
+
+        if output:
+            raise ConfigError("--loso reports and writes no overlay; drop --output")
+        echo("\n".join(report_lines(leave_one_source_out(frame, cat, gpus,
+                                                         factors or DEFAULT_FACTORS))))
+        return
+    result = fit(frame, cat, gpus, factors or DEFAULT_FACTORS)
+    overlay = result.overlay_toml(Path(measurements).name)
+    if output:  # written before anything is printed: a failure leaves stdout empty
+        _write(output, overlay)
+    echo("\n".join(_fit_lines(result, output, overlay)))
+
+
+def _fit_lines(result, output: str | None, overlay: str) -> list[str]:
+    """What ``calibrate`` prints of a fit: the error before and after (and cross-validated),
+    the out-of-sample interval, each factor (flagged at its bound), the factors not fitted,
+    then the overlay (or where it was written)."""
+    from fsdpsim.measured.calibrate import FACTORS
+
+    lines = [_summary_line("before", result.before), _summary_line("after ", result.after)]
+    if result.cross_validated:
+        lines.append(_summary_line("5-fold cross-validated", result.cross_validated))
+    lo, hi = result.interval
+    lines.append(f"  measured/predicted, 5-95 % out of sample: {lo:.3f} .. {hi:.3f}")
+    for name, value in result.values.items():
+        key, scale, (lo, hi) = FACTORS[name]
+        at_bound = " (at its bound)" if min(value - lo, hi - value) <= 1e-6 * (hi - lo) else ""
+        lines.append(f"  {key:<22} {value * scale:.4g}{at_bound}")
+    lines += [f"  not fitted: {name}: {why}" for name, why in result.refused.items()]
+    lines.append(f"wrote {output}; use it with --catalog {Path(output).parent}" if output
+                 else "\n" + overlay)
+    return lines
 
 
 def rows_where(frame, condition: str):
@@ -352,7 +377,8 @@ def _calibrate_local(ranks: int, quick: bool, output: str) -> None:
         result = local_bench.measure_local(cfg)
     except RunError as exc:
         last = [line for line in str(exc).strip().splitlines() if line.strip()][-1]
-        raise ConfigError(f"calibrate --local: the benchmark ranks failed: {last.strip()}") from None
+        raise ConfigError(f"calibrate --local: the benchmark ranks failed: "
+                          f"{last.strip()}") from None
     for line in result.summary_lines():
         echo(line)
     _write(output, local_bench.catalog_toml(result))
