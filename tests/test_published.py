@@ -10,7 +10,6 @@ from fsdpsim.cli import main
 from fsdpsim.measured.validate import load_measurements, predict_measurements
 from fsdpsim.measured.published.tables import (
     from_published,
-    from_vtrain,
     match_accelerator,
     parse_network,
     parse_precision,
@@ -19,6 +18,7 @@ from fsdpsim.measured.published.tables import (
     tokens_per_s_per_gpu,
     uses_flash_attention,
 )
+from fsdpsim.measured.published.vtrain import from_vtrain
 
 CATALOG = load_catalog(use_env=False)
 

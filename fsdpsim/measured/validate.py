@@ -99,7 +99,7 @@ from fsdpsim.drivers import sensitivity
 from fsdpsim.measured import grid, shipped
 from fsdpsim.measured.auto_knobs import asks_auto_vpp, resolve_auto_knobs
 from fsdpsim.measured.cells import COLUMN_RULES, check_columns, read_cells
-from fsdpsim.measured.published import tables as published
+from fsdpsim.measured.published import tables as published, vtrain
 from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.files import MAX_TABLE_BYTES, open_capped
@@ -141,9 +141,9 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
         raise ConfigError(_extra_fields(path, source))
     raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
     catalog = catalog or load_catalog()
-    if "source_key" in raw.columns or published.is_vtrain(raw.columns):
+    if "source_key" in raw.columns or vtrain.is_vtrain(raw.columns):
         frame = (published.from_published(raw, catalog) if "source_key" in raw.columns
-                 else published.from_vtrain(raw))
+                 else vtrain.from_vtrain(raw))
         _label_rows(frame)
         read_cells(frame, COLUMN_RULES, skip=True)  # implausible cells: skipped with the reason
         frame = _check_layouts(frame, catalog, strict=False)

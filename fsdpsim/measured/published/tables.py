@@ -9,7 +9,8 @@ Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measured.val
   inter-node network is parsed from its text, the measurement is taken from tokens/s, step
   time or TFLOP/s per GPU (with the accounting the row states).
 * **vTrain ground truth** (``vtrain_ground_truth_*.csv``: ``# GPUs``, ``hidden size``, ...,
-  ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024).
+  ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024),
+  read by :mod:`fsdpsim.measured.published.vtrain`.
 
 The whole parallel layout is carried over: tensor, pipeline (with virtual stages), context and
 data parallelism, sequence parallelism, the pipeline schedule, and the switches a row states
@@ -64,11 +65,6 @@ from fsdpsim.measured.published.plan import (
     read_layout,
 )
 
-#: Megatron-DeepSpeed GPT vocabulary (GPT-2 BPE) of the vTrain runs.
-VTRAIN_VOCAB = 50257
-#: What the vTrain README states for its runs: A100 nodes of 8 GPUs, NVLink inside a node,
-#: 4x 200 Gb/s HDR InfiniBand per node, activation checkpointing (github.com/VIA-Research/vTrain).
-VTRAIN_GPU, VTRAIN_GPUS_PER_NODE, VTRAIN_NODE_GBPS = "a100-sxm4-80gb", 8, 4 * 200.0
 
 # ------------------------------------------------------------------------------ measurement
 def tokens_per_s_per_gpu(r: pd.Series, model_flops=None) -> tuple[float, str]:
@@ -257,94 +253,42 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
     model's own FLOP count (``model_flops`` of :func:`tokens_per_s_per_gpu`)."""
     framework = cell_text(r.get("framework"))
     conventions = framework_conventions(framework)
-    modelled_as: list[str] = []
     counts = {k: cell_count(r.get(k)) for k in ("n_gpus", "seq_len", "n_layers", "d_model",
                                              "n_heads", "vocab")}
     n_gpus = counts["n_gpus"] or 1
-    layout, notes, why = read_layout(r, columns, n_gpus, counts["n_layers"], conventions)
-    modelled_as += notes
-    skip = why
-    moe: dict[str, Any] = {}
-    if cell_positive(r.get("ep")) > 1 or cell_positive(r.get("moe_experts")) > 0:
-        from fsdpsim.measured.published.moe import moe_row
-
-        moe, said, why = moe_row(cell_text(r.get("model")),
-                                 mtp_stated=not is_empty(r.get("mtp_layers")))
-        modelled_as += said
-        skip = skip or why
-    moe.update(stated_columns(r))
+    layout, notes, skip = read_layout(r, columns, n_gpus, counts["n_layers"], conventions)
+    modelled_as = list(notes)
+    moe, said, why = _moe_columns(r)
+    modelled_as += said
+    skip = skip or why
     gpu_text = cell_text(r.get("gpu"))
-    memory_gb = cell_number(r.get("gpu_mem_gb"))
-    gpu_key = (gpu_text, memory_gb if memory_gb == memory_gb else None)  # NaN: one key
-    if gpu_key not in accelerators:
-        accelerators[gpu_key] = match_accelerator(catalog, gpu_text, memory_gb)
-    gpu = accelerators[gpu_key]
+    gpu = _accelerator(r, catalog, accelerators)
     if gpu is None:
         skip = skip or f"GPU {gpu_text!r} is not in the catalog"
     unstated = [k for k, v in counts.items() if v is None]
     if unstated:
         skip = skip or f"{', '.join(unstated)} not stated as whole numbers"
-    gpn = cell_count(r.get("gpus_per_node"))
-    gpn = gpn if gpn and gpn <= 1e6 else min(n_gpus, 8)
-    domain = catalog.accelerator(gpu).link.domain_size if gpu else None
-    if domain and domain > 8:  # a rack-scale NVLink domain (NVL72): its trays share it
-        gpn = domain
-    network, per_gpu = parse_network(cell_text(r.get("inter_node_interconnect")), gpn,
-                                     cell_text(r.get("source_key")) + " " + framework)
+    gpn, network, per_gpu = _nodes(r, catalog, gpu, n_gpus, framework)
     precision_text = cell_text(r.get("precision"))
-    precision, reduce_dtype = parse_precision(precision_text, framework)
-    number_format = precision_format(precision_text, precision)
-    if number_format in UNFIT_FORMATS:  # reduced as FP8 recipes reduce
-        reduce_dtype = parse_precision("fp8", framework)[1]
-        precision = number_format
-    sharding_text = cell_text(r.get("sharding"))
-    sharding = parse_sharding(sharding_text, framework)
-    if conventions.get("sharding") and sharding_words(sharding_text) is None:
-        sharding = conventions["sharding"]
-        modelled_as.append(f"sharding not stated: {conventions['name']}'s default "
-                           f"({sharding})")
+    precision, reduce_dtype, number_format = _number_format(precision_text, framework)
     model_parallel = np.prod([layout.get(k, 1) for k in ("tp", "pp", "cp")])
     dp = n_gpus // model_parallel if n_gpus % model_parallel == 0 else n_gpus
-    zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
-    shard_group = float("nan")
-    if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
-        if profile(conventions.get("profile", "fsdp2")).zero1_groups:  # as run
-            shard_group = int(zero_group.group(1))
-        else:
-            modelled_as.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled "
-                               f"over all {dp} data-parallel ranks")
-    mb, ga = cell_positive(r.get("micro_batch")), cell_positive(r.get("grad_accum"))
-    global_seqs = cell_positive(r.get("global_batch_seqs"))
-    if ga != ga and mb == mb:  # per-token cost barely depends on it (optimizer amortised)
-        ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
+    sharding, shard_group, said = _sharding(r, framework, conventions, dp)
+    modelled_as += said
     # An unstated micro-batch stays unstated: measured.auto_knobs.resolve_auto_knobs gives it
     # what predict's auto would choose (with the global batch when it is known).
-    model_flops = None
-    if moe.get("preset"):  # its own count: MLA's attention, the MTP modules
-        from fsdpsim.measured.published.moe import preset_flops_per_token
-
-        model_flops = (moe["preset"], functools.partial(
-            preset_flops_per_token, moe["preset"], moe.get("mtp_layers"),
-            counts["seq_len"] or 1))
-    before, skip = skip, ""
+    batch = _batch(r, dp)
+    model_flops = _preset_flops(moe, counts["seq_len"])
+    before = skip
     model = cell_text(r.get("model"))
     heads = cell_number(r.get("n_heads"))
-    vocab = count_or_nan(counts["vocab"])  # the count as read; NaN where not stated (skipped)
-    if counts["vocab"] and layout.get("tp", 1) > 1:
-        vocab = tp_vocab(counts["vocab"], layout["tp"])
-        if vocab != counts["vocab"]:
-            modelled_as.append(f"vocab {counts['vocab']} padded to {vocab} (Megatron: a "
-                               f"multiple of {MEGATRON_VOCAB_MULTIPLE} x tp)")
+    vocab, said = _vocab(counts["vocab"], layout.get("tp", 1))
+    modelled_as += said
     cap = parse_power_cap(catalog, gpu, gpu_text, cell_text(r.get("notes")))
     texts = [cell_text(r.get(k)) for k in ("notes", "framework", "source", "source_locator")]
     generation = gpu_generation(gpu or gpu_text)
-    checkpointing = cell_text(r.get("activation_checkpointing"))
     recipe = conventions.get("profile", "fsdp2")
-    stated_recompute = cell_text(r.get("recompute")).strip().lower()
-    if stated_recompute and stated_recompute not in RECOMPUTE_CELLS:
-        skip = skip or (f"column recompute: {stated_recompute!r} is not accepted; accepted: "
-                        f"{', '.join(RECOMPUTE_CELLS)} (or empty)")
-        stated_recompute = ""
+    recompute, skip = _recompute(r, conventions)
     return {
         "id": "", "arch": arch_of(model), "model": model,
         # the counts as read ("80 (assumed)" -> 80); NaN where not stated (then skipped)
@@ -356,13 +300,10 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
         "inter_node_gbps_per_gpu": per_gpu if per_gpu else float("nan"),
         "network": network or "",
         "seq_len": counts["seq_len"] or 1,
-        "micro_batch": mb, "grad_accum": ga,
+        "micro_batch": batch["micro_batch"], "grad_accum": batch["grad_accum"],
         "sharding": sharding, "shard_group_size": shard_group,
-        "recompute": _framework_selective(
-            stated_recompute or parse_recompute(checkpointing)
-            if stated_recompute or _stated(checkpointing)
-            else conventions.get("recompute", "auto"), conventions),
-        "global_batch_seqs": global_seqs,
+        "recompute": recompute,
+        "global_batch_seqs": batch["global_batch_seqs"],
         # the model's own tying where stated; measured bus bandwidths of the job (GB/s)
         "tie_word_embeddings": r.get("tie_word_embeddings", float("nan")),
         **{c: r.get(c, float("nan")) for c in BUSBW_COLUMNS},
@@ -393,6 +334,131 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
     }, before, skip, model_flops
 
 
+def _moe_columns(r: pd.Series) -> tuple[dict[str, Any], list[str], str]:
+    """A mixture-of-experts row's preset and its columns (:func:`fsdpsim.measured.published.
+    moe.moe_row`), with the switches the row states (:func:`stated_columns`); what it is
+    modelled as and why it is skipped ('' if not)."""
+    moe: dict[str, Any] = {}
+    said: list[str] = []
+    why = ""
+    if cell_positive(r.get("ep")) > 1 or cell_positive(r.get("moe_experts")) > 0:
+        from fsdpsim.measured.published.moe import moe_row
+
+        moe, said, why = moe_row(cell_text(r.get("model")),
+                                 mtp_stated=not is_empty(r.get("mtp_layers")))
+    moe.update(stated_columns(r))
+    return moe, said, why
+
+
+def _accelerator(r: pd.Series, catalog: Catalog, accelerators: dict) -> str | None:
+    """The catalog accelerator of the row's GPU text and memory (None if there is none),
+    matched once per (text, memory) into ``accelerators``."""
+    gpu_text = cell_text(r.get("gpu"))
+    memory_gb = cell_number(r.get("gpu_mem_gb"))
+    gpu_key = (gpu_text, memory_gb if memory_gb == memory_gb else None)  # NaN: one key
+    if gpu_key not in accelerators:
+        accelerators[gpu_key] = match_accelerator(catalog, gpu_text, memory_gb)
+    return accelerators[gpu_key]
+
+
+def _nodes(r: pd.Series, catalog: Catalog, gpu: str | None, n_gpus: int,
+           framework: str) -> tuple[int, str | None, float | None]:
+    """GPUs per node (as stated, else up to 8; a rack-scale NVLink domain's size, NVL72, whose
+    trays share it), and the inter-node network with its bandwidth per GPU parsed from the
+    row's text."""
+    gpn = cell_count(r.get("gpus_per_node"))
+    gpn = gpn if gpn and gpn <= 1e6 else min(n_gpus, 8)
+    domain = catalog.accelerator(gpu).link.domain_size if gpu else None
+    if domain and domain > 8:
+        gpn = domain
+    network, per_gpu = parse_network(cell_text(r.get("inter_node_interconnect")), gpn,
+                                     cell_text(r.get("source_key")) + " " + framework)
+    return gpn, network, per_gpu
+
+
+def _number_format(precision_text: str, framework: str) -> tuple[str, str, str]:
+    """The compute precision, the gradient-reduction dtype and the number format of the row's
+    precision text; a block-scaled or 4-bit format is reduced as FP8 recipes reduce."""
+    precision, reduce_dtype = parse_precision(precision_text, framework)
+    number_format = precision_format(precision_text, precision)
+    if number_format in UNFIT_FORMATS:
+        reduce_dtype = parse_precision("fp8", framework)[1]
+        precision = number_format
+    return precision, reduce_dtype, number_format
+
+
+def _sharding(r: pd.Series, framework: str, conventions: dict,
+              dp: int) -> tuple[str, Any, list[str]]:
+    """The sharding (as stated, else the framework's default) and ZeRO-1's shard group (NaN:
+    all ``dp`` ranks; groups only where the framework runs them), with what is modelled as
+    something close to what ran."""
+    said = []
+    sharding_text = cell_text(r.get("sharding"))
+    sharding = parse_sharding(sharding_text, framework)
+    if conventions.get("sharding") and sharding_words(sharding_text) is None:
+        sharding = conventions["sharding"]
+        said.append(f"sharding not stated: {conventions['name']}'s default ({sharding})")
+    zero_group = re.search(r"zero1\s*=\s*(\d+)", sharding_text.lower())
+    shard_group = float("nan")
+    if sharding == "optimizer" and zero_group and 1 < int(zero_group.group(1)) < dp:
+        if profile(conventions.get("profile", "fsdp2")).zero1_groups:  # as run
+            shard_group = int(zero_group.group(1))
+        else:
+            said.append(f"ZeRO-1 within groups of {zero_group.group(1)} modelled "
+                        f"over all {dp} data-parallel ranks")
+    return sharding, shard_group, said
+
+
+def _batch(r: pd.Series, dp: int) -> dict[str, float]:
+    """Micro-batch, gradient accumulation and global batch [sequences] as stated; an unstated
+    accumulation follows from the global batch (1 without one: the per-token cost barely
+    depends on it, the optimizer amortised)."""
+    mb, ga = cell_positive(r.get("micro_batch")), cell_positive(r.get("grad_accum"))
+    global_seqs = cell_positive(r.get("global_batch_seqs"))
+    if ga != ga and mb == mb:
+        ga = max(1.0, round(global_seqs / (mb * dp))) if global_seqs == global_seqs else 1.0
+    return {"micro_batch": mb, "grad_accum": ga, "global_batch_seqs": global_seqs}
+
+
+def _preset_flops(moe: dict[str, Any], seq_len: int | None):
+    """A preset's own FLOP count per token (MLA's attention, the MTP modules) for
+    :func:`tokens_per_s_per_gpu`: (preset, function), None for the other rows."""
+    if not moe.get("preset"):
+        return None
+    from fsdpsim.measured.published.moe import preset_flops_per_token
+
+    return (moe["preset"], functools.partial(preset_flops_per_token, moe["preset"],
+                                             moe.get("mtp_layers"), seq_len or 1))
+
+
+def _vocab(vocab: int | None, tp: int) -> tuple[Any, list[str]]:
+    """The vocabulary as read (NaN where not stated, then skipped), padded as Megatron pads
+    it under tensor parallelism (:func:`tp_vocab`), with a note where padding changes it."""
+    if not vocab or tp <= 1:
+        return count_or_nan(vocab), []
+    padded = tp_vocab(vocab, tp)
+    if padded == vocab:
+        return padded, []
+    return padded, [f"vocab {vocab} padded to {padded} (Megatron: a multiple of "
+                    f"{MEGATRON_VOCAB_MULTIPLE} x tp)"]
+
+
+def _recompute(r: pd.Series, conventions: dict) -> tuple[str, str]:
+    """The recompute mode: the ``recompute`` column, else the activation-checkpointing text,
+    else the framework's convention (``auto`` without one); and the skip reason of a
+    ``recompute`` cell that is not accepted ('' if none)."""
+    checkpointing = cell_text(r.get("activation_checkpointing"))
+    stated = cell_text(r.get("recompute")).strip().lower()
+    why = ""
+    if stated and stated not in RECOMPUTE_CELLS:
+        why = (f"column recompute: {stated!r} is not accepted; accepted: "
+               f"{', '.join(RECOMPUTE_CELLS)} (or empty)")
+        stated = ""
+    return _framework_selective(
+        stated or parse_recompute(checkpointing) if stated or _stated(checkpointing)
+        else conventions.get("recompute", "auto"), conventions), why
+
+
 def _or_nan(value: Any) -> Any:
     return float("nan") if value is None else value
 
@@ -411,55 +477,3 @@ def _stated(text: str) -> bool:
     """Whether a knob's cell says something ("not stated", "?", "" say nothing)."""
     low = text.strip().lower()
     return bool(low) and not re.match(r"(not|none) stated|unknown|n/?a$|\?$", low)
-
-
-def is_vtrain(columns) -> bool:
-    return {"# GPUs", "hidden size", "iteration time (ms)"} <= set(columns)
-
-
-def from_vtrain(raw: pd.DataFrame) -> pd.DataFrame:
-    """Convert vTrain ground-truth rows (Megatron-DeepSpeed GPT on A100) to the fsdpsim schema.
-
-    Iteration time → tokens/s per GPU = global batch · sequence / time / GPUs. The layout is
-    the row's TP × PP × DP (tensor parallelism innermost, 8 GPUs per node), the plain 1F1B
-    schedule, no sequence parallelism (Megatron-DeepSpeed's ``--sequence-parallel`` is opt-in),
-    full activation checkpointing (vTrain README); the data-parallel gradients as DDP
-    all-reduce (ZeRO-1's reduce-scatter + all-gather moves the same bytes); fp16 mixed
-    precision as in Megatron-DeepSpeed's GPT examples. A row whose degrees do not multiply to
-    its GPU count is skipped."""
-    rows = []
-    columns = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "n_gpus": "# GPUs",
-               "dp": "data parallelism", "mb": "micro batch", "gb": "global batch",
-               "seq": "sequence length", "d": "hidden size", "layers": "# layers",
-               "heads": "attention heads"}
-    for i, r in raw.reset_index(drop=True).iterrows():
-        counts = {k: cell_count(r.get(c)) for k, c in columns.items()}
-        bad = [columns[k] for k, n in counts.items() if n is None]
-        v = {k: n or 1 for k, n in counts.items()}
-        tp, pp, n_gpus, dp = v["tp"], v["pp"], v["n_gpus"], v["dp"]
-        mb, gb, seq, d, layers = v["mb"], v["gb"], v["seq"], v["d"], v["layers"]
-        time_s = cell_positive(r.get("iteration time (ms)")) / 1e3
-        skip = (f"{', '.join(bad)} not stated as whole numbers" if bad
-                else f"layout tp({tp}) * pp({pp}) * dp({dp}) != # GPUs({n_gpus})"
-                if tp * pp * dp != n_gpus
-                else "" if time_s == time_s else "no iteration time")
-        name = (f"GPT {r['Parameters (billion)']}B" if "Parameters (billion)" in raw.columns
-                else f"GPT L{layers} d{d}")
-        rows.append({
-            "id": f"vtrain-{i + 1:04d}", "arch": "gpt", "model": name, "n_layers": layers,
-            "d_model": d, "n_heads": v["heads"], "n_kv_heads": v["heads"], "ffn_size": 4 * d,
-            "vocab": tp_vocab(VTRAIN_VOCAB, tp),
-            "gpu": VTRAIN_GPU, "n_gpus": n_gpus, "gpus_per_node": min(VTRAIN_GPUS_PER_NODE, n_gpus),
-            "inter_node_gbps_per_gpu": VTRAIN_NODE_GBPS / VTRAIN_GPUS_PER_NODE,
-            "network": "ib-hdr-200", "seq_len": seq, "micro_batch": mb,
-            "grad_accum": max(1, gb // (mb * dp)), "sharding": "none", "recompute": "full",
-            "tp": tp, "pp": pp, "cp": 1, "vpp": 1, "pp_schedule": "1f1b",
-            "sequence_parallel": False, "ep": 1,
-            "precision": "fp16", "reduce_dtype": "fp16", "fused_loss": False,
-            "flash_attention": False,  # Megatron-DeepSpeed GPT of vTrain: fused softmax, no flash
-            "framework": "Megatron-DeepSpeed", "recipe": "megatron-2021", "dropout": True,
-            "generation": gpu_generation(VTRAIN_GPU),
-            "tokens_per_s_per_gpu": gb * seq / time_s / n_gpus,
-            "measured_from": "iteration time (ms)", "subset": "vtrain", "skip": skip,
-        })
-    return pd.DataFrame(rows)
