@@ -138,100 +138,19 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     if len(use) < len(factors) + 2:
         raise ConfigError(f"{len(use)} usable rows for {', '.join(ids)}: too few to fit "
                           f"{len(factors)} factors (need at least {len(factors) + 2})")
-    # each distinct run evaluated once and gathered per row (grid.distinct_inputs)
-    runs, run = distinct_inputs(use, catalog)
-    x = {k: v[run] for k, v in runs.items()}
-
-    def predict_rows(theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Tokens/s per GPU of ``rows`` (default: all) at factors ``theta``: the distinct
-        runs among them evaluated, each row given its run's."""
-        present, back = np.unique(run if rows is None else run[rows], return_inverse=True)
-        return _predict({k: v[present] for k, v in runs.items()}, factors, theta)[back]
-
-    def predict_many(thetas: list[np.ndarray], rows: np.ndarray) -> list[np.ndarray]:
-        """:func:`predict_rows` of ``rows`` at each of ``thetas`` in one engine call: the
-        distinct runs among them stacked once per theta (the engine works elementwise)."""
-        present, back = np.unique(run[rows], return_inverse=True)
-        y = {k: np.tile(v[present], len(thetas)) for k, v in runs.items()}
-        for j, name in enumerate(factors):
-            y[name] = np.repeat(np.array([theta[j] for theta in thetas], dtype=float),
-                                present.size)
-        y["ceilings"] = 0.0
-        tps = np.asarray(engine.evaluate(y)["tokens_per_s_per_gpu"], dtype=float)
-        return [part[back] for part in np.split(tps, len(thetas))]
-
-    measured = use["tokens_per_s_per_gpu"].to_numpy(dtype=float)
-    start = np.array([float(np.mean(x[f])) for f in factors])
-    lo = np.array([FACTORS[f][2][0] for f in factors])
-    hi = np.array([FACTORS[f][2][1] for f in factors])
-    start = np.clip(start, lo + 1e-9, hi - 1e-9)
-
-    refused: dict[str, str] = {}
-    base = predict_rows(start)
-    keep = []
-    for i, name in enumerate(factors):
-        # half the range away from the nearer bound (the midpoint for both branches would
-        # leave a factor starting there looking unidentifiable)
-        probe = start.copy()
-        half = 0.5 * (hi[i] - lo[i])
-        probe[i] = start[i] - half if start[i] - lo[i] > hi[i] - start[i] else start[i] + half
-        change = np.max(np.abs(predict_rows(probe) / base - 1.0))
-        if change < MIN_SENSITIVITY:
-            refused[name] = (f"not identifiable from these rows: moving it to {probe[i]:.3g} "
-                             f"changes predictions by at most {100 * change:.2f} %")
-        else:
-            keep.append(i)
-    names = [factors[i] for i in keep]
+    problem = _Problem(use, catalog, factors)
+    base, refused = problem.identify()
+    names = [factors[i] for i in problem.keep]
     if not names:
         raise ConfigError("no factor can be identified from these rows: " + "; ".join(
             f"{k}: {v}" for k, v in refused.items()))
-
-    def solve(rows: np.ndarray):
-        def residuals(theta):
-            full = start.copy()
-            full[keep] = theta
-            return np.log(predict_rows(full, rows) / measured[rows])
-
-        def jacobian_points(_, thetas):
-            """least_squares' ``workers``: the residuals at the finite-difference points of
-            one Jacobian, in one engine call (:func:`predict_many`)."""
-            fulls = []
-            for theta in thetas:
-                fulls.append(start.copy())
-                fulls[-1][keep] = theta
-            return [np.log(p / measured[rows]) for p in predict_many(fulls, rows)]
-
-        batched = {"workers": jacobian_points} if _HAS_WORKERS else {}  # SciPy >= 1.16
-        return least_squares(residuals, start[keep], bounds=(lo[keep], hi[keep]), x_scale="jac",
-                             **batched)
-
     everything = np.arange(len(use))
-    sol = solve(everything)
-    theta = start.copy()
-    theta[keep] = sol.x
-    before_rows = use.copy()
-    before_rows["predicted_tokens_per_s_per_gpu"] = base
-    before_rows["error"] = base / measured - 1.0
-    after_pred = predict_rows(theta)
-    after_rows = use.copy()
-    after_rows["predicted_tokens_per_s_per_gpu"] = after_pred
-    after_rows["error"] = after_pred / measured - 1.0
+    theta = problem.full(problem.solve(everything).x)
+    before_rows = _predicted(use, base)
+    after_rows = _predicted(use, problem.predict(theta))
     values = {n: float(theta[factors.index(n)]) for n in names}
-    if check_ceiling and "matmul_fraction" in values:
-        over = ceiling_violations(values["matmul_fraction"], use, catalog)
-        if over:
-            raise ConfigError(f"fitted matmul_fraction {values['matmul_fraction']:.4g} is above "
-                              f"the measured best-shape GEMM ceiling of {'; '.join(over)}: not "
-                              "written (the rows ask for more than the GPU's best GEMM "
-                              "delivers, so another term of the model is off for them)")
-    if check_ceiling and "fused_attention_fraction" in values:
-        over = attention_ceiling_violations(values["fused_attention_fraction"], use, catalog)
-        if over:
-            raise ConfigError(f"fitted fused_attention_fraction "
-                              f"{values['fused_attention_fraction']:.4g} is above the measured "
-                              f"fused attention kernel ceiling of {'; '.join(over)}: not written "
-                              "(the rows ask for more than the GPU's attention kernel delivers, "
-                              "so another term of the model is off for them)")
+    if check_ceiling:
+        _check_ceilings(values, use, catalog)
     if not cross_validate:
         return CalibrationResult(gpus=ids, values=values, before=summarise(before_rows),
                                  after=summarise(after_rows), rows=after_rows, refused=refused,
@@ -243,13 +162,8 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     cv_pred = np.empty(len(use))
     for k in range(CV_FOLDS):
         held = folds == k
-        cv_theta = start.copy()
-        cv_theta[keep] = solve(everything[~held]).x
-        cv_pred[held] = predict_rows(cv_theta)[held]
-    cv_rows = use.copy()
-    cv_rows["predicted_tokens_per_s_per_gpu"] = cv_pred
-    cv_rows["error"] = cv_pred / measured - 1.0
-    ratio = measured / cv_pred
+        cv_pred[held] = problem.predict(problem.full(problem.solve(everything[~held]).x))[held]
+    ratio = problem.measured / cv_pred
     interval = (float(np.quantile(ratio, 0.05)), float(np.quantile(ratio, 0.95)))
     networks = tuple(sorted({str(n) for n in use.get("network", pd.Series(dtype=str)).dropna()
                              if str(n)}))
@@ -260,8 +174,121 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     return CalibrationResult(gpus=ids, values=values,
                              before=summarise(before_rows), after=summarise(after_rows),
                              rows=after_rows, refused=refused, networks=networks,
-                             cross_validated=summarise(cv_rows), interval=interval,
-                             table=split_table(use, catalog))
+                             cross_validated=summarise(_predicted(use, cv_pred)),
+                             interval=interval, table=split_table(use, catalog))
+
+
+class _Problem:
+    """The least-squares problem of one fit: the rows' distinct runs (each evaluated once and
+    gathered per row, :func:`fsdpsim.measured.grid.distinct_inputs`), their measurements,
+    each factor's start (its mean over the rows, inside its bounds) and bounds, and the
+    factors fitted (``keep``: positions in ``factors``; the others stay at their start)."""
+
+    def __init__(self, use: pd.DataFrame, catalog: Catalog, factors: Sequence[str]):
+        self.runs, self.run = distinct_inputs(use, catalog)
+        self.factors = factors
+        self.measured = use["tokens_per_s_per_gpu"].to_numpy(dtype=float)
+        x = {k: v[self.run] for k, v in self.runs.items()}
+        start = np.array([float(np.mean(x[f])) for f in factors])
+        self.lo = np.array([FACTORS[f][2][0] for f in factors])
+        self.hi = np.array([FACTORS[f][2][1] for f in factors])
+        self.start = np.clip(start, self.lo + 1e-9, self.hi - 1e-9)
+        self.keep = list(range(len(factors)))
+
+    def full(self, theta: np.ndarray) -> np.ndarray:
+        """Every factor's value: the fitted ones ``theta``, the others at their start."""
+        out = self.start.copy()
+        out[self.keep] = theta
+        return out
+
+    def predict(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Tokens/s per GPU of ``rows`` (default: all) at factors ``theta``: the distinct
+        runs among them evaluated, each row given its run's."""
+        present, back = np.unique(self.run if rows is None else self.run[rows],
+                                  return_inverse=True)
+        return _predict({k: v[present] for k, v in self.runs.items()}, self.factors,
+                        theta)[back]
+
+    def predict_many(self, thetas: list[np.ndarray], rows: np.ndarray) -> list[np.ndarray]:
+        """:meth:`predict` of ``rows`` at each of ``thetas`` in one engine call: the distinct
+        runs among them stacked once per theta (the engine works elementwise)."""
+        present, back = np.unique(self.run[rows], return_inverse=True)
+        y = {k: np.tile(v[present], len(thetas)) for k, v in self.runs.items()}
+        for j, name in enumerate(self.factors):
+            y[name] = np.repeat(np.array([theta[j] for theta in thetas], dtype=float),
+                                present.size)
+        y["ceilings"] = 0.0
+        tps = np.asarray(engine.evaluate(y)["tokens_per_s_per_gpu"], dtype=float)
+        return [part[back] for part in np.split(tps, len(thetas))]
+
+    def identify(self) -> tuple[np.ndarray, dict[str, str]]:
+        """Keep the factors whose move across half their range (away from the nearer bound)
+        changes some prediction by at least :data:`MIN_SENSITIVITY`; the predictions at the
+        start and why each other factor is not fitted."""
+        start, lo, hi = self.start, self.lo, self.hi
+        refused: dict[str, str] = {}
+        base = self.predict(start)
+        keep = []
+        for i, name in enumerate(self.factors):
+            # half the range away from the nearer bound (the midpoint for both branches would
+            # leave a factor starting there looking unidentifiable)
+            probe = start.copy()
+            half = 0.5 * (hi[i] - lo[i])
+            probe[i] = start[i] - half if start[i] - lo[i] > hi[i] - start[i] else start[i] + half
+            change = np.max(np.abs(self.predict(probe) / base - 1.0))
+            if change < MIN_SENSITIVITY:
+                refused[name] = (f"not identifiable from these rows: moving it to {probe[i]:.3g} "
+                                 f"changes predictions by at most {100 * change:.2f} %")
+            else:
+                keep.append(i)
+        self.keep = keep
+        return base, refused
+
+    def solve(self, rows: np.ndarray):
+        """:func:`scipy.optimize.least_squares` of the log error of ``rows`` over the kept
+        factors, inside their bounds, from their start."""
+        keep, measured = self.keep, self.measured
+
+        def residuals(theta):
+            return np.log(self.predict(self.full(theta), rows) / measured[rows])
+
+        def jacobian_points(_, thetas):
+            """least_squares' ``workers``: the residuals at the finite-difference points of
+            one Jacobian, in one engine call (:meth:`predict_many`)."""
+            fulls = [self.full(theta) for theta in thetas]
+            return [np.log(p / measured[rows]) for p in self.predict_many(fulls, rows)]
+
+        batched = {"workers": jacobian_points} if _HAS_WORKERS else {}  # SciPy >= 1.16
+        return least_squares(residuals, self.start[keep], bounds=(self.lo[keep], self.hi[keep]),
+                             x_scale="jac", **batched)
+
+
+def _predicted(use: pd.DataFrame, predicted: np.ndarray) -> pd.DataFrame:
+    """The rows with a prediction of tokens/s per GPU and its relative error."""
+    rows = use.copy()
+    rows["predicted_tokens_per_s_per_gpu"] = predicted
+    rows["error"] = predicted / rows["tokens_per_s_per_gpu"].to_numpy(dtype=float) - 1.0
+    return rows
+
+
+def _check_ceilings(values: dict[str, float], use: pd.DataFrame, catalog: Catalog) -> None:
+    """Refuse a fitted ``matmul_fraction`` above a row's measured GEMM ceiling, or a
+    ``fused_attention_fraction`` above its GPU's attention kernel ceiling."""
+    if "matmul_fraction" in values:
+        over = ceiling_violations(values["matmul_fraction"], use, catalog)
+        if over:
+            raise ConfigError(f"fitted matmul_fraction {values['matmul_fraction']:.4g} is above "
+                              f"the measured best-shape GEMM ceiling of {'; '.join(over)}: not "
+                              "written (the rows ask for more than the GPU's best GEMM "
+                              "delivers, so another term of the model is off for them)")
+    if "fused_attention_fraction" in values:
+        over = attention_ceiling_violations(values["fused_attention_fraction"], use, catalog)
+        if over:
+            raise ConfigError(f"fitted fused_attention_fraction "
+                              f"{values['fused_attention_fraction']:.4g} is above the measured "
+                              f"fused attention kernel ceiling of {'; '.join(over)}: not written "
+                              "(the rows ask for more than the GPU's attention kernel delivers, "
+                              "so another term of the model is off for them)")
 
 
 def ceiling_violations(matmul_fraction: float, rows: pd.DataFrame,
