@@ -82,41 +82,73 @@ def _utilisation_columns(grid: Grid, t: _Tables, p: dict[str, np.ndarray],
 def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitting,
                 gbatch) -> dict[str, Any]:
     """The output rows: inputs, every prediction field, cost, energy and ``infeasible``."""
-    n = valid.size
-    at = np.flatnonzero(valid)  # rows with a prediction; c and out hold one entry per such row
+    rows = _Rows(valid.size, np.flatnonzero(valid), out)
+    cols = _input_columns(grid, t, p, c, rows, gbatch)
+    cols["candidates"] = counts.astype(float)
+    cols["candidates_fitting"] = fitting
+    cols.update(_prediction_columns(grid, t, p, rows))
+    cols.update(_intervals(grid, p["h"], rows.at, cols, _twins(rows)))
+    # bottleneck and thresholds: the sensitivity post-pass (fsdpsim.drivers.sensitivity), as predict
+    for name, column in sensitivity.report_columns(
+            {k: rows.value(k) for k in sensitivity.OUTPUTS}).items():
+        cols[name] = rows.spread(column)  # NaN where predict says null
+    for k in ("max_micro_batch", "max_seq_len"):  # absent without ceilings
+        cols[f"thresholds.{k}"] = rows.spread(out[k]) if k in out else np.full(rows.n, np.nan)
+    _not_runnable(grid, t, p, c, rows, cols, reasons, valid)
+    cols.update(_economics(grid, cols, p["h"], p["pr"], np.equal(reasons, None)))
+    cols["infeasible"] = reasons
+    return cols
 
-    def spread(values, fill=np.nan):
-        full = np.full(n, fill, dtype=float if isinstance(fill, float) else object)
-        full[at] = values
+
+class _Rows:
+    """The sweep's ``n`` output rows and the ``at`` of them with a prediction: the engine's
+    outputs ``out`` (and the chosen knobs) hold one entry per such row."""
+
+    def __init__(self, n: int, at: np.ndarray, out: dict[str, Any]):
+        self.n, self.at, self.out = n, at, out
+
+    def spread(self, values, fill=np.nan):
+        """``values`` of the rows with a prediction on all rows, ``fill`` elsewhere."""
+        full = np.full(self.n, fill, dtype=float if isinstance(fill, float) else object)
+        full[self.at] = values
         return full
 
-    def value(key):  # no valid row: no engine call, no outputs
-        return out[key] if at.size else np.zeros(0)
+    def value(self, key):  # no valid row: no engine call, no outputs
+        return self.out[key] if self.at.size else np.zeros(0)
+
+    def knob(self, names, codes):
+        """A chosen knob as a categorical; missing (-1) where the point is invalid."""
+        full = np.full(self.n, -1)
+        full[self.at] = codes
+        return pd.Categorical.from_codes(full, categories=list(names))
+
+    def constant(self, value):
+        return pd.Categorical.from_codes(np.zeros(self.n, dtype=int), categories=[value])
+
+
+def _named(names, codes):
+    """Text columns as categoricals: cheap for millions of rows."""
+    return pd.Categorical.from_codes(codes, categories=list(dict.fromkeys(names))
+                                     ) if len(set(names)) == len(names) else \
+        np.array(names, dtype=object)[codes]
+
+
+def _per_entry(names, codes):
+    """A text column per table entry, as a categorical."""
+    categories = list(dict.fromkeys(names))
+    return _named(categories, np.array([categories.index(x) for x in names], dtype=int)[codes])
+
+
+def _input_columns(grid: Grid, t: _Tables, p, c, rows: _Rows, gbatch) -> dict[str, Any]:
+    """The inputs of every row, named as predict's JSON: model, system, plan and training
+    (the chosen micro-batch, accumulation and recompute where the row has a prediction)."""
+    n, at, spread = rows.n, rows.at, rows.spread
 
     def per_system(attr):
         return np.array([attr(x) for x in grid.hardware], dtype=float)[p["h"]]
-
-    def named(names, codes):  # text columns as categoricals: cheap for millions of rows
-        return pd.Categorical.from_codes(codes, categories=list(dict.fromkeys(names))
-                                         ) if len(set(names)) == len(names) else \
-            np.array(names, dtype=object)[codes]
-
-    def per_entry(names, codes):  # a text column per table entry, as a categorical
-        categories = list(dict.fromkeys(names))
-        return named(categories, np.array([categories.index(x) for x in names],
-                                          dtype=int)[codes])
-
-    def knob(names, codes):  # a chosen knob; missing (-1) where the point is invalid
-        full = np.full(n, -1)
-        full[at] = codes
-        return pd.Categorical.from_codes(full, categories=list(names))
-
-    def constant(value):
-        return pd.Categorical.from_codes(np.zeros(n, dtype=int), categories=[value])
-
     spec_rows = t.spec_of[p["m"], p["sq"]]
     sys_at = p["h"] * len(grid.precisions) + p["pr"]  # rows of the system x precision tables
-    sharding_names = np.asarray(knob(SHARDINGS, c["sh"]).astype(object))
+    sharding_names = np.asarray(rows.knob(SHARDINGS, c["sh"]).astype(object))
     sharded = np.isin(sharding_names, SHARDED)
     kept = sharded & grid.keep_gathered
     num_gpus = np.array(grid.num_gpus, dtype=float)[p["g"]]
@@ -126,18 +158,18 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     global_batch = gbatch.copy()
     global_batch[at] = c["mb"] * c["accum"] * dp[at]
     hw = grid.hardware
-    cols: dict[str, Any] = {
-        "model": named([s.name for s in t.specs], spec_rows),
+    return {
+        "model": _named([s.name for s in t.specs], spec_rows),
         "n_params": np.array([s.n_params for s in t.specs], dtype=float)[spec_rows],
-        "system": named([x.system.label for x in hw], p["h"]),
-        "gpu": named([x.gpu for x in hw], p["h"]),
-        "cluster": named([x.cluster for x in hw], p["h"]),
-        "network": named([x.network for x in hw], p["h"]),
+        "system": _named([x.system.label for x in hw], p["h"]),
+        "gpu": _named([x.gpu for x in hw], p["h"]),
+        "cluster": _named([x.cluster for x in hw], p["h"]),
+        "network": _named([x.network for x in hw], p["h"]),
         "inter_node_gbps_per_gpu": per_system(lambda x: x.inter_node_gbps_per_gpu),
         "power_cap_w": per_system(lambda x: x.power_cap_w),
         "plan.num_gpus": num_gpus,
         "plan.gpus_per_node": spread(t.plan["gpus_per_node"][plan_rows]),
-        "plan.sharding": knob(SHARDINGS, c["sh"]),
+        "plan.sharding": rows.knob(SHARDINGS, c["sh"]),
         **_plan_columns(t, plan_rows, c, grid.recompute_layers, spread, n),
         "plan.reshard_after_forward": ~kept & (np.nan_to_num(spread(t.plan["reshard"][plan_rows]),
                                                              nan=1.0) > 0.5),
@@ -148,11 +180,11 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.micro_batch": spread(c["mb"]),
         "training.grad_accum": spread(c["accum"]),
         "training.global_batch": global_batch,
-        "training.recompute": knob(RECOMPUTES, c["rc"]),
-        "training.precision": per_entry(grid.precision_names, sys_at),
-        "training.optimizer": constant(grid.optimizer),
-        "training.reduce_dtype": per_entry([tr.reduce_dtype or "fp32" for tr in t.trainings],
-                                           sys_at),
+        "training.recompute": rows.knob(RECOMPUTES, c["rc"]),
+        "training.precision": _per_entry(grid.precision_names, sys_at),
+        "training.optimizer": rows.constant(grid.optimizer),
+        "training.reduce_dtype": _per_entry([tr.reduce_dtype or "fp32" for tr in t.trainings],
+                                            sys_at),
         "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
         "training.fused_loss": np.array([tr.fused_loss for tr in t.trainings])[sys_at],
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
@@ -165,15 +197,18 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
         "training.fp8_lm_head": t.training["fp8_lm_head"][sys_at] > 0,
         "training.recompute_modules": np.full(n, ",".join(grid.recompute_modules), dtype=object),
         "training.cuda_graphs": np.full(n, grid.cuda_graphs, dtype=object),
-        "candidates": counts.astype(float),
-        "candidates_fitting": fitting,
     }
-    for key in THROUGHPUT_COLUMNS:
-        cols[key] = spread(value(key))
-    cols.update(_utilisation_columns(grid, t, p, constant))
+
+
+def _prediction_columns(grid: Grid, t: _Tables, p, rows: _Rows) -> dict[str, Any]:
+    """The engine's outputs of every row, named as predict's JSON: throughput, utilisation,
+    fit and bottleneck, memory, time and communication (NaN where the row has none)."""
+    n, at, spread, value = rows.n, rows.at, rows.spread, rows.value
+    cols: dict[str, Any] = {key: spread(value(key)) for key in THROUGHPUT_COLUMNS}
+    cols.update(_utilisation_columns(grid, t, p, rows.constant))
     cols["fits"] = np.zeros(n, dtype=bool)
     cols["fits"][at] = value("fits")
-    cols["bottleneck"] = knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
+    cols["bottleneck"] = rows.knob(engine.BOTTLENECKS, value("bottleneck").astype(int))
     for name, key in DETAIL_COLUMNS.items():
         cols[name] = spread(value(key))
     # the busiest middle stage's peak where an uneven split gives it more layers than the
@@ -182,43 +217,46 @@ def _columns_of(grid: Grid, t: _Tables, p, c, out, reasons, valid, counts, fitti
     heavier = t.stages["layers_mid"][stage] > t.stages["layers_first"][stage]
     middle = np.full(at.size, np.nan)
     if at.size and heavier.any():
-        middle[heavier] = out["peak_bytes_mid_stage"][heavier]
+        middle[heavier] = rows.out["peak_bytes_mid_stage"][heavier]
     cols["memory.stages.middle"] = spread(middle)
     with np.errstate(invalid="ignore", divide="ignore"):  # invalid rows: NaN
         step = cols["step_time_s"]
         cols["time.moe_share"] = np.where(step > 0, cols["time.moe_s"] / step,
                                           np.where(np.isnan(step), np.nan, 0.0))
-    twins = {k: np.full(n, np.nan if k == "twin_tokens_per_s_per_gpu" else
+    return cols
+
+
+def _twins(rows: _Rows) -> dict[str, np.ndarray]:
+    """The engine's twin outputs (the plan on a slower network, the uncertainties) on every
+    row, for :func:`_intervals`."""
+    twins = {k: np.full(rows.n, np.nan if k == "twin_tokens_per_s_per_gpu" else
                         1.0 if k.startswith("twin_pp") else 0.0)
              for k in ("twin_tokens_per_s_per_gpu", "twin_u_fabric", "twin_u_framework",
                        "twin_pp", "twin_pp_per_node")}
-    if at.size:
+    if rows.at.size:
         for k in twins:
-            twins[k][at] = out[k]
-    cols.update(_intervals(grid, p["h"], at, cols, twins))
-    # bottleneck and thresholds: the sensitivity post-pass (fsdpsim.drivers.sensitivity), as predict
-    for name, column in sensitivity.report_columns(
-            {k: value(k) for k in sensitivity.OUTPUTS}).items():
-        cols[name] = spread(column)  # NaN where predict says null
-    for k in ("max_micro_batch", "max_seq_len"):  # absent without ceilings
-        cols[f"thresholds.{k}"] = spread(out[k]) if k in out else np.full(n, np.nan)
+            twins[k][rows.at] = rows.out[k]
+    return twins
 
-    # ---- evaluated, but not a run one can do: a reason, and no cost or energy -----------------
-    ok = np.ones(n, dtype=bool)
-    ok[at] = value("pipeline_ok")
+
+def _not_runnable(grid: Grid, t: _Tables, p, c, rows: _Rows, cols: dict[str, Any],
+                  reasons: np.ndarray, valid: np.ndarray) -> None:
+    """Evaluated, but not a run one can do: a reason (and so no cost or energy) where the
+    interleaved schedule cannot run the micro-batches, the cluster has too few GPUs or the
+    plan does not fit."""
+    ok = np.ones(rows.n, dtype=bool)
+    ok[rows.at] = rows.value("pipeline_ok")
+    pp = np.array(grid.layouts, dtype=float)[p["ly"]][:, 1]
     _first_reason(reasons, valid & ~ok, lambda m, pp: (
         f"the interleaved schedule needs the micro-batches ({int(m)}) in whole rounds of "
-        f"pp({int(pp)})"), spread(c["accum"]), layouts[:, 1])
-    max_gpus = t.max_gpus[p["h"]]
+        f"pp({int(pp)})"), rows.spread(c["accum"]), pp)
+    num_gpus, max_gpus = cols["plan.num_gpus"], t.max_gpus[p["h"]]
     _first_reason(reasons, num_gpus > max_gpus, lambda g, have, i: cluster_too_small(
-        g, hw[int(i)].cluster, have), num_gpus, max_gpus, p["h"])
+        g, grid.hardware[int(i)].cluster, have), num_gpus, max_gpus, p["h"])
     # (The peak is in memory.peak_bytes; one message per capacity keeps this cheap.)
     _first_reason(reasons, valid & ~cols["fits"], lambda b: (
         f"does not fit: peak memory > {b:.2f} GiB usable"),
         np.round(np.nan_to_num(cols["memory.capacity_bytes"]) / GIB_BYTES, 2))
-    cols.update(_economics(grid, cols, p["h"], p["pr"], np.equal(reasons, None)))
-    cols["infeasible"] = reasons
-    return cols
 
 
 #: Plan fields of predict's report (:func:`fsdpsim.drivers.predict.plan_summary`) that the sweep takes
