@@ -30,7 +30,7 @@ from fsdpsim.hardware.catalog import ENV_VAR, load_catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.drivers.sweep.grid import build_grid
 from fsdpsim.util.numbers import Rule, read_number
-from fsdpsim.drivers.predict import full_shard_peaks
+from fsdpsim.drivers.least_memory import full_shard_peaks
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.model.presets import get_model
 from fsdpsim.report.render import to_json

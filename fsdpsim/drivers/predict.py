@@ -23,7 +23,6 @@ from fsdpsim import engine
 from fsdpsim.plan import frameworks
 
 from fsdpsim.drivers import sensitivity
-from fsdpsim.costs.comm import STRATEGY_CODES
 from fsdpsim.costs.compute import NUMBER_TYPES
 from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.util.errors import ConfigError
@@ -35,6 +34,7 @@ from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs, 
 from fsdpsim.drivers.interval import (MEASURED_NODES, NEAR_LIMIT_RATIO_LOW,  # noqa: F401 (re-exported)
                               NEAR_LIMIT_SHARE, comm_uncertainty, faster_ratio,
                               fit_span_notes, prediction_interval, slower_twin)
+from fsdpsim.drivers.least_memory import what_would_fit
 
 #: Micro-batch sizes tried by ``auto`` when no global batch pins the per-GPU batch.
 AUTO_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -214,65 +214,6 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
-def full_shard_peaks(spec: ModelSpec, system: System, plan: ParallelPlan,
-                     training: TrainingConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Peak memory per GPU with full sharding, micro-batch 1 and full recompute on every world
-    size a plan can have on this node shape: the divisors of ``gpus_per_node``, then whole
-    nodes doubling up to :data:`fsdpsim.util.numbers.MAX_GPUS`, and the plan's own world.
-
-    One vectorised memory evaluation (padding per world size). Returns (worlds, peak bytes,
-    fits), worlds ascending. Memory per GPU does not fall for ever: FSDP2 pads every
-    parameter's dim 0 to the shard count (FSDP1 each unit once), so past a few thousand GPUs
-    the padded gathers grow (llama3-8b on H100: 11.4 GiB at 8,192 GPUs, 977 GiB at 4,194,304).
-    """
-    from fsdpsim.util.numbers import MAX_GPUS
-
-    per_node = plan.gpus_per_node
-    nodes = per_node * 2 ** np.arange(0, int(np.log2(MAX_GPUS // per_node)) + 1)
-    worlds = np.unique(np.concatenate([divisors(per_node), nodes, [plan.num_gpus]])).astype(float)
-    x: dict[str, Any] = {}
-    x.update(model_inputs(spec, worlds,
-                          per_parameter=not frameworks.profile(plan.framework).flat_parameter))
-    x.update(system_inputs(system, training.precision))
-    x.update({"num_gpus": worlds, "gpus_per_node": per_node,
-              "strategy": STRATEGY_CODES["full"], "shard_size": worlds, "replicate_size": 1.0,
-              "reshard": 1.0})
-    x.update(training_inputs(training))
-    x.update({"micro_batch": 1.0, "recompute": engine.RECOMPUTE_CODES["full"], "grad_accum": 1.0})
-    out = engine.memory_breakdown(x, ceilings=False)
-    peaks = np.broadcast_to(out["peak_bytes"], worlds.shape)
-    return worlds, peaks, np.broadcast_to(out["fits"], worlds.shape)
-
-
-def smallest_world_that_fits(spec: ModelSpec, system: System, plan: ParallelPlan,
-                             training: TrainingConfig) -> int | None:
-    """Fewest GPUs (of :func:`full_shard_peaks`'s worlds, smaller ones included) on which the
-    model fits with full sharding, micro-batch 1 and full recompute; None if none does."""
-    worlds, _, fits = full_shard_peaks(spec, system, plan, training)
-    return int(worlds[np.argmax(fits)]) if fits.any() else None
-
-
-def _what_would_fit(spec: ModelSpec, system: System, plan: ParallelPlan,
-                    training: TrainingConfig) -> str:
-    """The advice when not even micro-batch 1 fits with the plan as given."""
-    worlds, peaks, fits = full_shard_peaks(spec, system, plan, training)
-    recipe = "with full sharding, micro-batch 1 and full recompute"
-    least = int(np.argmin(peaks))
-    padding = (f"past {int(worlds[least]):,} GPUs memory per GPU grows again, as FSDP2 pads "
-               "every parameter to the shard count")
-    if not fits.any():
-        return (f"{recipe} it does not fit on 1 to {int(worlds[-1]):,} GPUs either: the least "
-                f"memory per GPU is {peaks[least] / 2**30:.1f} GiB, on {int(worlds[least]):,} "
-                f"GPUs; {padding}")
-    smallest, largest = int(worlds[np.argmax(fits)]), int(worlds[fits][-1])
-    here = bool(fits[worlds == plan.num_gpus][0])
-    if here:
-        return f"{recipe} it fits on these {plan.num_gpus:,} GPUs (and on as few as {smallest:,})"
-    if plan.num_gpus > largest:
-        return f"{recipe} it fits on {smallest:,} to {largest:,} GPUs; {padding}"
-    return f"{recipe} it fits on {smallest:,} GPUs"
-
-
 class CeilingValues(Mapping):
     """The chosen row's outputs, read-only; ``max_micro_batch`` and ``max_seq_len`` (the
     memory ceilings, :func:`fsdpsim.costs.ceilings.peak_and_ceilings`) are solved by one more
@@ -367,35 +308,11 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     if plan.gpus_per_node not in (system.gpus_per_node, domain_gpus(system, plan.num_gpus)):
         raise ConfigError(f"plan gpus_per_node({plan.gpus_per_node}) != system "
                           f"gpus_per_node({system.gpus_per_node})")
-    dp = plan.dp
-    if training.global_batch is not None and training.global_batch % dp:
-        raise ConfigError(f"global_batch({training.global_batch}) is not divisible by the "
-                          f"data-parallel degree ({dp}); use a multiple of {dp}")
-    per_gpu = None if training.global_batch is None else training.global_batch // dp
-    if training.micro_batch is not None:
-        mbs = [training.micro_batch]
-        training.grad_accum(dp, training.micro_batch)  # raises if it does not split
-    elif per_gpu is not None:
-        mbs = divisors(per_gpu)
-    else:
-        mbs = list(AUTO_MICRO_BATCHES)
-    recomputes = ([training.recompute] if training.recompute
-                  else list(auto_recomputes(plan.framework, spec)))
-    mb_grid, rc_grid = np.meshgrid(np.array(mbs, dtype=float),
-                                   np.array([engine.RECOMPUTE_CODES[r] for r in recomputes]),
-                                   indexing="ij")
-    mb_flat, rc_flat = mb_grid.ravel(), rc_grid.ravel()
-    accum = (np.ones_like(mb_flat) if per_gpu is None else per_gpu / mb_flat)
-
+    mb_flat, rc_flat, accum = _candidates(spec, plan, training)
     x = config_inputs(spec, system, plan, training)
     x.update({"micro_batch": mb_flat, "recompute": rc_flat, "grad_accum": accum})
     n = mb_flat.size
-    i = 0
-    if n > 1:  # rank every candidate without the ceiling solves
-        ranked = engine.evaluate({**x, "ceilings": 0.0})
-        fits = np.broadcast_to(ranked["fits"], mb_flat.shape)
-        tier, key = (np.broadcast_to(a, mb_flat.shape) for a in engine.choice_rank(ranked))
-        i = int(np.lexsort((np.arange(n), key, tier))[0])
+    i, why = _choose(x, n) if n > 1 else (0, "")
     # The chosen one in full, and its twin on a slower network and framework (the plan's
     # communication uncertainty, slower_twin) as the second row of the same call. The
     # reported bottleneck and thresholds (fsdpsim.drivers.sensitivity) follow when asked for.
@@ -415,29 +332,90 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
         from fsdpsim.costs.schedule import check_schedule
 
         check_schedule(plan.pp_schedule, plan.pp, int(accum[i]), plan.vpp)
+    micro_batch, grad_accum = int(mb_flat[i]), int(accum[i])
     rc_name = {v: k for k, v in engine.RECOMPUTE_CODES.items()}[int(rc_flat[i])]
-    chosen: dict[str, str] = {"micro_batch": str(int(mb_flat[i])), "recompute": rc_name,
-                              "grad_accum": str(int(accum[i]))}
-    notes = [system.extra.get("notes", "")] if system.extra.get("notes") else []
-    notes += plan_notes(spec, plan)
-    stack_eff = resolve_efficiency(system.accelerator, training.precision,
-                                   frameworks.profile(plan.framework).kernel_stack)
-    notes.extend(stack_eff.notes())
-    notes.extend(fit_span_notes(plan.num_gpus, spec.n_params, stack_eff))
+    chosen: dict[str, str] = {"micro_batch": str(micro_batch), "recompute": rc_name,
+                              "grad_accum": str(grad_accum)}
     auto = [name for name, given in (("micro_batch", training.micro_batch),
                                      ("recompute", training.recompute)) if given is None]
     if auto and n > 1:
-        n_fit = int(fits.sum())
-        roomy = int((tier == 0).sum())
-        why = (f"fastest of {roomy} candidates that fit below "
-               f"{100 * MEMORY_PRESSURE_FRACTION:.0f} % of memory (of {n})" if roomy
-               else f"fastest of {n_fit} candidates that fit, all above "
-                    f"{100 * MEMORY_PRESSURE_FRACTION:.0f} % of memory (of {n})" if n_fit
-               else f"none of {n} candidates fits; showing the smallest memory footprint")
         chosen["why"] = f"auto {', '.join(auto)}: {why}"
+    stack_eff = resolve_efficiency(system.accelerator, training.precision,
+                                   frameworks.profile(plan.framework).kernel_stack)
+    return Prediction(
+        values=row,
+        inputs=MappingProxyType({k: v for k, v in x.items()
+                                 if isinstance(v, (int, float)) or np.ndim(v) == 0}),
+        model=spec.name, system=system.label,
+        plan=plan_summary(plan, grad_accum, micro_batch, rc_name, training.recompute_layers),
+        training=_training_report(training, micro_batch, grad_accum, rc_name, plan.dp),
+        chosen=chosen, notes=tuple(_notes(spec, system, plan, training, row, stack_eff)),
+        interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty,
+                                     efficiency=stack_eff, plan=chosen_x),
+        analysis_inputs=MappingProxyType(chosen_x),
+    )
+
+
+def _candidates(spec: ModelSpec, plan: ParallelPlan,
+                training: TrainingConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (micro-batch, recompute) candidate, flat, with its gradient accumulation: the
+    given knobs, else the divisors of the sequences per GPU (or :data:`AUTO_MICRO_BATCHES`
+    without a global batch) and the framework's recompute settings
+    (:func:`fsdpsim.engine.build.auto_recomputes`)."""
+    dp = plan.dp
+    if training.global_batch is not None and training.global_batch % dp:
+        raise ConfigError(f"global_batch({training.global_batch}) is not divisible by the "
+                          f"data-parallel degree ({dp}); use a multiple of {dp}")
+    per_gpu = None if training.global_batch is None else training.global_batch // dp
+    if training.micro_batch is not None:
+        mbs = [training.micro_batch]
+        training.grad_accum(dp, training.micro_batch)  # raises if it does not split
+    elif per_gpu is not None:
+        mbs = divisors(per_gpu)
+    else:
+        mbs = list(AUTO_MICRO_BATCHES)
+    recomputes = ([training.recompute] if training.recompute
+                  else list(auto_recomputes(plan.framework, spec)))
+    mb_grid, rc_grid = np.meshgrid(np.array(mbs, dtype=float),
+                                   np.array([engine.RECOMPUTE_CODES[r] for r in recomputes]),
+                                   indexing="ij")
+    mb_flat, rc_flat = mb_grid.ravel(), rc_grid.ravel()
+    accum = (np.ones_like(mb_flat) if per_gpu is None else per_gpu / mb_flat)
+    return mb_flat, rc_flat, accum
+
+
+def _choose(x: dict[str, Any], n: int) -> tuple[int, str]:
+    """The candidate ``auto`` picks of the ``n`` in ``x`` (ranked by
+    :func:`fsdpsim.engine.choice_rank` without the ceiling solves: the fastest below the
+    memory-pressure fraction, else the fastest that fits, else the least memory; ties to the
+    first) and why, in words."""
+    ranked = engine.evaluate({**x, "ceilings": 0.0})
+    shape = np.shape(x["micro_batch"])
+    fits = np.broadcast_to(ranked["fits"], shape)
+    tier, key = (np.broadcast_to(a, shape) for a in engine.choice_rank(ranked))
+    i = int(np.lexsort((np.arange(n), key, tier))[0])
+    n_fit = int(fits.sum())
+    roomy = int((tier == 0).sum())
+    why = (f"fastest of {roomy} candidates that fit below "
+           f"{100 * MEMORY_PRESSURE_FRACTION:.0f} % of memory (of {n})" if roomy
+           else f"fastest of {n_fit} candidates that fit, all above "
+                f"{100 * MEMORY_PRESSURE_FRACTION:.0f} % of memory (of {n})" if n_fit
+           else f"none of {n} candidates fits; showing the smallest memory footprint")
+    return i, why
+
+
+def _notes(spec: ModelSpec, system: System, plan: ParallelPlan, training: TrainingConfig,
+           row: Mapping[str, float], stack_eff) -> list[str]:
+    """The prediction's notes: the system's, the plan's defaults (:func:`plan_notes`), the
+    efficiency table's and its fit span's, then memory: near the limit, or what would fit."""
+    notes = [system.extra.get("notes", "")] if system.extra.get("notes") else []
+    notes += plan_notes(spec, plan)
+    notes.extend(stack_eff.notes())
+    notes.extend(fit_span_notes(plan.num_gpus, spec.n_params, stack_eff))
     if row["fits"] and row["peak_bytes"] > MEMORY_PRESSURE_FRACTION * row["capacity_bytes"]:
-        notes.append(f"near the memory limit ({100 * row['peak_bytes'] / row['capacity_bytes']:.0f} % "
-                     "of capacity): allocator retries can slow real runs beyond this prediction")
+        share = 100 * row["peak_bytes"] / row["capacity_bytes"]
+        notes.append(f"near the memory limit ({share:.0f} % of capacity): allocator retries "
+                     "can slow real runs beyond this prediction")
     if not row["fits"]:
         over = row["peak_bytes"] - row["capacity_bytes"]
         if row["max_micro_batch"] >= 1:
@@ -445,35 +423,29 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                     f"sequence at this micro-batch: {int(row['max_seq_len'])}")
         else:
             what = ("not even micro-batch 1 fits with this plan; "
-                    + _what_would_fit(spec, system, plan, training))
+                    + what_would_fit(spec, system, plan, training))
         notes.append(f"does not fit: needs {over / 2**30:.1f} GiB more than the "
                      f"{row['capacity_bytes'] / 2**30:.1f} GiB usable; {what}")
-    return Prediction(
-        values=row,
-        inputs=MappingProxyType({k: v for k, v in x.items()
-                                 if isinstance(v, (int, float)) or np.ndim(v) == 0}),
-        model=spec.name, system=system.label,
-        plan=plan_summary(plan, int(accum[i]), int(mb_flat[i]), rc_name,
-                          training.recompute_layers),
-        training={"seq_len": training.seq_len, "micro_batch": int(mb_flat[i]),
-                  "grad_accum": int(accum[i]),
-                  "global_batch": int(mb_flat[i] * accum[i] * dp),
-                  "recompute": rc_name, "precision": training.precision,
-                  "optimizer": training.optimizer,
-                  "reduce_dtype": training.reduce_dtype or "fp32",
-                  "flash_attention": training.flash_attention,
-                  "fused_loss": training.fused_loss, "dropout": training.dropout,
-                  "recompute_layers": training.recompute_layers,
-                  "moe_capacity_factor": training.moe_capacity_factor,
-                  "moe_imbalance": training.moe_imbalance,
-                  "moe_fp8_dispatch": training.moe_fp8_dispatch,
-                  "moe_dispatcher": training.moe_dispatcher,
-                  "fp8_attention": training.fp8_attention,
-                  "fp8_lm_head": training.fp8_lm_head,
-                  "cuda_graphs": training.cuda_graphs,
-                  "recompute_modules": list(training.recompute_modules)},
-        chosen=chosen, notes=tuple(notes),
-        interval=prediction_interval(row, system, comm=twin_ratios, uncertainty=uncertainty,
-                                     efficiency=stack_eff, plan=chosen_x),
-        analysis_inputs=MappingProxyType(chosen_x),
-    )
+    return notes
+
+
+def _training_report(training: TrainingConfig, micro_batch: int, grad_accum: int,
+                     recompute: str, dp: int) -> dict[str, Any]:
+    """The ``training`` object of a report: the chosen micro-batch, accumulation and
+    recompute, the global batch they make, and the training's other settings."""
+    return {"seq_len": training.seq_len, "micro_batch": micro_batch,
+            "grad_accum": grad_accum, "global_batch": int(micro_batch * grad_accum * dp),
+            "recompute": recompute, "precision": training.precision,
+            "optimizer": training.optimizer,
+            "reduce_dtype": training.reduce_dtype or "fp32",
+            "flash_attention": training.flash_attention,
+            "fused_loss": training.fused_loss, "dropout": training.dropout,
+            "recompute_layers": training.recompute_layers,
+            "moe_capacity_factor": training.moe_capacity_factor,
+            "moe_imbalance": training.moe_imbalance,
+            "moe_fp8_dispatch": training.moe_fp8_dispatch,
+            "moe_dispatcher": training.moe_dispatcher,
+            "fp8_attention": training.fp8_attention,
+            "fp8_lm_head": training.fp8_lm_head,
+            "cuda_graphs": training.cuda_graphs,
+            "recompute_modules": list(training.recompute_modules)}
