@@ -28,7 +28,20 @@ class _Tables:
 
     def __init__(self, grid: Grid):
         self.grid = grid
-        # Learned position tables grow with the sequence, as `fsdpsim predict` does.
+        self._model_specs(grid)
+        self._systems(grid)
+        self._plans(grid)
+        # per system x precision (row h * len(precisions) + p), as self.system: a system's
+        # precision is its GPU's own when --precision is not given (Grid.precision_at)
+        self.trainings = [grid_training(grid, p) for p in grid.precision_names]
+        self.training = _columns([{**training_inputs(tr), **framework_constants(grid.framework)}
+                                  for tr in self.trainings])
+        self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
+        self._stages(grid)
+
+    def _model_specs(self, grid: Grid) -> None:
+        """The distinct model specs of the grid's models x sequence lengths (``spec_of``):
+        learned position tables grow with the sequence, as `fsdpsim predict` does."""
         self.specs, spec_id = [], {}
         self.spec_of = np.zeros((len(grid.models), len(grid.seq_lens)), dtype=np.int64)
         for i, spec in enumerate(grid.models):
@@ -40,7 +53,9 @@ class _Tables:
                     spec_id[key] = len(self.specs)
                     self.specs.append(s)
                 self.spec_of[i, j] = spec_id[key]
-        # System × precision: inputs, or why the GPU cannot run that precision.
+
+    def _systems(self, grid: Grid) -> None:
+        """System × precision: inputs, or why the GPU cannot run that precision."""
         nh, npr = len(grid.hardware), len(grid.precisions)
         self.system_reason = np.full((nh, npr), None, dtype=object)
         rows = []
@@ -58,9 +73,12 @@ class _Tables:
                                  **framework_system_inputs(hw.system, grid.framework, some)})
                     self.system_reason[h, p] = str(exc)
         self.system = _columns(rows)
-        # GPU count × system × layout × sharding: plan inputs, or why the plan is invalid.
-        ng, nl, ns = len(grid.num_gpus), len(grid.layouts), len(SHARDINGS)
-        # why each (GPU count, system, layout, sharding) plan is invalid, None where it is valid
+
+    def _plans(self, grid: Grid) -> None:
+        """GPU count × system × layout × sharding: plan inputs (``plan``, with each plan's
+        summary in ``plan_text``), or why the plan is invalid (``plan_reason``, None where it
+        is valid)."""
+        ng, nh, nl, ns = len(grid.num_gpus), len(grid.hardware), len(grid.layouts), len(SHARDINGS)
         self.plan_reason = np.full((ng, nh, nl, ns), None, dtype=object)
         rows, self.plan_text = [], []
         # the framework's reshard-after-forward of each layout, as predict's (torchtitan's
@@ -96,19 +114,16 @@ class _Tables:
         self.plan_ok = np.equal(self.plan_reason, None)
         self.plan = _columns([r if r is not None else {k: 1.0 for k in template} for r in rows])
         self.plan_shape = (ng, nh, nl, ns)
-        # per system x precision (row h * len(precisions) + p), as self.system: a system's
-        # precision is its GPU's own when --precision is not given (Grid.precision_at)
-        self.trainings = [grid_training(grid, p) for p in grid.precision_names]
-        self.training = _columns([{**training_inputs(tr), **framework_constants(grid.framework)}
-                                  for tr in self.trainings])
-        self.max_gpus = np.array([hw.max_gpus or np.inf for hw in grid.hardware], dtype=float)
-        # Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
-        # 2 x CP): a reason per (spec, layout, sequence length).
+
+    def _stages(self, grid: Grid) -> None:
+        """Model-dependent checks of each layout (heads by TP, layers by PP x vpp, sequence by
+        2 x CP): a reason per (spec, layout, sequence length) in ``model_reason``; and the
+        layers (and MoE layers) of the first, busiest middle and last pipeline stage per
+        (spec, layout) in ``stages``: the framework's split, even or not, as predict builds it
+        (ParallelPlan.stage_layers, build_moe.stage_inputs)."""
+        nl = len(grid.layouts)
         self.model_reason = np.full((len(self.specs), nl, len(grid.seq_lens)), None,
                                     dtype=object)
-        # Layers (and MoE layers) of the first, busiest middle and last pipeline stage per
-        # (spec, layout): the framework's split, even or not, as predict builds it
-        # (ParallelPlan.stage_layers, build_moe.stage_inputs).
         self.stage_rows: dict[tuple[int, int], dict[str, float]] = {}
         for l, layout in enumerate(grid.layouts):
             tp, pp, cp = layout
