@@ -69,8 +69,9 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     framework profile's uncertainty, wider past the largest measured scale; the low end is
     multiplied by the first, the high end by the second.
     ``uncertainty`` = :func:`comm_uncertainty`'s pair, reported. Scalars or arrays (a sweep
-    passes one system's rows at once). ``efficiency`` (a :class:`fsdpsim.hardware.efficiency.Resolved`,
-    the plan's GPU x precision x kernel stack): the range of the table it used, and a
+    passes one system's rows at once). ``efficiency`` (a
+    :class:`fsdpsim.hardware.efficiency.Resolved`, the plan's GPU x precision x kernel
+    stack): the range of the table it used, and a
     transferred triple widens both ends by its ``uncertainty``
     (:data:`fsdpsim.hardware.efficiency.TRANSFER_UNCERTAINTY` from another stack of the GPU,
     ``SCALED_UNCERTAINTY`` from another GPU's fit; ``efficiency_transferred``).
@@ -86,54 +87,14 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
     ``fit_span_doublings``). The high end never exceeds the GEMM ceiling's throughput
     (:func:`physical_ratio_high`, with ``hfu``, ``mfu`` and ``mfu_native`` in ``values``).
     """
-    eff = system.accelerator.efficiency
-    lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
-    calibrated = eff.calibrated and system.power_cap_w is None
-    transferred = False
-    if efficiency is not None:
-        if efficiency.interval is not None:
-            lo, hi = efficiency.interval
-        calibrated = (efficiency.calibrated and not efficiency.transferred
-                      and system.power_cap_w is None)
-        transferred = efficiency.transferred
-        if transferred:
-            u = efficiency.uncertainty
-            lo, hi = lo * (1.0 - u), hi * (1.0 + u)
-    if not calibrated:  # the power-cap model is uncalibrated: at least the uncalibrated range
-        lo, hi = min(lo, UNCALIBRATED_INTERVAL[0]), max(hi, UNCALIBRATED_INTERVAL[1])
-    moe = False
-    if "moe_s" in values:
-        moe = as_array(values["moe_s"]) > 0
-        lo = where(moe, minimum(lo, MOE_RATIO_P05), lo)
-        hi = where(moe, maximum(hi, MOE_RATIO_P95), hi)
-        moe = moe.tolist() if np.ndim(moe) == 0 else moe
-    near = False
-    if "peak_bytes" in values and "capacity_bytes" in values:
-        near = (as_array(values["peak_bytes"])
-                > NEAR_LIMIT_SHARE * as_array(values["capacity_bytes"]))
-        lo = where(near, minimum(lo, NEAR_LIMIT_RATIO_LOW), lo)
-        near = near.tolist() if np.ndim(near) == 0 else near
-    across = False
-    if plan is not None and "pp" in plan and "bubble_s" in values:
-        pp = as_array(plan["pp"])
-        across = (pp > 1) & (as_array(plan.get("pp_per_node", pp)) < pp)
-        share = where(across, np.clip(as_array(values["bubble_s"])
-                                      / as_array(values["step_time_s"]), 0.0, 0.9), 0.0)
-        lo = lo / (1.0 + PIPELINE_BUBBLE_UNCERTAINTY * share)
-        hi = hi / (1.0 - min(PIPELINE_BUBBLE_UNCERTAINTY, 1.0) * share)
-        across = across.tolist() if np.ndim(across) == 0 else across
+    lo, hi, calibrated, transferred = _calibrated_range(system, efficiency)
+    lo, hi, moe = _widen_for_experts(values, lo, hi)
+    lo, near = _widen_near_memory_limit(values, lo)
+    lo, hi, across = _widen_for_pipeline(values, plan, lo, hi)
     slower, faster = (as_array(r) for r in comm)
     lo = lo * minimum(slower, 1.0)
     hi = hi * maximum(faster, 1.0)
-    doublings = 0.0
-    span = getattr(efficiency, "fit_span", None)
-    if span is not None and plan is not None and "num_gpus" in plan and "n_params" in plan:
-        doublings = fit_span_doublings(plan["num_gpus"], plan["n_params"], span)
-        # the ufunc, not `**`: a numpy scalar's `**` rounds differently from an array's
-        # element, and validate's grouped rows must equal its row-by-row reference
-        widen = np.power(1.0 + SCALE_WIDENING_PER_DOUBLING, doublings)
-        lo, hi = lo / widen, hi * widen
-        doublings = doublings.tolist() if np.ndim(doublings) == 0 else doublings
+    lo, hi, doublings = _widen_beyond_fit_span(plan, efficiency, lo, hi)
     beyond = as_array(doublings) > 0
     hi = minimum(hi, physical_ratio_high(values, efficiency))
     if np.ndim(lo) == 0:
@@ -156,6 +117,80 @@ def prediction_interval(values: Mapping[str, Any], system: System, *,
         out["network_uncertainty"] = float(u_fab) if np.ndim(u_fab) == 0 else u_fab
         out["framework_uncertainty"] = float(u_fw) if np.ndim(u_fw) == 0 else u_fw
     return out
+
+
+def _calibrated_range(system: System, efficiency) -> tuple[Any, Any, bool, bool]:
+    """The GPU type's 5-95 % ratios measured / predicted (those of the efficiency table used,
+    when given; a transferred one widened by its uncertainty; the uncalibrated range at least
+    without a calibration or under a power cap), whether calibrated, whether transferred."""
+    eff = system.accelerator.efficiency
+    lo, hi = eff.throughput_ratio_p05, eff.throughput_ratio_p95
+    calibrated = eff.calibrated and system.power_cap_w is None
+    transferred = False
+    if efficiency is not None:
+        if efficiency.interval is not None:
+            lo, hi = efficiency.interval
+        calibrated = (efficiency.calibrated and not efficiency.transferred
+                      and system.power_cap_w is None)
+        transferred = efficiency.transferred
+        if transferred:
+            u = efficiency.uncertainty
+            lo, hi = lo * (1.0 - u), hi * (1.0 + u)
+    if not calibrated:  # the power-cap model is uncalibrated: at least the uncalibrated range
+        lo, hi = min(lo, UNCALIBRATED_INTERVAL[0]), max(hi, UNCALIBRATED_INTERVAL[1])
+    return lo, hi, calibrated, transferred
+
+
+def _widen_for_experts(values: Mapping[str, Any], lo, hi) -> tuple[Any, Any, Any]:
+    """A mixture of experts (``moe_s`` > 0): at least :data:`MOE_RATIO_P05` ..
+    :data:`MOE_RATIO_P95`; and where it applies."""
+    if "moe_s" not in values:
+        return lo, hi, False
+    moe = as_array(values["moe_s"]) > 0
+    lo = where(moe, minimum(lo, MOE_RATIO_P05), lo)
+    hi = where(moe, maximum(hi, MOE_RATIO_P95), hi)
+    return lo, hi, moe.tolist() if np.ndim(moe) == 0 else moe
+
+
+def _widen_near_memory_limit(values: Mapping[str, Any], lo) -> tuple[Any, Any]:
+    """Above :data:`NEAR_LIMIT_SHARE` of the memory: the low end at most
+    :data:`NEAR_LIMIT_RATIO_LOW`; and where it applies."""
+    if "peak_bytes" not in values or "capacity_bytes" not in values:
+        return lo, False
+    near = (as_array(values["peak_bytes"])
+            > NEAR_LIMIT_SHARE * as_array(values["capacity_bytes"]))
+    lo = where(near, minimum(lo, NEAR_LIMIT_RATIO_LOW), lo)
+    return lo, near.tolist() if np.ndim(near) == 0 else near
+
+
+def _widen_for_pipeline(values: Mapping[str, Any], plan: Mapping[str, Any] | None, lo,
+                        hi) -> tuple[Any, Any, Any]:
+    """A pipeline whose stages span nodes, by its bubble share b (at most 0.9) and
+    :data:`PIPELINE_BUBBLE_UNCERTAINTY` u: low x 1 / (1 + u·b), high x 1 / (1 - min(u, 1)·b);
+    and where it applies."""
+    if plan is None or "pp" not in plan or "bubble_s" not in values:
+        return lo, hi, False
+    pp = as_array(plan["pp"])
+    across = (pp > 1) & (as_array(plan.get("pp_per_node", pp)) < pp)
+    share = where(across, np.clip(as_array(values["bubble_s"])
+                                  / as_array(values["step_time_s"]), 0.0, 0.9), 0.0)
+    lo = lo / (1.0 + PIPELINE_BUBBLE_UNCERTAINTY * share)
+    hi = hi / (1.0 - min(PIPELINE_BUBBLE_UNCERTAINTY, 1.0) * share)
+    return lo, hi, across.tolist() if np.ndim(across) == 0 else across
+
+
+def _widen_beyond_fit_span(plan: Mapping[str, Any] | None, efficiency, lo,
+                           hi) -> tuple[Any, Any, Any]:
+    """Beyond the efficiency table's fit span: both ends by (1 + r)^d, r =
+    :data:`SCALE_WIDENING_PER_DOUBLING`, d = :func:`fit_span_doublings`; and d."""
+    span = getattr(efficiency, "fit_span", None)
+    if span is None or plan is None or "num_gpus" not in plan or "n_params" not in plan:
+        return lo, hi, 0.0
+    doublings = fit_span_doublings(plan["num_gpus"], plan["n_params"], span)
+    # the ufunc, not `**`: a numpy scalar's `**` rounds differently from an array's
+    # element, and validate's grouped rows must equal its row-by-row reference
+    widen = np.power(1.0 + SCALE_WIDENING_PER_DOUBLING, doublings)
+    return lo / widen, hi * widen, doublings.tolist() if np.ndim(doublings) == 0 else doublings
 
 
 def physical_ratio_high(values: Mapping[str, Any], efficiency=None) -> Any:
