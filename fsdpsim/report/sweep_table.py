@@ -48,6 +48,11 @@ def _width(rows: list[dict[str, str]]) -> int:
     return sum(max(len(c), *(len(str(r[c])) for r in rows)) for c in rows[0]) + len(rows[0]) - 1
 
 
+#: Headers of the input columns in the table.
+SHORT = {"inter_node_gbps_per_gpu": "Gb/s/GPU", "power_cap_w": "cap W", "plan.num_gpus": "GPUs",
+         "training.seq_len": "seq", "training.precision": "prec"}
+
+
 def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = False) -> str:
     """The table view: the varying inputs, the chosen knobs and the headline numbers (with
     ``head``, the summary line above and the notes below).
@@ -63,11 +68,9 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = 
                if frame[c].astype(str).nunique() > 1 or c in ("model", "gpu", "plan.num_gpus")]
     if "cluster" in varying and (frame["cluster"] == "").all():
         varying.remove("cluster")
-    short = {"inter_node_gbps_per_gpu": "Gb/s/GPU", "power_cap_w": "cap W", "plan.num_gpus": "GPUs",
-             "training.seq_len": "seq", "training.precision": "prec"}
     rows = []
     for r in records(frame):
-        row = {short.get(c, c): r[c] for c in varying}
+        row = {SHORT.get(c, c): r[c] for c in varying}
         if any(layout != (1, 1, 1) for layout in grid.layouts):
             row["plan"] = r["plan.line"] or "-"
         if len(grid.grad_syncs) > 1:
@@ -78,49 +81,66 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = 
             "batch": _fmt(r["training.global_batch"], ",d"),
             "recompute": r["training.recompute"] or "-",
         })
-        if wide:
-            row.update({
-                "step": _fmt(r["step_time_s"], ",.1f", 1e3, " ms"),
-                "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
-                "MFU": _fmt(_mfu(r), ".1f", 100, " %"),
-                "peak": _fmt(r["memory.peak_bytes"], ".1f", 1 / GIB_BYTES, " GiB"),
-                "bottleneck": bottleneck_name(r["bottleneck"] or None),
-                "$/Mtok": _fmt(r["cost_usd_per_million_tokens"], ".3f"),
-                "kWh/Mtok": _fmt(r["energy_kwh_per_million_tokens"], ".3f"),
-            })
-            if grid.train_tokens is not None:
-                row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
-                row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
-                row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
-                row["goodput"] = _fmt(r["failures.goodput"], ".1f", 100, " %")
-                row["w/ failures days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
-                row["w/ failures $M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
-            row["infeasible"] = r["infeasible"] or ""
-        else:
-            peak, cap = r["memory.peak_bytes"], r["memory.capacity_bytes"]
-            no_peak = peak is None or not math.isfinite(peak) or not cap
-            row.update({
-                "step": render.seconds(r["step_time_s"]),
-                "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
-                "MFU": _fmt(_mfu(r), ".1f", 100, "%"),
-                "mem GiB": "-" if no_peak else f"{peak / GIB_BYTES:.0f}/{cap / GIB_BYTES:.0f}"
-                + ("~" if r["fits"] and peak > MEMORY_PRESSURE_FRACTION * cap else ""),
-                "bottleneck": bottleneck_name(r["bottleneck"] or None),
-            })
-            if grid.train_tokens is None:
-                row["$/Mtok"] = _fmt(r["cost_usd_per_million_tokens"], ".3f")
-                row["kWh/Mtok"] = _fmt(r["energy_kwh_per_million_tokens"], ".3f")
-            else:  # what the budget costs with failures, checkpoints and restarts
-                row["days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
-                row["$M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
-                row["MWh"] = _fmt(r["failures.train_energy_kwh"], ",.0f", 1e-3)
-            row["infeasible"] = r["infeasible"] or ""
+        row.update(_wide_cells(r, grid) if wide else _compact_cells(r, grid))
+        row["infeasible"] = r["infeasible"] or ""
         rows.append(row)
     if wide or not rows:
         return _with_head(render.table(rows), frame, grid, [], head)
-    above, left_out = [], []
-    inputs = {*(short.get(c, c) for c in varying), "plan", "grad sync", "sharding", "mbs",
+    inputs = {*(SHORT.get(c, c) for c in varying), "plan", "grad sync", "sharding", "mbs",
               "batch", "recompute"}
+    return _compact_table(rows, inputs, frame, grid, head)
+
+
+def _wide_cells(r: Mapping[str, Any], grid: Grid) -> dict[str, str]:
+    """``--wide``'s headline numbers of a row: every one, in its own unit."""
+    row = {
+        "step": _fmt(r["step_time_s"], ",.1f", 1e3, " ms"),
+        "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
+        "MFU": _fmt(_mfu(r), ".1f", 100, " %"),
+        "peak": _fmt(r["memory.peak_bytes"], ".1f", 1 / GIB_BYTES, " GiB"),
+        "bottleneck": bottleneck_name(r["bottleneck"] or None),
+        "$/Mtok": _fmt(r["cost_usd_per_million_tokens"], ".3f"),
+        "kWh/Mtok": _fmt(r["energy_kwh_per_million_tokens"], ".3f"),
+    }
+    if grid.train_tokens is not None:
+        row["train days"] = _fmt(r["train_time_s"], ",.1f", 1 / DAY_S)
+        row["train $M"] = _fmt(r["train_cost_usd"], ",.2f", 1e-6)
+        row["train MWh"] = _fmt(r["train_energy_kwh"], ",.0f", 1e-3)
+        row["goodput"] = _fmt(r["failures.goodput"], ".1f", 100, " %")
+        row["w/ failures days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+        row["w/ failures $M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
+    return row
+
+
+def _compact_cells(r: Mapping[str, Any], grid: Grid) -> dict[str, str]:
+    """The compact table's headline numbers of a row: memory as peak/capacity ("~" near the
+    limit), and with a token budget what it costs with failures, checkpoints and restarts."""
+    peak, cap = r["memory.peak_bytes"], r["memory.capacity_bytes"]
+    no_peak = peak is None or not math.isfinite(peak) or not cap
+    row = {
+        "step": render.seconds(r["step_time_s"]),
+        "tok/s/GPU": _fmt(r["tokens_per_s_per_gpu"], ",.0f"),
+        "MFU": _fmt(_mfu(r), ".1f", 100, "%"),
+        "mem GiB": "-" if no_peak else f"{peak / GIB_BYTES:.0f}/{cap / GIB_BYTES:.0f}"
+        + ("~" if r["fits"] and peak > MEMORY_PRESSURE_FRACTION * cap else ""),
+        "bottleneck": bottleneck_name(r["bottleneck"] or None),
+    }
+    if grid.train_tokens is None:
+        row["$/Mtok"] = _fmt(r["cost_usd_per_million_tokens"], ".3f")
+        row["kWh/Mtok"] = _fmt(r["energy_kwh_per_million_tokens"], ".3f")
+    else:  # what the budget costs with failures, checkpoints and restarts
+        row["days"] = _fmt(r["failures.train_time_s"], ",.1f", 1 / DAY_S)
+        row["$M"] = _fmt(r["failures.train_cost_usd"], ",.2f", 1e-6)
+        row["MWh"] = _fmt(r["failures.train_energy_kwh"], ",.0f", 1e-3)
+    return row
+
+
+def _compact_table(rows: list[dict[str, str]], inputs: set[str], frame: pd.DataFrame,
+                   grid: Grid, head: bool) -> str:
+    """The compact table of ``rows``: the ``inputs`` the same in every row said once above
+    (with ``head``), infeasible reasons numbered below, then columns of :data:`DROP_TO_FIT`
+    left out until it fits :data:`fsdpsim.report.render.WIDTH` columns."""
+    above, left_out = [], []
     if head and len(rows) > 1:  # one value for every row: said once, above the table
         first = rows[0]
         same = [c for c in first if c in inputs and all(r[c] == first[c] for r in rows)]
