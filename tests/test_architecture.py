@@ -174,3 +174,70 @@ def test_the_size_check_finds_a_long_module_and_a_stale_entry(tmp_path):
     assert too_long(lines, {"long.py": 501}) == []
     assert too_long(lines, {"long.py": 501, "short.py": 510}) == [
         "short.py: 500 lines, within 500: remove it from OVER_LIMIT"]
+
+
+#: A function is one step a reader takes in at once: at most this many lines, from its
+#: ``def`` to its last line (its docstring included).
+MAX_FUNCTION_LINES = 100
+#: Functions still over :data:`MAX_FUNCTION_LINES` while they are being split, each with its
+#: length as a ceiling: it may shrink, not grow. An entry goes once its function is within.
+LONG_FUNCTIONS = {"engine/layers.py:layer_times": 125, "costs/memory.py:memory_moments": 109}
+
+
+def function_lines(root: Path = PACKAGE) -> dict[str, int]:
+    """Lines of every function and method of the package, nested ones included, by
+    ``path:qualified name`` (``sweep/tables.py:_Tables.__init__``); the longest of a name
+    defined twice."""
+    out: dict[str, int] = {}
+
+    def visit(node, path: str, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    key = f"{path}:{name}"
+                    out[key] = max(out.get(key, 0), child.end_lineno - child.lineno + 1)
+                visit(child, path, f"{name}.")
+            else:
+                visit(child, path, prefix)
+
+    for path in sorted(root.rglob("*.py")):
+        visit(ast.parse(path.read_text()), path.relative_to(root).as_posix(), "")
+    return out
+
+
+def too_long_functions(lines: dict[str, int], allowed: dict[str, int]) -> list[str]:
+    """The functions over their limit (:data:`MAX_FUNCTION_LINES`, or their ceiling in
+    ``allowed``), and the entries of ``allowed`` whose function is within the limit now (or
+    gone)."""
+    over = [f"{name}: {n} lines > {allowed.get(name, MAX_FUNCTION_LINES)}"
+            for name, n in lines.items() if n > allowed.get(name, MAX_FUNCTION_LINES)]
+    stale = [f"{name}: {lines.get(name, 0)} lines, within {MAX_FUNCTION_LINES}: remove it from "
+             "LONG_FUNCTIONS" for name in allowed if lines.get(name, 0) <= MAX_FUNCTION_LINES]
+    return over + stale
+
+
+def test_no_function_is_longer_than_100_lines():
+    assert too_long_functions(function_lines(), LONG_FUNCTIONS) == []
+
+
+def test_the_function_check_finds_a_long_function_and_a_stale_entry(tmp_path):
+    def body(indent: int, n: int) -> str:
+        return f"{' ' * indent}x = 1\n" * n
+    (tmp_path / "m.py").write_text(
+        "def long():\n" + body(4, 100)
+        + "class C:\n    def short(self):\n" + body(8, 99)
+        + "    def method(self):\n        def inner():\n" + body(12, 100))
+    lines = function_lines(tmp_path)
+    assert lines == {"m.py:long": 101, "m.py:C.short": 100, "m.py:C.method": 102,
+                     "m.py:C.method.inner": 101}
+    assert too_long_functions(lines, {}) == ["m.py:long: 101 lines > 100",
+                                             "m.py:C.method: 102 lines > 100",
+                                             "m.py:C.method.inner: 101 lines > 100"]
+    allowed = {"m.py:long": 101, "m.py:C.method": 102, "m.py:C.method.inner": 101}
+    assert too_long_functions(lines, allowed) == []
+    assert too_long_functions(lines, {**allowed, "m.py:long": 100}) == [
+        "m.py:long: 101 lines > 100"]
+    assert too_long_functions(lines, {**allowed, "m.py:C.short": 110, "m.py:gone": 120}) == [
+        "m.py:C.short: 100 lines, within 100: remove it from LONG_FUNCTIONS",
+        "m.py:gone: 0 lines, within 100: remove it from LONG_FUNCTIONS"]
