@@ -156,12 +156,12 @@ def fsdp_units(m, x, plan):
     embed = [(n, sh) for n, sh in shapes["root"] if n.startswith(("tok_emb", "pos_emb"))]
     head = [(n, sh) for n, sh in shapes["root"] if not n.startswith(("tok_emb", "pos_emb"))]
     head += [(n, sh) for n, sh in embed if m.tied_embeddings and n.startswith("tok_emb")]
+    block_rank = padded_numel(shapes["block"], 1)         # unpadded: one TP rank's
     L_first, L_mid, L_last = plan.stage_layers(L)
     return {"block_numel": block_numel, "root_numel": root_numel, "embed": embed, "head": head,
-            "block_rank": padded_numel(shapes["block"], 1),      # unpadded, one TP rank's
-            "params_padded": L * block_numel + root_numel,
-            "params_rank": (float(m.n_params) if t == 1 else L * padded_numel(shapes["block"], 1)
-                            + padded_numel(shapes["root"], 1)),
+            "block_rank": block_rank, "params_padded": L * block_numel + root_numel,
+            "params_rank": (float(m.n_params) if t == 1
+                            else L * block_rank + padded_numel(shapes["root"], 1)),
             "L_first": L_first, "L_mid": L_mid, "L_last": L_last,
             "L_stage": L_mid if plan.pp > 1 else L}
 
