@@ -125,6 +125,11 @@ class Framework:
     """List-output all-gather / list-input reduce-scatter: one view and one copy per rank."""
     grad_reduce_overlap: bool = True
     """DDP gradient all-reduce overlaps backward (bucketed), else it runs after it."""
+    zero1_reduce_overlap: bool = True
+    """ZeRO-1 gradient reduce-scatter overlaps backward, else it runs beside none of it."""
+    grad_bucket_bytes: float = 0.0
+    """Bytes of 16-bit gradients per PyTorch DDP bucket, each bucket one gradient collective
+    of DDP or ZeRO-1 (``bucket_cap_mb`` · 2^20; 0: one call per unit)."""
     param_broadcast: bool = False
     """ZeRO-1 parameter sync after the optimizer step as one broadcast per shard owner (else
     one all-gather), waited for before the next forward."""
@@ -223,6 +228,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
     Framework("nanotron", "megatron", "nccl-2.30",
               grad_accum_pass_bytes=2.0 + 4.0 + 4.0, uncertainty=0.10,
+              grad_bucket_bytes=25 * 2**20, zero1_reduce_overlap=False,
               source="huggingface/nanotron v0.5 src/nanotron/helpers.py "
                      "(init_optimizer_and_grad_accumulator), optim/gradient_accumulator.py "
                      "(get_fp32_accum_hook), optim/zero.py (_all_gather_params), "
