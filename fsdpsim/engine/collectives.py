@@ -215,12 +215,15 @@ def zero1_by_broadcast(g, co, params_bytes, t):
 
 
 def bucket_calls(numel, elem_bytes, bucket_bytes):
-    """Gradient collectives of one unit under PyTorch DDP's buckets [-]: a bucket closes once
-    it holds at least ``bucket_bytes`` of gradients in the parameters' dtype (torch
-    ``torch/csrc/distributed/c10d/reducer.cpp`` ``compute_bucket_assignment_by_size``;
-    ``bucket_cap_mb`` = 25 MiB by default), and each bucket is one call, so a unit of
-    ``numel · elem_bytes`` bytes is reduced in ``max(1, floor(bytes / bucket_bytes))`` calls
-    (buckets counted within the unit). ``bucket_bytes`` 0: one call per unit."""
+    """Gradient collectives of one unit under PyTorch DDP's buckets [-]:
+    ``max(1, floor(numel · elem_bytes / bucket_bytes))``; 1 where ``bucket_bytes`` is 0.
+
+    A bucket closes once it holds at least ``bucket_bytes`` of gradients in the parameters'
+    dtype (torch ``torch/csrc/distributed/c10d/reducer.cpp``
+    ``compute_bucket_assignment_by_size``; ``bucket_cap_mb`` 25 MiB by default) and each
+    bucket is one call, so a unit closes at most ``floor(bytes / bucket_bytes)`` buckets: the
+    count where no tensor overflows the cap, an upper bound where one does (a tensor larger
+    than the cap fills one bucket alone). Counted within the unit."""
     buckets = np.floor(numel * elem_bytes / maximum(bucket_bytes, 1.0))
     return where(bucket_bytes > 0, maximum(buckets, 1.0), 1.0)
 

@@ -55,12 +55,25 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
   bf16 parameters, gradients accumulated into fp32 buffers (``FP32GradientAccumulator``, the
   fp32 master copy beside them: Megatron's memory recipe) by one ``add_`` per parameter after
   every micro-batch's backward (read the bf16 gradient and the fp32 buffer, write the buffer:
-  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's 25 MB buckets call a
-  communication hook during the last micro-batch's backward that all-reduces the fp32 buffers
-  (ZeRO-0) or reduce-scatters them (ZeRO-1), overlapped with that backward; with ZeRO-1 the
-  bf16 parameters are all-gathered after the optimizer step, before the next forward, not
-  overlapped. TP in ``REDUCE_SCATTER`` mode is sequence parallelism (all-gather before the
-  column linears, reduce-scatter after the row linears); its "async" column linear overlaps
+  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's buckets
+  (``bucket_cap_mb`` 25, ``trainer.py`` L860-865 and ``config/config.py`` L220 @67c5ebb6; a
+  bucket closes at 25 MiB of bf16 gradients or more, torch ``reducer.cpp``
+  ``compute_bucket_assignment_by_size``) call a communication hook during the last
+  micro-batch's backward, one collective per bucket (``grad_bucket_bytes``;
+  ``get_fp32_accum_hook``, ``optim/gradient_accumulator.py`` L322-393 @67c5ebb6, L317-388 in
+  v0.5). ZeRO-0 all-reduces the bucket's fp32 buffers (``all_reduce_coalesced``, async, no
+  callback), overlapped with that backward. ZeRO-1 reduce-scatters them with
+  ``distributed.py`` ``reduce_scatter_coalesced`` (L70-135, v0.5 and @67c5ebb6), which hangs
+  ``update_output`` (copy the shards back) on ``work.get_future().then(...)``: ProcessGroupNCCL
+  marks the future complete when it enqueues the call, so the callback runs at once, on a pool
+  stream made to wait for the NCCL stream's end event (torch ``ivalue::Future::invokeCallback``).
+  With ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (the runs' ``run_multinode.sh`` L41 @67c5ebb6) every
+  stream feeds one hardware queue, so the backward kernels launched after those copies wait for
+  the reduce-scatter: each bucket's reduction runs between the backward's kernels, not beside
+  them (``zero1_reduce_overlap`` False). With ZeRO-1 the bf16 parameters are all-gathered after
+  the optimizer step, before the next forward, not overlapped. TP in ``REDUCE_SCATTER`` mode
+  is sequence parallelism (all-gather before the column linears, reduce-scatter after the row
+  linears); its "async" column linear overlaps
   only the local shard's GEMM (1/tp of it) with the all-gather and the row linear's
   reduce-scatter waits for its GEMM, so TP communication is modelled exposed. Attention is
   ``flash_attn`` 2 (not Transformer Engine's fused kernel); no activation recompute by default;
