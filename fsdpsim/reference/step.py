@@ -150,14 +150,26 @@ def predict(model, system, plan, training) -> dict[str, float]:
     # all-reduce of the gradients a step (Li et al. 2020 §3.2.4).
     zero1, ddp = strategy == "optimizer", strategy == "none"
     step_block = step_root = post_step = 0.0
+
+    def buckets(numel):
+        """DDP's gradient buckets of a unit: one closes at >= bucket_cap_mb MiB of 16-bit
+        gradients (torch reducer.cpp compute_bucket_assignment_by_size); 1 without buckets."""
+        cap = x["bucket_bytes"]
+        return max(1.0, math.floor(numel * e / cap)) if cap > 0 else 1.0
+
     if zero1:  # (with pipelining, a stage's layers and the whole root, as the engine counts)
-        step_block, step_root = rs_block, rs_root
+        step_block, step_root = (
+            n * nccl_time_s(x, numel * x["reduce_bytes"] / n, shard, shard_per_node, False,
+                            shard_per_pod)
+            for numel, n in ((block_numel, buckets(block_numel)),
+                             (root_numel, buckets(root_numel))))
         post_step = ring((L_stage * block_numel + root_numel) * e)
     if ddp:
-        step_block = nccl_time_s(x, block_numel * x["reduce_bytes"], world, world_per_node,
-                                 True, world_per_pod)
-        step_root = nccl_time_s(x, root_numel * x["reduce_bytes"], world, world_per_node,
-                                True, world_per_pod)
+        step_block, step_root = (
+            n * nccl_time_s(x, numel * x["reduce_bytes"] / n, world, world_per_node, True,
+                            world_per_pod)
+            for numel, n in ((block_numel, buckets(block_numel)),
+                             (root_numel, buckets(root_numel))))
     # HSDP: every micro-batch, each GPU's reduced gradient shard is all-reduced over the
     # replicas (Zhao et al. 2023 §3.2.2).
     hsdp_block = hsdp_root = 0.0
@@ -200,6 +212,9 @@ def predict(model, system, plan, training) -> dict[str, float]:
             return (head + pipelined_s(first, bwd_ag + block_comm, block_bwd, n_units,
                                        block_comm, sigma) + root_comm * holds_root)
         bwd_mb = backward(0.0, 0.0) if sync_last else backward(mb_rs, root_rs)
+        if zero1 and not x["zero1_overlap"]:  # the reduce-scatter after the backward
+            return fwd, bwd_mb, (backward(mb_rs, root_rs) + n_units * step_block
+                                 + step_root * holds_root)
         return fwd, bwd_mb, backward(mb_rs + step_block, root_rs + step_root)
 
     # Optimizer on the local shard (the first stage's, with pipelining): bandwidth bound.
@@ -262,7 +277,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     all_gather_s = (ag_steps * ((Ls * ag_block * ag_calls + ag_root) if gathers else 0.0)
                     + post_step)
     reduce_scatter_s = (rs_steps * ((Ls * rs_block + rs_root) if gathers else 0.0)
-                        + ((Ls * rs_block + rs_root) if zero1 else 0.0))
+                        + ((Ls * step_block + step_root) if zero1 else 0.0))
     all_reduce_s = ((Ls * step_block + step_root) if ddp
                     else rs_steps * (Ls * hsdp_block + hsdp_root))
     tokens_per_step = b * s * k * dp
