@@ -18,7 +18,7 @@ SPECS = {"model", "hardware", "plan"}
 MAX_MODULE_LINES = 500
 #: Modules still over :data:`MAX_MODULE_LINES` while they are being split, each with its size
 #: as a ceiling: it may shrink, not grow. An entry goes once its module is within the limit.
-OVER_LIMIT = {"hardware/catalog.py": 534}
+OVER_LIMIT: dict[str, int] = {}
 
 
 def _layer(module: str) -> str | None:

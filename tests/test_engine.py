@@ -552,8 +552,8 @@ def test_fp8_runs_gemms_in_fp8_and_attention_in_bf16():
         for p in ("bf16", "fp8")}
     assert runs["fp8"]["attention_s"] == pytest.approx(runs["bf16"]["attention_s"], rel=1e-9)
     # twice the peak, and each precision's own GEMM fraction on H100 (fsdpsim.hardware.efficiency:
-    # PyTorch 16-bit 0.6591, FP8 borrowed from Transformer Engine's 0.6667)
-    assert runs["fp8"]["gemm_s"] == pytest.approx(runs["bf16"]["gemm_s"] / 2 * 0.6591 / 0.6667,
+    # PyTorch 16-bit 0.6609, FP8 borrowed from Transformer Engine's 0.6667)
+    assert runs["fp8"]["gemm_s"] == pytest.approx(runs["bf16"]["gemm_s"] / 2 * 0.6609 / 0.6667,
                                                   rel=0.05)
     fwd, bwd = compute.fp8_cast_bytes(3 * 8192, spec.d_model, spec.q_dim, spec.kv_dim,
                                       spec.ffn_size, False, spec.block_params)

@@ -65,9 +65,13 @@ def test_emitted_configs_run_the_ranked_plans(model, gpu, n, framework):
 
 
 def _choice(plan, mb=2, accum=8, recompute="none", layers=None, per_stage=16):
+    """A hand-made candidate: its middle stages hold ``per_stage`` layers, its end stages the
+    plan's end counts where given."""
+    n_layers = ((plan.pp_first_layers or per_stage) + (plan.pp_last_layers or per_stage)
+                + (plan.pp - 2) * per_stage) if plan.pp > 1 else per_stage
     return Choice(plan=plan, micro_batch=mb, grad_accum=accum, recompute=recompute,
                   recompute_layers=layers, tokens_per_s=1.0, peak_bytes=1.0, score=1.0,
-                  layers_per_stage=per_stage)
+                  layers_per_stage=per_stage, n_layers=n_layers)
 
 
 TRAINING = TrainingConfig(seq_len=4096, global_batch=None)

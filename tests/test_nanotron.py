@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -181,8 +182,8 @@ def test_nanotron_file_error_floor():
     ape = result.set_index("id")["error"].abs()
     kept = ape.drop(raw.loc[doubtful(raw), "id"], errors="ignore")
     assert len(kept) == 1239
-    assert ape.mean() <= 1.37, ape.mean()
-    assert kept.mean() <= 0.97, kept.mean()
+    assert ape.mean() <= 1.35, ape.mean()
+    assert kept.mean() <= 0.95, kept.mean()
     # single-node rows, where no inter-node effect enters
     single = result[result["n_gpus"] == 8]["error"].abs()
     assert single.mean() <= 0.15, single.mean()
@@ -208,6 +209,94 @@ def test_nanotron_fp32_accumulation_pass(monkeypatch):
     expected_s = 4 * 10 * SMALL_PARAMS / hbm  # 4 micro-batches of one sequence on 8 ranks
     assert with_pass.values["step_time_s"] - without.values["step_time_s"] == pytest.approx(
         expected_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("numel, bucket_bytes, calls", [
+    (1_000, 25 * 2**20, 1),            # a unit below the cap: one bucket
+    (13_107_200, 25 * 2**20, 1),       # exactly 25 MiB of bf16 gradients: one bucket
+    (13_107_199, 25 * 2**20, 1),       # 2 bytes short of the cap: still one call
+    (26_214_400, 25 * 2**20, 2),       # 50 MiB: two buckets
+    (67_112_960, 25 * 2**20, 5),       # a 1.34B Llama block (d 2,048, FFN 8,192): 128 MiB
+    (67_112_960, 0.0, 1),              # no buckets: one call per unit
+])
+def test_ddp_bucket_calls_by_hand(numel, bucket_bytes, calls):
+    """DDP closes a bucket once it holds at least the cap (torch reducer.cpp): a unit of B
+    bytes of bf16 gradients is at most floor(B / 25 MiB) buckets, at least one; scalar and
+    array inputs agree."""
+    from fsdpsim.engine.collectives import bucket_calls
+
+    assert float(bucket_calls(numel, 2.0, bucket_bytes)) == calls
+    many = bucket_calls(np.full(3, float(numel)), 2.0, np.full(3, float(bucket_bytes)))
+    assert np.array_equal(many, np.full(3, float(calls)))
+
+
+#: A Llama of the file's smallest width (d 2,048, FFN 8,192, 2 layers): a block's bf16
+#: gradients are 128 MiB, five 25 MiB buckets.
+WIDE = ModelSpec(name="wide-llama", n_layers=2, d_model=2048, n_heads=16, n_kv_heads=16,
+                 ffn_size=8192, ffn_kind="swiglu", vocab_size=32768, tied_embeddings=True,
+                 position="rotary", max_seq_len=1024, norm="rmsnorm", norm_bias=False,
+                 qkv_bias=False, attn_out_bias=False, mlp_bias=False)
+
+
+def _wide(sharding: str, monkeypatch=None, **profile):
+    """WIDE on 32 H100 (4 nodes), micro-batch 1, one micro-batch a step; ``profile``
+    overrides fields of the nanotron profile."""
+    from dataclasses import replace
+
+    from fsdpsim.plan import frameworks
+
+    if profile:
+        monkeypatch.setitem(frameworks.PROFILES, "nanotron",
+                            replace(frameworks.PROFILES["nanotron"], **profile))
+    system = resolve_system(CATALOG, gpu="h100-sxm5-80gb", gpus_per_node=8)
+    plan = ParallelPlan(num_gpus=32, gpus_per_node=8, sharding=sharding, framework="nanotron")
+    training = TrainingConfig(micro_batch=1, recompute="none", seq_len=1024, global_batch=32,
+                              precision="bf16", reduce_dtype="fp32")
+    return predict(WIDE, system, plan, training).values
+
+
+@pytest.mark.parametrize("sharding, key", [("none", "all_reduce_s"),
+                                           ("optimizer", "reduce_scatter_s")])
+def test_nanotron_reduces_gradients_per_bucket(monkeypatch, sharding, key):
+    """One gradient collective per 25 MiB DDP bucket: the same bytes in more calls take longer
+    (each pays NCCL's latency, at the bus bandwidth of its smaller message); a cap above every
+    unit gives back one call per unit exactly, and a smaller cap takes longer still."""
+    default = _wide(sharding)[key]
+    one_call = _wide(sharding, monkeypatch, grad_bucket_bytes=0.0)[key]
+    huge_cap = _wide(sharding, monkeypatch, grad_bucket_bytes=2.0**40)[key]
+    small_cap = _wide(sharding, monkeypatch, grad_bucket_bytes=5 * 2**20)[key]
+    assert huge_cap == pytest.approx(one_call, rel=1e-12)
+    assert one_call < default < small_cap
+
+
+def test_nanotron_zero1_reduce_scatter_is_not_hidden(monkeypatch):
+    """nanotron's ZeRO-1 bucket reduce-scatters run between the backward's kernels (the
+    hook's ``update_output`` callback waits for them on a stream that, with one hardware
+    queue, every later kernel queues behind): with TP 1 and PP 1 every second of gradient
+    reduce-scatter and parameter all-gather shows in the step. ZeRO-0's bucket all-reduces
+    (no callback) still hide behind the backward, and so do ZeRO-1's where the profile lets
+    them overlap."""
+    zero1 = _wide("optimizer")
+    exposed = zero1["reduce_scatter_s"] + zero1["all_gather_s"]
+    assert zero1["exposed_comm_s"] == pytest.approx(exposed, rel=1e-9)
+    overlapped = _wide("optimizer", monkeypatch, zero1_reduce_overlap=True)
+    assert overlapped["exposed_comm_s"] < exposed
+    zero0 = _wide("none")
+    assert zero0["exposed_comm_s"] < zero0["all_reduce_s"]
+
+
+def test_nanotron_pure_data_parallel_zero1_rows(tmp_path):
+    """The file's pure data-parallel ZeRO-1 rows (TP 1, PP 1; 8 to 256 GPUs): with the bucket
+    reduce-scatters not hidden, the median error per GPU count stays within 20 % (with them
+    hidden it was +43 % on 128 GPUs and +95 % on 256, docs/accuracy.md)."""
+    raw = pd.read_csv(NANOTRON)
+    rows = raw[(raw["tp"] == 1) & (raw["pp"] == 1) & (raw["sharding"] == "optimizer")]
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    frame = load_measurements(tmp_path / "rows.csv", CATALOG)
+    result = predict_measurements(frame, CATALOG)
+    by_gpus = result.groupby("n_gpus")["error"].median()
+    assert set(by_gpus.index) == {8, 16, 32, 64, 128, 256}
+    assert by_gpus.abs().max() <= 0.20, by_gpus
 
 
 def _per_layer_slot_ms(raw: pd.DataFrame) -> pd.Series:

@@ -49,9 +49,18 @@ def test_torchtitan_split_weighs_embedding_and_head_as_one_layer_each():
     the last one to the head: 3, 4, 4, 4, 4, 4, 3, 2."""
     assert torchtitan_split(28, 8, 1).counts == (3, 4, 4, 4, 4, 4, 3, 2)
     assert torchtitan_split(126, 4, 1).counts == (31, 32, 32, 31)
-    # 30 effective layers over 32 stages (torchtitan refuses): the trailing stages are empty
-    split = torchtitan_split(28, 32, 1)
+    # 30 effective layers over 32 stages: torchtitan refuses, and so does fsdpsim, naming what
+    # is accepted; nanotron's placement leaves the trailing stages empty
+    with pytest.raises(ConfigError, match=r"32 virtual stages.*accepted: pp x vpp <= 30"):
+        torchtitan_split(28, 32, 1)
+    with pytest.raises(ConfigError, match="accepted: pp x vpp <= 128"):
+        default_split(126, 64, 16, "fsdp2")
+    split = torchtitan_split(28, 32, 1, empty_stages=True)
     assert split.counts == (0,) + (1,) * 28 + (0, 0, 0) and "empty" in split.rule
+    assert default_split(28, 32, 1, "nanotron").counts == split.counts
+    # the chunks torchtitan's emitter lists: its own virtual stages, every layer once
+    chunks = default_split(80, 4, 8, "fsdp2").chunks(8)
+    assert len(chunks) == 32 and sum(chunks) == 80 and chunks[0] == 2
     # virtual stages: 30 + 2 = 32 over 8 virtual stages of 4, rank r holds r and r + 4
     assert torchtitan_split(30, 4, 2).counts == (3 + 4, 4 + 4, 4 + 4, 4 + 3)
 
@@ -65,8 +74,12 @@ def test_even_splits_stay_even(n_layers, pp, vpp, framework):
 
 @pytest.mark.parametrize("n_layers", [28, 61, 70, 80, 126])
 @pytest.mark.parametrize("pp", [2, 3, 8, 12, 16, 32])
-@pytest.mark.parametrize("framework", ["fsdp2", "megatron"])
+@pytest.mark.parametrize("framework", ["fsdp2", "megatron", "nanotron"])
 def test_every_default_split_places_every_layer(n_layers, pp, framework):
+    if pp > n_layers + 2 and framework != "nanotron":  # more stages than torchtitan splits
+        with pytest.raises(ConfigError, match="accepted: pp x vpp <="):
+            default_split(n_layers, pp, 1, framework)
+        return
     counts = default_split(n_layers, pp, 1, framework).counts
     assert len(counts) == pp and sum(counts) == n_layers and min(counts) >= 0
 

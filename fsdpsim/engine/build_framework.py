@@ -79,6 +79,8 @@ def framework_constants(framework: str) -> dict[str, float]:
             "dp_gather_overlap": float(prof.gather_overlap),
             "dp_list_collectives": float(prof.list_collectives),
             "ddp_overlap": float(prof.grad_reduce_overlap),
+            "zero1_reduce_overlap": float(prof.zero1_reduce_overlap),
+            "grad_bucket_bytes": prof.grad_bucket_bytes,
             "param_broadcast": float(prof.param_broadcast),
             "grad_all_reduce": float(prof.grad_all_reduce),
             "grad_accum_pass_bytes": prof.grad_accum_pass_bytes}

@@ -214,11 +214,27 @@ def zero1_by_broadcast(g, co, params_bytes, t):
     }
 
 
+def bucket_calls(numel, elem_bytes, bucket_bytes):
+    """Gradient collectives of one unit under PyTorch DDP's buckets [-]:
+    ``max(1, floor(numel · elem_bytes / bucket_bytes))``; 1 where ``bucket_bytes`` is 0.
+
+    A bucket closes once it holds at least ``bucket_bytes`` of gradients in the parameters'
+    dtype (torch ``torch/csrc/distributed/c10d/reducer.cpp``
+    ``compute_bucket_assignment_by_size``; ``bucket_cap_mb`` 25 MiB by default) and each
+    bucket is one call, so a unit closes at most ``floor(bytes / bucket_bytes)`` buckets: the
+    count where no tensor overflows the cap, an upper bound where one does (a tensor larger
+    than the cap fills one bucket alone). Counted within the unit."""
+    buckets = np.floor(numel * elem_bytes / maximum(bucket_bytes, 1.0))
+    return where(bucket_bytes > 0, maximum(buckets, 1.0), 1.0)
+
+
 def data_parallel(g, co, n_units, r):
     """FSDP / ZeRO / DDP / HSDP collectives of one stage holding ``n_units`` block units, and
     the root unit [s]: one call of each kind per unit, or one per gathered parameter
-    (``dp_block_calls`` / ``dp_root_calls``, per framework), each at NCCL's chosen algorithm
-    and protocol (module table of costs/comm.py for which collectives run)."""
+    (``dp_block_calls`` / ``dp_root_calls``, per framework), or DDP's and ZeRO-1's gradient
+    reduction one call per bucket (``grad_bucket_bytes``, :func:`bucket_calls`), each at
+    NCCL's chosen algorithm and protocol (module table of costs/comm.py for which collectives
+    run)."""
     elem = g["compute_bytes"]
     shard = g["shard_size"]
     sh, rp, wd = co["shard"], co["replicate"], co["dp_world"]
@@ -230,6 +246,10 @@ def data_parallel(g, co, n_units, r):
     root_grad_bytes = g["root_numel_padded"] * g["reduce_bytes"]
     world = g["dp_world_size"]
     strategy = as_values(g["strategy"])
+    bucketed = any_of(g["grad_bucket_bytes"] > 0)
+    grad_calls = ((bucket_calls(g["block_numel_padded"], elem, g["grad_bucket_bytes"]),
+                   bucket_calls(g["root_numel_padded"], elem, g["grad_bucket_bytes"]))
+                  if bucketed else (1.0, 1.0))
 
     def dp(total, calls, cands, ranks):
         return _dp_call_s(g, r, total, calls, cands, ranks, listed)
@@ -247,8 +267,13 @@ def data_parallel(g, co, n_units, r):
     # of that strategy only.
     for code, group, divide, prefix in ((comm.HYBRID, rp, shard, "hsdp"),
                                         (comm.NONE, wd, 1.0, "ddp")):
-        def all_reduce(idx, grp=group, d=divide):
+        def all_reduce(idx, grp=group, d=divide, ddp=code == comm.NONE):
             cands = grp["ar"] if idx is None else grp.rows(idx)["ar"]
+            if ddp and bucketed:
+                def pick(v):
+                    return v if idx is None else take(v, idx)
+                return tuple(nccl.time_s(pick(b / n), cands, pick(n))
+                             for b, n in zip((block_grad_bytes, root_grad_bytes), grad_calls))
             return tuple(nccl.time_s(take(b / d, idx) if idx is not None else b / d, cands)
                          for b in (block_grad_bytes, root_grad_bytes))
         t[f"{prefix}_ar_block_s"], t[f"{prefix}_ar_root_s"] = per_strategy2(strategy, code,
@@ -258,8 +283,8 @@ def data_parallel(g, co, n_units, r):
         same = bool(all_of(((world == shard) & (g["dp_world_per_node"] == g["shard_per_node"]))
                            | (strategy != comm.OPTIMIZER)))
         ring = sh["ring"] if same else wd["ring"]
-        t["zero1_rs_block_s"] = dp(block_grad_bytes, 1.0, ring, world)
-        t["zero1_rs_root_s"] = dp(root_grad_bytes, 1.0, ring, world)
+        t["zero1_rs_block_s"] = dp(block_grad_bytes, grad_calls[0], ring, world)
+        t["zero1_rs_root_s"] = dp(root_grad_bytes, grad_calls[1], ring, world)
         params_bytes = (n_units * g["block_numel_padded"] + g["root_numel_padded"]) * elem
         t["zero1_ag_all_s"] = dp(params_bytes, 1.0, ring, world)
         if any_of(g["param_broadcast"] > 0) or any_of(g["grad_all_reduce"] > 0):

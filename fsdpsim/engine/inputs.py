@@ -149,6 +149,8 @@ class FrameworkInputs(NcclInputs):
     dp_gather_overlap: Number      # 0/1 data-parallel gathers overlap compute
     dp_list_collectives: Number    # 0/1 one view and one copy per rank and call
     ddp_overlap: Number            # 0/1 DDP all-reduce overlaps backward
+    zero1_reduce_overlap: Number   # 0/1 ZeRO-1 gradient reduce-scatter overlaps backward
+    grad_bucket_bytes: Number      # DDP bucket of 16-bit gradients, one call each [B]
     param_broadcast: Number        # 0/1 ZeRO-1 parameters synced by one broadcast per owner
     grad_all_reduce: Number        # 0/1 ZeRO-1 gradients all-reduced in the compute dtype
     dp_block_calls: Number         # data-parallel collectives per block unit

@@ -35,6 +35,7 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    "nic_decay_per_doubling": 0.0, "nic_decay_from_nodes": 4.0,
                    "nic_decay_floor": 1.0, "link_nvlink": 1.0, "link_mesh": 0.0,
                    "dp_gather_overlap": 1.0, "dp_list_collectives": 0.0, "ddp_overlap": 1.0,
+                   "zero1_reduce_overlap": 1.0, "grad_bucket_bytes": 0.0,
                    "param_broadcast": 0.0, "grad_all_reduce": 0.0,
                    "dp_block_calls": 1.0, "dp_root_calls": 1.0, "dp_comm_scale": 1.0,
                    "nic_uncertainty": 0.1, "framework_uncertainty": 0.0,

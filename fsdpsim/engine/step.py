@@ -84,12 +84,16 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
     bwd_mb_s = backward_s(where(sync_last, 0.0, mb_rs_s + mb_ar_s),
                           where(sync_last, 0.0, root_tail_s))
     bwd_last_s = backward_s(mb_rs_s + mb_ar_s + step_block_comm_s, root_tail_s + step_root_comm_s)
-    # DDP whose gradient all-reduce runs after the whole backward (megatron-2021).
+    # DDP whose gradient all-reduce runs after the whole backward (megatron-2021), ZeRO-1
+    # whose reduce-scatter runs beside none of it (nanotron): the backward, then the calls.
     late = f["is_ddp"] & (g["ddp_overlap"] <= 0)
-    if any_of(late):
-        bwd_last_s = where(late, backward_s(mb_rs_s + mb_ar_s, root_tail_s)
-                           + n_units * t["ddp_ar_block_s"] + root * t["ddp_ar_root_s"],
-                           bwd_last_s)
+    late_zero1 = f["is_zero1"] & (g["zero1_reduce_overlap"] <= 0)
+    if any_of(late) or any_of(late_zero1):
+        serial_s = backward_s(mb_rs_s + mb_ar_s, root_tail_s)
+        bwd_last_s = where(late, serial_s + n_units * t["ddp_ar_block_s"]
+                           + root * t["ddp_ar_root_s"], bwd_last_s)
+        bwd_last_s = where(late_zero1, serial_s + n_units * t["zero1_rs_block_s"]
+                           + root * t["zero1_rs_root_s"], bwd_last_s)
     return {"fwd_s": fwd_s, "fwd_kept_s": fwd_kept_s, "bwd_mb_s": bwd_mb_s,
             "bwd_last_s": bwd_last_s}
 

@@ -68,10 +68,10 @@ STACK_KEYS = ("matmul_fraction", "attention_fraction", "fused_attention_fraction
 FRACTION_KEYS = STACK_KEYS[:3]
 #: Relative spread added to both ends of the 90 % range of a triple transferred from another
 #: stack of the same GPU: the gap between the two fitted stacks of one GPU here, H100's PyTorch
-#: BF16 GEMMs at 0.821 of their MAMF ceiling (0.6591 / 0.803, nanotron rows) against Transformer
-#: Engine FP8 at 0.940 of its (0.6667 / 0.709): 1 - 0.821 / 0.940 = 0.13 (docs/accuracy.md,
+#: BF16 GEMMs at 0.823 of their MAMF ceiling (0.6609 / 0.803, nanotron rows) against Transformer
+#: Engine FP8 at 0.940 of its (0.6667 / 0.709): 1 - 0.823 / 0.940 = 0.125 (docs/accuracy.md,
 #: "Efficiency per GPU x precision x kernel stack").
-TRANSFER_UNCERTAINTY = 0.13
+TRANSFER_UNCERTAINTY = 0.125
 #: The same for a table carrying another GPU's fit (``scaled_from``): what the GPU's best GEMM
 #: alone moves with its software stack, MI300X's MAMF ~450 TFLOP/s under ROCm 6.1's default
 #: kernels against 668.4 under ROCm 6.3 with TunableOp (hardware.md §6.1): 1 - 450 / 668.4 =

@@ -55,12 +55,25 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
   bf16 parameters, gradients accumulated into fp32 buffers (``FP32GradientAccumulator``, the
   fp32 master copy beside them: Megatron's memory recipe) by one ``add_`` per parameter after
   every micro-batch's backward (read the bf16 gradient and the fp32 buffer, write the buffer:
-  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's 25 MB buckets call a
-  communication hook during the last micro-batch's backward that all-reduces the fp32 buffers
-  (ZeRO-0) or reduce-scatters them (ZeRO-1), overlapped with that backward; with ZeRO-1 the
-  bf16 parameters are all-gathered after the optimizer step, before the next forward, not
-  overlapped. TP in ``REDUCE_SCATTER`` mode is sequence parallelism (all-gather before the
-  column linears, reduce-scatter after the row linears); its "async" column linear overlaps
+  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's buckets
+  (``bucket_cap_mb`` 25, ``trainer.py`` L860-865 and ``config/config.py`` L220 @67c5ebb6; a
+  bucket closes at 25 MiB of bf16 gradients or more, torch ``reducer.cpp``
+  ``compute_bucket_assignment_by_size``) call a communication hook during the last
+  micro-batch's backward, one collective per bucket (``grad_bucket_bytes``;
+  ``get_fp32_accum_hook``, ``optim/gradient_accumulator.py`` L322-393 @67c5ebb6, L317-388 in
+  v0.5). ZeRO-0 all-reduces the bucket's fp32 buffers (``all_reduce_coalesced``, async, no
+  callback), overlapped with that backward. ZeRO-1 reduce-scatters them with
+  ``distributed.py`` ``reduce_scatter_coalesced`` (L70-135, v0.5 and @67c5ebb6), which hangs
+  ``update_output`` (copy the shards back) on ``work.get_future().then(...)``: ProcessGroupNCCL
+  marks the future complete when it enqueues the call, so the callback runs at once, on a pool
+  stream made to wait for the NCCL stream's end event (torch ``ivalue::Future::invokeCallback``).
+  With ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (the runs' ``run_multinode.sh`` L41 @67c5ebb6) every
+  stream feeds one hardware queue, so the backward kernels launched after those copies wait for
+  the reduce-scatter: each bucket's reduction runs between the backward's kernels, not beside
+  them (``zero1_reduce_overlap`` False). With ZeRO-1 the bf16 parameters are all-gathered after
+  the optimizer step, before the next forward, not overlapped. TP in ``REDUCE_SCATTER`` mode
+  is sequence parallelism (all-gather before the column linears, reduce-scatter after the row
+  linears); its "async" column linear overlaps
   only the local shard's GEMM (1/tp of it) with the all-gather and the row linear's
   reduce-scatter waits for its GEMM, so TP communication is modelled exposed. Attention is
   ``flash_attn`` 2 (not Transformer Engine's fused kernel); no activation recompute by default;
@@ -100,7 +113,6 @@ layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from fsdpsim.plan.training import LOW_PRECISION
 from fsdpsim.util.errors import ConfigError, suggest
@@ -125,6 +137,11 @@ class Framework:
     """List-output all-gather / list-input reduce-scatter: one view and one copy per rank."""
     grad_reduce_overlap: bool = True
     """DDP gradient all-reduce overlaps backward (bucketed), else it runs after it."""
+    zero1_reduce_overlap: bool = True
+    """ZeRO-1 gradient reduce-scatter overlaps backward, else it runs beside none of it."""
+    grad_bucket_bytes: float = 0.0
+    """Bytes of 16-bit gradients per PyTorch DDP bucket, each bucket one gradient collective
+    of DDP or ZeRO-1 (``bucket_cap_mb`` · 2^20; 0: one call per unit)."""
     param_broadcast: bool = False
     """ZeRO-1 parameter sync after the optimizer step as one broadcast per shard owner (else
     one all-gather), waited for before the next forward."""
@@ -223,6 +240,7 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
               supports=(("sharding", ("optimizer",)), ("cp", (1,)), ("tp_overlap", (False,)))),
     Framework("nanotron", "megatron", "nccl-2.30",
               grad_accum_pass_bytes=2.0 + 4.0 + 4.0, uncertainty=0.10,
+              grad_bucket_bytes=25 * 2**20, zero1_reduce_overlap=False,
               source="huggingface/nanotron v0.5 src/nanotron/helpers.py "
                      "(init_optimizer_and_grad_accumulator), optim/gradient_accumulator.py "
                      "(get_fp32_accum_hook), optim/zero.py (_all_gather_params), "
@@ -276,7 +294,8 @@ def plan_defaults(framework: str, *, tp: int = 1, pp: int = 1, cp: int = 1,
     and the note that states them:
 
     * ``megatron``: the distributed optimizer, ZeRO-1 (``use_distributed_optimizer`` of
-      Megatron-Bridge's recipes, :data:`FRAMEWORK_CONVENTIONS`), sequence parallelism with TP,
+      Megatron-Bridge's recipes,
+      :data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`), sequence parallelism with TP,
       TP communication overlap off (``ModelParallelConfig.tp_comm_overlap = False``,
       ``megatron/core/model_parallel_config.py``).
     * ``fsdp2`` (torchtitan): FSDP2 (ZeRO-3) over the data-parallel ranks with TP/PP/CP
@@ -325,74 +344,6 @@ def with_defaults(training, framework: str):
     if training.reduce_dtype is None and profile(framework).grad_all_reduce:
         return replace(training, reduce_dtype="fp16" if training.precision == "fp16" else "bf16")
     return training
-
-
-# ------------------------------------------------------------------ frameworks of published rows
-#: What a framework named by a published row does where the row does not say, in the releases
-#: the published tables come from (the profile it runs and its defaults beyond
-#: :data:`KNOB_DEFAULTS`); matched (first match wins) by words of the row's ``framework`` text.
-#:
-#: * Megatron-Core (NeMo 1.x/2.0, Megatron-Bridge): the distributed optimizer (ZeRO-1: optimizer
-#:   states sharded over the data-parallel group), sequence parallelism with TP and the fused
-#:   cross-entropy and no layer kept in BF16 (the ``megatron`` profile's knob defaults,
-#:   :data:`KNOB_DEFAULTS`), as their performance recipes set them
-#:   (Megatron-Bridge "Performance tuning guide"; NeMo ``llama3_70b`` recipes:
-#:   ``use_distributed_optimizer``, ``sequence_parallel=True``), and fused attention
-#:   (Transformer Engine's flash/cuDNN backends); no activation recompute unless the row says
-#:   so (``TransformerConfig.recompute_granularity = None`` by default; the performance
-#:   summaries list recompute only where their configs set it).
-#: * Megatron-LM PTD-P (Narayanan et al., SC21, arXiv 2104.04473 §2.2): the interleaved 1F1B
-#:   schedule; the paper states no chunk count, so it is chosen as ``auto``.
-#: * InternEvo: ``sequence_parallel=False`` in its 7B configs (doc/en/train_performance.md).
-#: * ``dropout``: GPT training in Megatron-LM (``--attention-dropout 0.1 --hidden-dropout 0.1``,
-#:   arguments.py defaults) and OneFlow-GPT (its Megatron port); Llama-style recipes use none.
-#:   OneFlow-GPT runs the ``megatron`` profile without its fused cross-entropy.
-#: * ``profile``: the framework profile (:mod:`fsdpsim.plan.frameworks`: recipe, collective library
-#:   release, granularity and overlap of data-parallel collectives). Megatron and its
-#:   descendants keep bf16/fp16 parameters, fp32 main gradients and the fp32 master copy with
-#:   the (distributed) optimizer; InternEvo's hybrid ZeRO does the same with its own
-#:   collectives (``internevo``: gradients all-reduced, parameters broadcast by each shard's
-#:   owner within its ``zero1`` group, read from the row's ``zero1=N``). Megatron-LM before
-#:   Megatron-Core (2020-21: SC21's PTD-P, DLPerf's NGC 20.12 runs) all-reduced gradients after
-#:   the backward (``megatron-2021``); SC21's DeepSpeed ZeRO-3 rows ran DeepSpeed's 2021 stage 3
-#:   (``deepspeed-zero3-2021``); Composer's FSDP in torch 2.1 is FSDP1.
-#: * nanotron (v0.5): TP in ``REDUCE_SCATTER`` mode is sequence parallelism; flash_attn 2; no
-#:   recompute unless configured (``recompute_layer`` is False by default, ``config/models_config``);
-#:   the ``nanotron`` profile (fp32 gradient accumulation, DDP hook, ZeRO-1 gather after the step).
-#: * torchtitan: sequence parallelism in its TP plan (``SequenceParallel`` on the norms); its
-#:   selective checkpointing is the op-level policy (``ac_mode = "selective"`` with its default
-#:   ``selective_ac_option = "op"``, torchtitan/distributed/activation_checkpoint.py
-#:   ``SelectiveAC``): ``op-selective`` (the ``selective`` key: what a row's "selective" means).
-#: Any other framework: sequence parallelism off (Megatron-LM's ``--sequence-parallel`` is opt-in
-#: and did not exist before 2022), data-parallel sharding as the row's words say.
-FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
-    (("megatron-core", "megatron-bridge", "nemo"),
-     {"name": "Megatron-Core", "sharding": "optimizer", "sequence_parallel": True,
-      "flash": True, "profile": "megatron", "recompute": "none"}),
-    (("ptd-p",), {"name": "Megatron-LM PTD-P", "interleaved": True, "profile": "megatron-2021",
-                  "dropout": True}),
-    (("internevo", "internlm"), {"name": "InternEvo", "sequence_parallel": False,
-                                 "profile": "internevo"}),
-    (("deepspeed zero-3", "deepspeed zero3"),
-     {"name": "DeepSpeed ZeRO-3 (2021)", "profile": "deepspeed-zero3-2021", "dropout": True}),
-    (("megatron",), {"name": "Megatron-LM", "profile": "megatron-2021", "dropout": True}),
-    (("oneflow",), {"name": "OneFlow-GPT", "profile": "megatron", "dropout": True,
-                    "fused_loss": False}),
-    (("nanotron",), {"name": "nanotron", "profile": "nanotron", "sequence_parallel": True,
-                     "flash": True, "recompute": "none"}),
-    (("torchtitan",), {"name": "torchtitan", "sequence_parallel": True,
-                       "selective": "op-selective"}),
-    (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
-)
-
-def framework_conventions(framework: str) -> dict[str, Any]:
-    """The :data:`FRAMEWORK_CONVENTIONS` entry whose words appear in ``framework``; {} if none."""
-    low = framework.lower()
-    for words, conventions in FRAMEWORK_CONVENTIONS:
-        if any(w in low for w in words):
-            return conventions
-    return {}
-
 
 
 def plan_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int,

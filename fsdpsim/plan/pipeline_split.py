@@ -18,9 +18,10 @@ framework. Otherwise the framework profile decides (:func:`default_split`):
   ``pipeline_parallel_first_stage_less_layers = pipeline_parallel_last_stage_less_layers = 1``):
   ``L + 2`` effective layers over the ``pp × vpp`` virtual stages, the first
   ``(L + 2) mod (pp·vpp)`` stages one more; the first virtual stage gives one to the embedding,
-  the last one to the norm and head; virtual stage ``j`` runs on rank ``j mod pp``. Where
-  torchtitan refuses (more virtual stages than ``L + 2``), the same loop leaves the trailing
-  stages empty, as nanotron's cost-balanced placement does ([4] ``build_model``).
+  the last one to the norm and head; virtual stage ``j`` runs on rank ``j mod pp``. More
+  virtual stages than ``L + 2`` torchtitan refuses, and so does fsdpsim (one line naming what is
+  accepted); under ``nanotron`` the same loop leaves the trailing stages empty, as its
+  cost-balanced placement does ([4] ``build_model``).
 
 A Megatron split that none of its options reaches (layers not divisible by ``vpp``) falls back
 to torchtitan's. DeepSpeed's own pipeline partitioning (``PipelineModule``,
@@ -56,10 +57,23 @@ class Split:
     """Layers on each pipeline rank, first to last [-]."""
     rule: str
     """How they were placed (for the notes): ``even``, the framework rule, or ``given``."""
+    virtual: tuple[int, ...] | None = None
+    """Layers of each virtual stage (model chunk), in torchtitan's order: chunk ``j`` on rank
+    ``j mod pp``; None = each rank's layers in ``vpp`` chunks as even as they go, the first
+    taking the remainder (:meth:`chunks`)."""
 
     @property
     def even(self) -> bool:
         return len(set(self.counts)) == 1
+
+    def chunks(self, vpp: int) -> tuple[int, ...]:
+        """Layers of each of the ``len(counts) × vpp`` virtual stages, chunk ``v·pp + r`` on
+        rank ``r`` (the looped placement of Interleaved1F1B and Megatron's virtual stages)."""
+        if self.virtual is not None:
+            return self.virtual
+        pp = len(self.counts)
+        per_rank = [[n // vpp + (v < n % vpp) for v in range(vpp)] for n in self.counts]
+        return tuple(per_rank[r][v] for v in range(vpp) for r in range(pp))
 
 
 def describe(counts: tuple[int, ...]) -> str:
@@ -117,7 +131,7 @@ def megatron_split(n_layers: int, pp: int, vpp: int) -> Split | None:
         virtual = [chunk] * (pp * vpp)
         virtual[0] -= emb
         virtual[-1] -= loss
-        return Split(_ranks(virtual, pp), f"Megatron-Core {words}")
+        return Split(_ranks(virtual, pp), f"Megatron-Core {words}", tuple(virtual))
     if n_layers % vpp:
         return None
     best = None
@@ -139,11 +153,18 @@ def megatron_split(n_layers: int, pp: int, vpp: int) -> Split | None:
                          f"--decoder-last-pipeline-num-layers {counts[-1]}")
 
 
-def torchtitan_split(n_layers: int, pp: int, vpp: int) -> Split:
-    """torchtitan's automatic split ([3]; module docstring), with empty trailing stages where
-    torchtitan itself refuses."""
+def torchtitan_split(n_layers: int, pp: int, vpp: int, empty_stages: bool = False) -> Split:
+    """torchtitan's automatic split ([3]; module docstring). More virtual stages than
+    ``n_layers + 2`` torchtitan refuses (a :class:`ConfigError` naming what is accepted);
+    ``empty_stages``: the trailing stages are left empty instead, as nanotron's cost-balanced
+    placement does ([4])."""
     stages = pp * vpp
     effective = n_layers + 2  # the embedding and the norm + head weigh one layer each
+    if stages > effective and not empty_stages:
+        raise ConfigError(
+            f"n_layers({n_layers}) over pp({pp}) x vpp({vpp}) = {stages} virtual stages: "
+            f"torchtitan's split needs at most n_layers + 2 = {effective} (the embedding and "
+            f"the head weigh one layer each); accepted: pp x vpp <= {effective}")
     base, extra = divmod(effective, stages)
     virtual, left = [], n_layers
     for j in range(stages):
@@ -154,8 +175,9 @@ def torchtitan_split(n_layers: int, pp: int, vpp: int) -> Split:
     virtual[-1] += left  # nothing is left unless the head stage took fewer than its share
     rule = "torchtitan pipeline_module_split (embedding and head weigh one layer each)"
     if stages > effective:
-        rule += ", trailing stages empty"
-    return Split(_ranks(virtual, pp), rule)
+        rule = "nanotron's placement (embedding and head weigh one layer each), trailing " \
+               "stages empty"
+    return Split(_ranks(virtual, pp), rule, tuple(virtual))
 
 
 def default_split(n_layers: int, pp: int, vpp: int, framework: str) -> Split:
@@ -167,4 +189,4 @@ def default_split(n_layers: int, pp: int, vpp: int, framework: str) -> Split:
         split = megatron_split(n_layers, pp, vpp)
         if split is not None:
             return split
-    return torchtitan_split(n_layers, pp, vpp)
+    return torchtitan_split(n_layers, pp, vpp, empty_stages=framework == "nanotron")

@@ -33,7 +33,9 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   ``deepspeed-zero3`` and ``nanotron`` (the last three Megatron's mixed-precision recipe and
   reentrant checkpoint; Megatron's distributed optimizer overlaps ZeRO-1's parameter gather
   with the next forward, not with pipelining; nanotron adds an fp32 gradient accumulation
-  pass after each backward); all on the catalog's NCCL 2.30 constants. GEMM and attention
+  pass after each backward, reduces the gradients one call per 25 MiB DDP bucket and runs
+  ZeRO-1's reduce-scatters after the backward, not beside it); all on the catalog's NCCL 2.30
+  constants. GEMM and attention
   fractions are the catalog's for the GPU x precision class x the profile's kernel stack
   (:func:`fsdpsim.hardware.efficiency.resolve`; cuDNN fused attention on ``te`` only);
 * every precision (16/32-bit, and FP8, FP8 block-scaled, MXFP8, NVFP4 with 16-bit weights,

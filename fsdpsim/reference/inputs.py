@@ -151,6 +151,10 @@ def rates(model, system, plan, training):
         "busbw_pins": dict(system.measured_busbw),      # [B/s] by BUSBW_COLUMNS name
         # an fp32 gradient accumulation pass after each backward (nanotron), bytes/parameter
         "accum_pass_bytes": profile(plan.framework).grad_accum_pass_bytes,
+        # DDP buckets of 16-bit gradients, one reduction call each; ZeRO-1's reduce-scatter
+        # beside the backward or after it (nanotron)
+        "bucket_bytes": profile(plan.framework).grad_bucket_bytes,
+        "zero1_overlap": profile(plan.framework).zero1_reduce_overlap,
         "flat_parameter": profile(plan.framework).flat_parameter,   # FSDP1's padding
         "reserved_bytes": acc.runtime_reserved_bytes,
         "allocator_fraction": acc.allocator_fraction,

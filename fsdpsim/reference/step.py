@@ -211,7 +211,8 @@ def model_parallel(m, x, plan, training, layer, groups, L_stage):
 def data_parallel(x, plan, k, units, groups):
     """The data-parallel collectives per unit [s] (fsdpsim.costs.comm table: bytes are the
     whole buffer) and how often they run: parameters gathered in the compute dtype, gradients
-    reduced in the reduce dtype, over the shard group; once a step for ZeRO-1 and DDP."""
+    reduced in the reduce dtype, over the shard group; once a step for ZeRO-1 and DDP, one
+    call per DDP bucket."""
     strategy, e, reduce_bytes = plan.sharding, x["e"], x["reduce_bytes"]
     block, root, shard = units["block_numel"], units["root_numel"], x["shard"]
 
@@ -235,12 +236,19 @@ def data_parallel(x, plan, k, units, groups):
     # all-reduce of the gradients a step (Li et al. 2020 §3.2.4).
     zero1, ddp = strategy == "optimizer", strategy == "none"
     step_block = step_root = post_step = 0.0
+
+    def buckets(numel):
+        """DDP's gradient buckets of a unit: one closes at >= bucket_cap_mb MiB of 16-bit
+        gradients (torch reducer.cpp compute_bucket_assignment_by_size); 1 without buckets."""
+        cap = x["bucket_bytes"]
+        return max(1.0, math.floor(numel * e / cap)) if cap > 0 else 1.0
     if zero1:  # (with pipelining, a stage's layers and the whole root, as the engine counts)
-        step_block, step_root = rs_block, rs_root
+        step_block, step_root = (n * ring(numel * reduce_bytes / n)
+                                 for numel, n in ((block, buckets(block)), (root, buckets(root))))
         post_step = ring((units["L_stage"] * block + root) * e)
     if ddp:
-        step_block = all_reduce(block * reduce_bytes, groups["world"], "world")
-        step_root = all_reduce(root * reduce_bytes, groups["world"], "world")
+        step_block, step_root = (n * all_reduce(numel * reduce_bytes / n, groups["world"], "world")
+                                 for numel, n in ((block, buckets(block)), (root, buckets(root))))
     # HSDP: every micro-batch, each GPU's reduced gradient shard is all-reduced over the
     # replicas (Zhao et al. 2023 §3.2.2).
     hsdp_block = hsdp_root = 0.0
@@ -255,6 +263,8 @@ def data_parallel(x, plan, k, units, groups):
             "ag_steps": 1 if keep else k,                # micro-batches that gather
             "rs_steps": 1 if sync_last else k,
             "zero1": zero1, "ddp": ddp, "step_block": step_block, "step_root": step_root,
+            # nanotron: ZeRO-1's reduce-scatters after the backward, not beside it
+            "zero1_after_backward": zero1 and not x["zero1_overlap"],
             "post_step": post_step, "hsdp_block": hsdp_block, "hsdp_root": hsdp_root}
 
 
@@ -285,7 +295,8 @@ def phases(n_units, holds_root, k, mb, dp):
     once-a-step collectives) for one micro-batch [s]: FSDP's prefetch pipeline over the units
     (:func:`~fsdpsim.reference.schedule.pipelined_s`), the root (if held) gathered first in
     forward and computed first in backward beside the first re-gather, the last unit's
-    reduction and the root's after it."""
+    reduction and the root's after it (nanotron's ZeRO-1 reduce-scatters after the whole
+    backward)."""
     sigma, fwd_ag, bwd_ag, block_bwd = mb["sigma"], mb["fwd_ag"], mb["bwd_ag"], mb["block_bwd"]
     r_fwd, r_bwd = (mb["root_fwd"], mb["root_bwd"]) if holds_root else (0.0, 0.0)
     r_ag = dp["ag_root"] if dp["gathers"] and holds_root else 0.0
@@ -300,6 +311,9 @@ def phases(n_units, holds_root, k, mb, dp):
                                    block_comm, sigma) + root_comm * holds_root)
     mb_rs, root_rs = mb["mb_rs"], mb["root_rs"]
     bwd_mb = backward(0.0, 0.0) if dp["sync_last"] else backward(mb_rs, root_rs)
+    if dp["zero1_after_backward"]:
+        return fwd, bwd_mb, (backward(mb_rs, root_rs) + n_units * dp["step_block"]
+                             + dp["step_root"] * holds_root)
     return fwd, bwd_mb, backward(mb_rs + dp["step_block"], root_rs + dp["step_root"])
 
 
@@ -407,7 +421,8 @@ def totals(plan, k, layer, root, units, mp, dp, ends, optimizer_s):
                          + dp["post_step"]),
         "reduce_scatter_s": (dp["rs_steps"] * ((Ls * dp["rs_block"] + dp["rs_root"]) if gathers
                                                else 0.0)
-                             + ((Ls * dp["rs_block"] + dp["rs_root"]) if dp["zero1"] else 0.0)),
+                             + ((Ls * dp["step_block"] + dp["step_root"]) if dp["zero1"]
+                                else 0.0)),
         "all_reduce_s": ((Ls * dp["step_block"] + dp["step_root"]) if dp["ddp"]
                          else dp["rs_steps"] * (Ls * dp["hsdp_block"] + dp["hsdp_root"])),
         "cp_s": k * Ls * ((1.0 + replay) * mp["cp_fwd"] + mp["cp_bwd"]),

@@ -42,19 +42,17 @@ CANNOT = "cannot run this plan"
 
 def stage_layers(choice) -> tuple[int, int, int]:
     """Layers of the (first, middle, last) pipeline stages of a candidate [-]."""
-    p, mid = choice.plan, choice.layers_per_stage
-    return (p.pp_first_layers or mid, mid, p.pp_last_layers or mid)
+    return choice.plan.stage_layers(choice.n_layers)
 
 
 def chunk_layers(choice) -> list[int]:
     """Layers of each model chunk in torchtitan's order (chunk ``v·pp + r`` on pipeline rank
-    ``r``: the looped placement of Interleaved1F1B), each rank's layers split as evenly as
-    vpp chunks allow, the first chunks taking the remainder."""
+    ``r``: the looped placement of Interleaved1F1B): the plan's split of the model
+    (:meth:`fsdpsim.plan.parallel.ParallelPlan.layer_split`, the framework's where the plan
+    states none), each rank's layers in vpp chunks as even as they go where the split does not
+    place its chunks itself."""
     p = choice.plan
-    first, mid, last = stage_layers(choice)
-    per_rank = [first] + [mid] * (p.pp - 2) + [last]
-    chunks = [[n // p.vpp + (v < n % p.vpp) for v in range(p.vpp)] for n in per_rank]
-    return [chunks[r][v] for v in range(p.vpp) for r in range(p.pp)]
+    return list(p.layer_split(choice.n_layers).chunks(p.vpp))
 
 
 def _refusals(framework: str, p) -> list[str]:

@@ -63,10 +63,8 @@ def read_torchtitan(text: str, *, num_gpus: int, gpus_per_node: int, layers_per_
         vpp = len(parts) // pp
         per_rank = [sum(1 for part in parts[r::pp] for name in part
                         if name.startswith("layers.")) for r in range(pp)]
-        first, last = per_rank[0], per_rank[-1]
         kw.update(pp_schedule=_SCHEDULES[par["pipeline_parallel_schedule"]],
-                  pp_first_layers=None if first == layers_per_stage else first,
-                  pp_last_layers=None if last == layers_per_stage else last)
+                  **_split_fields(per_rank, vpp, layers_per_stage, framework))
     # FSDP over dp_shard x cp when either is above 1 (HSDP with replicas), else DDP
     sharding = ("none" if shard * cp == 1 else "hybrid" if repl > 1 else "full")
     group = shard if sharding == "hybrid" else None
@@ -89,6 +87,29 @@ def read_torchtitan(text: str, *, num_gpus: int, gpus_per_node: int, layers_per_
     else:  # every n-th layer: L / n of a stage's L layers, in full
         recompute, layers = "full", layers_per_stage // int(option)
     return RunPlan(canonical(plan), micro, accum, recompute, layers)
+
+
+def _split_fields(per_rank: list[int], vpp: int, layers_per_stage: int,
+                  framework: str) -> dict:
+    """The plan fields that state a pipeline split of ``per_rank`` layers: none where it is the
+    framework's own split of their sum (:func:`fsdpsim.plan.pipeline_split.default_split`),
+    else the end stages' counts where the middle ranks hold ``layers_per_stage`` each, else
+    every rank's count (``pp_layers``)."""
+    from fsdpsim.plan.frameworks import canonical as framework_name
+    from fsdpsim.plan.pipeline_split import default_split
+
+    pp = len(per_rank)
+    try:
+        own = default_split(sum(per_rank), pp, vpp, framework_name(framework)).counts
+    except ConfigError:
+        own = None
+    if tuple(per_rank) == own:
+        return {}
+    if all(n == layers_per_stage for n in per_rank[1:-1]):
+        first, last = per_rank[0], per_rank[-1]
+        return {"pp_first_layers": None if first == layers_per_stage else first,
+                "pp_last_layers": None if last == layers_per_stage else last}
+    return {"pp_layers": tuple(per_rank)}
 
 
 def read_megatron(text: str, *, num_gpus: int, gpus_per_node: int, layers_per_stage: int,

@@ -31,6 +31,8 @@ class Choice:
     """The objective, larger is better (:func:`score_of`)."""
     layers_per_stage: int = 0
     """Layers of a (middle) pipeline stage: what ``recompute_layers`` counts of [-]."""
+    n_layers: int = 0
+    """The model's layers, which the plan's pipeline split places [-]."""
 
     @property
     def global_batch(self) -> int:
@@ -84,7 +86,7 @@ def _choice(s: PlanColumns, gb: np.ndarray, plan: int, mb: int, rc_code: int, rl
     return Choice(plan=s.plan(plan), micro_batch=int(mb),
                   grad_accum=int(gb[plan] // s.dp[plan] // mb), recompute=name,
                   recompute_layers=layers, tokens_per_s=float(tps), peak_bytes=float(peak),
-                  score=float(score), layers_per_stage=L)
+                  score=float(score), layers_per_stage=L, n_layers=s.spec.n_layers)
 
 
 def top_plans(s: PlanColumns, cand, gb: np.ndarray, top: int) -> list[Choice]:

@@ -3,7 +3,7 @@
 :func:`read_layout` turns the layout cells of a published row (``tp``, ``pp``, ``cp``, ``dp``,
 ``vpp``, ``sequence_parallel``) into the plan columns of fsdpsim's measurement schema. What the
 row leaves unstated comes from the conventions of the framework it names
-(:data:`fsdpsim.plan.frameworks.FRAMEWORK_CONVENTIONS`), or stays ``auto`` (the number of
+(:data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`), or stays ``auto`` (the number of
 interleaved model chunks); the row's ``modelled_as`` notes say where it is modelled by something
 close to, but not exactly, what ran. A layout that does not multiply to the GPU count is a skip reason, never a guess.
 """
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from fsdpsim.plan.frameworks import FRAMEWORK_CONVENTIONS, framework_conventions  # noqa: F401
+from fsdpsim.measured.published.conventions import (FRAMEWORK_CONVENTIONS,  # noqa: F401
+                                                    framework_conventions)
 from fsdpsim.util.numbers import number_in_text
 
 #: GPU generation (architecture) by catalog id family, for error summaries per generation.

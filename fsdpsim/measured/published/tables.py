@@ -16,7 +16,7 @@ The whole parallel layout is carried over: tensor, pipeline (with virtual stages
 data parallelism, sequence parallelism, the pipeline schedule, and the switches a row states
 in columns named as ``predict``'s flags (:data:`STATED_COLUMNS`). What a row leaves unstated is
 filled by the conventions of the framework it names
-(:data:`fsdpsim.plan.frameworks.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
+(:data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
 optimizer and sequence parallelism; the switches by its profile,
 :data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`) or left to ``auto``; column ``modelled_as`` says
 where a row is modelled by something close to, but not exactly, what ran.
@@ -36,7 +36,8 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
-from fsdpsim.plan.frameworks import framework_conventions, knob_default, profile
+from fsdpsim.measured.published.conventions import framework_conventions
+from fsdpsim.plan.frameworks import knob_default, profile
 from fsdpsim.measured.rows import is_empty
 from fsdpsim.hardware.system import BUSBW_COLUMNS
 from fsdpsim.measured.published.text import (
