@@ -34,7 +34,48 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     ctx.exit()
 
 
-class LazyGroup(click.Group):
+class OnceCommand(click.Command):
+    """A command whose one-value options are given at most once: click would keep the last of
+    ``--gpu h100 --gpu b200`` silently, so a repeat is a one-line error naming its values."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            once = [p for p in order if isinstance(p, click.Option) and not p.multiple
+                    and not p.count and not p.is_eager]
+            repeated = [p for p in dict.fromkeys(once) if once.count(p) > 1]
+            if repeated:
+                p = repeated[0]
+                given = ", ".join(_spellings(p, args))
+                raise click.UsageError(f"{p.opts[0]} is given {once.count(p)} times ({given}); "
+                                       f"accepted: one {'/'.join(p.opts + p.secondary_opts)}",
+                                       ctx)
+        return super().parse_args(ctx, args)
+
+
+def _spellings(option: click.Option, args: list[str]) -> list[str]:
+    """How ``option`` is written in ``args``: ``--gpu h100``, ``--gpu=b200``, ``--no-x``."""
+    names = (*option.opts, *option.secondary_opts)
+    out = []
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name not in names:
+            continue
+        takes_value = not option.is_flag and "=" not in arg and i + 1 < len(args)
+        out.append(f"{arg} {args[i + 1]}" if takes_value else arg)
+    return out
+
+
+class OnceGroup(click.Group):
+    """A group whose commands are :class:`OnceCommand` (and whose groups are too)."""
+
+    command_class = OnceCommand
+
+
+OnceGroup.group_class = OnceGroup
+
+
+class LazyGroup(OnceGroup):
     """The command group: ``predict``, ``sweep``, ``plot``, ``validate`` and ``calibrate`` live
     in their own modules, imported (and registered) when a command of theirs is looked up, so
     ``fsdpsim predict`` does not import the sweep, plot and validation code (fast start)."""

@@ -64,7 +64,7 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
         system = build_system(ctx, **o)
     seq_len = auto_int(o["seq_len"], "--seq-len")
     spec = spec if spec is not None else model_at(o["model"], seq_len)
-    if o.get("plan"):
+    if o.get("plan") is not None:
         run = plan_option(o, system)
         plan = run.plan
         o = {**o, "micro_batch": str(run.micro_batch), "global_batch": str(run.global_batch),
@@ -88,7 +88,7 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
-    plan_note = None if o.get("plan") else framework_plan_defaults(o)[1]
+    plan_note = None if o.get("plan") is not None else framework_plan_defaults(o)[1]
     extra = tuple(n for n in (plan_note, batch_note) if n)
     if extra:
         prediction = replace(prediction, notes=prediction.notes + extra)

@@ -148,6 +148,9 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
     (``gpus_per_node`` per scale-up domain) under ``framework``. Raises :class:`ConfigError`
     naming the part it cannot read, or the degrees that do not multiply to ``num_gpus``."""
     text = " ".join(text.split())  # a line broken over several (a quoted shell argument) reads
+    if not text:
+        raise ConfigError(f"--plan {text!r} is empty; accepted: a plan such as "
+                          f"'fsdp8 × tp8 · ckpt none · mb 2' ({ACCEPTED})")
     parts = [s.strip() for s in text.split("·")]
     dims_text, settings = parts[0], parts[1:]
     if not dims_text:
@@ -211,8 +214,10 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
     run = {"micro_batch": None, "grad_accum": accum, "recompute": None, "recompute_layers": None}
     for s in settings:
         _setting(text, s, kw, run)
-    if run["micro_batch"] is None or run["recompute"] is None:
-        raise _error(text, "it needs 'ckpt ...' and 'mb N'")
+    missing = [part for part, key in (("'ckpt ...'", "recompute"), ("'mb N'", "micro_batch"))
+               if run[key] is None]
+    if missing:
+        raise _error(text, f"it needs {' and '.join(missing)}")
     if kw["pp"] == 1 and run["grad_accum"] is None:
         run["grad_accum"] = 1
     if run["grad_accum"] is None:

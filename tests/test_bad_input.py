@@ -1,0 +1,40 @@
+"""Bad input that must be refused (one line on stderr, exit status 2), not silently ignored."""
+
+import pytest
+
+from conftest import assert_one_line_error, run
+from fsdpsim.plan.spelling import parse_plan
+from fsdpsim.util.errors import ConfigError
+
+
+def test_an_empty_plan_is_refused(capsys):
+    err = assert_one_line_error(*run(capsys, "predict", "--plan", ""))
+    assert "--plan ''" in err and "a plan such as 'fsdp8 × tp8 · ckpt none · mb 2'" in err
+
+
+@pytest.mark.parametrize("text, missing, given", [
+    ("fsdp8 × tp2 · mb 2 · accum 3", "'ckpt ...'", "'mb N'"),
+    ("fsdp8 × tp2 · ckpt none", "'mb N'", "'ckpt ...'"),
+])
+def test_a_plan_error_names_only_what_is_missing(text, missing, given):
+    with pytest.raises(ConfigError) as err:
+        parse_plan(text, num_gpus=16, gpus_per_node=8)
+    message = str(err.value).split("; accepted")[0]
+    assert f"it needs {missing}" in message and given not in message
+
+
+@pytest.mark.parametrize("args, option", [
+    (("predict", "--gpu", "h100", "--gpu", "b200"), "--gpu"),
+    (("predict", "--gpu=h100", "--gpu", "h100"), "--gpu"),
+    (("predict", "--tp-overlap", "--no-tp-overlap"), "--tp-overlap"),
+    (("search", "--num-gpus", "8", "--num-gpus", "16"), "--num-gpus"),
+    (("catalog", "list", "--kind", "node", "--kind", "network"), "--kind"),
+])
+def test_a_one_value_option_given_twice_is_refused(capsys, args, option):
+    err = assert_one_line_error(*run(capsys, *args))
+    assert f"{option} is given 2 times" in err and "accepted: one" in err
+
+
+def test_a_gpu_that_differs_from_the_clusters_is_refused(capsys):
+    err = assert_one_line_error(*run(capsys, "predict", "--gpu", "b200", "--cluster", "p5"))
+    assert "--gpu 'b200' conflicts with --cluster 'p5'" in err
