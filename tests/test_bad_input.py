@@ -38,3 +38,28 @@ def test_a_one_value_option_given_twice_is_refused(capsys, args, option):
 def test_a_gpu_that_differs_from_the_clusters_is_refused(capsys):
     err = assert_one_line_error(*run(capsys, "predict", "--gpu", "b200", "--cluster", "p5"))
     assert "--gpu 'b200' conflicts with --cluster 'p5'" in err
+
+
+@pytest.mark.parametrize("fix", [("tp=8,tp=4",), ("tp=8", "tp=4"), ("mb=2,micro_batch=4",)])
+def test_a_setting_fixed_twice_with_different_values_is_refused(fix):
+    from fsdpsim.drivers.search.fix import parse_fix
+
+    with pytest.raises(ConfigError, match="fixed twice"):
+        parse_fix(fix)
+    assert parse_fix(("tp=8,tp=8",)) == {"tp": 8}
+
+
+def test_search_refuses_a_setting_fixed_twice(capsys):
+    err = assert_one_line_error(*run(capsys, "search", "--num-gpus", "8", "--fix", "tp=8,tp=4"))
+    assert "--fix tp is fixed twice, to 8 and 4" in err
+
+
+@pytest.mark.parametrize("args, what", [
+    (("sweep", "--model", "llama3-8b,,", "--gpu", "h100", "--num-gpus", "8"), "--model"),
+    (("sweep", "--model", "llama3-8b", "--gpu", "h100,", "--num-gpus", "8"), "--gpu"),
+    (("sweep", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8,,16"), "--num-gpus"),
+    (("compare", "--gpu", "h100,,b200", "--num-gpus", "8"), "--gpu"),
+])
+def test_an_empty_list_item_is_refused(capsys, args, what):
+    err = assert_one_line_error(*run(capsys, *args))
+    assert f"{what} '" in err and "an empty item" in err

@@ -38,7 +38,11 @@ def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
             name = _ALIASES.get(name, name).replace("-", "_")
             if name not in FIXABLE:
                 raise ConfigError(f"--fix {name!r} is not accepted; accepted names: {accepted}")
-            out[name] = _fix_value(name, value)
+            value = _fix_value(name, value)
+            if name in out and out[name] != value:
+                raise ConfigError(f"--fix {name} is fixed twice, to {out[name]} and {value}; "
+                                  f"accepted: one value of {name}")
+            out[name] = value
     if "zero" in out:
         if "sharding" in out and out["sharding"] != _ZERO[out["zero"]]:
             raise ConfigError(f"--fix zero={out['zero']} and sharding={out['sharding']} "
