@@ -63,3 +63,12 @@ def test_search_refuses_a_setting_fixed_twice(capsys):
 def test_an_empty_list_item_is_refused(capsys, args, what):
     err = assert_one_line_error(*run(capsys, *args))
     assert f"{what} '" in err and "an empty item" in err
+
+
+def test_validate_names_the_row_whose_gpu_cannot_run_its_precision(tmp_path, capsys):
+    path = tmp_path / "m.csv"
+    path.write_text("id,model,gpu,n_gpus,gpus_per_node,inter_node_gbps_per_gpu,seq_len,"
+                    "micro_batch,grad_accum,sharding,recompute,tokens_per_s_per_gpu,precision\n"
+                    "r1,llama3-8b,a100,16,8,400,4096,2,1,full,none,8000,fp8\n")
+    err = assert_one_line_error(*run(capsys, "validate", str(path)))
+    assert "row 'r1': precision 'fp8' is not available on a100" in err
