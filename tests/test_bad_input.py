@@ -72,3 +72,42 @@ def test_validate_names_the_row_whose_gpu_cannot_run_its_precision(tmp_path, cap
                     "r1,llama3-8b,a100,16,8,400,4096,2,1,full,none,8000,fp8\n")
     err = assert_one_line_error(*run(capsys, "validate", str(path)))
     assert "row 'r1': precision 'fp8' is not available on a100" in err
+
+
+_DENSE_MOE = [(("--moe-capacity-factor", "1.2"), "--moe-capacity-factor 1.2"),
+              (("--moe-imbalance", "1.3"), "--moe-imbalance 1.3"),
+              (("--moe-dispatcher", "deepep"), "--moe-dispatcher deepep"),
+              (("--moe-fp8-dispatch",), "--moe-fp8-dispatch"),
+              (("--etp", "2"), "etp(2) != tp(1)"),
+              (("--ep-overlap",), "ep_overlap")]
+
+
+@pytest.mark.parametrize("knob, says", _DENSE_MOE)
+def test_predict_refuses_expert_settings_on_a_dense_model(capsys, knob, says):
+    err = assert_one_line_error(*run(capsys, "predict", "--model", "llama3-8b", *knob))
+    assert says in err and ("mixture-of-experts" in err or "ep > 1" in err)
+
+
+@pytest.mark.parametrize("command", ["search", "compare"])
+@pytest.mark.parametrize("knob, says", [k for k in _DENSE_MOE if "moe-dispatcher" in k[1]
+                                        or "fp8-dispatch" in k[1]])
+def test_search_and_compare_refuse_expert_settings_on_a_dense_model(capsys, command, knob,
+                                                                     says):
+    args = ("--gpu", "h100") if command == "compare" else ()
+    err = assert_one_line_error(*run(capsys, command, "--model", "llama3-8b", "--num-gpus",
+                                     "8", *args, *knob))
+    assert says in err and "needs a mixture-of-experts model" in err
+
+
+@pytest.mark.parametrize("knob", ["--moe-capacity-factor=1.2", "--moe-imbalance=1.3",
+                                  "--moe-dispatcher=deepep", "--moe-fp8-dispatch", "--ep=8"])
+def test_sweep_marks_dense_rows_with_expert_settings_infeasible(capsys, knob):
+    import csv
+    import io
+
+    rc, out, _ = run(capsys, "sweep", "--model", "llama3-8b,mixtral-8x7b", "--gpu", "h100",
+                     "--num-gpus", "64", knob, "--format", "csv")
+    rows = {r["model"]: r for r in csv.DictReader(io.StringIO(out))}
+    assert rc == 0
+    assert "needs a mixture-of-experts model" in rows["llama3-8b"]["infeasible"]
+    assert rows["mixtral-8x7b"]["infeasible"] == ""

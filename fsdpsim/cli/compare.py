@@ -89,6 +89,7 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     prices = parse_prices(o["price"], cat) if o["price"] else {}
     specs = [model_at(name, seq) for name in models]
+    training.check_model(is_moe=any(spec.is_moe for spec in specs))  # rows say it per model
     cases = []
     for name, spec in zip(models, specs):
         for kind, ident in hardware:

@@ -364,6 +364,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     from fsdpsim.hardware.system import domain_gpus
 
     training = frameworks.with_defaults(training, plan.framework)
+    training.check_model(is_moe=spec.is_moe)
     if plan.gpus_per_node not in (system.gpus_per_node, domain_gpus(system, plan.num_gpus)):
         raise ConfigError(f"plan gpus_per_node({plan.gpus_per_node}) != system "
                           f"gpus_per_node({system.gpus_per_node})")
