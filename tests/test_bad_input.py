@@ -111,3 +111,38 @@ def test_sweep_marks_dense_rows_with_expert_settings_infeasible(capsys, knob):
     assert rc == 0
     assert "needs a mixture-of-experts model" in rows["llama3-8b"]["infeasible"]
     assert rows["mixtral-8x7b"]["infeasible"] == ""
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--vpp", "2"), "--vpp 2: needs a pipeline"),
+    (("--pp-schedule", "gpipe"), "--pp-schedule gpipe: needs a pipeline"),
+    (("--vpp", "2", "--pp", "1"), "--vpp 2: needs a pipeline"),
+    (("--recompute-layers", "5", "--recompute", "none"), "beside --recompute none"),
+    (("--recompute-layers", "100", "--recompute", "full"),
+     "recompute_layers 100 is above the 32 layers of a pipeline stage"),
+    (("--recompute-layers", "17", "--recompute", "full", "--pp", "2", "--num-gpus", "16"),
+     "above the 16 layers"),
+    (("--plan", "tp8 · ckpt full 1/31 · mb 1"), "has 32 layers, not 31; accepted: 1/32"),
+    (("--plan", "fsdp4 × pp2(1f1b, m=4) · ckpt full 3/32 · mb 1"), "16 layers, not 32"),
+    (("--plan", "tp8 · ckpt full 33 · mb 1"), "above the 32 layers"),
+])
+def test_predict_refuses_settings_it_would_ignore(capsys, args, says):
+    err = assert_one_line_error(*run(capsys, "predict", "--model", "llama3-8b", *args))
+    assert says in err
+
+
+def test_predict_applies_a_stated_stage_total_that_matches(capsys):
+    import json
+
+    rc, out, _ = run(capsys, "predict", "--plan", "fsdp4 × pp2(1f1b, m=4) · ckpt full 3/16 · mb 1",
+                     "--format", "json")
+    assert rc == 0 and json.loads(out)["training"]["recompute_layers"] == 3
+
+
+def test_layers_of_auto_recompute_are_stated_where_the_choice_recomputes_none(capsys):
+    import json
+
+    rc, out, _ = run(capsys, "predict", "--recompute-layers", "5", "--format", "json")
+    report = json.loads(out)
+    assert rc == 0 and report["training"]["recompute"] == "none"
+    assert any(n.startswith("--recompute-layers 5: ") for n in report["notes"])
