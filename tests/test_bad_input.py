@@ -146,3 +146,22 @@ def test_layers_of_auto_recompute_are_stated_where_the_choice_recomputes_none(ca
     report = json.loads(out)
     assert rc == 0 and report["training"]["recompute"] == "none"
     assert any(n.startswith("--recompute-layers 5: ") for n in report["notes"])
+
+
+def test_a_misspelt_model_table_suggests_model_and_lists_every_table(tmp_path, capsys):
+    (tmp_path / "m.toml").write_text('[[modell]]\nid = "my-model"\n')
+    err = assert_one_line_error(*run(capsys, "--catalog", str(tmp_path), "catalog", "list"))
+    assert "[[modell]] (did you mean: model" in err
+    assert "[[model]]" in err.split("accepted:")[1] and "[[family]]" in err.split("accepted:")[1]
+
+
+@pytest.mark.parametrize("command", [("catalog", "list"), ("predict", "--model", "llama3-8b")])
+def test_a_broken_model_entry_is_refused_when_its_folder_is_read(tmp_path, capsys, monkeypatch,
+                                                                  command):
+    (tmp_path / "m.toml").write_text('[[model]]\nid = "my-broken"\nsource = "test"\n'
+                                     'n_layers = 4\n')
+    err = assert_one_line_error(*run(capsys, "--catalog", str(tmp_path), *command))
+    assert "'my-broken': missing required key 'd_model'" in err
+    monkeypatch.setenv("FSDPSIM_CATALOG", str(tmp_path))
+    err = assert_one_line_error(*run(capsys, *command))
+    assert "'my-broken': missing required key 'd_model'" in err

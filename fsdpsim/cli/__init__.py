@@ -5,13 +5,14 @@ Every error from bad input is one line on stderr and exit status 2 (:func:`main`
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import click
 
 from fsdpsim.report import render
-from fsdpsim.hardware.catalog import KINDS, load_catalog
+from fsdpsim.hardware.catalog import ENV_VAR, KINDS, load_catalog
 from fsdpsim.util.output import OutputClosed, OutputError, echo, flush_stdout
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, TFLOPS_FLOPS_PER_S
@@ -116,11 +117,12 @@ def cli(ctx: click.Context, catalog_dirs: tuple[str, ...]) -> None:
     """fsdpsim: predict step time, throughput, MFU and memory of FSDP training."""
     ctx.ensure_object(dict)
     ctx.obj["catalog_dirs"] = catalog_dirs
-    if catalog_dirs:
-        from fsdpsim.model.catalog import use_folders
+    if catalog_dirs or os.environ.get(ENV_VAR):
+        from fsdpsim.model.catalog import use_folders, user_folders, with_folders
 
         use_folders(catalog_dirs)  # models of these folders, wherever this command names one
         ctx.call_on_close(lambda: use_folders(()))  # and not in the next command of a process
+        with_folders(user_folders())  # their models checked now, not when one is first used
 
 
 # -- catalog -------------------------------------------------------------------------------------
