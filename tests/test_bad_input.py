@@ -59,6 +59,7 @@ def test_search_refuses_a_setting_fixed_twice(capsys):
     (("sweep", "--model", "llama3-8b", "--gpu", "h100,", "--num-gpus", "8"), "--gpu"),
     (("sweep", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8,,16"), "--num-gpus"),
     (("compare", "--gpu", "h100,,b200", "--num-gpus", "8"), "--gpu"),
+    (("search", "--num-gpus", "8", "--fix", "tp=8,"), "--fix"),
 ])
 def test_an_empty_list_item_is_refused(capsys, args, what):
     err = assert_one_line_error(*run(capsys, *args))

@@ -28,10 +28,11 @@ def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     accepted = ", ".join(sorted(FIXABLE))
     for item in items:
-        for part in str(item).split(","):
-            part = part.strip()
-            if not part:
-                continue
+        parts = [part.strip() for part in str(item).split(",")]
+        if "" in parts and len(parts) > 1:
+            raise ConfigError(f"--fix {str(item)!r}: an empty item; accepted: comma-separated "
+                              "NAME=VALUE items, none of them empty")
+        for part in filter(None, parts):
             if "=" not in part:
                 raise ConfigError(f"--fix {part!r} is not NAME=VALUE; accepted names: {accepted}")
             name, value = (s.strip() for s in part.split("=", 1))
