@@ -184,8 +184,8 @@ def plan_option(o: dict, system):
     return run
 
 
-#: Plan options that only a pipeline (--pp > 1) reads, with their value when not given.
-PIPELINE_ONLY = {"vpp": 1, "pp_schedule": None}
+#: Plan options that only a pipeline (--pp > 1) reads, with the values that ask for none.
+PIPELINE_ONLY = {"vpp": (1,), "pp_schedule": (None, "1f1b")}
 
 
 def build_plan(o: dict, system) -> ParallelPlan:
@@ -196,7 +196,7 @@ def build_plan(o: dict, system) -> ParallelPlan:
 
     o, _ = framework_plan_defaults(o)
     stray = [f"--{name.replace('_', '-')} {o[name]}" for name, off in PIPELINE_ONLY.items()
-             if o.get(name, off) != off]
+             if o.get(name, off[0]) not in off]
     if stray and (o.get("pp") or 1) == 1:
         raise ConfigError(f"{' and '.join(stray)}: needs a pipeline, --pp > 1 (it is 1); "
                           "accepted: --pp 2 or more beside it")
