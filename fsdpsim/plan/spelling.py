@@ -34,7 +34,7 @@ hypothesis.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, PP_SCHEDULES, RECOMPUTES, ParallelPlan
 from fsdpsim.util.errors import ConfigError
@@ -64,6 +64,9 @@ class RunPlan:
     recompute_layers: int | None = None
     """Layers of each pipeline stage that recompute (Megatron --recompute-num-layers); None =
     all of them (or none for ``recompute = "none"``) [-]."""
+    recompute_of: int | None = field(default=None, compare=False)
+    """The layers of a stage a line states (``ckpt full K/L``: ``L``), for the command that
+    knows the model to check; None = not stated [-]."""
 
     @property
     def global_batch(self) -> int:
@@ -148,6 +151,9 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
     (``gpus_per_node`` per scale-up domain) under ``framework``. Raises :class:`ConfigError`
     naming the part it cannot read, or the degrees that do not multiply to ``num_gpus``."""
     text = " ".join(text.split())  # a line broken over several (a quoted shell argument) reads
+    if not text:
+        raise ConfigError(f"--plan {text!r} is empty; accepted: a plan such as "
+                          f"'fsdp8 × tp8 · ckpt none · mb 2' ({ACCEPTED.removeprefix('accepted: ')})")
     parts = [s.strip() for s in text.split("·")]
     dims_text, settings = parts[0], parts[1:]
     if not dims_text:
@@ -208,11 +214,14 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
         raise ConfigError(f"--plan {text!r}: dp({dp}) * cp({kw['cp']}) * tp({kw['tp']}) * "
                           f"pp({kw['pp']}) != num_gpus({num_gpus}); accepted: degrees whose "
                           f"product is {num_gpus}")
-    run = {"micro_batch": None, "grad_accum": accum, "recompute": None, "recompute_layers": None}
+    run = {"micro_batch": None, "grad_accum": accum, "recompute": None, "recompute_layers": None,
+           "recompute_of": None}
     for s in settings:
         _setting(text, s, kw, run)
-    if run["micro_batch"] is None or run["recompute"] is None:
-        raise _error(text, "it needs 'ckpt ...' and 'mb N'")
+    missing = [part for part, key in (("'ckpt ...'", "recompute"), ("'mb N'", "micro_batch"))
+               if run[key] is None]
+    if missing:
+        raise _error(text, f"it needs {' and '.join(missing)}")
     if kw["pp"] == 1 and run["grad_accum"] is None:
         run["grad_accum"] = 1
     if run["grad_accum"] is None:
@@ -252,10 +261,11 @@ def _setting(text: str, s: str, kw: dict, run: dict) -> None:
     if len(words) in (2, 3) and words[0] == "ckpt" and words[1] in ckpt:
         run["recompute"] = ckpt[words[1]]
         if len(words) == 3:
-            m = re.fullmatch(r"(\d+)(?:/\d+)?", words[2])
+            m = re.fullmatch(r"(\d+)(?:/(\d+))?", words[2])
             if not m or words[1] == "none":
                 raise _error(text, f"cannot read {s!r}")
             run["recompute_layers"] = int(m.group(1))
+            run["recompute_of"] = None if m.group(2) is None else int(m.group(2))
     elif len(words) == 2 and words[0] in ("mb", "accum") and words[1].isdigit() \
             and int(words[1]) > 0:
         run["micro_batch" if words[0] == "mb" else "grad_accum"] = int(words[1])

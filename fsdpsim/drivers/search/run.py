@@ -81,6 +81,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         raise ConfigError(f"--objective {objective!r} is not accepted; accepted: "
                           f"{', '.join(OBJECTIVES)}")
     training = frameworks.with_defaults(training, space.framework)
+    training.check_model(is_moe=spec.is_moe)
     gb = training.global_batch
     per_node = domain_gpus(system, num_gpus)
     if system.pod_gpus and space.pod_gpus != system.pod_gpus:
