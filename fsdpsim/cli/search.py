@@ -215,8 +215,9 @@ def within(spec, systems: dict, training, ranking: list, o: dict[str, Any], pric
             kept.append((c, n))
             if len(kept) == o["top"]:
                 break
-        elif closest is None or (summary["train_days"] or float("inf")) < closest[2]:
-            closest = (c, n, summary["train_days"] or float("inf"), summary["train_cost_usd"])
+        elif closest is None or (summary["failures.train_days"] or float("inf")) < closest[2]:
+            closest = (c, n, summary["failures.train_days"] or float("inf"),
+                       summary["failures.train_cost_usd"])
     if kept:
         return kept
     wanted = " and ".join(w for w in (

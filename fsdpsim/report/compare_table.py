@@ -53,9 +53,12 @@ def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | N
                       ("kWh/Mtok", "energy_kwh_per_million_tokens",
                        _num(v["energy_kwh_per_million_tokens"], ".3f"))]
         else:
-            cells += [("days", "train_days", _num(v["train_days"], ",.1f")),
-                      ("cost", "train_cost_usd", money(v["train_cost_usd"])),
-                      ("MWh", "train_energy_kwh", _num(v["train_energy_kwh"], ",.0f", 1e-3))]
+            f = {k: v[f"failures.{k}"] for k in ("train_days", "train_cost_usd",
+                                                  "train_energy_kwh")}
+            cells += [("days", "failures.train_days", _num(f["train_days"], ",.1f")),
+                      ("cost", "failures.train_cost_usd", money(f["train_cost_usd"])),
+                      ("MWh", "failures.train_energy_kwh",
+                       _num(f["train_energy_kwh"], ",.0f", 1e-3))]
         for head, key, text in cells:
             if not v["fits"] and head in _IF_IT_FITTED:  # not runnable: no headline number
                 text = "-"

@@ -195,7 +195,7 @@ def _money_line(p: dict[str, Any], q: dict[str, Any]) -> str:
     """A plan's GPUs, dollars and days (with failures, as compare shows them): the whole run
     with ``--tokens``, else per million tokens under ``--objective cost``; "" otherwise (and
     without a price and tokens)."""
-    days, usd, per_m = p.get("train_days"), p.get("train_cost_usd"), \
+    days, usd, per_m = p.get("failures.train_days"), p.get("failures.train_cost_usd"), \
         p.get("cost_usd_per_million_tokens")
     if days is not None:
         cost = "no price" if usd is None else f"${usd / 1e6:,.2f}M"
