@@ -57,3 +57,71 @@ def test_train_cost_and_energy_mean_the_same_in_every_commands_json(capsys):
             assert other[f"failures.{key}"] == pytest.approx(fsdp["failures"][key], rel=1e-9)
     assert found["failures.train_days"] == pytest.approx(
         pred["failures"]["train_time_s"] / 86_400, rel=1e-9)
+
+
+def _own_schema_csv(path, gpu: str):
+    """A measurements file in fsdpsim's schema: 8 llama3-8b runs on ``gpu`` (as written in the
+    ``gpu`` cell), FSDP2, numbers near what the model predicts."""
+    import csv
+
+    rows = [dict(id=f"r{i}", model="llama3-8b", gpu=gpu, n_gpus=n, gpus_per_node=8,
+                 inter_node_gbps_per_gpu=400, seq_len=4096, micro_batch=mb, grad_accum=1,
+                 sharding="full", recompute="full", framework="PyTorch FSDP2",
+                 precision="bf16", tokens_per_s_per_gpu=6000 + 50 * i)
+            for i, (n, mb) in enumerate((n, mb) for n in (8, 16, 32, 64) for mb in (1, 2))]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return str(path)
+
+
+@pytest.mark.parametrize("cell, option", [("h100", "h100"), ("h100", "h100-sxm5-80gb"),
+                                          ("h100-sxm5-80gb", "h100")])
+def test_calibrate_and_validate_match_a_rows_gpu_alias(tmp_path, capsys, cell, option):
+    """A row whose ``gpu`` cell is an alias (``h100``) is on ``--gpu h100-sxm5-80gb`` and on
+    ``--gpu h100``, in calibrate as in validate."""
+    path = _own_schema_csv(tmp_path / "my.csv", cell)
+    rc, out, err = run(capsys, "calibrate", "--measurements", path, "--gpu", option,
+                       "--framework", "fsdp2", "--factor", "matmul_fraction")
+    assert rc == 0, err
+    assert "8 rows" in out and 'id = "h100-sxm5-80gb"' in out
+    rc, out, err = run(capsys, "validate", path, "--gpu", option, "--format", "json")
+    assert rc == 0, err
+    assert len(json.loads(out)["rows"]) == 8
+
+
+def test_rows_on_gpus_resolves_each_cell_through_the_catalog(cat):
+    import pandas as pd
+
+    from fsdpsim.measured.rows import on_gpus
+
+    frame = pd.DataFrame({"gpu": ["h100", "h100-sxm5-80gb", "a100", "no-such-gpu", None]})
+    assert on_gpus(frame, cat, ["h100"]).tolist() == [True, True, False, False, False]
+    assert on_gpus(frame, cat, ["a100-80gb", "h100"]).tolist() == [True, True, True, False,
+                                                                  False]
+
+
+def test_compare_and_search_headers_state_the_batch_the_rows_train(capsys):
+    """At the default batch, rows whose dp does not divide 1,024 train the batch moved to a
+    multiple of it; the header states that batch, not 1,024."""
+    rc, out, err = run(capsys, "compare", "--model", "llama3-405b", "--cluster",
+                       "llama3-ib,llama3-roce", "--num-gpus", "16384")
+    assert rc == 0, err
+    head = " ".join(out.split("\n\n")[0].split())
+    trained = {line.split()[-2] for line in out.split("plans\n")[1].split("\n\n")[0]
+               .splitlines()[1:]}
+    assert trained == {"16,384"}
+    assert "every row at global batch 16,384 x 4,096 tokens (67.1M tokens/step): the default " \
+           "1,024 moved to the nearest multiple of the rows' dp" in head
+    rc, out, err = run(capsys, "compare", "--model", "llama3-405b", "--cluster", "llama3-ib",
+                       "--num-gpus", "1024,4096")
+    assert rc == 0, err
+    assert "rows at global batch 1,024 or 4,096 x 4,096 tokens (the default 1,024" \
+        in " ".join(out.split("\n\n")[0].split())
+    rc, out, err = run(capsys, "search", "--model", "llama3-405b", "--cluster", "llama3-ib",
+                       "--num-gpus", "4096", "--top", "2")
+    assert rc == 0, err
+    head = " ".join(out.split("\n\n")[0].split())
+    assert "global batch 4,096 sequences (16.8M tokens, the default 1,024 moved to a multiple " \
+           "of every plan's dp)" in head and "1,024 sequences" not in head

@@ -116,6 +116,7 @@ def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: st
     """The rows ``calibrate`` may fit (``--framework``, then :func:`fit_rows`; :func:`fit` keeps
     those on ``--gpu`` that are modelled, not skipped). Too few left: one error naming the filter that left them
     (an unknown framework with the file's frameworks; else each filter's count)."""
+    from fsdpsim.measured.rows import on_gpus
     from fsdpsim.measured.stats import by_framework
 
     frame = by_framework(every, framework)
@@ -127,7 +128,7 @@ def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: st
                           "for every row")
     fit = fit_rows(frame)
     ids = {catalog.accelerator(g).id for g in gpus}
-    on_gpu = fit[fit["gpu"].isin(ids)]
+    on_gpu = fit[on_gpus(fit, catalog, gpus)]
     usable = on_gpu[on_gpu["skip"] == ""]
     need = n_factors + 2
     if len(usable) < need:
@@ -167,14 +168,14 @@ def register(cli: click.Group) -> None:
         """Predict every run of a measurements CSV and report the error of tokens/s per GPU."""
         from fsdpsim.measured.stats import (by_framework, summarise, summarise_by,
                                                summarise_groups)
+        from fsdpsim.measured.rows import on_gpus
         from fsdpsim.measured.validate import load_measurements, predict_measurements
 
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         every = load_measurements(measurements, cat)
         frame = by_framework(every, framework)
         if gpus:
-            ids = {cat.accelerator(g).id for g in gpus}
-            frame = frame[frame["gpu"].isin(ids)]
+            frame = frame[on_gpus(frame, cat, gpus)]
         if frame.empty:
             names = (sorted({str(n) for n in every["framework"].fillna("")})
                      if "framework" in every else [])

@@ -101,17 +101,31 @@ def command_text(values: list[dict]) -> list[str]:
 
 def header(values: list[dict], training, run, plan_kind: str) -> str:
     models = ", ".join(dict.fromkeys(v["model"] for v in values))
-    batch = training.global_batch or default_global_batch(training.seq_len)
-    tokens = batch * training.seq_len
-    moved = ("" if training.global_batch else
-             ", the default, or where a row's dp does not divide it the nearest multiple")
     budget = "" if run.tokens is None else f", {run.tokens / 1e12:g}T tokens to train"
     plan = (f"best plan per row within {100 * DEFAULT_MEMORY_BUDGET_FRACTION:.0f} % of GPU "
             "memory (fsdpsim search's default budget)" if plan_kind == "search"
             else "FSDP plan per row (fsdpsim predict)")
-    return (f"fsdpsim compare: {models}; every row at global batch {batch:,} x "
-            f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){moved}{budget}; "
-            f"{plan}")
+    return f"fsdpsim compare: {models}; {_batch_words(values, training)}{budget}; {plan}"
+
+
+def _batch_words(values: list[dict], training) -> str:
+    """The global batch the rows train: the one every row trains (the default moved to a
+    multiple of the rows' dp where it is not the default), else the default and each batch."""
+    batch = training.global_batch or default_global_batch(training.seq_len)
+    trained = sorted({v["global_batch"] for v in values if v.get("global_batch")})
+    seq = training.seq_len
+    if training.global_batch or trained in ([], [batch]):
+        moved = ("" if training.global_batch else
+                 ", the default, or where a row's dp does not divide it the nearest multiple")
+        return (f"every row at global batch {batch:,} x {seq:,} tokens "
+                f"({batch * seq / 1e6:.1f}M tokens/step){moved}")
+    if len(trained) == 1:
+        return (f"every row at global batch {trained[0]:,} x {seq:,} tokens "
+                f"({trained[0] * seq / 1e6:.1f}M tokens/step): the default {batch:,} moved to "
+                "the nearest multiple of the rows' dp")
+    return (f"rows at global batch {' or '.join(f'{b:,}' for b in trained)} x {seq:,} tokens "
+            f"(the default {batch:,}, moved to the nearest multiple of a row's dp where it does "
+            "not divide it; each row's in the plans below)")
 
 
 def notes(values: list[dict], run, training) -> list[str]:

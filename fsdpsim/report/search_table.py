@@ -111,11 +111,10 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     """The ranking as text; with ``explain`` the best plan's breakdown and the cut-offs."""
     q, sp = report["query"], report["space"]
     gpus = ", ".join(f"{n:,}" for n in q["num_gpus"])
+    batch, batch_words = _batch_words(q, report["plans"])
     out = [wrap(f"search: {q['model']} on {gpus} × {q['system']}", hanging="  "),
-           wrap(f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
-                f"({q['tokens_per_step'] / 1e6:.1f} M tokens"
-                + (", the default; each mesh a multiple of its dp" if q["global_batch_default"]
-                   else "") + f") · {q['precision']} · {q['framework']}", hanging="  "),
+           wrap(f"  seq {q['seq_len']:,} · {batch_words} · {q['precision']} · "
+                f"{q['framework']}", hanging="  "),
            f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
            f"{q['objective']}"
            + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
@@ -135,7 +134,7 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
             out.append(money)
         if p["rank"] > 1:
             out.append(f"    differs: {p['gives_up']}")
-        if p["global_batch"] != q["global_batch"]:
+        if p["global_batch"] != batch:
             out.append(f"    trains global batch {p['global_batch']:,} sequences: the default "
                        f"moved to a multiple of its dp ({p['dp']:,})")
         out += command_lines(p["predict_command"], indent="    ")
@@ -189,6 +188,23 @@ def _indented_toml(text: str, width: int = 100) -> list[str]:
         out += ["  " + part for part in textwrap.wrap(body, width - 2, initial_indent=lead,
                                                       subsequent_indent=lead + "  ")]
     return out
+
+
+def _batch_words(q: dict[str, Any], plans: list[dict]) -> tuple[int, str]:
+    """The global batch of the header and its words: the one every listed plan trains (the
+    default moved to a multiple of their dp where it is not the default), else the query's;
+    a plan that trains another says so on its own line."""
+    batch = q["global_batch"]
+    trained = {p["global_batch"] for p in plans}
+    if not q["global_batch_default"]:
+        why = ""
+    elif len(trained) == 1 and trained != {batch}:
+        why = f", the default {batch:,} moved to a multiple of every plan's dp"
+        batch = trained.pop()
+    else:
+        why = ", the default; each mesh a multiple of its dp"
+    return batch, (f"global batch {batch:,} sequences ({batch * q['seq_len'] / 1e6:.1f}M "
+                   f"tokens{why})")
 
 
 def _money_line(p: dict[str, Any], q: dict[str, Any]) -> str:
