@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import run
+from conftest import assert_one_line_error, run
 
 
 @pytest.mark.parametrize("gpu, node", [("gh200", "jupiter-node"),
@@ -125,3 +125,22 @@ def test_compare_and_search_headers_state_the_batch_the_rows_train(capsys):
     head = " ".join(out.split("\n\n")[0].split())
     assert "global batch 4,096 sequences (16.8M tokens, the default 1,024 moved to a multiple " \
            "of every plan's dp)" in head and "1,024 sequences" not in head
+
+
+def test_no_plan_within_the_limits_names_the_closest_plan_and_what_helps(capsys):
+    """Nothing within the budget: the cheapest plan (failures included, as the budget is
+    judged) and no "more GPUs" (they do not lower the cost); a deadline: the fastest plan and
+    more GPUs; days in the singular for one; tokens as every report writes them."""
+    common = ("search", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "512,4096",
+              "--tokens", "15t")
+    rc, out, err = run(capsys, *common, "--objective", "cost", "--top", "1", "--format", "json")
+    assert rc == 0, err
+    cheapest = json.loads(out)["plans"][0]
+    line = assert_one_line_error(*run(capsys, *common, "--budget-usd", "1m"))
+    assert "trains 15T tokens for at most $1.00M; the cheapest, " + cheapest["plan"] + " on " \
+        + f"{cheapest['num_gpus']:,} GPUs" in line
+    assert f"${cheapest['failures.train_cost_usd'] / 1e6:,.2f}M (failures included)" in line
+    assert "more GPUs" not in line and "a larger budget" in line
+    line = assert_one_line_error(*run(capsys, *common, "--deadline-days", "1"))
+    assert "trains 15T tokens within 1 day;" in line and "the fastest, " in line
+    assert "more GPUs (--num-gpus)" in line and "budget" not in line

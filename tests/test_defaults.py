@@ -63,7 +63,7 @@ def test_deadline_keeps_the_cheapest_plan_that_ends_in_time(capsys):
     costs = [p["failures.train_cost_usd"] for p in plans]
     assert costs == sorted(costs)
     line = assert_one_line_error(*run(capsys, *common[:-2], "--deadline-days", "0.5"))
-    assert "no plan on 256, 512, 1,024 GPUs trains 15t tokens within 0.5 days" in line
+    assert "no plan on 256, 512, 1,024 GPUs trains 15T tokens within 0.5 days" in line
     line = assert_one_line_error(*run(capsys, "search", "--deadline-days", "30"))
     assert "need --tokens" in line
 

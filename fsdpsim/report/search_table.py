@@ -9,6 +9,7 @@ from fsdpsim.util.text import wrap
 from fsdpsim.drivers.search.export import CANNOT, megatron_args, torchtitan_toml
 from fsdpsim.drivers.search.explain import differences, plan_line
 from fsdpsim.report.command import command_lines, plan_lines, predict_command
+from fsdpsim.report.words import limit_words, tokens_words
 from fsdpsim.plan.training import default_global_batch
 from fsdpsim.util.units import GIB_BYTES
 
@@ -215,7 +216,7 @@ def _money_line(p: dict[str, Any], q: dict[str, Any]) -> str:
         p.get("cost_usd_per_million_tokens")
     if days is not None:
         cost = "no price" if usd is None else f"${usd / 1e6:,.2f}M"
-        return (f"    {p['num_gpus']:,} GPUs · {q['train_tokens'] / 1e12:g}T tokens in "
+        return (f"    {p['num_gpus']:,} GPUs · {tokens_words(q['train_tokens'])} in "
                 f"{days:,.1f} days · {cost} (failures included)")
     if per_m is not None and q["objective"] != "throughput":
         return f"    {p['num_gpus']:,} GPUs · ${per_m:,.3f} per million tokens"
@@ -227,12 +228,10 @@ def _limit_lines(q: dict[str, Any]) -> list[str]:
     days, usd = q.get("deadline_days"), q.get("budget_usd")
     if days is None and usd is None:
         return []
-    limits = " and ".join(w for w in (
-        None if days is None else f"within {days:g} days",
-        None if usd is None else f"for at most ${usd / 1e6:,.2f}M") if w)
+    limits = limit_words(days, usd)
     order = {"cost": "the cheapest first", "time-to-train": "the fastest first",
              "energy": "the least energy first", "throughput": "the most tokens/s first"}
-    return [f"  plans that train {q['train_tokens'] / 1e12:g}T tokens {limits} (failures "
+    return [f"  plans that train {tokens_words(q['train_tokens'])} {limits} (failures "
             f"included), {order[q['objective']]}"]
 
 

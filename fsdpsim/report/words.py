@@ -57,3 +57,17 @@ def bottleneck_name(code) -> str:
 
 __all__ = ["BOTTLENECK_NAMES", "BOTTLENECK_WHY", "BOTTLENECK_WORDS", "NOT_RUNNABLE",
            "bottleneck_name", "mfu_note", "SIXTEEN_BIT"]
+
+
+def tokens_words(tokens: float) -> str:
+    """A run's tokens as every report writes them: ``15T tokens`` (``--tokens 15t``)."""
+    return f"{tokens / 1e12:g}T tokens"
+
+
+def limit_words(deadline_days: float | None, budget_usd: float | None) -> str:
+    """A deadline and a budget as search's header and its error write them: ``within 1 day and
+    for at most $2.50M``; "" for neither."""
+    return " and ".join(w for w in (
+        None if deadline_days is None
+        else f"within {deadline_days:g} day{'' if deadline_days == 1 else 's'}",
+        None if budget_usd is None else f"for at most ${budget_usd / 1e6:,.2f}M") if w)
