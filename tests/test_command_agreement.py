@@ -144,3 +144,24 @@ def test_no_plan_within_the_limits_names_the_closest_plan_and_what_helps(capsys)
     line = assert_one_line_error(*run(capsys, *common, "--deadline-days", "1"))
     assert "trains 15T tokens within 1 day;" in line and "the fastest, " in line
     assert "more GPUs (--num-gpus)" in line and "budget" not in line
+
+
+def test_predict_and_report_say_calibrated_of_the_same_table(capsys, tmp_path):
+    """One notion of a calibrated range in predict and the HTML report: the efficiency table
+    the plan uses has its own cross-validated range (A100 BF16: yes; H100 BF16 PyTorch, fitted
+    without a range of its own: no), in the same words."""
+    from fsdpsim.report.words import RANGE_CALIBRATED_WORDS
+
+    for gpu, calibrated in (("a100", True), ("h100", False)):
+        rc, out, err = run(capsys, "predict", "--model", "llama3-8b", "--gpu", gpu,
+                           "--num-gpus", "64")
+        assert rc == 0, err
+        assert RANGE_CALIBRATED_WORDS[calibrated] in " ".join(out.split())
+        path = tmp_path / f"{gpu}.html"
+        rc, out, err = run(capsys, "report", "--model", "llama3-8b", "--gpu", gpu,
+                           "--num-gpus", "64", "--plan", "fsdp", "-o", str(path))
+        assert rc == 0, err
+        text = path.read_text()
+        assert RANGE_CALIBRATED_WORDS[calibrated] in text
+        assert RANGE_CALIBRATED_WORDS[not calibrated] not in text
+        assert "calibrated GPU type" not in text
