@@ -20,6 +20,8 @@ COMMANDS = [
     ("sweep", "--model", "llama3-8b", "--num-gpus", "8,64", "--best"),
     ("search", "--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "64"),
     ("search", "--model", "mixtral-8x7b", "--gpu", "h100", "--num-gpus", "64", "--explain"),
+    ("search", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "4096", "--tokens", "15t",
+     "--budget-usd", "3.1m", "--deadline-days", "10"),
     ("compare", "--model", "llama3-70b", "--gpu", "h100,b200,mi300x", "--num-gpus", "64"),
     ("catalog", "list"),
     ("catalog", "show", "h100"),

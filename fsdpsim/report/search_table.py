@@ -231,8 +231,8 @@ def _limit_lines(q: dict[str, Any]) -> list[str]:
     limits = limit_words(days, usd)
     order = {"cost": "the cheapest first", "time-to-train": "the fastest first",
              "energy": "the least energy first", "throughput": "the most tokens/s first"}
-    return [f"  plans that train {tokens_words(q['train_tokens'])} {limits} (failures "
-            f"included), {order[q['objective']]}"]
+    return [wrap(f"  plans that train {tokens_words(q['train_tokens'])} {limits} (failures "
+                 f"included), {order[q['objective']]}", hanging="    ")]
 
 
 def _peak_words(p: dict[str, Any]) -> str:
