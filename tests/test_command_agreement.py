@@ -3,6 +3,7 @@ result column in every command, the same GPU aliases in every measurement reader
 that state the batch each row trains."""
 
 import json
+import re
 
 import pytest
 
@@ -165,3 +166,27 @@ def test_predict_and_report_say_calibrated_of_the_same_table(capsys, tmp_path):
         assert RANGE_CALIBRATED_WORDS[calibrated] in text
         assert RANGE_CALIBRATED_WORDS[not calibrated] not in text
         assert "calibrated GPU type" not in text
+
+
+def test_one_spelling_of_numbers_ranges_and_recompute(capsys, tmp_path):
+    """validate writes the 90 % range as predict does (``4,041 .. 9,101``), predict's header
+    the GPU count with separators, search the tokens per step as ``4.2M``, and search's
+    recompute words are the plan spelling's (``ckpt full 12``, no ``/L``)."""
+    from types import SimpleNamespace
+
+    from fsdpsim.drivers.search.explain import ckpt_text
+    from fsdpsim.plan.spelling import ckpt_text as spelled
+
+    path = _own_schema_csv(tmp_path / "my.csv", "h100")
+    rc, out, err = run(capsys, "validate", path)
+    assert rc == 0, err
+    assert "90 % range" in out and "90% range" not in out
+    assert re.search(r"\d,\d{3} \.\. \d,\d{3}", out)
+    rc, out, err = run(capsys, "predict", "--model", "llama3-8b", "--gpu", "h100",
+                       "--num-gpus", "1024")
+    assert rc == 0 and "llama3-8b on 1,024 GPUs — " in out, err
+    rc, out, err = run(capsys, "search", "--model", "llama3-8b", "--gpu", "h100",
+                       "--num-gpus", "64", "--top", "1")
+    assert rc == 0 and "(4.2M tokens, the default" in " ".join(out.split()), err
+    choice = SimpleNamespace(recompute="full", recompute_layers=12, layers_per_stage=40)
+    assert ckpt_text(choice) == spelled("full", 12) == "ckpt full 12"

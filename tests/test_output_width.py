@@ -51,6 +51,6 @@ def test_validate_rows_keep_the_error_and_range_on_screen(capsys):
     rc, out, _ = run(capsys, "validate", "hybrid_calibration.csv")
     assert rc == 0
     header = next(line for line in out.splitlines() if line.split()[:2] == ["id", "gpu"])
-    for column in ("measured", "predicted", "error", "90% range"):
+    for column in ("measured", "predicted", "error", "90 % range"):
         assert column in header
     assert "see --format csv" in out
