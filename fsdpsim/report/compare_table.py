@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from fsdpsim.drivers.search.objective import DEFAULT_MEMORY_BUDGET_FRACTION
@@ -12,6 +11,7 @@ from fsdpsim.plan.training import default_global_batch
 from fsdpsim.report.command import command_lines, predict_command
 from fsdpsim.report.procurement import assumption_notes, money, rate, short_source
 from fsdpsim.report.words import NOT_RUNNABLE, bottleneck_name, mfu_note
+from fsdpsim.util.text import wrap
 
 WIDTH = 100
 
@@ -210,11 +210,8 @@ def report_data(rows, training, run, plan_kind: str, options: dict[str, Any] | N
 
 def compare_text(data: dict[str, Any], training, run) -> str:
     values, best = data["rows"], data["best_index"]
-    lines = [textwrap.fill(header(values, training, run, data["query"]["plan"]), WIDTH,
-                           subsequent_indent="  ", break_on_hyphens=False), "",
+    lines = [wrap(header(values, training, run, data["query"]["plan"]), hanging="  "), "",
              render.table(table_rows(values, best, run.tokens)), "", "plans",
              render.table(plan_rows(values)), *command_text(values), "", "notes"]
-    lines += [textwrap.fill(n, WIDTH, initial_indent="  - ", subsequent_indent="    ",
-                            break_on_hyphens=False, break_long_words=False)
-              for n in notes(values, run, training)]
+    lines += [wrap(n, "  - ", "    ") for n in notes(values, run, training)]
     return "\n".join(lines)
