@@ -207,3 +207,44 @@ def test_a_wrapped_line_keeps_a_number_with_its_unit(width):
     assert " ".join(out.split()) == " ".join(text.split())
     for line in lines:
         assert not line.lstrip().startswith(("%", "TB", "s;")), (width, line)
+
+
+def test_pareto_of_two_models_draws_one_front_per_model(cat):
+    """Options of different models do not compete: each model's front is its own
+    non-dominated set, and every front label names its model."""
+    import numpy as np
+
+    from conftest import sweep
+    from fsdpsim.report.plots import data as plot_data
+    from fsdpsim.report.plots import procurement as plots
+
+    rows = sweep(cat, model="llama3-8b,llama3-70b", gpu="h100", num_gpus="64..512",
+                 tokens="1t", best=True)
+    fig = plots.procurement_pareto(rows)
+    ax = fig.axes[0]
+    front = {tuple(np.round(p, 9)) for c in ax.collections if c.get_gid() == plots.FRONT_GID
+             for p in c.get_offsets()}
+    ok = plot_data.feasible(rows) & rows["cost_usd_per_million_tokens"].notna()
+    want = set()
+    for model in ("llama3-8b", "llama3-70b"):
+        mine = rows[ok & (rows["model"].astype(str) == model)]
+        days = mine["train_time_s"].to_numpy(dtype=float) / 86_400.0
+        cost = mine["cost_usd_per_million_tokens"].to_numpy(dtype=float)
+        on = plot_data.pareto_front(days, cost)
+        assert on.any()
+        want |= {(round(d, 9), round(c, 9)) for d, c in zip(days[on], cost[on])}
+    assert front == want
+    labels = [t.get_text() for t in ax.texts if t.get_gid() == plots.FRONT_LABEL_GID]
+    assert labels and all(t.startswith(("llama3-8b", "llama3-70b")) for t in labels)
+    assert any(t.startswith("llama3-70b") for t in labels)
+
+
+@pytest.mark.parametrize("gpu", ["tpu-v4", "tpu-v6e"])
+def test_a_gpu_without_a_usual_node_says_the_network_is_fsdpsims_default(cat, gpu):
+    """A TPU v4/v6e has no usual node (nor DCN entry) in the catalog: the header says the
+    network is fsdpsim's default, not the chip's own."""
+    from fsdpsim.hardware.system import DEFAULT_NETWORK, resolve_system
+
+    label = resolve_system(cat, gpu=gpu).label
+    assert f"1x {DEFAULT_NETWORK} per GPU (fsdpsim's default: no usual node of {gpu}" in label
+    assert "the GPU's default" not in label

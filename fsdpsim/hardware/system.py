@@ -142,7 +142,8 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         link = acc.link
         label = f"{per_node}x {acc.id} per node, {nics:g}x {net.id} per GPU"
         if network is None:
-            label += f" (the GPU's default{f', as {usual}' if usual else ''})"
+            label += (f" (the GPU's default, as {usual})" if usual else
+                      f" (fsdpsim's default: no usual node of {acc.id} in the catalog)")
             if inter_node_gbps_per_gpu is None:
                 why = (f"its usual node {usual}" if usual else
                        f"no usual node in the catalog: one {DEFAULT_NETWORK} NIC per GPU")
