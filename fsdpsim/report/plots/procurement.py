@@ -30,8 +30,8 @@ def procurement_pareto(rows: Rows, *, tokens: float | None = None,
     option that can run and has a price; the Pareto front (no other option of the same model
     is both faster and cheaper: one front per model, its points labelled with the model where
     the rows hold several) highlighted and labelled with its total cost, the other options
-    labelled in grey; the right axis reads the total cost of the budget (failure-free: USD per million
-    tokens × budget / 10^6). The budget is the sweep's ``--tokens`` (or ``tokens``)."""
+    labelled in grey; the right axis reads the total cost of the budget (failure-free: USD per
+    million tokens × budget / 10^6). The budget is the sweep's ``--tokens`` (or ``tokens``)."""
     frame = data.rows_for("pareto", rows, catalog)
     days = data.train_time_s(frame, tokens).astype(float) / 86_400.0
     cost = frame["cost_usd_per_million_tokens"].astype(float)
