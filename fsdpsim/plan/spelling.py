@@ -7,7 +7,7 @@ gradient accumulation and the recompute it runs. Its line lists the mesh dimensi
 data first, joined by ``" × "``, then the settings of the step joined by ``" · "``::
 
     hsdp2x16 × cp2(a2a) × tp8(sp,overlap) × pp4(interleaved, v=2, m=32, first=10, last=12)
-        × ep8(etp1,overlap) · ckpt full 12/20 · mb 1 · sync last · keep gathered
+        × ep8(etp1,overlap) · ckpt full 12 · mb 1 · sync last · keep gathered
         · order pp,dp_replicate,dp_shard,cp,tp
 
 - data: ``fsdpN`` (ZeRO-3 over N), ``zero2-N``, ``zero1-N``, ``ddpN``, ``hsdpRxS`` (HSDP: R
@@ -21,7 +21,8 @@ data first, joined by ``" × "``, then the settings of the step joined by ``" ·
   first and last stages (when uneven) or of every stage (a stated split, ``--pp-layers``);
 - ``epN`` with ``etpE`` (where the expert TP differs from TP; ``ep1(etpE)`` without EP) and
   ``overlap`` (EP all-to-all overlap) in brackets;
-- ``ckpt none|sel|full|op`` and the recomputed layers of each stage (``K`` or ``K/L``), ``mb N``,
+- ``ckpt none|sel|full|op`` and the recomputed layers of each stage (``K``; ``K/L`` with a
+  stage's layers reads back the same), ``mb N``,
   ``accum N`` (without a pipeline, when above 1), ``sync last``, ``keep gathered``, ``no
   reshard`` and ``order`` (the full mesh order, when not the default).
 
@@ -87,9 +88,8 @@ def canonical(plan: ParallelPlan) -> ParallelPlan:
                    cp_kind=plan.cp_kind if plan.cp > 1 else "ring")
 
 
-def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
-    """The plan's one line (module docstring); ``layers_per_stage`` adds ``/L`` to a partial
-    recompute's layer count."""
+def format_plan(run: RunPlan) -> str:
+    """The plan's one line (module docstring)."""
     p = run.plan
     dims = []
     if p.sharding == "hybrid":
@@ -114,7 +114,7 @@ def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
     if p.ep > 1 or p.etp != p.tp:
         flags = [f for f, on in ((f"etp{p.etp}", p.etp != p.tp), ("overlap", p.ep_overlap)) if on]
         dims.append(f"ep{p.ep}" + (f"({','.join(flags)})" if flags else ""))
-    settings = [_ckpt_text(run, layers_per_stage), f"mb {run.micro_batch}"]
+    settings = [ckpt_text(run.recompute, run.recompute_layers), f"mb {run.micro_batch}"]
     if p.pp == 1 and run.grad_accum > 1:
         settings.append(f"accum {run.grad_accum}")
     if p.grad_sync == "last":
@@ -128,13 +128,13 @@ def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
     return SETTING_SEP.join([DIM_SEP.join(dims)] + settings)
 
 
-def _ckpt_text(run: RunPlan, layers_per_stage: int | None) -> str:
-    """``ckpt none``, ``ckpt full``, ``ckpt sel``, ``ckpt full 12`` or ``ckpt full 12/40``."""
-    text = f"ckpt {_CKPT_WORDS[run.recompute]}"
-    if run.recompute == "none" or run.recompute_layers is None:
+def ckpt_text(recompute: str, recompute_layers: int | None = None) -> str:
+    """``ckpt none``, ``ckpt full``, ``ckpt sel``, ``ckpt op`` or ``ckpt full 12`` (12 layers of
+    each stage recomputed): the one spelling of every report (``12/40`` reads back the same)."""
+    text = f"ckpt {_CKPT_WORDS[recompute]}"
+    if recompute == "none" or recompute_layers is None:
         return text
-    return f"{text} {run.recompute_layers}" + (f"/{layers_per_stage}" if layers_per_stage
-                                                else "")
+    return f"{text} {recompute_layers}"
 
 
 def _error(text: str, what: str) -> ConfigError:
