@@ -334,7 +334,8 @@ def test_default_network_is_the_usual_nodes(builtin, ident):
     per_gpu = (node.inter_node_bandwidth_bytes_per_s_per_gpu if node
                else net.nic_bandwidth_bytes_per_s)
     assert system.inter_node_bandwidth_bytes_per_s_per_gpu == pytest.approx(per_gpu)
-    assert "the GPU's default" in system.label
+    assert ("the GPU's default, as " + node.id if node
+            else f"fsdpsim's default: no usual node of {acc.id}") in system.label
     assert f"the default for {ident}" in system.extra["notes"]
     given = resolve_system(builtin, gpu=ident, network="roce-200")
     assert given.network.id == "roce-200" and "default" not in given.label

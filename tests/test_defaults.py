@@ -44,25 +44,26 @@ def test_search_cost_prints_gpus_dollars_days_as_compare_does():
     row = json.loads(invoke("compare", *common, "--objective", "cost", "--format", "json"))
     row = row["rows"][0] if isinstance(row, dict) else row[0]
     assert found["plan"] == row["plan"]
-    for key in ("train_days", "train_cost_usd", "cost_usd_per_million_tokens"):
+    for key in ("train_days", "train_cost_usd", "failures.train_days",
+                "failures.train_cost_usd", "cost_usd_per_million_tokens"):
         assert abs(found[key] - row[key]) <= 1e-9 * abs(row[key])
     text = invoke("search", *common, "--objective", "cost", "--top", "1")
-    assert f"512 GPUs · 15T tokens in {found['train_days']:,.1f} days · " \
-           f"${found['train_cost_usd'] / 1e6:,.2f}M" in text
+    assert f"512 GPUs · 15T tokens in {found['failures.train_days']:,.1f} days · " \
+           f"${found['failures.train_cost_usd'] / 1e6:,.2f}M" in text
 
 
 def test_deadline_keeps_the_cheapest_plan_that_ends_in_time(capsys):
     common = ("search", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "256,512,1024",
               "--tokens", "15t", "--top", "2", "--format", "json")
     free = json.loads(invoke(*common, "--objective", "time-to-train"))["plans"]
-    days = {p["num_gpus"]: p["train_days"] for p in free}
+    days = {p["num_gpus"]: p["failures.train_days"] for p in free}
     limit = (days.get(512) or max(days.values())) * 1.01
     plans = json.loads(invoke(*common, "--deadline-days", str(limit)))["plans"]
-    assert plans and all(p["train_days"] <= limit for p in plans)
-    costs = [p["train_cost_usd"] for p in plans]
+    assert plans and all(p["failures.train_days"] <= limit for p in plans)
+    costs = [p["failures.train_cost_usd"] for p in plans]
     assert costs == sorted(costs)
     line = assert_one_line_error(*run(capsys, *common[:-2], "--deadline-days", "0.5"))
-    assert "no plan on 256, 512, 1,024 GPUs trains 15t tokens within 0.5 days" in line
+    assert "no plan on 256, 512, 1,024 GPUs trains 15T tokens within 0.5 days" in line
     line = assert_one_line_error(*run(capsys, "search", "--deadline-days", "30"))
     assert "need --tokens" in line
 
@@ -109,7 +110,8 @@ def test_readme_setups_agree_across_predict_sweep_compare_search():
         common = ("--model", model, "--gpu", gpu, "--num-gpus", n) + (
             ("--tokens", tokens) if tokens else ())
         keys = ["tokens_per_s_per_gpu", "step_time_s", "mfu", "cost_usd_per_million_tokens"] \
-            + (["train_days", "train_cost_usd"] if tokens else [])
+            + (["train_days", "train_cost_usd", "failures.train_days",
+                "failures.train_cost_usd"] if tokens else [])
         # predict's defaults = sweep --best at predict's sharding (the same plan)
         pred = _predict_numbers(_json("predict", *common))
         row = _json("sweep", *common, "--best", "--sharding", "full")[0]

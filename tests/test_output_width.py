@@ -20,6 +20,8 @@ COMMANDS = [
     ("sweep", "--model", "llama3-8b", "--num-gpus", "8,64", "--best"),
     ("search", "--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "64"),
     ("search", "--model", "mixtral-8x7b", "--gpu", "h100", "--num-gpus", "64", "--explain"),
+    ("search", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "4096", "--tokens", "15t",
+     "--budget-usd", "3.1m", "--deadline-days", "10"),
     ("compare", "--model", "llama3-70b", "--gpu", "h100,b200,mi300x", "--num-gpus", "64"),
     ("catalog", "list"),
     ("catalog", "show", "h100"),
@@ -49,6 +51,6 @@ def test_validate_rows_keep_the_error_and_range_on_screen(capsys):
     rc, out, _ = run(capsys, "validate", "hybrid_calibration.csv")
     assert rc == 0
     header = next(line for line in out.splitlines() if line.split()[:2] == ["id", "gpu"])
-    for column in ("measured", "predicted", "error", "90% range"):
+    for column in ("measured", "predicted", "error", "90 % range"):
         assert column in header
     assert "see --format csv" in out

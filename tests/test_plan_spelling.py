@@ -3,6 +3,8 @@ valid plans, and one-line errors for text it cannot read."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -56,8 +58,8 @@ def test_parse_of_format_is_the_plan(run):
     p = run.plan
     assert parse_plan(text, num_gpus=p.num_gpus, gpus_per_node=p.gpus_per_node,
                       framework=p.framework) == run
-    # the informative "/L" of a partial recompute reads back the same
-    assert parse_plan(format_plan(run, layers_per_stage=40), num_gpus=p.num_gpus,
+    # the informative "/L" a user may add to a partial recompute reads back the same
+    assert parse_plan(re.sub(r"(ckpt \w+ \d+)", r"\1/40", text), num_gpus=p.num_gpus,
                       gpus_per_node=p.gpus_per_node, framework=p.framework) == run
 
 

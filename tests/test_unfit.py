@@ -30,8 +30,9 @@ def test_advice_consults_the_hybrid_search():
     d = json.loads(CliRunner().invoke(cli, ARGS + ["--format", "json"]).output)
     assert not d["fits"]
     advice = {a["num_gpus"]: a for a in d["fit_advice"]}
-    # on 16 GPUs only a tight TP8 x PP2 plan (above the default 90 % budget); 32 fit within it
-    assert advice[16]["within_default_budget"] is False and "tp8" in advice[16]["plan"]
+    # on 16 GPUs only a tight hybrid plan torchtitan runs (above the default 90 % budget);
+    # 32 fit within it
+    assert advice[16]["within_default_budget"] is False and " × pp2" in advice[16]["plan"]
     assert advice[32]["within_default_budget"] is True
     for a in d["fit_advice"]:
         rerun = json.loads(CliRunner().invoke(

@@ -5,13 +5,14 @@ Every error from bad input is one line on stderr and exit status 2 (:func:`main`
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import click
 
 from fsdpsim.report import render
-from fsdpsim.hardware.catalog import KINDS, load_catalog
+from fsdpsim.hardware.catalog import ENV_VAR, KINDS, load_catalog
 from fsdpsim.util.output import OutputClosed, OutputError, echo, flush_stdout
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S, GIB_BYTES, TFLOPS_FLOPS_PER_S
@@ -34,7 +35,48 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     ctx.exit()
 
 
-class LazyGroup(click.Group):
+class OnceCommand(click.Command):
+    """A command whose one-value options are given at most once: click would keep the last of
+    ``--gpu h100 --gpu b200`` silently, so a repeat is a one-line error naming its values."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            once = [p for p in order if isinstance(p, click.Option) and not p.multiple
+                    and not p.count and not p.is_eager]
+            repeated = [p for p in dict.fromkeys(once) if once.count(p) > 1]
+            if repeated:
+                p = repeated[0]
+                given = ", ".join(_spellings(p, args))
+                raise click.UsageError(f"{p.opts[0]} is given {once.count(p)} times ({given}); "
+                                       f"accepted: one {'/'.join(p.opts + p.secondary_opts)}",
+                                       ctx)
+        return super().parse_args(ctx, args)
+
+
+def _spellings(option: click.Option, args: list[str]) -> list[str]:
+    """How ``option`` is written in ``args``: ``--gpu h100``, ``--gpu=b200``, ``--no-x``."""
+    names = (*option.opts, *option.secondary_opts)
+    out = []
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name not in names:
+            continue
+        takes_value = not option.is_flag and "=" not in arg and i + 1 < len(args)
+        out.append(f"{arg} {args[i + 1]}" if takes_value else arg)
+    return out
+
+
+class OnceGroup(click.Group):
+    """A group whose commands are :class:`OnceCommand` (and whose groups are too)."""
+
+    command_class = OnceCommand
+
+
+OnceGroup.group_class = OnceGroup
+
+
+class LazyGroup(OnceGroup):
     """The command group: ``predict``, ``sweep``, ``plot``, ``validate`` and ``calibrate`` live
     in their own modules, imported (and registered) when a command of theirs is looked up, so
     ``fsdpsim predict`` does not import the sweep, plot and validation code (fast start)."""
@@ -75,11 +117,12 @@ def cli(ctx: click.Context, catalog_dirs: tuple[str, ...]) -> None:
     """fsdpsim: predict step time, throughput, MFU and memory of FSDP training."""
     ctx.ensure_object(dict)
     ctx.obj["catalog_dirs"] = catalog_dirs
-    if catalog_dirs:
-        from fsdpsim.model.catalog import use_folders
+    if catalog_dirs or os.environ.get(ENV_VAR):
+        from fsdpsim.model.catalog import use_folders, user_folders, with_folders
 
         use_folders(catalog_dirs)  # models of these folders, wherever this command names one
         ctx.call_on_close(lambda: use_folders(()))  # and not in the next command of a process
+        with_folders(user_folders())  # their models checked now, not when one is first used
 
 
 # -- catalog -------------------------------------------------------------------------------------

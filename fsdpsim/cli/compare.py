@@ -49,8 +49,12 @@ def compare_options(f):
     return run_options(f)
 
 
-def _items(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
+def _items(text: str | None, what: str) -> list[str]:
+    """The comma-separated items of an option, none if it is not given (an empty item is an
+    error: :func:`fsdpsim.drivers.sweep.values.split_values`)."""
+    from fsdpsim.drivers.sweep.values import split_values
+
+    return [] if text is None else split_values(text, what)
 
 
 def run_compare(ctx: click.Context, o: dict[str, Any]):
@@ -64,13 +68,13 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     from fsdpsim.plan.parallel import TrainingConfig
     from fsdpsim.drivers.search.space import SearchSpace
 
-    hardware = [("gpu", g) for g in _items(o["gpu"])] + \
-        [("cluster", c) for c in _items(o["cluster"])]
+    hardware = [("gpu", g) for g in _items(o["gpu"], "--gpu")] + \
+        [("cluster", c) for c in _items(o["cluster"], "--cluster")]
     if not hardware:
         raise ConfigError("give the hardware to compare: --gpu h100,h200,b200,mi300x and/or "
                           "--cluster ID,ID (fsdpsim catalog list)")
     counts = parse_counts(o["num_gpus"], "--num-gpus")
-    models = _items(o["model"]) or ["llama3-8b"]
+    models = _items(o["model"], "--model") or ["llama3-8b"]
     if len(hardware) * len(counts) * len(models) > MAX_ROWS:
         raise ConfigError(f"--gpu/--cluster x --num-gpus x --model make "
                           f"{len(hardware) * len(counts) * len(models)} rows; accepted: at most "
@@ -85,6 +89,7 @@ def run_compare(ctx: click.Context, o: dict[str, Any]):
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     prices = parse_prices(o["price"], cat) if o["price"] else {}
     specs = [model_at(name, seq) for name in models]
+    training.check_model(is_moe=any(spec.is_moe for spec in specs))  # rows say it per model
     cases = []
     for name, spec in zip(models, specs):
         for kind, ident in hardware:

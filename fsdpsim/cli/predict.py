@@ -64,14 +64,21 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
         system = build_system(ctx, **o)
     seq_len = auto_int(o["seq_len"], "--seq-len")
     spec = spec if spec is not None else model_at(o["model"], seq_len)
-    if o.get("plan"):
+    if o.get("plan") is not None:
+        from fsdpsim.drivers.predict import check_recompute_layers
+
         run = plan_option(o, system)
         plan = run.plan
+        check_recompute_layers(spec, plan, run.recompute_layers, run.recompute_of)
         o = {**o, "micro_batch": str(run.micro_batch), "global_batch": str(run.global_batch),
              "recompute": run.recompute, "recompute_layers": run.recompute_layers}
     else:
         plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
+    if recompute == "none" and o.get("recompute_layers") is not None:
+        raise ConfigError(f"--recompute-layers {o['recompute_layers']} beside --recompute none: "
+                          "no layer recomputes; accepted: --recompute selective, full, "
+                          "op-selective or auto beside it")
     given_precision = o.get("precision")
     o = {**o, "precision": precision_for(given_precision, system)}
     micro_batch = auto_int(o["micro_batch"], "--micro-batch")
@@ -88,8 +95,13 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
                               moe_imbalance=o.get("moe_imbalance"),
                               **kernel_knobs(o))
     prediction = predict(spec, system, plan, training)
-    plan_note = None if o.get("plan") else framework_plan_defaults(o)[1]
-    extra = tuple(n for n in (plan_note, batch_note) if n)
+    plan_note = None if o.get("plan") is not None else framework_plan_defaults(o)[1]
+    layers_note = (f"--recompute-layers {training.recompute_layers}: the layers of each stage "
+                   "that recompute in auto recompute's selective and full candidates; the "
+                   "fastest, recompute none, recomputes none"
+                   if recompute is None and training.recompute_layers is not None
+                   and prediction.training["recompute"] == "none" else None)
+    extra = tuple(n for n in (plan_note, batch_note, layers_note) if n)
     if extra:
         prediction = replace(prediction, notes=prediction.notes + extra)
     if given_precision is None and o["precision"] != "bf16":
@@ -172,6 +184,10 @@ def plan_option(o: dict, system):
     return run
 
 
+#: Plan options that only a pipeline (--pp > 1) reads, with the values that ask for none.
+PIPELINE_ONLY = {"vpp": (1,), "pp_schedule": (None, "1f1b")}
+
+
 def build_plan(o: dict, system) -> ParallelPlan:
     """The plan the options describe: ``--sharding`` (FSDP spelling) or ``--zero`` with
     ``--dp-shard/--dp-replicate`` (mesh spelling), plus the model-parallel degrees; what the
@@ -179,6 +195,11 @@ def build_plan(o: dict, system) -> ParallelPlan:
     from fsdpsim.hardware.system import domain_gpus
 
     o, _ = framework_plan_defaults(o)
+    stray = [f"--{name.replace('_', '-')} {o[name]}" for name, off in PIPELINE_ONLY.items()
+             if o.get(name, off[0]) not in off]
+    if stray and (o.get("pp") or 1) == 1:
+        raise ConfigError(f"{' and '.join(stray)}: needs a pipeline, --pp > 1 (it is 1); "
+                          "accepted: --pp 2 or more beside it")
 
     per_domain = domain_gpus(system, o["num_gpus"])
     hybrid = dict(tp=o.get("tp", 1), pp=o.get("pp", 1), cp=o.get("cp", 1), vpp=o.get("vpp", 1),

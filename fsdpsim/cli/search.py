@@ -203,11 +203,15 @@ def plan_run(prediction, system, o: dict[str, Any], price: float | None) -> dict
 def within(spec, systems: dict, training, ranking: list, o: dict[str, Any], price: float | None,
            deadline_days: float | None, budget_usd: float | None) -> list:
     """The ranked (choice, GPUs) whose whole run meets the limits, best first, at most
-    ``--top``; none: a one-line error naming the closest plan."""
+    ``--top``; none: a one-line error naming the closest plan (the cheapest under a budget
+    alone, else the fastest) and what can meet the limits (more GPUs shorten a run; they do
+    not make it cheaper)."""
     from fsdpsim.drivers.procurement import within_limits
     from fsdpsim.drivers.search.explain import plan_line
+    from fsdpsim.report.words import limit_words, tokens_words
     from fsdpsim.drivers.search.results import predict_choice
 
+    cheapest = budget_usd is not None and deadline_days is None
     kept, closest = [], None
     for c, n in ranking:
         summary = plan_run(predict_choice(spec, systems[n], c, training), systems[n], o, price)
@@ -215,20 +219,36 @@ def within(spec, systems: dict, training, ranking: list, o: dict[str, Any], pric
             kept.append((c, n))
             if len(kept) == o["top"]:
                 break
-        elif closest is None or (summary["train_days"] or float("inf")) < closest[2]:
-            closest = (c, n, summary["train_days"] or float("inf"), summary["train_cost_usd"])
+            continue
+        days, usd = summary["failures.train_days"], summary["failures.train_cost_usd"]
+        key = (usd if cheapest else days)
+        key = float("inf") if key is None else key
+        if closest is None or key < closest[0]:
+            closest = (key, c, n, days, usd)
     if kept:
         return kept
-    wanted = " and ".join(w for w in (
-        None if deadline_days is None else f"within {deadline_days:g} days",
-        None if budget_usd is None else f"for at most ${budget_usd:,.0f}") if w)
-    near = ("" if closest is None else
-            f"; the fastest, {plan_line(closest[0])} on {closest[1]:,} GPUs, takes "
-            f"{closest[2]:,.1f} days"
-            + ("" if closest[3] is None else f" and ${closest[3] / 1e6:,.2f}M"))
+    near = ""
+    if closest is not None:
+        _, c, n, days, usd = closest
+        near = (f"; the {'cheapest' if cheapest else 'fastest'}, {plan_line(c)} on {n:,} GPUs, "
+                + ("does not finish" if days is None else f"takes {days:,.1f} days")
+                + ("" if usd is None else f" and ${usd / 1e6:,.2f}M")
+                + " (failures included)")
+    accepted = ", ".join(w for w in (
+        None if deadline_days is None else "a later deadline",
+        None if budget_usd is None else "a larger budget",
+        None if deadline_days is None else "more GPUs (--num-gpus)",
+        None if budget_usd is None else "other GPUs or GPU counts (--gpu, --num-gpus)") if w)
     raise ConfigError(f"no plan on {', '.join(f'{n:,}' for n in systems)} GPUs trains "
-                      f"{o['tokens']} tokens {wanted}{near}; accepted: a later deadline, a "
-                      "larger budget or more GPUs (--num-gpus)")
+                      f"{tokens_words(procurement_tokens(o))} "
+                      f"{limit_words(deadline_days, budget_usd)}{near}; accepted: {accepted}")
+
+
+def procurement_tokens(o: dict[str, Any]) -> float:
+    """``--tokens`` read as every command reads it [tokens]."""
+    from fsdpsim.drivers.procurement import read_run_options
+
+    return read_run_options(o).tokens
 
 
 def register(cli: click.Group) -> None:

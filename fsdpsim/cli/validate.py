@@ -46,7 +46,7 @@ def _group_table(title: str, groups: dict[str, dict]) -> list[str]:
     """One grouping as lines of at most ~90 characters: a header, then a row per group."""
     ranged = any("coverage" in s for s in groups.values())
     lines = [f"{title:<{NAME_WIDTH + 2}} {'rows':>5} {'MAPE':>8} {'median':>8} {'worst':>8} "
-             f"{'bias':>8}" + (f" {'in 90%':>7}" if ranged else "")]
+             f"{'bias':>8}" + (f" {'in 90 %':>7}" if ranged else "")]
     for name, s in groups.items():
         short = name if len(name) <= NAME_WIDTH else name[:NAME_WIDTH - 1] + "…"
         lines.append(f"  {short:<{NAME_WIDTH}} {s['rows']:>5} {100 * s['mape']:>6.1f} % "
@@ -75,9 +75,10 @@ def _layout(row) -> str:
 
 #: The per-row table's columns, most telling first (:func:`render.narrow_table` leaves columns
 #: out from the right when the table is wider than the screen; ``--format csv`` keeps them all).
-ROW_HEADERS = {"id": "id", "gpu": "gpu", "n_gpus": "gpus", "layout": "layout",
+ROW_HEADERS = {"id": "id", "gpu": "gpu", "n_gpus": "gpus",
                "tokens_per_s_per_gpu": "measured", "predicted_tokens_per_s_per_gpu": "predicted",
-               "error": "error", "range": "90% range", "model": "model", "bottleneck": "bottleneck",
+               "error": "error", "range": "90 % range", "layout": "layout", "model": "model",
+               "bottleneck": "bottleneck",
                "seq_len": "seq", "micro_batch": "mb", "grad_accum": "accum",
                "recompute": "recompute", "knobs": "knobs"}
 
@@ -87,7 +88,7 @@ def _rows_table(frame) -> str:
     where it misses the measurement), within 100 columns."""
     frame = frame.assign(layout=[_layout(row) for _, row in frame.iterrows()])
     if "inside" in frame.columns:  # the 90 % range, "*" where it misses the measurement
-        frame = frame.assign(range=[f"{lo:.0f}-{hi:.0f}{'' if ok else ' *'}" for lo, hi, ok in
+        frame = frame.assign(range=[f"{lo:,.0f} .. {hi:,.0f}{'' if ok else ' *'}" for lo, hi, ok in
                                     zip(frame["predicted_low"], frame["predicted_high"],
                                         frame["inside"])])
     columns = [c for c in ROW_HEADERS if c in frame.columns and c != "knobs"]
@@ -119,6 +120,7 @@ def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: st
     those on ``--gpu`` that are modelled, not skipped). Too few left: one error naming the
     filter that left them (an unknown framework with the file's frameworks; else each
     filter's count)."""
+    from fsdpsim.measured.rows import on_gpus
     from fsdpsim.measured.stats import by_framework
 
     frame = by_framework(every, framework)
@@ -131,7 +133,7 @@ def rows_to_fit(every, framework: str, gpus, catalog, n_factors: int, source: st
                           "for every row")
     fit = fit_rows(frame)
     ids = {catalog.accelerator(g).id for g in gpus}
-    on_gpu = fit[fit["gpu"].isin(ids)]
+    on_gpu = fit[on_gpus(fit, catalog, gpus)]
     usable = on_gpu[on_gpu["skip"] == ""]
     need = n_factors + 2
     if len(usable) < need:
@@ -209,14 +211,14 @@ def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
 def _selected_rows(measurements: str, cat, gpus: tuple[str, ...], framework: str | None):
     """The rows of the measurements file ``validate`` predicts (``--framework``, ``--gpu``);
     none left is one error naming the filters and what the file has."""
+    from fsdpsim.measured.rows import on_gpus
     from fsdpsim.measured.stats import by_framework
     from fsdpsim.measured.validate import load_measurements
 
     every = load_measurements(measurements, cat)
     frame = by_framework(every, framework)
     if gpus:
-        ids = {cat.accelerator(g).id for g in gpus}
-        frame = frame[frame["gpu"].isin(ids)]
+        frame = frame[on_gpus(frame, cat, gpus)]
     if frame.empty:
         names = (sorted({str(n) for n in every["framework"].fillna("")})
                  if "framework" in every else [])

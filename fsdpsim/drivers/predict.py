@@ -299,12 +299,32 @@ def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
             "framework": plan.framework, "line": line}
 
 
+def check_recompute_layers(spec: ModelSpec, plan: ParallelPlan, layers: int | None,
+                           total: int | None = None) -> None:
+    """A clear error for a recomputed-layer count above the layers of a pipeline stage (the
+    busiest middle rank's, what the engine and a plan line's ``K/L`` count), or for a stated
+    total ``L`` that is not that stage's."""
+    if layers is None and total is None:
+        return
+    stage = plan.stage_layers(spec.n_layers)[1]
+    if total is not None and total != stage:
+        raise ConfigError(f"--plan 'ckpt ... {layers}/{total}': a pipeline stage of "
+                          f"{spec.name} under this plan has {stage} layers, not {total}; "
+                          f"accepted: {layers}/{stage}, or {layers}")
+    if layers is not None and layers > stage:
+        raise ConfigError(f"recompute_layers {layers} is above the {stage} layers of a "
+                          f"pipeline stage of {spec.name} under this plan; accepted: 0 to "
+                          f"{stage}")
+
+
 def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
             training: TrainingConfig) -> Prediction:
     """Predict one training step; ``auto`` knobs pick the fastest setting that fits."""
     from fsdpsim.hardware.system import domain_gpus
 
     training = frameworks.with_defaults(training, plan.framework)
+    training.check_model(is_moe=spec.is_moe)
+    check_recompute_layers(spec, plan, training.recompute_layers)
     if plan.gpus_per_node not in (system.gpus_per_node, domain_gpus(system, plan.num_gpus)):
         raise ConfigError(f"plan gpus_per_node({plan.gpus_per_node}) != system "
                           f"gpus_per_node({system.gpus_per_node})")

@@ -266,9 +266,10 @@ def prediction_run(prediction, system: System, run: RunAssumptions,
 
 def run_summary(run: Mapping[str, Any]) -> dict[str, Any]:
     """The cost, energy and time of one plan as every command reports them (compare's columns,
-    search's plans): from :func:`prediction_run`'s dict, the whole run with failures (Daly's
-    checkpoints, restarts: goodput) and beside it the failure-free run. Days = seconds / 86,400.
-    None where unknown (no price, no ``--tokens``, a plan that cannot run)."""
+    search's plans): from :func:`prediction_run`'s dict, the failure-free run under predict's
+    and sweep's names (``train_cost_usd``, ``train_energy_kwh``) and the whole run with failures
+    (Daly's checkpoints, restarts: goodput) under ``failures.*`` as sweep names them. Days =
+    seconds / 86,400. None where unknown (no price, no ``--tokens``, a plan that cannot run)."""
     f = run.get("failures") or {}
 
     def days(seconds):
@@ -280,11 +281,12 @@ def run_summary(run: Mapping[str, Any]) -> dict[str, Any]:
         "energy_kwh_per_million_tokens": run.get("energy_kwh_per_million_tokens"),
         "goodput": f.get("goodput"),
         "train_tokens": run.get("train_tokens"),
-        "train_days": days(f.get("train_time_s")),
-        "train_cost_usd": f.get("train_cost_usd"),
-        "train_energy_kwh": f.get("train_energy_kwh"),
-        "train_days_failure_free": days(run.get("train_time_s")),
-        "train_cost_usd_failure_free": run.get("train_cost_usd"),
+        "train_days": days(run.get("train_time_s")),
+        "train_cost_usd": run.get("train_cost_usd"),
+        "train_energy_kwh": run.get("train_energy_kwh"),
+        "failures.train_days": days(f.get("train_time_s")),
+        "failures.train_cost_usd": f.get("train_cost_usd"),
+        "failures.train_energy_kwh": f.get("train_energy_kwh"),
     }
 
 
@@ -293,8 +295,8 @@ def within_limits(summary: Mapping[str, Any], deadline_days: float | None = None
     """Whether a plan's whole run (:func:`run_summary`, with failures) ends within
     ``deadline_days`` and costs at most ``budget_usd`` (None: no limit); a plan without the
     number (no price, cannot run) is not within it."""
-    for value, limit in ((summary.get("train_days"), deadline_days),
-                         (summary.get("train_cost_usd"), budget_usd)):
+    for value, limit in ((summary.get("failures.train_days"), deadline_days),
+                         (summary.get("failures.train_cost_usd"), budget_usd)):
         if limit is not None and (value is None or not math.isfinite(value) or value > limit):
             return False
     return True

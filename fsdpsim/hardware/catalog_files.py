@@ -91,8 +91,9 @@ def _read_file(path: Path) -> list[_Raw]:
         if kind in MODEL_KINDS:
             continue  # models beside hardware in a user folder: fsdpsim.model.catalog reads them
         if kind not in SCHEMAS:
-            raise ConfigError(f"{path}: unknown table [[{kind}]]{suggest(kind, KINDS)}; "
-                              f"accepted: {', '.join(f'[[{k}]]' for k in KINDS)}")
+            tables = (*KINDS, *MODEL_KINDS)
+            raise ConfigError(f"{path}: unknown table [[{kind}]]{suggest(kind, tables)}; "
+                              f"accepted: {', '.join(f'[[{k}]]' for k in tables)}")
         if not isinstance(entries, list):
             raise ConfigError(f"{path}: [{kind}] must be an array of tables, written [[{kind}]]")
         for i, data in enumerate(entries):

@@ -27,10 +27,21 @@ FRAGMENTED_FACTOR = 0.7
 FRAGMENTED_UNCERTAINTY = 0.2
 
 #: Used when only a GPU is named and the catalog gives it no usual node (``default_node``): one
-#: 400 Gb/s NDR InfiniBand NIC per GPU (the DGX H100 / HGX layout, hardware.md §5). 8 GPUs per
-#: node whatever the node. Reports say so.
+#: 400 Gb/s NDR InfiniBand NIC per GPU (the DGX H100 / HGX layout, hardware.md §5), 8 GPUs per
+#: node (a rack-scale NVLink domain's size where larger). Reports say so.
 DEFAULT_NETWORK = "ib-ndr-400"
 DEFAULT_GPUS_PER_NODE = 8
+
+
+def default_gpus_per_node(catalog: Catalog, acc) -> int:
+    """GPUs per node of a system named by its GPU alone [-]: those of the accelerator's usual
+    node in the catalog (``default_node``: Jupiter's 4 GH200, Leonardo's 4 A100 64GB, an NVL72
+    rack's 72), else a rack-scale NVLink domain (NVL72) when larger than
+    :data:`DEFAULT_GPUS_PER_NODE`, else :data:`DEFAULT_GPUS_PER_NODE`."""
+    if acc.default_node is not None:
+        return catalog.node(acc.default_node).gpus_per_node
+    rack = acc.link.domain_size if (acc.link.domain_size or 0) > DEFAULT_GPUS_PER_NODE else None
+    return rack or DEFAULT_GPUS_PER_NODE
 
 
 def default_network(catalog: Catalog, acc, network: str | None = None):
@@ -125,15 +136,14 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
     else:
         acc = catalog.accelerator(gpu)
         price = acc.price
-        # A rack-scale NVLink domain (NVL72) is the scale-up unit when no node is named.
-        rack = acc.link.domain_size if (acc.link.domain_size or 0) > DEFAULT_GPUS_PER_NODE else None
-        per_node = gpus_per_node or rack or DEFAULT_GPUS_PER_NODE
+        per_node = gpus_per_node or default_gpus_per_node(catalog, acc)
         net, nics, usual = default_network(catalog, acc, network)
         share = nics * net.nic_bandwidth_bytes_per_s
         link = acc.link
         label = f"{per_node}x {acc.id} per node, {nics:g}x {net.id} per GPU"
         if network is None:
-            label += f" (the GPU's default{f', as {usual}' if usual else ''})"
+            label += (f" (the GPU's default, as {usual})" if usual else
+                      f" (fsdpsim's default: no usual node of {acc.id} in the catalog)")
             if inter_node_gbps_per_gpu is None:
                 why = (f"its usual node {usual}" if usual else
                        f"no usual node in the catalog: one {DEFAULT_NETWORK} NIC per GPU")

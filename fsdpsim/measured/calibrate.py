@@ -25,6 +25,7 @@ from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.measured.stats import summarise
 from fsdpsim.measured.grid import distinct_inputs
+from fsdpsim.measured.rows import on_gpus
 
 #: engine input name -> (catalog [efficiency] key, catalog units per engine unit, bounds)
 FACTORS = {
@@ -134,7 +135,7 @@ def fit(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[str],
     unknown = [f for f in factors if f not in FACTORS]
     if unknown:
         raise ConfigError(f"cannot fit {', '.join(unknown)}; fittable: {', '.join(FACTORS)}")
-    use = frame[(frame["skip"] == "") & frame["gpu"].isin(ids)].reset_index(drop=True)
+    use = frame[(frame["skip"] == "") & on_gpus(frame, catalog, ids)].reset_index(drop=True)
     if len(use) < len(factors) + 2:
         raise ConfigError(f"{len(use)} usable rows for {', '.join(ids)}: too few to fit "
                           f"{len(factors)} factors (need at least {len(factors) + 2})")

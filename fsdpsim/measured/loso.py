@@ -24,6 +24,7 @@ from fsdpsim.measured.calibrate import (DEFAULT_FACTORS, FACTORS, _predict,
                                         attention_ceiling_violations, ceiling_violations, fit)
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
+from fsdpsim.measured.rows import on_gpus
 from fsdpsim.measured.validate import engine_inputs
 
 
@@ -64,7 +65,7 @@ def leave_one_source_out(frame: pd.DataFrame, catalog: Catalog, gpus: Sequence[s
     ids = tuple(catalog.accelerator(g).id for g in gpus)
     if "source_key" not in frame.columns:
         raise ConfigError("--loso needs a source_key column naming each row's source")
-    use = frame[(frame["skip"] == "") & frame["gpu"].isin(ids)].reset_index(drop=True)
+    use = frame[(frame["skip"] == "") & on_gpus(frame, catalog, ids)].reset_index(drop=True)
     sources = sorted({str(s) for s in use["source_key"]})
     if len(sources) < 2:
         raise ConfigError(f"--loso needs rows from at least two sources; the usable rows on "

@@ -33,7 +33,7 @@ from fsdpsim.drivers.interval import (SCALE_WIDENING_PER_DOUBLING, comm_uncertai
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.hardware.spec import FitSpan
-from fsdpsim.measured.rows import row_setup, spec_for_row
+from fsdpsim.measured.rows import on_gpus, row_setup, spec_for_row
 from fsdpsim.measured.stats import coverage, coverage_summary, fit_rows  # noqa: F401
 from fsdpsim.plan import frameworks
 
@@ -217,9 +217,8 @@ def _kept(opts: dict[str, list[str]], rows: pd.DataFrame, catalog: Catalog
     """Which of ``rows`` a calibrate command's selection (``--gpu``, ``--framework``,
     ``--where``) keeps; None when its ``--where`` cannot be evaluated on them (a file of the
     same name without the columns: not those rows)."""
-    gpus = {catalog.accelerator(g).id for g in opts.get("--gpu", [])}
     framework = opts.get("--framework", ["fsdp"])[0].lower()
-    keep = rows["gpu"].isin(gpus)
+    keep = on_gpus(rows, catalog, opts.get("--gpu", []))
     if framework and "framework" in rows.columns:
         keep &= rows["framework"].fillna("").astype(str).str.lower().str.contains(
             framework, regex=False)

@@ -274,3 +274,19 @@ def _option_value(row: pd.Series, k, value: Any) -> Any:
 def is_empty(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
         or (isinstance(value, str) and value.strip().lower() in ("", "nan", "none"))
+
+
+def on_gpus(frame: pd.DataFrame, catalog: Catalog, gpus) -> pd.Series:
+    """Which rows of ``frame`` ran on one of ``gpus`` (ids or aliases, as ``--gpu`` takes
+    them): each row's ``gpu`` cell resolved through the catalog as its prediction resolves it
+    (``h100`` is ``h100-sxm5-80gb``); a cell the catalog does not know matches nothing."""
+    wanted = {catalog.accelerator(g).id for g in gpus}
+
+    def resolved(name: Any) -> str | None:
+        try:
+            return catalog.accelerator(str(name)).id
+        except ConfigError:
+            return None
+
+    ids = {name: resolved(name) for name in frame["gpu"].dropna().unique()}
+    return frame["gpu"].map(ids).isin(wanted)

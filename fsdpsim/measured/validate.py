@@ -103,7 +103,7 @@ from fsdpsim.measured.published import tables as published, vtrain
 from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.files import MAX_TABLE_BYTES, open_capped
-from fsdpsim.engine.peaks import bf16_linear_share
+from fsdpsim.engine.peaks import bf16_linear_share, gemm_peak_flops_per_s
 from fsdpsim.measured.rows import is_empty, row_setup
 from fsdpsim.plan.parallel import TrainingConfig
 from fsdpsim.drivers.predict import config_inputs
@@ -206,12 +206,14 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
         if skip or asks_auto_vpp(vpps[position]) or group in checked:
             continue
         try:
-            spec, _, plan, options = setups(position)
+            spec, system, plan, options = setups(position)
             plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
                              n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
                              n_experts=spec.n_experts,
                              expert_ffn_size=spec.expert_size if spec.is_moe else 0)
-            bf16_linear_share(spec, TrainingConfig(**options))  # BF16 layers of this model
+            training = TrainingConfig(**options)
+            bf16_linear_share(spec, training)  # BF16 layers of this model
+            gemm_peak_flops_per_s(system.accelerator, training.precision)  # the GPU runs it
             checked.add(group)
         except ConfigError as exc:
             if strict:

@@ -456,10 +456,12 @@ class ParallelPlan:
         heads), layers by PP × vpp, the sequence by 2·CP (ring attention's load-balanced causal
         chunks) or heads by TP·CP (Ulysses all-to-all); the routed experts by EP and each
         expert's width by ETP (Megatron: ``num_moe_experts % expert_model_parallel_size``);
-        expert parallelism needs experts."""
-        if n_experts == 0 and (self.ep > 1 or self.ep_overlap):
-            raise ConfigError(f"ep({self.ep}) > 1 needs a mixture-of-experts model (this one is "
-                              "dense); accepted: ep 1")
+        expert parallelism, its overlap and an expert TP of its own need experts."""
+        on = {f"ep({self.ep}) > 1": self.ep > 1, "ep_overlap": self.ep_overlap,
+              f"etp({self.etp}) != tp({self.tp})": self.etp != self.tp}
+        if n_experts == 0 and any(on.values()):
+            raise ConfigError(f"{' and '.join(t for t in on if on[t])} needs a mixture-of-experts "
+                              "model (this one is dense); accepted: ep 1, etp = tp, no ep_overlap")
         if n_experts and n_experts % self.ep:
             raise ConfigError(f"n_experts({n_experts}) is not divisible by ep({self.ep}); "
                               f"accepted: ep dividing {n_experts}")

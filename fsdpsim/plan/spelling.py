@@ -7,7 +7,7 @@ gradient accumulation and the recompute it runs. Its line lists the mesh dimensi
 data first, joined by ``" × "``, then the settings of the step joined by ``" · "``::
 
     hsdp2x16 × cp2(a2a) × tp8(sp,overlap) × pp4(interleaved, v=2, m=32, first=10, last=12)
-        × ep8(etp1,overlap) · ckpt full 12/20 · mb 1 · sync last · keep gathered
+        × ep8(etp1,overlap) · ckpt full 12 · mb 1 · sync last · keep gathered
         · order pp,dp_replicate,dp_shard,cp,tp
 
 - data: ``fsdpN`` (ZeRO-3 over N), ``zero2-N``, ``zero1-N``, ``ddpN``, ``hsdpRxS`` (HSDP: R
@@ -21,7 +21,8 @@ data first, joined by ``" × "``, then the settings of the step joined by ``" ·
   first and last stages (when uneven) or of every stage (a stated split, ``--pp-layers``);
 - ``epN`` with ``etpE`` (where the expert TP differs from TP; ``ep1(etpE)`` without EP) and
   ``overlap`` (EP all-to-all overlap) in brackets;
-- ``ckpt none|sel|full|op`` and the recomputed layers of each stage (``K`` or ``K/L``), ``mb N``,
+- ``ckpt none|sel|full|op`` and the recomputed layers of each stage (``K``; ``K/L`` with a
+  stage's layers reads back the same), ``mb N``,
   ``accum N`` (without a pipeline, when above 1), ``sync last``, ``keep gathered``, ``no
   reshard`` and ``order`` (the full mesh order, when not the default).
 
@@ -34,7 +35,7 @@ hypothesis.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, PP_SCHEDULES, RECOMPUTES, ParallelPlan
 from fsdpsim.util.errors import ConfigError
@@ -64,6 +65,9 @@ class RunPlan:
     recompute_layers: int | None = None
     """Layers of each pipeline stage that recompute (Megatron --recompute-num-layers); None =
     all of them (or none for ``recompute = "none"``) [-]."""
+    recompute_of: int | None = field(default=None, compare=False)
+    """The layers of a stage a line states (``ckpt full K/L``: ``L``), for the command that
+    knows the model to check; None = not stated [-]."""
 
     @property
     def global_batch(self) -> int:
@@ -84,9 +88,8 @@ def canonical(plan: ParallelPlan) -> ParallelPlan:
                    cp_kind=plan.cp_kind if plan.cp > 1 else "ring")
 
 
-def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
-    """The plan's one line (module docstring); ``layers_per_stage`` adds ``/L`` to a partial
-    recompute's layer count."""
+def format_plan(run: RunPlan) -> str:
+    """The plan's one line (module docstring)."""
     p = run.plan
     dims = []
     if p.sharding == "hybrid":
@@ -111,7 +114,7 @@ def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
     if p.ep > 1 or p.etp != p.tp:
         flags = [f for f, on in ((f"etp{p.etp}", p.etp != p.tp), ("overlap", p.ep_overlap)) if on]
         dims.append(f"ep{p.ep}" + (f"({','.join(flags)})" if flags else ""))
-    settings = [_ckpt_text(run, layers_per_stage), f"mb {run.micro_batch}"]
+    settings = [ckpt_text(run.recompute, run.recompute_layers), f"mb {run.micro_batch}"]
     if p.pp == 1 and run.grad_accum > 1:
         settings.append(f"accum {run.grad_accum}")
     if p.grad_sync == "last":
@@ -125,13 +128,13 @@ def format_plan(run: RunPlan, layers_per_stage: int | None = None) -> str:
     return SETTING_SEP.join([DIM_SEP.join(dims)] + settings)
 
 
-def _ckpt_text(run: RunPlan, layers_per_stage: int | None) -> str:
-    """``ckpt none``, ``ckpt full``, ``ckpt sel``, ``ckpt full 12`` or ``ckpt full 12/40``."""
-    text = f"ckpt {_CKPT_WORDS[run.recompute]}"
-    if run.recompute == "none" or run.recompute_layers is None:
+def ckpt_text(recompute: str, recompute_layers: int | None = None) -> str:
+    """``ckpt none``, ``ckpt full``, ``ckpt sel``, ``ckpt op`` or ``ckpt full 12`` (12 layers of
+    each stage recomputed): the one spelling of every report (``12/40`` reads back the same)."""
+    text = f"ckpt {_CKPT_WORDS[recompute]}"
+    if recompute == "none" or recompute_layers is None:
         return text
-    return f"{text} {run.recompute_layers}" + (f"/{layers_per_stage}" if layers_per_stage
-                                                else "")
+    return f"{text} {recompute_layers}"
 
 
 def _error(text: str, what: str) -> ConfigError:
@@ -148,6 +151,9 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
     (``gpus_per_node`` per scale-up domain) under ``framework``. Raises :class:`ConfigError`
     naming the part it cannot read, or the degrees that do not multiply to ``num_gpus``."""
     text = " ".join(text.split())  # a line broken over several (a quoted shell argument) reads
+    if not text:
+        raise ConfigError(f"--plan {text!r} is empty; accepted: a plan such as "
+                          f"'fsdp8 × tp8 · ckpt none · mb 2' ({ACCEPTED.removeprefix('accepted: ')})")
     parts = [s.strip() for s in text.split("·")]
     dims_text, settings = parts[0], parts[1:]
     if not dims_text:
@@ -208,11 +214,14 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
         raise ConfigError(f"--plan {text!r}: dp({dp}) * cp({kw['cp']}) * tp({kw['tp']}) * "
                           f"pp({kw['pp']}) != num_gpus({num_gpus}); accepted: degrees whose "
                           f"product is {num_gpus}")
-    run = {"micro_batch": None, "grad_accum": accum, "recompute": None, "recompute_layers": None}
+    run = {"micro_batch": None, "grad_accum": accum, "recompute": None, "recompute_layers": None,
+           "recompute_of": None}
     for s in settings:
         _setting(text, s, kw, run)
-    if run["micro_batch"] is None or run["recompute"] is None:
-        raise _error(text, "it needs 'ckpt ...' and 'mb N'")
+    missing = [part for part, key in (("'ckpt ...'", "recompute"), ("'mb N'", "micro_batch"))
+               if run[key] is None]
+    if missing:
+        raise _error(text, f"it needs {' and '.join(missing)}")
     if kw["pp"] == 1 and run["grad_accum"] is None:
         run["grad_accum"] = 1
     if run["grad_accum"] is None:
@@ -252,10 +261,11 @@ def _setting(text: str, s: str, kw: dict, run: dict) -> None:
     if len(words) in (2, 3) and words[0] == "ckpt" and words[1] in ckpt:
         run["recompute"] = ckpt[words[1]]
         if len(words) == 3:
-            m = re.fullmatch(r"(\d+)(?:/\d+)?", words[2])
+            m = re.fullmatch(r"(\d+)(?:/(\d+))?", words[2])
             if not m or words[1] == "none":
                 raise _error(text, f"cannot read {s!r}")
             run["recompute_layers"] = int(m.group(1))
+            run["recompute_of"] = None if m.group(2) is None else int(m.group(2))
     elif len(words) == 2 and words[0] in ("mb", "accum") and words[1].isdigit() \
             and int(words[1]) > 0:
         run["micro_batch" if words[0] == "mb" else "grad_accum"] = int(words[1])

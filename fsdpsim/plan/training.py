@@ -33,6 +33,12 @@ CUDA_GRAPHS = ("none", "partial", "full")
 RECOMPUTE_MODULES = ("mla_up_proj", "mlp", "moe_act")
 
 
+#: The mixture-of-experts settings of a :class:`TrainingConfig`, each with the one value a
+#: dense model accepts (its default: dropless, balanced-routing floor, 16-bit all-to-all).
+MOE_KNOBS = {"moe_capacity_factor": None, "moe_imbalance": None, "moe_fp8_dispatch": False,
+             "moe_dispatcher": "alltoall"}
+
+
 #: Tokens per step of the default global batch: about 4M, Llama 3 405B's first pre-training
 #: stage (arXiv 2407.21783 §3.4.1: 4M tokens of 4,096-token sequences) [-].
 DEFAULT_BATCH_TOKENS = 4 * 2**20
@@ -196,6 +202,18 @@ class TrainingConfig:
                 raise ConfigError(f"{name} {value!r} is not accepted; accepted: a number from "
                                   f"{low:g} to {high:g}, or none")
             object.__setattr__(self, name, float(value))
+
+    def check_model(self, *, is_moe: bool) -> None:
+        """A clear error for mixture-of-experts settings (:data:`MOE_KNOBS`) given for a
+        dense model, which has no experts to apply them to (as ``ep > 1`` is refused:
+        :meth:`fsdpsim.plan.parallel.ParallelPlan.check_model`)."""
+        given = [f"--{name.replace('_', '-')}" + ("" if value is True else f" {value:g}"
+                                                    if isinstance(value, float) else f" {value}")
+                 for name, dense in MOE_KNOBS.items()
+                 if (value := getattr(self, name)) != dense]
+        if given and not is_moe:
+            raise ConfigError(f"{' and '.join(given)} needs a mixture-of-experts model (this "
+                              "one is dense); accepted: none of them on a dense model")
 
     def grad_accum(self, dp: int, micro_batch: int) -> int:
         """Micro-batches per step; a clear error if the batch does not split evenly."""

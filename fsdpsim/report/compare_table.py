@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from fsdpsim.drivers.search.objective import DEFAULT_MEMORY_BUDGET_FRACTION
@@ -12,6 +11,7 @@ from fsdpsim.plan.training import default_global_batch
 from fsdpsim.report.command import command_lines, predict_command
 from fsdpsim.report.procurement import assumption_notes, money, rate, short_source
 from fsdpsim.report.words import NOT_RUNNABLE, bottleneck_name, mfu_note
+from fsdpsim.util.text import wrap
 
 WIDTH = 100
 
@@ -53,9 +53,12 @@ def table_rows(values: list[dict], best: dict[str, list[int]], tokens: float | N
                       ("kWh/Mtok", "energy_kwh_per_million_tokens",
                        _num(v["energy_kwh_per_million_tokens"], ".3f"))]
         else:
-            cells += [("days", "train_days", _num(v["train_days"], ",.1f")),
-                      ("cost", "train_cost_usd", money(v["train_cost_usd"])),
-                      ("MWh", "train_energy_kwh", _num(v["train_energy_kwh"], ",.0f", 1e-3))]
+            f = {k: v[f"failures.{k}"] for k in ("train_days", "train_cost_usd",
+                                                  "train_energy_kwh")}
+            cells += [("days", "failures.train_days", _num(f["train_days"], ",.1f")),
+                      ("cost", "failures.train_cost_usd", money(f["train_cost_usd"])),
+                      ("MWh", "failures.train_energy_kwh",
+                       _num(f["train_energy_kwh"], ",.0f", 1e-3))]
         for head, key, text in cells:
             if not v["fits"] and head in _IF_IT_FITTED:  # not runnable: no headline number
                 text = "-"
@@ -98,17 +101,31 @@ def command_text(values: list[dict]) -> list[str]:
 
 def header(values: list[dict], training, run, plan_kind: str) -> str:
     models = ", ".join(dict.fromkeys(v["model"] for v in values))
-    batch = training.global_batch or default_global_batch(training.seq_len)
-    tokens = batch * training.seq_len
-    moved = ("" if training.global_batch else
-             ", the default, or where a row's dp does not divide it the nearest multiple")
     budget = "" if run.tokens is None else f", {run.tokens / 1e12:g}T tokens to train"
     plan = (f"best plan per row within {100 * DEFAULT_MEMORY_BUDGET_FRACTION:.0f} % of GPU "
             "memory (fsdpsim search's default budget)" if plan_kind == "search"
             else "FSDP plan per row (fsdpsim predict)")
-    return (f"fsdpsim compare: {models}; every row at global batch {batch:,} x "
-            f"{training.seq_len:,} tokens ({tokens / 1e6:.1f}M tokens/step){moved}{budget}; "
-            f"{plan}")
+    return f"fsdpsim compare: {models}; {_batch_words(values, training)}{budget}; {plan}"
+
+
+def _batch_words(values: list[dict], training) -> str:
+    """The global batch the rows train: the one every row trains (the default moved to a
+    multiple of the rows' dp where it is not the default), else the default and each batch."""
+    batch = training.global_batch or default_global_batch(training.seq_len)
+    trained = sorted({v["global_batch"] for v in values if v.get("global_batch")})
+    seq = training.seq_len
+    if training.global_batch or trained in ([], [batch]):
+        moved = ("" if training.global_batch else
+                 ", the default, or where a row's dp does not divide it the nearest multiple")
+        return (f"every row at global batch {batch:,} x {seq:,} tokens "
+                f"({batch * seq / 1e6:.1f}M tokens/step){moved}")
+    if len(trained) == 1:
+        return (f"every row at global batch {trained[0]:,} x {seq:,} tokens "
+                f"({trained[0] * seq / 1e6:.1f}M tokens/step): the default {batch:,} moved to "
+                "the nearest multiple of the rows' dp")
+    return (f"rows at global batch {' or '.join(f'{b:,}' for b in trained)} x {seq:,} tokens "
+            f"(the default {batch:,}, moved to the nearest multiple of a row's dp where it does "
+            "not divide it; each row's in the plans below)")
 
 
 def notes(values: list[dict], run, training) -> list[str]:
@@ -193,11 +210,8 @@ def report_data(rows, training, run, plan_kind: str, options: dict[str, Any] | N
 
 def compare_text(data: dict[str, Any], training, run) -> str:
     values, best = data["rows"], data["best_index"]
-    lines = [textwrap.fill(header(values, training, run, data["query"]["plan"]), WIDTH,
-                           subsequent_indent="  ", break_on_hyphens=False), "",
+    lines = [wrap(header(values, training, run, data["query"]["plan"]), hanging="  "), "",
              render.table(table_rows(values, best, run.tokens)), "", "plans",
              render.table(plan_rows(values)), *command_text(values), "", "notes"]
-    lines += [textwrap.fill(n, WIDTH, initial_indent="  - ", subsequent_indent="    ",
-                            break_on_hyphens=False, break_long_words=False)
-              for n in notes(values, run, training)]
+    lines += [wrap(n, "  - ", "    ") for n in notes(values, run, training)]
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import datetime as _dt
 import html
 from typing import Any, Callable, Sequence
 
+from fsdpsim.report.words import RANGE_CALIBRATED_WORDS
 from fsdpsim.util.errors import ConfigError
 
 #: Bandwidth maps drawn (one per GPU type of the comparison, in row order).
@@ -187,7 +188,7 @@ def _assumptions(data: dict[str, Any], run) -> str:
                "tok/s/GPU": f"{v['tokens_per_s_per_gpu']:,.0f}",
                "90 % range": f"{v['tokens_per_s_per_gpu_low']:,.0f} .. "
                              f"{v['tokens_per_s_per_gpu_high']:,.0f}",
-               "calibrated GPU type": "yes" if v["calibrated"] else "no (wider range)"}
+               "range calibrated": RANGE_CALIBRATED_WORDS[bool(v["calibrated"])]}
               for v in values if "plan" in v]
     text = ("source", "kind", "retrieved", "hardware", "assumption", "value")
     return "\n".join([
@@ -195,8 +196,9 @@ def _assumptions(data: dict[str, Any], run) -> str:
         "<h3>Facility, failures, checkpoints</h3>", _table(general, text_columns=text),
         "<h3>Prediction ranges</h3>",
         "<p>fsdpsim's 90 % prediction interval of throughput per GPU (from its validation "
-        "against published measurements; wider for GPU types without calibration data).</p>",
-        _table(ranges, text_columns=("hardware",))])
+        "against published measurements; wider where the efficiency table the plan uses has no "
+        "cross-validated range of its own).</p>",
+        _table(ranges, text_columns=("hardware", "range calibrated"))])
 
 
 def report_html(rows, data: dict[str, Any], training, run, notes: Sequence[str]) -> str:

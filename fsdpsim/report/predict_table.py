@@ -7,7 +7,7 @@ from fsdpsim.plan import frameworks
 
 from fsdpsim.report import render
 from fsdpsim.report.procurement import run_table
-from fsdpsim.report.words import BOTTLENECK_NAMES, BOTTLENECK_WORDS
+from fsdpsim.report.words import BOTTLENECK_NAMES, BOTTLENECK_WORDS, RANGE_CALIBRATED_WORDS
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 
@@ -109,7 +109,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
     d = p.to_dict()
     t, m, c = d["time"], d["memory"], d["comm"]
     tr, pl = d["training"], d["plan"]
-    lines = [render.wrap(f"fsdpsim predict: {d['model']} on {pl['num_gpus']} GPUs — "
+    lines = [render.wrap(f"fsdpsim predict: {d['model']} on {pl['num_gpus']:,} GPUs — "
                          f"{d['system']}", hanging="  ")]
     if not d["fits"]:  # the headline: no number below is runnable
         over = d["memory"]["peak_bytes"] - d["memory"]["capacity_bytes"]
@@ -140,8 +140,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
         ("tokens/s per GPU", f"{d['tokens_per_s_per_gpu']:,.0f}{fitted}  (90 % range "
                              f"{d['interval']['tokens_per_s_per_gpu_low']:,.0f} .. "
                              f"{d['interval']['tokens_per_s_per_gpu_high']:,.0f}; "
-                             + ("calibrated GPU type" if d['interval']['calibrated'] else
-                                "not calibrated: wider range")
+                             + RANGE_CALIBRATED_WORDS[bool(d['interval']['calibrated'])]
                              + _comm_range_words(d['interval'])
                              + ("; mixture of experts: the range of the DeepSeek-V3 runs'"
                                 " residuals" if d['interval'].get('mixture_of_experts') else "")

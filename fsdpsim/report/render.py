@@ -65,7 +65,8 @@ def narrow_table(rows: Sequence[Mapping[str, Any]], rename: Mapping[str, str] | 
         left_out.insert(0, columns.pop())
         text = table(shown, columns)
     if left_out:
-        text += f"\n(left out at {width} columns: {', '.join(left_out)}; see --format csv)"
+        text += "\n" + wrap(f"(left out at {width} columns, see --format csv: "
+                            f"{', '.join(left_out)})", hanging=" ", width=width)
     return text
 
 

@@ -9,6 +9,7 @@ from fsdpsim.util.text import wrap
 from fsdpsim.drivers.search.export import CANNOT, megatron_args, torchtitan_toml
 from fsdpsim.drivers.search.explain import differences, plan_line
 from fsdpsim.report.command import command_lines, plan_lines, predict_command
+from fsdpsim.report.words import limit_words, tokens_words
 from fsdpsim.plan.training import default_global_batch
 from fsdpsim.util.units import GIB_BYTES
 
@@ -111,11 +112,10 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     """The ranking as text; with ``explain`` the best plan's breakdown and the cut-offs."""
     q, sp = report["query"], report["space"]
     gpus = ", ".join(f"{n:,}" for n in q["num_gpus"])
+    batch, batch_words = _batch_words(q, report["plans"])
     out = [wrap(f"search: {q['model']} on {gpus} × {q['system']}", hanging="  "),
-           wrap(f"  seq {q['seq_len']:,} · global batch {q['global_batch']:,} sequences "
-                f"({q['tokens_per_step'] / 1e6:.1f} M tokens"
-                + (", the default; each mesh a multiple of its dp" if q["global_batch_default"]
-                   else "") + f") · {q['precision']} · {q['framework']}", hanging="  "),
+           wrap(f"  seq {q['seq_len']:,} · {batch_words} · {q['precision']} · "
+                f"{q['framework']}", hanging="  "),
            f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
            f"{q['objective']}"
            + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
@@ -135,7 +135,7 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
             out.append(money)
         if p["rank"] > 1:
             out.append(f"    differs: {p['gives_up']}")
-        if p["global_batch"] != q["global_batch"]:
+        if p["global_batch"] != batch:
             out.append(f"    trains global batch {p['global_batch']:,} sequences: the default "
                        f"moved to a multiple of its dp ({p['dp']:,})")
         out += command_lines(p["predict_command"], indent="    ")
@@ -191,15 +191,32 @@ def _indented_toml(text: str, width: int = 100) -> list[str]:
     return out
 
 
+def _batch_words(q: dict[str, Any], plans: list[dict]) -> tuple[int, str]:
+    """The global batch of the header and its words: the one every listed plan trains (the
+    default moved to a multiple of their dp where it is not the default), else the query's;
+    a plan that trains another says so on its own line."""
+    batch = q["global_batch"]
+    trained = {p["global_batch"] for p in plans}
+    if not q["global_batch_default"]:
+        why = ""
+    elif len(trained) == 1 and trained != {batch}:
+        why = f", the default {batch:,} moved to a multiple of every plan's dp"
+        batch = trained.pop()
+    else:
+        why = ", the default; each mesh a multiple of its dp"
+    return batch, (f"global batch {batch:,} sequences ({batch * q['seq_len'] / 1e6:.1f}M "
+                   f"tokens{why})")
+
+
 def _money_line(p: dict[str, Any], q: dict[str, Any]) -> str:
     """A plan's GPUs, dollars and days (with failures, as compare shows them): the whole run
     with ``--tokens``, else per million tokens under ``--objective cost``; "" otherwise (and
     without a price and tokens)."""
-    days, usd, per_m = p.get("train_days"), p.get("train_cost_usd"), \
+    days, usd, per_m = p.get("failures.train_days"), p.get("failures.train_cost_usd"), \
         p.get("cost_usd_per_million_tokens")
     if days is not None:
         cost = "no price" if usd is None else f"${usd / 1e6:,.2f}M"
-        return (f"    {p['num_gpus']:,} GPUs · {q['train_tokens'] / 1e12:g}T tokens in "
+        return (f"    {p['num_gpus']:,} GPUs · {tokens_words(q['train_tokens'])} in "
                 f"{days:,.1f} days · {cost} (failures included)")
     if per_m is not None and q["objective"] != "throughput":
         return f"    {p['num_gpus']:,} GPUs · ${per_m:,.3f} per million tokens"
@@ -211,13 +228,11 @@ def _limit_lines(q: dict[str, Any]) -> list[str]:
     days, usd = q.get("deadline_days"), q.get("budget_usd")
     if days is None and usd is None:
         return []
-    limits = " and ".join(w for w in (
-        None if days is None else f"within {days:g} days",
-        None if usd is None else f"for at most ${usd / 1e6:,.2f}M") if w)
+    limits = limit_words(days, usd)
     order = {"cost": "the cheapest first", "time-to-train": "the fastest first",
              "energy": "the least energy first", "throughput": "the most tokens/s first"}
-    return [f"  plans that train {q['train_tokens'] / 1e12:g}T tokens {limits} (failures "
-            f"included), {order[q['objective']]}"]
+    return [wrap(f"  plans that train {tokens_words(q['train_tokens'])} {limits} (failures "
+                 f"included), {order[q['objective']]}", hanging="    ")]
 
 
 def _peak_words(p: dict[str, Any]) -> str:

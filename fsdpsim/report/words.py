@@ -57,3 +57,27 @@ def bottleneck_name(code) -> str:
 
 __all__ = ["BOTTLENECK_NAMES", "BOTTLENECK_WHY", "BOTTLENECK_WORDS", "NOT_RUNNABLE",
            "bottleneck_name", "mfu_note", "SIXTEEN_BIT"]
+
+
+def tokens_words(tokens: float) -> str:
+    """A run's tokens as every report writes them: ``15T tokens`` (``--tokens 15t``)."""
+    return f"{tokens / 1e12:g}T tokens"
+
+
+def limit_words(deadline_days: float | None, budget_usd: float | None) -> str:
+    """A deadline and a budget as search's header and its error write them: ``within 1 day and
+    for at most $2.50M``; "" for neither."""
+    return " and ".join(w for w in (
+        None if deadline_days is None
+        else f"within {deadline_days:g} day{'' if deadline_days == 1 else 's'}",
+        None if budget_usd is None else f"for at most ${budget_usd / 1e6:,.2f}M") if w)
+
+
+#: Whether a prediction's 90 % range is calibrated, in every report (predict's line, the HTML
+#: report's column). One notion: the efficiency table the plan uses (GPU x precision x kernel
+#: stack, :func:`fsdpsim.hardware.efficiency.resolve`) has its own cross-validated 5-95 %
+#: range from ``fsdpsim calibrate``; a table whose fractions were fitted without a range of
+#: its own (H100 BF16 PyTorch: one framework's rows on one node), a transferred one or a power
+#: cap is not, and gets the wider range.
+RANGE_CALIBRATED_WORDS = {True: "range calibrated for this GPU and kernel stack",
+                          False: "range not calibrated for this GPU and kernel stack: wider"}

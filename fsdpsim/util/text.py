@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 #: Widest line of the table output (terminals, the README's examples); only a single word
@@ -23,13 +24,22 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: The space between a number and its unit (``10 %``, ``±10 %``, ``2.44 s``, ``4.9 TB``),
+#: where a wrapped line must not break.
+_UNIT_SPACE = re.compile(r"(?<=\d) (?=(?:%|GiB|GB/s|GB|TB/s|TB|Gb/s|ms|s|W|kWh|MWh|GWh|"
+                         r"TFLOP/s)(?![\w/]))")
+_NO_BREAK = "\u00a0"
+
+
 def wrap(text: str, indent: str = "", hanging: str | None = None, width: int = WIDTH) -> str:
     """``text`` wrapped at ``width`` columns: the first line after ``indent``, the others after
-    ``hanging`` (default: ``indent``). Words are never split (a URL stays whole)."""
+    ``hanging`` (default: ``indent``). Words are never split (a URL stays whole), nor a number
+    from its unit (``10 %``)."""
     import textwrap
 
     if len(indent) + len(text) <= width and "\n" not in text:
         return indent + text
-    return textwrap.fill(text, width, initial_indent=indent,
+    kept = _UNIT_SPACE.sub(_NO_BREAK, text)
+    return textwrap.fill(kept, width, initial_indent=indent,
                          subsequent_indent=indent if hanging is None else hanging,
-                         break_long_words=False, break_on_hyphens=False)
+                         break_long_words=False, break_on_hyphens=False).replace(_NO_BREAK, " ")

@@ -18,21 +18,18 @@ _SHARDING_WORDS = {"full": "fsdp", "grad_op": "zero2", "optimizer": "zero1", "no
 
 def plan_line(choice) -> str:
     """The candidate's plan in its one line (:func:`fsdpsim.plan.spelling.format_plan`: what
-    ``predict --plan`` reads), with a partial recompute's layers out of a stage's (``12/40``)."""
+    ``predict --plan`` reads and every report prints)."""
     from fsdpsim.plan.spelling import format_plan
 
-    return format_plan(choice.run_plan, choice.layers_per_stage)
+    return format_plan(choice.run_plan)
 
 
 def ckpt_text(choice) -> str:
-    """``ckpt none``, ``ckpt full``, ``ckpt sel``, ``ckpt op``, or ``ckpt full 12/40`` (K of a
-    stage's L)."""
-    if choice.recompute == "none":
-        return "ckpt none"
-    name = {"selective": "sel", "op-selective": "op"}.get(choice.recompute, "full")
-    if choice.recompute_layers is None:
-        return f"ckpt {name}"
-    return f"ckpt {name} {choice.recompute_layers}/{choice.layers_per_stage}"
+    """The candidate's recompute as the plan's line spells it
+    (:func:`fsdpsim.plan.spelling.ckpt_text`: ``ckpt none``, ``ckpt full 12``, ...)."""
+    from fsdpsim.plan.spelling import ckpt_text as spelled
+
+    return spelled(choice.recompute, choice.recompute_layers)
 
 
 def differences(best, other) -> str:

@@ -28,17 +28,22 @@ def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     accepted = ", ".join(sorted(FIXABLE))
     for item in items:
-        for part in str(item).split(","):
-            part = part.strip()
-            if not part:
-                continue
+        parts = [part.strip() for part in str(item).split(",")]
+        if "" in parts and len(parts) > 1:
+            raise ConfigError(f"--fix {str(item)!r}: an empty item; accepted: comma-separated "
+                              "NAME=VALUE items, none of them empty")
+        for part in filter(None, parts):
             if "=" not in part:
                 raise ConfigError(f"--fix {part!r} is not NAME=VALUE; accepted names: {accepted}")
             name, value = (s.strip() for s in part.split("=", 1))
             name = _ALIASES.get(name, name).replace("-", "_")
             if name not in FIXABLE:
                 raise ConfigError(f"--fix {name!r} is not accepted; accepted names: {accepted}")
-            out[name] = _fix_value(name, value)
+            value = _fix_value(name, value)
+            if name in out and out[name] != value:
+                raise ConfigError(f"--fix {name} is fixed twice, to {out[name]} and {value}; "
+                                  f"accepted: one value of {name}")
+            out[name] = value
     if "zero" in out:
         if "sharding" in out and out["sharding"] != _ZERO[out["zero"]]:
             raise ConfigError(f"--fix zero={out['zero']} and sharding={out['sharding']} "

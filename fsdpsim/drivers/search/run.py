@@ -79,6 +79,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
         raise ConfigError(f"--objective {objective!r} is not accepted; accepted: "
                           f"{', '.join(OBJECTIVES)}")
     training = frameworks.with_defaults(training, space.framework)
+    training.check_model(is_moe=spec.is_moe)
     # ---- step 1: the plans, and every (plan, micro-batch) candidate ---------------------------
     s, space = _plans(spec, system, num_gpus, training, space)
     gb = np.broadcast_to(np.asarray(batch_of(training.global_batch, training.seq_len, s.dp),

@@ -136,6 +136,11 @@ class _Tables:
                 except ConfigError as exc:  # every sequence length of the pair is invalid
                     self.model_reason[i, l, :] = str(exc)
                     continue
+                try:  # the grid's expert settings need experts (TrainingConfig.check_model)
+                    self.trainings[0].check_model(is_moe=spec.is_moe)
+                except ConfigError as exc:
+                    self.model_reason[i, l, :] = str(exc)
+                    continue
                 if layout == (1, 1, 1) and grid.ep == 1 and grid.etp in (None, 1):
                     continue
                 for j, seq in enumerate(grid.seq_lens):

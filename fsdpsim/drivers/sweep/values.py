@@ -22,7 +22,11 @@ def split_values(value: Any, what: str) -> list[str]:
             raise ConfigError(f"{what}: cannot read {shown(item)}; give text, a number or a list")
         if isinstance(item, int) and abs(item) >= 10**30:  # str() refuses > 4,300 digits
             raise reject(what, item, "a number of a plausible size")
-        out += [part.strip() for part in str(item).split(",") if part.strip()]
+        parts = [part.strip() for part in str(item).split(",")]
+        if "" in parts and len(parts) > 1:
+            raise ConfigError(f"{what} {shown(str(item))}: an empty item; accepted: "
+                              "comma-separated values, none of them empty")
+        out += [part for part in parts if part]
     if not out:
         raise ConfigError(f"{what}: no values given")
     return out

@@ -27,10 +27,11 @@ _PART_COLOURS = ("#1f77b4", "#6baed6", "#9ecae1", "#ff7f0e", "#c7c7c7", "#d62728
 def procurement_pareto(rows: Rows, *, tokens: float | None = None,
                        catalog: Catalog | None = None) -> Figure:
     """Cost [USD per million tokens] against time to train the token budget [days] for every
-    option that can run and has a price; the Pareto front (no other option is both faster
-    and cheaper) highlighted and labelled with its total cost, the other options labelled in
-    grey; the right axis reads the total cost of the budget (failure-free: USD per million
-    tokens × budget / 10^6). The budget is the sweep's ``--tokens`` (or ``tokens``)."""
+    option that can run and has a price; the Pareto front (no other option of the same model
+    is both faster and cheaper: one front per model, its points labelled with the model where
+    the rows hold several) highlighted and labelled with its total cost, the other options
+    labelled in grey; the right axis reads the total cost of the budget (failure-free: USD per
+    million tokens × budget / 10^6). The budget is the sweep's ``--tokens`` (or ``tokens``)."""
     frame = data.rows_for("pareto", rows, catalog)
     days = data.train_time_s(frame, tokens).astype(float) / 86_400.0
     cost = frame["cost_usd_per_million_tokens"].astype(float)
@@ -40,7 +41,11 @@ def procurement_pareto(rows: Rows, *, tokens: float | None = None,
                           "(--price GPU=USD/h) and check that the configurations fit")
     use = data.with_columns(frame[ok], _days=days[ok], _cost=cost[ok],
                                 _group=data.group_labels(frame[ok], "system"))
-    front = data.pareto_front(use["_days"], use["_cost"])
+    models = use["model"].map(str) if "model" in use.columns else pd.Series("", use.index)
+    front = np.zeros(len(use), dtype=bool)
+    for model in dict.fromkeys(models):  # one front per model: its options compete
+        mine = (models == model).to_numpy()
+        front[mine] = data.pareto_front(use["_days"][mine], use["_cost"][mine])
     fig = pa.figure(7.5, 5.0)
     ax = fig.add_subplot()
     for i, group in enumerate(dict.fromkeys(use["_group"])):
@@ -48,15 +53,18 @@ def procurement_pareto(rows: Rows, *, tokens: float | None = None,
         ax.scatter(part["_days"], part["_cost"], s=28, marker=pa.MARKERS[i % len(pa.MARKERS)],
                    label=group, alpha=0.85, gid=OPTIONS_GID, zorder=2)
     best = use[front].sort_values("_days")
-    ax.plot(best["_days"], best["_cost"], color="black", linewidth=1.2, zorder=3)
+    for model in dict.fromkeys(models[front]):
+        line = best[models[front].loc[best.index] == model]
+        ax.plot(line["_days"], line["_cost"], color="black", linewidth=1.2, zorder=3)
+    per_model = " per model" if models.nunique() > 1 else ""
     ax.scatter(best["_days"], best["_cost"], s=110, facecolors="none", edgecolors="black",
                linewidths=1.6, zorder=4, gid=FRONT_GID,
-               label=f"Pareto front ({len(best)}: none faster and cheaper)")
+               label=f"Pareto front{per_model} ({len(best)}: none faster and cheaper)")
     budget = tokens if tokens is not None else float(frame["train_tokens"].dropna().iloc[0])
     per_cost = budget / 1e6  # total cost [USD] per USD per million tokens
     # Every point labelled: the front in black with its total cost, the others in grey
     # (labels that would overlap an earlier one are hidden, the front's first).
-    labels = pd.Series(data.config_labels(use, ("cluster", "gpu", "network",
+    labels = pd.Series(data.config_labels(use, ("model", "cluster", "gpu", "network",
                                                 "inter_node_gbps_per_gpu", "plan.num_gpus",
                                                 "training.seq_len"),
                                           keep=("plan.num_gpus",)), index=use.index)
