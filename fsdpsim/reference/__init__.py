@@ -44,7 +44,7 @@ Scope (anything else raises :class:`~fsdpsim.util.errors.ConfigError`, never a s
   FlashAttention, fused loss and dropout on or off; recompute ``none``, ``selective``,
   ``full`` or ``op-selective`` (torchtitan's op-level policy: every second matmul's output,
   the attention kernel's and the reduce-scatters' kept, the rest rerun) on every layer or the
-  first ``recompute_layers`` of each stage, and Megatron's
+  first ``recompute_layers`` of each stage (at most its layers), and Megatron's
   per-module ``mlp`` recompute (``recompute_modules``); CUDA graphs on or off;
 * micro-batch and recompute given (``predict``'s ``auto`` search is a driver concern);
 * any scale-up link (NVSwitch, PCIe, switchless mesh), any catalog network and cluster

@@ -38,6 +38,7 @@ def predict(model, system, plan, training) -> dict[str, float]:
     x = step_inputs(model, system, plan, training)
     groups = group_members(system, plan)
     units = fsdp_units(model, x, plan)
+    check_recompute_layers(model, training, units)
     # -- layer times: one layer, the root (embedding, LM head, loss), the optimizer ---------
     layer, root = with_accumulation_pass(layer_compute(model, x), root_compute(model, x), x,
                                          units)
@@ -164,6 +165,15 @@ def fsdp_units(m, x, plan):
                             else L * block_rank + padded_numel(shapes["root"], 1)),
             "L_first": L_first, "L_mid": L_mid, "L_last": L_last,
             "L_stage": L_mid if plan.pp > 1 else L}
+
+
+def check_recompute_layers(m, training, units):
+    """Megatron's --recompute-num-layers counts the layers of one pipeline stage (the busiest
+    middle rank's): a count above them is refused, as predict refuses it."""
+    K, stage = training.recompute_layers, units["L_mid"]
+    if K is not None and K > stage:
+        raise ConfigError(f"recompute_layers {K} is above the {stage} layers of a pipeline "
+                          f"stage of {m.name} under this plan; accepted: 0 to {stage}")
 
 
 def with_accumulation_pass(layer, root, x, units):
