@@ -40,11 +40,11 @@ import numpy as np
 
 #: Host-side operations per transformer layer in eager PyTorch: every aten op the dispatcher
 #: runs (GEMMs, element-wise kernels, views, casts), (forward, backward). Counted with
-#: TorchDispatchMode on fsdpsim.measured.harness.reference's block, torch 2.13 (tests/test_model_torch.py
-#: counts them again): a GPT block with LayerNorm, GELU, fused (SDPA) attention and no linear
-#: biases is 41 forward, 79 backward; each switch adds its measured ops. Rotary embeddings with
-#: precomputed frequencies (q and k: view, complex multiply, view back) are an estimate: the
-#: reference computes its frequencies on every call.
+#: TorchDispatchMode on fsdpsim.measured.harness.reference's block, torch 2.13
+#: (tests/test_model_torch.py counts them again): a GPT block with LayerNorm, GELU, fused (SDPA)
+#: attention and no linear biases is 41 forward, 79 backward; each switch adds its measured ops.
+#: Rotary embeddings with precomputed frequencies (q and k: view, complex multiply, view back)
+#: are an estimate: the reference computes its frequencies on every call.
 HOST_OPS_BASE = (41, 79)
 HOST_OPS_LINEAR_BIAS = (0, 18)
 HOST_OPS_EAGER_ATTENTION = (20, 21)
@@ -219,7 +219,8 @@ def model_flops_per_token(matmul_params, n_layers, seq_len, q_dim):
     6·N_mm + 12·L·s·q_dim (Chowdhery et al. 2022, App. B), where N_mm counts every weight used in
     a matmul (LM head included; embeddings lookups, norms and biases excluded).
     """
-    return 6.0 * as_array(matmul_params) + 12.0 * as_array(n_layers) * as_array(seq_len) * as_array(q_dim)
+    return (6.0 * as_array(matmul_params)
+            + 12.0 * as_array(n_layers) * as_array(seq_len) * as_array(q_dim))
 
 
 # -- time ---------------------------------------------------------------------------------------

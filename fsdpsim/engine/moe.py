@@ -28,7 +28,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs import comm, compute
+from fsdpsim.costs import comm, compute, pass_ratios
 from fsdpsim.costs.compute import any_of, maximum, minimum, where
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
@@ -374,7 +374,8 @@ def layered_flops(g, rc_share, k):
     if any_of(g["rc_mla_up_proj"] > 0) or any_of(g["rc_mlp"] > 0):
         extra = extra + where(recompute != 2, module_recompute.module_recompute_flops(g, tokens),
                               0.0)
-    executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * where(flash, 3.5, 3.0)
+    passes = where(flash, pass_ratios.FLASH_ATTENTION_PASSES, pass_ratios.EAGER_ATTENTION_PASSES)
+    executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * passes
                 * attn + extra * rc_share) * k * g["dp"]
     full_attn = 12.0 * s * g["q_dim"] * ratio  # PaLM: the full square per token and layer
     model = (6.0 * g["matmul_params"] + 3.0 * mtp_mm / tokens
