@@ -123,14 +123,41 @@ def minimum(a, b):
 def where(cond, a, b):
     """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
     boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array),
-    and without its per-element branch on a long boolean mask of floats (:func:`_bit_select`)."""
-    if type(cond) in _SCALAR_BOOLS and type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
-        return a if cond else b
-    if type(cond) is np.ndarray and cond.dtype == np.bool_ and cond.size >= _BIT_SELECT_MIN:
+    without its per-element work when ``cond`` picks one float side everywhere (one boolean, or
+    a mask that holds everywhere or nowhere: :func:`_one_side`), and without its per-element
+    branch on a long boolean mask of floats (:func:`_bit_select`)."""
+    if type(cond) in _SCALAR_BOOLS:
+        if type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
+            return a if cond else b
+        if _is_float(a) and _is_float(b):
+            return _one_side(a if cond else b, (), a, b)
+    elif type(cond) is np.ndarray and cond.dtype == np.bool_ and cond.size >= _BIT_SELECT_MIN:
         bits_a, bits_b = _float_bits(a), _float_bits(b)
         if bits_a is not None and bits_b is not None:
+            held = np.count_nonzero(cond)
+            if held == cond.size or not held:  # one side on every row (a group's branch)
+                return _one_side(a if held else b, cond.shape, a, b)
             return _bit_select(cond, bits_a, bits_b)
     return np.where(cond, a, b)
+
+
+def _is_float(v) -> bool:
+    """Whether ``v`` is a float64 array or a float number (what :func:`_one_side` returns as
+    ``np.where`` would: float64)."""
+    t = type(v)
+    return t is float or t is np.float64 or (t is np.ndarray and v.dtype == np.float64)
+
+
+def _one_side(side, cond_shape, a, b):
+    """``np.where(cond, a, b)`` where ``cond`` (of shape ``cond_shape``) picks ``side`` (``a`` or
+    ``b``, a float64 array or number) on every entry: a new float64 array of the broadcast shape
+    with its values, or the number itself where all three are one value. numpy's ``where``
+    does per-element work for that (a group of rows of one structure takes one branch of most
+    of the engine's conditions)."""
+    shape = np.broadcast_shapes(cond_shape, np.shape(a), np.shape(b))
+    if type(side) is np.ndarray:
+        return side.copy() if side.shape == shape else np.broadcast_to(side, shape).copy()
+    return np.full(shape, side) if shape else np.float64(side)
 
 
 #: From this many entries on, :func:`where` selects float64s by their bits: numpy's ``where``

@@ -355,7 +355,11 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
             # costliest).
             for k, form in enumerate(FORMS):
                 on = code == k
-                if on.any():
+                count = np.count_nonzero(on)
+                if count == on.size:  # every entry this schedule: no masked copies
+                    step = form(*_form_args(k, p, v, m, f, b, w, c, ef, eb, lf, lb))
+                    break
+                if count:
                     step[on] = form(*(x[on] for x in _form_args(k, p, v, m, f, b, w, c, ef,
                                                                 eb, lf, lb)))
     busiest = f + full_b + where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))

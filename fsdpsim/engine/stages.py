@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, where
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 
 
@@ -131,19 +131,26 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
         n_experts_stage = (first_moe + where(g["pp"] > 1, 0.0, g["mtp_layers"] * g["mtp_moe"])
                            ) * moe.expert_local_numel(g)
         optimizer_s = optimizer_s + step.optimizer_times(g_e, f, dpc_e, n_experts_stage)[0]
-    only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
-                             rt["root_fwd_s"] + 0.5 * root_tp_s,
-                             rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
-    # Megatron's distributed optimizer overlaps the parameter all-gather with the next
-    # step's forward (--overlap-param-gather): only what outlasts that forward shows.
     post_total_s = post_step_s
-    post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - only["fwd_s"], 0.0),
-                        post_step_s)
-    step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
-    if type(step_s) is np.ndarray:
-        bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)
-    else:  # one configuration: numbers
-        bubble_s, pipeline_ok = np.float64(0.0), np.True_
+    hidden_gather = any_of(g["param_gather_overlap"] > 0)
+    if piped and not hidden_gather and all_of(g["pp"] > 1):
+        # every row pipelines: none takes the one-stage step (the pipelined one replaces it)
+        step_s = bubble_s = 0.0
+        pipeline_ok = True
+    else:
+        only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
+                                 rt["root_fwd_s"] + 0.5 * root_tp_s,
+                                 rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
+        # Megatron's distributed optimizer overlaps the parameter all-gather with the next
+        # step's forward (--overlap-param-gather): only what outlasts that forward shows.
+        if hidden_gather:
+            post_step_s = where(g["param_gather_overlap"] > 0,
+                                maximum(post_step_s - only["fwd_s"], 0.0), post_step_s)
+        step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
+        if type(step_s) is np.ndarray:
+            bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)
+        else:  # one configuration: numbers
+            bubble_s, pipeline_ok = np.float64(0.0), np.True_
     if piped:
         mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
                                 0.0)
