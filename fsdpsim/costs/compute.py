@@ -180,7 +180,12 @@ def _float_bits(v):
 def _bit_select(cond, bits_a, bits_b):
     """``np.where(cond, a, b)`` from the bits of ``a`` and ``b`` (int64), without a branch:
     ``((a ^ b) * cond) ^ b`` is ``a``'s bits where ``cond`` holds and ``b``'s elsewhere, so
-    every value (NaN, -0.0, inf) comes back exactly as ``np.where`` returns it."""
+    every value (NaN, -0.0, inf) comes back exactly as ``np.where`` returns it. Where ``b``
+    (or ``a``) is +0.0, all of whose bits are 0, that is ``a * cond`` (``b * ~cond``)."""
+    if type(bits_b) is np.int64 and not bits_b:
+        return np.multiply(bits_a, cond).view(np.float64)
+    if type(bits_a) is np.int64 and not bits_a:
+        return np.multiply(bits_b, ~cond).view(np.float64)
     diff = np.bitwise_xor(bits_a, bits_b)
     shape = np.broadcast_shapes(np.shape(diff), cond.shape)
     if np.shape(diff) == shape:
