@@ -36,6 +36,8 @@ Time model
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 #: Host-side operations per transformer layer in eager PyTorch: every aten op the dispatcher
@@ -156,8 +158,29 @@ def _one_side(side, cond_shape, a, b):
     of the engine's conditions)."""
     shape = np.broadcast_shapes(cond_shape, np.shape(a), np.shape(b))
     if type(side) is np.ndarray:
-        return side.copy() if side.shape == shape else np.broadcast_to(side, shape).copy()
+        if side.shape == shape:
+            return side if _SIDES_SHARED else side.copy()
+        return np.broadcast_to(side, shape).copy()
     return np.full(shape, side) if shape else np.float64(side)
+
+
+#: Whether :func:`where` may return the side it picks everywhere itself (:func:`sides_shared`).
+_SIDES_SHARED = False
+
+
+@contextlib.contextmanager
+def sides_shared():
+    """Inside this context :func:`where` returns the side its condition picks on every entry
+    itself, not a copy of it (:func:`_one_side`): for a caller that changes no array in place
+    and hands none of its results out as its own inputs (the engine's evaluation,
+    :func:`fsdpsim.engine._evaluate`). A select of hundreds of thousands of rows then costs
+    nothing."""
+    global _SIDES_SHARED
+    before, _SIDES_SHARED = _SIDES_SHARED, True
+    try:
+        yield
+    finally:
+        _SIDES_SHARED = before
 
 
 #: From this many entries on, :func:`where` selects float64s by their bits: numpy's ``where``
