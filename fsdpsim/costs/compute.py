@@ -156,12 +156,29 @@ def _one_side(side, cond_shape, a, b):
     with its values, or the number itself where all three are one value. numpy's ``where``
     does per-element work for that (a group of rows of one structure takes one branch of most
     of the engine's conditions)."""
-    shape = np.broadcast_shapes(cond_shape, np.shape(a), np.shape(b))
+    shape = broadcast_shape(cond_shape, _shape(a), _shape(b))
     if type(side) is np.ndarray:
         if side.shape == shape:
             return side if _SIDES_SHARED else side.copy()
         return np.broadcast_to(side, shape).copy()
     return np.full(shape, side) if shape else np.float64(side)
+
+
+def _shape(v) -> tuple:
+    """``np.shape(v)``, read off an array directly."""
+    return v.shape if type(v) is np.ndarray else np.shape(v)
+
+
+def broadcast_shape(*shapes) -> tuple:
+    """``np.broadcast_shapes(*shapes)``, without its cost (microseconds a call) where every
+    shape is one value's ``()`` or the same as the others."""
+    full = ()
+    for shape in shapes:
+        if shape and shape != full:
+            if full:
+                return np.broadcast_shapes(*shapes)
+            full = shape
+    return full
 
 
 #: Whether :func:`where` may return the side it picks everywhere itself (:func:`sides_shared`).
@@ -210,8 +227,7 @@ def _bit_select(cond, bits_a, bits_b):
     if type(bits_a) is np.int64 and not bits_a:
         return np.multiply(bits_b, ~cond).view(np.float64)
     diff = np.bitwise_xor(bits_a, bits_b)
-    shape = np.broadcast_shapes(np.shape(diff), cond.shape)
-    if np.shape(diff) == shape:
+    if broadcast_shape(diff.shape, cond.shape) == diff.shape:
         np.multiply(diff, cond, out=diff)
     else:
         diff = np.multiply(diff, cond)

@@ -101,7 +101,8 @@ from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the
 )
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import all_of, any_of, as_array, as_values, minimum, where
+from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, minimum,
+                                   where)
 
 #: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
@@ -308,7 +309,7 @@ def binding_terms(at_loss, in_block, moment="peak"):
     else:
         use_a = where(moment == "loss", True, where(moment == "block", False,
                                                             peak_a >= peak_b))
-    shape = np.broadcast_shapes(*{v.shape if isinstance(v, (np.ndarray, np.generic))
+    shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
                                   else np.shape(v) for terms in (at_loss, in_block)
                                   for v in (use_a, *terms.values())})
     everywhere_a = all_of(use_a)
