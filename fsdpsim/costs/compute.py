@@ -36,8 +36,6 @@ Time model
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 #: Host-side operations per transformer layer in eager PyTorch: every aten op the dispatcher
@@ -131,7 +129,7 @@ def where(cond, a, b):
     if type(cond) in _SCALAR_BOOLS:
         if type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
             return a if cond else b
-        if _is_float(a) and _is_float(b):
+        if (_is_long(a) or _is_long(b)) and _is_float(a) and _is_float(b):
             return _one_side(a if cond else b, (), a, b)
     elif type(cond) is np.ndarray and cond.dtype == np.bool_ and cond.size >= _BIT_SELECT_MIN:
         bits_a, bits_b = _float_bits(a), _float_bits(b)
@@ -141,6 +139,12 @@ def where(cond, a, b):
                 return _one_side(a if held else b, cond.shape, a, b)
             return _bit_select(cond, bits_a, bits_b)
     return np.where(cond, a, b)
+
+
+def _is_long(v) -> bool:
+    """Whether ``v`` is an array of :data:`_BIT_SELECT_MIN` entries or more (shorter ones:
+    ``np.where`` is as quick)."""
+    return type(v) is np.ndarray and v.size >= _BIT_SELECT_MIN
 
 
 def _is_float(v) -> bool:
@@ -181,23 +185,19 @@ def broadcast_shape(*shapes) -> tuple:
     return full
 
 
-#: Whether :func:`where` may return the side it picks everywhere itself (:func:`sides_shared`).
+#: Whether :func:`where` may return the side it picks everywhere itself (:func:`share_sides`).
 _SIDES_SHARED = False
 
 
-@contextlib.contextmanager
-def sides_shared():
-    """Inside this context :func:`where` returns the side its condition picks on every entry
-    itself, not a copy of it (:func:`_one_side`): for a caller that changes no array in place
-    and hands none of its results out as its own inputs (the engine's evaluation,
-    :func:`fsdpsim.engine._evaluate`). A select of hundreds of thousands of rows then costs
-    nothing."""
+def share_sides(on: bool) -> bool:
+    """From now on (``on``) :func:`where` returns the side its condition picks on every entry
+    itself, not a copy of it (:func:`_one_side`), or again a copy; returns the setting before.
+    For a caller that changes no array in place and hands none of its results out as its own
+    inputs (the engine's evaluation, :func:`fsdpsim.engine._evaluate`), which then restores
+    the setting: a select of many rows then costs nothing."""
     global _SIDES_SHARED
-    before, _SIDES_SHARED = _SIDES_SHARED, True
-    try:
-        yield
-    finally:
-        _SIDES_SHARED = before
+    before, _SIDES_SHARED = _SIDES_SHARED, bool(on)
+    return before
 
 
 #: From this many entries on, :func:`where` selects float64s by their bits: numpy's ``where``

@@ -18,11 +18,6 @@ from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, w
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 
 
-def _state(s: Mapping[str, object], names: str) -> list:
-    """The values of the space-separated ``names`` in the state ``s``, in that order."""
-    return [s[name] for name in names.split()]
-
-
 def layer_costs(g: Mapping[str, np.ndarray]) -> dict:
     """Stage 2: compute of one layer and the root, one micro-batch, one rank; the layered
     model's two kinds of layer (``lt_d``, ``lt_m``; None for other grids) and its expert
@@ -59,7 +54,8 @@ def layer_costs(g: Mapping[str, np.ndarray]) -> dict:
 def communication(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Stage 3: data-, tensor-, context- and pipeline-parallel communication per group, the
     recompute shares, and a layer's forward and backward as the FSDP schedule sees them."""
-    r, w, lt, has_moe, phi, ep, piped = _state(s, "r w lt has_moe phi ep piped")
+    r, w, lt, has_moe, phi, ep = s["r"], s["w"], s["lt"], s["has_moe"], s["phi"], s["ep"]
+    piped = s["piped"]
     dpc_e = g_e = None
     # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
     # which are all zero there (sweep speed).
@@ -110,10 +106,11 @@ def communication(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
 def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Stage 4: the optimizer, a stage's micro-batch with FSDP overlap, the pipeline schedule
     (pipelined rows) and the step."""
-    piped, layered, has_moe, f, dpc, dpc_e, g_e = _state(s, "piped layered has_moe f dpc dpc_e g_e")
-    rt, lt, lt_m, lt_d, ep, phi = _state(s, "rt lt lt_m lt_d ep phi")
-    block_fwd_s, block_bwd_s, root_tp_s = _state(s, "block_fwd_s block_bwd_s root_tp_s")
-    rc_share, replay, p2p_s, L_stage = _state(s, "rc_share replay p2p_s L_stage")
+    piped, layered, has_moe, f, dpc = s["piped"], s["layered"], s["has_moe"], s["f"], s["dpc"]
+    dpc_e, g_e = s["dpc_e"], s["g_e"]
+    rt, lt, lt_m, lt_d, ep, phi = s["rt"], s["lt"], s["lt_m"], s["lt_d"], s["ep"], s["phi"]
+    block_fwd_s, block_bwd_s, root_tp_s = s["block_fwd_s"], s["block_bwd_s"], s["root_tp_s"]
+    rc_share, replay, p2p_s, L_stage = s["rc_share"], s["replay"], s["p2p_s"], s["L_stage"]
     extra_moe, unpaired_s = None, 0.0
     n_params_stage = g["n_params_padded"]
     if piped:  # the first stage's states (embedding and its layers) set the optimizer's time
@@ -196,12 +193,14 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
 
 def totals(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Times per GPU per step (the busiest stage): compute, each collective, the bounds."""
-    k, piped, has_moe, lt, rt, lt_m, lt_d, ep = _state(s, "k piped has_moe lt rt lt_m lt_d ep")
-    phi, f, dpc = _state(s, "phi f dpc")
-    tpc, cpc, p2p_s, L_stage, rc_share, replay = _state(s, "tpc cpc p2p_s L_stage rc_share replay")
-    root_tp_s, extra_moe = _state(s, "root_tp_s extra_moe")
-    optimizer_s, post_total_s, step_s = _state(s, "optimizer_s post_total_s step_s")
-    bubble_s, unpaired_s = _state(s, "bubble_s unpaired_s")
+    k, piped, has_moe, lt, rt, lt_m = s["k"], s["piped"], s["has_moe"], s["lt"], s["rt"], s["lt_m"]
+    lt_d, ep = s["lt_d"], s["ep"]
+    phi, f, dpc = s["phi"], s["f"], s["dpc"]
+    tpc, cpc, p2p_s, L_stage, rc_share = s["tpc"], s["cpc"], s["p2p_s"], s["L_stage"], s["rc_share"]
+    replay = s["replay"]
+    root_tp_s, extra_moe = s["root_tp_s"], s["extra_moe"]
+    optimizer_s, post_total_s, step_s = s["optimizer_s"], s["post_total_s"], s["step_s"]
+    bubble_s, unpaired_s = s["bubble_s"], s["unpaired_s"]
     # Pipelined rows hold the root's parts on their end stages only (the busier of the two).
     root_share = where(g["pp"] > 1, 0.0, 1.0) if piped else 1.0
     compute_mb_s = (L_stage * (lt["block_fwd_s"]
@@ -275,7 +274,8 @@ def totals(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
 
 def tensor_bytes(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Tensor bytes per GPU per step of the data-parallel collectives."""
-    has_moe, phi, f, L_stage, moe_layers_stage = _state(s, "has_moe phi f L_stage moe_layers_stage")
+    has_moe, phi, f, L_stage = s["has_moe"], s["phi"], s["f"], s["L_stage"]
+    moe_layers_stage = s["moe_layers_stage"]
     grads_ar = s["grads_ar"]
     ag_calls, fsdp_like = f["ag_calls"], f["fsdp_like"]
     is_zero1, is_hybrid, is_ddp = f["is_zero1"], f["is_hybrid"], f["is_ddp"]
@@ -302,10 +302,13 @@ def tensor_bytes(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
 
 def outputs(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Stage 6: throughput and utilisation, and the engine's outputs but memory's."""
-    k, layered, lt, rt, ep, tpc, cpc, p2p_bytes = _state(s, "k layered lt rt ep tpc cpc p2p_bytes")
-    L_stage, rc_share, replay, root_share = _state(s, "L_stage rc_share replay root_share")
-    step_s, compute_s, optimizer_s, bubble_s = _state(s, "step_s compute_s optimizer_s bubble_s")
-    comm_s, exposed_s, lower_s, upper_s = _state(s, "comm_s exposed_s lower_s upper_s")
+    k, layered, lt, rt, ep, tpc = s["k"], s["layered"], s["lt"], s["rt"], s["ep"], s["tpc"]
+    cpc, p2p_bytes = s["cpc"], s["p2p_bytes"]
+    L_stage, rc_share, replay = s["L_stage"], s["rc_share"], s["replay"]
+    root_share = s["root_share"]
+    step_s, compute_s, optimizer_s = s["step_s"], s["compute_s"], s["optimizer_s"]
+    bubble_s = s["bubble_s"]
+    comm_s, exposed_s, lower_s, upper_s = s["comm_s"], s["exposed_s"], s["lower_s"], s["upper_s"]
     pipeline_ok = s["pipeline_ok"]
     (all_gather_s, reduce_scatter_s, all_reduce_s, tp_s, tp_exposed_s, cp_s, cp_exposed_s, pp_s,
      ep_s, ep_exposed_s, ep_bytes, moe_s) = (
