@@ -91,6 +91,7 @@ import numpy as np
 
 from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the memory model)
     FFN_KINDS,
+    RC_OP_SELECTIVE,
     RECOMPUTE,
     activation_bytes_per_layer,
     head_activation_bytes,
@@ -403,7 +404,8 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
     by_policy = saved_bytes_by_policy(*layer_shape, flash_attention=flash_attention,
                                       act_bytes=act_bytes, dropout=dropout, fused_glu=fused_glu,
                                       tp=tp, cp=cp, sequence_parallel=sequence_parallel,
-                                      linear_bias=linear_bias, check=False)
+                                      linear_bias=linear_bias, check=False,
+                                      op_selective=any_of(recompute == RC_OP_SELECTIVE))
     saved_per_layer = select_policy(recompute, by_policy)
     kept_per_layer = by_policy[0]
     working = recompute_working_bytes(*layer_shape, recompute, saved_bytes=saved_per_layer,

@@ -77,9 +77,12 @@ def _empty(shape) -> dict:
 
 
 def _full(value, shape) -> np.ndarray:
-    """``value`` as a new float array of ``shape`` (broadcast only where its shape differs)."""
+    """``value`` as a float array of ``shape`` (broadcast only where its shape differs; a float
+    array of that shape as it is: the tables these build are read, never written)."""
     if not shape:  # one configuration: a number
         return value * 1.0
+    if type(value) is np.ndarray and value.shape == shape and value.dtype == np.float64:
+        return value
     return (value if np.shape(value) == shape else np.broadcast_to(value, shape)) * 1.0
 
 
