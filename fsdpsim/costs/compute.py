@@ -126,19 +126,26 @@ def where(cond, a, b):
     without its per-element work when ``cond`` picks one float side everywhere (one boolean, or
     a mask that holds everywhere or nowhere: :func:`_one_side`), and without its per-element
     branch on a long boolean mask of floats (:func:`_bit_select`)."""
-    if type(cond) in _SCALAR_BOOLS:
+    kind = type(cond)
+    if kind is np.ndarray:
+        if cond.dtype is _BOOL and cond.size >= _BIT_SELECT_MIN:
+            held = np.count_nonzero(cond)
+            if held == cond.size or not held:  # one side on every row (a group's branch)
+                if _is_float(a) and _is_float(b):
+                    return _one_side(a if held else b, cond.shape, a, b)
+            else:
+                bits_a, bits_b = _float_bits(a), _float_bits(b)
+                if bits_a is not None and bits_b is not None:
+                    return _bit_select(cond, bits_a, bits_b)
+    elif kind in _SCALAR_BOOLS:
         if type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
             return a if cond else b
         if (_is_long(a) or _is_long(b)) and _is_float(a) and _is_float(b):
             return _one_side(a if cond else b, (), a, b)
-    elif type(cond) is np.ndarray and cond.dtype == np.bool_ and cond.size >= _BIT_SELECT_MIN:
-        bits_a, bits_b = _float_bits(a), _float_bits(b)
-        if bits_a is not None and bits_b is not None:
-            held = np.count_nonzero(cond)
-            if held == cond.size or not held:  # one side on every row (a group's branch)
-                return _one_side(a if held else b, cond.shape, a, b)
-            return _bit_select(cond, bits_a, bits_b)
     return np.where(cond, a, b)
+
+
+_BOOL, _FLOAT64 = np.dtype(bool), np.dtype(np.float64)
 
 
 def _is_long(v) -> bool:
@@ -151,7 +158,7 @@ def _is_float(v) -> bool:
     """Whether ``v`` is a float64 array or a float number (what :func:`_one_side` returns as
     ``np.where`` would: float64)."""
     t = type(v)
-    return t is float or t is np.float64 or (t is np.ndarray and v.dtype == np.float64)
+    return t is float or t is np.float64 or (t is np.ndarray and v.dtype is _FLOAT64)
 
 
 def _one_side(side, cond_shape, a, b):
@@ -160,6 +167,12 @@ def _one_side(side, cond_shape, a, b):
     with its values, or the number itself where all three are one value. numpy's ``where``
     does per-element work for that (a group of rows of one structure takes one branch of most
     of the engine's conditions)."""
+    if type(side) is np.ndarray:
+        shape = side.shape
+        if ((cond_shape == shape or not cond_shape)
+                and (type(a) is not np.ndarray or a.shape == shape)
+                and (type(b) is not np.ndarray or b.shape == shape)):
+            return side if _SIDES_SHARED else side.copy()
     shape = broadcast_shape(cond_shape, _shape(a), _shape(b))
     if type(side) is np.ndarray:
         if side.shape == shape:
@@ -211,7 +224,7 @@ def _float_bits(v):
     float64 array or a number (then :func:`where` leaves the dtype to ``np.where``)."""
     t = type(v)
     if t is np.ndarray:
-        return v.view(np.int64) if v.dtype == np.float64 else None
+        return v.view(np.int64) if v.dtype is _FLOAT64 else None
     if t is float or t is np.float64:
         return np.float64(v).view(np.int64)
     return None
