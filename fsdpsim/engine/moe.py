@@ -329,6 +329,12 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     dpc_m = collectives.data_parallel(g_m, co, n_units, r)
     g_e = expert_inputs(g)
     co_e = collectives.group_coefficients(g_e, r, tp=False)
+    # An expert group laid out as its dense group on every row (ep = 1, etp = tp) has the
+    # dense group's NCCL candidates: built once.
+    for name in co_e:
+        if all(_same(g_e.get(name + suffix), g.get(name + suffix))
+               for suffix in ("_size", "_per_node", "_per_pod")):
+            co_e[name] = co[name]
     dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r)
     out = dict(dpc)
     for k in DP_BLOCK_KEYS:
@@ -339,6 +345,15 @@ def data_parallel(g, r, co, dpc, n_units, phi):
         out["zero1_ag_all_s"] = where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
                                       + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
     return out, dpc_e, g_e
+
+
+def _same(a, b) -> bool:
+    """Whether two inputs hold the same values (both absent, one object, or equal arrays)."""
+    if a is b:
+        return True
+    if a is None or b is None or np.shape(a) != np.shape(b):
+        return False
+    return bool(np.array_equal(a, b))
 
 
 def stage_dense_numel(g, n_layers, n_moe):
