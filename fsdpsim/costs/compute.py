@@ -150,8 +150,12 @@ _BOOL, _FLOAT64 = np.dtype(bool), np.dtype(np.float64)
 
 def _is_long(v) -> bool:
     """Whether ``v`` is an array of :data:`_BIT_SELECT_MIN` entries or more (shorter ones:
-    ``np.where`` is as quick)."""
+    ``np.where`` is as quick; only such an array may come back from :func:`where` itself,
+    :func:`share_sides`)."""
     return type(v) is np.ndarray and v.size >= _BIT_SELECT_MIN
+
+
+may_be_shared = _is_long
 
 
 def _is_float(v) -> bool:

@@ -30,7 +30,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, share_sides, where
+from fsdpsim.costs.compute import all_of, any_of, may_be_shared, share_sides, where
 from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
@@ -183,7 +183,7 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     finally:
         share_sides(shared)
     # an output that is an input array itself (a select that picked it everywhere) is copied
-    long = {id(v) for v in out.values() if type(v) is np.ndarray and v.size > 1}
+    long = {id(v) for v in out.values() if may_be_shared(v)}
     if long and not long.isdisjoint(id(v) for v in (*x.values(), *g.values())):
         inputs = {id(v) for v in (*x.values(), *g.values())}
         out = {k: (v.copy() if id(v) in inputs else v) for k, v in out.items()}
