@@ -217,6 +217,11 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     return out
 
 
+#: From this many rows on :func:`time_s` computes each candidate in one reused buffer (below,
+#: numpy's per-call overhead outweighs the allocations it saves).
+_BUFFERED_ROWS = 1024
+
+
 def time_s(message_bytes, cands, calls=1.0):
     """Time of ``calls`` collectives of ``message_bytes`` each (the whole buffer: all-gather
     output, reduce-scatter input, all-reduce buffer) under NCCL's choice: the least of the
@@ -224,7 +229,8 @@ def time_s(message_bytes, cands, calls=1.0):
     m = as_array(message_bytes)
     spb, lat = cands[0]
     t = m * spb + lat
-    each = np.empty_like(t) if type(t) is np.ndarray and len(cands) > 1 else None
+    each = (np.empty_like(t) if type(t) is np.ndarray and t.size >= _BUFFERED_ROWS
+            and len(cands) > 1 else None)
     for spb, lat in cands[1:]:
         if each is not None and broadcast_shape(m.shape, np.shape(spb), np.shape(lat)) == t.shape:
             np.multiply(m, spb, out=each)  # the same operations, in one reused buffer
