@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpsim.costs import comm, compute, overlap
+from fsdpsim.costs import arrays, comm, compute, overlap
 
 RTOL = 1e-12
 
@@ -413,7 +413,7 @@ def test_where_selects_the_bits_np_where_selects(a_kind, b_kind):
     """compute.where's branch-free select on long masks returns np.where's values bit for bit
     (NaN, -0.0, infinities, subnormals), its dtype and its shape, for arrays and numbers."""
     rng = np.random.default_rng(7)
-    n = 3 * compute._BIT_SELECT_MIN
+    n = 3 * arrays._BIT_SELECT_MIN
     cond = rng.random((2, n)) > 0.5
     values = {"array": lambda: rng.choice(_SPECIAL, (2, n)), "float": lambda: -0.0,
               "np_float": lambda: np.float64(np.nan), "zero_d": lambda: np.array(np.inf),
@@ -434,7 +434,7 @@ def test_where_one_side_and_zero_selects_match_np_where(cond_kind, a_kind, b_kin
     shape; the result is a new array unless the caller shares sides (compute.share_sides),
     and then, where it picked an array everywhere, that array."""
     rng = np.random.default_rng(11)
-    n = 3 * compute._BIT_SELECT_MIN
+    n = 3 * arrays._BIT_SELECT_MIN
     cond = {"all": np.ones((2, n), bool), "none": np.zeros((2, n), bool), "true": True,
             "false": False, "np_true": np.True_, "mixed": rng.random((2, n)) > 0.5}[cond_kind]
     values = {"array": lambda: rng.choice(_SPECIAL, (2, n)), "zero": lambda: 0.0,
@@ -457,7 +457,7 @@ def test_where_one_side_and_zero_selects_match_np_where(cond_kind, a_kind, b_kin
 def test_where_keeps_short_and_non_float_selects_to_numpy():
     """Masks shorter than the threshold, integer operands and non-boolean conditions go to
     np.where unchanged (integer results stay integers)."""
-    cond = np.arange(2 * compute._BIT_SELECT_MIN) % 3 == 0
+    cond = np.arange(2 * arrays._BIT_SELECT_MIN) % 3 == 0
     assert compute.where(cond, 1, 2).dtype == np.where(cond, 1, 2).dtype
     assert compute.where(cond[:4], 1.0, 2.0).tolist() == [1.0, 2.0, 2.0, 1.0]
     flags = cond.astype(float)
