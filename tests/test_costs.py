@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdpsim.costs import comm, compute, overlap
+from fsdpsim.costs import arrays, comm, compute, overlap
 
 RTOL = 1e-12
 
@@ -413,7 +413,7 @@ def test_where_selects_the_bits_np_where_selects(a_kind, b_kind):
     """compute.where's branch-free select on long masks returns np.where's values bit for bit
     (NaN, -0.0, infinities, subnormals), its dtype and its shape, for arrays and numbers."""
     rng = np.random.default_rng(7)
-    n = 3 * compute._BIT_SELECT_MIN
+    n = 3 * arrays._BIT_SELECT_MIN
     cond = rng.random((2, n)) > 0.5
     values = {"array": lambda: rng.choice(_SPECIAL, (2, n)), "float": lambda: -0.0,
               "np_float": lambda: np.float64(np.nan), "zero_d": lambda: np.array(np.inf),
@@ -424,10 +424,40 @@ def test_where_selects_the_bits_np_where_selects(a_kind, b_kind):
     assert got.tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("cond_kind", ["all", "none", "true", "false", "np_true", "mixed"])
+@pytest.mark.parametrize("a_kind", ["array", "zero", "np_float", "row"])
+@pytest.mark.parametrize("b_kind", ["array", "zero", "float"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_where_one_side_and_zero_selects_match_np_where(cond_kind, a_kind, b_kind, shared):
+    """A condition that picks one side everywhere (a mask that holds everywhere or nowhere, or
+    one boolean against long arrays) and a select against +0.0 give np.where's bits, dtype and
+    shape; the result is a new array unless the caller shares sides (compute.share_sides),
+    and then, where it picked an array everywhere, that array."""
+    rng = np.random.default_rng(11)
+    n = 3 * arrays._BIT_SELECT_MIN
+    cond = {"all": np.ones((2, n), bool), "none": np.zeros((2, n), bool), "true": True,
+            "false": False, "np_true": np.True_, "mixed": rng.random((2, n)) > 0.5}[cond_kind]
+    values = {"array": lambda: rng.choice(_SPECIAL, (2, n)), "zero": lambda: 0.0,
+              "np_float": lambda: np.float64(-0.0), "row": lambda: rng.choice(_SPECIAL, n),
+              "float": lambda: np.nan}
+    a, b = values[a_kind](), values[b_kind]()
+    before = compute.share_sides(shared)
+    try:
+        got = compute.where(cond, a, b)
+    finally:
+        compute.share_sides(before)
+    want = np.where(cond, a, b)
+    assert np.asarray(got).dtype == want.dtype and np.shape(got) == want.shape
+    assert np.asarray(got).tobytes() == want.tobytes()
+    for side in (a, b):
+        if isinstance(side, np.ndarray) and got is side:
+            assert shared and side.shape == want.shape
+
+
 def test_where_keeps_short_and_non_float_selects_to_numpy():
     """Masks shorter than the threshold, integer operands and non-boolean conditions go to
     np.where unchanged (integer results stay integers)."""
-    cond = np.arange(2 * compute._BIT_SELECT_MIN) % 3 == 0
+    cond = np.arange(2 * arrays._BIT_SELECT_MIN) % 3 == 0
     assert compute.where(cond, 1, 2).dtype == np.where(cond, 1, 2).dtype
     assert compute.where(cond[:4], 1.0, 2.0).tolist() == [1.0, 2.0, 2.0, 1.0]
     flags = cond.astype(float)

@@ -119,11 +119,11 @@ def activation_bytes_per_layer(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn
 def saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind,
                           n_heads, *, flash_attention=True, act_bytes=2.0, dropout=False,
                           fused_glu=True, tp=1, cp=1, sequence_parallel=True, linear_bias=False,
-                          check=True):
+                          check=True, op_selective=True):
     """Bytes one layer saves for backward under each policy of :data:`RECOMPUTE`, as a tuple
     ``(none, selective, full, op-selective)`` [B]: the terms of
     :func:`activation_bytes_per_layer` (its parameters and Notes), computed once for all four
-    policies."""
+    policies; ``op_selective`` False leaves the last out (None: no configuration uses it)."""
     glu = (choice_codes(ffn_kind, FFN_KINDS, "ffn_kind") if check else as_values(ffn_kind)) == 1
     b, s, h = as_array(micro_batch), as_array(seq_len), as_array(d_model)
     q, kv, f, a = as_array(q_dim), as_array(kv_dim), as_array(ffn_size), as_array(n_heads)
@@ -150,6 +150,8 @@ def saved_bytes_by_policy(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size
     core_bytes = where(flash_attention, core_flash, core_plain)
 
     layer_input_bytes = tokens * e * h / h_split
+    if not op_selective:
+        return linear_bytes + core_bytes, linear_bytes, layer_input_bytes, None
     # torchtitan's op list ([5]): the layer input, the saved matmuls' outputs, the attention
     # kernel's outputs (output + logsumexp with flash; both score matmuls' outputs without)
     op_core = where(flash_attention, core_flash + tokens * e * q / t,
@@ -231,8 +233,11 @@ def op_selective_recompute_flops(tokens, d_model, q_dim, kv_dim, ffn_size, linea
 
 def select_policy(recompute_codes, saved):
     """The entry of :func:`saved_bytes_by_policy`'s ``(none, selective, full, op-selective)``
-    that each integer recompute code picks [B]."""
+    that each integer recompute code picks [B] (an op-selective entry of None: no code picks
+    it)."""
     none, selective, full, op_selective = saved
+    if op_selective is None:
+        op_selective = none
     return where(recompute_codes == RC_FULL, full,
                  where(recompute_codes == RC_SELECTIVE, selective,
                        where(recompute_codes == RC_OP_SELECTIVE, op_selective, none)))

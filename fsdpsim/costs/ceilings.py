@@ -23,7 +23,7 @@ from functools import reduce
 import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one
-from fsdpsim.costs.compute import all_of, any_of, as_array
+from fsdpsim.costs.compute import all_of, any_of, as_array, broadcast_shape
 from fsdpsim.util.errors import ConfigError
 
 #: Which moments of the peak a ceiling binds on, by ``moment`` (0: loss backward, 1: block).
@@ -125,14 +125,14 @@ def _solve(capacity_bytes, config, *, micro_batch, seq_len, multiple_of=1, upper
 
     def moments_at(b_points, s_points):
         """Both moments at the points (b_i, s_i), stacked along a leading axis of length K."""
-        points = np.broadcast_shapes(*{_shape(v) for v in (*b_points, *s_points)})
+        points = broadcast_shape(*{_shape(v) for v in (*b_points, *s_points)})
         return memory_moments(micro_batch=_stack(b_points, points, ndim),
                               seq_len=_stack(s_points, points, ndim), **config)
 
     def peaks(moments):
         """The two moments' peaks, stacked: shape (2, K, ...) [B]."""
         a, b = (m["peak_bytes"] for m in moments)
-        return _stack((a, b), np.broadcast_shapes(np.shape(a), np.shape(b)), 0)
+        return _stack((a, b), broadcast_shape(np.shape(a), np.shape(b)), 0)
 
     def peaks_at(b_points, s_points):
         return peaks(moments_at(b_points, s_points))
@@ -257,7 +257,7 @@ def _quadratic_estimate(p0, p1, p2, scale, cap, hi_bound):
     """The positive root of ``c0 + c1·k + c2·k² = C``, floored and clipped to [0, hi_bound],
     from samples at k = 0, scale, 2·scale [-], and where that needs no check (as in
     :func:`_affine_estimate`; τ also bounds the error of the fitted coefficients)."""
-    shape = np.broadcast_shapes(cap.shape, hi_bound.shape, np.shape(p0), np.shape(p2))
+    shape = broadcast_shape(cap.shape, hi_bound.shape, np.shape(p0), np.shape(p2))
     # peak(k) = c0 + c1·k + c2·k² from three samples at k = 0, scale, 2·scale.
     c2 = (p2 - 2.0 * p1 + p0) / (2.0 * scale**2)
     c1 = (p1 - p0) / scale - c2 * scale

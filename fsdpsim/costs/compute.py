@@ -38,13 +38,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from fsdpsim.costs.arrays import (  # noqa: F401  (re-exported: the cost functions' helpers)
+    NUMBER_TYPES,
+    all_of,
+    any_of,
+    as_array,
+    as_values,
+    broadcast_shape,
+    maximum,
+    may_be_shared,
+    minimum,
+    share_sides,
+    where,
+)
+
 #: Host-side operations per transformer layer in eager PyTorch: every aten op the dispatcher
 #: runs (GEMMs, element-wise kernels, views, casts), (forward, backward). Counted with
-#: TorchDispatchMode on fsdpsim.measured.harness.reference's block, torch 2.13 (tests/test_model_torch.py
-#: counts them again): a GPT block with LayerNorm, GELU, fused (SDPA) attention and no linear
-#: biases is 41 forward, 79 backward; each switch adds its measured ops. Rotary embeddings with
-#: precomputed frequencies (q and k: view, complex multiply, view back) are an estimate: the
-#: reference computes its frequencies on every call.
+#: TorchDispatchMode on fsdpsim.measured.harness.reference's block, torch 2.13
+#: (tests/test_model_torch.py counts them again): a GPT block with LayerNorm, GELU, fused (SDPA)
+#: attention and no linear biases is 41 forward, 79 backward; each switch adds its measured ops.
+#: Rotary embeddings with precomputed frequencies (q and k: view, complex multiply, view back)
+#: are an estimate: the reference computes its frequencies on every call.
 HOST_OPS_BASE = (41, 79)
 HOST_OPS_LINEAR_BIAS = (0, 18)
 HOST_OPS_EAGER_ATTENTION = (20, 21)
@@ -53,115 +67,6 @@ HOST_OPS_RMSNORM = (12, 30)
 HOST_OPS_ROTARY = (8, 16)
 #: The MLP down projection's forward ops (t, mm, view), skipped by torch's early-stop recompute.
 HOST_OPS_DOWN_PROJECTION = 3
-
-
-def as_array(x) -> np.ndarray:
-    """``np.asarray(x, dtype=float)``: the one conversion cost functions apply to inputs; a
-    numpy float scalar (one configuration's input, :func:`fsdpsim.engine.prepare`) is kept as
-    it is, and a Python number becomes one, which numpy's arithmetic treats as a 0-d array at
-    a fraction of its overhead (the same values)."""
-    kind = type(x)
-    if kind is np.float64:
-        return x
-    if kind is float or kind is int or kind is bool:
-        return np.float64(x)
-    return np.asarray(x, dtype=float)
-
-
-def as_values(x, dtype=None):
-    """``np.asarray(x, dtype)`` that keeps one value a numpy scalar (of ``dtype``; a Python
-    number becomes one), not a 0-d array: codes and flags of one configuration
-    (:func:`fsdpsim.engine.prepare`), on which numpy's operators cost a tenth of their cost on
-    a 0-d array; the values are the same. Arrays as ``np.asarray`` returns them."""
-    if isinstance(x, np.generic):
-        return x if dtype is None else x.astype(dtype)
-    if type(x) in _WHERE_SCALARS:
-        return np.asarray(x, dtype=dtype)[()]
-    return np.asarray(x, dtype=dtype)
-
-
-def any_of(mask) -> bool:
-    """``np.any(mask)``: whether any entry is true (non-zero), as ``np.count_nonzero`` counts
-    them, a third of the time of ``np.any`` or ``np.logical_or.reduce`` on the one-
-    configuration path, where the engine asks it dozens of times a call."""
-    if type(mask) in _SCALAR_BOOLS:
-        return bool(mask)
-    return np.count_nonzero(mask) > 0
-
-
-def all_of(mask) -> bool:
-    """``np.all(mask)`` (see :func:`any_of`)."""
-    if type(mask) in _SCALAR_BOOLS:
-        return bool(mask)
-    return np.count_nonzero(mask) == np.size(mask)
-
-
-_SCALAR_BOOLS = frozenset((bool, np.bool_))
-#: Types :func:`maximum`, :func:`minimum` and :func:`where` treat as one number (also how
-#: the engine's one-configuration path recognises a number: prepare(), predict's row).
-NUMBER_TYPES = frozenset((float, int, np.float64))
-#: Types :func:`where` picks between without numpy: numbers, integer codes and flags.
-_WHERE_SCALARS = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
-
-
-# numpy's ufuncs cost about a microsecond a call on numpy scalars (one configuration's inputs,
-# fsdpsim.engine.prepare), five times Python's comparison; arrays go to numpy unchanged.
-def maximum(a, b):
-    """``np.maximum(a, b)`` (NaN propagates), without numpy's overhead on two numbers."""
-    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
-        return a if a >= b else b if b > a else a + b  # a + b: NaN when either is NaN
-    return np.maximum(a, b)
-
-
-def minimum(a, b):
-    """``np.minimum(a, b)`` (NaN propagates), without numpy's overhead on two numbers."""
-    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
-        return a if a <= b else b if b < a else a + b
-    return np.minimum(a, b)
-
-
-def where(cond, a, b):
-    """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
-    boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array),
-    and without its per-element branch on a long boolean mask of floats (:func:`_bit_select`)."""
-    if type(cond) in _SCALAR_BOOLS and type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
-        return a if cond else b
-    if type(cond) is np.ndarray and cond.dtype == np.bool_ and cond.size >= _BIT_SELECT_MIN:
-        bits_a, bits_b = _float_bits(a), _float_bits(b)
-        if bits_a is not None and bits_b is not None:
-            return _bit_select(cond, bits_a, bits_b)
-    return np.where(cond, a, b)
-
-
-#: From this many entries on, :func:`where` selects float64s by their bits: numpy's ``where``
-#: branches per element, which costs 5-10x an arithmetic pass on a mask that mixes rows
-#: (a sweep's grid); the bitwise select costs three.
-_BIT_SELECT_MIN = 64
-
-
-def _float_bits(v):
-    """``v``'s float64 bit patterns as int64 (an array as a view), or None where ``v`` is not a
-    float64 array or a number (then :func:`where` leaves the dtype to ``np.where``)."""
-    t = type(v)
-    if t is np.ndarray:
-        return v.view(np.int64) if v.dtype == np.float64 else None
-    if t is float or t is np.float64:
-        return np.float64(v).view(np.int64)
-    return None
-
-
-def _bit_select(cond, bits_a, bits_b):
-    """``np.where(cond, a, b)`` from the bits of ``a`` and ``b`` (int64), without a branch:
-    ``((a ^ b) * cond) ^ b`` is ``a``'s bits where ``cond`` holds and ``b``'s elsewhere, so
-    every value (NaN, -0.0, inf) comes back exactly as ``np.where`` returns it."""
-    diff = np.bitwise_xor(bits_a, bits_b)
-    shape = np.broadcast_shapes(np.shape(diff), cond.shape)
-    if np.shape(diff) == shape:
-        np.multiply(diff, cond, out=diff)
-    else:
-        diff = np.multiply(diff, cond)
-    diff ^= bits_b
-    return diff.view(np.float64)
 
 
 # -- FLOPs ---------------------------------------------------------------------------------------
@@ -219,7 +124,8 @@ def model_flops_per_token(matmul_params, n_layers, seq_len, q_dim):
     6·N_mm + 12·L·s·q_dim (Chowdhery et al. 2022, App. B), where N_mm counts every weight used in
     a matmul (LM head included; embeddings lookups, norms and biases excluded).
     """
-    return 6.0 * as_array(matmul_params) + 12.0 * as_array(n_layers) * as_array(seq_len) * as_array(q_dim)
+    return (6.0 * as_array(matmul_params)
+            + 12.0 * as_array(n_layers) * as_array(seq_len) * as_array(q_dim))
 
 
 # -- time ---------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ import numpy as np
 
 from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the memory model)
     FFN_KINDS,
+    RC_OP_SELECTIVE,
     RECOMPUTE,
     activation_bytes_per_layer,
     head_activation_bytes,
@@ -101,7 +102,8 @@ from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the
 )
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import all_of, any_of, as_array, as_values, minimum, where
+from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, minimum,
+                                   where)
 
 #: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
@@ -308,7 +310,7 @@ def binding_terms(at_loss, in_block, moment="peak"):
     else:
         use_a = where(moment == "loss", True, where(moment == "block", False,
                                                             peak_a >= peak_b))
-    shape = np.broadcast_shapes(*{v.shape if isinstance(v, (np.ndarray, np.generic))
+    shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
                                   else np.shape(v) for terms in (at_loss, in_block)
                                   for v in (use_a, *terms.values())})
     everywhere_a = all_of(use_a)
@@ -402,7 +404,8 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
     by_policy = saved_bytes_by_policy(*layer_shape, flash_attention=flash_attention,
                                       act_bytes=act_bytes, dropout=dropout, fused_glu=fused_glu,
                                       tp=tp, cp=cp, sequence_parallel=sequence_parallel,
-                                      linear_bias=linear_bias, check=False)
+                                      linear_bias=linear_bias, check=False,
+                                      op_selective=any_of(recompute == RC_OP_SELECTIVE))
     saved_per_layer = select_policy(recompute, by_policy)
     kept_per_layer = by_policy[0]
     working = recompute_working_bytes(*layer_shape, recompute, saved_bytes=saved_per_layer,

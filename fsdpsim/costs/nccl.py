@@ -47,7 +47,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, as_array, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, maximum,
+                                   minimum, where)
 
 PROTOCOLS = ("ll", "ll128", "simple")
 _KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
@@ -216,6 +217,11 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     return out
 
 
+#: From this many rows on :func:`time_s` computes each candidate in one reused buffer (below,
+#: numpy's per-call overhead outweighs the allocations it saves).
+_BUFFERED_ROWS = 1024
+
+
 def time_s(message_bytes, cands, calls=1.0):
     """Time of ``calls`` collectives of ``message_bytes`` each (the whole buffer: all-gather
     output, reduce-scatter input, all-reduce buffer) under NCCL's choice: the least of the
@@ -223,8 +229,15 @@ def time_s(message_bytes, cands, calls=1.0):
     m = as_array(message_bytes)
     spb, lat = cands[0]
     t = m * spb + lat
+    each = (np.empty_like(t) if type(t) is np.ndarray and t.size >= _BUFFERED_ROWS
+            and len(cands) > 1 else None)
     for spb, lat in cands[1:]:
-        t = minimum(t, m * spb + lat)
+        if each is not None and broadcast_shape(m.shape, np.shape(spb), np.shape(lat)) == t.shape:
+            np.multiply(m, spb, out=each)  # the same operations, in one reused buffer
+            each += lat
+            np.minimum(t, each, out=t)
+        else:
+            t = minimum(t, m * spb + lat)
     if type(calls) in (float, int, np.float64):
         return t if calls == 1.0 else calls * t
     return as_array(calls) * t

@@ -54,7 +54,8 @@ import numpy as np
 
 from fsdpsim.costs import schedule_closed as closed
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import all_of, any_of, as_array, as_values, minimum, where
+from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, minimum,
+                                   where)
 from fsdpsim.util.errors import ConfigError, suggest
 
 #: Pipeline schedules, in the order of their integer codes.
@@ -337,7 +338,7 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
                 raise ConfigError(f"{name} must be >= 0 seconds, got "
                                   f"{sorted(set(t[t < 0].ravel().tolist()))}")
     columns = (code, p, v, m, *times)
-    shape = np.broadcast_shapes(*(x.shape for x in columns))
+    shape = broadcast_shape(*(x.shape for x in columns))
     size = math.prod(shape)
     if size <= SMALL and all(x.size == 1 or x.shape == shape for x in columns):
         # A few rows (predict): Python floats skip numpy's overhead, row by row.
@@ -355,7 +356,11 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
             # costliest).
             for k, form in enumerate(FORMS):
                 on = code == k
-                if on.any():
+                count = np.count_nonzero(on)
+                if count == on.size:  # every entry this schedule: no masked copies
+                    step = form(*_form_args(k, p, v, m, f, b, w, c, ef, eb, lf, lb))
+                    break
+                if count:
                     step[on] = form(*(x[on] for x in _form_args(k, p, v, m, f, b, w, c, ef,
                                                                 eb, lf, lb)))
     busiest = f + full_b + where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))

@@ -77,9 +77,12 @@ def _empty(shape) -> dict:
 
 
 def _full(value, shape) -> np.ndarray:
-    """``value`` as a new float array of ``shape`` (broadcast only where its shape differs)."""
+    """``value`` as a float array of ``shape`` (broadcast only where its shape differs; a float
+    array of that shape as it is: the tables these build are read, never written)."""
     if not shape:  # one configuration: a number
         return value * 1.0
+    if type(value) is np.ndarray and value.shape == shape and value.dtype == np.float64:
+        return value
     return (value if np.shape(value) == shape else np.broadcast_to(value, shape)) * 1.0
 
 
@@ -131,17 +134,21 @@ def tp_layer_collectives(tokens, d_model, act_bytes, tp, sequence_parallel, *,
     regather = np.asarray(regather_input, dtype=bool)
     shape = np.broadcast(m, sp, as_array(column_linears), regather).shape
     out = _empty(shape)
+    two_sp = 2.0 * sp
     counts = {
         "forward_all_reduce": 2.0 * plain,                     # g: attention out, MLP out
         "backward_all_reduce": as_array(column_linears) * plain,  # f': each input projection
-        "forward_all_gather": 2.0 * sp,                        # g: block inputs gathered
-        "forward_reduce_scatter": 2.0 * sp,                    # ḡ: block outputs scattered
-        "backward_reduce_scatter": 2.0 * sp,                   # g': input gradients
+        "forward_all_gather": two_sp,                          # g: block inputs gathered
+        "forward_reduce_scatter": two_sp,                      # ḡ: block outputs scattered
+        "backward_reduce_scatter": two_sp,                     # g': input gradients
         "backward_all_gather": (2.0 + 2.0 * regather) * sp,    # ḡ': output gradients (+ inputs)
     }
+    volumes = {}  # kinds of equal counts share one table entry (a caller may cost it once)
     for key, calls in counts.items():
         out[f"{key}_calls"] = _full(calls, shape)
-        out[f"{key}_bytes"] = _full(calls * m, shape)
+        if id(calls) not in volumes:
+            volumes[id(calls)] = _full(calls * m, shape)
+        out[f"{key}_bytes"] = volumes[id(calls)]
     return out
 
 
@@ -201,18 +208,19 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
     gathered_logits = sharded & ~np.asarray(loss_parallel, dtype=bool)
     loss_scalars = n * (2.0 * as_array(loss_bytes) + as_array(target_logit_bytes))
     logits = n * as_array(vocab_size) * as_array(act_bytes)
+    one_plain, one_sp = (1.0 * plain, plain * m), (1.0 * sp, sp * m)  # shared by two kinds
     terms = {  # key: (calls, bytes)
         "forward_all_reduce": (plain + 3.0 * split_loss,           # embedding; loss scalars
                                plain * m + split_loss * loss_scalars),
-        "backward_all_reduce": (1.0 * plain, plain * m),           # LM-head input gradient
-        "forward_reduce_scatter": (1.0 * sp, sp * m),              # embedding output
+        "backward_all_reduce": one_plain,                          # LM-head input gradient
+        "forward_reduce_scatter": one_sp,                          # embedding output
         "forward_all_gather": (sp + 1.0 * gathered_logits,         # LM-head input; logits
                                sp * m + gathered_logits * logits),
         "backward_all_gather": (sp * (1.0 + regather),             # embedding grad (+ input)
                                 sp * (1.0 + regather) * m),
-        "backward_reduce_scatter": (1.0 * sp, sp * m),             # LM-head input gradient
+        "backward_reduce_scatter": one_sp,                         # LM-head input gradient
         # the forward all-reduces' two parts (not counted again in the totals above)
-        "forward_embedding_all_reduce": (1.0 * plain, plain * m),
+        "forward_embedding_all_reduce": one_plain,
         "forward_loss_all_reduce": (3.0 * split_loss, split_loss * loss_scalars),
     }
     shape = np.broadcast(*[x for pair in terms.values() for x in pair]).shape

@@ -30,7 +30,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, where
+from fsdpsim.costs.compute import all_of, any_of, may_be_shared, share_sides, where
 from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.inputs import declared_names, unknown_names_error
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -177,13 +177,23 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     flash``. Hybrid-parallel inputs (``tp, pp, cp, vpp, ...``, :data:`OPTIONAL_INPUTS`) default
     to a data-parallel plan.
     """
-    g = prepare(x)
-    s = {"k": g["grad_accum"], "piped": bool(any_of(g["pp"] > 1))}
-    s.update(stages.layer_costs(g))  # the stages of engine/stages.py, in order
-    for stage in (stages.communication, stages.step_times, stages.totals, stages.tensor_bytes):
-        s.update(stage(g, s))
-    out = stages.outputs(g, s)
-    out.update(engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0))))  # stage 5
+    shared = share_sides(True)  # the stages change no array in place
+    try:
+        g = prepare(x)
+        s = {"k": g["grad_accum"], "piped": bool(any_of(g["pp"] > 1))}
+        s.update(stages.layer_costs(g))  # the stages of engine/stages.py, in order
+        for stage in (stages.communication, stages.step_times, stages.totals,
+                      stages.tensor_bytes):
+            s.update(stage(g, s))
+        out = stages.outputs(g, s)
+        out.update(engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0))))  # stage 5
+    finally:
+        share_sides(shared)
+    # an output that is an input array itself (a select that picked it everywhere) is copied
+    long = {id(v) for v in out.values() if may_be_shared(v)}
+    if long and not long.isdisjoint(id(v) for v in (*x.values(), *g.values())):
+        inputs = {id(v) for v in (*x.values(), *g.values())}
+        out = {k: (v.copy() if id(v) in inputs else v) for k, v in out.items()}
     return out
 
 

@@ -3,8 +3,8 @@ shared experts, dense layers among them), multi-head latent attention, multi-tok
 sliding-window and chunked attention (:meth:`fsdpsim.model.spec.ModelSpec.layers`).
 
 :func:`fsdpsim.engine.build.model_inputs` calls :func:`layered_model_inputs` for such models and
-:func:`fsdpsim.engine.build.config_inputs` calls :func:`stage_inputs` (MoE layers per pipeline stage)
-and :func:`moe_training_inputs`. The engine then times two kinds of layer
+:func:`fsdpsim.engine.build.config_inputs` calls :func:`stage_inputs` (MoE layers per pipeline
+stage) and :func:`moe_training_inputs`. The engine then times two kinds of layer
 (:mod:`fsdpsim.engine.moe`): the *dense* kind (attention and a dense MLP of ``ffn_size``: the
 engine's uniform block) and the *MoE* kind (attention, router, shared expert and the routed
 experts, which expert parallelism divides). Parameters split the same way: the routed experts
@@ -176,7 +176,8 @@ def plan_moe_inputs(plan, pod_gpus=None) -> dict[str, float]:
 
 
 def moe_training_inputs(training) -> dict[str, float]:
-    """Routing and dispatch knobs of a :class:`fsdpsim.plan.parallel.TrainingConfig` (0: default)."""
+    """Routing and dispatch knobs of a :class:`fsdpsim.plan.parallel.TrainingConfig` (0:
+    default)."""
     return {"moe_capacity_factor": training.moe_capacity_factor or 0.0,
             "moe_imbalance": training.moe_imbalance or 0.0,
             "moe_fp8_dispatch": float(training.moe_fp8_dispatch),

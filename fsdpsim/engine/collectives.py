@@ -295,26 +295,34 @@ def data_parallel(g, co, n_units, r):
     return t
 
 
-def _ring_time_s(c, prefix, cands):
+def _ring_time_s(c, prefix, cands, costed=None):
     """Seconds of the all-reduces, all-gathers and reduce-scatters counted in ``c`` under
-    ``prefix`` (``forward`` / ``backward``): calls of equal size, each at NCCL's choice."""
+    ``prefix`` (``forward`` / ``backward``): calls of equal size, each at NCCL's choice.
+    ``costed``: the times of (calls, bytes, algorithm) entries already costed, by their
+    objects (a table shares one entry between kinds of equal volume), filled in."""
     total = 0.0
     for kind, which in (("all_reduce", "ar"), ("all_gather", "ring"), ("reduce_scatter", "ring")):
         calls = c[f"{prefix}_{kind}_calls"]
         if not any_of(calls):  # none of this kind on any row
             continue
-        per_call = c[f"{prefix}_{kind}_bytes"] / maximum(calls, 1.0)
-        total = total + nccl.time_s(per_call, cands[which], calls)
+        nbytes = c[f"{prefix}_{kind}_bytes"]
+        key = (id(calls), id(nbytes), which)
+        t = None if costed is None else costed.get(key)
+        if t is None:
+            t = nccl.time_s(nbytes / maximum(calls, 1.0), cands[which], calls)
+            if costed is not None:
+                costed[key] = t
+        total = total + t
     return total
 
 
-def _head_forward_s(c, cands):
+def _head_forward_s(c, cands, costed=None):
     """Seconds of the root's forward TP collectives [s]: its all-reduces of two sizes each
     costed on its own (the embedding's m bytes, then the loss's three per-token reductions,
     :func:`fsdpsim.costs.tensor_parallel.tp_head_collectives`), as NCCL picks per call;
     the all-gathers and reduce-scatters as :func:`_ring_time_s`."""
     parts = {**c, "forward_all_reduce_calls": 0.0}
-    total = _ring_time_s(parts, "forward", cands)
+    total = _ring_time_s(parts, "forward", cands, costed)
     for part in ("embedding", "loss"):
         calls = c[f"forward_{part}_all_reduce_calls"]
         if any_of(calls):
@@ -348,13 +356,14 @@ def tensor_parallel(g, co, w, layer):
     root_c = tensor_parallel_costs.tp_head_collectives(
         g["micro_batch"] * g["seq_len"] / g["cp"], g["d_model"], g["vocab_size"],
         g["compute_bytes"], g["tp"], sp)
-    fwd_s = where(on, _ring_time_s(layer_c, "forward", cands), 0.0)
-    bwd_s = where(on, _ring_time_s(layer_c, "backward", cands), 0.0)
+    costed = {}  # (calls, bytes, algorithm) entries the tables share, costed once
+    fwd_s = where(on, _ring_time_s(layer_c, "forward", cands, costed), 0.0)
+    bwd_s = where(on, _ring_time_s(layer_c, "backward", cands, costed), 0.0)
     overlap = g["tp_overlap"] > 0
     fwd_exposed = where(overlap, maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
     bwd_exposed = where(overlap, maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
-    root_s = where(on, _head_forward_s(root_c, cands) + _ring_time_s(root_c, "backward", cands),
-                   0.0)
+    root_s = where(on, _head_forward_s(root_c, cands, costed)
+                   + _ring_time_s(root_c, "backward", cands, costed), 0.0)
     return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
             "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
             "tp_root_s": root_s, "tp_layer_bytes": where(on, _bytes(layer_c), 0.0),

@@ -144,7 +144,7 @@ class FrameworkInputs(NcclInputs):
     megatron: Number               # 0/1 Megatron recipe
     framework_uncertainty: Number  # relative spread the profile leaves [-]
     param_gather_overlap: Number   # 0/1 ZeRO-1 parameter gather hidden by the next forward
-    fused_attention: Number        # 0/1 Transformer Engine fused attention (profile; default: megatron)
+    fused_attention: Number        # 0/1 Transformer Engine fused attention (default: megatron)
     grad_accum_pass_bytes: Number  # HBM bytes per parameter and micro-batch of an fp32 add pass
     dp_gather_overlap: Number      # 0/1 data-parallel gathers overlap compute
     dp_list_collectives: Number    # 0/1 one view and one copy per rank and call
@@ -199,7 +199,8 @@ class PlanInputs(TypedDict):
     shard_per_pod: Number
     replicate_per_pod: Number
     dp_world_per_pod: Number
-    # expert parallelism (fsdpsim.plan.layout.expert_layout: size, per domain, per pod of each group)
+    # expert parallelism (fsdpsim.plan.layout.expert_layout: size, per domain, per pod of each
+    # group)
     ep: Number
     etp: Number
     ep_overlap: Number          # 0/1 all-to-alls hidden behind another micro-batch

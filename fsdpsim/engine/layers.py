@@ -10,8 +10,9 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs import compute
+from fsdpsim.costs import compute, pass_ratios
 from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
+from fsdpsim.costs.pass_ratios import LOSS_BWD_SHARE, LOSS_FWD_SHARE
 
 
 def rates(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -122,8 +123,9 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     ratio = g.get("attn_pair_ratio", 1.0)
     if any_of(ratio != 1.0):  # sliding-window / chunked layers: the query-key pairs they keep
         attn_fwd_s = attn_fwd_s * ratio
-    # FlashAttention backward: 2.5x forward FLOPs (recomputes scores); eager: 2x plus score traffic.
-    attn_bwd_s = where(flash, 2.5, 2.0) * attn_fwd_s
+    # FlashAttention's backward recomputes the scores; eager's adds their traffic (below).
+    attn_bwd_s = where(flash, pass_ratios.FLASH_ATTENTION_BWD_PER_FWD,
+                       pass_ratios.EAGER_ATTENTION_BWD_PER_FWD) * attn_fwd_s
     # Dropout (Megatron GPT's default 0.1; fused into FlashAttention's kernel): per element it
     # reads its input, writes its output and a 1-byte mask, and its backward reads the gradient
     # and the mask and writes a gradient: on the s x s probabilities of eager attention and on
@@ -221,12 +223,13 @@ def root_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                                  compute.LOSS_BYTES_PER_LOGIT)
     loss_s = compute.memory_bound_time_s(tokens * w["vocab"] * loss_bytes_per_logit, r["hbm"])
     embed_s = compute.memory_bound_time_s(2.0 * tokens * g["d_model"] * elem, r["hbm"])
-    # upcast + log-softmax: 14 of 36 B/logit in forward, the rest in backward
-    head_fwd_s = head_gemm_s + 0.4 * loss_s
-    head_bwd_s = head_gemm_bwd_s + 0.6 * loss_s
+    # upcast + log-softmax in forward, the rest in backward (costs.pass_ratios)
+    loss_fwd_s, loss_bwd_s = LOSS_FWD_SHARE * loss_s, LOSS_BWD_SHARE * loss_s
+    head_fwd_s = head_gemm_s + loss_fwd_s
+    head_bwd_s = head_gemm_bwd_s + loss_bwd_s
     return {"head_gemm_s": head_gemm_s, "head_gemm_bwd_s": head_gemm_bwd_s, "loss_s": loss_s,
             "embed_s": embed_s, "embed_fwd_s": embed_s, "embed_bwd_s": 2.0 * embed_s,
             "head_fwd_s": head_fwd_s, "head_bwd_s": head_bwd_s,
             # pp = 1: one stage holds both ends
-            "root_fwd_s": head_gemm_s + 0.4 * loss_s + embed_s,
-            "root_bwd_s": head_gemm_bwd_s + 0.6 * loss_s + 2.0 * embed_s}
+            "root_fwd_s": head_gemm_s + loss_fwd_s + embed_s,
+            "root_bwd_s": head_gemm_bwd_s + loss_bwd_s + 2.0 * embed_s}

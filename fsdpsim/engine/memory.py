@@ -15,7 +15,8 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import comm, memory
-from fsdpsim.costs.compute import NUMBER_TYPES, all_of, any_of, as_values, minimum, where
+from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, broadcast_shape,
+                                   minimum, where)
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -185,7 +186,7 @@ def _stack_pair(a, b, ndim) -> np.ndarray:
     leading axis, their dtype kept."""
     if not (_ndim(a) or _ndim(b)):  # two single values
         return np.array([a, b], dtype=np.result_type(a, b)).reshape((2,) + (1,) * ndim)
-    shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    shape = broadcast_shape(np.shape(a), np.shape(b))
     out = np.empty((2,) + (1,) * (ndim - len(shape)) + shape, dtype=np.result_type(a, b))
     out[0], out[1] = a, b
     return out

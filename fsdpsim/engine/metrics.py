@@ -10,10 +10,9 @@ the step time (fsdpsim.engine.layers), not a change of either count. Both are me
 the same peak (the 16-bit dense peak for FP8 training, :func:`fsdpsim.engine.build.system_inputs`).
 
 The binding resource and the thresholds of the seed study (Wang et al. 2025, arXiv
-2504.03655) are not engine outputs: :mod:`fsdpsim.drivers.sensitivity` asks the engine itself how the
-step responds to each resource, so the bottleneck and the thresholds cannot contradict each
-other. The engine's old heuristic and closed forms, which did (447 of 5,166
-fitting rows of a 9,072-row sweep), were removed."""
+2504.03655) are not engine outputs: :mod:`fsdpsim.drivers.sensitivity` asks the engine itself
+how the step responds to each resource, so the bottleneck and the thresholds cannot contradict
+each other."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ import numpy as np
 from fsdpsim.costs import compute
 from fsdpsim.costs.activations import op_selective_recompute_flops
 from fsdpsim.costs.compute import any_of, as_values, where
+from fsdpsim.costs.pass_ratios import EAGER_ATTENTION_PASSES, FLASH_ATTENTION_PASSES
 
 #: Exposed communication (or pipeline bubble) at or above this share of the step names it as
 #: the bottleneck.
@@ -54,7 +54,8 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     op_flops = (op_selective_recompute_flops(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
                                              g["ffn_size"], g["linear_bias"] > 0)
                 if any_of(recompute == 3) else 0.0)
-    return (L * (3.0 * layer_mm + where(flash, 3.5, 3.0) * attn_flops_fwd)
+    return (L * (3.0 * layer_mm + where(flash, FLASH_ATTENTION_PASSES, EAGER_ATTENTION_PASSES)
+                 * attn_flops_fwd)
             + 3.0 * compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
             + L * (where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
                          where(recompute == 1, attn_flops_fwd,

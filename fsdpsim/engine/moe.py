@@ -28,7 +28,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs import comm, compute
+from fsdpsim.costs import comm, compute, pass_ratios
 from fsdpsim.costs.compute import any_of, maximum, minimum, where
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
@@ -329,6 +329,12 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     dpc_m = collectives.data_parallel(g_m, co, n_units, r)
     g_e = expert_inputs(g)
     co_e = collectives.group_coefficients(g_e, r, tp=False)
+    # An expert group laid out as its dense group on every row (ep = 1, etp = tp) has the
+    # dense group's NCCL candidates: built once.
+    for name in co_e:
+        if all(_same(g_e.get(name + suffix), g.get(name + suffix))
+               for suffix in ("_size", "_per_node", "_per_pod")):
+            co_e[name] = co[name]
     dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r)
     out = dict(dpc)
     for k in DP_BLOCK_KEYS:
@@ -339,6 +345,15 @@ def data_parallel(g, r, co, dpc, n_units, phi):
         out["zero1_ag_all_s"] = where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
                                       + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
     return out, dpc_e, g_e
+
+
+def _same(a, b) -> bool:
+    """Whether two inputs hold the same values (both absent, one object, or equal arrays)."""
+    if a is b:
+        return True
+    if a is None or b is None or np.shape(a) != np.shape(b):
+        return False
+    return bool(np.array_equal(a, b))
 
 
 def stage_dense_numel(g, n_layers, n_moe):
@@ -374,7 +389,8 @@ def layered_flops(g, rc_share, k):
     if any_of(g["rc_mla_up_proj"] > 0) or any_of(g["rc_mlp"] > 0):
         extra = extra + where(recompute != 2, module_recompute.module_recompute_flops(g, tokens),
                               0.0)
-    executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * where(flash, 3.5, 3.0)
+    passes = where(flash, pass_ratios.FLASH_ATTENTION_PASSES, pass_ratios.EAGER_ATTENTION_PASSES)
+    executed = (3.0 * (mm + head + mtp_mm) + (L + g["mtp_layers"]) * passes
                 * attn + extra * rc_share) * k * g["dp"]
     full_attn = 12.0 * s * g["q_dim"] * ratio  # PaLM: the full square per token and layer
     model = (6.0 * g["matmul_params"] + 3.0 * mtp_mm / tokens

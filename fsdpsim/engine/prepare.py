@@ -42,7 +42,8 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    # no measured bus bandwidth pinned (fsdpsim.engine.build.busbw_inputs)
                    "busbw_ar_intra": np.nan, "busbw_ar_inter": np.nan,
                    "busbw_ring_inter": np.nan,
-                   # no fp32 gradient accumulation pass (fsdpsim.plan.frameworks grad_accum_pass_bytes)
+                   # no fp32 gradient accumulation pass (fsdpsim.plan.frameworks:
+                   # grad_accum_pass_bytes)
                    "grad_accum_pass_bytes": 0.0,
                    # one non-blocking fabric, packed placement
                    "oversubscription": 1.0, "pod_gpus": np.inf, "placement_factor": 1.0,

@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, where
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 
 
@@ -54,7 +54,8 @@ def layer_costs(g: Mapping[str, np.ndarray]) -> dict:
 def communication(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Stage 3: data-, tensor-, context- and pipeline-parallel communication per group, the
     recompute shares, and a layer's forward and backward as the FSDP schedule sees them."""
-    (r, w, lt, has_moe, phi, ep, piped) = (s["r"], s["w"], s["lt"], s["has_moe"], s["phi"], s["ep"], s["piped"])
+    r, w, lt, has_moe, phi, ep = s["r"], s["w"], s["lt"], s["has_moe"], s["phi"], s["ep"]
+    piped = s["piped"]
     dpc_e = g_e = None
     # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
     # which are all zero there (sweep speed).
@@ -105,8 +106,11 @@ def communication(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
 def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Stage 4: the optimizer, a stage's micro-batch with FSDP overlap, the pipeline schedule
     (pipelined rows) and the step."""
-    (piped, layered, has_moe, f, dpc, dpc_e, g_e, rt, lt, lt_m, lt_d, ep, phi) = (s["piped"], s["layered"], s["has_moe"], s["f"], s["dpc"], s["dpc_e"], s["g_e"], s["rt"], s["lt"], s["lt_m"], s["lt_d"], s["ep"], s["phi"])
-    (block_fwd_s, block_bwd_s, root_tp_s, rc_share, replay, p2p_s, L_stage) = (s["block_fwd_s"], s["block_bwd_s"], s["root_tp_s"], s["rc_share"], s["replay"], s["p2p_s"], s["L_stage"])
+    piped, layered, has_moe, f, dpc = s["piped"], s["layered"], s["has_moe"], s["f"], s["dpc"]
+    dpc_e, g_e = s["dpc_e"], s["g_e"]
+    rt, lt, lt_m, lt_d, ep, phi = s["rt"], s["lt"], s["lt_m"], s["lt_d"], s["ep"], s["phi"]
+    block_fwd_s, block_bwd_s, root_tp_s = s["block_fwd_s"], s["block_bwd_s"], s["root_tp_s"]
+    rc_share, replay, p2p_s, L_stage = s["rc_share"], s["replay"], s["p2p_s"], s["L_stage"]
     extra_moe, unpaired_s = None, 0.0
     n_params_stage = g["n_params_padded"]
     if piped:  # the first stage's states (embedding and its layers) set the optimizer's time
@@ -124,19 +128,26 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
         n_experts_stage = (first_moe + where(g["pp"] > 1, 0.0, g["mtp_layers"] * g["mtp_moe"])
                            ) * moe.expert_local_numel(g)
         optimizer_s = optimizer_s + step.optimizer_times(g_e, f, dpc_e, n_experts_stage)[0]
-    only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
-                             rt["root_fwd_s"] + 0.5 * root_tp_s,
-                             rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
-    # Megatron's distributed optimizer overlaps the parameter all-gather with the next
-    # step's forward (--overlap-param-gather): only what outlasts that forward shows.
     post_total_s = post_step_s
-    post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - only["fwd_s"], 0.0),
-                        post_step_s)
-    step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
-    if type(step_s) is np.ndarray:
-        bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)
-    else:  # one configuration: numbers
-        bubble_s, pipeline_ok = np.float64(0.0), np.True_
+    hidden_gather = any_of(g["param_gather_overlap"] > 0)
+    if piped and not hidden_gather and all_of(g["pp"] > 1):
+        # every row pipelines: none takes the one-stage step (the pipelined one replaces it)
+        step_s = bubble_s = 0.0
+        pipeline_ok = True
+    else:
+        only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
+                                 rt["root_fwd_s"] + 0.5 * root_tp_s,
+                                 rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
+        # Megatron's distributed optimizer overlaps the parameter all-gather with the next
+        # step's forward (--overlap-param-gather): only what outlasts that forward shows.
+        if hidden_gather:
+            post_step_s = where(g["param_gather_overlap"] > 0,
+                                maximum(post_step_s - only["fwd_s"], 0.0), post_step_s)
+        step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
+        if type(step_s) is np.ndarray:
+            bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)
+        else:  # one configuration: numbers
+            bubble_s, pipeline_ok = np.float64(0.0), np.True_
     if piped:
         mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
                                 0.0)
@@ -154,7 +165,8 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
                      + rc_share * (lt_m["recompute_s"] - lt_d["recompute_s"])
                      + ep["bwd_exposed_s"] + replay * ep["fwd_exposed_s"])
             extra_moe = {end: g[f"moe_layers_{end}"] - g["moe_layers_mid"]
-                         - (g[f"layers_{end}"] - g["layers_mid"]) * phi for end in ("first", "last")}
+                         - (g[f"layers_{end}"] - g["layers_mid"]) * phi
+                         for end in ("first", "last")}
             first_extra = (first_extra[0] + extra_moe["first"] * d_fwd,
                            first_extra[1] + extra_moe["first"] * d_bwd)
             last_extra = (last_extra[0] + extra_moe["last"] * d_fwd,
@@ -174,21 +186,29 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
         unpaired_s = expert_comm.unpaired_overlap_s(g, ep, L_stage, phi)
         step_s = step_s + unpaired_s
 
-    return dict(optimizer_s=optimizer_s, post_total_s=post_total_s, step_s=step_s, bubble_s=bubble_s,
+    return dict(optimizer_s=optimizer_s, post_total_s=post_total_s, step_s=step_s,
+                bubble_s=bubble_s,
                 pipeline_ok=pipeline_ok, extra_moe=extra_moe, unpaired_s=unpaired_s)
 
 
 def totals(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Times per GPU per step (the busiest stage): compute, each collective, the bounds."""
-    (k, piped, has_moe, lt, rt, lt_m, lt_d, ep, phi, f, dpc) = (s["k"], s["piped"], s["has_moe"], s["lt"], s["rt"], s["lt_m"], s["lt_d"], s["ep"], s["phi"], s["f"], s["dpc"])
-    (tpc, cpc, p2p_s, L_stage, rc_share, replay, root_tp_s, extra_moe) = (s["tpc"], s["cpc"], s["p2p_s"], s["L_stage"], s["rc_share"], s["replay"], s["root_tp_s"], s["extra_moe"])
-    (optimizer_s, post_total_s, step_s, bubble_s, unpaired_s) = (s["optimizer_s"], s["post_total_s"], s["step_s"], s["bubble_s"], s["unpaired_s"])
+    k, piped, has_moe, lt, rt, lt_m = s["k"], s["piped"], s["has_moe"], s["lt"], s["rt"], s["lt_m"]
+    lt_d, ep = s["lt_d"], s["ep"]
+    phi, f, dpc = s["phi"], s["f"], s["dpc"]
+    tpc, cpc, p2p_s, L_stage, rc_share = s["tpc"], s["cpc"], s["p2p_s"], s["L_stage"], s["rc_share"]
+    replay = s["replay"]
+    root_tp_s, extra_moe = s["root_tp_s"], s["extra_moe"]
+    optimizer_s, post_total_s, step_s = s["optimizer_s"], s["post_total_s"], s["step_s"]
+    bubble_s, unpaired_s = s["bubble_s"], s["unpaired_s"]
     # Pipelined rows hold the root's parts on their end stages only (the busier of the two).
     root_share = where(g["pp"] > 1, 0.0, 1.0) if piped else 1.0
-    compute_mb_s = (L_stage * (lt["block_fwd_s"] + (lt["block_bwd_s"] + rc_share * lt["recompute_s"]))
+    compute_mb_s = (L_stage * (lt["block_fwd_s"]
+                               + (lt["block_bwd_s"] + rc_share * lt["recompute_s"]))
                     + rt["root_fwd_s"] * root_share + rt["root_bwd_s"] * root_share)
     if piped:
-        ends = {end: (g[f"layers_{end}"] - g["layers_mid"]) * (lt["block_fwd_s"] + lt["block_bwd_s"])
+        ends = {end: (g[f"layers_{end}"] - g["layers_mid"])
+                * (lt["block_fwd_s"] + lt["block_bwd_s"])
                 for end in ("first", "last")}
         if has_moe:  # end stages whose share of MoE layers differs from the middle ones'
             d_layer = (lt_m["block_fwd_s"] + lt_m["block_bwd_s"] - lt_d["block_fwd_s"]
@@ -244,15 +264,19 @@ def totals(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     upper_s = compute_s + comm_s + bubble_s
 
     return dict(root_share=root_share, compute_s=compute_s, grads_ar=grads_ar,
-                all_gather_s=all_gather_s, reduce_scatter_s=reduce_scatter_s, all_reduce_s=all_reduce_s,
-                tp_s=tp_s, tp_exposed_s=tp_exposed_s, cp_s=cp_s, cp_exposed_s=cp_exposed_s, pp_s=pp_s,
-                comm_s=comm_s, moe_layers_stage=moe_layers_stage, ep_s=ep_s, ep_exposed_s=ep_exposed_s,
-                ep_bytes=ep_bytes, moe_s=moe_s, exposed_s=exposed_s, lower_s=lower_s, upper_s=upper_s)
+                all_gather_s=all_gather_s, reduce_scatter_s=reduce_scatter_s,
+                all_reduce_s=all_reduce_s, tp_s=tp_s, tp_exposed_s=tp_exposed_s, cp_s=cp_s,
+                cp_exposed_s=cp_exposed_s, pp_s=pp_s, comm_s=comm_s,
+                moe_layers_stage=moe_layers_stage, ep_s=ep_s, ep_exposed_s=ep_exposed_s,
+                ep_bytes=ep_bytes, moe_s=moe_s, exposed_s=exposed_s, lower_s=lower_s,
+                upper_s=upper_s)
 
 
 def tensor_bytes(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Tensor bytes per GPU per step of the data-parallel collectives."""
-    (has_moe, phi, f, L_stage, moe_layers_stage, grads_ar) = (s["has_moe"], s["phi"], s["f"], s["L_stage"], s["moe_layers_stage"], s["grads_ar"])
+    has_moe, phi, f, L_stage = s["has_moe"], s["phi"], s["f"], s["L_stage"]
+    moe_layers_stage = s["moe_layers_stage"]
+    grads_ar = s["grads_ar"]
     ag_calls, fsdp_like = f["ag_calls"], f["fsdp_like"]
     is_zero1, is_hybrid, is_ddp = f["is_zero1"], f["is_hybrid"], f["is_ddp"]
     ag_steps, rs_steps = f["ag_steps"], f["rs_steps"]
@@ -278,8 +302,14 @@ def tensor_bytes(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
 
 def outputs(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     """Stage 6: throughput and utilisation, and the engine's outputs but memory's."""
-    (k, layered, lt, rt, ep, tpc, cpc, p2p_bytes, L_stage, rc_share, replay, root_share) = (s["k"], s["layered"], s["lt"], s["rt"], s["ep"], s["tpc"], s["cpc"], s["p2p_bytes"], s["L_stage"], s["rc_share"], s["replay"], s["root_share"])
-    (step_s, compute_s, optimizer_s, bubble_s, comm_s, exposed_s, lower_s, upper_s, pipeline_ok) = (s["step_s"], s["compute_s"], s["optimizer_s"], s["bubble_s"], s["comm_s"], s["exposed_s"], s["lower_s"], s["upper_s"], s["pipeline_ok"])
+    k, layered, lt, rt, ep, tpc = s["k"], s["layered"], s["lt"], s["rt"], s["ep"], s["tpc"]
+    cpc, p2p_bytes = s["cpc"], s["p2p_bytes"]
+    L_stage, rc_share, replay = s["L_stage"], s["rc_share"], s["replay"]
+    root_share = s["root_share"]
+    step_s, compute_s, optimizer_s = s["step_s"], s["compute_s"], s["optimizer_s"]
+    bubble_s = s["bubble_s"]
+    comm_s, exposed_s, lower_s, upper_s = s["comm_s"], s["exposed_s"], s["lower_s"], s["upper_s"]
+    pipeline_ok = s["pipeline_ok"]
     (all_gather_s, reduce_scatter_s, all_reduce_s, tp_s, tp_exposed_s, cp_s, cp_exposed_s, pp_s,
      ep_s, ep_exposed_s, ep_bytes, moe_s) = (
         s["all_gather_s"], s["reduce_scatter_s"], s["all_reduce_s"], s["tp_s"], s["tp_exposed_s"],

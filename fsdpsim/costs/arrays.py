@@ -1,0 +1,208 @@
+"""Helpers every cost function applies to its arguments, numbers and numpy arrays alike: the
+one conversion (:func:`as_array`, :func:`as_values`), reductions to one boolean
+(:func:`any_of`, :func:`all_of`), and ``np.maximum`` / ``np.minimum`` / ``np.where`` with
+numpy's results, bit for bit, at a fraction of their cost where the engine calls them most:
+on one configuration's numbers (predict) and on a group of rows of one structure (a sweep's
+block, :mod:`fsdpsim.engine.groups`), where most conditions hold on every row or none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def as_array(x) -> np.ndarray:
+    """``np.asarray(x, dtype=float)``: the one conversion cost functions apply to inputs; a
+    numpy float scalar (one configuration's input, :func:`fsdpsim.engine.prepare`) is kept as
+    it is, and a Python number becomes one, which numpy's arithmetic treats as a 0-d array at
+    a fraction of its overhead (the same values)."""
+    kind = type(x)
+    if kind is np.float64:
+        return x
+    if kind is float or kind is int or kind is bool:
+        return np.float64(x)
+    return np.asarray(x, dtype=float)
+
+
+def as_values(x, dtype=None):
+    """``np.asarray(x, dtype)`` that keeps one value a numpy scalar (of ``dtype``; a Python
+    number becomes one), not a 0-d array: codes and flags of one configuration
+    (:func:`fsdpsim.engine.prepare`), on which numpy's operators cost a tenth of their cost on
+    a 0-d array; the values are the same. Arrays as ``np.asarray`` returns them."""
+    if isinstance(x, np.generic):
+        return x if dtype is None else x.astype(dtype)
+    if type(x) in _WHERE_SCALARS:
+        return np.asarray(x, dtype=dtype)[()]
+    return np.asarray(x, dtype=dtype)
+
+
+def any_of(mask) -> bool:
+    """``np.any(mask)``: whether any entry is true (non-zero), as ``np.count_nonzero`` counts
+    them, a third of the time of ``np.any`` or ``np.logical_or.reduce`` on the one-
+    configuration path, where the engine asks it dozens of times a call."""
+    if type(mask) in _SCALAR_BOOLS:
+        return bool(mask)
+    return np.count_nonzero(mask) > 0
+
+
+def all_of(mask) -> bool:
+    """``np.all(mask)`` (see :func:`any_of`)."""
+    if type(mask) in _SCALAR_BOOLS:
+        return bool(mask)
+    return np.count_nonzero(mask) == np.size(mask)
+
+
+_SCALAR_BOOLS = frozenset((bool, np.bool_))
+#: Types :func:`maximum`, :func:`minimum` and :func:`where` treat as one number (also how
+#: the engine's one-configuration path recognises a number: prepare(), predict's row).
+NUMBER_TYPES = frozenset((float, int, np.float64))
+#: Types :func:`where` picks between without numpy: numbers, integer codes and flags.
+_WHERE_SCALARS = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
+
+
+# numpy's ufuncs cost about a microsecond a call on numpy scalars (one configuration's inputs,
+# fsdpsim.engine.prepare), five times Python's comparison; arrays go to numpy unchanged.
+def maximum(a, b):
+    """``np.maximum(a, b)`` (NaN propagates), without numpy's overhead on two numbers."""
+    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
+        return a if a >= b else b if b > a else a + b  # a + b: NaN when either is NaN
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    """``np.minimum(a, b)`` (NaN propagates), without numpy's overhead on two numbers."""
+    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
+        return a if a <= b else b if b < a else a + b
+    return np.minimum(a, b)
+
+
+def where(cond, a, b):
+    """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
+    boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array),
+    without its per-element work when ``cond`` picks one float side everywhere (one boolean, or
+    a mask that holds everywhere or nowhere: :func:`_one_side`), and without its per-element
+    branch on a long boolean mask of floats (:func:`_bit_select`)."""
+    kind = type(cond)
+    if kind is np.ndarray:
+        if cond.dtype is _BOOL and cond.size >= _BIT_SELECT_MIN:
+            held = np.count_nonzero(cond)
+            if held == cond.size or not held:  # one side on every row (a group's branch)
+                if _is_float(a) and _is_float(b):
+                    return _one_side(a if held else b, cond.shape, a, b)
+            else:
+                bits_a, bits_b = _float_bits(a), _float_bits(b)
+                if bits_a is not None and bits_b is not None:
+                    return _bit_select(cond, bits_a, bits_b)
+    elif kind in _SCALAR_BOOLS:
+        if type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
+            return a if cond else b
+        if (_is_long(a) or _is_long(b)) and _is_float(a) and _is_float(b):
+            return _one_side(a if cond else b, (), a, b)
+    return np.where(cond, a, b)
+
+
+_BOOL, _FLOAT64 = np.dtype(bool), np.dtype(np.float64)
+
+
+def _is_long(v) -> bool:
+    """Whether ``v`` is an array of :data:`_BIT_SELECT_MIN` entries or more (shorter ones:
+    ``np.where`` is as quick; only such an array may come back from :func:`where` itself,
+    :func:`share_sides`)."""
+    return type(v) is np.ndarray and v.size >= _BIT_SELECT_MIN
+
+
+may_be_shared = _is_long
+
+
+def _is_float(v) -> bool:
+    """Whether ``v`` is a float64 array or a float number (what :func:`_one_side` returns as
+    ``np.where`` would: float64)."""
+    t = type(v)
+    return t is float or t is np.float64 or (t is np.ndarray and v.dtype is _FLOAT64)
+
+
+def _one_side(side, cond_shape, a, b):
+    """``np.where(cond, a, b)`` where ``cond`` (of shape ``cond_shape``) picks ``side`` (``a`` or
+    ``b``, a float64 array or number) on every entry: a new float64 array of the broadcast shape
+    with its values, or the number itself where all three are one value. numpy's ``where``
+    does per-element work for that (a group of rows of one structure takes one branch of most
+    of the engine's conditions)."""
+    if type(side) is np.ndarray:
+        shape = side.shape
+        if ((cond_shape == shape or not cond_shape)
+                and (type(a) is not np.ndarray or a.shape == shape)
+                and (type(b) is not np.ndarray or b.shape == shape)):
+            return side if _SIDES_SHARED else side.copy()
+    shape = broadcast_shape(cond_shape, _shape(a), _shape(b))
+    if type(side) is np.ndarray:
+        if side.shape == shape:
+            return side if _SIDES_SHARED else side.copy()
+        return np.broadcast_to(side, shape).copy()
+    return np.full(shape, side) if shape else np.float64(side)
+
+
+def _shape(v) -> tuple:
+    """``np.shape(v)``, read off an array directly."""
+    return v.shape if type(v) is np.ndarray else np.shape(v)
+
+
+def broadcast_shape(*shapes) -> tuple:
+    """``np.broadcast_shapes(*shapes)``, without its cost (microseconds a call) where every
+    shape is one value's ``()`` or the same as the others."""
+    full = ()
+    for shape in shapes:
+        if shape and shape != full:
+            if full:
+                return np.broadcast_shapes(*shapes)
+            full = shape
+    return full
+
+
+#: Whether :func:`where` may return the side it picks everywhere itself (:func:`share_sides`).
+_SIDES_SHARED = False
+
+
+def share_sides(on: bool) -> bool:
+    """From now on (``on``) :func:`where` returns the side its condition picks on every entry
+    itself, not a copy of it (:func:`_one_side`), or again a copy; returns the setting before.
+    For a caller that changes no array in place and hands none of its results out as its own
+    inputs (the engine's evaluation, :func:`fsdpsim.engine._evaluate`), which then restores
+    the setting: a select of many rows then costs nothing."""
+    global _SIDES_SHARED
+    before, _SIDES_SHARED = _SIDES_SHARED, bool(on)
+    return before
+
+
+#: From this many entries on, :func:`where` selects float64s by their bits: numpy's ``where``
+#: branches per element, which costs 5-10x an arithmetic pass on a mask that mixes rows
+#: (a sweep's grid); the bitwise select costs three.
+_BIT_SELECT_MIN = 64
+
+
+def _float_bits(v):
+    """``v``'s float64 bit patterns as int64 (an array as a view), or None where ``v`` is not a
+    float64 array or a number (then :func:`where` leaves the dtype to ``np.where``)."""
+    t = type(v)
+    if t is np.ndarray:
+        return v.view(np.int64) if v.dtype is _FLOAT64 else None
+    if t is float or t is np.float64:
+        return np.float64(v).view(np.int64)
+    return None
+
+
+def _bit_select(cond, bits_a, bits_b):
+    """``np.where(cond, a, b)`` from the bits of ``a`` and ``b`` (int64), without a branch:
+    ``((a ^ b) * cond) ^ b`` is ``a``'s bits where ``cond`` holds and ``b``'s elsewhere, so
+    every value (NaN, -0.0, inf) comes back exactly as ``np.where`` returns it. Where ``b``
+    (or ``a``) is +0.0, all of whose bits are 0, that is ``a * cond`` (``b * ~cond``)."""
+    if type(bits_b) is np.int64 and not bits_b:
+        return np.multiply(bits_a, cond).view(np.float64)
+    if type(bits_a) is np.int64 and not bits_a:
+        return np.multiply(bits_b, ~cond).view(np.float64)
+    diff = np.bitwise_xor(bits_a, bits_b)
+    if broadcast_shape(diff.shape, cond.shape) == diff.shape:
+        np.multiply(diff, cond, out=diff)
+    else:
+        diff = np.multiply(diff, cond)
+    diff ^= bits_b
+    return diff.view(np.float64)
