@@ -414,6 +414,9 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
                                  cp=cp, sequence_parallel=sequence_parallel, check=False)
     if recomputed_layers is None:
         saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
+        # a stage without layers (a pipeline end that holds only the embedding or the head)
+        # rebuilds none
+        working = where(as_array(n_layers) > 0, working, 0.0)
     else:  # K layers recompute, the other n - K keep every activation
         k = minimum(as_array(recomputed_layers), as_array(n_layers))
         saved_all = as_array(saved_microbatches) * (

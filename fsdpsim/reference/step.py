@@ -95,6 +95,9 @@ def predict(model, system, plan, training) -> dict[str, float]:
     pp = plan.pp
     L_first, L_mid, L_last = plan.stage_layers(L)
     L_stage = L_mid if pp > 1 else L                      # layers of a (middle) stage
+    if training.recompute_layers is not None and training.recompute_layers > L_stage:
+        raise ConfigError(f"recompute_layers {training.recompute_layers} is above the "
+                          f"{L_stage} layers of a pipeline stage; accepted: 0 to {L_stage}")
     embed = [(n, sh) for n, sh in shapes["root"] if n.startswith(("tok_emb", "pos_emb"))]
     head = [(n, sh) for n, sh in shapes["root"] if not n.startswith(("tok_emb", "pos_emb"))]
     head += [(n, sh) for n, sh in embed if m.tied_embeddings and n.startswith("tok_emb")]
