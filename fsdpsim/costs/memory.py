@@ -457,13 +457,3 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
         terms["fragmentation_bytes"] = fraction * allocated
         terms["peak_bytes"] = allocated * (1.0 + fraction) + reserved
     return at_loss, in_block
-
-
-# The ceilings (fits, max_micro_batch, max_seq_len, peak_and_ceilings) solve this module's
-# peak for one unknown; they live in fsdpsim.costs.ceilings and are re-exported here.
-from fsdpsim.costs.ceilings import (  # noqa: E402,F401
-    fits,
-    max_micro_batch,
-    max_seq_len,
-    peak_and_ceilings,
-)
