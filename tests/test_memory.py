@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from fsdpsim.costs import ceilings
 from fsdpsim.costs import memory as mem
 from fsdpsim.util.errors import ConfigError
 
@@ -312,21 +313,21 @@ def test_ceiling_hand_values_and_fits():
         p0 = mem.peak_memory_bytes(micro_batch=0, moment=moment, **run)["peak_bytes"]
         slope = mem.peak_memory_bytes(micro_batch=1, moment=moment, **run)["peak_bytes"] - p0
         cap = np.array([p0 - 1.0, p0 + slope - 1.0, p0 + slope, p0 + 10.5 * slope])
-        np.testing.assert_array_equal(mem.max_micro_batch(cap, moment=moment, **run),
+        np.testing.assert_array_equal(ceilings.max_micro_batch(cap, moment=moment, **run),
                                       [0, 0, 1, 10])
     cap = np.linspace(10 * GIB, 200 * GIB, 40)
-    b_max = mem.max_micro_batch(cap, **run)
+    b_max = ceilings.max_micro_batch(cap, **run)
     assert np.all(np.diff(b_max) >= 0) and b_max[-1] > b_max[0]
     peak = mem.peak_memory_bytes(micro_batch=b_max, **run)["peak_bytes"]
-    assert np.all(mem.fits(peak[b_max > 0], cap[b_max > 0]))
-    assert not np.any(mem.fits(mem.peak_memory_bytes(micro_batch=b_max + 1, **run)["peak_bytes"],
+    assert np.all(ceilings.fits(peak[b_max > 0], cap[b_max > 0]))
+    assert not np.any(ceilings.fits(mem.peak_memory_bytes(micro_batch=b_max + 1, **run)["peak_bytes"],
                                cap))
 
 
 def test_max_seq_len_multiple_and_bounds():
     run = dict(micro_batch=1, recompute="none", **LLAMA7B_RUN)
     cap = np.array([1e9, 40e9, 80e9, 1e15])
-    s_max = mem.max_seq_len(cap, multiple_of=128, **run)
+    s_max = ceilings.max_seq_len(cap, multiple_of=128, **run)
     assert s_max[0] == 0                      # the model states alone do not fit
     assert np.all(s_max % 128 == 0)
     assert s_max[3] == 2**24                  # capped at the search bound
@@ -335,7 +336,7 @@ def test_max_seq_len_multiple_and_bounds():
     over = mem.peak_memory_bytes(seq_len=s_max[1:3] + 128, **run)["peak_bytes"]
     assert np.all(over > cap[1:3])
     with pytest.raises(TypeError):
-        mem.max_seq_len(80e9, seq_len=4096, **run)
+        ceilings.max_seq_len(80e9, seq_len=4096, **run)
 
 
 # -- invariants (hypothesis) ----------------------------------------------------------------------
@@ -450,7 +451,7 @@ def test_max_micro_batch_is_exact(c, strategy, capacity_gib):
     cap = capacity_gib * GIB
     kwargs = peak_kwargs(c, strategy=strategy)
     del kwargs["micro_batch"]
-    b_max = int(mem.max_micro_batch(cap, **kwargs))
+    b_max = int(ceilings.max_micro_batch(cap, **kwargs))
     assert b_max >= 0
     if b_max > 0:
         assert mem.peak_memory_bytes(micro_batch=b_max, **kwargs)["peak_bytes"] <= cap
@@ -464,7 +465,7 @@ def test_max_seq_len_is_exact(c, strategy, capacity_gib, step):
     cap = capacity_gib * GIB
     kwargs = peak_kwargs(c, strategy=strategy)
     del kwargs["seq_len"]
-    s_max = int(mem.max_seq_len(cap, multiple_of=step, **kwargs))
+    s_max = int(ceilings.max_seq_len(cap, multiple_of=step, **kwargs))
     assume(s_max < 2**24)
     assert s_max % step == 0
     if s_max > 0:
@@ -478,11 +479,11 @@ def test_ceilings_vectorise_over_capacity(c, caps):
     cap = np.array(caps) * GIB
     kwargs = peak_kwargs(c)
     del kwargs["micro_batch"]
-    together = mem.max_micro_batch(cap, **kwargs)
-    apart = [int(mem.max_micro_batch(x, **kwargs)) for x in cap]
+    together = ceilings.max_micro_batch(cap, **kwargs)
+    apart = [int(ceilings.max_micro_batch(x, **kwargs)) for x in cap]
     np.testing.assert_array_equal(together, apart)
     kwargs = peak_kwargs(c)
     del kwargs["seq_len"]
-    together = mem.max_seq_len(cap, **kwargs)
-    apart = [int(mem.max_seq_len(x, **kwargs)) for x in cap]
+    together = ceilings.max_seq_len(cap, **kwargs)
+    apart = [int(ceilings.max_seq_len(x, **kwargs)) for x in cap]
     np.testing.assert_array_equal(together, apart)

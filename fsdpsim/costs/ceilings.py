@@ -24,6 +24,7 @@ import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one
 from fsdpsim.costs.compute import all_of, any_of, as_array, broadcast_shape
+from fsdpsim.costs.memory import binding_terms, memory_moments
 from fsdpsim.util.errors import ConfigError
 
 #: Which moments of the peak a ceiling binds on, by ``moment`` (0: loss backward, 1: block).
@@ -91,8 +92,6 @@ def peak_and_ceilings(capacity_bytes, **config):
     configuration with the five sample points of the two solves), and a second one at the
     eight check points beside the estimates when rounding leaves one in doubt.
     """
-    from fsdpsim.costs.memory import binding_terms
-
     b_max, s_max, (at_loss, in_block) = _solve(capacity_bytes, config, micro_batch=True,
                                                seq_len=True, point=True)
     out = binding_terms(at_loss, in_block, config.get("moment", "peak"))
@@ -106,8 +105,6 @@ def _solve(capacity_bytes, config, *, micro_batch, seq_len, multiple_of=1, upper
     moment, checks where needed, and the smaller answer of the moments that bind. With
     ``point``, the configuration itself is evaluated with the samples and its two moments
     returned third."""
-    from fsdpsim.costs.memory import memory_moments
-
     cap = as_array(capacity_bytes)
     config = dict(config)
     moment = config.pop("moment", "peak")

@@ -414,6 +414,9 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
                                  cp=cp, sequence_parallel=sequence_parallel, check=False)
     if recomputed_layers is None:
         saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
+        # a stage without layers (a pipeline end that holds only the embedding or the head)
+        # rebuilds none
+        working = where(as_array(n_layers) > 0, working, 0.0)
     else:  # K layers recompute, the other n - K keep every activation
         k = minimum(as_array(recomputed_layers), as_array(n_layers))
         saved_all = as_array(saved_microbatches) * (
@@ -454,13 +457,3 @@ def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micr
         terms["fragmentation_bytes"] = fraction * allocated
         terms["peak_bytes"] = allocated * (1.0 + fraction) + reserved
     return at_loss, in_block
-
-
-# The ceilings (fits, max_micro_batch, max_seq_len, peak_and_ceilings) solve this module's
-# peak for one unknown; they live in fsdpsim.costs.ceilings and are re-exported here.
-from fsdpsim.costs.ceilings import (  # noqa: E402,F401
-    fits,
-    max_micro_batch,
-    max_seq_len,
-    peak_and_ceilings,
-)

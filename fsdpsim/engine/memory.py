@@ -14,6 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
+from fsdpsim.costs import ceilings as memory_ceilings
 from fsdpsim.costs import comm, memory
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, broadcast_shape,
                                    minimum, where)
@@ -197,13 +198,13 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
     """:func:`stage_memory` for the keywords ``config`` of :func:`memory_config`."""
     capacity = g["memory_bytes"]
     # With the ceilings, the peak and both solves share one evaluation of the memory model.
-    out = (memory.peak_and_ceilings(capacity, **config) if ceilings
+    out = (memory_ceilings.peak_and_ceilings(capacity, **config) if ceilings
            else memory.peak_memory_bytes(**config))
     limits = {key: out.pop(key) for key in ("max_micro_batch", "max_seq_len") if key in out}
     shape = np.shape(out["peak_bytes"])
     out["capacity_bytes"] = (np.broadcast_to(capacity, shape).astype(float) if shape
                              else np.float64(capacity))  # one configuration: a number
-    out["fits"] = memory.fits(out["peak_bytes"], capacity)
+    out["fits"] = memory_ceilings.fits(out["peak_bytes"], capacity)
     if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
         out["max_micro_batch"] = limits["max_micro_batch"].astype(float)
         out["max_seq_len"] = limits["max_seq_len"].astype(float)

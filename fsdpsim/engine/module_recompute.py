@@ -20,7 +20,7 @@ import numpy as np
 
 from fsdpsim.costs import compute
 from fsdpsim.costs.compute import any_of, maximum, where
-from fsdpsim.engine import moe
+from fsdpsim.engine import moe_parts
 
 
 def mla_up_proj_fwd_s(g, w, rates, elem):
@@ -31,7 +31,7 @@ def mla_up_proj_fwd_s(g, w, rates, elem):
     qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
     rope, kvr = g["mla_rope"], g["mla_kv_rank"]
     has_qr = where(qr > 0, 1.0, 0.0)
-    return moe._gemms([(heads * qk, qr, has_qr), (heads * (qk - rope + v), kvr, 1.0)], w["tokens"],
+    return moe_parts._gemms([(heads * qk, qr, has_qr), (heads * (qk - rope + v), kvr, 1.0)], w["tokens"],
                   rates, elem)[0]
 
 
@@ -43,7 +43,7 @@ def mlp_recompute_s(g, r, w):
     rates = compute._gemm_rates(r["matmul"], r["hbm"], g["matmul_half_flops"],
                                 g["matmul_half_k"])
     elem = g["compute_bytes"]
-    gemm_s = moe.mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)[0]
+    gemm_s = moe_parts.mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)[0]
     act_bytes = w["tokens"] * w["ffn"] * where(g["swiglu"] > 0, 3.0, 2.0) * elem
     return gemm_s + compute.memory_bound_time_s(act_bytes, r["hbm"])
 
@@ -87,7 +87,7 @@ def module_recompute_freed_bytes(g, n_layers, n_moe, mtp):
         dense = where(g["active_experts"] <= 1, n_layers - n_moe, 0.0)
         freed = freed + where(g["rc_mlp"] > 0, dense * e * n_ffn * g["ffn_size"] / split, 0.0)
     if any_of(g["rc_moe_act"] > 0) and any_of(g["moe_layers"] > 0):
-        ro = moe.routing(g)
+        ro = moe_parts.routing(g)
         rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) / split
         freed = freed + where(g["rc_moe_act"] > 0, (n_moe + mtp * g["mtp_moe"])
                               * rows_per_token * ro["ffn_local"] * e, 0.0)
