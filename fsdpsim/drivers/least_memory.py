@@ -48,14 +48,6 @@ def full_shard_peaks(spec: ModelSpec, system: System, plan: ParallelPlan,
     return worlds, peaks, np.broadcast_to(out["fits"], worlds.shape)
 
 
-def smallest_world_that_fits(spec: ModelSpec, system: System, plan: ParallelPlan,
-                             training: TrainingConfig) -> int | None:
-    """Fewest GPUs (of :func:`full_shard_peaks`'s worlds, smaller ones included) on which the
-    model fits with full sharding, micro-batch 1 and full recompute; None if none does."""
-    worlds, _, fits = full_shard_peaks(spec, system, plan, training)
-    return int(worlds[np.argmax(fits)]) if fits.any() else None
-
-
 def what_would_fit(spec: ModelSpec, system: System, plan: ParallelPlan,
                     training: TrainingConfig) -> str:
     """The advice when not even micro-batch 1 fits with the plan as given."""
