@@ -51,7 +51,9 @@ def search_options(f):
                           "pp_schedule=1f1b, sequence_parallel=true, micro_batch=2, "
                           "recompute=full, recompute_layers=12, ..."),
         click.option("--mesh-orders/--default-mesh-order", default=True, show_default=True,
-                     help="Also try the other orders of the mesh on the network tiers."),
+                     help="Also try the other orders of the mesh on the network tiers "
+                          "(frameworks that place the mesh freely; torchtitan and Megatron-LM "
+                          "build one order)."),
         click.option("--top", type=option_type(Rule(1, 1000, whole=True)), default=5,
                      show_default=True),
         click.option("--explain", is_flag=True, help="Why the best plan wins: its time "
