@@ -370,7 +370,8 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                                    frameworks.profile(plan.framework).kernel_stack)
     return Prediction(
         values=row,
-        inputs=MappingProxyType({k: v for k, v in x.items() if _is_one_value(v)}),
+        inputs=MappingProxyType({k: v for k, v in x.items()
+                                 if type(v) in _ONE_VALUE_TYPES or _is_one_value(v)}),
         model=spec.name, system=system.label,
         plan=plan_summary(plan, grad_accum, micro_batch, rc_name, training.recompute_layers),
         training=_training_report(training, micro_batch, grad_accum, rc_name, plan.dp),
@@ -379,6 +380,10 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                                      efficiency=stack_eff, plan=chosen_x),
         analysis_inputs=MappingProxyType(chosen_x),
     )
+
+
+#: Types of one value, checked inline before :func:`_is_one_value` (most inputs are these).
+_ONE_VALUE_TYPES = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
 
 
 def _is_one_value(v) -> bool:
