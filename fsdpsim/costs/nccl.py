@@ -42,6 +42,7 @@ every collective on it is then ``min`` over a few multiply-adds (:func:`time_s`)
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping
 
@@ -229,13 +230,21 @@ class Candidates(list):
         the candidates broadcast to one shape; ``(None, None)`` above :data:`_STACKED_ROWS`
         rows or for other dtypes. Built on first use."""
         if self._stacked is None:
-            k = len(self)
-            parts = np.broadcast_arrays(*(spb for spb, _ in self), *(lat for _, lat in self))
-            stackable = (parts[0].size <= _STACKED_ROWS
-                         and all(a.dtype == np.float64 for a in parts))
-            self._stacked = ((np.stack(parts[:k]), np.stack(parts[k:])) if stackable
-                             else (None, None))
+            self._stacked = (None, None)
+            values = [v for pair in self for v in pair]
+            if all(type(v) in _FLOATS or (type(v) is np.ndarray and v.dtype == np.float64)
+                   for v in values):
+                shape = broadcast_shape(*(v.shape if type(v) is np.ndarray else ()
+                                          for v in values))
+                if math.prod(shape) <= _STACKED_ROWS:
+                    spb_k, lat_k = np.empty((len(self),) + shape), np.empty((len(self),) + shape)
+                    for i, (spb, lat) in enumerate(self):  # each broadcast to the shape
+                        spb_k[i], lat_k[i] = spb, lat
+                    self._stacked = (spb_k, lat_k)
         return self._stacked
+
+
+_FLOATS = frozenset((float, np.float64))
 
 
 #: Up to this many rows :func:`time_s` costs one message size on all candidates at once
