@@ -191,7 +191,7 @@ def zb_h1_time_s(p, m, f, b, w, c, ef, eb, lf, lb):
     return _where(p == 1, m * (f + (b + w) + (ef + eb + lf + lb)), step)
 
 
-def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
+def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb, stages=None):
     """Interleaved 1F1B makespan [s] (``b`` the full backward; m divisible by p).
 
     Exact for equal stages (no extras) with c ≤ min(f, b)/v:
@@ -218,12 +218,24 @@ def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
     several times, also through the wrap-around edges between chunks (stage p − 1's chunk c
     feeds stage 0's chunk c + 1); their breakpoints depend on v and were not worth more
     candidates. Stage sequences are summed in closed form (:class:`_Stage`).
+
+    ``stages``: a dict in which rows of Python floats share those sums (they do not depend on
+    ``c``: predict's configuration and its slower twin differ in ``c`` alone), kept by the
+    caller for the rows of one call.
     """
     n = m * v
     fc, bc = f / v, b / v
     T0 = f + b + ef + eb
-    top = _Stage(p, v, n, _minimum((v - 1) * p + 2 * (p - 1), n), fc, bc, ef, 0, eb, v - 1)
-    bottom = _Stage(p, v, n, _minimum((v - 1) * p, n), fc, bc, lf, v - 1, lb, 0)
+    key = None if stages is None else tuple(float(x).hex() for x in (p, v, m, f, b, ef, eb,
+                                                                      lf, lb))
+    pair = None if key is None else stages.get(key)
+    if pair is None:
+        pair = (_Stage(p, v, n, _minimum((v - 1) * p + 2 * (p - 1), n), fc, bc, ef, 0, eb,
+                       v - 1),
+                _Stage(p, v, n, _minimum((v - 1) * p, n), fc, bc, lf, v - 1, lb, 0))
+        if key is not None:
+            stages[key] = pair
+    top, bottom = pair
     chain = (m + (p - 1) / v) * (f + b) + ef + eb + m * (lf + lb) + 2.0 * (p * v - 1) * c
     f_chain = p * f + ef + lf + (p * v - 1) * c                # micro-batch 0, all virtual stages
     b_chain = p * b + eb + lb + (p * v - 1) * c                # the last one, all virtual stages
