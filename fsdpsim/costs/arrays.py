@@ -157,8 +157,11 @@ def _one_side(side, cond_shape, a, b):
 
 
 def _shape(v) -> tuple:
-    """``np.shape(v)``, read off an array directly."""
-    return v.shape if type(v) is np.ndarray else np.shape(v)
+    """``np.shape(v)``, read off an array directly; ``()`` for a number without asking numpy."""
+    kind = type(v)
+    if kind is np.ndarray:
+        return v.shape
+    return () if kind in NUMBER_TYPES else np.shape(v)
 
 
 def broadcast_shape(*shapes) -> tuple:
