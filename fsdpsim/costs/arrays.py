@@ -78,7 +78,8 @@ def minimum(a, b):
 
 def where(cond, a, b):
     """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
-    boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array),
+    boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array)
+    or float64 arrays (then a copy of one, :func:`_new_side`),
     without its per-element work when ``cond`` picks one float side everywhere (one boolean, or
     a mask that holds everywhere or nowhere: :func:`_one_side`), and without its per-element
     branch on a long boolean mask of floats (:func:`_bit_select`)."""
@@ -96,9 +97,23 @@ def where(cond, a, b):
     elif kind in _SCALAR_BOOLS:
         if type(a) in _WHERE_SCALARS and type(b) in _WHERE_SCALARS:
             return a if cond else b
-        if (_is_long(a) or _is_long(b)) and _is_float(a) and _is_float(b):
-            return _one_side(a if cond else b, (), a, b)
+        if _is_float(a) and _is_float(b):
+            if _is_long(a) or _is_long(b):
+                return _one_side(a if cond else b, (), a, b)
+            return _new_side(a if cond else b, broadcast_shape(_shape(a), _shape(b)))
     return np.where(cond, a, b)
+
+
+def _new_side(side, shape):
+    """``np.where(cond, a, b)`` of one boolean ``cond`` on float64 ``a`` and ``b`` (numbers or
+    short arrays, the configuration and its twin of predict) of broadcast shape ``shape``:
+    ``side`` (``a`` or ``b``) in a new float64 array, as ``np.where`` returns it, at a fraction
+    of its cost."""
+    if type(side) is np.ndarray and side.shape == shape:
+        return side.copy()
+    out = np.empty(shape)
+    out[...] = side
+    return out
 
 
 _BOOL, _FLOAT64 = np.dtype(bool), np.dtype(np.float64)
@@ -142,8 +157,11 @@ def _one_side(side, cond_shape, a, b):
 
 
 def _shape(v) -> tuple:
-    """``np.shape(v)``, read off an array directly."""
-    return v.shape if type(v) is np.ndarray else np.shape(v)
+    """``np.shape(v)``, read off an array directly; ``()`` for a number without asking numpy."""
+    kind = type(v)
+    if kind is np.ndarray:
+        return v.shape
+    return () if kind in NUMBER_TYPES else np.shape(v)
 
 
 def broadcast_shape(*shapes) -> tuple:

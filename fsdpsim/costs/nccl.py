@@ -42,6 +42,7 @@ every collective on it is then ``min`` over a few multiply-adds (:func:`time_s`)
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping
 
@@ -173,7 +174,7 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     ll_max = _ll_max(g, nodes)
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
     ll128_cap = where(multi, ppn * g["nccl_ll128_channel_bytes_per_s"], np.inf)
-    out = []
+    out = Candidates()
     for p in PROTOCOLS:
         hop = (g[f"nccl_{p}_ring_nvlink_hop_s"] if all_nvlink else
                where(nv, g[f"nccl_{p}_ring_nvlink_hop_s"], g[f"nccl_{p}_ring_pci_hop_s"]))
@@ -217,6 +218,39 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     return out
 
 
+class Candidates(list):
+    """:func:`candidates`' ``[(s_per_byte, latency_s), ...]``, with the same values stacked
+    (:meth:`stacked`) for :func:`time_s` on one message size over a few rows (predict's
+    configuration and its slower twin), where numpy's per-call overhead is most of the cost."""
+
+    _stacked: tuple | None = None
+
+    def stacked(self) -> tuple:
+        """``(s_per_byte, latency_s)``, each a float64 array of shape (candidates, *rows),
+        the candidates broadcast to one shape; ``(None, None)`` above :data:`_STACKED_ROWS`
+        rows or for other dtypes. Built on first use."""
+        if self._stacked is None:
+            self._stacked = (None, None)
+            values = [v for pair in self for v in pair]
+            if all(type(v) in _FLOATS or (type(v) is np.ndarray and v.dtype == np.float64)
+                   for v in values):
+                shape = broadcast_shape(*(v.shape if type(v) is np.ndarray else ()
+                                          for v in values))
+                if math.prod(shape) <= _STACKED_ROWS:
+                    spb_k, lat_k = np.empty((len(self),) + shape), np.empty((len(self),) + shape)
+                    for i, (spb, lat) in enumerate(self):  # each broadcast to the shape
+                        spb_k[i], lat_k[i] = spb, lat
+                    self._stacked = (spb_k, lat_k)
+        return self._stacked
+
+
+_FLOATS = frozenset((float, np.float64))
+
+
+#: Up to this many rows :func:`time_s` costs one message size on all candidates at once
+#: (:meth:`Candidates.stacked`: three numpy calls, not three per candidate).
+_STACKED_ROWS = 64
+
 #: From this many rows on :func:`time_s` computes each candidate in one reused buffer (below,
 #: numpy's per-call overhead outweighs the allocations it saves).
 _BUFFERED_ROWS = 1024
@@ -227,6 +261,13 @@ def time_s(message_bytes, cands, calls=1.0):
     output, reduce-scatter input, all-reduce buffer) under NCCL's choice: the least of the
     candidates' ``latency + bytes · s_per_byte`` [s]."""
     m = as_array(message_bytes)
+    if type(m) is np.float64 and type(cands) is Candidates and len(cands) > 1:
+        spb_k, lat_k = cands.stacked()
+        if spb_k is not None:  # the same products, sums and least value, in three calls
+            t = np.minimum.reduce(m * spb_k + lat_k)
+            if type(calls) in (float, int, np.float64):
+                return t if calls == 1.0 else calls * t
+            return as_array(calls) * t
     spb, lat = cands[0]
     t = m * spb + lat
     each = (np.empty_like(t) if type(t) is np.ndarray and t.size >= _BUFFERED_ROWS

@@ -344,7 +344,8 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
         # A few rows (predict): Python floats skip numpy's overhead, row by row.
         def row(i):
             return [x.flat[i] if x.size > 1 else x.flat[0] for x in columns]
-        step = np.array([_form_s(*row(i)) for i in range(size)]).reshape(shape)
+        stages: dict = {}  # the interleaved stage sums rows share (predict's twin)
+        step = np.array([_form_s(*row(i), stages=stages) for i in range(size)]).reshape(shape)
         f, b, w, ef, eb, lf, lb = times[0], times[1], times[2], *times[4:]
         full_b = b + w
     else:
@@ -380,10 +381,14 @@ def _form_args(k, p, v, m, f, b, w, c, ef, eb, lf, lb):
     return p, m, f, b + w, c, ef, eb, lf, lb
 
 
-def _form_s(code, p, v, m, f, b, w, c, ef, eb, lf, lb):
-    """One row's makespan [s] on Python numbers (:func:`pipeline_time_s`)."""
+def _form_s(code, p, v, m, f, b, w, c, ef, eb, lf, lb, stages=None):
+    """One row's makespan [s] on Python numbers (:func:`pipeline_time_s`); ``stages``: the
+    interleaved form's stage sums shared by the rows of one call."""
     k = int(code)
-    return FORMS[k](*(float(x) for x in _form_args(k, p, v, m, f, b, w, c, ef, eb, lf, lb)))
+    args = [float(x) for x in _form_args(k, p, v, m, f, b, w, c, ef, eb, lf, lb)]
+    if k == INTERLEAVED and stages is not None:
+        return FORMS[k](*args, stages=stages)
+    return FORMS[k](*args)
 
 
 def schedule_feasible(schedule_code, pp, vpp, n_microbatches):

@@ -191,7 +191,7 @@ def zb_h1_time_s(p, m, f, b, w, c, ef, eb, lf, lb):
     return _where(p == 1, m * (f + (b + w) + (ef + eb + lf + lb)), step)
 
 
-def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
+def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb, stages=None):
     """Interleaved 1F1B makespan [s] (``b`` the full backward; m divisible by p).
 
     Exact for equal stages (no extras) with c ≤ min(f, b)/v:
@@ -218,12 +218,24 @@ def interleaved_time_s(p, v, m, f, b, c, ef, eb, lf, lb):
     several times, also through the wrap-around edges between chunks (stage p − 1's chunk c
     feeds stage 0's chunk c + 1); their breakpoints depend on v and were not worth more
     candidates. Stage sequences are summed in closed form (:class:`_Stage`).
+
+    ``stages``: a dict in which rows of Python floats share those sums (they do not depend on
+    ``c``: predict's configuration and its slower twin differ in ``c`` alone), kept by the
+    caller for the rows of one call.
     """
     n = m * v
     fc, bc = f / v, b / v
     T0 = f + b + ef + eb
-    top = _Stage(p, v, n, _minimum((v - 1) * p + 2 * (p - 1), n), fc, bc, ef, 0, eb, v - 1)
-    bottom = _Stage(p, v, n, _minimum((v - 1) * p, n), fc, bc, lf, v - 1, lb, 0)
+    key = None if stages is None else tuple(float(x).hex() for x in (p, v, m, f, b, ef, eb,
+                                                                      lf, lb))
+    pair = None if key is None else stages.get(key)
+    if pair is None:
+        pair = (_Stage(p, v, n, _minimum((v - 1) * p + 2 * (p - 1), n), fc, bc, ef, 0, eb,
+                       v - 1),
+                _Stage(p, v, n, _minimum((v - 1) * p, n), fc, bc, lf, v - 1, lb, 0))
+        if key is not None:
+            stages[key] = pair
+    top, bottom = pair
     chain = (m + (p - 1) / v) * (f + b) + ef + eb + m * (lf + lb) + 2.0 * (p * v - 1) * c
     f_chain = p * f + ef + lf + (p * v - 1) * c                # micro-batch 0, all virtual stages
     b_chain = p * b + eb + lb + (p * v - 1) * c                # the last one, all virtual stages
@@ -286,6 +298,8 @@ class _Stage:
         self.fc, self.bc = fc, bc
         self.f_extra, self.f_key, self.b_extra, self.b_key = f_extra, f_key, b_extra, b_key
         self._known = {}  # upto() of Python-number positions (a row evaluates ~17 of 30 calls)
+        self._numbers = all(type(a) in _FAST for a in (p, v, n, warmup, fc, bc, f_extra, f_key,
+                                                        b_extra, b_key))
         self.total = self.upto(2 * n - 1)
 
     def pos_f(self, k):
@@ -306,9 +320,32 @@ class _Stage:
         if type(pos) in _FAST:
             known = self._known.get(pos)
             if known is None:
-                known = self._known[pos] = self._upto(pos)
+                known = self._known[pos] = (self._upto_number(pos) if self._numbers
+                                            else self._upto(pos))
             return known
         return self._upto(pos)
+
+    def _upto_number(self, pos):
+        """:meth:`_upto` on Python numbers (a row of predict): the same operations in the same
+        order, with :func:`_clip`, :func:`_minimum` and :meth:`_count` written out."""
+        p, w, n = self.p, self.w, self.n
+        length = pos + 1
+        steady = length - w
+        steady = steady if steady >= 0 else 0
+        most = 2 * (n - w)
+        steady = steady if steady <= most else most
+        n_f = (length if length <= w else w) + (steady + 1) // 2
+        drain = length - w - 2 * (n - w)
+        drain = drain if drain >= 0 else 0
+        n_b = steady // 2 + (drain if drain <= w else w)
+        period = p * self.v
+        done_f = n_f % period - self.f_key * p
+        done_f = done_f if done_f >= 0 else 0
+        done_b = n_b % period - self.b_key * p
+        done_b = done_b if done_b >= 0 else 0
+        return (n_f * self.fc + n_b * self.bc
+                + self.f_extra * ((n_f // period) * p + (done_f if done_f <= p else p))
+                + self.b_extra * ((n_b // period) * p + (done_b if done_b <= p else p)))
 
     def _upto(self, pos):
         length = pos + 1

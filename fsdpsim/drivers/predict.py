@@ -183,6 +183,12 @@ def plan_notes(spec, plan: ParallelPlan) -> list[str]:
     """The choices the plan's defaults made that a user may want to see: an uneven pipeline
     split and its rule (:mod:`fsdpsim.plan.pipeline_split`), the expert tensor-parallel degree
     when it could not default to ``tp``."""
+    return list(_plan_notes(spec, plan))
+
+
+@functools.lru_cache(maxsize=256)  # specs and plans are frozen: the same pair, the same notes
+def _plan_notes(spec, plan: ParallelPlan) -> tuple[str, ...]:
+    """:func:`plan_notes`, remembered."""
     from fsdpsim.plan.pipeline_split import describe
 
     notes = []
@@ -199,7 +205,7 @@ def plan_notes(spec, plan: ParallelPlan) -> list[str]:
         notes.append(f"expert tensor parallelism: etp 1 (etp = tp({plan.tp}) does not fit "
                      f"ep({plan.ep}) in a stage's ranks; Megatron-Bridge's MoE recipes use "
                      "etp 1; override with --etp)")
-    return notes
+    return tuple(notes)
 
 
 def divisors(n: int) -> list[int]:
@@ -365,7 +371,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     return Prediction(
         values=row,
         inputs=MappingProxyType({k: v for k, v in x.items()
-                                 if isinstance(v, (int, float)) or np.ndim(v) == 0}),
+                                 if type(v) in _ONE_VALUE_TYPES or _is_one_value(v)}),
         model=spec.name, system=system.label,
         plan=plan_summary(plan, grad_accum, micro_batch, rc_name, training.recompute_layers),
         training=_training_report(training, micro_batch, grad_accum, rc_name, plan.dp),
@@ -374,6 +380,20 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                                      efficiency=stack_eff, plan=chosen_x),
         analysis_inputs=MappingProxyType(chosen_x),
     )
+
+
+#: Types of one value, checked inline before :func:`_is_one_value` (most inputs are these).
+_ONE_VALUE_TYPES = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
+
+
+def _is_one_value(v) -> bool:
+    """Whether input ``v`` is one value (a number or a 0-d array), not a column: what
+    ``isinstance(v, (int, float)) or np.ndim(v) == 0`` says, without ``np.ndim``'s call on the
+    numbers and arrays that make up most of the inputs."""
+    kind = type(v)
+    if kind in NUMBER_TYPES or isinstance(v, (int, float, np.generic)):
+        return True
+    return v.ndim == 0 if kind is np.ndarray else np.ndim(v) == 0
 
 
 def _candidates(spec: ModelSpec, plan: ParallelPlan,

@@ -211,7 +211,24 @@ def tables_of(e: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def resolve(acc, precision: str, stack: str) -> Resolved:
     """The fractions of ``acc`` (an :class:`fsdpsim.hardware.spec.Accelerator`) for ``precision``
-    under kernel stack ``stack`` (module docstring: resolution order)."""
+    under kernel stack ``stack`` (module docstring: resolution order); computed once per
+    accelerator object, precision and stack (an Accelerator is frozen, a Resolved too)."""
+    key = (id(acc), precision, stack)
+    known = _RESOLVED.get(key)
+    if known is None or known[0] is not acc:
+        if len(_RESOLVED) >= 256:
+            _RESOLVED.clear()
+        known = _RESOLVED[key] = (acc, _resolve(acc, precision, stack))
+    return known[1]
+
+
+#: (accelerator, its fractions) by (id(accelerator), precision, stack): the accelerator is
+#: kept, so its id stays its own.
+_RESOLVED: dict[tuple[int, str, str], tuple[Any, Resolved]] = {}
+
+
+def _resolve(acc, precision: str, stack: str) -> Resolved:
+    """:func:`resolve`, computed."""
     eff = acc.efficiency
     tables = eff.tables
     base = {"matmul_fraction": eff.matmul_fraction,

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -315,7 +316,7 @@ class ModelSpec:
     @property
     def n_params(self) -> int:
         """Total parameters of the main model (sum of :meth:`param_counts`; no MTP modules)."""
-        return sum(self.param_counts().values())
+        return _n_params(self)
 
     @property
     def expert_params(self) -> int:
@@ -443,3 +444,9 @@ def check_plausible_size(spec: ModelSpec, where: str) -> ModelSpec:
                           f"{max(spec.q_dim, spec.kv_dim):,} is not accepted; accepted: at most "
                           f"{MAX_ATTENTION_WIDTH:,}")
     return spec
+
+
+@functools.lru_cache(maxsize=512)  # specs are frozen and hashable: the same spec, the same count
+def _n_params(spec: ModelSpec) -> int:
+    """:attr:`ModelSpec.n_params`, remembered (a sum over every layer)."""
+    return sum(spec.param_counts().values())
