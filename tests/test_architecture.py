@@ -144,14 +144,21 @@ def module_lines(root: Path = PACKAGE) -> dict[str, int]:
             for path in sorted(root.rglob("*.py"))}
 
 
-def too_long(lines: dict[str, int], allowed: dict[str, int]) -> list[str]:
-    """The modules over their limit (:data:`MAX_MODULE_LINES`, or their ceiling in
-    ``allowed``), and the entries of ``allowed`` whose module is within the limit now."""
-    over = [f"{name}: {n} lines > {allowed.get(name, MAX_MODULE_LINES)}"
-            for name, n in lines.items() if n > allowed.get(name, MAX_MODULE_LINES)]
-    stale = [f"{name}: {lines.get(name, 0)} lines, within {MAX_MODULE_LINES}: remove it from "
-             "OVER_LIMIT" for name in allowed if lines.get(name, 0) <= MAX_MODULE_LINES]
+def over_limit(lines: dict[str, int], allowed: dict[str, int], limit: int,
+               list_name: str) -> list[str]:
+    """The entries of ``lines`` over ``limit`` (or their ceiling in ``allowed``), and the
+    entries of ``allowed`` within ``limit`` now (or gone), to be removed from ``list_name``."""
+    over = [f"{name}: {n} lines > {allowed.get(name, limit)}"
+            for name, n in lines.items() if n > allowed.get(name, limit)]
+    stale = [f"{name}: {lines.get(name, 0)} lines, within {limit}: remove it from {list_name}"
+             for name in allowed if lines.get(name, 0) <= limit]
     return over + stale
+
+
+def too_long(lines: dict[str, int], allowed: dict[str, int]) -> list[str]:
+    """The modules over :data:`MAX_MODULE_LINES` (or their ceiling in ``allowed``), and the
+    stale entries of ``allowed`` (:func:`over_limit`)."""
+    return over_limit(lines, allowed, MAX_MODULE_LINES, "OVER_LIMIT")
 
 
 def test_no_module_is_longer_than_500_lines():
@@ -200,14 +207,9 @@ def function_lines(root: Path = PACKAGE) -> dict[str, int]:
 
 
 def too_long_functions(lines: dict[str, int], allowed: dict[str, int]) -> list[str]:
-    """The functions over their limit (:data:`MAX_FUNCTION_LINES`, or their ceiling in
-    ``allowed``), and the entries of ``allowed`` whose function is within the limit now (or
-    gone)."""
-    over = [f"{name}: {n} lines > {allowed.get(name, MAX_FUNCTION_LINES)}"
-            for name, n in lines.items() if n > allowed.get(name, MAX_FUNCTION_LINES)]
-    stale = [f"{name}: {lines.get(name, 0)} lines, within {MAX_FUNCTION_LINES}: remove it from "
-             "LONG_FUNCTIONS" for name in allowed if lines.get(name, 0) <= MAX_FUNCTION_LINES]
-    return over + stale
+    """The functions over :data:`MAX_FUNCTION_LINES` (or their ceiling in ``allowed``), and
+    the stale entries of ``allowed`` (:func:`over_limit`)."""
+    return over_limit(lines, allowed, MAX_FUNCTION_LINES, "LONG_FUNCTIONS")
 
 
 def test_no_function_is_longer_than_100_lines():

@@ -27,6 +27,7 @@ from fsdpsim.engine.inputs import EngineInputs
 from fsdpsim.engine.peaks import (attention_peak_ratio, bf16_linear_share, gemm_peak_flops_per_s,
                                   mfu_peak_flops_per_s)
 from fsdpsim.util.errors import ConfigError
+from fsdpsim.util.memo import by_identity
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.model.checks import check_engine_supported
@@ -137,17 +138,11 @@ def system_inputs(system: System, precision: str,
     share of linear layers a low-precision recipe keeps in BF16, :func:`bf16_linear_share`;
     None: the format's default); computed once per system object, precision and share (a
     System is frozen; each caller gets a copy)."""
-    key = (id(system), precision, bf16_share)
-    known = _SYSTEM_INPUTS.get(key)
-    if known is None or known[0] is not system:
-        if len(_SYSTEM_INPUTS) >= 256:
-            _SYSTEM_INPUTS.clear()
-        known = _SYSTEM_INPUTS[key] = (system, _system_inputs(system, precision, bf16_share))
-    return dict(known[1])
+    return dict(by_identity(_SYSTEM_INPUTS, system, (precision, bf16_share),
+                            lambda: _system_inputs(system, precision, bf16_share)))
 
 
-#: (system, its inputs) by (id(system), precision, BF16 share): the system is kept, so its id
-#: stays its own.
+#: (system, its inputs) by (id(system), precision, BF16 share) (:func:`by_identity`).
 _SYSTEM_INPUTS: dict[tuple[int, str, float | None], tuple[System, dict[str, Any]]] = {}
 
 

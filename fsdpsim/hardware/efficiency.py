@@ -47,6 +47,7 @@ from typing import Any, Mapping
 from fsdpsim.hardware.catalog_schema import KERNEL_STACKS, UNCALIBRATED_INTERVAL
 from fsdpsim.hardware.spec import FitSpan
 from fsdpsim.util.errors import ConfigError
+from fsdpsim.util.memo import by_identity
 
 #: Precision class -> the training precisions whose GEMMs it covers.
 PRECISION_CLASSES: dict[str, tuple[str, ...]] = {
@@ -213,17 +214,11 @@ def resolve(acc, precision: str, stack: str) -> Resolved:
     """The fractions of ``acc`` (an :class:`fsdpsim.hardware.spec.Accelerator`) for ``precision``
     under kernel stack ``stack`` (module docstring: resolution order); computed once per
     accelerator object, precision and stack (an Accelerator is frozen, a Resolved too)."""
-    key = (id(acc), precision, stack)
-    known = _RESOLVED.get(key)
-    if known is None or known[0] is not acc:
-        if len(_RESOLVED) >= 256:
-            _RESOLVED.clear()
-        known = _RESOLVED[key] = (acc, _resolve(acc, precision, stack))
-    return known[1]
+    return by_identity(_RESOLVED, acc, (precision, stack),
+                       lambda: _resolve(acc, precision, stack))
 
 
-#: (accelerator, its fractions) by (id(accelerator), precision, stack): the accelerator is
-#: kept, so its id stays its own.
+#: (accelerator, its fractions) by (id(accelerator), precision, stack) (:func:`by_identity`).
 _RESOLVED: dict[tuple[int, str, str], tuple[Any, Resolved]] = {}
 
 
