@@ -189,14 +189,11 @@ def plan_notes(spec, plan: ParallelPlan) -> list[str]:
 @functools.lru_cache(maxsize=256)  # specs and plans are frozen: the same pair, the same notes
 def _plan_notes(spec, plan: ParallelPlan) -> tuple[str, ...]:
     """:func:`plan_notes`, remembered."""
-    from fsdpsim.plan.pipeline_split import describe
-
     notes = []
     if plan.pp > 1:
         split = plan.layer_split(spec.n_layers)
         if not split.even:
-            notes.append(f"pipeline split: {describe(split.counts)} layers per stage "
-                         f"({split.rule}; override with --pp-layers)")
+            notes.append("pipeline split: " + split.words("override with --pp-layers"))
     cannot = frameworks.unsupported(plan.framework, plan)
     if cannot:
         notes.append(f"--framework {frameworks.canonical(plan.framework)} does not run this "

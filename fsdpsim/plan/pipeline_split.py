@@ -66,6 +66,11 @@ class Split:
     def even(self) -> bool:
         return len(set(self.counts)) == 1
 
+    def words(self, aside: str = "") -> str:
+        """The split as the notes state it: ``15, 16 x6, 15 layers per stage (its rule; aside)``."""
+        said = "; ".join(filter(None, (self.rule, aside)))
+        return f"{describe(self.counts)} layers per stage ({said})"
+
     def chunks(self, vpp: int) -> tuple[int, ...]:
         """Layers of each of the ``len(counts) × vpp`` virtual stages, chunk ``v·pp + r`` on
         rank ``r`` (the looped placement of Interleaved1F1B and Megatron's virtual stages)."""

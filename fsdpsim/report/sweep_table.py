@@ -230,7 +230,6 @@ def split_notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
     """predict's pipeline-split note (:func:`fsdpsim.drivers.predict.plan_notes`) for each
     model and pipeline layout of the feasible rows whose layers do not split evenly."""
     from fsdpsim.plan.parallel import ParallelPlan
-    from fsdpsim.plan.pipeline_split import describe as describe_split
 
     if "plan.pp" not in frame:
         return []
@@ -239,15 +238,15 @@ def split_notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
     out = []
     for (name, pp, vpp), _ in rows.groupby(["model", "plan.pp", "plan.vpp"], sort=False):
         spec = specs.get(name)
-        if spec is None or spec.n_layers % int(pp * vpp) == 0:
+        if spec is None:
             continue
         probe = ParallelPlan(num_gpus=int(pp), gpus_per_node=1, pp=int(pp), vpp=int(vpp),
                              pp_schedule=grid.pp_schedule, framework=grid.framework)
         split = probe.layer_split(spec.n_layers)
-        out.append(f"pipeline split of {name} over pp {int(pp)}"
-                   + (f" x vpp {int(vpp)}" if vpp > 1 else "")
-                   + f": {describe_split(split.counts)} layers per stage ({split.rule}; "
-                   "predict's --pp-layers overrides it)")
+        if not split.even:
+            out.append(f"pipeline split of {name} over pp {int(pp)}"
+                       + (f" x vpp {int(vpp)}" if vpp > 1 else "")
+                       + ": " + split.words("predict's --pp-layers overrides it"))
     return out
 
 
