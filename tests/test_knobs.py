@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 from conftest import assert_one_line_error, run
 
 from fsdpsim.cli import cli
 from fsdpsim.plan.frameworks import GENERIC_KNOBS, KNOB_DEFAULTS
-from fsdpsim.plan.knobs import COMMANDS, FRAMEWORK, KINDS, KNOBS, ONE
+from fsdpsim.plan.knobs import COMMANDS, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE
 
 CLI = Path(__file__).resolve().parents[1] / "fsdpsim" / "cli"
 
@@ -152,3 +153,24 @@ def test_a_measurement_row_reaches_predict_through_each_knobs_column():
         assert value == (stated if KNOBS[name].kind != "text" else "a,b"), name
     empty = framework_knobs(pd.Series({"id": "r", "recipe": "megatron", "precision": "nvfp4"}))
     assert empty["fused_loss"] is True and empty["bf16_layers"] == 0  # megatron's defaults
+
+
+def test_every_field_a_knob_declares_is_in_predicts_json():
+    """A knob's declared ``field`` is a key of predict's JSON (the kernel knobs' from their
+    declaration: a new one appears there without a hand-written entry)."""
+    result = CliRunner().invoke(cli, ["predict", "--model", "llama3-8b", "--gpu", "h100",
+                                      "--num-gpus", "16", "--format", "json"])
+    report = json.loads(result.output)
+    missing = []
+    for knob in KNOBS.values():
+        if knob.field and "predict" in knob.commands:
+            node = report
+            for part in knob.field.split("."):
+                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+            if node is _MISSING:
+                missing.append(knob.field)
+    assert not missing
+    assert [k for k in report["training"] if k in KERNEL_KNOBS] == list(KERNEL_KNOBS)
+
+
+_MISSING = object()

@@ -52,6 +52,19 @@ def test_searched_plans_rerun_to_the_same_numbers(args):
     assert _rerun_all(args) >= 8
 
 
+@pytest.mark.parametrize("knobs", [
+    ["--framework", "megatron", "--no-fused-loss"],  # the profile's default is on
+    ["--fused-loss"],  # fsdp2's default is off
+    ["--framework", "megatron", "--precision", "fp8", "--bf16-layers", "2", "--fp8-lm-head",
+     "--cuda-graphs", "partial"],
+])
+def test_kernel_knobs_unlike_the_framework_default_ride_in_the_command(knobs):
+    """A kernel knob given against its framework's default is in the command (spelt on or
+    off), so the rerun is the same plan with the same numbers."""
+    assert _rerun_all(["--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "16",
+                       "--top", "3", *knobs]) == 3
+
+
 @pytest.mark.slow
 def test_deepseek_v3_plans_rerun_to_the_same_numbers():
     assert _rerun_all(["--model", "deepseek-v3", "--gpu", "gb200", "--num-gpus", "256",

@@ -10,6 +10,7 @@ import click
 from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.knobs import knob_options
+from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, kernel_default
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -271,11 +272,6 @@ def moe_options():
             *kernel_options("predict")]
 
 
-#: The knobs of :func:`kernel_options`: TrainingConfig fields of predict, search and compare.
-KERNEL_KNOBS = ("moe_fp8_dispatch", "moe_dispatcher", "fp8_attention", "recompute_modules",
-                "fp8_lm_head", "cuda_graphs", "fused_loss", "bf16_layers")
-
-
 def kernel_options(command: str):
     """How attention and the expert dispatch run: options of ``predict``, ``search`` and
     ``compare`` (TrainingConfig fields, read by :func:`kernel_knobs`)."""
@@ -284,26 +280,12 @@ def kernel_options(command: str):
 
 def kernel_knobs(o: dict) -> dict:
     """The TrainingConfig fields of :func:`kernel_options` from parsed options; a knob not
-    given takes the ``--framework`` profile's default (:func:`fsdpsim.plan.frameworks.knob_default`),
-    as ``validate`` does for an empty cell."""
-    from fsdpsim.plan.frameworks import knob_default
-
-    framework = o.get("framework") or "fsdp2"
-
-    def given(knob: str):
-        value = o.get(knob)
-        return (knob_default(framework, knob, o.get("precision") or "bf16") if value is None
-                else value)
-
-    bf16 = given("bf16_layers")
-    return {"moe_fp8_dispatch": bool(o.get("moe_fp8_dispatch")),
-            "moe_dispatcher": given("moe_dispatcher"),
-            "fp8_attention": bool(given("fp8_attention")),
-            "fp8_lm_head": bool(given("fp8_lm_head")),
-            "cuda_graphs": given("cuda_graphs"),
-            "fused_loss": bool(given("fused_loss")),
-            "bf16_layers": None if bf16 is None else int(bf16),
-            "recompute_modules": given("recompute_modules") or ()}
+    given takes what predict takes without it (:func:`fsdpsim.plan.knobs.kernel_default`: the
+    ``--framework`` profile's default where it has one), as ``validate`` does for an empty
+    cell."""
+    framework, precision = o.get("framework"), o.get("precision")
+    return {name: (kernel_default(name, framework, precision) if o.get(name) is None
+                   else KNOBS[name].value(o[name])) for name in KERNEL_KNOBS}
 
 
 def register(cli: click.Group) -> None:

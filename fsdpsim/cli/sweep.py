@@ -13,6 +13,7 @@ import click
 from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.knobs import knob_options
+from fsdpsim.plan.knobs import SWEEP_KERNEL_KNOBS
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.drivers.sweep.grid import Grid, build_grid, describe, read_grid_file
@@ -64,8 +65,7 @@ def grid_options(f):
                           "(default on; off is about 3x faster on grids without free knobs)."),
         *k("tp", "pp", "cp", "vpp", "pp_schedule", "cp_kind", "sequence_parallel", "tp_overlap",
            "recompute_layers", "ep", "etp", "ep_overlap", "moe_capacity_factor",
-           "moe_imbalance", "moe_fp8_dispatch", "moe_dispatcher", "fp8_attention",
-           "recompute_modules", "fp8_lm_head", "cuda_graphs"),
+           "moe_imbalance", *SWEEP_KERNEL_KNOBS),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -28,6 +28,7 @@ from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.knobs import kernel_fields
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs,  # noqa: F401 (re-exported)
                             plan_inputs, pod_inputs, system_inputs, training_inputs)
@@ -476,13 +477,6 @@ def _training_report(training: TrainingConfig, micro_batch: int, grad_accum: int
             "optimizer": training.optimizer,
             "reduce_dtype": training.reduce_dtype or "fp32",
             "flash_attention": training.flash_attention,
-            "fused_loss": training.fused_loss, "dropout": training.dropout,
-            "recompute_layers": training.recompute_layers,
+            "dropout": training.dropout, "recompute_layers": training.recompute_layers,
             "moe_capacity_factor": training.moe_capacity_factor,
-            "moe_imbalance": training.moe_imbalance,
-            "moe_fp8_dispatch": training.moe_fp8_dispatch,
-            "moe_dispatcher": training.moe_dispatcher,
-            "fp8_attention": training.fp8_attention,
-            "fp8_lm_head": training.fp8_lm_head,
-            "cuda_graphs": training.cuda_graphs,
-            "recompute_modules": list(training.recompute_modules)}
+            "moe_imbalance": training.moe_imbalance, **kernel_fields(training)}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
+from fsdpsim.plan.frameworks import knob_default
 from fsdpsim.plan.parallel import (CP_KINDS, FRAMEWORKS, PP_SCHEDULES, SHARDING_HELP,
                                    SHARDINGS)
 from fsdpsim.plan.training import CUDA_GRAPHS, MOE_DISPATCHERS, PRECISIONS, RECOMPUTES
@@ -88,6 +89,18 @@ class Knob:
         if command in self.help_for:
             return self.help_for[command]
         return self.grid_help if self.commands.get(command) in (LIST, GRID) else self.help
+
+    def value(self, given: Any) -> Any:
+        """The TrainingConfig value of a given (or defaulted) option value: a flag as a bool,
+        a whole number as an int (None stays None), a list as a tuple (none: empty), a choice as
+        it is."""
+        if self.kind == "flag":
+            return bool(given)
+        if self.kind == "number" and self.rule is not None and self.rule.whole:
+            return None if given is None else int(given)
+        if self.kind == "text":
+            return given or ()
+        return given
 
 
 def _busbw(column: str, words: str) -> Knob:
@@ -334,6 +347,13 @@ _KERNEL = [
             "for FP8.", default=FRAMEWORK, rule=Rule(0, 2**14, whole=True), metavar="N"),
 ]
 
+#: The kernel and recipe knobs: TrainingConfig fields of predict, search and compare, in
+#: declaration order (``sweep`` takes those with a grid-wide form).
+KERNEL_KNOBS = tuple(k.name for k in _KERNEL)
+
+#: The kernel knobs ``sweep`` takes (one value for the whole grid).
+SWEEP_KERNEL_KNOBS = tuple(k.name for k in _KERNEL if "sweep" in k.commands)
+
 #: Every knob, by name.
 KNOBS: dict[str, Knob] = {k.name: k for k in (*_HARDWARE, *_BATCH, *_DATA_PARALLEL,
                                               *_MODEL_PARALLEL, *_TRAINING, *_MOE, *_KERNEL)}
@@ -345,9 +365,28 @@ def option_default(name: str) -> Any:
     return None if default == FRAMEWORK else default
 
 
+def kernel_default(name: str, framework: str | None, precision: str | None) -> Any:
+    """What ``predict`` takes for kernel knob ``name`` (:data:`KERNEL_KNOBS`) when its option
+    is not given, under ``--framework framework`` and ``--precision precision``: its declared
+    default, the framework profile's where that is :data:`FRAMEWORK`
+    (:func:`fsdpsim.plan.frameworks.knob_default`), as a TrainingConfig value."""
+    knob = KNOBS[name]
+    default = (knob_default(framework or "fsdp2", name, precision or "bf16")
+               if knob.default == FRAMEWORK else knob.default)
+    return knob.value(default)
+
+
+def kernel_fields(training: Any) -> dict[str, Any]:
+    """The kernel knobs of a TrainingConfig as report fields (``training.NAME`` in predict's
+    JSON, compare's query), in declaration order; a list as a JSON list."""
+    fields = {name: getattr(training, name) for name in KERNEL_KNOBS}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
 def of_command(command: str) -> tuple[Knob, ...]:
     """The knobs ``command`` takes."""
     return tuple(k for k in KNOBS.values() if command in k.commands)
 
 
-__all__ = ["Knob", "KNOBS", "ONE", "LIST", "GRID", "FRAMEWORK", "of_command", "option_default"]
+__all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "ONE", "LIST", "GRID", "FRAMEWORK", "of_command",
+           "option_default", "kernel_default", "kernel_fields"]

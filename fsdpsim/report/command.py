@@ -9,39 +9,53 @@ import re
 import shlex
 from typing import Any, Mapping
 
-#: predict's options a command carries, in this order, with the default it leaves out.
+from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, kernel_default
+
+#: predict's options a command carries, in this order, with the default it leaves out; then
+#: the kernel knobs (:data:`fsdpsim.plan.knobs.KERNEL_KNOBS`), each left out where it is what
+#: predict takes when it is not given (:func:`kernel_default`).
 OPTIONS: dict[str, Any] = {
     "model": None, "gpu": None, "cluster": None, "num_gpus": None, "gpus_per_node": None,
     "network": None, "inter_node_gbps_per_gpu": None, "power_cap_w": None,
     "placement": "packed", "seq_len": None, "precision": "bf16", "optimizer": "adamw",
-    "framework": "fsdp2", "moe_fp8_dispatch": False, "moe_dispatcher": "alltoall",
-    "fp8_attention": False, "recompute_modules": (), "fp8_lm_head": False,
-    "cuda_graphs": "none", "bf16_layers": None,
+    "framework": "fsdp2",
 }
 
 
 def predict_command(options: Mapping[str, Any], plan_text: str,
                     catalog_dirs: tuple[str, ...] = ()) -> str:
     """``fsdpsim predict --model … --plan '…'``: the options of :data:`OPTIONS` that
-    ``options`` gives and that differ from predict's defaults, then the plan (quoted for a
-    POSIX shell)."""
+    ``options`` gives and that differ from predict's defaults, the kernel knobs that differ
+    from what predict takes without them, then the plan (quoted for a POSIX shell)."""
     words = ["fsdpsim"] + [w for d in catalog_dirs for w in ("--catalog", d)] + ["predict"]
     for name, default in OPTIONS.items():
         value = options.get(name)
         if value is None or value == default or value == () or value == "":
             continue
-        flag = "--" + name.replace("_", "-")
-        if value is True:
-            words.append(flag)
-        elif isinstance(value, (tuple, list)):
-            words += [flag, ",".join(map(str, value))]
-        else:
-            words += [flag, str(value)]
+        words += _option_words(name, value)
+    framework, precision = options.get("framework"), options.get("precision")
+    for name in KERNEL_KNOBS:
+        value = options.get(name)
+        if value is None:
+            continue
+        value = KNOBS[name].value(value)
+        if value != kernel_default(name, framework, precision):
+            words += _option_words(name, value)
     words += ["--plan", plan_text]
     return " ".join(shlex.quote(w) for w in words)
 
 
-__all__ = ["predict_command", "OPTIONS"]
+def _option_words(name: str, value: Any) -> list[str]:
+    """``--name value`` of predict's option ``name`` (a flag alone, or its off spelling)."""
+    if value is True or value is False:
+        knob = KNOBS.get(name)
+        if value is False:
+            return [knob.off_option] if knob is not None else []
+        return [knob.option if knob is not None else "--" + name.replace("_", "-")]
+    flag = KNOBS[name].option if name in KNOBS else "--" + name.replace("_", "-")
+    if isinstance(value, (tuple, list)):
+        return [flag, ",".join(map(str, value))]
+    return [flag, str(value)]
 
 
 def plan_lines(plan_text: str, first: str, rest: str, width: int = 100) -> list[str]:

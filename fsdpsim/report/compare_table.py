@@ -7,6 +7,7 @@ from typing import Any
 
 from fsdpsim.drivers.search.objective import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.report import render
+from fsdpsim.plan.knobs import kernel_fields
 from fsdpsim.plan.training import default_global_batch
 from fsdpsim.report.command import command_lines, predict_command
 from fsdpsim.report.procurement import assumption_notes, money, rate, short_source
@@ -192,12 +193,7 @@ def report_data(rows, training, run, plan_kind: str, options: dict[str, Any] | N
                       "precision": (precisions[0] if len(precisions) == 1 else
                                     ", ".join(precisions) + " (each GPU's default)"),
                       "optimizer": training.optimizer,
-                      "fp8_attention": training.fp8_attention,
-                      "fp8_lm_head": training.fp8_lm_head,
-                      "recompute_modules": list(training.recompute_modules),
-                      "moe_dispatcher": training.moe_dispatcher,
-                      "moe_fp8_dispatch": training.moe_fp8_dispatch,
-                      "cuda_graphs": training.cuda_graphs,
+                      **kernel_fields(training),
                       "plan": plan_kind, "train_tokens": run.tokens},
             "assumptions": {"pue": run.pue, "gpu_mtbf_hours": run.gpu_mtbf_s / 3600,
                             "restart_s": run.restart_s,

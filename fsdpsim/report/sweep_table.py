@@ -12,6 +12,7 @@ from fsdpsim.report.procurement import assumption_notes, rate, short_source
 from fsdpsim.drivers.sweep.grid import Grid, describe
 from fsdpsim.util.units import GIB_BYTES
 from fsdpsim.report.words import bottleneck_name, mfu_note
+from fsdpsim.plan.knobs import SWEEP_KERNEL_KNOBS
 
 if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
     import pandas as pd
@@ -254,8 +255,7 @@ def split_notes(grid: Grid, frame: pd.DataFrame) -> list[str]:
 _SYSTEM_COLUMNS = {"network": "network", "inter-node-gbps-per-gpu": "inter_node_gbps_per_gpu",
                    "power-cap-w": "power_cap_w", "gpus-per-node": "plan.gpus_per_node"}
 #: Training columns of a row that predict reads as options (report.command.OPTIONS names).
-_TRAINING_COLUMNS = ("precision", "optimizer", "moe_fp8_dispatch", "moe_dispatcher",
-                     "fp8_attention", "recompute_modules", "fp8_lm_head", "cuda_graphs")
+_TRAINING_COLUMNS = ("precision", "optimizer", *SWEEP_KERNEL_KNOBS)
 
 
 def _one(value: Any) -> str | None:
