@@ -388,5 +388,5 @@ def of_command(command: str) -> tuple[Knob, ...]:
     return tuple(k for k in KNOBS.values() if command in k.commands)
 
 
-__all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "ONE", "LIST", "GRID", "FRAMEWORK", "of_command",
-           "option_default", "kernel_default", "kernel_fields"]
+__all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "ONE", "LIST", "GRID",
+           "FRAMEWORK", "of_command", "option_default", "kernel_default", "kernel_fields"]
