@@ -74,6 +74,17 @@ def test_a_searched_spelling():
     assert run.global_batch == 512
 
 
+@pytest.mark.parametrize("word, short", [("selective", "sel"), ("op-selective", "op"),
+                                         ("full", "full"), ("none", "none")])
+def test_ckpt_reads_the_recompute_options_words_too(word, short):
+    """``ckpt selective`` is ``ckpt sel`` (the words of ``--recompute`` read as the short ones)."""
+    def read(w):
+        return parse_plan(f"fsdp8 · ckpt {w} · mb 1", num_gpus=8, gpus_per_node=8)
+
+    assert read(word) == read(short)
+    assert read(word).recompute == word
+
+
 def test_every_setting_is_in_the_line():
     plan = ParallelPlan(num_gpus=256, gpus_per_node=8, sharding="hybrid", shard_group_size=4,
                         tp=4, pp=4, cp=2, vpp=2, cp_kind="all2all", ep=8, etp=1,

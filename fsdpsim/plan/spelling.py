@@ -21,8 +21,8 @@ data first, joined by ``" × "``, then the settings of the step joined by ``" ·
   first and last stages (when uneven) or of every stage (a stated split, ``--pp-layers``);
 - ``epN`` with ``etpE`` (where the expert TP differs from TP; ``ep1(etpE)`` without EP) and
   ``overlap`` (EP all-to-all overlap) in brackets;
-- ``ckpt none|sel|full|op`` and the recomputed layers of each stage (``K``; ``K/L`` with a
-  stage's layers reads back the same), ``mb N``,
+- ``ckpt none|sel|full|op`` (``--recompute``'s words read too) and the recomputed layers of
+  each stage (``K``; ``K/L`` with a stage's layers reads back the same), ``mb N``,
   ``accum N`` (without a pipeline, when above 1), ``sync last``, ``keep gathered``, ``no
   reshard`` and ``order`` (the full mesh order, when not the default).
 
@@ -46,9 +46,9 @@ _DATA_WORDS = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none
 _CKPT_WORDS = {"none": "none", "selective": "sel", "full": "full", "op-selective": "op"}
 ACCEPTED = ("accepted: dimensions fsdpN, zero2-N, zero1-N, ddpN, hsdpRxS, zero1-RxS, cpN[(a2a)], "
             "tpN[(sp,overlap)], ppN(schedule[, v=V][, m=M][, first=F][, last=L][, layers=A/B]), "
-            "epN[(etpE,overlap)] joined by ' × ', then settings 'ckpt none|sel|full|op [K]', "
-            "'mb N', 'accum N', 'sync last', 'keep gathered', 'no reshard', 'order a,b,c,d,e' "
-            "joined by ' · '")
+            "epN[(etpE,overlap)] joined by ' × ', then settings 'ckpt none|sel|full|op [K]' "
+            "(or selective, op-selective), 'mb N', 'accum N', 'sync last', 'keep gathered', "
+            "'no reshard', 'order a,b,c,d,e' joined by ' · '")
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ def _pp_settings(text: str, dim: str, flags: list[str], kw: dict) -> int | None:
 def _setting(text: str, s: str, kw: dict, run: dict) -> None:
     """One ``·``-separated setting into the plan's keywords ``kw`` or the step's ``run``."""
     words = s.split()
-    ckpt = {v: k for k, v in _CKPT_WORDS.items()}
+    ckpt = {**{k: k for k in _CKPT_WORDS}, **{v: k for k, v in _CKPT_WORDS.items()}}
     if len(words) in (2, 3) and words[0] == "ckpt" and words[1] in ckpt:
         run["recompute"] = ckpt[words[1]]
         if len(words) == 3:
