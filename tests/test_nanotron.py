@@ -348,3 +348,25 @@ def test_nanotron_cross_node_pipeline_floor_grows_with_tp_not_dp():
     inside = raw[(raw["pp"] > 1) & (raw["n_gpus"] == 8) & (raw["tp"] >= 2)]
     no_pp = raw[(raw["pp"] == 1) & (raw["n_gpus"] > 8) & raw["tp"].isin([2, 4, 8])]
     assert inside["ms"].median() <= 7 and no_pp["ms"].median() <= 7
+
+
+@pytest.mark.parametrize("framework, tp, pp, gpus, warned", [
+    ("nanotron", 4, 4, 32, True), ("nanotron", 8, 2, 16, True),
+    ("nanotron", 4, 2, 8, False),   # the pipeline inside one node
+    ("nanotron", 1, 4, 32, False),  # no TP
+    ("nanotron", 8, 1, 32, False),  # no pipeline
+    ("megatron", 4, 4, 32, False),  # another framework
+])
+def test_predict_warns_of_nanotrons_tp_pipeline_gap(framework, tp, pp, gpus, warned):
+    """predict names the gap the floor tests above measure, where its shape holds and only
+    there; the prediction itself is the model's (the warning changes no number)."""
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.plan.known_gaps import NANOTRON_TP_PIPELINE
+
+    spec = get_model("llama3-8b")
+    plan = ParallelPlan(num_gpus=gpus, gpus_per_node=8, sharding="optimizer", tp=tp, pp=pp,
+                        framework=framework)
+    system = resolve_system(load_catalog(use_env=False), gpu="h100")
+    result = predict(spec, system, plan, TrainingConfig(seq_len=4096, micro_batch=1,
+                                                        global_batch=64 * gpus // (tp * pp)))
+    assert (NANOTRON_TP_PIPELINE in result.notes) == warned

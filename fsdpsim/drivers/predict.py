@@ -29,6 +29,7 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.knobs import kernel_fields
+from fsdpsim.plan.known_gaps import known_gaps
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs,  # noqa: F401 (re-exported)
                             plan_inputs, pod_inputs, system_inputs, training_inputs)
@@ -199,6 +200,7 @@ def _plan_notes(spec, plan: ParallelPlan) -> tuple[str, ...]:
     if cannot:
         notes.append(f"--framework {frameworks.canonical(plan.framework)} does not run this "
                      "plan as stated (predicted as stated): " + "; ".join(cannot))
+    notes += known_gaps(plan.framework, plan)
     if plan.etp_defaulted:
         notes.append(f"expert tensor parallelism: etp 1 (etp = tp({plan.tp}) does not fit "
                      f"ep({plan.ep}) in a stage's ranks; Megatron-Bridge's MoE recipes use "
