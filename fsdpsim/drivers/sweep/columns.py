@@ -198,14 +198,14 @@ def _input_columns(grid: Grid, t: _Tables, p, c, rows: _Rows, gbatch) -> dict[st
         "training.reduce_dtype": _per_entry([tr.reduce_dtype or "fp32" for tr in t.trainings],
                                             sys_at),
         "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
-        # not a sweep knob: the framework's default at each precision, as predict's
-        "training.fused_loss": _per_training(t.trainings, "fused_loss", sys_at),
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
         "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
         "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
         "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
+        # every kernel knob, as predict's JSON (plan/knobs.kernel_fields): the grid's, else the
+        # framework's default at each entry's precision
         **{knobs.KNOBS[name].field: _per_training(t.trainings, name, sys_at)
-           for name in knobs.SWEEP_KERNEL_KNOBS},
+           for name in knobs.KERNEL_KNOBS},
     }
 
 
