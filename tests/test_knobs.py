@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from conftest import assert_one_line_error, run
 
 from fsdpsim.cli import cli
-from fsdpsim.plan.frameworks import GENERIC_KNOBS, KNOB_DEFAULTS
+from fsdpsim.plan.frameworks import KNOB_DEFAULTS
+from fsdpsim.plan.knobs import GENERIC_KNOBS
 from fsdpsim.plan.knobs import COMMANDS, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE
 
 CLI = Path(__file__).resolve().parents[1] / "fsdpsim" / "cli"

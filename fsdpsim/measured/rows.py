@@ -14,7 +14,7 @@ import pandas as pd
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.model.spec import ModelSpec, check_plausible_size
-from fsdpsim.plan.knobs import FRAMEWORK, KNOBS
+from fsdpsim.plan.knobs import FRAMEWORK, KNOBS, knob_default
 from fsdpsim.plan.parallel import ParallelPlan
 from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 
@@ -128,7 +128,7 @@ def _text_cell(row: pd.Series, column: str) -> str | None:
 def knob(row: pd.Series, column: str) -> Any:
     """The cell of a knob whose default is the framework's (:data:`fsdpsim.plan.knobs.FRAMEWORK`)
     in ``column``; where it is empty, what the row's framework profile (column ``recipe``) does
-    by default (:func:`fsdpsim.plan.frameworks.knob_default`, the default ``predict`` takes
+    by default (:func:`fsdpsim.plan.knobs.knob_default`, the default ``predict`` takes
     when the flag is not given)."""
     value = row.get(column)
     if is_empty(value):
@@ -139,10 +139,8 @@ def knob(row: pd.Series, column: str) -> Any:
 
 @functools.lru_cache(maxsize=4096)
 def _knob_default(framework: str, column: str, precision: str) -> Any:
-    """:func:`fsdpsim.plan.frameworks.knob_default` (a table lookup of immutable values),
+    """:func:`fsdpsim.plan.knobs.knob_default` (a table lookup of immutable values),
     remembered: a file's rows ask for few distinct ones."""
-    from fsdpsim.plan.frameworks import knob_default
-
     return knob_default(framework, column, precision)
 
 

@@ -30,7 +30,7 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 The parallel layout and the run's switches (optional columns, named and valued as
 ``predict``'s flags; a missing column or an empty cell takes the default: for a knob whose
 default is the framework's, :data:`fsdpsim.plan.knobs.FRAMEWORK`, the ``recipe`` profile's,
-:func:`fsdpsim.plan.frameworks.knob_default`, as ``predict`` without the flag;
+:func:`fsdpsim.plan.knobs.knob_default`, as ``predict`` without the flag;
 :class:`fsdpsim.plan.parallel.ParallelPlan` documents each):
 
 =========================  =========================================================

@@ -7,7 +7,7 @@ command's option, :func:`fsdpsim.measured.rows.row_options` reads a measurement 
 through :attr:`Knob.column`, and ``tests/test_knobs.py`` checks that every knob is an option of
 the commands it names and that no command declares one by hand. Where a knob is not given, its
 default is resolved where it always was (the ``--framework`` profile's for :data:`FRAMEWORK`
-knobs: :func:`fsdpsim.plan.frameworks.knob_default`; the grid's for ``sweep``).
+knobs: :func:`knob_default`; the grid's for ``sweep``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
-from fsdpsim.plan.frameworks import knob_default
+from fsdpsim.plan.frameworks import KNOB_DEFAULTS, canonical
 from fsdpsim.plan.parallel import (CP_KINDS, FRAMEWORKS, PP_SCHEDULES, SHARDING_HELP,
                                    SHARDINGS)
-from fsdpsim.plan.training import CUDA_GRAPHS, MOE_DISPATCHERS, PRECISIONS, RECOMPUTES
+from fsdpsim.plan.training import (CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS, PRECISIONS,
+                                   RECOMPUTES)
 from fsdpsim.util.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT, POWER_CAP_W, VPP,
                                   Rule)
 
@@ -93,12 +94,17 @@ class Knob:
             return self.help_for[command]
         return self.grid_help if self.commands.get(command) in (LIST, GRID) else self.help
 
+    @property
+    def plain_value(self) -> Any:
+        """The value that sets nothing: a flag off, a choice its first (``none``,
+        ``alltoall``), a text empty, a number none; what a framework profile without a
+        default of its own takes (:func:`knob_default`)."""
+        return {"flag": False, "choice": (self.choices or (None,))[0], "text": ""}.get(self.kind)
+
     def plain(self, value: Any) -> bool:
-        """Whether ``value`` sets nothing: a flag off, a text or list empty, a number none, a
-        choice its first (``none``, ``alltoall``)."""
-        if self.kind == "choice":
-            return value == self.choices[0]
-        return value is None if self.kind == "number" else not value
+        """Whether ``value`` (an option value, or a TrainingConfig or report one) sets
+        nothing (:attr:`plain_value`)."""
+        return self.value(value) == self.value(self.plain_value)
 
     def value(self, given: Any) -> Any:
         """The TrainingConfig value of a given (or defaulted) option value: a flag as a bool,
@@ -373,6 +379,22 @@ SWEEP_KERNEL_KNOBS = tuple(k.name for k in _KERNEL if "sweep" in k.commands)
 KNOBS: dict[str, Knob] = {k.name: k for k in (*_HARDWARE, *_BATCH, *_DATA_PARALLEL,
                                               *_MODEL_PARALLEL, *_TRAINING, *_MOE, *_KERNEL)}
 
+#: What a knob whose default is the framework's takes under a profile without a default of its
+#: own (:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`): its plain value, by name.
+GENERIC_KNOBS = {k.name: k.plain_value for k in KNOBS.values() if k.default == FRAMEWORK}
+
+
+def knob_default(framework: str, knob: str, precision: str = "bf16") -> Any:
+    """What ``framework`` does where ``knob`` (one of :data:`GENERIC_KNOBS`) is not given: the
+    profile's own default (:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`), else
+    :data:`GENERIC_KNOBS`; ``bf16_layers`` only under a low-precision ``precision`` (else
+    None)."""
+    if knob == "bf16_layers" and precision not in LOW_PRECISION:
+        return None
+    own = KNOB_DEFAULTS.get(canonical(framework), {})
+    return own[knob] if knob in own else GENERIC_KNOBS[knob]
+
+
 def option_default(name: str) -> Any:
     """The value a one-value option of knob ``name`` parses to when not given (None for a
     :data:`FRAMEWORK` default, resolved later as predict resolves it)."""
@@ -384,7 +406,7 @@ def kernel_default(name: str, framework: str | None, precision: str | None) -> A
     """What ``predict`` takes for kernel knob ``name`` (:data:`KERNEL_KNOBS`) when its option
     is not given, under ``--framework framework`` and ``--precision precision``: its declared
     default, the framework profile's where that is :data:`FRAMEWORK`
-    (:func:`fsdpsim.plan.frameworks.knob_default`), as a TrainingConfig value."""
+    (:func:`knob_default`), as a TrainingConfig value."""
     knob = KNOBS[name]
     default = (knob_default(framework or "fsdp2", name, precision or "bf16")
                if knob.default == FRAMEWORK else knob.default)
@@ -420,4 +442,4 @@ def of_command(command: str) -> tuple[Knob, ...]:
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "ONE", "LIST", "GRID",
            "FRAMEWORK", "of_command", "option_default", "kernel_default", "kernel_fields",
-           "kernel_words"]
+           "kernel_words", "knob_default", "GENERIC_KNOBS"]

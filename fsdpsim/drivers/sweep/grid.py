@@ -30,9 +30,9 @@ from fsdpsim.drivers.sweep.values import (knob_counts, moe_number, one_choice, o
                                  read_flag, split_values)
 from fsdpsim.hardware.spec import Price, System
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, knob_default, plan_defaults
+from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, plan_defaults
 from fsdpsim.plan import knobs
-from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default
+from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default, knob_default
 from fsdpsim.plan.parallel import (CP_KINDS, LOW_PRECISION, PP_SCHEDULES, PRECISIONS,
                                    RECOMPUTES, SHARDINGS, ZERO_STAGES)
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number

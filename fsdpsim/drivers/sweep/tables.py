@@ -16,8 +16,8 @@ from fsdpsim.engine.build import (model_inputs, plan_inputs, pod_inputs, system_
 from fsdpsim.engine.build_framework import (framework_constants, framework_model_inputs,
                                             framework_system_inputs)
 from fsdpsim.plan import knobs
-from fsdpsim.plan.frameworks import knob_default, profile, with_defaults
-from fsdpsim.plan.knobs import kernel_default
+from fsdpsim.plan.frameworks import profile, with_defaults
+from fsdpsim.plan.knobs import kernel_default, knob_default
 from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
 from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
 from fsdpsim.plan.frameworks import plan_defaults

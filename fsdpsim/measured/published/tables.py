@@ -37,8 +37,8 @@ import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.measured.published.conventions import framework_conventions
-from fsdpsim.plan.frameworks import knob_default, profile
-from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS
+from fsdpsim.plan.frameworks import profile
+from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, knob_default
 from fsdpsim.measured.rows import is_empty
 from fsdpsim.hardware.system import BUSBW_COLUMNS
 from fsdpsim.measured.published.text import (
