@@ -379,20 +379,15 @@ SWEEP_KERNEL_KNOBS = tuple(k.name for k in _KERNEL if "sweep" in k.commands)
 KNOBS: dict[str, Knob] = {k.name: k for k in (*_HARDWARE, *_BATCH, *_DATA_PARALLEL,
                                               *_MODEL_PARALLEL, *_TRAINING, *_MOE, *_KERNEL)}
 
-#: What a knob whose default is the framework's takes under a profile without a default of its
-#: own (:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`): its plain value, by name.
-GENERIC_KNOBS = {k.name: k.plain_value for k in KNOBS.values() if k.default == FRAMEWORK}
-
-
 def knob_default(framework: str, knob: str, precision: str = "bf16") -> Any:
-    """What ``framework`` does where ``knob`` (one of :data:`GENERIC_KNOBS`) is not given: the
-    profile's own default (:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`), else
-    :data:`GENERIC_KNOBS`; ``bf16_layers`` only under a low-precision ``precision`` (else
-    None)."""
+    """What ``framework`` does where ``knob`` (a knob whose default is :data:`FRAMEWORK`) is
+    not given: the profile's own default (:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`), else
+    the knob's :attr:`~Knob.plain_value`; ``bf16_layers`` only under a low-precision
+    ``precision`` (else None)."""
     if knob == "bf16_layers" and precision not in LOW_PRECISION:
         return None
     own = KNOB_DEFAULTS.get(canonical(framework), {})
-    return own[knob] if knob in own else GENERIC_KNOBS[knob]
+    return own[knob] if knob in own else KNOBS[knob].plain_value
 
 
 def option_default(name: str) -> Any:
@@ -442,4 +437,4 @@ def of_command(command: str) -> tuple[Knob, ...]:
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "ONE", "LIST", "GRID",
            "FRAMEWORK", "of_command", "option_default", "kernel_default", "kernel_fields",
-           "kernel_words", "knob_default", "GENERIC_KNOBS"]
+           "kernel_words", "knob_default"]
