@@ -99,7 +99,11 @@ class Knob:
         """The value that sets nothing: a flag off, a choice its first (``none``,
         ``alltoall``), a text empty, a number none; what a framework profile without a
         default of its own takes (:func:`knob_default`)."""
-        return {"flag": False, "choice": (self.choices or (None,))[0], "text": ""}.get(self.kind)
+        if self.kind == "flag":
+            return False
+        if self.kind == "choice":
+            return self.choices[0]
+        return "" if self.kind == "text" else None
 
     def plain(self, value: Any) -> bool:
         """Whether ``value`` (an option value, or a TrainingConfig or report one) sets
