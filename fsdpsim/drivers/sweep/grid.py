@@ -31,7 +31,7 @@ from fsdpsim.drivers.sweep.values import (knob_counts, moe_number, one_choice, o
 from fsdpsim.hardware.spec import Price, System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, plan_defaults
-from fsdpsim.plan import knobs
+from fsdpsim.plan import knobs as declared  # (build_grid's ``knobs`` are its free ones)
 from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default, knob_default
 from fsdpsim.plan.parallel import (CP_KINDS, LOW_PRECISION, PP_SCHEDULES, PRECISIONS,
                                    RECOMPUTES, SHARDINGS, ZERO_STAGES)
@@ -55,7 +55,7 @@ def grid_keys() -> tuple[str, ...]:
     """The keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace
     ``-``): the fixed ones, then each kernel knob's as declared
     (:data:`fsdpsim.plan.knobs.SWEEP_KERNEL_KNOBS`), ``framework``, ``zero`` and ``optimizer``."""
-    return (*_KEYS, *(knobs.KNOBS[k].option[2:] for k in knobs.SWEEP_KERNEL_KNOBS),
+    return (*_KEYS, *(declared.KNOBS[k].option[2:] for k in declared.SWEEP_KERNEL_KNOBS),
             "framework", "zero", "optimizer")
 
 
@@ -430,8 +430,8 @@ def _kernel_knobs(options: Mapping[str, Any], precisions, framework: str) -> dic
     (:func:`fsdpsim.plan.knobs.kernel_default`). A knob of :data:`LOW_PRECISION_KNOBS` that is
     on needs a low-precision entry: one line if the grid has none."""
     out = {}
-    for name in knobs.SWEEP_KERNEL_KNOBS:
-        knob = knobs.KNOBS[name]
+    for name in declared.SWEEP_KERNEL_KNOBS:
+        knob = declared.KNOBS[name]
         value = options.get(knob.option[2:])
         out[name] = (kernel_default(name, framework, None) if value is None
                      else _kernel_value(knob, value))
