@@ -85,9 +85,8 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 **Defaults of knobs a run leaves unset** (:data:`KNOB_DEFAULTS`; ``predict``/``search``/
 ``compare`` flags not given, empty cells of a measurement file): a profile's entry, else the
 knob's plain value in its declaration (:mod:`fsdpsim.plan.knobs`; the same values: overlap
-off, no CUDA graphs, ``alltoall``, 16-bit
-attention and LM head, no per-module recompute, dropless, unfused loss, the format's BF16
-layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
+off, no CUDA graphs, ``alltoall``, 16-bit attention and LM head, no per-module recompute,
+dropless, unfused loss, the format's BF16 layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
 @067f987df (2026-08-22):
 
 * ``ep_overlap`` false: ``ModelParallelConfig.overlap_moe_expert_parallel_comm = False``
