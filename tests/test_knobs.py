@@ -15,8 +15,9 @@ from click.testing import CliRunner
 from conftest import assert_one_line_error, run
 
 from fsdpsim.cli import cli
-from fsdpsim.plan.frameworks import GENERIC_KNOBS, KNOB_DEFAULTS
-from fsdpsim.plan.knobs import COMMANDS, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE
+from fsdpsim.plan.frameworks import KNOB_DEFAULTS
+from fsdpsim.plan.knobs import (COMMANDS, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE,
+                                knob_default)
 
 CLI = Path(__file__).resolve().parents[1] / "fsdpsim" / "cli"
 
@@ -69,9 +70,11 @@ def test_every_knob_of_sweep_is_a_key_of_a_grid_file():
 
 def test_the_framework_knobs_are_those_the_profiles_default():
     framework = {k.name for k in KNOBS.values() if k.default == FRAMEWORK}
-    assert framework == set(GENERIC_KNOBS)
     for own in KNOB_DEFAULTS.values():
         assert set(own) <= framework
+    for name in framework:  # a profile without its own default leaves the knob plain
+        assert knob_default("fsdp2", name) == KNOBS[name].plain_value, name
+        assert KNOBS[name].plain(KNOBS[name].plain_value), name
 
 
 def _bad_value(k) -> str:
@@ -174,3 +177,72 @@ def test_every_field_a_knob_declares_is_in_predicts_json():
 
 
 _MISSING = object()
+
+
+#: A kernel knob declared in a fresh interpreter before anything else reads the declarations:
+#: every place that reads them must see it without an entry of its own.
+_FAKE_KNOB = """
+import pandas as pd
+from fsdpsim.plan import knobs
+fake = knobs._kernel("fake_kernel", "choice", "A fake kernel.", "A fake kernel, grid-wide.",
+                     default=knobs.FRAMEWORK, choices=("off", "on"), words="fake kernel {}")
+knobs.KNOBS["fake_kernel"] = fake
+knobs.KERNEL_KNOBS += ("fake_kernel",)
+knobs.SWEEP_KERNEL_KNOBS += ("fake_kernel",)
+
+from fsdpsim.drivers.sweep.grid import build_grid, grid_keys
+from fsdpsim.hardware.catalog import load_catalog
+from fsdpsim.measured import cells
+from fsdpsim.measured.published.tables import STATED_COLUMNS, stated_columns
+from fsdpsim.measured.rows import PLAN_COLUMNS, framework_knobs, row_options
+from fsdpsim.util.errors import ConfigError
+
+assert "fake-kernel" in grid_keys()
+catalog = load_catalog()
+assert build_grid(catalog, {"fake-kernel": "on"}).kernel["fake_kernel"] == "on"
+assert build_grid(catalog, {}).kernel["fake_kernel"] == "off"  # plain: no profile sets it
+row = pd.Series({"id": "r", "gpu": "h100", "n_gpus": 8, "grad_accum": 1, "micro_batch": 1,
+                 "fake_kernel": "on"})
+assert row_options(row)["fake_kernel"] == "on"
+assert framework_knobs(row)["fake_kernel"] == "on"
+assert framework_knobs(row.drop("fake_kernel"))["fake_kernel"] == "off"
+assert "fake_kernel" in PLAN_COLUMNS and "fake_kernel" in STATED_COLUMNS
+assert stated_columns(row)["fake_kernel"] == "on"
+frame = pd.DataFrame([{"id": "r", "fake_kernel": "maybe", "skip": ""}])
+try:
+    cells.check_columns(frame)
+    raise SystemExit("a bad fake_kernel cell passed")
+except ConfigError as exc:
+    assert "column fake_kernel: 'maybe' is not accepted; accepted: off, on" in str(exc), exc
+fields = {**{n: knobs.KNOBS[n].plain_value for n in knobs.KERNEL_KNOBS}, "fake_kernel": "on"}
+assert knobs.kernel_words(fields) == [("fake kernel on", "--fake-kernel on")]
+print("reached")
+"""
+
+
+def test_a_new_kernel_knob_reaches_the_grid_measurement_files_and_reports_from_its_declaration():
+    """The sweep grid (its keys, reader and default), the measurement-row readers (predict's
+    options, the framework knobs, the layout defaults, the published tables' stated columns,
+    the choice checks) and the report words take a kernel knob from its declaration alone: a
+    place that listed the kernel knobs by hand would miss the fake one."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FAKE_KNOB], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "reached", done.stderr[-2000:]
+
+
+def test_a_sweep_row_has_every_kernel_knob_in_declaration_order():
+    from fsdpsim.drivers.sweep.grid import build_grid
+    from fsdpsim.drivers.sweep.run import run_sweep
+    from fsdpsim.hardware.catalog import load_catalog
+
+    frame = run_sweep(build_grid(load_catalog(), {"precision": "fp8", "fp8-attention": "true",
+                                                  "framework": "megatron"}))
+    names = [c.split(".", 1)[1] for c in frame.columns if c.split(".", 1)[-1] in KERNEL_KNOBS
+             and c.startswith("training.")]
+    assert names == list(KERNEL_KNOBS)
+    row = frame.iloc[0]
+    assert row["training.fp8_attention"] and row["training.fused_loss"]  # given; megatron's
+    assert row["training.bf16_layers"] == 0 and row["training.cuda_graphs"] == "none"

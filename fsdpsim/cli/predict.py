@@ -152,7 +152,7 @@ def precision_for(given: str | None, system) -> str:
 
 def ep_overlap_of(o: dict) -> bool:
     """``--ep-overlap``, or the ``--framework`` profile's default where it is not given."""
-    from fsdpsim.plan.frameworks import knob_default
+    from fsdpsim.plan.knobs import knob_default
 
     given = o.get("ep_overlap")
     return bool(knob_default(o.get("framework") or "fsdp2", "ep_overlap")

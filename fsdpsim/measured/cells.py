@@ -12,13 +12,17 @@ from fsdpsim import engine
 from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
 from fsdpsim.measured import grid
 from fsdpsim.measured.rows import PLAN_COLUMNS, cell, is_empty
-from fsdpsim.plan.parallel import CP_KINDS, CUDA_GRAPHS, MOE_DISPATCHERS, PP_SCHEDULES
+from fsdpsim.plan.knobs import FRAMEWORK, KERNEL_KNOBS, KNOBS
+from fsdpsim.plan.parallel import CP_KINDS, PP_SCHEDULES
 from fsdpsim.util import numbers
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.numbers import TINY, Rule, read_number
 
 #: The numeric columns of fsdpsim's schema and what each accepts (read with the one number
 #: reader, :func:`fsdpsim.util.numbers.read_number`); True: an empty cell is allowed.
+#: The kernel knobs a measurement file states (:data:`fsdpsim.plan.knobs.KERNEL_KNOBS` with a
+#: column).
+_KERNEL = tuple(KNOBS[name] for name in KERNEL_KNOBS if KNOBS[name].column)
 _WIDTH, _LAYERS, _HEADS = (Rule(1, 2**20, whole=True), Rule(1, 2**14, whole=True),
                            Rule(1, 2**16, whole=True))
 COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
@@ -40,7 +44,8 @@ COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
     "vpp": (Rule(1, 1024, whole=True, also="auto"), True),
     "pp_first_layers": (_LAYERS, True), "pp_last_layers": (_LAYERS, True),
     "recompute_layers": (Rule(0, 2**14, whole=True), True),
-    "bf16_layers": (Rule(0, 2**14, whole=True), True),
+    # the kernel knobs' numbers, by their declared rule
+    **{k.column: (k.rule, True) for k in _KERNEL if k.kind == "number"},
     # measured bus bandwidths (GB/s), read as predict reads --busbw-*-gbs
     **{c: (BUSBW_GBS, True) for c in BUSBW_COLUMNS},
 }
@@ -114,28 +119,34 @@ def _plain_floats(cells: list, rule: Rule) -> np.ndarray:
 def check_columns(frame: pd.DataFrame) -> None:
     """One clear error for a row of fsdpsim's schema whose numbers are not usable."""
     read_cells(frame, COLUMN_RULES)
-    layout = ["id"] + [c for c in ("sequence_parallel", "pp_schedule", "cp_kind",
-                                   "moe_dispatcher", "cuda_graphs") if c in frame.columns]
+    layout = ["id"] + [c for c in ("sequence_parallel", *_CHOICES) if c in frame.columns]
     use = frame.loc[frame["skip"] == "", layout]
     for cells in use.itertuples(index=False, name=None):
         _check_plan_columns(dict(zip(layout, cells)))
+
+
+#: The choice columns of the schema and what each accepts: the layout's, then the kernel knobs'.
+_CHOICES = {"pp_schedule": PP_SCHEDULES, "cp_kind": CP_KINDS,
+            **{k.column: k.choices for k in _KERNEL if k.kind == "choice"}}
+#: The choice columns whose empty cell is the ``recipe`` profile's default.
+_CHOICES_OF_RECIPE = tuple(k.column for k in _KERNEL
+                           if k.kind == "choice" and k.default == FRAMEWORK)
 
 
 def _check_plan_columns(row: pd.Series | dict) -> None:
     """One clear error for a layout cell of fsdpsim's schema that is not usable (the numeric
     ones are read by :func:`_read_cells`)."""
     def refuse(column: str, accepted: str) -> ConfigError:
+        empty = ("the recipe profile's default" if column in _CHOICES_OF_RECIPE
+                 else PLAN_COLUMNS[column])
         return ConfigError(f"row {shown(row['id'])}: column {column}: {shown(row[column])} is "
-                           f"not accepted; accepted: {accepted} (or empty: "
-                           f"{PLAN_COLUMNS[column]})")
+                           f"not accepted; accepted: {accepted} (or empty: {empty})")
 
     sp = cell(row, "sequence_parallel")
     if sp is not None and str(sp).strip().lower() not in ("true", "false", "1", "0", "yes",
                                                           "no", "1.0", "0.0"):
         raise refuse("sequence_parallel", "true or false")
-    for column, choices in (("pp_schedule", PP_SCHEDULES), ("cp_kind", CP_KINDS),
-                            ("moe_dispatcher", MOE_DISPATCHERS),
-                            ("cuda_graphs", CUDA_GRAPHS)):
+    for column, choices in _CHOICES.items():
         value = cell(row, column)
         if value is not None and str(value) not in choices:
             raise refuse(column, ", ".join(choices))

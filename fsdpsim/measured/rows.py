@@ -14,6 +14,7 @@ import pandas as pd
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.model.spec import ModelSpec, check_plausible_size
+from fsdpsim.plan.knobs import FRAMEWORK, KNOBS, knob_default
 from fsdpsim.plan.parallel import ParallelPlan
 from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 
@@ -22,16 +23,15 @@ from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 ARCHES = ("gpt", "mpt", "llama")
 
 
-#: The layout columns of the schema and their defaults (missing column or empty cell).
+#: The layout columns of the schema and their defaults (missing column or empty cell); a knob
+#: whose default is the framework's (:data:`fsdpsim.plan.knobs.FRAMEWORK`) has None here, its
+#: empty cell read by :func:`knob`.
 PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
                 "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
                 "pp_last_layers": None, "pp_layers": None, "recompute_layers": None, "ep": 1,
-                "etp": None,
-                "ep_overlap": None, "recipe": "torch", "moe_capacity_factor": None,
-                "moe_imbalance": None, "preset": None, "mtp_layers": None,
-                "moe_dispatcher": "alltoall", "fp8_attention": None, "fp8_lm_head": None,
-                "recompute_modules": None, "shard_group_size": None, "bf16_layers": None,
-                "cuda_graphs": "none", "tp_overlap": None}
+                "etp": None, "recipe": "torch", "moe_imbalance": None, "preset": None,
+                "mtp_layers": None, "shard_group_size": None, "tp_overlap": None,
+                **{k.column: None for k in KNOBS.values() if k.default == FRAMEWORK and k.column}}
 
 
 def truthy(value: Any) -> bool:
@@ -126,11 +126,10 @@ def _text_cell(row: pd.Series, column: str) -> str | None:
 
 
 def knob(row: pd.Series, column: str) -> Any:
-    """A knob cell of the row (``ep_overlap``, ``cuda_graphs``, ``moe_dispatcher``,
-    ``fp8_attention``, ``fp8_lm_head``, ``recompute_modules``, ``bf16_layers``,
-    ``moe_capacity_factor``, ``fused_loss``); where it is empty, what the row's framework
-    profile (column ``recipe``) does by default (:func:`fsdpsim.plan.frameworks.knob_default`, the
-    default ``predict`` takes when the flag is not given)."""
+    """The cell of a knob whose default is the framework's (:data:`fsdpsim.plan.knobs.FRAMEWORK`)
+    in ``column``; where it is empty, what the row's framework profile (column ``recipe``) does
+    by default (:func:`fsdpsim.plan.knobs.knob_default`, the default ``predict`` takes
+    when the flag is not given)."""
     value = row.get(column)
     if is_empty(value):
         return _knob_default(str(cell(row, "recipe") or "torch"), column,
@@ -140,10 +139,8 @@ def knob(row: pd.Series, column: str) -> Any:
 
 @functools.lru_cache(maxsize=4096)
 def _knob_default(framework: str, column: str, precision: str) -> Any:
-    """:func:`fsdpsim.plan.frameworks.knob_default` (a table lookup of immutable values),
+    """:func:`fsdpsim.plan.knobs.knob_default` (a table lookup of immutable values),
     remembered: a file's rows ask for few distinct ones."""
-    from fsdpsim.plan.frameworks import knob_default
-
     return knob_default(framework, column, precision)
 
 
@@ -209,8 +206,6 @@ def framework_knobs(row: pd.Series) -> dict[str, Any]:
     """The TrainingConfig fields of the knobs whose default is the framework's
     (:data:`fsdpsim.plan.knobs.FRAMEWORK`), read from their registry columns: a stated cell, else
     the row's framework profile's default (:func:`knob`), each as its kind reads it."""
-    from fsdpsim.plan.knobs import FRAMEWORK, KNOBS
-
     out: dict[str, Any] = {}
     for k in KNOBS.values():
         if k.default != FRAMEWORK or not (k.field or "").startswith("training."):

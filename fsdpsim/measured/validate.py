@@ -16,8 +16,6 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``sharding``               full | grad_op | optimizer | none | hybrid
 ``recompute``              none | selective | full | op-selective | auto
 ``reduce_dtype``           fp32 | bf16
-``fused_loss``             true when the run used a fused cross-entropy (optional; empty:
-                           the framework profile's default, see below)
 ``dropout``                true when attention and residual dropout were on (optional)
 ``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
 ``power_cap_w``            board power limit below TDP (optional)
@@ -30,10 +28,9 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 =========================  =========================================================
 
 The parallel layout and the run's switches (optional columns, named and valued as
-``predict``'s flags; a missing column or an empty cell takes the default: for the switches
-``ep_overlap``, ``moe_capacity_factor``, ``moe_dispatcher``, ``fp8_attention``,
-``fp8_lm_head``, ``bf16_layers``, ``cuda_graphs``, ``recompute_modules`` and ``fused_loss`` the
-``recipe`` profile's, :func:`fsdpsim.plan.frameworks.knob_default`, as ``predict`` without the flag;
+``predict``'s flags; a missing column or an empty cell takes the default: for a knob whose
+default is the framework's, :data:`fsdpsim.plan.knobs.FRAMEWORK`, the ``recipe`` profile's,
+:func:`fsdpsim.plan.knobs.knob_default`, as ``predict`` without the flag;
 :class:`fsdpsim.plan.parallel.ParallelPlan` documents each):
 
 =========================  =========================================================
@@ -59,18 +56,12 @@ The parallel layout and the run's switches (optional columns, named and valued a
                            and tp); ``ep_overlap`` true to hide the expert all-to-alls
 ``moe_capacity_factor``,   token dropping (a capacity factor) or the dropless busiest-rank
 ``moe_imbalance``          load (default: dropless at the balanced-routing floor)
-``moe_dispatcher``         alltoall (default) or deepep (once per destination node)
-``fp8_attention``          true: attention in FP8 too (low-precision rows; default false)
-``fp8_lm_head``            true: the LM head's GEMMs in the format too (default false: 16-bit)
 ``tp_overlap``             true: TP collectives overlapped with the GEMMs (``predict
                            --tp-overlap``: Transformer Engine's userbuffers ``tp_comm_overlap``,
                            async TP; default false)
-``bf16_layers``            layers kept in BF16 under a low-precision format (default: the
-                           format's recipe, TrainingConfig ``bf16_layers``)
-``cuda_graphs``            none (default), partial or full: what the step replays from CUDA
-                           graphs (TrainingConfig ``cuda_graphs``)
-``recompute_modules``      Megatron's per-module recompute, comma-separated (mla_up_proj, mlp,
-                           moe_act; default none)
+each kernel knob's column  its ``column`` in :mod:`fsdpsim.plan.knobs` (the kernel knobs,
+                           :data:`~fsdpsim.plan.knobs.KERNEL_KNOBS`), valued as its
+                           ``predict`` flag (``fsdpsim predict --help``)
 ``preset``, ``mtp_layers`` the model as a preset id (published MoE rows), its MTP modules
 =========================  =========================================================
 

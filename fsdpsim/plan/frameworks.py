@@ -84,9 +84,9 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 
 **Defaults of knobs a run leaves unset** (:data:`KNOB_DEFAULTS`; ``predict``/``search``/
 ``compare`` flags not given, empty cells of a measurement file): a profile's entry, else the
-flag's generic default (the same values: overlap off, no CUDA graphs, ``alltoall``, 16-bit
-attention and LM head, no per-module recompute, dropless, unfused loss, the format's BF16
-layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
+knob's plain value in its declaration (:mod:`fsdpsim.plan.knobs`; the same values: overlap
+off, no CUDA graphs, ``alltoall``, 16-bit attention and LM head, no per-module recompute,
+dropless, unfused loss, the format's BF16 layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
 @067f987df (2026-08-22):
 
 * ``ep_overlap`` false: ``ModelParallelConfig.overlap_moe_expert_parallel_comm = False``
@@ -114,7 +114,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fsdpsim.plan.training import LOW_PRECISION
 from fsdpsim.util.errors import ConfigError, suggest
 
 
@@ -264,29 +263,14 @@ PROFILES: dict[str, Framework] = {p.name: p for p in (
 )}
 
 #: What a profile does where a run leaves a knob unset (module docstring), by profile name:
-#: (TrainingConfig or plan field, value). ``bf16_layers`` applies under a low-precision format.
+#: (TrainingConfig or plan field, value); a profile without an entry leaves the knob plain
+#: (:func:`fsdpsim.plan.knobs.knob_default`). ``bf16_layers`` applies under a low-precision
+#: format.
 KNOB_DEFAULTS: dict[str, dict[str, object]] = {
     "megatron": {"ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
                  "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
                  "bf16_layers": 0, "moe_capacity_factor": None, "fused_loss": True},
 }
-#: The knobs' generic defaults (a profile without an entry): the flags' defaults.
-GENERIC_KNOBS: dict[str, object] = {
-    "ep_overlap": False, "cuda_graphs": "none", "moe_dispatcher": "alltoall",
-    "fp8_attention": False, "fp8_lm_head": False, "recompute_modules": "",
-    "bf16_layers": None, "moe_capacity_factor": None, "fused_loss": False}
-
-
-def knob_default(framework: str, knob: str, precision: str = "bf16"):
-    """What ``framework`` does where ``knob`` is not given (:data:`KNOB_DEFAULTS`, else
-    :data:`GENERIC_KNOBS`); ``bf16_layers`` only under a low-precision ``precision`` (else
-    None)."""
-    if knob == "bf16_layers" and precision not in LOW_PRECISION:
-        return None
-    own = KNOB_DEFAULTS.get(canonical(framework), {})
-    return own[knob] if knob in own else GENERIC_KNOBS[knob]
-
-
 def plan_defaults(framework: str, *, tp: int = 1, pp: int = 1, cp: int = 1,
                   given: tuple[str, ...] = ()) -> tuple[dict, str]:
     """The data-parallel sharding and overlap a framework runs where a plan leaves them unset

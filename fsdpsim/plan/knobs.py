@@ -7,7 +7,7 @@ command's option, :func:`fsdpsim.measured.rows.row_options` reads a measurement 
 through :attr:`Knob.column`, and ``tests/test_knobs.py`` checks that every knob is an option of
 the commands it names and that no command declares one by hand. Where a knob is not given, its
 default is resolved where it always was (the ``--framework`` profile's for :data:`FRAMEWORK`
-knobs: :func:`fsdpsim.plan.frameworks.knob_default`; the grid's for ``sweep``).
+knobs: :func:`knob_default`; the grid's for ``sweep``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
-from fsdpsim.plan.frameworks import knob_default
+from fsdpsim.plan.frameworks import KNOB_DEFAULTS, canonical
 from fsdpsim.plan.parallel import (CP_KINDS, FRAMEWORKS, PP_SCHEDULES, SHARDING_HELP,
                                    SHARDINGS)
-from fsdpsim.plan.training import CUDA_GRAPHS, MOE_DISPATCHERS, PRECISIONS, RECOMPUTES
+from fsdpsim.plan.training import (CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS, PRECISIONS,
+                                   RECOMPUTES)
 from fsdpsim.util.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT, POWER_CAP_W, VPP,
                                   Rule)
 
@@ -76,6 +77,9 @@ class Knob:
     """Its key in predict's JSON (dotted) and sweep's CSV; None: not a field of its own."""
     column: str | None = None
     """Its column in a measurement file (``measured/``); None: the file does not state it."""
+    words: str = ""
+    """How a report says the knob is set where its value is not :meth:`plain`: a format of the
+    value (``{}``; a list joined by commas); empty: reports do not name it."""
 
     @property
     def option(self) -> str:
@@ -89,6 +93,22 @@ class Knob:
         if command in self.help_for:
             return self.help_for[command]
         return self.grid_help if self.commands.get(command) in (LIST, GRID) else self.help
+
+    @property
+    def plain_value(self) -> Any:
+        """The value that sets nothing: a flag off, a choice its first (``none``,
+        ``alltoall``), a text empty, a number none; what a framework profile without a
+        default of its own takes (:func:`knob_default`)."""
+        if self.kind == "flag":
+            return False
+        if self.kind == "choice":
+            return self.choices[0]
+        return "" if self.kind == "text" else None
+
+    def plain(self, value: Any) -> bool:
+        """Whether ``value`` (an option value, or a TrainingConfig or report one) sets
+        nothing (:attr:`plain_value`)."""
+        return self.value(value) == self.value(self.plain_value)
 
     def value(self, given: Any) -> Any:
         """The TrainingConfig value of a given (or defaulted) option value: a flag as a bool,
@@ -316,28 +336,33 @@ _MOE = [
 _KERNEL = [
     _kernel("moe_fp8_dispatch", "flag", "Send the dispatch all-to-alls in FP8 with 1x128 block "
             "scales (DeepSeek-V3); combines stay 16-bit.",
-            "Dispatch all-to-alls in FP8 with 1x128 scales.", default=False, column=None),
+            "Dispatch all-to-alls in FP8 with 1x128 scales.", default=False, column=None,
+            words="dispatch in FP8"),
     _kernel("moe_dispatcher", "choice", "alltoall: every routed copy to its expert's rank; "
             "deepep: once per destination node, then NVLink (DeepEP, HybridEP); default: the "
             "--framework's (alltoall).", "alltoall (default) or deepep: once per destination "
-            "node.", default=FRAMEWORK, choices=MOE_DISPATCHERS),
+            "node.", default=FRAMEWORK, choices=MOE_DISPATCHERS,
+            words="expert dispatch once per destination node"),
     _kernel("fp8_attention", "flag", "Attention in FP8 too (Transformer Engine fp8_dot_product_"
             "attention); needs a low-precision --precision; default: off.",
-            "Attention in FP8 for the low-precision --precision entries.", default=FRAMEWORK),
+            "Attention in FP8 for the low-precision --precision entries.", default=FRAMEWORK,
+            words="attention in FP8"),
     _kernel("recompute_modules", "text", "Megatron's per-module recompute, comma-separated: "
             "mla_up_proj, mlp (dense layers), moe_act; beside --recompute none|selective; "
             "default: none.", "Megatron's per-module recompute for the whole grid: mla_up_proj, "
-            "mlp, moe_act (comma-separated).", default=FRAMEWORK, metavar="LIST"),
+            "mlp, moe_act (comma-separated).", default=FRAMEWORK, metavar="LIST",
+            words="recompute of {}"),
     _kernel("fp8_lm_head", "flag", "The LM head's GEMMs in the low-precision format too "
             "(Megatron-Core fp8_output_proj); default: 16-bit, as Megatron and torchtitan run "
             "it.", "The LM head in the format for the low-precision --precision entries "
-            "(default: 16-bit).", default=FRAMEWORK),
+            "(default: 16-bit).", default=FRAMEWORK,
+            words="LM head in the low-precision format"),
     _kernel("cuda_graphs", "choice", "What the step replays from CUDA graphs: none (every op "
             "costs host time), partial (each layer's own kernels; routed experts stay eager), "
             "full (the whole iteration; no host time); default: the --framework's (none).",
             "none (default), partial (each layer's own kernels) or full (the whole iteration): "
             "what every point replays from CUDA graphs.", default=FRAMEWORK,
-            choices=CUDA_GRAPHS),
+            choices=CUDA_GRAPHS, words="{} CUDA graphs"),
     _kernel("fused_loss", "flag", "Fused cross-entropy writing the gradient over the logits; "
             "default: the --framework's (megatron: on, Megatron-Bridge "
             "cross_entropy_loss_fusion; others off).", default=FRAMEWORK),
@@ -358,6 +383,17 @@ SWEEP_KERNEL_KNOBS = tuple(k.name for k in _KERNEL if "sweep" in k.commands)
 KNOBS: dict[str, Knob] = {k.name: k for k in (*_HARDWARE, *_BATCH, *_DATA_PARALLEL,
                                               *_MODEL_PARALLEL, *_TRAINING, *_MOE, *_KERNEL)}
 
+def knob_default(framework: str, knob: str, precision: str = "bf16") -> Any:
+    """What ``framework`` does where ``knob`` (a knob whose default is :data:`FRAMEWORK`) is
+    not given: the profile's own default (:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`), else
+    the knob's :attr:`~Knob.plain_value`; ``bf16_layers`` only under a low-precision
+    ``precision`` (else None)."""
+    if knob == "bf16_layers" and precision not in LOW_PRECISION:
+        return None
+    own = KNOB_DEFAULTS.get(canonical(framework), {})
+    return own[knob] if knob in own else KNOBS[knob].plain_value
+
+
 def option_default(name: str) -> Any:
     """The value a one-value option of knob ``name`` parses to when not given (None for a
     :data:`FRAMEWORK` default, resolved later as predict resolves it)."""
@@ -369,7 +405,7 @@ def kernel_default(name: str, framework: str | None, precision: str | None) -> A
     """What ``predict`` takes for kernel knob ``name`` (:data:`KERNEL_KNOBS`) when its option
     is not given, under ``--framework framework`` and ``--precision precision``: its declared
     default, the framework profile's where that is :data:`FRAMEWORK`
-    (:func:`fsdpsim.plan.frameworks.knob_default`), as a TrainingConfig value."""
+    (:func:`knob_default`), as a TrainingConfig value."""
     knob = KNOBS[name]
     default = (knob_default(framework or "fsdp2", name, precision or "bf16")
                if knob.default == FRAMEWORK else knob.default)
@@ -383,10 +419,26 @@ def kernel_fields(training: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
 
 
+def kernel_words(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What a report says of the kernel knobs set in ``fields`` (:func:`kernel_fields`, or
+    predict's JSON ``training``): for each with :attr:`Knob.words` whose value is not plain, in
+    declaration order, its words and the option that sets it."""
+    out = []
+    for name in KERNEL_KNOBS:
+        knob, value = KNOBS[name], fields[name]
+        if not knob.words or knob.plain(value):
+            continue
+        shown = ", ".join(value) if isinstance(value, (list, tuple)) else value
+        option = knob.option if knob.kind in ("flag", "text") else f"{knob.option} {value}"
+        out.append((knob.words.format(shown), option))
+    return out
+
+
 def of_command(command: str) -> tuple[Knob, ...]:
     """The knobs ``command`` takes."""
     return tuple(k for k in KNOBS.values() if command in k.commands)
 
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "ONE", "LIST", "GRID",
-           "FRAMEWORK", "of_command", "option_default", "kernel_default", "kernel_fields"]
+           "FRAMEWORK", "of_command", "option_default", "kernel_default", "kernel_fields",
+           "kernel_words", "knob_default"]

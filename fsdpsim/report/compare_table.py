@@ -7,7 +7,7 @@ from typing import Any
 
 from fsdpsim.drivers.search.objective import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.report import render
-from fsdpsim.plan.knobs import kernel_fields
+from fsdpsim.plan.knobs import kernel_fields, kernel_words
 from fsdpsim.plan.training import default_global_batch
 from fsdpsim.report.command import command_lines, predict_command
 from fsdpsim.report.procurement import assumption_notes, money, rate, short_source
@@ -135,16 +135,7 @@ def notes(values: list[dict], run, training) -> list[str]:
     if any(v.get("above_default_budget") and v.get("fits") for v in values):
         out.append(f"~ = above {100 * DEFAULT_MEMORY_BUDGET_FRACTION:.0f} % of the GPU's memory: "
                    "allocator retries and fragmentation can slow or stop a real run")
-    kernels = [text for on, text in (
-        (training.fp8_attention, "attention in FP8 (--fp8-attention)"),
-        (training.fp8_lm_head, "LM head in the low-precision format (--fp8-lm-head)"),
-        (training.recompute_modules, "recompute of " + ", ".join(training.recompute_modules)
-         + " (--recompute-modules)"),
-        (training.moe_dispatcher == "deepep",
-         "expert dispatch once per destination node (--moe-dispatcher deepep)"),
-        (training.moe_fp8_dispatch, "dispatch in FP8 (--moe-fp8-dispatch)"),
-        (training.cuda_graphs != "none",
-         f"{training.cuda_graphs} CUDA graphs (--cuda-graphs)")) if on]
+    kernels = [f"{words} ({option})" for words, option in kernel_words(kernel_fields(training))]
     if kernels:
         out.append("every row: " + "; ".join(kernels))
     mfu = mfu_note(v.get("peak_precision") for v in values)

@@ -4,6 +4,7 @@ CLI's rendering; no formulas)."""
 from __future__ import annotations
 
 from fsdpsim.plan import frameworks
+from fsdpsim.plan.knobs import kernel_words
 
 from fsdpsim.report import render
 from fsdpsim.report.procurement import run_table
@@ -123,8 +124,7 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
                      f"accumulation = {tr['global_batch']:,} sequences/step, recompute "
                      f"{tr['recompute']}, {tr['precision']}, {tr['optimizer']}, reduce "
                      f"{tr['reduce_dtype']}"
-                     + ("" if tr.get("cuda_graphs", "none") == "none"
-                        else f", {tr['cuda_graphs']} CUDA graphs")),
+                     + "".join(f", {words}" for words, _ in kernel_words(tr))),
     ]))
     if d["chosen"].get("why"):
         lines.append(render.wrap(f"({d['chosen']['why']})", "  ", "   "))

@@ -12,7 +12,7 @@ from fsdpsim.report.procurement import assumption_notes, rate, short_source
 from fsdpsim.drivers.sweep.grid import Grid, describe
 from fsdpsim.util.units import GIB_BYTES
 from fsdpsim.report.words import bottleneck_name, mfu_note
-from fsdpsim.plan.knobs import SWEEP_KERNEL_KNOBS
+from fsdpsim.plan.knobs import KNOBS, SWEEP_KERNEL_KNOBS
 
 if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
     import pandas as pd
@@ -295,8 +295,8 @@ def with_predict_commands(frame: pd.DataFrame, given: Mapping[str, Any],
                                                else value) if column != "network" else value
         for name in _TRAINING_COLUMNS:
             value = r.get(f"training.{name}")
-            if isinstance(value, str) and name == "recompute_modules":
-                value = tuple(v for v in value.split(",") if v)
+            if isinstance(value, str) and name in KNOBS and KNOBS[name].kind == "text":
+                value = tuple(v for v in value.split(",") if v)  # a list: comma-separated
             o[name] = value
         key = tuple(sorted((k, str(v)) for k, v in o.items())) + (line,)
         if key not in cache:

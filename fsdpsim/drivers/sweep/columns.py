@@ -21,6 +21,7 @@ from fsdpsim.drivers.predict import (COMM_KEYS, HFU_CONVENTION, MEMORY_KEYS, MFU
                              MODEL_PARALLEL_COMM, TIME_KEYS, faster_ratio, plan_summary,
                              prediction_interval, training_inputs)
 from fsdpsim.hardware.system import cluster_too_small
+from fsdpsim.plan import knobs
 from fsdpsim.plan.frameworks import profile
 from fsdpsim.util.units import GIB_BYTES
 from fsdpsim.drivers.sweep.tables import _Tables
@@ -139,6 +140,17 @@ def _per_entry(names, codes):
     return _named(categories, np.array([categories.index(x) for x in names], dtype=int)[codes])
 
 
+def _per_training(trainings, name: str, codes) -> np.ndarray:
+    """Field ``name`` of the system x precision entries' TrainingConfigs on every row
+    (``codes``: each row's entry): true/false as booleans, a list as comma-separated text."""
+    values = [getattr(tr, name) for tr in trainings]
+    if all(isinstance(v, bool) for v in values):
+        return np.array(values, dtype=bool)[codes]
+    cells = np.empty(len(values), dtype=object)
+    cells[:] = [",".join(v) if isinstance(v, tuple) else v for v in values]
+    return cells[codes]
+
+
 def _input_columns(grid: Grid, t: _Tables, p, c, rows: _Rows, gbatch) -> dict[str, Any]:
     """The inputs of every row, named as predict's JSON: model, system, plan and training
     (the chosen micro-batch, accumulation and recompute where the row has a prediction)."""
@@ -186,17 +198,14 @@ def _input_columns(grid: Grid, t: _Tables, p, c, rows: _Rows, gbatch) -> dict[st
         "training.reduce_dtype": _per_entry([tr.reduce_dtype or "fp32" for tr in t.trainings],
                                             sys_at),
         "training.flash_attention": np.full(n, _DEFAULT_TRAINING.flash_attention),
-        "training.fused_loss": np.array([tr.fused_loss for tr in t.trainings])[sys_at],
         "training.recompute_layers": np.full(n, grid.recompute_layers, dtype=object),
         "training.dropout": np.full(n, _DEFAULT_TRAINING.dropout),
         "training.moe_capacity_factor": np.full(n, grid.moe_capacity_factor, dtype=object),
         "training.moe_imbalance": np.full(n, grid.moe_imbalance, dtype=object),
-        "training.moe_fp8_dispatch": np.full(n, grid.moe_fp8_dispatch),
-        "training.moe_dispatcher": np.full(n, grid.moe_dispatcher, dtype=object),
-        "training.fp8_attention": t.training["fp8_attention"][sys_at] > 0,
-        "training.fp8_lm_head": t.training["fp8_lm_head"][sys_at] > 0,
-        "training.recompute_modules": np.full(n, ",".join(grid.recompute_modules), dtype=object),
-        "training.cuda_graphs": np.full(n, grid.cuda_graphs, dtype=object),
+        # every kernel knob, as predict's JSON (plan/knobs.kernel_fields): the grid's, else the
+        # framework's default at each entry's precision
+        **{knobs.KNOBS[name].field: _per_training(t.trainings, name, sys_at)
+           for name in knobs.KERNEL_KNOBS},
     }
 
 

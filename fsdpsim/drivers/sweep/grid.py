@@ -30,26 +30,41 @@ from fsdpsim.drivers.sweep.values import (knob_counts, moe_number, one_choice, o
                                  read_flag, split_values)
 from fsdpsim.hardware.spec import Price, System
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, knob_default, plan_defaults
-from fsdpsim.plan.knobs import KNOBS
-from fsdpsim.plan.parallel import (CP_KINDS, CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS,
-                              PP_SCHEDULES, PRECISIONS, RECOMPUTES, SHARDINGS, ZERO_STAGES)
+from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, plan_defaults
+from fsdpsim.plan import knobs as declared  # (build_grid's ``knobs`` are its free ones)
+from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default, knob_default
+from fsdpsim.plan.parallel import (CP_KINDS, LOW_PRECISION, PP_SCHEDULES, PRECISIONS,
+                                   RECOMPUTES, SHARDINGS, ZERO_STAGES)
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
 from fsdpsim.drivers.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.hardware.system import cluster_gpus, resolve_system
 from fsdpsim.plan.training import DEFAULT_BATCH_TOKENS, default_global_batch
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
-#: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
-GRID_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
-             "inter-node-gbps-per-gpu", "power-cap-w", "placement", "num-gpus", "seq-len",
-             "micro-batch", "global-batch", "sharding", "recompute", "precision", "best", "price",
-             "pue", "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
-             "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
-             "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
-             "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch",
-             "moe-fp8-dispatch", "moe-dispatcher", "fp8-attention", "fp8-lm-head",
-             "recompute-modules", "cuda-graphs", "framework", "zero", "optimizer")
+#: The keys a grid file accepts beside the kernel knobs' (:func:`grid_keys`).
+_KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
+         "inter-node-gbps-per-gpu", "power-cap-w", "placement", "num-gpus", "seq-len",
+         "micro-batch", "global-batch", "sharding", "recompute", "precision", "best", "price",
+         "pue", "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
+         "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
+         "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
+         "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch")
+
+
+def grid_keys() -> tuple[str, ...]:
+    """The keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace
+    ``-``): the fixed ones, then each kernel knob's as declared
+    (:data:`fsdpsim.plan.knobs.SWEEP_KERNEL_KNOBS`), ``framework``, ``zero`` and ``optimizer``."""
+    return (*_KEYS, *(declared.KNOBS[k].option[2:] for k in declared.SWEEP_KERNEL_KNOBS),
+            "framework", "zero", "optimizer")
+
+
+#: :func:`grid_keys` of the declared knobs.
+GRID_KEYS = grid_keys()
+#: The kernel knobs sweep applies to the grid's low-precision entries only and refuses on a
+#: grid without one: they name a low-precision kernel (TrainingConfig refuses them at 16 bits),
+#: and a grid crosses 16-bit and low-precision entries with one value for the whole grid.
+LOW_PRECISION_KNOBS = ("fp8_attention", "fp8_lm_head")
 #: Values used for options given neither on the command line nor in the grid file.
 DEFAULTS = {"num-gpus": "8", "seq-len": "4096", "precision": "bf16", "sharding": "full",
             "micro-batch": "auto", "recompute": "auto"}
@@ -136,19 +151,10 @@ class Grid:
     """Token dropping with this capacity factor; None = dropless."""
     moe_imbalance: float | None = None
     """Dropless busiest-rank load over the mean; None = the balanced-routing floor."""
-    moe_fp8_dispatch: bool = False
-    """Dispatch all-to-alls in FP8 (TrainingConfig.moe_fp8_dispatch)."""
-    moe_dispatcher: str = "alltoall"
-    """alltoall or deepep (TrainingConfig.moe_dispatcher)."""
-    fp8_attention: bool = False
-    """Attention in FP8 for the grid's low-precision entries (TrainingConfig.fp8_attention)."""
-    fp8_lm_head: bool = False
-    """The LM head in the format for the grid's low-precision entries
-    (TrainingConfig.fp8_lm_head)."""
-    recompute_modules: tuple[str, ...] = ()
-    """Megatron's per-module recompute for every point (TrainingConfig.recompute_modules)."""
-    cuda_graphs: str = "none"
-    """What every point replays from CUDA graphs (TrainingConfig.cuda_graphs)."""
+    kernel: Mapping[str, Any] = field(default_factory=dict)
+    """The kernel knobs of every point (:data:`fsdpsim.plan.knobs.SWEEP_KERNEL_KNOBS`) as
+    TrainingConfig values: as given, else the framework's default; those of
+    :data:`LOW_PRECISION_KNOBS` apply to the low-precision entries only."""
     framework: str = "fsdp2"
     """The framework profile every point runs on (:mod:`fsdpsim.plan.frameworks`); the kernel
     knobs not given take its defaults, as predict's do."""
@@ -229,9 +235,9 @@ def read_grid_file(path: str | Path) -> dict[str, Any]:
     out = {}
     for key, value in data.items():
         name = normalise_key(key)
-        if name not in GRID_KEYS:
+        if name not in grid_keys():
             raise ConfigError(f"grid file {str(path)!r}: unknown key {key!r}; accepted: "
-                              f"{', '.join(GRID_KEYS)}")
+                              f"{', '.join(grid_keys())}")
         out[name] = value
     return out
 
@@ -327,11 +333,12 @@ def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, .
 
 
 def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
-    """Resolve sweep options (names as in :data:`GRID_KEYS`) into a :class:`Grid`."""
+    """Resolve sweep options (names as in :func:`grid_keys`) into a :class:`Grid`."""
     options = {normalise_key(k): v for k, v in options.items() if v is not None}
-    unknown = sorted(set(options) - set(GRID_KEYS))
+    unknown = sorted(set(options) - set(grid_keys()))
     if unknown:
-        raise ConfigError(f"unknown sweep option {unknown[0]!r}; accepted: {', '.join(GRID_KEYS)}")
+        raise ConfigError(f"unknown sweep option {unknown[0]!r}; accepted: "
+                          f"{', '.join(grid_keys())}")
     best = read_flag(options.get("best", False), "--best")
     knobs = {"sharding": _shardings(options), "micro-batch": options.get("micro-batch"),
              "recompute": options.get("recompute")}
@@ -396,15 +403,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                                                    default("moe_capacity_factor")),
                                         "--moe-capacity-factor", 0.01),
         moe_imbalance=moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
-        moe_fp8_dispatch=read_flag(options.get("moe-fp8-dispatch", False), "--moe-fp8-dispatch"),
-        moe_dispatcher=one_choice(options.get("moe-dispatcher", default("moe_dispatcher")),
-                                  "--moe-dispatcher", MOE_DISPATCHERS),
-        fp8_attention=_low_precision_flag(options, precisions, "fp8-attention", framework),
-        fp8_lm_head=_low_precision_flag(options, precisions, "fp8-lm-head", framework),
-        recompute_modules=_recompute_modules(options.get("recompute-modules",
-                                                         default("recompute_modules"))),
-        cuda_graphs=one_choice(options.get("cuda-graphs", default("cuda_graphs")),
-                               "--cuda-graphs", CUDA_GRAPHS),
+        kernel=_kernel_knobs(options, precisions, framework),
         framework=framework,
         optimizer=one_choice(options.get("optimizer", "adamw"), "--optimizer",
                              KNOBS["optimizer"].choices),
@@ -424,32 +423,41 @@ def _shardings(options: Mapping[str, Any]) -> Any:
     return [ZERO_STAGES[int(z)] for z in stages]
 
 
-def _recompute_modules(value) -> tuple[str, ...]:
-    """``--recompute-modules``: one comma-separated list for the whole grid (names checked by
-    TrainingConfig)."""
+def _kernel_knobs(options: Mapping[str, Any], precisions, framework: str) -> dict[str, Any]:
+    """The grid's kernel knobs (:data:`fsdpsim.plan.knobs.SWEEP_KERNEL_KNOBS`), one value for
+    the whole grid, each read by its kind (:func:`_kernel_value`); a knob not given takes what
+    predict takes without it under ``framework``
+    (:func:`fsdpsim.plan.knobs.kernel_default`). A knob of :data:`LOW_PRECISION_KNOBS` that is
+    on needs a low-precision entry: one line if the grid has none."""
+    out = {}
+    for name in declared.SWEEP_KERNEL_KNOBS:
+        knob = declared.KNOBS[name]
+        value = options.get(knob.option[2:])
+        out[name] = (kernel_default(name, framework, None) if value is None
+                     else _kernel_value(knob, value))
+        if name in LOW_PRECISION_KNOBS and out[name] and \
+                not set(precisions) & set(LOW_PRECISION):
+            raise ConfigError(f"{knob.option} needs a low-precision --precision "
+                              f"({', '.join(LOW_PRECISION)}); the grid has "
+                              f"{', '.join(precisions)}")
+    return out
+
+
+def _kernel_value(knob: Knob, value: Any) -> Any:
+    """One grid-wide value of a kernel knob as its TrainingConfig field takes it: a flag as
+    true/false, a choice among its choices, a number by its rule, a text (a list joined with
+    commas) as TrainingConfig reads and checks it."""
     from fsdpsim.plan.parallel import TrainingConfig
 
-    if value is None or value == "" or value == []:
-        return ()
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    if not isinstance(value, str):
-        raise ConfigError(f"--recompute-modules {value!r} not accepted; accepted: a comma-"
-                          f"separated list of mla_up_proj, mlp, moe_act")
-    return TrainingConfig(seq_len=1, recompute_modules=value).recompute_modules
-
-
-def _low_precision_flag(options: Mapping[str, Any], precisions, name: str,
-                        framework: str = "fsdp2") -> bool:
-    """``--fp8-attention`` or ``--fp8-lm-head`` (not given: the ``framework``'s default): on
-    for the grid's low-precision entries; one line if it has none."""
-    on = read_flag(options.get(name, knob_default(framework, name.replace("-", "_"))),
-                   f"--{name}")
-    if on and not set(precisions) & set(LOW_PRECISION):
-        raise ConfigError(f"--{name} needs a low-precision --precision "
-                          f"({', '.join(LOW_PRECISION)}); the grid has "
-                          f"{', '.join(precisions)}")
-    return on
+    if knob.kind == "flag":
+        return read_flag(value, knob.option)
+    if knob.kind == "choice":
+        return one_choice(value, knob.option, knob.choices)
+    if knob.kind == "number":
+        return knob.value(read_number(value, knob.option, knob.rule))
+    text = (",".join(str(v) for v in value) if isinstance(value, (list, tuple))
+            else str(value))
+    return getattr(TrainingConfig(seq_len=1, **{knob.name: text}), knob.name)
 
 
 def describe(grid: Grid) -> str:
@@ -474,6 +482,6 @@ def format_size(n_params: float) -> str:
     return _format_size(n_params)
 
 
-__all__ = ["Grid", "Hardware", "GRID_KEYS", "build_grid", "default_global_batch",
+__all__ = ["Grid", "Hardware", "GRID_KEYS", "grid_keys", "build_grid", "default_global_batch",
            "DEFAULT_BATCH_TOKENS", "read_grid_file", "parse_counts",
            "parse_prices", "format_size"]

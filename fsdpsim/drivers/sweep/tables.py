@@ -9,13 +9,15 @@ from typing import Any
 import numpy as np
 
 from fsdpsim.util.errors import ConfigError
-from fsdpsim.drivers.sweep.grid import Grid
+from fsdpsim.drivers.sweep.grid import LOW_PRECISION_KNOBS, Grid
 from fsdpsim.plan.parallel import LOW_PRECISION
 from fsdpsim.engine.build import (model_inputs, plan_inputs, pod_inputs, system_inputs,
                                   training_inputs)
 from fsdpsim.engine.build_framework import (framework_constants, framework_model_inputs,
                                             framework_system_inputs)
-from fsdpsim.plan.frameworks import knob_default, profile, with_defaults
+from fsdpsim.plan import knobs
+from fsdpsim.plan.frameworks import profile, with_defaults
+from fsdpsim.plan.knobs import kernel_default, knob_default
 from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
 from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
 from fsdpsim.plan.frameworks import plan_defaults
@@ -200,19 +202,21 @@ def layout_options(grid: Grid, layout: tuple[int, int, int]) -> dict[str, Any]:
 
 def grid_training(grid: Grid, precision: str) -> TrainingConfig:
     """The training options of the grid's points at ``precision`` (sequence, batch and
-    recompute aside): the grid's knobs, the framework's defaults of those the sweep does not
-    take (fused loss, BF16 layers, the reduce dtype: :func:`fsdpsim.plan.frameworks.knob_default`,
-    :func:`~fsdpsim.plan.frameworks.with_defaults`), as predict resolves them."""
+    recompute aside): the grid's knobs (those of :data:`~fsdpsim.drivers.sweep.grid.
+    LOW_PRECISION_KNOBS` on a low-precision ``precision`` only), and for the kernel knobs the
+    sweep does not take what predict takes without them (fused loss, BF16 layers:
+    :func:`fsdpsim.plan.knobs.kernel_default`; the reduce dtype:
+    :func:`~fsdpsim.plan.frameworks.with_defaults`)."""
     low = precision in LOW_PRECISION
+    kernel = {name: kernel_default(name, grid.framework, precision)
+              for name in knobs.KERNEL_KNOBS}
+    kernel.update({name: value and low if name in LOW_PRECISION_KNOBS else value
+                   for name, value in grid.kernel.items()})
     training = TrainingConfig(
         seq_len=1, precision=precision, optimizer=grid.optimizer,
         recompute_layers=grid.recompute_layers,
         moe_capacity_factor=grid.moe_capacity_factor, moe_imbalance=grid.moe_imbalance,
-        moe_fp8_dispatch=grid.moe_fp8_dispatch, moe_dispatcher=grid.moe_dispatcher,
-        fp8_attention=grid.fp8_attention and low, fp8_lm_head=grid.fp8_lm_head and low,
-        recompute_modules=grid.recompute_modules, cuda_graphs=grid.cuda_graphs,
-        fused_loss=bool(knob_default(grid.framework, "fused_loss", precision)),
-        bf16_layers=knob_default(grid.framework, "bf16_layers", precision))
+        **kernel)
     return with_defaults(training, grid.framework)
 
 

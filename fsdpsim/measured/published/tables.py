@@ -37,7 +37,8 @@ import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.measured.published.conventions import framework_conventions
-from fsdpsim.plan.frameworks import knob_default, profile
+from fsdpsim.plan.frameworks import profile
+from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, knob_default
 from fsdpsim.measured.rows import is_empty
 from fsdpsim.hardware.system import BUSBW_COLUMNS
 from fsdpsim.measured.published.text import (
@@ -151,10 +152,11 @@ def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
 #: profile's default (:mod:`fsdpsim.plan.frameworks`). True/false columns are read as booleans,
 #: the others as written (the measurement checks refuse a bad cell with the row's skip reason).
 STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_overlap",
-                  "fp8_attention", "recompute_modules", "fp8_lm_head", "cuda_graphs",
-                  "moe_dispatcher", "etp", "pp_first_layers", "pp_last_layers", "pp_layers",
-                  "bf16_layers", "tp_overlap")
-_FLAGS = ("ep_overlap", "fp8_attention", "fp8_lm_head", "tp_overlap")
+                  *(KNOBS[k].column for k in KERNEL_KNOBS if KNOBS[k].column), "etp",
+                  "pp_first_layers", "pp_last_layers", "pp_layers", "tp_overlap")
+#: The true/false ones among them (flags of :mod:`fsdpsim.plan.knobs`).
+_FLAGS = tuple(k.column for k in KNOBS.values() if k.kind == "flag" and k.column in
+               STATED_COLUMNS)
 #: What a row's ``recompute`` cell (``predict --recompute``) accepts.
 RECOMPUTE_CELLS = ("none", "selective", "full", "op-selective", "auto")
 
@@ -322,8 +324,8 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
                         else _or_nan(knob_default(recipe, "bf16_layers", precision))),
         "precision_format": number_format, "precision_note": precision_text,
         # llm-foundry's MPT defaults to flash-attn's fused cross-entropy (MPTConfig loss_fn).
-        "fused_loss": arch_of(model) == "mpt" or bool(
-            conventions.get("fused_loss", knob_default(recipe, "fused_loss"))),
+        "fused_loss": (moe["fused_loss"] if "fused_loss" in moe else arch_of(model) == "mpt"
+                       or bool(conventions.get("fused_loss", knob_default(recipe, "fused_loss")))),
         "flash_attention": _flash(texts, conventions, generation),
         "power_cap_w": cap if cap is not None else float("nan"),
         "framework": framework, "source_key": cell_text(r.get("source_key")),
