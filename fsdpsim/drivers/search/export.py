@@ -20,8 +20,7 @@ reads is the ranked plan.
 
 from __future__ import annotations
 
-from fsdpsim.plan.frameworks import plan_refusals
-from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER
+from fsdpsim.plan.frameworks import unsupported
 
 #: fsdpsim schedule -> torchtitan ``pipeline_parallel_schedule`` (torch.distributed.pipelining
 #: names); zb-h1 with one stage per rank has none (torchtitan's zero-bubble schedules are
@@ -55,40 +54,15 @@ def chunk_layers(choice) -> list[int]:
     return list(p.layer_split(choice.n_layers).chunks(p.vpp))
 
 
-def _refusals(framework: str, p) -> list[str]:
-    """The framework's cross-setting rules on plan ``p``
-    (:func:`fsdpsim.plan.frameworks.plan_refusals`, which the search keeps to as well)."""
-    return plan_refusals(framework, sharding=p.sharding, dp_shard=p.dp_shard, cp=p.cp,
-                         tp=p.tp, ep=p.ep, etp=p.etp, sequence_parallel=p.sequence_parallel,
-                         tp_overlap=p.tp_overlap)
-
-
 def _torchtitan_blockers(choice) -> list[str]:
-    """What of the plan torchtitan cannot run (each a reason)."""
-    p, out = choice.plan, []
-    if p.sharding in ("optimizer", "grad_op"):
-        out.append(f"ZeRO-{1 if p.sharding == 'optimizer' else 2} (sharded "
-                   f"{'optimizer states' if p.sharding == 'optimizer' else 'optimizer states and gradients'}"
-                   " with whole parameters) is not a torchtitan mode: it shards parameters "
-                   "too (FSDP) or replicates everything (DDP)")
-    out += _refusals("fsdp2", p)
-    if p.pp > 1 and p.pp_schedule not in TORCHTITAN_SCHEDULES:
-        out.append(f"pipeline schedule {p.pp_schedule} with one stage per rank has no "
-                   "torchtitan schedule (its zero-bubble schedules are looped)")
-    if p.tp > 1 and not p.sequence_parallel:
-        out.append("TP without sequence parallelism: torchtitan's TP always shards the "
-                   "sequence")
-    if p.cp > 1 and p.cp_kind == "all2all":
-        out.append("all-to-all (Ulysses) context parallelism: torchtitan's is ring attention")
-    if p.ep_overlap:
-        out.append("expert all-to-alls overlapped with another micro-batch: torchtitan "
-                   "overlaps them only in its DualPipeV schedule")
+    """What of the plan torchtitan cannot run (each a reason): the ``fsdp2`` profile's rules
+    (:func:`fsdpsim.plan.frameworks.unsupported`, which the search and ``predict``'s note
+    use), then what no profile setting holds (gathered parameters, recompute)."""
+    p = choice.plan
+    out = unsupported("fsdp2", p)
     if p.keep_gathered or p.grad_sync == "last":
         out.append("parameters kept gathered / gradients synced once per step: torchtitan "
                    "has no option for either")
-    if p.mesh_order != DEFAULT_MESH_ORDER:
-        out.append("mesh order " + ",".join(p.mesh_order) + ": torchtitan's is fixed "
-                   "(pp, dp_replicate, dp_shard, cp, tp)")
     k, n = choice.recompute_layers, choice.layers_per_stage
     if choice.recompute == "selective" and k != 0:
         out.append("selective recompute of the attention core (Megatron's): torchtitan's "
@@ -210,18 +184,13 @@ def _comments(notes: list[str]) -> list[str]:
 
 
 def _megatron_blockers(choice) -> list[str]:
-    """What of the plan Megatron-LM cannot run (each a reason)."""
-    p, out = choice.plan, []
-    if p.pp > 1 and p.pp_schedule in ("gpipe", "zb-h1"):
-        out.append(f"pipeline schedule {p.pp_schedule}: Megatron-LM runs 1F1B, interleaved with "
-                   "virtual stages; no argument selects this one")
-    out += _refusals("megatron", p)
+    """What of the plan Megatron-LM cannot run (each a reason): the ``megatron`` profile's
+    rules (:func:`fsdpsim.plan.frameworks.unsupported`), then what no profile setting holds."""
+    p = choice.plan
+    out = unsupported("megatron", p)
     if not p.reshard_after_forward or p.keep_gathered or p.grad_sync == "last":
         out.append("parameters kept after forward / gathered for the step / gradients synced "
                    "once per step: Megatron-FSDP reshards and reduces every micro-batch")
-    if p.mesh_order != DEFAULT_MESH_ORDER:
-        out.append("mesh order " + ",".join(p.mesh_order) + ": Megatron's rank order is "
-                   "tp-cp-ep-dp-pp (innermost first), no argument changes it")
     k = choice.recompute_layers
     if choice.recompute == "op-selective" and k != 0:
         out.append("op-selective recompute (torchtitan's per-op policy): Megatron-LM's "
