@@ -248,3 +248,24 @@ def test_a_gpu_without_a_usual_node_says_the_network_is_fsdpsims_default(cat, gp
     label = resolve_system(cat, gpu=gpu).label
     assert f"1x {DEFAULT_NETWORK} per GPU (fsdpsim's default: no usual node of {gpu}" in label
     assert "the GPU's default" not in label
+
+
+@pytest.mark.parametrize("pp, stage", [(4, 20), (8, 10)])
+def test_predict_and_sweep_refuse_recompute_layers_above_a_stage_by_one_rule(capsys, pp, stage):
+    """A recomputed-layer count above a pipeline stage's layers: predict refuses it (one line,
+    exit 2), sweep marks the point infeasible with the same sentence and predicts nothing for
+    it (fsdpsim.plan.training.check_recompute_layers); a count within the stage runs in both."""
+    common = ("--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "64", "--pp", str(pp),
+              "--recompute", "full")
+    rc, out, err = run(capsys, "predict", *common, "--recompute-layers", str(stage + 1))
+    line = assert_one_line_error(rc, out, err)
+    reason = line.removeprefix("fsdpsim: error: ")
+    assert f"above the {stage} layers of a pipeline stage" in reason
+    rc, out, err = run(capsys, "sweep", *common, "--recompute-layers", str(stage + 1),
+                       "--format", "json")
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    assert row["infeasible"] == reason and row["tokens_per_s_per_gpu"] is None
+    rc, out, err = run(capsys, "sweep", *common, "--recompute-layers", str(stage),
+                       "--format", "json")
+    assert rc == 0 and json.loads(out)[0]["infeasible"] is None, out
