@@ -13,7 +13,9 @@ the pipeline splits ``local_batch_size`` into micro-batches of
 ``--tensor-model-parallel-size``; ``--tp-comm-overlap`` needs ``--sequence-parallel``; the
 number of micro-batches is ``global / (micro × dp)``; Megatron-FSDP runs HSDP when
 ``--num-distributed-optimizer-instances`` > 1: ``megatron/core/distributed/fsdp/
-mcore_fsdp_adapter.py``, ``enable_hsdp``). :mod:`fsdpsim.drivers.search.
+mcore_fsdp_adapter.py``, ``enable_hsdp``; each rank's layers split into
+``--num-virtual-stages-per-pipeline-rank`` equal chunks, else the split is stated as
+``--pipeline-model-parallel-layout``). :mod:`fsdpsim.drivers.search.
 export_read` reads both back by those rules; ``tests/test_export.py`` checks that what it
 reads is the ranked plan.
 """
@@ -224,12 +226,7 @@ def megatron_args(choice, training) -> str:
     if p.cp > 1:
         args.append(f"--cp-comm-type {'a2a' if p.cp_kind == 'all2all' else 'p2p'}")
     if p.pp > 1:
-        if p.vpp > 1:
-            args.append(f"--num-virtual-stages-per-pipeline-rank {p.vpp}")
-        if p.pp_first_layers is not None:
-            args.append(f"--decoder-first-pipeline-num-layers {p.pp_first_layers}")
-        if p.pp_last_layers is not None:
-            args.append(f"--decoder-last-pipeline-num-layers {p.pp_last_layers}")
+        args += _megatron_split_args(choice)
     if p.ep > 1 or p.etp != p.tp:  # its default is the TP degree
         args += [f"--expert-model-parallel-size {p.ep}",
                  f"--expert-tensor-parallel-size {p.etp}"]
@@ -261,6 +258,54 @@ def megatron_args(choice, training) -> str:
             ["--recompute-method block", f"--recompute-num-layers {k // p.vpp}"])
     args, notes = _megatron_knobs(args, notes, choice, training)
     return "\n".join(_comments(notes) + [a for a in args if a]) + "\n"
+
+
+def megatron_chunks(n_layers: int, pp: int, vpp: int, first: int | None,
+                    last: int | None) -> tuple[int, ...] | None:
+    """Layers of each model chunk (chunk ``v·pp + r`` on rank ``r``) Megatron-LM builds from
+    ``--decoder-first/last-pipeline-num-layers`` (None: not given) and ``vpp`` virtual stages,
+    or None where it refuses them: the ranks left after the given ends share the rest
+    evenly, and each rank's layers split into ``vpp`` equal chunks (Megatron-LM
+    ``TransformerConfig.__post_init__`` checks, ``get_num_layers_to_build``)."""
+    rest_ranks = pp - (first is not None) - (last is not None)
+    rest = n_layers - (first or 0) - (last or 0)
+    if rest_ranks == 0 and rest != 0 or rest_ranks and (rest < rest_ranks or rest % rest_ranks):
+        return None
+    middle = rest // rest_ranks if rest_ranks else 0
+    counts = ([middle if first is None else first] + [middle] * (pp - 2)
+              + [middle if last is None else last])
+    if any(n % vpp for n in counts):
+        return None
+    return tuple(counts[r] // vpp for v in range(vpp) for r in range(pp))
+
+
+def _megatron_split_args(choice) -> list[str]:
+    """The plan's pipeline split (:func:`chunk_layers`) as Megatron-LM arguments: the virtual
+    stages and the end stages' counts where Megatron builds exactly those chunks from them
+    (:func:`megatron_chunks`), else ``--pipeline-model-parallel-layout``, one stage per chunk
+    in chunk order (``E`` the embedding, ``t*N`` N layers, ``L`` the loss;
+    ``megatron/core/transformer/pipeline_parallel_layer_layout.py``), which Megatron-LM takes
+    instead of ``--num-virtual-stages-per-pipeline-rank`` (``arguments.py``)."""
+    p, chunks = choice.plan, tuple(chunk_layers(choice))
+    if megatron_chunks(choice.n_layers, p.pp, p.vpp, p.pp_first_layers,
+                       p.pp_last_layers) == chunks:
+        args = [f"--num-virtual-stages-per-pipeline-rank {p.vpp}"] if p.vpp > 1 else []
+        for end, n in (("first", p.pp_first_layers), ("last", p.pp_last_layers)):
+            if n is not None:
+                args.append(f"--decoder-{end}-pipeline-num-layers {n}")
+        return args
+    stages = [("E" if j == 0 else "") + ("t" if n == 1 else f"t*{n}" if n else "")
+              + ("L" if j == len(chunks) - 1 else "") for j, n in enumerate(chunks)]
+    runs: list[list] = []  # equal neighbouring stages, written once as (stage|)*k
+    for stage in stages:
+        if runs and runs[-1][0] == stage:
+            runs[-1][1] += 1
+        else:
+            runs.append([stage, 1])
+    *head, (last, k) = runs
+    text = "".join(f"{s}|" if n == 1 else f"({s}|)*{n}," for s, n in head + [[last, k - 1]]
+                   if n) + last
+    return [f"--pipeline-model-parallel-layout '{text}'"]
 
 
 def _megatron_knobs(args: list[str], notes: list[str], choice, training):
