@@ -269,3 +269,17 @@ def test_predict_and_sweep_refuse_recompute_layers_above_a_stage_by_one_rule(cap
     rc, out, err = run(capsys, "sweep", *common, "--recompute-layers", str(stage),
                        "--format", "json")
     assert rc == 0 and json.loads(out)[0]["infeasible"] is None, out
+
+
+def test_search_keeps_a_fixed_recompute_count_to_plans_whose_stage_holds_it(capsys):
+    """search --fix recompute_layers=K applies predict's rule: plans whose pipeline stage has
+    fewer than K layers are left out, and where none is left it refuses with predict's
+    sentence (one line, exit 2) instead of recomputing every layer."""
+    common = ("search", "--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "256")
+    line = assert_one_line_error(*run(capsys, *common, "--fix", "recompute_layers=90,pp=4"))
+    assert "recompute_layers 90 is above the 21 layers of a pipeline stage" in line
+    rc, out, err = run(capsys, *common, "--fix", "recompute_layers=30", "--top", "5",
+                       "--format", "json")
+    assert rc == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all("ckpt full 30" in p["plan"] for p in plans), [p["plan"] for p in plans]
