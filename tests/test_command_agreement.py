@@ -283,3 +283,16 @@ def test_search_keeps_a_fixed_recompute_count_to_plans_whose_stage_holds_it(caps
     assert rc == 0, err
     plans = json.loads(out)["plans"]
     assert plans and all("ckpt full 30" in p["plan"] for p in plans), [p["plan"] for p in plans]
+
+
+@pytest.mark.parametrize("command", [
+    ("predict", "--recompute", "none", "--recompute-layers", "5"),
+    ("sweep", "--recompute", "none", "--recompute-layers", "5"),
+    ("search", "--fix", "recompute=none,recompute_layers=5"),
+])
+def test_a_recompute_count_beside_recompute_none_is_refused_by_every_command(capsys, command):
+    """A layer count with no recompute (plan.training.check_recompute_layers_beside): the same
+    line from predict, sweep and search, not a count silently ignored."""
+    line = assert_one_line_error(*run(capsys, *command[:1], "--model", "llama3-8b", "--gpu",
+                                      "h100", "--num-gpus", "64", *command[1:]))
+    assert "--recompute-layers 5 beside --recompute none" in line

@@ -77,6 +77,16 @@ def check_recompute_layers(layers: int | None, stage_layers: int, model: str) ->
                           f"{stage_layers}")
 
 
+def check_recompute_layers_beside(layers: int | None, recomputes) -> None:
+    """A recomputed-layer count needs a recompute mode that recomputes: refused beside
+    ``none`` alone (``recomputes``: the modes a run may take; None = auto, which counts the
+    layers of its selective and full candidates); ``predict``, ``sweep`` and ``search``."""
+    if layers is not None and recomputes is not None and tuple(recomputes) == ("none",):
+        raise ConfigError(f"--recompute-layers {layers} beside --recompute none: no layer "
+                          "recomputes; accepted: --recompute selective, full, op-selective or "
+                          "auto beside it")
+
+
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} {value!r} is not accepted; accepted: {', '.join(choices)}")

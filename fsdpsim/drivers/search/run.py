@@ -50,7 +50,7 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import TrainingConfig
-from fsdpsim.plan.training import check_recompute_layers
+from fsdpsim.plan.training import check_recompute_layers, check_recompute_layers_beside
 from fsdpsim.drivers.predict import divisors
 from fsdpsim.drivers.search import bounds
 from fsdpsim.engine.build import auto_recomputes, op_selective_refused
@@ -91,6 +91,7 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     plan_idx, mb = _candidates(s, gb, space.get("micro_batch"))
     fixed_rc = space.get("recompute")
     fixed_rl = space.get("recompute_layers")
+    check_recompute_layers_beside(fixed_rl, None if fixed_rc is None else (fixed_rc,))
     if fixed_rl is not None:  # plans whose stage holds that many layers (predict's rule)
         holds = s.layers_stage[plan_idx] >= fixed_rl
         if not holds.any():

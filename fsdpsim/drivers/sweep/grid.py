@@ -37,7 +37,8 @@ from fsdpsim.plan.parallel import (CP_KINDS, CUDA_GRAPHS, LOW_PRECISION, MOE_DIS
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
 from fsdpsim.drivers.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.hardware.system import cluster_gpus, resolve_system
-from fsdpsim.plan.training import DEFAULT_BATCH_TOKENS, default_global_batch
+from fsdpsim.plan.training import (DEFAULT_BATCH_TOKENS, check_recompute_layers_beside,
+                                    default_global_batch)
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 #: Keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace ``-``).
@@ -358,7 +359,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
     hardware = _hardware(catalog, options)
     prices = parse_prices(options["price"], catalog) if "price" in options else {}
     precisions = parse_choices(get("precision"), "--precision", PRECISIONS)
-    return Grid(
+    grid = Grid(
         models=_models(options),
         hardware=hardware,
         precisions=precisions, precision_given="precision" in options,
@@ -410,6 +411,8 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                              KNOBS["optimizer"].choices),
         batch_tokens=batch_tokens,
     )
+    check_recompute_layers_beside(grid.recompute_layers, grid.recomputes)
+    return grid
 
 
 def _shardings(options: Mapping[str, Any]) -> Any:
