@@ -215,3 +215,18 @@ def test_megatron_states_a_split_its_counts_cannot_reach(framework, n_layers, pp
     assert f"--pipeline-model-parallel-layout '{layout}'" in args
     assert "--num-virtual-stages-per-pipeline-rank" not in args
     _check(choice, training, megatron_args, read_megatron)
+
+
+def test_megatron_refuses_a_block_recompute_its_chunks_cannot_hold():
+    """--recompute-num-layers N recomputes the first N layers of each model chunk (all of a
+    smaller one): K = 24 of a 20-21-layer stage over 8 chunks of 2-3 layers would recompute
+    fewer than 24, so Megatron-LM is said not to run it; K = 16 (2 a chunk) it runs."""
+    plan = ParallelPlan(num_gpus=32, gpus_per_node=8, tp=8, pp=4, vpp=8,
+                        pp_schedule="interleaved")
+    for k, runs in ((16, True), (24, False)):
+        choice = Choice(plan=plan, micro_batch=1, grad_accum=4, recompute="full",
+                        recompute_layers=k, tokens_per_s=1.0, peak_bytes=1.0, score=1.0,
+                        layers_per_stage=plan.stage_layers(80)[1], n_layers=80)
+        args = megatron_args(choice, replace(TRAINING, global_batch=choice.global_batch))
+        assert (CANNOT not in args) == runs, args
+        assert runs == (f"--recompute-num-layers {k // 8}" in args.splitlines())

@@ -203,6 +203,14 @@ def _megatron_blockers(choice) -> list[str]:
     if choice.recompute == "full" and k is not None and k % p.vpp:
         out.append(f"full recompute of {k} of each stage's layers over {p.vpp} virtual "
                    "stages: --recompute-num-layers counts per model chunk")
+    elif choice.recompute == "full" and k and p.pp > 1:
+        # block recompute: the first K/vpp layers of each chunk, all of a smaller chunk
+        chunks, per_chunk = chunk_layers(choice), k // p.vpp
+        if any(sum(min(per_chunk, c) for c in chunks[r::p.pp]) != k for r in range(p.pp)
+               if sum(chunks[r::p.pp]) == choice.layers_per_stage):
+            out.append(f"full recompute of {k} of each stage's layers: --recompute-num-layers "
+                       f"{per_chunk} recomputes at most that many of each model chunk, and "
+                       "some chunks of this split hold fewer")
     return out
 
 
