@@ -391,8 +391,8 @@ _SETTING_WORDS = {
 #: Why a profile does not run a setting (the second half), where its code says more than the
 #: values it accepts (the sources are the profiles' comments in :data:`PROFILES`).
 _WHY_NOT = {
-    ("fsdp2", "sharding"): "not a torchtitan mode: it shards parameters too (FSDP) or "
-                           "replicates everything (DDP)",
+    ("fsdp2", "sharding"): "torchtitan has no such mode, it shards the parameters too (FSDP) "
+                           "or replicates everything (DDP)",
     ("fsdp2", "pp_schedule"): "torchtitan runs GPipe, 1F1B and Interleaved1F1B (its "
                               "zero-bubble schedules are looped, not one stage per rank)",
     ("fsdp2", "sequence_parallel"): "torchtitan's TP always shards the sequence",
