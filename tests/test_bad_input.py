@@ -75,6 +75,42 @@ def test_validate_names_the_row_whose_gpu_cannot_run_its_precision(tmp_path, cap
     assert "row 'r1': precision 'fp8' is not available on a100" in err
 
 
+_SCHEMA_ROW = {"id": "r1", "model": "llama3-8b", "gpu": "h100", "n_gpus": "16",
+               "gpus_per_node": "8", "inter_node_gbps_per_gpu": "400", "seq_len": "4096",
+               "micro_batch": "2", "grad_accum": "1", "sharding": "full", "recompute": "none",
+               "tokens_per_s_per_gpu": "8000"}
+_PUBLISHED_ROW = {"id": "p1", "source_key": "mine", "model": "MPT-7b", "n_layers": "32",
+                  "d_model": "4096", "n_heads": "32", "vocab": "50368", "seq_len": "2048",
+                  "gpu": "A100 80GB", "n_gpus": "64", "gpus_per_node": "8",
+                  "framework": "Composer + PyTorch FSDP", "sharding": "FULL_SHARD",
+                  "micro_batch": "8", "global_batch_seqs": "512", "precision": "amp_bf16",
+                  "tokens_per_s_per_gpu": "3000"}
+
+
+def _csv(path, row: dict, drop: tuple[str, ...]) -> str:
+    kept = {k: v for k, v in row.items() if k not in drop}
+    path.write_text(",".join(kept) + "\n" + ",".join(kept.values()) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("row, drop, says", [
+    (_SCHEMA_ROW, ("model",), "missing column(s) model"),
+    (_SCHEMA_ROW, ("gpu",), "missing column(s) gpu"),
+    (_PUBLISHED_ROW, ("gpu",), "missing column(s) gpu"),
+    (_PUBLISHED_ROW, ("n_gpus",), "missing column(s) n_gpus"),
+    (_PUBLISHED_ROW, ("model",), "missing column(s) model"),
+    (_PUBLISHED_ROW, ("tokens_per_s_per_gpu",), "missing column(s) tokens_per_s_per_gpu or "),
+], ids=["schema-model", "schema-gpu", "published-gpu", "published-n_gpus", "published-model",
+        "published-measurement"])
+def test_validate_names_a_missing_column(tmp_path, capsys, row, drop, says):
+    """A measurements CSV without a column every row needs: one line naming the column and
+    the required ones (not a traceback, not 'every row skipped'); with it, the row runs."""
+    err = assert_one_line_error(*run(capsys, "validate", _csv(tmp_path / "m.csv", row, drop)))
+    assert says in err and "required" in err, err
+    rc, out, err = run(capsys, "validate", _csv(tmp_path / "ok.csv", row, ()))
+    assert rc == 0 and "Traceback" not in err, err
+
+
 _DENSE_MOE = [(("--moe-capacity-factor", "1.2"), "--moe-capacity-factor 1.2"),
               (("--moe-imbalance", "1.3"), "--moe-imbalance 1.3"),
               (("--moe-dispatcher", "deepep"), "--moe-dispatcher deepep"),

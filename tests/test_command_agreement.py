@@ -248,3 +248,51 @@ def test_a_gpu_without_a_usual_node_says_the_network_is_fsdpsims_default(cat, gp
     label = resolve_system(cat, gpu=gpu).label
     assert f"1x {DEFAULT_NETWORK} per GPU (fsdpsim's default: no usual node of {gpu}" in label
     assert "the GPU's default" not in label
+
+
+@pytest.mark.parametrize("pp, stage", [(4, 20), (8, 10)])
+def test_predict_and_sweep_refuse_recompute_layers_above_a_stage_by_one_rule(capsys, pp, stage):
+    """A recomputed-layer count above a pipeline stage's layers: predict refuses it (one line,
+    exit 2), sweep marks the point infeasible with the same sentence and predicts nothing for
+    it (fsdpsim.plan.training.check_recompute_layers); a count within the stage runs in both."""
+    common = ("--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "64", "--pp", str(pp),
+              "--recompute", "full")
+    rc, out, err = run(capsys, "predict", *common, "--recompute-layers", str(stage + 1))
+    line = assert_one_line_error(rc, out, err)
+    reason = line.removeprefix("fsdpsim: error: ")
+    assert f"above the {stage} layers of a pipeline stage" in reason
+    rc, out, err = run(capsys, "sweep", *common, "--recompute-layers", str(stage + 1),
+                       "--format", "json")
+    assert rc == 0, err
+    (row,) = json.loads(out)
+    assert row["infeasible"] == reason and row["tokens_per_s_per_gpu"] is None
+    rc, out, err = run(capsys, "sweep", *common, "--recompute-layers", str(stage),
+                       "--format", "json")
+    assert rc == 0 and json.loads(out)[0]["infeasible"] is None, out
+
+
+def test_search_keeps_a_fixed_recompute_count_to_plans_whose_stage_holds_it(capsys):
+    """search --fix recompute_layers=K applies predict's rule: plans whose pipeline stage has
+    fewer than K layers are left out, and where none is left it refuses with predict's
+    sentence (one line, exit 2) instead of recomputing every layer."""
+    common = ("search", "--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "256")
+    line = assert_one_line_error(*run(capsys, *common, "--fix", "recompute_layers=90,pp=4"))
+    assert "recompute_layers 90 is above the 21 layers of a pipeline stage" in line
+    rc, out, err = run(capsys, *common, "--fix", "recompute_layers=30", "--top", "5",
+                       "--format", "json")
+    assert rc == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all("ckpt full 30" in p["plan"] for p in plans), [p["plan"] for p in plans]
+
+
+@pytest.mark.parametrize("command", [
+    ("predict", "--recompute", "none", "--recompute-layers", "5"),
+    ("sweep", "--recompute", "none", "--recompute-layers", "5"),
+    ("search", "--fix", "recompute=none,recompute_layers=5"),
+])
+def test_a_recompute_count_beside_recompute_none_is_refused_by_every_command(capsys, command):
+    """A layer count with no recompute (plan.training.check_recompute_layers_beside): the same
+    line from predict, sweep and search, not a count silently ignored."""
+    line = assert_one_line_error(*run(capsys, *command[:1], "--model", "llama3-8b", "--gpu",
+                                      "h100", "--num-gpus", "64", *command[1:]))
+    assert "--recompute-layers 5 beside --recompute none" in line

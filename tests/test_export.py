@@ -144,3 +144,89 @@ def test_torchtitan_selective_is_its_op_policy():
     sel = torchtitan_toml(_choice(PLANS[0], recompute="selective"), training)
     assert CANNOT in sel and "attention core" in sel and "[parallelism]" not in sel
     assert CANNOT in megatron_args(op, training)
+
+
+def _megatron_builds(args: str, n_layers: int) -> list[int] | None:
+    """Layers of each model chunk (chunk v·pp + r on rank r) Megatron-LM builds from the
+    arguments, by its rules (megatron/core/transformer/transformer_config.py checks,
+    transformer_block.py get_num_layers_to_build), written out here as the test's oracle:
+    None where Megatron-LM refuses them (a rank's layers not divisible by the virtual
+    stages)."""
+    words = args.split()
+
+    def num(flag):
+        return int(words[words.index(flag) + 1]) if flag in words else None
+
+    pp = num("--pipeline-model-parallel-size")
+    if "--pipeline-model-parallel-layout" in words:
+        from fsdpsim.drivers.search.export_read import megatron_layout
+
+        return megatron_layout(words[words.index("--pipeline-model-parallel-layout") + 1]
+                               .strip("'"))
+    vpp = num("--num-virtual-stages-per-pipeline-rank") or 1
+    first, last = (num("--decoder-first-pipeline-num-layers"),
+                   num("--decoder-last-pipeline-num-layers"))
+    rest_ranks = pp - (first is not None) - (last is not None)
+    rest = n_layers - (first or 0) - (last or 0)
+    if rest_ranks and rest % rest_ranks:
+        return None
+    mid = rest // rest_ranks if rest_ranks else 0
+    counts = [mid if first is None else first] + [mid] * (pp - 2) + [mid if last is None
+                                                                    else last]
+    if any(n % vpp for n in counts):
+        return None
+    return [counts[r] // vpp for v in range(vpp) for r in range(pp)]
+
+
+@pytest.mark.parametrize("model,gpu,n,framework", [("llama3-70b", "h100", 256, "fsdp2"),
+                                                   ("llama3-70b", "h100", 64, "megatron"),
+                                                   ("llama3-8b", "h100", 64, "fsdp2")])
+def test_megatron_builds_the_ranked_plans_split(model, gpu, n, framework):
+    """Megatron-LM builds the plan's model chunks from the emitted arguments (its own
+    divisibility rules, not fsdpsim's default split of the plan's framework)."""
+    from fsdpsim.drivers.search.export import chunk_layers
+
+    top, training = _searched(model, gpu, n, framework=framework, top=10)
+    for choice in top:
+        args = megatron_args(choice, training)
+        if CANNOT in args or choice.plan.pp == 1:
+            continue
+        assert _megatron_builds(args, choice.n_layers) == list(chunk_layers(choice)), args
+
+
+@pytest.mark.parametrize("framework,n_layers,pp,vpp,layout", [
+    # torchtitan: L + 2 = 82 over 32 virtual stages, the first 18 one more, the embedding and
+    # the head one layer each
+    ("fsdp2", 80, 4, 8, "Et*2|(t*3|)*17,(t*2|)*13,tL"),
+    # Megatron-Core --account-for-embedding/loss-in-pipeline-split: (30 + 2) / 8 = 4 a chunk,
+    # the first and the last one fewer
+    ("megatron", 30, 4, 2, "Et*3|(t*4|)*6,t*3L"),
+])
+def test_megatron_states_a_split_its_counts_cannot_reach(framework, n_layers, pp, vpp, layout):
+    """A split whose chunks Megatron-LM's layer counts cannot reach is stated as its
+    --pipeline-model-parallel-layout (and read back as the plan)."""
+    plan = ParallelPlan(num_gpus=8 * pp, gpus_per_node=8, tp=8, pp=pp, vpp=vpp,
+                        pp_schedule="interleaved", framework=framework)
+    choice = Choice(plan=plan, micro_batch=1, grad_accum=pp, recompute="none",
+                    recompute_layers=None, tokens_per_s=1.0, peak_bytes=1.0, score=1.0,
+                    layers_per_stage=plan.stage_layers(n_layers)[1], n_layers=n_layers)
+    training = replace(TRAINING, global_batch=choice.global_batch)
+    args = megatron_args(choice, training)
+    assert f"--pipeline-model-parallel-layout '{layout}'" in args
+    assert "--num-virtual-stages-per-pipeline-rank" not in args
+    _check(choice, training, megatron_args, read_megatron)
+
+
+def test_megatron_refuses_a_block_recompute_its_chunks_cannot_hold():
+    """--recompute-num-layers N recomputes the first N layers of each model chunk (all of a
+    smaller one): K = 24 of a 20-21-layer stage over 8 chunks of 2-3 layers would recompute
+    fewer than 24, so Megatron-LM is said not to run it; K = 16 (2 a chunk) it runs."""
+    plan = ParallelPlan(num_gpus=32, gpus_per_node=8, tp=8, pp=4, vpp=8,
+                        pp_schedule="interleaved")
+    for k, runs in ((16, True), (24, False)):
+        choice = Choice(plan=plan, micro_batch=1, grad_accum=4, recompute="full",
+                        recompute_layers=k, tokens_per_s=1.0, peak_bytes=1.0, score=1.0,
+                        layers_per_stage=plan.stage_layers(80)[1], n_layers=80)
+        args = megatron_args(choice, replace(TRAINING, global_batch=choice.global_batch))
+        assert (CANNOT not in args) == runs, args
+        assert runs == (f"--recompute-num-layers {k // 8}" in args.splitlines())

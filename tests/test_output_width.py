@@ -18,6 +18,8 @@ COMMANDS = [
     ("predict", "--model", "mixtral-8x7b", "--gpu", "h100", "--num-gpus", "64", "--ep", "8"),
     ("sweep", "--model", "llama3-8b,llama3-70b", "--num-gpus", "8,64"),
     ("sweep", "--model", "llama3-8b", "--num-gpus", "8,64", "--best"),
+    ("sweep", "--model", "llama3-70b", "--num-gpus", "64", "--pp", "2,4", "--recompute", "full",
+     "--recompute-layers", "30"),  # a long plan column and an infeasible reason
     ("search", "--model", "llama3-70b", "--gpu", "h100", "--num-gpus", "64"),
     ("search", "--model", "mixtral-8x7b", "--gpu", "h100", "--num-gpus", "64", "--explain"),
     ("search", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "4096", "--tokens", "15t",

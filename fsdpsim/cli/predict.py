@@ -14,6 +14,7 @@ from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, kernel_default
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+from fsdpsim.plan.training import check_recompute_layers_beside
 from fsdpsim.util.numbers import GPUS, option_type
 from fsdpsim.util.output import echo
 from fsdpsim.report.predict_table import predict_table
@@ -76,10 +77,8 @@ def build_prediction(ctx: click.Context, system=None, spec=None, advice: bool = 
     else:
         plan = build_plan(o, system)
     recompute = None if o["recompute"] == "auto" else o["recompute"]
-    if recompute == "none" and o.get("recompute_layers") is not None:
-        raise ConfigError(f"--recompute-layers {o['recompute_layers']} beside --recompute none: "
-                          "no layer recomputes; accepted: --recompute selective, full, "
-                          "op-selective or auto beside it")
+    check_recompute_layers_beside(o.get("recompute_layers"),
+                                  None if recompute is None else (recompute,))
     given_precision = o.get("precision")
     o = {**o, "precision": precision_for(given_precision, system)}
     micro_batch = auto_int(o["micro_batch"], "--micro-batch")

@@ -21,6 +21,7 @@ import numpy as np
 from fsdpsim import engine
 
 from fsdpsim.plan import frameworks
+from fsdpsim.plan import training as training_rules
 
 from fsdpsim.drivers import sensitivity
 from fsdpsim.costs.compute import NUMBER_TYPES
@@ -317,10 +318,7 @@ def check_recompute_layers(spec: ModelSpec, plan: ParallelPlan, layers: int | No
         raise ConfigError(f"--plan 'ckpt ... {layers}/{total}': a pipeline stage of "
                           f"{spec.name} under this plan has {stage} layers, not {total}; "
                           f"accepted: {layers}/{stage}, or {layers}")
-    if layers is not None and layers > stage:
-        raise ConfigError(f"recompute_layers {layers} is above the {stage} layers of a "
-                          f"pipeline stage of {spec.name} under this plan; accepted: 0 to "
-                          f"{stage}")
+    training_rules.check_recompute_layers(layers, stage, spec.name)
 
 
 def predict(spec: ModelSpec, system: System, plan: ParallelPlan,

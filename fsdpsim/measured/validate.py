@@ -132,6 +132,11 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
         raise ConfigError(_extra_fields(path, source))
     raw.columns = [str(c).strip().lstrip("\ufeff") for c in raw.columns]
     catalog = catalog or load_catalog()
+    missing = published.missing_columns(raw.columns) if "source_key" in raw.columns else []
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {'; '.join(missing)}; required in the "
+                          f"published-runs layout (source_key): "
+                          f"{', '.join(published.REQUIRED)} and a measurement column")
     if "source_key" in raw.columns or vtrain.is_vtrain(raw.columns):
         frame = (published.from_published(raw, catalog) if "source_key" in raw.columns
                  else vtrain.from_vtrain(raw))
@@ -140,6 +145,8 @@ def load_measurements(path: str | Path, catalog: Catalog | None = None) -> pd.Da
         frame = _check_layouts(frame, catalog, strict=False)
         return resolve_auto_knobs(frame, catalog) if "source_key" in raw.columns else frame
     missing = [c for c in REQUIRED if c not in raw.columns]
+    if "model" not in raw.columns and "n_layers" not in raw.columns:  # no model to build
+        missing.append("model")
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; required: "
                           f"{', '.join(REQUIRED)} and model (or the architecture columns)")

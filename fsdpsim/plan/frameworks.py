@@ -354,28 +354,72 @@ _PLAN_SUPPORTS = {
     "cp_kind": lambda p: p.cp_kind if p.cp > 1 else None, "cp": lambda p: p.cp,
     "pp": lambda p: p.pp, "ep": lambda p: p.ep, "ep_overlap": lambda p: p.ep_overlap,
     "mesh_order": lambda p: None if p.mesh_order == DEFAULT_MESH_ORDER else "other"}
+_SHARDING_WORDS = {"optimizer": "ZeRO-1 (sharded optimizer states with whole parameters)",
+                   "grad_op": "ZeRO-2 (sharded optimizer states and gradients with whole "
+                              "parameters)",
+                   "full": "ZeRO-3 (FSDP)", "hybrid": "HSDP (ZeRO-3 within replicas)",
+                   "none": "DDP (nothing sharded)"}
+#: What a plan asks of a restricted setting, in words (the first half of a refusal).
+_SETTING_WORDS = {
+    "sharding": lambda p: _SHARDING_WORDS[p.sharding],
+    "pp_schedule": lambda p: f"pipeline schedule {p.pp_schedule}",
+    "sequence_parallel": lambda p: "TP " + ("with" if p.sequence_parallel else "without")
+                                   + " sequence parallelism",
+    "tp_overlap": lambda p: "TP communication overlap",
+    "cp_kind": lambda p: {"all2all": "all-to-all (Ulysses) context parallelism",
+                          "ring": "ring-attention context parallelism"}[p.cp_kind],
+    "cp": lambda p: f"context parallelism {p.cp}", "pp": lambda p: f"pipeline parallelism {p.pp}",
+    "ep": lambda p: f"expert parallelism {p.ep}",
+    "ep_overlap": lambda p: "expert all-to-alls overlapped with another micro-batch",
+    "mesh_order": lambda p: "mesh order " + ",".join(p.mesh_order)}
+#: Why a profile does not run a setting (the second half), where its code says more than the
+#: values it accepts (the sources are the profiles' comments in :data:`PROFILES`).
+_WHY_NOT = {
+    ("fsdp2", "sharding"): "torchtitan has no such mode, it shards the parameters too (FSDP) "
+                           "or replicates everything (DDP)",
+    ("fsdp2", "pp_schedule"): "torchtitan runs GPipe, 1F1B and Interleaved1F1B (its "
+                              "zero-bubble schedules are looped, not one stage per rank)",
+    ("fsdp2", "sequence_parallel"): "torchtitan's TP always shards the sequence",
+    ("fsdp2", "cp_kind"): "torchtitan's context parallelism is ring attention",
+    ("fsdp2", "ep_overlap"): "torchtitan overlaps them only in its DualPipeV schedule",
+    ("fsdp2", "mesh_order"): "torchtitan's is fixed (" + ", ".join(DEFAULT_MESH_ORDER) + ")",
+    ("megatron", "pp_schedule"): "Megatron-LM runs 1F1B, interleaved with virtual stages; no "
+                                 "argument selects this one",
+    ("megatron", "mesh_order"): "Megatron's rank order is tp-cp-ep-dp-pp (innermost first), "
+                                "no argument changes it"}
+
+
+def setting_refusals(framework: str, plan) -> list[str]:
+    """The one-setting rules (:attr:`Framework.supports`) ``framework`` refuses ``plan`` (a
+    :class:`~fsdpsim.plan.parallel.ParallelPlan`) by, one sentence per setting: what the plan
+    asks, then why the framework does not run it (:data:`_WHY_NOT`, else the values it
+    runs); [] where it runs them all."""
+    name = canonical(framework)
+    supports = dict(profile(name).supports)
+    out = []
+    for setting, value_of in _PLAN_SUPPORTS.items():
+        value = value_of(plan)
+        accepted = supports.get(setting)
+        if value is None or accepted is None or value in accepted:
+            continue
+        why = _WHY_NOT.get((name, setting))
+        if why is None:
+            why = ("its order is fixed (" + ",".join(DEFAULT_MESH_ORDER) + ")"
+                   if setting == "mesh_order" else
+                   f"--framework {name} runs {setting} " + ", ".join(map(str, accepted)))
+        out.append(f"{_SETTING_WORDS[setting](plan)}: {why}")
+    return out
 
 
 def unsupported(framework: str, plan) -> list[str]:
     """What of ``plan`` (a :class:`~fsdpsim.plan.parallel.ParallelPlan`) the framework cannot
-    run, by the rules the search keeps to (:attr:`Framework.supports`, :func:`plan_refusals`),
-    each a reason; [] where it can."""
-    supports = dict(profile(framework).supports)
-    out = []
-    for name, value_of in _PLAN_SUPPORTS.items():
-        value = value_of(plan)
-        accepted = supports.get(name)
-        if value is None or accepted is None:
-            continue
-        if name == "mesh_order":
-            out.append("mesh order " + ",".join(plan.mesh_order) + ": its order is fixed ("
-                       + ",".join(DEFAULT_MESH_ORDER) + ")")
-        elif value not in accepted:
-            out.append(f"{name} {value}: it runs " + ", ".join(map(str, accepted)))
-    return out + plan_refusals(framework, sharding=plan.sharding, dp_shard=plan.dp_shard,
-                               cp=plan.cp, tp=plan.tp, ep=plan.ep, etp=plan.etp,
-                               sequence_parallel=plan.sequence_parallel,
-                               tp_overlap=plan.tp_overlap)
+    run, by the rules the search keeps to (:func:`setting_refusals`, :func:`plan_refusals`),
+    each a reason; [] where it can. ``predict``'s note and the config emitters
+    (:mod:`fsdpsim.drivers.search.export`) both say these."""
+    return setting_refusals(framework, plan) + plan_refusals(
+        framework, sharding=plan.sharding, dp_shard=plan.dp_shard, cp=plan.cp, tp=plan.tp,
+        ep=plan.ep, etp=plan.etp, sequence_parallel=plan.sequence_parallel,
+        tp_overlap=plan.tp_overlap)
 
 
 def layout_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int, ep: int,

@@ -65,6 +65,28 @@ def default_global_batch(seq_len, dp=1, tokens: int = DEFAULT_BATCH_TOKENS):
     return int(batch) if batch.ndim == 0 else batch
 
 
+def check_recompute_layers(layers: int | None, stage_layers: int, model: str) -> None:
+    """The rule on a recomputed-layer count: it counts the layers of one pipeline stage
+    (Megatron-LM's ``--recompute-num-layers``; the busiest middle rank's,
+    :meth:`fsdpsim.plan.parallel.ParallelPlan.stage_layers`), so at most ``stage_layers``; a
+    :class:`ConfigError` naming the count, the stage and what is accepted otherwise. ``predict``,
+    ``sweep`` and the scalar reference all apply it."""
+    if layers is not None and layers > stage_layers:
+        raise ConfigError(f"recompute_layers {layers} is above the {stage_layers} layers of a "
+                          f"pipeline stage of {model} under this plan; accepted: 0 to "
+                          f"{stage_layers}")
+
+
+def check_recompute_layers_beside(layers: int | None, recomputes) -> None:
+    """A recomputed-layer count needs a recompute mode that recomputes: refused beside
+    ``none`` alone (``recomputes``: the modes a run may take; None = auto, which counts the
+    layers of its selective and full candidates); ``predict``, ``sweep`` and ``search``."""
+    if layers is not None and recomputes is not None and tuple(recomputes) == ("none",):
+        raise ConfigError(f"--recompute-layers {layers} beside --recompute none: no layer "
+                          "recomputes; accepted: --recompute selective, full, op-selective or "
+                          "auto beside it")
+
+
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} {value!r} is not accepted; accepted: {', '.join(choices)}")

@@ -17,6 +17,7 @@ from fsdpsim.reference.layers import layer_compute, root_compute
 from fsdpsim.reference.memory import step_peak_memory
 from fsdpsim.reference.schedule import pipeline_makespan_s, pipelined_s, slowed_s
 from fsdpsim.reference.scope import DTYPE_BYTES, LOW_PRECISION, check_scope
+from fsdpsim.plan.training import check_recompute_layers as recompute_layers_rule
 from fsdpsim.util.errors import ConfigError
 
 #: AdamW (foreach, fp32) moves 28 B per local parameter, SGD with momentum 20 B
@@ -169,11 +170,9 @@ def fsdp_units(m, x, plan):
 
 def check_recompute_layers(m, training, units):
     """Megatron's --recompute-num-layers counts the layers of one pipeline stage (the busiest
-    middle rank's): a count above them is refused, as predict refuses it."""
-    K, stage = training.recompute_layers, units["L_mid"]
-    if K is not None and K > stage:
-        raise ConfigError(f"recompute_layers {K} is above the {stage} layers of a pipeline "
-                          f"stage of {m.name} under this plan; accepted: 0 to {stage}")
+    middle rank's): a count above them is refused by the rule predict and sweep apply
+    (:func:`fsdpsim.plan.training.check_recompute_layers`)."""
+    recompute_layers_rule(training.recompute_layers, units["L_mid"], m.name)
 
 
 def with_accumulation_pass(layer, root, x, units):

@@ -42,6 +42,9 @@ def _mfu(r: Mapping[str, Any]):
 
 #: Columns of the compact table that go first when it is wider than render.WIDTH, in order.
 DROP_TO_FIT = ("MWh", "kWh/Mtok", "step", "MFU", "bottleneck", "mem GiB", "$M", "$/Mtok")
+#: Input columns a row's plan line states too (its sharding, ``mb N``, ``ckpt ...``): they go
+#: next where the table has a ``plan`` column and is still too wide.
+STATED_BY_PLAN = ("sharding", "mbs", "recompute")
 
 
 def _width(rows: list[dict[str, str]]) -> int:
@@ -153,7 +156,7 @@ def _compact_table(rows: list[dict[str, str]], inputs: set[str], frame: pd.DataF
             r["infeasible"] = f"({reasons.setdefault(r['infeasible'], len(reasons) + 1)})"
     if not reasons:
         rows = [{c: v for c, v in r.items() if c != "infeasible"} for r in rows]
-    for column in DROP_TO_FIT:
+    for column in DROP_TO_FIT + (STATED_BY_PLAN if "plan" in rows[0] else ()):
         if _width(rows) <= render.WIDTH:
             break
         if column in rows[0]:

@@ -13,15 +13,16 @@ the pipeline splits ``local_batch_size`` into micro-batches of
 ``--tensor-model-parallel-size``; ``--tp-comm-overlap`` needs ``--sequence-parallel``; the
 number of micro-batches is ``global / (micro × dp)``; Megatron-FSDP runs HSDP when
 ``--num-distributed-optimizer-instances`` > 1: ``megatron/core/distributed/fsdp/
-mcore_fsdp_adapter.py``, ``enable_hsdp``). :mod:`fsdpsim.drivers.search.
+mcore_fsdp_adapter.py``, ``enable_hsdp``; each rank's layers split into
+``--num-virtual-stages-per-pipeline-rank`` equal chunks, else the split is stated as
+``--pipeline-model-parallel-layout``). :mod:`fsdpsim.drivers.search.
 export_read` reads both back by those rules; ``tests/test_export.py`` checks that what it
 reads is the ranked plan.
 """
 
 from __future__ import annotations
 
-from fsdpsim.plan.frameworks import plan_refusals
-from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER
+from fsdpsim.plan.frameworks import unsupported
 
 #: fsdpsim schedule -> torchtitan ``pipeline_parallel_schedule`` (torch.distributed.pipelining
 #: names); zb-h1 with one stage per rank has none (torchtitan's zero-bubble schedules are
@@ -55,40 +56,15 @@ def chunk_layers(choice) -> list[int]:
     return list(p.layer_split(choice.n_layers).chunks(p.vpp))
 
 
-def _refusals(framework: str, p) -> list[str]:
-    """The framework's cross-setting rules on plan ``p``
-    (:func:`fsdpsim.plan.frameworks.plan_refusals`, which the search keeps to as well)."""
-    return plan_refusals(framework, sharding=p.sharding, dp_shard=p.dp_shard, cp=p.cp,
-                         tp=p.tp, ep=p.ep, etp=p.etp, sequence_parallel=p.sequence_parallel,
-                         tp_overlap=p.tp_overlap)
-
-
 def _torchtitan_blockers(choice) -> list[str]:
-    """What of the plan torchtitan cannot run (each a reason)."""
-    p, out = choice.plan, []
-    if p.sharding in ("optimizer", "grad_op"):
-        out.append(f"ZeRO-{1 if p.sharding == 'optimizer' else 2} (sharded "
-                   f"{'optimizer states' if p.sharding == 'optimizer' else 'optimizer states and gradients'}"
-                   " with whole parameters) is not a torchtitan mode: it shards parameters "
-                   "too (FSDP) or replicates everything (DDP)")
-    out += _refusals("fsdp2", p)
-    if p.pp > 1 and p.pp_schedule not in TORCHTITAN_SCHEDULES:
-        out.append(f"pipeline schedule {p.pp_schedule} with one stage per rank has no "
-                   "torchtitan schedule (its zero-bubble schedules are looped)")
-    if p.tp > 1 and not p.sequence_parallel:
-        out.append("TP without sequence parallelism: torchtitan's TP always shards the "
-                   "sequence")
-    if p.cp > 1 and p.cp_kind == "all2all":
-        out.append("all-to-all (Ulysses) context parallelism: torchtitan's is ring attention")
-    if p.ep_overlap:
-        out.append("expert all-to-alls overlapped with another micro-batch: torchtitan "
-                   "overlaps them only in its DualPipeV schedule")
+    """What of the plan torchtitan cannot run (each a reason): the ``fsdp2`` profile's rules
+    (:func:`fsdpsim.plan.frameworks.unsupported`, which the search and ``predict``'s note
+    use), then what no profile setting holds (gathered parameters, recompute)."""
+    p = choice.plan
+    out = unsupported("fsdp2", p)
     if p.keep_gathered or p.grad_sync == "last":
         out.append("parameters kept gathered / gradients synced once per step: torchtitan "
                    "has no option for either")
-    if p.mesh_order != DEFAULT_MESH_ORDER:
-        out.append("mesh order " + ",".join(p.mesh_order) + ": torchtitan's is fixed "
-                   "(pp, dp_replicate, dp_shard, cp, tp)")
     k, n = choice.recompute_layers, choice.layers_per_stage
     if choice.recompute == "selective" and k != 0:
         out.append("selective recompute of the attention core (Megatron's): torchtitan's "
@@ -210,18 +186,13 @@ def _comments(notes: list[str]) -> list[str]:
 
 
 def _megatron_blockers(choice) -> list[str]:
-    """What of the plan Megatron-LM cannot run (each a reason)."""
-    p, out = choice.plan, []
-    if p.pp > 1 and p.pp_schedule in ("gpipe", "zb-h1"):
-        out.append(f"pipeline schedule {p.pp_schedule}: Megatron-LM runs 1F1B, interleaved with "
-                   "virtual stages; no argument selects this one")
-    out += _refusals("megatron", p)
+    """What of the plan Megatron-LM cannot run (each a reason): the ``megatron`` profile's
+    rules (:func:`fsdpsim.plan.frameworks.unsupported`), then what no profile setting holds."""
+    p = choice.plan
+    out = unsupported("megatron", p)
     if not p.reshard_after_forward or p.keep_gathered or p.grad_sync == "last":
         out.append("parameters kept after forward / gathered for the step / gradients synced "
                    "once per step: Megatron-FSDP reshards and reduces every micro-batch")
-    if p.mesh_order != DEFAULT_MESH_ORDER:
-        out.append("mesh order " + ",".join(p.mesh_order) + ": Megatron's rank order is "
-                   "tp-cp-ep-dp-pp (innermost first), no argument changes it")
     k = choice.recompute_layers
     if choice.recompute == "op-selective" and k != 0:
         out.append("op-selective recompute (torchtitan's per-op policy): Megatron-LM's "
@@ -232,6 +203,14 @@ def _megatron_blockers(choice) -> list[str]:
     if choice.recompute == "full" and k is not None and k % p.vpp:
         out.append(f"full recompute of {k} of each stage's layers over {p.vpp} virtual "
                    "stages: --recompute-num-layers counts per model chunk")
+    elif choice.recompute == "full" and k and p.pp > 1:
+        # block recompute: the first K/vpp layers of each chunk, all of a smaller chunk
+        chunks, per_chunk = chunk_layers(choice), k // p.vpp
+        if any(sum(min(per_chunk, c) for c in chunks[r::p.pp]) != k for r in range(p.pp)
+               if sum(chunks[r::p.pp]) == choice.layers_per_stage):
+            out.append(f"full recompute of {k} of each stage's layers: --recompute-num-layers "
+                       f"{per_chunk} recomputes at most that many of each model chunk, and "
+                       "some chunks of this split hold fewer")
     return out
 
 
@@ -255,12 +234,7 @@ def megatron_args(choice, training) -> str:
     if p.cp > 1:
         args.append(f"--cp-comm-type {'a2a' if p.cp_kind == 'all2all' else 'p2p'}")
     if p.pp > 1:
-        if p.vpp > 1:
-            args.append(f"--num-virtual-stages-per-pipeline-rank {p.vpp}")
-        if p.pp_first_layers is not None:
-            args.append(f"--decoder-first-pipeline-num-layers {p.pp_first_layers}")
-        if p.pp_last_layers is not None:
-            args.append(f"--decoder-last-pipeline-num-layers {p.pp_last_layers}")
+        args += _megatron_split_args(choice)
     if p.ep > 1 or p.etp != p.tp:  # its default is the TP degree
         args += [f"--expert-model-parallel-size {p.ep}",
                  f"--expert-tensor-parallel-size {p.etp}"]
@@ -292,6 +266,54 @@ def megatron_args(choice, training) -> str:
             ["--recompute-method block", f"--recompute-num-layers {k // p.vpp}"])
     args, notes = _megatron_knobs(args, notes, choice, training)
     return "\n".join(_comments(notes) + [a for a in args if a]) + "\n"
+
+
+def megatron_chunks(n_layers: int, pp: int, vpp: int, first: int | None,
+                    last: int | None) -> tuple[int, ...] | None:
+    """Layers of each model chunk (chunk ``v·pp + r`` on rank ``r``) Megatron-LM builds from
+    ``--decoder-first/last-pipeline-num-layers`` (None: not given) and ``vpp`` virtual stages,
+    or None where it refuses them: the ranks left after the given ends share the rest
+    evenly, and each rank's layers split into ``vpp`` equal chunks (Megatron-LM
+    ``TransformerConfig.__post_init__`` checks, ``get_num_layers_to_build``)."""
+    rest_ranks = pp - (first is not None) - (last is not None)
+    rest = n_layers - (first or 0) - (last or 0)
+    if rest_ranks == 0 and rest != 0 or rest_ranks and (rest < rest_ranks or rest % rest_ranks):
+        return None
+    middle = rest // rest_ranks if rest_ranks else 0
+    counts = ([middle if first is None else first] + [middle] * (pp - 2)
+              + [middle if last is None else last])
+    if any(n % vpp for n in counts):
+        return None
+    return tuple(counts[r] // vpp for v in range(vpp) for r in range(pp))
+
+
+def _megatron_split_args(choice) -> list[str]:
+    """The plan's pipeline split (:func:`chunk_layers`) as Megatron-LM arguments: the virtual
+    stages and the end stages' counts where Megatron builds exactly those chunks from them
+    (:func:`megatron_chunks`), else ``--pipeline-model-parallel-layout``, one stage per chunk
+    in chunk order (``E`` the embedding, ``t*N`` N layers, ``L`` the loss;
+    ``megatron/core/transformer/pipeline_parallel_layer_layout.py``), which Megatron-LM takes
+    instead of ``--num-virtual-stages-per-pipeline-rank`` (``arguments.py``)."""
+    p, chunks = choice.plan, tuple(chunk_layers(choice))
+    if megatron_chunks(choice.n_layers, p.pp, p.vpp, p.pp_first_layers,
+                       p.pp_last_layers) == chunks:
+        args = [f"--num-virtual-stages-per-pipeline-rank {p.vpp}"] if p.vpp > 1 else []
+        for end, n in (("first", p.pp_first_layers), ("last", p.pp_last_layers)):
+            if n is not None:
+                args.append(f"--decoder-{end}-pipeline-num-layers {n}")
+        return args
+    stages = [("E" if j == 0 else "") + ("t" if n == 1 else f"t*{n}" if n else "")
+              + ("L" if j == len(chunks) - 1 else "") for j, n in enumerate(chunks)]
+    runs: list[list] = []  # equal neighbouring stages, written once as (stage|)*k
+    for stage in stages:
+        if runs and runs[-1][0] == stage:
+            runs[-1][1] += 1
+        else:
+            runs.append([stage, 1])
+    *head, (last, k) = runs
+    text = "".join(f"{s}|" if n == 1 else f"({s}|)*{n}," for s, n in head + [[last, k - 1]]
+                   if n) + last
+    return [f"--pipeline-model-parallel-layout '{text}'"]
 
 
 def _megatron_knobs(args: list[str], notes: list[str], choice, training):

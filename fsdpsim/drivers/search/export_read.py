@@ -22,6 +22,7 @@ ranked plan (``tests/test_export.py``).
 
 from __future__ import annotations
 
+import re
 import shlex
 import tomllib
 
@@ -112,6 +113,16 @@ def _split_fields(per_rank: list[int], vpp: int, layers_per_stage: int,
     return {"pp_layers": tuple(per_rank)}
 
 
+def megatron_layout(text: str) -> list[int]:
+    """Layers of each stage of a ``--pipeline-model-parallel-layout`` string, read as
+    Megatron-LM reads it (``PipelineParallelLayerLayout.parse_str_to_list``: commas dropped,
+    ``(...)*n`` then ``x*n`` unrolled, stages split at ``|``; ``t`` is a layer)."""
+    text = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    return [stage.count("t") for stage in text.split("|")]
+
+
 def read_megatron(text: str, *, num_gpus: int, gpus_per_node: int, layers_per_stage: int,
                   framework: str = "megatron") -> RunPlan | None:
     """The plan Megatron-LM arguments run on ``num_gpus`` GPUs (``layers_per_stage``: the
@@ -138,6 +149,13 @@ def read_megatron(text: str, *, num_gpus: int, gpus_per_node: int, layers_per_st
     micro, global_batch = num("micro_batch_size"), num("global_batch_size")
     accum = global_batch // (micro * dp)
     vpp = num("num_virtual_stages_per_pipeline_rank", 1)
+    split = {"pp_first_layers": num("decoder_first_pipeline_num_layers"),
+             "pp_last_layers": num("decoder_last_pipeline_num_layers")}
+    if "pipeline_model_parallel_layout" in args:  # one stage per model chunk
+        chunks = megatron_layout(args["pipeline_model_parallel_layout"][0])
+        vpp = len(chunks) // pp
+        split = _split_fields([sum(chunks[r::pp]) for r in range(pp)], vpp, layers_per_stage,
+                              framework)
     instances = num("num_distributed_optimizer_instances", 1)
     if "use_megatron_fsdp" in args:
         strategy = args["data_parallel_sharding_strategy"][0]
@@ -154,8 +172,7 @@ def read_megatron(text: str, *, num_gpus: int, gpus_per_node: int, layers_per_st
         num_gpus=num_gpus, gpus_per_node=gpus_per_node, sharding=sharding,
         shard_group_size=group, tp=tp, pp=pp, cp=cp, vpp=vpp, framework=framework,
         pp_schedule=("interleaved" if vpp > 1 else "1f1b") if pp > 1 else None,
-        pp_first_layers=num("decoder_first_pipeline_num_layers"),
-        pp_last_layers=num("decoder_last_pipeline_num_layers"),
+        **split,
         sequence_parallel=sp, tp_overlap="tp_comm_overlap" in args,
         cp_kind="all2all" if args.get("cp_comm_type") == ["a2a"] else "ring",
         ep=num("expert_model_parallel_size", 1), etp=num("expert_tensor_parallel_size", tp),

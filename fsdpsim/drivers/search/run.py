@@ -50,6 +50,7 @@ from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import TrainingConfig
+from fsdpsim.plan.training import check_recompute_layers, check_recompute_layers_beside
 from fsdpsim.drivers.predict import divisors
 from fsdpsim.drivers.search import bounds
 from fsdpsim.engine.build import auto_recomputes, op_selective_refused
@@ -88,9 +89,15 @@ def search(spec: ModelSpec, system: System, num_gpus: int, training: TrainingCon
     stats: dict[str, float] = {"plans": len(s), "families": len(s.families),
                                "build_s": time.perf_counter() - t0}
     plan_idx, mb = _candidates(s, gb, space.get("micro_batch"))
-    ev = _Evaluations(s, plan_idx, mb, gb[plan_idx] // s.dp[plan_idx] // mb, score, top, prune)
     fixed_rc = space.get("recompute")
     fixed_rl = space.get("recompute_layers")
+    check_recompute_layers_beside(fixed_rl, None if fixed_rc is None else (fixed_rc,))
+    if fixed_rl is not None:  # plans whose stage holds that many layers (predict's rule)
+        holds = s.layers_stage[plan_idx] >= fixed_rl
+        if not holds.any():
+            check_recompute_layers(fixed_rl, int(s.layers_stage.max()), spec.name)
+        plan_idx, mb = plan_idx[holds], mb[holds]
+    ev = _Evaluations(s, plan_idx, mb, gb[plan_idx] // s.dp[plan_idx] // mb, score, top, prune)
     if fixed_rl is not None and fixed_rc is None:
         fixed_rc = "full"  # a layer count alone means Megatron's full (block) recompute
     if fixed_rc == "op-selective" and op_selective_refused(spec):

@@ -38,7 +38,8 @@ from fsdpsim.plan.parallel import (CP_KINDS, LOW_PRECISION, PP_SCHEDULES, PRECIS
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
 from fsdpsim.drivers.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.hardware.system import cluster_gpus, resolve_system
-from fsdpsim.plan.training import DEFAULT_BATCH_TOKENS, default_global_batch
+from fsdpsim.plan.training import (DEFAULT_BATCH_TOKENS, check_recompute_layers_beside,
+                                    default_global_batch)
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 #: The keys a grid file accepts beside the kernel knobs' (:func:`grid_keys`).
@@ -365,7 +366,7 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
     hardware = _hardware(catalog, options)
     prices = parse_prices(options["price"], catalog) if "price" in options else {}
     precisions = parse_choices(get("precision"), "--precision", PRECISIONS)
-    return Grid(
+    grid = Grid(
         models=_models(options),
         hardware=hardware,
         precisions=precisions, precision_given="precision" in options,
@@ -409,6 +410,8 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
                              KNOBS["optimizer"].choices),
         batch_tokens=batch_tokens,
     )
+    check_recompute_layers_beside(grid.recompute_layers, grid.recomputes)
+    return grid
 
 
 def _shardings(options: Mapping[str, Any]) -> Any:

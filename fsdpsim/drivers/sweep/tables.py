@@ -20,6 +20,7 @@ from fsdpsim.plan.frameworks import profile, with_defaults
 from fsdpsim.plan.knobs import kernel_default, knob_default
 from fsdpsim.engine.build_moe import stage_inputs, uniform_keys
 from fsdpsim.plan.parallel import SHARDED, SHARDINGS, ParallelPlan, TrainingConfig
+from fsdpsim.plan.training import check_recompute_layers
 from fsdpsim.plan.frameworks import plan_defaults
 from fsdpsim.drivers.predict import plan_summary
 from fsdpsim.hardware.system import domain_gpus
@@ -135,6 +136,8 @@ class _Tables:
             for i, spec in enumerate(self.specs):
                 try:
                     self.stage_rows[i, l] = stage_split_inputs(spec, probe)
+                    check_recompute_layers(grid.recompute_layers,
+                                           probe.stage_layers(spec.n_layers)[1], spec.name)
                 except ConfigError as exc:  # every sequence length of the pair is invalid
                     self.model_reason[i, l, :] = str(exc)
                     continue

@@ -245,6 +245,18 @@ def _direct_measurements(raw: pd.DataFrame) -> np.ndarray:
 #: Columns of a published row that only its measurement reads (:func:`_measured`).
 MEASUREMENT_ONLY = ("tokens_per_s_per_gpu", "tokens_per_s_total", "step_time_s",
                     "tflops_per_gpu", "mfu_pct")
+#: Columns a published-layout file must have (:func:`_convert` skips a row whose cell is
+#: empty; a file without the column has no row to model), and one of :data:`MEASUREMENT_ONLY`.
+REQUIRED = ("model", "gpu", "n_gpus", "seq_len", "n_layers", "d_model", "n_heads", "vocab")
+
+
+def missing_columns(columns) -> list[str]:
+    """The required columns (:data:`REQUIRED`, a measurement column) a published-layout file
+    lacks, each as a reader would name it; [] where it has them all."""
+    missing = [c for c in REQUIRED if c not in columns]
+    if not any(c in columns for c in MEASUREMENT_ONLY):
+        missing.append(" or ".join(MEASUREMENT_ONLY))
+    return missing
 #: Columns a published row's conversion copies as they are (:func:`_convert`), set per row.
 PASSED_THROUGH = ("tie_word_embeddings", *BUSBW_COLUMNS)
 
