@@ -54,7 +54,7 @@ def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
 def moe_tokens(g):
     """Tokens a rank routes per MoE layer and micro-batch: ``b·s/(cp·tp)`` (Megatron runs MoE
     layers sequence-parallel when tp > 1) [-]."""
-    return g["micro_batch"] * g["seq_len"] / (g["cp"] * g["tp"])
+    return g["tokens_per_rank"] / g["tp"]
 
 
 def routing(g):
