@@ -313,9 +313,9 @@ def binding_terms(at_loss, in_block, moment="peak"):
     else:
         use_a = where(moment == "loss", True, where(moment == "block", False,
                                                             peak_a >= peak_b))
+    # Each moment's peak sums all its terms, so its shape is theirs broadcast together.
     shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
-                                  else np.shape(v) for terms in (at_loss, in_block)
-                                  for v in (use_a, *terms.values())})
+                                  else np.shape(v) for v in (use_a, peak_a, peak_b)})
     everywhere_a = all_of(use_a)
     if everywhere_a or not any_of(use_a):  # one moment binds everywhere: no selection
         terms = at_loss if everywhere_a else in_block

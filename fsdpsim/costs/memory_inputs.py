@@ -10,7 +10,8 @@ every term is documented in :func:`fsdpsim.costs.memory.peak_memory_bytes`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
+from operator import itemgetter
 from typing import Any
 
 
@@ -106,18 +107,22 @@ class MemoryInputs:
     @classmethod
     def of(cls, **keywords) -> MemoryInputs:
         """The inputs from the flat keywords of :func:`fsdpsim.costs.memory.peak_memory_bytes`
-        (each field's name), sorted into their concerns; an unknown keyword is a TypeError
-        that names it."""
-        parts: tuple[dict, ...] = ({}, {}, {}, {}, {}, {})
-        for key, value in keywords.items():
-            index = _CONCERN.get(key)
-            if index is None:
-                raise TypeError(f"memory inputs: unknown keyword {key!r}; accepted: "
-                                f"{', '.join(_CONCERN)}")
-            parts[index][key] = value
-        batch, states, units, activations, logits, rest = parts
-        return cls(Batch(**batch), ModelStates(**states), GatheredUnits(**units),
-                   Activations(**activations), Logits(**logits), **rest)
+        (each field's name), sorted into their concerns; an unknown or a missing keyword is a
+        TypeError that names it. (Item getters over the keywords and the defaults: this runs
+        twice per prediction.)"""
+        if not _NAMES.issuperset(keywords):
+            unknown = ", ".join(repr(k) for k in keywords if k not in _NAMES)
+            raise TypeError(f"memory inputs: unknown keyword {unknown}; accepted: "
+                            f"{', '.join(_NAMES_IN_ORDER)}")
+        given = _DEFAULTS | keywords
+        try:
+            batch, states, units, activations, logits = (
+                _GETTERS[0](given), _GETTERS[1](given), _GETTERS[2](given), _GETTERS[3](given),
+                _GETTERS[4](given))
+        except KeyError as missing:
+            raise TypeError(f"memory inputs: missing keyword {missing.args[0]!r}") from None
+        return cls(Batch(*batch), ModelStates(*states), GatheredUnits(*units),
+                   Activations(*activations), Logits(*logits), *_OWN(given))
 
     def with_batch(self, micro_batch, seq_len) -> MemoryInputs:
         """The same inputs at another micro-batch and sequence length (the ceilings' points)."""
@@ -136,7 +141,12 @@ class MemoryInputs:
 _PARTS = (Batch, ModelStates, GatheredUnits, Activations, Logits)
 #: Each concern's field names, in :meth:`MemoryInputs.values`'s order.
 _FIELDS = tuple(tuple(f.name for f in fields(part)) for part in _PARTS)
-#: Concern of every keyword of :meth:`MemoryInputs.of`: its index in the concerns (5: the
-#: bundle's own fields).
-_CONCERN = {name: i for i, names in enumerate(_FIELDS) for name in names} | {
-    name: len(_PARTS) for name in ("runtime_reserved_bytes", "allocator_fraction", "check")}
+#: The bundle's own fields besides the concerns.
+_OWN_FIELDS = ("runtime_reserved_bytes", "allocator_fraction", "check")
+_NAMES_IN_ORDER = tuple(name for names in _FIELDS for name in names) + _OWN_FIELDS
+_NAMES = frozenset(_NAMES_IN_ORDER)
+#: The defaults of the fields that have one.
+_DEFAULTS = {f.name: f.default for part in (*_PARTS, MemoryInputs) for f in fields(part)
+             if f.default is not MISSING}
+_GETTERS = tuple(itemgetter(*names) for names in _FIELDS)
+_OWN = itemgetter(*_OWN_FIELDS)
