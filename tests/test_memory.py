@@ -504,6 +504,8 @@ def test_memory_inputs_are_typed_by_concern_and_refuse_a_misspelt_keyword():
         MemoryInputs.of(micro_batch=1, seq_len=4096, recompte="full", **LLAMA7B_RUN)
     with pytest.raises(TypeError, match="'recompte'"):
         mem.peak_memory_bytes(micro_batch=1, seq_len=4096, recompte="full", **LLAMA7B_RUN)
+    with pytest.raises(TypeError, match="missing keyword 'seq_len'"):
+        MemoryInputs.of(micro_batch=1, **LLAMA7B_RUN)
     with pytest.raises(FrozenInstanceError):
         inputs.batch.micro_batch = 2
     with pytest.raises(AttributeError):  # slots: no field can be added either
