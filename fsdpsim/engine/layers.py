@@ -96,18 +96,19 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     GEMMs differ (multi-head latent attention, routed experts: :mod:`fsdpsim.engine.moe`);
     ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks,
     ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert work)."""
+    on = switches(g)
     if gemm is None:
         gemm = compute.layer_gemm_times_with_down_s(
-            w["tokens"], g["d_model"], w["q"], w["kv"], w["ffn"], g["swiglu"] > 0,
+            w["tokens"], g["d_model"], w["q"], w["kv"], w["ffn"], on["swiglu"],
             g["active_experts"], r["matmul"], r["hbm"], g["matmul_half_flops"],
             g["matmul_half_k"], g["compute_bytes"])
     gemm_fwd_s, gemm_bwd_s, down_fwd_s = gemm
-    attn_fwd_s, attn_bwd_s, attn_flops_fwd = attention_times(g, r, w)
-    ew_fwd_s, ew_bwd_s = elementwise_times(g, r, w, extra_ew)
-    ops_fwd, ops_bwd = host_ops(g, extra_ops)
+    attn_fwd_s, attn_bwd_s, attn_flops_fwd = attention_times(g, r, w, on)
+    ew_fwd_s, ew_bwd_s = elementwise_times(g, r, w, on, extra_ew)
+    ops_fwd, ops_bwd = host_ops(g, on, extra_ops)
     block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
                                          g["kernel_overhead_s"])
-    recompute_s = recompute_time_s(g, r, w, gemm_fwd_s + attn_fwd_s + ew_fwd_s, down_fwd_s,
+    recompute_s = recompute_time_s(g, r, w, on, gemm_fwd_s + attn_fwd_s + ew_fwd_s, down_fwd_s,
                                    attn_fwd_s, ew_fwd_s, ops_fwd)
     block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
                                          g["kernel_overhead_s"])
@@ -117,8 +118,16 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
             "attn_flops_fwd": attn_flops_fwd}
 
 
+def switches(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The layer's kernel choices, read once for its parts: FlashAttention, SwiGLU, rotary
+    embeddings, dropout, and ``eager`` (1 where the host launches every kernel, 0 where CUDA
+    graphs replay the layer's)."""
+    return {"flash": g["flash"] > 0, "swiglu": g["swiglu"] > 0, "rotary": g["rotary"] > 0,
+            "dropout": g["dropout"] > 0, "eager": where(g["cuda_graphs"] > 0, 0.0, 1.0)}
+
+
 def attention_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
-                    w: Mapping[str, np.ndarray]) -> tuple:
+                    w: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray]) -> tuple:
     """Forward and backward time of one layer's attention core on one rank [s], and its
     forward FLOPs [FLOP].
 
@@ -132,7 +141,7 @@ def attention_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     probabilities of eager attention (:func:`fsdpsim.costs.compute.dropout_bytes`; Megatron
     GPT's default 0.1, fused into FlashAttention's kernel)."""
     s, cp, elem = g["seq_len"], g["cp"], g["compute_bytes"]
-    flash = g["flash"] > 0
+    flash = on["flash"]
     queries_keys = w["tokens"] * s  # query-key pairs of one head on this rank (full square)
     attn_flops_fwd = compute.attention_flops_fwd_of_queries(w["tokens"], s, w["q"], causal=flash)
     kv_len = where(flash, 0.5, 1.0) * s / where(g["cp_all2all"] > 0, 1.0, cp)
@@ -160,7 +169,7 @@ def attention_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                        pass_ratios.EAGER_ATTENTION_BWD_PER_FWD) * attn_fwd_s
     # Dropout: per element it reads its input, writes its output and a 1-byte mask, and its
     # backward reads the gradient and the mask and writes a gradient.
-    dropout = g["dropout"] > 0
+    dropout = on["dropout"]
     if any_of(dropout):
         drop_attn_bytes = where(flash, 0.0, compute.dropout_bytes(
             w["heads"] * queries_keys, elem))
@@ -171,7 +180,8 @@ def attention_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
 
 
 def elementwise_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
-                      w: Mapping[str, np.ndarray], extra_ew=None) -> tuple:
+                      w: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray],
+                      extra_ew=None) -> tuple:
     """Forward and backward time of one layer's element-wise kernels on one rank [s]:
     bandwidth bound (:func:`fsdpsim.costs.compute.memory_bound_time_s`) on their HBM bytes
     (:func:`fsdpsim.costs.compute.layer_elementwise_bytes`: norms, rotary, activation,
@@ -179,10 +189,10 @@ def elementwise_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     operands (:func:`fsdpsim.costs.compute.fp8_cast_bytes`, scaled by a block-scaled format's
     bytes per element), the two residual-branch dropouts (h-sized, split with SP) and
     ``extra_ew`` (forward, backward bytes of kernels the uniform layer lacks)."""
-    tokens, elem, swiglu = w["tokens"], g["compute_bytes"], g["swiglu"] > 0
+    tokens, elem, swiglu = w["tokens"], g["compute_bytes"], on["swiglu"]
     routed_ffn = w["ffn"] * g["active_experts"]
     ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
-        tokens, w["d_elementwise"], w["q"], w["kv"], routed_ffn, swiglu, g["rotary"] > 0,
+        tokens, w["d_elementwise"], w["q"], w["kv"], routed_ffn, swiglu, on["rotary"],
         g["linear_bias"] > 0, elem)
     fp8 = g["fp8_gemm"] > 0
     if any_of(fp8):  # FP8 GEMM operands are cast (and transposed) first: extra HBM traffic
@@ -194,7 +204,7 @@ def elementwise_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         ew_bwd_bytes = ew_bwd_bytes + where(fp8, scale * cast_bwd_bytes, 0.0)
     if extra_ew is not None:
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + extra_ew[0], ew_bwd_bytes + extra_ew[1]
-    dropout = g["dropout"] > 0
+    dropout = on["dropout"]
     if any_of(dropout):  # the two residual-branch dropouts (h-sized, split with SP)
         drop_h = where(dropout, compute.dropout_bytes(2.0 * tokens * w["d_elementwise"], elem),
                        0.0)
@@ -203,16 +213,15 @@ def elementwise_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
             compute.memory_bound_time_s(ew_bwd_bytes, r["hbm"]))
 
 
-def host_ops(g: Mapping[str, np.ndarray], extra_ops=None) -> tuple:
+def host_ops(g: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray],
+             extra_ops=None) -> tuple:
     """Host operations (kernel launches) of one layer's forward and backward [-]
     (:func:`fsdpsim.costs.compute.host_ops_per_layer`). CUDA graphs replay what they captured
     without the host: the layer's own ops under partial and full capture, the routed experts'
     steps (``extra_ops``, forward and backward) under full only."""
-    ops_fwd, ops_bwd = compute.host_ops_per_layer(g["flash"] > 0, g["rotary"] > 0,
-                                                  g["swiglu"] > 0, g["rmsnorm"],
-                                                  g["linear_bias"])
-    eager = where(g["cuda_graphs"] > 0, 0.0, 1.0)
-    ops_fwd, ops_bwd = ops_fwd * eager, ops_bwd * eager
+    ops_fwd, ops_bwd = compute.host_ops_per_layer(on["flash"], on["rotary"], on["swiglu"],
+                                                  g["rmsnorm"], g["linear_bias"])
+    ops_fwd, ops_bwd = ops_fwd * on["eager"], ops_bwd * on["eager"]
     if extra_ops is not None:
         eager_experts = where(g["cuda_graphs"] > 1, 0.0, 1.0)
         ops_fwd = ops_fwd + extra_ops[0] * eager_experts
@@ -221,8 +230,8 @@ def host_ops(g: Mapping[str, np.ndarray], extra_ops=None) -> tuple:
 
 
 def recompute_time_s(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
-                     w: Mapping[str, np.ndarray], forward_s, down_fwd_s, attn_fwd_s, ew_fwd_s,
-                     ops_fwd):
+                     w: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray], forward_s,
+                     down_fwd_s, attn_fwd_s, ew_fwd_s, ops_fwd):
     """What backward reruns of one layer's forward (``forward_s``: its GEMMs, attention and
     element-wise time; ``ops_fwd`` its host ops) [s].
 
@@ -237,7 +246,7 @@ def recompute_time_s(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     ``recompute_modules`` "mlp" (dense layers only):
     :func:`fsdpsim.engine.module_recompute.mlp_recompute_s`."""
     recompute = as_values(g["recompute"])
-    eager = where(g["cuda_graphs"] > 0, 0.0, 1.0)
+    eager = on["eager"]
     early_stop = g["megatron"] <= 0
     skipped_s = where(early_stop, down_fwd_s, 0.0)
     full_recompute_s = compute.launch_bound_s(
