@@ -217,6 +217,16 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     compute dtype plus a cast to the reduce dtype when they differ,
     ``ψ_max · (g_c + g_r·[g_r ≠ g_c])``. The reduce-scatter output (ψ_max/F) is neglected.
     """
+    return _fsdp_buffers(unit_numel, n_params, shard_size, strategy, param_bytes,
+                         compute_param_bytes, reduce_grad_bytes, compute_grad_bytes,
+                         (prefetch_units,), reshard_after_forward, resident_numel, check)[0]
+
+
+def _fsdp_buffers(unit_numel, n_params, shard_size, strategy, param_bytes, compute_param_bytes,
+                  reduce_grad_bytes, compute_grad_bytes, prefetch_counts, reshard_after_forward,
+                  resident_numel, check):
+    """:func:`fsdp_buffer_bytes` for each prefetch count of ``prefetch_counts`` (the terms that
+    do not depend on it computed once): a list of dicts, one per count [B]."""
     st = choice_codes(strategy, STRATEGIES, "strategy") if check else as_values(strategy)
     unit = as_array(unit_numel)
     n = as_array(n_params)
@@ -228,13 +238,15 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     params_sharded = (st == FULL) | (st == HYBRID)
     # A separate compute copy exists when it is gathered from shards or cast to another dtype.
     separate_copy = (k_low != as_array(param_bytes)) | (params_sharded & (f > 1))
-    in_flight_numel = minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
-    gathered_numel = where(params_sharded & as_values(reshard_after_forward, bool),
-                           in_flight_numel, n)
-    return {
-        "unsharded_params_bytes": where(separate_copy, k_low * gathered_numel, 0.0),
-        "unsharded_grads_bytes": unit * (g_c + where(g_r != g_c, g_r, 0.0)),
-    }
+    resharded = params_sharded & as_values(reshard_after_forward, bool)
+    grads_bytes = unit * (g_c + where(g_r != g_c, g_r, 0.0))
+    out = []
+    for prefetch_units in prefetch_counts:
+        in_flight_numel = minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
+        gathered_numel = where(resharded, in_flight_numel, n)
+        out.append({"unsharded_params_bytes": where(separate_copy, k_low * gathered_numel, 0.0),
+                    "unsharded_grads_bytes": grads_bytes})
+    return out
 
 
 # -- the peak -------------------------------------------------------------------------------------
@@ -370,17 +382,11 @@ def memory_moments(inputs: MemoryInputs):
     strategy, shard_size, recompute, ffn_kind, tp, cp = _checked(inputs)
     states = _states_bytes(inputs.states, strategy, shard_size)
     u = inputs.units
-    buffer_options = dict(param_bytes=inputs.states.param_bytes,
-                          compute_param_bytes=u.compute_param_bytes,
-                          reduce_grad_bytes=u.reduce_grad_bytes,
-                          compute_grad_bytes=u.compute_grad_bytes,
-                          reshard_after_forward=u.reshard_after_forward,
-                          resident_numel=u.resident_numel, check=False)
-    n_params = inputs.states.n_params
-    buffers = fsdp_buffer_bytes(u.unit_numel, n_params, shard_size, strategy,
-                                prefetch_units=u.prefetch_units, **buffer_options)
-    root_only = fsdp_buffer_bytes(u.unit_numel, n_params, shard_size, strategy, prefetch_units=0,
-                                  **buffer_options)
+    # The first block's backward: prefetch_units units in flight; the loss backward: the root.
+    buffers, root_only = _fsdp_buffers(
+        u.unit_numel, inputs.states.n_params, shard_size, strategy, inputs.states.param_bytes,
+        u.compute_param_bytes, u.reduce_grad_bytes, u.compute_grad_bytes,
+        (u.prefetch_units, 0), u.reshard_after_forward, u.resident_numel, False)
     saved_all, working, head = _activation_terms(inputs.batch, inputs.activations, recompute,
                                                  ffn_kind, tp, cp)
     loss_logits, held_logits = _logit_terms(inputs.batch, inputs.logits, tp, cp)
