@@ -181,7 +181,7 @@ def test_the_size_check_finds_a_long_module_and_a_stale_entry(tmp_path):
 MAX_FUNCTION_LINES = 100
 #: Functions still over :data:`MAX_FUNCTION_LINES` while they are being split, each with its
 #: length as a ceiling: it may shrink, not grow. An entry goes once its function is within.
-LONG_FUNCTIONS = {"engine/layers.py:layer_times": 126, "costs/memory.py:memory_moments": 113}
+LONG_FUNCTIONS: dict[str, int] = {}
 
 
 def function_lines(root: Path = PACKAGE) -> dict[str, int]:

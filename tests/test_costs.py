@@ -65,6 +65,13 @@ class TestFlops:
         causal = compute.attention_flops_fwd(2, 4096, 4096, causal=True)
         assert causal == pytest.approx(274_877_906_944, rel=RTOL)
 
+    def test_attention_flops_of_one_context_parallel_ranks_queries(self):
+        # b·s/cp = 2 · 4096 / 4 = 2,048 queries against 4,096 keys: 4 · 2048 · 4096 · 4096 =
+        # 137,438,953,472, a quarter of the full square above; causal half: 68,719,476,736
+        got = compute.attention_flops_fwd_of_queries(2048, 4096, 4096, causal=np.array(
+            [False, True]))
+        np.testing.assert_allclose(got, [137_438_953_472, 68_719_476_736], rtol=RTOL)
+
     def test_attention_flops_vectorised_over_causal_flag(self):
         got = compute.attention_flops_fwd(1, 64, 256, causal=np.array([True, False]))
         # 4 · 1 · 64² · 256 = 4,194,304 full; 2,097,152 causal

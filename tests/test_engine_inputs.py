@@ -84,3 +84,26 @@ def test_every_unknown_name_is_named_on_every_path():
         message = str(info.value)
         assert "'seq_lenn' (closest: 'seq_len'" in message and "'zzz'" in message
         assert "zzz' (closest" not in message
+
+
+def test_tokens_per_rank_is_derived_once_and_read_by_every_stage():
+    """b·s/cp, one rank's tokens of a micro-batch: prepare derives it; the layer widths, the TP
+    collectives and MoE routing read that value (a changed value changes what they see)."""
+    from fsdpsim import engine
+    from fsdpsim.drivers.predict import config_inputs
+    from fsdpsim.engine import layers, moe_parts
+    from fsdpsim.hardware.catalog import load_catalog
+    from fsdpsim.hardware.system import resolve_system
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+    system = resolve_system(load_catalog(use_env=False), gpu="h100")
+    plan = ParallelPlan(64, 8, "optimizer", tp=2, cp=4, framework="megatron")
+    x = config_inputs(get_model("llama3-8b"), system, plan,
+                      TrainingConfig(seq_len=8192, micro_batch=2, recompute="none"))
+    g = engine.prepare({**x, "micro_batch": 2.0, "recompute": 0, "grad_accum": 1.0})
+    assert g["tokens_per_rank"] == 2 * 8192 / 4
+    assert layers.widths(g)["tokens"] == g["tokens_per_rank"]
+    assert moe_parts.moe_tokens(g) == g["tokens_per_rank"] / 2
+    halved = {**g, "tokens_per_rank": g["tokens_per_rank"] / 2}
+    assert layers.widths(halved)["tokens"] == 2048

@@ -487,3 +487,32 @@ def test_ceilings_vectorise_over_capacity(c, caps):
     together = ceilings.max_seq_len(cap, **kwargs)
     apart = [int(ceilings.max_seq_len(x, **kwargs)) for x in cap]
     np.testing.assert_array_equal(together, apart)
+
+
+def test_memory_inputs_are_typed_by_concern_and_refuse_a_misspelt_keyword():
+    """The keywords sort into their concerns; a misspelt one is an error naming it, not a
+    default silently used; the inputs are frozen; the ceilings' points change the batch only."""
+    from dataclasses import FrozenInstanceError
+
+    from fsdpsim.costs.memory_inputs import MemoryInputs
+
+    inputs = MemoryInputs.of(micro_batch=1, seq_len=4096, recompute="full", **LLAMA7B_RUN)
+    assert inputs.batch.seq_len == 4096 and inputs.activations.recompute == "full"
+    assert inputs.states.n_params == LLAMA7B_RUN["n_params"]
+    assert inputs.logits.vocab_size == LLAMA7B_RUN["vocab_size"]
+    with pytest.raises(TypeError, match="'recompte'"):
+        MemoryInputs.of(micro_batch=1, seq_len=4096, recompte="full", **LLAMA7B_RUN)
+    with pytest.raises(TypeError, match="'recompte'"):
+        mem.peak_memory_bytes(micro_batch=1, seq_len=4096, recompte="full", **LLAMA7B_RUN)
+    with pytest.raises(TypeError, match="missing keyword 'seq_len'"):
+        MemoryInputs.of(micro_batch=1, **LLAMA7B_RUN)
+    with pytest.raises(FrozenInstanceError):
+        inputs.batch.micro_batch = 2
+    with pytest.raises(AttributeError):  # slots: no field can be added either
+        object.__setattr__(inputs.batch, "micro_batches", 2)
+    moved = inputs.with_batch(2, 1024)
+    assert (moved.batch.micro_batch, moved.batch.seq_len) == (2, 1024)
+    assert moved.states is inputs.states and moved.activations is inputs.activations
+    assert (mem.binding_terms(*mem.memory_moments(moved))["peak_bytes"]
+            == mem.peak_memory_bytes(micro_batch=2, seq_len=1024, recompute="full",
+                                     **LLAMA7B_RUN)["peak_bytes"])

@@ -359,3 +359,23 @@ def test_root_forward_all_reduces_are_costed_each_at_its_own_size():
     assert tp_s == pytest.approx(32 * 4 * t(m) + 2 * t(m) + 3 * t(loss), rel=1e-9)
     mean_size = 32 * 4 * t(m) + 4 * t((m + 3 * loss) / 4) + t(m)
     assert mean_size - tp_s > 20e-6          # the mean-size charge overstated the root
+
+
+def test_padded_vocab_is_megatrons_rule_for_the_engine_and_the_published_rows():
+    """Megatron's _vocab_size_with_padding: a multiple of 128·tp with tp > 1; the model's own
+    vocabulary on one rank. The engine's model inputs hold it; a published row keeps a stated
+    vocabulary that tp divides and pads one it does not by the same rule."""
+    from fsdpsim.engine.build import model_inputs
+    from fsdpsim.measured.published.text import tp_vocab
+    from fsdpsim.model.presets import get_model
+
+    assert tpc.padded_vocab(50257, 1) == 50257
+    assert tpc.padded_vocab(50257, 2) == 50432          # 197 · 256
+    assert tpc.padded_vocab(128256, 4) == 128512        # 251 · 512
+    assert tpc.padded_vocab(128256, 2) == 128256        # already 501 · 256
+    assert tpc.padded_vocab(32000, 8) == 32768          # 32 · 1024
+    spec = get_model("gpt3-175b")
+    for tp in (1, 2, 8):
+        assert model_inputs(spec, 8, tp=tp)["vocab_size"] == tpc.padded_vocab(spec.vocab_size, tp)
+    assert tp_vocab(50257, 4) == tpc.padded_vocab(50257, 4) == 50688
+    assert tp_vocab(128256, 4) == 128256

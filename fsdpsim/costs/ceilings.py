@@ -25,6 +25,7 @@ import numpy as np
 from fsdpsim.costs.args import check_at_least_one
 from fsdpsim.costs.compute import all_of, any_of, as_array, broadcast_shape
 from fsdpsim.costs.memory import binding_terms, memory_moments
+from fsdpsim.costs.memory_inputs import MemoryInputs
 from fsdpsim.util.errors import ConfigError
 
 #: Which moments of the peak a ceiling binds on, by ``moment`` (0: loss backward, 1: block).
@@ -53,7 +54,9 @@ def max_micro_batch(capacity_bytes, **config):
     """
     if "micro_batch" in config:
         raise TypeError("max_micro_batch solves for micro_batch; do not pass it")
-    return _solve(capacity_bytes, config, micro_batch=True, seq_len=False)[0]
+    moment = config.pop("moment", "peak")
+    return _solve(capacity_bytes, MemoryInputs.of(micro_batch=None, **config), moment,
+                  micro_batch=True, seq_len=False)[0]
 
 
 def max_seq_len(capacity_bytes, *, multiple_of=1, upper_bound=2**24, **config):
@@ -77,8 +80,10 @@ def max_seq_len(capacity_bytes, *, multiple_of=1, upper_bound=2**24, **config):
     """
     if "seq_len" in config:
         raise TypeError("max_seq_len solves for seq_len; do not pass it")
-    return _solve(capacity_bytes, config, micro_batch=False, seq_len=True,
-                  multiple_of=multiple_of, upper_bound=upper_bound)[1]
+    moment = config.pop("moment", "peak")
+    return _solve(capacity_bytes, MemoryInputs.of(seq_len=None, **config), moment,
+                  micro_batch=False, seq_len=True, multiple_of=multiple_of,
+                  upper_bound=upper_bound)[1]
 
 
 def peak_and_ceilings(capacity_bytes, **config):
@@ -92,39 +97,42 @@ def peak_and_ceilings(capacity_bytes, **config):
     configuration with the five sample points of the two solves), and a second one at the
     eight check points beside the estimates when rounding leaves one in doubt.
     """
-    b_max, s_max, (at_loss, in_block) = _solve(capacity_bytes, config, micro_batch=True,
+    moment = config.pop("moment", "peak")
+    return peak_and_ceilings_of(capacity_bytes, MemoryInputs.of(**config), moment)
+
+
+def peak_and_ceilings_of(capacity_bytes, inputs: MemoryInputs, moment="peak"):
+    """:func:`peak_and_ceilings` of typed inputs (what the engine builds once per stage)."""
+    b_max, s_max, (at_loss, in_block) = _solve(capacity_bytes, inputs, moment, micro_batch=True,
                                                seq_len=True, point=True)
-    out = binding_terms(at_loss, in_block, config.get("moment", "peak"))
+    out = binding_terms(at_loss, in_block, moment)
     out["max_micro_batch"], out["max_seq_len"] = b_max, s_max
     return out
 
 
-def _solve(capacity_bytes, config, *, micro_batch, seq_len, multiple_of=1, upper_bound=2**24,
-           point=False):
+def _solve(capacity_bytes, inputs, moment, *, micro_batch, seq_len, multiple_of=1,
+           upper_bound=2**24, point=False):
     """The ceilings asked for (None for the other): samples, closed-form estimates per
     moment, checks where needed, and the smaller answer of the moments that bind. With
     ``point``, the configuration itself is evaluated with the samples and its two moments
     returned third."""
     cap = as_array(capacity_bytes)
-    config = dict(config)
-    moment = config.pop("moment", "peak")
     if not isinstance(moment, str) or moment not in _BINDING_MOMENTS:
         raise ConfigError(f"moment: unknown value {moment!r}; accepted: "
                           f"{', '.join(_BINDING_MOMENTS)}")
     binding = _BINDING_MOMENTS[moment]
-    b = config.pop("micro_batch", None)
-    s = config.pop("seq_len", None)
+    b, s = inputs.batch.micro_batch, inputs.batch.seq_len
     for name, value, needed in (("micro_batch", b, seq_len or point),
                                 ("seq_len", s, micro_batch or point)):
         if needed and value is None:
             raise TypeError(f"missing keyword argument: {name!r}")
-    ndim = max(_ndim(v) for v in (b, s, *config.values()))
+    ndim = max(_ndim(v) for v in inputs.values())
 
     def moments_at(b_points, s_points):
         """Both moments at the points (b_i, s_i), stacked along a leading axis of length K."""
         points = broadcast_shape(*{_shape(v) for v in (*b_points, *s_points)})
-        return memory_moments(micro_batch=_stack(b_points, points, ndim),
-                              seq_len=_stack(s_points, points, ndim), **config)
+        return memory_moments(inputs.with_batch(_stack(b_points, points, ndim),
+                                                _stack(s_points, points, ndim)))
 
     def peaks(moments):
         """The two moments' peaks, stacked: shape (2, K, ...) [B]."""

@@ -109,7 +109,17 @@ def attention_flops_fwd(micro_batch, seq_len, q_dim, causal=True):
     12·L·H·Q·T per token for forward+backward). A causal kernel skips the upper triangle:
     half of it (FlashAttention-2, Dao 2023 §3.1).
     """
-    full = 4.0 * as_array(micro_batch) * as_array(seq_len) ** 2 * as_array(q_dim)
+    return attention_flops_fwd_of_queries(as_array(micro_batch) * as_array(seq_len), seq_len,
+                                          q_dim, causal)
+
+
+def attention_flops_fwd_of_queries(queries, keys, q_dim, causal=True):
+    """Forward FLOPs of attention of ``queries`` query tokens, each against ``keys`` keys
+    (one rank's share of the queries under context parallelism, the whole sequence's keys)
+    [FLOP]: 4·queries·keys·q_dim over the full square (:func:`attention_flops_fwd`), half of
+    it with a causal kernel (FlashAttention-2, Dao 2023 §3.1).
+    """
+    full = 4.0 * as_array(queries) * as_array(keys) * as_array(q_dim)
     return np.where(causal, 0.5, 1.0) * full
 
 

@@ -104,6 +104,7 @@ from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
 from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, minimum,
                                    where)
+from fsdpsim.costs.memory_inputs import MemoryInputs
 
 #: Sharding strategies; a string or its index in this tuple (the codes of costs/comm.py).
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
@@ -216,6 +217,16 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     compute dtype plus a cast to the reduce dtype when they differ,
     ``ψ_max · (g_c + g_r·[g_r ≠ g_c])``. The reduce-scatter output (ψ_max/F) is neglected.
     """
+    return _fsdp_buffers(unit_numel, n_params, shard_size, strategy, param_bytes,
+                         compute_param_bytes, reduce_grad_bytes, compute_grad_bytes,
+                         (prefetch_units,), reshard_after_forward, resident_numel, check)[0]
+
+
+def _fsdp_buffers(unit_numel, n_params, shard_size, strategy, param_bytes, compute_param_bytes,
+                  reduce_grad_bytes, compute_grad_bytes, prefetch_counts, reshard_after_forward,
+                  resident_numel, check):
+    """:func:`fsdp_buffer_bytes` for each prefetch count of ``prefetch_counts`` (the terms that
+    do not depend on it computed once): a list of dicts, one per count [B]."""
     st = choice_codes(strategy, STRATEGIES, "strategy") if check else as_values(strategy)
     unit = as_array(unit_numel)
     n = as_array(n_params)
@@ -227,13 +238,15 @@ def fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, *, param_bytes
     params_sharded = (st == FULL) | (st == HYBRID)
     # A separate compute copy exists when it is gathered from shards or cast to another dtype.
     separate_copy = (k_low != as_array(param_bytes)) | (params_sharded & (f > 1))
-    in_flight_numel = minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
-    gathered_numel = where(params_sharded & as_values(reshard_after_forward, bool),
-                           in_flight_numel, n)
-    return {
-        "unsharded_params_bytes": where(separate_copy, k_low * gathered_numel, 0.0),
-        "unsharded_grads_bytes": unit * (g_c + where(g_r != g_c, g_r, 0.0)),
-    }
+    resharded = params_sharded & as_values(reshard_after_forward, bool)
+    grads_bytes = unit * (g_c + where(g_r != g_c, g_r, 0.0))
+    out = []
+    for prefetch_units in prefetch_counts:
+        in_flight_numel = minimum(as_array(prefetch_units) * unit + as_array(resident_numel), n)
+        gathered_numel = where(resharded, in_flight_numel, n)
+        out.append({"unsharded_params_bytes": where(separate_copy, k_low * gathered_numel, 0.0),
+                    "unsharded_grads_bytes": grads_bytes})
+    return out
 
 
 # -- the peak -------------------------------------------------------------------------------------
@@ -245,7 +258,9 @@ PEAK_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes", "unsharded_params
 def peak_memory_bytes(*, moment="peak", **config):
     """Peak memory of one GPU at the start of backward, term by term [B].
 
-    The keywords (and their defaults) are :func:`memory_moments`'s, listed here.
+    The keywords (and their defaults) are the fields of
+    :class:`~fsdpsim.costs.memory_inputs.MemoryInputs`'s concerns, listed here; a misspelt one
+    is a TypeError.
 
     Parameters
     ----------
@@ -297,7 +312,7 @@ def peak_memory_bytes(*, moment="peak", **config):
     Each is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``; the peak is the
     larger (module docstring).
     """
-    return binding_terms(*memory_moments(**config), moment=moment)
+    return binding_terms(*memory_moments(MemoryInputs.of(**config)), moment=moment)
 
 
 def binding_terms(at_loss, in_block, moment="peak"):
@@ -310,9 +325,9 @@ def binding_terms(at_loss, in_block, moment="peak"):
     else:
         use_a = where(moment == "loss", True, where(moment == "block", False,
                                                             peak_a >= peak_b))
+    # Each moment's peak sums all its terms, so its shape is theirs broadcast together.
     shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
-                                  else np.shape(v) for terms in (at_loss, in_block)
-                                  for v in (use_a, *terms.values())})
+                                  else np.shape(v) for v in (use_a, peak_a, peak_b)})
     everywhere_a = all_of(use_a)
     if everywhere_a or not any_of(use_a):  # one moment binds everywhere: no selection
         terms = at_loss if everywhere_a else in_block
@@ -344,116 +359,142 @@ def _read_only(value, shape):
 SMALL_BROADCAST = 1024
 
 
-def memory_moments(*, n_params, unit_numel, shard_size, strategy, n_layers, micro_batch,
-                   seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads, vocab_size,
-                   recompute="none", replicate_size=1, padded_n_params=None,
-                   param_bytes=4.0, grad_bytes=4.0, optimizer_bytes_per_param=8.0,
-                   compute_param_bytes=2.0, compute_grad_bytes=2.0, reduce_grad_bytes=4.0,
-                   prefetch_units=2, reshard_after_forward=True, resident_numel=0.0,
-                   flash_attention=True, act_bytes=2.0, dropout=False, fused_glu=True,
-                   logits_dtype_bytes=2.0, loss_fp32=True, fused_loss=False, tp=1, cp=1,
-                   sequence_parallel=True, saved_microbatches=1, runtime_reserved_bytes=0.0,
-                   allocator_fraction=0.0, accumulated_grad_numel=0.0, recomputed_layers=None,
-                   expert_n_params=0.0, expert_shard_size=1.0, moe_saved_bytes_per_token=0.0,
-                   moe_working_bytes_per_token=0.0, linear_bias=False, check=True):
+def memory_moments(inputs: MemoryInputs):
     """Both moments of :func:`peak_memory_bytes` in one pass, term by term [B].
 
-    Parameters are those documented in :func:`peak_memory_bytes` (but ``moment``), with the
-    defaults of this signature (the one set of them). Returns
+    ``inputs``: every input by concern (:class:`~fsdpsim.costs.memory_inputs.MemoryInputs`;
+    the fields are the keywords documented in :func:`peak_memory_bytes`). Returns
     ``(at_loss, in_block)``: for the loss backward and the first block's backward, a dict with
     the keys :data:`PEAK_KEYS` each (not broadcast to one shape); each moment's ``peak_bytes``
     is ``allocated · (1 + allocator_fraction) + runtime_reserved_bytes``. The ceilings
     (:mod:`fsdpsim.costs.ceilings`) solve each moment for one unknown.
 
-    Mixture of experts (:mod:`fsdpsim.costs.moe`): ``expert_n_params`` routed-expert
-    parameters on this rank have the same byte recipe as the rest but are sharded over
-    ``expert_shard_size`` GPUs (the expert data-parallel group); ``moe_saved_bytes_per_token``
-    (per token of the micro-batch, summed over the stage's MoE layers) is saved like the other
-    activations, ``moe_working_bytes_per_token`` (one MoE layer's routed rows and a dispatch in
-    flight) joins the first block's backward. Both are linear in b·s, so the ceilings stay exact.
+    Moment A, the loss backward: the states (:func:`_states_bytes`), only the root unit
+    gathered (a block's pre-backward all-gather starts after the LM head's backward), no unit
+    gradient yet, every saved activation and the head's inputs (:func:`_activation_terms`),
+    the cross-entropy temporaries at their largest (:func:`_logit_terms`). Moment B, the first
+    block's backward: the states, the root and two blocks gathered and one unit's gradient
+    buffers (:func:`fsdp_buffer_bytes`), the saved activations and one layer re-materialised;
+    of the loss only the logits the training loop still references (their gradient is written
+    in place or freed). With the gradient sync on the last micro-batch, the accumulated
+    unsharded gradients join both.
     """
-    if check:  # once here; the terms below take the checked values
-        strategy = choice_codes(strategy, STRATEGIES, "strategy")
-        shard_size = _check_at_least_one("shard_size", shard_size)
-        _check_at_least_one("replicate_size", replicate_size)
-        recompute = choice_codes(recompute, RECOMPUTE, "recompute")
-        ffn_kind = choice_codes(ffn_kind, FFN_KINDS, "ffn_kind")
-        tp, cp = _check_at_least_one("tp", tp), _check_at_least_one("cp", cp)
-    else:
-        tp, cp = as_array(tp), as_array(cp)
-    recompute = as_values(recompute)
-    states = model_state_bytes(n_params, shard_size, replicate_size, strategy,
-                               param_bytes=param_bytes, grad_bytes=grad_bytes,
-                               optimizer_bytes_per_param=optimizer_bytes_per_param,
-                               padded_n_params=padded_n_params, check=False)
-    if any_of(as_array(expert_n_params) > 0):
-        experts = model_state_bytes(expert_n_params, expert_shard_size, 1.0, strategy,
-                                    param_bytes=param_bytes, grad_bytes=grad_bytes,
-                                    optimizer_bytes_per_param=optimizer_bytes_per_param,
-                                    check=False)
-        states = {key: states[key] + experts[key] for key in states}
-    buffer_options = dict(param_bytes=param_bytes, compute_param_bytes=compute_param_bytes,
-                          reduce_grad_bytes=reduce_grad_bytes,
-                          compute_grad_bytes=compute_grad_bytes,
-                          reshard_after_forward=reshard_after_forward,
-                          resident_numel=resident_numel, check=False)
-    buffers = fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy,
-                                prefetch_units=prefetch_units, **buffer_options)
-    layer_shape = (micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_size, ffn_kind, n_heads)
-    # What a layer saves under each recompute policy, computed once: A(recompute) and A("none").
-    by_policy = saved_bytes_by_policy(*layer_shape, flash_attention=flash_attention,
-                                      act_bytes=act_bytes, dropout=dropout, fused_glu=fused_glu,
-                                      tp=tp, cp=cp, sequence_parallel=sequence_parallel,
-                                      linear_bias=linear_bias, check=False,
-                                      op_selective=any_of(recompute == RC_OP_SELECTIVE))
-    saved_per_layer = select_policy(recompute, by_policy)
-    kept_per_layer = by_policy[0]
-    working = recompute_working_bytes(*layer_shape, recompute, saved_bytes=saved_per_layer,
-                                      kept_bytes=kept_per_layer)
-    head = head_activation_bytes(micro_batch, seq_len, d_model, act_bytes=act_bytes, tp=tp,
-                                 cp=cp, sequence_parallel=sequence_parallel, check=False)
-    if recomputed_layers is None:
-        saved_all = as_array(saved_microbatches) * as_array(n_layers) * saved_per_layer
-        # a stage without layers (a pipeline end that holds only the embedding or the head)
-        # rebuilds none
-        working = where(as_array(n_layers) > 0, working, 0.0)
-    else:  # K layers recompute, the other n - K keep every activation
-        k = minimum(as_array(recomputed_layers), as_array(n_layers))
-        saved_all = as_array(saved_microbatches) * (
-            k * saved_per_layer + (as_array(n_layers) - k) * kept_per_layer)
-        working = where(k > 0, working, 0.0)
-    routed_tokens = as_array(micro_batch) * as_array(seq_len)
-    if (any_of(as_array(moe_saved_bytes_per_token) != 0)
-            or any_of(as_array(moe_working_bytes_per_token) > 0)):
-        saved_all = saved_all + (as_array(saved_microbatches) * routed_tokens
-                                 * as_array(moe_saved_bytes_per_token))
-        working = working + routed_tokens * as_array(moe_working_bytes_per_token)
-    # Moment A, the loss backward: only the root unit is gathered (a block's pre-backward
-    # all-gather starts after the LM head's backward), no unit gradient yet, the cross-entropy
-    # temporaries at their largest.
-    root_only = fsdp_buffer_bytes(unit_numel, n_params, shard_size, strategy, prefetch_units=0,
-                                  **buffer_options)
-    accumulated = as_array(accumulated_grad_numel) * as_array(reduce_grad_bytes)
+    strategy, shard_size, recompute, ffn_kind, tp, cp = _checked(inputs)
+    states = _states_bytes(inputs.states, strategy, shard_size)
+    u = inputs.units
+    # The first block's backward: prefetch_units units in flight; the loss backward: the root.
+    buffers, root_only = _fsdp_buffers(
+        u.unit_numel, inputs.states.n_params, shard_size, strategy, inputs.states.param_bytes,
+        u.compute_param_bytes, u.reduce_grad_bytes, u.compute_grad_bytes,
+        (u.prefetch_units, 0), u.reshard_after_forward, u.resident_numel, False)
+    saved_all, working, head = _activation_terms(inputs.batch, inputs.activations, recompute,
+                                                 ffn_kind, tp, cp)
+    loss_logits, held_logits = _logit_terms(inputs.batch, inputs.logits, tp, cp)
+    accumulated = as_array(u.accumulated_grad_numel) * as_array(u.reduce_grad_bytes)
     buffers = {**buffers, "unsharded_grads_bytes": buffers["unsharded_grads_bytes"] + accumulated}
     at_loss = {**states, "unsharded_params_bytes": root_only["unsharded_params_bytes"],
                "unsharded_grads_bytes": 0.0 * root_only["unsharded_grads_bytes"] + accumulated,
-               "activations_bytes": saved_all + head,
-               "logits_bytes": logits_bytes(micro_batch, seq_len, vocab_size,
-                                            logits_dtype_bytes=logits_dtype_bytes,
-                                            loss_fp32=loss_fp32, tp=tp, cp=cp, fused=fused_loss,
-                                            check=False)}
-    # Moment B, the first block's backward: the root and two blocks gathered, one unit's
-    # gradient buffers, one layer re-materialised; of the loss only the logits the training
-    # loop still references remain (their gradient is written in place or freed).
-    held_logits = (as_array(logits_dtype_bytes) * as_array(micro_batch) * as_array(seq_len)
-                   * as_array(vocab_size) / (tp * cp))
+               "activations_bytes": saved_all + head, "logits_bytes": loss_logits}
     in_block = {**states, **buffers, "activations_bytes": saved_all + working,
                 "logits_bytes": held_logits}
-
-    reserved, fraction = as_array(runtime_reserved_bytes), as_array(allocator_fraction)
+    reserved, fraction = (as_array(inputs.runtime_reserved_bytes),
+                          as_array(inputs.allocator_fraction))
     for terms in (at_loss, in_block):
         allocated = sum(terms.values())
         terms["runtime_reserved_bytes"] = reserved
         terms["fragmentation_bytes"] = fraction * allocated
         terms["peak_bytes"] = allocated * (1.0 + fraction) + reserved
     return at_loss, in_block
+
+
+def _checked(inputs: MemoryInputs) -> tuple:
+    """The inputs the terms share: ``strategy``, ``recompute`` and ``ffn_kind`` as codes,
+    ``shard_size``, ``tp`` and ``cp`` as arrays, each checked once here when ``inputs.check``
+    (the engine's come checked with its plan)."""
+    st, act = inputs.states, inputs.activations
+    if not inputs.check:
+        return (st.strategy, st.shard_size, as_values(act.recompute), act.ffn_kind,
+                as_array(act.tp), as_array(act.cp))
+    strategy = choice_codes(st.strategy, STRATEGIES, "strategy")
+    shard_size = _check_at_least_one("shard_size", st.shard_size)
+    _check_at_least_one("replicate_size", st.replicate_size)
+    recompute = choice_codes(act.recompute, RECOMPUTE, "recompute")
+    ffn_kind = choice_codes(act.ffn_kind, FFN_KINDS, "ffn_kind")
+    tp, cp = _check_at_least_one("tp", act.tp), _check_at_least_one("cp", act.cp)
+    return strategy, shard_size, as_values(recompute), ffn_kind, tp, cp
+
+
+def _states_bytes(st, strategy, shard_size) -> dict:
+    """Parameters, gradients and optimizer states of the rank [B] (:func:`model_state_bytes`,
+    ZeRO paper [1] §5 Fig. 1), the routed experts' with the same byte recipe but sharded over
+    ``expert_shard_size`` GPUs, the expert data-parallel group (:mod:`fsdpsim.costs.moe`)."""
+    states = model_state_bytes(st.n_params, shard_size, st.replicate_size, strategy,
+                               param_bytes=st.param_bytes, grad_bytes=st.grad_bytes,
+                               optimizer_bytes_per_param=st.optimizer_bytes_per_param,
+                               padded_n_params=st.padded_n_params, check=False)
+    if any_of(as_array(st.expert_n_params) > 0):
+        experts = model_state_bytes(st.expert_n_params, st.expert_shard_size, 1.0, strategy,
+                                    param_bytes=st.param_bytes, grad_bytes=st.grad_bytes,
+                                    optimizer_bytes_per_param=st.optimizer_bytes_per_param,
+                                    check=False)
+        states = {key: states[key] + experts[key] for key in states}
+    return states
+
+
+def _activation_terms(batch, act, recompute, ffn_kind, tp, cp) -> tuple:
+    """Saved activations of the stage S, the recompute working set W and the LM head's inputs
+    H [B] (Korthikanti et al. [3] §4-5; :func:`saved_bytes_by_policy`,
+    :func:`recompute_working_bytes`, :func:`head_activation_bytes`).
+
+    S = saved_microbatches · n_layers · A(recompute); with ``recomputed_layers`` K, K layers
+    recompute and the other n - K keep every activation (A("none")). A stage without layers
+    (a pipeline end with only the embedding or the head) rebuilds none. The routed experts'
+    activations (``moe_saved_bytes_per_token``, summed over the stage's MoE layers) are saved
+    like the others; one MoE layer's routed rows and a dispatch in flight
+    (``moe_working_bytes_per_token``) join W. Both are linear in b·s, so the ceilings stay
+    exact."""
+    b, s = batch.micro_batch, batch.seq_len
+    layer_shape = (b, s, act.d_model, act.q_dim, act.kv_dim, act.ffn_size, ffn_kind,
+                   act.n_heads)
+    # What a layer saves under each recompute policy, computed once: A(recompute) and A("none").
+    by_policy = saved_bytes_by_policy(*layer_shape, flash_attention=act.flash_attention,
+                                      act_bytes=act.act_bytes, dropout=act.dropout,
+                                      fused_glu=act.fused_glu, tp=tp, cp=cp,
+                                      sequence_parallel=act.sequence_parallel,
+                                      linear_bias=act.linear_bias, check=False,
+                                      op_selective=any_of(recompute == RC_OP_SELECTIVE))
+    saved_per_layer = select_policy(recompute, by_policy)
+    kept_per_layer = by_policy[0]
+    working = recompute_working_bytes(*layer_shape, recompute, saved_bytes=saved_per_layer,
+                                      kept_bytes=kept_per_layer)
+    head = head_activation_bytes(b, s, act.d_model, act_bytes=act.act_bytes, tp=tp, cp=cp,
+                                 sequence_parallel=act.sequence_parallel, check=False)
+    n_layers, in_flight = as_array(act.n_layers), as_array(act.saved_microbatches)
+    if act.recomputed_layers is None:
+        saved_all = in_flight * n_layers * saved_per_layer
+        working = where(n_layers > 0, working, 0.0)
+    else:
+        k = minimum(as_array(act.recomputed_layers), n_layers)
+        saved_all = in_flight * (k * saved_per_layer + (n_layers - k) * kept_per_layer)
+        working = where(k > 0, working, 0.0)
+    moe_saved = as_array(act.moe_saved_bytes_per_token)
+    moe_working = as_array(act.moe_working_bytes_per_token)
+    if any_of(moe_saved != 0) or any_of(moe_working > 0):
+        routed_tokens = as_array(b) * as_array(s)
+        saved_all = saved_all + in_flight * routed_tokens * moe_saved
+        working = working + routed_tokens * moe_working
+    return saved_all, working, head
+
+
+def _logit_terms(batch, lg, tp, cp) -> tuple:
+    """The logits and the cross-entropy's temporaries at the loss backward
+    (:func:`logits_bytes`), and the logits alone, which the training loop still references in
+    the first block's backward (``logits_dtype_bytes`` per logit, the vocabulary split over
+    ``tp`` and the sequence over ``cp``) [B]."""
+    b, s = batch.micro_batch, batch.seq_len
+    at_loss = logits_bytes(b, s, lg.vocab_size, logits_dtype_bytes=lg.logits_dtype_bytes,
+                           loss_fp32=lg.loss_fp32, tp=tp, cp=cp, fused=lg.fused_loss,
+                           check=False)
+    held = (as_array(lg.logits_dtype_bytes) * as_array(b) * as_array(s)
+            * as_array(lg.vocab_size) / (tp * cp))
+    return at_loss, held

@@ -49,6 +49,8 @@ References
 [5] Liu et al., "Ring Attention with Blockwise Transformers", arXiv 2310.01889 (2023), §3;
     TransformerEngine ``AttnFuncWithCPAndKVP2P`` (``context_parallel.py``).
 [6] Jacobs et al., "DeepSpeed Ulysses", arXiv 2309.14509 (2023), §3.1-3.2.
+[7] Megatron-LM ``megatron/training/tokenizer/tokenizer.py`` (``_vocab_size_with_padding``),
+    ``megatron/training/arguments.py`` (``--make-vocab-size-divisible-by``, default 128).
 """
 
 from __future__ import annotations
@@ -273,6 +275,22 @@ def tp_role(name: str) -> str:
             return role
     raise ConfigError(f"parameter {name!r}: no tensor-parallel layout known; accepted names "
                       f"are those of ModelSpec.unit_parameter_shapes()")
+
+
+#: Megatron's default ``--make-vocab-size-divisible-by`` [7]: the vocabulary is padded to a
+#: multiple of this times the TP degree.
+VOCAB_MULTIPLE = 128
+
+
+def padded_vocab(vocab_size: int, tp: int) -> int:
+    """The vocabulary a vocab-parallel embedding and LM head hold [-]: with ``tp > 1``,
+    Megatron's padding to a multiple of :data:`VOCAB_MULTIPLE` · tp so the rows split evenly
+    ([7] ``_vocab_size_with_padding``: ``ceil(V / (128·tp)) · 128·tp``); with ``tp = 1`` the
+    model's own (a single-rank embedding keeps its size)."""
+    if tp <= 1:
+        return vocab_size
+    multiple = VOCAB_MULTIPLE * tp
+    return -(-vocab_size // multiple) * multiple
 
 
 def tp_local_shapes(shapes, tp: int):

@@ -22,6 +22,7 @@ from fsdpsim.hardware import efficiency
 
 from fsdpsim.model import layers as model_layers
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
+from fsdpsim.costs.tensor_parallel import padded_vocab
 from fsdpsim.engine.build_framework import framework_inputs
 from fsdpsim.engine.inputs import EngineInputs
 from fsdpsim.engine.peaks import (attention_peak_ratio, bf16_linear_share, gemm_peak_flops_per_s,
@@ -33,11 +34,6 @@ from fsdpsim.model.spec import ModelSpec
 from fsdpsim.model.checks import check_engine_supported
 from fsdpsim.plan.parallel import CUDA_GRAPHS, LOW_PRECISION, ParallelPlan, TrainingConfig
 from fsdpsim.util.units import DTYPE_BYTES
-
-
-#: Megatron's default --make-vocab-size-divisible-by: the vocabulary is padded to a multiple of
-#: this times the TP degree.
-VOCAB_PAD = 128
 
 
 def _split_root(shapes):
@@ -85,13 +81,10 @@ def _model_inputs(spec: ModelSpec, shard_size, per_parameter: bool = True,
     else:
         shapes = spec.unit_parameter_shapes()
     block, root = shapes["block"], shapes["root"]
-    vocab = spec.vocab_size
+    vocab = padded_vocab(spec.vocab_size, tp)  # Megatron's, 128·tp with tp > 1
     if tp > 1:
         from fsdpsim.costs.tensor_parallel import tp_local_shapes
 
-        # Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-
-        # by 128, megatron/training/tokenizer _vocab_size_with_padding) so it splits evenly.
-        vocab = -(-spec.vocab_size // (VOCAB_PAD * tp)) * VOCAB_PAD * tp
         root = [(n, (vocab,) + tuple(sh[1:]) if n.startswith(("tok_emb", "lm_head"))
                  and sh and sh[0] == spec.vocab_size else sh) for n, sh in root]
         block, root = tp_local_shapes(block, tp), tp_local_shapes(root, tp)

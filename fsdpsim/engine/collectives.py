@@ -352,9 +352,9 @@ def tensor_parallel(g, co, w, layer):
     on = g["tp_size"] > 1
     sp = g["sequence_parallel"] > 0
     layer_c = tensor_parallel_costs.tp_layer_collectives(
-        g["micro_batch"] * g["seq_len"] / g["cp"], g["d_model"], g["compute_bytes"], g["tp"], sp)
+        g["tokens_per_rank"], g["d_model"], g["compute_bytes"], g["tp"], sp)
     root_c = tensor_parallel_costs.tp_head_collectives(
-        g["micro_batch"] * g["seq_len"] / g["cp"], g["d_model"], g["vocab_size"],
+        g["tokens_per_rank"], g["d_model"], g["vocab_size"],
         g["compute_bytes"], g["tp"], sp)
     costed = {}  # (calls, bytes, algorithm) entries the tables share, costed once
     fwd_s = where(on, _ring_time_s(layer_c, "forward", cands, costed), 0.0)

@@ -32,7 +32,7 @@ class ModelInputs(TypedDict):
     rotary: Number              # 0/1 rotary positions
     linear_bias: Number         # 0/1 biases on linear layers
     rmsnorm: Number             # 0/1 RMSNorm (else LayerNorm)
-    vocab_size: Number          # vocabulary, padded to 128 x tp when tp > 1 [-]
+    vocab_size: Number          # vocabulary, padded_vocab's (128 x tp when tp > 1) [-]
     n_params: Number            # whole model [-]
     matmul_params: Number       # weights used in matmuls (PaLM N_mm) [-]
     active_experts: Number      # experts a token visits [-]

@@ -33,13 +33,17 @@ def rates(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 def widths(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One rank's share of the layer (Megatron column/row split, Shoeybi et al. 2019 §3): query,
     KV and MLP widths and heads divided by ``tp`` (KV heads fewer than ``tp`` are replicated:
-    at least one head per rank), the vocabulary divided by ``tp``; tokens b·s/cp (context
-    parallelism splits the sequence); h-sized element-wise work divided by ``tp`` with sequence
-    parallelism (Korthikanti et al. 2022 §4.2.2)."""
-    tp, cp = g["tp"], g["cp"]
+    at least one head per rank), the vocabulary divided by ``tp``; h-sized element-wise work
+    divided by ``tp`` with sequence parallelism (Korthikanti et al. 2022 §4.2.2); tokens
+    b·s/cp (context parallelism splits the sequence: ``tokens_per_rank`` of
+    :func:`fsdpsim.engine.prepare.prepare`). The inputs ``g`` hold the whole model's widths:
+    this is the one place a layer's compute widths are split over ``tp`` (the parameter counts
+    of one rank, for memory and data-parallel traffic, come split from
+    :func:`fsdpsim.engine.build.model_inputs`)."""
+    tp = g["tp"]
     head_dim = g["q_dim"] / g["n_heads"]
     return {
-        "tokens": g["micro_batch"] * g["seq_len"] / cp,
+        "tokens": g["tokens_per_rank"],
         "q": g["q_dim"] / tp,
         "kv": maximum(g["kv_dim"] / tp, minimum(head_dim, g["kv_dim"])),
         "ffn": g["ffn_size"] / tp,
@@ -81,31 +85,68 @@ def _op_selective_recompute_s(g, r, w, ew_fwd_s, ops_fwd):
 def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
                 w: Mapping[str, np.ndarray], gemm=None, extra_ew=None,
                 extra_ops=None) -> dict[str, np.ndarray]:
-    """Forward, backward and recompute time of one layer, one micro-batch, one rank [s].
+    """Forward, backward and recompute time of one layer, one micro-batch, one rank [s]: its
+    GEMMs, attention core (:func:`attention_times`) and element-wise kernels
+    (:func:`elementwise_times`), each pass bounded below by the host's kernel launches
+    (:func:`compute.launch_bound_s`, :func:`host_ops`), and what backward reruns
+    (:func:`recompute_time_s`).
 
     ``gemm`` (forward, backward, down-projection forward) replaces the GEMM times of the
     uniform layer (:func:`fsdpsim.costs.compute.layer_gemm_times_with_down_s`) for layers whose
     GEMMs differ (multi-head latent attention, routed experts: :mod:`fsdpsim.engine.moe`);
     ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks,
     ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert work)."""
-    b, s = g["micro_batch"], g["seq_len"]
-    tokens = w["tokens"]
-    swiglu, rotary, flash = g["swiglu"] > 0, g["rotary"] > 0, g["flash"] > 0
-    recompute = as_values(g["recompute"])
-    elem = g["compute_bytes"]
-    cp = g["cp"]
+    on = switches(g)
     if gemm is None:
         gemm = compute.layer_gemm_times_with_down_s(
-            tokens, g["d_model"], w["q"], w["kv"], w["ffn"], swiglu, g["active_experts"],
-            r["matmul"], r["hbm"], g["matmul_half_flops"], g["matmul_half_k"], elem)
+            w["tokens"], g["d_model"], w["q"], w["kv"], w["ffn"], on["swiglu"],
+            g["active_experts"], r["matmul"], r["hbm"], g["matmul_half_flops"],
+            g["matmul_half_k"], g["compute_bytes"])
     gemm_fwd_s, gemm_bwd_s, down_fwd_s = gemm
-    # Attention of the rank's heads over its queries: a 1/cp share of the (causal) work either
-    # way (ring: load-balanced chunks against every KV block; all-to-all: heads/cp over the
-    # whole sequence). Each ring step's kernel sees one KV block of s/cp keys.
-    attn_flops_fwd = compute.attention_flops_fwd(b, s, w["q"], causal=flash) / cp
+    attn_fwd_s, attn_bwd_s, attn_flops_fwd = attention_times(g, r, w, on)
+    ew_fwd_s, ew_bwd_s = elementwise_times(g, r, w, on, extra_ew)
+    ops_fwd, ops_bwd = host_ops(g, on, extra_ops)
+    block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
+                                         g["kernel_overhead_s"])
+    recompute_s = recompute_time_s(g, r, w, on, gemm_fwd_s + attn_fwd_s + ew_fwd_s, down_fwd_s,
+                                   attn_fwd_s, ew_fwd_s, ops_fwd)
+    block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
+                                         g["kernel_overhead_s"])
+    return {"gemm_fwd_s": gemm_fwd_s, "gemm_bwd_s": gemm_bwd_s, "attn_fwd_s": attn_fwd_s,
+            "attn_bwd_s": attn_bwd_s, "ew_fwd_s": ew_fwd_s, "ew_bwd_s": ew_bwd_s,
+            "block_fwd_s": block_fwd_s, "block_bwd_s": block_bwd_s, "recompute_s": recompute_s,
+            "attn_flops_fwd": attn_flops_fwd}
+
+
+def switches(g: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The layer's kernel choices, read once for its parts: FlashAttention, SwiGLU, rotary
+    embeddings, dropout, and ``eager`` (1 where the host launches every kernel, 0 where CUDA
+    graphs replay the layer's)."""
+    return {"flash": g["flash"] > 0, "swiglu": g["swiglu"] > 0, "rotary": g["rotary"] > 0,
+            "dropout": g["dropout"] > 0, "eager": where(g["cuda_graphs"] > 0, 0.0, 1.0)}
+
+
+def attention_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
+                    w: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray]) -> tuple:
+    """Forward and backward time of one layer's attention core on one rank [s], and its
+    forward FLOPs [FLOP].
+
+    The rank's heads over its b·s/cp queries (``w["tokens"]``), each against the whole
+    sequence's s keys: a 1/cp share of the (causal) work either way (ring: load-balanced
+    chunks against every KV block; all-to-all: heads/cp over the whole sequence,
+    :func:`fsdpsim.costs.compute.attention_flops_fwd_of_queries`). Each ring step's kernel
+    sees one KV block of s/cp keys (:func:`fsdpsim.costs.compute.attention_time_s`). Eager
+    attention materialises the scores (3 passes over the queries x keys matrix); FlashAttention's
+    backward recomputes them (:mod:`fsdpsim.costs.pass_ratios`, Dao 2023 §3.1); dropout on the
+    probabilities of eager attention (:func:`fsdpsim.costs.compute.dropout_bytes`; Megatron
+    GPT's default 0.1, fused into FlashAttention's kernel)."""
+    s, cp, elem = g["seq_len"], g["cp"], g["compute_bytes"]
+    flash = on["flash"]
+    queries_keys = w["tokens"] * s  # query-key pairs of one head on this rank (full square)
+    attn_flops_fwd = compute.attention_flops_fwd_of_queries(w["tokens"], s, w["q"], causal=flash)
     kv_len = where(flash, 0.5, 1.0) * s / where(g["cp_all2all"] > 0, 1.0, cp)
-    # Eager attention materialises the s x s scores: bandwidth bound on top of its matmuls.
-    eager_scores_bytes = where(flash, 0.0, 3.0 * elem * b * w["heads"] * s * s / cp)
+    # Eager attention materialises the scores: bandwidth bound on top of its matmuls.
+    eager_scores_bytes = where(flash, 0.0, 3.0 * elem * w["heads"] * queries_keys)
     # FP8 training: attention in the 16-bit type unless fp8_attention (then at FP8's speed-up)
     peak_ratio = g["attention_peak_ratio"]
     if any_of(g["fp8_attention"] > 0):
@@ -126,21 +167,32 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
     # FlashAttention's backward recomputes the scores; eager's adds their traffic (below).
     attn_bwd_s = where(flash, pass_ratios.FLASH_ATTENTION_BWD_PER_FWD,
                        pass_ratios.EAGER_ATTENTION_BWD_PER_FWD) * attn_fwd_s
-    # Dropout (Megatron GPT's default 0.1; fused into FlashAttention's kernel): per element it
-    # reads its input, writes its output and a 1-byte mask, and its backward reads the gradient
-    # and the mask and writes a gradient: on the s x s probabilities of eager attention and on
-    # the two residual branches (compute.dropout_bytes).
-    dropout = g["dropout"] > 0
+    # Dropout: per element it reads its input, writes its output and a 1-byte mask, and its
+    # backward reads the gradient and the mask and writes a gradient.
+    dropout = on["dropout"]
     if any_of(dropout):
         drop_attn_bytes = where(flash, 0.0, compute.dropout_bytes(
-            b * w["heads"] * s * s / cp, elem))
+            w["heads"] * queries_keys, elem))
         drop_attn_s = where(dropout, compute.memory_bound_time_s(drop_attn_bytes, r["hbm"]),
                             0.0)
         attn_fwd_s, attn_bwd_s = attn_fwd_s + drop_attn_s, attn_bwd_s + drop_attn_s
-    # Element-wise work and activations see every routed expert's width (k · f_expert).
+    return attn_fwd_s, attn_bwd_s, attn_flops_fwd
+
+
+def elementwise_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
+                      w: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray],
+                      extra_ew=None) -> tuple:
+    """Forward and backward time of one layer's element-wise kernels on one rank [s]:
+    bandwidth bound (:func:`fsdpsim.costs.compute.memory_bound_time_s`) on their HBM bytes
+    (:func:`fsdpsim.costs.compute.layer_elementwise_bytes`: norms, rotary, activation,
+    residual adds, at every routed expert's width k·f_expert), FP8's casts of the GEMM
+    operands (:func:`fsdpsim.costs.compute.fp8_cast_bytes`, scaled by a block-scaled format's
+    bytes per element), the two residual-branch dropouts (h-sized, split with SP) and
+    ``extra_ew`` (forward, backward bytes of kernels the uniform layer lacks)."""
+    tokens, elem, swiglu = w["tokens"], g["compute_bytes"], on["swiglu"]
     routed_ffn = w["ffn"] * g["active_experts"]
     ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
-        tokens, w["d_elementwise"], w["q"], w["kv"], routed_ffn, swiglu, rotary,
+        tokens, w["d_elementwise"], w["q"], w["kv"], routed_ffn, swiglu, on["rotary"],
         g["linear_bias"] > 0, elem)
     fp8 = g["fp8_gemm"] > 0
     if any_of(fp8):  # FP8 GEMM operands are cast (and transposed) first: extra HBM traffic
@@ -152,39 +204,53 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         ew_bwd_bytes = ew_bwd_bytes + where(fp8, scale * cast_bwd_bytes, 0.0)
     if extra_ew is not None:
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + extra_ew[0], ew_bwd_bytes + extra_ew[1]
+    dropout = on["dropout"]
     if any_of(dropout):  # the two residual-branch dropouts (h-sized, split with SP)
         drop_h = where(dropout, compute.dropout_bytes(2.0 * tokens * w["d_elementwise"], elem),
                        0.0)
         ew_fwd_bytes, ew_bwd_bytes = ew_fwd_bytes + drop_h, ew_bwd_bytes + drop_h
-    ew_fwd_s = compute.memory_bound_time_s(ew_fwd_bytes, r["hbm"])
-    ew_bwd_s = compute.memory_bound_time_s(ew_bwd_bytes, r["hbm"])
+    return (compute.memory_bound_time_s(ew_fwd_bytes, r["hbm"]),
+            compute.memory_bound_time_s(ew_bwd_bytes, r["hbm"]))
 
-    ops_fwd, ops_bwd = compute.host_ops_per_layer(flash, rotary, swiglu, g["rmsnorm"],
-                                                  g["linear_bias"])
-    # CUDA graphs replay what they captured without the host: the layer's own ops under
-    # partial and full capture, the routed experts' steps (extra_ops) under full only
-    eager = where(g["cuda_graphs"] > 0, 0.0, 1.0)
-    ops_fwd, ops_bwd = ops_fwd * eager, ops_bwd * eager
+
+def host_ops(g: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray],
+             extra_ops=None) -> tuple:
+    """Host operations (kernel launches) of one layer's forward and backward [-]
+    (:func:`fsdpsim.costs.compute.host_ops_per_layer`). CUDA graphs replay what they captured
+    without the host: the layer's own ops under partial and full capture, the routed experts'
+    steps (``extra_ops``, forward and backward) under full only."""
+    ops_fwd, ops_bwd = compute.host_ops_per_layer(on["flash"], on["rotary"], on["swiglu"],
+                                                  g["rmsnorm"], g["linear_bias"])
+    ops_fwd, ops_bwd = ops_fwd * on["eager"], ops_bwd * on["eager"]
     if extra_ops is not None:
         eager_experts = where(g["cuda_graphs"] > 1, 0.0, 1.0)
         ops_fwd = ops_fwd + extra_ops[0] * eager_experts
         ops_bwd = ops_bwd + extra_ops[1] * eager_experts
-    block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
-                                         g["kernel_overhead_s"])
-    # Recompute in backward: full = the block forward again up to the last tensor backward
-    # needs. torch's default non-reentrant checkpoint stops early (``set_checkpoint_early_stop``,
-    # torch.utils.checkpoint, torch >= 2.1; checked with FlopCounterMode in
-    # tests/test_torch_exact.py), so the MLP down projection, whose output nothing saves, is not
-    # recomputed (``down_fwd_s`` above). Selective = the attention core only (Korthikanti et
-    # al. 2022 §5).
-    # The recomputed forward is host bound like the forward, less the down projection's ops.
-    # Megatron's checkpoint (tensor_parallel.CheckpointFunction, reentrant: the saved inputs
-    # are run through the whole layer again) does not stop early: it recomputes the down
-    # projection too.
+    return ops_fwd, ops_bwd
+
+
+def recompute_time_s(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
+                     w: Mapping[str, np.ndarray], on: Mapping[str, np.ndarray], forward_s,
+                     down_fwd_s, attn_fwd_s, ew_fwd_s, ops_fwd):
+    """What backward reruns of one layer's forward (``forward_s``: its GEMMs, attention and
+    element-wise time; ``ops_fwd`` its host ops) [s].
+
+    Full = the block forward again up to the last tensor backward needs, host bound like the
+    forward. torch's default non-reentrant checkpoint stops early
+    (``set_checkpoint_early_stop``, torch.utils.checkpoint, torch >= 2.1; checked with
+    FlopCounterMode in tests/test_torch_exact.py), so the MLP down projection, whose output
+    nothing saves, is not recomputed (``down_fwd_s``, less its ops). Megatron's checkpoint
+    (tensor_parallel.CheckpointFunction, reentrant: the saved inputs are run through the whole
+    layer again) does not stop early. Selective = the attention core only (Korthikanti et al.
+    2022 §5); torchtitan's op-level policy: :func:`_op_selective_recompute_s`; Megatron's
+    ``recompute_modules`` "mlp" (dense layers only):
+    :func:`fsdpsim.engine.module_recompute.mlp_recompute_s`."""
+    recompute = as_values(g["recompute"])
+    eager = on["eager"]
     early_stop = g["megatron"] <= 0
     skipped_s = where(early_stop, down_fwd_s, 0.0)
     full_recompute_s = compute.launch_bound_s(
-        gemm_fwd_s + attn_fwd_s + ew_fwd_s - skipped_s,
+        forward_s - skipped_s,
         ops_fwd - where(early_stop, compute.HOST_OPS_DOWN_PROJECTION, 0.0) * eager,
         g["kernel_overhead_s"])
     recompute_s = where(recompute == 2, full_recompute_s,
@@ -198,12 +264,7 @@ def layer_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
         recompute_s = recompute_s + where(
             (g["rc_mlp"] > 0) & (recompute != 2) & (g["active_experts"] <= 1),
             module_recompute.mlp_recompute_s(g, r, w), 0.0)
-    block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
-                                         g["kernel_overhead_s"])
-    return {"gemm_fwd_s": gemm_fwd_s, "gemm_bwd_s": gemm_bwd_s, "attn_fwd_s": attn_fwd_s,
-            "attn_bwd_s": attn_bwd_s, "ew_fwd_s": ew_fwd_s, "ew_bwd_s": ew_bwd_s,
-            "block_fwd_s": block_fwd_s, "block_bwd_s": block_bwd_s, "recompute_s": recompute_s,
-            "attn_flops_fwd": attn_flops_fwd}
+    return recompute_s
 
 
 def root_times(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],

@@ -18,6 +18,7 @@ from fsdpsim.costs import ceilings as memory_ceilings
 from fsdpsim.costs import comm, memory
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, broadcast_shape,
                                    minimum, where)
+from fsdpsim.costs.memory_inputs import MemoryInputs
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -197,9 +198,10 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
                ceilings: bool) -> dict[str, np.ndarray]:
     """:func:`stage_memory` for the keywords ``config`` of :func:`memory_config`."""
     capacity = g["memory_bytes"]
+    inputs = MemoryInputs.of(**config)  # the typed inputs: a misspelt keyword fails here
     # With the ceilings, the peak and both solves share one evaluation of the memory model.
-    out = (memory_ceilings.peak_and_ceilings(capacity, **config) if ceilings
-           else memory.peak_memory_bytes(**config))
+    out = (memory_ceilings.peak_and_ceilings_of(capacity, inputs) if ceilings
+           else memory.binding_terms(*memory.memory_moments(inputs)))
     limits = {key: out.pop(key) for key in ("max_micro_batch", "max_seq_len") if key in out}
     shape = np.shape(out["peak_bytes"])
     out["capacity_bytes"] = (np.broadcast_to(capacity, shape).astype(float) if shape

@@ -27,7 +27,7 @@ def mla_up_proj_fwd_s(g, w, rates, elem):
     """Forward time of MLA's query and key/value up projections on one TP rank [s]: what
     Megatron's ``mla_up_proj`` module recompute reruns in backward (with their layer norms and
     the rotary concatenation, element-wise and not counted)."""
-    heads = g["n_heads"] / g["tp"]
+    heads = w["heads"]  # the rank's heads (layers.widths)
     qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
     rope, kvr = g["mla_rope"], g["mla_kv_rank"]
     has_qr = where(qr > 0, 1.0, 0.0)

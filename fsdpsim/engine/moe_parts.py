@@ -31,7 +31,7 @@ def attention_gemm_times(g, w, rates, elem):
     gqa = _gemms([(w["q"] + 2.0 * w["kv"], d, 1.0), (d, w["q"], 1.0)], t, rates, elem)[:2]
     if not any_of(g["mla"] > 0):
         return gqa
-    heads = g["n_heads"] / g["tp"]
+    heads = w["heads"]  # the rank's heads (layers.widths)
     qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
     rope, kvr = g["mla_rope"], g["mla_kv_rank"]
     has_qr = (qr > 0).astype(float)
@@ -54,7 +54,7 @@ def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
 def moe_tokens(g):
     """Tokens a rank routes per MoE layer and micro-batch: ``b·s/(cp·tp)`` (Megatron runs MoE
     layers sequence-parallel when tp > 1) [-]."""
-    return g["micro_batch"] * g["seq_len"] / (g["cp"] * g["tp"])
+    return g["tokens_per_rank"] / g["tp"]
 
 
 def routing(g):

@@ -86,6 +86,9 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         g["dp_world_size"] = shard * repl
     if "dp" not in g:
         g["dp"] = g["dp_world_size"] / g["cp"]
+    # One rank's tokens of a micro-batch, b·s/cp: context parallelism splits the sequence
+    # (every stage reads this one value: layer widths, TP collectives, MoE routing).
+    g["tokens_per_rank"] = g["micro_batch"] * g["seq_len"] / g["cp"]
     if "shard_per_node" not in g:
         g["shard_per_node"] = minimum(shard, per_node)
     if "replicate_per_node" not in g:

@@ -41,8 +41,8 @@ from fsdpsim.plan.frameworks import profile
 from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, knob_default
 from fsdpsim.measured.rows import is_empty
 from fsdpsim.hardware.system import BUSBW_COLUMNS
+from fsdpsim.costs.tensor_parallel import VOCAB_MULTIPLE
 from fsdpsim.measured.published.text import (
-    MEGATRON_VOCAB_MULTIPLE,
     arch_of,
     cell_count,
     cell_number,
@@ -455,7 +455,7 @@ def _vocab(vocab: int | None, tp: int) -> tuple[Any, list[str]]:
     if padded == vocab:
         return padded, []
     return padded, [f"vocab {vocab} padded to {padded} (Megatron: a multiple of "
-                    f"{MEGATRON_VOCAB_MULTIPLE} x tp)"]
+                    f"{VOCAB_MULTIPLE} x tp)"]
 
 
 def _recompute(r: pd.Series, conventions: dict) -> tuple[str, str]:

@@ -10,13 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from fsdpsim.costs.tensor_parallel import padded_vocab
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import number_in_text
-
-#: Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by`` (default 128)
-#: × TP so that the embedding and LM head split evenly (``_vocab_size_with_padding``).
-MEGATRON_VOCAB_MULTIPLE = 128
 
 _GBPS = r"g(?:b/s|bps|bit/s|b)"
 
@@ -44,12 +41,10 @@ def cell_count(value: Any) -> int | None:
 
 
 def tp_vocab(vocab: int, tp: int) -> int:
-    """The vocabulary a TP-split embedding holds: as stated when TP divides it, else Megatron's
-    padding to a multiple of :data:`MEGATRON_VOCAB_MULTIPLE` × TP."""
-    if vocab % tp == 0:
-        return vocab
-    multiple = MEGATRON_VOCAB_MULTIPLE * tp
-    return -(-vocab // multiple) * multiple
+    """The vocabulary of a published row's model: as stated when TP divides it (the row's
+    model size counts it so; the engine pads it for its vocab-parallel layers all the same),
+    else Megatron's padding (:func:`fsdpsim.costs.tensor_parallel.padded_vocab`)."""
+    return vocab if vocab % tp == 0 else padded_vocab(vocab, tp)
 
 
 def count_or_nan(count: int | None) -> float:
