@@ -210,3 +210,33 @@ def test_predict_says_when_the_framework_does_not_run_the_plan(capsys):
     rc, out, _ = run(capsys, "predict", "--model", "llama3-70b", "--num-gpus", "64", "--tp", "8",
                      "--pp", "2")
     assert rc == 0 and "does not run this plan" not in out
+
+
+@pytest.mark.parametrize("tp, pp, num_gpus, refused", [
+    (8, 4, 256, True), (8, 1, 64, True), (1, 4, 32, True),  # DDP beside TP or a pipeline
+    (1, 1, 64, False),   # DDP alone: the whole mesh
+    (8, 4, 32, False),   # no data parallelism: no DDP applied
+])
+def test_torchtitan_runs_ddp_only_as_the_whole_mesh(tp, pp, num_gpus, refused):
+    """torchtitan (e347b1e5e, models/llama3/infra/parallelize.py) raises "DDP has not supported
+    > 1D parallelism" where the world is larger than the dp_replicate mesh; Megatron's DDP
+    runs beside TP and PP."""
+    plan = ParallelPlan(num_gpus=num_gpus, gpus_per_node=8, sharding="none", tp=tp, pp=pp)
+    reasons = frameworks.unsupported("fsdp2", plan)
+    assert any(r.startswith("DDP with TP or a pipeline") for r in reasons) == refused
+    megatron = ParallelPlan(num_gpus=num_gpus, gpus_per_node=8, sharding="none", tp=tp, pp=pp,
+                            framework="megatron")
+    assert not any("DDP" in r for r in frameworks.unsupported("megatron", megatron))
+
+
+def test_search_under_torchtitan_keeps_no_ddp_beside_model_parallelism():
+    from fsdpsim.drivers.search.run import search
+    from fsdpsim.hardware.system import resolve_system
+    from fsdpsim.model.presets import get_model
+
+    system = resolve_system(load_catalog(use_env=False), gpu="h100")
+    result = search(get_model("llama3-70b"), system, 256, TrainingConfig(seq_len=4096),
+                    top=50)
+    plans = [c.plan for c in result.top]
+    assert plans and not [p for p in plans if p.sharding == "none" and p.dp > 1
+                          and (p.tp > 1 or p.pp > 1)]

@@ -331,14 +331,15 @@ def with_defaults(training, framework: str):
 
 
 def plan_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int,
-                  ep: int, etp: int, sequence_parallel: bool, tp_overlap: bool) -> list[str]:
+                  ep: int, etp: int, sequence_parallel: bool, tp_overlap: bool,
+                  pp: int = 1, dp: int = 1) -> list[str]:
     """Why ``framework`` cannot run a plan, for the rules that tie several settings together
     (one-setting rules are :attr:`Framework.supports`), each a reason; [] where it can. The
     search keeps to them (:mod:`fsdpsim.drivers.search.space`) and the emitters refuse a plan
     by them (:mod:`fsdpsim.drivers.search.export`): :func:`layout_refusals` and
     :func:`tp_refusals`."""
     return (layout_refusals(framework, sharding=sharding, dp_shard=dp_shard, cp=cp, tp=tp,
-                            ep=ep, etp=etp)
+                            ep=ep, etp=etp, pp=pp, dp=dp)
             + tp_refusals(framework, sequence_parallel=sequence_parallel,
                           tp_overlap=tp_overlap))
 
@@ -419,15 +420,18 @@ def unsupported(framework: str, plan) -> list[str]:
     return setting_refusals(framework, plan) + plan_refusals(
         framework, sharding=plan.sharding, dp_shard=plan.dp_shard, cp=plan.cp, tp=plan.tp,
         ep=plan.ep, etp=plan.etp, sequence_parallel=plan.sequence_parallel,
-        tp_overlap=plan.tp_overlap)
+        tp_overlap=plan.tp_overlap, pp=plan.pp, dp=plan.dp)
 
 
 def layout_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int, ep: int,
-                    etp: int) -> list[str]:
+                    etp: int, pp: int = 1, dp: int = 1) -> list[str]:
     """The data-parallel and expert layouts ``framework`` cannot run. ``fsdp2`` (torchtitan,
     ``torchtitan/distributed/parallel_dims.py``): the parameters are sharded over
     ``dp_shard × cp`` (FSDP over the context-parallel ranks too), so DDP with CP does not
-    exist and FSDP over one rank is not applied (no FSDP mesh); expert TP is 1 or the TP
+    exist and FSDP over one rank is not applied (no FSDP mesh); DDP over ``dp`` > 1 replicas
+    runs only as the whole mesh (``torchtitan/models/llama3/infra/parallelize.py`` at
+    e347b1e5e: "DDP has not supported > 1D parallelism" where the world is larger than the
+    ``dp_replicate`` mesh, so no DDP with TP or a pipeline); expert TP is 1 or the TP
     degree, and only with EP > 1; EP × expert TP borrows the ``dp_shard × cp × tp`` ranks
     only (``dp_shard`` of DDP: 1)."""
     out = []
@@ -435,6 +439,10 @@ def layout_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp
         if sharding == "none" and cp > 1:
             out.append("DDP with context parallelism: torchtitan shards the parameters over "
                        "the context-parallel ranks (FSDP over dp_shard x cp)")
+        if sharding == "none" and dp > 1 and (tp > 1 or pp > 1) and cp == 1:
+            out.append("DDP with TP or a pipeline: torchtitan applies DDP only where data "
+                       "parallelism is the whole mesh (DDP has not supported > 1D "
+                       "parallelism); HSDP or FSDP runs it")
         if sharding in ("full", "hybrid") and dp_shard * cp == 1:
             out.append("FSDP over one rank: torchtitan applies no FSDP there (data_parallel_"
                        "shard_degree 1 without context parallelism)")

@@ -358,7 +358,7 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
             shardings = tuple(sh for sh in all_shardings if _runs(
                 space, ("sharding", "ep", "etp"), layout_refusals(
                     space.framework, sharding=sh, dp_shard=group or dp, cp=cp, tp=tp, ep=ep,
-                    etp=tp if etp is None else etp)))
+                    etp=tp if etp is None else etp, pp=pp, dp=dp)))
             if not shardings:
                 continue
             ep_overlaps = tuple(_options(space, "ep_overlap", (False, True)) if ep > 1
