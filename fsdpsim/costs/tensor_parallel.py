@@ -86,6 +86,43 @@ def _full(value, shape) -> np.ndarray:
     return (value if np.shape(value) == shape else np.broadcast_to(value, shape)) * 1.0
 
 
+def _masks(t, sequence_parallel, regather_input, loss_parallel=None):
+    """Which collectives run [-]: ``sp`` (sharded with sequence parallelism), ``plain``
+    (sharded without), ``regather`` and, with ``loss_parallel``, ``split_loss`` and
+    ``gathered_logits`` (sharded with and without it); ``t`` the TP degree. Booleans for
+    arrays; for one configuration (numbers) 0.0 or 1.0 as numpy floats, the values numpy's
+    arithmetic gives a boolean, at a fortieth of a boolean scalar's cost."""
+    if type(t) is np.float64 and all(type(f) in _FLAG_TYPES for f in
+                                     (sequence_parallel, regather_input, loss_parallel)):
+        sharded = t > 1
+        sp = sharded and bool(sequence_parallel)
+        out = [_ONE if sp else _ZERO, _ONE if sharded and not sp else _ZERO,
+               _ONE if regather_input else _ZERO]
+        if loss_parallel is not None:
+            out += [_ONE if sharded and loss_parallel else _ZERO,
+                    _ONE if sharded and not loss_parallel else _ZERO]
+        return out
+    sharded = t > 1
+    sp = sharded & np.asarray(sequence_parallel, dtype=bool)
+    out = [sp, sharded & ~sp, np.asarray(regather_input, dtype=bool)]
+    if loss_parallel is not None:
+        out += [sharded & np.asarray(loss_parallel, dtype=bool),
+                sharded & ~np.asarray(loss_parallel, dtype=bool)]
+    return out
+
+
+def _broadcast_shape(*values) -> tuple:
+    """``np.broadcast(*values).shape``; ``()`` without numpy's call where all are numbers."""
+    if all(type(v) is np.float64 for v in values):
+        return ()
+    return np.broadcast(*values).shape
+
+
+_ONE, _ZERO = np.float64(1.0), np.float64(0.0)
+#: Flags :func:`_masks` reads as one value (None: a flag not asked for).
+_FLAG_TYPES = frozenset((bool, np.bool_, int, float, np.float64, type(None)))
+
+
 # -- tensor parallelism: one transformer layer ---------------------------------------------------
 def tp_layer_collectives(tokens, d_model, act_bytes, tp, sequence_parallel, *,
                          column_linears=2, regather_input=True):
@@ -128,11 +165,8 @@ def tp_layer_collectives(tokens, d_model, act_bytes, tp, sequence_parallel, *,
     """
     t = check_at_least_one("tp", tp)
     m = as_array(tokens) * as_array(d_model) * as_array(act_bytes)  # one [b·s, h] activation
-    sharded = t > 1
-    sp = sharded & np.asarray(sequence_parallel, dtype=bool)
-    plain = sharded & ~sp
-    regather = np.asarray(regather_input, dtype=bool)
-    shape = np.broadcast(m, sp, as_array(column_linears), regather).shape
+    sp, plain, regather = _masks(t, sequence_parallel, regather_input)
+    shape = _broadcast_shape(m, sp, as_array(column_linears), regather)
     out = _empty(shape)
     two_sp = 2.0 * sp
     counts = {
@@ -200,12 +234,8 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
     t = check_at_least_one("tp", tp)
     n = as_array(tokens)
     m = n * as_array(d_model) * as_array(act_bytes)
-    sharded = t > 1
-    sp = sharded & np.asarray(sequence_parallel, dtype=bool)
-    plain = sharded & ~sp
-    regather = np.asarray(regather_input, dtype=bool)
-    split_loss = sharded & np.asarray(loss_parallel, dtype=bool)
-    gathered_logits = sharded & ~np.asarray(loss_parallel, dtype=bool)
+    sp, plain, regather, split_loss, gathered_logits = _masks(t, sequence_parallel,
+                                                              regather_input, loss_parallel)
     loss_scalars = n * (2.0 * as_array(loss_bytes) + as_array(target_logit_bytes))
     logits = n * as_array(vocab_size) * as_array(act_bytes)
     one_plain, one_sp = (1.0 * plain, plain * m), (1.0 * sp, sp * m)  # shared by two kinds
@@ -223,7 +253,7 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
         "forward_embedding_all_reduce": one_plain,
         "forward_loss_all_reduce": (3.0 * split_loss, split_loss * loss_scalars),
     }
-    shape = np.broadcast(*[x for pair in terms.values() for x in pair]).shape
+    shape = _broadcast_shape(*[x for pair in terms.values() for x in pair])
     out = _empty(shape)
     for key, (calls, nbytes) in terms.items():
         out[f"{key}_calls"] = _full(calls, shape)
