@@ -342,8 +342,10 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
     size = math.prod(shape)
     if size <= SMALL and all(x.size == 1 or x.shape == shape for x in columns):
         # A few rows (predict): Python floats skip numpy's overhead, row by row.
+        values = [x.ravel().tolist() if x.size > 1 else x.item() for x in columns]
+
         def row(i):
-            return [x.flat[i] if x.size > 1 else x.flat[0] for x in columns]
+            return [v[i] if type(v) is list else v for v in values]
         stages: dict = {}  # the interleaved stage sums rows share (predict's twin)
         step = np.array([_form_s(*row(i), stages=stages) for i in range(size)]).reshape(shape)
         f, b, w, ef, eb, lf, lb = times[0], times[1], times[2], *times[4:]
