@@ -118,6 +118,8 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     link = r["link"]
     if any_of(g["link_mesh"] > 0):
         link = where(g["link_mesh"] > 0, mesh_link(g, r, gpn), link)
+    if type(multi) is np.bool_ and not multi:  # inside one domain: the link alone, not
+        return link  # broadcast to the NIC's rows (a configuration's slower twin)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
     if per_pod is not None and any_of(per_pod < size):
