@@ -310,7 +310,11 @@ def binding_terms(at_loss, in_block, moment="peak"):
     else:
         use_a = where(moment == "loss", True, where(moment == "block", False,
                                                             peak_a >= peak_b))
-    shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
+    if type(use_a) is np.bool_ and all(type(v) in _NUMBERS for terms in (at_loss, in_block)
+                                       for v in terms.values()):
+        shape = ()  # one configuration
+    else:
+        shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
                                   else np.shape(v) for terms in (at_loss, in_block)
                                   for v in (use_a, *terms.values())})
     everywhere_a = all_of(use_a)
@@ -319,6 +323,10 @@ def binding_terms(at_loss, in_block, moment="peak"):
         return {key: _read_only(terms[key], shape) for key in PEAK_KEYS}
     return {key: _read_only(where(use_a, at_loss[key], in_block[key]), shape)
             for key in PEAK_KEYS}
+
+
+#: Types of one number (the terms of one configuration).
+_NUMBERS = frozenset((float, int, np.float64))
 
 
 def _read_only(value, shape):
