@@ -42,6 +42,8 @@ def any_of(mask) -> bool:
     configuration path, where the engine asks it dozens of times a call."""
     if type(mask) in _SCALAR_BOOLS:
         return bool(mask)
+    if type(mask) in NUMBER_TYPES:  # one number (a count): non-zero, NaN included
+        return bool(mask != 0)
     return np.count_nonzero(mask) > 0
 
 
@@ -49,6 +51,8 @@ def all_of(mask) -> bool:
     """``np.all(mask)`` (see :func:`any_of`)."""
     if type(mask) in _SCALAR_BOOLS:
         return bool(mask)
+    if type(mask) in NUMBER_TYPES:
+        return bool(mask != 0)
     return np.count_nonzero(mask) == np.size(mask)
 
 
