@@ -405,10 +405,15 @@ def schedule_feasible(schedule_code, pp, vpp, n_microbatches):
 def _codes(schedule_code) -> np.ndarray:
     """Integer schedule codes from names, integer codes or whole-number float codes (the
     engine's input bundle stores categorical columns as floats)."""
+    if type(schedule_code) in _INTEGERS and 0 <= schedule_code < len(SCHEDULES):
+        return np.int64(schedule_code)  # one configuration's code: no array to check
     arr = np.asarray(schedule_code)
     if arr.dtype.kind == "f" and all_of(arr == np.round(arr)):
         arr = arr.astype(np.int64)
     return choice_codes(arr, SCHEDULES, "pipeline schedule")
+
+
+_INTEGERS = frozenset((int, np.int64))
 
 
 def _whole(name: str, value) -> np.ndarray:
