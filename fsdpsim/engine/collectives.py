@@ -256,11 +256,15 @@ def data_parallel(g, co, n_units, r):
     def dp(total, calls, cands, ranks):
         return _dp_call_s(g, r, total, calls, cands, ranks, listed)
 
+    # Per-micro-batch gathers and reduce-scatters: FSDP's strategies only (costs/comm.py
+    # table); ZeRO-1 and DDP rows never read them.
+    per_mb = any_of((strategy == comm.FULL) | (strategy == comm.HYBRID)
+                    | (strategy == comm.GRAD_OP))
     t = {
-        "ag_block_s": dp(block_param_bytes, bc, sh["ring"], shard),
-        "ag_root_s": dp(root_param_bytes, rc, sh["ring"], shard),
-        "rs_block_s": dp(block_grad_bytes, bc, sh["ring"], shard),
-        "rs_root_s": dp(root_grad_bytes, rc, sh["ring"], shard),
+        "ag_block_s": dp(block_param_bytes, bc, sh["ring"], shard) if per_mb else 0.0,
+        "ag_root_s": dp(root_param_bytes, rc, sh["ring"], shard) if per_mb else 0.0,
+        "rs_block_s": dp(block_grad_bytes, bc, sh["ring"], shard) if per_mb else 0.0,
+        "rs_root_s": dp(root_grad_bytes, rc, sh["ring"], shard) if per_mb else 0.0,
         "hsdp_ar_block_s": 0.0, "hsdp_ar_root_s": 0.0, "ddp_ar_block_s": 0.0,
         "ddp_ar_root_s": 0.0, "zero1_rs_block_s": 0.0, "zero1_rs_root_s": 0.0,
         "zero1_ag_all_s": 0.0,
