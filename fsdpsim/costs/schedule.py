@@ -54,8 +54,8 @@ import numpy as np
 
 from fsdpsim.costs import schedule_closed as closed
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, minimum,
-                                   where)
+from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, maximum,
+                                   minimum, where)
 from fsdpsim.util.errors import ConfigError, suggest
 
 #: Pipeline schedules, in the order of their integer codes.
@@ -342,12 +342,9 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
     size = math.prod(shape)
     if size <= SMALL and all(x.size == 1 or x.shape == shape for x in columns):
         # A few rows (predict): Python floats skip numpy's overhead, row by row.
-        values = [x.ravel().tolist() if x.size > 1 else x.item() for x in columns]
-
-        def row(i):
-            return [v[i] if type(v) is list else v for v in values]
+        rows = zip(*(x.ravel().tolist() if x.size > 1 else [x.item()] * size for x in columns))
         stages: dict = {}  # the interleaved stage sums rows share (predict's twin)
-        step = np.array([_form_s(*row(i), stages=stages) for i in range(size)]).reshape(shape)
+        step = np.array([_form_s(*row, stages=stages) for row in rows]).reshape(shape)
         f, b, w, ef, eb, lf, lb = times[0], times[1], times[2], *times[4:]
         full_b = b + w
     else:
@@ -366,7 +363,7 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
                 if count:
                     step[on] = form(*(x[on] for x in _form_args(k, p, v, m, f, b, w, c, ef,
                                                                 eb, lf, lb)))
-    busiest = f + full_b + where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))
+    busiest = f + full_b + where(p == 1, ef + eb + lf + lb, maximum(ef + eb, lf + lb))
     return step, step - m * busiest
 
 

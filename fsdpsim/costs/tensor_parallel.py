@@ -87,21 +87,17 @@ def _full(value, shape) -> np.ndarray:
 
 
 def _masks(t, sequence_parallel, regather_input, loss_parallel=None):
-    """Which collectives run [-]: ``sp`` (sharded with sequence parallelism), ``plain``
-    (sharded without), ``regather`` and, with ``loss_parallel``, ``split_loss`` and
-    ``gathered_logits`` (sharded with and without it); ``t`` the TP degree. Booleans for
-    arrays; for one configuration (numbers) 0.0 or 1.0 as numpy floats, the values numpy's
-    arithmetic gives a boolean, at a fortieth of a boolean scalar's cost."""
+    """Masks ``sp``, ``plain``, ``regather`` (and ``split_loss``, ``gathered_logits``) of TP
+    degree ``t`` [-]: booleans for arrays; for one configuration 0.0 or 1.0 (numpy floats:
+    the values of numpy's products with a boolean, at a fortieth of their cost)."""
     if type(t) is np.float64 and all(type(f) in _FLAG_TYPES for f in
                                      (sequence_parallel, regather_input, loss_parallel)):
         sharded = t > 1
         sp = sharded and bool(sequence_parallel)
-        out = [_ONE if sp else _ZERO, _ONE if sharded and not sp else _ZERO,
-               _ONE if regather_input else _ZERO]
+        masks = [sp, sharded and not sp, bool(regather_input)]
         if loss_parallel is not None:
-            out += [_ONE if sharded and loss_parallel else _ZERO,
-                    _ONE if sharded and not loss_parallel else _ZERO]
-        return out
+            masks += [sharded and bool(loss_parallel), sharded and not loss_parallel]
+        return [_ONE if on else _ZERO for on in masks]
     sharded = t > 1
     sp = sharded & np.asarray(sequence_parallel, dtype=bool)
     out = [sp, sharded & ~sp, np.asarray(regather_input, dtype=bool)]

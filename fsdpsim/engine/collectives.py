@@ -11,12 +11,14 @@ attention), Jacobs et al. 2023 (Ulysses); pipeline point-to-point Narayanan et a
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
 
 from fsdpsim.costs import comm, nccl
-from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maximum, minimum,
+                                   where)
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
@@ -141,10 +143,15 @@ def pinned_bus_bandwidth(g, key, size, per_node, modelled):
         inter, intra = g["busbw_ar_inter"], g["busbw_ar_intra"]
     else:
         inter, intra = g["busbw_ring_inter"], np.nan
-    if not (any_of(np.isfinite(inter)) or any_of(np.isfinite(intra))):
+    if not (_any_finite(inter) or _any_finite(intra)):
         return modelled
     pin = where(multi, inter, intra)
     return where(np.isfinite(pin), pin, modelled)
+
+
+def _any_finite(x) -> bool:
+    """Whether some entry of ``x`` is finite (a pinned bandwidth; NaN where none is)."""
+    return math.isfinite(x) if type(x) in NUMBER_TYPES else any_of(np.isfinite(x))
 
 
 def mesh_link(g, r, members):
