@@ -227,7 +227,6 @@ def _as_float(mask):
 
 
 _ONE, _ZERO = np.float64(1.0), np.float64(0.0)
-_FLOAT64 = np.float64
 
 
 class Candidates(list):
@@ -255,7 +254,6 @@ class Candidates(list):
                         spb_k[i], lat_k[i] = spb, lat
                     self._stacked = (spb_k, lat_k)
         return self._stacked
-
 
     def numbers(self) -> tuple:
         """The candidates as ``((s_per_byte, latency_s), ...)`` of Python floats where each is
@@ -288,7 +286,7 @@ def time_s(message_bytes, cands, calls=1.0):
         numbers = cands.numbers()
         if numbers and math.isfinite(m):  # finite sums: Python's min is numpy's, bit for bit
             m = float(m)
-            t = _FLOAT64(min([m * spb + lat for spb, lat in numbers]))
+            t = np.float64(min([m * spb + lat for spb, lat in numbers]))
             if type(calls) in (float, int, np.float64):
                 return t if calls == 1.0 else calls * t
             return as_array(calls) * t
