@@ -130,20 +130,23 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
                            ) * moe.expert_local_numel(g)
         optimizer_s = optimizer_s + step.optimizer_times(g_e, f, dpc_e, n_experts_stage)[0]
     post_total_s = post_step_s
-    hidden_gather = any_of(g["param_gather_overlap"] > 0)
-    if piped and not hidden_gather and all_of(g["pp"] > 1):
-        # every row pipelines: none takes the one-stage step (the pipelined one replaces it)
+    # every row pipelines: none takes the one-stage step (the pipelined one replaces it)
+    all_piped = piped and all_of(g["pp"] > 1)
+    root_fwd_s = rt["root_fwd_s"] + 0.5 * root_tp_s
+    only = None if all_piped else step.stage_phases(
+        g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s, root_fwd_s,
+        rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
+    if any_of(g["param_gather_overlap"] > 0):
+        # Megatron's distributed optimizer overlaps the parameter all-gather with the next
+        # step's forward (--overlap-param-gather): only what outlasts that forward shows.
+        fwd_s = (step.forward_phases(g, f, dpc, g["n_layers"], block_fwd_s, root_fwd_s, 1.0)
+                 if only is None else only)["fwd_s"]
+        post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - fwd_s, 0.0),
+                            post_step_s)
+    if all_piped:
         step_s = bubble_s = 0.0
         pipeline_ok = True
     else:
-        only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
-                                 rt["root_fwd_s"] + 0.5 * root_tp_s,
-                                 rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
-        # Megatron's distributed optimizer overlaps the parameter all-gather with the next
-        # step's forward (--overlap-param-gather): only what outlasts that forward shows.
-        if hidden_gather:
-            post_step_s = where(g["param_gather_overlap"] > 0,
-                                maximum(post_step_s - only["fwd_s"], 0.0), post_step_s)
         step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
         if type(step_s) is np.ndarray:
             bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)

@@ -51,11 +51,10 @@ def fsdp_flags(g):
             "rs_steps": where(sync_last, 1.0, k)}          # micro-batches that reduce
 
 
-def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bwd_s, root):
-    """Forward and backward of one stage and one micro-batch with its FSDP collectives [s]:
-    ``fwd_s`` (gathering), ``fwd_kept_s`` (parameters kept gathered), ``bwd_mb_s`` (a
-    micro-batch that is not the last) and ``bwd_last_s`` (the last, with the once-per-step
-    collectives). ``root`` (0/1) says whether this stage holds the root unit."""
+def forward_phases(g, f, t, n_units, block_fwd_s, root_fwd_s, root):
+    """Forward of one stage and one micro-batch with its FSDP all-gathers [s]: ``fwd_s``
+    (gathering) and ``fwd_kept_s`` (parameters kept gathered); arguments as for
+    :func:`stage_phases`."""
     slowdown = g["comm_compute_slowdown"]
     fsdp_like = f["fsdp_like"]
     fwd_ag_s = pick(fsdp_like, t["ag_block_s"], 0.0)
@@ -69,7 +68,17 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
         fwd_s = where(serial_ag, root * where(fsdp_like, t["ag_root_s"], 0.0)
                       + n_units * (fwd_ag_s + block_fwd_s) + root_fwd_s, fwd_s)
     fwd_kept_s = n_units * block_fwd_s + root_fwd_s  # a later micro-batch on kept parameters
+    return {"fwd_s": fwd_s, "fwd_kept_s": fwd_kept_s}
 
+
+def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bwd_s, root):
+    """Forward and backward of one stage and one micro-batch with its FSDP collectives [s]:
+    ``fwd_s`` (gathering), ``fwd_kept_s`` (parameters kept gathered), ``bwd_mb_s`` (a
+    micro-batch that is not the last) and ``bwd_last_s`` (the last, with the once-per-step
+    collectives). ``root`` (0/1) says whether this stage holds the root unit."""
+    slowdown = g["comm_compute_slowdown"]
+    fsdp_like = f["fsdp_like"]
+    serial_ag = g["dp_gather_overlap"] <= 0
     bwd_ag_s = pick(fsdp_like & (f["ag_calls"] > 1), t["ag_block_s"], 0.0)
     mb_rs_s = pick(f["rs_calls"] > 0, t["rs_block_s"], 0.0)
     mb_ar_s = pick(f["is_hybrid"], t["hsdp_ar_block_s"], 0.0)
@@ -109,8 +118,8 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
                            + root * t["ddp_ar_root_s"], bwd_last_s)
         bwd_last_s = where(late_zero1, serial_s + n_units * t["zero1_rs_block_s"]
                            + root * t["zero1_rs_root_s"], bwd_last_s)
-    return {"fwd_s": fwd_s, "fwd_kept_s": fwd_kept_s, "bwd_mb_s": bwd_mb_s,
-            "bwd_last_s": bwd_last_s}
+    return {**forward_phases(g, f, t, n_units, block_fwd_s, root_fwd_s, root),
+            "bwd_mb_s": bwd_mb_s, "bwd_last_s": bwd_last_s}
 
 
 def optimizer_times(g, f, t, n_params_padded):
