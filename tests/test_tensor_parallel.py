@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fsdpsim.costs import tensor_parallel as tpc
+from fsdpsim.costs.vocab import padded_vocab
 from fsdpsim.costs.activations import activation_bytes_per_layer
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.model.spec import ModelSpec
@@ -369,13 +370,13 @@ def test_padded_vocab_is_megatrons_rule_for_the_engine_and_the_published_rows():
     from fsdpsim.measured.published.text import tp_vocab
     from fsdpsim.model.presets import get_model
 
-    assert tpc.padded_vocab(50257, 1) == 50257
-    assert tpc.padded_vocab(50257, 2) == 50432          # 197 · 256
-    assert tpc.padded_vocab(128256, 4) == 128512        # 251 · 512
-    assert tpc.padded_vocab(128256, 2) == 128256        # already 501 · 256
-    assert tpc.padded_vocab(32000, 8) == 32768          # 32 · 1024
+    assert padded_vocab(50257, 1) == 50257
+    assert padded_vocab(50257, 2) == 50432          # 197 · 256
+    assert padded_vocab(128256, 4) == 128512        # 251 · 512
+    assert padded_vocab(128256, 2) == 128256        # already 501 · 256
+    assert padded_vocab(32000, 8) == 32768          # 32 · 1024
     spec = get_model("gpt3-175b")
     for tp in (1, 2, 8):
-        assert model_inputs(spec, 8, tp=tp)["vocab_size"] == tpc.padded_vocab(spec.vocab_size, tp)
-    assert tp_vocab(50257, 4) == tpc.padded_vocab(50257, 4) == 50688
+        assert model_inputs(spec, 8, tp=tp)["vocab_size"] == padded_vocab(spec.vocab_size, tp)
+    assert tp_vocab(50257, 4) == padded_vocab(50257, 4) == 50688
     assert tp_vocab(128256, 4) == 128256

@@ -8,6 +8,8 @@ block, :mod:`fsdpsim.engine.groups`), where most conditions hold on every row or
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -42,6 +44,8 @@ def any_of(mask) -> bool:
     configuration path, where the engine asks it dozens of times a call."""
     if type(mask) in _SCALAR_BOOLS:
         return bool(mask)
+    if type(mask) in NUMBER_TYPES:  # one number (a count): non-zero, NaN included
+        return bool(mask != 0)
     return np.count_nonzero(mask) > 0
 
 
@@ -49,6 +53,8 @@ def all_of(mask) -> bool:
     """``np.all(mask)`` (see :func:`any_of`)."""
     if type(mask) in _SCALAR_BOOLS:
         return bool(mask)
+    if type(mask) in NUMBER_TYPES:
+        return bool(mask != 0)
     return np.count_nonzero(mask) == np.size(mask)
 
 
@@ -224,3 +230,26 @@ def _bit_select(cond, bits_a, bits_b):
         diff = np.multiply(diff, cond)
     diff ^= bits_b
     return diff.view(np.float64)
+
+
+def read_only(value, shape):
+    """``value`` as a read-only float array of ``shape``: a view (no copies on the hot path of a
+    sweep), or for a small result a copy, which is quicker to make than a broadcast view; one
+    configuration's value (``shape`` ``()``) as a numpy float scalar (immutable as well)."""
+    if not shape:
+        return np.float64(value)
+    arr = np.asarray(value, dtype=float)
+    if arr.shape == shape:
+        arr = arr.view()
+    elif math.prod(shape) > SMALL_BROADCAST:
+        return np.broadcast_to(arr, shape)
+    else:
+        full = np.empty(shape)
+        full[...] = arr
+        arr = full
+    arr.flags.writeable = False
+    return arr
+
+
+#: Results up to this many entries are broadcast by copying (see :func:`read_only`).
+SMALL_BROADCAST = 1024

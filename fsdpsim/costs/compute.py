@@ -120,7 +120,7 @@ def attention_flops_fwd_of_queries(queries, keys, q_dim, causal=True):
     it with a causal kernel (FlashAttention-2, Dao 2023 §3.1).
     """
     full = 4.0 * as_array(queries) * as_array(keys) * as_array(q_dim)
-    return np.where(causal, 0.5, 1.0) * full
+    return where(causal, 0.5, 1.0) * full
 
 
 def lm_head_flops_fwd(tokens, d_model, vocab_size):
@@ -327,6 +327,8 @@ def host_ops_per_layer(flash, rotary, swiglu, rmsnorm, linear_bias):
     fwd, bwd = float(HOST_OPS_BASE[0]), float(HOST_OPS_BASE[1])
     for on, (f, b) in switches:
         on = as_array(on) > 0
+        if type(on) is np.bool_:  # one configuration: 1.0 or 0.0, not a boolean's slow product
+            on = 1.0 if on else 0.0
         fwd, bwd = fwd + on * float(f), bwd + on * float(b)  # f or 0 ops where switched on
     return as_array(fwd), as_array(bwd)
 

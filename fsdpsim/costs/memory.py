@@ -85,8 +85,6 @@ References
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the memory model)
@@ -100,6 +98,7 @@ from fsdpsim.costs.activations import (  # noqa: F401  (re-exported: part of the
     saved_bytes_by_policy,
     select_policy,
 )
+from fsdpsim.costs.arrays import NUMBER_TYPES, read_only
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
 from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, minimum,
@@ -326,37 +325,17 @@ def binding_terms(at_loss, in_block, moment="peak"):
         use_a = where(moment == "loss", True, where(moment == "block", False,
                                                             peak_a >= peak_b))
     # Each moment's peak sums all its terms, so its shape is theirs broadcast together.
-    shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
+    if type(use_a) is np.bool_ and type(peak_a) in NUMBER_TYPES and type(peak_b) in NUMBER_TYPES:
+        shape = ()  # one configuration
+    else:
+        shape = broadcast_shape(*{v.shape if isinstance(v, (np.ndarray, np.generic))
                                   else np.shape(v) for v in (use_a, peak_a, peak_b)})
     everywhere_a = all_of(use_a)
     if everywhere_a or not any_of(use_a):  # one moment binds everywhere: no selection
         terms = at_loss if everywhere_a else in_block
-        return {key: _read_only(terms[key], shape) for key in PEAK_KEYS}
-    return {key: _read_only(where(use_a, at_loss[key], in_block[key]), shape)
+        return {key: read_only(terms[key], shape) for key in PEAK_KEYS}
+    return {key: read_only(where(use_a, at_loss[key], in_block[key]), shape)
             for key in PEAK_KEYS}
-
-
-def _read_only(value, shape):
-    """``value`` as a read-only float array of ``shape``: a view (no copies on the hot path of a
-    sweep), or for a small result a copy, which is quicker to make than a broadcast view; one
-    configuration's value (``shape`` ``()``) as a numpy float scalar (immutable as well)."""
-    if not shape:
-        return np.float64(value)
-    arr = np.asarray(value, dtype=float)
-    if arr.shape == shape:
-        arr = arr.view()
-    elif math.prod(shape) > SMALL_BROADCAST:
-        return np.broadcast_to(arr, shape)
-    else:
-        full = np.empty(shape)
-        full[...] = arr
-        arr = full
-    arr.flags.writeable = False
-    return arr
-
-
-#: Results up to this many entries are broadcast by copying (see :func:`_read_only`).
-SMALL_BROADCAST = 1024
 
 
 def memory_moments(inputs: MemoryInputs):

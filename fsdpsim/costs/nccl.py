@@ -158,15 +158,15 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     ppn = minimum(as_array(per_node), n)
     nodes = maximum(np.ceil(n / maximum(ppn, 1.0)), 1.0)
     multi = nodes > 1.0
-    multi_f = multi.astype(float)
-    active_f = (n > 1.0).astype(float)
+    multi_f = _as_float(multi)
+    active_f = _as_float(n > 1.0)
     passes = 2.0 if all_reduce else 1.0
     steps = passes * maximum(n - 1.0, 0.0)
     inter_steps = passes * (nodes - 1.0)
     intra_steps = steps - inter_steps
     share = steps / maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
     if broadcast:
-        share = (n > 1.0).astype(float)    # M at the bus bandwidth; 0 for one rank
+        share = _as_float(n > 1.0)         # M at the bus bandwidth; 0 for one rank
     bw = as_array(busbw_bytes_per_s)
     nv = as_values(nvlink, bool)
     all_nvlink = bool(all_of(nv))
@@ -218,12 +218,24 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     return out
 
 
+def _as_float(mask):
+    """``mask.astype(float)``; one boolean (a group of one configuration) as 0.0 or 1.0 without
+    its call, which costs thirty times a float's arithmetic."""
+    if type(mask) is np.bool_:
+        return _ONE if mask else _ZERO
+    return mask.astype(float)
+
+
+_ONE, _ZERO = np.float64(1.0), np.float64(0.0)
+
+
 class Candidates(list):
     """:func:`candidates`' ``[(s_per_byte, latency_s), ...]``, with the same values stacked
     (:meth:`stacked`) for :func:`time_s` on one message size over a few rows (predict's
     configuration and its slower twin), where numpy's per-call overhead is most of the cost."""
 
     _stacked: tuple | None = None
+    _numbers: tuple | None = None
 
     def stacked(self) -> tuple:
         """``(s_per_byte, latency_s)``, each a float64 array of shape (candidates, *rows),
@@ -242,6 +254,15 @@ class Candidates(list):
                         spb_k[i], lat_k[i] = spb, lat
                     self._stacked = (spb_k, lat_k)
         return self._stacked
+
+    def numbers(self) -> tuple:
+        """The candidates as ``((s_per_byte, latency_s), ...)`` of Python floats where each is
+        one finite number (a group of one configuration), else ``()``. Built on first use."""
+        if self._numbers is None:
+            self._numbers = ()
+            if all(type(v) in _FLOATS and math.isfinite(v) for pair in self for v in pair):
+                self._numbers = tuple((float(spb), float(lat)) for spb, lat in self)
+        return self._numbers
 
 
 _FLOATS = frozenset((float, np.float64))
@@ -262,6 +283,13 @@ def time_s(message_bytes, cands, calls=1.0):
     candidates' ``latency + bytes · s_per_byte`` [s]."""
     m = as_array(message_bytes)
     if type(m) is np.float64 and type(cands) is Candidates and len(cands) > 1:
+        numbers = cands.numbers()
+        if numbers and math.isfinite(m):  # finite sums: Python's min is numpy's, bit for bit
+            m = float(m)
+            t = np.float64(min([m * spb + lat for spb, lat in numbers]))
+            if type(calls) in (float, int, np.float64):
+                return t if calls == 1.0 else calls * t
+            return as_array(calls) * t
         spb_k, lat_k = cands.stacked()
         if spb_k is not None:  # the same products, sums and least value, in three calls
             t = np.minimum.reduce(m * spb_k + lat_k)

@@ -54,8 +54,8 @@ import numpy as np
 
 from fsdpsim.costs import schedule_closed as closed
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, minimum,
-                                   where)
+from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, maximum,
+                                   minimum, where)
 from fsdpsim.util.errors import ConfigError, suggest
 
 #: Pipeline schedules, in the order of their integer codes.
@@ -342,10 +342,9 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
     size = math.prod(shape)
     if size <= SMALL and all(x.size == 1 or x.shape == shape for x in columns):
         # A few rows (predict): Python floats skip numpy's overhead, row by row.
-        def row(i):
-            return [x.flat[i] if x.size > 1 else x.flat[0] for x in columns]
+        rows = zip(*(x.ravel().tolist() if x.size > 1 else [x.item()] * size for x in columns))
         stages: dict = {}  # the interleaved stage sums rows share (predict's twin)
-        step = np.array([_form_s(*row(i), stages=stages) for i in range(size)]).reshape(shape)
+        step = np.array([_form_s(*row, stages=stages) for row in rows]).reshape(shape)
         f, b, w, ef, eb, lf, lb = times[0], times[1], times[2], *times[4:]
         full_b = b + w
     else:
@@ -364,7 +363,7 @@ def pipeline_time_s(schedule_code, pp, vpp, n_microbatches, stage_fwd_s, stage_b
                 if count:
                     step[on] = form(*(x[on] for x in _form_args(k, p, v, m, f, b, w, c, ef,
                                                                 eb, lf, lb)))
-    busiest = f + full_b + where(p == 1, ef + eb + lf + lb, np.maximum(ef + eb, lf + lb))
+    busiest = f + full_b + where(p == 1, ef + eb + lf + lb, maximum(ef + eb, lf + lb))
     return step, step - m * busiest
 
 
@@ -403,10 +402,15 @@ def schedule_feasible(schedule_code, pp, vpp, n_microbatches):
 def _codes(schedule_code) -> np.ndarray:
     """Integer schedule codes from names, integer codes or whole-number float codes (the
     engine's input bundle stores categorical columns as floats)."""
+    if type(schedule_code) in _INTEGERS and 0 <= schedule_code < len(SCHEDULES):
+        return np.int64(schedule_code)  # one configuration's code: no array to check
     arr = np.asarray(schedule_code)
     if arr.dtype.kind == "f" and all_of(arr == np.round(arr)):
         arr = arr.astype(np.int64)
     return choice_codes(arr, SCHEDULES, "pipeline schedule")
+
+
+_INTEGERS = frozenset((int, np.int64))
 
 
 def _whole(name: str, value) -> np.ndarray:

@@ -49,8 +49,6 @@ References
 [5] Liu et al., "Ring Attention with Blockwise Transformers", arXiv 2310.01889 (2023), §3;
     TransformerEngine ``AttnFuncWithCPAndKVP2P`` (``context_parallel.py``).
 [6] Jacobs et al., "DeepSpeed Ulysses", arXiv 2309.14509 (2023), §3.1-3.2.
-[7] Megatron-LM ``megatron/training/tokenizer/tokenizer.py`` (``_vocab_size_with_padding``),
-    ``megatron/training/arguments.py`` (``--make-vocab-size-divisible-by``, default 128).
 """
 
 from __future__ import annotations
@@ -86,6 +84,39 @@ def _full(value, shape) -> np.ndarray:
     if type(value) is np.ndarray and value.shape == shape and value.dtype == np.float64:
         return value
     return (value if np.shape(value) == shape else np.broadcast_to(value, shape)) * 1.0
+
+
+def _masks(t, sequence_parallel, regather_input, loss_parallel=None):
+    """Masks ``sp``, ``plain``, ``regather`` (and ``split_loss``, ``gathered_logits``) of TP
+    degree ``t`` [-]: booleans for arrays; for one configuration 0.0 or 1.0 (numpy floats:
+    the values of numpy's products with a boolean, at a fortieth of their cost)."""
+    if type(t) is np.float64 and all(type(f) in _FLAG_TYPES for f in
+                                     (sequence_parallel, regather_input, loss_parallel)):
+        sharded = t > 1
+        sp = sharded and bool(sequence_parallel)
+        masks = [sp, sharded and not sp, bool(regather_input)]
+        if loss_parallel is not None:
+            masks += [sharded and bool(loss_parallel), sharded and not loss_parallel]
+        return [_ONE if on else _ZERO for on in masks]
+    sharded = t > 1
+    sp = sharded & np.asarray(sequence_parallel, dtype=bool)
+    out = [sp, sharded & ~sp, np.asarray(regather_input, dtype=bool)]
+    if loss_parallel is not None:
+        out += [sharded & np.asarray(loss_parallel, dtype=bool),
+                sharded & ~np.asarray(loss_parallel, dtype=bool)]
+    return out
+
+
+def _broadcast_shape(*values) -> tuple:
+    """``np.broadcast(*values).shape``; ``()`` without numpy's call where all are numbers."""
+    if all(type(v) is np.float64 for v in values):
+        return ()
+    return np.broadcast(*values).shape
+
+
+_ONE, _ZERO = np.float64(1.0), np.float64(0.0)
+#: Flags :func:`_masks` reads as one value (None: a flag not asked for).
+_FLAG_TYPES = frozenset((bool, np.bool_, int, float, np.float64, type(None)))
 
 
 # -- tensor parallelism: one transformer layer ---------------------------------------------------
@@ -130,11 +161,8 @@ def tp_layer_collectives(tokens, d_model, act_bytes, tp, sequence_parallel, *,
     """
     t = check_at_least_one("tp", tp)
     m = as_array(tokens) * as_array(d_model) * as_array(act_bytes)  # one [b·s, h] activation
-    sharded = t > 1
-    sp = sharded & np.asarray(sequence_parallel, dtype=bool)
-    plain = sharded & ~sp
-    regather = np.asarray(regather_input, dtype=bool)
-    shape = np.broadcast(m, sp, as_array(column_linears), regather).shape
+    sp, plain, regather = _masks(t, sequence_parallel, regather_input)
+    shape = _broadcast_shape(m, sp, as_array(column_linears), regather)
     out = _empty(shape)
     two_sp = 2.0 * sp
     counts = {
@@ -202,12 +230,8 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
     t = check_at_least_one("tp", tp)
     n = as_array(tokens)
     m = n * as_array(d_model) * as_array(act_bytes)
-    sharded = t > 1
-    sp = sharded & np.asarray(sequence_parallel, dtype=bool)
-    plain = sharded & ~sp
-    regather = np.asarray(regather_input, dtype=bool)
-    split_loss = sharded & np.asarray(loss_parallel, dtype=bool)
-    gathered_logits = sharded & ~np.asarray(loss_parallel, dtype=bool)
+    sp, plain, regather, split_loss, gathered_logits = _masks(t, sequence_parallel,
+                                                              regather_input, loss_parallel)
     loss_scalars = n * (2.0 * as_array(loss_bytes) + as_array(target_logit_bytes))
     logits = n * as_array(vocab_size) * as_array(act_bytes)
     one_plain, one_sp = (1.0 * plain, plain * m), (1.0 * sp, sp * m)  # shared by two kinds
@@ -225,7 +249,7 @@ def tp_head_collectives(tokens, d_model, vocab_size, act_bytes, tp, sequence_par
         "forward_embedding_all_reduce": one_plain,
         "forward_loss_all_reduce": (3.0 * split_loss, split_loss * loss_scalars),
     }
-    shape = np.broadcast(*[x for pair in terms.values() for x in pair]).shape
+    shape = _broadcast_shape(*[x for pair in terms.values() for x in pair])
     out = _empty(shape)
     for key, (calls, nbytes) in terms.items():
         out[f"{key}_calls"] = _full(calls, shape)
@@ -275,22 +299,6 @@ def tp_role(name: str) -> str:
             return role
     raise ConfigError(f"parameter {name!r}: no tensor-parallel layout known; accepted names "
                       f"are those of ModelSpec.unit_parameter_shapes()")
-
-
-#: Megatron's default ``--make-vocab-size-divisible-by`` [7]: the vocabulary is padded to a
-#: multiple of this times the TP degree.
-VOCAB_MULTIPLE = 128
-
-
-def padded_vocab(vocab_size: int, tp: int) -> int:
-    """The vocabulary a vocab-parallel embedding and LM head hold [-]: with ``tp > 1``,
-    Megatron's padding to a multiple of :data:`VOCAB_MULTIPLE` · tp so the rows split evenly
-    ([7] ``_vocab_size_with_padding``: ``ceil(V / (128·tp)) · 128·tp``); with ``tp = 1`` the
-    model's own (a single-rank embedding keeps its size)."""
-    if tp <= 1:
-        return vocab_size
-    multiple = VOCAB_MULTIPLE * tp
-    return -(-vocab_size // multiple) * multiple
 
 
 def tp_local_shapes(shapes, tp: int):

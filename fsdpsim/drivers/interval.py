@@ -205,8 +205,13 @@ def physical_ratio_high(values: Mapping[str, Any], efficiency=None) -> Any:
         return np.inf
     ceiling = getattr(efficiency, "ceiling", None) or 1.0
     mfu = as_array(values["mfu"])
+    hfu, native = as_array(values["hfu"]), as_array(values["mfu_native"])
+    if type(mfu) is np.float64 and mfu > 0:  # one configuration: no zero to divide by
+        hfu_native = hfu * native / mfu
+        if hfu_native > 0:  # np.where's side, without np.errstate's and np.where's cost
+            return maximum(ceiling / hfu_native, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        hfu_native = as_array(values["hfu"]) * as_array(values["mfu_native"]) / mfu
+        hfu_native = hfu * native / mfu
         ratio = np.where(hfu_native > 0, ceiling / hfu_native, np.inf)
     return maximum(ratio, 1.0)
 
@@ -220,10 +225,12 @@ def fit_span_doublings(num_gpus, n_params, span) -> Any:
     overlap and host time); above their GPU count, and for models larger or smaller than theirs,
     effects enter that the fit never saw. Fewer GPUs than the fit's are not counted: they add
     no communication the fit did not see. Scalars or arrays."""
-    gpus = as_array(num_gpus).astype(float)
-    params = as_array(n_params).astype(float)
+    gpus = as_array(num_gpus)
+    params = as_array(n_params)
     above = np.log2(maximum(gpus / span.gpus_max, 1.0))
-    outside = np.abs(np.log2(params / np.clip(params, span.params_min, span.params_max)))
+    # np.clip's values, without its overhead on one configuration's numbers
+    inside = minimum(maximum(params, float(span.params_min)), float(span.params_max))
+    outside = np.abs(np.log2(params / inside))
     return above + outside
 
 

@@ -22,7 +22,7 @@ from fsdpsim.hardware import efficiency
 
 from fsdpsim.model import layers as model_layers
 from fsdpsim.costs.comm import STRATEGY_CODES, padded_numel
-from fsdpsim.costs.tensor_parallel import padded_vocab
+from fsdpsim.costs.vocab import padded_vocab
 from fsdpsim.engine.build_framework import framework_inputs
 from fsdpsim.engine.inputs import EngineInputs
 from fsdpsim.engine.peaks import (attention_peak_ratio, bf16_linear_share, gemm_peak_flops_per_s,

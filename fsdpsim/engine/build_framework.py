@@ -13,6 +13,7 @@ from fsdpsim.hardware import efficiency
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import ParallelPlan
+from fsdpsim.util.memo import by_identity
 
 
 def framework_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
@@ -33,7 +34,20 @@ def framework_system_inputs(system: System, framework: str,
                             precision: str | None = None) -> dict[str, Any]:
     """The inputs of :func:`framework_inputs` that depend on the system: the kernel stack's
     fractions for ``precision`` (none without one) and the profile's collective library release
-    where it is not the default profile's (:func:`fabric_inputs` gave that one)."""
+    where it is not the default profile's (:func:`fabric_inputs` gave that one); computed
+    once per system object, framework and precision (a System is frozen; each caller gets a
+    copy)."""
+    return dict(by_identity(_FRAMEWORK_SYSTEM_INPUTS, system, (framework, precision),
+                            lambda: _framework_system_inputs(system, framework, precision)))
+
+
+#: (system, its inputs) by (id(system), framework, precision) (:func:`by_identity`).
+_FRAMEWORK_SYSTEM_INPUTS: dict[tuple[int, str, str | None], tuple[System, dict[str, Any]]] = {}
+
+
+def _framework_system_inputs(system: System, framework: str,
+                             precision: str | None) -> dict[str, Any]:
+    """:func:`framework_system_inputs`, computed."""
     from fsdpsim.plan import frameworks
     from fsdpsim.costs import nccl
 

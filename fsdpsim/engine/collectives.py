@@ -11,12 +11,14 @@ attention), Jacobs et al. 2023 (Ulysses); pipeline point-to-point Narayanan et a
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
 
 from fsdpsim.costs import comm, nccl
-from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maximum, minimum,
+                                   where)
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 
 
@@ -118,6 +120,8 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     link = r["link"]
     if any_of(g["link_mesh"] > 0):
         link = where(g["link_mesh"] > 0, mesh_link(g, r, gpn), link)
+    if type(multi) is np.bool_ and not multi:  # inside one domain: the link alone, not
+        return link  # broadcast to the NIC's rows (a configuration's slower twin)
     fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
                                 g["nic_decay_floor"]) * g["placement_factor"]
     if per_pod is not None and any_of(per_pod < size):
@@ -139,10 +143,15 @@ def pinned_bus_bandwidth(g, key, size, per_node, modelled):
         inter, intra = g["busbw_ar_inter"], g["busbw_ar_intra"]
     else:
         inter, intra = g["busbw_ring_inter"], np.nan
-    if not (any_of(np.isfinite(inter)) or any_of(np.isfinite(intra))):
+    if not (_any_finite(inter) or _any_finite(intra)):
         return modelled
     pin = where(multi, inter, intra)
     return where(np.isfinite(pin), pin, modelled)
+
+
+def _any_finite(x) -> bool:
+    """Whether some entry of ``x`` is finite (a pinned bandwidth; NaN where none is)."""
+    return math.isfinite(x) if type(x) in NUMBER_TYPES else any_of(np.isfinite(x))
 
 
 def mesh_link(g, r, members):
@@ -254,11 +263,15 @@ def data_parallel(g, co, n_units, r):
     def dp(total, calls, cands, ranks):
         return _dp_call_s(g, r, total, calls, cands, ranks, listed)
 
+    # Per-micro-batch gathers and reduce-scatters: FSDP's strategies only (costs/comm.py
+    # table); ZeRO-1 and DDP rows never read them.
+    per_mb = any_of((strategy == comm.FULL) | (strategy == comm.HYBRID)
+                    | (strategy == comm.GRAD_OP))
     t = {
-        "ag_block_s": dp(block_param_bytes, bc, sh["ring"], shard),
-        "ag_root_s": dp(root_param_bytes, rc, sh["ring"], shard),
-        "rs_block_s": dp(block_grad_bytes, bc, sh["ring"], shard),
-        "rs_root_s": dp(root_grad_bytes, rc, sh["ring"], shard),
+        "ag_block_s": dp(block_param_bytes, bc, sh["ring"], shard) if per_mb else 0.0,
+        "ag_root_s": dp(root_param_bytes, rc, sh["ring"], shard) if per_mb else 0.0,
+        "rs_block_s": dp(block_grad_bytes, bc, sh["ring"], shard) if per_mb else 0.0,
+        "rs_root_s": dp(root_grad_bytes, rc, sh["ring"], shard) if per_mb else 0.0,
         "hsdp_ar_block_s": 0.0, "hsdp_ar_root_s": 0.0, "ddp_ar_block_s": 0.0,
         "ddp_ar_root_s": 0.0, "zero1_rs_block_s": 0.0, "zero1_rs_root_s": 0.0,
         "zero1_ag_all_s": 0.0,

@@ -165,8 +165,8 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
     entry, so each stage's numbers are those of its own call)."""
     shared = shared_memory_config(g)
     configs = memory_config(g, "first", shared), memory_config(g, "last", shared)
-    ndim = max(map(_ndim, (g["memory_bytes"], g["cp"], *configs[0].values(),
-                           *configs[1].values())))
+    values = (g["memory_bytes"], g["cp"], *configs[0].values(), *configs[1].values())
+    ndim = 0 if all(type(v) in _ONE_VALUE for v in values) else max(map(_ndim, values))
     if ndim == 0:  # one configuration: two calls on numbers beat one on stacked arrays
         return tuple(_memory_of(g, config, ceilings) for config in configs)
     both = {key: (a if a is configs[1][key] else _stack_pair(a, configs[1][key], ndim))
@@ -174,6 +174,10 @@ def end_stages_memory(g: Mapping[str, np.ndarray],
     out = _memory_of(g, both, ceilings)
     return tuple({key: (v[i] if np.ndim(v) > ndim else v) for key, v in out.items()}
                  for i in (0, 1))
+
+
+#: Types of one value (a configuration's keywords; None: a keyword not used).
+_ONE_VALUE = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64, type(None)))
 
 
 def _ndim(v) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 from fsdpsim.costs import compute
 from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, where
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
+from fsdpsim.engine.step import pick
 
 
 def layer_costs(g: Mapping[str, np.ndarray]) -> dict:
@@ -129,20 +130,23 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
                            ) * moe.expert_local_numel(g)
         optimizer_s = optimizer_s + step.optimizer_times(g_e, f, dpc_e, n_experts_stage)[0]
     post_total_s = post_step_s
-    hidden_gather = any_of(g["param_gather_overlap"] > 0)
-    if piped and not hidden_gather and all_of(g["pp"] > 1):
-        # every row pipelines: none takes the one-stage step (the pipelined one replaces it)
+    # every row pipelines: none takes the one-stage step (the pipelined one replaces it)
+    all_piped = piped and all_of(g["pp"] > 1)
+    root_fwd_s = rt["root_fwd_s"] + 0.5 * root_tp_s
+    only = None if all_piped else step.stage_phases(
+        g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s, root_fwd_s,
+        rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
+    if any_of(g["param_gather_overlap"] > 0):
+        # Megatron's distributed optimizer overlaps the parameter all-gather with the next
+        # step's forward (--overlap-param-gather): only what outlasts that forward shows.
+        fwd_s = (step.forward_phases(g, f, dpc, g["n_layers"], block_fwd_s, root_fwd_s, 1.0)
+                 if only is None else only)["fwd_s"]
+        post_step_s = where(g["param_gather_overlap"] > 0, maximum(post_step_s - fwd_s, 0.0),
+                            post_step_s)
+    if all_piped:
         step_s = bubble_s = 0.0
         pipeline_ok = True
     else:
-        only = step.stage_phases(g, f, dpc, g["n_layers"], block_fwd_s, block_bwd_s,
-                                 rt["root_fwd_s"] + 0.5 * root_tp_s,
-                                 rt["root_bwd_s"] + 0.5 * root_tp_s, 1.0)
-        # Megatron's distributed optimizer overlaps the parameter all-gather with the next
-        # step's forward (--overlap-param-gather): only what outlasts that forward shows.
-        if hidden_gather:
-            post_step_s = where(g["param_gather_overlap"] > 0,
-                                maximum(post_step_s - only["fwd_s"], 0.0), post_step_s)
         step_s = step.data_parallel_step_s(g, f, only, optimizer_s, post_step_s)
         if type(step_s) is np.ndarray:
             bubble_s, pipeline_ok = np.zeros_like(step_s), np.ones(step_s.shape, dtype=bool)
@@ -151,7 +155,7 @@ def step_times(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     if piped:
         mid = step.stage_phases(g, f, dpc, g["layers_mid"], block_fwd_s, block_bwd_s, 0.0, 0.0,
                                 0.0)
-        root_ag = where(f["fsdp_like"], dpc["ag_root_s"], 0.0)
+        root_ag = pick(f["fsdp_like"], dpc["ag_root_s"], 0.0)
         first_extra = ((g["layers_first"] - g["layers_mid"]) * block_fwd_s + rt["embed_fwd_s"]
                        + 0.5 * root_tp_s + root_ag,
                        (g["layers_first"] - g["layers_mid"]) * block_bwd_s + rt["embed_bwd_s"])
@@ -222,17 +226,17 @@ def totals(g: Mapping[str, np.ndarray], s: Mapping[str, object]) -> dict:
     fsdp_like = f["fsdp_like"]
     is_zero1, is_hybrid, is_ddp = f["is_zero1"], f["is_hybrid"], f["is_ddp"]
     ag_steps, rs_steps = f["ag_steps"], f["rs_steps"]
-    ag_per_mb_s = where(fsdp_like, L_stage * dpc["ag_block_s"] * ag_calls + dpc["ag_root_s"], 0.0)
+    ag_per_mb_s = pick(fsdp_like, L_stage * dpc["ag_block_s"] * ag_calls + dpc["ag_root_s"], 0.0)
     all_gather_s = ag_steps * ag_per_mb_s + post_total_s
-    rs_per_mb_s = where(f["rs_calls"] > 0, L_stage * dpc["rs_block_s"] + dpc["rs_root_s"], 0.0)
+    rs_per_mb_s = pick(f["rs_calls"] > 0, L_stage * dpc["rs_block_s"] + dpc["rs_root_s"], 0.0)
     grads_ar = is_zero1 & (g["grad_all_reduce"] > 0)  # InternEvo's ZeRO-1 all-reduces them
     zero1_grads_s = where(is_zero1, L_stage * dpc["zero1_rs_block_s"] + dpc["zero1_rs_root_s"],
                           0.0)
     reduce_scatter_s = rs_steps * rs_per_mb_s + where(grads_ar, 0.0, zero1_grads_s)
-    all_reduce_s = (rs_steps * where(is_hybrid, L_stage * dpc["hsdp_ar_block_s"]
-                                     + dpc["hsdp_ar_root_s"], 0.0)
-                    + where(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0)
-                    + where(grads_ar, zero1_grads_s, 0.0))
+    all_reduce_s = (rs_steps * pick(is_hybrid, L_stage * dpc["hsdp_ar_block_s"]
+                                    + dpc["hsdp_ar_root_s"], 0.0)
+                    + pick(is_ddp, L_stage * dpc["ddp_ar_block_s"] + dpc["ddp_ar_root_s"], 0.0)
+                    + pick(grads_ar, zero1_grads_s, 0.0))
     tp_replay = s["tp_replay"]
     tp_s = k * (L_stage * ((1.0 + tp_replay) * tpc["tp_layer_fwd_s"] + tpc["tp_layer_bwd_s"])
                 + root_tp_s)

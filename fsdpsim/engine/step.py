@@ -14,7 +14,22 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import comm, compute, overlap
-from fsdpsim.costs.compute import any_of, as_values, maximum, where
+from fsdpsim.costs.compute import NUMBER_TYPES, any_of, as_values, maximum, where
+
+
+def pick(cond, a, b):
+    """``where(cond, a, b)``, but where ``cond`` is one configuration's flag (one boolean) and
+    picks a number, that number (a numpy float), not broadcast to the other side's rows
+    (predict's configuration and its slower twin): its value on every row, as a single value
+    of the engine's outputs serves every row."""
+    if type(cond) in _FLAGS:
+        side = a if cond else b
+        if type(side) in NUMBER_TYPES:
+            return np.float64(side)
+    return where(cond, a, b)
+
+
+_FLAGS = frozenset((bool, np.bool_))
 
 
 def fsdp_flags(g):
@@ -36,15 +51,14 @@ def fsdp_flags(g):
             "rs_steps": where(sync_last, 1.0, k)}          # micro-batches that reduce
 
 
-def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bwd_s, root):
-    """Forward and backward of one stage and one micro-batch with its FSDP collectives [s]:
-    ``fwd_s`` (gathering), ``fwd_kept_s`` (parameters kept gathered), ``bwd_mb_s`` (a
-    micro-batch that is not the last) and ``bwd_last_s`` (the last, with the once-per-step
-    collectives). ``root`` (0/1) says whether this stage holds the root unit."""
+def forward_phases(g, f, t, n_units, block_fwd_s, root_fwd_s, root):
+    """Forward of one stage and one micro-batch with its FSDP all-gathers [s]: ``fwd_s``
+    (gathering) and ``fwd_kept_s`` (parameters kept gathered); arguments as for
+    :func:`stage_phases`."""
     slowdown = g["comm_compute_slowdown"]
     fsdp_like = f["fsdp_like"]
-    fwd_ag_s = where(fsdp_like, t["ag_block_s"], 0.0)
-    fwd_first_s = where(fsdp_like, root * t["ag_root_s"] + t["ag_block_s"], 0.0)
+    fwd_ag_s = pick(fsdp_like, t["ag_block_s"], 0.0)
+    fwd_first_s = pick(fsdp_like, root * t["ag_root_s"] + t["ag_block_s"], 0.0)
     fwd_s = overlap.pipelined_phase_s(fwd_first_s, fwd_ag_s, block_fwd_s, n_units, 0.0,
                                       slowdown) + root_fwd_s
     # A framework that synchronises before every gather (deepspeed-zero3-2021) overlaps none:
@@ -54,16 +68,26 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
         fwd_s = where(serial_ag, root * where(fsdp_like, t["ag_root_s"], 0.0)
                       + n_units * (fwd_ag_s + block_fwd_s) + root_fwd_s, fwd_s)
     fwd_kept_s = n_units * block_fwd_s + root_fwd_s  # a later micro-batch on kept parameters
+    return {"fwd_s": fwd_s, "fwd_kept_s": fwd_kept_s}
 
-    bwd_ag_s = where(fsdp_like & (f["ag_calls"] > 1), t["ag_block_s"], 0.0)
-    mb_rs_s = where(f["rs_calls"] > 0, t["rs_block_s"], 0.0)
-    mb_ar_s = where(f["is_hybrid"], t["hsdp_ar_block_s"], 0.0)
+
+def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bwd_s, root):
+    """Forward and backward of one stage and one micro-batch with its FSDP collectives [s]:
+    ``fwd_s`` (gathering), ``fwd_kept_s`` (parameters kept gathered), ``bwd_mb_s`` (a
+    micro-batch that is not the last) and ``bwd_last_s`` (the last, with the once-per-step
+    collectives). ``root`` (0/1) says whether this stage holds the root unit."""
+    slowdown = g["comm_compute_slowdown"]
+    fsdp_like = f["fsdp_like"]
+    serial_ag = g["dp_gather_overlap"] <= 0
+    bwd_ag_s = pick(fsdp_like & (f["ag_calls"] > 1), t["ag_block_s"], 0.0)
+    mb_rs_s = pick(f["rs_calls"] > 0, t["rs_block_s"], 0.0)
+    mb_ar_s = pick(f["is_hybrid"], t["hsdp_ar_block_s"], 0.0)
     step_block_comm_s = where(f["is_ddp"], t["ddp_ar_block_s"],
                               where(f["is_zero1"], t["zero1_rs_block_s"], 0.0))
     step_root_comm_s = root * where(f["is_ddp"], t["ddp_ar_root_s"],
                                     where(f["is_zero1"], t["zero1_rs_root_s"], 0.0))
-    root_tail_s = root * (where(f["rs_calls"] > 0, t["rs_root_s"], 0.0)
-                          + where(f["is_hybrid"], t["hsdp_ar_root_s"], 0.0))
+    root_tail_s = root * (pick(f["rs_calls"] > 0, t["rs_root_s"], 0.0)
+                          + pick(f["is_hybrid"], t["hsdp_ar_root_s"], 0.0))
 
     def backward_s(block_comm_s, root_comm_s):
         first = maximum(0.0, bwd_ag_s - root_bwd_s)
@@ -94,8 +118,8 @@ def stage_phases(g, f, t, n_units, block_fwd_s, block_bwd_s, root_fwd_s, root_bw
                            + root * t["ddp_ar_root_s"], bwd_last_s)
         bwd_last_s = where(late_zero1, serial_s + n_units * t["zero1_rs_block_s"]
                            + root * t["zero1_rs_root_s"], bwd_last_s)
-    return {"fwd_s": fwd_s, "fwd_kept_s": fwd_kept_s, "bwd_mb_s": bwd_mb_s,
-            "bwd_last_s": bwd_last_s}
+    return {**forward_phases(g, f, t, n_units, block_fwd_s, root_fwd_s, root),
+            "bwd_mb_s": bwd_mb_s, "bwd_last_s": bwd_last_s}
 
 
 def optimizer_times(g, f, t, n_params_padded):

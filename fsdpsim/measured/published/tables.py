@@ -41,7 +41,7 @@ from fsdpsim.plan.frameworks import profile
 from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, knob_default
 from fsdpsim.measured.rows import is_empty
 from fsdpsim.hardware.system import BUSBW_COLUMNS
-from fsdpsim.costs.tensor_parallel import VOCAB_MULTIPLE
+from fsdpsim.costs.vocab import VOCAB_MULTIPLE
 from fsdpsim.measured.published.text import (
     arch_of,
     cell_count,

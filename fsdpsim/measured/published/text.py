@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fsdpsim.costs.tensor_parallel import padded_vocab
+from fsdpsim.costs.vocab import padded_vocab
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import number_in_text
@@ -43,7 +43,7 @@ def cell_count(value: Any) -> int | None:
 def tp_vocab(vocab: int, tp: int) -> int:
     """The vocabulary of a published row's model: as stated when TP divides it (the row's
     model size counts it so; the engine pads it for its vocab-parallel layers all the same),
-    else Megatron's padding (:func:`fsdpsim.costs.tensor_parallel.padded_vocab`)."""
+    else Megatron's padding (:func:`fsdpsim.costs.vocab.padded_vocab`)."""
     return vocab if vocab % tp == 0 else padded_vocab(vocab, tp)
 
 
