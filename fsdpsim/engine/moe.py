@@ -41,6 +41,10 @@ LAYER_KEYS = ("gemm_fwd_s", "gemm_bwd_s", "attn_fwd_s", "attn_bwd_s", "ew_fwd_s"
 #: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
 DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",
                  "zero1_rs_block_s")
+#: The times :func:`data_parallel` reads of a MoE layer's experts (:data:`DP_BLOCK_KEYS`, and
+#: the optimizer their ZeRO-1 gather) and of a stage's mean unit.
+_EXPERT_KEYS = (*DP_BLOCK_KEYS, "zero1_ag_all_s")
+_GATHER_KEYS = ("zero1_ag_all_s",)
 #: Expert groups and the data-parallel group names they stand in for.
 EXPERT_GROUP_OF = {"shard": "eshard", "replicate": "ereplicate", "dp_world": "edp"}
 
@@ -267,7 +271,7 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     ``(1 − φ)·dense layer + φ·(MoE layer's dense part + its local experts over the expert
     groups)``; returns (mixed dpc, the experts' own dpc and their inputs)."""
     g_m = {**g, "block_numel_padded": g["moe_block_numel_padded"]}
-    dpc_m = collectives.data_parallel(g_m, co, n_units, r)
+    dpc_m = collectives.data_parallel(g_m, co, n_units, r, keys=DP_BLOCK_KEYS)
     g_e = expert_inputs(g)
     co_e = collectives.group_coefficients(g_e, r, tp=False)
     # An expert group laid out as its dense group on every row (ep = 1, etp = tp) has the
@@ -276,13 +280,14 @@ def data_parallel(g, r, co, dpc, n_units, phi):
         if all(_same(g_e.get(name + suffix), g.get(name + suffix))
                for suffix in ("_size", "_per_node", "_per_pod")):
             co_e[name] = co[name]
-    dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r)
+    dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r, keys=_EXPERT_KEYS)
     out = dict(dpc)
     for k in DP_BLOCK_KEYS:
         out[k] = dpc[k] + phi * (dpc_m[k] + dpc_e[k] - dpc[k])
     if any_of(np.asarray(g["strategy"]) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
         mean = stage_dense_numel(g, n_units, n_units * phi) / maximum(n_units, 1.0)
-        whole = collectives.data_parallel({**g, "block_numel_padded": mean}, co, n_units, r)
+        whole = collectives.data_parallel({**g, "block_numel_padded": mean}, co, n_units, r,
+                                          keys=_GATHER_KEYS)
         out["zero1_ag_all_s"] = where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
                                       + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
     return out, dpc_e, g_e
