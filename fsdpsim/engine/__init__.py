@@ -99,7 +99,8 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         heap.keep_freed_memory()
     if n < GROUP_ROWS and n <= BLOCK_ROWS:
         return _evaluate(x)
-    flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
+    flat = {k: (v if type(v) is np.ndarray and v.shape == shape else  # a column already
+                np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
     if n > BLOCK_ROWS:  # block by block, each grouped on its own; outputs straight into place
         result: dict[str, np.ndarray] = {}
