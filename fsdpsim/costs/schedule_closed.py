@@ -69,6 +69,13 @@ def _maximum(a, b):
 def _max(*xs):
     if all(type(x) in _FAST for x in xs):
         return max(xs)
+    if (all(type(x) is np.ndarray and x.dtype == np.float64 for x in xs)
+            and len({x.shape for x in xs}) == 1):
+        # one shape: maximum.reduce's values, pair by pair, without stacking the arrays
+        out = np.maximum(xs[0], xs[1])
+        for x in xs[2:]:
+            np.maximum(out, x, out=out)
+        return out
     return np.maximum.reduce(np.broadcast_arrays(*xs))
 
 
