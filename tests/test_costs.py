@@ -454,6 +454,24 @@ def test_where_one_side_and_zero_selects_match_np_where(cond_kind, a_kind, b_kin
             assert shared and side.shape == want.shape
 
 
+def test_selects_on_one_condition_in_a_row_match_np_where():
+    """Selects on one mask in a row with shared sides (the engine's memory terms; the mask's
+    bits are built once) give np.where's bits for each pair of sides, and a new mask after
+    them is not mistaken for the old one."""
+    rng = np.random.default_rng(5)
+    n = 3 * arrays._BIT_SELECT_MIN
+    cond, other = rng.random(n) > 0.5, rng.random(n) > 0.5
+    sides = [(rng.choice(_SPECIAL, n), rng.choice(_SPECIAL, n)), (rng.choice(_SPECIAL, n), 0.0),
+             (rng.random(n), np.nan)]
+    before = compute.share_sides(True)
+    try:
+        got = [compute.where(c, a, b) for c in (cond, other) for a, b in sides]
+    finally:
+        compute.share_sides(before)
+    want = [np.where(c, a, b) for c in (cond, other) for a, b in sides]
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+
+
 def test_where_keeps_short_and_non_float_selects_to_numpy():
     """Masks shorter than the threshold, integer operands and non-boolean conditions go to
     np.where unchanged (integer results stay integers)."""

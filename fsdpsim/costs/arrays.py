@@ -188,6 +188,7 @@ def share_sides(on: bool) -> bool:
     the setting: a select of many rows then costs nothing."""
     global _SIDES_SHARED
     before, _SIDES_SHARED = _SIDES_SHARED, bool(on)
+    _MASK_OF[:] = None, None  # the remembered mask holds only inside one such evaluation
     return before
 
 
@@ -210,17 +211,36 @@ def _float_bits(v):
 
 def _bit_select(cond, bits_a, bits_b):
     """``np.where(cond, a, b)`` from the bits of ``a`` and ``b`` (int64), without a branch:
-    ``((a ^ b) * cond) ^ b`` is ``a``'s bits where ``cond`` holds and ``b``'s elsewhere, so
-    every value (NaN, -0.0, inf) comes back exactly as ``np.where`` returns it. Where ``b``
-    (or ``a``) is +0.0, all of whose bits are 0, that is ``a * cond`` (``b * ~cond``)."""
+    ``((a ^ b) & mask) ^ b``, with ``mask`` all ones where ``cond`` holds and 0 elsewhere
+    (:func:`_bit_mask`), is ``a``'s bits where ``cond`` holds and ``b``'s elsewhere, so every
+    value (NaN, -0.0, inf) comes back exactly as ``np.where`` returns it. Where ``b`` (or
+    ``a``) is +0.0, all of whose bits are 0, that is ``a & mask`` (``b * ~cond``)."""
     if type(bits_b) is np.int64 and not bits_b:
-        return np.multiply(bits_a, cond).view(np.float64)
+        return np.bitwise_and(bits_a, _bit_mask(cond)).view(np.float64)
     if type(bits_a) is np.int64 and not bits_a:
         return np.multiply(bits_b, ~cond).view(np.float64)
     diff = np.bitwise_xor(bits_a, bits_b)
     if broadcast_shape(diff.shape, cond.shape) == diff.shape:
-        np.multiply(diff, cond, out=diff)
+        np.bitwise_and(diff, _bit_mask(cond), out=diff)
     else:
-        diff = np.multiply(diff, cond)
+        diff = np.bitwise_and(diff, _bit_mask(cond))
     diff ^= bits_b
     return diff.view(np.float64)
+
+
+#: The condition :func:`_bit_mask` last turned into a mask, and that mask (kept while
+#: :func:`share_sides` is on: the engine, which changes no array in place, selects several
+#: terms on one condition in a row, such as the binding memory moment's).
+_MASK_OF: list = [None, None]
+
+
+def _bit_mask(cond):
+    """``cond`` (a boolean array) as int64 masks: all 64 bits set where it holds, 0 elsewhere
+    (AVX2 ands 64-bit integers four at a time; it has no 64-bit multiply)."""
+    if _MASK_OF[0] is cond:
+        return _MASK_OF[1]
+    mask = cond.astype(np.int64)
+    np.negative(mask, out=mask)
+    if _SIDES_SHARED:
+        _MASK_OF[:] = cond, mask
+    return mask
