@@ -345,13 +345,15 @@ def layered_flops(g, rc_share, k):
 
 
 # -- memory ---------------------------------------------------------------------------------------
-def memory_update(g, config, stage):
+def memory_update(g, config, stage, stage_free=None):
     """Memory keywords of a stage of a layered model (:func:`fsdpsim.engine.memory.
     memory_config`): the dense parts of its dense and MoE layers over the shard group, the
     local experts over the expert shard group (their states as the rest, unpadded: Megatron's
     flat buffers), the MoE layers' routed activations at the busiest rank's load and a dispatch
     in flight, MLP activations at the stage's mean width, and the MTP modules on the last
-    stage. Rows of uniform models keep their keywords."""
+    stage. Rows of uniform models keep their keywords. ``stage_free``: a table shared by the
+    stages of one evaluation, where the per-token routed bytes (the same on every stage) are
+    kept once computed."""
     if stage == "only":
         n_layers, n_moe = g["n_layers"], g["moe_layers"]
     else:
@@ -382,17 +384,27 @@ def memory_update(g, config, stage):
     config["expert_shard_size"] = where(np.asarray(g["strategy"]) == comm.NONE, 1.0,
                                         g["eshard_size"])
     if any_of(g["moe_layers"] > 0):
-        ro = routing(g)
-        per_token = 1.0 / (g["cp"] * g["tp"])  # routed rows per token of the micro-batch
-        rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) * per_token
-        saved = rows_per_token * moe_costs.routed_saved_bytes_per_row(
-            g["d_model"], ro["ffn_local"], g["swiglu"] > 0, g["compute_bytes"])
-        saved = saved + per_token * moe_costs.ROUTER_BYTES * g["n_experts"]  # fp32 logits
-        kept = where(np.asarray(g["recompute"]) == 2, 0.0, saved)
+        table = {} if stage_free is None else stage_free
+        if "routed_bytes" not in table:
+            table["routed_bytes"] = _routed_bytes_per_token(g)
+        kept, working = table["routed_bytes"]
         layers_moe = n_moe + mtp * g["mtp_moe"]
         config["moe_saved_bytes_per_token"] = where(layers_moe > 0, layers_moe * kept, 0.0)
-        config["moe_working_bytes_per_token"] = where(n_moe > 0, saved + rows_per_token
-                                                      * moe_costs.a2a_buffer_bytes(
-                                                             1.0, g["d_model"],
-                                                             g["compute_bytes"]), 0.0)
+        config["moe_working_bytes_per_token"] = where(n_moe > 0, working, 0.0)
     return config
+
+
+def _routed_bytes_per_token(g):
+    """A MoE layer's routed activation bytes per token of the micro-batch that the backward
+    keeps (none under full recompute), and that its working set holds (those and a dispatch
+    buffer in flight) [B] (:func:`memory_update`)."""
+    ro = routing(g)
+    per_token = 1.0 / (g["cp"] * g["tp"])  # routed rows per token of the micro-batch
+    rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) * per_token
+    saved = rows_per_token * moe_costs.routed_saved_bytes_per_row(
+        g["d_model"], ro["ffn_local"], g["swiglu"] > 0, g["compute_bytes"])
+    saved = saved + per_token * moe_costs.ROUTER_BYTES * g["n_experts"]  # fp32 logits
+    kept = where(np.asarray(g["recompute"]) == 2, 0.0, saved)
+    working = saved + rows_per_token * moe_costs.a2a_buffer_bytes(1.0, g["d_model"],
+                                                                  g["compute_bytes"])
+    return kept, working
