@@ -251,11 +251,19 @@ def data_parallel(g, co, n_units, r, keys=None):
                    bucket_calls(g["root_numel_padded"], elem, g["grad_bucket_bytes"]))
                   if bucketed else (1.0, 1.0))
 
+    costed = {}
+
     def dp(key, total, calls, cands, ranks):
-        """``key``'s time; 0.0 where it is not asked for."""
+        """``key``'s time; 0.0 where it is not asked for. The same bytes in the same calls
+        on the same candidates (ZeRO-1's reduce-scatter over the shard group itself, as
+        FSDP's) are costed once."""
         if keys is not None and key not in keys:
             return 0.0
-        return _dp_call_s(g, r, total, calls, cands, ranks, listed)
+        same = (id(total), id(cands), ("n", float(calls)) if np.ndim(calls) == 0
+                else ("a", id(calls)), None if listed is None else id(ranks))
+        if same not in costed:
+            costed[same] = _dp_call_s(g, r, total, calls, cands, ranks, listed)
+        return costed[same]
 
     t = {
         "ag_block_s": dp("ag_block_s", block_param_bytes, bc, sh["ring"], shard),
