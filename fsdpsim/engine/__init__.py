@@ -129,7 +129,7 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
     for all groups (it stays in cache between its groups' gathers; group by group, every group
     reads every cache line of every column again: measured 1.9x quicker gathers on 65,536
     rows of bench_sweep's hybrid mix), and each output column written once, as its groups'
-    values one after the other put back in row order by one gather (:func:`_unsort`).
+    values one after the other put back in row order by one gather (:class:`_Unsort`).
     ``local``: the groups' rows in ``flat`` where ``parts`` are their rows in ``result`` (a
     block of a larger input, consecutive rows, its outputs stored in place)."""
     rows_in = parts if local is None else local
