@@ -395,4 +395,4 @@ def launch_bound_s(gpu_time_s, n_kernels, kernel_overhead_s):
     The CPU enqueues kernels asynchronously; when the GPU finishes them faster than the CPU can
     issue them, the stream is launch bound: ``max(Σ t_gpu, n · t_launch)``.
     """
-    return np.maximum(as_array(gpu_time_s), as_array(n_kernels) * as_array(kernel_overhead_s))
+    return maximum(as_array(gpu_time_s), as_array(n_kernels) * as_array(kernel_overhead_s))
