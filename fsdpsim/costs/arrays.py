@@ -64,18 +64,32 @@ _WHERE_SCALARS = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
 # fsdpsim.engine.prepare), five times Python's comparison; arrays go to numpy unchanged.
 def maximum(a, b):
     """``np.maximum(a, b)`` (NaN propagates), without numpy's overhead on two numbers, and
-    against a number beside a long array on two arrays (:func:`_filled_pair`)."""
-    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
+    against a number beside a long array on two arrays (:func:`_filled`)."""
+    ta, tb = type(a), type(b)
+    if ta in NUMBER_TYPES and tb in NUMBER_TYPES:
         return a if a >= b else b if b > a else a + b  # a + b: NaN when either is NaN
-    return np.maximum(*_filled_pair(a, b))
+    if tb in _FLOAT_NUMBERS:
+        if ta is _NDARRAY and a.size >= _FILLED_MIN and a.dtype is _FLOAT64:
+            b = _filled(b, a.shape)
+    elif ta in _FLOAT_NUMBERS and tb is _NDARRAY and b.size >= _FILLED_MIN \
+            and b.dtype is _FLOAT64:
+        a = _filled(a, b.shape)
+    return np.maximum(a, b)
 
 
 def minimum(a, b):
     """``np.minimum(a, b)`` (NaN propagates), without numpy's overhead on two numbers, and
-    against a number beside a long array on two arrays (:func:`_filled_pair`)."""
-    if type(a) in NUMBER_TYPES and type(b) in NUMBER_TYPES:
+    against a number beside a long array on two arrays (:func:`_filled`)."""
+    ta, tb = type(a), type(b)
+    if ta in NUMBER_TYPES and tb in NUMBER_TYPES:
         return a if a <= b else b if b < a else a + b
-    return np.minimum(*_filled_pair(a, b))
+    if tb in _FLOAT_NUMBERS:
+        if ta is _NDARRAY and a.size >= _FILLED_MIN and a.dtype is _FLOAT64:
+            b = _filled(b, a.shape)
+    elif ta in _FLOAT_NUMBERS and tb is _NDARRAY and b.size >= _FILLED_MIN \
+            and b.dtype is _FLOAT64:
+        a = _filled(a, b.shape)
+    return np.minimum(a, b)
 
 
 #: From this many entries on, :func:`maximum` and :func:`minimum` compare a float64 array with
@@ -83,20 +97,7 @@ def minimum(a, b):
 #: element-by-element loop, 3x the time of two arrays (measured on 4,096-42,358 entries).
 _FILLED_MIN = 2048
 _FLOAT_NUMBERS = frozenset((float, np.float64))
-
-
-def _filled_pair(a, b):
-    """``(a, b)`` with a float number beside a float64 array of :data:`_FILLED_MIN` entries or
-    more replaced by that number in the array's shape (:func:`_filled`): the same values of
-    ``np.maximum``/``np.minimum`` bit for bit (NaN, signed zeros), dtype and shape."""
-    ta, tb = type(a), type(b)
-    if ta is np.ndarray and tb in _FLOAT_NUMBERS:
-        if a.dtype is _FLOAT64 and a.size >= _FILLED_MIN:
-            return a, _filled(b, a.shape)
-    elif tb is np.ndarray and ta in _FLOAT_NUMBERS:
-        if b.dtype is _FLOAT64 and b.size >= _FILLED_MIN:
-            return _filled(a, b.shape), b
-    return a, b
+_NDARRAY = np.ndarray
 
 
 #: Read-only arrays of one number, by (shape, the number's bits), kept while
@@ -105,7 +106,10 @@ _FILLED: dict = {}
 
 
 def _filled(value, shape) -> np.ndarray:
-    """A read-only float64 array of ``shape`` holding ``value`` (a NaN's own bits)."""
+    """A read-only float64 array of ``shape`` holding ``value`` (a NaN's own bits): in
+    :func:`maximum` and :func:`minimum` in place of a float number beside a float64 array of
+    :data:`_FILLED_MIN` entries or more, numpy's values bit for bit (NaN, signed zeros), dtype
+    and shape."""
     key = (shape, float(value).hex())  # -0.0 apart from 0.0; NaNs are not kept
     arr = _FILLED.get(key)
     if arr is None:
