@@ -461,6 +461,45 @@ def test_where_one_side_and_zero_selects_match_np_where(cond_kind, a_kind, b_kin
             assert shared and side.shape == want.shape
 
 
+def test_selects_on_one_condition_in_a_row_match_np_where():
+    """Selects on one mask in a row with shared sides (the engine's memory terms; the mask's
+    bits are built once) give np.where's bits for each pair of sides, and a new mask after
+    them is not mistaken for the old one."""
+    rng = np.random.default_rng(5)
+    n = 3 * arrays._BIT_SELECT_MIN
+    cond, other = rng.random(n) > 0.5, rng.random(n) > 0.5
+    sides = [(rng.choice(_SPECIAL, n), rng.choice(_SPECIAL, n)), (rng.choice(_SPECIAL, n), 0.0),
+             (rng.random(n), np.nan)]
+    before = compute.share_sides(True)
+    try:
+        got = [compute.where(c, a, b) for c in (cond, other) for a, b in sides]
+    finally:
+        compute.share_sides(before)
+    want = [np.where(c, a, b) for c in (cond, other) for a, b in sides]
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("n", [100, 3 * arrays._FILLED_MIN])
+def test_maximum_and_minimum_of_an_array_and_a_number_match_numpy(shared, n):
+    """compute.maximum/minimum of a long array and a number (compared as two arrays, the
+    number's array kept while sides are shared) give numpy's bits, dtype and shape for every
+    special value on either side, twice in a row (-0.0 is not 0.0; a NaN keeps its bits)."""
+    rng = np.random.default_rng(13)
+    payload_nan = np.array([0x7FF8000000000123], dtype=np.int64).view(np.float64)[0]
+    a = rng.choice(np.append(_SPECIAL, payload_nan), n)
+    before = compute.share_sides(shared)
+    try:
+        for number in (*_SPECIAL.tolist(), payload_nan, np.float64(-0.0)):
+            for ours, theirs in ((compute.maximum, np.maximum), (compute.minimum, np.minimum)):
+                for x, y in ((a, number), (number, a), (a, number)):
+                    got, want = ours(x, y), theirs(x, y)
+                    assert got.dtype == want.dtype and got.shape == want.shape
+                    assert got.tobytes() == want.tobytes()
+    finally:
+        compute.share_sides(before)
+
+
 def test_where_keeps_short_and_non_float_selects_to_numpy():
     """Masks shorter than the threshold, integer operands and non-boolean conditions go to
     np.where unchanged (integer results stay integers)."""

@@ -340,3 +340,18 @@ def test_zb_h1_holds_p_microbatches_on_the_last_stage_too():
             "peak_bytes_last_stage"]
     assert last_stage_bytes("zb-h1", 16) == pytest.approx(last_stage_bytes("gpipe", 4))
     assert last_stage_bytes("zb-h1", 16) > last_stage_bytes("1f1b", 16) + 3e9
+
+
+def test_round_trips_equal_numpys_floor_division_and_remainder():
+    """The closed forms' round trips and leftover micro-batches (one division on arrays of
+    whole numbers) equal numpy's (m - 1) // p + 1 and (m - 1) % p bit for bit, arrays and
+    numbers mixed, and fall back to them for fractional counts."""
+    from fsdpsim.costs import schedule_closed
+
+    rng = np.random.default_rng(4)
+    m = rng.integers(1, 10**7, 2000).astype(float)
+    p = rng.integers(1, 10**4, 2000).astype(float)
+    for mm, pp in ((m, p), (m, 4.0), (9.0, p), (np.array([1.5, 7.0]), np.array([2.0, 3.0]))):
+        got = schedule_closed._trips(mm, pp)
+        want = ((mm - 1) // pp + 1, (mm - 1) % pp)
+        assert [np.asarray(v).tobytes() for v in got] == [np.asarray(v).tobytes() for v in want]

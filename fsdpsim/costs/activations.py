@@ -24,7 +24,7 @@ import numpy as np
 
 from fsdpsim.costs.args import check_at_least_one as _check_at_least_one
 from fsdpsim.costs.args import choice_codes
-from fsdpsim.costs.compute import as_array, as_values, where
+from fsdpsim.costs.compute import as_array, as_values, maximum, where
 
 #: Activation recomputation policies: [3] §5, and torchtitan's op-level selective
 #: checkpointing ([5]; ``op-selective``).
@@ -266,7 +266,7 @@ def recompute_working_bytes(micro_batch, seq_len, d_model, q_dim, kv_dim, ffn_si
     if kept_bytes is None:
         none = "none" if options.get("check", True) else RC_NONE
         kept_bytes = activation_bytes_per_layer(*shape, none, **options)
-    return np.maximum(kept_bytes - saved_bytes, 0.0)
+    return maximum(kept_bytes - saved_bytes, 0.0)
 
 
 def head_activation_bytes(micro_batch, seq_len, d_model, *, act_bytes=2.0, tp=1, cp=1,

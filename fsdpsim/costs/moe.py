@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import as_array, where
+from fsdpsim.costs.compute import as_array, maximum, where
 
 #: FP8 dispatch: one fp32 scale per 1 x 128 block of a token's hidden vector [3] §3.3.2, on top
 #: of one byte per element [B/element].
@@ -112,8 +112,8 @@ def default_imbalance(mean_rows_per_rank, ep):
     fullest of n bins after n·m balls). It is the floor a trained router with a balancing loss
     or bias reaches, 1 for ep = 1 (one rank runs every expert: its total does not vary);
     measured routing is worse (``moe_imbalance`` sets it)."""
-    m = np.maximum(as_array(mean_rows_per_rank), 1.0)
-    return 1.0 + np.sqrt(2.0 * np.log(np.maximum(as_array(ep), 1.0)) / m)
+    m = maximum(as_array(mean_rows_per_rank), 1.0)
+    return 1.0 + np.sqrt(2.0 * np.log(maximum(as_array(ep), 1.0)) / m)
 
 
 def load_factor(mean_rows_per_rank, ep, imbalance, capacity_factor):
@@ -124,8 +124,8 @@ def load_factor(mean_rows_per_rank, ep, imbalance, capacity_factor):
     :func:`default_imbalance`. Dropless with a perfectly balanced router (imbalance 1) and
     capacity factor 1.0 are the same step."""
     cf, imb = as_array(capacity_factor), as_array(imbalance)
-    dropless = np.where(imb > 0, imb, default_imbalance(mean_rows_per_rank, ep))
-    return np.where(cf > 0, cf, dropless)
+    dropless = where(imb > 0, imb, default_imbalance(mean_rows_per_rank, ep))
+    return where(cf > 0, cf, dropless)
 
 
 def sent_rows(tokens, top_k, n_experts, capacity_factor):

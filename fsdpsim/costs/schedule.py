@@ -396,6 +396,9 @@ def schedule_feasible(schedule_code, pp, vpp, n_microbatches):
     code = _codes(schedule_code)
     p, v, m = as_array(pp), as_array(vpp), as_array(n_microbatches)
     interleaved = code == INTERLEAVED
+    shape = broadcast_shape(np.shape(interleaved), np.shape(m), np.shape(p), np.shape(v))
+    if shape and not any_of(interleaved):  # np.where's result without the remainders
+        return np.broadcast_to(v == 1, shape).copy()
     return np.where(interleaved, np.mod(m, p) == 0, v == 1)
 
 

@@ -69,7 +69,41 @@ def _maximum(a, b):
 def _max(*xs):
     if all(type(x) in _FAST for x in xs):
         return max(xs)
+    if (all(type(x) is np.ndarray and x.dtype == np.float64 for x in xs)
+            and len({x.shape for x in xs}) == 1):
+        # one shape: maximum.reduce's values, pair by pair, without stacking the arrays
+        out = np.maximum(xs[0], xs[1])
+        for x in xs[2:]:
+            np.maximum(out, x, out=out)
+        return out
     return np.maximum.reduce(np.broadcast_arrays(*xs))
+
+
+def _trips(m, p):
+    """``((m − 1) // p + 1, (m − 1) % p)``: round trips of ``m`` micro-batches over ``p`` stages
+    and the micro-batches left over. On float64 arrays of whole numbers (m ≥ 1, p ≥ 1, below
+    2**52) from one division, ``floor((m − 1) / p)``, exact there (the quotient of two such
+    integers rounds to within half an ulp, far less than 1/p from the next integer) and
+    numpy's values bit for bit: its float floor_divide and remainder take 30x a division per
+    element."""
+    k = m - 1
+    if _whole_arrays(k, p):
+        q = np.floor(k / p)
+        return q + 1, k - p * q
+    return k // p + 1, k % p
+
+
+def _whole_arrays(k, p) -> bool:
+    """Whether ``k`` (≥ 0) and ``p`` (≥ 1) are float64 arrays or numbers of whole values below
+    2**52, at least one an array (:func:`_trips`)."""
+    if type(k) is not np.ndarray and type(p) is not np.ndarray:
+        return False
+    for v, low in ((k, 0.0), (p, 1.0)):
+        v = np.asarray(v)
+        if v.dtype != np.float64 or not bool(np.all((v >= low) & (v < 2.0 ** 52)
+                                                    & (v == np.floor(v)))):
+            return False
+    return True
 
 
 def gpipe_time_s(p, m, f, b, c, ef, eb, lf, lb):
@@ -123,7 +157,7 @@ def one_f_one_b_time_s(p, m, f, b, c, ef, eb, lf, lb):
     A = m * T0
     few = _max(base + (m - 1) * _max(TL, F0, B0), A + (p - m) * x,
                _where(m >= 2, base + TL + (m - 2) * x, NEG))
-    n_trips, r = (m - 1) // p + 1, (m - 1) % p
+    n_trips, r = _trips(m, p)
     fill = _where(r == 0, 0.0, _where(
         n_trips == 1, _max(r * TL, TL + (r - 1) * x),
         _max(r * T0, r * TL, T0 + (r - 1) * x, TL + (r - 1) * x)))
@@ -176,7 +210,7 @@ def zb_h1_time_s(p, m, f, b, w, c, ef, eb, lf, lb):
     A = m * T0
     few = _max(base + (m - 1) * _maximum(TLb, F0) + end, base + (m - 1) * B0,
                A + (p - m) * x, _where(m >= 2, base + TLb + (m - 2) * x + end, NEG))
-    n_trips, r = (m - 1) // p + 1, (m - 1) % p
+    n_trips, r = _trips(m, p)
     fill = _where(r == 0, 0.0, _where(
         n_trips == 1, _max(r * TLb, TLb + (r - 1) * x),
         _max(r * T0, r * TL, T0 + (r - 1) * x, TL + (r - 1) * x)))

@@ -237,13 +237,13 @@ def bucket_calls(numel, elem_bytes, bucket_bytes):
     return where(bucket_bytes > 0, maximum(buckets, 1.0), 1.0)
 
 
-def data_parallel(g, co, n_units, r):
+def data_parallel(g, co, n_units, r, keys=None):
     """FSDP / ZeRO / DDP / HSDP collectives of one stage holding ``n_units`` block units, and
     the root unit [s]: one call of each kind per unit, or one per gathered parameter
     (``dp_block_calls`` / ``dp_root_calls``, per framework), or DDP's and ZeRO-1's gradient
     reduction one call per bucket (``grad_bucket_bytes``, :func:`bucket_calls`), each at
     NCCL's chosen algorithm and protocol (module table of costs/comm.py for which collectives
-    run)."""
+    run). ``keys``: the times to return (None: all of them); the others are not costed."""
     elem = g["compute_bytes"]
     shard = g["shard_size"]
     sh, rp, wd = co["shard"], co["replicate"], co["dp_world"]
@@ -260,26 +260,43 @@ def data_parallel(g, co, n_units, r):
                    bucket_calls(g["root_numel_padded"], elem, g["grad_bucket_bytes"]))
                   if bucketed else (1.0, 1.0))
 
-    def dp(total, calls, cands, ranks):
-        return _dp_call_s(g, r, total, calls, cands, ranks, listed)
+    costed = {}
+
+    def dp(key, total, calls, cands, ranks):
+        """``key``'s time; 0.0 where it is not asked for. The same bytes in the same calls
+        on the same candidates (ZeRO-1's reduce-scatter over the shard group itself, as
+        FSDP's) are costed once."""
+        if keys is not None and key not in keys:
+            return 0.0
+        same = (id(total), id(cands), ("n", float(calls)) if np.ndim(calls) == 0
+                else ("a", id(calls)), None if listed is None else id(ranks))
+        if same not in costed:
+            costed[same] = _dp_call_s(g, r, total, calls, cands, ranks, listed)
+        return costed[same]
 
     # Per-micro-batch gathers and reduce-scatters: FSDP's strategies only (costs/comm.py
     # table); ZeRO-1 and DDP rows never read them.
     per_mb = any_of((strategy == comm.FULL) | (strategy == comm.HYBRID)
                     | (strategy == comm.GRAD_OP))
     t = {
-        "ag_block_s": dp(block_param_bytes, bc, sh["ring"], shard) if per_mb else 0.0,
-        "ag_root_s": dp(root_param_bytes, rc, sh["ring"], shard) if per_mb else 0.0,
-        "rs_block_s": dp(block_grad_bytes, bc, sh["ring"], shard) if per_mb else 0.0,
-        "rs_root_s": dp(root_grad_bytes, rc, sh["ring"], shard) if per_mb else 0.0,
+        key: (dp(key, total, calls, sh["ring"], shard) if per_mb else 0.0)
+        for key, total, calls in (("ag_block_s", block_param_bytes, bc),
+                                  ("ag_root_s", root_param_bytes, rc),
+                                  ("rs_block_s", block_grad_bytes, bc),
+                                  ("rs_root_s", root_grad_bytes, rc))
+    }
+    t.update({
         "hsdp_ar_block_s": 0.0, "hsdp_ar_root_s": 0.0, "ddp_ar_block_s": 0.0,
         "ddp_ar_root_s": 0.0, "zero1_rs_block_s": 0.0, "zero1_rs_root_s": 0.0,
         "zero1_ag_all_s": 0.0,
-    }
+    })
     # HSDP: all-reduce of each shard across replicas; DDP: of the whole unit. Each on the rows
     # of that strategy only.
     for code, group, divide, prefix in ((comm.HYBRID, rp, shard, "hsdp"),
                                         (comm.NONE, wd, 1.0, "ddp")):
+        if keys is not None and not any(f"{prefix}_ar_{unit}_s" in keys
+                                        for unit in ("block", "root")):
+            continue
         def all_reduce(idx, grp=group, d=divide, ddp=code == comm.NONE):
             cands = grp["ar"] if idx is None else grp.rows(idx)["ar"]
             if ddp and bucketed:
@@ -296,12 +313,15 @@ def data_parallel(g, co, n_units, r):
         same = bool(all_of(((world == shard) & (g["dp_world_per_node"] == g["shard_per_node"]))
                            | (strategy != comm.OPTIMIZER)))
         ring = sh["ring"] if same else wd["ring"]
-        t["zero1_rs_block_s"] = dp(block_grad_bytes, grad_calls[0], ring, world)
-        t["zero1_rs_root_s"] = dp(root_grad_bytes, grad_calls[1], ring, world)
+        t["zero1_rs_block_s"] = dp("zero1_rs_block_s", block_grad_bytes, grad_calls[0], ring,
+                                   world)
+        t["zero1_rs_root_s"] = dp("zero1_rs_root_s", root_grad_bytes, grad_calls[1], ring, world)
         params_bytes = (n_units * g["block_numel_padded"] + g["root_numel_padded"]) * elem
-        t["zero1_ag_all_s"] = dp(params_bytes, 1.0, ring, world)
+        t["zero1_ag_all_s"] = dp("zero1_ag_all_s", params_bytes, 1.0, ring, world)
         if any_of(g["param_broadcast"] > 0) or any_of(g["grad_all_reduce"] > 0):
             t.update(zero1_by_broadcast(g, co, params_bytes, t))
+    if keys is not None:
+        t = {k: t[k] for k in keys}
     scale = g["dp_comm_scale"]
     if any_of(scale != 1.0):  # a what-if twin (fsdpsim.drivers.predict.comm_twins)
         t = {k: v * scale for k, v in t.items()}

@@ -64,12 +64,13 @@ def split(x: Mapping[str, object], n: int) -> list[np.ndarray] | None:
     big = np.flatnonzero(counts >= MIN_GROUP_ROWS)
     if np.count_nonzero(counts) < 2 or (big.size == 1 and counts[big[0]] == n):
         return None
-    group = np.full(counts.size, big.size, dtype=np.int64)
-    group[big] = np.arange(big.size)
-    row_group = group[code]
-    order = np.argsort(row_group, kind="stable")  # ascending rows inside each group
-    ends = np.cumsum(np.bincount(row_group, minlength=big.size + 1))
-    return [order[start:end] for start, end in zip(np.r_[0, ends[:-1]], ends) if end > start]
+    # one pass over the codes per group (a handful), not a sort of the rows
+    parts = [np.flatnonzero(code == c) for c in big]
+    if big.size < np.count_nonzero(counts):  # the small structures, together
+        in_big = np.zeros(counts.size, dtype=bool)
+        in_big[big] = True
+        parts.append(np.flatnonzero(~in_big[code]))
+    return parts
 
 
 def constants(x: Mapping[str, object]) -> dict[str, object]:

@@ -41,6 +41,10 @@ LAYER_KEYS = ("gemm_fwd_s", "gemm_bwd_s", "attn_fwd_s", "attn_bwd_s", "ew_fwd_s"
 #: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
 DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",
                  "zero1_rs_block_s")
+#: The times :func:`data_parallel` reads of a MoE layer's experts (:data:`DP_BLOCK_KEYS`, and
+#: the optimizer their ZeRO-1 gather) and of a stage's mean unit.
+_EXPERT_KEYS = (*DP_BLOCK_KEYS, "zero1_ag_all_s")
+_GATHER_KEYS = ("zero1_ag_all_s",)
 #: Expert groups and the data-parallel group names they stand in for.
 EXPERT_GROUP_OF = {"shard": "eshard", "replicate": "ereplicate", "dp_world": "edp"}
 
@@ -267,7 +271,7 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     ``(1 − φ)·dense layer + φ·(MoE layer's dense part + its local experts over the expert
     groups)``; returns (mixed dpc, the experts' own dpc and their inputs)."""
     g_m = {**g, "block_numel_padded": g["moe_block_numel_padded"]}
-    dpc_m = collectives.data_parallel(g_m, co, n_units, r)
+    dpc_m = collectives.data_parallel(g_m, co, n_units, r, keys=DP_BLOCK_KEYS)
     g_e = expert_inputs(g)
     co_e = collectives.group_coefficients(g_e, r, tp=False)
     # An expert group laid out as its dense group on every row (ep = 1, etp = tp) has the
@@ -276,13 +280,14 @@ def data_parallel(g, r, co, dpc, n_units, phi):
         if all(_same(g_e.get(name + suffix), g.get(name + suffix))
                for suffix in ("_size", "_per_node", "_per_pod")):
             co_e[name] = co[name]
-    dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r)
+    dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r, keys=_EXPERT_KEYS)
     out = dict(dpc)
     for k in DP_BLOCK_KEYS:
         out[k] = dpc[k] + phi * (dpc_m[k] + dpc_e[k] - dpc[k])
     if any_of(np.asarray(g["strategy"]) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
         mean = stage_dense_numel(g, n_units, n_units * phi) / maximum(n_units, 1.0)
-        whole = collectives.data_parallel({**g, "block_numel_padded": mean}, co, n_units, r)
+        whole = collectives.data_parallel({**g, "block_numel_padded": mean}, co, n_units, r,
+                                          keys=_GATHER_KEYS)
         out["zero1_ag_all_s"] = where(g["moe_layers"] > 0, whole["zero1_ag_all_s"]
                                       + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
     return out, dpc_e, g_e
@@ -340,13 +345,15 @@ def layered_flops(g, rc_share, k):
 
 
 # -- memory ---------------------------------------------------------------------------------------
-def memory_update(g, config, stage):
+def memory_update(g, config, stage, stage_free=None):
     """Memory keywords of a stage of a layered model (:func:`fsdpsim.engine.memory.
     memory_config`): the dense parts of its dense and MoE layers over the shard group, the
     local experts over the expert shard group (their states as the rest, unpadded: Megatron's
     flat buffers), the MoE layers' routed activations at the busiest rank's load and a dispatch
     in flight, MLP activations at the stage's mean width, and the MTP modules on the last
-    stage. Rows of uniform models keep their keywords."""
+    stage. Rows of uniform models keep their keywords. ``stage_free``: a table shared by the
+    stages of one evaluation, where the per-token routed bytes (the same on every stage) are
+    kept once computed."""
     if stage == "only":
         n_layers, n_moe = g["n_layers"], g["moe_layers"]
     else:
@@ -377,17 +384,27 @@ def memory_update(g, config, stage):
     config["expert_shard_size"] = where(np.asarray(g["strategy"]) == comm.NONE, 1.0,
                                         g["eshard_size"])
     if any_of(g["moe_layers"] > 0):
-        ro = routing(g)
-        per_token = 1.0 / (g["cp"] * g["tp"])  # routed rows per token of the micro-batch
-        rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) * per_token
-        saved = rows_per_token * moe_costs.routed_saved_bytes_per_row(
-            g["d_model"], ro["ffn_local"], g["swiglu"] > 0, g["compute_bytes"])
-        saved = saved + per_token * moe_costs.ROUTER_BYTES * g["n_experts"]  # fp32 logits
-        kept = where(np.asarray(g["recompute"]) == 2, 0.0, saved)
+        table = {} if stage_free is None else stage_free
+        if "routed_bytes" not in table:
+            table["routed_bytes"] = _routed_bytes_per_token(g)
+        kept, working = table["routed_bytes"]
         layers_moe = n_moe + mtp * g["mtp_moe"]
         config["moe_saved_bytes_per_token"] = where(layers_moe > 0, layers_moe * kept, 0.0)
-        config["moe_working_bytes_per_token"] = where(n_moe > 0, saved + rows_per_token
-                                                      * moe_costs.a2a_buffer_bytes(
-                                                             1.0, g["d_model"],
-                                                             g["compute_bytes"]), 0.0)
+        config["moe_working_bytes_per_token"] = where(n_moe > 0, working, 0.0)
     return config
+
+
+def _routed_bytes_per_token(g):
+    """A MoE layer's routed activation bytes per token of the micro-batch that the backward
+    keeps (none under full recompute), and that its working set holds (those and a dispatch
+    buffer in flight) [B] (:func:`memory_update`)."""
+    ro = routing(g)
+    per_token = 1.0 / (g["cp"] * g["tp"])  # routed rows per token of the micro-batch
+    rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) * per_token
+    saved = rows_per_token * moe_costs.routed_saved_bytes_per_row(
+        g["d_model"], ro["ffn_local"], g["swiglu"] > 0, g["compute_bytes"])
+    saved = saved + per_token * moe_costs.ROUTER_BYTES * g["n_experts"]  # fp32 logits
+    kept = where(np.asarray(g["recompute"]) == 2, 0.0, saved)
+    working = saved + rows_per_token * moe_costs.a2a_buffer_bytes(1.0, g["d_model"],
+                                                                  g["compute_bytes"])
+    return kept, working
