@@ -85,6 +85,16 @@ def test_ckpt_reads_the_recompute_options_words_too(word, short):
     assert read(word).recompute == word
 
 
+def test_a_plan_typed_without_the_symbols_reads_the_same():
+    """' x ' or ' * ' for ' × ' and ' . ' for ' · ', as a keyboard types them."""
+    def read(text):
+        return parse_plan(text, num_gpus=64, gpus_per_node=8)
+
+    line = "zero1-4 × tp8(sp) × pp2(1f1b, m=16) · ckpt full 12 · mb 1"
+    assert read("zero1-4 x tp8(sp) * pp2(1f1b, m=16) . ckpt full 12 . mb 1") == read(line)
+    assert read("hsdp2x4 x tp8 . ckpt none . mb 2") == read("hsdp2x4 × tp8 · ckpt none · mb 2")
+
+
 def test_every_setting_is_in_the_line():
     plan = ParallelPlan(num_gpus=256, gpus_per_node=8, sharding="hybrid", shard_group_size=4,
                         tp=4, pp=4, cp=2, vpp=2, cp_kind="all2all", ep=8, etp=1,

@@ -4,7 +4,8 @@ reads.
 
 A :class:`RunPlan` is a :class:`~fsdpsim.plan.parallel.ParallelPlan` with the micro-batch, the
 gradient accumulation and the recompute it runs. Its line lists the mesh dimensions, outermost
-data first, joined by ``" × "``, then the settings of the step joined by ``" · "``::
+data first, joined by ``" × "``, then the settings of the step joined by ``" · "`` (read also
+as typed on a plain keyboard: ``" x "`` or ``" * "``, and ``" . "``)::
 
     hsdp2x16 × cp2(a2a) × tp8(sp,overlap) × pp4(interleaved, v=2, m=32, first=10, last=12)
         × ep8(etp1,overlap) · ckpt full 12 · mb 1 · sync last · keep gathered
@@ -151,6 +152,8 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
     (``gpus_per_node`` per scale-up domain) under ``framework``. Raises :class:`ConfigError`
     naming the part it cannot read, or the degrees that do not multiply to ``num_gpus``."""
     text = " ".join(text.split())  # a line broken over several (a quoted shell argument) reads
+    # as typed on a keyboard without them: " x " or " * " for " × ", " . " for " · "
+    text = text.replace(" x ", " × ").replace(" * ", " × ").replace(" . ", " · ")
     if not text:
         raise ConfigError(f"--plan {text!r} is empty; accepted: a plan such as "
                           f"'fsdp8 × tp8 · ckpt none · mb 2' ({ACCEPTED.removeprefix('accepted: ')})")
