@@ -185,11 +185,16 @@ class ParallelPlan:
                               f"does not divide num_gpus({self.num_gpus}); accepted: degrees "
                               f"whose product divides {self.num_gpus}")
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
-            raise ConfigError(f"num_gpus({self.num_gpus}) is not a multiple of "
-                              f"gpus_per_node({self.gpus_per_node}); use whole nodes")
+            n, per = self.num_gpus, self.gpus_per_node
+            below, above = n - n % per, n - n % per + per
+            raise ConfigError(f"num_gpus({n}) is not a multiple of gpus_per_node({per}); "
+                              f"accepted: whole nodes, e.g. {below:,} or {above:,} GPUs, or "
+                              f"GPUs per node dividing {n:,}")
         if self.num_gpus < self.gpus_per_node and self.gpus_per_node % self.num_gpus:
             raise ConfigError(f"num_gpus({self.num_gpus}) on one node must divide "
-                              f"gpus_per_node({self.gpus_per_node})")
+                              f"gpus_per_node({self.gpus_per_node}); accepted: "
+                              + ", ".join(str(d) for d in range(1, self.gpus_per_node + 1)
+                                          if self.gpus_per_node % d == 0) + " GPUs")
         dp = self.dp
         if self.sharding in ("hybrid", "optimizer") and dp % self.dp_shard:
             raise ConfigError(f"shard_group_size({self.dp_shard}) must divide the data-parallel "
