@@ -485,15 +485,18 @@ def test_selects_on_conditions_tested_anew_match_np_where():
     their mask is kept) and conditions that share its probe entries but differ elsewhere
     give np.where's bits, selects interleaved, past the number of masks kept."""
     rng = np.random.default_rng(8)
-    n = 4 * arrays._BIT_SELECT_MIN
+    n = 4 * arrays._BIT_SELECT_MIN + 5  # entries past the last whole 8 (compared one by one)
     codes = rng.integers(0, 3, n).astype(float)
     conds = [codes == c for c in (0.0, 2.0)] * 2
+    tail = conds[0].copy()
+    tail[n - 2] = not tail[n - 2]
+    conds.append(tail)
     for i in range(arrays._MASKS_KEPT + 2):  # the first's probes, one other entry apart
         near = conds[0].copy()
         near[1 + i] = not near[1 + i]
         conds.append(near)
     conds += [codes == 0.0, codes == 2.0]
-    sides = [(rng.choice(_SPECIAL, n), rng.choice(_SPECIAL, n)) for _ in conds]
+    sides = [(rng.choice(_SPECIAL, n), 10.0 + rng.random(n)) for _ in conds]  # a ≠ b
     before = compute.share_sides(True)
     try:
         got = [compute.where(c, a, b) for c, (a, b) in zip(conds, sides)]

@@ -319,17 +319,16 @@ _MASKS_KEPT = 8
 def _bit_mask(cond):
     """``cond`` (a boolean array) as int64 masks: all 64 bits set where it holds, 0 elsewhere
     (AVX2 ands 64-bit integers four at a time; it has no 64-bit multiply); the mask of an
-    earlier condition with the same entries where one is kept (comparing two conditions
-    reads a byte per entry, a tenth of making the mask)."""
+    earlier condition with the same entries where one is kept (:func:`_same_bools`)."""
     if _MASK_OF[0] is cond:
         return _MASK_OF[1]
     key = None
-    if _SIDES_SHARED and cond.ndim == 1:
+    if _SIDES_SHARED and cond.strides == (1,):  # a contiguous row of flags
         size = cond.size
         key = (size, cond[0], cond[-1], cond[size >> 1], cond[size >> 2], cond[size >> 3],
                cond[(3 * size) >> 2])
         for earlier, mask in _MASKS.get(key, ()):
-            if not np.count_nonzero(earlier != cond):
+            if _same_bools(earlier, cond):
                 _MASK_OF[:] = cond, mask
                 return mask
     mask = cond.astype(np.int64)
@@ -341,3 +340,13 @@ def _bit_mask(cond):
                 _MASKS.clear()
             _MASKS.setdefault(key, []).append((cond, mask))
     return mask
+
+
+def _same_bools(a, b) -> bool:
+    """Whether the contiguous boolean rows ``a`` and ``b`` of one length hold the same entries,
+    compared eight at a time as 64-bit words (a sixth of the instructions of making a mask,
+    a fifth of comparing entry by entry: callgrind, 65,533 entries)."""
+    whole = a.size & ~7
+    return (not np.count_nonzero(a[:whole].view(np.uint64) != b[:whole].view(np.uint64))
+            and not np.count_nonzero(a[whole:] != b[whole:]))
+
