@@ -479,6 +479,32 @@ def test_selects_on_one_condition_in_a_row_match_np_where():
     assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
 
 
+
+def test_selects_on_conditions_tested_anew_match_np_where():
+    """Conditions with the same entries as an earlier one (new arrays: a stage tests it again;
+    their mask is kept) and conditions that share its probe entries but differ elsewhere
+    give np.where's bits, selects interleaved, past the number of masks kept."""
+    rng = np.random.default_rng(8)
+    n = 4 * arrays._BIT_SELECT_MIN + 5  # entries past the last whole 8 (compared one by one)
+    codes = rng.integers(0, 3, n).astype(float)
+    conds = [codes == c for c in (0.0, 2.0)] * 2
+    tail = conds[0].copy()
+    tail[n - 2] = not tail[n - 2]
+    conds.append(tail)
+    for i in range(arrays._MASKS_KEPT + 2):  # the first's probes, one other entry apart
+        near = conds[0].copy()
+        near[1 + i] = not near[1 + i]
+        conds.append(near)
+    conds += [codes == 0.0, codes == 2.0]
+    sides = [(rng.choice(_SPECIAL, n), 10.0 + rng.random(n)) for _ in conds]  # a ≠ b
+    before = compute.share_sides(True)
+    try:
+        got = [compute.where(c, a, b) for c, (a, b) in zip(conds, sides)]
+    finally:
+        compute.share_sides(before)
+    want = [np.where(c, a, b) for c, (a, b) in zip(conds, sides)]
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("n", [100, 3 * arrays._FILLED_MIN])
 def test_maximum_and_minimum_of_an_array_and_a_number_match_numpy(shared, n):

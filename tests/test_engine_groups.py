@@ -79,3 +79,24 @@ def test_constants_turn_one_value_columns_into_that_value():
     assert out["b"] is x["b"] and out["d"] is x["d"]  # -0.0 is not 0.0 bit for bit
     assert np.isnan(out["c"]) and np.ndim(out["c"]) == 0
     assert out["e"] == 3.0 and out["f"] == 2 and out["f"].dtype == np.int64
+
+
+def test_twins_pairs_only_bit_identical_columns():
+    """A column is paired with an earlier one only when every entry has the same bits: one
+    entry 0.0 against -0.0 (equal as floats, not as bits), or the probes equal but one entry
+    apart, keeps it a column of its own."""
+    rng = np.random.default_rng(5)
+    tp = rng.integers(1, 5, 1000).astype(float)
+    zeros = np.zeros(1000)
+    signed = zeros.copy()
+    signed[7] = -0.0
+    apart = tp.copy()
+    apart[11] += 1.0
+    twins = groups.Twins()
+    assert twins.twin("tp", tp) is None
+    assert twins.twin("tp_size", tp.copy()) == "tp"
+    assert twins.twin("zeros", zeros) is None
+    assert twins.twin("signed", signed) is None
+    assert twins.twin("apart", apart) is None
+    assert twins.twin("etp", tp.copy()) == "tp"
+    assert twins.twin("signed_again", signed.copy()) == "signed"

@@ -134,9 +134,13 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
     block of a larger input, consecutive rows, its outputs stored in place)."""
     rows_in = parts if local is None else local
     blocks: list[dict[str, object]] = [{} for _ in parts]
+    twins = groups.Twins()
     for k, v in flat.items():
         v = groups.one_value(v)  # one value for all rows: not gathered, computed once
-        if np.ndim(v):
+        if np.ndim(v) and (twin := twins.twin(k, v)) is not None:  # gathered under that name
+            for block in blocks:
+                block[k] = block[twin]
+        elif np.ndim(v):
             for block, rows in zip(blocks, rows_in):
                 # mode="wrap": no bounds check (the rows are in range), the same values
                 block[k] = groups.one_value(v.take(rows, mode="wrap"))  # checked in cache
