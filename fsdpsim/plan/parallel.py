@@ -1,9 +1,9 @@
-"""The parallel plan, with its validation (the training configuration: :mod:`fsdpsim.plan.training`).
+"""The parallel plan and its validation (the training's: :mod:`fsdpsim.plan.training`).
 
-A plan is a device mesh, as torchtitan's ``ParallelDims`` is: ``num_gpus`` GPUs
-(``gpus_per_node`` per scale-up domain) laid out as ``pp × dp_replicate × dp_shard × cp × tp``
-in :data:`DEFAULT_MESH_ORDER` (outermost first, TP innermost so its group stays on NVLink),
-plus a ZeRO stage for the data dimension (``sharding``), a pipeline schedule, the sequence- and
+A plan is a device mesh, as torchtitan's ``ParallelDims`` is: ``num_gpus`` GPUs (``gpus_per_node``
+per scale-up domain) laid out as ``pp × dp_replicate × dp_shard × cp × tp`` in
+:data:`DEFAULT_MESH_ORDER` (outermost first, TP innermost so its group stays on NVLink), plus a
+ZeRO stage for the data dimension (``sharding``), a pipeline schedule, the sequence- and
 context-parallel variants, and the accumulation knobs. :mod:`fsdpsim.plan.layout` places each mesh
 dimension's groups on the network tiers.
 
@@ -29,7 +29,7 @@ from typing import Literal
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.frameworks import (DEFAULT_MESH_ORDER, FRAMEWORK_NAMES, PROFILES,  # noqa: F401
                                      canonical, profile)
-# the training configuration and its choices (re-exported: importers of fsdpsim.plan.parallel keep them)
+# the training configuration and its choices (re-exported for importers of this module)
 from fsdpsim.plan.training import (CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS,  # noqa: F401
                               OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES, RECOMPUTES, Recompute,
                               TrainingConfig, _choice)
@@ -184,17 +184,12 @@ class ParallelPlan:
             raise ConfigError(f"tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = {model_parallel} "
                               f"does not divide num_gpus({self.num_gpus}); accepted: degrees "
                               f"whose product divides {self.num_gpus}")
-        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
-            n, per = self.num_gpus, self.gpus_per_node
-            below, above = n - n % per, n - n % per + per
-            raise ConfigError(f"num_gpus({n}) is not a multiple of gpus_per_node({per}); "
-                              f"accepted: whole nodes, e.g. {below:,} or {above:,} GPUs, or "
-                              f"GPUs per node dividing {n:,}")
-        if self.num_gpus < self.gpus_per_node and self.gpus_per_node % self.num_gpus:
-            raise ConfigError(f"num_gpus({self.num_gpus}) on one node must divide "
-                              f"gpus_per_node({self.gpus_per_node}); accepted: "
-                              + ", ".join(str(d) for d in range(1, self.gpus_per_node + 1)
-                                          if self.gpus_per_node % d == 0) + " GPUs")
+        if (n := self.num_gpus) > (per := self.gpus_per_node) and n % per:
+            raise ConfigError(f"num_gpus({n}) is not a multiple of gpus_per_node({per}); accepted:"
+                              f" whole nodes, e.g. {n - n % per:,} or {n - n % per + per:,} GPUs")
+        if n < per and per % n:
+            raise ConfigError(f"num_gpus({n}) on one node must divide gpus_per_node({per}); "
+                              f"accepted: a divisor of {per}")
         dp = self.dp
         if self.sharding in ("hybrid", "optimizer") and dp % self.dp_shard:
             raise ConfigError(f"shard_group_size({self.dp_shard}) must divide the data-parallel "
