@@ -74,13 +74,7 @@ def maximum(a, b):
     ta, tb = type(a), type(b)
     if ta in NUMBER_TYPES and tb in NUMBER_TYPES:
         return a if a >= b else b if b > a else a + b  # a + b: NaN when either is NaN
-    if tb in _FLOAT_NUMBERS:
-        if ta is _NDARRAY and a.size >= _FILLED_MIN and a.dtype is _FLOAT64:
-            b = _filled(b, a.shape)
-    elif ta in _FLOAT_NUMBERS and tb is _NDARRAY and b.size >= _FILLED_MIN \
-            and b.dtype is _FLOAT64:
-        a = _filled(a, b.shape)
-    return np.maximum(a, b)
+    return np.maximum(*_as_two_arrays(a, b, ta, tb))
 
 
 def minimum(a, b):
@@ -89,13 +83,20 @@ def minimum(a, b):
     ta, tb = type(a), type(b)
     if ta in NUMBER_TYPES and tb in NUMBER_TYPES:
         return a if a <= b else b if b < a else a + b
+    return np.minimum(*_as_two_arrays(a, b, ta, tb))
+
+
+def _as_two_arrays(a, b, ta, tb) -> tuple:
+    """``a`` and ``b`` (of types ``ta``, ``tb``), a float number beside a float64 array of
+    :data:`_FILLED_MIN` entries or more given as an array of its own (:func:`_filled`); else
+    as they are."""
     if tb in _FLOAT_NUMBERS:
         if ta is _NDARRAY and a.size >= _FILLED_MIN and a.dtype is _FLOAT64:
-            b = _filled(b, a.shape)
+            return a, _filled(b, a.shape)
     elif ta in _FLOAT_NUMBERS and tb is _NDARRAY and b.size >= _FILLED_MIN \
             and b.dtype is _FLOAT64:
-        a = _filled(a, b.shape)
-    return np.minimum(a, b)
+        return _filled(a, b.shape), b
+    return a, b
 
 
 #: From this many entries on, :func:`maximum` and :func:`minimum` compare a float64 array with
