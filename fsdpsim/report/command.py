@@ -47,12 +47,12 @@ def predict_command(options: Mapping[str, Any], plan_text: str,
 
 def _option_words(name: str, value: Any) -> list[str]:
     """``--name value`` of predict's option ``name`` (a flag alone, or its off spelling)."""
-    if value is True or value is False:
-        knob = KNOBS.get(name)
-        if value is False:
-            return [knob.off_option] if knob is not None else []
-        return [knob.option if knob is not None else "--" + name.replace("_", "-")]
-    flag = KNOBS[name].option if name in KNOBS else "--" + name.replace("_", "-")
+    knob = KNOBS.get(name)
+    flag = knob.option if knob is not None else "--" + name.replace("_", "-")
+    if value is True:
+        return [flag]
+    if value is False:  # only a declared flag has an off spelling
+        return [knob.off_option] if knob is not None else []
     if isinstance(value, (tuple, list)):
         return [flag, ",".join(map(str, value))]
     return [flag, str(value)]
