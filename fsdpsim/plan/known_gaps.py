@@ -6,6 +6,7 @@ what a measurement file shows and the model does not explain (``docs/accuracy.md
 from __future__ import annotations
 
 from fsdpsim.plan.frameworks import canonical
+from fsdpsim.plan.layout import members_per_domain
 
 #: nanotron (Hugging Face's Ultra-Scale Playbook sweep, ``validation/data/
 #: hopper_bf16_nanotron.csv``): with TP > 1 and a pipeline over more than one node, a layer of
@@ -23,9 +24,10 @@ def known_gaps(framework: str, plan) -> list[str]:
     """What the measurements say the model misses for ``plan`` (a
     :class:`~fsdpsim.plan.parallel.ParallelPlan`) under ``framework``, each a warning; [] for
     every other plan."""
-    if (canonical(framework) == "nanotron" and plan.tp > 1 and plan.pp > 1
-            and plan.num_gpus > plan.gpus_per_node):
-        return [NANOTRON_TP_PIPELINE]
+    if canonical(framework) == "nanotron" and plan.tp > 1 and plan.pp > 1:
+        # across nodes as the range's pipeline term reads it: fewer stages in a node than pp
+        if members_per_domain(plan, ("pp",), plan.gpus_per_node) < plan.pp:
+            return [NANOTRON_TP_PIPELINE]
     return []
 
 
