@@ -332,7 +332,7 @@ def with_defaults(training, framework: str):
 
 def plan_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int,
                   ep: int, etp: int, sequence_parallel: bool, tp_overlap: bool,
-                  pp: int = 1, dp: int = 1) -> list[str]:
+                  pp: int, dp: int) -> list[str]:
     """Why ``framework`` cannot run a plan, for the rules that tie several settings together
     (one-setting rules are :attr:`Framework.supports`), each a reason; [] where it can. The
     search keeps to them (:mod:`fsdpsim.drivers.search.space`) and the emitters refuse a plan
@@ -424,7 +424,7 @@ def unsupported(framework: str, plan) -> list[str]:
 
 
 def layout_refusals(framework: str, *, sharding: str, dp_shard: int, cp: int, tp: int, ep: int,
-                    etp: int, pp: int = 1, dp: int = 1) -> list[str]:
+                    etp: int, pp: int, dp: int) -> list[str]:
     """The data-parallel and expert layouts ``framework`` cannot run. ``fsdp2`` (torchtitan,
     ``torchtitan/distributed/parallel_dims.py``): the parameters are sharded over
     ``dp_shard × cp`` (FSDP over the context-parallel ranks too), so DDP with CP does not
