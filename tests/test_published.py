@@ -7,6 +7,7 @@ import pytest
 
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli import main
+from conftest import VALIDATION_CSV
 from fsdpsim.measured.validate import load_measurements, predict_measurements
 from fsdpsim.measured.published.tables import (
     from_published,
@@ -227,6 +228,28 @@ def test_a_published_layout_file_validates_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "skipped 1 of 4 rows:" in out and "GPU 'Z9000' is not in the catalog" in out
     assert "tokens/s per GPU: 3 rows" in out
+
+
+def test_a_framework_text_fsdpsim_does_not_read_is_said_on_stderr(tmp_path, capsys):
+    """A misspelt or foreign framework is modelled with the default profile (fsdp2): validate
+    names each such text and its row count on stderr, the row's modelled_as says it, and a text
+    that names PyTorch FSDP or a known framework is not mentioned."""
+    path = tmp_path / "runs.csv"
+    pd.DataFrame([_row(), _row(id="typo", framework="nanotrn v0.5 (PyTorch)"),
+                  _row(id="typo2", framework="nanotrn v0.5 (PyTorch)"),
+                  _row(id="jax", framework="MaxText (JAX)"),
+                  _row(id="fsdp", framework="PyTorch FSDP2")]).to_csv(path, index=False)
+    frame = load_measurements(path, CATALOG).set_index("id")
+    assert "'MaxText (JAX)' unrecognised: the fsdp2 profile" in frame.loc["jax", "modelled_as"]
+    assert "unrecognised" not in frame.loc["fsdp", "modelled_as"] + frame.loc["r1", "modelled_as"]
+    assert main(["validate", str(path), "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("fsdpsim: note: ")
+    assert "'nanotrn v0.5 (PyTorch)' (2 rows); 'MaxText (JAX)' (1 row)" in captured.err
+    assert "FSDP2'" not in captured.err and "torchtitan (FSDP2)'" not in captured.err
+    assert captured.out.startswith("id,")
+    assert main(["validate", str(VALIDATION_CSV)]) == 0  # every text known: no note
+    assert capsys.readouterr().err == ""
 
 
 def test_vtrain_rows():

@@ -23,6 +23,26 @@ NAME_WIDTH = 44
 LOCAL_DEFAULT_OUTPUT = "./fsdpsim-local/local.toml"
 
 
+def note_unrecognised(frame) -> None:
+    """One line on stderr naming the ``framework`` texts of a published-runs file that name no
+    framework fsdpsim reads (:func:`fsdpsim.measured.published.conventions.unrecognised`) and
+    how many rows each has: those rows are modelled with the default profile (fsdp2), which a
+    misspelling should not hide. Nothing on stdout, the run goes on."""
+    from fsdpsim.measured.published.conventions import FRAMEWORK_CONVENTIONS, unrecognised
+
+    if "source_key" not in frame.columns or "framework" not in frame.columns:
+        return  # the fsdpsim layout states its profile (column recipe)
+    texts = frame["framework"].fillna("").astype(str)
+    counts = texts[[unrecognised(t) for t in texts]].value_counts()
+    if counts.empty:
+        return
+    known = ", ".join(c["name"] for _, c in FRAMEWORK_CONVENTIONS)
+    named = "; ".join(f"{text!r} ({n} row{'s' * (n != 1)})" for text, n in counts.items())
+    click.echo(f"fsdpsim: note: framework text not recognised, modelled as PyTorch FSDP2 "
+               f"(profile fsdp2): {named}; recognised: {known}, or PyTorch FSDP/DDP",
+               err=True)
+
+
 def _summary_line(name: str, s: dict) -> str:
     line = (f"{name}: {s['rows']} rows, MAPE {100 * s['mape']:.1f} %, median "
             f"{100 * s['median_ape']:.1f} %, worst {100 * s['worst_ape']:.1f} %, "
@@ -216,6 +236,7 @@ def _selected_rows(measurements: str, cat, gpus: tuple[str, ...], framework: str
     from fsdpsim.measured.validate import load_measurements
 
     every = load_measurements(measurements, cat)
+    note_unrecognised(every)
     frame = by_framework(every, framework)
     if gpus:
         frame = frame[on_gpus(frame, cat, gpus)]
@@ -292,6 +313,7 @@ def calibrate_cmd(ctx: click.Context, measurements: str | None, gpus: tuple[str,
 
     cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
     every = load_measurements(measurements, cat)
+    note_unrecognised(every)
     if where:
         every = rows_where(every, where)
     frame = rows_to_fit(every, framework, gpus, cat, len(factors or DEFAULT_FACTORS),

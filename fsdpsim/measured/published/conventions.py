@@ -65,6 +65,12 @@ FRAMEWORK_CONVENTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("composer",), {"name": "Composer (PyTorch FSDP1)", "profile": "fsdp1"}),
 )
 
+#: Words of a ``framework`` text that name PyTorch's own data parallelism, which the default
+#: profile (``fsdp2``) models without conventions of its own ("PyTorch" alone does not: other
+#: frameworks run on it, e.g. "nanotron v0.5 (PyTorch)").
+PYTORCH_WORDS = ("fsdp", "ddp")
+
+
 def framework_conventions(framework: str) -> dict[str, Any]:
     """The :data:`FRAMEWORK_CONVENTIONS` entry whose words appear in ``framework``; {} if none."""
     low = framework.lower()
@@ -72,3 +78,13 @@ def framework_conventions(framework: str) -> dict[str, Any]:
         if any(w in low for w in words):
             return conventions
     return {}
+
+
+def unrecognised(framework: str) -> bool:
+    """Whether a row's ``framework`` text names no framework fsdpsim reads: none of
+    :data:`FRAMEWORK_CONVENTIONS` and no PyTorch data parallelism (:data:`PYTORCH_WORDS`). Such a
+    row is modelled with the default profile (PyTorch FSDP2), which a reader should be told: a
+    misspelt or foreign framework would otherwise be predicted as FSDP2 without a word."""
+    low = str(framework).strip().lower()
+    return bool(low) and not framework_conventions(low) and not any(
+        w in low for w in PYTORCH_WORDS)

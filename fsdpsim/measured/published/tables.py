@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
-from fsdpsim.measured.published.conventions import framework_conventions
+from fsdpsim.measured.published.conventions import framework_conventions, unrecognised
 from fsdpsim.plan.frameworks import profile
 from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, knob_default
 from fsdpsim.measured.rows import is_empty
@@ -273,6 +273,8 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
     n_gpus = counts["n_gpus"] or 1
     layout, notes, skip = read_layout(r, columns, n_gpus, counts["n_layers"], conventions)
     modelled_as = list(notes)
+    if unrecognised(framework):
+        modelled_as.append(f"framework {framework!r} unrecognised: the fsdp2 profile")
     moe, said, why = _moe_columns(r)
     modelled_as += said
     skip = skip or why
