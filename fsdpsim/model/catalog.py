@@ -43,7 +43,7 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping
 
 from fsdpsim.hardware.catalog_schema import KINDS as HARDWARE_KINDS
 from fsdpsim.hardware.catalog_schema import MODEL_KINDS as KINDS
@@ -180,6 +180,40 @@ def _entries_of(path: Path, strict: bool) -> list[Entry]:
     return out
 
 
+class _Specs(Mapping):
+    """Model id -> ModelSpec, in the catalog's order; an entry added unbuilt is built when
+    first read (a command reads one or two of the built-in catalog's ~50 models: building them
+    all was ~3 ms of every command's start-up)."""
+
+    def __init__(self, build, base: _Specs | None = None):
+        self._build = build
+        self._entries: dict[str, Entry] = dict(base._entries) if base else {}
+        self._specs: dict[str, ModelSpec] = dict(base._specs) if base else {}
+        self._builds = dict(base._builds) if base else {}
+
+    def add(self, entry: Entry, built: bool) -> None:
+        """``entry``'s model, built now or (``built`` False) when first read."""
+        self._entries[entry.id] = entry
+        self._builds[entry.id] = self._build
+        if built:
+            self._specs[entry.id] = self._build(entry)
+
+    def __getitem__(self, ident: str) -> ModelSpec:
+        spec = self._specs.get(ident)
+        if spec is None:
+            spec = self._specs[ident] = self._builds[ident](self._entries[ident])
+        return spec
+
+    def __contains__(self, ident: object) -> bool:
+        return ident in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 def _toml_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.toml") if p.is_file())
 
@@ -187,12 +221,17 @@ def _toml_files(folder: Path) -> list[Path]:
 class ModelCatalog:
     """Families and models of some folders, built into ModelSpec objects once."""
 
-    def __init__(self, entries: Iterable[Entry], base: ModelCatalog | None = None):
-        """``entries`` added to those of ``base`` (the built-in catalog under user folders)."""
+    def __init__(self, entries: Iterable[Entry], base: ModelCatalog | None = None,
+                 checked: bool = False):
+        """``entries`` added to those of ``base`` (the built-in catalog under user folders).
+        ``checked``: the entries are known to build (the built-in catalog, whose every model
+        the tests build), so each is built when first read; otherwise all are built here and
+        a bad entry is an error at once."""
         self.families: dict[str, Entry] = dict(base.families) if base else {}
         self.entries: dict[str, Entry] = dict(base.entries) if base else {}
         self.aliases: dict[str, str] = dict(base.aliases) if base else {}
-        self.specs: dict[str, ModelSpec] = dict(base.specs) if base else {}
+        self.specs = _Specs(self._build, base.specs if base else None)
+        self._checked = checked
         entries = list(entries)
         for entry in entries:
             if entry.kind == "family":
@@ -216,7 +255,7 @@ class ModelCatalog:
             if alias in self.specs or alias in self.aliases or alias == entry.id:
                 raise ConfigError(f"{entry.where}: alias {alias!r} is already the id or alias "
                                   f"of {self.aliases.get(alias, alias)!r}; give it once")
-        self.specs[entry.id] = self._build(entry)
+        self.specs.add(entry, built=not self._checked)
         self.entries[entry.id] = entry
         for alias in entry.data.get("aliases", []):
             self.aliases[alias] = entry.id
@@ -277,7 +316,7 @@ def builtin() -> ModelCatalog:
     here = Path(__file__).resolve().parent
     entries = cached("model-catalog", files, [here, here.parent / "util"],
                      lambda: [e for p in files for e in _entries_of(p, True)])
-    return ModelCatalog(entries)
+    return ModelCatalog(entries, checked=True)
 
 
 #: Folders given by ``fsdpsim --catalog`` for this process (see :func:`use_folders`).
