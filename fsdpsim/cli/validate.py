@@ -32,8 +32,8 @@ def note_unrecognised(frame) -> None:
 
     if "source_key" not in frame.columns or "framework" not in frame.columns:
         return  # the fsdpsim layout states its profile (column recipe)
-    texts = frame["framework"].fillna("").astype(str)
-    counts = texts[[unrecognised(t) for t in texts]].value_counts()
+    counts = frame["framework"].fillna("").astype(str).value_counts(sort=False)
+    counts = counts[[unrecognised(text) for text in counts.index]]  # each text once
     if counts.empty:
         return
     known = ", ".join(c["name"] for _, c in FRAMEWORK_CONVENTIONS)

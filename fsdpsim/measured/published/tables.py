@@ -273,7 +273,7 @@ def _convert(r: pd.Series, columns, catalog: Catalog,
     n_gpus = counts["n_gpus"] or 1
     layout, notes, skip = read_layout(r, columns, n_gpus, counts["n_layers"], conventions)
     modelled_as = list(notes)
-    if unrecognised(framework):
+    if not conventions and unrecognised(framework):
         modelled_as.append(f"framework {framework!r} unrecognised: the fsdp2 profile")
     moe, said, why = _moe_columns(r)
     modelled_as += said
