@@ -87,6 +87,9 @@ class Knob:
     spelled: Mapping[Any, str] = dataclasses.field(default_factory=dict)
     """A plan switch's word in the plan line for each value that is written; a line without
     one of them means the :attr:`plain_value` (``tp4(sp,overlap)``, ``cp2(a2a)``)."""
+    label: str = ""
+    """A plan switch's name in a report's few words (what search's runner-up gives up:
+    ``tp overlap on``)."""
 
     @property
     def option(self) -> str:
@@ -146,11 +149,14 @@ def _kernel(name: str, kind: str, help: str, grid_help: str = "", column: str | 
 
 
 def _switch(name: str, kind: str, help: str, grid_help: str, dim: str,
-            spelled: Mapping[Any, str], **kw) -> Knob:
-    """A ParallelPlan switch of ``dim`` (:data:`PLAN_SWITCHES`): an option of predict and a
-    grid-wide one of sweep, the field ``plan.NAME`` and the measurement column ``NAME``."""
+            spelled: Mapping[Any, str], label: str, **kw) -> Knob:
+    """A ParallelPlan switch of ``dim`` (:data:`PLAN_SWITCHES`), a flag or a choice: an option
+    of predict and a grid-wide one of sweep, the field ``plan.NAME`` and the measurement column
+    ``NAME``; ``label`` names it in a report's few words."""
+    if kind not in ("flag", "choice"):
+        raise ValueError(f"plan switch {name}: kind {kind!r}; accepted: flag or choice")
     return Knob(name, kind, help, {"predict": ONE, "sweep": GRID}, grid_help=grid_help,
-                field=f"plan.{name}", column=name, dim=dim, spelled=spelled, **kw)
+                field=f"plan.{name}", column=name, dim=dim, spelled=spelled, label=label, **kw)
 
 
 _HARDWARE = [
@@ -251,10 +257,10 @@ _MODEL_PARALLEL = [
          field="plan.tp", column="tp"),
     _switch("sequence_parallel", "flag", "Split norm/dropout activations over TP (default: on "
             "when tp > 1).", "Sequence parallelism with tp > 1 (default on).", "tp",
-            {True: "sp"}),
+            {True: "sp"}, "sp"),
     _switch("tp_overlap", "flag", "Overlap TP collectives with GEMMs (async TP).",
             "Overlap TP collectives with GEMMs (tp > 1).", "tp", {True: "overlap"},
-            default=False),
+            "tp overlap", default=False),
     Knob("pp", "number", "Pipeline-parallel degree (stages).", {"predict": ONE, "sweep": LIST},
          default=1, rule=GPUS, grid_help=f"Pipeline-parallel degrees ({_LIST}).",
          field="plan.pp", column="pp"),
@@ -276,7 +282,7 @@ _MODEL_PARALLEL = [
          {"predict": ONE, "sweep": LIST}, default=1, rule=GPUS,
          grid_help=f"Context-parallel degrees ({_LIST}).", field="plan.cp", column="cp"),
     _switch("cp_kind", "choice", "ring attention or all2all (Ulysses).",
-            "ring (default) or all2all.", "cp", {"all2all": "a2a"}, default="ring",
+            "ring (default) or all2all.", "cp", {"all2all": "a2a"}, "cp", default="ring",
             choices=CP_KINDS),
     Knob("framework", "choice", "Framework profile: recipe, NCCL release, collective "
          "granularity, overlap and kernel stack. fsdp2 (torch, torchtitan), fsdp1, "
@@ -332,7 +338,7 @@ _MOE = [
     _switch("ep_overlap", "flag", "Hide the expert all-to-alls behind another micro-batch's "
             "compute (DeepEP / DualPipe, Megatron's 1F1B all-to-all overlap); default: the "
             "--framework's (off).", "Hide the expert all-to-alls behind another micro-batch "
-            "(ep > 1).", "ep", {True: "overlap"}, default=FRAMEWORK),
+            "(ep > 1).", "ep", {True: "overlap"}, "ep overlap", default=FRAMEWORK),
     Knob("moe_capacity_factor", "number", "Token dropping: experts padded to this factor times "
          "their mean load; none (default) = dropless.", {"predict": ONE, "sweep": GRID},
          default=FRAMEWORK, rule=MOE_FACTOR,
@@ -475,6 +481,16 @@ def plan_switches(plan: Any) -> dict[str, Any]:
     return {name: getattr(plan, name) for name in PLAN_SWITCHES}
 
 
+def switch_fields(plan: Any) -> dict[str, Any]:
+    """The switches of ``plan`` (a ParallelPlan, or predict's JSON ``plan``) as a report's
+    fields (search's table, the sweep options of a plot), in declaration order: a flag as it
+    is (None where a mapping lacks it), a choice None where its dimension's degree is 1 (it
+    chooses nothing there: the CP kind without CP)."""
+    get = plan.get if isinstance(plan, Mapping) else lambda name: getattr(plan, name)
+    return {k.name: None if k.kind == "choice" and int(get(k.dim)) == 1 else get(k.name)
+            for k in (KNOBS[name] for name in PLAN_SWITCHES)}
+
+
 def dim_switches(dim: str) -> tuple[Knob, ...]:
     """The plan switches of mesh dimension ``dim`` (:attr:`Knob.dim`), in declaration
     order."""
@@ -489,4 +505,4 @@ def of_command(command: str) -> tuple[Knob, ...]:
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "PLAN_SWITCHES", "ONE",
            "LIST", "GRID", "FRAMEWORK", "of_command", "option_default", "kernel_default",
            "kernel_fields", "kernel_words", "knob_default", "switch_value", "plan_switches",
-           "dim_switches"]
+           "switch_fields", "dim_switches"]
