@@ -150,8 +150,8 @@ def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
 #: read_layout`: stated, else the framework's convention); the others are stated columns.
 _LAYOUT_SWITCHES = ("sequence_parallel",)
 #: Columns a published row may state about its run, named and valued as ``predict``'s flags
-#: (``ep_overlap`` is ``--ep-overlap``, ``recompute_modules`` is ``--recompute-modules`` ...);
-#: a stated cell is passed on as the row's setting, an empty one leaves the framework
+#: (``moe_imbalance`` is ``--moe-imbalance``, ``recompute_modules`` is ``--recompute-modules``
+#: ...); a stated cell is passed on as the row's setting, an empty one leaves the framework
 #: profile's default (:mod:`fsdpsim.plan.frameworks`). True/false columns are read as booleans,
 #: the others as written (the measurement checks refuse a bad cell with the row's skip reason).
 STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance",
