@@ -8,6 +8,14 @@ through :attr:`Knob.column`, and ``tests/test_knobs.py`` checks that every knob 
 the commands it names and that no command declares one by hand. Where a knob is not given, its
 default is resolved where it always was (the ``--framework`` profile's for :data:`FRAMEWORK`
 knobs: :func:`knob_default`; the grid's for ``sweep``).
+
+Two families reach every place from their declaration alone (``tests/test_knobs.py`` declares
+a fake one of each in a fresh interpreter): the kernel knobs (:data:`KERNEL_KNOBS`,
+TrainingConfig fields) and the plan switches (:data:`PLAN_SWITCHES`, ParallelPlan fields of
+one mesh dimension, :attr:`Knob.dim`: predict's and sweep's options, predict's JSON and
+sweep's CSV, the plan line's words, a measurement column, search's ``--fix`` and table). What a
+switch costs is the engine's; what a framework does with it (its checks, search values,
+configuration files) is :mod:`fsdpsim.plan.frameworks`' and the search's.
 """
 
 from __future__ import annotations
