@@ -17,7 +17,7 @@ from conftest import assert_one_line_error, run
 from fsdpsim.cli import cli
 from fsdpsim.plan.frameworks import KNOB_DEFAULTS
 from fsdpsim.plan.knobs import (COMMANDS, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE,
-                                knob_default)
+                                PLAN_SWITCHES, knob_default)
 
 CLI = Path(__file__).resolve().parents[1] / "fsdpsim" / "cli"
 
@@ -246,6 +246,30 @@ def test_a_sweep_row_has_every_kernel_knob_in_declaration_order():
     row = frame.iloc[0]
     assert row["training.fp8_attention"] and row["training.fused_loss"]  # given; megatron's
     assert row["training.bf16_layers"] == 0 and row["training.cuda_graphs"] == "none"
+
+
+def test_every_plan_switch_is_a_plan_field_whose_words_read_back():
+    """Each plan switch (:data:`~fsdpsim.plan.knobs.PLAN_SWITCHES`) is a ParallelPlan field of
+    a mesh dimension; each value it spells is written in that dimension's brackets of the plan
+    line and read back, and the plain value is written as nothing."""
+    import dataclasses
+
+    from fsdpsim.plan.parallel import ParallelPlan
+    from fsdpsim.plan.spelling import RunPlan, format_plan, parse_plan
+
+    fields = {f.name for f in dataclasses.fields(ParallelPlan)}
+    assert PLAN_SWITCHES and set(PLAN_SWITCHES) <= fields
+    for name in PLAN_SWITCHES:
+        k = KNOBS[name]
+        assert k.dim in fields and k.label and k.field == f"plan.{name}", name
+        assert k.plain_value not in k.spelled, name
+        for value, word in {**k.spelled, k.plain_value: None}.items():
+            plan = ParallelPlan(num_gpus=8, gpus_per_node=8, **{k.dim: 2, name: value})
+            line = format_plan(RunPlan(plan, micro_batch=1, grad_accum=1))
+            dim = next(d for d in line.split(" · ")[0].split(" × ") if d.startswith(k.dim))
+            assert (word in dim.partition("(")[2].rstrip(")").split(",")) == (word is not None)
+            back = parse_plan(line, num_gpus=8, gpus_per_node=8).plan
+            assert getattr(back, name) == value, (name, value, line)
 
 
 #: A plan switch declared in a fresh interpreter (with a ParallelPlan that has its field) before
