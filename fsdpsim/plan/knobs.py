@@ -156,13 +156,19 @@ def _kernel(name: str, kind: str, help: str, grid_help: str = "", column: str | 
                 column=name if column == "" else column, **kw)
 
 
+#: The mesh dimensions whose brackets in the plan line take a switch's words
+#: (:mod:`fsdpsim.plan.spelling`: ``tp4(sp,overlap)``; the pipeline's hold its schedule).
+SWITCH_DIMS = ("cp", "tp", "ep")
+
+
 def _switch(name: str, kind: str, help: str, grid_help: str, dim: str,
             spelled: Mapping[Any, str], label: str, **kw) -> Knob:
     """A ParallelPlan switch of ``dim`` (:data:`PLAN_SWITCHES`), a flag or a choice: an option
     of predict and a grid-wide one of sweep, the field ``plan.NAME`` and the measurement column
     ``NAME``; ``label`` names it in a report's few words."""
-    if kind not in ("flag", "choice"):
-        raise ValueError(f"plan switch {name}: kind {kind!r}; accepted: flag or choice")
+    if kind not in ("flag", "choice") or dim not in SWITCH_DIMS:
+        raise ValueError(f"plan switch {name}: kind {kind!r}, dim {dim!r}; accepted: a flag or "
+                         f"a choice of {', '.join(SWITCH_DIMS)}")
     return Knob(name, kind, help, {"predict": ONE, "sweep": GRID}, grid_help=grid_help,
                 field=f"plan.{name}", column=name, dim=dim, spelled=spelled, label=label, **kw)
 
