@@ -10,12 +10,12 @@ default is resolved where it always was (the ``--framework`` profile's for :data
 knobs: :func:`knob_default`; the grid's for ``sweep``).
 
 Two families reach every place from their declaration alone (``tests/test_knobs.py`` declares
-a fake one of each in a fresh interpreter): the kernel knobs (:data:`KERNEL_KNOBS`,
-TrainingConfig fields) and the plan switches (:data:`PLAN_SWITCHES`, ParallelPlan fields of
-one mesh dimension, :attr:`Knob.dim`: predict's and sweep's options, predict's JSON and
-sweep's CSV, the plan line's words, a measurement column, search's ``--fix`` and table). What a
-switch costs is the engine's; what a framework does with it (its checks, search values,
-configuration files) is :mod:`fsdpsim.plan.frameworks`' and the search's.
+a fake one of each in a fresh interpreter): the kernel knobs (:data:`KERNEL_KNOBS`) and the plan
+switches (:data:`PLAN_SWITCHES`: ParallelPlan fields of one mesh dimension, predict's and
+sweep's options, predict's JSON and sweep's CSV, the plan line's words, a measurement column,
+search's ``--fix`` and table). What a switch costs is the engine's; what a framework does with
+it (checks, search values, configuration files) is :mod:`fsdpsim.plan.frameworks`' and the
+search's.
 """
 
 from __future__ import annotations
@@ -415,11 +415,8 @@ SWEEP_KERNEL_KNOBS = tuple(k.name for k in _KERNEL if "sweep" in k.commands)
 KNOBS: dict[str, Knob] = {k.name: k for k in (*_HARDWARE, *_BATCH, *_DATA_PARALLEL,
                                               *_MODEL_PARALLEL, *_TRAINING, *_MOE, *_KERNEL)}
 
-#: The ParallelPlan switches (each declared by ``_switch``), in declaration order: a field of
-#: the plan, an option of predict and a grid-wide one of sweep, a field of predict's JSON
-#: (``plan.NAME``) and sweep's CSV, a measurement column, a ``--fix`` name of search and a word
-#: of the plan line (:attr:`Knob.spelled`). What each means to a framework (its checks, search
-#: values and configuration emitters) stays with that framework.
+#: The ParallelPlan switches (each declared by ``_switch``), in declaration order (module
+#: docstring: the places they reach).
 PLAN_SWITCHES = tuple(k.name for k in (*_DATA_PARALLEL, *_MODEL_PARALLEL, *_MOE) if k.dim)
 
 
@@ -489,12 +486,6 @@ def switch_value(name: str, given: Any, framework: str | None) -> Any:
     return knob.value(given)
 
 
-def plan_switches(plan: Any) -> dict[str, Any]:
-    """The switches of a ParallelPlan (:data:`PLAN_SWITCHES`) by name, in declaration order:
-    predict's JSON ``plan`` fields, sweep's CSV columns."""
-    return {name: getattr(plan, name) for name in PLAN_SWITCHES}
-
-
 def switch_fields(plan: Any) -> dict[str, Any]:
     """The switches of ``plan`` (a ParallelPlan, or predict's JSON ``plan``) as a report's
     fields (search's table, the sweep options of a plot), in declaration order: a flag as it
@@ -518,5 +509,5 @@ def of_command(command: str) -> tuple[Knob, ...]:
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "PLAN_SWITCHES", "ONE",
            "LIST", "GRID", "FRAMEWORK", "of_command", "option_default", "kernel_default",
-           "kernel_fields", "kernel_words", "knob_default", "switch_value", "plan_switches",
-           "switch_fields", "dim_switches"]
+           "kernel_fields", "kernel_words", "knob_default", "switch_value", "switch_fields",
+           "dim_switches"]

@@ -146,9 +146,7 @@ class Grid:
     """Pipeline schedule of layouts with pp > 1; None = interleaved when vpp > 1, else 1f1b."""
     switches: Mapping[str, Any] = field(default_factory=dict)
     """The plan switches of every point (:func:`sweep_switches`) as ParallelPlan values: as
-    given, else their default (the framework's where declared so; None: the plan's, such as
-    sequence parallelism on for layouts with tp > 1); :func:`fsdpsim.drivers.sweep.tables.
-    layout_options` turns a flag off in a layout where its dimension's degree is 1."""
+    given, else what predict takes without them (None: the plan decides)."""
     recompute_layers: int | None = None
     ep: int = 1
     """Expert-parallel degree of the mixture-of-experts models (dense models need 1)."""
