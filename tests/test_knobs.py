@@ -17,7 +17,7 @@ from conftest import assert_one_line_error, run
 from fsdpsim.cli import cli
 from fsdpsim.plan.frameworks import KNOB_DEFAULTS
 from fsdpsim.plan.knobs import (COMMANDS, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE,
-                                knob_default)
+                                PLAN_SWITCHES, knob_default)
 
 CLI = Path(__file__).resolve().parents[1] / "fsdpsim" / "cli"
 
@@ -246,3 +246,118 @@ def test_a_sweep_row_has_every_kernel_knob_in_declaration_order():
     row = frame.iloc[0]
     assert row["training.fp8_attention"] and row["training.fused_loss"]  # given; megatron's
     assert row["training.bf16_layers"] == 0 and row["training.cuda_graphs"] == "none"
+
+
+def test_every_plan_switch_is_a_plan_field_whose_words_read_back():
+    """Each plan switch (:data:`~fsdpsim.plan.knobs.PLAN_SWITCHES`) is a ParallelPlan field of
+    a mesh dimension; each value it spells is written in that dimension's brackets of the plan
+    line and read back, and the plain value is written as nothing."""
+    import dataclasses
+
+    from fsdpsim.plan.parallel import ParallelPlan
+    from fsdpsim.plan.spelling import RunPlan, format_plan, parse_plan
+
+    fields = {f.name for f in dataclasses.fields(ParallelPlan)}
+    assert PLAN_SWITCHES and set(PLAN_SWITCHES) <= fields
+    for name in PLAN_SWITCHES:
+        k = KNOBS[name]
+        assert k.dim in fields and k.label and k.field == f"plan.{name}", name
+        assert k.plain_value not in k.spelled, name
+        for value, word in {**k.spelled, k.plain_value: None}.items():
+            plan = ParallelPlan(num_gpus=8, gpus_per_node=8, **{k.dim: 2, name: value})
+            line = format_plan(RunPlan(plan, micro_batch=1, grad_accum=1))
+            dim = next(d for d in line.split(" · ")[0].split(" × ") if d.startswith(k.dim))
+            assert (word in dim.partition("(")[2].rstrip(")").split(",")) == (word is not None)
+            back = parse_plan(line, num_gpus=8, gpus_per_node=8).plan
+            assert getattr(back, name) == value, (name, value, line)
+
+
+#: A plan switch declared in a fresh interpreter (with a ParallelPlan that has its field) before
+#: anything else reads the declarations: it must reach predict's and sweep's options, predict's
+#: JSON and plan line (read back by ``--plan``), sweep's CSV (off where its dimension is 1), a
+#: measurement row's options and plan, search's ``--fix``, table and rerun command.
+_FAKE_SWITCH = """import dataclasses
+import io
+import json
+import re
+
+import pandas as pd
+from fsdpsim.plan import knobs, parallel
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan(parallel.ParallelPlan):
+    fake_switch: bool = False
+
+
+parallel.ParallelPlan = Plan
+knobs.KNOBS["fake_switch"] = knobs._switch("fake_switch", "flag", "A fake switch.",
+                                           "A fake switch, grid-wide.", "tp", {True: "fake"},
+                                           "fake switch", default=False)
+knobs.PLAN_SWITCHES += ("fake_switch",)
+
+import click
+from click.testing import CliRunner
+from fsdpsim.cli import cli
+from fsdpsim.drivers.sweep.grid import grid_keys
+from fsdpsim.measured.published.tables import STATED_COLUMNS
+from fsdpsim.measured.rows import PLAN_COLUMNS, row_options, row_plan
+
+
+def params(command):
+    return {p.name: p for p in cli.get_command(click.Context(cli), command).params}
+
+
+for command in ("predict", "sweep", "plot"):
+    p = params(command)["fake_switch"]
+    assert p.opts == ["--fake-switch"] and p.secondary_opts == ["--no-fake-switch"], command
+for command in ("search", "compare"):
+    assert "fake_switch" not in params(command), command
+assert "fake-switch" in grid_keys()
+
+
+def run(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, (args, result.output)
+    return result.output
+
+
+base = ("--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8")
+d = json.loads(run("predict", *base, "--tp", "2", "--fake-switch", "--format", "json"))
+assert d["plan"]["fake_switch"] is True and "tp2(sp,fake)" in d["plan"]["line"], d["plan"]
+d = json.loads(run("predict", *base, "--tp", "2", "--format", "json"))
+assert d["plan"]["fake_switch"] is False and "fake" not in d["plan"]["line"]
+d = json.loads(run("predict", *base, "--plan", "fsdp4 × tp2(sp,fake) · ckpt none · mb 1",
+                   "--format", "json"))
+assert d["plan"]["fake_switch"] is True, d["plan"]  # the plan line reads it back
+
+rows = pd.read_csv(io.StringIO(run("sweep", *base, "--tp", "1,2", "--fake-switch", "--micro-batch",
+                                   "1", "--format", "csv")))
+assert dict(zip(rows["plan.tp"], rows["plan.fake_switch"])) == {1: False, 2: True}
+
+row = pd.Series({"id": "r", "gpu": "h100", "n_gpus": 8, "gpus_per_node": 8, "grad_accum": 1,
+                 "micro_batch": 1, "sharding": "full", "tp": 2, "fake_switch": "yes"})
+assert row_options(row)["fake_switch"] is True
+assert row_plan(row, 8).fake_switch is True and row_plan(row.drop("fake_switch"), 8) \\
+    .fake_switch is False
+assert PLAN_COLUMNS["fake_switch"] is False and "fake_switch" in STATED_COLUMNS
+
+d = json.loads(run("search", *base, "--fix", "tp=2", "--fix", "fake_switch=true", "--top", "2",
+                   "--format", "json"))
+for plan in d["plans"]:
+    assert plan["fake_switch"] is True and "fake" in plan["plan"], plan
+    assert re.search(r"tp2\\((\\w+,)*fake\\)", plan["predict_command"]), plan["predict_command"]
+print("reached")
+"""
+
+
+def test_a_new_plan_switch_reaches_options_reports_measurements_and_search_from_its_declaration():
+    """Every generic place a plan switch passes through (module docstring of
+    :mod:`fsdpsim.plan.knobs`, :data:`~fsdpsim.plan.knobs.PLAN_SWITCHES`) takes it from its
+    declaration alone: a place that listed the switches by hand would miss the fake one."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FAKE_SWITCH], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "reached", done.stderr[-2000:]

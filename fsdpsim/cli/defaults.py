@@ -8,16 +8,16 @@ from dataclasses import replace
 
 import click
 
-from fsdpsim.plan.knobs import option_default
+from fsdpsim.plan.knobs import PLAN_SWITCHES, option_default
 from fsdpsim.util.numbers import count_rule, read_number
 
-#: The plan options of predict (search and compare read the same), with their defaults.
+#: The plan options of predict (search and compare read the same), with their defaults: the
+#: plan switches (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`) among them.
 PLAN_OPTIONS = {name: option_default(name) for name in (
     "sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
     "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate", "tp",
-    "sequence_parallel", "tp_overlap", "pp", "vpp", "pp_schedule", "pp_first_layers",
-    "pp_last_layers", "cp", "cp_kind", "mesh_order", "micro_batch", "ep", "pp_layers", "etp",
-    "ep_overlap")}
+    "pp", "vpp", "pp_schedule", "pp_first_layers", "pp_last_layers", "cp", "mesh_order",
+    "micro_batch", "ep", "pp_layers", "etp", *PLAN_SWITCHES)}
 
 
 def auto_int(value: str | None, what: str) -> int | None:
@@ -67,7 +67,7 @@ def framework_plan_defaults(o: dict) -> tuple[dict, str | None]:
     hybrid plan (tp, pp or cp > 1) or where they differ from the flags' defaults; else None."""
     from fsdpsim.plan.frameworks import plan_defaults
 
-    stated = tuple(k for k in ("reshard_after_forward", "tp_overlap") if given(o, k))
+    stated = tuple(k for k in ("reshard_after_forward", *PLAN_SWITCHES) if given(o, k))
     if any(given(o, k) for k in ("sharding", "zero", "dp_shard", "dp_replicate",
                                   "shard_group_size")):
         stated += ("sharding",)

@@ -10,7 +10,9 @@ import click
 from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.knobs import knob_options
-from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, kernel_default
+from fsdpsim.hardware.system import BUSBW_COLUMNS
+from fsdpsim.plan.knobs import (KERNEL_KNOBS, KNOBS, PLAN_SWITCHES, kernel_default, of_command,
+                                switch_value)
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -149,15 +151,6 @@ def precision_for(given: str | None, system) -> str:
     return given if given is not None else system.accelerator.default_precision
 
 
-def ep_overlap_of(o: dict) -> bool:
-    """``--ep-overlap``, or the ``--framework`` profile's default where it is not given."""
-    from fsdpsim.plan.knobs import knob_default
-
-    given = o.get("ep_overlap")
-    return bool(knob_default(o.get("framework") or "fsdp2", "ep_overlap")
-                if given is None else given)
-
-
 #: The options a ``--plan`` line states, with their defaults (:mod:`fsdpsim.plan.knobs`): giving
 #: one beside ``--plan`` is an error (the plan would be said twice).
 def plan_option(o: dict, system):
@@ -202,16 +195,15 @@ def build_plan(o: dict, system) -> ParallelPlan:
                           "accepted: --pp 2 or more beside it")
 
     per_domain = domain_gpus(system, o["num_gpus"])
+    framework = o.get("framework") or "fsdp2"
     hybrid = dict(tp=o.get("tp", 1), pp=o.get("pp", 1), cp=o.get("cp", 1), vpp=o.get("vpp", 1),
-                  pp_schedule=o.get("pp_schedule"), sequence_parallel=o.get("sequence_parallel"),
-                  cp_kind=o.get("cp_kind") or "ring", tp_overlap=bool(o.get("tp_overlap")),
-                  pp_first_layers=o.get("pp_first_layers"),
-                  pp_last_layers=o.get("pp_last_layers"),
-                  pp_layers=o.get("pp_layers"),
-                  framework=o.get("framework") or "fsdp2",
-                  ep=o.get("ep", 1), etp=o.get("etp"), ep_overlap=bool(ep_overlap_of(o)),
+                  pp_schedule=o.get("pp_schedule"), pp_first_layers=o.get("pp_first_layers"),
+                  pp_last_layers=o.get("pp_last_layers"), pp_layers=o.get("pp_layers"),
+                  framework=framework, ep=o.get("ep", 1), etp=o.get("etp"),
                   reshard_after_forward=o["reshard_after_forward"],
-                  keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"])
+                  keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"],
+                  **{name: switch_value(name, o.get(name), framework)
+                     for name in PLAN_SWITCHES})
     if o.get("mesh_order"):
         hybrid["mesh_order"] = tuple(x.strip() for x in o["mesh_order"].split(","))
     zero, shard, repl = o.get("zero"), o.get("dp_shard"), o.get("dp_replicate")
@@ -227,13 +219,11 @@ def build_plan(o: dict, system) -> ParallelPlan:
                         **hybrid)
 
 
-def busbw_options(command: str = "predict") -> list:
-    """``--busbw-allreduce-intra-gbs`` ... (:data:`fsdpsim.hardware.system.BUSBW_COLUMNS`): measured
-    bus bandwidths (nccl-tests busbw, GB/s) that replace the modelled ones; ``validate`` reads
-    the same names as measurement columns."""
-    from fsdpsim.hardware.system import BUSBW_COLUMNS
-
-    return knob_options(command, *BUSBW_COLUMNS)
+#: predict's knobs before ``--plan``: the hardware (with the measured bus bandwidths,
+#: :data:`fsdpsim.hardware.system.BUSBW_COLUMNS`, that ``validate`` reads as measurement
+#: columns too) and the batch; every other knob of predict follows it.
+_FIRST = ("gpus_per_node", "network", "inter_node_gbps_per_gpu", "power_cap_w", *BUSBW_COLUMNS,
+          "placement", "seq_len", "micro_batch", "global_batch")
 
 
 def predict_options(f):
@@ -245,30 +235,16 @@ def predict_options(f):
         click.option("--cluster", default=None, help="Node or cluster id instead of --gpu."),
         click.option("--num-gpus", type=option_type(GPUS), default=8,
                      show_default=True),
-        *k("gpus_per_node", "network", "inter_node_gbps_per_gpu", "power_cap_w"),
-        *busbw_options(),
-        *k("placement", "seq_len", "micro_batch", "global_batch"),
+        *k(*_FIRST),
         click.option("--plan", "plan", default=None, metavar="TEXT",
                      help="The whole plan in one line, as search and compare print it (e.g. "
                           "'fsdp8 × tp8(sp) · ckpt none · mb 1'); instead of the plan options."),
-        *k("sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
-           "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate",
-           "tp", "sequence_parallel", "tp_overlap", "pp", "vpp", "pp_schedule",
-           "pp_first_layers", "pp_last_layers", "pp_layers", "cp", "cp_kind", "framework",
-           "mesh_order", "precision", "reduce_dtype", "optimizer", "flash_attention",
-           "dropout", "price"),
-        *moe_options(),
+        # every other knob of predict, in declaration order (plan, training, experts, kernels)
+        *k(*(knob.name for knob in of_command("predict") if knob.name not in _FIRST)),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return run_options(f)
-
-
-def moe_options():
-    """The mixture-of-experts options of ``predict`` (``sweep`` has their grid-wide forms)."""
-    return [*knob_options("predict", "ep", "etp", "ep_overlap", "moe_capacity_factor",
-                          "moe_imbalance"),
-            *kernel_options("predict")]
 
 
 def kernel_options(command: str):

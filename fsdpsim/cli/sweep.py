@@ -13,7 +13,7 @@ import click
 from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.knobs import knob_options
-from fsdpsim.plan.knobs import SWEEP_KERNEL_KNOBS
+from fsdpsim.plan.knobs import KNOBS, PLAN_SWITCHES, SWEEP_KERNEL_KNOBS
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.drivers.sweep.grid import Grid, build_grid, describe, read_grid_file
@@ -63,9 +63,10 @@ def grid_options(f):
         click.option("--ceilings/--no-ceilings", default=None,
                      help="Solve the largest micro-batch and sequence that fit for every row "
                           "(default on; off is about 3x faster on grids without free knobs)."),
-        *k("tp", "pp", "cp", "vpp", "pp_schedule", "cp_kind", "sequence_parallel", "tp_overlap",
-           "recompute_layers", "ep", "etp", "ep_overlap", "moe_capacity_factor",
-           "moe_imbalance", *SWEEP_KERNEL_KNOBS),
+        *k("tp", "pp", "cp", "vpp", "pp_schedule",
+           *(name for name in PLAN_SWITCHES if "sweep" in KNOBS[name].commands),
+           "recompute_layers", "ep", "etp", "moe_capacity_factor", "moe_imbalance",
+           *SWEEP_KERNEL_KNOBS),
     ]
     for opt in reversed(opts):
         f = opt(f)

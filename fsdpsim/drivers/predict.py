@@ -29,7 +29,7 @@ from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.plan.knobs import kernel_fields
+from fsdpsim.plan.knobs import PLAN_SWITCHES, kernel_fields
 from fsdpsim.plan.known_gaps import known_gaps
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs,  # noqa: F401 (re-exported)
@@ -285,7 +285,8 @@ def _plan_line(plan: ParallelPlan, micro_batch: int, grad_accum: int, recompute:
 
 def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
                  recompute: str = "none", recompute_layers: int | None = None) -> dict[str, Any]:
-    """The ``plan`` object of a report: every degree, the strategies and the plan's one line
+    """The ``plan`` object of a report: every degree, the strategies, the switches
+    (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`) and the plan's one line
     (:func:`fsdpsim.plan.spelling.format_plan`, what ``predict --plan`` reads)."""
     line = _plan_line(plan, int(micro_batch), int(grad_accum), recompute,
                       None if recompute == "none" else recompute_layers)
@@ -294,10 +295,9 @@ def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
                                                 "full": 3, "hybrid": 3}[plan.sharding],
             "dp": plan.dp, "dp_shard": plan.dp_shard, "dp_replicate": plan.dp_replicate,
             "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp,
-            "pp_schedule": plan.pp_schedule, "sequence_parallel": plan.sequence_parallel,
-            "cp_kind": plan.cp_kind, "tp_overlap": plan.tp_overlap,
+            "pp_schedule": plan.pp_schedule,
+            **{name: getattr(plan, name) for name in PLAN_SWITCHES},
             "ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp,
-            "ep_overlap": plan.ep_overlap,
             "mesh_order": ",".join(plan.mesh_order),
             "pp_first_layers": plan.pp_first_layers, "pp_last_layers": plan.pp_last_layers,
             "pp_layers": None if plan.pp_layers is None else list(plan.pp_layers),

@@ -12,8 +12,8 @@ from fsdpsim import engine
 from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
 from fsdpsim.measured import grid
 from fsdpsim.measured.rows import PLAN_COLUMNS, cell, is_empty
-from fsdpsim.plan.knobs import FRAMEWORK, KERNEL_KNOBS, KNOBS
-from fsdpsim.plan.parallel import CP_KINDS, PP_SCHEDULES
+from fsdpsim.plan.knobs import FRAMEWORK, KERNEL_KNOBS, KNOBS, PLAN_SWITCHES
+from fsdpsim.plan.parallel import PP_SCHEDULES
 from fsdpsim.util import numbers
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.numbers import TINY, Rule, read_number
@@ -125,8 +125,11 @@ def check_columns(frame: pd.DataFrame) -> None:
         _check_plan_columns(dict(zip(layout, cells)))
 
 
-#: The choice columns of the schema and what each accepts: the layout's, then the kernel knobs'.
-_CHOICES = {"pp_schedule": PP_SCHEDULES, "cp_kind": CP_KINDS,
+#: The choice columns of the schema and what each accepts: the layout's, the plan switches'
+#: (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`), then the kernel knobs'.
+_CHOICES = {"pp_schedule": PP_SCHEDULES,
+            **{k.column: k.choices for k in (KNOBS[n] for n in PLAN_SWITCHES)
+               if k.kind == "choice"},
             **{k.column: k.choices for k in _KERNEL if k.kind == "choice"}}
 #: The choice columns whose empty cell is the ``recipe`` profile's default.
 _CHOICES_OF_RECIPE = tuple(k.column for k in _KERNEL

@@ -14,7 +14,7 @@ import pandas as pd
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.model.spec import ModelSpec, check_plausible_size
-from fsdpsim.plan.knobs import FRAMEWORK, KNOBS, knob_default
+from fsdpsim.plan.knobs import FRAMEWORK, KNOBS, PLAN_SWITCHES, knob_default, option_default
 from fsdpsim.plan.parallel import ParallelPlan
 from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 
@@ -23,21 +23,16 @@ from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 ARCHES = ("gpt", "mpt", "llama")
 
 
-#: The layout columns of the schema and their defaults (missing column or empty cell); a knob
-#: whose default is the framework's (:data:`fsdpsim.plan.knobs.FRAMEWORK`) has None here, its
-#: empty cell read by :func:`knob`.
-PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "sequence_parallel": None,
-                "pp_schedule": None, "cp_kind": "ring", "pp_first_layers": None,
+#: The layout columns of the schema and their defaults (missing column or empty cell): the plan
+#: switches' (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`) their option's; a knob whose default is
+#: the framework's (:data:`fsdpsim.plan.knobs.FRAMEWORK`) has None here, its empty cell read by
+#: :func:`knob`.
+PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "pp_schedule": None, "pp_first_layers": None,
                 "pp_last_layers": None, "pp_layers": None, "recompute_layers": None, "ep": 1,
                 "etp": None, "recipe": "torch", "moe_imbalance": None, "preset": None,
-                "mtp_layers": None, "shard_group_size": None, "tp_overlap": None,
+                "mtp_layers": None, "shard_group_size": None,
+                **{KNOBS[name].column: option_default(name) for name in PLAN_SWITCHES},
                 **{k.column: None for k in KNOBS.values() if k.default == FRAMEWORK and k.column}}
-
-
-def truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "y")
-    return bool(value) and not (isinstance(value, float) and np.isnan(value))
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "y"), ("0", "false", "no", "n")
@@ -147,23 +142,34 @@ def _knob_default(framework: str, column: str, precision: str) -> Any:
 def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
     """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
     ``auto`` chunk count); a clear error when the plan's checks refuse it."""
-    sp = cell(row, "sequence_parallel")
     schedule = cell(row, "pp_schedule")
     return ParallelPlan(
         num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
         tp=whole_cell(row, "tp"), pp=whole_cell(row, "pp"), cp=whole_cell(row, "cp"),
         vpp=vpp or whole_cell(row, "vpp"),
         pp_schedule=str(schedule) if schedule is not None else None,
-        sequence_parallel=None if sp is None else truthy(sp),
-        cp_kind=str(cell(row, "cp_kind")),
         pp_first_layers=whole_cell(row, "pp_first_layers"),
         pp_last_layers=whole_cell(row, "pp_last_layers"),
         pp_layers=_text_cell(row, "pp_layers"),
         framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
-        etp=whole_cell(row, "etp"),
-        ep_overlap=flag(row, "ep_overlap", bool(knob(row, "ep_overlap"))),
-        tp_overlap=flag(row, "tp_overlap", False),
-        shard_group_size=whole_cell(row, "shard_group_size"))
+        etp=whole_cell(row, "etp"), shard_group_size=whole_cell(row, "shard_group_size"),
+        **switch_cells(row))
+
+
+def switch_cells(row: pd.Series) -> dict[str, Any]:
+    """The plan switches (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`) of one measurement row,
+    each from its column as its kind reads it (a flag by :func:`flag`); an empty cell is the
+    :data:`PLAN_COLUMNS` default, the row's framework profile's for a knob whose default is the
+    framework's (:func:`knob`), None where the plan decides (sequence parallelism)."""
+    out: dict[str, Any] = {}
+    for name in PLAN_SWITCHES:
+        k = KNOBS[name]
+        value = knob(row, k.column) if k.default == FRAMEWORK else cell(row, k.column)
+        if k.kind == "flag":
+            out[name] = flag(row, k.column, None if value is None else bool(value))
+        else:
+            out[name] = None if value is None else str(value)
+    return out
 
 
 def row_setup(row: pd.Series, catalog: Catalog, vpp: int | None = None,

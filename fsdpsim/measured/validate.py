@@ -39,10 +39,8 @@ default is the framework's, :data:`fsdpsim.plan.knobs.FRAMEWORK`, the ``recipe``
 ``vpp``                    model chunks per pipeline rank (default 1); ``auto`` with
                            pp > 1: the interleaved schedule with the fastest chunk count
                            that fits
-``sequence_parallel``      true | false (default: on when tp > 1)
 ``pp_schedule``            gpipe | 1f1b | interleaved | zb-h1 (default: interleaved when
                            vpp > 1, else 1f1b)
-``cp_kind``                ring | all2all (default ring)
 ``pp_first_layers``,       layers on the first / last pipeline stage (default: the
 ``pp_last_layers``         framework's split, :mod:`fsdpsim.plan.pipeline_split`)
 ``pp_layers``              layers on every pipeline stage, comma-separated (``31,32,32,31``;
@@ -53,12 +51,13 @@ default is the framework's, :data:`fsdpsim.plan.knobs.FRAMEWORK`, the ``recipe``
 ``shard_group_size``       HSDP's shard group, or InternEvo's zero1 group with sharding
                            optimizer and recipe internevo (default: see ParallelPlan)
 ``ep``, ``etp``            expert-parallel and expert-tensor-parallel degrees (default 1
-                           and tp); ``ep_overlap`` true to hide the expert all-to-alls
+                           and tp)
 ``moe_capacity_factor``,   token dropping (a capacity factor) or the dropless busiest-rank
 ``moe_imbalance``          load (default: dropless at the balanced-routing floor)
-``tp_overlap``             true: TP collectives overlapped with the GEMMs (``predict
-                           --tp-overlap``: Transformer Engine's userbuffers ``tp_comm_overlap``,
-                           async TP; default false)
+each plan switch's column its ``column`` in :mod:`fsdpsim.plan.knobs` (the plan
+                           switches, :data:`~fsdpsim.plan.knobs.PLAN_SWITCHES`: sequence
+                           parallelism, TP overlap, the CP kind, EP overlap), valued as its
+                           ``predict`` flag, empty as ``predict`` without it
 each kernel knob's column  its ``column`` in :mod:`fsdpsim.plan.knobs` (the kernel knobs,
                            :data:`~fsdpsim.plan.knobs.KERNEL_KNOBS`), valued as its
                            ``predict`` flag (``fsdpsim predict --help``)

@@ -8,10 +8,19 @@ through :attr:`Knob.column`, and ``tests/test_knobs.py`` checks that every knob 
 the commands it names and that no command declares one by hand. Where a knob is not given, its
 default is resolved where it always was (the ``--framework`` profile's for :data:`FRAMEWORK`
 knobs: :func:`knob_default`; the grid's for ``sweep``).
+
+Two families reach every place from their declaration alone (``tests/test_knobs.py`` declares
+a fake one of each in a fresh interpreter): the kernel knobs (:data:`KERNEL_KNOBS`) and the plan
+switches (:data:`PLAN_SWITCHES`: ParallelPlan fields of one mesh dimension, predict's and
+sweep's options, predict's JSON and sweep's CSV, the plan line's words, a measurement column,
+search's ``--fix`` and table). What a switch costs is the engine's; what a framework does with
+it (checks, search values, configuration files) is :mod:`fsdpsim.plan.frameworks`' and the
+search's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -80,6 +89,15 @@ class Knob:
     words: str = ""
     """How a report says the knob is set where its value is not :meth:`plain`: a format of the
     value (``{}``; a list joined by commas); empty: reports do not name it."""
+    dim: str = ""
+    """A plan switch's mesh dimension (:data:`PLAN_SWITCHES`): the switch means something only
+    where that degree is > 1, and the plan line spells it in that dimension's parentheses."""
+    spelled: Mapping[Any, str] = dataclasses.field(default_factory=dict)
+    """A plan switch's word in the plan line for each value that is written; a line without
+    one of them means the :attr:`plain_value` (``tp4(sp,overlap)``, ``cp2(a2a)``)."""
+    label: str = ""
+    """A plan switch's name in a report's few words (what search's runner-up gives up:
+    ``tp overlap on``)."""
 
     @property
     def option(self) -> str:
@@ -136,6 +154,23 @@ def _kernel(name: str, kind: str, help: str, grid_help: str = "", column: str | 
     commands = {**_RUN, **({"sweep": GRID} if grid_help else {})}
     return Knob(name, kind, help, commands, grid_help=grid_help, field=f"training.{name}",
                 column=name if column == "" else column, **kw)
+
+
+#: The mesh dimensions whose brackets in the plan line take a switch's words
+#: (:mod:`fsdpsim.plan.spelling`: ``tp4(sp,overlap)``; the pipeline's hold its schedule).
+SWITCH_DIMS = ("cp", "tp", "ep")
+
+
+def _switch(name: str, kind: str, help: str, grid_help: str, dim: str,
+            spelled: Mapping[Any, str], label: str, **kw) -> Knob:
+    """A ParallelPlan switch of ``dim`` (:data:`PLAN_SWITCHES`), a flag or a choice: an option
+    of predict and a grid-wide one of sweep, the field ``plan.NAME`` and the measurement column
+    ``NAME``; ``label`` names it in a report's few words."""
+    if kind not in ("flag", "choice") or dim not in SWITCH_DIMS:
+        raise ValueError(f"plan switch {name}: kind {kind!r}, dim {dim!r}; accepted: a flag or "
+                         f"a choice of {', '.join(SWITCH_DIMS)}")
+    return Knob(name, kind, help, {"predict": ONE, "sweep": GRID}, grid_help=grid_help,
+                field=f"plan.{name}", column=name, dim=dim, spelled=spelled, label=label, **kw)
 
 
 _HARDWARE = [
@@ -234,14 +269,12 @@ _MODEL_PARALLEL = [
          {"predict": ONE, "sweep": LIST}, default=1, rule=GPUS,
          grid_help=f"Tensor-parallel degrees ({_LIST}); crossed with --pp and --cp.",
          field="plan.tp", column="tp"),
-    Knob("sequence_parallel", "flag", "Split norm/dropout activations over TP (default: on "
-         "when tp > 1).", {"predict": ONE, "sweep": GRID},
-         grid_help="Sequence parallelism with tp > 1 (default on).",
-         field="plan.sequence_parallel", column="sequence_parallel"),
-    Knob("tp_overlap", "flag", "Overlap TP collectives with GEMMs (async TP).",
-         {"predict": ONE, "sweep": GRID}, default=False,
-         grid_help="Overlap TP collectives with GEMMs (tp > 1).", field="plan.tp_overlap",
-         column="tp_overlap"),
+    _switch("sequence_parallel", "flag", "Split norm/dropout activations over TP (default: on "
+            "when tp > 1).", "Sequence parallelism with tp > 1 (default on).", "tp",
+            {True: "sp"}, "sp"),
+    _switch("tp_overlap", "flag", "Overlap TP collectives with GEMMs (async TP).",
+            "Overlap TP collectives with GEMMs (tp > 1).", "tp", {True: "overlap"},
+            "tp overlap", default=False),
     Knob("pp", "number", "Pipeline-parallel degree (stages).", {"predict": ONE, "sweep": LIST},
          default=1, rule=GPUS, grid_help=f"Pipeline-parallel degrees ({_LIST}).",
          field="plan.pp", column="pp"),
@@ -262,9 +295,9 @@ _MODEL_PARALLEL = [
     Knob("cp", "number", "Context-parallel degree (sequence split).",
          {"predict": ONE, "sweep": LIST}, default=1, rule=GPUS,
          grid_help=f"Context-parallel degrees ({_LIST}).", field="plan.cp", column="cp"),
-    Knob("cp_kind", "choice", "ring attention or all2all (Ulysses).",
-         {"predict": ONE, "sweep": GRID}, default="ring", choices=CP_KINDS,
-         grid_help="ring (default) or all2all.", field="plan.cp_kind", column="cp_kind"),
+    _switch("cp_kind", "choice", "ring attention or all2all (Ulysses).",
+            "ring (default) or all2all.", "cp", {"all2all": "a2a"}, "cp", default="ring",
+            choices=CP_KINDS),
     Knob("framework", "choice", "Framework profile: recipe, NCCL release, collective "
          "granularity, overlap and kernel stack. fsdp2 (torch, torchtitan), fsdp1, "
          "deepspeed-zero3, deepspeed-zero3-2021 (a gather per parameter, no overlap), megatron "
@@ -316,11 +349,10 @@ _MOE = [
          {"predict": ONE, "sweep": GRID}, rule=GPUS,
          grid_help="Expert tensor-parallel degree (default tp).", field="plan.etp",
          column="etp"),
-    Knob("ep_overlap", "flag", "Hide the expert all-to-alls behind another micro-batch's "
-         "compute (DeepEP / DualPipe, Megatron's 1F1B all-to-all overlap); default: the "
-         "--framework's (off).", {"predict": ONE, "sweep": GRID}, default=FRAMEWORK,
-         grid_help="Hide the expert all-to-alls behind another micro-batch (ep > 1).",
-         field="plan.ep_overlap", column="ep_overlap"),
+    _switch("ep_overlap", "flag", "Hide the expert all-to-alls behind another micro-batch's "
+            "compute (DeepEP / DualPipe, Megatron's 1F1B all-to-all overlap); default: the "
+            "--framework's (off).", "Hide the expert all-to-alls behind another micro-batch "
+            "(ep > 1).", "ep", {True: "overlap"}, "ep overlap", default=FRAMEWORK),
     Knob("moe_capacity_factor", "number", "Token dropping: experts padded to this factor times "
          "their mean load; none (default) = dropless.", {"predict": ONE, "sweep": GRID},
          default=FRAMEWORK, rule=MOE_FACTOR,
@@ -383,6 +415,11 @@ SWEEP_KERNEL_KNOBS = tuple(k.name for k in _KERNEL if "sweep" in k.commands)
 KNOBS: dict[str, Knob] = {k.name: k for k in (*_HARDWARE, *_BATCH, *_DATA_PARALLEL,
                                               *_MODEL_PARALLEL, *_TRAINING, *_MOE, *_KERNEL)}
 
+#: The ParallelPlan switches (each declared by ``_switch``), in declaration order (module
+#: docstring: the places they reach).
+PLAN_SWITCHES = tuple(k.name for k in (*_DATA_PARALLEL, *_MODEL_PARALLEL, *_MOE) if k.dim)
+
+
 def knob_default(framework: str, knob: str, precision: str = "bf16") -> Any:
     """What ``framework`` does where ``knob`` (a knob whose default is :data:`FRAMEWORK`) is
     not given: the profile's own default (:data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`), else
@@ -434,11 +471,43 @@ def kernel_words(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def switch_value(name: str, given: Any, framework: str | None) -> Any:
+    """The ParallelPlan value of plan switch ``name`` (:data:`PLAN_SWITCHES`) from its option
+    value ``given``: as its kind reads it (:meth:`Knob.value`); not given (None), its declared
+    default, the ``--framework`` profile's where that is :data:`FRAMEWORK`
+    (:func:`knob_default`), or None where it declares none (the plan decides:
+    ``sequence_parallel`` on when tp > 1)."""
+    knob = KNOBS[name]
+    if given is None:
+        given = (knob_default(framework or "fsdp2", name) if knob.default == FRAMEWORK
+                 else knob.default)
+        if given is None:
+            return None
+    return knob.value(given)
+
+
+def switch_fields(plan: Any) -> dict[str, Any]:
+    """The switches of ``plan`` (a ParallelPlan, or predict's JSON ``plan``) as a report's
+    fields (search's table, the sweep options of a plot), in declaration order: a flag as it
+    is (None where a mapping lacks it), a choice None where its dimension's degree is 1 (it
+    chooses nothing there: the CP kind without CP)."""
+    get = plan.get if isinstance(plan, Mapping) else lambda name: getattr(plan, name)
+    return {k.name: None if k.kind == "choice" and int(get(k.dim)) == 1 else get(k.name)
+            for k in (KNOBS[name] for name in PLAN_SWITCHES)}
+
+
+def dim_switches(dim: str) -> tuple[Knob, ...]:
+    """The plan switches of mesh dimension ``dim`` (:attr:`Knob.dim`), in declaration
+    order."""
+    return tuple(KNOBS[name] for name in PLAN_SWITCHES if KNOBS[name].dim == dim)
+
+
 def of_command(command: str) -> tuple[Knob, ...]:
     """The knobs ``command`` takes."""
     return tuple(k for k in KNOBS.values() if command in k.commands)
 
 
-__all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "ONE", "LIST", "GRID",
-           "FRAMEWORK", "of_command", "option_default", "kernel_default", "kernel_fields",
-           "kernel_words", "knob_default"]
+__all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "PLAN_SWITCHES", "ONE",
+           "LIST", "GRID", "FRAMEWORK", "of_command", "option_default", "kernel_default",
+           "kernel_fields", "kernel_words", "knob_default", "switch_value", "switch_fields",
+           "dim_switches"]

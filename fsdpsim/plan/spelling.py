@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from fsdpsim.plan.knobs import KNOBS, PLAN_SWITCHES, dim_switches
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, PP_SCHEDULES, RECOMPUTES, ParallelPlan
 from fsdpsim.util.errors import ConfigError
 
@@ -45,9 +46,21 @@ DIM_SEP = " × "
 SETTING_SEP = " · "
 _DATA_WORDS = {"full": "fsdp", "grad_op": "zero2-", "optimizer": "zero1-", "none": "ddp"}
 _CKPT_WORDS = {"none": "none", "selective": "sel", "full": "full", "op-selective": "op"}
-ACCEPTED = ("accepted: dimensions fsdpN, zero2-N, zero1-N, ddpN, hsdpRxS, zero1-RxS, cpN[(a2a)], "
-            "tpN[(sp,overlap)], ppN(schedule[, v=V][, m=M][, first=F][, last=L][, layers=A/B]), "
-            "epN[(etpE,overlap)] joined by ' × ', then settings 'ckpt none|sel|full|op [K]' "
+#: Words a dimension's brackets take besides its switches' (:func:`_switch_words`).
+_DIM_WORDS = {"ep": ("etpE",)}
+
+
+def _switch_words(dim: str) -> list[str]:
+    """The words of ``dim``'s brackets: its own (:data:`_DIM_WORDS`), then each plan switch's
+    (:attr:`fsdpsim.plan.knobs.Knob.spelled`), in declaration order."""
+    return [*_DIM_WORDS.get(dim, ()), *(w for k in dim_switches(dim) for w in k.spelled.values())]
+
+
+ACCEPTED = ("accepted: dimensions fsdpN, zero2-N, zero1-N, ddpN, hsdpRxS, zero1-RxS, "
+            f"cpN[({','.join(_switch_words('cp'))})], tpN[({','.join(_switch_words('tp'))})], "
+            "ppN(schedule[, v=V][, m=M][, first=F][, last=L][, layers=A/B]), "
+            f"epN[({','.join(_switch_words('ep'))})] joined by ' × ', then settings "
+            "'ckpt none|sel|full|op [K]' "
             "(or selective, op-selective), 'mb N', 'accum N', 'sync last', 'keep gathered', "
             "'no reshard', 'order a,b,c,d,e' joined by ' · '")
 
@@ -85,8 +98,41 @@ def canonical(plan: ParallelPlan) -> ParallelPlan:
         group = plan.dp_shard
     elif group == plan.dp or plan.sharding != "optimizer":
         group = None
-    return replace(plan, shard_group_size=group,
-                   cp_kind=plan.cp_kind if plan.cp > 1 else "ring")
+    # a switch of a dimension of degree 1 means nothing: its plain value
+    plain = {k.name: k.plain_value for k in (KNOBS[name] for name in PLAN_SWITCHES)
+             if getattr(plan, k.dim) == 1}
+    return replace(plan, shard_group_size=group, **plain)
+
+
+def _brackets(plan: ParallelPlan, dim: str, words: tuple[str, ...] = ()) -> str:
+    """``dim``'s degree and, in brackets, ``words`` then the words of its switches that are
+    set (:attr:`fsdpsim.plan.knobs.Knob.spelled`): ``tp4(sp,overlap)``, ``cp2``."""
+    words = [*words, *(k.spelled[v] for k in dim_switches(dim)
+                       if (v := getattr(plan, k.name)) in k.spelled)]
+    return f"{dim}{getattr(plan, dim)}" + (f"({','.join(words)})" if words else "")
+
+
+def _read_switches(text: str, dim: str, written: str, flags: list[str], kw: dict) -> list[str]:
+    """The switches of ``dim`` that ``flags`` (the words in the brackets of ``written``)
+    spell into ``kw``, each not spelled its plain value; the words left (none for a dimension
+    without words of its own). A word repeated is an error naming what ``dim`` accepts."""
+    spelled = {w: (k.name, v) for k in dim_switches(dim) for v, w in k.spelled.items()}
+    for k in dim_switches(dim):
+        kw[k.name] = k.plain_value
+    for f in flags:
+        if f in spelled:
+            kw[spelled[f][0]] = spelled[f][1]
+    rest = [f for f in flags if f not in spelled]
+    if len(set(flags)) != len(flags) or (rest and dim not in _DIM_WORDS):
+        raise _error(text, f"{dim} accepts {_alternatives(_switch_words(dim))}, got "
+                           f"{written!r}")
+    return rest
+
+
+def _alternatives(words: list[str]) -> str:
+    """``(a)``; ``(a), (b) or (a,b)``: each word alone, or all of them."""
+    alone = [f"({w})" for w in words]
+    return alone[0] if len(alone) == 1 else f"{', '.join(alone)} or ({','.join(words)})"
 
 
 def format_plan(run: RunPlan) -> str:
@@ -100,10 +146,9 @@ def format_plan(run: RunPlan) -> str:
     elif p.dp > 1 or p.sharding != "full" or p.tp * p.pp * p.cp == 1:
         dims.append(f"{_DATA_WORDS[p.sharding]}{p.dp}")
     if p.cp > 1:
-        dims.append(f"cp{p.cp}" + ("(a2a)" if p.cp_kind == "all2all" else ""))
+        dims.append(_brackets(p, "cp"))
     if p.tp > 1:
-        flags = [f for f, on in (("sp", p.sequence_parallel), ("overlap", p.tp_overlap)) if on]
-        dims.append(f"tp{p.tp}" + (f"({','.join(flags)})" if flags else ""))
+        dims.append(_brackets(p, "tp"))
     if p.pp > 1:
         sched = [p.pp_schedule] + ([f"v={p.vpp}"] if p.vpp > 1 else []) + [f"m={run.grad_accum}"]
         sched += [f"{name}={value}" for name, value in (("first", p.pp_first_layers),
@@ -113,8 +158,7 @@ def format_plan(run: RunPlan) -> str:
             sched.append("layers=" + "/".join(str(k) for k in p.pp_layers))
         dims.append(f"pp{p.pp}({', '.join(sched)})")
     if p.ep > 1 or p.etp != p.tp:
-        flags = [f for f, on in ((f"etp{p.etp}", p.etp != p.tp), ("overlap", p.ep_overlap)) if on]
-        dims.append(f"ep{p.ep}" + (f"({','.join(flags)})" if flags else ""))
+        dims.append(_brackets(p, "ep", (f"etp{p.etp}",) if p.etp != p.tp else ()))
     settings = [ckpt_text(run.recompute, run.recompute_layers), f"mb {run.micro_batch}"]
     if p.pp == 1 and run.grad_accum > 1:
         settings.append(f"accum {run.grad_accum}")
@@ -178,28 +222,14 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
         seen.add(name)
         flags = [f.strip() for f in inner.split(",")] if inner else []
         kw[name] = degree
-        if name == "cp":
-            if flags not in ([], ["a2a"]):
-                raise _error(text, f"cp accepts (a2a), got {dim!r}")
-            kw["cp_kind"] = "all2all" if flags else "ring"
-        elif name == "tp":
-            if set(flags) - {"sp", "overlap"} or len(set(flags)) != len(flags):
-                raise _error(text, f"tp accepts (sp), (overlap) or (sp,overlap), got {dim!r}")
-            kw["sequence_parallel"] = "sp" in flags
-            kw["tp_overlap"] = "overlap" in flags
-        elif name == "pp":
+        if name == "pp":
             accum = _pp_settings(text, dim, flags, kw)
-        else:
-            for f in flags:
-                if f == "overlap":
-                    kw["ep_overlap"] = True
-                elif re.fullmatch(r"etp\d+", f):
-                    kw["etp"] = int(f[3:])
-                else:
-                    raise _error(text, f"ep accepts (etpE), (overlap) or (etpE,overlap), "
-                                       f"got {dim!r}")
-    if kw["tp"] == 1:
-        kw.setdefault("sequence_parallel", False)
+            continue
+        for f in _read_switches(text, name, dim, flags, kw):  # ep's own: etpE
+            if not re.fullmatch(r"etp\d+", f):
+                raise _error(text, f"ep accepts {_alternatives(_switch_words('ep'))}, got "
+                                   f"{dim!r}")
+            kw["etp"] = int(f[3:])
     model_parallel = kw["tp"] * kw["pp"] * kw["cp"]
     if data is None:
         sharding, dp, group = "full", num_gpus // model_parallel, None

@@ -10,6 +10,7 @@ from fsdpsim.drivers.search.export import CANNOT, megatron_args, torchtitan_toml
 from fsdpsim.drivers.search.explain import differences, plan_line
 from fsdpsim.report.command import command_lines, plan_lines, predict_command
 from fsdpsim.report.words import limit_words, tokens_words
+from fsdpsim.plan.knobs import switch_fields
 from fsdpsim.plan.training import default_global_batch
 from fsdpsim.util.units import GIB_BYTES
 
@@ -59,12 +60,11 @@ def report_dict(spec, system, training, o: dict[str, Any], results, rows,
             best_c.score / c.score - 1.0 if c.score else 0.0,
             "gives_up": "" if rank == 1 else differences(best_c, c),
             "tp": c.plan.tp, "pp": c.plan.pp, "cp": c.plan.cp, "vpp": c.plan.vpp,
-            "ep": c.plan.ep, "etp": c.plan.etp, "ep_overlap": c.plan.ep_overlap,
+            "ep": c.plan.ep, "etp": c.plan.etp,
             "dp": c.plan.dp, "dp_shard": c.plan.dp_shard,
             "dp_replicate": c.plan.dp_replicate, "sharding": c.plan.sharding,
             "pp_schedule": c.plan.pp_schedule if c.plan.pp > 1 else None,
-            "sequence_parallel": c.plan.sequence_parallel, "tp_overlap": c.plan.tp_overlap,
-            "cp_kind": c.plan.cp_kind if c.plan.cp > 1 else None,
+            **switch_fields(c.plan),
             "pp_first_layers": c.plan.pp_first_layers, "pp_last_layers": c.plan.pp_last_layers,
             "mesh_order": ",".join(c.plan.mesh_order), "grad_sync": c.plan.grad_sync,
             "keep_gathered": c.plan.keep_gathered,

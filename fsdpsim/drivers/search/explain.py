@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from fsdpsim.model.spec import ModelSpec
+from fsdpsim.plan.knobs import KNOBS, PLAN_SWITCHES
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig
 from fsdpsim.drivers.search.space import (MAX_CANDIDATES, SearchSpace, enumerate_plans, estimate_size,
                                   meshes)
@@ -42,11 +43,12 @@ def differences(best, other) -> str:
     if (a.sharding, a.dp_shard) != (b.sharding, b.dp_shard):
         words.append(_SHARDING_WORDS[b.sharding]
                      + (f" {b.dp_replicate}x{b.dp_shard}" if b.sharding == "hybrid" else ""))
-    model_parallel = (("sequence_parallel", "sp"), ("tp_overlap", "tp overlap")) if b.tp > 1 else ()
     schedule = (("pp_schedule", "schedule"),) if a.vpp == b.vpp else ()  # vpp > 1: interleaved
-    for name, label in (*schedule, *model_parallel, ("cp_kind", "cp"),
-                        ("grad_sync", "grad sync"), ("keep_gathered", "keep gathered"),
-                        ("ep_overlap", "ep overlap"), ("mesh_order", "order")):
+    # a plan switch where its dimension's degree is > 1 (where it is 1 it means nothing)
+    switches = tuple((k.name, k.label) for k in (KNOBS[name] for name in PLAN_SWITCHES)
+                     if getattr(b, k.dim) > 1)
+    for name, label in (*schedule, *switches, ("grad_sync", "grad sync"),
+                        ("keep_gathered", "keep gathered"), ("mesh_order", "order")):
         if getattr(a, name) != getattr(b, name):
             value = getattr(b, name)
             if isinstance(value, tuple):

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpsim.plan.parallel import CP_KINDS, GRAD_SYNCS, PP_SCHEDULES, RECOMPUTES, SHARDINGS
+from fsdpsim.plan.knobs import KNOBS, PLAN_SWITCHES
+from fsdpsim.plan.parallel import GRAD_SYNCS, PP_SCHEDULES, RECOMPUTES, SHARDINGS
 from fsdpsim.util.errors import ConfigError
 
-#: Degrees and choices ``--fix`` accepts, with the type of their value.
+#: Degrees and choices ``--fix`` accepts, with the type of their value: every plan switch
+#: (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`, a flag or a choice) among them.
 FIXABLE = {"tp": int, "pp": int, "cp": int, "vpp": int, "ep": int, "etp": int,
            "dp_shard": int, "dp_replicate": int, "sharding": str, "pp_schedule": str,
-           "sequence_parallel": bool, "tp_overlap": bool, "cp_kind": str,
            "micro_batch": int, "recompute": str, "recompute_layers": int,
-           "grad_sync": str, "keep_gathered": bool, "ep_overlap": bool, "zero": int,
-           "pp_first_layers": int, "pp_last_layers": int}
-_CHOICES = {"sharding": SHARDINGS, "pp_schedule": PP_SCHEDULES, "cp_kind": CP_KINDS,
-            "recompute": RECOMPUTES, "grad_sync": GRAD_SYNCS}
+           "grad_sync": str, "keep_gathered": bool, "zero": int,
+           "pp_first_layers": int, "pp_last_layers": int,
+           **{name: bool if KNOBS[name].kind == "flag" else str for name in PLAN_SWITCHES}}
+_CHOICES = {"sharding": SHARDINGS, "pp_schedule": PP_SCHEDULES, "recompute": RECOMPUTES,
+            "grad_sync": GRAD_SYNCS, **{name: KNOBS[name].choices for name in PLAN_SWITCHES
+                                        if KNOBS[name].kind == "choice"}}
 _ALIASES = {"schedule": "pp_schedule", "sp": "sequence_parallel", "mb": "micro_batch",
             "micro-batch": "micro_batch", "pp-schedule": "pp_schedule"}
 _ZERO = {0: "none", 1: "optimizer", 2: "grad_op", 3: "full"}

@@ -37,6 +37,7 @@ from typing import Any, Iterator, Mapping
 
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.frameworks import layout_refusals, profile, tp_refusals
+from fsdpsim.plan.knobs import PLAN_SWITCHES, switch_value
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import (CP_KINDS, DEFAULT_MESH_ORDER, SHARDED, SHARDINGS,
                                    ParallelPlan)
@@ -153,9 +154,14 @@ class Family:
         return (self.plan(i) for i in range(len(self.variants)))
 
 
-#: The plan fields a family's variants differ in.
+#: The plan fields a family's variants differ in: every plan switch among them
+#: (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`).
 VARIANT_FIELDS = ("sharding", "vpp", "pp_schedule", "pp_first_layers", "pp_last_layers",
-                  "sequence_parallel", "tp_overlap", "cp_kind", "ep_overlap")
+                  *PLAN_SWITCHES)
+#: The plan switches the space searches over by what it knows of them (the framework's
+#: refusals, the model's divisibility); any other takes its ``--fix`` value, else what predict
+#: takes without it (:func:`fsdpsim.plan.knobs.switch_value`).
+SEARCHED_SWITCHES = ("sequence_parallel", "tp_overlap", "cp_kind", "ep_overlap")
 
 
 def enumerate_plans(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: int,
@@ -350,6 +356,8 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
         experts = [(ep, etp) for etp in _options(space, "etp", sorted({1, tp}))
                    for ep in _options(space, "ep", [d for d in divisors((tp * cp * dp) // etp)
                                                     if spec.n_experts % d == 0])]
+    others = {name: switch_value(name, fixed.get(name), space.framework)
+              for name in PLAN_SWITCHES if name not in SEARCHED_SWITCHES}
     seen_layouts: dict = {}
     made: dict[tuple, list[dict[str, Any]]] = {}  # the variant dicts of each (shardings, EP)
     for all_shardings, group in groups:
@@ -367,7 +375,7 @@ def _families_of_mesh(spec, num_gpus, gpus_per_node, seq_len, tp, cp, pp, dp,
                 made[shardings, ep_overlaps] = [
                     {"sharding": sh, "vpp": vpp, "pp_schedule": sched, "pp_first_layers": first,
                      "pp_last_layers": last, "sequence_parallel": sp, "tp_overlap": ov,
-                     "cp_kind": kind or "ring", "ep_overlap": e_ov}
+                     "cp_kind": kind or "ring", "ep_overlap": e_ov, **others}
                     for sh in shardings for vpp, sched, (first, last) in pipes
                     for sp, ov in tp_variants for kind in cp_kinds for e_ov in ep_overlaps]
             # a tuple of its own per expert mesh: its mesh orders share it (and only they)

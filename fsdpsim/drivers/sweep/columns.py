@@ -271,9 +271,8 @@ def _not_runnable(grid: Grid, t: _Tables, p, c, rows: _Rows, cols: dict[str, Any
 #: Plan fields of predict's report (:func:`fsdpsim.drivers.predict.plan_summary`) that the sweep takes
 #: from the plan table; the rest it writes itself.
 PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
-               "pp_schedule", "sequence_parallel", "cp_kind", "tp_overlap", "mesh_order",
-               "pp_first_layers", "pp_last_layers", "pp_layers", "framework", "ep", "etp",
-               "expert_dp", "ep_overlap")
+               "pp_schedule", *knobs.PLAN_SWITCHES, "mesh_order", "pp_first_layers",
+               "pp_last_layers", "pp_layers", "framework", "ep", "etp", "expert_dp")
 
 
 def _plan_columns(t: _Tables, plan_rows, c, recompute_layers, spread, n: int) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, plan_defaults
 from fsdpsim.plan import knobs as declared  # (build_grid's ``knobs`` are its free ones)
 from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default, knob_default
-from fsdpsim.plan.parallel import (CP_KINDS, LOW_PRECISION, PP_SCHEDULES, PRECISIONS,
+from fsdpsim.plan.parallel import (LOW_PRECISION, PP_SCHEDULES, PRECISIONS,
                                    RECOMPUTES, SHARDINGS, ZERO_STAGES)
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
 from fsdpsim.drivers.procurement import RunAssumptions, read_run_options, resolve_price
@@ -48,16 +48,24 @@ _KEYS = ("model", "model-sizes", "gpu", "cluster", "gpus-per-node", "network",
          "micro-batch", "global-batch", "sharding", "recompute", "precision", "best", "price",
          "pue", "tokens", "gpu-mtbf-hours", "checkpoint-gb-per-s", "restart-min", "ceilings",
          "grad-sync", "keep-params-gathered", "shard-group-size", "tp", "pp", "cp", "vpp",
-         "pp-schedule", "cp-kind", "sequence-parallel", "tp-overlap", "recompute-layers",
-         "ep", "etp", "ep-overlap", "moe-capacity-factor", "moe-imbalance", "free-batch")
+         "pp-schedule", "recompute-layers", "ep", "etp", "moe-capacity-factor",
+         "moe-imbalance", "free-batch")
 
 
 def grid_keys() -> tuple[str, ...]:
     """The keys a grid file accepts (the ``fsdpsim sweep`` option names; ``_`` may replace
-    ``-``): the fixed ones, then each kernel knob's as declared
-    (:data:`fsdpsim.plan.knobs.SWEEP_KERNEL_KNOBS`), ``framework``, ``zero`` and ``optimizer``."""
-    return (*_KEYS, *(declared.KNOBS[k].option[2:] for k in declared.SWEEP_KERNEL_KNOBS),
+    ``-``): the fixed ones, then each plan switch's and kernel knob's as declared
+    (:func:`sweep_switches`, :data:`fsdpsim.plan.knobs.SWEEP_KERNEL_KNOBS`), ``framework``,
+    ``zero`` and ``optimizer``."""
+    return (*_KEYS, *(declared.KNOBS[k].option[2:] for k in (*sweep_switches(),
+                                                             *declared.SWEEP_KERNEL_KNOBS)),
             "framework", "zero", "optimizer")
+
+
+def sweep_switches() -> tuple[str, ...]:
+    """The plan switches ``sweep`` takes, one value for the whole grid
+    (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES` whose declaration names ``sweep``)."""
+    return tuple(k for k in declared.PLAN_SWITCHES if "sweep" in declared.KNOBS[k].commands)
 
 
 #: :func:`grid_keys` of the declared knobs.
@@ -136,18 +144,14 @@ class Grid:
     """Virtual stages per pipeline rank (layouts with pp > 1)."""
     pp_schedule: str | None = None
     """Pipeline schedule of layouts with pp > 1; None = interleaved when vpp > 1, else 1f1b."""
-    cp_kind: str = "ring"
-    sequence_parallel: bool | None = None
-    """None = on for layouts with tp > 1."""
-    tp_overlap: bool = False
-    """Overlap TP collectives with GEMMs (layouts with tp > 1)."""
+    switches: Mapping[str, Any] = field(default_factory=dict)
+    """The plan switches of every point (:func:`sweep_switches`) as ParallelPlan values: as
+    given, else what predict takes without them (None: the plan decides)."""
     recompute_layers: int | None = None
     ep: int = 1
     """Expert-parallel degree of the mixture-of-experts models (dense models need 1)."""
     etp: int | None = None
     """Expert tensor-parallel degree; None = each layout's tp."""
-    ep_overlap: bool = False
-    """Hide the expert all-to-alls behind another micro-batch's compute (ep > 1)."""
     moe_capacity_factor: float | None = None
     """Token dropping with this capacity factor; None = dropless."""
     moe_imbalance: float | None = None
@@ -391,15 +395,11 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         vpp=int(read_number(options.get("vpp", 1), "--vpp", VPP)),
         pp_schedule=(one_choice(options["pp-schedule"], "--pp-schedule", PP_SCHEDULES)
                      if "pp-schedule" in options else None),
-        cp_kind=one_choice(options.get("cp-kind", "ring"), "--cp-kind", CP_KINDS),
-        sequence_parallel=(None if options.get("sequence-parallel") is None
-                           else read_flag(options["sequence-parallel"], "--sequence-parallel")),
-        tp_overlap=read_flag(options.get("tp-overlap", False), "--tp-overlap"),
+        switches=_switches(options, framework),
         recompute_layers=(None if options.get("recompute-layers") is None else
                           one_count(options["recompute-layers"], "--recompute-layers", 0)),
         ep=one_count(options.get("ep", 1), "--ep"),
         etp=None if options.get("etp") is None else one_count(options["etp"], "--etp"),
-        ep_overlap=read_flag(options.get("ep-overlap", default("ep_overlap")), "--ep-overlap"),
         moe_capacity_factor=moe_number(options.get("moe-capacity-factor",
                                                    default("moe_capacity_factor")),
                                         "--moe-capacity-factor", 0.01),
@@ -446,8 +446,21 @@ def _kernel_knobs(options: Mapping[str, Any], precisions, framework: str) -> dic
     return out
 
 
+def _switches(options: Mapping[str, Any], framework: str) -> dict[str, Any]:
+    """The grid's plan switches (:func:`sweep_switches`), each read by its kind
+    (:func:`_kernel_value`); one not given takes what predict takes without it under
+    ``framework`` (:func:`fsdpsim.plan.knobs.switch_value`)."""
+    out = {}
+    for name in sweep_switches():
+        value = options.get(declared.KNOBS[name].option[2:])
+        out[name] = declared.switch_value(name, None if value is None else
+                                          _kernel_value(declared.KNOBS[name], value), framework)
+    return out
+
+
 def _kernel_value(knob: Knob, value: Any) -> Any:
-    """One grid-wide value of a kernel knob as its TrainingConfig field takes it: a flag as
+    """One grid-wide value of a kernel knob or plan switch as its TrainingConfig or ParallelPlan
+    field takes it: a flag as
     true/false, a choice among its choices, a number by its rule, a text (a list joined with
     commas) as TrainingConfig reads and checks it."""
     from fsdpsim.plan.parallel import TrainingConfig

@@ -193,14 +193,17 @@ class _Tables:
 
 def layout_options(grid: Grid, layout: tuple[int, int, int]) -> dict[str, Any]:
     """The ParallelPlan options of one (tp, pp, cp) layout of the grid: the grid's hybrid
-    settings where they apply (vpp and the schedule with pp > 1, sequence parallelism and
-    overlap with tp > 1)."""
+    settings where they apply (vpp and the schedule with pp > 1; a flag switch, such as
+    sequence parallelism or TP overlap, off where its dimension's degree is 1 in this layout;
+    the switches of the grid-wide expert degree as given, checked by the plan)."""
     tp, pp, cp = layout
+    degrees = {"tp": tp, "pp": pp, "cp": cp}
+    switches = {name: (False if knobs.KNOBS[name].kind == "flag"
+                       and degrees.get(knobs.KNOBS[name].dim) == 1 else value)
+                for name, value in grid.switches.items()}
     return dict(tp=tp, pp=pp, cp=cp, vpp=grid.vpp if pp > 1 else 1, framework=grid.framework,
-                ep=grid.ep, etp=grid.etp, ep_overlap=grid.ep_overlap,
-                pp_schedule=grid.pp_schedule if pp > 1 else None,
-                sequence_parallel=grid.sequence_parallel if tp > 1 else False,
-                cp_kind=grid.cp_kind, tp_overlap=grid.tp_overlap and tp > 1)
+                ep=grid.ep, etp=grid.etp, pp_schedule=grid.pp_schedule if pp > 1 else None,
+                **switches)
 
 
 def grid_training(grid: Grid, precision: str) -> TrainingConfig:

@@ -38,7 +38,7 @@ import pandas as pd
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.measured.published.conventions import framework_conventions, unrecognised
 from fsdpsim.plan.frameworks import profile
-from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, knob_default
+from fsdpsim.plan.knobs import KERNEL_KNOBS, KNOBS, PLAN_SWITCHES, knob_default
 from fsdpsim.measured.rows import is_empty
 from fsdpsim.hardware.system import BUSBW_COLUMNS
 from fsdpsim.costs.vocab import VOCAB_MULTIPLE
@@ -146,14 +146,18 @@ def _measured(r: pd.Series, model_flops=None) -> tuple[float, str]:
 
 
 # ------------------------------------------------------------------------------ converters
+#: The plan switches a published row's layout sets (:func:`fsdpsim.measured.published.plan.
+#: read_layout`: stated, else the framework's convention); the others are stated columns.
+_LAYOUT_SWITCHES = ("sequence_parallel",)
 #: Columns a published row may state about its run, named and valued as ``predict``'s flags
-#: (``ep_overlap`` is ``--ep-overlap``, ``recompute_modules`` is ``--recompute-modules`` ...);
-#: a stated cell is passed on as the row's setting, an empty one leaves the framework
+#: (``moe_imbalance`` is ``--moe-imbalance``, ``recompute_modules`` is ``--recompute-modules``
+#: ...); a stated cell is passed on as the row's setting, an empty one leaves the framework
 #: profile's default (:mod:`fsdpsim.plan.frameworks`). True/false columns are read as booleans,
 #: the others as written (the measurement checks refuse a bad cell with the row's skip reason).
-STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance", "ep_overlap",
+STATED_COLUMNS = ("mtp_layers", "moe_capacity_factor", "moe_imbalance",
                   *(KNOBS[k].column for k in KERNEL_KNOBS if KNOBS[k].column), "etp",
-                  "pp_first_layers", "pp_last_layers", "pp_layers", "tp_overlap")
+                  "pp_first_layers", "pp_last_layers", "pp_layers",
+                  *(KNOBS[k].column for k in PLAN_SWITCHES if k not in _LAYOUT_SWITCHES))
 #: The true/false ones among them (flags of :mod:`fsdpsim.plan.knobs`).
 _FLAGS = tuple(k.column for k in KNOBS.values() if k.kind == "flag" and k.column in
                STATED_COLUMNS)

@@ -22,6 +22,7 @@ from fsdpsim.util.files import MAX_ROWS_BYTES, open_capped
 from fsdpsim.drivers.sweep.grid import DEFAULTS as GRID_DEFAULTS
 from fsdpsim.drivers.sweep.grid import build_grid
 from fsdpsim.hardware.system import resolve_system
+from fsdpsim.plan.knobs import KNOBS, PLAN_SWITCHES, switch_fields
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 KINDS = ("throughput", "memory", "bandwidth", "pareto", "breakdown")
@@ -370,11 +371,10 @@ def plan_sweep_options(plan: Mapping[str, Any], training: Mapping[str, Any]) -> 
         out["pp-schedule"] = str(plan["pp_schedule"])
     if plan["sharding"] == "hybrid":
         out["shard-group-size"] = str(int(plan["dp_shard"]))
-    if plan["cp"] > 1:
-        out["cp-kind"] = str(plan["cp_kind"])
-    for name in ("sequence_parallel", "tp_overlap", "ep_overlap"):
-        if plan.get(name) is not None:
-            out[name.replace("_", "-")] = bool(plan[name])
+    fields = switch_fields(plan)  # each switch sweep takes, where the plan states it
+    for k in (KNOBS[name] for name in PLAN_SWITCHES if "sweep" in KNOBS[name].commands):
+        if fields[k.name] is not None:
+            out[k.option[2:]] = bool(fields[k.name]) if k.kind == "flag" else str(fields[k.name])
     if training.get("recompute_layers") is not None:
         out["recompute-layers"] = str(int(training["recompute_layers"]))
     return out
