@@ -32,7 +32,7 @@ from fsdpsim.hardware.spec import Price, System
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.frameworks import FRAMEWORK_NAMES, canonical, plan_defaults
 from fsdpsim.plan import knobs as declared  # (build_grid's ``knobs`` are its free ones)
-from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default, knob_default
+from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default, knob_default, sweep_switches
 from fsdpsim.plan.parallel import (LOW_PRECISION, PP_SCHEDULES, PRECISIONS,
                                    RECOMPUTES, SHARDINGS, ZERO_STAGES)
 from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
@@ -60,12 +60,6 @@ def grid_keys() -> tuple[str, ...]:
     return (*_KEYS, *(declared.KNOBS[k].option[2:] for k in (*sweep_switches(),
                                                              *declared.SWEEP_KERNEL_KNOBS)),
             "framework", "zero", "optimizer")
-
-
-def sweep_switches() -> tuple[str, ...]:
-    """The plan switches ``sweep`` takes, one value for the whole grid
-    (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES` whose declaration names ``sweep``)."""
-    return tuple(k for k in declared.PLAN_SWITCHES if "sweep" in declared.KNOBS[k].commands)
 
 
 #: :func:`grid_keys` of the declared knobs.
