@@ -81,6 +81,18 @@ def test_constants_turn_one_value_columns_into_that_value():
     assert out["e"] == 3.0 and out["f"] == 2 and out["f"].dtype == np.int64
 
 
+def test_one_value_compares_every_entry_bit_for_bit():
+    """An entry away from the probed ones (first, last, middle, quarter) that differs only in
+    its bits (-0.0 beside 0.0, another NaN) or by one keeps the column an array."""
+    for dtype, same, odd in ((float, 0.0, -0.0), (float, np.nan, -np.nan),
+                             (float, 1.5, np.nextafter(1.5, 2.0)), (np.int64, 7, 8),
+                             (bool, True, False)):
+        column = np.full(9, same, dtype=dtype)
+        assert np.ndim(groups.one_value(column)) == 0
+        column[3] = odd
+        assert groups.one_value(column) is column, (dtype, odd)
+
+
 def test_twins_pairs_only_bit_identical_columns():
     """A column is paired with an earlier one only when every entry has the same bits: one
     entry 0.0 against -0.0 (equal as floats, not as bits), or the probes equal but one entry
