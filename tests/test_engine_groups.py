@@ -60,6 +60,22 @@ def test_grouped_rows_equal_masked_rows_bit_for_bit(small_groups, ceilings):
         assert value.tobytes() == np.ascontiguousarray(want).tobytes(), key
 
 
+def test_blocks_of_a_large_input_equal_masked_rows_bit_for_bit(small_groups, monkeypatch):
+    """An input of several blocks (the last one too small to group) gives the masked numbers
+    and dtypes in every row; the outputs of one dtype are rows of one array."""
+    monkeypatch.setattr(engine, "BLOCK_ROWS", 96)
+    x = {**_rows(200), "ceilings": 1.0}
+    blocked, masked = engine.evaluate(x), engine._evaluate(x)
+    assert set(blocked) == set(masked)
+    for key, value in blocked.items():
+        want = np.broadcast_to(masked[key], value.shape)
+        assert value.dtype == want.dtype and value.shape == (200,), key
+        assert value.tobytes() == np.ascontiguousarray(want).tobytes(), key
+    assert blocked["fits"].dtype == bool
+    one = blocked["step_time_s"].base
+    assert one is not None and blocked["peak_bytes"].base is one
+
+
 def test_grouped_rows_equal_each_row_alone(small_groups):
     x = {**_rows(96), "ceilings": 1.0}
     grouped = engine.evaluate(x)
