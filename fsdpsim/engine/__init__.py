@@ -153,7 +153,7 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
     outs = [_evaluate(block) for block in blocks]
     keys = dict.fromkeys(k for out in outs for k in out)
     result = {} if result is None else result
-    if local is not None:  # a block of a larger input: its first block makes the columns
+    if local is not None:  # a block of a larger input: the columns it lacks, made at once
         _new_columns(result, n, outs)
     unsort = _Unsort(rows_in, parts)
     for k in keys:
