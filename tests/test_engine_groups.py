@@ -60,6 +60,22 @@ def test_grouped_rows_equal_masked_rows_bit_for_bit(small_groups, ceilings):
         assert value.tobytes() == np.ascontiguousarray(want).tobytes(), key
 
 
+def test_blocks_of_a_large_input_equal_masked_rows_bit_for_bit(small_groups, monkeypatch):
+    """An input of several blocks (the last one too small to group) gives the masked numbers
+    and dtypes in every row; the outputs of one dtype are rows of one array."""
+    monkeypatch.setattr(engine, "BLOCK_ROWS", 96)
+    x = {**_rows(200), "ceilings": 1.0}
+    blocked, masked = engine.evaluate(x), engine._evaluate(x)
+    assert set(blocked) == set(masked)
+    for key, value in blocked.items():
+        want = np.broadcast_to(masked[key], value.shape)
+        assert value.dtype == want.dtype and value.shape == (200,), key
+        assert value.tobytes() == np.ascontiguousarray(want).tobytes(), key
+    assert blocked["fits"].dtype == bool
+    one = blocked["step_time_s"].base
+    assert one is not None and blocked["peak_bytes"].base is one
+
+
 def test_grouped_rows_equal_each_row_alone(small_groups):
     x = {**_rows(96), "ceilings": 1.0}
     grouped = engine.evaluate(x)
@@ -79,6 +95,18 @@ def test_constants_turn_one_value_columns_into_that_value():
     assert out["b"] is x["b"] and out["d"] is x["d"]  # -0.0 is not 0.0 bit for bit
     assert np.isnan(out["c"]) and np.ndim(out["c"]) == 0
     assert out["e"] == 3.0 and out["f"] == 2 and out["f"].dtype == np.int64
+
+
+def test_one_value_compares_every_entry_bit_for_bit():
+    """An entry away from the probed ones (first, last, middle, quarter) that differs only in
+    its bits (-0.0 beside 0.0, another NaN) or by one keeps the column an array."""
+    for dtype, same, odd in ((float, 0.0, -0.0), (float, np.nan, -np.nan),
+                             (float, 1.5, np.nextafter(1.5, 2.0)), (np.int64, 7, 8),
+                             (bool, True, False)):
+        column = np.full(9, same, dtype=dtype)
+        assert np.ndim(groups.one_value(column)) == 0
+        column[3] = odd
+        assert groups.one_value(column) is column, (dtype, odd)
 
 
 def test_twins_pairs_only_bit_identical_columns():
