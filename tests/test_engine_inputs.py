@@ -102,8 +102,61 @@ def test_tokens_per_rank_is_derived_once_and_read_by_every_stage():
     x = config_inputs(get_model("llama3-8b"), system, plan,
                       TrainingConfig(seq_len=8192, micro_batch=2, recompute="none"))
     g = engine.prepare({**x, "micro_batch": 2.0, "recompute": 0, "grad_accum": 1.0})
-    assert g["tokens_per_rank"] == 2 * 8192 / 4
-    assert layers.widths(g)["tokens"] == g["tokens_per_rank"]
-    assert moe_parts.moe_tokens(g) == g["tokens_per_rank"] / 2
-    halved = {**g, "tokens_per_rank": g["tokens_per_rank"] / 2}
+    assert g.tokens_per_rank == 2 * 8192 / 4
+    assert layers.widths(g)["tokens"] == g.tokens_per_rank
+    assert moe_parts.moe_tokens(g) == g.tokens_per_rank / 2
+    halved = g.replace(tokens_per_rank=g.tokens_per_rank / 2)
     assert layers.widths(halved)["tokens"] == 2048
+
+
+def test_a_misspelt_field_inside_the_engine_is_an_error_at_once(monkeypatch):
+    """The stages read the prepared inputs as attributes of a read-only object whose fields
+    are the declared names (:class:`fsdpsim.engine.inputs.Prepared`): a misspelt read, a
+    field never set, a write and an undeclared field each raise an AttributeError naming the
+    name, where a mapping's ``get`` would have carried on with a default."""
+    from fsdpsim.engine import layers
+    from fsdpsim.engine.inputs import FIELDS, Prepared
+
+    x = {**_inputs("dense, FSDP"), **KNOBS}
+    g = engine.prepare(x)
+    assert isinstance(g, Prepared) and g.tp == 1.0 and g.tokens_per_rank == 4096.0
+    with pytest.raises(AttributeError, match="'hbm_bytes_per_sec'"):
+        g.hbm_bytes_per_sec
+    with pytest.raises(AttributeError, match="'tp'"):
+        g.tp = 2.0
+    with pytest.raises(AttributeError, match="'tpp'.*closest: 'tp'"):
+        Prepared.of({"tpp": 2.0})
+    with pytest.raises(AttributeError, match="'seq_len'"):
+        Prepared.of({"tp": 2.0}).seq_len  # declared, never set
+    assert g.replace(tp=2.0).tp == 2.0 and g.tp == 1.0
+    assert set(FIELDS) >= declared_names() and "tokens_per_rank" in FIELDS
+
+    # a stage that misreads a field stops the evaluation, naming it
+    rates = layers.rates
+
+    def misspelt(g):
+        g.hbm_bytes_per_sec
+        return rates(g)
+
+    baseline = engine.evaluate(x)["step_time_s"]
+    monkeypatch.setattr(layers, "rates", misspelt)
+    with pytest.raises(AttributeError, match="hbm_bytes_per_sec"):
+        engine.evaluate(x)
+    monkeypatch.setattr(layers, "rates", rates)
+    assert engine.evaluate(x)["step_time_s"] == baseline
+
+
+def test_the_stages_read_no_string_keyed_inputs():
+    """Past :func:`fsdpsim.engine.prepare.prepare` the engine reads its inputs as attributes
+    only: no module of the stages subscripts the prepared inputs with a name."""
+    import re
+    from pathlib import Path
+
+    import fsdpsim.engine as package
+
+    stages = ("collectives", "expert_comm", "layers", "memory", "metrics", "module_recompute",
+              "moe_parts", "stages", "step")
+    pattern = re.compile(r'\bg(_e|_m)?\[f?"')
+    for name in stages:
+        source = (Path(package.__file__).parent / f"{name}.py").read_text()
+        assert not pattern.search(source), name

@@ -20,6 +20,7 @@ from fsdpsim import engine
 from fsdpsim.drivers import predict
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import moe
+from fsdpsim.engine.inputs import Prepared
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.layout import expert_layout
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -336,7 +337,7 @@ def _expert_rows(**over):
          "pp": np.array([4.0]), "vpp": np.array([2.0]), "moe_layers_mid": np.array([8.0]),
          "moe_layers": np.array([32.0]), "cuda_graphs": np.array([0.0])}
     g.update({k: np.array([float(v)]) for k, v in over.items()})
-    return engine_moe._host_bound_experts(g, {"local": np.array([32.0])},
+    return engine_moe._host_bound_experts(Prepared.of(g), {"local": np.array([32.0])},
                                           (np.array([1e-3]), np.array([2e-3]), np.array([5e-4])))
 
 
@@ -421,7 +422,7 @@ def test_overlapped_all_to_alls_hide_phase_by_phase_by_hand():
 
     def shows(sigma, flex=1.0):
         g = {"moe_node_dedup": np.float64(flex), "comm_compute_slowdown": np.float64(sigma)}
-        fwd, bwd = engine.expert_comm.paired_exposure_s(g, lt_m, 2.0, 1.0)
+        fwd, bwd = engine.expert_comm.paired_exposure_s(Prepared.of(g), lt_m, 2.0, 1.0)
         return float(fwd), float(bwd)
 
     assert shows(0.0, flex=0.0) == pytest.approx((0.0, 1.0))
@@ -439,7 +440,7 @@ def test_unpaired_warmup_and_cooldown_all_to_alls_by_hand():
     def unpaired(pp, vpp, k=64, overlap=1.0, layers=16.0):
         g = {"pp": np.float64(pp), "vpp": np.float64(vpp), "grad_accum": np.float64(k),
              "ep_overlap": np.float64(overlap)}
-        return float(engine.expert_comm.unpaired_overlap_s(g, ep, layers, 1.0))
+        return float(engine.expert_comm.unpaired_overlap_s(Prepared.of(g), ep, layers, 1.0))
 
     assert unpaired(4, 4) == pytest.approx(19 * 4 * 2.25)
     assert unpaired(1, 1) == pytest.approx(1 * 16 * 2.25)

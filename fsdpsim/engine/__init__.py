@@ -7,7 +7,9 @@ returns a flat mapping of named outputs. It composes the stages of this package
 :mod:`fsdpsim.costs` with its source:
 
 1. layout: group sizes and members per scale-up domain (:mod:`fsdpsim.plan.layout`, inputs
-   ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`);
+   ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`: a
+   read-only :class:`fsdpsim.engine.inputs.Prepared`, one attribute per field declared in
+   :mod:`.inputs`, ``g.seq_len``; a misspelt or unset field is an AttributeError naming it);
 2. :mod:`.layers`: one layer's and the root's compute on one rank (TP widths, CP tokens);
 3. :mod:`.collectives`: data-, tensor-, context- and pipeline-parallel communication;
 4. :mod:`.step`: a stage's micro-batch with FSDP overlap, the pipeline schedule, the step;
@@ -224,13 +226,13 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     shared = share_sides(True)  # the stages change no array in place
     try:
         g = prepare(x)
-        s = {"k": g["grad_accum"], "piped": bool(any_of(g["pp"] > 1))}
+        s = {"k": g.grad_accum, "piped": bool(any_of(g.pp > 1))}
         s.update(stages.layer_costs(g))  # the stages of engine/stages.py, in order
         for stage in (stages.communication, stages.step_times, stages.totals,
                       stages.tensor_bytes):
             s.update(stage(g, s))
         out = stages.outputs(g, s)
-        out.update(engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0))))  # stage 5
+        out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
     finally:
         share_sides(shared)
     # an output that is an input array itself (a select that picked it everywhere) is copied
