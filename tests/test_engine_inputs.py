@@ -103,10 +103,10 @@ def test_tokens_per_rank_is_derived_once_and_read_by_every_stage():
                       TrainingConfig(seq_len=8192, micro_batch=2, recompute="none"))
     g = engine.prepare({**x, "micro_batch": 2.0, "recompute": 0, "grad_accum": 1.0})
     assert g.tokens_per_rank == 2 * 8192 / 4
-    assert layers.widths(g)["tokens"] == g.tokens_per_rank
+    assert layers.widths(g).tokens == g.tokens_per_rank
     assert moe_parts.moe_tokens(g) == g.tokens_per_rank / 2
     halved = g.replace(tokens_per_rank=g.tokens_per_rank / 2)
-    assert layers.widths(halved)["tokens"] == 2048
+    assert layers.widths(halved).tokens == 2048
 
 
 def test_a_misspelt_field_inside_the_engine_is_an_error_at_once(monkeypatch):
@@ -130,6 +130,17 @@ def test_a_misspelt_field_inside_the_engine_is_an_error_at_once(monkeypatch):
         Prepared.of({"tp": 2.0}).seq_len  # declared, never set
     assert g.replace(tp=2.0).tp == 2.0 and g.tp == 1.0
     assert set(FIELDS) >= declared_names() and "tokens_per_rank" in FIELDS
+
+    # the stages' results are declared too (fsdpsim.engine.results): a misspelt field of one
+    # is an AttributeError naming it, read or written
+    from fsdpsim.engine import stages
+
+    layer = stages.layer_costs(g)
+    assert layer.lt.block_fwd_s > 0 and not layer.has_moe
+    with pytest.raises(AttributeError, match="'block_fwd'"):
+        layer.lt.block_fwd
+    with pytest.raises(AttributeError, match="'block_fwd'"):
+        layer.lt.block_fwd = 1.0
 
     # a stage that misreads a field stops the evaluation, naming it
     rates = layers.rates

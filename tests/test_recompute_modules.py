@@ -65,7 +65,7 @@ def test_each_module_adds_its_forward_to_the_backward_and_frees_its_tensors(modu
         expected_s = k * n * per_layer
     else:  # the MoE layers' activation traffic
         ro = moe.routing(g)
-        bytes_ = ro["rows"] * ro["ffn_local"] * 3.0 * g.compute_bytes
+        bytes_ = ro.rows * ro.ffn_local * 3.0 * g.compute_bytes
         expected_s = k * n_moe * layers.compute.memory_bound_time_s(bytes_, r.hbm)
     assert with_module["recompute_s"] == pytest.approx(float(expected_s), rel=1e-9)
     if module == "mla_up_proj":  # Q, K, V at the attention core's widths, 61 layers + MTP
@@ -73,7 +73,7 @@ def test_each_module_adds_its_forward_to_the_backward_and_frees_its_tensors(modu
         freed_per_token = 62 * 2.0 * 3 * 128 * 160
     else:  # the activation output of every routed row, 58 MoE layers + the MTP's
         ro = moe.routing(g)
-        freed_per_token = 59 * ro["rows"] / ro["tokens"] * 2048 * 2.0
+        freed_per_token = 59 * ro.rows / ro.tokens * 2048 * 2.0
     assert none["activations_bytes"] - with_module["activations_bytes"] == pytest.approx(
         float(freed_per_token) * 4096, rel=1e-9)
 

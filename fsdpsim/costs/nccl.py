@@ -179,8 +179,9 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     ll128_cap = where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, np.inf)
     out = Candidates()
     for p in PROTOCOLS:
-        hop = (getattr(g, f"nccl_{p}_ring_nvlink_hop_s") if all_nvlink else
-               where(nv, getattr(g, f"nccl_{p}_ring_nvlink_hop_s"), getattr(g, f"nccl_{p}_ring_pci_hop_s")))
+        nvlink_hop = getattr(g, f"nccl_{p}_ring_nvlink_hop_s")
+        hop = (nvlink_hop if all_nvlink else
+               where(nv, nvlink_hop, getattr(g, f"nccl_{p}_ring_pci_hop_s")))
         if p == "ll":
             hop = hop * (1.0 + (g.nccl_ll_hop_factor - 1.0) * multi_f)
         overhead = g.nccl_net_overhead_s * (3.0 if p == "simple" else 1.0)
@@ -199,10 +200,11 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
         off = OFF * (1.0 - multi_f)  # tree only across nodes (one node: a chain, slower)
         tree_cap = ppn * g.nccl_tree_channel_bytes_per_s
         for p in PROTOCOLS:
-            hop = (getattr(g, f"nccl_{p}_tree_nvlink_hop_s") if all_nvlink else
-                   where(nv, getattr(g, f"nccl_{p}_tree_nvlink_hop_s"), getattr(g, f"nccl_{p}_tree_pci_hop_s")))
-            lat = getattr(g, f"nccl_{p}_tree_base_s") + 2.0 * ((ppn - 1.0) * hop
-                                                      + depth * getattr(g, f"nccl_{p}_tree_net_hop_s"))
+            nvlink_hop = getattr(g, f"nccl_{p}_tree_nvlink_hop_s")
+            hop = (nvlink_hop if all_nvlink else
+                   where(nv, nvlink_hop, getattr(g, f"nccl_{p}_tree_pci_hop_s")))
+            lat = getattr(g, f"nccl_{p}_tree_base_s") + 2.0 * (
+                (ppn - 1.0) * hop + depth * getattr(g, f"nccl_{p}_tree_net_hop_s"))
             if p == "simple":
                 pbw = minimum(bw * g.nccl_tree_fraction, tree_cap)
             elif p == "ll128":

@@ -3,7 +3,8 @@
 :func:`evaluate` takes a flat mapping of named numeric inputs (numbers or numpy arrays that
 broadcast together; names carry units; built by :func:`fsdpsim.engine.build.config_inputs`) and
 returns a flat mapping of named outputs. It composes the stages of this package
-(:mod:`.stages`, one short function each) and nothing else; every formula lives in
+(:mod:`.stages`, one short function each, handing each other the typed results of
+:mod:`.results`) and nothing else; every formula lives in
 :mod:`fsdpsim.costs` with its source:
 
 1. layout: group sizes and members per scale-up domain (:mod:`fsdpsim.plan.layout`, inputs
@@ -32,7 +33,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, may_be_shared, share_sides, where
+from fsdpsim.costs.compute import all_of, may_be_shared, share_sides, where
 from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.inputs import declared_names, unknown_names_error
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -226,12 +227,12 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     shared = share_sides(True)  # the stages change no array in place
     try:
         g = prepare(x)
-        s = {"k": g.grad_accum, "piped": bool(any_of(g.pp > 1))}
-        s.update(stages.layer_costs(g))  # the stages of engine/stages.py, in order
-        for stage in (stages.communication, stages.step_times, stages.totals,
-                      stages.tensor_bytes):
-            s.update(stage(g, s))
-        out = stages.outputs(g, s)
+        layer = stages.layer_costs(g)  # the stages of engine/stages.py, in order
+        comm = stages.communication(g, layer)
+        step = stages.step_times(g, layer, comm)
+        total = stages.totals(g, layer, comm, step)
+        out = stages.outputs(g, layer, comm, step, total,
+                             stages.tensor_bytes(g, layer, comm, total))
         out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
     finally:
         share_sides(shared)

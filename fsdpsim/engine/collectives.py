@@ -12,7 +12,6 @@ attention), Jacobs et al. 2023 (Ulysses); pipeline point-to-point Narayanan et a
 from __future__ import annotations
 
 import math
-from typing import Mapping
 
 import numpy as np
 
@@ -21,7 +20,8 @@ from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maxi
                                    where)
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 from fsdpsim.engine.inputs import Prepared
-from fsdpsim.engine.layers import Rates
+from fsdpsim.engine.results import (DATA_PARALLEL_FIELDS, ContextParallelComm,
+                                    DataParallelComm, Rates, TensorParallelComm)
 
 
 def group_coefficients(g: Prepared, r: Rates,
@@ -166,13 +166,8 @@ def mesh_link(g, r, members):
 
 
 #: The tensor- and context-parallel terms of plans without those dimensions (all zero).
-NO_TENSOR_PARALLEL = {k: 0.0 for k in ("tp_layer_fwd_s", "tp_layer_bwd_s",
-                                       "tp_layer_fwd_exposed_s", "tp_layer_bwd_exposed_s",
-                                       "tp_root_s", "tp_layer_bytes", "tp_root_bytes",
-                                       "tp_layer_fwd_bytes")}
-NO_CONTEXT_PARALLEL = {k: 0.0 for k in ("cp_layer_fwd_s", "cp_layer_bwd_s",
-                                        "cp_layer_fwd_exposed_s", "cp_layer_bwd_exposed_s",
-                                        "cp_layer_bytes", "cp_layer_fwd_bytes")}
+NO_TENSOR_PARALLEL = TensorParallelComm(*[0.0] * 8)
+NO_CONTEXT_PARALLEL = ContextParallelComm(*[0.0] * 6)
 
 
 #: HBM passes over a gathered tensor per list collective of deepspeed-zero3-2021: the zeroed
@@ -318,12 +313,15 @@ def data_parallel(g, co, n_units, r, keys=None):
         t["zero1_ag_all_s"] = dp("zero1_ag_all_s", params_bytes, 1.0, ring, world)
         if any_of(g.param_broadcast > 0) or any_of(g.grad_all_reduce > 0):
             t.update(zero1_by_broadcast(g, co, params_bytes, t))
-    if keys is not None:
-        t = {k: t[k] for k in keys}
+    if keys is not None:  # the others not costed
+        t = {**_NOT_COSTED, **{k: t[k] for k in keys}}
     scale = g.dp_comm_scale
     if any_of(scale != 1.0):  # a what-if twin (fsdpsim.drivers.predict.comm_twins)
-        t = {k: v * scale for k, v in t.items()}
-    return t
+        t = {k: (None if v is None else v * scale) for k, v in t.items()}
+    return DataParallelComm(**t)
+
+
+_NOT_COSTED = dict.fromkeys(DATA_PARALLEL_FIELDS)
 
 
 def _ring_time_s(c, prefix, cands, costed=None):
@@ -391,15 +389,16 @@ def tensor_parallel(g, co, w, layer):
     fwd_s = where(on, _ring_time_s(layer_c, "forward", cands, costed), 0.0)
     bwd_s = where(on, _ring_time_s(layer_c, "backward", cands, costed), 0.0)
     overlap = g.tp_overlap > 0
-    fwd_exposed = where(overlap, maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
-    bwd_exposed = where(overlap, maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
+    fwd_exposed = where(overlap, maximum(fwd_s - layer.gemm_fwd_s, 0.0), fwd_s)
+    bwd_exposed = where(overlap, maximum(bwd_s - layer.gemm_bwd_s, 0.0), bwd_s)
     root_s = where(on, _head_forward_s(root_c, cands, costed)
                    + _ring_time_s(root_c, "backward", cands, costed), 0.0)
-    return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
-            "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
-            "tp_root_s": root_s, "tp_layer_bytes": where(on, _bytes(layer_c), 0.0),
-            "tp_layer_fwd_bytes": where(on, _bytes(layer_c, ("forward",)), 0.0),
-            "tp_root_bytes": where(on, _bytes(root_c), 0.0)}
+    return TensorParallelComm(
+        tp_layer_fwd_s=fwd_s, tp_layer_bwd_s=bwd_s,
+        tp_layer_fwd_exposed_s=fwd_exposed, tp_layer_bwd_exposed_s=bwd_exposed,
+        tp_root_s=root_s, tp_layer_bytes=where(on, _bytes(layer_c), 0.0),
+        tp_layer_fwd_bytes=where(on, _bytes(layer_c, ("forward",)), 0.0),
+        tp_root_bytes=where(on, _bytes(root_c), 0.0))
 
 
 def context_parallel(g, co, w, layer, r):
@@ -434,15 +433,16 @@ def context_parallel(g, co, w, layer, r):
     on = cp > 1
     fwd_s = where(on, where(all2all, a2a_fwd, ring_fwd), 0.0)
     bwd_s = where(on, where(all2all, a2a_bwd, ring_bwd), 0.0)
-    fwd_exposed = where(all2all, fwd_s, maximum(fwd_s - layer["attn_fwd_s"], 0.0))
-    bwd_exposed = where(all2all, bwd_s, maximum(bwd_s - layer["attn_bwd_s"], 0.0))
+    fwd_exposed = where(all2all, fwd_s, maximum(fwd_s - layer.attn_fwd_s, 0.0))
+    bwd_exposed = where(all2all, bwd_s, maximum(bwd_s - layer.attn_bwd_s, 0.0))
     byte_count = where(on, where(all2all, a2a["forward_bytes"] + a2a["backward_bytes"],
                                  ring["forward_bytes"] + ring["backward_kv_bytes"]
                                  + ring["backward_dkv_bytes"]), 0.0)
     fwd_bytes = where(on, where(all2all, a2a["forward_bytes"], ring["forward_bytes"]), 0.0)
-    return {"cp_layer_fwd_s": fwd_s, "cp_layer_bwd_s": bwd_s,
-            "cp_layer_fwd_exposed_s": fwd_exposed, "cp_layer_bwd_exposed_s": bwd_exposed,
-            "cp_layer_bytes": byte_count, "cp_layer_fwd_bytes": fwd_bytes}
+    return ContextParallelComm(
+        cp_layer_fwd_s=fwd_s, cp_layer_bwd_s=bwd_s,
+        cp_layer_fwd_exposed_s=fwd_exposed, cp_layer_bwd_exposed_s=bwd_exposed,
+        cp_layer_bytes=byte_count, cp_layer_fwd_bytes=fwd_bytes)
 
 
 def pipeline_p2p(g, w, r):
@@ -452,7 +452,7 @@ def pipeline_p2p(g, w, r):
     sends the whole tensor to its peer). On the link when neighbouring stages share a scale-up
     domain, else over the NIC share."""
     split = where(g.sequence_parallel > 0, g.tp, 1.0)
-    a_bytes = w["tokens"] * g.d_model * g.compute_bytes / split
+    a_bytes = w.tokens * g.d_model * g.compute_bytes / split
     spb, lat = comm.p2p_coefficients(g.pp_per_node > 1, r.link, r.nic,
                                      g.link_latency_s, g.nic_latency_s)
     on = g.pp_size > 1

@@ -18,6 +18,7 @@ from fsdpsim.costs import comm, nccl, overlap
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.costs.compute import any_of, maximum, minimum, where
 from fsdpsim.engine import collectives
+from fsdpsim.engine.results import ExpertComm
 
 
 def a2a_coefficients(g, r):
@@ -63,10 +64,10 @@ def expert_parallel(g, r, ro, lt_m):
     an all-gather after the dispatch and a reduce-scatter before the combine over the ETP group
     (NCCL's cost per call). Exposed unless ``ep_overlap``: then :func:`paired_exposure_s`."""
     elem, cf = g.compute_bytes, g.moe_capacity_factor
-    a2a = moe_costs.all_to_all_bytes(ro["tokens"], g.moe_top_k, g.d_model, g.n_experts,
+    a2a = moe_costs.all_to_all_bytes(ro.tokens, g.moe_top_k, g.d_model, g.n_experts,
                                       elem, g.moe_fp8_dispatch > 0, cf)
     spb, lat = a2a_coefficients(g, r)
-    busiest = where(cf > 0, 1.0, ro["lambda"])
+    busiest = where(cf > 0, 1.0, ro.load_factor)
     on = g.ep_size > 1
     # one dispatch-direction call (forward dispatch, backward the combine's gradient) and one
     # combine-direction call (forward combine, backward the dispatch's gradient)
@@ -75,7 +76,7 @@ def expert_parallel(g, r, ro, lt_m):
     fwd_bytes = where(on, a2a["forward_bytes"], 0.0)
     bwd_bytes = where(on, a2a["backward_bytes"], 0.0)
     if any_of(g.etp_size > 1):
-        per_dir = moe_costs.etp_gather_bytes(ro["tokens"], g.moe_top_k, g.d_model,
+        per_dir = moe_costs.etp_gather_bytes(ro.tokens, g.moe_top_k, g.d_model,
                                              g.n_experts, g.etp, elem, cf)
         cands = nccl.candidates(g, g.etp_size, g.etp_per_node,
                                 collectives.bus_bandwidth(g, r, g.etp_size, g.etp_per_node),
@@ -88,10 +89,10 @@ def expert_parallel(g, r, ro, lt_m):
     fwd_s = bwd_s = dispatch_s + combine_s
     fwd_paired, bwd_paired = paired_exposure_s(g, lt_m, dispatch_s, combine_s)
     overlapped = g.ep_overlap > 0
-    return {"fwd_s": fwd_s, "bwd_s": bwd_s,
-            "fwd_exposed_s": where(overlapped, fwd_paired, fwd_s),
-            "bwd_exposed_s": where(overlapped, bwd_paired, bwd_s),
-            "fwd_bytes": fwd_bytes, "bytes": fwd_bytes + bwd_bytes}
+    return ExpertComm(fwd_s=fwd_s, bwd_s=bwd_s,
+                      fwd_exposed_s=where(overlapped, fwd_paired, fwd_s),
+                      bwd_exposed_s=where(overlapped, bwd_paired, bwd_s),
+                      fwd_bytes=fwd_bytes, bytes=fwd_bytes + bwd_bytes)
 
 
 def paired_exposure_s(g, lt_m, dispatch_s, combine_s):
@@ -122,9 +123,9 @@ def paired_exposure_s(g, lt_m, dispatch_s, combine_s):
     def shows(compute_s, comm_s):
         return maximum(overlap.slowed_compute_s(compute_s, comm_s, slowdown), comm_s) - compute_s
 
-    mlp_fwd, mlp_bwd = lt_m["moe_mlp_fwd_s"], lt_m["moe_mlp_bwd_s"]
-    attn_fwd = maximum(lt_m["block_fwd_s"] - mlp_fwd, 0.0)
-    attn_bwd = maximum(lt_m["block_bwd_s"] - mlp_bwd, 0.0)
+    mlp_fwd, mlp_bwd = lt_m.moe_mlp_fwd_s, lt_m.moe_mlp_bwd_s
+    attn_fwd = maximum(lt_m.block_fwd_s - mlp_fwd, 0.0)
+    attn_bwd = maximum(lt_m.block_bwd_s - mlp_bwd, 0.0)
     first = shows(attn_fwd, dispatch_s)  # the combine's gradient, sent like a dispatch
     middle = shows(mlp_fwd + mlp_bwd, dispatch_s + combine_s)
     last = shows(attn_bwd, combine_s)
@@ -144,9 +145,8 @@ def unpaired_overlap_s(g, ep, layers_stage, phi):
     pp, vpp = g.pp, g.vpp
     warmup = where(pp > 1, where(vpp > 1, 2.0 * (pp - 1.0) + (vpp - 1.0) * pp + 1.0, pp), 1.0)
     warmup = minimum(warmup, g.grad_accum * vpp)
-    hidden = (ep["fwd_s"] - ep["fwd_exposed_s"]) + (ep["bwd_s"] - ep["bwd_exposed_s"])
+    hidden = (ep.fwd_s - ep.fwd_exposed_s) + (ep.bwd_s - ep.bwd_exposed_s)
     return where(g.ep_overlap > 0, warmup * layers_stage * phi / vpp * hidden, 0.0)
 
 
-NO_EXPERT_PARALLEL = {k: 0.0 for k in ("fwd_s", "bwd_s", "fwd_exposed_s", "bwd_exposed_s",
-                                       "fwd_bytes", "bytes")}
+NO_EXPERT_PARALLEL = ExpertComm(*[0.0] * 6)  # no MoE row: every term zero

@@ -27,12 +27,12 @@ def mla_up_proj_fwd_s(g, w, rates, elem):
     """Forward time of MLA's query and key/value up projections on one TP rank [s]: what
     Megatron's ``mla_up_proj`` module recompute reruns in backward (with their layer norms and
     the rotary concatenation, element-wise and not counted)."""
-    heads = w["heads"]  # the rank's heads (layers.widths)
+    heads = w.heads  # the rank's heads (layers.widths)
     qr, qk, v = g.mla_q_rank, g.mla_qk_head, g.mla_v_head
     rope, kvr = g.mla_rope, g.mla_kv_rank
     has_qr = where(qr > 0, 1.0, 0.0)
-    return moe_parts._gemms([(heads * qk, qr, has_qr), (heads * (qk - rope + v), kvr, 1.0)], w["tokens"],
-                  rates, elem)[0]
+    return moe_parts._gemms([(heads * qk, qr, has_qr), (heads * (qk - rope + v), kvr, 1.0)],
+                            w.tokens, rates, elem)[0]
 
 
 def mlp_recompute_s(g, r, w):
@@ -43,8 +43,8 @@ def mlp_recompute_s(g, r, w):
     rates = compute._gemm_rates(r.matmul, r.hbm, g.matmul_half_flops,
                                 g.matmul_half_k)
     elem = g.compute_bytes
-    gemm_s = moe_parts.mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)[0]
-    act_bytes = w["tokens"] * w["ffn"] * where(g.swiglu > 0, 3.0, 2.0) * elem
+    gemm_s = moe_parts.mlp_gemm_times(g, w.tokens, w.ffn, rates, elem)[0]
+    act_bytes = w.tokens * w.ffn * where(g.swiglu > 0, 3.0, 2.0) * elem
     return gemm_s + compute.memory_bound_time_s(act_bytes, r.hbm)
 
 
@@ -52,7 +52,7 @@ def moe_act_recompute_s(g, r, ro, elem):
     """Megatron's ``moe_act`` module recompute of one MoE layer, one micro-batch [s]: the
     experts' activation again on every routed row of the rank (SwiGLU reads 2f and writes f
     elements, GELU reads and writes f), HBM bound."""
-    act_bytes = ro["rows"] * ro["ffn_local"] * where(g.swiglu > 0, 3.0, 2.0) * elem
+    act_bytes = ro.rows * ro.ffn_local * where(g.swiglu > 0, 3.0, 2.0) * elem
     return compute.memory_bound_time_s(act_bytes, r.hbm)
 
 
@@ -88,7 +88,7 @@ def module_recompute_freed_bytes(g, n_layers, n_moe, mtp):
         freed = freed + where(g.rc_mlp > 0, dense * e * n_ffn * g.ffn_size / split, 0.0)
     if any_of(g.rc_moe_act > 0) and any_of(g.moe_layers > 0):
         ro = moe_parts.routing(g)
-        rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) / split
+        rows_per_token = ro.rows / maximum(ro.tokens, 1e-300) / split
         freed = freed + where(g.rc_moe_act > 0, (n_moe + mtp * g.mtp_moe)
-                              * rows_per_token * ro["ffn_local"] * e, 0.0)
+                              * rows_per_token * ro.ffn_local * e, 0.0)
     return where(np.asarray(g.recompute) == 2, 0.0, freed)

@@ -24,7 +24,7 @@ prediction adds, on the last stage, ``mtp_layers`` blocks of the last layer's ki
 
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -35,10 +35,8 @@ from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
 from fsdpsim.engine.moe_parts import (_gemms, attention_gemm_times,  # noqa: F401
                                       mlp_gemm_times, moe_tokens, routing)
 from fsdpsim.engine.inputs import Prepared
+from fsdpsim.engine.results import LAYER_FIELDS, LayerTimes, MoeLayerTimes
 
-#: Per-layer times of :func:`fsdpsim.engine.layers.layer_times` that a stage averages.
-LAYER_KEYS = ("gemm_fwd_s", "gemm_bwd_s", "attn_fwd_s", "attn_bwd_s", "ew_fwd_s", "ew_bwd_s",
-              "block_fwd_s", "block_bwd_s", "recompute_s", "attn_flops_fwd")
 #: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
 DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",
                  "zero1_rs_block_s")
@@ -75,7 +73,7 @@ def moe_share(g, layers_key="layers_mid", moe_key="moe_layers_mid"):
 
 def _qk_norm_bytes(g, w):
     """HBM bytes of per-head q/k RMSNorms (Qwen3), (forward, backward) [B]."""
-    width = w["tokens"] * (w["q"] + w["kv"]) * g.compute_bytes * (g.qk_norm > 0)
+    width = w.tokens * (w.q + w.kv) * g.compute_bytes * (g.qk_norm > 0)
     return 2.0 * width, 3.0 * width
 
 
@@ -90,9 +88,9 @@ def layer_kinds(g, r, w, lt):
     qk = _qk_norm_bytes(g, w) if any_of(g.qk_norm > 0) else None
     lt_d = lt
     if any_of(g.mla > 0) or qk is not None:
-        mlp = mlp_gemm_times(g, w["tokens"], w["ffn"], rates, elem)
+        mlp = mlp_gemm_times(g, w.tokens, w.ffn, rates, elem)
         uniform = compute.layer_gemm_times_with_down_s(
-            w["tokens"], g.d_model, w["q"], w["kv"], w["ffn"], g.swiglu > 0,
+            w.tokens, g.d_model, w.q, w.kv, w.ffn, g.swiglu > 0,
             g.active_experts, r.matmul, r.hbm, g.matmul_half_flops,
             g.matmul_half_k, elem)
         mla = g.mla > 0  # rows without MLA keep the uniform layer's GEMMs exactly
@@ -104,27 +102,27 @@ def layer_kinds(g, r, w, lt):
         mla_up_s = where((g.rc_mla_up_proj > 0) & (g.mla > 0)
                          & (np.asarray(g.recompute) != 2),
                          module_recompute.mla_up_proj_fwd_s(g, w, rates, elem), 0.0)
-        lt_d = {**lt_d, "recompute_s": lt_d["recompute_s"] + mla_up_s}
+        lt_d = replace(lt_d, recompute_s=lt_d.recompute_s + mla_up_s)
     if not any_of(g.moe_layers > 0):
         return lt_d, lt_d, None
     ro = routing(g)
     shared_local = g.shared_ffn / g.tp
-    shared = mlp_gemm_times(g, w["tokens"], shared_local, rates, elem)
-    router = moe_costs.router_gemm_times_s(ro["tokens"], g.d_model, g.n_experts,
+    shared = mlp_gemm_times(g, w.tokens, shared_local, rates, elem)
+    router = moe_costs.router_gemm_times_s(ro.tokens, g.d_model, g.n_experts,
                                            r.matmul, r.hbm, g.matmul_half_flops,
                                            g.matmul_half_k, elem)
-    experts = moe_costs.expert_gemm_times_s(ro["rows_per_expert"], ro["local"], g.d_model,
-                                            ro["ffn_local"], g.swiglu > 0, r.matmul,
+    experts = moe_costs.expert_gemm_times_s(ro.rows_per_expert, ro.local, g.d_model,
+                                            ro.ffn_local, g.swiglu > 0, r.matmul,
                                             r.hbm, g.matmul_half_flops,
                                             g.matmul_half_k, elem)
     expert_ops = None
     if any_of(g.megatron > 0):  # Megatron's experts cost host time per local expert
         experts, expert_ops = _host_bound_experts(g, ro, experts)
-    ew = moe_costs.moe_elementwise_bytes(ro["tokens"], ro["rows"], g.d_model, ro["ffn_local"],
+    ew = moe_costs.moe_elementwise_bytes(ro.tokens, ro.rows, g.d_model, ro.ffn_local,
                                          g.n_experts, g.swiglu > 0, elem)
     if any_of(g.fp8_gemm > 0):
-        cast = moe_costs.expert_fp8_cast_bytes(ro["rows"], g.d_model, ro["ffn_local"],
-                                               ro["local"], g.swiglu > 0)
+        cast = moe_costs.expert_fp8_cast_bytes(ro.rows, g.d_model, ro.ffn_local,
+                                               ro.local, g.swiglu > 0)
         fp8 = g.fp8_gemm > 0
         scale = g.cast_scale  # block-scaled formats: their bytes per element over FP8's
         ew = (ew[0] + where(fp8, scale * cast[0], 0.0),
@@ -136,18 +134,21 @@ def layer_kinds(g, r, w, lt):
     # Megatron's "mlp" module recompute skips MoE layers (their shared expert included)
     g_m = g.replace(ffn_size=g.shared_ffn, active_experts=1.0, block_numel=g.moe_block_numel,
                     rc_mlp=0.0)
-    lt_m = layers.layer_times(g_m, r, {**w, "ffn": shared_local}, gemm=gemm,
-                              extra_ew=ew, extra_ops=expert_ops)
-    if mla_up_s is not None:
-        lt_m["recompute_s"] = lt_m["recompute_s"] + mla_up_s
-    if any_of(g.rc_moe_act > 0):
-        lt_m["recompute_s"] = lt_m["recompute_s"] + where(
-            (g.rc_moe_act > 0) & (np.asarray(g.recompute) != 2),
-            module_recompute.moe_act_recompute_s(g, r, ro, elem), 0.0)
+    layer = layers.layer_times(g_m, r, replace(w, ffn=shared_local), gemm=gemm,
+                               extra_ew=ew, extra_ops=expert_ops)
     # The MoE MLP alone (router, shared and routed experts, their element-wise kernels): the
     # time reported as the MoE share.
-    lt_m["moe_mlp_fwd_s"] = gemm[0] - attn[0] + compute.memory_bound_time_s(ew[0], r.hbm)
-    lt_m["moe_mlp_bwd_s"] = gemm[1] - attn[1] + compute.memory_bound_time_s(ew[1], r.hbm)
+    lt_m = MoeLayerTimes(*[getattr(layer, k) for k in LAYER_FIELDS],
+                         moe_mlp_fwd_s=gemm[0] - attn[0]
+                         + compute.memory_bound_time_s(ew[0], r.hbm),
+                         moe_mlp_bwd_s=gemm[1] - attn[1]
+                         + compute.memory_bound_time_s(ew[1], r.hbm))
+    if mla_up_s is not None:
+        lt_m.recompute_s = lt_m.recompute_s + mla_up_s
+    if any_of(g.rc_moe_act > 0):
+        lt_m.recompute_s = lt_m.recompute_s + where(
+            (g.rc_moe_act > 0) & (np.asarray(g.recompute) != 2),
+            module_recompute.moe_act_recompute_s(g, r, ro, elem), 0.0)
     return lt_d, lt_m, expert_comm.expert_parallel(g, r, ro, lt_m)
 
 
@@ -170,7 +171,7 @@ def _host_bound_experts(g, ro, experts):
       (:func:`fsdpsim.engine.layers.layer_times` ``extra_ops``): ``n·h`` where the host
       falls behind (``h > d``)."""
     on = (g.megatron > 0) & (g.cuda_graphs < 2)  # a full-iteration graph replays them
-    ops = tuple(where(on, n, 0.0) for n in moe_costs.expert_host_ops(ro["local"],
+    ops = tuple(where(on, n, 0.0) for n in moe_costs.expert_host_ops(ro.local,
                                                                      g.fp8_gemm > 0))
     host_fwd_s, host_bwd_s = (n * g.kernel_overhead_s for n in ops)
     dropless = g.moe_capacity_factor <= 0
@@ -181,9 +182,11 @@ def _host_bound_experts(g, ro, experts):
     return timed, ops
 
 
-def mix(dense, moe, phi, keys=LAYER_KEYS):
-    """``(1 − φ)·dense + φ·moe`` of each key [s]."""
-    return {k: dense[k] + phi * (moe[k] - dense[k]) for k in keys}
+def mix(dense: LayerTimes, moe: LayerTimes, phi) -> LayerTimes:
+    """``(1 − φ)·dense + φ·moe`` of each field of :class:`~fsdpsim.engine.results.LayerTimes`
+    [s, FLOP]."""
+    return LayerTimes(*[getattr(dense, k) + phi * (getattr(moe, k) - getattr(dense, k))
+                        for k in LAYER_FIELDS])
 
 
 def mtp_times(g, r, w, lt_d, lt_m, ep, rt):
@@ -193,12 +196,12 @@ def mtp_times(g, r, w, lt_d, lt_m, ep, rt):
     and the shared LM head with its loss again (DeepSeek-V3 Eq. 21-25)."""
     n = g.mtp_layers
     moe = g.mtp_moe > 0
-    proj = compute.linear_time_s(w["tokens"], g.d_model / g.tp, 2.0 * g.d_model,
+    proj = compute.linear_time_s(w.tokens, g.d_model / g.tp, 2.0 * g.d_model,
                                  r.matmul, r.hbm, g.matmul_half_flops,
                                  g.matmul_half_k, g.compute_bytes)
-    fwd = where(moe, lt_m["block_fwd_s"] + ep["fwd_exposed_s"], lt_d["block_fwd_s"])
-    bwd = where(moe, lt_m["block_bwd_s"] + ep["bwd_exposed_s"], lt_d["block_bwd_s"])
-    return (n * (fwd + proj[0] + rt["head_fwd_s"]), n * (bwd + proj[1] + rt["head_bwd_s"]))
+    fwd = where(moe, lt_m.block_fwd_s + ep.fwd_exposed_s, lt_d.block_fwd_s)
+    bwd = where(moe, lt_m.block_bwd_s + ep.bwd_exposed_s, lt_d.block_bwd_s)
+    return (n * (fwd + proj[0] + rt.head_fwd_s), n * (bwd + proj[1] + rt.head_bwd_s))
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -283,16 +286,15 @@ def data_parallel(g, r, co, dpc, n_units, phi):
                for suffix in ("_size", "_per_node", "_per_pod")):
             co_e[name] = co[name]
     dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r, keys=_EXPERT_KEYS)
-    out = dict(dpc)
-    for k in DP_BLOCK_KEYS:
-        out[k] = dpc[k] + phi * (dpc_m[k] + dpc_e[k] - dpc[k])
+    mixed = {k: getattr(dpc, k) + phi * (getattr(dpc_m, k) + getattr(dpc_e, k) - getattr(dpc, k))
+             for k in DP_BLOCK_KEYS}
     if any_of(np.asarray(g.strategy) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
         mean = stage_dense_numel(g, n_units, n_units * phi) / maximum(n_units, 1.0)
         whole = collectives.data_parallel(g.replace(block_numel_padded=mean), co, n_units, r,
                                           keys=_GATHER_KEYS)
-        out["zero1_ag_all_s"] = where(g.moe_layers > 0, whole["zero1_ag_all_s"]
-                                      + dpc_e["zero1_ag_all_s"], dpc["zero1_ag_all_s"])
-    return out, dpc_e, g_e
+        mixed["zero1_ag_all_s"] = where(g.moe_layers > 0, whole.zero1_ag_all_s
+                                        + dpc_e.zero1_ag_all_s, dpc.zero1_ag_all_s)
+    return replace(dpc, **mixed), dpc_e, g_e
 
 
 def _same(a, b) -> bool:
@@ -402,9 +404,9 @@ def _routed_bytes_per_token(g):
     buffer in flight) [B] (:func:`memory_update`)."""
     ro = routing(g)
     per_token = 1.0 / (g.cp * g.tp)  # routed rows per token of the micro-batch
-    rows_per_token = ro["rows"] / maximum(ro["tokens"], 1e-300) * per_token
+    rows_per_token = ro.rows / maximum(ro.tokens, 1e-300) * per_token
     saved = rows_per_token * moe_costs.routed_saved_bytes_per_row(
-        g.d_model, ro["ffn_local"], g.swiglu > 0, g.compute_bytes)
+        g.d_model, ro.ffn_local, g.swiglu > 0, g.compute_bytes)
     saved = saved + per_token * moe_costs.ROUTER_BYTES * g.n_experts  # fp32 logits
     kept = where(np.asarray(g.recompute) == 2, 0.0, saved)
     working = saved + rows_per_token * moe_costs.a2a_buffer_bytes(1.0, g.d_model,

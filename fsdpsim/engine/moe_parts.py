@@ -8,6 +8,7 @@ from __future__ import annotations
 from fsdpsim.costs import compute
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.costs.compute import any_of, maximum, where
+from fsdpsim.engine.results import Routing
 
 
 def _gemms(shapes, tokens, rates, elem):
@@ -27,11 +28,11 @@ def attention_gemm_times(g, w, rates, elem):
     projection with the rotary key, the key/value up projection and the output projection;
     the down projections are whole on every TP rank (Megatron-Core MLA), the rest split by
     heads."""
-    d, t = g.d_model, w["tokens"]
-    gqa = _gemms([(w["q"] + 2.0 * w["kv"], d, 1.0), (d, w["q"], 1.0)], t, rates, elem)[:2]
+    d, t = g.d_model, w.tokens
+    gqa = _gemms([(w.q + 2.0 * w.kv, d, 1.0), (d, w.q, 1.0)], t, rates, elem)[:2]
     if not any_of(g.mla > 0):
         return gqa
-    heads = w["heads"]  # the rank's heads (layers.widths)
+    heads = w.heads  # the rank's heads (layers.widths)
     qr, qk, v = g.mla_q_rank, g.mla_qk_head, g.mla_v_head
     rope, kvr = g.mla_rope, g.mla_kv_rank
     has_qr = (qr > 0).astype(float)
@@ -67,5 +68,5 @@ def routing(g):
     lam = moe_costs.load_factor(mean, ep, g.moe_imbalance, cf)
     rows = where(cf > 0, moe_costs.sent_rows(t, k, e, cf) * etp, mean * lam)
     local = maximum(e / ep, 1.0)
-    return {"tokens": t, "rows": rows, "rows_per_expert": rows / local, "local": local,
-            "lambda": lam, "ffn_local": g.expert_ffn / etp, "mean_rows": mean}
+    return Routing(tokens=t, rows=rows, rows_per_expert=rows / local, local=local,
+                   load_factor=lam, ffn_local=g.expert_ffn / etp, mean_rows=mean)
