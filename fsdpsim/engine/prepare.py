@@ -53,9 +53,10 @@ OPTIONAL_INPUTS = {"grad_accum": 1.0,  # one micro-batch per step
                    **MOE_DEFAULTS}
 
 
-#: Fields the stages read that a caller may leave out without their being inputs one sets:
-#: each group's members per non-blocking pod (None: no pods to cross, no pod factor) and the
-#: attention's share of the causal query-key pairs (1: every layer full causal).
+#: Fields the stages read that may be absent from the inputs, and what absent means: each
+#: group's members per non-blocking pod (None: laid out without pods, no pod factor) and the
+#: attention's share of the causal query-key pairs (1: every layer full causal;
+#: :func:`fsdpsim.engine.moe.attention_pairs` derives it for windowed attention).
 ABSENT = {**{f"{group}_per_pod": None for group in ("tp", "cp", "pp", "shard", "replicate",
                                                     "dp_world", "ep", "etp", "edp", "eshard",
                                                     "ereplicate")},
