@@ -136,19 +136,21 @@ def layer_kinds(g, r, w, lt):
                     rc_mlp=0.0)
     layer = layers.layer_times(g_m, r, replace(w, ffn=shared_local), gemm=gemm,
                                extra_ew=ew, extra_ops=expert_ops)
+    recompute_s = layer.recompute_s
+    if mla_up_s is not None:
+        recompute_s = recompute_s + mla_up_s
+    if any_of(g.rc_moe_act > 0):
+        recompute_s = recompute_s + where(
+            (g.rc_moe_act > 0) & (np.asarray(g.recompute) != 2),
+            module_recompute.moe_act_recompute_s(g, r, ro, elem), 0.0)
     # The MoE MLP alone (router, shared and routed experts, their element-wise kernels): the
     # time reported as the MoE share.
-    lt_m = MoeLayerTimes(*[getattr(layer, k) for k in LAYER_FIELDS],
+    lt_m = MoeLayerTimes(**{**{k: getattr(layer, k) for k in LAYER_FIELDS},
+                            "recompute_s": recompute_s},
                          moe_mlp_fwd_s=gemm[0] - attn[0]
                          + compute.memory_bound_time_s(ew[0], r.hbm),
                          moe_mlp_bwd_s=gemm[1] - attn[1]
                          + compute.memory_bound_time_s(ew[1], r.hbm))
-    if mla_up_s is not None:
-        lt_m.recompute_s = lt_m.recompute_s + mla_up_s
-    if any_of(g.rc_moe_act > 0):
-        lt_m.recompute_s = lt_m.recompute_s + where(
-            (g.rc_moe_act > 0) & (np.asarray(g.recompute) != 2),
-            module_recompute.moe_act_recompute_s(g, r, ro, elem), 0.0)
     return lt_d, lt_m, expert_comm.expert_parallel(g, r, ro, lt_m)
 
 
