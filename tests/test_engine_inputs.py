@@ -157,6 +157,31 @@ def test_a_misspelt_field_inside_the_engine_is_an_error_at_once(monkeypatch):
     assert engine.evaluate(x)["step_time_s"] == baseline
 
 
+def test_every_field_the_engine_reads_is_declared():
+    """Each ``g.<name>`` in the engine's stages and in the NCCL model is a declared field
+    (:data:`fsdpsim.engine.inputs.FIELDS`) or a method of the prepared inputs: a misspelt
+    name fails here even on a branch no test evaluates. (The builder's own steps on its
+    mapping, inside :func:`fsdpsim.engine.prepare.prepare`, are left out.)"""
+    import inspect
+    import re
+
+    from fsdpsim.costs import nccl
+    from fsdpsim.engine import (collectives, expert_comm, layers, memory, metrics, moe,
+                                module_recompute, moe_parts, stages, step)
+    from fsdpsim.engine.inputs import FIELDS
+
+    builders = (moe.prepare_layers, moe.attention_pairs, nccl.collapse_constant_library)
+    read = set()
+    for module in (collectives, expert_comm, layers, memory, metrics, moe, module_recompute,
+                   moe_parts, stages, step, nccl):
+        source = inspect.getsource(module)
+        for builder in builders:
+            source = source.replace(inspect.getsource(builder), "")
+        read |= set(re.findall(r"(?<![\w.])(?:g|g_e|g_m|self\._g)\.(\w+)", source))
+    assert len(read) > 150
+    assert sorted(read - set(FIELDS) - {"replace", "values"}) == []
+
+
 def test_the_stages_read_no_string_keyed_inputs():
     """Past :func:`fsdpsim.engine.prepare.prepare` the engine reads its inputs as attributes
     only: no module of the stages subscripts the prepared inputs with a name."""
