@@ -182,6 +182,39 @@ def test_every_field_the_engine_reads_is_declared():
     assert sorted(read - set(FIELDS) - {"replace", "values"}) == []
 
 
+def test_every_result_field_the_engine_reads_is_declared():
+    """The engine names each kind of result one way (``lt`` a layer's times, ``tpc`` the
+    tensor-parallel collectives, ``m`` stage 3's results, ...): each field read through such
+    a name is a field of its dataclass in :mod:`fsdpsim.engine.results`, on every branch."""
+    import dataclasses
+    import inspect
+    import re
+
+    from fsdpsim.engine import (collectives, expert_comm, layers, memory, metrics, moe,
+                                module_recompute, moe_parts, stages, step)
+    from fsdpsim.engine import results as res
+
+    kinds = {"r": res.Rates, "w": res.Widths, "on": res.Switches, "lt": res.LayerTimes,
+             "lt_d": res.LayerTimes, "layer": res.LayerTimes, "lt_m": res.MoeLayerTimes,
+             "rt": res.RootTimes, "tpc": res.TensorParallelComm,
+             "cpc": res.ContextParallelComm, "dpc": res.DataParallelComm,
+             "dpc_e": res.DataParallelComm, "dpc_m": res.DataParallelComm,
+             "whole": res.DataParallelComm, "ep": res.ExpertComm, "f": res.FsdpFlags,
+             "ro": res.Routing, "mid": res.StagePhases, "ph": res.StagePhases,
+             "only": res.StagePhases, "c": res.LayerCosts, "m": res.Communication,
+             "st": res.StepTimes, "tt": res.Totals, "tb": res.TensorBytes}
+    unknown, seen = [], 0
+    for module in (collectives, expert_comm, layers, memory, metrics, moe, module_recompute,
+                   moe_parts, stages, step):
+        source = inspect.getsource(module)
+        for name, kind in kinds.items():
+            fields = {f.name for f in dataclasses.fields(kind)}
+            read = set(re.findall(rf"(?<![\w.]){name}\.(\w+)", source))
+            seen += len(read)
+            unknown += [(module.__name__, name, field) for field in read - fields]
+    assert seen > 150 and unknown == []
+
+
 def test_the_stages_read_no_string_keyed_inputs():
     """Past :func:`fsdpsim.engine.prepare.prepare` the engine reads its inputs as attributes
     only: no module of the stages subscripts the prepared inputs with a name."""
