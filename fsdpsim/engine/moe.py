@@ -211,7 +211,9 @@ def prepare_layers(g: dict) -> None:
     """Defaults of the layered-model inputs a caller did not give (fsdpsim.engine.build_moe): MoE
     layers per stage in proportion to the stage's layers (exact without pipelining), the expert
     groups as the data-parallel ones re-split by ``etp × ep`` (every layout is exact for
-    ep = 1 and etp = tp), and the attention's share of the causal pairs its masks keep."""
+    ep = 1 and etp = tp), and the attention's share of the causal pairs its masks keep; no
+    MoE layer: none on any stage. A step of :func:`fsdpsim.engine.prepare.prepare`, on the
+    mapping it builds the prepared inputs from (in place)."""
     if "etp" not in g:
         g["etp"] = g["tp"]
     if not any_of(g["moe_layers"] > 0):  # no MoE layer on any stage
