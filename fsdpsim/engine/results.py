@@ -256,7 +256,7 @@ class StepTimes:
     step_s: Value        # the step [s]
     bubble_s: Value      # the pipeline bubble [s]
     pipeline_ok: Value   # the schedule runs the micro-batch count (booleans)
-    extra_moe: dict | None  # MoE layers of the first and last stage beyond a middle one's [-]
+    extra_moe: tuple | None  # MoE layers of the (first, last) stage beyond a middle one's [-]
     unpaired_s: Value    # overlapped all-to-alls the warm-up and cool-down leave exposed [s]
 
 

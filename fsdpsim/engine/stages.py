@@ -174,13 +174,14 @@ def step_times(g: Prepared, c: LayerCosts, m: Communication) -> StepTimes:
             d_bwd = (lt_m.block_bwd_s - lt_d.block_bwd_s
                      + rc_share * (lt_m.recompute_s - lt_d.recompute_s)
                      + ep.bwd_exposed_s + replay * ep.fwd_exposed_s)
-            extra_moe = {end: getattr(g, f"moe_layers_{end}") - g.moe_layers_mid
-                         - (getattr(g, f"layers_{end}") - g.layers_mid) * phi
-                         for end in ("first", "last")}
-            first_extra = (first_extra[0] + extra_moe["first"] * d_fwd,
-                           first_extra[1] + extra_moe["first"] * d_bwd)
-            last_extra = (last_extra[0] + extra_moe["last"] * d_fwd,
-                          last_extra[1] + extra_moe["last"] * d_bwd)
+            extra_moe = (g.moe_layers_first - g.moe_layers_mid
+                         - (g.layers_first - g.layers_mid) * phi,
+                         g.moe_layers_last - g.moe_layers_mid
+                         - (g.layers_last - g.layers_mid) * phi)
+            first_extra = (first_extra[0] + extra_moe[0] * d_fwd,
+                           first_extra[1] + extra_moe[0] * d_bwd)
+            last_extra = (last_extra[0] + extra_moe[1] * d_fwd,
+                          last_extra[1] + extra_moe[1] * d_bwd)
         # Zero-bubble schedules split each backward into input- and weight-gradient passes;
         # the weight-gradient GEMMs are half of the GEMM backward FLOPs.
         wgrad_s = where(as_values(g.pp_schedule) == 3,
@@ -217,16 +218,15 @@ def totals(g: Prepared, c: LayerCosts, m: Communication, st: StepTimes) -> Total
                                + (lt.block_bwd_s + rc_share * lt.recompute_s))
                     + rt.root_fwd_s * root_share + rt.root_bwd_s * root_share)
     if piped:
-        ends = {end: (getattr(g, f"layers_{end}") - g.layers_mid)
-                * (lt.block_fwd_s + lt.block_bwd_s)
-                for end in ("first", "last")}
+        first_s = (g.layers_first - g.layers_mid) * (lt.block_fwd_s + lt.block_bwd_s)
+        last_s = (g.layers_last - g.layers_mid) * (lt.block_fwd_s + lt.block_bwd_s)
         if has_moe:  # end stages whose share of MoE layers differs from the middle ones'
             d_layer = (lt_m.block_fwd_s + lt_m.block_bwd_s - lt_d.block_fwd_s
                        - lt_d.block_bwd_s)
-            ends = {end: v + extra_moe[end] * d_layer for end, v in ends.items()}
+            first_s, last_s = first_s + extra_moe[0] * d_layer, last_s + extra_moe[1] * d_layer
         compute_mb_s = compute_mb_s + (1.0 - root_share) * maximum(
-            ends["first"] + rt.embed_fwd_s + rt.embed_bwd_s,
-            ends["last"] + rt.head_fwd_s + rt.head_bwd_s)
+            first_s + rt.embed_fwd_s + rt.embed_bwd_s,
+            last_s + rt.head_fwd_s + rt.head_bwd_s)
     compute_s = k * compute_mb_s + optimizer_s
     ag_calls = f.ag_calls
     fsdp_like = f.fsdp_like
