@@ -202,7 +202,8 @@ def test_every_result_field_the_engine_reads_is_declared():
              "whole": res.DataParallelComm, "ep": res.ExpertComm, "f": res.FsdpFlags,
              "ro": res.Routing, "mid": res.StagePhases, "ph": res.StagePhases,
              "only": res.StagePhases, "c": res.LayerCosts, "m": res.Communication,
-             "st": res.StepTimes, "tt": res.Totals, "tb": res.TensorBytes}
+             "st": res.StepTimes, "tt": res.Totals, "tb": res.TensorBytes,
+             "kind": res.LayerKind}
     unknown, seen = [], 0
     for module in (collectives, expert_comm, layers, memory, metrics, moe, module_recompute,
                    moe_parts, stages, step):

@@ -192,7 +192,7 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
     return t + where(listed & (ranks > 1), extra, 0.0)
 
 
-def zero1_by_broadcast(g, co, params_bytes, t):
+def zero1_by_broadcast(g, co, params_bytes, t, block_numel):
     """InternEvo's hybrid ZeRO-1 (:mod:`fsdpsim.plan.frameworks` ``internevo``) [s]: per unit the
     gradients all-reduced in the compute dtype over the whole data-parallel group
     (``reduce_tensor`` without a destination; InternEvo buckets 512 M elements, fsdpsim one
@@ -201,14 +201,15 @@ def zero1_by_broadcast(g, co, params_bytes, t):
     (``broadcast_params``): ``z · t_bcast(P / z)`` over that group (``params_bytes``: the
     stage's, in the compute dtype), at NCCL's ring broadcast
     (:func:`fsdpsim.costs.nccl.candidates` ``broadcast``). Where the profile does not say so,
-    ZeRO-1's reduce-scatter and all-gather (``t``) stay."""
+    ZeRO-1's reduce-scatter and all-gather (``t``) stay. ``block_numel``: a block unit's
+    padded parameters [-]."""
     elem = g.compute_bytes
     world_ar = co["dp_world"]["ar"]
     grads_ar = g.grad_all_reduce > 0
     shard = g.shard_size
     broadcasts_s = shard * nccl.time_s(params_bytes / shard, co["shard"]["bcast"])
     return {
-        "zero1_rs_block_s": where(grads_ar, nccl.time_s(g.block_numel_padded * elem,
+        "zero1_rs_block_s": where(grads_ar, nccl.time_s(block_numel * elem,
                                                          world_ar), t["zero1_rs_block_s"]),
         "zero1_rs_root_s": where(grads_ar, nccl.time_s(g.root_numel_padded * elem,
                                                         world_ar), t["zero1_rs_root_s"]),
@@ -230,26 +231,29 @@ def bucket_calls(numel, elem_bytes, bucket_bytes):
     return where(bucket_bytes > 0, maximum(buckets, 1.0), 1.0)
 
 
-def data_parallel(g, co, n_units, r, keys=None):
+def data_parallel(g, co, n_units, r, keys=None, block_numel=None):
     """FSDP / ZeRO / DDP / HSDP collectives of one stage holding ``n_units`` block units, and
     the root unit [s]: one call of each kind per unit, or one per gathered parameter
     (``dp_block_calls`` / ``dp_root_calls``, per framework), or DDP's and ZeRO-1's gradient
     reduction one call per bucket (``grad_bucket_bytes``, :func:`bucket_calls`), each at
     NCCL's chosen algorithm and protocol (module table of costs/comm.py for which collectives
-    run). ``keys``: the times to return (None: all of them); the others are not costed."""
+    run). ``keys``: the times to return (None: all of them); the others are not costed.
+    ``block_numel``: a block unit's padded parameters (None: ``g.block_numel_padded``; a MoE
+    layer's dense part or a stage's mean unit, :func:`fsdpsim.engine.moe.data_parallel`)."""
+    block_numel = g.block_numel_padded if block_numel is None else block_numel
     elem = g.compute_bytes
     shard = g.shard_size
     sh, rp, wd = co["shard"], co["replicate"], co["dp_world"]
     bc, rc = g.dp_block_calls, g.dp_root_calls
     listed = (g.dp_list_collectives > 0) if any_of(g.dp_list_collectives > 0) else None
-    block_param_bytes = g.block_numel_padded * elem
+    block_param_bytes = block_numel * elem
     root_param_bytes = g.root_numel_padded * elem
-    block_grad_bytes = g.block_numel_padded * g.reduce_bytes
+    block_grad_bytes = block_numel * g.reduce_bytes
     root_grad_bytes = g.root_numel_padded * g.reduce_bytes
     world = g.dp_world_size
     strategy = as_values(g.strategy)
     bucketed = any_of(g.grad_bucket_bytes > 0)
-    grad_calls = ((bucket_calls(g.block_numel_padded, elem, g.grad_bucket_bytes),
+    grad_calls = ((bucket_calls(block_numel, elem, g.grad_bucket_bytes),
                    bucket_calls(g.root_numel_padded, elem, g.grad_bucket_bytes))
                   if bucketed else (1.0, 1.0))
 
@@ -309,10 +313,10 @@ def data_parallel(g, co, n_units, r, keys=None):
         t["zero1_rs_block_s"] = dp("zero1_rs_block_s", block_grad_bytes, grad_calls[0], ring,
                                    world)
         t["zero1_rs_root_s"] = dp("zero1_rs_root_s", root_grad_bytes, grad_calls[1], ring, world)
-        params_bytes = (n_units * g.block_numel_padded + g.root_numel_padded) * elem
+        params_bytes = (n_units * block_numel + g.root_numel_padded) * elem
         t["zero1_ag_all_s"] = dp("zero1_ag_all_s", params_bytes, 1.0, ring, world)
         if any_of(g.param_broadcast > 0) or any_of(g.grad_all_reduce > 0):
-            t.update(zero1_by_broadcast(g, co, params_bytes, t))
+            t.update(zero1_by_broadcast(g, co, params_bytes, t, block_numel))
     if keys is not None:  # the others not costed
         t = {**_NOT_COSTED, **{k: t[k] for k in keys}}
     scale = g.dp_comm_scale

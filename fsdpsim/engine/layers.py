@@ -10,7 +10,7 @@ from fsdpsim.costs import compute, pass_ratios
 from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
 from fsdpsim.costs.pass_ratios import LOSS_BWD_SHARE, LOSS_FWD_SHARE
 from fsdpsim.engine.inputs import Prepared
-from fsdpsim.engine.results import LayerTimes, Rates, RootTimes, Switches, Widths
+from fsdpsim.engine.results import LayerKind, LayerTimes, Rates, RootTimes, Switches, Widths
 
 
 def rates(g: Prepared) -> Rates:
@@ -76,9 +76,8 @@ def _op_selective_recompute_s(g, r, w, ew_fwd_s, ops_fwd):
                                   g.kernel_overhead_s)
 
 
-def layer_times(g: Prepared, r: Rates,
-                w: Widths, gemm=None, extra_ew=None,
-                extra_ops=None) -> LayerTimes:
+def layer_times(g: Prepared, r: Rates, w: Widths, gemm=None, extra_ew=None, extra_ops=None,
+                kind: LayerKind | None = None) -> LayerTimes:
     """Forward, backward and recompute time of one layer, one micro-batch, one rank [s]: its
     GEMMs, attention core (:func:`attention_times`) and element-wise kernels
     (:func:`elementwise_times`), each pass bounded below by the host's kernel launches
@@ -89,21 +88,23 @@ def layer_times(g: Prepared, r: Rates,
     uniform layer (:func:`fsdpsim.costs.compute.layer_gemm_times_with_down_s`) for layers whose
     GEMMs differ (multi-head latent attention, routed experts: :mod:`fsdpsim.engine.moe`);
     ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks,
-    ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert work)."""
+    ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert work); ``kind``
+    the inputs the layer reads as its own (None: the model's)."""
     on = switches(g)
+    kind = LayerKind(g.active_experts, g.block_numel, g.rc_mlp) if kind is None else kind
     if gemm is None:
         gemm = compute.layer_gemm_times_with_down_s(
             w.tokens, g.d_model, w.q, w.kv, w.ffn, on.swiglu,
-            g.active_experts, r.matmul, r.hbm, g.matmul_half_flops,
+            kind.active_experts, r.matmul, r.hbm, g.matmul_half_flops,
             g.matmul_half_k, g.compute_bytes)
     gemm_fwd_s, gemm_bwd_s, down_fwd_s = gemm
     attn_fwd_s, attn_bwd_s, attn_flops_fwd = attention_times(g, r, w, on)
-    ew_fwd_s, ew_bwd_s = elementwise_times(g, r, w, on, extra_ew)
+    ew_fwd_s, ew_bwd_s = elementwise_times(g, r, w, on, kind, extra_ew)
     ops_fwd, ops_bwd = host_ops(g, on, extra_ops)
     block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,
                                          g.kernel_overhead_s)
-    recompute_s = recompute_time_s(g, r, w, on, gemm_fwd_s + attn_fwd_s + ew_fwd_s, down_fwd_s,
-                                   attn_fwd_s, ew_fwd_s, ops_fwd)
+    recompute_s = recompute_time_s(g, r, w, on, kind, gemm_fwd_s + attn_fwd_s + ew_fwd_s,
+                                   down_fwd_s, attn_fwd_s, ew_fwd_s, ops_fwd)
     block_bwd_s = compute.launch_bound_s(gemm_bwd_s + attn_bwd_s + ew_bwd_s, ops_bwd,
                                          g.kernel_overhead_s)
     return LayerTimes(gemm_fwd_s, gemm_bwd_s, attn_fwd_s, attn_bwd_s, ew_fwd_s, ew_bwd_s,
@@ -171,8 +172,7 @@ def attention_times(g: Prepared, r: Rates,
     return attn_fwd_s, attn_bwd_s, attn_flops_fwd
 
 
-def elementwise_times(g: Prepared, r: Rates,
-                      w: Widths, on: Switches,
+def elementwise_times(g: Prepared, r: Rates, w: Widths, on: Switches, kind: LayerKind,
                       extra_ew=None) -> tuple:
     """Forward and backward time of one layer's element-wise kernels on one rank [s]:
     bandwidth bound (:func:`fsdpsim.costs.compute.memory_bound_time_s`) on their HBM bytes
@@ -182,7 +182,7 @@ def elementwise_times(g: Prepared, r: Rates,
     bytes per element), the two residual-branch dropouts (h-sized, split with SP) and
     ``extra_ew`` (forward, backward bytes of kernels the uniform layer lacks)."""
     tokens, elem, swiglu = w.tokens, g.compute_bytes, on.swiglu
-    routed_ffn = w.ffn * g.active_experts
+    routed_ffn = w.ffn * kind.active_experts
     ew_fwd_bytes, ew_bwd_bytes = compute.layer_elementwise_bytes(
         tokens, w.d_elementwise, w.q, w.kv, routed_ffn, swiglu, on.rotary,
         g.linear_bias > 0, elem)
@@ -190,7 +190,7 @@ def elementwise_times(g: Prepared, r: Rates,
     if any_of(fp8):  # FP8 GEMM operands are cast (and transposed) first: extra HBM traffic
         cast_fwd_bytes, cast_bwd_bytes = compute.fp8_cast_bytes(
             tokens, g.d_model, w.q, w.kv, routed_ffn, swiglu,
-            g.block_numel / g.tp)
+            kind.block_numel / g.tp)
         scale = g.cast_scale  # block-scaled formats: their bytes per element over FP8's
         ew_fwd_bytes = ew_fwd_bytes + where(fp8, scale * cast_fwd_bytes, 0.0)
         ew_bwd_bytes = ew_bwd_bytes + where(fp8, scale * cast_bwd_bytes, 0.0)
@@ -221,9 +221,8 @@ def host_ops(g: Prepared, on: Switches,
     return ops_fwd, ops_bwd
 
 
-def recompute_time_s(g: Prepared, r: Rates,
-                     w: Widths, on: Switches, forward_s,
-                     down_fwd_s, attn_fwd_s, ew_fwd_s, ops_fwd):
+def recompute_time_s(g: Prepared, r: Rates, w: Widths, on: Switches, kind: LayerKind,
+                     forward_s, down_fwd_s, attn_fwd_s, ew_fwd_s, ops_fwd):
     """What backward reruns of one layer's forward (``forward_s``: its GEMMs, attention and
     element-wise time; ``ops_fwd`` its host ops) [s].
 
@@ -250,11 +249,11 @@ def recompute_time_s(g: Prepared, r: Rates,
     if any_of(recompute == 3):  # torchtitan's op-level policy
         recompute_s = where(recompute == 3, _op_selective_recompute_s(g, r, w, ew_fwd_s, ops_fwd),
                             recompute_s)
-    if any_of(g.rc_mlp > 0):  # Megatron recompute_modules "mlp": dense layers only
+    if any_of(kind.rc_mlp > 0):  # Megatron recompute_modules "mlp": dense layers only
         from fsdpsim.engine import module_recompute
 
         recompute_s = recompute_s + where(
-            (g.rc_mlp > 0) & (recompute != 2) & (g.active_experts <= 1),
+            (kind.rc_mlp > 0) & (recompute != 2) & (kind.active_experts <= 1),
             module_recompute.mlp_recompute_s(g, r, w), 0.0)
     return recompute_s
 

@@ -35,7 +35,7 @@ from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
 from fsdpsim.engine.moe_parts import (_gemms, attention_gemm_times,  # noqa: F401
                                       mlp_gemm_times, moe_tokens, routing)
 from fsdpsim.engine.inputs import Prepared
-from fsdpsim.engine.results import LAYER_FIELDS, LayerTimes, MoeLayerTimes
+from fsdpsim.engine.results import LAYER_FIELDS, LayerKind, LayerTimes, MoeLayerTimes
 
 #: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
 DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",
@@ -131,11 +131,11 @@ def layer_kinds(g, r, w, lt):
         ew = (ew[0] + qk[0], ew[1] + qk[1])
     gemm = (attn[0] + shared[0] + router[0] + experts[0],
             attn[1] + shared[1] + router[1] + experts[1], shared[2] + experts[2])
-    # Megatron's "mlp" module recompute skips MoE layers (their shared expert included)
-    g_m = g.replace(ffn_size=g.shared_ffn, active_experts=1.0, block_numel=g.moe_block_numel,
-                    rc_mlp=0.0)
-    layer = layers.layer_times(g_m, r, replace(w, ffn=shared_local), gemm=gemm,
-                               extra_ew=ew, extra_ops=expert_ops)
+    # the shared expert as the MLP; Megatron's "mlp" module recompute skips MoE layers (their
+    # shared expert included)
+    kind = LayerKind(active_experts=1.0, block_numel=g.moe_block_numel, rc_mlp=0.0)
+    layer = layers.layer_times(g, r, replace(w, ffn=shared_local), gemm=gemm, extra_ew=ew,
+                               extra_ops=expert_ops, kind=kind)
     recompute_s = layer.recompute_s
     if mla_up_s is not None:
         recompute_s = recompute_s + mla_up_s
@@ -279,8 +279,8 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     """Per-block data-parallel collective times of a stage with MoE layers [s]:
     ``(1 − φ)·dense layer + φ·(MoE layer's dense part + its local experts over the expert
     groups)``; returns (mixed dpc, the experts' own dpc and their inputs)."""
-    g_m = g.replace(block_numel_padded=g.moe_block_numel_padded)
-    dpc_m = collectives.data_parallel(g_m, co, n_units, r, keys=DP_BLOCK_KEYS)
+    dpc_m = collectives.data_parallel(g, co, n_units, r, keys=DP_BLOCK_KEYS,
+                                      block_numel=g.moe_block_numel_padded)
     g_e = expert_inputs(g)
     co_e = collectives.group_coefficients(g_e, r, tp=False)
     # An expert group laid out as its dense group on every row (ep = 1, etp = tp) has the
@@ -294,8 +294,8 @@ def data_parallel(g, r, co, dpc, n_units, phi):
              for k in DP_BLOCK_KEYS}
     if any_of(np.asarray(g.strategy) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
         mean = stage_dense_numel(g, n_units, n_units * phi) / maximum(n_units, 1.0)
-        whole = collectives.data_parallel(g.replace(block_numel_padded=mean), co, n_units, r,
-                                          keys=_GATHER_KEYS)
+        whole = collectives.data_parallel(g, co, n_units, r, keys=_GATHER_KEYS,
+                                          block_numel=mean)
         mixed["zero1_ag_all_s"] = where(g.moe_layers > 0, whole.zero1_ag_all_s
                                         + dpc_e.zero1_ag_all_s, dpc.zero1_ag_all_s)
     return replace(dpc, **mixed), dpc_e, g_e

@@ -55,6 +55,17 @@ class Switches:
 
 
 @dataclass(slots=True)
+class LayerKind:
+    """The inputs a kind of layer reads as its own in :func:`fsdpsim.engine.layers.layer_times`
+    (the uniform layer: the model's; a MoE layer: its shared expert's MLP, its dense part,
+    :func:`fsdpsim.engine.moe.layer_kinds`)."""
+
+    active_experts: Value  # MLPs a token visits [-]
+    block_numel: Value     # the layer's parameters, whole (FP8 casts of its GEMM operands) [-]
+    rc_mlp: Value          # 0/1 Megatron's "mlp" module recompute applies
+
+
+@dataclass(slots=True)
 class LayerTimes:
     """One layer, one micro-batch, one rank (:func:`fsdpsim.engine.layers.layer_times`)."""
 
