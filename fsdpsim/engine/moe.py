@@ -25,6 +25,7 @@ prediction adds, on the last stage, ``mtp_layers`` blocks of the last layer's ki
 from __future__ import annotations
 
 from dataclasses import replace
+from operator import attrgetter
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from fsdpsim.engine.results import LAYER_FIELDS, LayerKind, LayerTimes, MoeLayer
 #: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
 DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",
                  "zero1_rs_block_s")
+_DP_BLOCK_VALUES = attrgetter(*DP_BLOCK_KEYS)  # those times of a result, in that order
 #: The times :func:`data_parallel` reads of a MoE layer's experts (:data:`DP_BLOCK_KEYS`, and
 #: the optimizer their ZeRO-1 gather) and of a stage's mean unit.
 _EXPERT_KEYS = (*DP_BLOCK_KEYS, "zero1_ag_all_s")
@@ -145,7 +147,7 @@ def layer_kinds(g, r, w, lt):
             module_recompute.moe_act_recompute_s(g, r, ro, elem), 0.0)
     # The MoE MLP alone (router, shared and routed experts, their element-wise kernels): the
     # time reported as the MoE share.
-    lt_m = MoeLayerTimes(**{**{k: getattr(layer, k) for k in LAYER_FIELDS},
+    lt_m = MoeLayerTimes(**{**dict(zip(LAYER_FIELDS, _LAYER_VALUES(layer))),
                             "recompute_s": recompute_s},
                          moe_mlp_fwd_s=gemm[0] - attn[0]
                          + compute.memory_bound_time_s(ew[0], r.hbm),
@@ -187,8 +189,12 @@ def _host_bound_experts(g, ro, experts):
 def mix(dense: LayerTimes, moe: LayerTimes, phi) -> LayerTimes:
     """``(1 − φ)·dense + φ·moe`` of each field of :class:`~fsdpsim.engine.results.LayerTimes`
     [s, FLOP]."""
-    return LayerTimes(*[getattr(dense, k) + phi * (getattr(moe, k) - getattr(dense, k))
-                        for k in LAYER_FIELDS])
+    return LayerTimes(*[d + phi * (m - d) for d, m in zip(_LAYER_VALUES(dense),
+                                                          _LAYER_VALUES(moe))])
+
+
+#: A layer's times in the order of :data:`~fsdpsim.engine.results.LAYER_FIELDS`.
+_LAYER_VALUES = attrgetter(*LAYER_FIELDS)
 
 
 def mtp_times(g, r, w, lt_d, lt_m, ep, rt):
@@ -290,8 +296,8 @@ def data_parallel(g, r, co, dpc, n_units, phi):
                for suffix in ("_size", "_per_node", "_per_pod")):
             co_e[name] = co[name]
     dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r, keys=_EXPERT_KEYS)
-    mixed = {k: getattr(dpc, k) + phi * (getattr(dpc_m, k) + getattr(dpc_e, k) - getattr(dpc, k))
-             for k in DP_BLOCK_KEYS}
+    mixed = {k: d + phi * (m + e - d) for k, d, m, e in zip(
+        DP_BLOCK_KEYS, _DP_BLOCK_VALUES(dpc), _DP_BLOCK_VALUES(dpc_m), _DP_BLOCK_VALUES(dpc_e))}
     if any_of(np.asarray(g.strategy) == comm.OPTIMIZER):  # ZeRO-1's gather of the stage
         mean = stage_dense_numel(g, n_units, n_units * phi) / maximum(n_units, 1.0)
         whole = collectives.data_parallel(g, co, n_units, r, keys=_GATHER_KEYS,
