@@ -102,8 +102,131 @@ def test_tokens_per_rank_is_derived_once_and_read_by_every_stage():
     x = config_inputs(get_model("llama3-8b"), system, plan,
                       TrainingConfig(seq_len=8192, micro_batch=2, recompute="none"))
     g = engine.prepare({**x, "micro_batch": 2.0, "recompute": 0, "grad_accum": 1.0})
-    assert g["tokens_per_rank"] == 2 * 8192 / 4
-    assert layers.widths(g)["tokens"] == g["tokens_per_rank"]
-    assert moe_parts.moe_tokens(g) == g["tokens_per_rank"] / 2
-    halved = {**g, "tokens_per_rank": g["tokens_per_rank"] / 2}
-    assert layers.widths(halved)["tokens"] == 2048
+    assert g.tokens_per_rank == 2 * 8192 / 4
+    assert layers.widths(g).tokens == g.tokens_per_rank
+    assert moe_parts.moe_tokens(g) == g.tokens_per_rank / 2
+    halved = g.replace(tokens_per_rank=g.tokens_per_rank / 2)
+    assert layers.widths(halved).tokens == 2048
+
+
+def test_a_misspelt_field_inside_the_engine_is_an_error_at_once(monkeypatch):
+    """The stages read the prepared inputs as attributes of a read-only object whose fields
+    are the declared names (:class:`fsdpsim.engine.inputs.Prepared`): a misspelt read, a
+    field never set, a write and an undeclared field each raise an AttributeError naming the
+    name, where a mapping's ``get`` would have carried on with a default."""
+    from fsdpsim.engine import layers
+    from fsdpsim.engine.inputs import FIELDS, Prepared
+
+    x = {**_inputs("dense, FSDP"), **KNOBS}
+    g = engine.prepare(x)
+    assert isinstance(g, Prepared) and g.tp == 1.0 and g.tokens_per_rank == 4096.0
+    with pytest.raises(AttributeError, match="'hbm_bytes_per_sec'"):
+        g.hbm_bytes_per_sec
+    with pytest.raises(AttributeError, match="'tp'"):
+        g.tp = 2.0
+    with pytest.raises(AttributeError, match="'tpp'.*closest: 'tp'"):
+        Prepared.of({"tpp": 2.0})
+    with pytest.raises(AttributeError, match="'seq_len'"):
+        Prepared.of({"tp": 2.0}).seq_len  # declared, never set
+    assert g.replace(tp=2.0).tp == 2.0 and g.tp == 1.0
+    assert set(FIELDS) >= declared_names() and "tokens_per_rank" in FIELDS
+
+    # the stages' results are declared too (fsdpsim.engine.results): a misspelt field of one
+    # is an AttributeError naming it, read or written
+    from fsdpsim.engine import stages
+
+    layer = stages.layer_costs(g)
+    assert layer.lt.block_fwd_s > 0 and not layer.has_moe
+    with pytest.raises(AttributeError, match="'block_fwd'"):
+        layer.lt.block_fwd
+    with pytest.raises(AttributeError, match="'block_fwd'"):
+        layer.lt.block_fwd = 1.0
+
+    # a stage that misreads a field stops the evaluation, naming it
+    rates = layers.rates
+
+    def misspelt(g):
+        g.hbm_bytes_per_sec
+        return rates(g)
+
+    baseline = engine.evaluate(x)["step_time_s"]
+    monkeypatch.setattr(layers, "rates", misspelt)
+    with pytest.raises(AttributeError, match="hbm_bytes_per_sec"):
+        engine.evaluate(x)
+    monkeypatch.setattr(layers, "rates", rates)
+    assert engine.evaluate(x)["step_time_s"] == baseline
+
+
+def test_every_field_the_engine_reads_is_declared():
+    """Each ``g.<name>`` in the engine's stages and in the NCCL model is a declared field
+    (:data:`fsdpsim.engine.inputs.FIELDS`) or a method of the prepared inputs: a misspelt
+    name fails here even on a branch no test evaluates. (The builder's own steps on its
+    mapping, inside :func:`fsdpsim.engine.prepare.prepare`, are left out.)"""
+    import inspect
+    import re
+
+    from fsdpsim.costs import nccl
+    from fsdpsim.engine import (collectives, expert_comm, layers, memory, metrics, moe,
+                                module_recompute, moe_parts, stages, step)
+    from fsdpsim.engine.inputs import FIELDS
+
+    builders = (moe.prepare_layers, moe.attention_pairs, nccl.collapse_constant_library)
+    read = set()
+    for module in (collectives, expert_comm, layers, memory, metrics, moe, module_recompute,
+                   moe_parts, stages, step, nccl):
+        source = inspect.getsource(module)
+        for builder in builders:
+            source = source.replace(inspect.getsource(builder), "")
+        read |= set(re.findall(r"(?<![\w.])(?:g|g_e|g_m|self\._g)\.(\w+)", source))
+    assert len(read) > 150
+    assert sorted(read - set(FIELDS) - {"replace", "values"}) == []
+
+
+def test_every_result_field_the_engine_reads_is_declared():
+    """The engine names each kind of result one way (``lt`` a layer's times, ``tpc`` the
+    tensor-parallel collectives, ``m`` stage 3's results, ...): each field read through such
+    a name is a field of its dataclass in :mod:`fsdpsim.engine.results`, on every branch."""
+    import dataclasses
+    import inspect
+    import re
+
+    from fsdpsim.engine import (collectives, expert_comm, layers, memory, metrics, moe,
+                                module_recompute, moe_parts, stages, step)
+    from fsdpsim.engine import results as res
+
+    kinds = {"r": res.Rates, "w": res.Widths, "on": res.Switches, "lt": res.LayerTimes,
+             "lt_d": res.LayerTimes, "layer": res.LayerTimes, "lt_m": res.MoeLayerTimes,
+             "rt": res.RootTimes, "tpc": res.TensorParallelComm,
+             "cpc": res.ContextParallelComm, "dpc": res.DataParallelComm,
+             "dpc_e": res.DataParallelComm, "dpc_m": res.DataParallelComm,
+             "whole": res.DataParallelComm, "ep": res.ExpertComm, "f": res.FsdpFlags,
+             "ro": res.Routing, "mid": res.StagePhases, "ph": res.StagePhases,
+             "only": res.StagePhases, "c": res.LayerCosts, "m": res.Communication,
+             "st": res.StepTimes, "tt": res.Totals, "tb": res.TensorBytes,
+             "kind": res.LayerKind}
+    unknown, seen = [], 0
+    for module in (collectives, expert_comm, layers, memory, metrics, moe, module_recompute,
+                   moe_parts, stages, step):
+        source = inspect.getsource(module)
+        for name, kind in kinds.items():
+            fields = {f.name for f in dataclasses.fields(kind)}
+            read = set(re.findall(rf"(?<![\w.]){name}\.(\w+)", source))
+            seen += len(read)
+            unknown += [(module.__name__, name, field) for field in read - fields]
+    assert seen > 150 and unknown == []
+
+
+def test_the_stages_read_no_string_keyed_inputs():
+    """Past :func:`fsdpsim.engine.prepare.prepare` the engine reads its inputs as attributes
+    only: no module of the stages subscripts the prepared inputs with a name."""
+    import re
+    from pathlib import Path
+
+    import fsdpsim.engine as package
+
+    stages = ("collectives", "expert_comm", "layers", "memory", "metrics", "module_recompute",
+              "moe_parts", "stages", "step")
+    pattern = re.compile(r'\bg(_e|_m)?\[f?"')
+    for name in stages:
+        source = (Path(package.__file__).parent / f"{name}.py").read_text()
+        assert not pattern.search(source), name

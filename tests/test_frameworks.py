@@ -83,16 +83,17 @@ def test_internevo_broadcasts_each_shard_from_its_owner_by_hand():
     from fsdpsim.costs import nccl
     from fsdpsim.engine import layers
     from fsdpsim.engine.collectives import bus_bandwidth
+    from fsdpsim.engine.inputs import Prepared
 
     for zero1, group in ((8, 8), (None, 1024)):
         p = _internevo(1024, zero1)
-        g = {k: np.asarray(v, dtype=float) for k, v in p.inputs.items()
-             if np.asarray(v).dtype.kind in "fi"}
+        g = Prepared.of({k: np.asarray(v, dtype=float) for k, v in p.inputs.items()
+                         if np.asarray(v).dtype.kind in "fi"})
         per_node = min(8.0, group)
         bw = bus_bandwidth(g, layers.rates(g), float(group), per_node)
         cands = nccl.candidates(g, float(group), per_node, bw, True, False, broadcast=True)
-        params_bytes = 2.0 * (float(g["n_layers"]) * float(g["block_numel_padded"])
-                              + float(g["root_numel_padded"]))
+        params_bytes = 2.0 * (float(g.n_layers) * float(g.block_numel_padded)
+                              + float(g.root_numel_padded))
         by_hand = group * float(nccl.time_s(params_bytes / group, cands))
         assert p.all_gather_s == pytest.approx(by_hand, rel=1e-6)
         assert p.reduce_scatter_s == 0.0 and p.all_reduce_s > 0.0

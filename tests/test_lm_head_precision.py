@@ -41,24 +41,24 @@ def test_the_head_runs_at_the_16_bit_peak_unless_asked(precision):
     g, r, w, sixteen = _root_times(precision, False, system)
     _, _, _, low = _root_times(precision, True, system)
     acc = system.accelerator
-    assert g["lm_head_peak_ratio"] == pytest.approx(
+    assert g.lm_head_peak_ratio == pytest.approx(
         acc.peak_for("bf16") / acc.peak_for("fp8"), rel=1e-12)
-    assert g["lm_head_peak_ratio"] == pytest.approx(0.5, rel=0.01)
-    for rate, times in ((r["matmul"] * g["lm_head_peak_ratio"], sixteen), (r["matmul"], low)):
-        fwd, bwd = compute.linear_time_s(w["tokens"], w["vocab"], g["d_model"], rate, r["hbm"],
-                                         g["matmul_half_flops"], g["matmul_half_k"],
-                                         g["compute_bytes"])
-        assert times["head_gemm_s"] == pytest.approx(fwd, rel=1e-12)
-        assert times["head_gemm_bwd_s"] == pytest.approx(bwd, rel=1e-12)
+    assert g.lm_head_peak_ratio == pytest.approx(0.5, rel=0.01)
+    for rate, times in ((r.matmul * g.lm_head_peak_ratio, sixteen), (r.matmul, low)):
+        fwd, bwd = compute.linear_time_s(w.tokens, w.vocab, g.d_model, rate, r.hbm,
+                                         g.matmul_half_flops, g.matmul_half_k,
+                                         g.compute_bytes)
+        assert times.head_gemm_s == pytest.approx(fwd, rel=1e-12)
+        assert times.head_gemm_bwd_s == pytest.approx(bwd, rel=1e-12)
     # a 4,096 x 4,096 x 128,256 GEMM is compute bound: the 16-bit head takes ~2x as long
-    assert 1.8 < sixteen["head_gemm_s"] / low["head_gemm_s"] < 2.01
+    assert 1.8 < sixteen.head_gemm_s / low.head_gemm_s < 2.01
 
 
 def test_bf16_runs_are_unchanged_and_fp8_runs_slow_down_by_the_head():
     """In BF16 the head is already 16-bit (ratio 1); in FP8 the step grows by about the head's
     extra GEMM time (a single-GPU-node FSDP run: compute bound)."""
     g, _, _, _ = _root_times("bf16", False)
-    assert g["lm_head_peak_ratio"] == 1.0
+    assert g.lm_head_peak_ratio == 1.0
     plan = ParallelPlan(8, 8, "full")
     steps = {}
     for head in (False, True):
@@ -67,8 +67,8 @@ def test_bf16_runs_are_unchanged_and_fp8_runs_slow_down_by_the_head():
         steps[head] = predict(get_model("llama3-8b"), H100, plan, training)
     _, _, _, sixteen = _root_times("fp8", False)
     _, _, _, low = _root_times("fp8", True)
-    extra = (sixteen["head_gemm_s"] + sixteen["head_gemm_bwd_s"]
-             - low["head_gemm_s"] - low["head_gemm_bwd_s"])
+    extra = (sixteen.head_gemm_s + sixteen.head_gemm_bwd_s
+             - low.head_gemm_s - low.head_gemm_bwd_s)
     grown = steps[False].values["compute_s"] - steps[True].values["compute_s"]
     assert grown == pytest.approx(extra, rel=1e-9)
     assert steps[False].values["mfu"] < steps[True].values["mfu"]

@@ -20,6 +20,8 @@ from fsdpsim import engine
 from fsdpsim.drivers import predict
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import moe
+from fsdpsim.engine.inputs import Prepared
+from fsdpsim.engine.results import LAYER_FIELDS, ExpertComm, MoeLayerTimes, Routing
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.layout import expert_layout
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -336,7 +338,9 @@ def _expert_rows(**over):
          "pp": np.array([4.0]), "vpp": np.array([2.0]), "moe_layers_mid": np.array([8.0]),
          "moe_layers": np.array([32.0]), "cuda_graphs": np.array([0.0])}
     g.update({k: np.array([float(v)]) for k, v in over.items()})
-    return engine_moe._host_bound_experts(g, {"local": np.array([32.0])},
+    routed = Routing(tokens=None, rows=None, rows_per_expert=None, local=np.array([32.0]),
+                     load_factor=None, ffn_local=None, mean_rows=None)
+    return engine_moe._host_bound_experts(Prepared.of(g), routed,
                                           (np.array([1e-3]), np.array([2e-3]), np.array([5e-4])))
 
 
@@ -417,11 +421,12 @@ def test_overlapped_all_to_alls_hide_phase_by_phase_by_hand():
     yet 1 s shows in backward (its short attention cannot hide the combine's gradient).
     With the flex carve-out σ = 0.2 the phases' computations stretch to 1.2, 5.6 and 3.2 s:
     forward shows 0.2 + 0.6·2/3, backward 1 + 0.6·1/3."""
-    lt_m = {"block_fwd_s": 3.0, "block_bwd_s": 6.0, "moe_mlp_fwd_s": 2.0, "moe_mlp_bwd_s": 3.0}
+    lt_m = MoeLayerTimes(**{**dict.fromkeys(LAYER_FIELDS, 0.0), "block_fwd_s": 3.0,
+                            "block_bwd_s": 6.0}, moe_mlp_fwd_s=2.0, moe_mlp_bwd_s=3.0)
 
     def shows(sigma, flex=1.0):
         g = {"moe_node_dedup": np.float64(flex), "comm_compute_slowdown": np.float64(sigma)}
-        fwd, bwd = engine.expert_comm.paired_exposure_s(g, lt_m, 2.0, 1.0)
+        fwd, bwd = engine.expert_comm.paired_exposure_s(Prepared.of(g), lt_m, 2.0, 1.0)
         return float(fwd), float(bwd)
 
     assert shows(0.0, flex=0.0) == pytest.approx((0.0, 1.0))
@@ -434,12 +439,13 @@ def test_unpaired_warmup_and_cooldown_all_to_alls_by_hand():
     backwards unpaired: pp 4 x vpp 4 -> 2·3 + 3·4 + 1 = 19 model chunks of 16/4 = 4 MoE
     layers, each showing its hidden 2.25 s; no pipeline: 1; no interleaving: pp; never more
     chunks than there are; nothing without the overlap."""
-    ep = {"fwd_s": 1.0, "fwd_exposed_s": 0.25, "bwd_s": 2.0, "bwd_exposed_s": 0.5}
+    ep = ExpertComm(fwd_s=1.0, fwd_exposed_s=0.25, bwd_s=2.0, bwd_exposed_s=0.5, fwd_bytes=0.0,
+                    bytes=0.0)
 
     def unpaired(pp, vpp, k=64, overlap=1.0, layers=16.0):
         g = {"pp": np.float64(pp), "vpp": np.float64(vpp), "grad_accum": np.float64(k),
              "ep_overlap": np.float64(overlap)}
-        return float(engine.expert_comm.unpaired_overlap_s(g, ep, layers, 1.0))
+        return float(engine.expert_comm.unpaired_overlap_s(Prepared.of(g), ep, layers, 1.0))
 
     assert unpaired(4, 4) == pytest.approx(19 * 4 * 2.25)
     assert unpaired(1, 1) == pytest.approx(1 * 16 * 2.25)

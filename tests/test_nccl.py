@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.costs import nccl
 from fsdpsim.engine import layers
+from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.collectives import bus_bandwidth
 from fsdpsim.drivers.predict import system_inputs
 from fsdpsim.hardware.system import resolve_system
@@ -31,7 +32,7 @@ def _group(cluster: str, n: int, *, library="nccl-2.30", nic_fraction=None, deca
         x["nic_fraction"] = nic_fraction
     if not decay:
         x["nic_decay_per_doubling"] = 0.0
-    g = {k: np.asarray(v, dtype=float) for k, v in x.items()}
+    g = Prepared.of({k: np.asarray(v, dtype=float) for k, v in x.items()})
     bw = bus_bandwidth(g, layers.rates(g), float(n), float(per_node))
     return g, bw
 
@@ -157,9 +158,9 @@ def test_broadcast_is_a_chain_through_the_ring_by_hand():
         assert spb == pytest.approx(float(ag_spb) * n / (n - 1.0))  # M, not (n − 1)/n · M
     simple = nccl.PROTOCOLS.index("simple")
     nodes = n / per_node
-    hop = max(float(g["nccl_simple_ring_nvlink_hop_s"]), 3.0 * float(g["nccl_net_overhead_s"]))
-    by_hand = (float(g["nccl_simple_ring_base_s"]) + (n - nodes) * hop
-               + (nodes - 1.0) * float(g["nccl_simple_ring_net_hop_s"]))
+    hop = max(float(g.nccl_simple_ring_nvlink_hop_s), 3.0 * float(g.nccl_net_overhead_s))
+    by_hand = (float(g.nccl_simple_ring_base_s) + (n - nodes) * hop
+               + (nodes - 1.0) * float(g.nccl_simple_ring_net_hop_s))
     assert float(bc[simple][1]) == pytest.approx(by_hand)
     assert float(bc[simple][0]) == pytest.approx(1.0 / float(bw))
     one = nccl.candidates(g, 1.0, 1.0, bw, True, False, broadcast=True)

@@ -57,23 +57,23 @@ def test_each_module_adds_its_forward_to_the_backward_and_frees_its_tensors(modu
                               precision="mxfp8", recompute_modules=(module,))
     g = _prepared("deepseek-v3", GB200, RACK, training)
     r, w = layers.rates(g), layers.widths(g)
-    rates = layers.compute._gemm_rates(r["matmul"], r["hbm"], g["matmul_half_flops"],
-                                       g["matmul_half_k"])
-    k, n, n_moe = 64 / 64 / 1, g["n_layers"], g["moe_layers"]
+    rates = layers.compute._gemm_rates(r.matmul, r.hbm, g.matmul_half_flops,
+                                       g.matmul_half_k)
+    k, n, n_moe = 64 / 64 / 1, g.n_layers, g.moe_layers
     if module == "mla_up_proj":  # every layer (all MLA), the same GEMMs each
-        per_layer = module_recompute.mla_up_proj_fwd_s(g, w, rates, g["compute_bytes"])
+        per_layer = module_recompute.mla_up_proj_fwd_s(g, w, rates, g.compute_bytes)
         expected_s = k * n * per_layer
     else:  # the MoE layers' activation traffic
         ro = moe.routing(g)
-        bytes_ = ro["rows"] * ro["ffn_local"] * 3.0 * g["compute_bytes"]
-        expected_s = k * n_moe * layers.compute.memory_bound_time_s(bytes_, r["hbm"])
+        bytes_ = ro.rows * ro.ffn_local * 3.0 * g.compute_bytes
+        expected_s = k * n_moe * layers.compute.memory_bound_time_s(bytes_, r.hbm)
     assert with_module["recompute_s"] == pytest.approx(float(expected_s), rel=1e-9)
     if module == "mla_up_proj":  # Q, K, V at the attention core's widths, 61 layers + MTP
-        assert g["q_dim"] == g["kv_dim"] == 128 * (192 + 128) / 2
+        assert g.q_dim == g.kv_dim == 128 * (192 + 128) / 2
         freed_per_token = 62 * 2.0 * 3 * 128 * 160
     else:  # the activation output of every routed row, 58 MoE layers + the MTP's
         ro = moe.routing(g)
-        freed_per_token = 59 * ro["rows"] / ro["tokens"] * 2048 * 2.0
+        freed_per_token = 59 * ro.rows / ro.tokens * 2048 * 2.0
     assert none["activations_bytes"] - with_module["activations_bytes"] == pytest.approx(
         float(freed_per_token) * 4096, rel=1e-9)
 
@@ -115,7 +115,7 @@ def test_dense_models_recompute_their_mlp_only():
     g = _prepared("llama3-8b", h100, plan, training)
     expected = 32 * module_recompute.mlp_recompute_s(g, layers.rates(g), layers.widths(g))
     assert mlp["recompute_s"] == pytest.approx(float(expected), rel=1e-9)
-    n_ffn = 3.0 if g["fused_glu"] > 0 else 4.0
+    n_ffn = 3.0 if g.fused_glu > 0 else 4.0
     assert none["activations_bytes"] - mlp["activations_bytes"] == pytest.approx(
         32 * 4096 * 2.0 * n_ffn * 14336, rel=1e-9)
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -82,7 +81,8 @@ def library_inputs(lib) -> dict[str, float]:
 
 
 def collapse_constant_library(g: dict) -> None:
-    """Turn the library constants of ``g`` into scalars when every row uses the same library
+    """Turn the library constants of ``g`` (the mapping :func:`fsdpsim.engine.prepare.prepare`
+    builds its typed inputs from) into scalars when every row uses the same library
     (one ``nccl_id``): arrays of one repeated value cost as much to compute with as any other
     array. In place."""
     ident = g.get("nccl_id")
@@ -131,15 +131,18 @@ def pod_factor(size, per_pod, per_node, oversubscription):
 
 
 def _ll_max(g, nodes):
-    return where(nodes <= 1.0, g["nccl_ll_max_1_bytes_per_s"],
-                 where(nodes <= 2.0, g["nccl_ll_max_2_bytes_per_s"],
-                       g["nccl_ll_max_n_bytes_per_s"]))
+    """NCCL's LL bandwidth cap on ``nodes`` nodes (``llMaxBws``: one, two, more) [B/s]."""
+    return where(nodes <= 1.0, g.nccl_ll_max_1_bytes_per_s,
+                 where(nodes <= 2.0, g.nccl_ll_max_2_bytes_per_s,
+                       g.nccl_ll_max_n_bytes_per_s))
 
 
-def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvlink,
+def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
                all_reduce: bool, broadcast: bool = False):
     """``[(s_per_byte, latency_s), ...]`` of every (algorithm, protocol) NCCL considers for
     one collective over ``n`` ranks with ``per_node`` of them per node (module docstring).
+    ``g``: the library's constants as fields (``g.nccl_ll_fraction``, ...: the engine's
+    prepared inputs, :class:`fsdpsim.engine.inputs.Prepared`).
 
     ``busbw_bytes_per_s`` is the large-message bus bandwidth of the tier the group spans (fabric
     decay included); ``nvlink`` (bool array) says whether intra-node hops are NVLink (else
@@ -173,35 +176,37 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
     any_multi = bool(any_of(multi))
     ll_max = _ll_max(g, nodes)
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
-    ll128_cap = where(multi, ppn * g["nccl_ll128_channel_bytes_per_s"], np.inf)
+    ll128_cap = where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, np.inf)
     out = Candidates()
     for p in PROTOCOLS:
-        hop = (g[f"nccl_{p}_ring_nvlink_hop_s"] if all_nvlink else
-               where(nv, g[f"nccl_{p}_ring_nvlink_hop_s"], g[f"nccl_{p}_ring_pci_hop_s"]))
+        nvlink_hop = getattr(g, f"nccl_{p}_ring_nvlink_hop_s")
+        hop = (nvlink_hop if all_nvlink else
+               where(nv, nvlink_hop, getattr(g, f"nccl_{p}_ring_pci_hop_s")))
         if p == "ll":
-            hop = hop * (1.0 + (g["nccl_ll_hop_factor"] - 1.0) * multi_f)
-        overhead = g["nccl_net_overhead_s"] * (3.0 if p == "simple" else 1.0)
+            hop = hop * (1.0 + (g.nccl_ll_hop_factor - 1.0) * multi_f)
+        overhead = g.nccl_net_overhead_s * (3.0 if p == "simple" else 1.0)
         intra = maximum(hop, overhead * multi_f)  # the network post overhead across nodes
-        lat = (g[f"nccl_{p}_ring_base_s"] + intra_steps * intra
-               + inter_steps * g[f"nccl_{p}_ring_net_hop_s"]) * active_f
+        lat = (getattr(g, f"nccl_{p}_ring_base_s") + intra_steps * intra
+               + inter_steps * getattr(g, f"nccl_{p}_ring_net_hop_s")) * active_f
         if p == "simple":
             pbw = bw
         elif p == "ll128":
-            pbw = minimum(bw * g["nccl_ll128_fraction"], ll128_cap)
+            pbw = minimum(bw * g.nccl_ll128_fraction, ll128_cap)
         else:
-            pbw = minimum(ll_max, bw * g["nccl_ll_fraction"])
+            pbw = minimum(ll_max, bw * g.nccl_ll_fraction)
         out.append((share / pbw, lat))
     if all_reduce and any_multi:
         depth = np.log2(nodes)
         off = OFF * (1.0 - multi_f)  # tree only across nodes (one node: a chain, slower)
-        tree_cap = ppn * g["nccl_tree_channel_bytes_per_s"]
+        tree_cap = ppn * g.nccl_tree_channel_bytes_per_s
         for p in PROTOCOLS:
-            hop = (g[f"nccl_{p}_tree_nvlink_hop_s"] if all_nvlink else
-                   where(nv, g[f"nccl_{p}_tree_nvlink_hop_s"], g[f"nccl_{p}_tree_pci_hop_s"]))
-            lat = g[f"nccl_{p}_tree_base_s"] + 2.0 * ((ppn - 1.0) * hop
-                                                      + depth * g[f"nccl_{p}_tree_net_hop_s"])
+            nvlink_hop = getattr(g, f"nccl_{p}_tree_nvlink_hop_s")
+            hop = (nvlink_hop if all_nvlink else
+                   where(nv, nvlink_hop, getattr(g, f"nccl_{p}_tree_pci_hop_s")))
+            lat = getattr(g, f"nccl_{p}_tree_base_s") + 2.0 * (
+                (ppn - 1.0) * hop + depth * getattr(g, f"nccl_{p}_tree_net_hop_s"))
             if p == "simple":
-                pbw = minimum(bw * g["nccl_tree_fraction"], tree_cap)
+                pbw = minimum(bw * g.nccl_tree_fraction, tree_cap)
             elif p == "ll128":
                 pbw = minimum(bw * (120.0 / 128.0), ll128_cap)
             else:
@@ -209,10 +214,10 @@ def candidates(g: Mapping[str, np.ndarray], n, per_node, busbw_bytes_per_s, nvli
             out.append((2.0 / pbw + off, lat + off))
     elif not all_reduce and not broadcast:
         # PAT: one GPU per node (NCCL >= 2.23), Simple only.
-        pat = (g["nccl_pat"] > 0) & multi & (ppn <= 1.0)
+        pat = (g.nccl_pat > 0) & multi & (ppn <= 1.0)
         if any_of(pat):
             off = OFF * (1.0 - pat)
-            lat = (PAT_BASE_S + np.log2(nodes) * g["nccl_simple_tree_net_hop_s"] / 3.5
+            lat = (PAT_BASE_S + np.log2(nodes) * g.nccl_simple_tree_net_hop_s / 3.5
                    + PAT_PER_RANK_S * n)
             out.append((share / (0.75 * bw) + off, lat + off))
     return out

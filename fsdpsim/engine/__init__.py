@@ -3,11 +3,14 @@
 :func:`evaluate` takes a flat mapping of named numeric inputs (numbers or numpy arrays that
 broadcast together; names carry units; built by :func:`fsdpsim.engine.build.config_inputs`) and
 returns a flat mapping of named outputs. It composes the stages of this package
-(:mod:`.stages`, one short function each) and nothing else; every formula lives in
+(:mod:`.stages`, one short function each, handing each other the typed results of
+:mod:`.results`) and nothing else; every formula lives in
 :mod:`fsdpsim.costs` with its source:
 
 1. layout: group sizes and members per scale-up domain (:mod:`fsdpsim.plan.layout`, inputs
-   ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`);
+   ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`: a
+   read-only :class:`fsdpsim.engine.inputs.Prepared`, one attribute per field declared in
+   :mod:`.inputs`, ``g.seq_len``; a misspelt or unset field is an AttributeError naming it);
 2. :mod:`.layers`: one layer's and the root's compute on one rank (TP widths, CP tokens);
 3. :mod:`.collectives`: data-, tensor-, context- and pipeline-parallel communication;
 4. :mod:`.step`: a stage's micro-batch with FSDP overlap, the pipeline schedule, the step;
@@ -30,7 +33,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, any_of, may_be_shared, share_sides, where
+from fsdpsim.costs.compute import all_of, may_be_shared, share_sides, where
 from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.inputs import declared_names, unknown_names_error
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -248,13 +251,13 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     shared = share_sides(True)  # the stages change no array in place
     try:
         g = prepare(x)
-        s = {"k": g["grad_accum"], "piped": bool(any_of(g["pp"] > 1))}
-        s.update(stages.layer_costs(g))  # the stages of engine/stages.py, in order
-        for stage in (stages.communication, stages.step_times, stages.totals,
-                      stages.tensor_bytes):
-            s.update(stage(g, s))
-        out = stages.outputs(g, s)
-        out.update(engine_memory(g, ceilings=bool(all_of(g["ceilings"] > 0))))  # stage 5
+        layer = stages.layer_costs(g)  # the stages of engine/stages.py, in order
+        comm = stages.communication(g, layer)
+        step = stages.step_times(g, layer, comm)
+        total = stages.totals(g, layer, comm, step)
+        out = stages.outputs(g, layer, comm, step, total,
+                             stages.tensor_bytes(g, layer, comm, total))
+        out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
     finally:
         share_sides(shared)
     # an output that is an input array itself (a select that picked it everywhere) is copied

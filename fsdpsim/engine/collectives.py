@@ -12,7 +12,6 @@ attention), Jacobs et al. 2023 (Ulysses); pipeline point-to-point Narayanan et a
 from __future__ import annotations
 
 import math
-from typing import Mapping
 
 import numpy as np
 
@@ -20,9 +19,12 @@ from fsdpsim.costs import comm, nccl
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maximum, minimum,
                                    where)
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
+from fsdpsim.engine.inputs import Prepared
+from fsdpsim.engine.results import (DATA_PARALLEL_FIELDS, ContextParallelComm,
+                                    DataParallelComm, Rates, TensorParallelComm)
 
 
-def group_coefficients(g: Mapping[str, np.ndarray], r: Mapping[str, np.ndarray],
+def group_coefficients(g: Prepared, r: Rates,
                        tp: bool = True):
     """``{group: {"ring": candidates, "ar": candidates}}``: NCCL's (algorithm, protocol)
     candidates of all-gather/reduce-scatter (``ring``), all-reduce (``ar``) and, asked for,
@@ -45,11 +47,12 @@ class _Candidates(dict):
 
     def __missing__(self, key):
         g, name = self._g, self._name
-        size, per_node = g[f"{name}_size"], g[f"{name}_per_node"]
+        size, per_node = getattr(g, f"{name}_size"), getattr(g, f"{name}_per_node")
         if self._busbw is None:
-            self._busbw = bus_bandwidth(g, self._r, size, per_node, g.get(f"{name}_per_pod"))
+            self._busbw = bus_bandwidth(g, self._r, size, per_node,
+                                        getattr(g, f"{name}_per_pod"))
         busbw = pinned_bus_bandwidth(g, key, size, per_node, self._busbw)
-        value = nccl.candidates(g, size, per_node, busbw, g["link_nvlink"] > 0,
+        value = nccl.candidates(g, size, per_node, busbw, g.link_nvlink > 0,
                                 all_reduce=key == "ar", broadcast=key == "bcast")
         self[key] = value
         return value
@@ -72,24 +75,19 @@ def take(x, idx):
     return x[idx] if np.ndim(x) and np.size(x) > 1 else x
 
 
-class _Rows(dict):
-    """Engine inputs restricted to the rows ``idx``, each taken on first use."""
+class _Rows:
+    """The prepared inputs or the rates (any object of named fields) restricted to the rows
+    ``idx``, each field taken on first read (a name the object lacks: its AttributeError)."""
 
-    def __init__(self, g, idx):
-        super().__init__()
-        self._g, self._idx = g, idx
+    __slots__ = ("_of", "_idx", "__dict__")
 
-    def __missing__(self, key):
-        value = take(self._g[key], self._idx)
-        self[key] = value
+    def __init__(self, of, idx):
+        self._of, self._idx = of, idx
+
+    def __getattr__(self, name):
+        value = take(getattr(self._of, name), self._idx)
+        self.__dict__[name] = value
         return value
-
-    def __contains__(self, key):
-        return key in self._g
-
-    def get(self, key, default=None):
-        """As a mapping's: the row subset of ``key`` where the inputs have it."""
-        return self[key] if key in self._g else default
 
 
 def per_strategy2(strategy, code, fn):
@@ -117,17 +115,17 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     gpn = minimum(per_node, size)
     multi = size > gpn
     nodes = np.ceil(size / maximum(gpn, 1.0))
-    link = r["link"]
-    if any_of(g["link_mesh"] > 0):
-        link = where(g["link_mesh"] > 0, mesh_link(g, r, gpn), link)
+    link = r.link
+    if any_of(g.link_mesh > 0):
+        link = where(g.link_mesh > 0, mesh_link(g, r, gpn), link)
     if type(multi) is np.bool_ and not multi:  # inside one domain: the link alone, not
         return link  # broadcast to the NIC's rows (a configuration's slower twin)
-    fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
-                                g["nic_decay_floor"]) * g["placement_factor"]
+    fabric = nccl.fabric_factor(nodes, g.nic_decay_per_doubling, g.nic_decay_from_nodes,
+                                g.nic_decay_floor) * g.placement_factor
     if per_pod is not None and any_of(per_pod < size):
-        fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
+        fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g.oversubscription)
     intra = where(gpn > 1, link, np.inf)
-    return where(multi, minimum(intra, gpn * r["nic"] * fabric), link)
+    return where(multi, minimum(intra, gpn * r.nic * fabric), link)
 
 
 def pinned_bus_bandwidth(g, key, size, per_node, modelled):
@@ -140,9 +138,9 @@ def pinned_bus_bandwidth(g, key, size, per_node, modelled):
         return modelled
     multi = size > minimum(per_node, size)
     if key == "ar":
-        inter, intra = g["busbw_ar_inter"], g["busbw_ar_intra"]
+        inter, intra = g.busbw_ar_inter, g.busbw_ar_intra
     else:
-        inter, intra = g["busbw_ring_inter"], np.nan
+        inter, intra = g.busbw_ring_inter, np.nan
     if not (_any_finite(inter) or _any_finite(intra)):
         return modelled
     pin = where(multi, inter, intra)
@@ -161,20 +159,15 @@ def mesh_link(g, r, members):
     a group of ``k`` of the ``D`` GPUs reaches only ``(k − 1) / (D − 1)`` of them, and never
     less than one peer link (``link_per_peer_bytes_per_s``); the whole domain gets the full
     aggregate (nccl-tests' busbw)."""
-    domain = maximum(g["gpus_per_node"], 2.0)
+    domain = maximum(g.gpus_per_node, 2.0)
     share = (minimum(members, domain) - 1.0) / (domain - 1.0)
-    floor = g["link_per_peer_bytes_per_s"] / g["link_bytes_per_s"]
-    return r["link"] * minimum(maximum(share, floor), 1.0)  # np.clip's values, 5x quicker
+    floor = g.link_per_peer_bytes_per_s / g.link_bytes_per_s
+    return r.link * minimum(maximum(share, floor), 1.0)  # np.clip's values, 5x quicker
 
 
 #: The tensor- and context-parallel terms of plans without those dimensions (all zero).
-NO_TENSOR_PARALLEL = {k: 0.0 for k in ("tp_layer_fwd_s", "tp_layer_bwd_s",
-                                       "tp_layer_fwd_exposed_s", "tp_layer_bwd_exposed_s",
-                                       "tp_root_s", "tp_layer_bytes", "tp_root_bytes",
-                                       "tp_layer_fwd_bytes")}
-NO_CONTEXT_PARALLEL = {k: 0.0 for k in ("cp_layer_fwd_s", "cp_layer_bwd_s",
-                                        "cp_layer_fwd_exposed_s", "cp_layer_bwd_exposed_s",
-                                        "cp_layer_bytes", "cp_layer_fwd_bytes")}
+NO_TENSOR_PARALLEL = TensorParallelComm(*[0.0] * 8)
+NO_CONTEXT_PARALLEL = ContextParallelComm(*[0.0] * 6)
 
 
 #: HBM passes over a gathered tensor per list collective of deepspeed-zero3-2021: the zeroed
@@ -195,11 +188,11 @@ def _dp_call_s(g, r, total_bytes, calls, cands, ranks, listed):
     t = nccl.time_s(per_call, cands, 1.0 if one else calls)
     if listed is None:
         return t
-    extra = calls * (ranks * g["kernel_overhead_s"] + LIST_HBM_PASSES * per_call / r["hbm"])
+    extra = calls * (ranks * g.kernel_overhead_s + LIST_HBM_PASSES * per_call / r.hbm)
     return t + where(listed & (ranks > 1), extra, 0.0)
 
 
-def zero1_by_broadcast(g, co, params_bytes, t):
+def zero1_by_broadcast(g, co, params_bytes, t, block_numel):
     """InternEvo's hybrid ZeRO-1 (:mod:`fsdpsim.plan.frameworks` ``internevo``) [s]: per unit the
     gradients all-reduced in the compute dtype over the whole data-parallel group
     (``reduce_tensor`` without a destination; InternEvo buckets 512 M elements, fsdpsim one
@@ -208,18 +201,19 @@ def zero1_by_broadcast(g, co, params_bytes, t):
     (``broadcast_params``): ``z · t_bcast(P / z)`` over that group (``params_bytes``: the
     stage's, in the compute dtype), at NCCL's ring broadcast
     (:func:`fsdpsim.costs.nccl.candidates` ``broadcast``). Where the profile does not say so,
-    ZeRO-1's reduce-scatter and all-gather (``t``) stay."""
-    elem = g["compute_bytes"]
+    ZeRO-1's reduce-scatter and all-gather (``t``) stay. ``block_numel``: a block unit's
+    padded parameters [-]."""
+    elem = g.compute_bytes
     world_ar = co["dp_world"]["ar"]
-    grads_ar = g["grad_all_reduce"] > 0
-    shard = g["shard_size"]
+    grads_ar = g.grad_all_reduce > 0
+    shard = g.shard_size
     broadcasts_s = shard * nccl.time_s(params_bytes / shard, co["shard"]["bcast"])
     return {
-        "zero1_rs_block_s": where(grads_ar, nccl.time_s(g["block_numel_padded"] * elem,
+        "zero1_rs_block_s": where(grads_ar, nccl.time_s(block_numel * elem,
                                                          world_ar), t["zero1_rs_block_s"]),
-        "zero1_rs_root_s": where(grads_ar, nccl.time_s(g["root_numel_padded"] * elem,
+        "zero1_rs_root_s": where(grads_ar, nccl.time_s(g.root_numel_padded * elem,
                                                         world_ar), t["zero1_rs_root_s"]),
-        "zero1_ag_all_s": where(g["param_broadcast"] > 0, broadcasts_s, t["zero1_ag_all_s"]),
+        "zero1_ag_all_s": where(g.param_broadcast > 0, broadcasts_s, t["zero1_ag_all_s"]),
     }
 
 
@@ -237,27 +231,30 @@ def bucket_calls(numel, elem_bytes, bucket_bytes):
     return where(bucket_bytes > 0, maximum(buckets, 1.0), 1.0)
 
 
-def data_parallel(g, co, n_units, r, keys=None):
+def data_parallel(g, co, n_units, r, keys=None, block_numel=None):
     """FSDP / ZeRO / DDP / HSDP collectives of one stage holding ``n_units`` block units, and
     the root unit [s]: one call of each kind per unit, or one per gathered parameter
     (``dp_block_calls`` / ``dp_root_calls``, per framework), or DDP's and ZeRO-1's gradient
     reduction one call per bucket (``grad_bucket_bytes``, :func:`bucket_calls`), each at
     NCCL's chosen algorithm and protocol (module table of costs/comm.py for which collectives
-    run). ``keys``: the times to return (None: all of them); the others are not costed."""
-    elem = g["compute_bytes"]
-    shard = g["shard_size"]
+    run). ``keys``: the times to return (None: all of them); the others are not costed.
+    ``block_numel``: a block unit's padded parameters (None: ``g.block_numel_padded``; a MoE
+    layer's dense part or a stage's mean unit, :func:`fsdpsim.engine.moe.data_parallel`)."""
+    block_numel = g.block_numel_padded if block_numel is None else block_numel
+    elem = g.compute_bytes
+    shard = g.shard_size
     sh, rp, wd = co["shard"], co["replicate"], co["dp_world"]
-    bc, rc = g["dp_block_calls"], g["dp_root_calls"]
-    listed = (g["dp_list_collectives"] > 0) if any_of(g["dp_list_collectives"] > 0) else None
-    block_param_bytes = g["block_numel_padded"] * elem
-    root_param_bytes = g["root_numel_padded"] * elem
-    block_grad_bytes = g["block_numel_padded"] * g["reduce_bytes"]
-    root_grad_bytes = g["root_numel_padded"] * g["reduce_bytes"]
-    world = g["dp_world_size"]
-    strategy = as_values(g["strategy"])
-    bucketed = any_of(g["grad_bucket_bytes"] > 0)
-    grad_calls = ((bucket_calls(g["block_numel_padded"], elem, g["grad_bucket_bytes"]),
-                   bucket_calls(g["root_numel_padded"], elem, g["grad_bucket_bytes"]))
+    bc, rc = g.dp_block_calls, g.dp_root_calls
+    listed = (g.dp_list_collectives > 0) if any_of(g.dp_list_collectives > 0) else None
+    block_param_bytes = block_numel * elem
+    root_param_bytes = g.root_numel_padded * elem
+    block_grad_bytes = block_numel * g.reduce_bytes
+    root_grad_bytes = g.root_numel_padded * g.reduce_bytes
+    world = g.dp_world_size
+    strategy = as_values(g.strategy)
+    bucketed = any_of(g.grad_bucket_bytes > 0)
+    grad_calls = ((bucket_calls(block_numel, elem, g.grad_bucket_bytes),
+                   bucket_calls(g.root_numel_padded, elem, g.grad_bucket_bytes))
                   if bucketed else (1.0, 1.0))
 
     costed = {}
@@ -310,22 +307,25 @@ def data_parallel(g, co, n_units, r, keys=None):
                                                                             all_reduce)
     if any_of(strategy == comm.OPTIMIZER):  # ZeRO-1 over the whole data-parallel group
         # (the shard group itself unless replicas are kept: the same candidates, built once)
-        same = bool(all_of(((world == shard) & (g["dp_world_per_node"] == g["shard_per_node"]))
+        same = bool(all_of(((world == shard) & (g.dp_world_per_node == g.shard_per_node))
                            | (strategy != comm.OPTIMIZER)))
         ring = sh["ring"] if same else wd["ring"]
         t["zero1_rs_block_s"] = dp("zero1_rs_block_s", block_grad_bytes, grad_calls[0], ring,
                                    world)
         t["zero1_rs_root_s"] = dp("zero1_rs_root_s", root_grad_bytes, grad_calls[1], ring, world)
-        params_bytes = (n_units * g["block_numel_padded"] + g["root_numel_padded"]) * elem
+        params_bytes = (n_units * block_numel + g.root_numel_padded) * elem
         t["zero1_ag_all_s"] = dp("zero1_ag_all_s", params_bytes, 1.0, ring, world)
-        if any_of(g["param_broadcast"] > 0) or any_of(g["grad_all_reduce"] > 0):
-            t.update(zero1_by_broadcast(g, co, params_bytes, t))
-    if keys is not None:
-        t = {k: t[k] for k in keys}
-    scale = g["dp_comm_scale"]
+        if any_of(g.param_broadcast > 0) or any_of(g.grad_all_reduce > 0):
+            t.update(zero1_by_broadcast(g, co, params_bytes, t, block_numel))
+    if keys is not None:  # the others not costed
+        t = {**_NOT_COSTED, **{k: t[k] for k in keys}}
+    scale = g.dp_comm_scale
     if any_of(scale != 1.0):  # a what-if twin (fsdpsim.drivers.predict.comm_twins)
-        t = {k: v * scale for k, v in t.items()}
-    return t
+        t = {k: (None if v is None else v * scale) for k, v in t.items()}
+    return DataParallelComm(**t)
+
+
+_NOT_COSTED = dict.fromkeys(DATA_PARALLEL_FIELDS)
 
 
 def _ring_time_s(c, prefix, cands, costed=None):
@@ -382,26 +382,27 @@ def tensor_parallel(g, co, w, layer):
     behind the GEMMs next to it and only the excess shows.
     """
     cands = co["tp"]
-    on = g["tp_size"] > 1
-    sp = g["sequence_parallel"] > 0
+    on = g.tp_size > 1
+    sp = g.sequence_parallel > 0
     layer_c = tensor_parallel_costs.tp_layer_collectives(
-        g["tokens_per_rank"], g["d_model"], g["compute_bytes"], g["tp"], sp)
+        g.tokens_per_rank, g.d_model, g.compute_bytes, g.tp, sp)
     root_c = tensor_parallel_costs.tp_head_collectives(
-        g["tokens_per_rank"], g["d_model"], g["vocab_size"],
-        g["compute_bytes"], g["tp"], sp)
+        g.tokens_per_rank, g.d_model, g.vocab_size,
+        g.compute_bytes, g.tp, sp)
     costed = {}  # (calls, bytes, algorithm) entries the tables share, costed once
     fwd_s = where(on, _ring_time_s(layer_c, "forward", cands, costed), 0.0)
     bwd_s = where(on, _ring_time_s(layer_c, "backward", cands, costed), 0.0)
-    overlap = g["tp_overlap"] > 0
-    fwd_exposed = where(overlap, maximum(fwd_s - layer["gemm_fwd_s"], 0.0), fwd_s)
-    bwd_exposed = where(overlap, maximum(bwd_s - layer["gemm_bwd_s"], 0.0), bwd_s)
+    overlap = g.tp_overlap > 0
+    fwd_exposed = where(overlap, maximum(fwd_s - layer.gemm_fwd_s, 0.0), fwd_s)
+    bwd_exposed = where(overlap, maximum(bwd_s - layer.gemm_bwd_s, 0.0), bwd_s)
     root_s = where(on, _head_forward_s(root_c, cands, costed)
                    + _ring_time_s(root_c, "backward", cands, costed), 0.0)
-    return {"tp_layer_fwd_s": fwd_s, "tp_layer_bwd_s": bwd_s,
-            "tp_layer_fwd_exposed_s": fwd_exposed, "tp_layer_bwd_exposed_s": bwd_exposed,
-            "tp_root_s": root_s, "tp_layer_bytes": where(on, _bytes(layer_c), 0.0),
-            "tp_layer_fwd_bytes": where(on, _bytes(layer_c, ("forward",)), 0.0),
-            "tp_root_bytes": where(on, _bytes(root_c), 0.0)}
+    return TensorParallelComm(
+        tp_layer_fwd_s=fwd_s, tp_layer_bwd_s=bwd_s,
+        tp_layer_fwd_exposed_s=fwd_exposed, tp_layer_bwd_exposed_s=bwd_exposed,
+        tp_root_s=root_s, tp_layer_bytes=where(on, _bytes(layer_c), 0.0),
+        tp_layer_fwd_bytes=where(on, _bytes(layer_c, ("forward",)), 0.0),
+        tp_root_bytes=where(on, _bytes(root_c), 0.0))
 
 
 def context_parallel(g, co, w, layer, r):
@@ -416,35 +417,36 @@ def context_parallel(g, co, w, layer, r):
     :func:`~fsdpsim.costs.tensor_parallel.cp_all_to_all_bytes`): q, k, v are exchanged before
     attention and the output after it, the reverse in backward; not overlapped.
     """
-    elem = g["compute_bytes"]
-    cp = g["cp_size"]
-    tokens = g["micro_batch"] * g["seq_len"]
-    ring = tensor_parallel_costs.cp_ring_attention_bytes(tokens, g["kv_dim"], elem, g["cp"],
-                                                         g["tp"])
-    spb, lat = comm.p2p_coefficients(g["cp_per_node"] >= cp, r["link"], r["nic"],
-                                     g["link_latency_s"], g["nic_latency_s"])
+    elem = g.compute_bytes
+    cp = g.cp_size
+    tokens = g.micro_batch * g.seq_len
+    ring = tensor_parallel_costs.cp_ring_attention_bytes(tokens, g.kv_dim, elem, g.cp,
+                                                         g.tp)
+    spb, lat = comm.p2p_coefficients(g.cp_per_node >= cp, r.link, r.nic,
+                                     g.link_latency_s, g.nic_latency_s)
     ring_fwd = ring["forward_bytes"] * spb + ring["forward_calls"] * lat
     ring_bwd = (ring["backward_kv_bytes"] + ring["backward_dkv_bytes"]) * spb \
         + ring["backward_kv_calls"] * lat
-    a2a = tensor_parallel_costs.cp_all_to_all_bytes(tokens, g["q_dim"], g["kv_dim"], elem,
-                                                    g["cp"], g["tp"])
+    a2a = tensor_parallel_costs.cp_all_to_all_bytes(tokens, g.q_dim, g.kv_dim, elem,
+                                                    g.cp, g.tp)
     a2a_spb, a2a_lat = comm.all_to_all_coefficients(
-        cp, g["cp_per_node"], r["link"], r["nic"], g["link_latency_s"], g["nic_latency_s"])
+        cp, g.cp_per_node, r.link, r.nic, g.link_latency_s, g.nic_latency_s)
     a2a_fwd = a2a["forward_bytes"] * a2a_spb + a2a["forward_calls"] * a2a_lat
     a2a_bwd = a2a["backward_bytes"] * a2a_spb + a2a["backward_calls"] * a2a_lat
-    all2all = g["cp_all2all"] > 0
+    all2all = g.cp_all2all > 0
     on = cp > 1
     fwd_s = where(on, where(all2all, a2a_fwd, ring_fwd), 0.0)
     bwd_s = where(on, where(all2all, a2a_bwd, ring_bwd), 0.0)
-    fwd_exposed = where(all2all, fwd_s, maximum(fwd_s - layer["attn_fwd_s"], 0.0))
-    bwd_exposed = where(all2all, bwd_s, maximum(bwd_s - layer["attn_bwd_s"], 0.0))
+    fwd_exposed = where(all2all, fwd_s, maximum(fwd_s - layer.attn_fwd_s, 0.0))
+    bwd_exposed = where(all2all, bwd_s, maximum(bwd_s - layer.attn_bwd_s, 0.0))
     byte_count = where(on, where(all2all, a2a["forward_bytes"] + a2a["backward_bytes"],
                                  ring["forward_bytes"] + ring["backward_kv_bytes"]
                                  + ring["backward_dkv_bytes"]), 0.0)
     fwd_bytes = where(on, where(all2all, a2a["forward_bytes"], ring["forward_bytes"]), 0.0)
-    return {"cp_layer_fwd_s": fwd_s, "cp_layer_bwd_s": bwd_s,
-            "cp_layer_fwd_exposed_s": fwd_exposed, "cp_layer_bwd_exposed_s": bwd_exposed,
-            "cp_layer_bytes": byte_count, "cp_layer_fwd_bytes": fwd_bytes}
+    return ContextParallelComm(
+        cp_layer_fwd_s=fwd_s, cp_layer_bwd_s=bwd_s,
+        cp_layer_fwd_exposed_s=fwd_exposed, cp_layer_bwd_exposed_s=bwd_exposed,
+        cp_layer_bytes=byte_count, cp_layer_fwd_bytes=fwd_bytes)
 
 
 def pipeline_p2p(g, w, r):
@@ -453,9 +455,9 @@ def pipeline_p2p(g, w, r):
     with sequence parallelism (Megatron sends the SP-split tensor; without SP each TP rank
     sends the whole tensor to its peer). On the link when neighbouring stages share a scale-up
     domain, else over the NIC share."""
-    split = where(g["sequence_parallel"] > 0, g["tp"], 1.0)
-    a_bytes = w["tokens"] * g["d_model"] * g["compute_bytes"] / split
-    spb, lat = comm.p2p_coefficients(g["pp_per_node"] > 1, r["link"], r["nic"],
-                                     g["link_latency_s"], g["nic_latency_s"])
-    on = g["pp_size"] > 1
+    split = where(g.sequence_parallel > 0, g.tp, 1.0)
+    a_bytes = w.tokens * g.d_model * g.compute_bytes / split
+    spb, lat = comm.p2p_coefficients(g.pp_per_node > 1, r.link, r.nic,
+                                     g.link_latency_s, g.nic_latency_s)
+    on = g.pp_size > 1
     return where(on, a_bytes * spb + lat, 0.0), where(on, a_bytes, 0.0)

@@ -18,6 +18,7 @@ from fsdpsim.costs import comm, nccl, overlap
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.costs.compute import any_of, maximum, minimum, where
 from fsdpsim.engine import collectives
+from fsdpsim.engine.results import ExpertComm
 
 
 def a2a_coefficients(g, r):
@@ -32,26 +33,26 @@ def a2a_coefficients(g, r):
     (:func:`fsdpsim.costs.moe.node_dedup_factor` over the nodes, and over the ranks), the link
     at its measured rate for those kernels (the catalog's ``ep_link_fraction``, not NCCL's
     ``link_fraction``)."""
-    size, per_node = g["ep_size"], g["ep_per_node"]
+    size, per_node = g.ep_size, g.ep_per_node
     gpn = minimum(per_node, size)
     nodes = np.ceil(size / maximum(gpn, 1.0))
-    dedup = g["moe_node_dedup"]
-    inter_scale, intra_scale, link = 1.0, 1.0, r["link"]
+    dedup = g.moe_node_dedup
+    inter_scale, intra_scale, link = 1.0, 1.0, r.link
     if any_of(dedup > 0):
         flex = dedup > 0
         dedup_of = moe_costs.node_dedup_factor
-        args = (g["moe_top_k"], g["n_experts"], g["moe_router_groups"],
-                g["moe_router_group_top_k"])
+        args = (g.moe_top_k, g.n_experts, g.moe_router_groups,
+                g.moe_router_group_top_k)
         inter_scale = where(flex, dedup_of(nodes, *args), 1.0)
         intra_scale = where(flex, dedup_of(size, *args), 1.0)
-        link = where(flex, g["link_bytes_per_s"] * g["ep_link_fraction"], link)
-    fabric = nccl.fabric_factor(nodes, g["nic_decay_per_doubling"], g["nic_decay_from_nodes"],
-                                g["nic_decay_floor"]) * g["placement_factor"]
-    per_pod = g.get("ep_per_pod")
+        link = where(flex, g.link_bytes_per_s * g.ep_link_fraction, link)
+    fabric = nccl.fabric_factor(nodes, g.nic_decay_per_doubling, g.nic_decay_from_nodes,
+                                g.nic_decay_floor) * g.placement_factor
+    per_pod = g.ep_per_pod
     if per_pod is not None and any_of(per_pod < size):
-        fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g["oversubscription"])
-    return comm.all_to_all_coefficients(size, per_node, link, r["nic"] * fabric,
-                                        g["link_latency_s"], g["nic_latency_s"], inter_scale,
+        fabric = fabric * nccl.pod_factor(size, per_pod, gpn, g.oversubscription)
+    return comm.all_to_all_coefficients(size, per_node, link, r.nic * fabric,
+                                        g.link_latency_s, g.nic_latency_s, inter_scale,
                                         intra_scale)
 
 
@@ -62,36 +63,36 @@ def expert_parallel(g, r, ro, lt_m):
     rank's volume (λ times the mean; padded capacity carries its padding already); with etp > 1
     an all-gather after the dispatch and a reduce-scatter before the combine over the ETP group
     (NCCL's cost per call). Exposed unless ``ep_overlap``: then :func:`paired_exposure_s`."""
-    elem, cf = g["compute_bytes"], g["moe_capacity_factor"]
-    a2a = moe_costs.all_to_all_bytes(ro["tokens"], g["moe_top_k"], g["d_model"], g["n_experts"],
-                                      elem, g["moe_fp8_dispatch"] > 0, cf)
+    elem, cf = g.compute_bytes, g.moe_capacity_factor
+    a2a = moe_costs.all_to_all_bytes(ro.tokens, g.moe_top_k, g.d_model, g.n_experts,
+                                      elem, g.moe_fp8_dispatch > 0, cf)
     spb, lat = a2a_coefficients(g, r)
-    busiest = where(cf > 0, 1.0, ro["lambda"])
-    on = g["ep_size"] > 1
+    busiest = where(cf > 0, 1.0, ro.load_factor)
+    on = g.ep_size > 1
     # one dispatch-direction call (forward dispatch, backward the combine's gradient) and one
     # combine-direction call (forward combine, backward the dispatch's gradient)
     dispatch_s = where(on, a2a["dispatch_bytes"] * spb * busiest + lat, 0.0)
     combine_s = where(on, a2a["combine_bytes"] * spb * busiest + lat, 0.0)
     fwd_bytes = where(on, a2a["forward_bytes"], 0.0)
     bwd_bytes = where(on, a2a["backward_bytes"], 0.0)
-    if any_of(g["etp_size"] > 1):
-        per_dir = moe_costs.etp_gather_bytes(ro["tokens"], g["moe_top_k"], g["d_model"],
-                                             g["n_experts"], g["etp"], elem, cf)
-        cands = nccl.candidates(g, g["etp_size"], g["etp_per_node"],
-                                collectives.bus_bandwidth(g, r, g["etp_size"], g["etp_per_node"]),
-                                g["link_nvlink"] > 0, all_reduce=False)
+    if any_of(g.etp_size > 1):
+        per_dir = moe_costs.etp_gather_bytes(ro.tokens, g.moe_top_k, g.d_model,
+                                             g.n_experts, g.etp, elem, cf)
+        cands = nccl.candidates(g, g.etp_size, g.etp_per_node,
+                                collectives.bus_bandwidth(g, r, g.etp_size, g.etp_per_node),
+                                g.link_nvlink > 0, all_reduce=False)
         # one gather beside each dispatch-direction call, one reduce-scatter beside each
         # combine-direction call
-        etp_s = where(g["etp_size"] > 1, nccl.time_s(per_dir / 2.0 * busiest, cands, 1.0), 0.0)
+        etp_s = where(g.etp_size > 1, nccl.time_s(per_dir / 2.0 * busiest, cands, 1.0), 0.0)
         dispatch_s, combine_s = dispatch_s + etp_s, combine_s + etp_s
         fwd_bytes, bwd_bytes = fwd_bytes + per_dir, bwd_bytes + per_dir
     fwd_s = bwd_s = dispatch_s + combine_s
     fwd_paired, bwd_paired = paired_exposure_s(g, lt_m, dispatch_s, combine_s)
-    overlapped = g["ep_overlap"] > 0
-    return {"fwd_s": fwd_s, "bwd_s": bwd_s,
-            "fwd_exposed_s": where(overlapped, fwd_paired, fwd_s),
-            "bwd_exposed_s": where(overlapped, bwd_paired, bwd_s),
-            "fwd_bytes": fwd_bytes, "bytes": fwd_bytes + bwd_bytes}
+    overlapped = g.ep_overlap > 0
+    return ExpertComm(fwd_s=fwd_s, bwd_s=bwd_s,
+                      fwd_exposed_s=where(overlapped, fwd_paired, fwd_s),
+                      bwd_exposed_s=where(overlapped, bwd_paired, bwd_s),
+                      fwd_bytes=fwd_bytes, bytes=fwd_bytes + bwd_bytes)
 
 
 def paired_exposure_s(g, lt_m, dispatch_s, combine_s):
@@ -116,15 +117,15 @@ def paired_exposure_s(g, lt_m, dispatch_s, combine_s):
     phases, so a long all-to-all cannot hide behind a short partner even when the layer's
     computation as a whole outlasts its communication. The middle phase's exposure is split
     between the two passes by their communication."""
-    slowdown = where(g["moe_node_dedup"] > 0, moe_costs.FLEX_DISPATCH_COMPUTE_SLOWDOWN,
-                     g["comm_compute_slowdown"])
+    slowdown = where(g.moe_node_dedup > 0, moe_costs.FLEX_DISPATCH_COMPUTE_SLOWDOWN,
+                     g.comm_compute_slowdown)
 
     def shows(compute_s, comm_s):
         return maximum(overlap.slowed_compute_s(compute_s, comm_s, slowdown), comm_s) - compute_s
 
-    mlp_fwd, mlp_bwd = lt_m["moe_mlp_fwd_s"], lt_m["moe_mlp_bwd_s"]
-    attn_fwd = maximum(lt_m["block_fwd_s"] - mlp_fwd, 0.0)
-    attn_bwd = maximum(lt_m["block_bwd_s"] - mlp_bwd, 0.0)
+    mlp_fwd, mlp_bwd = lt_m.moe_mlp_fwd_s, lt_m.moe_mlp_bwd_s
+    attn_fwd = maximum(lt_m.block_fwd_s - mlp_fwd, 0.0)
+    attn_bwd = maximum(lt_m.block_bwd_s - mlp_bwd, 0.0)
     first = shows(attn_fwd, dispatch_s)  # the combine's gradient, sent like a dispatch
     middle = shows(mlp_fwd + mlp_bwd, dispatch_s + combine_s)
     last = shows(attn_bwd, combine_s)
@@ -141,12 +142,11 @@ def unpaired_overlap_s(g, ep, layers_stage, phi):
     (one more than without the overlap), ``pp`` without interleaving, 1 without pipelining
     (the first forward and the last backward), at most all of them (Megatron-LM
     ``schedules.get_pp_rank_microbatches``, ``combined_1f1b_schedule_for_no_pipelining``)."""
-    pp, vpp = g["pp"], g["vpp"]
+    pp, vpp = g.pp, g.vpp
     warmup = where(pp > 1, where(vpp > 1, 2.0 * (pp - 1.0) + (vpp - 1.0) * pp + 1.0, pp), 1.0)
-    warmup = minimum(warmup, g["grad_accum"] * vpp)
-    hidden = (ep["fwd_s"] - ep["fwd_exposed_s"]) + (ep["bwd_s"] - ep["bwd_exposed_s"])
-    return where(g["ep_overlap"] > 0, warmup * layers_stage * phi / vpp * hidden, 0.0)
+    warmup = minimum(warmup, g.grad_accum * vpp)
+    hidden = (ep.fwd_s - ep.fwd_exposed_s) + (ep.bwd_s - ep.bwd_exposed_s)
+    return where(g.ep_overlap > 0, warmup * layers_stage * phi / vpp * hidden, 0.0)
 
 
-NO_EXPERT_PARALLEL = {k: 0.0 for k in ("fwd_s", "bwd_s", "fwd_exposed_s", "bwd_exposed_s",
-                                       "fwd_bytes", "bytes")}
+NO_EXPERT_PARALLEL = ExpertComm(*[0.0] * 6)  # no MoE row: every term zero

@@ -19,6 +19,7 @@ from fsdpsim.costs import comm, memory
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, broadcast_shape,
                                    minimum, where)
 from fsdpsim.costs.memory_inputs import MemoryInputs
+from fsdpsim.engine.inputs import Prepared
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 8.0, "sgd": 4.0}
@@ -47,7 +48,7 @@ def state_bytes_per_param(compute_bytes, reduce_bytes, optimizer, megatron):
     return param_bytes, grad_bytes, optimizer_bytes
 
 
-def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
+def memory_config(g: Prepared, stage: str = "only",
                   shared: Mapping[str, object] | None = None) -> dict[str, object]:
     """Keyword arguments of :func:`memory.peak_memory_bytes` for the engine inputs ``g`` (as
     :func:`fsdpsim.engine.prepare` returns them) and a pipeline ``stage``: "only" (no
@@ -65,108 +66,106 @@ def memory_config(g: Mapping[str, np.ndarray], stage: str = "only",
     """
     config = dict(shared_memory_config(g) if shared is None else shared)
     if stage == "only":
-        n_layers, vocab = g["n_layers"], g["vocab_size"]
-        n_params, padded = g["n_params_rank"], g["n_params_padded"]
-        unit, root = g["block_numel_padded"], g["root_numel_padded"]
+        n_layers, vocab = g.n_layers, g.vocab_size
+        n_params, padded = g.n_params_rank, g.n_params_padded
+        unit, root = g.block_numel_padded, g.root_numel_padded
     else:
         from fsdpsim.costs import schedule
 
         first, mid = stage == "first", stage == "mid"
-        n_layers = g[f"layers_{stage}"]
+        n_layers = getattr(g, f"layers_{stage}")
         # Micro-batches in flight on the stage at its peak (the schedule's count; the first
         # stage holds the most, the last one under 1F1B, more when interleaved).
-        index = 0.0 if first else g["mid_stage"] if mid else g["pp"] - 1.0
+        index = 0.0 if first else g.mid_stage if mid else g.pp - 1.0
         config["saved_microbatches"] = schedule.in_flight_microbatches(
-            g["pp_schedule"], g["pp"], g["vpp"], g["grad_accum"], index)
+            g.pp_schedule, g.pp, g.vpp, g.grad_accum, index)
         # a middle stage holds neither the embedding nor the head and logits
-        vocab = g["vocab_size"] if stage == "last" else 0.0
-        root_rank = (g["embed_numel_rank"] if first else 0.0 if mid
-                     else g["head_numel_rank"])
-        root = (g["embed_numel_padded"] if first else 0.0 if mid
-                else g["head_numel_padded"])
-        unit = g["block_numel_padded"]
-        n_params = n_layers * g["block_numel_rank"] + root_rank
+        vocab = g.vocab_size if stage == "last" else 0.0
+        root_rank = (g.embed_numel_rank if first else 0.0 if mid
+                     else g.head_numel_rank)
+        root = (g.embed_numel_padded if first else 0.0 if mid
+                else g.head_numel_padded)
+        unit = g.block_numel_padded
+        n_params = n_layers * g.block_numel_rank + root_rank
         padded = n_layers * unit + root
     accumulate, stage_free = config.pop("_accumulate"), config.pop("_stage_free", None)
     config.update(n_params=n_params, unit_numel=unit, resident_numel=root,
                   padded_n_params=padded, n_layers=n_layers, vocab_size=vocab,
                   accumulated_grad_numel=(0.0 if accumulate is None
                                           else where(accumulate, padded, 0.0)))
-    rl = np.asarray(g["recompute_layers"])
+    rl = np.asarray(g.recompute_layers)
     if any_of(rl >= 0):
         config["recomputed_layers"] = where(rl >= 0, rl, n_layers)
-    if "moe_layers" in g and (any_of(g["moe_layers"] > 0) or any_of(g["mtp_layers"] > 0)):
+    if (any_of(g.moe_layers > 0) or any_of(g.mtp_layers > 0)):
         from fsdpsim.engine.moe import memory_update
 
         config = memory_update(g, config, stage, stage_free)
-    if any_of(g["rc_mla_up_proj"] > 0) or any_of(g["rc_mlp"] > 0) or any_of(g["rc_moe_act"] > 0):
+    if any_of(g.rc_mla_up_proj > 0) or any_of(g.rc_mlp > 0) or any_of(g.rc_moe_act > 0):
         from fsdpsim.engine.module_recompute import module_recompute_freed_bytes
 
-        n_moe = {"only": g["moe_layers"], "first": g.get("moe_layers_first", 0.0),
-                 "mid": g.get("moe_layers_mid", 0.0),
-                 "last": g.get("moe_layers_last", 0.0)}[stage]
-        mtp = g["mtp_layers"] if stage in ("only", "last") else 0.0
+        n_moe = g.moe_layers if stage == "only" else getattr(g, f"moe_layers_{stage}")
+        mtp = g.mtp_layers if stage in ("only", "last") else 0.0
         config["moe_saved_bytes_per_token"] = (
             config.get("moe_saved_bytes_per_token", 0.0)
             - module_recompute_freed_bytes(g, n_layers, n_moe, mtp))
     return config
 
 
-def shared_memory_config(g: Mapping[str, np.ndarray]) -> dict[str, object]:
+def shared_memory_config(g: Prepared) -> dict[str, object]:
     """The keywords of :func:`memory_config` that are the same on every pipeline stage (and
     ``_accumulate``: where the unsharded gradient accumulates, None for no row; ``_stage_free``:
     a table the stages fill with terms that do not depend on the stage, each computed once)."""
-    strategy = as_values(g["strategy"])
+    strategy = as_values(g.strategy)
     mem_strategy = where(strategy == comm.GRAD_OP, comm.FULL, strategy)
-    keep = as_values(g["keep_gathered"]) > 0
-    reshard = where((strategy == comm.GRAD_OP) | keep, False, g["reshard"] > 0)
-    sync_last = as_values(g["grad_sync_last"]) > 0
+    keep = as_values(g.keep_gathered) > 0
+    reshard = where((strategy == comm.GRAD_OP) | keep, False, g.reshard > 0)
+    sync_last = as_values(g.grad_sync_last) > 0
     accumulate = None
     if any_of(sync_last):
         sharded_grads = ((strategy == comm.FULL) | (strategy == comm.HYBRID)
                          | (strategy == comm.GRAD_OP))
-        accumulate = sync_last & sharded_grads & (as_values(g.get("grad_accum", 1.0)) > 1)
+        accumulate = sync_last & sharded_grads & (as_values(g.grad_accum) > 1)
     param_bytes, grad_bytes, optimizer_bytes = state_bytes_per_param(
-        g["compute_bytes"], g["reduce_bytes"], g["optimizer"], g["megatron"])
+        g.compute_bytes, g.reduce_bytes, g.optimizer, g.megatron)
     config = dict(
-        shard_size=g["shard_size"], replicate_size=g["replicate_size"], strategy=mem_strategy,
-        reshard_after_forward=reshard, micro_batch=g["micro_batch"],
-        seq_len=g["seq_len"], d_model=g["d_model"], q_dim=g["q_dim"], kv_dim=g["kv_dim"],
-        ffn_size=g["ffn_size"] * g["active_experts"], ffn_kind=(g["swiglu"] > 0).astype(int),
-        n_heads=g["n_heads"], recompute=as_values(g["recompute"]).astype(int),
+        shard_size=g.shard_size, replicate_size=g.replicate_size, strategy=mem_strategy,
+        reshard_after_forward=reshard, micro_batch=g.micro_batch,
+        seq_len=g.seq_len, d_model=g.d_model, q_dim=g.q_dim, kv_dim=g.kv_dim,
+        ffn_size=g.ffn_size * g.active_experts, ffn_kind=(g.swiglu > 0).astype(int),
+        n_heads=g.n_heads, recompute=as_values(g.recompute).astype(int),
         param_bytes=param_bytes, grad_bytes=grad_bytes,
         optimizer_bytes_per_param=optimizer_bytes,
-        compute_param_bytes=g["compute_bytes"], compute_grad_bytes=g["compute_bytes"],
-        reduce_grad_bytes=g["reduce_bytes"], flash_attention=g["flash"] > 0,
-        act_bytes=g["compute_bytes"], fused_loss=g["fused_loss"] > 0,
+        compute_param_bytes=g.compute_bytes, compute_grad_bytes=g.compute_bytes,
+        reduce_grad_bytes=g.reduce_bytes, flash_attention=g.flash > 0,
+        act_bytes=g.compute_bytes, fused_loss=g.fused_loss > 0,
         # Eager PyTorch SwiGLU saves silu(gate) as well (a compiled or fused kernel does not).
-        fused_glu=g["fused_glu"] > 0, dropout=g["dropout"] > 0,
-        linear_bias=g["linear_bias"] > 0,
-        runtime_reserved_bytes=g["runtime_reserved_bytes"],
-        allocator_fraction=g["allocator_fraction"], _accumulate=accumulate, _stage_free={},
+        fused_glu=g.fused_glu > 0, dropout=g.dropout > 0,
+        linear_bias=g.linear_bias > 0,
+        runtime_reserved_bytes=g.runtime_reserved_bytes,
+        allocator_fraction=g.allocator_fraction, _accumulate=accumulate, _stage_free={},
         # Codes and degrees come checked from the plan and prepare(): no argument checks.
         check=False,
     )
-    if any_of(g["tp"] > 1) or any_of(g["cp"] > 1):
-        config.update(tp=g["tp"], cp=g["cp"], sequence_parallel=g["sequence_parallel"] > 0)
+    if any_of(g.tp > 1) or any_of(g.cp > 1):
+        config.update(tp=g.tp, cp=g.cp, sequence_parallel=g.sequence_parallel > 0)
     return config
 
 
-def stage_memory(g: Mapping[str, np.ndarray], ceilings: bool,
+def stage_memory(g: Prepared, ceilings: bool,
                  stage: str = "only") -> dict[str, np.ndarray]:
     """Peak memory terms of one stage, whether it fits, and (``ceilings``) the largest
     micro-batch and sequence length that fit."""
     return _memory_of(g, memory_config(g, stage), ceilings)
 
 
-def end_stages_memory(g: Mapping[str, np.ndarray],
+def end_stages_memory(g: Prepared,
                       ceilings: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """:func:`stage_memory` of the first and of the last pipeline stage, from one evaluation:
     the two stages' inputs stacked on a new leading axis (every term is computed entry by
     entry, so each stage's numbers are those of its own call)."""
     shared = shared_memory_config(g)
     configs = memory_config(g, "first", shared), memory_config(g, "last", shared)
-    values = (g["memory_bytes"], g["cp"], *configs[0].values(), *configs[1].values())
+    values = (g.memory_bytes, g.cp, *configs[0].values(), *configs[1].values())
     ndim = 0 if all(type(v) in _ONE_VALUE for v in values) else max(map(_ndim, values))
     if ndim == 0 or max(map(_rows, values)) >= SEPARATE_ROWS:
         # one configuration: two calls on numbers beat one on stacked arrays; a sweep's group:
@@ -211,10 +210,10 @@ def _stack_pair(a, b, ndim) -> np.ndarray:
     return out
 
 
-def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
+def _memory_of(g: Prepared, config: Mapping[str, object],
                ceilings: bool) -> dict[str, np.ndarray]:
     """:func:`stage_memory` for the keywords ``config`` of :func:`memory_config`."""
-    capacity = g["memory_bytes"]
+    capacity = g.memory_bytes
     inputs = MemoryInputs.of(**config)  # the typed inputs: a misspelt keyword fails here
     # With the ceilings, the peak and both solves share one evaluation of the memory model.
     out = (memory_ceilings.peak_and_ceilings_of(capacity, inputs) if ceilings
@@ -227,22 +226,22 @@ def _memory_of(g: Mapping[str, np.ndarray], config: Mapping[str, object],
     if ceilings:  # max_micro_batch at seq_len, max_seq_len at micro_batch
         out["max_micro_batch"] = limits["max_micro_batch"].astype(float)
         out["max_seq_len"] = limits["max_seq_len"].astype(float)
-        if any_of(g["cp"] > 1):  # ring CP needs the sequence in 2·cp chunks (rows with cp > 1)
-            multiple = where(g["cp"] > 1, 2.0 * g["cp"], 1.0)
+        if any_of(g.cp > 1):  # ring CP needs the sequence in 2·cp chunks (rows with cp > 1)
+            multiple = where(g.cp > 1, 2.0 * g.cp, 1.0)
             out["max_seq_len"] = np.floor(out["max_seq_len"] / multiple) * multiple
     return out
 
 
-def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.ndarray]:
+def engine_memory(g: Prepared, ceilings: bool) -> dict[str, np.ndarray]:
     """Memory of the binding stage: the only one without pipelining, else the largest peak of
     the first and last stages (each kept as ``peak_bytes_first_stage`` /
     ``peak_bytes_last_stage``) and, where an uneven split gives a middle stage more layers
     than the first, of the busiest middle stage (``peak_bytes_mid_stage``)."""
-    if not any_of(g["pp"] > 1):
+    if not any_of(g.pp > 1):
         out = stage_memory(g, ceilings)
         out["peak_bytes_first_stage"] = out["peak_bytes_last_stage"] = out["peak_bytes"]
         return out
-    piped = g["pp"] > 1
+    piped = g.pp > 1
     # The single stage only for rows without pipelining (a sweep may mix them in).
     only = None if all_of(piped) else stage_memory(g, ceilings)
     first, last = end_stages_memory(g, ceilings)
@@ -262,7 +261,7 @@ def engine_memory(g: Mapping[str, np.ndarray], ceilings: bool) -> dict[str, np.n
     out["peak_bytes_last_stage"] = per_row(last["peak_bytes"], "peak_bytes")
     # An uneven split whose busiest middle stage holds more layers than the first: its
     # memory may bind too (with an even split it never exceeds the first stage's).
-    heavier = piped & (g["layers_mid"] > g["layers_first"])
+    heavier = piped & (g.layers_mid > g.layers_first)
     if any_of(heavier):
         mid = stage_memory(g, ceilings, "mid")
         binds = heavier & (mid["peak_bytes"] > out["peak_bytes"])

@@ -37,26 +37,26 @@ def executed_flops_per_microbatch(g, recompute_fraction):
     recompute, and there too Megatron's ``mlp`` module recompute (``recompute_modules``, dense
     layers without full recompute; :func:`fsdpsim.engine.module_recompute.mlp_recompute_s`):
     the MLP's up (and gate) and down GEMMs again, 2·T·(3 or 2)·h·f."""
-    b, s, L = g["micro_batch"], g["seq_len"], g["n_layers"]
+    b, s, L = g.micro_batch, g.seq_len, g.n_layers
     tokens = b * s
-    swiglu, flash = g["swiglu"] > 0, g["flash"] > 0
-    recompute = as_values(g["recompute"])
-    attn_flops_fwd = compute.attention_flops_fwd(b, s, g["q_dim"], causal=False)
-    layer_mm = compute.layer_matmul_flops_fwd(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
-                                              g["ffn_size"], swiglu, g["active_experts"])
+    swiglu, flash = g.swiglu > 0, g.flash > 0
+    recompute = as_values(g.recompute)
+    attn_flops_fwd = compute.attention_flops_fwd(b, s, g.q_dim, causal=False)
+    layer_mm = compute.layer_matmul_flops_fwd(tokens, g.d_model, g.q_dim, g.kv_dim,
+                                              g.ffn_size, swiglu, g.active_experts)
     # torch's early-stop checkpoint skips the down projection; Megatron's recomputes it.
-    down_fwd_flops = where(g["megatron"] > 0, 0.0,
-                           2.0 * tokens * g["d_model"] * g["ffn_size"] * g["active_experts"])
-    mlp_fwd_flops = where((g["rc_mlp"] > 0) & (recompute != 2) & (g["active_experts"] <= 1),
-                          2.0 * tokens * where(swiglu, 3.0, 2.0) * g["d_model"] * g["ffn_size"],
+    down_fwd_flops = where(g.megatron > 0, 0.0,
+                           2.0 * tokens * g.d_model * g.ffn_size * g.active_experts)
+    mlp_fwd_flops = where((g.rc_mlp > 0) & (recompute != 2) & (g.active_experts <= 1),
+                          2.0 * tokens * where(swiglu, 3.0, 2.0) * g.d_model * g.ffn_size,
                           0.0)
     # torchtitan's op-level policy: the matmuls it does not save (activations [5])
-    op_flops = (op_selective_recompute_flops(tokens, g["d_model"], g["q_dim"], g["kv_dim"],
-                                             g["ffn_size"], g["linear_bias"] > 0)
+    op_flops = (op_selective_recompute_flops(tokens, g.d_model, g.q_dim, g.kv_dim,
+                                             g.ffn_size, g.linear_bias > 0)
                 if any_of(recompute == 3) else 0.0)
     return (L * (3.0 * layer_mm + where(flash, FLASH_ATTENTION_PASSES, EAGER_ATTENTION_PASSES)
                  * attn_flops_fwd)
-            + 3.0 * compute.lm_head_flops_fwd(tokens, g["d_model"], g["vocab_size"])
+            + 3.0 * compute.lm_head_flops_fwd(tokens, g.d_model, g.vocab_size)
             + L * (where(recompute == 2, layer_mm - down_fwd_flops + attn_flops_fwd,
                          where(recompute == 1, attn_flops_fwd,
                                where(recompute == 3, op_flops, 0.0)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fsdpsim.costs import compute
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.costs.compute import any_of, maximum, where
+from fsdpsim.engine.results import Routing
 
 
 def _gemms(shapes, tokens, rates, elem):
@@ -27,26 +28,26 @@ def attention_gemm_times(g, w, rates, elem):
     projection with the rotary key, the key/value up projection and the output projection;
     the down projections are whole on every TP rank (Megatron-Core MLA), the rest split by
     heads."""
-    d, t = g["d_model"], w["tokens"]
-    gqa = _gemms([(w["q"] + 2.0 * w["kv"], d, 1.0), (d, w["q"], 1.0)], t, rates, elem)[:2]
-    if not any_of(g["mla"] > 0):
+    d, t = g.d_model, w.tokens
+    gqa = _gemms([(w.q + 2.0 * w.kv, d, 1.0), (d, w.q, 1.0)], t, rates, elem)[:2]
+    if not any_of(g.mla > 0):
         return gqa
-    heads = w["heads"]  # the rank's heads (layers.widths)
-    qr, qk, v = g["mla_q_rank"], g["mla_qk_head"], g["mla_v_head"]
-    rope, kvr = g["mla_rope"], g["mla_kv_rank"]
+    heads = w.heads  # the rank's heads (layers.widths)
+    qr, qk, v = g.mla_q_rank, g.mla_qk_head, g.mla_v_head
+    rope, kvr = g.mla_rope, g.mla_kv_rank
     has_qr = (qr > 0).astype(float)
     mla = _gemms([(where(qr > 0, qr, heads * qk), d, 1.0), (heads * qk, qr, has_qr),
                   (kvr + rope, d, 1.0), (heads * (qk - rope + v), kvr, 1.0),
                   (d, heads * v, 1.0)], t, rates, elem)[:2]
-    on = g["mla"] > 0
+    on = g.mla > 0
     return where(on, mla[0], gqa[0]), where(on, mla[1], gqa[1])
 
 
 def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
     """Forward, backward and down-projection forward time of a dense MLP of local width
     ``ffn_local`` (up and gate fused: 2f with SwiGLU) [s]; 0 where the width is 0."""
-    up = where(g["swiglu"] > 0, 2.0, 1.0) * ffn_local
-    times = _gemms([(up, g["d_model"], 1.0), (g["d_model"], ffn_local, 1.0)], tokens, rates, elem)
+    up = where(g.swiglu > 0, 2.0, 1.0) * ffn_local
+    times = _gemms([(up, g.d_model, 1.0), (g.d_model, ffn_local, 1.0)], tokens, rates, elem)
     on = ffn_local > 0
     return tuple(where(on, x, 0.0) for x in times)
 
@@ -54,18 +55,18 @@ def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
 def moe_tokens(g):
     """Tokens a rank routes per MoE layer and micro-batch: ``b·s/(cp·tp)`` (Megatron runs MoE
     layers sequence-parallel when tp > 1) [-]."""
-    return g["tokens_per_rank"] / g["tp"]
+    return g.tokens_per_rank / g.tp
 
 
 def routing(g):
     """Rows per rank (the busiest rank's, λ included), rows per local expert, local experts,
     the load factor λ and the local expert width, per MoE layer and micro-batch [-]."""
-    t, k, etp, ep = moe_tokens(g), g["moe_top_k"], g["etp"], g["ep"]
-    e = maximum(g["n_experts"], 1.0)
+    t, k, etp, ep = moe_tokens(g), g.moe_top_k, g.etp, g.ep
+    e = maximum(g.n_experts, 1.0)
     mean = moe_costs.routed_rows_per_rank(t, k, etp)
-    cf = g["moe_capacity_factor"]
-    lam = moe_costs.load_factor(mean, ep, g["moe_imbalance"], cf)
+    cf = g.moe_capacity_factor
+    lam = moe_costs.load_factor(mean, ep, g.moe_imbalance, cf)
     rows = where(cf > 0, moe_costs.sent_rows(t, k, e, cf) * etp, mean * lam)
     local = maximum(e / ep, 1.0)
-    return {"tokens": t, "rows": rows, "rows_per_expert": rows / local, "local": local,
-            "lambda": lam, "ffn_local": g["expert_ffn"] / etp, "mean_rows": mean}
+    return Routing(tokens=t, rows=rows, rows_per_expert=rows / local, local=local,
+                   load_factor=lam, ffn_local=g.expert_ffn / etp, mean_rows=mean)

@@ -12,13 +12,15 @@ from fsdpsim.costs import nccl
 from fsdpsim.costs.compute import NUMBER_TYPES, as_array, maximum, minimum
 from fsdpsim.engine import moe
 from fsdpsim.engine.build_moe import DEFAULTS as MOE_DEFAULTS
+from fsdpsim.engine.inputs import Prepared
 
 #: Inputs given as category codes (kept as integers).
 CATEGORICAL = ("strategy", "recompute", "optimizer", "pp_schedule")
 
 #: Inputs that may be left out, and their values then: no fused loss or GLU kernel, no linear
 #: biases, memory ceilings solved, a data-parallel plan (tp = pp = cp = 1).
-OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
+OPTIONAL_INPUTS = {"grad_accum": 1.0,  # one micro-batch per step
+                   "fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rmsnorm": 0.0,
                    "compute_clock_ratio": 1.0, "attention_peak_ratio": 1.0, "fp8_gemm": 0.0,
                    "fp8_attention": 0.0, "fp8_attention_peak_ratio": 1.0,
                    "fp8_lm_head": 0.0, "lm_head_peak_ratio": 1.0, "cuda_graphs": 0.0,
@@ -51,12 +53,23 @@ OPTIONAL_INPUTS = {"fused_loss": 0.0, "fused_glu": 0.0, "linear_bias": 0.0, "rms
                    **MOE_DEFAULTS}
 
 
-def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Inputs as arrays: categorical codes as integers, everything else as floats; optional
-    inputs (:data:`OPTIONAL_INPUTS`) filled in, and the data-parallel group layout derived as
-    the data-parallel engine always placed it (the shard group innermost) when the caller did
-    not give it (:func:`fsdpsim.plan.layout.group_layout` does for hybrid plans)."""
-    g = dict(_OPTIONAL_PREPARED)
+#: Fields the stages read that may be absent from the inputs, and what absent means: each
+#: group's members per non-blocking pod (None: laid out without pods, no pod factor) and the
+#: attention's share of the causal query-key pairs (1: every layer full causal;
+#: :func:`fsdpsim.engine.moe.attention_pairs` derives it for windowed attention).
+ABSENT = {**{f"{group}_per_pod": None for group in ("tp", "cp", "pp", "shard", "replicate",
+                                                    "dp_world", "ep", "etp", "edp", "eshard",
+                                                    "ereplicate")},
+          "attn_pair_ratio": 1.0}
+
+
+def prepare(x: Mapping[str, object]) -> Prepared:
+    """Inputs as the stages read them (:class:`fsdpsim.engine.inputs.Prepared`): categorical
+    codes as integers, everything else as floats; optional inputs (:data:`OPTIONAL_INPUTS`)
+    and :data:`ABSENT` filled in, and the data-parallel group layout derived as the
+    data-parallel engine always placed it (the shard group innermost) when the caller did not
+    give it (:func:`fsdpsim.plan.layout.group_layout` does for hybrid plans)."""
+    g = dict(_START)
     float64 = np.float64
     for k, v in x.items():  # a loop, not a generator: this runs for every input of a predict
         kind = type(v)
@@ -77,6 +90,8 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     if "nccl_simple_ring_base_s" not in g:  # the default collective library of the catalog
         g.update({k: as_array(v) for k, v in _default_library_inputs().items()})
     nccl.collapse_constant_library(g)
+    if "mfu_peak_flops_per_s" not in g and "peak_flops_per_s" in g:
+        g["mfu_peak_flops_per_s"] = g["peak_flops_per_s"]
     if "fused_attention_fraction" not in g and "attention_fraction" in g:
         g["fused_attention_fraction"] = g["attention_fraction"]
     if "ep_link_fraction" not in g and "link_fraction" in g:
@@ -103,7 +118,7 @@ def prepare(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     if "mid_stage" not in g:
         g["mid_stage"] = 1.0
     moe.prepare_layers(g)
-    return g
+    return Prepared.of(g)
 
 
 _CATEGORICAL = frozenset(CATEGORICAL)
@@ -128,6 +143,7 @@ def _categorical(v):
 #: :data:`OPTIONAL_INPUTS` as prepare() keeps them (converted once).
 _OPTIONAL_PREPARED = {k: _categorical(v) if k in CATEGORICAL else _number(v)
                       for k, v in OPTIONAL_INPUTS.items()}
+_START = {**ABSENT, **_OPTIONAL_PREPARED}
 
 
 def _default_library_inputs() -> dict[str, float]:
