@@ -307,48 +307,36 @@ FIELDS: tuple[str, ...] = tuple(sorted(declared_names()
 _FIELD_SET = frozenset(FIELDS)
 
 
-class _Filling:
-    """:class:`Prepared` while :meth:`Prepared.of` fills it (the same slots, writable)."""
-
-    __slots__ = FIELDS + ("_values",)
-
-
-class Prepared(_Filling):
+class Prepared:
     """The engine inputs as the stages read them: one attribute per field of :data:`FIELDS`
     (``g.tp``), read-only once built (:meth:`of`). Reading a field that was never set, or a
     name that is not a field, is an AttributeError naming it; so is any assignment.
 
-    Slots, not a mapping: a slot is read quicker than a dict's key; building one (one
-    statement per field, :func:`_fillers`) costs a little more than the stages then save
-    (predict: 0.2-0.4 % more instructions than string keys, callgrind). Built by
+    The instance's ``__dict__`` is the mapping it was built from (checked against
+    :data:`FIELDS` once): building one is a set comparison, not one statement per field, and
+    reading an attribute is a dict lookup, as quick as a slot for the stages (no
+    ``__getattr__``: it would keep the interpreter from specialising the reads). Built by
     :func:`fsdpsim.engine.prepare.prepare` (and, for tests of one function, :meth:`of` on the
     fields it reads)."""
-
-    __slots__ = ()
 
     @classmethod
     def of(cls, values: Mapping[str, object]) -> "Prepared":
         """The fields ``values`` (declared names only: another is an AttributeError naming it
-        and the closest fields) as a read-only :class:`Prepared`; ``values`` is kept as given
-        (:meth:`values`, :meth:`replace`) and must not change afterwards."""
-        filling = _Filling()
-        # every field given (predict's inputs): one statement each; else the given ones, and
-        # any name left over is not a field
-        if not (len(values) == len(FIELDS) and _fill_all(filling, values)) and \
-                _fill_given(filling, values) != len(values):
+        and the closest fields) as a read-only :class:`Prepared`; ``values`` is copied."""
+        if not _FIELD_SET.issuperset(values):
             raise AttributeError(f"not a field of the prepared inputs: "
                                  f"{_named(values, _FIELD_SET)} (fsdpsim.engine.inputs.FIELDS)")
-        filling._values = values
-        filling.__class__ = cls  # the same slots: read-only from here on
-        return filling
+        prepared = object.__new__(cls)
+        object.__setattr__(prepared, "__dict__", dict(values))
+        return prepared
 
     def replace(self, **changes: object) -> "Prepared":
         """A copy with ``changes`` (declared fields) in place of this one's values."""
-        return Prepared.of({**self._values, **changes})
+        return Prepared.of({**self.__dict__, **changes})
 
     def values(self):
         """Every value set (for identity checks of the engine's outputs against its inputs)."""
-        return self._values.values()
+        return self.__dict__.values()
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"the prepared inputs are read-only: cannot set {name!r} "
@@ -358,22 +346,6 @@ class Prepared(_Filling):
         raise AttributeError(f"the prepared inputs are read-only: cannot delete {name!r}")
 
 
-def _fillers():
-    """``fill_all(target, values)`` (every field from ``values``: False at the first one
-    missing) and ``fill_given(target, values)`` (the fields ``values`` has; how many), one
-    statement per field, generated once: a few times quicker than ``setattr`` in a loop, which
-    predict's ~230 fields per call would feel."""
-    every = ["def fill_all(o, d):", "    try:"]
-    every += [f"        o.{name} = d[{name!r}]" for name in FIELDS]
-    every += ["    except KeyError:", "        return False", "    return True"]
-    given = ["def fill_given(o, d):", "    get, n = d.get, 0"]
-    for name in FIELDS:
-        given += [f"    v = get({name!r}, _UNSET)", "    if v is not _UNSET:",
-                  f"        o.{name} = v", "        n += 1"]
-    given += ["    return n"]
-    namespace = {"_UNSET": object()}
-    exec("\n".join(every + given), namespace)  # noqa: S102 - the names are identifiers
-    return namespace["fill_all"], namespace["fill_given"]
-
-
-_fill_all, _fill_given = _fillers()
+# a field named like a method would hide it (the instance dict is read before a class's
+# functions), so none may be
+assert not _FIELD_SET & set(vars(Prepared)), _FIELD_SET & set(vars(Prepared))

@@ -24,7 +24,6 @@ prediction adds, on the last stage, ``mtp_layers`` blocks of the last layer's ki
 
 from __future__ import annotations
 
-from dataclasses import replace
 from operator import attrgetter
 
 import numpy as np
@@ -36,7 +35,7 @@ from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
 from fsdpsim.engine.moe_parts import (_gemms, attention_gemm_times,  # noqa: F401
                                       mlp_gemm_times, moe_tokens, routing)
 from fsdpsim.engine.inputs import Prepared
-from fsdpsim.engine.results import LAYER_FIELDS, LayerKind, LayerTimes, MoeLayerTimes
+from fsdpsim.engine.results import LAYER_FIELDS, LayerKind, LayerTimes, MoeLayerTimes, replace
 
 #: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
 DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",

@@ -1,25 +1,67 @@
-"""What the engine's functions hand each other: one slotted dataclass per kind of result, each
+"""What the engine's functions hand each other: one slotted class per kind of result, each
 field declared once here with its unit (a field is read as an attribute, ``lt.block_fwd_s``;
 a misspelt one is an AttributeError naming it). Values are numpy floats (one configuration)
 or arrays of rows; ``[-]`` marks counts and ratios.
 
 The inner results (a layer's widths and times, the root's times, each parallelism's
 collectives, the FSDP flags and phases, MoE routing) are followed by the results of the stages
-of :mod:`fsdpsim.engine.stages`, in their order. Slots, not frozen: a frozen dataclass sets
-every field through ``object.__setattr__``, which cost predict 3.6 % more instructions for
-its ~15 results (callgrind, bench_predict's first case); no function changes a result it was
-handed (a changed copy is ``dataclasses.replace``).
+of :mod:`fsdpsim.engine.stages`, in their order.
+
+Each class is a :class:`Result`: its annotations are its slots and the arguments of its
+``__init__`` (parents' fields first), as a ``dataclass(slots=True)`` would make them, at a
+sixth of the import time (19 classes: 1 ms against 6 ms, 2026-12-03, Python 3.11), which
+every ``fsdpsim`` command pays. Slots, not frozen: setting every field through
+``object.__setattr__`` cost predict 3.6 % more instructions for its ~15 results (callgrind,
+bench_predict's first case); no function changes a result it was handed (a changed copy is
+:func:`replace`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 from fsdpsim.engine.inputs import Prepared, Value
 
 
-@dataclass(slots=True)
-class Rates:
+class _ResultType(type):
+    """Makes a :class:`Result` class: ``__slots__`` from the class's own annotations, the
+    field names in ``_fields`` (inherited ones first) and an ``__init__`` taking them, one
+    assignment each (as :mod:`dataclasses` writes it)."""
+
+    def __new__(mcls, name: str, bases: tuple, namespace: dict):
+        own = tuple(namespace.get("__annotations__", ()))
+        names = tuple(f for base in bases for f in getattr(base, "_fields", ())) + own
+        namespace["__slots__"] = own
+        namespace["_fields"] = names
+        namespace["__match_args__"] = names
+        source = (f"def __init__(self, {', '.join(names)}):\n"
+                  + "".join(f"    self.{f} = {f}\n" for f in names)) if names else \
+            "def __init__(self):\n    pass\n"
+        made: dict = {}
+        exec(source, {}, made)  # noqa: S102 - the names are identifiers from annotations
+        made["__init__"].__qualname__ = f"{name}.__init__"
+        namespace["__init__"] = made["__init__"]
+        return super().__new__(mcls, name, bases, namespace)
+
+
+class Result(metaclass=_ResultType):
+    """A result of the engine's functions: slotted fields, set once by ``__init__``."""
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__name__}({values})"
+
+
+def fields(kind: type[Result]) -> tuple[str, ...]:
+    """The field names of a kind of result, inherited ones first."""
+    return kind._fields
+
+
+def replace(result: Result, **changes: object) -> Result:
+    """A copy of ``result`` with ``changes`` (its fields: another is a TypeError naming it)."""
+    kind = type(result)
+    return kind(**{**{f: getattr(result, f) for f in kind._fields}, **changes})
+
+
+class Rates(Result):
     """Achievable rates of one GPU (:func:`fsdpsim.engine.layers.rates`)."""
 
     clocked_peak: Value  # dense peak at the sustained (power-capped) clock [FLOP/s]
@@ -29,8 +71,7 @@ class Rates:
     nic: Value           # achievable scale-out share per GPU, one direction [B/s]
 
 
-@dataclass(slots=True)
-class Widths:
+class Widths(Result):
     """One rank's share of a layer (:func:`fsdpsim.engine.layers.widths`) [-]."""
 
     tokens: Value         # the rank's tokens of a micro-batch, b·s/cp
@@ -42,8 +83,7 @@ class Widths:
     d_elementwise: Value  # h-sized element-wise width (h / tp with sequence parallelism)
 
 
-@dataclass(slots=True)
-class Switches:
+class Switches(Result):
     """A layer's kernel choices (:func:`fsdpsim.engine.layers.switches`), booleans but
     ``eager``."""
 
@@ -54,8 +94,7 @@ class Switches:
     eager: Value    # 1 where the host launches every kernel, 0 under CUDA graphs [-]
 
 
-@dataclass(slots=True)
-class LayerKind:
+class LayerKind(Result):
     """The inputs a kind of layer reads as its own in :func:`fsdpsim.engine.layers.layer_times`
     (the uniform layer: the model's; a MoE layer: its shared expert's MLP, its dense part,
     :func:`fsdpsim.engine.moe.layer_kinds`)."""
@@ -65,8 +104,7 @@ class LayerKind:
     rc_mlp: Value          # 0/1 Megatron's "mlp" module recompute applies
 
 
-@dataclass(slots=True)
-class LayerTimes:
+class LayerTimes(Result):
     """One layer, one micro-batch, one rank (:func:`fsdpsim.engine.layers.layer_times`)."""
 
     gemm_fwd_s: Value      # GEMMs, forward [s]
@@ -82,10 +120,9 @@ class LayerTimes:
 
 
 #: The fields of :class:`LayerTimes` (what a stage averages over its kinds of layer).
-LAYER_FIELDS = tuple(f.name for f in fields(LayerTimes))
+LAYER_FIELDS = fields(LayerTimes)
 
 
-@dataclass(slots=True)
 class MoeLayerTimes(LayerTimes):
     """A MoE layer's times (:func:`fsdpsim.engine.moe.layer_kinds`) and its MoE MLP alone."""
 
@@ -93,8 +130,7 @@ class MoeLayerTimes(LayerTimes):
     moe_mlp_bwd_s: Value  # ... backward [s]
 
 
-@dataclass(slots=True)
-class RootTimes:
+class RootTimes(Result):
     """The root's compute, one micro-batch, one rank (:func:`fsdpsim.engine.layers.root_times`)."""
 
     head_gemm_s: Value      # LM head GEMM, forward [s]
@@ -109,8 +145,7 @@ class RootTimes:
     root_bwd_s: Value       # ... backward [s]
 
 
-@dataclass(slots=True)
-class TensorParallelComm:
+class TensorParallelComm(Result):
     """Tensor-parallel collectives (:func:`fsdpsim.engine.collectives.tensor_parallel`)."""
 
     tp_layer_fwd_s: Value          # one layer's forward collectives [s]
@@ -123,8 +158,7 @@ class TensorParallelComm:
     tp_layer_fwd_bytes: Value      # one layer's forward [B]
 
 
-@dataclass(slots=True)
-class ContextParallelComm:
+class ContextParallelComm(Result):
     """Context-parallel communication (:func:`fsdpsim.engine.collectives.context_parallel`)."""
 
     cp_layer_fwd_s: Value          # one layer's forward [s]
@@ -135,8 +169,7 @@ class ContextParallelComm:
     cp_layer_fwd_bytes: Value      # one layer's forward [B]
 
 
-@dataclass(slots=True)
-class DataParallelComm:
+class DataParallelComm(Result):
     """Data-parallel collectives of a stage (:func:`fsdpsim.engine.collectives.data_parallel`)
     per block unit and for the root unit [s]; None: not asked for (``keys``), not costed."""
 
@@ -154,11 +187,10 @@ class DataParallelComm:
 
 
 #: The fields of :class:`DataParallelComm`.
-DATA_PARALLEL_FIELDS = tuple(f.name for f in fields(DataParallelComm))
+DATA_PARALLEL_FIELDS = fields(DataParallelComm)
 
 
-@dataclass(slots=True)
-class ExpertComm:
+class ExpertComm(Result):
     """Expert-parallel communication of one MoE layer, one micro-batch
     (:func:`fsdpsim.engine.expert_comm.expert_parallel`)."""
 
@@ -170,8 +202,7 @@ class ExpertComm:
     bytes: Value          # both passes [B]
 
 
-@dataclass(slots=True)
-class FsdpFlags:
+class FsdpFlags(Result):
     """Which collectives the data-parallel strategy issues (:func:`fsdpsim.engine.step.
     fsdp_flags`): booleans, call counts and micro-batch counts [-]."""
 
@@ -187,8 +218,7 @@ class FsdpFlags:
     rs_steps: Value   # micro-batches that reduce
 
 
-@dataclass(slots=True)
-class ForwardPhases:
+class ForwardPhases(Result):
     """A stage's forward, one micro-batch, FSDP gathers overlapped
     (:func:`fsdpsim.engine.step.forward_phases`)."""
 
@@ -196,7 +226,6 @@ class ForwardPhases:
     fwd_kept_s: Value  # parameters kept gathered [s]
 
 
-@dataclass(slots=True)
 class StagePhases(ForwardPhases):
     """A stage's forward and backward, one micro-batch (:func:`fsdpsim.engine.step.
     stage_phases`)."""
@@ -205,8 +234,7 @@ class StagePhases(ForwardPhases):
     bwd_last_s: Value  # the last, with the once-per-step collectives [s]
 
 
-@dataclass(slots=True)
-class Routing:
+class Routing(Result):
     """How a MoE layer's tokens are routed on one rank, per micro-batch
     (:func:`fsdpsim.engine.moe_parts.routing`) [-]."""
 
@@ -220,8 +248,7 @@ class Routing:
 
 
 # -- the stages (fsdpsim.engine.stages) -------------------------------------------------------
-@dataclass(slots=True)
-class LayerCosts:
+class LayerCosts(Result):
     """Stage 2 (:func:`fsdpsim.engine.stages.layer_costs`)."""
 
     piped: bool              # some row has pp > 1
@@ -237,8 +264,7 @@ class LayerCosts:
     lt_m: LayerTimes | None  # the MoE kind (MoeLayerTimes with MoE layers)
 
 
-@dataclass(slots=True)
-class Communication:
+class Communication(Result):
     """Stage 3 (:func:`fsdpsim.engine.stages.communication`)."""
 
     tpc: TensorParallelComm
@@ -258,8 +284,7 @@ class Communication:
     root_tp_s: Value               # the root's TP collectives [s]
 
 
-@dataclass(slots=True)
-class StepTimes:
+class StepTimes(Result):
     """Stage 4 (:func:`fsdpsim.engine.stages.step_times`)."""
 
     optimizer_s: Value   # the optimizer step [s]
@@ -271,8 +296,7 @@ class StepTimes:
     unpaired_s: Value    # overlapped all-to-alls the warm-up and cool-down leave exposed [s]
 
 
-@dataclass(slots=True)
-class Totals:
+class Totals(Result):
     """Times per GPU per step, the busiest stage (:func:`fsdpsim.engine.stages.totals`) [s]."""
 
     root_share: Value        # 1 where one stage holds the root, else 0 [-]
@@ -297,8 +321,7 @@ class Totals:
     upper_s: Value           # nothing overlapped
 
 
-@dataclass(slots=True)
-class TensorBytes:
+class TensorBytes(Result):
     """Data-parallel tensor bytes per GPU per step (:func:`fsdpsim.engine.stages.
     tensor_bytes`) [B]."""
 

@@ -12,8 +12,6 @@ output mapping). Every formula is in :mod:`fsdpsim.costs`; these only compose th
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from fsdpsim.costs import compute
@@ -21,7 +19,7 @@ from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, w
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import (Communication, LayerCosts, LayerTimes, Rates, RootTimes,
-                                    StepTimes, TensorBytes, Totals)
+                                    StepTimes, TensorBytes, Totals, replace)
 from fsdpsim.engine.step import pick
 
 
