@@ -141,6 +141,16 @@ def test_a_misspelt_field_inside_the_engine_is_an_error_at_once(monkeypatch):
         layer.lt.block_fwd
     with pytest.raises(AttributeError, match="'block_fwd'"):
         layer.lt.block_fwd = 1.0
+    # and read-only once made: a declared field cannot be set or deleted either
+    with pytest.raises(AttributeError, match="read-only.*'block_fwd_s'"):
+        layer.lt.block_fwd_s = 1.0
+    with pytest.raises(AttributeError, match="read-only.*'block_fwd_s'"):
+        del layer.lt.block_fwd_s
+    from fsdpsim.engine.results import replace
+
+    changed = replace(layer.lt, block_fwd_s=1.0)
+    assert changed.block_fwd_s == 1.0 and layer.lt.block_fwd_s != 1.0
+    assert type(changed) is type(layer.lt) and changed.gemm_fwd_s == layer.lt.gemm_fwd_s
 
     # a stage that misreads a field stops the evaluation, naming it
     rates = layers.rates

@@ -7,13 +7,11 @@ The inner results (a layer's widths and times, the root's times, each parallelis
 collectives, the FSDP flags and phases, MoE routing) are followed by the results of the stages
 of :mod:`fsdpsim.engine.stages`, in their order.
 
-Each class is a :class:`Result`: its annotations are its slots and the arguments of its
-``__init__`` (parents' fields first), as a ``dataclass(slots=True)`` would make them, at a
-sixth of the import time (19 classes: 1 ms against 6 ms, 2026-12-03, Python 3.11), which
-every ``fsdpsim`` command pays. Slots, not frozen: setting every field through
-``object.__setattr__`` cost predict 3.6 % more instructions for its ~15 results (callgrind,
-bench_predict's first case); no function changes a result it was handed (a changed copy is
-:func:`replace`).
+Each class is a :class:`Result`: its annotations are its slots and the arguments that make
+it (parents' fields first), read-only once made, as a ``dataclass(slots=True, frozen=True)``
+would be, at a sixth of the import time (19 classes: 1 ms against 6 ms, 2026-12-03, Python
+3.11), which every ``fsdpsim`` command pays, and without a frozen dataclass's
+``object.__setattr__`` per field (:class:`_ResultType`). A changed copy is :func:`replace`.
 """
 
 from __future__ import annotations
@@ -23,31 +21,54 @@ from fsdpsim.engine.inputs import Prepared, Value
 
 class _ResultType(type):
     """Makes a :class:`Result` class: ``__slots__`` from the class's own annotations, the
-    field names in ``_fields`` (inherited ones first) and an ``__init__`` taking them, one
-    assignment each (as :mod:`dataclasses` writes it)."""
+    field names in ``_fields`` (inherited ones first) and an ``__init__`` taking them.
 
-    def __new__(mcls, name: str, bases: tuple, namespace: dict):
+    Read-only without ``object.__setattr__`` per field (what a frozen dataclass pays: 3.6 %
+    more instructions for predict): ``__init__`` makes the new instance one of a hidden
+    subclass of the same slots that may be written (``_Open``), assigns each field, then makes
+    it its own class again, whose ``__setattr__`` raises (two class assignments, ~0.1 µs)."""
+
+    def __new__(mcls, name: str, bases: tuple, namespace: dict, writable: bool = False):
+        if writable:  # the hidden subclass: the same slots, object's own setattr
+            return super().__new__(mcls, name, bases, namespace)
         own = tuple(namespace.get("__annotations__", ()))
         names = tuple(f for base in bases for f in getattr(base, "_fields", ())) + own
         namespace["__slots__"] = own
         namespace["_fields"] = names
         namespace["__match_args__"] = names
+        cls = super().__new__(mcls, name, bases, namespace)
+        writable_cls = _ResultType(f"{name}._Open", (cls,), {
+            "__slots__": (), "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__}, writable=True)
         source = (f"def __init__(self, {', '.join(names)}):\n"
-                  + "".join(f"    self.{f} = {f}\n" for f in names)) if names else \
-            "def __init__(self):\n    pass\n"
+                  "    set_class(self, '__class__', writable)\n"
+                  + "".join(f"    self.{f} = {f}\n" for f in names)
+                  + "    self.__class__ = cls\n")
         made: dict = {}
-        exec(source, {}, made)  # noqa: S102 - the names are identifiers from annotations
+        exec(source, {"set_class": object.__setattr__, "writable": writable_cls, "cls": cls},
+             made)  # noqa: S102 - the names are identifiers from annotations
         made["__init__"].__qualname__ = f"{name}.__init__"
-        namespace["__init__"] = made["__init__"]
-        return super().__new__(mcls, name, bases, namespace)
+        cls.__init__ = made["__init__"]
+        return cls
 
 
 class Result(metaclass=_ResultType):
-    """A result of the engine's functions: slotted fields, set once by ``__init__``."""
+    """A result of the engine's functions: slotted fields, set once when it is made; any
+    assignment afterwards is an AttributeError naming the field (:func:`replace` makes a
+    changed copy)."""
 
     def __repr__(self) -> str:
         values = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
         return f"{type(self).__name__}({values})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a result is read-only: cannot set {name!r} of "
+                             f"{type(self).__name__} (fsdpsim.engine.results.replace makes a "
+                             "changed copy)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a result is read-only: cannot delete {name!r} of "
+                             f"{type(self).__name__}")
 
 
 def fields(kind: type[Result]) -> tuple[str, ...]:
