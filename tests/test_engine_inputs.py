@@ -212,7 +212,7 @@ def test_every_result_field_the_engine_reads_is_declared():
              "ro": res.Routing, "mid": res.StagePhases, "ph": res.StagePhases,
              "only": res.StagePhases, "c": res.LayerCosts, "m": res.Communication,
              "st": res.StepTimes, "tt": res.Totals, "tb": res.TensorBytes,
-             "kind": res.LayerKind}
+             "kind": res.LayerKind, "co": res.NcclGroups, "co_e": res.NcclGroups}
     unknown, seen = [], 0
     for module in (collectives, expert_comm, layers, memory, metrics, moe, module_recompute,
                    moe_parts, stages, step):

@@ -21,31 +21,50 @@ from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maxi
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import (DATA_PARALLEL_FIELDS, ContextParallelComm,
-                                    DataParallelComm, Rates, TensorParallelComm)
+                                    DataParallelComm, NcclGroups, Rates, TensorParallelComm)
 
 
-def group_coefficients(g: Prepared, r: Rates,
-                       tp: bool = True):
-    """``{group: {"ring": candidates, "ar": candidates}}``: NCCL's (algorithm, protocol)
-    candidates of all-gather/reduce-scatter (``ring``), all-reduce (``ar``) and, asked for,
-    broadcast (``bcast``) over each group of
-    the plan (:func:`fsdpsim.costs.nccl.candidates`; the TP group's only when ``tp``: some row
-    has tp > 1), on the bus bandwidth of the tier the group spans (:func:`bus_bandwidth`)."""
-    groups = ("shard", "replicate", "dp_world") + (("tp",) if tp else ())
-    return {name: _Candidates(g, r, name) for name in groups}
+def group_coefficients(g: Prepared, r: Rates, tp: bool = True) -> NcclGroups:
+    """NCCL's (algorithm, protocol) candidates of each group of the plan
+    (:class:`fsdpsim.engine.results.NcclGroups`; the TP group's only when ``tp``: some row has
+    tp > 1), each a :class:`GroupCandidates` on the bus bandwidth of the tier the group spans
+    (:func:`bus_bandwidth`)."""
+    return NcclGroups(shard=GroupCandidates(g, r, "shard"),
+                      replicate=GroupCandidates(g, r, "replicate"),
+                      dp_world=GroupCandidates(g, r, "dp_world"),
+                      tp=GroupCandidates(g, r, "tp") if tp else None)
 
 
-class _Candidates(dict):
-    """A group's candidates per collective kind, built on first use (a data-parallel grid
-    never all-reduces over the replica group of rows that are not HSDP), on the bus bandwidth
-    of the tier the group spans (also computed on first use)."""
+class GroupCandidates:
+    """One group's candidates per collective kind (:func:`fsdpsim.costs.nccl.candidates`):
+    ``ring`` (all-gather and reduce-scatter), ``ar`` (all-reduce) and ``bcast`` (broadcast),
+    each built on first read (a data-parallel grid never all-reduces over the replica group of
+    rows that are not HSDP), on the bus bandwidth of the tier the group spans (also computed
+    on first use)."""
+
+    __slots__ = ("_g", "_r", "_name", "_busbw", "_subsets", "_kinds")
 
     def __init__(self, g, r, name):
-        super().__init__()
         self._g, self._r, self._name, self._busbw = g, r, name, None
-        self._subsets: dict[bytes, _Candidates] = {}
+        self._subsets: dict[bytes, GroupCandidates] = {}
+        self._kinds: dict[str, nccl.Candidates] = {}
 
-    def __missing__(self, key):
+    @property
+    def ring(self) -> nccl.Candidates:
+        """All-gather's and reduce-scatter's candidates."""
+        return self._kinds["ring"] if "ring" in self._kinds else self._kind("ring")
+
+    @property
+    def ar(self) -> nccl.Candidates:
+        """All-reduce's candidates."""
+        return self._kinds["ar"] if "ar" in self._kinds else self._kind("ar")
+
+    @property
+    def bcast(self) -> nccl.Candidates:
+        """Broadcast's candidates."""
+        return self._kinds["bcast"] if "bcast" in self._kinds else self._kind("bcast")
+
+    def _kind(self, key):
         g, name = self._g, self._name
         size, per_node = getattr(g, f"{name}_size"), getattr(g, f"{name}_per_node")
         if self._busbw is None:
@@ -54,7 +73,7 @@ class _Candidates(dict):
         busbw = pinned_bus_bandwidth(g, key, size, per_node, self._busbw)
         value = nccl.candidates(g, size, per_node, busbw, g.link_nvlink > 0,
                                 all_reduce=key == "ar", broadcast=key == "bcast")
-        self[key] = value
+        self._kinds[key] = value
         return value
 
     def rows(self, idx):
@@ -62,8 +81,8 @@ class _Candidates(dict):
         once per set of rows (a MoE stage costs its dense, MoE and ZeRO-1 units on one group)."""
         key = idx.tobytes()
         if key not in self._subsets:
-            self._subsets[key] = _Candidates(_Rows(self._g, idx), _Rows(self._r, idx),
-                                             self._name)
+            self._subsets[key] = GroupCandidates(_Rows(self._g, idx), _Rows(self._r, idx),
+                                                 self._name)
         return self._subsets[key]
 
 
@@ -204,10 +223,10 @@ def zero1_by_broadcast(g, co, params_bytes, t, block_numel):
     ZeRO-1's reduce-scatter and all-gather (``t``) stay. ``block_numel``: a block unit's
     padded parameters [-]."""
     elem = g.compute_bytes
-    world_ar = co["dp_world"]["ar"]
+    world_ar = co.dp_world.ar
     grads_ar = g.grad_all_reduce > 0
     shard = g.shard_size
-    broadcasts_s = shard * nccl.time_s(params_bytes / shard, co["shard"]["bcast"])
+    broadcasts_s = shard * nccl.time_s(params_bytes / shard, co.shard.bcast)
     return {
         "zero1_rs_block_s": where(grads_ar, nccl.time_s(block_numel * elem,
                                                          world_ar), t["zero1_rs_block_s"]),
@@ -243,7 +262,7 @@ def data_parallel(g, co, n_units, r, keys=None, block_numel=None):
     block_numel = g.block_numel_padded if block_numel is None else block_numel
     elem = g.compute_bytes
     shard = g.shard_size
-    sh, rp, wd = co["shard"], co["replicate"], co["dp_world"]
+    sh, rp, wd = co.shard, co.replicate, co.dp_world
     bc, rc = g.dp_block_calls, g.dp_root_calls
     listed = (g.dp_list_collectives > 0) if any_of(g.dp_list_collectives > 0) else None
     block_param_bytes = block_numel * elem
@@ -276,7 +295,7 @@ def data_parallel(g, co, n_units, r, keys=None, block_numel=None):
     per_mb = any_of((strategy == comm.FULL) | (strategy == comm.HYBRID)
                     | (strategy == comm.GRAD_OP))
     t = {
-        key: (dp(key, total, calls, sh["ring"], shard) if per_mb else 0.0)
+        key: (dp(key, total, calls, sh.ring, shard) if per_mb else 0.0)
         for key, total, calls in (("ag_block_s", block_param_bytes, bc),
                                   ("ag_root_s", root_param_bytes, rc),
                                   ("rs_block_s", block_grad_bytes, bc),
@@ -295,7 +314,7 @@ def data_parallel(g, co, n_units, r, keys=None, block_numel=None):
                                         for unit in ("block", "root")):
             continue
         def all_reduce(idx, grp=group, d=divide, ddp=code == comm.NONE):
-            cands = grp["ar"] if idx is None else grp.rows(idx)["ar"]
+            cands = grp.ar if idx is None else grp.rows(idx).ar
             if ddp and bucketed:
                 def pick(v):
                     return v if idx is None else take(v, idx)
@@ -309,7 +328,7 @@ def data_parallel(g, co, n_units, r, keys=None, block_numel=None):
         # (the shard group itself unless replicas are kept: the same candidates, built once)
         same = bool(all_of(((world == shard) & (g.dp_world_per_node == g.shard_per_node))
                            | (strategy != comm.OPTIMIZER)))
-        ring = sh["ring"] if same else wd["ring"]
+        ring = sh.ring if same else wd.ring
         t["zero1_rs_block_s"] = dp("zero1_rs_block_s", block_grad_bytes, grad_calls[0], ring,
                                    world)
         t["zero1_rs_root_s"] = dp("zero1_rs_root_s", root_grad_bytes, grad_calls[1], ring, world)
@@ -342,7 +361,7 @@ def _ring_time_s(c, prefix, cands, costed=None):
         key = (id(calls), id(nbytes), which)
         t = None if costed is None else costed.get(key)
         if t is None:
-            t = nccl.time_s(nbytes / maximum(calls, 1.0), cands[which], calls)
+            t = nccl.time_s(nbytes / maximum(calls, 1.0), getattr(cands, which), calls)
             if costed is not None:
                 costed[key] = t
         total = total + t
@@ -360,7 +379,7 @@ def _head_forward_s(c, cands, costed=None):
         calls = c[f"forward_{part}_all_reduce_calls"]
         if any_of(calls):
             per_call = c[f"forward_{part}_all_reduce_bytes"] / maximum(calls, 1.0)
-            total = total + nccl.time_s(per_call, cands["ar"], calls)
+            total = total + nccl.time_s(per_call, cands.ar, calls)
     return total
 
 
@@ -381,7 +400,7 @@ def tensor_parallel(g, co, w, layer):
     Exposed by default; with ``tp_overlap`` (async TP / Megatron's TP comm overlap) it hides
     behind the GEMMs next to it and only the excess shows.
     """
-    cands = co["tp"]
+    cands = co.tp
     on = g.tp_size > 1
     sp = g.sequence_parallel > 0
     layer_c = tensor_parallel_costs.tp_layer_collectives(

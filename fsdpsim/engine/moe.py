@@ -35,7 +35,8 @@ from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
 from fsdpsim.engine.moe_parts import (_gemms, attention_gemm_times,  # noqa: F401
                                       mlp_gemm_times, moe_tokens, routing)
 from fsdpsim.engine.inputs import Prepared
-from fsdpsim.engine.results import LAYER_FIELDS, LayerKind, LayerTimes, MoeLayerTimes, replace
+from fsdpsim.engine.results import (DATA_PARALLEL_GROUPS, LAYER_FIELDS, LayerKind, LayerTimes,
+                                    MoeLayerTimes, replace)
 
 #: Per-block data-parallel collective times (:func:`fsdpsim.engine.collectives.data_parallel`).
 DP_BLOCK_KEYS = ("ag_block_s", "rs_block_s", "hsdp_ar_block_s", "ddp_ar_block_s",
@@ -290,10 +291,9 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     co_e = collectives.group_coefficients(g_e, r, tp=False)
     # An expert group laid out as its dense group on every row (ep = 1, etp = tp) has the
     # dense group's NCCL candidates: built once.
-    for name in co_e:
-        if all(_same(getattr(g_e, name + suffix), getattr(g, name + suffix))
-               for suffix in ("_size", "_per_node", "_per_pod")):
-            co_e[name] = co[name]
+    co_e = replace(co_e, **{name: getattr(co, name) for name in DATA_PARALLEL_GROUPS
+                            if all(_same(getattr(g_e, name + suffix), getattr(g, name + suffix))
+                                   for suffix in ("_size", "_per_node", "_per_pod"))})
     dpc_e = collectives.data_parallel(g_e, co_e, n_units * phi, r, keys=_EXPERT_KEYS)
     mixed = {k: d + phi * (m + e - d) for k, d, m, e in zip(
         DP_BLOCK_KEYS, _DP_BLOCK_VALUES(dpc), _DP_BLOCK_VALUES(dpc_m), _DP_BLOCK_VALUES(dpc_e))}

@@ -285,6 +285,21 @@ class LayerCosts(Result):
     lt_m: LayerTimes | None  # the MoE kind (MoeLayerTimes with MoE layers)
 
 
+class NcclGroups(Result):
+    """NCCL's (algorithm, protocol) candidates of each group of the plan, one
+    :class:`fsdpsim.engine.collectives.GroupCandidates` each (``co.shard.ring``,
+    ``co.dp_world.ar``: :func:`fsdpsim.engine.collectives.group_coefficients`)."""
+
+    shard: object      # the FSDP shard group
+    replicate: object  # the HSDP replica group
+    dp_world: object   # the whole data-parallel group
+    tp: object         # the tensor-parallel group (None where no row has tp > 1)
+
+
+#: The data-parallel groups of :class:`NcclGroups` (an expert layer has its own).
+DATA_PARALLEL_GROUPS = ("shard", "replicate", "dp_world")
+
+
 class Communication(Result):
     """Stage 3 (:func:`fsdpsim.engine.stages.communication`)."""
 
