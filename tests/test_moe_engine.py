@@ -49,14 +49,14 @@ def test_all_to_all_bytes_by_hand():
     call = 4096 * 8 * 7168 * 2
     assert call == 469_762_048
     a2a = moe.all_to_all_bytes(4096, 8, 7168, 256, 2.0)
-    assert a2a["forward_bytes"] == a2a["backward_bytes"] == 2 * call
-    assert a2a["dispatch_bytes"] == a2a["combine_bytes"] == call
+    assert a2a.forward_bytes == a2a.backward_bytes == 2 * call
+    assert a2a.dispatch_bytes == a2a.combine_bytes == call
     fp8 = moe.all_to_all_bytes(4096, 8, 7168, 256, 2.0, fp8_dispatch=True)
-    assert fp8["forward_bytes"] == pytest.approx(4096 * 8 * 7168 * (1 + 4 / 128) + call,
+    assert fp8.forward_bytes == pytest.approx(4096 * 8 * 7168 * (1 + 4 / 128) + call,
                                                  rel=1e-15)
     # padded to capacity: E * ceil(T*k/E * cf) rows (Megatron get_capacity)
     padded = moe.all_to_all_bytes(100, 2, 16, 8, 2.0, capacity_factor=1.25)
-    assert padded["forward_bytes"] == 2 * 8 * math.ceil(100 * 2 / 8 * 1.25) * 16 * 2
+    assert padded.forward_bytes == 2 * 8 * math.ceil(100 * 2 / 8 * 1.25) * 16 * 2
 
 
 def test_default_imbalance_is_the_balls_into_bins_floor():

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fsdpsim.costs import context_parallel as cpc
 from fsdpsim.costs import tensor_parallel as tpc
 from fsdpsim.costs.vocab import padded_vocab
 from fsdpsim.costs.activations import activation_bytes_per_layer
@@ -43,44 +44,46 @@ def test_layer_hand_worked_megatron():
     """b = 2, s = 2048, h = 4096, bf16, t = 8: one [b·s, h] activation m = 33,554,432 B."""
     m = 2 * 2048 * 4096 * 2
     plain = tpc.tp_layer_collectives(2 * 2048, 4096, 2, 8, False)
-    assert (plain["forward_all_reduce_calls"], plain["forward_all_reduce_bytes"]) == (2, 2 * m)
-    assert (plain["backward_all_reduce_calls"], plain["backward_all_reduce_bytes"]) == (2, 2 * m)
+    assert (plain.forward_all_reduce_calls, plain.forward_all_reduce_bytes) == (2, 2 * m)
+    assert (plain.backward_all_reduce_calls, plain.backward_all_reduce_bytes) == (2, 2 * m)
     for key in ("all_gather", "reduce_scatter"):
-        assert plain[f"forward_{key}_calls"] == plain[f"backward_{key}_bytes"] == 0
+        assert (getattr(plain, f"forward_{key}_calls")
+                == getattr(plain, f"backward_{key}_bytes") == 0)
     sp = tpc.tp_layer_collectives(2 * 2048, 4096, 2, 8, True)
-    assert sp["forward_all_reduce_calls"] == sp["backward_all_reduce_calls"] == 0
-    assert (sp["forward_all_gather_calls"], sp["forward_all_gather_bytes"]) == (2, 2 * m)
-    assert (sp["forward_reduce_scatter_calls"], sp["forward_reduce_scatter_bytes"]) == (2, 2 * m)
-    assert (sp["backward_reduce_scatter_calls"], sp["backward_reduce_scatter_bytes"]) == (2, 2 * m)
+    assert sp.forward_all_reduce_calls == sp.backward_all_reduce_calls == 0
+    assert (sp.forward_all_gather_calls, sp.forward_all_gather_bytes) == (2, 2 * m)
+    assert (sp.forward_reduce_scatter_calls, sp.forward_reduce_scatter_bytes) == (2, 2 * m)
+    assert (sp.backward_reduce_scatter_calls, sp.backward_reduce_scatter_bytes) == (2, 2 * m)
     # Megatron re-gathers each block input for the weight gradient: 2 + 2 all-gathers.
-    assert (sp["backward_all_gather_calls"], sp["backward_all_gather_bytes"]) == (4, 4 * m)
+    assert (sp.backward_all_gather_calls, sp.backward_all_gather_bytes) == (4, 4 * m)
 
 
 def test_layer_torch_layout():
     """torch DTensor: one backward all-reduce per ColwiseParallel linear, no re-gather."""
     m = 32 * 32 * 4
     plain = tpc.tp_layer_collectives(32, 32, 4, 2, False, column_linears=5)
-    assert (plain["backward_all_reduce_calls"], plain["backward_all_reduce_bytes"]) == (5, 5 * m)
+    assert (plain.backward_all_reduce_calls, plain.backward_all_reduce_bytes) == (5, 5 * m)
     sp = tpc.tp_layer_collectives(32, 32, 4, 2, True, column_linears=5, regather_input=False)
-    assert (sp["backward_all_gather_calls"], sp["backward_all_gather_bytes"]) == (2, 2 * m)
-    assert sp["backward_all_reduce_calls"] == 0  # column_linears only matters without SP
+    assert (sp.backward_all_gather_calls, sp.backward_all_gather_bytes) == (2, 2 * m)
+    assert sp.backward_all_reduce_calls == 0  # column_linears only matters without SP
 
 
 @pytest.mark.parametrize("sp", [False, True])
 def test_tp_one_is_free(sp):
     layer = tpc.tp_layer_collectives(4096, 4096, 2, 1, sp)
     head = tpc.tp_head_collectives(4096, 4096, 32000, 2, 1, sp)
-    assert set(layer) == set(LAYER_KEYS)
-    assert set(head) == set(LAYER_KEYS) | set(HEAD_PARTS)
-    assert all(np.all(v == 0) for v in [*layer.values(), *head.values()])
+    assert set(layer._fields) == set(LAYER_KEYS)
+    assert set(head._fields) == set(LAYER_KEYS) | set(HEAD_PARTS)
+    assert all(np.all(v == 0) for v in [*layer, *head])
 
 
 @pytest.mark.parametrize("sp,loss_parallel", [(False, True), (True, True), (False, False)])
 def test_head_forward_all_reduce_parts_add_up(sp, loss_parallel):
     head = tpc.tp_head_collectives(4096, 4096, 32000, 2, 8, sp, loss_parallel)
     for q in ("calls", "bytes"):
-        assert head[f"forward_all_reduce_{q}"] == (head[f"forward_embedding_all_reduce_{q}"]
-                                                   + head[f"forward_loss_all_reduce_{q}"])
+        assert getattr(head, f"forward_all_reduce_{q}") == (
+            getattr(head, f"forward_embedding_all_reduce_{q}")
+            + getattr(head, f"forward_loss_all_reduce_{q}"))
 
 
 @settings(max_examples=60, deadline=None)
@@ -91,15 +94,15 @@ def test_sp_moves_as_much_as_tp(tokens, d, e, t):
     ring wire bytes are equal ([2] §4.2.2): 2·AR = AG + RS in tensor bytes. Megatron's
     backward re-gather adds exactly (t−1)/t · 2m on top."""
     def wire(c, phase):
-        return tpc.ring_wire_bytes(c[f"{phase}_all_reduce_bytes"],
-                                   c[f"{phase}_all_gather_bytes"],
-                                   c[f"{phase}_reduce_scatter_bytes"], t)
+        return tpc.ring_wire_bytes(getattr(c, f"{phase}_all_reduce_bytes"),
+                                   getattr(c, f"{phase}_all_gather_bytes"),
+                                   getattr(c, f"{phase}_reduce_scatter_bytes"), t)
 
     plain = tpc.tp_layer_collectives(tokens, d, e, t, False)
     sp = tpc.tp_layer_collectives(tokens, d, e, t, True, regather_input=False)
     megatron_sp = tpc.tp_layer_collectives(tokens, d, e, t, True)
-    assert 2 * plain["forward_all_reduce_bytes"] == (sp["forward_all_gather_bytes"]
-                                                     + sp["forward_reduce_scatter_bytes"])
+    assert 2 * plain.forward_all_reduce_bytes == (sp.forward_all_gather_bytes
+                                                     + sp.forward_reduce_scatter_bytes)
     for phase in tpc.PHASES:
         assert wire(plain, phase) == pytest.approx(wire(sp, phase), rel=1e-12)
     m = tokens * d * e
@@ -115,8 +118,8 @@ def test_layer_array_matches_scalar():
         for j, s in enumerate([False, True]):
             one = tpc.tp_layer_collectives(1024, 512, 2, t, s, column_linears=3)
             for key in LAYER_KEYS:
-                assert grid[key].shape == (4, 2)
-                assert grid[key][i, j] == one[key]
+                assert getattr(grid, key).shape == (4, 2)
+                assert getattr(grid, key)[i, j] == getattr(one, key)
 
 
 def test_bad_degree():
@@ -128,22 +131,22 @@ def test_bad_degree():
 def test_head_hand_worked():
     """tokens 8, h 4, V 16, bf16, t = 2: m = 8·4·2 = 64 B; loss scalars 8 · 4 B each."""
     plain = tpc.tp_head_collectives(8, 4, 16, 2, 2, False)
-    assert (plain["forward_all_reduce_calls"], plain["forward_all_reduce_bytes"]) == (
+    assert (plain.forward_all_reduce_calls, plain.forward_all_reduce_bytes) == (
         1 + 3, 64 + 3 * 32)                          # embedding output; max, sum-exp, target
-    assert (plain["backward_all_reduce_calls"], plain["backward_all_reduce_bytes"]) == (1, 64)
+    assert (plain.backward_all_reduce_calls, plain.backward_all_reduce_bytes) == (1, 64)
     sp = tpc.tp_head_collectives(8, 4, 16, 2, 2, True)
-    assert (sp["forward_reduce_scatter_calls"], sp["forward_reduce_scatter_bytes"]) == (1, 64)
-    assert (sp["forward_all_gather_calls"], sp["forward_all_gather_bytes"]) == (1, 64)
-    assert (sp["forward_all_reduce_calls"], sp["forward_all_reduce_bytes"]) == (3, 96)
-    assert (sp["backward_all_gather_calls"], sp["backward_all_gather_bytes"]) == (2, 128)
-    assert (sp["backward_reduce_scatter_calls"], sp["backward_reduce_scatter_bytes"]) == (1, 64)
+    assert (sp.forward_reduce_scatter_calls, sp.forward_reduce_scatter_bytes) == (1, 64)
+    assert (sp.forward_all_gather_calls, sp.forward_all_gather_bytes) == (1, 64)
+    assert (sp.forward_all_reduce_calls, sp.forward_all_reduce_bytes) == (3, 96)
+    assert (sp.backward_all_gather_calls, sp.backward_all_gather_bytes) == (2, 128)
+    assert (sp.backward_reduce_scatter_calls, sp.backward_reduce_scatter_bytes) == (1, 64)
     torch_sp = tpc.tp_head_collectives(8, 4, 16, 2, 2, True, regather_input=False,
                                        target_logit_bytes=2)
-    assert torch_sp["backward_all_gather_calls"] == 1
-    assert torch_sp["forward_all_reduce_bytes"] == 8 * (4 + 4 + 2)
+    assert torch_sp.backward_all_gather_calls == 1
+    assert torch_sp.forward_all_reduce_bytes == 8 * (4 + 4 + 2)
     gathered = tpc.tp_head_collectives(8, 4, 16, 2, 2, False, loss_parallel=False)
-    assert (gathered["forward_all_reduce_calls"], gathered["forward_all_reduce_bytes"]) == (1, 64)
-    assert (gathered["forward_all_gather_calls"], gathered["forward_all_gather_bytes"]) == (
+    assert (gathered.forward_all_reduce_calls, gathered.forward_all_reduce_bytes) == (1, 64)
+    assert (gathered.forward_all_gather_calls, gathered.forward_all_gather_bytes) == (
         1, 8 * 16 * 2)                               # the whole logits
 
 
@@ -199,14 +202,14 @@ def test_grad_sync_hand_worked():
               for n, s in GPT_BIAS.unit_parameter_shapes()["block"]]
     shapes += GPT_BIAS.unit_parameter_shapes()["root"]
     megatron = tpc.tp_grad_sync(shapes, 4, 2, True)
-    assert (megatron["calls"], megatron["bytes"]) == (1, (320 + 128) * 4)
+    assert (megatron.calls, megatron.bytes) == (1, (320 + 128) * 4)
     torch_fsdp = tpc.tp_grad_sync(shapes, 4, 2, True, implementation="torch")
-    assert (torch_fsdp["calls"], torch_fsdp["bytes"]) == (10, 320 * 4)
+    assert (torch_fsdp.calls, torch_fsdp.bytes) == (10, 320 * 4)
     adamw = tpc.tp_grad_sync(shapes, 4, 2, True, implementation="torch",
                              reductions_per_tensor=3)
-    assert (adamw["calls"], adamw["bytes"]) == (30, 3 * 320 * 4)
+    assert (adamw.calls, adamw.bytes) == (30, 3 * 320 * 4)
     for off in (tpc.tp_grad_sync(shapes, 4, 2, False), tpc.tp_grad_sync(shapes, 4, 1, True)):
-        assert off["calls"] == off["bytes"] == 0
+        assert off.calls == off.bytes == 0
     with pytest.raises(ConfigError, match="implementation='nccl'"):
         tpc.tp_grad_sync(shapes, 4, 2, True, implementation="nccl")
 
@@ -214,19 +217,19 @@ def test_grad_sync_hand_worked():
 # -- context parallelism -------------------------------------------------------------------------
 def test_ring_hand_worked():
     """The docstring case: b 2, s 16, 2 heads of 8, fp32, cp 2: K+V block 2048 B."""
-    torch_ag = tpc.cp_ring_attention_bytes(32, 16, 4, 2, implementation="torch")
-    assert (torch_ag["forward_calls"], torch_ag["forward_bytes"]) == (1, 4096)
-    assert (torch_ag["backward_kv_calls"], torch_ag["backward_kv_bytes"]) == (1, 4096)
-    assert (torch_ag["backward_dkv_calls"], torch_ag["backward_dkv_bytes"]) == (2, 4096)
-    torch_a2a = tpc.cp_ring_attention_bytes(32, 16, 4, 2, implementation="torch",
+    torch_ag = cpc.cp_ring_attention_bytes(32, 16, 4, 2, implementation="torch")
+    assert (torch_ag.forward_calls, torch_ag.forward_bytes) == (1, 4096)
+    assert (torch_ag.backward_kv_calls, torch_ag.backward_kv_bytes) == (1, 4096)
+    assert (torch_ag.backward_dkv_calls, torch_ag.backward_dkv_bytes) == (2, 4096)
+    torch_a2a = cpc.cp_ring_attention_bytes(32, 16, 4, 2, implementation="torch",
                                             rotate="all_to_all")
-    assert (torch_a2a["forward_calls"], torch_a2a["forward_bytes"]) == (1, 2048)
-    megatron = tpc.cp_ring_attention_bytes(32, 16, 4, 2)
-    assert [megatron[k] for k in ("forward_bytes", "backward_kv_bytes",
-                                  "backward_dkv_bytes")] == [2048, 2048, 2048]
+    assert (torch_a2a.forward_calls, torch_a2a.forward_bytes) == (1, 2048)
+    megatron = cpc.cp_ring_attention_bytes(32, 16, 4, 2)
+    assert [getattr(megatron, k) for k in ("forward_bytes", "backward_kv_bytes",
+                                           "backward_dkv_bytes")] == [2048, 2048, 2048]
     # Llama-3 8B-like, b 1, s 131072, 8 KV heads × 128, bf16, cp 8, tp 2: block 2·16384·512·2.
-    big = tpc.cp_ring_attention_bytes(131072, 1024, 2, 8, 2)
-    assert big["forward_bytes"] == 7 * 2 * 16384 * 512 * 2
+    big = cpc.cp_ring_attention_bytes(131072, 1024, 2, 8, 2)
+    assert big.forward_bytes == 7 * 2 * 16384 * 512 * 2
 
 
 @settings(max_examples=40, deadline=None)
@@ -234,28 +237,28 @@ def test_ring_hand_worked():
        tp=st.sampled_from([1, 2, 4, 8]))
 def test_ring_torch_gather_sends_what_the_ring_sends(tokens, kv, cp, tp):
     """An all-gather of cp blocks sends (cp−1)/cp of its output: the ring's cp−1 blocks."""
-    megatron = tpc.cp_ring_attention_bytes(tokens, kv, 2, cp, tp)
-    gathered = tpc.cp_ring_attention_bytes(tokens, kv, 2, cp, tp, implementation="torch")
-    rotated = tpc.cp_ring_attention_bytes(tokens, kv, 2, cp, tp, implementation="torch",
+    megatron = cpc.cp_ring_attention_bytes(tokens, kv, 2, cp, tp)
+    gathered = cpc.cp_ring_attention_bytes(tokens, kv, 2, cp, tp, implementation="torch")
+    rotated = cpc.cp_ring_attention_bytes(tokens, kv, 2, cp, tp, implementation="torch",
                                           rotate="all_to_all")
-    sent = tpc.ring_wire_bytes(0, gathered["forward_bytes"], 0, cp)
-    assert sent == pytest.approx(megatron["forward_bytes"], rel=1e-12, abs=1e-9)
-    assert rotated["forward_bytes"] == pytest.approx(megatron["forward_bytes"], rel=1e-12)
+    sent = tpc.ring_wire_bytes(0, gathered.forward_bytes, 0, cp)
+    assert sent == pytest.approx(megatron.forward_bytes, rel=1e-12, abs=1e-9)
+    assert rotated.forward_bytes == pytest.approx(megatron.forward_bytes, rel=1e-12)
     # torch's dK, dV accumulators (fp32 = 2 × bf16) make one more hop than Megatron's.
-    assert rotated["backward_dkv_bytes"] == pytest.approx(
-        2 * cp / max(cp - 1, 1) * megatron["backward_dkv_bytes"] if cp > 1 else 0, rel=1e-12)
+    assert rotated.backward_dkv_bytes == pytest.approx(
+        2 * cp / max(cp - 1, 1) * megatron.backward_dkv_bytes if cp > 1 else 0, rel=1e-12)
 
 
 def test_ulysses_hand_worked():
     """s 8192, MHA h 4096, bf16, cp 8: per pass 4 all-to-alls of 1024 tokens × 4096 each,
     4·N·h/P = 4·8192·4096/8 elements ([6] §3.2)."""
-    out = tpc.cp_all_to_all_bytes(8192, 4096, 4096, 2, 8)
-    assert out["forward_calls"] == out["backward_calls"] == 4
-    assert out["forward_bytes"] == out["backward_bytes"] == 4 * 8192 * 4096 / 8 * 2
-    gqa = tpc.cp_all_to_all_bytes(8192, 4096, 1024, 2, 8, tp=2)
-    assert gqa["forward_bytes"] == 1024 * (4096 + 2 * 1024 + 4096) / 2 * 2
-    off = tpc.cp_all_to_all_bytes(8192, 4096, 4096, 2, 1)
-    assert off["forward_calls"] == off["forward_bytes"] == 0
+    out = cpc.cp_all_to_all_bytes(8192, 4096, 4096, 2, 8)
+    assert out.forward_calls == out.backward_calls == 4
+    assert out.forward_bytes == out.backward_bytes == 4 * 8192 * 4096 / 8 * 2
+    gqa = cpc.cp_all_to_all_bytes(8192, 4096, 1024, 2, 8, tp=2)
+    assert gqa.forward_bytes == 1024 * (4096 + 2 * 1024 + 4096) / 2 * 2
+    off = cpc.cp_all_to_all_bytes(8192, 4096, 4096, 2, 1)
+    assert off.forward_calls == off.forward_bytes == 0
 
 
 def _causal_pairs_per_rank(s, cp):
@@ -274,25 +277,25 @@ def test_attention_share(cp):
     pairs = _causal_pairs_per_rank(s, cp)
     assert len(set(pairs)) == 1                                 # balanced
     assert pairs[0] * cp == s * (s + 1) // 2
-    assert tpc.cp_attention_flops_share(cp) == pytest.approx(pairs[0] / (s * (s + 1) / 2))
+    assert cpc.cp_attention_flops_share(cp) == pytest.approx(pairs[0] / (s * (s + 1) / 2))
     c = s // (2 * cp)                                           # full squares per kernel call
     calls = (2 * c) ** 2 + (cp - 1) * (2 * c) * c
-    assert tpc.cp_attention_flops_share(cp, causal_skip=False) == pytest.approx(calls / s**2)
+    assert cpc.cp_attention_flops_share(cp, causal_skip=False) == pytest.approx(calls / s**2)
 
 
 def test_cp_feasibility():
-    assert tpc.cp_feasible(4096, 32, 8, 4).all()
-    assert not tpc.cp_feasible(4100, 32, 8, 4)
-    mask = tpc.cp_feasible(4096, 32, 8, np.array([2, 4, 8]), 2, method="ulysses")
+    assert cpc.cp_feasible(4096, 32, 8, 4).all()
+    assert not cpc.cp_feasible(4100, 32, 8, 4)
+    mask = cpc.cp_feasible(4096, 32, 8, np.array([2, 4, 8]), 2, method="ulysses")
     assert mask.tolist() == [True, True, False]                 # 4 KV heads per TP rank
     with pytest.raises(ConfigError, match=r"seq_len\(4100\).*cp\(4\).*2\*cp"):
-        tpc.check_context_parallel(4100, 32, 8, 4)
+        cpc.check_context_parallel(4100, 32, 8, 4)
     with pytest.raises(ConfigError, match="method='tree'"):
-        tpc.cp_feasible(4096, 32, 8, 4, method="tree")
+        cpc.cp_feasible(4096, 32, 8, 4, method="tree")
     with pytest.raises(ConfigError, match="implementation='te'"):
-        tpc.cp_ring_attention_bytes(1, 1, 2, 2, implementation="te")
+        cpc.cp_ring_attention_bytes(1, 1, 2, 2, implementation="te")
     with pytest.raises(ConfigError, match="rotate='ring'"):
-        tpc.cp_ring_attention_bytes(1, 1, 2, 2, implementation="torch", rotate="ring")
+        cpc.cp_ring_attention_bytes(1, 1, 2, 2, implementation="torch", rotate="ring")
 
 
 # -- Korthikanti et al. 2022, Table 2 ------------------------------------------------------------

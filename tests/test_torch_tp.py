@@ -37,6 +37,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fsdpsim.costs import context_parallel as cpc
 from fsdpsim.costs import tensor_parallel as tpc
 from fsdpsim.costs.comm import padded_numel
 from fsdpsim.model.spec import ModelSpec
@@ -137,12 +138,12 @@ def _expected_tp(case, phase):
         if phase == "step":
             calls = nbytes = 0.0
         else:
-            calls = (spec.n_layers * layer[f"{phase}_{kind}_calls"]
-                     + head[f"{phase}_{kind}_calls"])
-            nbytes = (spec.n_layers * layer[f"{phase}_{kind}_bytes"]
-                      + head[f"{phase}_{kind}_bytes"])
+            calls = (spec.n_layers * getattr(layer, f"{phase}_{kind}_calls")
+                     + getattr(head, f"{phase}_{kind}_calls"))
+            nbytes = (spec.n_layers * getattr(layer, f"{phase}_{kind}_bytes")
+                      + getattr(head, f"{phase}_{kind}_bytes"))
         if kind == "all_reduce" and phase == ("backward" if with_fsdp else "step"):
-            calls, nbytes = calls + sync["calls"], nbytes + sync["bytes"]
+            calls, nbytes = calls + sync.calls, nbytes + sync.bytes
         out[kind] = (float(calls), float(nbytes))
     return out
 
@@ -204,8 +205,10 @@ def test_tp_per_layer_and_root(request, world, name):
         for kind in tpc.TP_KINDS:
             per_layer = tuple(b - a for a, b in zip(m1[kind], m2[kind], strict=True))
             root = tuple(a - b for a, b in zip(m1[kind], per_layer, strict=True))
-            want_layer = (layer[f"{phase}_{kind}_calls"], layer[f"{phase}_{kind}_bytes"])
-            want_root = (head[f"{phase}_{kind}_calls"], head[f"{phase}_{kind}_bytes"])
+            want_layer = (getattr(layer, f"{phase}_{kind}_calls"),
+                          getattr(layer, f"{phase}_{kind}_bytes"))
+            want_root = (getattr(head, f"{phase}_{kind}_calls"),
+                         getattr(head, f"{phase}_{kind}_bytes"))
             assert per_layer == want_layer, (phase, kind)
             assert root == want_root, (phase, kind)
             rows.append(f"  {phase:8s} {kind:14s} layer {per_layer} root {root}")
@@ -260,7 +263,7 @@ def test_fsdp_tp_2d_exact(runs4, case):
 def test_ring_attention_exact(request, world, ring):
     rotate = {"allgather": "all_gather", "alltoall": "all_to_all"}[ring.rotate]
     tokens, kv_dim = ring.batch * ring.seq_len, ring.heads * ring.head_dim
-    want = tpc.cp_ring_attention_bytes(tokens, kv_dim, ELEMENT_BYTES, world, 1,
+    want = cpc.cp_ring_attention_bytes(tokens, kv_dim, ELEMENT_BYTES, world, 1,
                                        implementation="torch", rotate=rotate,
                                        grad_accum_bytes=ELEMENT_BYTES)
     for run in _runs(request, world):
@@ -268,16 +271,16 @@ def test_ring_attention_exact(request, world, ring):
         assert result["max_error"] < 1e-5   # torch's ring computes exact causal attention
         forward = _measured(result["forward"], "_c10d_functional.")
         backward = _measured(result["backward"], "_c10d_functional.")
-        assert forward[rotate] == (want["forward_calls"], want["forward_bytes"])
-        dkv = (want["backward_dkv_calls"], want["backward_dkv_bytes"])
+        assert forward[rotate] == (want.forward_calls, want.forward_bytes)
+        dkv = (want.backward_dkv_calls, want.backward_dkv_bytes)
         if rotate == "all_gather":
-            assert backward["all_gather"] == (want["backward_kv_calls"],
-                                              want["backward_kv_bytes"])
+            assert backward["all_gather"] == (want.backward_kv_calls,
+                                              want.backward_kv_bytes)
             assert backward["all_to_all"] == dkv
         else:
-            assert backward["all_to_all"] == (want["backward_kv_calls"] + dkv[0],
-                                              want["backward_kv_bytes"] + dkv[1])
-        share = tpc.cp_attention_flops_share(world, causal_skip=False)
+            assert backward["all_to_all"] == (want.backward_kv_calls + dkv[0],
+                                              want.backward_kv_bytes + dkv[1])
+        share = cpc.cp_attention_flops_share(world, causal_skip=False)
         assert result["attention_flops"] == share * result["full_attention_flops"]
 
 

@@ -47,6 +47,8 @@ References
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from fsdpsim.costs import compute
@@ -179,7 +181,8 @@ def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_disp
     byte per element plus a 1x128 block scale ([3] §3.3.2: the activations before the up-
     projections and the gradients before the down-projections in FP8, both combines in BF16).
 
-    Returns ``{"forward_bytes", "backward_bytes", "dispatch_bytes", "combine_bytes"}`` (the
+    Returns :data:`AllToAllVolumes` ``forward_bytes``, ``backward_bytes``, ``dispatch_bytes``,
+    ``combine_bytes`` (the
     last two per call: a dispatch-direction call and a combine-direction one; each pass makes
     one of each).
     """
@@ -188,8 +191,13 @@ def all_to_all_bytes(tokens, top_k, d_model, n_experts, elem_bytes=2.0, fp8_disp
     dispatch = np.where(np.asarray(fp8_dispatch, dtype=bool),
                         1.0 + FP8_SCALE_BYTES_PER_ELEMENT, e) * rows_h
     combine = e * rows_h
-    return {"forward_bytes": dispatch + combine, "backward_bytes": dispatch + combine,
-            "dispatch_bytes": dispatch, "combine_bytes": combine}
+    return AllToAllVolumes(forward_bytes=dispatch + combine, backward_bytes=dispatch + combine,
+                           dispatch_bytes=dispatch, combine_bytes=combine)
+
+
+#: :func:`all_to_all_bytes`' volumes [B].
+AllToAllVolumes = namedtuple("AllToAllVolumes",
+                             "forward_bytes backward_bytes dispatch_bytes combine_bytes")
 
 
 def expert_host_ops(local_experts, low_precision):

@@ -18,6 +18,7 @@ import numpy as np
 from fsdpsim.costs import comm, nccl
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maximum, minimum,
                                    where)
+from fsdpsim.costs import context_parallel as context_parallel_costs
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import (DATA_PARALLEL_FIELDS, ContextParallelComm,
@@ -347,17 +348,18 @@ def data_parallel(g, co, n_units, r, keys=None, block_numel=None):
 _NOT_COSTED = dict.fromkeys(DATA_PARALLEL_FIELDS)
 
 
-def _ring_time_s(c, prefix, cands, costed=None):
-    """Seconds of the all-reduces, all-gathers and reduce-scatters counted in ``c`` under
-    ``prefix`` (``forward`` / ``backward``): calls of equal size, each at NCCL's choice.
+def _ring_time_s(table, prefix, cands, costed=None):
+    """Seconds of the all-reduces, all-gathers and reduce-scatters counted in ``table``
+    (:data:`fsdpsim.costs.tensor_parallel.TpCollectives`) under ``prefix`` (``forward`` /
+    ``backward``): calls of equal size, each at NCCL's choice.
     ``costed``: the times of (calls, bytes, algorithm) entries already costed, by their
     objects (a table shares one entry between kinds of equal volume), filled in."""
     total = 0.0
     for kind, which in (("all_reduce", "ar"), ("all_gather", "ring"), ("reduce_scatter", "ring")):
-        calls = c[f"{prefix}_{kind}_calls"]
+        calls = getattr(table, f"{prefix}_{kind}_calls")
         if not any_of(calls):  # none of this kind on any row
             continue
-        nbytes = c[f"{prefix}_{kind}_bytes"]
+        nbytes = getattr(table, f"{prefix}_{kind}_bytes")
         key = (id(calls), id(nbytes), which)
         t = None if costed is None else costed.get(key)
         if t is None:
@@ -368,23 +370,24 @@ def _ring_time_s(c, prefix, cands, costed=None):
     return total
 
 
-def _head_forward_s(c, cands, costed=None):
+def _head_forward_s(table, cands, costed=None):
     """Seconds of the root's forward TP collectives [s]: its all-reduces of two sizes each
     costed on its own (the embedding's m bytes, then the loss's three per-token reductions,
     :func:`fsdpsim.costs.tensor_parallel.tp_head_collectives`), as NCCL picks per call;
     the all-gathers and reduce-scatters as :func:`_ring_time_s`."""
-    parts = {**c, "forward_all_reduce_calls": 0.0}
+    parts = table._replace(forward_all_reduce_calls=0.0)
     total = _ring_time_s(parts, "forward", cands, costed)
     for part in ("embedding", "loss"):
-        calls = c[f"forward_{part}_all_reduce_calls"]
+        calls = getattr(table, f"forward_{part}_all_reduce_calls")
         if any_of(calls):
-            per_call = c[f"forward_{part}_all_reduce_bytes"] / maximum(calls, 1.0)
+            per_call = getattr(table, f"forward_{part}_all_reduce_bytes") / maximum(calls, 1.0)
             total = total + nccl.time_s(per_call, cands.ar, calls)
     return total
 
 
-def _bytes(c, directions=("forward", "backward")):
-    return sum(c[f"{d}_{kind}_bytes"] for d in directions
+def _bytes(table, directions=("forward", "backward")):
+    """The tensor bytes of a TP table's collectives in ``directions`` [B]."""
+    return sum(getattr(table, f"{d}_{kind}_bytes") for d in directions
                for kind in ("all_reduce", "all_gather", "reduce_scatter"))
 
 
@@ -429,39 +432,39 @@ def context_parallel(g, co, w, layer, r):
 
     Ring (Liu et al. 2023, arXiv 2310.01889; Megatron/TE ``AttnFuncWithCPAndKVP2P``): the
     local K and V blocks travel cp−1 hops around the ring in forward, K, V and their gradients
-    in backward (:func:`fsdpsim.costs.tensor_parallel.cp_ring_attention_bytes`); each hop is a
+    in backward (:func:`fsdpsim.costs.context_parallel.cp_ring_attention_bytes`); each hop is a
     send/recv between ring neighbours (over the link inside a scale-up domain, else the NIC)
     and overlaps the attention of the block before it, so only the excess over the attention
     compute is exposed. All-to-all (Ulysses, Jacobs et al. 2023 §3.1,
-    :func:`~fsdpsim.costs.tensor_parallel.cp_all_to_all_bytes`): q, k, v are exchanged before
+    :func:`~fsdpsim.costs.context_parallel.cp_all_to_all_bytes`): q, k, v are exchanged before
     attention and the output after it, the reverse in backward; not overlapped.
     """
     elem = g.compute_bytes
     cp = g.cp_size
     tokens = g.micro_batch * g.seq_len
-    ring = tensor_parallel_costs.cp_ring_attention_bytes(tokens, g.kv_dim, elem, g.cp,
+    ring = context_parallel_costs.cp_ring_attention_bytes(tokens, g.kv_dim, elem, g.cp,
                                                          g.tp)
     spb, lat = comm.p2p_coefficients(g.cp_per_node >= cp, r.link, r.nic,
                                      g.link_latency_s, g.nic_latency_s)
-    ring_fwd = ring["forward_bytes"] * spb + ring["forward_calls"] * lat
-    ring_bwd = (ring["backward_kv_bytes"] + ring["backward_dkv_bytes"]) * spb \
-        + ring["backward_kv_calls"] * lat
-    a2a = tensor_parallel_costs.cp_all_to_all_bytes(tokens, g.q_dim, g.kv_dim, elem,
+    ring_fwd = ring.forward_bytes * spb + ring.forward_calls * lat
+    ring_bwd = (ring.backward_kv_bytes + ring.backward_dkv_bytes) * spb \
+        + ring.backward_kv_calls * lat
+    a2a = context_parallel_costs.cp_all_to_all_bytes(tokens, g.q_dim, g.kv_dim, elem,
                                                     g.cp, g.tp)
     a2a_spb, a2a_lat = comm.all_to_all_coefficients(
         cp, g.cp_per_node, r.link, r.nic, g.link_latency_s, g.nic_latency_s)
-    a2a_fwd = a2a["forward_bytes"] * a2a_spb + a2a["forward_calls"] * a2a_lat
-    a2a_bwd = a2a["backward_bytes"] * a2a_spb + a2a["backward_calls"] * a2a_lat
+    a2a_fwd = a2a.forward_bytes * a2a_spb + a2a.forward_calls * a2a_lat
+    a2a_bwd = a2a.backward_bytes * a2a_spb + a2a.backward_calls * a2a_lat
     all2all = g.cp_all2all > 0
     on = cp > 1
     fwd_s = where(on, where(all2all, a2a_fwd, ring_fwd), 0.0)
     bwd_s = where(on, where(all2all, a2a_bwd, ring_bwd), 0.0)
     fwd_exposed = where(all2all, fwd_s, maximum(fwd_s - layer.attn_fwd_s, 0.0))
     bwd_exposed = where(all2all, bwd_s, maximum(bwd_s - layer.attn_bwd_s, 0.0))
-    byte_count = where(on, where(all2all, a2a["forward_bytes"] + a2a["backward_bytes"],
-                                 ring["forward_bytes"] + ring["backward_kv_bytes"]
-                                 + ring["backward_dkv_bytes"]), 0.0)
-    fwd_bytes = where(on, where(all2all, a2a["forward_bytes"], ring["forward_bytes"]), 0.0)
+    byte_count = where(on, where(all2all, a2a.forward_bytes + a2a.backward_bytes,
+                                 ring.forward_bytes + ring.backward_kv_bytes
+                                 + ring.backward_dkv_bytes), 0.0)
+    fwd_bytes = where(on, where(all2all, a2a.forward_bytes, ring.forward_bytes), 0.0)
     return ContextParallelComm(
         cp_layer_fwd_s=fwd_s, cp_layer_bwd_s=bwd_s,
         cp_layer_fwd_exposed_s=fwd_exposed, cp_layer_bwd_exposed_s=bwd_exposed,

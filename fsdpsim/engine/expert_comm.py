@@ -71,10 +71,10 @@ def expert_parallel(g, r, ro, lt_m):
     on = g.ep_size > 1
     # one dispatch-direction call (forward dispatch, backward the combine's gradient) and one
     # combine-direction call (forward combine, backward the dispatch's gradient)
-    dispatch_s = where(on, a2a["dispatch_bytes"] * spb * busiest + lat, 0.0)
-    combine_s = where(on, a2a["combine_bytes"] * spb * busiest + lat, 0.0)
-    fwd_bytes = where(on, a2a["forward_bytes"], 0.0)
-    bwd_bytes = where(on, a2a["backward_bytes"], 0.0)
+    dispatch_s = where(on, a2a.dispatch_bytes * spb * busiest + lat, 0.0)
+    combine_s = where(on, a2a.combine_bytes * spb * busiest + lat, 0.0)
+    fwd_bytes = where(on, a2a.forward_bytes, 0.0)
+    bwd_bytes = where(on, a2a.backward_bytes, 0.0)
     if any_of(g.etp_size > 1):
         per_dir = moe_costs.etp_gather_bytes(ro.tokens, g.moe_top_k, g.d_model,
                                              g.n_experts, g.etp, elem, cf)
