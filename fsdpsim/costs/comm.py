@@ -23,7 +23,7 @@ hybrid (HSDP)  as full, within the shard   as full, within the group    the shar
 The root unit is not resharded after forward by default (FSDP2 ``reshard_after_forward=None``,
 and FSDP1 FULL_SHARD alike), so it is gathered once per micro-batch: AG calls = 2·U − 1 per
 micro-batch with U units (verified against torch 2.13 in
-``shared/reference/torch_validation_on_cpu.md`` §2).
+``tests/data/reference/torch_validation_on_cpu.md`` §2).
 
 Bytes are tensor bytes (AG: the gathered output; RS: the padded input; AR: the buffer), the
 quantities torch's ``c10d`` ops see. FSDP2 pads every parameter's dim 0 to a multiple of the

@@ -64,7 +64,7 @@ each kernel knob's column  its ``column`` in :mod:`fsdpsim.plan.knobs` (the kern
 ``preset``, ``mtp_layers`` the model as a preset id (published MoE rows), its MTP modules
 =========================  =========================================================
 
-Published tables (the columns of ``shared/validation/published_calibration.csv`` and
+Published tables (the columns of ``validation/data/published_calibration.csv`` and
 ``hybrid_calibration.csv``, and vTrain's ground truth) are recognised and converted by
 :mod:`fsdpsim.measured.published.tables`. Rows fsdpsim cannot model (mixture of experts, an
 accelerator not in the catalog, a layout the plan rejects) are kept with a ``skip`` reason

@@ -1,6 +1,6 @@
 """Bounds that let :func:`fsdpsim.drivers.search.run.search` skip candidates without changing
 what it finds (branch and bound; Land & Doig 1960, the pruning rule of Galvatron's search,
-Miao et al. VLDB 2023 §5, ``shared/reference/galvatron.md``).
+Miao et al., "Galvatron", VLDB 2023 §5).
 
 **Throughput bound.** The engine's step (:func:`fsdpsim.engine.evaluate`, ``step_time_s``) is
 the busiest stage's compute (``compute_s``: its layers' forward and backward over the step's

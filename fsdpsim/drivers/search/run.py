@@ -1,7 +1,7 @@
 """``fsdpsim search``: the fastest parallel plan that fits, by fsdpsim's own model, without
 profiling.
 
-Galvatron (Miao et al., VLDB 2023, §4–5; ``shared/reference/galvatron.md``) searches hybrid
+Galvatron (Miao et al., VLDB 2023, §4–5, arXiv 2211.13878) searches hybrid
 plans with profiled costs, a decision-tree pruning and a dynamic program over layers under a
 memory budget. fsdpsim's costs are closed-form, so whole families of plans are evaluated at
 once with the one engine (:func:`fsdpsim.engine.evaluate`, the code ``predict`` and ``sweep``

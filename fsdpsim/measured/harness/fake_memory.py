@@ -51,7 +51,7 @@ Where eager torch on CPU differs from fsdpsim (each difference is a term of
 
 References
 ----------
-[1] /work/shared/reference/torch_validation_on_cpu.md §4 (FakeTensorMode + fake process group +
+[1] tests/data/reference/torch_validation_on_cpu.md §4 (FakeTensorMode + fake process group +
     FSDPMemTracker).
 [2] PyTorch ``aten/src/ATen/native/layer_norm.cpp``: ``rms_norm_composite`` (upcast, saved by
     ``pow`` and ``mul``) and ``rms_norm_symint`` dispatching to ``_fused_rms_norm``, which has a

@@ -10,7 +10,7 @@ The yardstick for :func:`fsdpsim.engine.evaluate`'s per-step numbers:
   ``dist.all_gather_single`` / ``dist.reduce_scatter_single`` (``c10d._allgather_base_``,
   ``c10d._reduce_scatter_base_``) and FSDP1 on gloo the list-based ``c10d.allgather_``, so
   patching ``dist.all_gather_into_tensor`` would record nothing
-  (``shared/reference/torch_validation_on_cpu.md`` §2).
+  (``tests/data/reference/torch_validation_on_cpu.md`` §2).
 * :func:`run_cases` (the worker) trains one small :func:`~fsdpsim.measured.harness.reference.
   build_reference_model` per :class:`RunCase` (FSDP2 ``fully_shard`` or FSDP1, any sharding
   strategy, gradient accumulation) for a few full steps (forward, backward, AdamW) and returns,

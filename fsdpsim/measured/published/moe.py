@@ -61,7 +61,7 @@ def preset_flops_per_token(preset: str, mtp_layers: int | None, seq_len: int,
     × (192 + 128), so its causal attention is 30.7 GFLOP/token, not 10.7 — the generic count
     reads 330 TFLOP/s as 1,432 tokens/s where the table's own row beside it (338 TFLOP/s, 1,297
     tokens/s) gives 1,266. The Megatron-Bridge tables count causal attention and DeepSeek-V3's
-    MTP layer (``../shared/validation`` README; the row's stated/implied TFLOP/s = 1.041 without
+    MTP layer (``validation/data/README.md``; the row's stated/implied TFLOP/s = 1.041 without
     MTP, 1.004 with it). ``causal=False`` counts every score of the square (NeMo 24.x tables).
     """
     import dataclasses

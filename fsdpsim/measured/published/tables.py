@@ -2,7 +2,7 @@
 
 Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measured.validate`):
 
-* **published runs** (``shared/validation/published_calibration.csv`` and files with its
+* **published runs** (``validation/data/published_calibration.csv`` and files with its
   columns: ``source_key``, ``gpu`` as "A100 80GB", ``framework``, ``sharding``, ``tp``/``pp``/``cp``,
   free-text ``precision``, ``inter_node_interconnect`` ...). Every row is read by what it says,
   not by which source it comes from: the accelerator is matched against the catalog, the
