@@ -57,6 +57,12 @@ US_S = 1e-6
 #: PAT's base latency and its remaining linear term per rank (tuning.cc @5067397c:
 #: baseLatencies PAT 8.0 us; "nRanks * 2.8 // Still a linear part").
 PAT_BASE_S, PAT_PER_RANK_S = 8.0e-6, 2.8e-6
+#: PAT's latency per log2 of the node count is the tree's Simple network hop over this, and its
+#: bandwidth this share of the bus bandwidth (tuning.cc @5067397c, ncclTopoTuneModel).
+PAT_NET_HOP_DIVISOR, PAT_BANDWIDTH_FRACTION = 3.5, 0.75
+#: The tree all-reduce's LL bandwidth is the bus bandwidth over this (under llMaxBw), LL128's
+#: this share of it (tuning.cc @5067397c, ncclTopoTuneModel's model refinements).
+TREE_LL_DIVISOR, TREE_LL128_FRACTION = 3.8, 120.0 / 128.0
 #: Cost terms of a candidate that does not apply (finite, so 0 bytes x OFF is 0, not NaN).
 OFF = 1e30
 
@@ -208,18 +214,18 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
             if p == "simple":
                 pbw = minimum(bw * g.nccl_tree_fraction, tree_cap)
             elif p == "ll128":
-                pbw = minimum(bw * (120.0 / 128.0), ll128_cap)
+                pbw = minimum(bw * TREE_LL128_FRACTION, ll128_cap)
             else:
-                pbw = minimum(ll_max, bw / 3.8)
+                pbw = minimum(ll_max, bw / TREE_LL_DIVISOR)
             out.append((2.0 / pbw + off, lat + off))
     elif not all_reduce and not broadcast:
         # PAT: one GPU per node (NCCL >= 2.23), Simple only.
         pat = (g.nccl_pat > 0) & multi & (ppn <= 1.0)
         if any_of(pat):
             off = OFF * (1.0 - pat)
-            lat = (PAT_BASE_S + np.log2(nodes) * g.nccl_simple_tree_net_hop_s / 3.5
+            lat = (PAT_BASE_S + np.log2(nodes) * g.nccl_simple_tree_net_hop_s / PAT_NET_HOP_DIVISOR
                    + PAT_PER_RANK_S * n)
-            out.append((share / (0.75 * bw) + off, lat + off))
+            out.append((share / (PAT_BANDWIDTH_FRACTION * bw) + off, lat + off))
     return out
 
 
