@@ -29,7 +29,7 @@ from operator import attrgetter
 import numpy as np
 
 from fsdpsim.costs import comm, compute, pass_ratios
-from fsdpsim.costs.compute import any_of, maximum, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
 from fsdpsim.engine.moe_parts import (_gemms, attention_gemm_times,  # noqa: F401
@@ -195,9 +195,18 @@ def _host_bound_experts(g, ro, experts):
 
 def mix(dense: LayerTimes, moe: LayerTimes, phi) -> LayerTimes:
     """``(1 − φ)·dense + φ·moe`` of each field of :class:`~fsdpsim.engine.results.LayerTimes`
-    [s, FLOP]."""
-    return LayerTimes(*[d + phi * (m - d) for d, m in zip(_LAYER_VALUES(dense),
-                                                          _LAYER_VALUES(moe))])
+    [s, FLOP], as ``d + φ·(m − d)``; where φ is 1 on every row (every layer a MoE layer) and
+    ``m − d`` a float64 array of φ's shape or broader, ``d + (m − d)`` (the same values and
+    array: 1·x is x, bit for bit)."""
+    one = bool(all_of(phi == 1.0))
+    shape = np.shape(phi)
+    mixed = []
+    for d, m in zip(_LAYER_VALUES(dense), _LAYER_VALUES(moe)):
+        diff = m - d
+        same = (one and type(diff) is np.ndarray and diff.dtype == np.float64
+                and (not shape or diff.shape == shape))
+        mixed.append(d + (diff if same else phi * diff))
+    return LayerTimes(*mixed)
 
 
 #: A layer's times in the order of :data:`~fsdpsim.engine.results.LAYER_FIELDS`.
