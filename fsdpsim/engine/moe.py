@@ -196,8 +196,8 @@ def _host_bound_experts(g, ro, experts):
 def mix(dense: LayerTimes, moe: LayerTimes, phi) -> LayerTimes:
     """``(1 − φ)·dense + φ·moe`` of each field of :class:`~fsdpsim.engine.results.LayerTimes`
     [s, FLOP], as ``d + φ·(m − d)``; where φ is 1 on every row (every layer a MoE layer) and
-    ``m − d`` a float64 array of φ's shape or broader, ``d + (m − d)`` (the same values and
-    array: 1·x is x, bit for bit)."""
+    ``m − d`` a float64 array (of φ's shape where φ is an array), ``d + (m − d)`` (the same
+    values and array: 1·x is x, bit for bit)."""
     one = bool(all_of(phi == 1.0))
     shape = np.shape(phi)
     mixed = []
