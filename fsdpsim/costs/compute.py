@@ -227,13 +227,20 @@ def layer_gemm_times_s(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu, active_
 
 def layer_gemm_times_with_down_s(tokens, d_model, q_dim, kv_dim, ffn_size, swiglu,
                                  active_experts, matmul_flops_per_s, hbm_bytes_per_s, half_flops,
-                                 half_k, elem_bytes=2.0):
+                                 half_k, elem_bytes=2.0, attention=None):
     """:func:`layer_gemm_times_s` and, third, the forward time of the MLP down projections
-    alone (every active expert's) [s] (what torch's non-reentrant checkpoint skips)."""
+    alone (every active expert's) [s] (what torch's non-reentrant checkpoint skips).
+
+    ``attention``: the (forward, backward) sums of the first two shapes' times (the QKV and
+    output projections, each of multiplicity 1) where the caller has computed them on the
+    same inputs: the loop then starts from them (the same sums, bit for bit)."""
     rates = _gemm_rates(matmul_flops_per_s, hbm_bytes_per_s, half_flops, half_k)
     t = as_array(tokens)
     fwd = bwd = down = 0.0
-    for n, k, mult in layer_gemm_shapes(d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts):
+    shapes = layer_gemm_shapes(d_model, q_dim, kv_dim, ffn_size, swiglu, active_experts)
+    if attention is not None:
+        (fwd, bwd), shapes = attention, shapes[2:]
+    for n, k, mult in shapes:
         f, b = _linear_time_s(t, as_array(n), as_array(k), *rates, elem_bytes)
         fwd = fwd + mult * f
         bwd = bwd + mult * b

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fsdpsim.costs.compute import any_of
 from fsdpsim.costs.compute import where as compute_where
 
 NEG = -np.inf
@@ -155,8 +156,11 @@ def one_f_one_b_time_s(p, m, f, b, c, ef, eb, lf, lb):
     R = (p - 2) * x + TL + 2.0 * c                              # (1)
     base = F0 + B0 + R
     A = m * T0
-    few = _max(base + (m - 1) * _max(TL, F0, B0), A + (p - m) * x,
-               _where(m >= 2, base + TL + (m - 2) * x, NEG))
+    short = m < p
+    few = NEG  # no row with m < p (a grid's group): the selects below do not read it
+    if any_of(short):
+        few = _max(base + (m - 1) * _max(TL, F0, B0), A + (p - m) * x,
+                   _where(m >= 2, base + TL + (m - 2) * x, NEG))
     n_trips, r = _trips(m, p)
     fill = _where(r == 0, 0.0, _where(
         n_trips == 1, _max(r * TL, TL + (r - 1) * x),
@@ -166,8 +170,15 @@ def one_f_one_b_time_s(p, m, f, b, c, ef, eb, lf, lb):
                 base + (p - 1) * _maximum(F0, B0) + (m - p) * TL,             # G
                 _where(m > p, 2.0 * R + (m - p + 1) * T0, NEG),               # C
                 F0 + B0 + n_trips * R + (n_trips - 1) * T0 + fill)              # cycling
-    step = _maximum(A, _where(m < p, few, many))
-    return _where(p == 1, m * (f + b + (ef + eb + lf + lb)), step)
+    step = _maximum(A, _where(short, few, many))
+    return _one_stage(p, m, f, b, ef + eb + lf + lb, step)
+
+
+def _one_stage(p, m, f, b, extras, step):
+    """``step`` where p > 1, and on one stage (p = 1) ``m·(f + b + extras)``; that product is
+    computed only where some row has p = 1."""
+    one = p == 1
+    return _where(one, m * (f + b + extras) if any_of(one) else NEG, step)
 
 
 def zb_h1_time_s(p, m, f, b, w, c, ef, eb, lf, lb):

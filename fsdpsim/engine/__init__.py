@@ -184,21 +184,32 @@ class _Unsort:
 
     def store(self, result: dict[str, np.ndarray], n: int, values: list, key: str) -> None:
         """``values`` (one per group: an array of its rows or one value) into ``result[key]``
-        of ``n`` rows, typed as :func:`_store` types them."""
-        column = np.concatenate([v if np.ndim(v) else np.full(size, v)
-                                 for v, size in zip(values, self._sizes)])
-        dtype = column.dtype
+        of ``n`` rows, typed as :func:`_store` types them; one value in every group (a zero
+        term of the block's structures, a constant) is filled in, not gathered."""
+        same = groups.common_value(values)
+        if same is not None:
+            column = None
+            dtype = same.dtype
+        else:
+            column = np.concatenate([v if np.ndim(v) else np.full(size, v)
+                                     for v, size in zip(values, self._sizes)])
+            dtype = column.dtype
         if key not in result:
             if self._span.start == 0 and self._span.stop == n:
-                result[key] = column.take(self._inverse)
+                result[key] = (np.full(n, same, dtype=dtype) if column is None else
+                               column.take(self._inverse))
                 return
             result[key] = np.empty(n, dtype=dtype)
         elif dtype != result[key].dtype:
             wider = np.result_type(result[key].dtype, dtype)
             if wider != result[key].dtype:
                 result[key] = result[key].astype(wider)
-            column = column.astype(wider)
-        np.take(column, self._inverse, out=result[key][self._span], mode="wrap")
+            if column is not None:
+                column = column.astype(wider)
+        if column is None:
+            result[key][self._span] = same
+        else:
+            np.take(column, self._inverse, out=result[key][self._span], mode="wrap")
 
 
 def _new_columns(result: dict[str, np.ndarray], n: int, outs: list[Mapping]) -> None:

@@ -99,6 +99,22 @@ def one_value(v):
 _FLOAT64 = np.dtype(np.float64)
 
 
+def common_value(values: list) -> np.generic | None:
+    """The one value, as a numpy scalar, that every entry of ``values`` (each an array of a
+    group's rows or one value) holds on all its rows, bit for bit and of one dtype; else
+    None."""
+    same = None
+    for v in values:
+        v = np.asarray(one_value(v))
+        if v.ndim:
+            return None
+        if same is None:
+            same = v
+        elif v.dtype != same.dtype or v.tobytes() != same.tobytes():
+            return None
+    return None if same is None else same[()]
+
+
 class Twins:
     """Finds, among a block's columns seen so far, one bit-identical to a new column (the
     builders give several names one column's values: ``tp``, ``tp_size``, ``etp``; ``shard_size``,

@@ -77,7 +77,8 @@ def _op_selective_recompute_s(g, r, w, ew_fwd_s, ops_fwd):
 
 
 def layer_times(g: Prepared, r: Rates, w: Widths, gemm=None, extra_ew=None, extra_ops=None,
-                kind: LayerKind | None = None) -> LayerTimes:
+                kind: LayerKind | None = None, attention_gemm=None,
+                attention=None) -> LayerTimes:
     """Forward, backward and recompute time of one layer, one micro-batch, one rank [s]: its
     GEMMs, attention core (:func:`attention_times`) and element-wise kernels
     (:func:`elementwise_times`), each pass bounded below by the host's kernel launches
@@ -89,16 +90,21 @@ def layer_times(g: Prepared, r: Rates, w: Widths, gemm=None, extra_ew=None, extr
     GEMMs differ (multi-head latent attention, routed experts: :mod:`fsdpsim.engine.moe`);
     ``extra_ew`` (forward, backward) adds HBM bytes of kernels the uniform layer lacks,
     ``extra_ops`` (forward, backward) host ops it lacks (Megatron's per-expert work); ``kind``
-    the inputs the layer reads as its own (None: the model's)."""
+    the inputs the layer reads as its own (None: the model's). ``attention_gemm`` (forward,
+    backward): the uniform layer's QKV and output projection times where the caller has them
+    (:func:`fsdpsim.engine.moe_parts.gqa_gemm_times`); ``attention`` (forward, backward time,
+    forward FLOPs): :func:`attention_times` of the same ``g``, ``r`` and ``w`` (its widths but
+    the MLP's), another kind of layer's."""
     on = switches(g)
     kind = LayerKind(g.active_experts, g.block_numel, g.rc_mlp) if kind is None else kind
     if gemm is None:
         gemm = compute.layer_gemm_times_with_down_s(
             w.tokens, g.d_model, w.q, w.kv, w.ffn, on.swiglu,
             kind.active_experts, r.matmul, r.hbm, g.matmul_half_flops,
-            g.matmul_half_k, g.compute_bytes)
+            g.matmul_half_k, g.compute_bytes, attention_gemm)
     gemm_fwd_s, gemm_bwd_s, down_fwd_s = gemm
-    attn_fwd_s, attn_bwd_s, attn_flops_fwd = attention_times(g, r, w, on)
+    attn_fwd_s, attn_bwd_s, attn_flops_fwd = (attention_times(g, r, w, on) if attention is None
+                                              else attention)
     ew_fwd_s, ew_bwd_s = elementwise_times(g, r, w, on, kind, extra_ew)
     ops_fwd, ops_bwd = host_ops(g, on, extra_ops)
     block_fwd_s = compute.launch_bound_s(gemm_fwd_s + attn_fwd_s + ew_fwd_s, ops_fwd,

@@ -29,11 +29,11 @@ from operator import attrgetter
 import numpy as np
 
 from fsdpsim.costs import comm, compute, pass_ratios
-from fsdpsim.costs.compute import any_of, maximum, minimum, where
+from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
 from fsdpsim.engine.moe_parts import (_gemms, attention_gemm_times,  # noqa: F401
-                                      mlp_gemm_times, moe_tokens, routing)
+                                      gqa_gemm_times, mlp_gemm_times, moe_tokens, routing)
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import (DATA_PARALLEL_GROUPS, LAYER_FIELDS, LayerKind, LayerTimes,
                                     MoeLayerTimes, replace)
@@ -79,14 +79,22 @@ def _qk_norm_bytes(g, w):
     return 2.0 * width, 3.0 * width
 
 
-def layer_kinds(g, r, w, lt):
+def gemm_rates(g, r):
+    """The rate-only terms of a GEMM's time on these rows
+    (:func:`fsdpsim.costs.compute._gemm_rates`)."""
+    return compute._gemm_rates(r.matmul, r.hbm, g.matmul_half_flops, g.matmul_half_k)
+
+
+def layer_kinds(g, r, w, lt, rates, gqa):
     """Times of the dense and the MoE kind of layer, one micro-batch, one rank, and the MoE
     layer's expert-parallel communication: ``(lt_dense, lt_moe, ep)``; ``lt`` is the uniform
-    layer :func:`fsdpsim.engine.layers.layer_times` gave (the dense kind without MLA)."""
+    layer :func:`fsdpsim.engine.layers.layer_times` gave (the dense kind without MLA), ``rates``
+    :func:`gemm_rates` and ``gqa`` the GQA projections' times
+    (:func:`fsdpsim.engine.moe_parts.gqa_gemm_times`), which the uniform layer's GEMMs
+    include; every kind shares the uniform layer's attention core."""
     elem = g.compute_bytes
-    rates = compute._gemm_rates(r.matmul, r.hbm, g.matmul_half_flops,
-                                g.matmul_half_k)
-    attn = attention_gemm_times(g, w, rates, elem)
+    attn = attention_gemm_times(g, w, rates, elem, gqa)
+    core = (lt.attn_fwd_s, lt.attn_bwd_s, lt.attn_flops_fwd)  # the kinds' attention core
     qk = _qk_norm_bytes(g, w) if any_of(g.qk_norm > 0) else None
     lt_d = lt
     if any_of(g.mla > 0) or qk is not None:
@@ -94,11 +102,11 @@ def layer_kinds(g, r, w, lt):
         uniform = compute.layer_gemm_times_with_down_s(
             w.tokens, g.d_model, w.q, w.kv, w.ffn, g.swiglu > 0,
             g.active_experts, r.matmul, r.hbm, g.matmul_half_flops,
-            g.matmul_half_k, elem)
+            g.matmul_half_k, elem, gqa)
         mla = g.mla > 0  # rows without MLA keep the uniform layer's GEMMs exactly
         gemm = (where(mla, attn[0] + mlp[0], uniform[0]),
                 where(mla, attn[1] + mlp[1], uniform[1]), where(mla, mlp[2], uniform[2]))
-        lt_d = layers.layer_times(g, r, w, gemm=gemm, extra_ew=qk)
+        lt_d = layers.layer_times(g, r, w, gemm=gemm, extra_ew=qk, attention=core)
     mla_up_s = None
     if any_of(g.rc_mla_up_proj > 0) and any_of(g.mla > 0):
         mla_up_s = where((g.rc_mla_up_proj > 0) & (g.mla > 0)
@@ -137,7 +145,7 @@ def layer_kinds(g, r, w, lt):
     # shared expert included)
     kind = LayerKind(active_experts=1.0, block_numel=g.moe_block_numel, rc_mlp=0.0)
     layer = layers.layer_times(g, r, replace(w, ffn=shared_local), gemm=gemm, extra_ew=ew,
-                               extra_ops=expert_ops, kind=kind)
+                               extra_ops=expert_ops, kind=kind, attention=core)
     recompute_s = layer.recompute_s
     if mla_up_s is not None:
         recompute_s = recompute_s + mla_up_s
@@ -188,9 +196,18 @@ def _host_bound_experts(g, ro, experts):
 
 def mix(dense: LayerTimes, moe: LayerTimes, phi) -> LayerTimes:
     """``(1 − φ)·dense + φ·moe`` of each field of :class:`~fsdpsim.engine.results.LayerTimes`
-    [s, FLOP]."""
-    return LayerTimes(*[d + phi * (m - d) for d, m in zip(_LAYER_VALUES(dense),
-                                                          _LAYER_VALUES(moe))])
+    [s, FLOP], as ``d + φ·(m − d)``; where φ is 1 on every row (every layer a MoE layer) and
+    ``m − d`` a float64 array (of φ's shape where φ is an array), ``d + (m − d)`` (the same
+    values and array: 1·x is x, bit for bit)."""
+    one = bool(all_of(phi == 1.0))
+    shape = np.shape(phi)
+    mixed = []
+    for d, m in zip(_LAYER_VALUES(dense), _LAYER_VALUES(moe)):
+        diff = m - d
+        same = (one and type(diff) is np.ndarray and diff.dtype == np.float64
+                and (not shape or diff.shape == shape))
+        mixed.append(d + (diff if same else phi * diff))
+    return LayerTimes(*mixed)
 
 
 #: A layer's times in the order of :data:`~fsdpsim.engine.results.LAYER_FIELDS`.

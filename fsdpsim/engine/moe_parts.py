@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from fsdpsim.costs import compute
 from fsdpsim.costs import moe as moe_costs
+from fsdpsim.costs.arrays import broadcast_shape
 from fsdpsim.costs.compute import any_of, maximum, where
 from fsdpsim.engine.results import Routing
 
@@ -21,15 +24,24 @@ def _gemms(shapes, tokens, rates, elem):
     return fwd, bwd, last
 
 
-def attention_gemm_times(g, w, rates, elem):
+def gqa_gemm_times(g, w, rates, elem):
+    """Forward and backward time of one layer's GQA projections on one TP rank [s]: the fused
+    QKV projection and the output projection (the uniform layer's first two GEMMs,
+    :func:`fsdpsim.costs.compute.layer_gemm_shapes`)."""
+    d = g.d_model
+    return _gemms([(w.q + 2.0 * w.kv, d, 1.0), (d, w.q, 1.0)], w.tokens, rates, elem)[:2]
+
+
+def attention_gemm_times(g, w, rates, elem, gqa=None):
     """Forward and backward time of one layer's attention projections on one TP rank [s]:
     GQA's fused QKV and output projection, or MLA's (DeepSeek-V3 Eq. 1-11): the query down and
     up projections (a full query projection without ``q_lora_rank``), the joint key/value down
     projection with the rotary key, the key/value up projection and the output projection;
     the down projections are whole on every TP rank (Megatron-Core MLA), the rest split by
-    heads."""
+    heads. ``gqa``: :func:`gqa_gemm_times` where the caller has it."""
     d, t = g.d_model, w.tokens
-    gqa = _gemms([(w.q + 2.0 * w.kv, d, 1.0), (d, w.q, 1.0)], t, rates, elem)[:2]
+    if gqa is None:
+        gqa = gqa_gemm_times(g, w, rates, elem)
     if not any_of(g.mla > 0):
         return gqa
     heads = w.heads  # the rank's heads (layers.widths)
@@ -46,9 +58,14 @@ def attention_gemm_times(g, w, rates, elem):
 def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
     """Forward, backward and down-projection forward time of a dense MLP of local width
     ``ffn_local`` (up and gate fused: 2f with SwiGLU) [s]; 0 where the width is 0."""
+    on = ffn_local > 0
+    if type(on) is np.ndarray and not any_of(on):  # no such MLP on any row (a grid's group)
+        # the zeros the selects below give, of the times' shape, without computing the times
+        zero = np.zeros(broadcast_shape(on.shape, *map(np.shape, (
+            tokens, g.swiglu, g.d_model, elem, *rates))))
+        return zero, zero.copy(), zero.copy()
     up = where(g.swiglu > 0, 2.0, 1.0) * ffn_local
     times = _gemms([(up, g.d_model, 1.0), (g.d_model, ffn_local, 1.0)], tokens, rates, elem)
-    on = ffn_local > 0
     return tuple(where(on, x, 0.0) for x in times)
 
 

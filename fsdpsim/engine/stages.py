@@ -27,17 +27,20 @@ def layer_costs(g: Prepared) -> LayerCosts:
     """Stage 2: compute of one layer and the root, one micro-batch, one rank; the layered
     model's two kinds of layer (``lt_d``, ``lt_m``; None for other grids) and its expert
     all-to-alls (``ep``) and MoE share (``phi``)."""
-    lt_d = lt_m = None
+    lt_d = lt_m = gqa = None
     r = layers.rates(g)
     w = layers.widths(g)
-    lt = layers.layer_times(g, r, w)
-    rt = layers.root_times(g, r, w)
     # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
     layered = moe.layered(g)
+    if layered:  # the GQA projections, the uniform layer's and the kinds' alike
+        rates = moe.gemm_rates(g, r)
+        gqa = moe.gqa_gemm_times(g, w, rates, g.compute_bytes)
+    lt = layers.layer_times(g, r, w, attention_gemm=gqa)
+    rt = layers.root_times(g, r, w)
     has_moe = layered and bool(any_of(g.moe_layers > 0))
     ep, phi = expert_comm.NO_EXPERT_PARALLEL, 0.0
     if layered:
-        lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt)
+        lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt, rates, gqa)
         lt = lt_d
         if has_moe:
             ep, phi = ep_c, moe.moe_share(g)
