@@ -213,7 +213,9 @@ def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
                              "rows": result.to_dict("records")}))
         return
     if fmt == "csv":
-        echo(result.to_csv(index=False), nl=False)
+        from fsdpsim.report.frame_csv import frame_csv
+
+        echo(frame_csv(result), nl=False)
         return
     echo(_rows_table(result.sort_values("error")))
     echo("")

@@ -19,35 +19,11 @@ import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.measured.rows import SPEC_COLUMNS, row_setup, spec_for_row
+from fsdpsim.util.codes import column_codes
 
 #: Columns no row setup reads (label, measurement, per-row knobs and bookkeeping).
 NOT_SETUP = ("id", "tokens_per_s_per_gpu", "skip", "knobs", "micro_batch", "grad_accum",
              "recompute", "measured_from", "modelled_as")
-
-
-def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
-    """Integer codes of a column, equal exactly where the cells are the same value of the same
-    type: floats by their bits (NaN, -0.0 apart from 0.0), other cells by value and type (``1``,
-    ``1.0``, ``"1"`` and ``True`` apart, ``None`` apart from NaN)."""
-    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.StringDtype):
-        return pd.factorize(values)[0]  # text cells (one type) and missing ones (-1)
-    a = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
-    if a.dtype.kind == "f":
-        return pd.factorize(a.astype(np.float64).view(np.int64))[0]
-    if a.dtype.kind in "iub":
-        return pd.factorize(a)[0]
-    a = a.astype(object)
-    codes, uniques = pd.factorize(a)  # missing cells (None, NaN, NA) are -1
-    types = pd.factorize(_TYPE_OF(a))[0].astype(np.int64)
-    # 0.0 and -0.0 are equal values that print apart
-    for u in [u for u, v in enumerate(uniques) if isinstance(v, float) and v == 0.0]:
-        at = np.flatnonzero(codes == u)
-        types[at] += (int(types.max()) + 1) * np.signbit(a[at].astype(float))
-    return (codes.astype(np.int64) + 1) * (int(types.max()) + 1) + types
-
-
-#: Each cell's type, elementwise over an object array.
-_TYPE_OF = np.frompyfunc(type, 1, 1)
 
 
 def group_ids(frame: pd.DataFrame, columns: Iterable[str]) -> np.ndarray:
