@@ -184,3 +184,31 @@ def test_calibrate_jacobian_in_one_engine_call_fits_as_point_by_point(monkeypatc
     assert (batched.after, batched.cross_validated, batched.interval) == \
         (one_by_one.after, one_by_one.cross_validated, one_by_one.interval)
     pd.testing.assert_frame_equal(batched.rows, one_by_one.rows)
+
+
+@pytest.mark.parametrize("plan", [dict(num_gpus=64, gpus_per_node=8, sharding="full"),
+                                  dict(num_gpus=32, gpus_per_node=8, sharding="hybrid", tp=2),
+                                  dict(num_gpus=8, gpus_per_node=8, sharding="optimizer", tp=4)])
+def test_rows_that_differ_in_bus_bandwidth_share_the_rest_of_their_inputs(plan):
+    """The grid builds one layout's inputs once and its groups' pinned bus bandwidths apart
+    (engine.build.with_pinned_busbw): the builder's inputs on each such system."""
+    from fsdpsim.engine.build import config_inputs, with_pinned_busbw
+    from fsdpsim.hardware.system import resolve_system
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+    spec, plan = get_model("llama3-8b"), ParallelPlan(**plan)
+    training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="none")
+    pinned = [None, {"busbw_allreduce_intra_gbs": 400.0},
+              {"busbw_allreduce_inter_gbs": 90.0, "busbw_allgather_inter_gbs": 80.0,
+               "busbw_reducescatter_inter_gbs": 70.0},
+              {c: 50.0 for c in ("busbw_allreduce_intra_gbs", "busbw_allreduce_inter_gbs",
+                                 "busbw_allgather_inter_gbs", "busbw_reducescatter_inter_gbs")}]
+    systems = [resolve_system(CATALOG, gpu="h100", gpus_per_node=8, busbw_gbs=p) for p in pinned]
+    base = config_inputs(spec, systems[0], plan, training)
+    for system in systems[1:]:
+        want = config_inputs(spec, system, plan, training)
+        got = with_pinned_busbw(base, system)
+        assert list(got) == list(want)
+        np.testing.assert_equal(got, want)
+        assert got != base

@@ -365,6 +365,14 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
     return x
 
 
+def with_pinned_busbw(inputs: EngineInputs, system: System) -> EngineInputs:
+    """:func:`config_inputs` on ``system`` from ``inputs``, those of the same model, plan and
+    training on a system that differs from ``system`` only in its pinned bus bandwidths
+    (:attr:`~fsdpsim.hardware.spec.System.measured_busbw`, which enter only
+    :func:`busbw_inputs`)."""
+    return {**inputs, **busbw_inputs(system)}
+
+
 def framework_recomputes(framework: str) -> tuple[str, ...]:
     """The recompute modes an automatic ``recompute`` tries, in order, under ``framework``:
     the profile's own modes where it declares them (torchtitan's none, op-level selective and

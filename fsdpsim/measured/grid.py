@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
-from fsdpsim.measured.rows import SPEC_COLUMNS, row_setup, spec_for_row
+from fsdpsim.hardware.system import BUSBW_COLUMNS
+from fsdpsim.measured.rows import SPEC_COLUMNS, row_setup, row_system, spec_for_row
+from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.codes import column_codes
 
 #: Columns no row setup reads (label, measurement, per-row knobs and bookkeeping).
@@ -26,10 +28,12 @@ NOT_SETUP = ("id", "tokens_per_s_per_gpu", "skip", "knobs", "micro_batch", "grad
              "recompute", "measured_from", "modelled_as")
 
 
-def group_ids(frame: pd.DataFrame, columns: Iterable[str]) -> np.ndarray:
+def group_ids(frame: pd.DataFrame, columns: Iterable[str],
+              within: np.ndarray | None = None) -> np.ndarray:
     """Each row's group (0, 1, ... in order of first appearance): rows with the same cells in
-    ``columns`` (:func:`column_codes`) share one."""
-    ids = np.zeros(len(frame), dtype=np.int64)
+    ``columns`` (:func:`column_codes`) share one; ``within``: groups the rows already fall in,
+    split by ``columns``."""
+    ids = np.zeros(len(frame), dtype=np.int64) if within is None else within
     for column in columns:
         codes = column_codes(frame[column]).astype(np.int64)
         ids = pd.factorize(ids * (int(codes.max(initial=0)) + 2) + (codes + 1))[0]
@@ -65,6 +69,9 @@ def rows_of(frame: pd.DataFrame, values: np.ndarray | None = None) -> Callable[[
     return row
 
 
+#: Setup cells that enter only the row's system: the measured bus bandwidths.
+PINNED = BUSBW_COLUMNS
+
 #: Setups already built per catalog, by the row's setup cells (shared by the stages of one
 #: ``validate``: the layout check, the auto knobs and the engine inputs).
 _BUILT: "weakref.WeakKeyDictionary[Catalog, dict]" = weakref.WeakKeyDictionary()
@@ -75,17 +82,25 @@ MAX_KEPT = 200_000
 class Setups:
     """:func:`fsdpsim.measured.rows.row_setup` of a frame's rows, once per group of equal setup
     cells (and ``vpp`` override); failures are not kept (each failing row is set up again, so
-    its error names it)."""
+    its error names it).
+
+    Groups that differ only in their measured bus bandwidths (:data:`PINNED`, cells that enter
+    nothing but the row's system, :func:`fsdpsim.measured.rows.row_system`) share one layout
+    (:attr:`layout`): its model, plan and options are built once, each group's system on its
+    own."""
 
     def __init__(self, frame: pd.DataFrame, catalog: Catalog):
         self.catalog = catalog
         self.columns = setup_columns(frame)
-        self.group = group_ids(frame, self.columns)
+        #: Each row's layout: its group without the measured bus bandwidth cells.
+        self.layout = group_ids(frame, [c for c in self.columns if c not in PINNED])
+        self.group = group_ids(frame, [c for c in self.columns if c in PINNED], self.layout)
         self._values = frame.values
         self.row = rows_of(frame, self._values)
         # where the setup cells are in a row of values, and their names as a key
         self._at = np.array([list(frame.columns).index(c) for c in self.columns], dtype=int)
         self._names = tuple(self.columns)
+        self._pinned = np.array([c in PINNED for c in self.columns], dtype=bool)
         self._done: dict[tuple[int, Any], tuple] = {}
         self._built = _BUILT.setdefault(catalog, {})
         self._specs: dict[tuple, Any] = {}
@@ -104,16 +119,33 @@ class Setups:
         found = self._done.get(key)
         if found is None:
             cells = self._values[position, self._at]
-            content = (self._names, vpp, tuple(map(type, cells)), tuple(map(repr, cells)))
+            types, texts = tuple(map(type, cells)), tuple(map(repr, cells))
+            content = (self._names, vpp, types, texts)
             found = self._built.get(content)
             if found is None:
-                row = self.row(position)
-                found = row_setup(row, self.catalog, vpp, self._spec(row))
-                if len(self._built) >= MAX_KEPT:
+                layout = ("layout", self._names, vpp,
+                          *(tuple(v for v, p in zip(t, self._pinned) if not p)
+                            for t in (types, texts)))
+                found = self._build(position, vpp, self._built.get(layout))
+                if len(self._built) >= MAX_KEPT - 1:
                     self._built.clear()
+                self._built.setdefault(layout, found)
                 self._built[content] = found
             self._done[key] = found
         return found
+
+    def _build(self, position: int, vpp: int | None, layout: tuple | None) -> tuple:
+        """The row's setup: its layout's model, plan and options with the row's own system
+        (the system of the layout's scale-up domain), or on its own where it has no layout
+        yet or its system fails (the row's error is then :func:`row_setup`'s)."""
+        row = self.row(position)
+        if layout is not None:
+            spec, system, plan, options = layout
+            try:
+                return spec, row_system(row, self.catalog, system.gpus_per_node), plan, options
+            except ConfigError:
+                pass
+        return row_setup(row, self.catalog, vpp, self._spec(row))
 
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
@@ -133,6 +165,7 @@ def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None
     ``setups``: the frame's :class:`Setups`, when the caller keeps them for later stages."""
     from fsdpsim import engine
     from fsdpsim.drivers.predict import config_inputs
+    from fsdpsim.engine.build import with_pinned_busbw
     from fsdpsim.engine.build_moe import uniform_keys
     from fsdpsim.plan.parallel import TrainingConfig
 
@@ -145,6 +178,8 @@ def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None
     first = first_positions(runs)
     codes = np.empty(first.size, dtype=float)
     per_group: dict[int, dict[str, Any]] = {}
+    # a layout's inputs by recompute mode (the builder reads it, not the micro-batch)
+    per_layout: dict[tuple[int, str], dict[str, Any]] = {}
     checked: dict[tuple[int, int, str], float] = {}
     for r, pos in enumerate(first):
         g = int(setups.group[pos])
@@ -153,9 +188,13 @@ def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None
             training = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
             checked[g, mb[pos], rc[pos]] = engine.RECOMPUTE_CODES[training.recompute]
             if g not in per_group:
-                x = config_inputs(spec, system, plan, training)
-                # the per-row keys as the per-row path orders them (values set below)
-                x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
+                layout = (int(setups.layout[pos]), rc[pos])
+                if layout in per_layout:  # only the pinned bus bandwidths differ
+                    x = with_pinned_busbw(per_layout[layout], system)
+                else:
+                    x = per_layout[layout] = config_inputs(spec, system, plan, training)
+                    # the per-row keys as the per-row path orders them (values set below)
+                    x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
                 per_group[g] = x
         codes[r] = checked[g, mb[pos], rc[pos]]
     rows = uniform_keys([per_group[g] for g in range(len(per_group))])

@@ -194,8 +194,11 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
     PP × vpp, sequence by CP): a published row the plan refuses gets the reason as ``skip``;
     in fsdpsim's own schema (``strict``) it is an error naming the row."""
     frame = frame.copy()
-    setups = grid.Setups(frame, catalog)  # one setup and check per group of equal rows
+    # one setup per group of equal rows, one check per layout (groups that differ only in
+    # their measured bus bandwidths, which the checks do not read)
+    setups = grid.Setups(frame, catalog)
     checked: set[int] = set()
+    checked_layouts: set[int] = set()
     vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
     for position, (i, skip, row_id) in enumerate(zip(frame.index, frame["skip"].tolist(),
                                                      frame["id"].tolist())):
@@ -204,13 +207,16 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
             continue
         try:
             spec, system, plan, options = setups(position)
-            plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
-                             n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
-                             n_experts=spec.n_experts,
-                             expert_ffn_size=spec.expert_size if spec.is_moe else 0)
-            training = TrainingConfig(**options)
-            bf16_linear_share(spec, training)  # BF16 layers of this model
-            gemm_peak_flops_per_s(system.accelerator, training.precision)  # the GPU runs it
+            layout = int(setups.layout[position])
+            if layout not in checked_layouts:
+                plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
+                                 n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
+                                 n_experts=spec.n_experts,
+                                 expert_ffn_size=spec.expert_size if spec.is_moe else 0)
+                training = TrainingConfig(**options)
+                bf16_linear_share(spec, training)  # BF16 layers of this model
+                gemm_peak_flops_per_s(system.accelerator, training.precision)  # the GPU runs it
+                checked_layouts.add(layout)
             checked.add(group)
         except ConfigError as exc:
             if strict:
