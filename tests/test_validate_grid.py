@@ -124,6 +124,16 @@ def test_codes_tell_apart_what_the_setup_reads_differently():
     assert floats[0] == floats[3] and len({*floats[:3].tolist()}) == 3
 
 
+def test_codes_of_a_column_of_one_type_tell_apart_what_prints_apart():
+    # Python floats in an object column by their bits (as a float column), ints by value
+    # (one beyond 64 bits too)
+    floats = grid.column_codes(np.array([0.0, -0.0, float("nan"), 0.0, 1.5], dtype=object))
+    assert floats[0] == floats[3] and len({*floats[:3].tolist(), floats[4]}) == 4
+    ints = grid.column_codes(np.array([1, 2**70, 1, 2], dtype=object))
+    assert ints[0] == ints[2] and len(set(ints.tolist())) == 3
+    assert grid.column_codes(np.array([], dtype=object)).size == 0
+
+
 def test_a_failing_row_is_named_even_when_its_group_failed_before(tmp_path):
     # two rows of one run with a cell the setup refuses: each skip reason names its own row
     # (a group's failure is not shared)

@@ -19,6 +19,18 @@ def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iub":
         return pd.factorize(a)[0]
     a = a.astype(object)
+    if not len(a):
+        return np.zeros(0, dtype=np.int64)
+    kinds = set(map(type, a.tolist()))
+    if kinds == {float}:  # Python floats only: by their bits, as a float column
+        return pd.factorize(a.astype(np.float64).view(np.int64))[0]
+    if kinds == {int}:  # Python ints only: as an integer column where they fit
+        try:
+            return pd.factorize(a.astype(np.int64))[0]
+        except OverflowError:
+            return pd.factorize(a)[0]
+    if len(kinds) == 1 and kinds <= {str, bool}:  # one type whose equal values print alike
+        return pd.factorize(a)[0]
     codes, uniques = pd.factorize(a)  # missing cells (None, NaN, NA) are -1
     types = pd.factorize(_TYPE_OF(a))[0].astype(np.int64)
     # 0.0 and -0.0 are equal values that print apart
