@@ -33,10 +33,15 @@ def group_ids(frame: pd.DataFrame, columns: Iterable[str],
     """Each row's group (0, 1, ... in order of first appearance): rows with the same cells in
     ``columns`` (:func:`column_codes`) share one; ``within``: groups the rows already fall in,
     split by ``columns``."""
-    ids = np.zeros(len(frame), dtype=np.int64) if within is None else within
-    for column in columns:
-        codes = column_codes(frame[column]).astype(np.int64)
-        ids = pd.factorize(ids * (int(codes.max(initial=0)) + 2) + (codes + 1))[0]
+    return _combined(len(frame), [column_codes(frame[c]) for c in columns], within)
+
+
+def _combined(n: int, codes: list[np.ndarray], within: np.ndarray | None = None) -> np.ndarray:
+    """:func:`group_ids` of ``n`` rows from their columns' codes."""
+    ids = np.zeros(n, dtype=np.int64) if within is None else within
+    for column in codes:
+        column = column.astype(np.int64)
+        ids = pd.factorize(ids * (int(column.max(initial=0)) + 2) + (column + 1))[0]
     return ids
 
 
@@ -92,15 +97,19 @@ class Setups:
     def __init__(self, frame: pd.DataFrame, catalog: Catalog):
         self.catalog = catalog
         self.columns = setup_columns(frame)
+        self._codes = [column_codes(frame[c]) for c in self.columns]
+        self._pinned = [c in PINNED for c in self.columns]
         #: Each row's layout: its group without the measured bus bandwidth cells.
-        self.layout = group_ids(frame, [c for c in self.columns if c not in PINNED])
-        self.group = group_ids(frame, [c for c in self.columns if c in PINNED], self.layout)
+        self.layout = _combined(len(frame), [k for k, p in zip(self._codes, self._pinned)
+                                             if not p])
+        self.group = _combined(len(frame), [k for k, p in zip(self._codes, self._pinned) if p],
+                               self.layout)
         self._values = frame.values
         self.row = rows_of(frame, self._values)
         # where the setup cells are in a row of values, and their names as a key
-        self._at = np.array([list(frame.columns).index(c) for c in self.columns], dtype=int)
+        self._at = [list(frame.columns).index(c) for c in self.columns]
         self._names = tuple(self.columns)
-        self._pinned = np.array([c in PINNED for c in self.columns], dtype=bool)
+        self._keys: tuple[list, list] | None = None
         self._done: dict[tuple[int, Any], tuple] = {}
         self._built = _BUILT.setdefault(catalog, {})
         self._specs: dict[tuple, Any] = {}
@@ -118,14 +127,12 @@ class Setups:
         key = (int(self.group[position]), vpp)
         found = self._done.get(key)
         if found is None:
-            cells = self._values[position, self._at]
-            types, texts = tuple(map(type, cells)), tuple(map(repr, cells))
-            content = (self._names, vpp, types, texts)
+            if self._keys is None:
+                self._keys = self._group_keys()
+            content = (self._names, vpp, self._keys[0][key[0]])
             found = self._built.get(content)
             if found is None:
-                layout = ("layout", self._names, vpp,
-                          *(tuple(v for v, p in zip(t, self._pinned) if not p)
-                            for t in (types, texts)))
+                layout = ("layout", self._names, vpp, self._keys[1][key[0]])
                 found = self._build(position, vpp, self._built.get(layout))
                 if len(self._built) >= MAX_KEPT - 1:
                     self._built.clear()
@@ -133,6 +140,19 @@ class Setups:
                 self._built[content] = found
             self._done[key] = found
         return found
+
+    def _group_keys(self) -> tuple[list[tuple], list[tuple]]:
+        """Each group's setup cells, each as its type and ``repr`` (the key of :data:`_BUILT`),
+        and its layout's (the same without :data:`PINNED`); each distinct cell of a column
+        written once."""
+        first = first_positions(self.group)
+        columns = []
+        for at, codes in zip(self._at, self._codes):
+            _, one, which = np.unique(codes[first], return_index=True, return_inverse=True)
+            texts = [(type(v), repr(v)) for v in self._values[first[one], at].tolist()]
+            columns.append([texts[k] for k in which.ravel().tolist()])
+        layout = [c for c, p in zip(columns, self._pinned) if not p]
+        return list(zip(*columns)), list(zip(*layout))
 
     def _build(self, position: int, vpp: int | None, layout: tuple | None) -> tuple:
         """The row's setup: its layout's model, plan and options with the row's own system
