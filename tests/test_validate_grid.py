@@ -201,8 +201,9 @@ def test_calibrate_jacobian_in_one_engine_call_fits_as_point_by_point(monkeypatc
                                   dict(num_gpus=8, gpus_per_node=8, sharding="optimizer", tp=4)])
 def test_rows_that_differ_in_bus_bandwidth_share_the_rest_of_their_inputs(plan):
     """The grid builds one layout's inputs once and its groups' pinned bus bandwidths apart
-    (engine.build.with_pinned_busbw): the builder's inputs on each such system."""
-    from fsdpsim.engine.build import config_inputs, with_pinned_busbw
+    (engine.build.busbw_inputs, the only inputs those enter): the builder's inputs on each
+    such system."""
+    from fsdpsim.engine.build import busbw_inputs, config_inputs
     from fsdpsim.hardware.system import resolve_system
     from fsdpsim.model.presets import get_model
     from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -218,7 +219,7 @@ def test_rows_that_differ_in_bus_bandwidth_share_the_rest_of_their_inputs(plan):
     base = config_inputs(spec, systems[0], plan, training)
     for system in systems[1:]:
         want = config_inputs(spec, system, plan, training)
-        got = with_pinned_busbw(base, system)
+        got = {**base, **busbw_inputs(system)}
         assert list(got) == list(want)
         np.testing.assert_equal(got, want)
         assert got != base

@@ -182,7 +182,8 @@ def _system_inputs(system: System, precision: str,
 
 def busbw_inputs(system: System) -> dict[str, float]:
     """Measured bus bandwidths pinned for this system (``--busbw-*-gbs``,
-    :data:`fsdpsim.hardware.system.BUSBW_COLUMNS`) as engine inputs [B/s], NaN where not pinned:
+    :data:`fsdpsim.hardware.system.BUSBW_COLUMNS`) as engine inputs [B/s], NaN where not pinned
+    (the only inputs of :func:`config_inputs` the pinned bus bandwidths enter):
     all-reduce inside a node and across nodes, and all-gather/reduce-scatter across nodes. The
     engine prices all-gathers and reduce-scatters with one set of candidates; where both are
     pinned it takes their harmonic mean (an all-gather and a reduce-scatter of the same bytes
@@ -363,14 +364,6 @@ def config_inputs(spec: ModelSpec, system: System, plan: ParallelPlan,
          **framework_inputs(spec, system, plan, training.precision)}
     x.update(moe_inputs.stage_inputs(spec, plan))
     return x
-
-
-def with_pinned_busbw(inputs: EngineInputs, system: System) -> EngineInputs:
-    """:func:`config_inputs` on ``system`` from ``inputs``, those of the same model, plan and
-    training on a system that differs from ``system`` only in its pinned bus bandwidths
-    (:attr:`~fsdpsim.hardware.spec.System.measured_busbw`, which enter only
-    :func:`busbw_inputs`)."""
-    return {**inputs, **busbw_inputs(system)}
 
 
 def framework_recomputes(framework: str) -> tuple[str, ...]:

@@ -178,14 +178,18 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
 def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None = None
                     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The engine inputs of each distinct run of ``frame`` and each row's run (``inputs[k][
-    inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). The builder
-    ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) runs once per group of equal
-    setup cells; a run is a group with one micro-batch, accumulation and recompute mode. The
-    training options are checked once per run, as the per-row path checks every row's.
-    ``setups``: the frame's :class:`Setups`, when the caller keeps them for later stages."""
+    inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). A run is a group
+    of equal setup cells with one micro-batch, accumulation and recompute mode. The builder
+    ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`, which reads the recompute
+    mode but not the micro-batch) runs once per layout (:attr:`Setups.layout`) and recompute
+    mode; the groups of a layout differ only in their systems' pinned bus bandwidths, which
+    enter only :func:`fsdpsim.engine.build.busbw_inputs`, set per group. The training
+    options are checked once per layout, micro-batch and recompute mode, as the per-row path
+    checks every row's. ``setups``: the frame's :class:`Setups`, when the caller keeps them
+    for later stages."""
     from fsdpsim import engine
     from fsdpsim.drivers.predict import config_inputs
-    from fsdpsim.engine.build import with_pinned_busbw
+    from fsdpsim.engine.build import busbw_inputs
     from fsdpsim.engine.build_moe import uniform_keys
     from fsdpsim.plan.parallel import TrainingConfig
 
@@ -197,29 +201,38 @@ def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None
                      ("g", "mb", "ga", "rc"))
     first = first_positions(runs)
     codes = np.empty(first.size, dtype=float)
-    per_group: dict[int, dict[str, Any]] = {}
-    # a layout's inputs by recompute mode (the builder reads it, not the micro-batch)
-    per_layout: dict[tuple[int, str], dict[str, Any]] = {}
-    checked: dict[tuple[int, int, str], float] = {}
-    for r, pos in enumerate(first):
-        g = int(setups.group[pos])
-        if (g, mb[pos], rc[pos]) not in checked:
-            spec, system, plan, options = setups(pos)
-            training = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
-            checked[g, mb[pos], rc[pos]] = engine.RECOMPUTE_CODES[training.recompute]
-            if g not in per_group:
-                layout = (int(setups.layout[pos]), rc[pos])
-                if layout in per_layout:  # only the pinned bus bandwidths differ
-                    x = with_pinned_busbw(per_layout[layout], system)
-                else:
-                    x = per_layout[layout] = config_inputs(spec, system, plan, training)
-                    # the per-row keys as the per-row path orders them (values set below)
-                    x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
-                per_group[g] = x
-        codes[r] = checked[g, mb[pos], rc[pos]]
-    rows = uniform_keys([per_group[g] for g in range(len(per_group))])
-    keys = list(rows[0])
-    table = np.array([[r[k] for k in keys] for r in rows], dtype=float)[setups.group[first]]
+    trainings: dict[tuple[int, int, str], Any] = {}  # by layout, micro-batch and recompute
+    bases: list[dict[str, Any]] = []  # the builder's inputs per layout and recompute mode
+    base_at: dict[tuple[int, str], int] = {}
+    base_of: list[int] = []  # each group's base
+    pinned: dict[int, dict[str, float]] = {}  # the bus bandwidth inputs of groups not a base
+    for r, pos in enumerate(first.tolist()):
+        g, layout = int(setups.group[pos]), int(setups.layout[pos])
+        spec, system, plan, options = setups(pos)
+        run = (layout, mb[pos], rc[pos])
+        if run not in trainings:
+            trainings[run] = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
+        training = trainings[run]
+        codes[r] = engine.RECOMPUTE_CODES[training.recompute]
+        if g == len(base_of):  # the group's first run (groups appear in order)
+            b = base_at.get((layout, rc[pos]))
+            if b is None:
+                b = base_at[layout, rc[pos]] = len(bases)
+                x = config_inputs(spec, system, plan, training)
+                # the per-row keys as the per-row path orders them (values set below)
+                x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
+                bases.append(x)
+            else:
+                pinned[g] = busbw_inputs(system)
+            base_of.append(b)
+    bases = uniform_keys(bases)
+    keys = list(bases[0])
+    groups = np.array([[row[k] for k in keys] for row in bases], dtype=float)[base_of]
+    if pinned:
+        at = [keys.index(k) for k in next(iter(pinned.values()))]
+        for g, values in pinned.items():
+            groups[g, at] = list(values.values())
+    table = groups[setups.group[first]]
     out = {k: np.ascontiguousarray(table[:, j]) for j, k in enumerate(keys)}
     out["micro_batch"] = np.array(mb, dtype=float)[first]
     out["grad_accum"] = np.array(ga, dtype=float)[first]
