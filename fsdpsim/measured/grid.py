@@ -104,8 +104,8 @@ class Setups:
                                              if not p])
         self.group = _combined(len(frame), [k for k, p in zip(self._codes, self._pinned) if p],
                                self.layout)
-        self._values = frame.values
-        self.row = rows_of(frame, self._values)
+        self._frame = frame
+        self._row: Callable[[int], Cells] | None = None
         # where the setup cells are in a row of values, and their names as a key
         self._at = [list(frame.columns).index(c) for c in self.columns]
         self._names = tuple(self.columns)
@@ -141,15 +141,23 @@ class Setups:
             self._done[key] = found
         return found
 
+    def row(self, position: int) -> Cells:
+        """The row at ``position`` (:func:`rows_of`: the frame's values read at the first
+        call; a stage whose setups are all built before never reads them)."""
+        if self._row is None:
+            self._row = rows_of(self._frame)
+        return self._row(position)
+
     def _group_keys(self) -> tuple[list[tuple], list[tuple]]:
         """Each group's setup cells, each as its type and ``repr`` (the key of :data:`_BUILT`),
         and its layout's (the same without :data:`PINNED`); each distinct cell of a column
         written once."""
         first = first_positions(self.group)
+        values = self._frame.iloc[first].values  # each group's first row
         columns = []
         for at, codes in zip(self._at, self._codes):
             _, one, which = np.unique(codes[first], return_index=True, return_inverse=True)
-            texts = [(type(v), repr(v)) for v in self._values[first[one], at].tolist()]
+            texts = [(type(v), repr(v)) for v in values[one, at].tolist()]
             columns.append([texts[k] for k in which.ravel().tolist()])
         layout = [c for c, p in zip(columns, self._pinned) if not p]
         return list(zip(*columns)), list(zip(*layout))

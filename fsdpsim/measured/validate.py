@@ -87,7 +87,7 @@ from fsdpsim import engine
 
 from fsdpsim.drivers import sensitivity
 from fsdpsim.measured import grid, shipped
-from fsdpsim.measured.auto_knobs import asks_auto_vpp, resolve_auto_knobs
+from fsdpsim.measured.auto_knobs import asks_auto_vpp, each_cell, resolve_auto_knobs
 from fsdpsim.measured.cells import COLUMN_RULES, check_columns, read_cells
 from fsdpsim.measured.published import tables as published, vtrain
 from fsdpsim.hardware.catalog import Catalog, load_catalog
@@ -199,11 +199,12 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
     setups = grid.Setups(frame, catalog)
     checked: set[int] = set()
     checked_layouts: set[int] = set()
-    vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
+    auto_vpp = (each_cell(asks_auto_vpp, frame["vpp"].tolist()) if "vpp" in frame.columns
+                else [False] * len(frame))
     for position, (i, skip, row_id) in enumerate(zip(frame.index, frame["skip"].tolist(),
                                                      frame["id"].tolist())):
         group = int(setups.group[position])
-        if skip or asks_auto_vpp(vpps[position]) or group in checked:
+        if skip or auto_vpp[position] or group in checked:
             continue
         try:
             spec, system, plan, options = setups(position)

@@ -53,8 +53,11 @@ def _kind(dtype) -> str | None:
 
 def _column_text(column: pd.Series, kind: str, fields: "_Fields") -> list[str]:
     """Each cell of ``column`` as its CSV field."""
-    values = column.to_numpy(dtype=object) if kind == "text" else column.to_numpy()
-    codes = column_codes(column if kind == "text" else values)
+    if kind == "text":  # its distinct texts, a missing cell (code -1) the last, empty field
+        codes, uniques = pd.factorize(column)
+        return np.array(fields.texts(list(uniques)) + [""], dtype=object)[codes].tolist()
+    values = column.to_numpy()
+    codes = column_codes(values)
     _, first, which = np.unique(codes, return_index=True, return_inverse=True)
     cells = values[first]
     missing = pd.isna(cells)
