@@ -175,9 +175,11 @@ def number_in_text(value: Any) -> float:
     unusable cells become skip reasons, so this one does not raise; like :func:`read_number` it
     reads ASCII digits only (``re``'s ``\\d`` and ``float`` also take "٨") and gives NaN for
     an integer beyond float range."""
+    if type(value) is float:  # the common cells (float, int) before the slower checks
+        return value
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, numbers.Real):
+    if type(value) is int or isinstance(value, numbers.Real):
         try:
             return float(value)
         except OverflowError:

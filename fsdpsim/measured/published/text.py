@@ -5,6 +5,7 @@ reads whole rows with them)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -31,7 +32,7 @@ def cell_number(value: Any) -> float:
 def cell_positive(value: Any) -> float:
     """A finite number > 0 from a cell, else NaN (unstated or unusable)."""
     number = cell_number(value)
-    return number if np.isfinite(number) and number > 0 else float("nan")
+    return number if math.isfinite(number) and number > 0 else float("nan")
 
 
 def cell_count(value: Any) -> int | None:
