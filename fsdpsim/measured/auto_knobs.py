@@ -41,7 +41,7 @@ def each_cell(f: Callable[[Any], T], cells: list) -> list[T]:
 
 
 def _unstated(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value)) or \
+    return value is None or (isinstance(value, float) and value != value) or \
         str(value).strip().lower() in ("", "auto", "nan")
 
 

@@ -100,7 +100,7 @@ def spec_for_row(row: pd.Series) -> ModelSpec:
 def cell(row: pd.Series, column: str) -> Any:
     """A layout cell of the row, or its :data:`PLAN_COLUMNS` default when missing or empty."""
     value = row.get(column)
-    if value is None or (isinstance(value, float) and np.isnan(value)) or \
+    if value is None or (isinstance(value, float) and value != value) or \
             (isinstance(value, str) and value.strip().lower() in ("", "nan")):
         return PLAN_COLUMNS[column]
     return value
@@ -251,7 +251,7 @@ def row_options(row: pd.Series) -> dict[str, Any]:
                            "num_gpus": int(row["n_gpus"])}
     for k in of_command("predict"):
         value = None if k.column is None else row.get(k.column)
-        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+        if value is None or value is pd.NA or (isinstance(value, float) and value != value) \
                 or (isinstance(value, str) and value.strip().lower() in ("", "nan")):
             out[k.name] = option_default(k.name)
         else:
@@ -276,7 +276,7 @@ def _option_value(row: pd.Series, k, value: Any) -> Any:
 
 
 def is_empty(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value) \
         or (isinstance(value, str) and value.strip().lower() in ("", "nan", "none"))
 
 

@@ -9,8 +9,6 @@ import math
 import re
 from typing import Any
 
-import numpy as np
-
 from fsdpsim.costs.vocab import padded_vocab
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError
@@ -20,7 +18,7 @@ _GBPS = r"g(?:b/s|bps|bit/s|b)"
 
 
 def cell_text(value: Any) -> str:
-    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def cell_number(value: Any) -> float:
