@@ -287,8 +287,9 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     # MoE rows (some layer routes to experts) are summarised apart from dense ones
     result["moe"] = per_row(np.asarray(out.get("moe_s", 0.0)) > 0)
     # the bottleneck as predict reports it (fsdpsim.drivers.sensitivity), not the engine's heuristic
-    result["bottleneck"] = [engine.BOTTLENECKS[int(b)]
-                            for b in per_row(sensitivity.analyse(x)["bottleneck"])]
+    words = np.array(engine.BOTTLENECKS, dtype=object)
+    result["bottleneck"] = words[per_row(sensitivity.analyse(x)["bottleneck"]).astype(np.int64)
+                                 ].tolist()
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     if intervals:
