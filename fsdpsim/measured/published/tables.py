@@ -205,12 +205,11 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     row_at, columns = grid.rows_of(raw, values), list(raw.columns)
     ids = raw["id"].tolist() if "id" in raw.columns else None
     converted: list[tuple[dict[str, Any], str, str, Any]] = []
-    # the cells read per row, one tuple per row in the columns of ``own_columns``
     own_columns = ["id", *PASSED_THROUGH, "tokens_per_s_per_gpu", "measured_from", "skip"]
     passed = [columns.index(c) if c in columns else -1 for c in PASSED_THROUGH]
     direct = _direct_measurements(raw)
     at_direct = columns.index("tokens_per_s_per_gpu") if direct.any() else -1
-    own: list[tuple] = []
+    own: list[tuple] = []  # the cells read per row, in the order of own_columns
     for position, cells in enumerate(values):
         g = int(group[position])
         if g == len(converted):  # groups are numbered in order of first appearance
