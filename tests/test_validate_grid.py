@@ -124,6 +124,16 @@ def test_codes_tell_apart_what_the_setup_reads_differently():
     assert floats[0] == floats[3] and len({*floats[:3].tolist()}) == 3
 
 
+def test_codes_of_a_column_of_one_type_tell_apart_what_prints_apart():
+    # Python floats in an object column by their bits (as a float column), ints by value
+    # (one beyond 64 bits too)
+    floats = grid.column_codes(np.array([0.0, -0.0, float("nan"), 0.0, 1.5], dtype=object))
+    assert floats[0] == floats[3] and len({*floats[:3].tolist(), floats[4]}) == 4
+    ints = grid.column_codes(np.array([1, 2**70, 1, 2], dtype=object))
+    assert ints[0] == ints[2] and len(set(ints.tolist())) == 3
+    assert grid.column_codes(np.array([], dtype=object)).size == 0
+
+
 def test_a_failing_row_is_named_even_when_its_group_failed_before(tmp_path):
     # two rows of one run with a cell the setup refuses: each skip reason names its own row
     # (a group's failure is not shared)
@@ -184,3 +194,32 @@ def test_calibrate_jacobian_in_one_engine_call_fits_as_point_by_point(monkeypatc
     assert (batched.after, batched.cross_validated, batched.interval) == \
         (one_by_one.after, one_by_one.cross_validated, one_by_one.interval)
     pd.testing.assert_frame_equal(batched.rows, one_by_one.rows)
+
+
+@pytest.mark.parametrize("plan", [dict(num_gpus=64, gpus_per_node=8, sharding="full"),
+                                  dict(num_gpus=32, gpus_per_node=8, sharding="hybrid", tp=2),
+                                  dict(num_gpus=8, gpus_per_node=8, sharding="optimizer", tp=4)])
+def test_rows_that_differ_in_bus_bandwidth_share_the_rest_of_their_inputs(plan):
+    """The grid builds one layout's inputs once and its groups' pinned bus bandwidths apart
+    (engine.build.busbw_inputs, the only inputs those enter): the builder's inputs on each
+    such system."""
+    from fsdpsim.engine.build import busbw_inputs, config_inputs
+    from fsdpsim.hardware.system import resolve_system
+    from fsdpsim.model.presets import get_model
+    from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
+
+    spec, plan = get_model("llama3-8b"), ParallelPlan(**plan)
+    training = TrainingConfig(seq_len=4096, micro_batch=1, recompute="none")
+    pinned = [None, {"busbw_allreduce_intra_gbs": 400.0},
+              {"busbw_allreduce_inter_gbs": 90.0, "busbw_allgather_inter_gbs": 80.0,
+               "busbw_reducescatter_inter_gbs": 70.0},
+              {c: 50.0 for c in ("busbw_allreduce_intra_gbs", "busbw_allreduce_inter_gbs",
+                                 "busbw_allgather_inter_gbs", "busbw_reducescatter_inter_gbs")}]
+    systems = [resolve_system(CATALOG, gpu="h100", gpus_per_node=8, busbw_gbs=p) for p in pinned]
+    base = config_inputs(spec, systems[0], plan, training)
+    for system in systems[1:]:
+        want = config_inputs(spec, system, plan, training)
+        got = {**base, **busbw_inputs(system)}
+        assert list(got) == list(want)
+        np.testing.assert_equal(got, want)
+        assert got != base

@@ -203,17 +203,18 @@ def validate_cmd(ctx: click.Context, measurements: str, gpus: tuple[str, ...],
     frame = _selected_rows(measurements, cat, gpus, framework)
     skipped = frame[frame["skip"] != ""]
     result = predict_measurements(frame, cat, intervals=True, measurements=measurements)
+    if fmt == "csv":  # the rows only
+        from fsdpsim.report.frame_csv import frame_csv
+
+        echo(frame_csv(result), nl=False)
+        return
     summary = summarise(result)
-    groups = summarise_groups(result)
     groupings = {name: summarise_by(result, name) for name in (by or DEFAULT_BY)}
     if fmt == "json":
-        echo(render.to_json({"summary": summary, "by_framework": groups,
+        echo(render.to_json({"summary": summary, "by_framework": summarise_groups(result),
                              "by": groupings,
                              "skipped": skipped[["id", "skip"]].to_dict("records"),
                              "rows": result.to_dict("records")}))
-        return
-    if fmt == "csv":
-        echo(result.to_csv(index=False), nl=False)
         return
     echo(_rows_table(result.sort_values("error")))
     echo("")

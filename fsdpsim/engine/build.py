@@ -182,7 +182,8 @@ def _system_inputs(system: System, precision: str,
 
 def busbw_inputs(system: System) -> dict[str, float]:
     """Measured bus bandwidths pinned for this system (``--busbw-*-gbs``,
-    :data:`fsdpsim.hardware.system.BUSBW_COLUMNS`) as engine inputs [B/s], NaN where not pinned:
+    :data:`fsdpsim.hardware.system.BUSBW_COLUMNS`) as engine inputs [B/s], NaN where not pinned
+    (the only inputs of :func:`config_inputs` the pinned bus bandwidths enter):
     all-reduce inside a node and across nodes, and all-gather/reduce-scatter across nodes. The
     engine prices all-gathers and reduce-scatters with one set of candidates; where both are
     pinned it takes their harmonic mean (an all-gather and a reduce-scatter of the same bytes

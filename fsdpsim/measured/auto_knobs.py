@@ -4,7 +4,7 @@ schedule's model chunks): each such row gets what ``predict`` would choose for i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -19,13 +19,29 @@ from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.parallel import TrainingConfig
 from fsdpsim.util.errors import ConfigError
 
+T = TypeVar("T")
+
+
 def asks_auto_vpp(vpp: Any) -> bool:
     """Whether a ``vpp`` cell asks for the chunk count ``predict`` would choose."""
     return str(vpp).strip().lower() == "auto"
 
 
+def each_cell(f: Callable[[Any], T], cells: list) -> list[T]:
+    """``f`` of each cell, called once per distinct cell (type and value; a column repeats few
+    micro-batch, recompute or chunk cells)."""
+    seen: dict[tuple[type, Any], T] = {}
+    out = []
+    for c in cells:
+        key = (type(c), c)
+        if key not in seen:
+            seen[key] = f(c)
+        out.append(seen[key])
+    return out
+
+
 def _unstated(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value)) or \
+    return value is None or (isinstance(value, float) and value != value) or \
         str(value).strip().lower() in ("", "auto", "nan")
 
 
@@ -59,10 +75,10 @@ def resolve_auto_knobs(frame: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     chosen_cells: dict[str, dict[int, Any]] = {
         c: {} for c in ("micro_batch", "grad_accum", "recompute", "vpp", "knobs")}
     vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
-    cells = zip(frame.index, frame["skip"].tolist(), frame["micro_batch"].tolist(),
-                frame["recompute"].tolist(), vpps)
-    for position, (i, skip, mb, rc, vpp_cell) in enumerate(cells):
-        auto_mb, auto_rc, auto_vpp = _unstated(mb), _unstated(rc), asks_auto_vpp(vpp_cell)
+    cells = zip(frame.index, frame["skip"].tolist(),
+                each_cell(_unstated, frame["micro_batch"].tolist()),
+                each_cell(_unstated, frame["recompute"].tolist()), each_cell(asks_auto_vpp, vpps))
+    for position, (i, skip, auto_mb, auto_rc, auto_vpp) in enumerate(cells):
         if skip or not (auto_mb or auto_rc or auto_vpp):
             continue
         if group is None:

@@ -18,45 +18,30 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.hardware.catalog import Catalog
-from fsdpsim.measured.rows import SPEC_COLUMNS, row_setup, spec_for_row
+from fsdpsim.hardware.system import BUSBW_COLUMNS
+from fsdpsim.measured.rows import SPEC_COLUMNS, row_setup, row_system, spec_for_row
+from fsdpsim.util.errors import ConfigError
+from fsdpsim.util.codes import column_codes
 
 #: Columns no row setup reads (label, measurement, per-row knobs and bookkeeping).
 NOT_SETUP = ("id", "tokens_per_s_per_gpu", "skip", "knobs", "micro_batch", "grad_accum",
              "recompute", "measured_from", "modelled_as")
 
 
-def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
-    """Integer codes of a column, equal exactly where the cells are the same value of the same
-    type: floats by their bits (NaN, -0.0 apart from 0.0), other cells by value and type (``1``,
-    ``1.0``, ``"1"`` and ``True`` apart, ``None`` apart from NaN)."""
-    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.StringDtype):
-        return pd.factorize(values)[0]  # text cells (one type) and missing ones (-1)
-    a = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
-    if a.dtype.kind == "f":
-        return pd.factorize(a.astype(np.float64).view(np.int64))[0]
-    if a.dtype.kind in "iub":
-        return pd.factorize(a)[0]
-    a = a.astype(object)
-    codes, uniques = pd.factorize(a)  # missing cells (None, NaN, NA) are -1
-    types = pd.factorize(_TYPE_OF(a))[0].astype(np.int64)
-    # 0.0 and -0.0 are equal values that print apart
-    for u in [u for u, v in enumerate(uniques) if isinstance(v, float) and v == 0.0]:
-        at = np.flatnonzero(codes == u)
-        types[at] += (int(types.max()) + 1) * np.signbit(a[at].astype(float))
-    return (codes.astype(np.int64) + 1) * (int(types.max()) + 1) + types
-
-
-#: Each cell's type, elementwise over an object array.
-_TYPE_OF = np.frompyfunc(type, 1, 1)
-
-
-def group_ids(frame: pd.DataFrame, columns: Iterable[str]) -> np.ndarray:
+def group_ids(frame: pd.DataFrame, columns: Iterable[str],
+              within: np.ndarray | None = None) -> np.ndarray:
     """Each row's group (0, 1, ... in order of first appearance): rows with the same cells in
-    ``columns`` (:func:`column_codes`) share one."""
-    ids = np.zeros(len(frame), dtype=np.int64)
-    for column in columns:
-        codes = column_codes(frame[column]).astype(np.int64)
-        ids = pd.factorize(ids * (int(codes.max(initial=0)) + 2) + (codes + 1))[0]
+    ``columns`` (:func:`column_codes`) share one; ``within``: groups the rows already fall in,
+    split by ``columns``."""
+    return _combined(len(frame), [column_codes(frame[c]) for c in columns], within)
+
+
+def _combined(n: int, codes: list[np.ndarray], within: np.ndarray | None = None) -> np.ndarray:
+    """:func:`group_ids` of ``n`` rows from their columns' codes."""
+    ids = np.zeros(n, dtype=np.int64) if within is None else within
+    for column in codes:
+        column = column.astype(np.int64)
+        ids = pd.factorize(ids * (int(column.max(initial=0)) + 2) + (column + 1))[0]
     return ids
 
 
@@ -89,6 +74,9 @@ def rows_of(frame: pd.DataFrame, values: np.ndarray | None = None) -> Callable[[
     return row
 
 
+#: Setup cells that enter only the row's system: the measured bus bandwidths.
+PINNED = BUSBW_COLUMNS
+
 #: Setups already built per catalog, by the row's setup cells (shared by the stages of one
 #: ``validate``: the layout check, the auto knobs and the engine inputs).
 _BUILT: "weakref.WeakKeyDictionary[Catalog, dict]" = weakref.WeakKeyDictionary()
@@ -99,17 +87,29 @@ MAX_KEPT = 200_000
 class Setups:
     """:func:`fsdpsim.measured.rows.row_setup` of a frame's rows, once per group of equal setup
     cells (and ``vpp`` override); failures are not kept (each failing row is set up again, so
-    its error names it)."""
+    its error names it).
+
+    Groups that differ only in their measured bus bandwidths (:data:`PINNED`, cells that enter
+    nothing but the row's system, :func:`fsdpsim.measured.rows.row_system`) share one layout
+    (:attr:`layout`): its model, plan and options are built once, each group's system on its
+    own."""
 
     def __init__(self, frame: pd.DataFrame, catalog: Catalog):
         self.catalog = catalog
         self.columns = setup_columns(frame)
-        self.group = group_ids(frame, self.columns)
-        self._values = frame.values
-        self.row = rows_of(frame, self._values)
+        self._codes = [column_codes(frame[c]) for c in self.columns]
+        self._pinned = [c in PINNED for c in self.columns]
+        #: Each row's layout: its group without the measured bus bandwidth cells.
+        self.layout = _combined(len(frame), [k for k, p in zip(self._codes, self._pinned)
+                                             if not p])
+        self.group = _combined(len(frame), [k for k, p in zip(self._codes, self._pinned) if p],
+                               self.layout)
+        self._frame = frame
+        self._row: Callable[[int], Cells] | None = None
         # where the setup cells are in a row of values, and their names as a key
-        self._at = np.array([list(frame.columns).index(c) for c in self.columns], dtype=int)
+        self._at = [list(frame.columns).index(c) for c in self.columns]
         self._names = tuple(self.columns)
+        self._keys: tuple[list, list] | None = None
         self._done: dict[tuple[int, Any], tuple] = {}
         self._built = _BUILT.setdefault(catalog, {})
         self._specs: dict[tuple, Any] = {}
@@ -127,17 +127,53 @@ class Setups:
         key = (int(self.group[position]), vpp)
         found = self._done.get(key)
         if found is None:
-            cells = self._values[position, self._at]
-            content = (self._names, vpp, tuple(map(type, cells)), tuple(map(repr, cells)))
+            if self._keys is None:
+                self._keys = self._group_keys()
+            content = (self._names, vpp, self._keys[0][key[0]])
             found = self._built.get(content)
             if found is None:
-                row = self.row(position)
-                found = row_setup(row, self.catalog, vpp, self._spec(row))
-                if len(self._built) >= MAX_KEPT:
+                layout = ("layout", self._names, vpp, self._keys[1][key[0]])
+                found = self._build(position, vpp, self._built.get(layout))
+                if len(self._built) >= MAX_KEPT - 1:
                     self._built.clear()
+                self._built.setdefault(layout, found)
                 self._built[content] = found
             self._done[key] = found
         return found
+
+    def row(self, position: int) -> Cells:
+        """The row at ``position`` (:func:`rows_of`: the frame's values read at the first
+        call; a stage whose setups are all built before never reads them)."""
+        if self._row is None:
+            self._row = rows_of(self._frame)
+        return self._row(position)
+
+    def _group_keys(self) -> tuple[list[tuple], list[tuple]]:
+        """Each group's setup cells, each as its type and ``repr`` (the key of :data:`_BUILT`),
+        and its layout's (the same without :data:`PINNED`); each distinct cell of a column
+        written once."""
+        first = first_positions(self.group)
+        values = self._frame.iloc[first].values  # each group's first row
+        columns = []
+        for at, codes in zip(self._at, self._codes):
+            _, one, which = np.unique(codes[first], return_index=True, return_inverse=True)
+            texts = [(type(v), repr(v)) for v in values[one, at].tolist()]
+            columns.append([texts[k] for k in which.ravel().tolist()])
+        layout = [c for c, p in zip(columns, self._pinned) if not p]
+        return list(zip(*columns)), list(zip(*layout))
+
+    def _build(self, position: int, vpp: int | None, layout: tuple | None) -> tuple:
+        """The row's setup: its layout's model, plan and options with the row's own system
+        (the system of the layout's scale-up domain), or on its own where it has no layout
+        yet or its system fails (the row's error is then :func:`row_setup`'s)."""
+        row = self.row(position)
+        if layout is not None:
+            spec, system, plan, options = layout
+            try:
+                return spec, row_system(row, self.catalog, system.gpus_per_node), plan, options
+            except ConfigError:
+                pass
+        return row_setup(row, self.catalog, vpp, self._spec(row))
 
 
 def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
@@ -150,13 +186,18 @@ def engine_inputs(frame: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray
 def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None = None
                     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The engine inputs of each distinct run of ``frame`` and each row's run (``inputs[k][
-    inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). The builder
-    ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`) runs once per group of equal
-    setup cells; a run is a group with one micro-batch, accumulation and recompute mode. The
-    training options are checked once per run, as the per-row path checks every row's.
-    ``setups``: the frame's :class:`Setups`, when the caller keeps them for later stages."""
+    inverse]`` is :func:`fsdpsim.measured.validate.engine_inputs_per_row`). A run is a group
+    of equal setup cells with one micro-batch, accumulation and recompute mode. The builder
+    ``predict`` uses (:func:`fsdpsim.engine.build.config_inputs`, which reads the recompute
+    mode but not the micro-batch) runs once per layout (:attr:`Setups.layout`) and recompute
+    mode; the groups of a layout differ only in their systems' pinned bus bandwidths, which
+    enter only :func:`fsdpsim.engine.build.busbw_inputs`, set per group. The training
+    options are checked once per layout, micro-batch and recompute mode, as the per-row path
+    checks every row's. ``setups``: the frame's :class:`Setups`, when the caller keeps them
+    for later stages."""
     from fsdpsim import engine
     from fsdpsim.drivers.predict import config_inputs
+    from fsdpsim.engine.build import busbw_inputs
     from fsdpsim.engine.build_moe import uniform_keys
     from fsdpsim.plan.parallel import TrainingConfig
 
@@ -168,23 +209,38 @@ def distinct_inputs(frame: pd.DataFrame, catalog: Catalog, setups: Setups | None
                      ("g", "mb", "ga", "rc"))
     first = first_positions(runs)
     codes = np.empty(first.size, dtype=float)
-    per_group: dict[int, dict[str, Any]] = {}
-    checked: dict[tuple[int, int, str], float] = {}
-    for r, pos in enumerate(first):
-        g = int(setups.group[pos])
-        if (g, mb[pos], rc[pos]) not in checked:
-            spec, system, plan, options = setups(pos)
-            training = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
-            checked[g, mb[pos], rc[pos]] = engine.RECOMPUTE_CODES[training.recompute]
-            if g not in per_group:
+    trainings: dict[tuple[int, int, str], Any] = {}  # by layout, micro-batch and recompute
+    bases: list[dict[str, Any]] = []  # the builder's inputs per layout and recompute mode
+    base_at: dict[tuple[int, str], int] = {}
+    base_of: list[int] = []  # each group's base
+    pinned: dict[int, dict[str, float]] = {}  # the bus bandwidth inputs of groups not a base
+    for r, pos in enumerate(first.tolist()):
+        g, layout = int(setups.group[pos]), int(setups.layout[pos])
+        spec, system, plan, options = setups(pos)
+        run = (layout, mb[pos], rc[pos])
+        if run not in trainings:
+            trainings[run] = TrainingConfig(micro_batch=mb[pos], recompute=rc[pos], **options)
+        training = trainings[run]
+        codes[r] = engine.RECOMPUTE_CODES[training.recompute]
+        if g == len(base_of):  # the group's first run (groups appear in order)
+            b = base_at.get((layout, rc[pos]))
+            if b is None:
+                b = base_at[layout, rc[pos]] = len(bases)
                 x = config_inputs(spec, system, plan, training)
                 # the per-row keys as the per-row path orders them (values set below)
                 x.update({"micro_batch": 0.0, "grad_accum": 0.0, "recompute": 0.0})
-                per_group[g] = x
-        codes[r] = checked[g, mb[pos], rc[pos]]
-    rows = uniform_keys([per_group[g] for g in range(len(per_group))])
-    keys = list(rows[0])
-    table = np.array([[r[k] for k in keys] for r in rows], dtype=float)[setups.group[first]]
+                bases.append(x)
+            else:
+                pinned[g] = busbw_inputs(system)
+            base_of.append(b)
+    bases = uniform_keys(bases)
+    keys = list(bases[0])
+    groups = np.array([[row[k] for k in keys] for row in bases], dtype=float)[base_of]
+    if pinned:
+        at = [keys.index(k) for k in next(iter(pinned.values()))]
+        for g, values in pinned.items():
+            groups[g, at] = list(values.values())
+    table = groups[setups.group[first]]
     out = {k: np.ascontiguousarray(table[:, j]) for j, k in enumerate(keys)}
     out["micro_batch"] = np.array(mb, dtype=float)[first]
     out["grad_accum"] = np.array(ga, dtype=float)[first]

@@ -100,7 +100,7 @@ def spec_for_row(row: pd.Series) -> ModelSpec:
 def cell(row: pd.Series, column: str) -> Any:
     """A layout cell of the row, or its :data:`PLAN_COLUMNS` default when missing or empty."""
     value = row.get(column)
-    if value is None or (isinstance(value, float) and np.isnan(value)) or \
+    if value is None or (isinstance(value, float) and value != value) or \
             (isinstance(value, str) and value.strip().lower() in ("", "nan")):
         return PLAN_COLUMNS[column]
     return value
@@ -180,23 +180,10 @@ def row_setup(row: pd.Series, catalog: Catalog, vpp: int | None = None,
     The scale-up domain is what ``predict`` uses (:func:`fsdpsim.hardware.system.domain_gpus`): the
     row's GPUs per node, or on NVL72 racks the GPUs the job uses in each rack."""
     spec = spec if spec is not None else spec_for_row(row)
-    network = row.get("network")
-    gbps = float(row["inter_node_gbps_per_gpu"])
-    cap = float(row.get("power_cap_w", float("nan")))
-
-    busbw = {c: row.get(c) for c in BUSBW_COLUMNS if not is_empty(row.get(c))}
-
-    def system_for(per_node: int):
-        return resolve_system(
-            catalog, gpu=str(row["gpu"]), gpus_per_node=per_node,
-            network=str(network) if isinstance(network, str) and network else None,
-            inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
-            power_cap_w=cap if cap == cap else None, busbw_gbs=busbw or None)
-
-    system = system_for(int(row["gpus_per_node"]))
+    system = row_system(row, catalog, int(row["gpus_per_node"]))
     per_domain = domain_gpus(system, int(row["n_gpus"]))
     if per_domain != system.gpus_per_node:
-        system = system_for(per_domain)
+        system = row_system(row, catalog, per_domain)
     plan = row_plan(row, per_domain, vpp)
     options = dict(seq_len=int(row["seq_len"]), reduce_dtype=str(row.get("reduce_dtype", "fp32")),
                    precision=str(row.get("precision", "bf16")),
@@ -206,6 +193,22 @@ def row_setup(row: pd.Series, catalog: Catalog, vpp: int | None = None,
                    moe_imbalance=_float_or_none(cell(row, "moe_imbalance")),
                    **framework_knobs(row))
     return spec, system, plan, options
+
+
+def row_system(row: pd.Series, catalog: Catalog, gpus_per_node: int):
+    """The :class:`~fsdpsim.hardware.spec.System` of one measurement row with ``gpus_per_node``
+    GPUs in its scale-up domain: its GPU, network, NIC rate, power cap and measured bus
+    bandwidths (:data:`fsdpsim.hardware.system.BUSBW_COLUMNS`, the only cells of the row's
+    setup that enter nothing but the system)."""
+    network = row.get("network")
+    gbps = float(row["inter_node_gbps_per_gpu"])
+    cap = float(row.get("power_cap_w", float("nan")))
+    busbw = {c: row.get(c) for c in BUSBW_COLUMNS if not is_empty(row.get(c))}
+    return resolve_system(
+        catalog, gpu=str(row["gpu"]), gpus_per_node=gpus_per_node,
+        network=str(network) if isinstance(network, str) and network else None,
+        inter_node_gbps_per_gpu=gbps if gbps == gbps else None,
+        power_cap_w=cap if cap == cap else None, busbw_gbs=busbw or None)
 
 
 def framework_knobs(row: pd.Series) -> dict[str, Any]:
@@ -248,7 +251,7 @@ def row_options(row: pd.Series) -> dict[str, Any]:
                            "num_gpus": int(row["n_gpus"])}
     for k in of_command("predict"):
         value = None if k.column is None else row.get(k.column)
-        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+        if value is None or value is pd.NA or (isinstance(value, float) and value != value) \
                 or (isinstance(value, str) and value.strip().lower() in ("", "nan")):
             out[k.name] = option_default(k.name)
         else:
@@ -273,7 +276,7 @@ def _option_value(row: pd.Series, k, value: Any) -> Any:
 
 
 def is_empty(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) \
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value) \
         or (isinstance(value, str) and value.strip().lower() in ("", "nan", "none"))
 
 

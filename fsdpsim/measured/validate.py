@@ -87,7 +87,7 @@ from fsdpsim import engine
 
 from fsdpsim.drivers import sensitivity
 from fsdpsim.measured import grid, shipped
-from fsdpsim.measured.auto_knobs import asks_auto_vpp, resolve_auto_knobs
+from fsdpsim.measured.auto_knobs import asks_auto_vpp, each_cell, resolve_auto_knobs
 from fsdpsim.measured.cells import COLUMN_RULES, check_columns, read_cells
 from fsdpsim.measured.published import tables as published, vtrain
 from fsdpsim.hardware.catalog import Catalog, load_catalog
@@ -194,23 +194,30 @@ def _check_layouts(frame: pd.DataFrame, catalog: Catalog, strict: bool) -> pd.Da
     PP × vpp, sequence by CP): a published row the plan refuses gets the reason as ``skip``;
     in fsdpsim's own schema (``strict``) it is an error naming the row."""
     frame = frame.copy()
-    setups = grid.Setups(frame, catalog)  # one setup and check per group of equal rows
+    # one setup per group of equal rows, one check per layout (groups that differ only in
+    # their measured bus bandwidths, which the checks do not read)
+    setups = grid.Setups(frame, catalog)
     checked: set[int] = set()
-    vpps = frame["vpp"].tolist() if "vpp" in frame.columns else [""] * len(frame)
+    checked_layouts: set[int] = set()
+    auto_vpp = (each_cell(asks_auto_vpp, frame["vpp"].tolist()) if "vpp" in frame.columns
+                else [False] * len(frame))
     for position, (i, skip, row_id) in enumerate(zip(frame.index, frame["skip"].tolist(),
                                                      frame["id"].tolist())):
         group = int(setups.group[position])
-        if skip or asks_auto_vpp(vpps[position]) or group in checked:
+        if skip or auto_vpp[position] or group in checked:
             continue
         try:
             spec, system, plan, options = setups(position)
-            plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
-                             n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
-                             n_experts=spec.n_experts,
-                             expert_ffn_size=spec.expert_size if spec.is_moe else 0)
-            training = TrainingConfig(**options)
-            bf16_linear_share(spec, training)  # BF16 layers of this model
-            gemm_peak_flops_per_s(system.accelerator, training.precision)  # the GPU runs it
+            layout = int(setups.layout[position])
+            if layout not in checked_layouts:
+                plan.check_model(n_layers=spec.n_layers, n_heads=spec.n_heads,
+                                 n_kv_heads=spec.kv_heads, seq_len=options["seq_len"],
+                                 n_experts=spec.n_experts,
+                                 expert_ffn_size=spec.expert_size if spec.is_moe else 0)
+                training = TrainingConfig(**options)
+                bf16_linear_share(spec, training)  # BF16 layers of this model
+                gemm_peak_flops_per_s(system.accelerator, training.precision)  # the GPU runs it
+                checked_layouts.add(layout)
             checked.add(group)
         except ConfigError as exc:
             if strict:
@@ -280,8 +287,9 @@ def predict_measurements(frame: pd.DataFrame, catalog: Catalog,
     # MoE rows (some layer routes to experts) are summarised apart from dense ones
     result["moe"] = per_row(np.asarray(out.get("moe_s", 0.0)) > 0)
     # the bottleneck as predict reports it (fsdpsim.drivers.sensitivity), not the engine's heuristic
-    result["bottleneck"] = [engine.BOTTLENECKS[int(b)]
-                            for b in per_row(sensitivity.analyse(x)["bottleneck"])]
+    words = np.array(engine.BOTTLENECKS, dtype=object)
+    result["bottleneck"] = words[per_row(sensitivity.analyse(x)["bottleneck"]).astype(np.int64)
+                                 ].tolist()
     measured = result["tokens_per_s_per_gpu"].astype(float)
     result["error"] = result["predicted_tokens_per_s_per_gpu"] / measured - 1.0
     if intervals:

@@ -111,9 +111,11 @@ def read_number(value: Any, what: str, rule: Rule, *, text: bool = True) -> floa
     int for a whole-number rule, else float.
     """
     number: float | int
-    if isinstance(value, bool) or value is None:
+    if type(value) is float:  # the common value first (the abstract-class checks are slower)
+        number = value
+    elif isinstance(value, bool) or value is None:
         raise reject(what, value, rule)
-    if isinstance(value, numbers.Integral):
+    elif isinstance(value, numbers.Integral):
         number = int(value)  # exact: a 400-digit integer is compared, never converted to float
     elif isinstance(value, numbers.Real):
         number = float(value)
@@ -175,9 +177,11 @@ def number_in_text(value: Any) -> float:
     unusable cells become skip reasons, so this one does not raise; like :func:`read_number` it
     reads ASCII digits only (``re``'s ``\\d`` and ``float`` also take "٨") and gives NaN for
     an integer beyond float range."""
+    if type(value) is float:  # the common cells (float, int) before the slower checks
+        return value
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, numbers.Real):
+    if type(value) is int or isinstance(value, numbers.Real):
         try:
             return float(value)
         except OverflowError:

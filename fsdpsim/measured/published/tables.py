@@ -205,10 +205,11 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     row_at, columns = grid.rows_of(raw, values), list(raw.columns)
     ids = raw["id"].tolist() if "id" in raw.columns else None
     converted: list[tuple[dict[str, Any], str, str, Any]] = []
-    passed = [(c, columns.index(c)) for c in PASSED_THROUGH if c in columns]
+    own_columns = ["id", *PASSED_THROUGH, "tokens_per_s_per_gpu", "measured_from", "skip"]
+    passed = [columns.index(c) if c in columns else -1 for c in PASSED_THROUGH]
     direct = _direct_measurements(raw)
     at_direct = columns.index("tokens_per_s_per_gpu") if direct.any() else -1
-    own: list[dict[str, Any]] = []  # the cells read per row
+    own: list[tuple] = []  # the cells read per row, in the order of own_columns
     for position, cells in enumerate(values):
         g = int(group[position])
         if g == len(converted):  # groups are numbered in order of first appearance
@@ -221,17 +222,16 @@ def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
                                                            model_flops)
         no_measurement = ("no measurement (tokens/s, step time or TFLOP/s per GPU)"
                           if measured != measured else "")
-        own.append({"id": ids[position] if ids is not None else f"row-{position + 1}",
-                    **{c: float("nan") for c in PASSED_THROUGH},
-                    **{c: cells[i] for c, i in passed},
-                    "tokens_per_s_per_gpu": measured, "measured_from": measured_from,
-                    "skip": before or no_measurement or after})
+        own.append((ids[position] if ids is not None else f"row-{position + 1}",
+                    *[cells[i] if i >= 0 else float("nan") for i in passed],
+                    measured, measured_from, before or no_measurement or after))
     # one row per group, with the per-row cells' columns where a row puts them (their values
     # replaced below): the columns, their order and each column's type are those of one frame
-    # built from every row's cells
-    shared = pd.DataFrame([{**row, **own[0]} for row, *_ in converted])
+    # built from every row's cells (rows as tuples: pandas reads them as it reads dicts)
+    first_own = dict(zip(own_columns, own[0]))
+    shared = pd.DataFrame([{**row, **first_own} for row, *_ in converted])
     frame = shared.iloc[group].reset_index(drop=True)
-    for column, cells in pd.DataFrame(own).items():
+    for column, cells in pd.DataFrame(own, columns=own_columns).items():
         frame[column] = cells
     return frame
 

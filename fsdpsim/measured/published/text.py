@@ -5,10 +5,9 @@ reads whole rows with them)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
-
-import numpy as np
 
 from fsdpsim.costs.vocab import padded_vocab
 from fsdpsim.hardware.catalog import Catalog
@@ -19,7 +18,7 @@ _GBPS = r"g(?:b/s|bps|bit/s|b)"
 
 
 def cell_text(value: Any) -> str:
-    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def cell_number(value: Any) -> float:
@@ -31,7 +30,7 @@ def cell_number(value: Any) -> float:
 def cell_positive(value: Any) -> float:
     """A finite number > 0 from a cell, else NaN (unstated or unusable)."""
     number = cell_number(value)
-    return number if np.isfinite(number) and number > 0 else float("nan")
+    return number if math.isfinite(number) and number > 0 else float("nan")
 
 
 def cell_count(value: Any) -> int | None:
