@@ -58,15 +58,15 @@ def attention_gemm_times(g, w, rates, elem, gqa=None):
 def mlp_gemm_times(g, tokens, ffn_local, rates, elem):
     """Forward, backward and down-projection forward time of a dense MLP of local width
     ``ffn_local`` (up and gate fused: 2f with SwiGLU) [s]; 0 where the width is 0."""
-    on = ffn_local > 0
-    if type(on) is np.ndarray and not any_of(on):  # no such MLP on any row (a grid's group)
+    wide = ffn_local > 0
+    if type(wide) is np.ndarray and not any_of(wide):  # no such MLP on any row (a grid's group)
         # the zeros the selects below give, of the times' shape, without computing the times
-        zero = np.zeros(broadcast_shape(on.shape, *map(np.shape, (
+        zero = np.zeros(broadcast_shape(wide.shape, *map(np.shape, (
             tokens, g.swiglu, g.d_model, elem, *rates))))
         return zero, zero.copy(), zero.copy()
     up = where(g.swiglu > 0, 2.0, 1.0) * ffn_local
     times = _gemms([(up, g.d_model, 1.0), (g.d_model, ffn_local, 1.0)], tokens, rates, elem)
-    return tuple(where(on, x, 0.0) for x in times)
+    return tuple(where(wide, x, 0.0) for x in times)
 
 
 def moe_tokens(g):
