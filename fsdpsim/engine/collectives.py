@@ -11,6 +11,7 @@ attention), Jacobs et al. 2023 (Ulysses); pipeline point-to-point Narayanan et a
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -43,39 +44,35 @@ class GroupCandidates:
     rows that are not HSDP), on the bus bandwidth of the tier the group spans (also computed
     on first use)."""
 
-    __slots__ = ("_g", "_r", "_name", "_busbw", "_subsets", "_kinds")
-
     def __init__(self, g, r, name):
         self._g, self._r, self._name, self._busbw = g, r, name, None
         self._subsets: dict[bytes, GroupCandidates] = {}
-        self._kinds: dict[str, nccl.Candidates] = {}
 
-    @property
+    @functools.cached_property
     def ring(self) -> nccl.Candidates:
         """All-gather's and reduce-scatter's candidates."""
-        return self._kinds["ring"] if "ring" in self._kinds else self._kind("ring")
+        return self._kind("ring")
 
-    @property
+    @functools.cached_property
     def ar(self) -> nccl.Candidates:
         """All-reduce's candidates."""
-        return self._kinds["ar"] if "ar" in self._kinds else self._kind("ar")
+        return self._kind("ar")
 
-    @property
+    @functools.cached_property
     def bcast(self) -> nccl.Candidates:
         """Broadcast's candidates."""
-        return self._kinds["bcast"] if "bcast" in self._kinds else self._kind("bcast")
+        return self._kind("bcast")
 
     def _kind(self, key):
+        """The candidates of collective kind ``key`` (``ring``, ``ar``, ``bcast``)."""
         g, name = self._g, self._name
         size, per_node = getattr(g, f"{name}_size"), getattr(g, f"{name}_per_node")
         if self._busbw is None:
             self._busbw = bus_bandwidth(g, self._r, size, per_node,
                                         getattr(g, f"{name}_per_pod"))
         busbw = pinned_bus_bandwidth(g, key, size, per_node, self._busbw)
-        value = nccl.candidates(g, size, per_node, busbw, g.link_nvlink > 0,
-                                all_reduce=key == "ar", broadcast=key == "bcast")
-        self._kinds[key] = value
-        return value
+        return nccl.candidates(g, size, per_node, busbw, g.link_nvlink > 0,
+                               all_reduce=key == "ar", broadcast=key == "bcast")
 
     def rows(self, idx):
         """The same group on the rows ``idx`` only (a strategy's rows of a mixed grid); built
@@ -443,14 +440,14 @@ def context_parallel(g, co, w, layer, r):
     cp = g.cp_size
     tokens = g.micro_batch * g.seq_len
     ring = context_parallel_costs.cp_ring_attention_bytes(tokens, g.kv_dim, elem, g.cp,
-                                                         g.tp)
+                                                          g.tp)
     spb, lat = comm.p2p_coefficients(g.cp_per_node >= cp, r.link, r.nic,
                                      g.link_latency_s, g.nic_latency_s)
     ring_fwd = ring.forward_bytes * spb + ring.forward_calls * lat
     ring_bwd = (ring.backward_kv_bytes + ring.backward_dkv_bytes) * spb \
         + ring.backward_kv_calls * lat
     a2a = context_parallel_costs.cp_all_to_all_bytes(tokens, g.q_dim, g.kv_dim, elem,
-                                                    g.cp, g.tp)
+                                                     g.cp, g.tp)
     a2a_spb, a2a_lat = comm.all_to_all_coefficients(
         cp, g.cp_per_node, r.link, r.nic, g.link_latency_s, g.nic_latency_s)
     a2a_fwd = a2a.forward_bytes * a2a_spb + a2a.forward_calls * a2a_lat

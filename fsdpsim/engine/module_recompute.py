@@ -40,8 +40,7 @@ def mlp_recompute_s(g, r, w):
     forward again in backward (transformer_layer.py, CheckpointWithoutOutput around the MLP):
     the up (and gate) and down GEMMs and the activation's traffic (SwiGLU reads 2f and writes
     f elements per token, GELU reads and writes f)."""
-    rates = compute._gemm_rates(r.matmul, r.hbm, g.matmul_half_flops,
-                                g.matmul_half_k)
+    rates = moe_parts.gemm_rates(g, r)
     elem = g.compute_bytes
     gemm_s = moe_parts.mlp_gemm_times(g, w.tokens, w.ffn, rates, elem)[0]
     act_bytes = w.tokens * w.ffn * where(g.swiglu > 0, 3.0, 2.0) * elem

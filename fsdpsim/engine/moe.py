@@ -33,7 +33,8 @@ from fsdpsim.costs.compute import all_of, any_of, maximum, minimum, where
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.engine import collectives, expert_comm, layers, module_recompute
 from fsdpsim.engine.moe_parts import (_gemms, attention_gemm_times,  # noqa: F401
-                                      gqa_gemm_times, mlp_gemm_times, moe_tokens, routing)
+                                      gemm_rates, gqa_gemm_times, mlp_gemm_times, moe_tokens,
+                                      routing)
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import (DATA_PARALLEL_GROUPS, LAYER_FIELDS, LayerKind, LayerTimes,
                                     MoeLayerTimes, replace)
@@ -77,12 +78,6 @@ def _qk_norm_bytes(g, w):
     """HBM bytes of per-head q/k RMSNorms (Qwen3), (forward, backward) [B]."""
     width = w.tokens * (w.q + w.kv) * g.compute_bytes * (g.qk_norm > 0)
     return 2.0 * width, 3.0 * width
-
-
-def gemm_rates(g, r):
-    """The rate-only terms of a GEMM's time on these rows
-    (:func:`fsdpsim.costs.compute._gemm_rates`)."""
-    return compute._gemm_rates(r.matmul, r.hbm, g.matmul_half_flops, g.matmul_half_k)
 
 
 def layer_kinds(g, r, w, lt, rates, gqa):

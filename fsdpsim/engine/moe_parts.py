@@ -24,6 +24,12 @@ def _gemms(shapes, tokens, rates, elem):
     return fwd, bwd, last
 
 
+def gemm_rates(g, r):
+    """The rate-only terms of a GEMM's time on these rows
+    (:func:`fsdpsim.costs.compute._gemm_rates`)."""
+    return compute._gemm_rates(r.matmul, r.hbm, g.matmul_half_flops, g.matmul_half_k)
+
+
 def gqa_gemm_times(g, w, rates, elem):
     """Forward and backward time of one layer's GQA projections on one TP rank [s]: the fused
     QKV projection and the output projection (the uniform layer's first two GEMMs,
