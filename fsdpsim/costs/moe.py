@@ -84,7 +84,7 @@ FLEX_DISPATCH_COMPUTE_SLOWDOWN = 0.20
 #: How long: TE's own measurement of its CPU time per ``Linear`` call (TransformerEngine PR
 #: #3523, GB200's Grace CPU, 2026-09, before / after that PR): MXFP8 114.5 / 103.6 µs forward,
 #: 440.9 / 416.9 µs forward and backward; BF16 59.2 / 51.2 and 311.3 / 276.5 µs. The same call
-#: costs Grace 2.75x an H100 DGX's Xeon 8480C (TE issue #2053: torch ``Linear`` 37.1 vs 13.5 µs
+#: costs Grace 2.75x an H100 DGX's Xeon 8480C (TE issues/2053: torch ``Linear`` 37.1 vs 13.5 µs
 #: of CPU time per forward). On an x86 host the pre-PR call is then 41.6 µs forward and 118.7 µs
 #: backward in MXFP8 (2.9 and 8.2 eager ops), 21.5 and 91.7 µs in BF16 (1.5 and 6.3): per
 #: expert and its two projections 6 and 16 ops, 3 and 13. A single grouped kernel only with the

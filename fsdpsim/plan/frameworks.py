@@ -47,7 +47,7 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
   data-parallel group), and after the step, behind a device synchronisation, one
   ``dist.broadcast`` per group rank of the shard it owns, all awaited before the next forward
   (``broadcast_params``; ``overlap_sync_param=False`` in ``configs/7B_sft.py``). A broadcast's
-  latency grows with the ranks it chains through, so ``zero1=-1`` on 1,024 GPUs issues 1,024
+  latency grows with the ranks it chains through, so ``zero1=-1`` on 1,024 GPUs makes 1,024
   of them, each paying a 1,023-hop pipeline.
 * ``nanotron`` (Hugging Face nanotron v0.5, 2024; ``src/nanotron/helpers.py`` ``init_optimizer_and_grad_accumulator``,
   ``optim/gradient_accumulator.py`` ``get_fp32_accum_hook``, ``optim/zero.py``
