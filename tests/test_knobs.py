@@ -16,7 +16,7 @@ from conftest import assert_one_line_error, run
 
 from fsdpsim.cli import cli
 from fsdpsim.plan.frameworks import KNOB_DEFAULTS
-from fsdpsim.plan.knobs import (COMMANDS, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE,
+from fsdpsim.plan.knobs import (COMMANDS, FIX, FRAMEWORK, KERNEL_KNOBS, KINDS, KNOBS, ONE,
                                 PLAN_SWITCHES, knob_default)
 
 CLI = Path(__file__).resolve().parents[1] / "fsdpsim" / "cli"
@@ -32,7 +32,7 @@ def test_every_knob_is_an_option_of_the_commands_it_names_and_of_no_other():
     for k in KNOBS.values():
         assert k.kind in KINDS and set(k.commands) <= set(COMMANDS), k.name
         for command in COMMANDS:
-            if command not in k.commands:
+            if not k.is_option_of(command):  # search takes a FIX knob in --fix
                 assert k.name not in params[command], (k.name, command)
                 continue
             p = params[command][k.name]
@@ -58,6 +58,43 @@ def test_no_command_declares_a_knob_option_by_hand():
             if flag in spellings:
                 found.append(f"{path.name}: {flag}")
     assert found == []
+
+
+def _good_and_bad(k) -> tuple[str, object, str]:
+    """A ``--fix`` value of knob ``k`` that its declaration accepts, the value it reads to, and
+    one it refuses."""
+    if k.kind == "flag":
+        return "on", True, "maybe"
+    if k.kind == "choice":
+        return k.choices[-1], k.choices[-1], "bogus"
+    return str(k.rule.hi), int(k.rule.hi), str(k.rule.hi + 1)
+
+
+def test_search_fix_takes_each_plan_knob_as_its_declaration_types_it():
+    """``search --fix KEY=VALUE`` holds exactly the knobs declared with search :data:`FIX`,
+    under their key, each read as its option reads it: the rule's bounds (not a hand-kept
+    table of types), a choice's words but ``auto``, a flag's true/false; the knob's own name is
+    another spelling of its key."""
+    from fsdpsim.drivers.search.fix import parse_fix
+    from fsdpsim.util.errors import ConfigError
+
+    fixed = {k.key: k for k in KNOBS.values() if k.commands.get("search") == FIX}
+    assert {"tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute", "recompute_layers",
+            "sharding", "keep_gathered", *PLAN_SWITCHES} <= set(fixed)
+    for key, k in fixed.items():
+        good, read, bad = _good_and_bad(k)
+        expected = {"sharding": ["none", "optimizer", "grad_op", "full"][read]} \
+            if key == "zero" else {key: read}
+        assert parse_fix([f"{key}={good}"]) == expected, key
+        assert parse_fix([f"{k.name}={good}"]) == expected, key
+        with pytest.raises(ConfigError, match=f"--fix {key}"):
+            parse_fix([f"{key}={bad}"])
+    for k in KNOBS.values():
+        if k.key not in fixed:
+            with pytest.raises(ConfigError, match="accepted names"):
+                parse_fix([f"{k.key}=1"])
+    with pytest.raises(ConfigError, match="accepted: none, selective, full"):
+        parse_fix(["recompute=auto"])
 
 
 def test_every_knob_of_sweep_is_a_key_of_a_grid_file():
@@ -360,4 +397,81 @@ def test_a_new_plan_switch_reaches_options_reports_measurements_and_search_from_
 
     done = subprocess.run([sys.executable, "-c", _FAKE_SWITCH], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "reached", done.stderr[-2000:]
+
+
+#: A plan setting (a number on ParallelPlan, predict's option and a search --fix item) declared
+#: in a fresh interpreter before anything reads the declarations: predict's option builds the
+#: plan with it and its JSON reports it, a --plan line beside it is refused, a measurement row's
+#: plan reads its column (a bad cell refused by its declared rule) and search's --fix holds it.
+_FAKE_PLAN_KNOB = """import contextlib
+import dataclasses
+import io
+import json
+
+import pandas as pd
+from fsdpsim.plan import knobs, parallel
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan(parallel.ParallelPlan):
+    fake_degree: int = 1
+
+
+parallel.ParallelPlan = Plan
+knobs.KNOBS["fake_degree"] = knobs.Knob(
+    "fake_degree", "number", "A fake degree.", knobs._PREDICT_FIX, default=1,
+    rule=knobs.Rule(1, 64, whole=True), field="plan.fake_degree", column="fake_degree")
+
+import click
+from click.testing import CliRunner
+from fsdpsim.cli import cli, main
+from fsdpsim.drivers.search.fix import parse_fix
+from fsdpsim.measured import cells
+from fsdpsim.measured.rows import PLAN_COLUMNS, row_plan
+from fsdpsim.util.errors import ConfigError
+
+params = {p.name: p for p in cli.get_command(click.Context(cli), "predict").params}
+assert params["fake_degree"].opts == ["--fake-degree"]
+base = ("predict", "--model", "llama3-8b", "--gpu", "h100", "--num-gpus", "8")
+result = CliRunner().invoke(cli, [*base, "--fake-degree", "3", "--format", "json"])
+assert result.exit_code == 0, result.output
+assert json.loads(result.output)["plan"]["fake_degree"] == 3
+err = io.StringIO()
+with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as out:
+    assert main([*base, "--fake-degree", "99"]) == 2 and not out.getvalue()
+    assert main([*base, "--plan", "fsdp8 · ckpt none · mb 1", "--fake-degree", "3"]) == 2
+lines = err.getvalue().splitlines()
+assert len(lines) == 2 and all("--fake-degree" in line for line in lines), lines
+assert "1 to 64" in lines[0] and "--plan states the whole plan" in lines[1], lines
+
+row = pd.Series({"id": "r", "n_gpus": 8, "sharding": "full", "fake_degree": "3"})
+assert row_plan(row, 8).fake_degree == 3 and PLAN_COLUMNS["fake_degree"] == 1
+assert row_plan(row.drop("fake_degree"), 8).fake_degree == 1
+frame = pd.DataFrame([{"id": "r", "fake_degree": "65", "skip": ""}])
+try:
+    cells.check_columns(frame)
+    raise SystemExit("a bad fake_degree cell passed")
+except ConfigError as exc:
+    assert "column fake_degree" in str(exc) and "1 to 64" in str(exc), exc
+assert parse_fix(["fake_degree=4"]) == {"fake_degree": 4}
+try:
+    parse_fix(["fake_degree=0"])
+    raise SystemExit("a bad --fix fake_degree passed")
+except ConfigError as exc:
+    assert "1 to 64" in str(exc), exc
+print("reached")
+"""
+
+
+def test_a_new_plan_knob_reaches_predict_measurements_and_search_fix_from_its_declaration():
+    """The generic places a plan setting passes through take it from its declaration alone:
+    predict's option, the plan it builds and its JSON, the ``--plan`` conflict check, a
+    measurement row's plan and cell check, and ``search --fix`` (how search enumerates a
+    new degree, and how a plan line spells it, are the new setting's own code)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FAKE_PLAN_KNOB], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "reached", done.stderr[-2000:]

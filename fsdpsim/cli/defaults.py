@@ -8,16 +8,12 @@ from dataclasses import replace
 
 import click
 
-from fsdpsim.plan.knobs import PLAN_SWITCHES, option_default
+from fsdpsim.plan.knobs import PLAN_SWITCHES, option_default, plan_knobs
 from fsdpsim.util.numbers import count_rule, read_number
 
 #: The plan options of predict (search and compare read the same), with their defaults: the
-#: plan switches (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`) among them.
-PLAN_OPTIONS = {name: option_default(name) for name in (
-    "sharding", "shard_group_size", "reshard_after_forward", "keep_params_gathered",
-    "grad_sync", "recompute", "recompute_layers", "zero", "dp_shard", "dp_replicate", "tp",
-    "pp", "vpp", "pp_schedule", "pp_first_layers", "pp_last_layers", "cp", "mesh_order",
-    "micro_batch", "ep", "pp_layers", "etp", *PLAN_SWITCHES)}
+#: knobs of a plan (:func:`fsdpsim.plan.knobs.plan_knobs`, the plan switches among them).
+PLAN_OPTIONS = {k.name: option_default(k.name) for k in plan_knobs()}
 
 
 def auto_int(value: str | None, what: str) -> int | None:

@@ -11,8 +11,8 @@ from fsdpsim.report import render
 from fsdpsim.hardware.catalog import load_catalog
 from fsdpsim.cli.knobs import knob_options
 from fsdpsim.hardware.system import BUSBW_COLUMNS
-from fsdpsim.plan.knobs import (KERNEL_KNOBS, KNOBS, PLAN_SWITCHES, kernel_default, of_command,
-                                switch_value)
+from fsdpsim.plan.knobs import (KERNEL_KNOBS, KNOBS, kernel_default, of_command, option_default,
+                                plan_field, plan_knobs, switch_value)
 from fsdpsim.cli.procurement import run_options
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
@@ -177,6 +177,9 @@ def plan_option(o: dict, system):
     return run
 
 
+#: Plan fields :func:`build_plan` reads in their own way: the data-parallel plan (``--sharding``
+#: with its group, or ``--zero`` with its degrees) and the mesh order (a list).
+_SPELT_BELOW = ("sharding", "shard_group_size", "mesh_order")
 #: Plan options that only a pipeline (--pp > 1) reads, with the values that ask for none.
 PIPELINE_ONLY = {"vpp": (1,), "pp_schedule": (None, "1f1b")}
 
@@ -196,14 +199,12 @@ def build_plan(o: dict, system) -> ParallelPlan:
 
     per_domain = domain_gpus(system, o["num_gpus"])
     framework = o.get("framework") or "fsdp2"
-    hybrid = dict(tp=o.get("tp", 1), pp=o.get("pp", 1), cp=o.get("cp", 1), vpp=o.get("vpp", 1),
-                  pp_schedule=o.get("pp_schedule"), pp_first_layers=o.get("pp_first_layers"),
-                  pp_last_layers=o.get("pp_last_layers"), pp_layers=o.get("pp_layers"),
-                  framework=framework, ep=o.get("ep", 1), etp=o.get("etp"),
-                  reshard_after_forward=o["reshard_after_forward"],
-                  keep_gathered=o["keep_params_gathered"], grad_sync=o["grad_sync"],
-                  **{name: switch_value(name, o.get(name), framework)
-                     for name in PLAN_SWITCHES})
+    # every plan field a knob states, by its key (the data-parallel spelling and the mesh
+    # order below); a plan switch as switch_value reads it
+    hybrid = {k.key: switch_value(k.name, o.get(k.name), framework) if k.dim else
+              o.get(k.name, option_default(k.name)) for k in plan_knobs()
+              if plan_field(k) and k.key not in _SPELT_BELOW}
+    hybrid["framework"] = framework
     if o.get("mesh_order"):
         hybrid["mesh_order"] = tuple(x.strip() for x in o["mesh_order"].split(","))
     zero, shard, repl = o.get("zero"), o.get("dp_shard"), o.get("dp_replicate")

@@ -29,7 +29,7 @@ from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
 from fsdpsim.model.spec import ModelSpec
-from fsdpsim.plan.knobs import PLAN_SWITCHES, kernel_fields
+from fsdpsim.plan.knobs import PLAN_SWITCHES, kernel_fields, plan_field, plan_knobs
 from fsdpsim.plan.known_gaps import known_gaps
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs,  # noqa: F401 (re-exported)
@@ -283,6 +283,11 @@ def _plan_line(plan: ParallelPlan, micro_batch: int, grad_accum: int, recompute:
                                recompute_layers))
 
 
+#: The plan fields a knob states (:func:`fsdpsim.plan.knobs.plan_knobs`): each is in
+#: :func:`plan_summary`'s object, as it is where the object does not write it in its own way.
+_PLAN_FIELDS = tuple(k.key for k in plan_knobs() if k.field == f"plan.{k.key}")
+
+
 def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
                  recompute: str = "none", recompute_layers: int | None = None) -> dict[str, Any]:
     """The ``plan`` object of a report: every degree, the strategies, the switches
@@ -290,20 +295,24 @@ def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
     (:func:`fsdpsim.plan.spelling.format_plan`, what ``predict --plan`` reads)."""
     line = _plan_line(plan, int(micro_batch), int(grad_accum), recompute,
                       None if recompute == "none" else recompute_layers)
-    return {"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
-            "sharding": plan.sharding, "zero": {"none": 0, "optimizer": 1, "grad_op": 2,
-                                                "full": 3, "hybrid": 3}[plan.sharding],
-            "dp": plan.dp, "dp_shard": plan.dp_shard, "dp_replicate": plan.dp_replicate,
-            "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp,
-            "pp_schedule": plan.pp_schedule,
-            **{name: getattr(plan, name) for name in PLAN_SWITCHES},
-            "ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp,
-            "mesh_order": ",".join(plan.mesh_order),
-            "pp_first_layers": plan.pp_first_layers, "pp_last_layers": plan.pp_last_layers,
-            "pp_layers": None if plan.pp_layers is None else list(plan.pp_layers),
-            "reshard_after_forward": plan.reshard_after_forward,
-            "keep_gathered": plan.keep_gathered, "grad_sync": plan.grad_sync,
-            "framework": plan.framework, "line": line}
+    out = {"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
+           "sharding": plan.sharding, "zero": {"none": 0, "optimizer": 1, "grad_op": 2,
+                                               "full": 3, "hybrid": 3}[plan.sharding],
+           "dp": plan.dp, "dp_shard": plan.dp_shard, "dp_replicate": plan.dp_replicate,
+           "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "vpp": plan.vpp,
+           "pp_schedule": plan.pp_schedule,
+           **{name: getattr(plan, name) for name in PLAN_SWITCHES},
+           "ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp,
+           "mesh_order": ",".join(plan.mesh_order),
+           "pp_first_layers": plan.pp_first_layers, "pp_last_layers": plan.pp_last_layers,
+           "pp_layers": None if plan.pp_layers is None else list(plan.pp_layers),
+           "reshard_after_forward": plan.reshard_after_forward,
+           "keep_gathered": plan.keep_gathered, "grad_sync": plan.grad_sync,
+           "framework": plan.framework, "line": line}
+    for key in _PLAN_FIELDS:
+        if key not in out:
+            out[key] = getattr(plan, key)
+    return out
 
 
 def check_recompute_layers(spec: ModelSpec, plan: ParallelPlan, layers: int | None,

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim import engine
-from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
 from fsdpsim.measured import grid
 from fsdpsim.measured.rows import PLAN_COLUMNS, cell, is_empty
 from fsdpsim.plan.knobs import FRAMEWORK, KERNEL_KNOBS, KNOBS, PLAN_SWITCHES
@@ -18,36 +17,28 @@ from fsdpsim.util import numbers
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.numbers import TINY, Rule, read_number
 
-#: The numeric columns of fsdpsim's schema and what each accepts (read with the one number
-#: reader, :func:`fsdpsim.util.numbers.read_number`); True: an empty cell is allowed.
 #: The kernel knobs a measurement file states (:data:`fsdpsim.plan.knobs.KERNEL_KNOBS` with a
 #: column).
 _KERNEL = tuple(KNOBS[name] for name in KERNEL_KNOBS if KNOBS[name].column)
-_WIDTH, _LAYERS, _HEADS = (Rule(1, 2**20, whole=True), Rule(1, 2**14, whole=True),
-                           Rule(1, 2**16, whole=True))
+_WIDTH, _HEADS = Rule(1, 2**20, whole=True), Rule(1, 2**16, whole=True)
+#: The knob columns a row must fill (every other may be empty: the knob's default).
+_REQUIRED = ("gpus_per_node", "seq_len")
+#: The numeric columns of fsdpsim's schema and what each accepts (read with the one number
+#: reader, :func:`fsdpsim.util.numbers.read_number`); True: an empty cell is allowed. A knob's
+#: column (:attr:`fsdpsim.plan.knob.Knob.column`) accepts what its option accepts (its
+#: declared rule); the others are the measurement's and the model's own.
 COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
-    "n_gpus": (numbers.GPUS, False), "gpus_per_node": (numbers.GPUS, False),
-    "seq_len": (numbers.SEQ_LEN, False),
-    "inter_node_gbps_per_gpu": (numbers.INTER_NODE_GBPS, True),
+    "n_gpus": (numbers.GPUS, False),
     "tokens_per_s_per_gpu": (numbers.TOKENS_PER_S_PER_GPU, False),
-    "power_cap_w": (numbers.POWER_CAP_W, True),
     "global_batch_seqs": (numbers.COUNT, True),
     # empty or "auto" (micro_batch, grad_accum, vpp): what predict would choose
-    "micro_batch": (numbers.COUNT, True), "grad_accum": (numbers.COUNT, True),
-    "n_layers": (_LAYERS, True), "d_model": (_WIDTH, True), "n_heads": (_HEADS, True),
+    "grad_accum": (numbers.COUNT, True),
+    "n_layers": (numbers.LAYERS, True), "d_model": (_WIDTH, True), "n_heads": (_HEADS, True),
     "n_kv_heads": (_HEADS, True), "ffn_size": (_WIDTH, True),
     "vocab": (Rule(1, 2**24, whole=True), True),
-    # the layout (empty: the PLAN_COLUMNS default)
-    **{k: (numbers.GPUS, True) for k in ("tp", "pp", "cp", "ep", "etp", "shard_group_size")},
-    "moe_capacity_factor": (Rule(0.01, 1000.0), True), "moe_imbalance": (Rule(1.0, 1000.0), True),
     "mtp_layers": (Rule(0, 64, whole=True), True),
-    "vpp": (Rule(1, 1024, whole=True, also="auto"), True),
-    "pp_first_layers": (_LAYERS, True), "pp_last_layers": (_LAYERS, True),
-    "recompute_layers": (Rule(0, 2**14, whole=True), True),
-    # the kernel knobs' numbers, by their declared rule
-    **{k.column: (k.rule, True) for k in _KERNEL if k.kind == "number"},
-    # measured bus bandwidths (GB/s), read as predict reads --busbw-*-gbs
-    **{c: (BUSBW_GBS, True) for c in BUSBW_COLUMNS},
+    **{k.column: (k.rule, k.column not in _REQUIRED) for k in KNOBS.values()
+       if k.column and k.rule is not None},
 }
 _AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
 

@@ -14,7 +14,8 @@ import pandas as pd
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.model.spec import ModelSpec, check_plausible_size
-from fsdpsim.plan.knobs import FRAMEWORK, KNOBS, PLAN_SWITCHES, knob_default, option_default
+from fsdpsim.plan.knobs import (FRAMEWORK, KNOBS, PLAN_SWITCHES, knob_default, option_default,
+                                plan_field)
 from fsdpsim.plan.parallel import ParallelPlan
 from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 
@@ -23,17 +24,18 @@ from fsdpsim.hardware.system import BUSBW_COLUMNS, domain_gpus, resolve_system
 ARCHES = ("gpt", "mpt", "llama")
 
 
-#: The layout columns of the schema and their defaults (missing column or empty cell): the plan
-#: switches' (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`) their option's; a knob whose default is
-#: the framework's (:data:`fsdpsim.plan.knobs.FRAMEWORK`) has None here, its empty cell read by
-#: :func:`knob`.
-PLAN_COLUMNS = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "pp_schedule": None, "pp_first_layers": None,
-                "pp_last_layers": None, "pp_layers": None, "recompute_layers": None, "ep": 1,
-                "etp": None, "recipe": "torch", "moe_imbalance": None, "preset": None,
-                "mtp_layers": None, "shard_group_size": None,
-                **{KNOBS[name].column: option_default(name) for name in PLAN_SWITCHES},
-                **{k.column: None for k in KNOBS.values() if k.default == FRAMEWORK and k.column}}
+#: The defaults of the schema's knob columns and layout cells (a missing column or an empty
+#: cell): a knob's column (:attr:`fsdpsim.plan.knob.Knob.column`) its option's default, None for
+#: a knob whose default is the framework's (:data:`fsdpsim.plan.knobs.FRAMEWORK`; its empty cell
+#: read by :func:`knob`); the framework column ``recipe`` torch (fsdp2's profile).
+PLAN_COLUMNS = {**{k.column: option_default(k.name) for k in KNOBS.values() if k.column},
+                "recipe": "torch", "preset": None, "mtp_layers": None}
 
+
+#: The knobs whose column :func:`plan_cells` reads: plan fields, not the plan switches nor the
+#: scale-up domain (the caller's, :func:`row_setup`).
+_PLAN_CELLS = tuple(k for k in KNOBS.values() if k.column and plan_field(k)
+                    and k.name not in PLAN_SWITCHES and k.name != "gpus_per_node")
 
 _TRUE, _FALSE = ("1", "true", "yes", "y"), ("0", "false", "no", "n")
 
@@ -141,19 +143,31 @@ def _knob_default(framework: str, column: str, precision: str) -> Any:
 
 def row_plan(row: pd.Series, gpus_per_node: int, vpp: int | None = None) -> ParallelPlan:
     """The :class:`ParallelPlan` of one measurement row (``vpp`` overrides the row's, for the
-    ``auto`` chunk count); a clear error when the plan's checks refuse it."""
-    schedule = cell(row, "pp_schedule")
-    return ParallelPlan(
-        num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node, sharding=str(row["sharding"]),
-        tp=whole_cell(row, "tp"), pp=whole_cell(row, "pp"), cp=whole_cell(row, "cp"),
-        vpp=vpp or whole_cell(row, "vpp"),
-        pp_schedule=str(schedule) if schedule is not None else None,
-        pp_first_layers=whole_cell(row, "pp_first_layers"),
-        pp_last_layers=whole_cell(row, "pp_last_layers"),
-        pp_layers=_text_cell(row, "pp_layers"),
-        framework=str(cell(row, "recipe") or "torch"), ep=whole_cell(row, "ep"),
-        etp=whole_cell(row, "etp"), shard_group_size=whole_cell(row, "shard_group_size"),
-        **switch_cells(row))
+    ``auto`` chunk count): each plan field with a knob column (:func:`plan_cells`) and the plan
+    switches (:func:`switch_cells`); a clear error when the plan's checks refuse it."""
+    return ParallelPlan(num_gpus=int(row["n_gpus"]), gpus_per_node=gpus_per_node,
+                        **plan_cells(row, **({"vpp": vpp} if vpp else {})),
+                        **switch_cells(row))
+
+
+def plan_cells(row: pd.Series, **given: Any) -> dict[str, Any]:
+    """The ParallelPlan fields one measurement row states other than the plan switches: every
+    knob that is a plan field (:func:`fsdpsim.plan.knobs.plan_field`) with a column, the
+    framework's in ``recipe``, each cell read as its kind reads it (a whole number as an int,
+    a text as text, a choice as a word; :data:`PLAN_COLUMNS` for an empty one); a field in
+    ``given`` instead of its cell (which is not read)."""
+    out: dict[str, Any] = {}
+    for k in _PLAN_CELLS:
+        if k.key in given:
+            out[k.key] = given[k.key]
+        elif k.kind == "number":
+            out[k.key] = whole_cell(row, k.column)
+        elif k.kind == "text":
+            out[k.key] = _text_cell(row, k.column)
+        else:
+            value = cell(row, k.column)
+            out[k.key] = None if value is None else str(value)
+    return out
 
 
 def switch_cells(row: pd.Series) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What a knob is (:class:`Knob`): the one declaration :mod:`fsdpsim.plan.knobs` lists for
 every knob a user states, and how a command takes it (:data:`ONE`, :data:`LIST`,
-:data:`GRID`)."""
+:data:`GRID`, :data:`FIX`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ ONE = "one"
 LIST = "list"
 #: ``sweep`` takes one value for the whole grid, as text (read by the grid).
 GRID = "grid"
+#: ``search`` takes it as a ``--fix KEY=VALUE`` item (:attr:`Knob.key`): a setting every
+#: searched plan has (read by :mod:`fsdpsim.drivers.search.fix`).
+FIX = "fix"
 #: The default of a knob not given is the ``--framework`` profile's (``KNOB_DEFAULTS``).
 FRAMEWORK = "the framework's default"
 #: Kinds of knob.
@@ -35,12 +38,14 @@ class Knob:
     help: str
     """Help of the one-value option (``predict``, ``search``, ``compare``)."""
     commands: Mapping[str, str]
-    """Command -> :data:`ONE`, :data:`LIST` or :data:`GRID`."""
+    """Command -> :data:`ONE`, :data:`LIST`, :data:`GRID` (``sweep``) or :data:`FIX`
+    (``search``)."""
     default: Any = None
     """The value when not given; None: none (the option is optional), :data:`FRAMEWORK`."""
     choices: tuple[str, ...] = ()
     rule: Rule | None = None
-    """What a number accepts (range, whole, unit)."""
+    """What a number accepts (range, whole, unit); of a text knob that is a number or a word
+    (``micro_batch``: a count or auto), what its number accepts."""
     units: str = ""
     grid_help: str = ""
     """Help of ``sweep``'s form (a list, or one value for the whole grid)."""
@@ -70,6 +75,13 @@ class Knob:
     ``tp overlap on``)."""
 
     @property
+    def key(self) -> str:
+        """Its attribute in the plan or training settings, the last part of :attr:`field`
+        (``keep_gathered`` of ``plan.keep_gathered``), else its name: what ``search --fix``
+        and the search's plans call it."""
+        return self.field.rpartition(".")[2] if self.field else self.name
+
+    @property
     def option(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
 
@@ -81,6 +93,11 @@ class Knob:
         if command in self.help_for:
             return self.help_for[command]
         return self.grid_help if self.commands.get(command) in (LIST, GRID) else self.help
+
+    def is_option_of(self, command: str) -> bool:
+        """Whether ``command`` has an option of the knob (``search`` takes a :data:`FIX` knob
+        as a ``--fix`` item instead)."""
+        return self.commands.get(command, FIX) != FIX
 
     @property
     def plain_value(self) -> Any:

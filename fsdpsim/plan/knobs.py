@@ -24,18 +24,23 @@ from typing import Any, Mapping
 
 from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
 from fsdpsim.plan.knob import (  # noqa: F401 (what a knob is, read from here too)
-    COMMANDS, FRAMEWORK, GRID, KINDS, LIST, ONE, Knob)
+    COMMANDS, FIX, FRAMEWORK, GRID, KINDS, LIST, ONE, Knob)
 from fsdpsim.plan.frameworks import KNOB_DEFAULTS, canonical
 from fsdpsim.plan.parallel import (CP_KINDS, FRAMEWORKS, PP_SCHEDULES, SHARDING_HELP,
                                    SHARDINGS)
 from fsdpsim.plan.training import (CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS, PRECISIONS,
                                    RECOMPUTES)
-from fsdpsim.util.numbers import (COUNT, GPUS, INTER_NODE_GBPS, MAX_COUNT, POWER_CAP_W, VPP,
-                                  Rule)
+from fsdpsim.util.numbers import (COUNT, GPUS, INTER_NODE_GBPS, LAYERS, MAX_LAYERS, POWER_CAP_W,
+                                  SEQ_LEN, VPP, Rule)
 
 _LIST = "comma-separated, repeatable"
 _PREDICT_ONLY = {"predict": ONE}
 _RUN = {"predict": ONE, "search": ONE, "compare": ONE}
+#: Settings of the searched plans (``search --fix KEY=VALUE`` holds one, :data:`FIX`): of
+#: predict alone, with a list in sweep, with one value for sweep's whole grid.
+_PREDICT_FIX = {"predict": ONE, "search": FIX}
+_PLAN_LIST = {"predict": ONE, "sweep": LIST, "search": FIX}
+_PLAN_GRID = {"predict": ONE, "sweep": GRID, "search": FIX}
 #: Capacity factors and imbalance the options accept.
 MOE_FACTOR = Rule(0.01, 1000.0, also="none")
 MOE_IMBALANCE = Rule(1.0, 1000.0)
@@ -69,7 +74,7 @@ def _switch(name: str, kind: str, help: str, grid_help: str, dim: str,
     if kind not in ("flag", "choice") or dim not in SWITCH_DIMS:
         raise ValueError(f"plan switch {name}: kind {kind!r}, dim {dim!r}; accepted: a flag or "
                          f"a choice of {', '.join(SWITCH_DIMS)}")
-    return Knob(name, kind, help, {"predict": ONE, "sweep": GRID}, grid_help=grid_help,
+    return Knob(name, kind, help, _PLAN_GRID, grid_help=grid_help,
                 field=f"plan.{name}", column=name, dim=dim, spelled=spelled, label=label, **kw)
 
 
@@ -100,10 +105,10 @@ _HARDWARE = [
 
 _BATCH = [
     Knob("seq_len", "text", "Tokens per sequence; k = 1,024 here (32k = 32,768).",
-         {**_RUN, "sweep": LIST}, default="4096", units="tokens",
+         {**_RUN, "sweep": LIST}, default="4096", units="tokens", rule=SEQ_LEN,
          grid_help="Sequence lengths (ranges as --num-gpus); k = 1,024 here (8k = 8,192); "
                    "default 4096.", field="training.seq_len", column="seq_len"),
-    Knob("micro_batch", "text", "", {"predict": ONE, "sweep": LIST}, default="auto",
+    Knob("micro_batch", "text", "", _PLAN_LIST, default="auto", rule=COUNT,
          grid_help="Micro-batch sizes, or auto (free: fastest that fits); default auto.",
          field="training.micro_batch", column="micro_batch"),
     Knob("global_batch", "text", "Sequences per step; default: about 4M tokens, a power of two "
@@ -118,7 +123,7 @@ _BATCH = [
 ]
 
 _DATA_PARALLEL = [
-    Knob("sharding", "choice", SHARDING_HELP, {"predict": ONE, "sweep": LIST}, default="full",
+    Knob("sharding", "choice", SHARDING_HELP, _PLAN_LIST, default="full",
          choices=SHARDINGS, grid_help=f"Strategies or auto (free); default full. "
                                       f"{SHARDING_HELP}.", field="plan.sharding",
          column="sharding"),
@@ -131,42 +136,42 @@ _DATA_PARALLEL = [
          field="plan.reshard_after_forward"),
     Knob("keep_params_gathered", "flag", "With gradient accumulation: gather each unit once "
          "per step and keep it (costs the full unsharded parameters in memory).",
-         {"predict": ONE, "sweep": GRID}, default=False, off="regather-params",
+         _PLAN_GRID, default=False, off="regather-params",
          grid_help="With accumulation, gather each unit once per step and keep it, for the "
                    "sharded-parameter strategies (default: re-gather).",
          field="plan.keep_gathered"),
     Knob("grad_sync", "choice", "Reduce-scatter gradients every micro-batch, or only the last "
          "(FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False)).",
-         {"predict": ONE, "sweep": LIST}, default="every", choices=("every", "last"),
+         _PLAN_LIST, default="every", choices=("every", "last"),
          grid_help="With accumulation, reduce gradients every micro-batch or only the last, "
                    "for the sharded strategies: every, last or both (every,last: rows for "
                    "each); default every.", field="plan.grad_sync"),
     Knob("recompute", "choice", "selective: the attention core (Megatron); op-selective: "
          "torchtitan's per-op policy (every second matmul, attention kept); auto tries none, "
-         "selective, full.", {"predict": ONE, "sweep": LIST}, default="auto",
+         "selective, full.", _PLAN_LIST, default="auto",
          choices=("auto",) + RECOMPUTES,
          grid_help="none, selective, full, op-selective (torchtitan's per-op policy), or auto "
                    "(free: none, selective, full); default auto.",
          field="training.recompute", column="recompute"),
     Knob("recompute_layers", "number", "Recompute only the first K layers of each pipeline "
          "stage (Megatron --recompute-num-layers); default: all.",
-         {"predict": ONE, "sweep": GRID}, rule=Rule(0, MAX_COUNT, whole=True),
+         _PLAN_GRID, rule=Rule(0, MAX_LAYERS, whole=True),
          grid_help="Recompute only the first K layers of each stage.",
          field="training.recompute_layers", column="recompute_layers"),
     Knob("zero", "number", "ZeRO stage of the data dimension (0 DDP, 1 optimizer, 2 "
          "+gradients, 3 +parameters = FSDP); the mesh spelling of --sharding.",
-         {"predict": ONE, "sweep": LIST}, rule=Rule(0, 3, whole=True), field="plan.zero",
+         _PLAN_LIST, rule=Rule(0, 3, whole=True), field="plan.zero",
          grid_help="ZeRO stages (0-3), the mesh spelling of --sharding (0 none, 1 optimizer, "
                    "2 grad_op, 3 full); not beside --sharding."),
     Knob("dp_shard", "number", "Data-parallel ranks the states are sharded over (with --zero).",
-         _PREDICT_ONLY, rule=GPUS, field="plan.dp_shard"),
+         _PREDICT_FIX, rule=GPUS, field="plan.dp_shard"),
     Knob("dp_replicate", "number", "Replicas of each shard group (ZeRO-3: HSDP).",
-         _PREDICT_ONLY, rule=GPUS, field="plan.dp_replicate"),
+         _PREDICT_FIX, rule=GPUS, field="plan.dp_replicate"),
 ]
 
 _MODEL_PARALLEL = [
     Knob("tp", "number", "Tensor-parallel degree (Megatron column/row split).",
-         {"predict": ONE, "sweep": LIST}, default=1, rule=GPUS,
+         _PLAN_LIST, default=1, rule=GPUS,
          grid_help=f"Tensor-parallel degrees ({_LIST}); crossed with --pp and --cp.",
          field="plan.tp", column="tp"),
     _switch("sequence_parallel", "flag", "Split norm/dropout activations over TP (default: on "
@@ -175,25 +180,25 @@ _MODEL_PARALLEL = [
     _switch("tp_overlap", "flag", "Overlap TP collectives with GEMMs (async TP).",
             "Overlap TP collectives with GEMMs (tp > 1).", "tp", {True: "overlap"},
             "tp overlap", default=False),
-    Knob("pp", "number", "Pipeline-parallel degree (stages).", {"predict": ONE, "sweep": LIST},
+    Knob("pp", "number", "Pipeline-parallel degree (stages).", _PLAN_LIST,
          default=1, rule=GPUS, grid_help=f"Pipeline-parallel degrees ({_LIST}).",
          field="plan.pp", column="pp"),
     Knob("vpp", "number", "Virtual stages (model chunks) per pipeline rank: interleaved 1F1B.",
-         {"predict": ONE, "sweep": GRID}, default=1, rule=VPP,
+         _PLAN_GRID, default=1, rule=VPP,
          grid_help="Virtual stages per pipeline rank (pp > 1).", field="plan.vpp", column="vpp"),
     Knob("pp_schedule", "choice", "Pipeline schedule (default: interleaved when --vpp > 1, "
-         "else 1f1b).", {"predict": ONE, "sweep": GRID}, choices=PP_SCHEDULES,
+         "else 1f1b).", _PLAN_GRID, choices=PP_SCHEDULES,
          grid_help="gpipe, 1f1b, interleaved or zb-h1 (pp > 1; default 1f1b, interleaved with "
                    "--vpp > 1).", field="plan.pp_schedule", column="pp_schedule"),
     Knob("pp_first_layers", "number", "Layers on the first pipeline stage (uneven split).",
-         _PREDICT_ONLY, rule=COUNT, field="plan.pp_first_layers", column="pp_first_layers"),
+         _PREDICT_FIX, rule=LAYERS, field="plan.pp_first_layers", column="pp_first_layers"),
     Knob("pp_last_layers", "number", "Layers on the last pipeline stage (uneven split).",
-         _PREDICT_ONLY, rule=COUNT, field="plan.pp_last_layers", column="pp_last_layers"),
+         _PREDICT_FIX, rule=LAYERS, field="plan.pp_last_layers", column="pp_last_layers"),
     Knob("pp_layers", "text", "Layers on each pipeline stage, first to last (e.g. "
          "31,32,32,31); default: the framework's split (even where the layers divide).",
          _PREDICT_ONLY, metavar="N,N,...", field="plan.pp_layers", column="pp_layers"),
     Knob("cp", "number", "Context-parallel degree (sequence split).",
-         {"predict": ONE, "sweep": LIST}, default=1, rule=GPUS,
+         _PLAN_LIST, default=1, rule=GPUS,
          grid_help=f"Context-parallel degrees ({_LIST}).", field="plan.cp", column="cp"),
     _switch("cp_kind", "choice", "ring attention or all2all (Ulysses).",
             "ring (default) or all2all.", "cp", {"all2all": "a2a"}, "cp", default="ring",
@@ -242,11 +247,11 @@ _TRAINING = [
 _MOE = [
     Knob("ep", "number", "Expert-parallel degree: each MoE layer's routed experts divided over "
          "ep ranks (folded over the data-parallel x CP ranks, Megatron-Core's expert mesh).",
-         {"predict": ONE, "sweep": GRID}, default=1, rule=GPUS,
+         _PLAN_GRID, default=1, rule=GPUS,
          grid_help="Expert-parallel degree of the MoE models (one value; dense models need 1).",
          field="plan.ep", column="ep"),
     Knob("etp", "number", "Expert tensor-parallel degree (default: --tp).",
-         {"predict": ONE, "sweep": GRID}, rule=GPUS,
+         _PLAN_GRID, rule=GPUS,
          grid_help="Expert tensor-parallel degree (default tp).", field="plan.etp",
          column="etp"),
     _switch("ep_overlap", "flag", "Hide the expert all-to-alls behind another micro-batch's "
@@ -301,7 +306,8 @@ _KERNEL = [
     _kernel("bf16_layers", "number", "Transformer layers kept in BF16 under a low-precision "
             "--precision (Megatron first_last_layers_bf16); default: --framework megatron none, "
             "else the format's recipe, 15 % of the layers for nvfp4 (arXiv 2509.25149), none "
-            "for FP8.", default=FRAMEWORK, rule=Rule(0, 2**14, whole=True), metavar="N"),
+            "for FP8.", default=FRAMEWORK, rule=Rule(0, MAX_LAYERS, whole=True),
+            metavar="N"),
 ]
 
 #: The kernel and recipe knobs: TrainingConfig fields of predict, search and compare, in
@@ -409,11 +415,34 @@ def dim_switches(dim: str) -> tuple[Knob, ...]:
 
 
 def of_command(command: str) -> tuple[Knob, ...]:
-    """The knobs ``command`` takes."""
-    return tuple(k for k in KNOBS.values() if command in k.commands)
+    """The knobs ``command`` has an option of (:meth:`Knob.is_option_of`)."""
+    return tuple(k for k in KNOBS.values() if k.is_option_of(command))
+
+
+def plan_field(knob: Knob) -> bool:
+    """Whether ``knob`` is a field of :class:`~fsdpsim.plan.parallel.ParallelPlan` (its
+    :attr:`Knob.key`), looked up on the class the module holds now."""
+    from fsdpsim.plan import parallel
+
+    return knob.key in parallel.ParallelPlan.__dataclass_fields__
+
+
+def plan_knobs() -> tuple[Knob, ...]:
+    """The knobs of a plan, in declaration order: the settings ``search --fix`` holds and the
+    plan's fields a command states one by one (not the scale-up domain, which the hardware
+    gives, nor the framework, which every plan of a search shares); what a ``--plan`` line
+    states (:mod:`fsdpsim.plan.spelling`)."""
+    return tuple(k for k in KNOBS.values() if k.commands.get("search") == FIX or (
+        plan_field(k) and k.name not in ("gpus_per_node", "framework")))
+
+
+def fixable() -> dict[str, Knob]:
+    """The settings ``search --fix`` holds (:data:`FIX`), by :attr:`Knob.key`, in declaration
+    order."""
+    return {k.key: k for k in KNOBS.values() if k.commands.get("search") == FIX}
 
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "PLAN_SWITCHES", "ONE",
-           "LIST", "GRID", "FRAMEWORK", "of_command", "option_default", "kernel_default",
-           "kernel_fields", "kernel_words", "knob_default", "switch_value", "switch_fields",
+           "LIST", "GRID", "FIX", "FRAMEWORK", "of_command", "fixable", "plan_field", "plan_knobs", "option_default",
+           "kernel_default", "kernel_fields", "kernel_words", "knob_default", "switch_value", "switch_fields",
            "dim_switches"]

@@ -199,6 +199,8 @@ def number_in_text(value: Any) -> float:
 MAX_COUNT = 2**31
 #: Largest GPU count: 4,194,304 (about 400x the largest clusters of 2026).
 MAX_GPUS = 2**22
+#: Most transformer layers: 16,384 (about 130x the deepest published models of 2026).
+MAX_LAYERS = 2**14
 #: Longest sequence: 16,777,216 tokens (the longest trained contexts are about 10M; the memory
 #: ceiling solver searches up to the same bound).
 MAX_SEQ_LEN = 2**24
@@ -207,6 +209,8 @@ GPUS = Rule(1, MAX_GPUS, whole=True)
 #: Model chunks per pipeline rank (--vpp), predict and sweep alike.
 VPP = Rule(1, 1024, whole=True)
 COUNT = Rule(1, MAX_COUNT, whole=True)
+#: A count of layers (of a model, of a pipeline stage).
+LAYERS = Rule(1, MAX_LAYERS, whole=True)
 SEQ_LEN = Rule(1, MAX_SEQ_LEN, whole=True, unit="tokens", suffixes=BINARY)
 #: A physical floor: below 1 Mb/s per GPU there is no network to speak of (and below ~1e-300
 #: the arithmetic underflows to NaN). Above 100 Tb/s per GPU is no network either.

@@ -5,23 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdpsim.plan.knobs import KNOBS, PLAN_SWITCHES
-from fsdpsim.plan.parallel import GRAD_SYNCS, PP_SCHEDULES, RECOMPUTES, SHARDINGS
+from fsdpsim.plan.knobs import fixable
 from fsdpsim.util.errors import ConfigError
+from fsdpsim.util.numbers import read_number
 
-#: Degrees and choices ``--fix`` accepts, with the type of their value: every plan switch
-#: (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`, a flag or a choice) among them.
-FIXABLE = {"tp": int, "pp": int, "cp": int, "vpp": int, "ep": int, "etp": int,
-           "dp_shard": int, "dp_replicate": int, "sharding": str, "pp_schedule": str,
-           "micro_batch": int, "recompute": str, "recompute_layers": int,
-           "grad_sync": str, "keep_gathered": bool, "zero": int,
-           "pp_first_layers": int, "pp_last_layers": int,
-           **{name: bool if KNOBS[name].kind == "flag" else str for name in PLAN_SWITCHES}}
-_CHOICES = {"sharding": SHARDINGS, "pp_schedule": PP_SCHEDULES, "recompute": RECOMPUTES,
-            "grad_sync": GRAD_SYNCS, **{name: KNOBS[name].choices for name in PLAN_SWITCHES
-                                        if KNOBS[name].kind == "choice"}}
+#: The settings ``--fix`` holds, by the name it reads (:attr:`~fsdpsim.plan.knob.Knob.key`):
+#: every knob declared with ``search`` :data:`~fsdpsim.plan.knob.FIX`
+#: (:func:`fsdpsim.plan.knobs.fixable`), each read as its declaration types it.
+FIXABLE = fixable()
+#: Other spellings of a name: the short ones and each knob's own name (``keep_params_gathered``).
 _ALIASES = {"schedule": "pp_schedule", "sp": "sequence_parallel", "mb": "micro_batch",
-            "micro-batch": "micro_batch", "pp-schedule": "pp_schedule"}
+            **{k.name: key for key, k in FIXABLE.items() if k.name != key}}
 _ZERO = {0: "none", 1: "optimizer", 2: "grad_op", 3: "full"}
 
 
@@ -39,7 +33,8 @@ def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
             if "=" not in part:
                 raise ConfigError(f"--fix {part!r} is not NAME=VALUE; accepted names: {accepted}")
             name, value = (s.strip() for s in part.split("=", 1))
-            name = _ALIASES.get(name, name).replace("-", "_")
+            name = name.replace("-", "_")
+            name = _ALIASES.get(name, name)
             if name not in FIXABLE:
                 raise ConfigError(f"--fix {name!r} is not accepted; accepted names: {accepted}")
             value = _fix_value(name, value)
@@ -56,26 +51,21 @@ def parse_fix(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
 
 
 def _fix_value(name: str, text: str) -> Any:
-    """One ``--fix`` value read as its setting's type; a clear error naming what is accepted."""
-    kind = FIXABLE[name]
-    if kind is bool:
+    """One ``--fix`` value read as its knob's declaration types it (a flag true or false, a
+    choice one of its choices but ``auto``, a number by its rule); a clear error naming what
+    is accepted."""
+    knob = FIXABLE[name]
+    if knob.kind == "flag":
         low = text.lower()
         if low in ("1", "true", "on", "yes"):
             return True
         if low in ("0", "false", "off", "no"):
             return False
         raise ConfigError(f"--fix {name}={text!r} is not accepted; accepted: true or false")
-    if kind is int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = -1
-        low = 0 if name in ("zero", "recompute_layers") else 1
-        if value < low or (name == "zero" and value > 3):
-            what = "0, 1, 2 or 3" if name == "zero" else f"a whole number >= {low}"
-            raise ConfigError(f"--fix {name}={text!r} is not accepted; accepted: {what}")
-        return value
-    if text not in _CHOICES[name]:
-        raise ConfigError(f"--fix {name}={text!r} is not accepted; accepted: "
-                          f"{', '.join(_CHOICES[name])}")
-    return text
+    if knob.kind == "choice":
+        choices = tuple(c for c in knob.choices if c != "auto")  # auto: not a fixed value
+        if text not in choices:
+            raise ConfigError(f"--fix {name}={text!r} is not accepted; accepted: "
+                              f"{', '.join(choices)}")
+        return text
+    return read_number(text, f"--fix {name}", knob.rule)
