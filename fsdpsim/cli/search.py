@@ -12,6 +12,7 @@ from fsdpsim.report import render
 from fsdpsim.cli.knobs import knob_options
 from fsdpsim.cli.predict import kernel_options
 from fsdpsim.cli.procurement import run_options
+from fsdpsim.plan.knobs import fixable
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import GPUS, Rule, option_type
 from fsdpsim.util.output import echo
@@ -46,10 +47,10 @@ def search_options(f):
                      help="Largest TP degree (default: the GPUs of one NVLink domain)."),
         click.option("--max-pp", type=option_type(GPUS), default=None),
         click.option("--fix", "fix", multiple=True,
-                     help="Constraint NAME=VALUE, repeatable or comma-separated: tp=8, pp=4, "
-                          "cp=1, vpp=2, ep=8, sharding=full, zero=1, dp_shard=64, "
-                          "pp_schedule=1f1b, sequence_parallel=true, micro_batch=2, "
-                          "recompute=full, recompute_layers=12, ..."),
+                     help="A setting every plan has, NAME=VALUE (repeatable or "
+                          "comma-separated; a value as predict's option reads it: tp=8, "
+                          "sharding=full, zero=1, recompute_layers=12). NAME: "
+                          f"{', '.join(sorted(fixable()))}."),
         click.option("--mesh-orders/--default-mesh-order", default=True, show_default=True,
                      help="Also try the other orders of the mesh on the network tiers "
                           "(frameworks that place the mesh freely; torchtitan and Megatron-LM "

@@ -5,6 +5,8 @@ a cell that is not accepted (a published table's row gets it as its ``skip`` rea
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -21,6 +23,16 @@ from fsdpsim.util.numbers import TINY, Rule, read_number
 #: column).
 _KERNEL = tuple(KNOBS[name] for name in KERNEL_KNOBS if KNOBS[name].column)
 _WIDTH, _HEADS = Rule(1, 2**20, whole=True), Rule(1, 2**16, whole=True)
+#: The columns whose cell may say auto: what predict would choose (measured/auto_knobs.py).
+_AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
+
+
+def _cell_rule(knob) -> Rule:
+    """What the column of ``knob`` accepts: its option's rule, with the word auto where the
+    column takes it (:data:`_AUTO_COLUMNS`)."""
+    return replace(knob.rule, also="auto") if knob.column in _AUTO_COLUMNS else knob.rule
+
+
 #: The knob columns a row must fill (every other may be empty: the knob's default).
 _REQUIRED = ("gpus_per_node", "seq_len")
 #: The numeric columns of fsdpsim's schema and what each accepts (read with the one number
@@ -37,10 +49,9 @@ COLUMN_RULES: dict[str, tuple[Rule, bool]] = {
     "n_kv_heads": (_HEADS, True), "ffn_size": (_WIDTH, True),
     "vocab": (Rule(1, 2**24, whole=True), True),
     "mtp_layers": (Rule(0, 64, whole=True), True),
-    **{k.column: (k.rule, k.column not in _REQUIRED) for k in KNOBS.values()
+    **{k.column: (_cell_rule(k), k.column not in _REQUIRED) for k in KNOBS.values()
        if k.column and k.rule is not None},
 }
-_AUTO_COLUMNS = ("micro_batch", "grad_accum", "vpp")
 
 
 def read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
