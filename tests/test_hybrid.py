@@ -36,6 +36,8 @@ def test_degree_error_names_every_degree():
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(tp=3, num_gpus=48), r"n_heads\(32\) is not divisible by tp\(3\)"),
+    # 8 KV heads over 16 ranks: Megatron-Core, nanotron and torchtitan each split whole heads
+    (dict(tp=16, num_gpus=64), r"n_kv_heads\(8\) is not divisible by tp\(16\)"),
     (dict(pp=4, pp_first_layers=7), r"n_layers\(32\) does not split over pp\(4\)"),
     (dict(pp=2, vpp=3, pp_first_layers=15), r"not divisible by vpp\(3\)"),
     (dict(cp=4, seq_len=4100), r"seq_len\(4100\) is not divisible by 2 \* cp\(4\) = 8"),

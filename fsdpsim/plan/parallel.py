@@ -471,9 +471,9 @@ class ParallelPlan:
         if n_heads % self.tp:
             raise ConfigError(f"n_heads({n_heads}) is not divisible by tp({self.tp}); "
                               f"accepted: tp dividing {n_heads}")
-        if n_kv_heads % self.tp and self.tp % n_kv_heads:
-            raise ConfigError(f"n_kv_heads({n_kv_heads}) and tp({self.tp}) do not divide each "
-                              "other; accepted: tp a divisor or multiple of the KV heads")
+        if n_kv_heads % self.tp:  # Megatron-Core divide(num_query_groups, tp); nanotron asserts
+            raise ConfigError(f"n_kv_heads({n_kv_heads}) is not divisible by tp({self.tp}); "
+                              f"accepted: tp dividing {n_kv_heads} (each rank whole KV heads)")
         self.stage_layers(n_layers)
         if self.cp > 1 and self.cp_kind == "ring" and seq_len % (2 * self.cp):
             raise ConfigError(f"seq_len({seq_len}) is not divisible by 2 * cp({self.cp}) = "
