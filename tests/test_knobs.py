@@ -130,6 +130,19 @@ def test_a_bad_value_of_a_knob_is_one_line_in_every_command_taking_one(capsys, n
         assert k.option in line, (command, line)
 
 
+@pytest.mark.parametrize("name", [k.name for k in KNOBS.values() if "sweep" in k.commands
+                                  and k.kind == "number"])
+def test_sweep_reads_a_number_knob_by_its_declared_rule(capsys, name):
+    """sweep's grid (a list, or one value for the grid) refuses a number just past what the
+    knob's declaration accepts, in one line naming the option and the declared range: no rule
+    of sweep's own."""
+    k = KNOBS[name]
+    too_big = k.rule.hi * 2 if not k.rule.whole else int(k.rule.hi) + 1
+    line = assert_one_line_error(*run(capsys, "sweep", "--model", "llama3-8b", k.option,
+                                      str(too_big)))
+    assert k.option in line and k.rule.describe() in line, line
+
+
 @pytest.mark.parametrize("price", ["2", "$2/h", "h100=2", "h100=2/h,b200=9"])
 def test_price_takes_the_same_forms_in_every_command(capsys, price):
     for command, extra in (("predict", ()), ("compare", ("--gpu", "h100", "--num-gpus", "8")),

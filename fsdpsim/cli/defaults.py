@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import click
 
-from fsdpsim.plan.knobs import PLAN_SWITCHES, option_default, plan_knobs
-from fsdpsim.util.numbers import count_rule, read_number
+from fsdpsim.plan.knobs import PLAN_SWITCHES, count_rule, option_default, plan_knobs
+from fsdpsim.util.numbers import read_number
 
 #: The plan options of predict (search and compare read the same), with their defaults: the
 #: knobs of a plan (:func:`fsdpsim.plan.knobs.plan_knobs`, the plan switches among them).

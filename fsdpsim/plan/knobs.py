@@ -30,8 +30,8 @@ from fsdpsim.plan.parallel import (CP_KINDS, FRAMEWORKS, PP_SCHEDULES, SHARDING_
                                    SHARDINGS)
 from fsdpsim.plan.training import (CUDA_GRAPHS, LOW_PRECISION, MOE_DISPATCHERS, PRECISIONS,
                                    RECOMPUTES)
-from fsdpsim.util.numbers import (COUNT, GPUS, INTER_NODE_GBPS, LAYERS, MAX_LAYERS, POWER_CAP_W,
-                                  SEQ_LEN, VPP, Rule)
+from fsdpsim.util.numbers import (COUNT, COUNT_TEXT, GPUS, INTER_NODE_GBPS, LAYERS, MAX_LAYERS,
+                                  POWER_CAP_W, SEQ_LEN, VPP, Rule)
 
 _LIST = "comma-separated, repeatable"
 _PREDICT_ONLY = {"predict": ONE}
@@ -108,7 +108,7 @@ _BATCH = [
          {**_RUN, "sweep": LIST}, default="4096", units="tokens", rule=SEQ_LEN,
          grid_help="Sequence lengths (ranges as --num-gpus); k = 1,024 here (8k = 8,192); "
                    "default 4096.", field="training.seq_len", column="seq_len"),
-    Knob("micro_batch", "text", "", _PLAN_LIST, default="auto", rule=COUNT,
+    Knob("micro_batch", "text", "", _PLAN_LIST, default="auto", rule=COUNT_TEXT,
          grid_help="Micro-batch sizes, or auto (free: fastest that fits); default auto.",
          field="training.micro_batch", column="micro_batch"),
     Knob("global_batch", "text", "Sequences per step; default: about 4M tokens, a power of two "
@@ -419,6 +419,23 @@ def of_command(command: str) -> tuple[Knob, ...]:
     return tuple(k for k in KNOBS.values() if k.is_option_of(command))
 
 
+#: Counts a command takes that are not knobs, with what they accept (every other count option
+#: takes its knob's declared rule, :func:`count_rule`).
+_COUNT_OPTIONS = {"num-gpus": GPUS}
+
+
+def count_rule(option: str) -> Rule:
+    """What a count option accepts (``--tp``, ``tp``, ``--recompute-layers``): the declared
+    rule of the knob it spells (a GPU count for the degrees, tokens with k = 1,024 for the
+    sequence, 0 up for a layer count), a GPU count for ``--num-gpus``, else any count with
+    decimal suffixes (1k = 1,000)."""
+    name = option.lstrip("-").replace("_", "-")
+    knob = KNOBS.get(name.replace("-", "_"))
+    if knob is not None and knob.rule is not None and knob.rule.whole:
+        return knob.rule
+    return _COUNT_OPTIONS.get(name, COUNT_TEXT)
+
+
 def plan_field(knob: Knob) -> bool:
     """Whether ``knob`` is a field of :class:`~fsdpsim.plan.parallel.ParallelPlan` (its
     :attr:`Knob.key`), looked up on the class the module holds now."""
@@ -443,6 +460,6 @@ def fixable() -> dict[str, Knob]:
 
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "PLAN_SWITCHES", "ONE",
-           "LIST", "GRID", "FIX", "FRAMEWORK", "of_command", "fixable", "plan_field", "plan_knobs", "option_default",
+           "LIST", "GRID", "FIX", "FRAMEWORK", "of_command", "fixable", "count_rule", "plan_field", "plan_knobs", "option_default",
            "kernel_default", "kernel_fields", "kernel_words", "knob_default", "switch_value", "switch_fields",
            "dim_switches"]

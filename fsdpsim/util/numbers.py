@@ -209,6 +209,8 @@ GPUS = Rule(1, MAX_GPUS, whole=True)
 #: Model chunks per pipeline rank (--vpp), predict and sweep alike.
 VPP = Rule(1, 1024, whole=True)
 COUNT = Rule(1, MAX_COUNT, whole=True)
+#: A count given as text, with decimal suffixes (1k = 1,000): a micro-batch, a global batch.
+COUNT_TEXT = Rule(1, MAX_COUNT, whole=True, suffixes=DECIMAL)
 #: A count of layers (of a model, of a pipeline stage).
 LAYERS = Rule(1, MAX_LAYERS, whole=True)
 SEQ_LEN = Rule(1, MAX_SEQ_LEN, whole=True, unit="tokens", suffixes=BINARY)
@@ -236,16 +238,5 @@ TOKENS_PER_GPU = Rule(1, 1e12, unit="tokens per GPU", suffixes=BINARY)
 TOKENS_PER_S_PER_GPU = Rule(1e-6, 1e9, unit="tokens/s per GPU")
 
 
-def count_rule(what: str) -> Rule:
-    """The rule for a count option by its name (sequence lengths take k = 1,024)."""
-    name = what.lstrip("-").replace("_", "-")
-    if name == "seq-len":
-        return SEQ_LEN
-    if name in ("num-gpus", "gpus-per-node", "shard-group-size", "tp", "pp", "cp", "dp-shard",
-                "dp-replicate"):
-        return GPUS
-    return Rule(1, MAX_COUNT, whole=True, suffixes=DECIMAL)
-
-
-__all__ = ["Rule", "read_number", "reject", "number_in_text", "count_rule", "MAX_COUNT", "MAX_GPUS",
+__all__ = ["Rule", "read_number", "reject", "number_in_text", "MAX_COUNT", "MAX_GPUS",
            "MAX_SEQ_LEN", "DECIMAL", "BINARY"]

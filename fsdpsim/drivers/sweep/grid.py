@@ -35,7 +35,7 @@ from fsdpsim.plan import knobs as declared  # (build_grid's ``knobs`` are its fr
 from fsdpsim.plan.knobs import KNOBS, Knob, kernel_default, knob_default, sweep_switches
 from fsdpsim.plan.parallel import (LOW_PRECISION, PP_SCHEDULES, PRECISIONS,
                                    RECOMPUTES, SHARDINGS, ZERO_STAGES)
-from fsdpsim.util.numbers import INTER_NODE_GBPS, POWER_CAP_W, VPP, read_number
+from fsdpsim.util.numbers import read_number
 from fsdpsim.drivers.procurement import RunAssumptions, read_run_options, resolve_price
 from fsdpsim.hardware.system import cluster_gpus, resolve_system
 from fsdpsim.plan.training import (DEFAULT_BATCH_TOKENS, check_recompute_layers_beside,
@@ -299,11 +299,12 @@ def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, .
     per_node = (parse_counts(options["gpus-per-node"], "--gpus-per-node")
                 if "gpus-per-node" in options else [None])
     networks = (split_values(options["network"], "--network") if "network" in options else [None])
-    bandwidths = ([read_number(v, "--inter-node-gbps-per-gpu", INTER_NODE_GBPS)
+    bandwidths = ([read_number(v, "--inter-node-gbps-per-gpu",
+                               KNOBS["inter_node_gbps_per_gpu"].rule)
                    for v in split_values(options["inter-node-gbps-per-gpu"],
                                          "--inter-node-gbps-per-gpu")]
                   if "inter-node-gbps-per-gpu" in options else [None])
-    caps = ([read_number(v, "--power-cap-w", POWER_CAP_W)
+    caps = ([read_number(v, "--power-cap-w", KNOBS["power_cap_w"].rule)
              for v in split_values(options["power-cap-w"], "--power-cap-w")]
             if "power-cap-w" in options else [None])
     placements = (split_values(options["placement"], "--placement") if "placement" in options
@@ -379,25 +380,25 @@ def build_grid(catalog: Catalog, options: Mapping[str, Any]) -> Grid:
         run=read_run_options(options),
         ceilings=read_flag(options.get("ceilings", True), "--ceilings"),
         grad_syncs=parse_choices(options.get("grad-sync", "every"), "--grad-sync",
-                                 ("every", "last")),
+                                 KNOBS["grad_sync"].choices),
         keep_gathered=read_flag(options.get("keep-params-gathered", False),
                             "--keep-params-gathered"),
         shard_group_size=(None if options.get("shard-group-size") is None else
                           one_count(options["shard-group-size"], "--shard-group-size")),
         layouts=tuple(itertools.product(*(parse_counts(options.get(k, "1"), f"--{k}")
                                           for k in ("tp", "pp", "cp")))),
-        vpp=int(read_number(options.get("vpp", 1), "--vpp", VPP)),
+        vpp=one_count(options.get("vpp", 1), "--vpp"),
         pp_schedule=(one_choice(options["pp-schedule"], "--pp-schedule", PP_SCHEDULES)
                      if "pp-schedule" in options else None),
         switches=_switches(options, framework),
         recompute_layers=(None if options.get("recompute-layers") is None else
-                          one_count(options["recompute-layers"], "--recompute-layers", 0)),
+                          one_count(options["recompute-layers"], "--recompute-layers")),
         ep=one_count(options.get("ep", 1), "--ep"),
         etp=None if options.get("etp") is None else one_count(options["etp"], "--etp"),
         moe_capacity_factor=moe_number(options.get("moe-capacity-factor",
                                                    default("moe_capacity_factor")),
-                                        "--moe-capacity-factor", 0.01),
-        moe_imbalance=moe_number(options.get("moe-imbalance"), "--moe-imbalance", 1.0),
+                                        "--moe-capacity-factor"),
+        moe_imbalance=moe_number(options.get("moe-imbalance"), "--moe-imbalance"),
         kernel=_kernel_knobs(options, precisions, framework),
         framework=framework,
         optimizer=one_choice(options.get("optimizer", "adamw"), "--optimizer",

@@ -8,8 +8,8 @@ from typing import Any, Mapping
 
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError, shown
-from fsdpsim.util.numbers import (DECIMAL, MAX_COUNT, MODEL_SIZE, Rule, count_rule, read_number,
-                             reject)
+from fsdpsim.plan.knobs import KNOBS, count_rule
+from fsdpsim.util.numbers import MODEL_SIZE, read_number, reject
 from fsdpsim.drivers.procurement import read_price
 
 
@@ -160,22 +160,23 @@ def read_flag(value: Any, what: str) -> bool:
     raise ConfigError(f"{what}: cannot read {value!r} as true or false")
 
 
-def moe_number(value: Any, what: str, least: float) -> float | None:
-    """One number from ``least`` to 1,000 (a capacity factor, an imbalance), or None for
-    none/unset."""
+def moe_number(value: Any, what: str) -> float | None:
+    """One number (a capacity factor, an imbalance) as its knob's declared rule accepts it, or
+    None for none/unset."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         return None
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
             raise ConfigError(f"{what} takes one number, got {value!r}")
         value = value[0]
-    return float(read_number(value, what, Rule(least, 1000.0, also="none")))
+    return float(read_number(value, what, KNOBS[what.lstrip("-").replace("-", "_")].rule))
 
 
-def one_count(value: Any, what: str, least: int = 1) -> int:
-    """One whole number (not a list) of at least ``least``."""
-    values = (parse_counts(value, what) if least >= 1 else
-              [read_number(value, what, Rule(least, MAX_COUNT, whole=True, suffixes=DECIMAL))])
-    if len(values) != 1 or values[0] < least or values[0] != int(values[0]):
-        raise ConfigError(f"{what} takes one whole number >= {least}, got {value!r}")
+def one_count(value: Any, what: str) -> int:
+    """One whole number (not a list) as the option's rule accepts it (:func:`count_rule`: a
+    knob's declared rule)."""
+    values = parse_counts(value, what)
+    if len(values) != 1:
+        raise ConfigError(f"{what} takes one whole number, got {value!r}; accepted: "
+                          f"{count_rule(what).describe()}")
     return int(values[0])
