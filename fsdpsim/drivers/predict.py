@@ -377,8 +377,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                                    frameworks.profile(plan.framework).kernel_stack)
     return Prediction(
         values=row,
-        inputs=MappingProxyType({k: v for k, v in x.items()
-                                 if type(v) in _ONE_VALUE_TYPES or _is_one_value(v)}),
+        inputs=OneValueInputs(x),
         model=spec.name, system=system.label,
         plan=plan_summary(plan, grad_accum, micro_batch, rc_name, training.recompute_layers),
         training=_training_report(training, micro_batch, grad_accum, rc_name, plan.dp),
@@ -391,6 +390,35 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
 
 #: Types of one value, checked inline before :func:`_is_one_value` (most inputs are these).
 _ONE_VALUE_TYPES = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
+
+
+class OneValueInputs(Mapping):
+    """The one-value entries of a configuration's engine inputs (a number or a 0-d array; not
+    the candidates' columns), read through to them without a copy: ``Prediction.inputs``. A
+    key is checked when read; iterating filters every key once."""
+
+    __slots__ = ("_x", "_names")
+
+    def __init__(self, x: Mapping[str, Any]):
+        self._x, self._names = x, None
+
+    def __getitem__(self, key: str) -> Any:
+        v = self._x[key]
+        if type(v) in _ONE_VALUE_TYPES or _is_one_value(v):
+            return v
+        raise KeyError(key)
+
+    def _keys(self) -> tuple[str, ...]:
+        if self._names is None:
+            self._names = tuple(k for k, v in self._x.items()
+                                if type(v) in _ONE_VALUE_TYPES or _is_one_value(v))
+        return self._names
+
+    def __iter__(self):
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
 
 
 def _is_one_value(v) -> bool:
