@@ -17,7 +17,7 @@ fsdpsim's own measurement schema is one row per run with these columns (CSV):
 ``recompute``              none | selective | full | op-selective | auto
 ``reduce_dtype``           fp32 | bf16
 ``dropout``                true when attention and residual dropout were on (optional)
-``precision``              bf16 | fp16 | fp8 | fp32 (optional; default bf16)
+``precision``              as ``predict --precision`` (optional; default bf16)
 ``power_cap_w``            board power limit below TDP (optional)
 ``tie_word_embeddings``    true when the LM head shares the embedding (optional; default:
                            true for gpt/mpt, false for llama architecture columns)
