@@ -113,7 +113,7 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     q, sp = report["query"], report["space"]
     gpus = ", ".join(f"{n:,}" for n in q["num_gpus"])
     batch, batch_words = _batch_words(q, report["plans"])
-    out = [wrap(f"search: {q['model']} on {gpus} × {q['system']}", hanging="  "),
+    out = [wrap(f"search: {q['model']} on {gpus} GPUs — {q['system']}", hanging="  "),
            wrap(f"  seq {q['seq_len']:,} · {batch_words} · {q['precision']} · "
                 f"{q['framework']}", hanging="  "),
            f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
