@@ -600,7 +600,8 @@ def test_predict_solves_the_memory_ceilings_when_read():
     """predict evaluates the chosen row without the ceiling solves; reading max_micro_batch or
     max_seq_len (or iterating the values) solves them, and the numbers equal an evaluation
     with the ceilings on."""
-    from fsdpsim.drivers.predict import CeilingValues, predict as predict_one
+    from fsdpsim.drivers.predict import predict as predict_one
+    from fsdpsim.drivers.prediction_values import CeilingValues
 
     p = predict_one(get_model("llama3-8b"), H100,
                 ParallelPlan(64, 8, "full", tp=2, pp=2),

@@ -10,6 +10,7 @@ import click
 
 from fsdpsim.plan.knobs import PLAN_SWITCHES, count_rule, option_default, plan_knobs
 from fsdpsim.util.numbers import read_number
+from fsdpsim.util.units import million_tokens_text
 
 #: The plan options of predict (search and compare read the same), with their defaults: the
 #: knobs of a plan (:func:`fsdpsim.plan.knobs.plan_knobs`, the plan switches among them).
@@ -36,9 +37,9 @@ def default_batch(value: str | None, seq_len: int, dp: int = 1) -> tuple[int, st
     base, batch = default_global_batch(seq_len), default_global_batch(seq_len, dp)
     moved = (f"; {base:,} is not a multiple of dp x micro-batch ({dp:,}), so the nearest one"
              if batch != base else "")
-    return batch, (f"global batch {batch:,} sequences ({batch * seq_len / 1e6:.1f}M tokens per "
-                   f"step): the default of every command, {DEFAULT_BATCH_RULE}{moved}; "
-                   "--global-batch sets another")
+    tokens = million_tokens_text(batch * seq_len)
+    return batch, (f"global batch {batch:,} sequences ({tokens} tokens per step): the default "
+                   f"of every command, {DEFAULT_BATCH_RULE}{moved}; --global-batch sets another")
 
 
 def global_batch_or_default(value: str | None, seq_len: int, dp: int = 1) -> int:

@@ -24,7 +24,6 @@ from fsdpsim.plan import frameworks
 from fsdpsim.plan import training as training_rules
 
 from fsdpsim.drivers import sensitivity
-from fsdpsim.costs.compute import NUMBER_TYPES
 from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.hardware.spec import System
@@ -38,6 +37,7 @@ from fsdpsim.drivers.interval import (MEASURED_NODES, NEAR_LIMIT_RATIO_LOW,  # n
                               NEAR_LIMIT_SHARE, comm_uncertainty, faster_ratio,
                               fit_span_notes, prediction_interval, slower_twin)
 from fsdpsim.drivers.least_memory import what_would_fit
+from fsdpsim.drivers.prediction_values import CeilingValues, OneValueInputs, row_of
 
 #: Micro-batch sizes tried by ``auto`` when no global batch pins the per-GPU batch.
 AUTO_MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -103,7 +103,7 @@ class Prediction:
         """:attr:`reported`, computed now if it was not yet."""
         reported = object.__getattribute__(self, "reported")
         if reported is None:
-            reported = MappingProxyType(_row(sensitivity.analyse(self.analysis_inputs), 0))
+            reported = MappingProxyType(row_of(sensitivity.analyse(self.analysis_inputs), 0))
             object.__setattr__(self, "reported", reported)
         return reported
 
@@ -221,58 +221,6 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
-class CeilingValues(Mapping):
-    """The chosen row's outputs, read-only; ``max_micro_batch`` and ``max_seq_len`` (the
-    memory ceilings, :func:`fsdpsim.costs.ceilings.peak_and_ceilings`) are solved by one more
-    engine call the first time either is read, or the mapping is iterated: a caller that wants
-    the step time alone does not pay for them (they cost about a third of a ``predict``)."""
-
-    KEYS = ("max_micro_batch", "max_seq_len")
-
-    def __init__(self, row: dict[str, float], inputs: Mapping[str, Any]):
-        self._row, self._inputs = dict(row), inputs
-
-    def _solve(self) -> None:
-        if self._inputs is not None:
-            out = engine.evaluate({**self._inputs, "ceilings": 1.0})
-            for key in self.KEYS:
-                self._row[key] = float(np.asarray(out[key], dtype=float).reshape(-1)[0])
-            self._inputs = None
-
-    def __getitem__(self, key: str):
-        if key in self.KEYS:
-            self._solve()
-        return self._row[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._row or key in self.KEYS
-
-    def __iter__(self):
-        self._solve()
-        return iter(self._row)
-
-    def __len__(self) -> int:
-        self._solve()
-        return len(self._row)
-
-    def __repr__(self) -> str:
-        return f"CeilingValues({dict(self)!r})"
-
-
-def _row(out: Mapping[str, np.ndarray], i: int) -> dict[str, float]:
-    """Row ``i`` of the engine's outputs as Python numbers (a single value serves every row)."""
-    row = {}
-    for key, arr in out.items():
-        kind = type(arr)
-        if kind in NUMBER_TYPES:  # one value (numpy scalar or Python number) serves every row
-            row[key] = float(arr)
-            continue
-        a = arr if kind is np.ndarray else np.asarray(arr)
-        value = a.item(i) if a.size > 1 else a.item(0)  # a Python number
-        row[key] = value if a.dtype.kind == "b" else float(value)
-    return row
-
-
 @functools.lru_cache(maxsize=256)  # plans are frozen: the same plan, the same line
 def _plan_line(plan: ParallelPlan, micro_batch: int, grad_accum: int, recompute: str,
                recompute_layers: int | None) -> str:
@@ -356,7 +304,7 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
     out = engine.evaluate({**chosen_x, "ceilings": 0.0,
                            **{k: np.array([chosen_x.get(k, 1.0), low[k]], dtype=float)
                               for k in ("nic_fraction", "dp_comm_scale")}})
-    row = CeilingValues(_row(out, 0), chosen_x)
+    row = CeilingValues(row_of(out, 0), chosen_x)
     per_gpu = np.asarray(out["tokens_per_s_per_gpu"], dtype=float).reshape(-1)
     uncertainty = comm_uncertainty(chosen_x)
     twin_ratios = (float(per_gpu[1] / per_gpu[0]) if per_gpu.size == 2 and per_gpu[0] > 0
@@ -386,49 +334,6 @@ def predict(spec: ModelSpec, system: System, plan: ParallelPlan,
                                      efficiency=stack_eff, plan=chosen_x),
         analysis_inputs=MappingProxyType(chosen_x),
     )
-
-
-#: Types of one value, checked inline before :func:`_is_one_value` (most inputs are these).
-_ONE_VALUE_TYPES = NUMBER_TYPES | frozenset((bool, np.bool_, np.int64))
-
-
-class OneValueInputs(Mapping):
-    """The one-value entries of a configuration's engine inputs (a number or a 0-d array; not
-    the candidates' columns), read through to them without a copy: ``Prediction.inputs``. A
-    key is checked when read; iterating filters every key once."""
-
-    __slots__ = ("_x", "_names")
-
-    def __init__(self, x: Mapping[str, Any]):
-        self._x, self._names = x, None
-
-    def __getitem__(self, key: str) -> Any:
-        v = self._x[key]
-        if type(v) in _ONE_VALUE_TYPES or _is_one_value(v):
-            return v
-        raise KeyError(key)
-
-    def _keys(self) -> tuple[str, ...]:
-        if self._names is None:
-            self._names = tuple(k for k, v in self._x.items()
-                                if type(v) in _ONE_VALUE_TYPES or _is_one_value(v))
-        return self._names
-
-    def __iter__(self):
-        return iter(self._keys())
-
-    def __len__(self) -> int:
-        return len(self._keys())
-
-
-def _is_one_value(v) -> bool:
-    """Whether input ``v`` is one value (a number or a 0-d array), not a column: what
-    ``isinstance(v, (int, float)) or np.ndim(v) == 0`` says, without ``np.ndim``'s call on the
-    numbers and arrays that make up most of the inputs."""
-    kind = type(v)
-    if kind in NUMBER_TYPES or isinstance(v, (int, float, np.generic)):
-        return True
-    return v.ndim == 0 if kind is np.ndarray else np.ndim(v) == 0
 
 
 def _candidates(spec: ModelSpec, plan: ParallelPlan,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsdpsim.util.units import million_tokens_text
 from fsdpsim.drivers.search.objective import DEFAULT_MEMORY_BUDGET_FRACTION
 from fsdpsim.report import render
 from fsdpsim.plan.knobs import kernel_fields, kernel_words
@@ -119,11 +120,11 @@ def _batch_words(values: list[dict], training) -> str:
         moved = ("" if training.global_batch else
                  ", the default, or where a row's dp does not divide it the nearest multiple")
         return (f"every row at global batch {batch:,} x {seq:,} tokens "
-                f"({batch * seq / 1e6:.1f}M tokens/step){moved}")
+                f"({million_tokens_text(batch * seq)} tokens/step){moved}")
     if len(trained) == 1:
         return (f"every row at global batch {trained[0]:,} x {seq:,} tokens "
-                f"({trained[0] * seq / 1e6:.1f}M tokens/step): the default {batch:,} moved to "
-                "the nearest multiple of the rows' dp")
+                f"({million_tokens_text(trained[0] * seq)} tokens/step): the default "
+                f"{batch:,} moved to the nearest multiple of the rows' dp")
     return (f"rows at global batch {' or '.join(f'{b:,}' for b in trained)} x {seq:,} tokens "
             f"(the default {batch:,}, moved to the nearest multiple of a row's dp where it does "
             "not divide it; each row's in the plans below)")

@@ -12,7 +12,7 @@ from fsdpsim.report.command import command_lines, plan_lines, predict_command
 from fsdpsim.report.words import limit_words, tokens_words
 from fsdpsim.plan.knobs import switch_fields
 from fsdpsim.plan.training import default_global_batch
-from fsdpsim.util.units import GIB_BYTES
+from fsdpsim.util.units import GIB_BYTES, million_tokens_text
 
 #: The default budget's share of the GPU's memory (predict's near-the-limit rule); a plan above
 #: it (a larger ``--memory-budget-gib``) is marked tight.
@@ -204,7 +204,7 @@ def _batch_words(q: dict[str, Any], plans: list[dict]) -> tuple[int, str]:
         batch = trained.pop()
     else:
         why = ", the default; each mesh a multiple of its dp"
-    return batch, (f"global batch {batch:,} sequences ({batch * q['seq_len'] / 1e6:.1f}M "
+    return batch, (f"global batch {batch:,} sequences ({million_tokens_text(batch * q['seq_len'])} "
                    f"tokens{why})")
 
 

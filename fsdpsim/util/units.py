@@ -27,6 +27,12 @@ def gib(x_bytes: float) -> float:
     return x_bytes / GIB_BYTES
 
 
+def million_tokens_text(tokens: float) -> str:
+    """A token count in millions with one decimal and thousands separators: ``4.2M``,
+    ``2,147.5M`` [-]."""
+    return f"{tokens / 1e6:,.1f}M"
+
+
 def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:
     """Network line rate in Gb/s (decimal, one direction) to bytes/s."""
     return gbit_per_s * GBIT_PER_S_BYTES_PER_S
