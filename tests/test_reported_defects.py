@@ -174,8 +174,10 @@ def test_search_on_a_million_gpus_at_the_default_batch_ranks_plans(capsys):
                        "--top", "1")
     assert rc == 0, err
     assert " 1. " in out
-    assert re.search(r"global batch [\d,]+ sequences \([\d.]+M tokens, the default 1,024 moved "
-                     r"to a multiple of every plan's dp\)", " ".join(out.split()))
+    # millions of tokens with thousands separators (2,147.5M)
+    assert re.search(r"global batch [\d,]+ sequences \(\d{1,3}(,\d{3})*\.\dM tokens, the "
+                     r"default 1,024 moved to a multiple of every plan's dp\)",
+                     " ".join(out.split()))
 
 
 @pytest.mark.parametrize("model, gpus", [("llama3-8b", 64), ("gpt3-175b", 256),
