@@ -206,7 +206,11 @@ def _one_side(side, cond_shape, a, b):
         if side.shape == shape:
             return side if _SIDES_SHARED else side.copy()
         return np.broadcast_to(side, shape).copy()
-    return np.full(shape, side) if shape else np.float64(side)
+    if not shape:
+        return np.float64(side)
+    # inside the engine's evaluation, one read-only array per number and shape (:func:`_filled`:
+    # a group's conditions pick 0.0 on every row dozens of times)
+    return _filled(side, shape) if _SIDES_SHARED else np.full(shape, side)
 
 
 def _shape(v) -> tuple:

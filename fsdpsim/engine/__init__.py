@@ -271,11 +271,15 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
     finally:
         share_sides(shared)
-    # an output that is an input array itself (a select that picked it everywhere) is copied
+    # an output that is an input array itself (a select that picked it everywhere) is copied,
+    # and so is a read-only array of one number the stages shared (costs.arrays._filled)
     long = {id(v) for v in out.values() if may_be_shared(v)}
     if long and not long.isdisjoint(id(v) for v in (*x.values(), *g.values())):
         inputs = {id(v) for v in (*x.values(), *g.values())}
         out = {k: (v.copy() if id(v) in inputs else v) for k, v in out.items()}
+    if not all(v.flags.writeable for v in out.values() if type(v) is np.ndarray):
+        out = {k: (v.copy() if type(v) is np.ndarray and not v.flags.writeable else v)
+               for k, v in out.items()}
     return out
 
 
