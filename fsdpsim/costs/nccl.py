@@ -166,12 +166,14 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     n = as_array(n)
     ppn = minimum(as_array(per_node), n)
     nodes = maximum(np.ceil(n / maximum(ppn, 1.0)), 1.0)
-    multi = nodes > 1.0
+    multi = _one_flag(nodes > 1.0)
     multi_f = _as_float(multi)
-    active_f = _as_float(n > 1.0)
-    passes = 2.0 if all_reduce else 1.0
-    steps = passes * maximum(n - 1.0, 0.0)
-    inter_steps = passes * (nodes - 1.0)
+    active = _one_flag(n > 1.0)
+    active_f = _as_float(active)
+    steps = maximum(n - 1.0, 0.0)
+    inter_steps = nodes - 1.0
+    if all_reduce:  # two passes
+        steps, inter_steps = 2.0 * steps, 2.0 * inter_steps
     intra_steps = steps - inter_steps
     share = steps / maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
     if broadcast:
@@ -182,7 +184,8 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     any_multi = bool(any_of(multi))
     ll_max = _ll_max(g, nodes)
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
-    ll128_cap = where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, np.inf)
+    ll128_cap = (where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, np.inf) if any_multi
+                 else np.inf)
     out = Candidates()
     for p in PROTOCOLS:
         nvlink_hop = getattr(g, f"nccl_{p}_ring_nvlink_hop_s")
@@ -193,11 +196,15 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
         overhead = g.nccl_net_overhead_s * (3.0 if p == "simple" else 1.0)
         intra = maximum(hop, overhead * multi_f)  # the network post overhead across nodes
         lat = (getattr(g, f"nccl_{p}_ring_base_s") + intra_steps * intra
-               + inter_steps * getattr(g, f"nccl_{p}_ring_net_hop_s")) * active_f
+               + inter_steps * getattr(g, f"nccl_{p}_ring_net_hop_s"))
+        if not (type(active) is np.bool_ and active):  # x · 1.0 is x
+            lat = lat * active_f
         if p == "simple":
             pbw = bw
         elif p == "ll128":
-            pbw = minimum(bw * g.nccl_ll128_fraction, ll128_cap)
+            pbw = bw * g.nccl_ll128_fraction
+            if ll128_cap is not np.inf:  # min(x, inf) is x, NaN included
+                pbw = minimum(pbw, ll128_cap)
         else:
             pbw = minimum(ll_max, bw * g.nccl_ll_fraction)
         out.append((share / pbw, lat))
@@ -227,6 +234,17 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
                    + PAT_PER_RANK_S * n)
             out.append((share / (PAT_BANDWIDTH_FRACTION * bw) + off, lat + off))
     return out
+
+
+def _one_flag(mask):
+    """``mask``, or its one value as a numpy boolean where every entry holds it (a group of rows
+    inside one node, or all across nodes): the terms that read it are then numbers, not arrays of
+    one value (the same values)."""
+    if type(mask) is np.ndarray and mask.size:
+        held = np.count_nonzero(mask)
+        if held == 0 or held == mask.size:
+            return np.bool_(held)
+    return mask
 
 
 def _as_float(mask):
