@@ -166,9 +166,9 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     n = as_array(n)
     ppn = minimum(as_array(per_node), n)
     nodes = maximum(np.ceil(n / maximum(ppn, 1.0)), 1.0)
-    multi = _one_flag(nodes > 1.0)
+    multi = one_flag(nodes > 1.0)
     multi_f = _as_float(multi)
-    active = _one_flag(n > 1.0)
+    active = one_flag(n > 1.0)
     active_f = _as_float(active)
     steps = maximum(n - 1.0, 0.0)
     inter_steps = nodes - 1.0
@@ -236,8 +236,8 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     return out
 
 
-def _one_flag(mask):
-    """``mask``, or its one value as a numpy boolean where every entry holds it (a group of rows
+def one_flag(mask):
+    """``mask`` (booleans), or its one value as a numpy boolean where every entry holds it (a group of rows
     inside one node, or all across nodes): the terms that read it are then numbers, not arrays of
     one value (the same values)."""
     if type(mask) is np.ndarray and mask.size:
