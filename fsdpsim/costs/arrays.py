@@ -136,6 +136,12 @@ def _filled(value, shape) -> np.ndarray:
     return arr
 
 
+def filled_ids() -> set[int]:
+    """The ids of the read-only arrays of one number kept now (:func:`_filled`), which a caller
+    that hands arrays out copies first (the engine's outputs)."""
+    return {id(arr) for arr in _FILLED.values()}
+
+
 def where(cond, a, b):
     """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
     boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array)

@@ -33,7 +33,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, may_be_shared, share_sides, where
+from fsdpsim.costs.compute import all_of, filled_ids, may_be_shared, share_sides, where
 from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.inputs import declared_names, unknown_names_error
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -269,17 +269,17 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         out = stages.outputs(g, layer, comm, step, total,
                              stages.tensor_bytes(g, layer, comm, total))
         out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
+        filled = filled_ids()
     finally:
         share_sides(shared)
     # an output that is an input array itself (a select that picked it everywhere) is copied,
-    # and so is a read-only array of one number the stages shared (costs.arrays._filled)
+    # and so is an array of one number the stages shared (costs.arrays.filled_ids)
     long = {id(v) for v in out.values() if may_be_shared(v)}
     if long and not long.isdisjoint(id(v) for v in (*x.values(), *g.values())):
         inputs = {id(v) for v in (*x.values(), *g.values())}
         out = {k: (v.copy() if id(v) in inputs else v) for k, v in out.items()}
-    if not all(v.flags.writeable for v in out.values() if type(v) is np.ndarray):
-        out = {k: (v.copy() if type(v) is np.ndarray and not v.flags.writeable else v)
-               for k, v in out.items()}
+    if filled and not filled.isdisjoint(map(id, out.values())):
+        out = {k: (v.copy() if id(v) in filled else v) for k, v in out.items()}
     return out
 
 
