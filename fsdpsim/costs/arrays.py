@@ -147,10 +147,12 @@ def where(cond, a, b):
     boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array)
     or float64 arrays (then a copy of one, :func:`_new_side`),
     without its per-element work when ``cond`` picks one float side everywhere (one boolean, or
-    a mask that holds everywhere or nowhere: :func:`_one_side`), and without its per-element
-    branch on a long boolean mask of floats (:func:`_bit_select`)."""
+    a mask that holds everywhere or nowhere, or one float side given twice: :func:`_one_side`),
+    and without its per-element branch on a long boolean mask of floats (:func:`_bit_select`)."""
     kind = type(cond)
     if kind is np.ndarray:
+        if a is b and _is_float(a):  # one side: its values on every entry, whatever cond holds
+            return _one_side(a, cond.shape, a, b)
         if cond.dtype is _BOOL and cond.size >= _BIT_SELECT_MIN:
             held = np.count_nonzero(cond)
             if held == cond.size or not held:  # one side on every row (a group's branch)
