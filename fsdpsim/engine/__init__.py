@@ -159,9 +159,13 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
     if local is not None:  # a block of a larger input: the columns it lacks, made at once
         _new_columns(result, n, outs)
     unsort = _Unsort(rows_in, parts)
+    stored: dict[tuple, str] = {}  # the outputs stored, by their groups' values (the objects)
     for k in keys:
         if all(k in out for out in outs):
-            unsort.store(result, n, [out[k] for out in outs], k)
+            values = [out[k] for out in outs]
+            same = stored.setdefault(tuple(map(id, values)), k)
+            if same == k or not unsort.copy(result, n, same, k):
+                unsort.store(result, n, values, k)
         else:
             for rows, out in zip(parts, outs):
                 if k in out:
@@ -210,6 +214,21 @@ class _Unsort:
             result[key][self._span] = same
         else:
             np.take(column, self._inverse, out=result[key][self._span], mode="wrap")
+
+    def copy(self, result: dict[str, np.ndarray], n: int, source: str, key: str) -> bool:
+        """``result[key]`` on this block's rows as a copy of ``result[source]``'s (an output
+        whose groups' values are the same objects as another's: one is stored, the other
+        copied, not gathered again); False (nothing done) where the dtypes differ."""
+        column = result[source]
+        if key not in result:
+            if self._span.start == 0 and self._span.stop == n:
+                result[key] = column.copy()
+                return True
+            result[key] = np.empty(n, dtype=column.dtype)
+        elif result[key].dtype != column.dtype:
+            return False
+        result[key][self._span] = column[self._span]
+        return True
 
 
 def _new_columns(result: dict[str, np.ndarray], n: int, outs: list[Mapping]) -> None:

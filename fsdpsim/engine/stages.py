@@ -247,9 +247,13 @@ def totals(g: Prepared, c: LayerCosts, m: Communication, st: StepTimes) -> Total
     tp_replay = m.tp_replay
     tp_s = k * (L_stage * ((1.0 + tp_replay) * tpc.tp_layer_fwd_s + tpc.tp_layer_bwd_s)
                 + root_tp_s)
-    tp_exposed_s = k * (L_stage * ((1.0 + tp_replay) * tpc.tp_layer_fwd_exposed_s
-                                   + tpc.tp_layer_bwd_exposed_s)
-                        + root_tp_s)
+    if (tpc.tp_layer_fwd_exposed_s is tpc.tp_layer_fwd_s
+            and tpc.tp_layer_bwd_exposed_s is tpc.tp_layer_bwd_s):  # none hidden: the same terms
+        tp_exposed_s = tp_s
+    else:
+        tp_exposed_s = k * (L_stage * ((1.0 + tp_replay) * tpc.tp_layer_fwd_exposed_s
+                                       + tpc.tp_layer_bwd_exposed_s)
+                            + root_tp_s)
     cp_s = k * L_stage * ((1.0 + replay) * cpc.cp_layer_fwd_s + cpc.cp_layer_bwd_s)
     cp_exposed_s = k * L_stage * ((1.0 + replay) * cpc.cp_layer_fwd_exposed_s
                                   + cpc.cp_layer_bwd_exposed_s)
