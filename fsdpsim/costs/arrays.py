@@ -46,7 +46,7 @@ def any_of(mask) -> bool:
         return bool(mask)
     if type(mask) in NUMBER_TYPES:  # one number (a count): non-zero, NaN included
         return bool(mask != 0)
-    if type(mask) is np.ndarray and mask.dtype is _FLOAT64 and mask.size >= _BIT_SELECT_MIN:
+    if type(mask) is _NDARRAY and mask.size >= _BIT_SELECT_MIN and mask.dtype is _FLOAT64:
         # a long float array (counts of calls per row): the flags of a comparison with 0.0,
         # counted (NaN non-zero, -0.0 zero, as np.count_nonzero has them), 2 instructions an
         # entry where np.count_nonzero of the floats costs 8 (callgrind, 42,358 entries)
@@ -60,7 +60,7 @@ def all_of(mask) -> bool:
         return bool(mask)
     if type(mask) in NUMBER_TYPES:
         return bool(mask != 0)
-    if type(mask) is np.ndarray and mask.dtype is _FLOAT64 and mask.size >= _BIT_SELECT_MIN:
+    if type(mask) is _NDARRAY and mask.size >= _BIT_SELECT_MIN and mask.dtype is _FLOAT64:
         return not np.count_nonzero(mask == 0.0)  # as any_of
     return np.count_nonzero(mask) == np.size(mask)
 
@@ -223,9 +223,11 @@ def _one_side(side, cond_shape, a, b):
         return np.broadcast_to(side, shape).copy()
     if not shape:
         return np.float64(side)
-    # inside the engine's evaluation, one read-only array per number and shape (:func:`_filled`:
-    # a group's conditions pick 0.0 on every row dozens of times)
-    return _filled(side, shape) if _SIDES_SHARED else np.full(shape, side)
+    # inside the engine's evaluation, one read-only array per number and long shape
+    # (:func:`_filled`: a group's conditions pick 0.0 on every row dozens of times)
+    if _SIDES_SHARED and math.prod(shape) >= _BIT_SELECT_MIN:
+        return _filled(side, shape)
+    return np.full(shape, side)
 
 
 def _shape(v) -> tuple:

@@ -166,10 +166,10 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     n = as_array(n)
     ppn = minimum(as_array(per_node), n)
     nodes = maximum(np.ceil(n / maximum(ppn, 1.0)), 1.0)
-    multi = one_flag(nodes > 1.0)
-    multi_f = _as_float(multi)
-    active = one_flag(n > 1.0)
-    active_f = _as_float(active)
+    multi, active = nodes > 1.0, n > 1.0
+    if type(multi) is _NDARRAY:  # a group's rows (one configuration: numbers already)
+        multi, active = one_flag(multi), one_flag(active)
+    multi_f, active_f = _as_float(multi), _as_float(active)
     steps = maximum(n - 1.0, 0.0)
     inter_steps = nodes - 1.0
     if all_reduce:  # two passes
@@ -184,8 +184,9 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     any_multi = bool(any_of(multi))
     ll_max = _ll_max(g, nodes)
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
-    ll128_cap = (where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, np.inf) if any_multi
-                 else np.inf)
+    ll128_cap = (where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, _INF) if any_multi
+                 else _INF)
+    all_active = type(active) is _BOOL_SCALAR and active  # then x · active_f is x
     out = Candidates()
     for p in PROTOCOLS:
         nvlink_hop = getattr(g, f"nccl_{p}_ring_nvlink_hop_s")
@@ -197,13 +198,13 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
         intra = maximum(hop, overhead * multi_f)  # the network post overhead across nodes
         lat = (getattr(g, f"nccl_{p}_ring_base_s") + intra_steps * intra
                + inter_steps * getattr(g, f"nccl_{p}_ring_net_hop_s"))
-        if not (type(active) is np.bool_ and active):  # x · 1.0 is x
+        if not all_active:
             lat = lat * active_f
         if p == "simple":
             pbw = bw
         elif p == "ll128":
             pbw = bw * g.nccl_ll128_fraction
-            if ll128_cap is not np.inf:  # min(x, inf) is x, NaN included
+            if ll128_cap is not _INF:  # min(x, inf) is x, NaN included
                 pbw = minimum(pbw, ll128_cap)
         else:
             pbw = minimum(ll_max, bw * g.nccl_ll_fraction)
@@ -237,14 +238,20 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
 
 
 def one_flag(mask):
-    """``mask`` (booleans), or its one value as a numpy boolean where every entry holds it (a group of rows
-    inside one node, or all across nodes): the terms that read it are then numbers, not arrays of
-    one value (the same values)."""
-    if type(mask) is np.ndarray and mask.size:
+    """``mask`` (booleans), or its one value as a numpy boolean where every entry holds it (a
+    group of rows inside one node, or all across nodes): the terms that read it are then
+    numbers, not arrays of one value (the same values)."""
+    if type(mask) is _NDARRAY and mask.size >= _FLAG_ROWS:
         held = np.count_nonzero(mask)
         if held == 0 or held == mask.size:
             return np.bool_(held)
     return mask
+
+
+#: From this many rows on :func:`one_flag` counts a mask (below, the count costs more than the
+#: arithmetic it saves: predict's configuration and its twin).
+_FLAG_ROWS = 64
+_NDARRAY, _BOOL_SCALAR, _INF = np.ndarray, np.bool_, np.inf
 
 
 def _as_float(mask):

@@ -288,16 +288,16 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         out = stages.outputs(g, layer, comm, step, total,
                              stages.tensor_bytes(g, layer, comm, total))
         out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
-        filled = filled_ids()
+        long = {id(v) for v in out.values() if may_be_shared(v)}
+        filled = filled_ids() if long else None  # (long arrays only; cleared below)
     finally:
         share_sides(shared)
     # an output that is an input array itself (a select that picked it everywhere) is copied,
     # and so is an array of one number the stages shared (costs.arrays.filled_ids)
-    long = {id(v) for v in out.values() if may_be_shared(v)}
     if long and not long.isdisjoint(id(v) for v in (*x.values(), *g.values())):
         inputs = {id(v) for v in (*x.values(), *g.values())}
         out = {k: (v.copy() if id(v) in inputs else v) for k, v in out.items()}
-    if filled and not filled.isdisjoint(map(id, out.values())):
+    if filled and not filled.isdisjoint(long):
         out = {k: (v.copy() if id(v) in filled else v) for k, v in out.items()}
     return out
 

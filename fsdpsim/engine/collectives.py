@@ -130,7 +130,9 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     times the pod factor (:func:`fsdpsim.costs.nccl.pod_factor`) for a group that spans the
     non-blocking pods of an oversubscribed fabric, and the placement factor."""
     gpn = minimum(per_node, size)
-    multi = nccl.one_flag(size > gpn)
+    multi = size > gpn
+    if type(multi) is np.ndarray:  # a group's rows: one value where every row holds it
+        multi = nccl.one_flag(multi)
     link = r.link
     if any_of(g.link_mesh > 0):
         link = where(g.link_mesh > 0, mesh_link(g, r, gpn), link)
