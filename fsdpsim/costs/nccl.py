@@ -182,7 +182,9 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     nv = as_values(nvlink, bool)
     all_nvlink = bool(all_of(nv))
     any_multi = bool(any_of(multi))
-    ll_max = _ll_max(g, nodes)
+    # (one node on every row: the one-node cap, without testing each row's node count)
+    ll_max = (g.nccl_ll_max_1_bytes_per_s if type(multi) is _BOOL_SCALAR and not multi
+              else _ll_max(g, nodes))
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
     ll128_cap = (where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, _INF) if any_multi
                  else _INF)
