@@ -65,6 +65,19 @@ def all_of(mask) -> bool:
     return np.count_nonzero(mask) == np.size(mask)
 
 
+def one_flag(mask):
+    """``mask`` (booleans), or its one value as a numpy boolean where every entry of a long
+    array holds it (a group of rows inside one node, or all across nodes): the terms that read
+    it are then numbers, not arrays of one value (the same values). Below
+    :data:`_BIT_SELECT_MIN` entries (predict's configuration and its twin) the count would cost
+    more than the arithmetic it saves."""
+    if type(mask) is _NDARRAY and mask.size >= _BIT_SELECT_MIN:
+        held = np.count_nonzero(mask)
+        if held == 0 or held == mask.size:
+            return np.bool_(held)
+    return mask
+
+
 _SCALAR_BOOLS = frozenset((bool, np.bool_))
 #: Types :func:`maximum`, :func:`minimum` and :func:`where` treat as one number (also how
 #: the engine's one-configuration path recognises a number: prepare(), predict's row).

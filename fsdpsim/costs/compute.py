@@ -49,6 +49,7 @@ from fsdpsim.costs.arrays import (  # noqa: F401  (re-exported: the cost functio
     maximum,
     may_be_shared,
     minimum,
+    one_flag,
     share_sides,
     where,
 )

@@ -48,7 +48,7 @@ import zlib
 import numpy as np
 
 from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, maximum,
-                                   minimum, where)
+                                   minimum, one_flag, where)
 
 PROTOCOLS = ("ll", "ll128", "simple")
 _KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
@@ -239,20 +239,6 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     return out
 
 
-def one_flag(mask):
-    """``mask`` (booleans), or its one value as a numpy boolean where every entry holds it (a
-    group of rows inside one node, or all across nodes): the terms that read it are then
-    numbers, not arrays of one value (the same values)."""
-    if type(mask) is _NDARRAY and mask.size >= _FLAG_ROWS:
-        held = np.count_nonzero(mask)
-        if held == 0 or held == mask.size:
-            return np.bool_(held)
-    return mask
-
-
-#: From this many rows on :func:`one_flag` counts a mask (below, the count costs more than the
-#: arithmetic it saves: predict's configuration and its twin).
-_FLAG_ROWS = 64
 _NDARRAY, _BOOL_SCALAR, _INF = np.ndarray, np.bool_, np.inf
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from fsdpsim.costs import comm, nccl
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maximum, minimum,
-                                   where)
+                                   one_flag, where)
 from fsdpsim.costs import context_parallel as context_parallel_costs
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 from fsdpsim.engine.inputs import Prepared
@@ -132,7 +132,7 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     gpn = minimum(per_node, size)
     multi = size > gpn
     if type(multi) is np.ndarray:  # a group's rows: one value where every row holds it
-        multi = nccl.one_flag(multi)
+        multi = one_flag(multi)
     link = r.link
     if any_of(g.link_mesh > 0):
         link = where(g.link_mesh > 0, mesh_link(g, r, gpn), link)
