@@ -141,3 +141,14 @@ def test_grouped_outputs_are_arrays_of_their_own(small_groups):
         assert a.flags.writeable
         for b in arrays[i + 1:]:
             assert not np.shares_memory(a, b)
+
+
+def test_outputs_of_one_call_are_arrays_of_their_own():
+    """Without grouping (one call on fewer rows than a group needs) no two outputs share
+    memory either (tp_s and tp_exposed_s are one computation without TP overlap)."""
+    x = {**_rows(160), "ceilings": 0.0}
+    out = engine.evaluate(x)
+    arrays = [v for v in out.values() if isinstance(v, np.ndarray)]
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1:]:
+            assert not np.shares_memory(a, b)
