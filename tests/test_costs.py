@@ -534,3 +534,35 @@ def test_where_keeps_short_and_non_float_selects_to_numpy():
     assert compute.where(cond[:4], 1.0, 2.0).tolist() == [1.0, 2.0, 2.0, 1.0]
     flags = cond.astype(float)
     assert compute.where(flags, 1.0, 2.0).tobytes() == np.where(flags, 1.0, 2.0).tobytes()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_where_of_one_side_given_twice_matches_np_where(shared):
+    """A select whose two sides are one float array or number gives np.where's bits, dtype and
+    shape on a mixed mask, and a new array unless the caller shares sides."""
+    rng = np.random.default_rng(13)
+    n = 3 * arrays._BIT_SELECT_MIN
+    cond = rng.random((2, n)) > 0.5
+    for side in (rng.choice(_SPECIAL, (2, n)), rng.choice(_SPECIAL, n), -0.0, np.nan):
+        before = compute.share_sides(shared)
+        try:
+            got = compute.where(cond, side, side)
+        finally:
+            compute.share_sides(before)
+        want = np.where(cond, side, side)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+        if got is side:
+            assert shared
+
+
+def test_any_and_all_of_long_float_arrays_count_as_numpy():
+    """any_of/all_of of a long float array: NaN counts as non-zero, -0.0 as zero, as
+    np.count_nonzero has them."""
+    n = 3 * arrays._BIT_SELECT_MIN
+    for fill, odd in ((0.0, -0.0), (0.0, np.nan), (-0.0, 2.0), (1.0, 0.0), (np.nan, -0.0),
+                      (np.inf, np.nan)):
+        x = np.full(n, fill)
+        for column in (x, np.where(np.arange(n) == n // 3, odd, x)):
+            assert compute.any_of(column) == bool(np.count_nonzero(column))
+            assert compute.all_of(column) == (np.count_nonzero(column) == n)

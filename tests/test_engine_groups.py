@@ -128,3 +128,27 @@ def test_twins_pairs_only_bit_identical_columns():
     assert twins.twin("apart", apart) is None
     assert twins.twin("etp", tp.copy()) == "tp"
     assert twins.twin("signed_again", signed.copy()) == "signed"
+
+
+def test_grouped_outputs_are_arrays_of_their_own(small_groups):
+    """Outputs of equal values (tp_s and tp_exposed_s without TP overlap) are stored once
+    and copied: no two outputs of a grouped evaluation share memory, and each is writeable."""
+    x = {**_rows(160), "ceilings": 0.0}
+    out = engine.evaluate(x)
+    assert out["tp_exposed_s"].tobytes() == out["tp_s"].tobytes()
+    arrays = list(out.values())
+    for i, a in enumerate(arrays):
+        assert a.flags.writeable
+        for b in arrays[i + 1:]:
+            assert not np.shares_memory(a, b)
+
+
+def test_outputs_of_one_call_are_arrays_of_their_own():
+    """Without grouping (one call on fewer rows than a group needs) no two outputs share
+    memory either (tp_s and tp_exposed_s are one computation without TP overlap)."""
+    x = {**_rows(160), "ceilings": 0.0}
+    out = engine.evaluate(x)
+    arrays = [v for v in out.values() if isinstance(v, np.ndarray)]
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1:]:
+            assert not np.shares_memory(a, b)

@@ -165,3 +165,21 @@ def test_broadcast_is_a_chain_through_the_ring_by_hand():
     assert float(bc[simple][0]) == pytest.approx(1.0 / float(bw))
     one = nccl.candidates(g, 1.0, 1.0, bw, True, False, broadcast=True)
     assert float(nccl.time_s(1e9, one)) == 0.0
+
+
+@pytest.mark.parametrize("per_node", [8.0, 1.0])
+@pytest.mark.parametrize("all_reduce", [False, True])
+def test_candidates_of_a_group_equal_each_rows_own(per_node, all_reduce):
+    """Collective times over many rows whose flags hold on every row (inside one node, or all
+    across nodes) or vary give each row the time of its own candidates, bit for bit."""
+    g, _ = _group("dgx-h100", 64)
+    for sizes in ((2.0, 4.0, 8.0), (16.0, 64.0, 256.0), (1.0, 8.0, 64.0)):
+        n = np.resize(np.array(sizes), 3 * 64)
+        bw = np.resize(np.array([300e9, 350e9, 450e9]), n.size)
+        many = nccl.candidates(g, n, per_node, bw, True, all_reduce)
+        for message in (1e3, 1e6, 1e9):
+            times = nccl.time_s(message, many)
+            for i in range(0, n.size, 17):
+                one = nccl.candidates(g, np.float64(n[i]), per_node, np.float64(bw[i]), True,
+                                      all_reduce)
+                assert times[i].tobytes() == np.float64(nccl.time_s(message, one)).tobytes()

@@ -46,6 +46,11 @@ def any_of(mask) -> bool:
         return bool(mask)
     if type(mask) in NUMBER_TYPES:  # one number (a count): non-zero, NaN included
         return bool(mask != 0)
+    if type(mask) is _NDARRAY and mask.size >= _BIT_SELECT_MIN and mask.dtype is _FLOAT64:
+        # a long float array (counts of calls per row): the flags of a comparison with 0.0,
+        # counted (NaN non-zero, -0.0 zero, as np.count_nonzero has them), 2 instructions an
+        # entry where np.count_nonzero of the floats costs 8 (callgrind, 42,358 entries)
+        return np.count_nonzero(mask != 0.0) > 0
     return np.count_nonzero(mask) > 0
 
 
@@ -55,7 +60,22 @@ def all_of(mask) -> bool:
         return bool(mask)
     if type(mask) in NUMBER_TYPES:
         return bool(mask != 0)
+    if type(mask) is _NDARRAY and mask.size >= _BIT_SELECT_MIN and mask.dtype is _FLOAT64:
+        return not np.count_nonzero(mask == 0.0)  # as any_of
     return np.count_nonzero(mask) == np.size(mask)
+
+
+def one_flag(mask):
+    """``mask`` (booleans), or its one value as a numpy boolean where every entry of a long
+    array holds it (a group of rows inside one node, or all across nodes): the terms that read
+    it are then numbers, not arrays of one value (the same values). Below
+    :data:`_BIT_SELECT_MIN` entries (predict's configuration and its twin) the count would cost
+    more than the arithmetic it saves."""
+    if type(mask) is _NDARRAY and mask.size >= _BIT_SELECT_MIN:
+        held = np.count_nonzero(mask)
+        if held == 0 or held == mask.size:
+            return np.bool_(held)
+    return mask
 
 
 _SCALAR_BOOLS = frozenset((bool, np.bool_))
@@ -129,15 +149,23 @@ def _filled(value, shape) -> np.ndarray:
     return arr
 
 
+def filled_ids() -> set[int]:
+    """The ids of the read-only arrays of one number kept now (:func:`_filled`), which a caller
+    that hands arrays out copies first (the engine's outputs)."""
+    return {id(arr) for arr in _FILLED.values()}
+
+
 def where(cond, a, b):
     """``np.where(cond, a, b)`` of numbers, without numpy's overhead when ``cond`` is one
     boolean and ``a`` and ``b`` are numbers, codes or flags (then one of them, not a 0-d array)
     or float64 arrays (then a copy of one, :func:`_new_side`),
     without its per-element work when ``cond`` picks one float side everywhere (one boolean, or
-    a mask that holds everywhere or nowhere: :func:`_one_side`), and without its per-element
-    branch on a long boolean mask of floats (:func:`_bit_select`)."""
+    a mask that holds everywhere or nowhere, or one float side given twice: :func:`_one_side`),
+    and without its per-element branch on a long boolean mask of floats (:func:`_bit_select`)."""
     kind = type(cond)
     if kind is np.ndarray:
+        if a is b and _is_float(a):  # one side: its values on every entry, whatever cond holds
+            return _one_side(a, cond.shape, a, b)
         if cond.dtype is _BOOL and cond.size >= _BIT_SELECT_MIN:
             held = np.count_nonzero(cond)
             if held == cond.size or not held:  # one side on every row (a group's branch)
@@ -206,7 +234,13 @@ def _one_side(side, cond_shape, a, b):
         if side.shape == shape:
             return side if _SIDES_SHARED else side.copy()
         return np.broadcast_to(side, shape).copy()
-    return np.full(shape, side) if shape else np.float64(side)
+    if not shape:
+        return np.float64(side)
+    # inside the engine's evaluation, one read-only array per number and long shape
+    # (:func:`_filled`: a group's conditions pick 0.0 on every row dozens of times)
+    if _SIDES_SHARED and math.prod(shape) >= _BIT_SELECT_MIN:
+        return _filled(side, shape)
+    return np.full(shape, side)
 
 
 def _shape(v) -> tuple:

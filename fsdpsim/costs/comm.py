@@ -53,7 +53,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fsdpsim.costs.compute import as_array, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import as_array, as_values, maximum, minimum, one_flag, where
 
 STRATEGIES = ("full", "grad_op", "optimizer", "none", "hybrid")
 STRATEGY_CODES = {name: i for i, name in enumerate(STRATEGIES)}
@@ -172,10 +172,17 @@ def all_to_all_coefficients(group_size, members_per_node, link_bytes_per_s,
     k = as_array(group_size)
     g = minimum(as_array(members_per_node), k)
     kk = maximum(k, 1.0)
-    intra = (g - 1.0) / kk * as_array(intra_scale) / as_array(link_bytes_per_s)
-    inter = where(k > g, (k - g) / kk * as_array(inter_scale)
-                  / as_array(nic_share_bytes_per_s), 0.0)
-    alpha = where(k > g, as_array(nic_latency_s), as_array(link_latency_s))
+    intra = (g - 1.0) / kk
+    if not (type(intra_scale) is float and intra_scale == 1.0):  # x · 1.0 is x
+        intra = intra * as_array(intra_scale)
+    intra = intra / as_array(link_bytes_per_s)
+    spans = one_flag(k > g)
+    if type(spans) is np.bool_ and not spans:  # inside one domain on every row
+        inter = 0.0
+    else:
+        inter = where(spans, (k - g) / kk * as_array(inter_scale)
+                      / as_array(nic_share_bytes_per_s), 0.0)
+    alpha = where(spans, as_array(nic_latency_s), as_array(link_latency_s))
     return maximum(intra, inter), maximum(k - 1.0, 0.0) * alpha
 
 

@@ -45,9 +45,11 @@ from fsdpsim.costs.arrays import (  # noqa: F401  (re-exported: the cost functio
     as_array,
     as_values,
     broadcast_shape,
+    filled_ids,
     maximum,
     may_be_shared,
     minimum,
+    one_flag,
     share_sides,
     where,
 )

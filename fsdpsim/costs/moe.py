@@ -52,7 +52,7 @@ from collections import namedtuple
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import as_array, maximum, where
+from fsdpsim.costs.compute import any_of, as_array, maximum, where
 
 #: FP8 dispatch: one fp32 scale per 1 x 128 block of a token's hidden vector [3] §3.3.2, on top
 #: of one byte per element [B/element].
@@ -136,6 +136,8 @@ def sent_rows(tokens, top_k, n_experts, capacity_factor):
     (Megatron ``get_capacity``: ``capacity = ceil(num_tokens·k / E · cf)``)."""
     copies = as_array(tokens) * as_array(top_k)
     e, cf = np.maximum(as_array(n_experts), 1.0), as_array(capacity_factor)
+    if not any_of(cf > 0):  # dropless on every row: no capacity to round to
+        return copies
     return where(cf > 0, e * np.ceil(copies / e * where(cf > 0, cf, 1.0)), copies)
 
 

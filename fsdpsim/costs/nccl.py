@@ -48,7 +48,7 @@ import zlib
 import numpy as np
 
 from fsdpsim.costs.compute import (all_of, any_of, as_array, as_values, broadcast_shape, maximum,
-                                   minimum, where)
+                                   minimum, one_flag, where)
 
 PROTOCOLS = ("ll", "ll128", "simple")
 _KEYS = ("ring_base", "ring_nvlink_hop", "ring_pci_hop", "ring_net_hop", "tree_base",
@@ -166,12 +166,14 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     n = as_array(n)
     ppn = minimum(as_array(per_node), n)
     nodes = maximum(np.ceil(n / maximum(ppn, 1.0)), 1.0)
-    multi = nodes > 1.0
-    multi_f = _as_float(multi)
-    active_f = _as_float(n > 1.0)
-    passes = 2.0 if all_reduce else 1.0
-    steps = passes * maximum(n - 1.0, 0.0)
-    inter_steps = passes * (nodes - 1.0)
+    multi, active = nodes > 1.0, n > 1.0
+    if type(multi) is _NDARRAY:  # a group's rows (one configuration: numbers already)
+        multi, active = one_flag(multi), one_flag(active)
+    multi_f, active_f = _as_float(multi), _as_float(active)
+    steps = maximum(n - 1.0, 0.0)
+    inter_steps = nodes - 1.0
+    if all_reduce:  # two passes
+        steps, inter_steps = 2.0 * steps, 2.0 * inter_steps
     intra_steps = steps - inter_steps
     share = steps / maximum(n, 1.0)        # (n-1)/n, or 2(n-1)/n; 0 for one rank
     if broadcast:
@@ -180,9 +182,13 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
     nv = as_values(nvlink, bool)
     all_nvlink = bool(all_of(nv))
     any_multi = bool(any_of(multi))
-    ll_max = _ll_max(g, nodes)
+    # (one node on every row: the one-node cap, without testing each row's node count)
+    ll_max = (g.nccl_ll_max_1_bytes_per_s if type(multi) is _BOOL_SCALAR and not multi
+              else _ll_max(g, nodes))
     # Per-channel caps across nodes: one channel per GPU's NICs (DGX: 8 NICs, 8 channels).
-    ll128_cap = where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, np.inf)
+    ll128_cap = (where(multi, ppn * g.nccl_ll128_channel_bytes_per_s, _INF) if any_multi
+                 else _INF)
+    all_active = type(active) is _BOOL_SCALAR and active  # then x · active_f is x
     out = Candidates()
     for p in PROTOCOLS:
         nvlink_hop = getattr(g, f"nccl_{p}_ring_nvlink_hop_s")
@@ -193,11 +199,15 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
         overhead = g.nccl_net_overhead_s * (3.0 if p == "simple" else 1.0)
         intra = maximum(hop, overhead * multi_f)  # the network post overhead across nodes
         lat = (getattr(g, f"nccl_{p}_ring_base_s") + intra_steps * intra
-               + inter_steps * getattr(g, f"nccl_{p}_ring_net_hop_s")) * active_f
+               + inter_steps * getattr(g, f"nccl_{p}_ring_net_hop_s"))
+        if not all_active:
+            lat = lat * active_f
         if p == "simple":
             pbw = bw
         elif p == "ll128":
-            pbw = minimum(bw * g.nccl_ll128_fraction, ll128_cap)
+            pbw = bw * g.nccl_ll128_fraction
+            if ll128_cap is not _INF:  # min(x, inf) is x, NaN included
+                pbw = minimum(pbw, ll128_cap)
         else:
             pbw = minimum(ll_max, bw * g.nccl_ll_fraction)
         out.append((share / pbw, lat))
@@ -227,6 +237,9 @@ def candidates(g, n, per_node, busbw_bytes_per_s, nvlink,
                    + PAT_PER_RANK_S * n)
             out.append((share / (PAT_BANDWIDTH_FRACTION * bw) + off, lat + off))
     return out
+
+
+_NDARRAY, _BOOL_SCALAR, _INF = np.ndarray, np.bool_, np.inf
 
 
 def _as_float(mask):

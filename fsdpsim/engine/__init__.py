@@ -33,7 +33,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fsdpsim.costs.compute import all_of, may_be_shared, share_sides, where
+from fsdpsim.costs.compute import all_of, filled_ids, may_be_shared, share_sides, where
 from fsdpsim.engine import groups, heap, metrics, stages
 from fsdpsim.engine.inputs import declared_names, unknown_names_error
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
@@ -159,9 +159,13 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
     if local is not None:  # a block of a larger input: the columns it lacks, made at once
         _new_columns(result, n, outs)
     unsort = _Unsort(rows_in, parts)
+    stored: dict[tuple, str] = {}  # the outputs stored, by their groups' values (the objects)
     for k in keys:
         if all(k in out for out in outs):
-            unsort.store(result, n, [out[k] for out in outs], k)
+            values = [out[k] for out in outs]
+            same = stored.setdefault(tuple(map(id, values)), k)
+            if same == k or not unsort.copy(result, n, same, k):
+                unsort.store(result, n, values, k)
         else:
             for rows, out in zip(parts, outs):
                 if k in out:
@@ -210,6 +214,21 @@ class _Unsort:
             result[key][self._span] = same
         else:
             np.take(column, self._inverse, out=result[key][self._span], mode="wrap")
+
+    def copy(self, result: dict[str, np.ndarray], n: int, source: str, key: str) -> bool:
+        """``result[key]`` on this block's rows as a copy of ``result[source]``'s (an output
+        whose groups' values are the same objects as another's: one is stored, the other
+        copied, not gathered again); False (nothing done) where the dtypes differ."""
+        column = result[source]
+        if key not in result:
+            if self._span.start == 0 and self._span.stop == n:
+                result[key] = column.copy()
+                return True
+            result[key] = np.empty(n, dtype=column.dtype)
+        elif result[key].dtype != column.dtype:
+            return False
+        result[key][self._span] = column[self._span]
+        return True
 
 
 def _new_columns(result: dict[str, np.ndarray], n: int, outs: list[Mapping]) -> None:
@@ -269,13 +288,26 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         out = stages.outputs(g, layer, comm, step, total,
                              stages.tensor_bytes(g, layer, comm, total))
         out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
+        named = [id(v) for v in out.values() if may_be_shared(v)]
+        long = set(named)
+        filled = filled_ids() if long else None  # (long arrays only; cleared below)
     finally:
         share_sides(shared)
-    # an output that is an input array itself (a select that picked it everywhere) is copied
-    long = {id(v) for v in out.values() if may_be_shared(v)}
+    # an output that is an input array itself (a select that picked it everywhere) is copied,
+    # and so is an array of one number the stages shared (costs.arrays.filled_ids) and an
+    # array under a second name (stages.totals: tp_exposed_s is tp_s without TP overlap)
+    if len(long) < len(named):
+        seen: set[int] = set()
+        for k, v in list(out.items()):
+            if may_be_shared(v):
+                if id(v) in seen:
+                    out[k] = v.copy()
+                seen.add(id(v))
     if long and not long.isdisjoint(id(v) for v in (*x.values(), *g.values())):
         inputs = {id(v) for v in (*x.values(), *g.values())}
         out = {k: (v.copy() if id(v) in inputs else v) for k, v in out.items()}
+    if filled and not filled.isdisjoint(long):
+        out = {k: (v.copy() if id(v) in filled else v) for k, v in out.items()}
     return out
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from fsdpsim.costs import comm, nccl
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, maximum, minimum,
-                                   where)
+                                   one_flag, where)
 from fsdpsim.costs import context_parallel as context_parallel_costs
 from fsdpsim.costs import tensor_parallel as tensor_parallel_costs
 from fsdpsim.engine.inputs import Prepared
@@ -131,12 +131,14 @@ def bus_bandwidth(g, r, size, per_node, per_pod=None):
     non-blocking pods of an oversubscribed fabric, and the placement factor."""
     gpn = minimum(per_node, size)
     multi = size > gpn
-    nodes = np.ceil(size / maximum(gpn, 1.0))
+    if type(multi) is np.ndarray:  # a group's rows: one value where every row holds it
+        multi = one_flag(multi)
     link = r.link
     if any_of(g.link_mesh > 0):
         link = where(g.link_mesh > 0, mesh_link(g, r, gpn), link)
-    if type(multi) is np.bool_ and not multi:  # inside one domain: the link alone, not
-        return link  # broadcast to the NIC's rows (a configuration's slower twin)
+    if type(multi) is np.bool_ and not multi:  # inside one domain (every row): the link
+        return link  # alone, not broadcast to the NIC's rows (a configuration's slower twin)
+    nodes = np.ceil(size / maximum(gpn, 1.0))
     fabric = nccl.fabric_factor(nodes, g.nic_decay_per_doubling, g.nic_decay_from_nodes,
                                 g.nic_decay_floor) * g.placement_factor
     if per_pod is not None and any_of(per_pod < size):

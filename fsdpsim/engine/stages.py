@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from fsdpsim.costs import compute
-from fsdpsim.costs.compute import all_of, any_of, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import (all_of, any_of, as_values, maximum, may_be_shared, minimum,
+                                   where)
 from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import (Communication, LayerCosts, LayerTimes, Rates, RootTimes,
@@ -247,9 +248,15 @@ def totals(g: Prepared, c: LayerCosts, m: Communication, st: StepTimes) -> Total
     tp_replay = m.tp_replay
     tp_s = k * (L_stage * ((1.0 + tp_replay) * tpc.tp_layer_fwd_s + tpc.tp_layer_bwd_s)
                 + root_tp_s)
-    tp_exposed_s = k * (L_stage * ((1.0 + tp_replay) * tpc.tp_layer_fwd_exposed_s
-                                   + tpc.tp_layer_bwd_exposed_s)
-                        + root_tp_s)
+    if (tpc.tp_layer_fwd_exposed_s is tpc.tp_layer_fwd_s
+            and tpc.tp_layer_bwd_exposed_s is tpc.tp_layer_bwd_s
+            and (type(tp_s) is not np.ndarray or may_be_shared(tp_s))):
+        # none hidden: the same terms (a number, or rows fsdpsim.engine._evaluate copies apart)
+        tp_exposed_s = tp_s
+    else:
+        tp_exposed_s = k * (L_stage * ((1.0 + tp_replay) * tpc.tp_layer_fwd_exposed_s
+                                       + tpc.tp_layer_bwd_exposed_s)
+                            + root_tp_s)
     cp_s = k * L_stage * ((1.0 + replay) * cpc.cp_layer_fwd_s + cpc.cp_layer_bwd_s)
     cp_exposed_s = k * L_stage * ((1.0 + replay) * cpc.cp_layer_fwd_exposed_s
                                   + cpc.cp_layer_bwd_exposed_s)
