@@ -7,7 +7,7 @@ composes them.
 from __future__ import annotations
 
 from fsdpsim.costs import compute, pass_ratios
-from fsdpsim.costs.compute import any_of, as_values, maximum, minimum, where
+from fsdpsim.costs.compute import any_of, as_values, where
 from fsdpsim.costs.pass_ratios import LOSS_BWD_SHARE, LOSS_FWD_SHARE
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import LayerKind, LayerTimes, Rates, RootTimes, Switches, Widths
@@ -26,20 +26,19 @@ def rates(g: Prepared) -> Rates:
 
 def widths(g: Prepared) -> Widths:
     """One rank's share of the layer (Megatron column/row split, Shoeybi et al. 2019 §3): query,
-    KV and MLP widths and heads divided by ``tp`` (KV heads fewer than ``tp`` are replicated:
-    at least one head per rank), the vocabulary divided by ``tp``; h-sized element-wise work
-    divided by ``tp`` with sequence parallelism (Korthikanti et al. 2022 §4.2.2); tokens
-    b·s/cp (context parallelism splits the sequence: ``tokens_per_rank`` of
-    :func:`fsdpsim.engine.prepare.prepare`). The inputs ``g`` hold the whole model's widths:
+    KV and MLP widths and heads divided by ``tp`` (whole KV heads on each rank: the plan's
+    check refuses a ``tp`` that does not divide them), the vocabulary divided by ``tp``;
+    h-sized element-wise work divided by ``tp`` with sequence parallelism (Korthikanti et al.
+    2022 §4.2.2); tokens b·s/cp (context parallelism splits the sequence: ``tokens_per_rank``
+    of :func:`fsdpsim.engine.prepare.prepare`). The inputs ``g`` hold the whole model's widths:
     this is the one place a layer's compute widths are split over ``tp`` (the parameter counts
     of one rank, for memory and data-parallel traffic, come split from
     :func:`fsdpsim.engine.build.model_inputs`)."""
     tp = g.tp
-    head_dim = g.q_dim / g.n_heads
     return Widths(
         tokens=g.tokens_per_rank,
         q=g.q_dim / tp,
-        kv=maximum(g.kv_dim / tp, minimum(head_dim, g.kv_dim)),
+        kv=g.kv_dim / tp,
         ffn=g.ffn_size / tp,
         heads=g.n_heads / tp,
         vocab=g.vocab_size / tp,

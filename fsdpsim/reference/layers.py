@@ -32,12 +32,11 @@ def linear_times_s(tokens, n, k, R, W, e, half_flops, half_k):
 def layer_compute(m, x):
     """One transformer layer, one micro-batch, one GPU: GEMMs, attention, element-wise work,
     the host floor, and the recompute replay [s] (docs/model.md "Compute")."""
-    # One TP rank's widths (Shoeybi et al. 2019 §3): heads, KV (at least one head: fewer KV
-    # heads than ranks are replicated), MLP columns split over t; h-sized element-wise work
-    # split too with sequence parallelism (Korthikanti et al. 2022 §4.2.2).
+    # One TP rank's widths (Shoeybi et al. 2019 §3): heads, KV (whole heads: t divides
+    # them), MLP columns split over t; h-sized element-wise work split too with sequence
+    # parallelism (Korthikanti et al. 2022 §4.2.2).
     t, e, b, s, T = x["tp"], x["e"], x["b"], x["s"], x["T"]
-    h, q, f = m.d_model, m.q_dim / t, m.ffn_size / t
-    kv = max(m.kv_dim / t, min(m.head_size, m.kv_dim))
+    h, q, f, kv = m.d_model, m.q_dim / t, m.ffn_size / t, m.kv_dim / t
     h_ew = h / t if x["sp"] else h
     swiglu, rotary, flash = m.ffn_kind == "swiglu", m.position == "rotary", x["flash"]
     gemm = lambda n, k: linear_times_s(T, n, k, x["R"], x["W"], e, x["half_flops"],  # noqa: E731

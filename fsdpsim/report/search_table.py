@@ -116,9 +116,9 @@ def report_table(report: dict[str, Any], rows, explain: bool = False) -> str:
     out = [wrap(f"search: {q['model']} on {gpus} GPUs — {q['system']}", hanging="  "),
            wrap(f"  seq {q['seq_len']:,} · {batch_words} · {q['precision']} · "
                 f"{q['framework']}", hanging="  "),
-           f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · objective "
-           f"{q['objective']}"
-           + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""),
+           wrap(f"  budget {q['memory_budget_gib']:.1f} GiB/GPU ({_budget_words(q)}) · "
+                f"objective {q['objective']}"
+                + (f" · fixed {', '.join(q['fixed'])}" if q["fixed"] else ""), hanging="  "),
            *_limit_lines(q),
            f"  {sp['plans']:,} plans ({sp['plans_fitting']:,} fit), "
            f"{sp['candidates_evaluated']:,} candidates evaluated in {sp['seconds']:.2f} s", ""]
