@@ -229,6 +229,19 @@ def test_every_field_a_knob_declares_is_in_predicts_json():
 _MISSING = object()
 
 
+def test_every_field_a_sweep_knob_declares_is_a_column_of_its_csv(capsys):
+    """A knob ``sweep`` takes writes its declared ``field`` as a column of every sweep row."""
+    import csv
+    import io
+
+    rc, out, err = run(capsys, "sweep", "--model", "llama3-8b", "--num-gpus", "8",
+                       "--format", "csv")
+    assert rc == 0, err
+    columns = set(next(csv.reader(io.StringIO(out))))
+    assert [k.field for k in KNOBS.values()
+            if "sweep" in k.commands and k.field and k.field not in columns] == []
+
+
 #: A kernel knob declared in a fresh interpreter before anything else reads the declarations:
 #: every place that reads them must see it without an entry of its own.
 _FAKE_KNOB = """
