@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from fsdpsim.hardware.system import BUSBW_COLUMNS, BUSBW_GBS
 from fsdpsim.plan.knob import (  # noqa: F401 (what a knob is, read from here too)
     COMMANDS, FIX, FRAMEWORK, GRID, KINDS, LIST, ONE, Knob)
+from fsdpsim.plan import parallel
 from fsdpsim.plan.frameworks import KNOB_DEFAULTS, canonical
 from fsdpsim.plan.parallel import (CP_KINDS, FRAMEWORKS, PP_SCHEDULES, SHARDING_HELP,
                                    SHARDINGS)
@@ -439,8 +440,6 @@ def count_rule(option: str) -> Rule:
 def plan_field(knob: Knob) -> bool:
     """Whether ``knob`` is a field of :class:`~fsdpsim.plan.parallel.ParallelPlan` (its
     :attr:`Knob.key`), looked up on the class the module holds now."""
-    from fsdpsim.plan import parallel
-
     return knob.key in parallel.ParallelPlan.__dataclass_fields__
 
 
@@ -460,6 +459,6 @@ def fixable() -> dict[str, Knob]:
 
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "PLAN_SWITCHES", "ONE",
-           "LIST", "GRID", "FIX", "FRAMEWORK", "of_command", "fixable", "count_rule", "plan_field", "plan_knobs", "option_default",
-           "kernel_default", "kernel_fields", "kernel_words", "knob_default", "switch_value", "switch_fields",
-           "dim_switches"]
+           "LIST", "GRID", "FIX", "FRAMEWORK", "of_command", "fixable", "count_rule",
+           "plan_field", "plan_knobs", "option_default", "kernel_default", "kernel_fields",
+           "kernel_words", "knob_default", "switch_value", "switch_fields", "dim_switches"]
