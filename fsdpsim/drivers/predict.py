@@ -1,8 +1,8 @@
 """``predict``: one configuration in, one :class:`Prediction` out.
 
-Objects (a :class:`~fsdpsim.model.spec.ModelSpec`, a resolved :class:`~fsdpsim.hardware.spec.System`, a
-:class:`~fsdpsim.plan.parallel.ParallelPlan` and a :class:`~fsdpsim.plan.parallel.TrainingConfig`) become
-the engine's inputs (:mod:`fsdpsim.engine.build`); this module resolves the ``auto`` knobs by
+Objects (a :class:`~fsdpsim.model.spec.ModelSpec`, a resolved
+:class:`~fsdpsim.hardware.spec.System`, a :class:`~fsdpsim.plan.parallel.ParallelPlan` and a
+:class:`~fsdpsim.plan.parallel.TrainingConfig`) become the engine's inputs (:mod:`fsdpsim.engine.build`); this module resolves the ``auto`` knobs by
 evaluating every candidate in one vectorised call, wraps the chosen row into a frozen result
 with ``to_dict()``, and gives it its 90 % range (:mod:`fsdpsim.drivers.interval`).
 """
@@ -31,11 +31,12 @@ from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.knobs import PLAN_SWITCHES, kernel_fields, plan_field, plan_knobs
 from fsdpsim.plan.known_gaps import known_gaps
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
-from fsdpsim.engine.build import (auto_recomputes, config_inputs, model_inputs,  # noqa: F401 (re-exported)
-                            plan_inputs, pod_inputs, system_inputs, training_inputs)
-from fsdpsim.drivers.interval import (MEASURED_NODES, NEAR_LIMIT_RATIO_LOW,  # noqa: F401 (re-exported)
-                              NEAR_LIMIT_SHARE, comm_uncertainty, faster_ratio,
-                              fit_span_notes, prediction_interval, slower_twin)
+from fsdpsim.engine.build import (  # noqa: F401 (re-exported)
+    auto_recomputes, config_inputs, model_inputs, plan_inputs, pod_inputs, system_inputs,
+    training_inputs)
+from fsdpsim.drivers.interval import (  # noqa: F401 (re-exported)
+    MEASURED_NODES, NEAR_LIMIT_RATIO_LOW, NEAR_LIMIT_SHARE, comm_uncertainty, faster_ratio,
+    fit_span_notes, prediction_interval, slower_twin)
 from fsdpsim.drivers.least_memory import what_would_fit
 from fsdpsim.drivers.prediction_values import CeilingValues, OneValueInputs, row_of
 
@@ -86,16 +87,18 @@ class Prediction:
     interval: Mapping[str, Any] = field(default_factory=dict)
     """90 % prediction interval of throughput and step time (see :func:`prediction_interval`)."""
     advice: tuple[Mapping[str, Any], ...] = ()
-    """Faster settings of the same job at this scale (:func:`fsdpsim.drivers.advice.scale_advice`)."""
+    """Faster settings of the same job at this scale
+    (:func:`fsdpsim.drivers.advice.scale_advice`)."""
     fit_advice: tuple[Mapping[str, Any], ...] = ()
     """For a plan that does not fit: what the hybrid search finds instead (the plan's own GPUs,
     or the fewest that fit; :func:`fsdpsim.drivers.advice.hybrid_fit`)."""
     reported: Mapping[str, float] | None = None
     """Bottleneck, thresholds and sensitivities from the engine's own response to each
-    resource (:func:`fsdpsim.drivers.sensitivity.analyse`, keys :data:`fsdpsim.drivers.sensitivity.OUTPUTS`):
-    what ``to_dict`` and the CLI report. Computed on first use (:meth:`analysis`) from
-    ``analysis_inputs``: the searches cost several engine calls, which a caller that wants the
-    step time alone (``predict`` in a loop, ``validate``'s knob choice) does not pay."""
+    resource (:func:`fsdpsim.drivers.sensitivity.analyse`, keys
+    :data:`fsdpsim.drivers.sensitivity.OUTPUTS`): what ``to_dict`` and the CLI report. Computed
+    on first use (:meth:`analysis`) from ``analysis_inputs``: the searches cost several engine
+    calls, which a caller that wants the step time alone (``predict`` in a loop, ``validate``'s
+    knob choice) does not pay."""
     analysis_inputs: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     """The chosen configuration's engine inputs (for :meth:`analysis`)."""
 

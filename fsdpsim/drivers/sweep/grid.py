@@ -291,7 +291,8 @@ def _distinct_names(models: list[ModelSpec], files: list[str | None]) -> list[Mo
 
 
 def _hardware(catalog: Catalog, options: Mapping[str, Any]) -> tuple[Hardware, ...]:
-    sources = [("gpu", g) for g in split_values(options["gpu"], "--gpu")] if "gpu" in options else []
+    sources = ([("gpu", g) for g in split_values(options["gpu"], "--gpu")]
+               if "gpu" in options else [])
     if "cluster" in options:
         sources += [("cluster", c) for c in split_values(options["cluster"], "--cluster")]
     if not sources:

@@ -1,6 +1,6 @@
 """Values of sweep options, as text, numbers or lists: counts and ``A..B`` ranges, names from
-a set, model sizes, prices, flags (the readers :mod:`fsdpsim.drivers.sweep.grid` builds a grid with, and the
-commands that take the same kinds of values)."""
+a set, model sizes, prices, flags (the readers :mod:`fsdpsim.drivers.sweep.grid` builds a grid
+with, and the commands that take the same kinds of values)."""
 
 from __future__ import annotations
 
