@@ -236,3 +236,26 @@ def test_the_function_check_finds_a_long_function_and_a_stale_entry(tmp_path):
     assert too_long_functions(lines, {**allowed, "m.py:C.short": 110, "m.py:gone": 120}) == [
         "m.py:C.short: 100 lines, within 100: remove it from LONG_FUNCTIONS",
         "m.py:gone: 0 lines, within 100: remove it from LONG_FUNCTIONS"]
+
+
+#: A line of the package fits a side-by-side diff and a terminal: at most this many characters.
+MAX_LINE_CHARACTERS = 100
+
+
+def long_lines(root: Path = PACKAGE) -> list[str]:
+    """``path:line (n characters)`` of every line of the package over
+    :data:`MAX_LINE_CHARACTERS` characters (not bytes: ``·`` is one)."""
+    return [f"{path.relative_to(root)}:{i} ({len(line)} characters)"
+            for path in sorted(root.rglob("*.py"))
+            for i, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1)
+            if len(line) > MAX_LINE_CHARACTERS]
+
+
+def test_no_line_is_longer_than_100_characters():
+    assert long_lines() == []
+
+
+def test_the_line_check_counts_characters_not_bytes(tmp_path):
+    (tmp_path / "m.py").write_text("x = '" + "·" * 94 + "'\ny = '" + "a" * 95 + "'\n",
+                                   encoding="utf-8")
+    assert long_lines(tmp_path) == ["m.py:2 (101 characters)"]

@@ -1,7 +1,7 @@
 """``fsdpsim plot KIND``: a figure of sweep rows, read from a file or swept from the options.
 
-Parse, call, render: the rows come from :func:`fsdpsim.report.plots.data.read_rows` or from the sweep
-(:func:`fsdpsim.cli.sweep.run`), the figure from :mod:`fsdpsim.report.plots.sweep`.
+Parse, call, render: the rows come from :func:`fsdpsim.report.plots.data.read_rows` or from the
+sweep (:func:`fsdpsim.cli.sweep.run`), the figure from :mod:`fsdpsim.report.plots.sweep`.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def register(cli: click.Group) -> None:
         breakdown.
 
         The rows come from --input (a file written by `fsdpsim sweep`) or from a sweep of the
-        grid options given here, over the figure's defaults (fsdpsim.report.plots.data.DEFAULT_OPTIONS).
-        Examples:
+        grid options given here, over the figure's defaults
+        (fsdpsim.report.plots.data.DEFAULT_OPTIONS). Examples:
 
         \b
           fsdpsim plot throughput --model-sizes 1b..1t --gpu a100,h100,b200 --num-gpus 512 -o t.png

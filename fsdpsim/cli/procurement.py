@@ -11,7 +11,8 @@ from fsdpsim.drivers.procurement import (DEFAULT_GPU_MTBF_S, DEFAULT_PUE, DEFAUL
 
 def run_options(f):
     """``--tokens``, ``--pue``, ``--gpu-mtbf-hours``, ``--checkpoint-gb-per-s`` and
-    ``--restart-min``: read by :func:`fsdpsim.drivers.procurement.read_run_options` in both commands."""
+    ``--restart-min``: read by :func:`fsdpsim.drivers.procurement.read_run_options` in both
+    commands."""
     opts = [
         click.option("--tokens", default=None,
                      help="Tokens of a training run (e.g. 15t): adds days, GPU-hours, cost and "

@@ -1,4 +1,5 @@
-"""``fsdpsim sweep``: parse the grid, run :func:`fsdpsim.drivers.sweep.run.run_sweep`, write the rows."""
+"""``fsdpsim sweep``: parse the grid, run :func:`fsdpsim.drivers.sweep.run.run_sweep`, write the
+rows."""
 
 from __future__ import annotations
 

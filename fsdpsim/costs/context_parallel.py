@@ -105,8 +105,8 @@ def cp_all_to_all_bytes(tokens, q_dim, kv_dim, act_bytes, cp, tp=1):
     after it the output goes back (1); backward runs the reverse of each ([6] §3.1,
     ``DistributedAttention``). Input bytes per call: ``tokens/cp · width/tp · e``. Returns
     (:data:`CpAllToAllVolumes`) ``forward_calls``, ``forward_bytes``, ``backward_calls``,
-    ``backward_bytes``; each rank sends (cp−1)/cp of them ([6] §3.2: 4·N·h/P per link for MHA). Needs the heads on a TP
-    rank divisible by cp (:func:`check_context_parallel`).
+    ``backward_bytes``; each rank sends (cp−1)/cp of them ([6] §3.2: 4·N·h/P per link for MHA).
+    Needs the heads on a TP rank divisible by cp (:func:`check_context_parallel`).
     """
     c = check_at_least_one("cp", cp)
     t = check_at_least_one("tp", tp)

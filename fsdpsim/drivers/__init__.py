@@ -1,1 +1,2 @@
-"""The questions users ask, each over the one engine: predict, sweep, search, compare, procurement."""
+"""The questions users ask, each over the one engine: predict, sweep, search, compare,
+procurement."""

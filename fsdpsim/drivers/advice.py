@@ -5,8 +5,8 @@ ranks, the fabric loses bandwidth with the nodes: :mod:`fsdpsim.costs.nccl`), an
 keeps the shard group small: HSDP / MiCS / ZeRO++ hpZ shard within a node or a few and
 replicate across (Zhao et al. 2023 §3.2.2; network_at_scale.md §4, §8.1). A larger micro-batch
 amortises each gather over more tokens (the seed paper's critical tokens per GPU). This module
-predicts those alternatives with the same :func:`fsdpsim.drivers.predict.predict` and names the best one
-when it is faster by at least :data:`MIN_GAIN`.
+predicts those alternatives with the same :func:`fsdpsim.drivers.predict.predict` and names the best
+one when it is faster by at least :data:`MIN_GAIN`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """``fsdpsim compare``: several GPUs, nodes or clusters (and models) side by side, like for like.
 
 Every row trains the same model at the same global batch and sequence length (by default about
-4M tokens per step, :func:`fsdpsim.drivers.sweep.grid.default_global_batch`) on one hardware choice and GPU
-count, with the plan :func:`fsdpsim.drivers.search.run.search` finds best for that hardware (``plan =
-"search"``) or the FSDP plan :func:`fsdpsim.drivers.predict.predict` picks (``plan = "fsdp"``: full
-sharding, the fastest micro-batch and recompute that fit). Throughput, MFU, memory and
-bottleneck are predict's numbers; cost, energy and time to train (with failures) those of
+4M tokens per step, :func:`fsdpsim.drivers.sweep.grid.default_global_batch`) on one hardware choice
+and GPU count, with the plan :func:`fsdpsim.drivers.search.run.search` finds best for that hardware
+(``plan = "search"``) or the FSDP plan :func:`fsdpsim.drivers.predict.predict` picks (``plan =
+"fsdp"``: full sharding, the fastest micro-batch and recompute that fit). Throughput, MFU, memory
+and bottleneck are predict's numbers; cost, energy and time to train (with failures) those of
 :func:`fsdpsim.drivers.procurement.prediction_run`. Nothing here computes a cost: rows are gathered,
 flattened and ranked per column (:data:`BEST`).
 """

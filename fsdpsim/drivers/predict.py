@@ -2,9 +2,10 @@
 
 Objects (a :class:`~fsdpsim.model.spec.ModelSpec`, a resolved
 :class:`~fsdpsim.hardware.spec.System`, a :class:`~fsdpsim.plan.parallel.ParallelPlan` and a
-:class:`~fsdpsim.plan.parallel.TrainingConfig`) become the engine's inputs (:mod:`fsdpsim.engine.build`); this module resolves the ``auto`` knobs by
-evaluating every candidate in one vectorised call, wraps the chosen row into a frozen result
-with ``to_dict()``, and gives it its 90 % range (:mod:`fsdpsim.drivers.interval`).
+:class:`~fsdpsim.plan.parallel.TrainingConfig`) become the engine's inputs
+(:mod:`fsdpsim.engine.build`); this module resolves the ``auto`` knobs by evaluating every candidate
+in one vectorised call, wraps the chosen row into a frozen result with ``to_dict()``, and gives it
+its 90 % range (:mod:`fsdpsim.drivers.interval`).
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""The hardware: accelerators, links, networks, nodes and clusters, and the catalog that describes them."""
+"""The hardware: accelerators, links, networks, nodes and clusters, and the catalog that describes
+them."""

@@ -14,8 +14,8 @@ Catalog files are TOML. A file holds any number of entries as arrays of tables n
 Kinds are ``accelerator``, ``network``, ``node`` and ``cluster``. Keys carry datasheet units and
 direction (``hbm_bandwidth_tb_per_s``, ``gb_per_s_per_direction``); the loader converts them to
 SI once. Loading is strict: an unknown key, a missing required field, a wrong type or a value
-outside its plausible range is a :class:`~fsdpsim.util.errors.ConfigError` naming the file, the entry,
-the key and the accepted range.
+outside its plausible range is a :class:`~fsdpsim.util.errors.ConfigError` naming the file, the
+entry, the key and the accepted range.
 
 User folders (``--catalog DIR``, or ``FSDPSIM_CATALOG`` with ``os.pathsep``-separated folders)
 are read after the built-in catalog. An entry whose id already exists replaces it; with
@@ -37,8 +37,8 @@ from fsdpsim.hardware.catalog_files import (_Raw, _catalog_files, _check_table, 
                                             builtin_dir, is_catalog_document)
 from fsdpsim.hardware.efficiency import check_tables, fit_span_of, tables_of
 from fsdpsim.util.errors import ConfigError, shown, suggest
-from fsdpsim.hardware.spec import (Accelerator, Cluster, CollectiveLibrary, Efficiency, Link, Network,
-                              Node)
+from fsdpsim.hardware.spec import (Accelerator, Cluster, CollectiveLibrary, Efficiency, Link,
+                                   Network, Node)
 from fsdpsim.util.units import (
     GB_PER_S_BYTES_PER_S,
     GBIT_PER_S_BYTES_PER_S,
@@ -78,7 +78,8 @@ class Catalog:
                 if key not in merged:
                     raise ConfigError(f"{raw.where}: [[{raw.kind}]] {raw.id!r} has override = true "
                                       f"but no earlier entry with that id exists"
-                                      f"{suggest(raw.id, [k[1] for k in merged if k[0] == raw.kind])}")
+                                      + suggest(raw.id, [k[1] for k in merged
+                                                         if k[0] == raw.kind]))
                 old = merged[key]
                 data = _deep_merge(old.data, raw.data)
                 _check_table(data, SCHEMAS[raw.kind], f"{raw.where}: [[{raw.kind}]] {raw.id!r}",
@@ -195,7 +196,8 @@ def _link(d: Mapping, where: str) -> Link:
         bandwidth_bytes_per_s=d["gb_per_s_per_direction"] * GB_PER_S_BYTES_PER_S,
         latency_s=d["latency_us"] * US_S,
         topology=d["topology"],
-        per_peer_bandwidth_bytes_per_s=None if per_peer is None else per_peer * GB_PER_S_BYTES_PER_S,
+        per_peer_bandwidth_bytes_per_s=(None if per_peer is None
+                                        else per_peer * GB_PER_S_BYTES_PER_S),
         domain_size=d.get("domain_size"),
     )
 

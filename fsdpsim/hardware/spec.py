@@ -196,7 +196,8 @@ class Network:
     """Share of bus bandwidth lost per doubling of nodes past ``scale_decay_from_nodes``."""
     scale_decay_from_nodes: float = 4.0
     scale_decay_floor: float = 1.0
-    """The least share of bus bandwidth the decay leaves (:func:`fsdpsim.costs.nccl.fabric_factor`)."""
+    """The least share of bus bandwidth the decay leaves
+    (:func:`fsdpsim.costs.nccl.fabric_factor`)."""
     scale_source: str = ""
     bandwidth_uncertainty: float = 0.1
     """Relative uncertainty of the achievable bus bandwidth at scale (widens the range)."""

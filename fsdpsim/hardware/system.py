@@ -121,8 +121,8 @@ def resolve_system(catalog: Catalog, *, gpu: str | None = None, cluster: str | N
         elif kind == "node":
             node = catalog.node(ident)
         else:
-            raise ConfigError(f"--cluster {cluster!r} is the id of a catalog {kind}; it takes a node or cluster id "
-                              "(see `fsdpsim catalog list --kind node`)")
+            raise ConfigError(f"--cluster {cluster!r} is the id of a catalog {kind}; it takes a "
+                              "node or cluster id (see `fsdpsim catalog list --kind node`)")
         acc = node.accelerator
         price = node.price or acc.price
         if gpu is not None and catalog.accelerator(gpu).id != acc.id:

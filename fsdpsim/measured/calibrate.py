@@ -331,8 +331,8 @@ def attention_ceiling_violations(fused_attention_fraction: float, rows: pd.DataF
 
 def split_table(rows: pd.DataFrame, catalog: Catalog) -> tuple[str, str] | None:
     """(precision class, kernel stack) of ``rows`` when they share one and some GPU of theirs
-    resolves it from a split table (:func:`fsdpsim.hardware.efficiency.resolve`): the fitted fractions
-    belong there, or the fallback table would not reach these rows. None otherwise (the
+    resolves it from a split table (:func:`fsdpsim.hardware.efficiency.resolve`): the fitted
+    fractions belong there, or the fallback table would not reach these rows. None otherwise (the
     fallback ``[accelerator.efficiency]``, as for a GPU without split tables)."""
     from fsdpsim.hardware.efficiency import precision_class, resolve
     from fsdpsim.plan.frameworks import profile

@@ -8,8 +8,8 @@ sources) by less than it worsens the held-out source is flagged: the factors the
 other sources' peculiarities, not the GPU. Gains and losses are summed absolute errors of
 tokens/s per GPU over the rows, in percentage points (row-weighted). A fold whose
 ``matmul_fraction`` lies above a measured GEMM ceiling of its rows (or whose
-``fused_attention_fraction`` lies above a measured attention kernel ceiling) is marked too (the refit
-itself is not refused here, so that the report shows what each source asks for).
+``fused_attention_fraction`` lies above a measured attention kernel ceiling) is marked too (the
+refit itself is not refused here, so that the report shows what each source asks for).
 """
 
 from __future__ import annotations

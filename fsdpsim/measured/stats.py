@@ -100,7 +100,8 @@ def coverage_summary(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 #: Rows a fit leaves out: subsets their file marks as doubtful or not pre-training, and the
-#: block-scaled number formats, validated out of sample (fsdpsim.measured.published.plan.UNFIT_FORMATS).
+#: block-scaled number formats, validated out of sample
+#: (fsdpsim.measured.published.plan.UNFIT_FORMATS).
 UNFIT_SUBSETS = ("doubtful", "finetune", "unusable")
 
 

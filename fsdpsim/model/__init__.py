@@ -1,1 +1,2 @@
-"""The model: transformer specifications, exact parameter and FLOP counts, presets, config.json import."""
+"""The model: transformer specifications, exact parameter and FLOP counts, presets, config.json
+import."""

@@ -1,4 +1,5 @@
-"""The per-layer view of a :class:`~fsdpsim.model.spec.ModelSpec`: exact parameter counts and shapes.
+"""The per-layer view of a :class:`~fsdpsim.model.spec.ModelSpec`: exact parameter counts and
+shapes.
 
 A model is a stack of layers that may differ: a mixture-of-experts model may keep a few dense
 MLP layers (DeepSeek-V3's first three, every other layer of Llama 4 Maverick), and the attention
@@ -265,7 +266,8 @@ def _attention_shapes(spec: ModelSpec) -> Shapes:
 
 def layer_parameter_shapes(spec: ModelSpec, index: int) -> Shapes:
     """Names and torch ``(out, in)`` shapes of layer ``index``'s parameters, relative to the
-    block (the names of :class:`fsdpsim.measured.harness.reference.Block` for the features it has)."""
+    block (the names of :class:`fsdpsim.measured.harness.reference.Block` for the features it
+    has)."""
     d, E = spec.d_model, spec.n_experts
     block: Shapes = _norm(spec, "attn_norm") + _attention_shapes(spec) + _norm(spec, "mlp_norm")
     if mlp_kind(spec, index) == "dense":

@@ -1,1 +1,2 @@
-"""The plan: parallel degrees, the training configuration, framework profiles, and where groups land on the network."""
+"""The plan: parallel degrees, the training configuration, framework profiles, and where groups land
+on the network."""

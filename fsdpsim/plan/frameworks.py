@@ -49,14 +49,14 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
   (``broadcast_params``; ``overlap_sync_param=False`` in ``configs/7B_sft.py``). A broadcast's
   latency grows with the ranks it chains through, so ``zero1=-1`` on 1,024 GPUs makes 1,024
   of them, each paying a 1,023-hop pipeline.
-* ``nanotron`` (Hugging Face nanotron v0.5, 2024; ``src/nanotron/helpers.py`` ``init_optimizer_and_grad_accumulator``,
-  ``optim/gradient_accumulator.py`` ``get_fp32_accum_hook``, ``optim/zero.py``
-  ``ZeroDistributedOptimizer._all_gather_params``, ``parallel/tensor_parallel/functional.py``):
-  bf16 parameters, gradients accumulated into fp32 buffers (``FP32GradientAccumulator``, the
-  fp32 master copy beside them: Megatron's memory recipe) by one ``add_`` per parameter after
-  every micro-batch's backward (read the bf16 gradient and the fp32 buffer, write the buffer:
-  10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's buckets
-  (``bucket_cap_mb`` 25, ``trainer.py`` L860-865 and ``config/config.py`` L220 @67c5ebb6; a
+* ``nanotron`` (Hugging Face nanotron v0.5, 2024; ``src/nanotron/helpers.py``
+  ``init_optimizer_and_grad_accumulator``, ``optim/gradient_accumulator.py``
+  ``get_fp32_accum_hook``, ``optim/zero.py`` ``ZeroDistributedOptimizer._all_gather_params``,
+  ``parallel/tensor_parallel/functional.py``): bf16 parameters, gradients accumulated into fp32
+  buffers (``FP32GradientAccumulator``, the fp32 master copy beside them: Megatron's memory recipe)
+  by one ``add_`` per parameter after every micro-batch's backward (read the bf16 gradient and the
+  fp32 buffer, write the buffer: 10 bytes per parameter, ``grad_accum_pass_bytes``); PyTorch DDP's
+  buckets (``bucket_cap_mb`` 25, ``trainer.py`` L860-865 and ``config/config.py`` L220 @67c5ebb6; a
   bucket closes at 25 MiB of bf16 gradients or more, torch ``reducer.cpp``
   ``compute_bucket_assignment_by_size``) call a communication hook during the last
   micro-batch's backward, one collective per bucket (``grad_bucket_bytes``;
@@ -86,8 +86,8 @@ Profiles (``--framework``; ``torch`` and ``megatron`` are the older spellings):
 ``compare`` flags not given, empty cells of a measurement file): a profile's entry, else the
 knob's plain value in its declaration (:mod:`fsdpsim.plan.knobs`; the same values: overlap
 off, no CUDA graphs, ``alltoall``, 16-bit attention and LM head, no per-module recompute,
-dropless, unfused loss, the format's BF16 layers). ``megatron``, read from Megatron-LM @d98e8a64dd (2026-08-22) and Megatron-Bridge
-@067f987df (2026-08-22):
+dropless, unfused loss, the format's BF16 layers). ``megatron``, read from Megatron-LM @d98e8a64dd
+(2026-08-22) and Megatron-Bridge @067f987df (2026-08-22):
 
 * ``ep_overlap`` false: ``ModelParallelConfig.overlap_moe_expert_parallel_comm = False``
   (``megatron/core/model_parallel_config.py``).
@@ -279,8 +279,8 @@ def plan_defaults(framework: str, *, tp: int = 1, pp: int = 1, cp: int = 1,
 
     * ``megatron``: the distributed optimizer, ZeRO-1 (``use_distributed_optimizer`` of
       Megatron-Bridge's recipes,
-      :data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`), sequence parallelism with TP,
-      TP communication overlap off (``ModelParallelConfig.tp_comm_overlap = False``,
+      :data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`), sequence parallelism
+      with TP, TP communication overlap off (``ModelParallelConfig.tp_comm_overlap = False``,
       ``megatron/core/model_parallel_config.py``).
     * ``fsdp2`` (torchtitan): FSDP2 (ZeRO-3) over the data-parallel ranks with TP/PP/CP
       inside; parameters resharded after forward only without a pipeline
@@ -321,9 +321,9 @@ FRAMEWORK_NAMES: tuple[str, ...] = FRAMEWORKS + tuple(ALIASES)
 
 
 def with_defaults(training, framework: str):
-    """``training`` (a :class:`fsdpsim.plan.training.TrainingConfig`) with what the framework decides
-    where the training leaves it open: the gradient reduce dtype of a framework that reduces its
-    parameters' own 16-bit gradients (``grad_all_reduce``; InternEvo's ``reduce_tensor`` keeps
+    """``training`` (a :class:`fsdpsim.plan.training.TrainingConfig`) with what the framework
+    decides where the training leaves it open: the gradient reduce dtype of a framework that reduces
+    its parameters' own 16-bit gradients (``grad_all_reduce``; InternEvo's ``reduce_tensor`` keeps
     their dtype): bf16, fp16 under fp16. Elsewhere the training's own default (fp32)."""
     if training.reduce_dtype is None and profile(framework).grad_all_reduce:
         return replace(training, reduce_dtype="fp16" if training.precision == "fp16" else "bf16")

@@ -200,7 +200,8 @@ def parse_plan(text: str, *, num_gpus: int, gpus_per_node: int,
     text = text.replace(" x ", " × ").replace(" * ", " × ").replace(" . ", " · ")
     if not text:
         raise ConfigError(f"--plan {text!r} is empty; accepted: a plan such as "
-                          f"'fsdp8 × tp8 · ckpt none · mb 2' ({ACCEPTED.removeprefix('accepted: ')})")
+                          f"'fsdp8 × tp8 · ckpt none · mb 2' "
+                          f"({ACCEPTED.removeprefix('accepted: ')})")
     parts = [s.strip() for s in text.split("·")]
     dims_text, settings = parts[0], parts[1:]
     if not dims_text:

@@ -107,7 +107,8 @@ class TrainingConfig:
     precision: str = "bf16"
     """Compute precision: selects the dense peak and the gathered-parameter bytes."""
     reduce_dtype: str | None = None
-    """Gradient reduce-scatter dtype; None = fp32 (PyTorch FSDP MixedPrecisionPolicy as torchtitan sets it)."""
+    """Gradient reduce-scatter dtype; None = fp32 (PyTorch FSDP MixedPrecisionPolicy as torchtitan
+    sets it)."""
     optimizer: str = "adamw"
     flash_attention: bool = True
     """Fused causal attention (FlashAttention / SDPA); False = eager softmax attention."""

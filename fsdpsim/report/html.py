@@ -4,9 +4,9 @@ Everything is inside the file: the figures as inline SVG (matplotlib's SVG write
 ``<text>`` so no glyph definitions clash between figures), a small stylesheet, no script, no
 external address in any ``src`` or ``href``. The content is that of ``fsdpsim compare`` (the
 table, the plans, the notes) plus the figures of :mod:`fsdpsim.report.plots.compare` (throughput,
-cost, memory) and :mod:`fsdpsim.report.plots.sweep` (where the step goes, the cost/time Pareto front, the
-bandwidth map of each GPU type), the assumptions (rent with source and date, PUE, failures,
-checkpoints) and each row's 90 % prediction range.
+cost, memory) and :mod:`fsdpsim.report.plots.sweep` (where the step goes, the cost/time Pareto
+front, the bandwidth map of each GPU type), the assumptions (rent with source and date, PUE,
+failures, checkpoints) and each row's 90 % prediction range.
 """
 
 from __future__ import annotations

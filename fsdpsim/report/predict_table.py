@@ -172,7 +172,8 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
          f"{render.gib(c['all_gather_bytes'])} in {render.seconds(c['all_gather_s'])}"),
         ("reduce-scatter", f"{render.gib(c['reduce_scatter_bytes'])} in "
                            f"{render.seconds(c['reduce_scatter_s'])}"),
-        ("all-reduce", f"{render.gib(c['all_reduce_bytes'])} in {render.seconds(c['all_reduce_s'])}"),
+        ("all-reduce", f"{render.gib(c['all_reduce_bytes'])} in "
+                       f"{render.seconds(c['all_reduce_s'])}"),
         *[(label, f"{render.gib(c[f'{dim}_bytes'])} in {render.seconds(c[f'{dim}_s'])}, "
                   f"exposed {render.seconds(c[f'{dim}_exposed_s'])}")
           for dim, label in (("tp", "tensor parallel"), ("cp", "context parallel"),
@@ -201,8 +202,8 @@ def predict_table(p, report: dict | None = None, run=None) -> str:
 
 
 def threshold_lines(d: dict, have_gbps: float) -> list[str]:
-    """The thresholds and sensitivities of a prediction (fsdpsim.drivers.sensitivity): the 95 % readings
-    that the bottleneck follows, the seed paper's hide-communication readings, the memory
+    """The thresholds and sensitivities of a prediction (fsdpsim.drivers.sensitivity): the 95 %
+    readings that the bottleneck follows, the seed paper's hide-communication readings, the memory
     ceilings, and each resource's gain when 5 % faster."""
     th, sens, tr, pl = d["thresholds"], d["sensitivity"], d["training"], d["plan"]
     have_tokens = tr["micro_batch"] * tr["seq_len"] // pl["cp"]
@@ -220,9 +221,9 @@ def threshold_lines(d: dict, have_gbps: float) -> list[str]:
                 else f"{v:,.0f} (have {have_tokens:,})")
 
     share = f"{100 * th['throughput_share']:.0f} %"
-    lines = ["\n" + render.wrap(f"thresholds for {share} of the throughput with infinite inter-node "
-                         "bandwidth (a plan that fits is network-bound exactly when these "
-                         "exceed what it has)"),
+    lines = ["\n" + render.wrap(f"thresholds for {share} of the throughput with infinite "
+                                "inter-node bandwidth (a plan that fits is network-bound exactly "
+                                "when these exceed what it has)"),
              render.key_values([
                  ("inter-node bandwidth per GPU", gbps(
                      th["inter_node_gbps_per_gpu_at_share"],

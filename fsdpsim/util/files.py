@@ -159,5 +159,5 @@ def package_data_dir(source_folder: str | os.PathLike, package: str) -> Path:
         return source_tree
 
 
-__all__ = ["package_data_dir", "open_capped", "read_bytes", "read_text", "read_toml", "looks_like_file",
-           "MAX_TEXT_BYTES", "MAX_TABLE_BYTES", "MAX_ROWS_BYTES"]
+__all__ = ["package_data_dir", "open_capped", "read_bytes", "read_text", "read_toml",
+           "looks_like_file", "MAX_TEXT_BYTES", "MAX_TABLE_BYTES", "MAX_ROWS_BYTES"]

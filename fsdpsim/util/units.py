@@ -18,8 +18,8 @@ MS_S = 1e-3
 HOUR_S = 3600.0
 
 #: Bytes per element of each precision name fsdpsim accepts.
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "mxfp8": 1, "fp8-block": 1,
-               "nvfp4": 0.5}
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "mxfp8": 1,
+               "fp8-block": 1, "nvfp4": 0.5}
 
 
 def gib(x_bytes: float) -> float:

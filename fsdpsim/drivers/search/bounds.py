@@ -221,5 +221,5 @@ def kth_best(plans: np.ndarray, scores: np.ndarray, k: int) -> float:
     return float(np.partition(best, best.size - k)[best.size - k])
 
 
-__all__ = ["compute_groups", "bound_groups", "ideal_network", "throughput_bound", "schedule_runs", "best_first", "kth_best",
-           "NOT_COMPUTE", "FIRST_ROUND_ROWS"]
+__all__ = ["compute_groups", "bound_groups", "ideal_network", "throughput_bound", "schedule_runs",
+           "best_first", "kth_best", "NOT_COMPUTE", "FIRST_ROUND_ROWS"]

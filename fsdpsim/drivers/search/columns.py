@@ -1,6 +1,6 @@
-"""The plans of one search as engine-input columns (:mod:`fsdpsim.drivers.search.run`): each family's
-base plan through predict's own builders, its variants as the few columns they change, and the
-evaluation of candidates in blocks."""
+"""The plans of one search as engine-input columns (:mod:`fsdpsim.drivers.search.run`): each
+family's base plan through predict's own builders, its variants as the few columns they change, and
+the evaluation of candidates in blocks."""
 
 from __future__ import annotations
 

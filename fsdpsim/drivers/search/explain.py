@@ -9,8 +9,8 @@ from typing import Any
 from fsdpsim.model.spec import ModelSpec
 from fsdpsim.plan.knobs import KNOBS, PLAN_SWITCHES
 from fsdpsim.plan.parallel import DEFAULT_MESH_ORDER, ParallelPlan, TrainingConfig
-from fsdpsim.drivers.search.space import (MAX_CANDIDATES, SearchSpace, enumerate_plans, estimate_size,
-                                  meshes)
+from fsdpsim.drivers.search.space import (MAX_CANDIDATES, SearchSpace, enumerate_plans,
+                                           estimate_size, meshes)
 from fsdpsim.util.units import GIB_BYTES
 
 _SHARDING_WORDS = {"full": "fsdp", "grad_op": "zero2", "optimizer": "zero1", "none": "ddp",

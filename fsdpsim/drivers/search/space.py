@@ -244,7 +244,8 @@ def estimate_size(spec: ModelSpec, num_gpus: int, gpus_per_node: int, seq_len: i
     plan: data-parallel layouts x expert meshes x pipeline variants x SP/overlap/CP kinds x
     mesh orders (every permutation of the non-unit outer dimensions, of which the search keeps
     the distinct layouts), and x the micro-batches (divisors of the sequences per rank) for the
-    candidates. What :func:`fsdpsim.drivers.search.run.search` checks against its limit before it works."""
+    candidates. What :func:`fsdpsim.drivers.search.run.search` checks against its limit before it
+    works."""
     fixed, moe = space.fixed, spec.is_moe
     shardings = _options(space, "sharding", SHARDINGS)
     zero = len([s for s in shardings if s in ("full", "grad_op", "optimizer")])

@@ -50,7 +50,8 @@ INT_COLUMNS = ("n_params", "plan.num_gpus", "plan.gpus_per_node", "plan.dp_shard
 
 
 def _first_reason(reasons: np.ndarray, mask: np.ndarray, fmt: Callable[..., str], *cols) -> None:
-    """Set ``reasons`` where ``mask`` holds and none is set yet, formatting once per distinct row."""
+    """Set ``reasons`` where ``mask`` holds and none is set yet, formatting once per distinct
+    row."""
     idx = np.flatnonzero(mask & np.equal(reasons, None))
     if not idx.size:
         return
@@ -268,8 +269,8 @@ def _not_runnable(grid: Grid, t: _Tables, p, c, rows: _Rows, cols: dict[str, Any
         np.round(np.nan_to_num(cols["memory.capacity_bytes"]) / GIB_BYTES, 2))
 
 
-#: Plan fields of predict's report (:func:`fsdpsim.drivers.predict.plan_summary`) that the sweep takes
-#: from the plan table; the rest it writes itself.
+#: Plan fields of predict's report (:func:`fsdpsim.drivers.predict.plan_summary`) that the sweep
+#: takes from the plan table; the rest it writes itself.
 PLAN_FIELDS = ("sharding", "zero", "dp", "dp_shard", "dp_replicate", "tp", "pp", "cp", "vpp",
                "pp_schedule", *knobs.PLAN_SWITCHES, "mesh_order", "pp_first_layers",
                "pp_last_layers", "pp_layers", "framework", "ep", "etp", "expert_dp")
@@ -307,8 +308,8 @@ def _plan_columns(t: _Tables, plan_rows, c, recompute_layers, spread, n: int) ->
 
 def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
                twins: dict[str, np.ndarray]):
-    """predict's 90 % interval columns (:func:`fsdpsim.drivers.predict.prediction_interval`), computed
-    for all rows of one system at once."""
+    """predict's 90 % interval columns (:func:`fsdpsim.drivers.predict.prediction_interval`),
+    computed for all rows of one system at once."""
     n = h.size
     out: dict[str, np.ndarray] = {}
     # every column, also in a chunk of points without a prediction (streamed CSV keeps its shape)
@@ -357,8 +358,9 @@ def _intervals(grid: Grid, h: np.ndarray, at: np.ndarray, cols: dict[str, Any],
 
 def _economics(grid: Grid, cols: dict[str, Any], h: np.ndarray, pr: np.ndarray,
                ok: np.ndarray) -> dict[str, Any]:
-    """Cost, energy, time to train and failure columns: :func:`fsdpsim.drivers.procurement.run_columns`
-    on every row (the function predict's report calls), with each system's price and TDP."""
+    """Cost, energy, time to train and failure columns:
+    :func:`fsdpsim.drivers.procurement.run_columns` on every row (the function predict's report
+    calls), with each system's price and TDP."""
     prices = [grid.price(x) for x in grid.hardware]
     price_h = np.array([np.nan if x is None else x.usd_per_gpu_hour for x in prices])[h]
     tdp = np.array([grid.tdp_w.get(x.gpu, np.nan) for x in grid.hardware], dtype=float)[h]

@@ -143,7 +143,8 @@ def connect(scheduler: str):
         return Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
     except (OSError, TimeoutError, ValueError, TypeError) as exc:
         raise ConfigError(f"--scheduler {scheduler!r}: cannot reach a Dask scheduler there "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'no answer'})"
+                          f"({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:120] if str(exc) else 'no answer'})"
                           "; give its address, e.g. tcp://HOST:8786") from None
 
 

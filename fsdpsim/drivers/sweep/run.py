@@ -1,11 +1,12 @@
-"""``sweep``: predict every configuration of a :class:`~fsdpsim.drivers.sweep.grid.Grid` with the one engine.
+"""``sweep``: predict every configuration of a :class:`~fsdpsim.drivers.sweep.grid.Grid` with the
+one engine.
 
 The grid is walked in chunks of points. For each chunk the numeric inputs of
 :func:`fsdpsim.engine.evaluate` are built as arrays (from the same ``model_inputs``,
-``system_inputs``, ``plan_inputs`` and ``training_inputs`` that :func:`fsdpsim.drivers.predict.predict`
-uses, evaluated once per distinct combination and gathered) and the engine is called once per
-block of at most ``eval_chunk`` configurations. A row therefore carries exactly the numbers
-``predict`` gives for the same configuration.
+``system_inputs``, ``plan_inputs`` and ``training_inputs`` that
+:func:`fsdpsim.drivers.predict.predict` uses, evaluated once per distinct combination and gathered)
+and the engine is called once per block of at most ``eval_chunk`` configurations. A row therefore
+carries exactly the numbers ``predict`` gives for the same configuration.
 
 Free knobs (``auto``) are expanded into their candidates (sharding: every strategy; recompute:
 none, selective, full; micro-batch: the divisors of the per-GPU batch, else 1, 2, 4, ..., 256)

@@ -1,6 +1,6 @@
 """A sweep's input tables: the engine inputs of every distinct model x sequence, system x
-precision and plan of a grid, built once (:mod:`fsdpsim.drivers.sweep.run` gathers each candidate's row
-from them), and why a combination is invalid."""
+precision and plan of a grid, built once (:mod:`fsdpsim.drivers.sweep.run` gathers each candidate's
+row from them), and why a combination is invalid."""
 
 from __future__ import annotations
 

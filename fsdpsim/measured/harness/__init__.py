@@ -2,8 +2,8 @@
 
 This is the only part of fsdpsim that uses torch, and it imports torch lazily: importing
 ``fsdpsim.measured.harness`` does not import torch; using :func:`build_reference_model` does, and so
-do the functions of :mod:`fsdpsim.measured.harness.fsdp_runs` (spawned gloo runs, collective and FLOP
-counting) when called.
+do the functions of :mod:`fsdpsim.measured.harness.fsdp_runs` (spawned gloo runs, collective and
+FLOP counting) when called.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# Fake-tensor FSDP2 memory at real model sizes (fsdpsim.measured.harness.fake_memory); chained so the
-# lookups above keep working.
+# Fake-tensor FSDP2 memory at real model sizes (fsdpsim.measured.harness.fake_memory); chained so
+# the lookups above keep working.
 _FAKE_MEMORY = ("MemoryCase", "measure_memory", "fsdpsim_memory", "format_table")
 __all__ += list(_FAKE_MEMORY)
 _getattr_before_fake_memory = __getattr__

@@ -256,7 +256,8 @@ def format_row(row: dict[str, Any]) -> str:
     return (f"{row['gpu']} x{row['n_gpus']} {row['model']:<10} s{row['seq_len']} "
             f"b{row['micro_batch']} {row['recompute']:<4}  step {_ms(row['measured_step_s'])} "
             f"measured vs {_ms(row['predicted_step_s'])} predicted (x{row['step_ratio']:.2f}); "
-            f"allocated {_gib(row['max_allocated_bytes'])} vs {_gib(row['predicted_allocated_bytes'])}"
+            f"allocated {_gib(row['max_allocated_bytes'])} vs "
+            f"{_gib(row['predicted_allocated_bytes'])}"
             f" GiB, reserved {_gib(row['max_reserved_bytes'])}"
             + (f"  [{row['skip']}]" if row.get("skip") else ""))
 

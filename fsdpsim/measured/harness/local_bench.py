@@ -3,9 +3,10 @@
 ``fsdpsim calibrate --local`` runs :func:`measure_local` and writes
 :func:`~fsdpsim.measured.harness.local_entry.catalog_toml`: an ``[[accelerator]]`` (one gloo rank
 with one intra-op thread, the way :func:`fsdpsim.measured.harness.fsdp_runs.launch` runs ranks), a
-``[[network]]`` and a ``[[node]]`` of ``ranks`` such accelerators, so that ``fsdpsim --catalog DIR predict --cluster local-node``
-predicts FSDP steps on this host. Every value is measured, on all ranks at once (they share
-the cores and the memory bus, as in a real run), and the fit is the engine's own law:
+``[[network]]`` and a ``[[node]]`` of ``ranks`` such accelerators, so that ``fsdpsim --catalog DIR
+predict --cluster local-node`` predicts FSDP steps on this host. Every value is measured, on all
+ranks at once (they share the cores and the memory bus, as in a real run), and the fit is the
+engine's own law:
 
 * dense peak [FLOP/s] = the best measured matmul rate over a shape sweep (median of samples
   per shape). ``matmul_fraction``, ``matmul_half_k`` and ``matmul_half_gflop`` are fitted
@@ -367,7 +368,8 @@ def summarise(per_rank: Sequence[dict[str, Any]], cfg: BenchConfig, elapsed_s: f
     fraction, half_k, half_flops, rms = fit_gemm_law(shapes, t32, peak, bw)
     bf16_rates = flops[-6:] / mean("gemm_bf16_s")
     flags = cpu_flags() if flags is None else flags
-    gather = [float(max(r["all_gather_s"][i] for r in per_rank)) for i in range(len(cfg.gather_bytes))]
+    gather = [float(max(r["all_gather_s"][i] for r in per_rank))
+              for i in range(len(cfg.gather_bytes))]
     scatter = [float(max(r["reduce_scatter_s"][i] for r in per_rank))
                for i in range(len(cfg.gather_bytes))]
     busbw, alpha = fit_alpha_beta(cfg.gather_bytes, gather, cfg.ranks)

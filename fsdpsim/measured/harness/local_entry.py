@@ -109,14 +109,16 @@ class LocalMeasurement:
             f"  matmul bf16  best {g(self.bf16_peak_flops_per_s)} GFLOP/s "
             f"({'native' if self.bf16_native else 'no native bf16: not written'})",
             f"  memory       copy {g(self.copy_bytes_per_s)} GB/s, axpy "
-            f"{g(self.axpy_bytes_per_s)} GB/s per rank; RAM {self.memory_total_bytes / GIB_BYTES:.1f} GiB",
+            f"{g(self.axpy_bytes_per_s)} GB/s per rank; RAM "
+            f"{self.memory_total_bytes / GIB_BYTES:.1f} GiB",
             f"  gloo         all-gather busbw {g(self.link_busbw_bytes_per_s)} GB/s, latency "
             f"{self.link_latency_s * 1e6:.0f} us; reduce-scatter busbw "
             f"{g(self.reduce_scatter_busbw_bytes_per_s)} GB/s, latency "
             f"{self.reduce_scatter_latency_s * 1e6:.0f} us",
             f"  overheads    tiny op {self.kernel_overhead_s * 1e6:.2f} us; matmul under "
             f"all-gather {g(self.matmul_during_comm_flops_per_s)} vs alone "
-            f"{g(self.matmul_alone_flops_per_s)} GFLOP/s (slowdown {self.comm_compute_slowdown:.2f})",
+            f"{g(self.matmul_alone_flops_per_s)} GFLOP/s "
+            f"(slowdown {self.comm_compute_slowdown:.2f})",
             f"  attention    SDPA causal fraction {self.attention_fraction:.2f}, half_kv "
             f"{self.attention_half_kv:.0f}",
         ]
@@ -181,7 +183,8 @@ def catalog_entries(m: LocalMeasurement) -> dict[str, dict[str, Any]]:
 
 
 def out_of_range(entries: dict[str, dict[str, Any]]) -> list[str]:
-    """Values that ``fsdpsim.hardware.catalog.SCHEMAS`` would refuse, one line each (empty: loads)."""
+    """Values that ``fsdpsim.hardware.catalog.SCHEMAS`` would refuse, one line each (empty:
+    loads)."""
     from fsdpsim.hardware.catalog import SCHEMAS, Field
 
     problems = []

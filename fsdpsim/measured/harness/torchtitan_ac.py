@@ -89,10 +89,11 @@ def _record(saved: dict[int, int], output: Any) -> None:
 
 def op_selective_saved_bytes(spec, micro_batch: int, seq_len: int,
                              attention: str = "sdpa") -> dict[str, int]:
-    """Bytes one block of ``spec`` (:func:`fsdpsim.measured.harness.reference.build_reference_model`,
-    bf16, under ``FakeTensorMode``) keeps for backward under torchtitan's op-level policy:
-    ``{"input": the block input the checkpoint keeps, "cached": the policy's kept outputs,
-    "total": their sum}`` [B] (unique storages, parameters excluded)."""
+    """Bytes one block of ``spec``
+    (:func:`fsdpsim.measured.harness.reference.build_reference_model`, bf16, under
+    ``FakeTensorMode``) keeps for backward under torchtitan's op-level policy: ``{"input": the block
+    input the checkpoint keeps, "cached": the policy's kept outputs, "total": their sum}`` [B]
+    (unique storages, parameters excluded)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts

@@ -6,8 +6,8 @@ name means, "w/o MTP") and the tables' FLOP count of a preset
 (:func:`preset_flops_per_token`). What the run's recipe set (expert overlap, CUDA graphs, FP8
 attention and LM head, per-module recompute, token dispatcher, token dropping, routing balance,
 expert tensor parallelism, stage sizes) is stated by the row's own columns, read as ``predict``
-reads the same flags (:data:`fsdpsim.measured.published.tables.STATED_COLUMNS`); an empty cell is the framework
-profile's default (:mod:`fsdpsim.plan.frameworks`).
+reads the same flags (:data:`fsdpsim.measured.published.tables.STATED_COLUMNS`); an empty cell is
+the framework profile's default (:mod:`fsdpsim.plan.frameworks`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import numpy as np
 MOE_PRESETS = ((r"deepseek[-_ ]?v3", "deepseek-v3"), (r"kimi[-_ ]?k2", "kimi-k2"),
                (r"mixtral[-_ ]?8x7b", "mixtral-8x7b"), (r"mixtral[-_ ]?8x22b", "mixtral-8x22b"),
                (r"qwen3[-_ ]?235b", "qwen3-235b-a22b"), (r"qwen3[-_ ]?30b", "qwen3-30b-a3b"),
-               (r"gpt[-_ ]?oss[-_ ]?120b", "gpt-oss-120b"), (r"gpt[-_ ]?oss[-_ ]?20b", "gpt-oss-20b"))
+               (r"gpt[-_ ]?oss[-_ ]?120b", "gpt-oss-120b"),
+               (r"gpt[-_ ]?oss[-_ ]?20b", "gpt-oss-20b"))
 
 
 def moe_preset(model: str) -> str | None:

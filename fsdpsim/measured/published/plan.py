@@ -3,9 +3,10 @@
 :func:`read_layout` turns the layout cells of a published row (``tp``, ``pp``, ``cp``, ``dp``,
 ``vpp``, ``sequence_parallel``) into the plan columns of fsdpsim's measurement schema. What the
 row leaves unstated comes from the conventions of the framework it names
-(:data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`), or stays ``auto`` (the number of
-interleaved model chunks); the row's ``modelled_as`` notes say where it is modelled by something
-close to, but not exactly, what ran. A layout that does not multiply to the GPU count is a skip reason, never a guess.
+(:data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`), or stays ``auto`` (the
+number of interleaved model chunks); the row's ``modelled_as`` notes say where it is modelled by
+something close to, but not exactly, what ran. A layout that does not multiply to the GPU count is a
+skip reason, never a guess.
 """
 
 from __future__ import annotations

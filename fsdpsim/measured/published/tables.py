@@ -3,11 +3,11 @@
 Two layouts are recognised besides fsdpsim's own (see :mod:`fsdpsim.measured.validate`):
 
 * **published runs** (``validation/data/published_calibration.csv`` and files with its
-  columns: ``source_key``, ``gpu`` as "A100 80GB", ``framework``, ``sharding``, ``tp``/``pp``/``cp``,
-  free-text ``precision``, ``inter_node_interconnect`` ...). Every row is read by what it says,
-  not by which source it comes from: the accelerator is matched against the catalog, the
-  inter-node network is parsed from its text, the measurement is taken from tokens/s, step
-  time or TFLOP/s per GPU (with the accounting the row states).
+  columns: ``source_key``, ``gpu`` as "A100 80GB", ``framework``, ``sharding``,
+  ``tp``/``pp``/``cp``, free-text ``precision``, ``inter_node_interconnect`` ...). Every row is read
+  by what it says, not by which source it comes from: the accelerator is matched against the
+  catalog, the inter-node network is parsed from its text, the measurement is taken from tokens/s,
+  step time or TFLOP/s per GPU (with the accounting the row states).
 * **vTrain ground truth** (``vtrain_ground_truth_*.csv``: ``# GPUs``, ``hidden size``, ...,
   ``iteration time (ms)``; Megatron-DeepSpeed GPT runs on A100, Bang et al., MICRO 2024),
   read by :mod:`fsdpsim.measured.published.vtrain`.
@@ -16,8 +16,8 @@ The whole parallel layout is carried over: tensor, pipeline (with virtual stages
 data parallelism, sequence parallelism, the pipeline schedule, and the switches a row states
 in columns named as ``predict``'s flags (:data:`STATED_COLUMNS`). What a row leaves unstated is
 filled by the conventions of the framework it names
-(:data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's distributed
-optimizer and sequence parallelism; the switches by its profile,
+(:data:`fsdpsim.measured.published.conventions.FRAMEWORK_CONVENTIONS`: e.g. Megatron-Core's
+distributed optimizer and sequence parallelism; the switches by its profile,
 :data:`fsdpsim.plan.frameworks.KNOB_DEFAULTS`) or left to ``auto``; column ``modelled_as`` says
 where a row is modelled by something close to, but not exactly, what ran.
 Rows fsdpsim cannot model (a MoE model that is not a preset; an accelerator missing from the
@@ -74,16 +74,16 @@ def tokens_per_s_per_gpu(r: pd.Series, model_flops=None) -> tuple[float, str]:
 
     In order: ``tokens_per_s_per_gpu``; ``tokens_per_s_total`` / GPUs; global batch tokens /
     ``step_time_s`` / GPUs; ``tflops_per_gpu`` (or ``mfu_pct`` × ``peak_tflops_basis``) divided
-    by the FLOPs per token of the accounting the row states: Megatron's eq. 3 (Narayanan et al., SC21, counts the recompute forward:
-    96·l·h²·(1 + s/6h + V/16lh) per token) when ``tflops_counts_recompute`` says so, otherwise
-    model FLOPs 6·N + 12·L·d·s per token (full attention square: the llm-foundry benchmarking
-    README, NeMo 1.x and 24.x/25.0x tables), or 6·N + 6·L·d·s where the row says its count is
-    causal (Megatron-Bridge tables). N is ``moe_active_params`` when stated; in a table with
-    that column (``hybrid_calibration.csv``, whose README defines it) a dense model's N is its
-    parameters less the input embedding (NeMo's count); otherwise ``n_params``.
-    ``model_flops`` = ``(name, flops_per_token(causal))``: the model's own count instead of
-    6·N + c·L·d·s (a preset's, :func:`fsdpsim.measured.published.moe.preset_flops_per_token`: MLA's
-    attention and the MTP modules the tables count)."""
+    by the FLOPs per token of the accounting the row states: Megatron's eq. 3 (Narayanan et al.,
+    SC21, counts the recompute forward: 96·l·h²·(1 + s/6h + V/16lh) per token) when
+    ``tflops_counts_recompute`` says so, otherwise model FLOPs 6·N + 12·L·d·s per token (full
+    attention square: the llm-foundry benchmarking README, NeMo 1.x and 24.x/25.0x tables), or
+    6·N + 6·L·d·s where the row says its count is causal (Megatron-Bridge tables). N is
+    ``moe_active_params`` when stated; in a table with that column (``hybrid_calibration.csv``,
+    whose README defines it) a dense model's N is its parameters less the input embedding
+    (NeMo's count); otherwise ``n_params``. ``model_flops`` = ``(name, flops_per_token(causal))``:
+    the model's own count instead of 6·N + c·L·d·s (a preset's with MLA's attention and the MTP
+    modules the tables count: :func:`fsdpsim.measured.published.moe.preset_flops_per_token`)."""
     value, source = _measured(r, model_flops)
     return (value, source) if np.isfinite(value) and value > 0 else (float("nan"), "")
 
@@ -189,8 +189,8 @@ def stated_columns(r: pd.Series) -> dict[str, Any]:
 
 def from_published(raw: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Convert rows with the published-calibration columns to the fsdpsim schema, with their
-    whole parallel layout (:func:`fsdpsim.measured.published.plan.read_layout`) and the conventions of
-    the framework each row names where it does not say."""
+    whole parallel layout (:func:`fsdpsim.measured.published.plan.read_layout`) and the conventions
+    of the framework each row names where it does not say."""
     from fsdpsim.measured import grid
 
     # a file repeats few GPU names: each distinct (name, memory) is matched once (the match

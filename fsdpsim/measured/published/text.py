@@ -1,7 +1,7 @@
 """Text of published measurement tables, read into fsdpsim's values: cells as numbers and
 counts, the accelerator matched against the catalog, the inter-node network, power cap,
-sharding, recompute and precision parsed from their free text (:mod:`fsdpsim.measured.published.tables`
-reads whole rows with them)."""
+sharding, recompute and precision parsed from their free text
+(:mod:`fsdpsim.measured.published.tables` reads whole rows with them)."""
 
 from __future__ import annotations
 
@@ -69,9 +69,11 @@ def match_accelerator(catalog: Catalog, text: str, memory_gb: float = float("nan
     mem = cell_number(m.group(1)) if (m := re.search(r"(\d+)\s*gb", low)) else memory_gb
 
     def memory_matches(ident: str) -> bool:
-        return mem != mem or abs(catalog.accelerator(ident).memory_bytes / 2**30 - mem) <= 0.15 * mem
+        return mem != mem or (abs(catalog.accelerator(ident).memory_bytes / 2**30 - mem)
+                              <= 0.15 * mem)
 
-    for candidate in (low, low.replace(" ", "-"), re.sub(r"^nvidia[ -]", "", low).replace(" ", "-")):
+    for candidate in (low, low.replace(" ", "-"),
+                      re.sub(r"^nvidia[ -]", "", low).replace(" ", "-")):
         try:
             ident = catalog.resolve_id("accelerator", candidate)
         except ConfigError:
@@ -126,7 +128,8 @@ def parse_power_cap(catalog: Catalog, gpu: str | None, *texts: str) -> float | N
 
 
 # ------------------------------------------------------------------------------ network
-def parse_network(text: str, gpus_per_node: int, source: str = "") -> tuple[str | None, float | None]:
+def parse_network(text: str, gpus_per_node: int,
+                  source: str = "") -> tuple[str | None, float | None]:
     """(catalog network id, Gb/s per GPU one direction) from a free-text inter-node description.
 
     "8x 200 Gb/s HDR InfiniBand per node", "1600 Gbps per node RoCE", "400 Gb/s per GPU",

@@ -7,8 +7,9 @@ Sizes that decide the parameter count are required; switches with a well-known d
 (biases, tying, layer patterns) fall back to that model type's default.
 
 One reader per model type: dense types in :mod:`fsdpsim.model.hf_config.dense` (llama, mistral,
-qwen2, qwen3, gpt2, gpt_neox, mpt, nemotron), mixture-of-experts types in :mod:`fsdpsim.model.hf_config.moe`
-(mixtral, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, llama4); the typed key access is
+qwen2, qwen3, gpt2, gpt_neox, mpt, nemotron), mixture-of-experts types in
+:mod:`fsdpsim.model.hf_config.moe` (mixtral, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, llama4); the
+typed key access is
 :mod:`fsdpsim.model.hf_config.reader`.
 """
 

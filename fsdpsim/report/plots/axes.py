@@ -1,5 +1,6 @@
-"""Shared drawing pieces of the figures (:mod:`fsdpsim.report.plots.sweep`, :mod:`fsdpsim.report.plots.procurement`):
-the Agg figure, titles and labels, round ticks on log axes, legends, label collisions.
+"""Shared drawing pieces of the figures (:mod:`fsdpsim.report.plots.sweep`,
+:mod:`fsdpsim.report.plots.procurement`): the Agg figure, titles and labels, round ticks on log
+axes, legends, label collisions.
 
 Matplotlib is imported by these three modules only, never through pyplot.
 """

@@ -1,8 +1,9 @@
 """Figures of a comparison (``fsdpsim compare`` / ``fsdpsim report``): one bar per row.
 
-The companion of :mod:`fsdpsim.report.plots.sweep` (its figure and axis helpers, the same Agg canvas, no
-pyplot state) for rows of :func:`fsdpsim.drivers.compare.sweep_frame`: sweep-style columns, one row per
-hardware choice and GPU count. No number is computed here; each bar is a column of the rows.
+The companion of :mod:`fsdpsim.report.plots.sweep` (its figure and axis helpers, the same Agg
+canvas, no pyplot state) for rows of :func:`fsdpsim.drivers.compare.sweep_frame`: sweep-style
+columns, one row per hardware choice and GPU count. No number is computed here; each bar is a column
+of the rows.
 
 * :func:`throughput_bars` — tokens/s per GPU with the 90 % prediction range, MFU beside it.
 * :func:`cost_bars` — cost and days to train the token budget (with failures), or cost and

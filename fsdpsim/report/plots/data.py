@@ -1,9 +1,10 @@
-"""The data behind the figures of :mod:`fsdpsim.report.plots.sweep`: sweep rows in, plain tables out.
+"""The data behind the figures of :mod:`fsdpsim.report.plots.sweep`: sweep rows in, plain tables
+out.
 
-Nothing here draws (matplotlib lives in :mod:`fsdpsim.report.plots.sweep` only) and nothing computes a
-cost: every number comes from a sweep row (:func:`fsdpsim.drivers.sweep.run.run_sweep`, the one engine).
-This module selects, groups and reshapes those rows: the largest model that fits per GPU count,
-the Pareto front of cost against time, the parts of a step, the bandwidth × tokens grid.
+Nothing here draws (matplotlib lives in :mod:`fsdpsim.report.plots.sweep` only) and nothing computes
+a cost: every number comes from a sweep row (:func:`fsdpsim.drivers.sweep.run.run_sweep`, the one
+engine). This module selects, groups and reshapes those rows: the largest model that fits per GPU
+count, the Pareto front of cost against time, the parts of a step, the bandwidth × tokens grid.
 
 Column names are those of ``fsdpsim sweep`` (predict's JSON flattened with dots).
 """
@@ -95,7 +96,8 @@ def merged_options(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sweep_rows(options: Mapping[str, Any], catalog: Catalog | None = None) -> pd.DataFrame:
-    """Rows of ``fsdpsim sweep`` for ``options`` (names as :data:`fsdpsim.drivers.sweep.grid.GRID_KEYS`)."""
+    """Rows of ``fsdpsim sweep`` for ``options`` (names as
+    :data:`fsdpsim.drivers.sweep.grid.GRID_KEYS`)."""
     from fsdpsim.drivers.sweep.run import run_sweep
 
     return run_sweep(build_grid(catalog or load_catalog(), options))
@@ -329,9 +331,9 @@ def bandwidth_map_rows(model: str, gpu: str, *, num_gpus: int = 64,
                        precision: str = "bf16",
                        plan_options: Mapping[str, Any] | None = None,
                        catalog: Catalog | None = None) -> pd.DataFrame:
-    """Sweep rows for :func:`fsdpsim.report.plots.sweep.bandwidth_map`: ``model`` on ``num_gpus`` × ``gpu``
-    at every inter-node bandwidth per GPU [Gb/s, one direction] × micro-batch (tokens per GPU
-    per micro-batch = micro-batch × ``seq_len``), in one vectorised sweep (the engine of
+    """Sweep rows for :func:`fsdpsim.report.plots.sweep.bandwidth_map`: ``model`` on ``num_gpus`` ×
+    ``gpu`` at every inter-node bandwidth per GPU [Gb/s, one direction] × micro-batch (tokens per
+    GPU per micro-batch = micro-batch × ``seq_len``), in one vectorised sweep (the engine of
     ``predict``). ``recompute="auto"`` keeps the fastest setting that fits at each point; each
     point runs one micro-batch per GPU per step (``free-batch``: the map is of one micro-batch's
     communication against its compute). ``plan_options`` (sweep options, e.g.

@@ -1,11 +1,13 @@
-"""Figures of sweep results (with :mod:`fsdpsim.report.plots.axes` and :mod:`fsdpsim.report.plots.procurement`,
-whose figures it re-exports, the only modules that import matplotlib).
+"""Figures of sweep results (with :mod:`fsdpsim.report.plots.axes` and
+:mod:`fsdpsim.report.plots.procurement`, whose figures it re-exports, the only modules that import
+matplotlib).
 
 Every function takes a pandas DataFrame of ``fsdpsim sweep`` rows — or a mapping of sweep
 options (``{"gpu": "h100,b200", "num-gpus": "8..1024"}``; names as ``fsdpsim sweep``), in which
-case it runs the sweep itself over the figure's defaults (:data:`fsdpsim.report.plots.data.DEFAULT_OPTIONS`)
-— and returns a :class:`matplotlib.figure.Figure` drawn on the Agg canvas (no display, no pyplot
-state; a notebook shows it, :func:`save` writes it). The rows are selected and reshaped in
+case it runs the sweep itself over the figure's defaults
+(:data:`fsdpsim.report.plots.data.DEFAULT_OPTIONS`) — and returns a
+:class:`matplotlib.figure.Figure` drawn on the Agg canvas (no display, no pyplot state; a notebook
+shows it, :func:`save` writes it). The rows are selected and reshaped in
 :mod:`fsdpsim.report.plots.data`; no number is computed here.
 
 Figures
@@ -39,7 +41,8 @@ from fsdpsim.hardware.catalog import Catalog, load_catalog
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.report.plots.axes import BAND_GID, LABEL_PT, TEXT_PT, Rows
 from fsdpsim.report.plots.data import MAP_CLUSTERS, bandwidth_map_rows
-from fsdpsim.report.plots.procurement import FRONT_GID, OPTIONS_GID, procurement_pareto, step_breakdown
+from fsdpsim.report.plots.procurement import (FRONT_GID, OPTIONS_GID, procurement_pareto,
+                                              step_breakdown)
 from fsdpsim.util.output import cannot_write, check_output_path
 from fsdpsim.util.units import GIB_BYTES
 
@@ -198,13 +201,14 @@ def bandwidth_map(rows: Rows, *, tokens_per_gpu: float | None = None,
 
     The dashed line is the hide-communication threshold (Wang et al. 2025, arXiv
     2504.03655; ``thresholds.min_inter_node_gbps_per_gpu``, solved on the engine by
-    :mod:`fsdpsim.drivers.sensitivity`): to its right a micro-batch's collectives fit inside its compute,
-    to its left communication is exposed. The dotted line is where throughput reaches 95 % of
-    its value with infinite inter-node bandwidth (``thresholds.inter_node_gbps_per_gpu_at_share``):
-    to its left the reported bottleneck is the inter-node network.
-    Hatched: nothing fits in memory. Markers: real clusters at their inter-node Gb/s per GPU
-    (catalog nodes or clusters ``clusters``; only their bandwidth, not their GPU), drawn at
-    ``tokens_per_gpu`` (default: the tokens per GPU with the best MFU at the highest bandwidth).
+    :mod:`fsdpsim.drivers.sensitivity`): to its right a micro-batch's collectives fit inside its
+    compute, to its left communication is exposed. The dotted line is where throughput reaches 95 %
+    of its value with infinite inter-node bandwidth
+    (``thresholds.inter_node_gbps_per_gpu_at_share``): to its left the reported bottleneck is the
+    inter-node network. Hatched: nothing fits in memory. Markers: real clusters at their inter-node
+    Gb/s per GPU (catalog nodes or clusters ``clusters``; only their bandwidth, not their GPU),
+    drawn at ``tokens_per_gpu`` (default: the tokens per GPU with the best MFU at the highest
+    bandwidth).
     """
     frame = data.rows_for("bandwidth", rows, catalog)
     g = data.bandwidth_grid(frame)
