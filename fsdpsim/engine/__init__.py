@@ -288,26 +288,22 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         out = stages.outputs(g, layer, comm, step, total,
                              stages.tensor_bytes(g, layer, comm, total))
         out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
-        named = [id(v) for v in out.values() if may_be_shared(v)]
-        long = set(named)
-        filled = filled_ids() if long else None  # (long arrays only; cleared below)
+        long = [k for k, v in out.items() if may_be_shared(v)]
+        # (the arrays of one number the stages shared; the store is cleared below)
+        taken = filled_ids() if long else None
     finally:
         share_sides(shared)
-    # an output that is an input array itself (a select that picked it everywhere) is copied,
-    # and so is an array of one number the stages shared (costs.arrays.filled_ids) and an
-    # array under a second name (stages.totals: tp_exposed_s is tp_s without TP overlap)
-    if len(long) < len(named):
-        seen: set[int] = set()
-        for k, v in list(out.items()):
-            if may_be_shared(v):
-                if id(v) in seen:
-                    out[k] = v.copy()
-                seen.add(id(v))
-    if long and not long.isdisjoint(id(v) for v in (*x.values(), *g.values())):
-        inputs = {id(v) for v in (*x.values(), *g.values())}
-        out = {k: (v.copy() if id(v) in inputs else v) for k, v in out.items()}
-    if filled and not filled.isdisjoint(long):
-        out = {k: (v.copy() if id(v) in filled else v) for k, v in out.items()}
+    # every output an array of its own: one that is an input array itself (a select that
+    # picked it everywhere), an array of one number the stages shared
+    # (costs.arrays.filled_ids) or an array under a second name (stages.totals: tp_exposed_s is
+    # tp_s without TP overlap; the first name keeps it) is copied
+    if long:
+        taken.update(id(v) for v in (*x.values(), *g.values()))
+        for k in long:
+            if id(out[k]) in taken:
+                out[k] = out[k].copy()
+            else:
+                taken.add(id(out[k]))
     return out
 
 
