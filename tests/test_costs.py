@@ -7,6 +7,8 @@ Each function is also checked on array inputs (the vectorised path ``sweep`` use
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -414,6 +416,17 @@ class TestOverlap:
 _SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.25, 5e-324, 1e308])
 
 
+@contextlib.contextmanager
+def _sides_shared(shared: bool):
+    """The selects inside with sides shared or not (:func:`fsdpsim.costs.compute.share_sides`,
+    as the engine's evaluation sets it), the setting before restored after."""
+    before = compute.share_sides(shared)
+    try:
+        yield
+    finally:
+        compute.share_sides(before)
+
+
 @pytest.mark.parametrize("a_kind", ["array", "float", "np_float", "zero_d", "int"])
 @pytest.mark.parametrize("b_kind", ["array", "float", "row", "int"])
 def test_where_selects_the_bits_np_where_selects(a_kind, b_kind):
@@ -448,11 +461,8 @@ def test_where_one_side_and_zero_selects_match_np_where(cond_kind, a_kind, b_kin
               "np_float": lambda: np.float64(-0.0), "row": lambda: rng.choice(_SPECIAL, n),
               "float": lambda: np.nan}
     a, b = values[a_kind](), values[b_kind]()
-    before = compute.share_sides(shared)
-    try:
+    with _sides_shared(shared):
         got = compute.where(cond, a, b)
-    finally:
-        compute.share_sides(before)
     want = np.where(cond, a, b)
     assert np.asarray(got).dtype == want.dtype and np.shape(got) == want.shape
     assert np.asarray(got).tobytes() == want.tobytes()
@@ -470,11 +480,8 @@ def test_selects_on_one_condition_in_a_row_match_np_where():
     cond, other = rng.random(n) > 0.5, rng.random(n) > 0.5
     sides = [(rng.choice(_SPECIAL, n), rng.choice(_SPECIAL, n)), (rng.choice(_SPECIAL, n), 0.0),
              (rng.random(n), np.nan)]
-    before = compute.share_sides(True)
-    try:
+    with _sides_shared(True):
         got = [compute.where(c, a, b) for c in (cond, other) for a, b in sides]
-    finally:
-        compute.share_sides(before)
     want = [np.where(c, a, b) for c in (cond, other) for a, b in sides]
     assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
 
@@ -497,11 +504,8 @@ def test_selects_on_conditions_tested_anew_match_np_where():
         conds.append(near)
     conds += [codes == 0.0, codes == 2.0]
     sides = [(rng.choice(_SPECIAL, n), 10.0 + rng.random(n)) for _ in conds]  # a ≠ b
-    before = compute.share_sides(True)
-    try:
+    with _sides_shared(True):
         got = [compute.where(c, a, b) for c, (a, b) in zip(conds, sides)]
-    finally:
-        compute.share_sides(before)
     want = [np.where(c, a, b) for c, (a, b) in zip(conds, sides)]
     assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
 
@@ -514,16 +518,13 @@ def test_maximum_and_minimum_of_an_array_and_a_number_match_numpy(shared, n):
     rng = np.random.default_rng(13)
     payload_nan = np.array([0x7FF8000000000123], dtype=np.int64).view(np.float64)[0]
     a = rng.choice(np.append(_SPECIAL, payload_nan), n)
-    before = compute.share_sides(shared)
-    try:
+    with _sides_shared(shared):
         for number in (*_SPECIAL.tolist(), payload_nan, np.float64(-0.0)):
             for ours, theirs in ((compute.maximum, np.maximum), (compute.minimum, np.minimum)):
                 for x, y in ((a, number), (number, a), (a, number)):
                     got, want = ours(x, y), theirs(x, y)
                     assert got.dtype == want.dtype and got.shape == want.shape
                     assert got.tobytes() == want.tobytes()
-    finally:
-        compute.share_sides(before)
 
 
 def test_where_keeps_short_and_non_float_selects_to_numpy():
@@ -544,11 +545,8 @@ def test_where_of_one_side_given_twice_matches_np_where(shared):
     n = 3 * arrays._BIT_SELECT_MIN
     cond = rng.random((2, n)) > 0.5
     for side in (rng.choice(_SPECIAL, (2, n)), rng.choice(_SPECIAL, n), -0.0, np.nan):
-        before = compute.share_sides(shared)
-        try:
+        with _sides_shared(shared):
             got = compute.where(cond, side, side)
-        finally:
-            compute.share_sides(before)
         want = np.where(cond, side, side)
         assert got.dtype == want.dtype and got.shape == want.shape
         assert got.tobytes() == want.tobytes()
