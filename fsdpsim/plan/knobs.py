@@ -422,7 +422,7 @@ def of_command(command: str) -> tuple[Knob, ...]:
 
 #: Counts a command takes that are not knobs, with what they accept (every other count option
 #: takes its knob's declared rule, :func:`count_rule`).
-_COUNT_OPTIONS = {"num-gpus": GPUS}
+_COUNT_OPTIONS = {"num_gpus": GPUS}
 
 
 def count_rule(option: str) -> Rule:
@@ -430,8 +430,8 @@ def count_rule(option: str) -> Rule:
     rule of the knob it spells (a GPU count for the degrees, tokens with k = 1,024 for the
     sequence, 0 up for a layer count), a GPU count for ``--num-gpus``, else any count with
     decimal suffixes (1k = 1,000)."""
-    name = option.lstrip("-").replace("_", "-")
-    knob = KNOBS.get(name.replace("-", "_"))
+    name = option.lstrip("-").replace("-", "_")
+    knob = KNOBS.get(name)
     if knob is not None and knob.rule is not None and knob.rule.whole:
         return knob.rule
     return _COUNT_OPTIONS.get(name, COUNT_TEXT)
