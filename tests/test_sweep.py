@@ -436,6 +436,34 @@ def test_cli_output_file_and_progress(tmp_path, monkeypatch):
     assert len(json.loads(target.read_text())) == 4
 
 
+@pytest.mark.parametrize("name, fmt", [("rows.csv", "csv"), ("ROWS.Json", "json"),
+                                       ("rows.txt", "table"), ("rows", "table")])
+def test_cli_output_format_follows_the_file_name(tmp_path, name, fmt):
+    """Without --format, ``-o`` names the format by its suffix (a table in rows.csv would be
+    read as broken CSV); the same bytes as --format given."""
+    target = tmp_path / name
+    invoke("sweep", "--num-gpus", "8,16", "--output", str(target))
+    text = target.read_text()
+    twin = tmp_path / f"twin-{name}"
+    invoke("sweep", "--num-gpus", "8,16", "--format", fmt, "--output", str(twin))
+    assert text == twin.read_text()
+    if fmt == "csv":
+        assert len(pd.read_csv(target)) == 2
+    elif fmt == "json":
+        assert len(json.loads(text)) == 2
+    else:
+        assert "tok/s/GPU" in text
+
+
+@pytest.mark.parametrize("fmt, name", [("json", "rows.csv"), ("table", "rows.csv"),
+                                       ("csv", "rows.parquet")])
+def test_cli_a_format_other_than_the_file_names_is_one_line(capsys, tmp_path, fmt, name):
+    target = tmp_path / name
+    line = assert_one_line_error(*run(capsys, "sweep", "--format", fmt, "--output", str(target)))
+    assert repr(str(target)) in line and f"--format {fmt}" in line
+    assert not target.exists()
+
+
 def test_cli_parquet(tmp_path, monkeypatch, capsys):
     target = tmp_path / "rows.parquet"
     if importlib.util.find_spec("pyarrow") is not None:

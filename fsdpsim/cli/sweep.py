@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import sys
 from contextlib import contextmanager
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import click
@@ -21,6 +22,7 @@ from fsdpsim.drivers.sweep.grid import Grid, build_grid, describe, read_grid_fil
 from fsdpsim.util.output import (ROWS_PER_CHUNK, cannot_write, check_output_path, echo, is_stdout,
                                  write_chunks, write_parquet)
 from fsdpsim.report.sweep_table import notes, records, table_text
+from fsdpsim.report.frame_csv import frame_csv
 
 if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
     import pandas as pd
@@ -78,8 +80,9 @@ def sweep_options(f):
     """:func:`grid_options` plus ``--format`` and ``--output``."""
     f = click.option("--output", "-o", type=click.Path(allow_dash=True),
                      default=None, help="Write to FILE instead of stdout (- is stdout).")(f)
-    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
-                     show_default=True, help="Output format (parquet needs pyarrow).")(f)
+    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="Output format (parquet needs pyarrow); default: the one --output's "
+                          "name ends in (.csv, .json, .parquet), else table.")(f)
     f = click.option("--scheduler", default=None, metavar="ADDRESS",
                      help="Evaluate on the workers of a Dask cluster (tcp://HOST:8786, or "
                           "local / local:N for N worker processes here) and write one Parquet "
@@ -103,6 +106,25 @@ def merge_options(grid_file: str | None, options: dict[str, Any]) -> dict[str, A
         if value is not None and value != ():
             merged[name.replace("_", "-")] = list(value) if isinstance(value, tuple) else value
     return merged
+
+
+#: The format a file name's suffix names (any case).
+SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".parquet": "parquet"}
+
+
+def output_format(fmt: str | None, output: str | None, default: str = "table") -> str:
+    """The format to write: ``--format`` where given, else the one ``--output``'s suffix names
+    (:data:`SUFFIX_FORMATS`), else ``default``. A file whose suffix names another format than
+    ``--format`` is refused (a table in ``rows.csv`` would be read as broken CSV)."""
+    named = None
+    if output is not None and not is_stdout(output):
+        named = SUFFIX_FORMATS.get(PurePath(output.rstrip("/\\")).suffix.lower())
+    if fmt is None:
+        return named or default
+    if named is not None and named != fmt:
+        raise ConfigError(f"--output {output!r} names a {named} file but --format {fmt} was "
+                          f"given; drop --format, or give --format {named}")
+    return fmt
 
 
 def check_output(fmt: str, output: str | None) -> None:
@@ -174,7 +196,7 @@ def _slices(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[pd.Da
 def _csv_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[str]:
     header = True
     for part in _slices(frames, counts):
-        yield part.to_csv(index=False, header=header)
+        yield frame_csv(part, header=header)
         header = False
 
 
@@ -236,7 +258,7 @@ def write(frames: pd.DataFrame | Iterable[pd.DataFrame], grid: Grid, fmt: str,
     return counts[0], counts[1]
 
 
-def run_on_cluster(ctx: click.Context, grid_file: str | None, fmt: str, output: str | None,
+def run_on_cluster(ctx: click.Context, grid_file: str | None, fmt: str | None, output: str | None,
                    scheduler: str | None, chunk_points: str | None,
                    options: dict[str, Any]) -> None:
     """``sweep --scheduler``: the grid's chunks on a Dask cluster, Parquet partitions out."""
@@ -248,7 +270,8 @@ def run_on_cluster(ctx: click.Context, grid_file: str | None, fmt: str, output: 
     if not scheduler.strip():
         raise ConfigError("--scheduler '': give a Dask scheduler address (tcp://HOST:8786) or "
                           "local / local:N")
-    if fmt not in ("table", "parquet"):
+    fmt = output_format(fmt, output, default="parquet")
+    if fmt != "parquet":
         raise ConfigError(f"--format {fmt} with --scheduler: a distributed sweep writes Parquet "
                           "partitions (--format parquet)")
     points = None if chunk_points is None else int(read_number(chunk_points, "--chunk-points",
@@ -270,7 +293,7 @@ def register(cli: click.Group) -> None:
     @cli.command("sweep")
     @sweep_options
     @click.pass_context
-    def sweep_cmd(ctx: click.Context, grid_file: str | None, fmt: str, output: str | None,
+    def sweep_cmd(ctx: click.Context, grid_file: str | None, fmt: str | None, output: str | None,
                   wide: bool, scheduler: str | None, chunk_points: str | None,
                   **options: Any) -> None:
         """Predict every configuration of a grid: one row each, with every prediction field.
@@ -291,6 +314,7 @@ def register(cli: click.Group) -> None:
         if scheduler is not None or chunk_points is not None:
             run_on_cluster(ctx, grid_file, fmt, output, scheduler, chunk_points, options)
             return
+        fmt = output_format(fmt, output)
         check_output(fmt, output)
         cat = load_catalog(ctx.obj.get("catalog_dirs", ()))
         merged = merge_options(grid_file, options)

@@ -225,14 +225,28 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
-@functools.lru_cache(maxsize=256)  # plans are frozen: the same plan, the same line
+@functools.lru_cache(maxsize=4096)  # plans are frozen: one canonical plan per plan
+def _canonical(plan: ParallelPlan) -> ParallelPlan:
+    from fsdpsim.plan.spelling import canonical
+
+    return canonical(plan)
+
+
+@functools.lru_cache(maxsize=256)
 def _plan_line(plan: ParallelPlan, micro_batch: int, grad_accum: int, recompute: str,
                recompute_layers: int | None) -> str:
     """The plan's one line (:func:`fsdpsim.plan.spelling.format_plan`)."""
-    from fsdpsim.plan.spelling import RunPlan, canonical, format_plan
+    from fsdpsim.plan.spelling import RunPlan, format_plan
 
-    return format_plan(RunPlan(canonical(plan), micro_batch, grad_accum, recompute,
+    return format_plan(RunPlan(_canonical(plan), micro_batch, grad_accum, recompute,
                                recompute_layers))
+
+
+def plan_line(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
+              recompute: str = "none", recompute_layers: int | None = None) -> str:
+    """The ``line`` of :func:`plan_summary` alone (what ``predict --plan`` reads)."""
+    return _plan_line(plan, int(micro_batch), int(grad_accum), recompute,
+                      None if recompute == "none" else recompute_layers)
 
 
 #: The plan fields a knob states (:func:`fsdpsim.plan.knobs.plan_knobs`): each is in
@@ -245,8 +259,7 @@ def plan_summary(plan: ParallelPlan, grad_accum: int, micro_batch: int = 1,
     """The ``plan`` object of a report: every degree, the strategies, the switches
     (:data:`fsdpsim.plan.knobs.PLAN_SWITCHES`) and the plan's one line
     (:func:`fsdpsim.plan.spelling.format_plan`, what ``predict --plan`` reads)."""
-    line = _plan_line(plan, int(micro_batch), int(grad_accum), recompute,
-                      None if recompute == "none" else recompute_layers)
+    line = plan_line(plan, grad_accum, micro_batch, recompute, recompute_layers)
     out = {"num_gpus": plan.num_gpus, "gpus_per_node": plan.gpus_per_node,
            "sharding": plan.sharding, "zero": {"none": 0, "optimizer": 1, "grad_op": 2,
                                                "full": 3, "hybrid": 3}[plan.sharding],

@@ -7,8 +7,11 @@ pandas' rules, followed here: a missing cell (None, NaN, NA) is the empty field;
 column's cells are ``ndarray.astype(str)`` (a float64's shortest round-trip text, the same as
 Python's ``repr``); other cells are what :mod:`csv`'s writer makes of them (``repr`` of a
 float, ``str`` of anything else, quoted where the text holds the delimiter, the quote
-character or a line break). A column of any other kind (dates, categories, nullable numbers),
-or a table without rows, is written by pandas itself."""
+character or a line break); a categorical column of text is its categories' texts (a missing
+cell empty) and a nullable integer column (``Int64``) its numbers' digits (a missing cell
+empty). A column of any other kind (dates, categories of numbers, nullable floats), or a table
+without rows, is written by pandas itself. ``fsdpsim sweep --format csv`` writes its rows
+through it (a 69,120-row, 170-column DeepSeek-V3 sweep: 11 s in pandas' writer)."""
 
 from __future__ import annotations
 
@@ -27,13 +30,14 @@ from fsdpsim.util.codes import column_codes
 _QUOTED = re.compile('[,"\r\n]')
 
 
-def frame_csv(frame: pd.DataFrame) -> str:
-    """``frame.to_csv(index=False)``, from each column's distinct cells formatted once."""
+def frame_csv(frame: pd.DataFrame, header: bool = True) -> str:
+    """``frame.to_csv(index=False, header=header)``, from each column's distinct cells
+    formatted once."""
     kinds = [_kind(dtype) for dtype in frame.dtypes]
     if not len(frame) or not kinds or None in kinds or isinstance(frame.columns, pd.MultiIndex):
-        return frame.to_csv(index=False)
+        return frame.to_csv(index=False, header=header)
     fields = _Fields()
-    header = fields.line(list(frame.columns))
+    header = fields.line(list(frame.columns)) if header else ""
     columns = [_column_text(frame.iloc[:, j], kind, fields) for j, kind in enumerate(kinds)]
     end = os.linesep  # pandas' line terminator
     return header + "".join(",".join(row) + end for row in zip(*columns))
@@ -41,9 +45,16 @@ def frame_csv(frame: pd.DataFrame) -> str:
 
 def _kind(dtype) -> str | None:
     """How a column of ``dtype`` is formatted: ``float`` (numpy float64), ``numpy`` (other
-    numpy numbers and booleans), ``text`` (pandas' string dtype), ``object``; None: by pandas."""
+    numpy numbers and booleans), ``text`` (pandas' string dtype), ``object``, ``category``
+    (categories of text), ``integer`` (a nullable integer dtype); None: by pandas."""
     if isinstance(dtype, pd.StringDtype):
         return "text"
+    if isinstance(dtype, pd.CategoricalDtype):
+        categories = dtype.categories
+        text = isinstance(categories.dtype, pd.StringDtype) or categories.dtype == object
+        return "category" if text and all(type(c) is str for c in categories) else None
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu":
+        return "integer"
     if not isinstance(dtype, np.dtype):
         return None
     if dtype == np.float64:
@@ -56,6 +67,17 @@ def _column_text(column: pd.Series, kind: str, fields: "_Fields") -> list[str]:
     if kind == "text":  # its distinct texts, a missing cell (code -1) the last, empty field
         codes, uniques = pd.factorize(column)
         return np.array(fields.texts(list(uniques)) + [""], dtype=object)[codes].tolist()
+    if kind == "category":  # its categories' texts, a missing cell (code -1) the last, empty
+        texts = fields.texts(list(column.cat.categories))
+        return np.array(texts + [""], dtype=object)[column.cat.codes.to_numpy()].tolist()
+    if kind == "integer":  # the digits of each distinct number, a missing cell empty
+        missing = column.isna().to_numpy()
+        values = column.to_numpy(dtype=np.int64, na_value=0)
+        _, first, which = np.unique(values, return_index=True, return_inverse=True)
+        out = np.array(values[first].astype(str).tolist() + [""], dtype=object)
+        which = which.ravel()
+        which[missing] = first.size
+        return out[which].tolist()
     values = column.to_numpy()
     codes = column_codes(values)
     _, first, which = np.unique(codes, return_index=True, return_inverse=True)

@@ -18,7 +18,7 @@ from fsdpsim.hardware.efficiency import resolve as resolve_efficiency
 from fsdpsim.drivers.sweep.grid import Grid
 from fsdpsim.plan.parallel import LOW_PRECISION, RECOMPUTES, SHARDED, SHARDINGS, TrainingConfig
 from fsdpsim.drivers.predict import (COMM_KEYS, HFU_CONVENTION, MEMORY_KEYS, MFU_CONVENTION,
-                             MODEL_PARALLEL_COMM, TIME_KEYS, faster_ratio, plan_summary,
+                             MODEL_PARALLEL_COMM, TIME_KEYS, faster_ratio, plan_line,
                              prediction_interval, training_inputs)
 from fsdpsim.hardware.system import cluster_too_small
 from fsdpsim.plan import knobs
@@ -299,8 +299,7 @@ def _plan_columns(t: _Tables, plan_rows, c, recompute_layers, spread, n: int) ->
                                 c["mb"].astype(int).tolist(), c["rc"].astype(int).tolist())):
         if key not in keys:
             row, m, mb, rc = key
-            keys[key] = plan_summary(t.plan_text[row][1], m, mb, RECOMPUTES[rc],
-                                     recompute_layers)["line"]
+            keys[key] = plan_line(t.plan_text[row][1], m, mb, RECOMPUTES[rc], recompute_layers)
         lines[i] = keys[key]
     cols["plan.line"] = spread(lines, fill=None)
     return cols
