@@ -466,7 +466,8 @@ def test_predict_is_one_evaluation(name, spec, plan, training, monkeypatch):
     spec = get_model(spec)
     calls = []
     evaluate = predict.engine.evaluate
-    monkeypatch.setattr(predict.engine, "evaluate", lambda x: calls.append(1) or evaluate(x))
+    monkeypatch.setattr(predict.engine, "evaluate",
+                        lambda x, **kw: calls.append(1) or evaluate(x, **kw))
     p = predict.predict(spec, H100, plan, training)
     assert len(calls) == 1
     p.bottleneck  # the post-pass, on demand

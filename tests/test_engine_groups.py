@@ -76,6 +76,26 @@ def test_blocks_of_a_large_input_equal_masked_rows_bit_for_bit(small_groups, mon
     assert one is not None and blocked["peak_bytes"].base is one
 
 
+@pytest.mark.parametrize("rows, block", [(1, None), (40, None), (160, None), (200, 96)])
+def test_times_without_the_memory_stage_are_the_same_numbers(small_groups, monkeypatch, rows,
+                                                             block):
+    """``evaluate(x, memory=False)`` (the sensitivity post-pass's variants) gives every output
+    but the memory stage's, bit for bit those of the whole evaluation: one row, one group,
+    several groups, several blocks."""
+    if block is not None:
+        monkeypatch.setattr(engine, "BLOCK_ROWS", block)
+    x = {**_rows(rows), "ceilings": 0.0}
+    if rows == 1:
+        x = {k: (v[0] if np.ndim(v) else v) for k, v in x.items()}
+    whole, times = engine.evaluate(x), engine.evaluate(x, memory=False)
+    memory_keys = set(engine.memory_breakdown(x, ceilings=False))
+    assert {"peak_bytes", "fits"} <= memory_keys
+    assert set(times) == set(whole) - memory_keys
+    for key, value in times.items():
+        assert value.dtype == whole[key].dtype, key
+        assert value.tobytes() == whole[key].tobytes(), key
+
+
 def test_grouped_rows_equal_each_row_alone(small_groups):
     x = {**_rows(96), "ceilings": 1.0}
     grouped = engine.evaluate(x)

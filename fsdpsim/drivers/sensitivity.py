@@ -83,6 +83,7 @@ import numpy as np
 
 from fsdpsim import engine
 from fsdpsim.costs.comm import FULL, GRAD_OP, HYBRID
+from fsdpsim.engine.groups import one_value
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 #: Share of the infinite-inter-node-bandwidth throughput the thresholds ask for [-].
@@ -117,7 +118,7 @@ MAX_ROUNDS = 40
 BLOCK = 4096
 _NIC = "nic_share_bytes_per_s"
 _KEEP = ("step_time_s", "compute_s", "optimizer_s", "all_gather_s", "reduce_scatter_s",
-         "all_reduce_s", "fits", "bubble_s", "exposed_comm_s", "gemm_s", "attention_s",
+         "all_reduce_s", "bubble_s", "exposed_comm_s", "gemm_s", "attention_s",
          "memory_bound_s")
 _CODE = {name: i for i, name in enumerate(engine.BOTTLENECKS)}
 
@@ -145,8 +146,10 @@ def analyse(x: Mapping[str, Any]) -> dict[str, np.ndarray]:
     n = int(np.prod(shape)) if shape else 1
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
-    parts = [_analyse_block({k: (v[lo:lo + BLOCK] if np.ndim(v) else v) for k, v in flat.items()},
-                            min(BLOCK, n - lo)) for lo in range(0, n, BLOCK)]
+    # a column of one value in a block is that value: not copied into every variant's rows
+    parts = [_analyse_block({k: (one_value(v[lo:lo + BLOCK]) if np.ndim(v) else v)
+                             for k, v in flat.items()}, min(BLOCK, n - lo))
+             for lo in range(0, n, BLOCK)]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -286,7 +289,8 @@ def _analyse_block(x: dict[str, Any], n: int):
                             ("tok_hide", "critical_tokens_per_gpu", tokens0)):
         k_star = searches[name].result()  # the lattice point, as evaluated; -inf: below range
         out[key] = np.where(np.isneginf(k_star), 0.0, unit * 2.0 ** (k_star / STEPS))
-    out["bottleneck"] = _bottleneck(base, out, f95 < 0)
+    fits = np.broadcast_to(engine.memory_breakdown(x, ceilings=False)["fits"], (n,))
+    out["bottleneck"] = _bottleneck(base, out, f95 < 0, fits)
     return out
 
 
@@ -322,8 +326,9 @@ def compute_minus_comm_s(o, per_microbatch):
 LATENCY_GAIN_SHARE = 0.5
 
 
-def _bottleneck(base, out, net):
-    """The bottleneck code (module docstring, item 7)."""
+def _bottleneck(base, out, net, fits):
+    """The bottleneck code (module docstring, item 7); ``fits``: whether each configuration
+    fits in memory."""
     gains = np.stack([out["gain_compute"], out["gain_hbm_bandwidth"],
                       out["gain_intra_node_link"]])
     best = np.argmax(gains, axis=0)  # first of equals: compute, HBM, link
@@ -345,13 +350,13 @@ def _bottleneck(base, out, net):
                                        * exposed / step))
     word = np.where(latency_binds, _CODE["collective_latency"], word)
     word = np.where(net, _CODE["inter_node_link"], word)
-    return np.where(base["fits"], word, _CODE["memory_capacity"]).astype(np.int64)
+    return np.where(fits, word, _CODE["memory_capacity"]).astype(np.int64)
 
 
-def _run(x: Mapping[str, Any], requests, full: bool = False) -> list[dict[str, np.ndarray]]:
+def _run(x: Mapping[str, Any], requests) -> list[dict[str, np.ndarray]]:
     """One :func:`engine.evaluate` call (memory ceilings off) over every request ``(rows,
     overrides)`` stacked (rows of ``x`` with some inputs replaced); the outputs of
-    :data:`_KEEP` (``full``: all), split per request."""
+    :data:`_KEEP`, split per request."""
     sizes = [int(np.size(r)) for r, _ in requests]
     total = sum(sizes)
     if total == 0:
@@ -368,9 +373,9 @@ def _run(x: Mapping[str, Any], requests, full: bool = False) -> list[dict[str, n
                 stacked[k] = np.full(total, stacked[k], dtype=float)
             stacked[k][bounds[i]:bounds[i + 1]] = v
     stacked["ceilings"] = 0.0
-    y = engine.evaluate(stacked)
+    y = engine.evaluate(stacked, memory=False)  # times only: no time depends on memory
     kept = {k: (y[k] if np.shape(y[k]) == (total,) else np.broadcast_to(y[k], (total,)))
-            for k in (y if full else _KEEP)}
+            for k in _KEEP}
     return [{k: v[bounds[i]:bounds[i + 1]] for k, v in kept.items()}
             for i in range(len(requests))]
 

@@ -84,8 +84,12 @@ _ONE_VALUE = frozenset((float, int, bool, np.float64))
 GROUP_ROWS = 2 * groups.MIN_GROUP_ROWS
 
 
-def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
+def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast); see :func:`_evaluate`.
+    ``memory=False`` leaves out stage 5 (the memory of the binding stage and its ceilings:
+    ``peak_bytes``, ``fits`` and the other :func:`fsdpsim.engine.memory.engine_memory`
+    outputs), which no time depends on: the times of the variants that
+    :mod:`fsdpsim.drivers.sensitivity` evaluates, a fifth less work a row.
 
     A large input is evaluated block by block (:data:`BLOCK_ROWS` consecutive rows), a block
     of :data:`GROUP_ROWS` configurations and more by group of rows that take the same branches
@@ -102,7 +106,7 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
     if n >= HEAP_TUNING_ROWS:  # temporaries of 128 KiB and more: keep them on the heap
         heap.keep_freed_memory()
     if n < GROUP_ROWS and n <= BLOCK_ROWS:
-        return _evaluate(x)
+        return _evaluate(x, memory)
     flat = {k: (v if type(v) is np.ndarray and v.shape == shape else  # a column already
                 np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
@@ -114,22 +118,24 @@ def evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
             size = rows.stop - start
             parts = groups.split(block, size) if size >= GROUP_ROWS else None
             if parts is None:
-                out = _evaluate(groups.constants(block))
+                out = _evaluate(groups.constants(block), memory)
                 _new_columns(result, n, [out])
                 _store(result, n, rows, out)
             else:  # each group's outputs straight into place
-                _evaluate_groups(block, n, [p + start for p in parts], parts, result)
+                _evaluate_groups(block, n, [p + start for p in parts], parts, result, memory)
         return {k: v.reshape(shape) for k, v in result.items()}
     if (parts := groups.split(flat, n)) is not None:
-        return {k: v.reshape(shape) for k, v in _evaluate_groups(flat, n, parts).items()}
-    out = _evaluate(groups.constants(flat))  # one value for all rows: computed once
+        return {k: v.reshape(shape)
+                for k, v in _evaluate_groups(flat, n, parts, memory=memory).items()}
+    out = _evaluate(groups.constants(flat), memory)  # one value for all rows: computed once
     return {k: (v.reshape(shape) if np.shape(v) == (n,) else
                 np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
 
 
 def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray],
                      local: list[np.ndarray] | None = None,
-                     result: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                     result: dict[str, np.ndarray] | None = None,
+                     memory: bool = True) -> dict[str, np.ndarray]:
     """:func:`_evaluate` on each group of rows ``parts`` of the ``n`` rows of ``flat`` (one
     block), gathered and stored column by column: each input column is read from memory once
     for all groups (it stays in cache between its groups' gathers; group by group, every group
@@ -153,7 +159,7 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
         else:
             for block in blocks:
                 block[k] = v
-    outs = [_evaluate(block) for block in blocks]
+    outs = [_evaluate(block, memory) for block in blocks]
     keys = dict.fromkeys(k for out in outs for k in out)
     result = {} if result is None else result
     if local is not None:  # a block of a larger input: the columns it lacks, made at once
@@ -263,7 +269,7 @@ def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object
         result[k][rows] = v  # indexed assignment: 2.5-3x quicker than np.put (numpy 2)
 
 
-def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
+def _evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast).
 
     Required keys (units in names): model ``n_layers, d_model, n_heads, q_dim, kv_dim,
@@ -287,7 +293,8 @@ def _evaluate(x: Mapping[str, object]) -> dict[str, np.ndarray]:
         total = stages.totals(g, layer, comm, step)
         out = stages.outputs(g, layer, comm, step, total,
                              stages.tensor_bytes(g, layer, comm, total))
-        out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))  # stage 5
+        if memory:  # stage 5
+            out.update(engine_memory(g, ceilings=bool(all_of(g.ceilings > 0))))
         long = [k for k, v in out.items() if may_be_shared(v)]
         # (the arrays of one number the stages shared; the store is cleared below)
         taken = filled_ids() if long else None
