@@ -59,6 +59,12 @@ def layered(g: Prepared) -> bool:
     return any(any_of(np.asarray(getattr(g, k)) > 0) for k in LAYERED_KEYS)
 
 
+def mla_everywhere(g: Prepared) -> bool:
+    """True when every row has multi-head latent attention (DeepSeek-V3, Kimi K2): no row is
+    the uniform layer, whose GEMMs :func:`layer_kinds` then does not need."""
+    return bool(all_of(g.mla > 0))
+
+
 def layered_rows(g: Prepared) -> np.ndarray:
     """Which rows have MoE layers, MLA, q/k norms or MTP modules (the others keep the uniform
     engine's numbers exactly)."""
@@ -80,27 +86,33 @@ def _qk_norm_bytes(g, w):
     return 2.0 * width, 3.0 * width
 
 
-def layer_kinds(g, r, w, lt, rates, gqa):
+def layer_kinds(g, r, w, lt, rates, gqa, core=None):
     """Times of the dense and the MoE kind of layer, one micro-batch, one rank, and the MoE
     layer's expert-parallel communication: ``(lt_dense, lt_moe, ep)``; ``lt`` is the uniform
     layer :func:`fsdpsim.engine.layers.layer_times` gave (the dense kind without MLA), ``rates``
     :func:`gemm_rates` and ``gqa`` the GQA projections' times
     (:func:`fsdpsim.engine.moe_parts.gqa_gemm_times`), which the uniform layer's GEMMs
-    include; every kind shares the uniform layer's attention core."""
+    include; every kind shares the uniform layer's attention core. Where every row has MLA
+    (:func:`mla_everywhere`), no row is the uniform layer: ``lt`` and ``gqa`` are None and
+    ``core`` is the attention core (:func:`fsdpsim.engine.layers.attention_times`)."""
     elem = g.compute_bytes
     attn = attention_gemm_times(g, w, rates, elem, gqa)
-    core = (lt.attn_fwd_s, lt.attn_bwd_s, lt.attn_flops_fwd)  # the kinds' attention core
+    if core is None:
+        core = (lt.attn_fwd_s, lt.attn_bwd_s, lt.attn_flops_fwd)  # the kinds' attention core
     qk = _qk_norm_bytes(g, w) if any_of(g.qk_norm > 0) else None
     lt_d = lt
-    if any_of(g.mla > 0) or qk is not None:
+    if lt is None or any_of(g.mla > 0) or qk is not None:
         mlp = mlp_gemm_times(g, w.tokens, w.ffn, rates, elem)
-        uniform = compute.layer_gemm_times_with_down_s(
-            w.tokens, g.d_model, w.q, w.kv, w.ffn, g.swiglu > 0,
-            g.active_experts, r.matmul, r.hbm, g.matmul_half_flops,
-            g.matmul_half_k, elem, gqa)
         mla = g.mla > 0  # rows without MLA keep the uniform layer's GEMMs exactly
-        gemm = (where(mla, attn[0] + mlp[0], uniform[0]),
-                where(mla, attn[1] + mlp[1], uniform[1]), where(mla, mlp[2], uniform[2]))
+        if all_of(mla):
+            gemm = (attn[0] + mlp[0], attn[1] + mlp[1], mlp[2])
+        else:
+            uniform = compute.layer_gemm_times_with_down_s(
+                w.tokens, g.d_model, w.q, w.kv, w.ffn, g.swiglu > 0,
+                g.active_experts, r.matmul, r.hbm, g.matmul_half_flops,
+                g.matmul_half_k, elem, gqa)
+            gemm = (where(mla, attn[0] + mlp[0], uniform[0]),
+                    where(mla, attn[1] + mlp[1], uniform[1]), where(mla, mlp[2], uniform[2]))
         lt_d = layers.layer_times(g, r, w, gemm=gemm, extra_ew=qk, attention=core)
     mla_up_s = None
     if any_of(g.rc_mla_up_proj > 0) and any_of(g.mla > 0):

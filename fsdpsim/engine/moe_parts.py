@@ -10,7 +10,7 @@ import numpy as np
 from fsdpsim.costs import compute
 from fsdpsim.costs import moe as moe_costs
 from fsdpsim.costs.arrays import broadcast_shape
-from fsdpsim.costs.compute import any_of, maximum, where
+from fsdpsim.costs.compute import all_of, any_of, maximum, where
 from fsdpsim.engine.results import Routing
 
 
@@ -46,10 +46,8 @@ def attention_gemm_times(g, w, rates, elem, gqa=None):
     the down projections are whole on every TP rank (Megatron-Core MLA), the rest split by
     heads. ``gqa``: :func:`gqa_gemm_times` where the caller has it."""
     d, t = g.d_model, w.tokens
-    if gqa is None:
-        gqa = gqa_gemm_times(g, w, rates, elem)
     if not any_of(g.mla > 0):
-        return gqa
+        return gqa_gemm_times(g, w, rates, elem) if gqa is None else gqa
     heads = w.heads  # the rank's heads (layers.widths)
     qr, qk, v = g.mla_q_rank, g.mla_qk_head, g.mla_v_head
     rope, kvr = g.mla_rope, g.mla_kv_rank
@@ -58,6 +56,10 @@ def attention_gemm_times(g, w, rates, elem, gqa=None):
                   (kvr + rope, d, 1.0), (heads * (qk - rope + v), kvr, 1.0),
                   (d, heads * v, 1.0)], t, rates, elem)[:2]
     on = g.mla > 0
+    if all_of(on):  # every row MLA: GQA's projections are no row's
+        return mla
+    if gqa is None:
+        gqa = gqa_gemm_times(g, w, rates, elem)
     return where(on, mla[0], gqa[0]), where(on, mla[1], gqa[1])
 
 

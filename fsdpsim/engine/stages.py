@@ -33,15 +33,21 @@ def layer_costs(g: Prepared) -> LayerCosts:
     w = layers.widths(g)
     # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
     layered = moe.layered(g)
-    if layered:  # the GQA projections, the uniform layer's and the kinds' alike
+    core = None
+    if layered:
         rates = moe.gemm_rates(g, r)
-        gqa = moe.gqa_gemm_times(g, w, rates, g.compute_bytes)
-    lt = layers.layer_times(g, r, w, attention_gemm=gqa)
+    if layered and moe.mla_everywhere(g):  # no row is the uniform layer: its attention core
+        core = layers.attention_times(g, r, w, layers.switches(g))
+        lt = None
+    else:
+        if layered:  # the GQA projections, the uniform layer's and the kinds' alike
+            gqa = moe.gqa_gemm_times(g, w, rates, g.compute_bytes)
+        lt = layers.layer_times(g, r, w, attention_gemm=gqa)
     rt = layers.root_times(g, r, w)
     has_moe = layered and bool(any_of(g.moe_layers > 0))
     ep, phi = expert_comm.NO_EXPERT_PARALLEL, 0.0
     if layered:
-        lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt, rates, gqa)
+        lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt, rates, gqa, core)
         lt = lt_d
         if has_moe:
             ep, phi = ep_c, moe.moe_share(g)
