@@ -23,6 +23,7 @@ from fsdpsim.util.output import (ROWS_PER_CHUNK, cannot_write, check_output_path
                                  write_chunks, write_parquet)
 from fsdpsim.report.sweep_table import notes, records, table_text
 from fsdpsim.report.frame_csv import frame_csv
+from fsdpsim.report.frame_json import frame_json
 
 if TYPE_CHECKING:  # pandas is imported where rows are made, not at start-up
     import pandas as pd
@@ -201,10 +202,11 @@ def _csv_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[s
 
 
 def _json_chunks(frames: Iterable[pd.DataFrame], counts: list[int]) -> Iterator[str]:
-    """``render.to_json(records(frame))`` of all rows, one slice at a time (the same text)."""
+    """``render.to_json(records(frame))`` of all rows, one slice at a time (the same text,
+    :func:`fsdpsim.report.frame_json.frame_json`)."""
     first = True
     for part in _slices(frames, counts):
-        inner = render.to_json(records(part))[2:-2]  # drop the list's "[\n" and "\n]"
+        inner = frame_json(part)[2:-2]  # drop the list's "[\n" and "\n]"
         yield ("[\n" if first else ",\n") + inner
         first = False
     yield "[]\n" if first else "\n]\n"
