@@ -96,6 +96,32 @@ def test_times_without_the_memory_stage_are_the_same_numbers(small_groups, monke
         assert value.tobytes() == whole[key].tobytes(), key
 
 
+@pytest.mark.parametrize("block", [None, 96])
+def test_rows_ordered_by_structure_equal_masked_rows_bit_for_bit(small_groups, monkeypatch,
+                                                                  block):
+    """Rows that come ordered by structure (each group one run of rows) are evaluated from
+    views and written into place (no gathers): the masked numbers and dtypes in every row, one
+    block or several."""
+    if block is not None:
+        monkeypatch.setattr(engine, "BLOCK_ROWS", block)
+    x = {**_rows(200), "ceilings": 1.0}
+    order = np.argsort(groups.structure(x, 200), kind="stable")
+    x = {k: (v[order] if np.ndim(v) else v) for k, v in x.items()}
+    parts = groups.split(x, 200)
+    assert len(parts) >= 3 and all(engine._contiguous(p) for p in parts)
+    calls = []
+    real = engine._evaluate_slices
+    monkeypatch.setattr(engine, "_evaluate_slices",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    ordered, masked = engine.evaluate(x), engine._evaluate(x)
+    assert calls  # the path without gathers ran
+    assert set(ordered) == set(masked)
+    for key, value in ordered.items():
+        want = np.broadcast_to(masked[key], value.shape)
+        assert value.dtype == want.dtype and value.shape == (200,), key
+        assert value.tobytes() == np.ascontiguousarray(want).tobytes(), key
+
+
 def test_grouped_rows_equal_each_row_alone(small_groups):
     x = {**_rows(96), "ceilings": 1.0}
     grouped = engine.evaluate(x)

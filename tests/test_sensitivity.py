@@ -250,6 +250,27 @@ def random_plans(n: int, seed: int = 12) -> dict[str, np.ndarray]:
     return x
 
 
+def test_variants_ordered_by_structure_give_the_same_numbers(monkeypatch):
+    """The variants of a block are stacked ordered by the engine's structure (its groups read
+    as runs of rows, not gathered) and put back in order: the same numbers to the last bit as
+    stacked in request order, on plans that mix pipelined and unpipelined layouts."""
+    x = random_plans(600, seed=5)
+    assert len(np.unique(x["pp"] > 1)) == 2
+    calls = []
+    real = engine._evaluate_slices
+    monkeypatch.setattr(engine, "_evaluate_slices",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    ordered = sensitivity.analyse(x)
+    assert calls
+    run = sensitivity._run
+    monkeypatch.setattr(sensitivity, "_run", lambda x, requests, code=None: run(x, requests))
+    calls.clear()
+    in_order = sensitivity.analyse(x)
+    assert not calls
+    for k in sensitivity.OUTPUTS:
+        assert ordered[k].tobytes() == in_order[k].tobytes(), k
+
+
 def test_no_contradiction_between_bottleneck_and_thresholds_on_12000_random_plans():
     """The consistency rule holds on every row (12,000 random plans, about 3 s on the 2-core
     development machine); the gains are never negative (the engine is monotone in every

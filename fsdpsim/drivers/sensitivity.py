@@ -83,6 +83,7 @@ import numpy as np
 
 from fsdpsim import engine
 from fsdpsim.costs.comm import FULL, GRAD_OP, HYBRID
+from fsdpsim.engine import groups
 from fsdpsim.engine.groups import one_value
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
@@ -235,13 +236,15 @@ def _analyse_block(x: dict[str, Any], n: int):
     # One call: the plan, each resource 5 % faster, infinite inter-node bandwidth, and a grid
     # of lattice points in bandwidth and micro-batch (with the ends) the searches start from.
     ib, it = np.nonzero(np.isfinite(kb)), np.nonzero(np.isfinite(kt))
+    code = groups.structure(x, n)  # the engine's groups, which no variant changes
     full = _run(x, [
         (rows, {}), *[(rows, {key: np.asarray(col[key], dtype=float) * SPEEDUP})
                       for key in RESOURCES.values()],
         (rows, {_NIC: inf}),
         (ib[0], {_NIC: have[ib[0]] * 2.0 ** (kb[ib] / STEPS)}),
         (it[0], {"micro_batch": b0[it[0]] * 2.0 ** (kt[it] / STEPS)}),
-        (it[0], {"micro_batch": b0[it[0]] * 2.0 ** (kt[it] / STEPS), _NIC: inf[it[0]]})])
+        (it[0], {"micro_batch": b0[it[0]] * 2.0 ** (kt[it] / STEPS), _NIC: inf[it[0]]})],
+        code)
     base, *faster, at_inf, ob, ot, ot_inf = full
 
     def hidden(o, r):
@@ -273,7 +276,7 @@ def _analyse_block(x: dict[str, Any], n: int):
             (i95[0], {"micro_batch": b0[i95[0]] * 2.0 ** (k95[i95] / STEPS)}),
             (i95[0], {"micro_batch": b0[i95[0]] * 2.0 ** (k95[i95] / STEPS),
                       _NIC: inf[i95[0]]}),
-            (ih[0], {"micro_batch": b0[ih[0]] * 2.0 ** (kh[ih] / STEPS)})])
+            (ih[0], {"micro_batch": b0[ih[0]] * 2.0 ** (kh[ih] / STEPS)})], code)
         searches["bw95"].update(kb, _at(ib, _short_of_share(s_inf[ib[0]], ob["step_time_s"]),
                                         kb.shape))
         searches["bw_hide"].update(kb, _at(ib, hidden(ob, ib[0]), kb.shape))
@@ -353,16 +356,26 @@ def _bottleneck(base, out, net, fits):
     return np.where(fits, word, _CODE["memory_capacity"]).astype(np.int64)
 
 
-def _run(x: Mapping[str, Any], requests) -> list[dict[str, np.ndarray]]:
+def _run(x: Mapping[str, Any], requests, code=None) -> list[dict[str, np.ndarray]]:
     """One :func:`engine.evaluate` call (memory ceilings off) over every request ``(rows,
     overrides)`` stacked (rows of ``x`` with some inputs replaced); the outputs of
-    :data:`_KEEP`, split per request."""
+    :data:`_KEEP`, split per request. ``code``: each row's structure
+    (:func:`fsdpsim.engine.groups.structure`, which no override changes), by which the stacked
+    rows are ordered so that the engine's groups are runs of rows (read as views, not
+    gathered: :func:`fsdpsim.engine._evaluate_slices`) and only the kept outputs are put back
+    in request order."""
     sizes = [int(np.size(r)) for r, _ in requests]
     total = sum(sizes)
     if total == 0:
         return [{k: np.zeros(0) for k in _KEEP} for _ in requests]
     every = np.concatenate([r for r, _ in requests])
     bounds = np.concatenate([[0], np.cumsum(sizes)])
+    at = None  # where each request row is among the stacked rows (None: in request order)
+    if code is not None and total >= engine.GROUP_ROWS:
+        order = np.argsort(code[every], kind="stable")
+        every = every[order]
+        at = np.empty(total, dtype=np.intp)
+        at[order] = np.arange(total)
     stacked = {k: (v[every] if isinstance(v, np.ndarray) and v.ndim else v)
                for k, v in x.items()}
     for i, (_, overrides) in enumerate(requests):
@@ -371,11 +384,14 @@ def _run(x: Mapping[str, Any], requests) -> list[dict[str, np.ndarray]]:
                 stacked[k] = engine.OPTIONAL_INPUTS[k]
             if not np.ndim(stacked[k]):
                 stacked[k] = np.full(total, stacked[k], dtype=float)
-            stacked[k][bounds[i]:bounds[i + 1]] = v
+            stacked[k][slice(bounds[i], bounds[i + 1]) if at is None
+                       else at[bounds[i]:bounds[i + 1]]] = v
     stacked["ceilings"] = 0.0
     y = engine.evaluate(stacked, memory=False)  # times only: no time depends on memory
     kept = {k: (y[k] if np.shape(y[k]) == (total,) else np.broadcast_to(y[k], (total,)))
             for k in _KEEP}
+    if at is not None:
+        kept = {k: v[at] for k, v in kept.items()}
     return [{k: v[bounds[i]:bounds[i + 1]] for k, v in kept.items()}
             for i in range(len(requests))]
 
