@@ -428,6 +428,8 @@ class _Search:
         self.lo, self.f_lo = np.where(up, lo_up, lo), np.where(up, f_lo_up, f_lo)
         self.hi, self.f_hi = np.where(up, hi, hi_dn), np.where(up, f_hi, f_hi_dn)
         self.active = np.isfinite(self.lo) & np.isfinite(self.hi) & (self.hi - self.lo > 1)
+        self._rows = np.arange(n)  # the rows whose points seen are kept (:meth:`_compact`)
+        self._compact()
 
     def proposals(self, spread: int) -> np.ndarray:
         """Lattice points strictly inside each active bracket (NaN: none): the midpoint (the
@@ -435,8 +437,12 @@ class _Search:
         root of three straight lines in the linear coordinate — through both ends (false
         position), through ``lo`` and the nearest point below it, through ``hi`` and the
         nearest point above it (exact where the function is linear between the root and two of
-        those points, kinks elsewhere)."""
-        lo, hi = self.lo, self.hi
+        those points, kinks elsewhere). Computed on the active rows alone (:meth:`_compact`)."""
+        rows = self._rows
+        out = np.full((self.lo.size, 7 + spread), np.nan)
+        if not rows.size:
+            return out
+        lo, hi, f_lo, f_hi = self.lo[rows], self.hi[rows], self.f_lo[rows], self.f_hi[rows]
         width = hi - lo
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             below, f_below = _extreme(self.k_seen < lo[:, None], self.k_seen, self.f_seen,
@@ -444,8 +450,7 @@ class _Search:
             above, f_above = _extreme(self.k_seen > hi[:, None], self.k_seen, self.f_seen,
                                       lowest=True)
             roots = [self._line_root(k1, f1, k2, f2) for k1, f1, k2, f2 in (
-                (lo, self.f_lo, hi, self.f_hi), (below, f_below, lo, self.f_lo),
-                (hi, self.f_hi, above, f_above))]
+                (lo, f_lo, hi, f_hi), (below, f_below, lo, f_lo), (hi, f_hi, above, f_above))]
             at_roots = np.floor(np.stack(roots, axis=1))
             k = np.concatenate([
                 np.floor(0.5 * (lo + hi))[:, None],
@@ -453,8 +458,9 @@ class _Search:
                 at_roots, at_roots + 1.0], axis=1)
             k = np.sort(k, axis=1)
             k[:, 1:] = np.where(k[:, 1:] == k[:, :-1], np.nan, k[:, 1:])
-            inside = (k > lo[:, None]) & (k < hi[:, None]) & self.active[:, None]
-        return np.where(inside, k, np.nan)
+            inside = (k > lo[:, None]) & (k < hi[:, None])
+        out[rows] = np.where(inside, k, np.nan)
+        return out
 
     def _line_root(self, k1, f1, k2, f2):
         """The lattice index where the line through two points, straight in ``c``, crosses
@@ -466,19 +472,32 @@ class _Search:
     def update(self, k: np.ndarray, f: np.ndarray) -> None:
         """Keep the points; narrow each active bracket to the first sign change walking up
         from ``lo``."""
+        rows = self._rows
+        if not rows.size:
+            return
+        k, f = k[rows], f[rows]
         seen = np.isfinite(k) & np.isfinite(f)
         self.k_seen = np.concatenate([self.k_seen, np.where(seen, k, np.nan)], axis=1)
         self.f_seen = np.concatenate([self.f_seen, np.where(seen, f, np.nan)], axis=1)
-        inside = seen & (k > self.lo[:, None]) & (k < self.hi[:, None]) & self.active[:, None]
-        hi, f_hi = _extreme(inside & (f >= 0), k, f, lowest=True)
-        moved = np.isfinite(hi)
-        self.hi = np.where(moved, hi, self.hi)
-        self.f_hi = np.where(moved, f_hi, self.f_hi)
-        lo, f_lo = _extreme(inside & (k < self.hi[:, None]), k, f, lowest=False)
-        moved = np.isfinite(lo)
-        self.lo = np.where(moved, lo, self.lo)
-        self.f_lo = np.where(moved, f_lo, self.f_lo)
-        self.active &= self.hi - self.lo > 1
+        lo, hi, f_lo, f_hi = self.lo[rows], self.hi[rows], self.f_lo[rows], self.f_hi[rows]
+        inside = seen & (k > lo[:, None]) & (k < hi[:, None])
+        new_hi, new_f_hi = _extreme(inside & (f >= 0), k, f, lowest=True)
+        moved = np.isfinite(new_hi)
+        hi, f_hi = np.where(moved, new_hi, hi), np.where(moved, new_f_hi, f_hi)
+        new_lo, new_f_lo = _extreme(inside & (k < hi[:, None]), k, f, lowest=False)
+        moved = np.isfinite(new_lo)
+        lo, f_lo = np.where(moved, new_lo, lo), np.where(moved, new_f_lo, f_lo)
+        self.lo[rows], self.hi[rows], self.f_lo[rows], self.f_hi[rows] = lo, hi, f_lo, f_hi
+        self.active[rows] = hi - lo > 1
+        self._compact()
+
+    def _compact(self) -> None:
+        """Keep the points seen of the active rows only (a bracket, once closed, never opens
+        again): the later rounds' work is that of the rows still searching, not of all."""
+        keep = self.active[self._rows]
+        if not keep.all():
+            self._rows = self._rows[keep]
+            self.k_seen, self.f_seen = self.k_seen[keep], self.f_seen[keep]
 
     def result(self) -> np.ndarray:
         """``k*``: the bracket's ``hi``; +∞ where the grid's top does not reach, −∞ where its
