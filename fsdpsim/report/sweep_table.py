@@ -278,7 +278,11 @@ def with_predict_commands(frame: pd.DataFrame, given: Mapping[str, Any],
 
     cache: dict[tuple, str] = {}
     out = []
-    for r in records(frame):
+    read = ("plan.line", "infeasible", "model", "plan.num_gpus", "training.seq_len",
+            "plan.framework", "cluster", "gpu", *_SYSTEM_COLUMNS.values(),
+            *(f"training.{name}" for name in _TRAINING_COLUMNS))
+    # the columns read, not the row's ~170 (most of the time of a sweep's --best rows)
+    for r in records(frame[[c for c in dict.fromkeys(read) if c in frame.columns]]):
         line = r.get("plan.line")
         if not line or r.get("infeasible"):
             out.append(None)
