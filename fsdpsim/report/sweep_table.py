@@ -47,9 +47,19 @@ DROP_TO_FIT = ("MWh", "kWh/Mtok", "step", "MFU", "bottleneck", "mem GiB", "$M", 
 STATED_BY_PLAN = ("sharding", "mbs", "recompute")
 
 
-def _width(rows: list[dict[str, str]]) -> int:
-    """Width of ``render.table(rows)``: right-aligned columns, one space between."""
-    return sum(max(len(c), *(len(str(r[c])) for r in rows)) for c in rows[0]) + len(rows[0]) - 1
+def _widths(rows: list[dict[str, str]]) -> dict[str, int]:
+    """Each column's width in ``render.table(rows)`` (right-aligned; one space between)."""
+    return {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in rows[0]}
+
+
+#: The columns of a row the table reads besides the varying inputs (:func:`table_text`).
+_TABLE_COLUMNS = ("plan.line", "plan.grad_sync", "plan.sharding", "training.micro_batch",
+                  "training.global_batch", "training.recompute", "infeasible", "step_time_s",
+                  "tokens_per_s_per_gpu", "mfu", "mfu_native", "memory.peak_bytes",
+                  "memory.capacity_bytes", "fits", "bottleneck", "cost_usd_per_million_tokens",
+                  "energy_kwh_per_million_tokens", "train_time_s", "train_cost_usd",
+                  "train_energy_kwh", "failures.goodput", "failures.train_time_s",
+                  "failures.train_cost_usd", "failures.train_energy_kwh")
 
 
 #: Headers of the input columns in the table.
@@ -73,7 +83,8 @@ def table_text(frame: pd.DataFrame, grid: Grid, head: bool = True, wide: bool = 
     if "cluster" in varying and (frame["cluster"] == "").all():
         varying.remove("cluster")
     rows = []
-    for r in records(frame):
+    read = [c for c in dict.fromkeys((*varying, *_TABLE_COLUMNS)) if c in frame.columns]
+    for r in records(frame[read]):  # the columns read, not all ~170
         row = {SHORT.get(c, c): r[c] for c in varying}
         if any(layout != (1, 1, 1) for layout in grid.layouts):
             row["plan"] = r["plan.line"] or "-"
@@ -156,12 +167,15 @@ def _compact_table(rows: list[dict[str, str]], inputs: set[str], frame: pd.DataF
             r["infeasible"] = f"({reasons.setdefault(r['infeasible'], len(reasons) + 1)})"
     if not reasons:
         rows = [{c: v for c, v in r.items() if c != "infeasible"} for r in rows]
+    widths = _widths(rows)
     for column in DROP_TO_FIT + (STATED_BY_PLAN if "plan" in rows[0] else ()):
-        if _width(rows) <= render.WIDTH:
+        if sum(widths.values()) + len(widths) - 1 <= render.WIDTH:
             break
-        if column in rows[0]:
-            rows = [{c: v for c, v in r.items() if c != column} for r in rows]
+        if column in widths:
+            del widths[column]
             left_out.append(column)
+    if left_out:
+        rows = [{c: v for c, v in r.items() if c in widths} for r in rows]
     extra = ([f"every row: {', '.join(above)}"] if above else [])
     notes_extra = []
     if grid.train_tokens is not None:
