@@ -104,12 +104,14 @@ def test_cli_writes_the_same_rows_as_the_single_process_sweep(single, cluster, t
     (["--chunk-points", "4"], "give --scheduler too"),
     (["--scheduler", "local:0"], "local:N"),
     (["--scheduler", "local", "--chunk-points", "0"], "--chunk-points"),
+    (["--scheduler", "local", "-o", "rows.csv"], "'rows.csv' with --scheduler"),
 ])
 def test_bad_distributed_options_are_one_line(extra, message, tmp_path):
     from conftest import assert_one_line_error
 
+    output = [] if "-o" in extra else ["-o", str(tmp_path / "x.parquet")]
     proc = subprocess.run([sys.executable, "-m", "fsdpsim.cli", "sweep", "--num-gpus", "8",
-                           *extra, "-o", str(tmp_path / "x.parquet")],
+                           *extra, *output],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert message in assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
 

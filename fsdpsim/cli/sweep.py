@@ -272,10 +272,12 @@ def run_on_cluster(ctx: click.Context, grid_file: str | None, fmt: str | None, o
     if not scheduler.strip():
         raise ConfigError("--scheduler '': give a Dask scheduler address (tcp://HOST:8786) or "
                           "local / local:N")
-    fmt = output_format(fmt, output, default="parquet")
-    if fmt != "parquet":
+    if fmt not in (None, "parquet"):
         raise ConfigError(f"--format {fmt} with --scheduler: a distributed sweep writes Parquet "
                           "partitions (--format parquet)")
+    if output_format(fmt, output, default="parquet") != "parquet":
+        raise ConfigError(f"--output {output!r} with --scheduler: a distributed sweep writes "
+                          "Parquet partitions into a folder (--output DIR.parquet)")
     points = None if chunk_points is None else int(read_number(chunk_points, "--chunk-points",
                                                                COUNT))
     distributed.check_folder(output)
