@@ -234,6 +234,8 @@ def _analyse_block(x: dict[str, Any], n: int):
     # of lattice points in bandwidth and micro-batch (with the ends) the searches start from.
     ib, it = np.nonzero(np.isfinite(kb)), np.nonzero(np.isfinite(kt))
     code = groups.structure(x, n)  # the engine's groups, which no variant changes
+    if code is not None and not np.count_nonzero(code != code[0]):
+        code = None  # one structure: the variants stay in request order
     full = _run(x, [
         (rows, {}), *[(rows, {key: np.asarray(col[key], dtype=float) * SPEEDUP})
                       for key in RESOURCES.values()],

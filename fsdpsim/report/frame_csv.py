@@ -53,8 +53,8 @@ def _kind(dtype) -> str | None:
         categories = dtype.categories
         text = isinstance(categories.dtype, pd.StringDtype) or categories.dtype == object
         return "category" if text and all(type(c) is str for c in categories) else None
-    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu":
-        return "integer"
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind == "i":
+        return "integer"  # signed: every value fits int64
     if not isinstance(dtype, np.dtype):
         return None
     if dtype == np.float64:
