@@ -83,9 +83,8 @@ import numpy as np
 
 from fsdpsim import engine
 from fsdpsim.costs.comm import FULL, GRAD_OP, HYBRID
-from fsdpsim.engine import groups
 from fsdpsim.drivers.sensitivity_search import STEPS, Search
-from fsdpsim.engine.groups import one_value
+from fsdpsim.engine import groups
 from fsdpsim.util.units import GBIT_PER_S_BYTES_PER_S
 
 #: Share of the infinite-inter-node-bandwidth throughput the thresholds ask for [-].
@@ -145,7 +144,7 @@ def analyse(x: Mapping[str, Any]) -> dict[str, np.ndarray]:
     flat = {k: (np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
     # a column of one value in a block is that value: not copied into every variant's rows
-    parts = [_analyse_block({k: (one_value(v[lo:lo + BLOCK]) if np.ndim(v) else v)
+    parts = [_analyse_block({k: (groups.one_value(v[lo:lo + BLOCK]) if np.ndim(v) else v)
                              for k, v in flat.items()}, min(BLOCK, n - lo))
              for lo in range(0, n, BLOCK)]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
