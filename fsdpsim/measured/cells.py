@@ -16,6 +16,7 @@ from fsdpsim.measured.rows import PLAN_COLUMNS, cell, is_empty
 from fsdpsim.plan.knobs import FRAMEWORK, KERNEL_KNOBS, KNOBS, PLAN_SWITCHES
 from fsdpsim.plan.parallel import PP_SCHEDULES
 from fsdpsim.util import numbers
+from fsdpsim.util.codes import first_and_which
 from fsdpsim.util.errors import ConfigError, shown
 from fsdpsim.util.numbers import TINY, Rule, read_number
 
@@ -69,7 +70,7 @@ def read_cells(frame: pd.DataFrame, columns: dict[str, tuple[Rule, bool]], *,
         # and written to all its rows; a cell refused is read again below per row, so that
         # the message names the row
         codes = grid.column_codes(values)[rows]
-        _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+        first, which = first_and_which(codes)
         read = np.empty(first.size, dtype=object)
         written = np.ones(first.size, dtype=bool)
         refused = np.zeros(first.size, dtype=bool)

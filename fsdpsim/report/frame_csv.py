@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fsdpsim.util.codes import column_codes
+from fsdpsim.util.codes import column_codes, first_and_which
 
 #: A character that makes the csv writer quote a text field (delimiter, quote, line break).
 _QUOTED = re.compile('[,"\r\n]')
@@ -73,14 +73,12 @@ def _column_text(column: pd.Series, kind: str, fields: "_Fields") -> list[str]:
     if kind == "integer":  # the digits of each distinct number, a missing cell empty
         missing = column.isna().to_numpy()
         values = column.to_numpy(dtype=np.int64, na_value=0)
-        _, first, which = np.unique(values, return_index=True, return_inverse=True)
+        first, which = first_and_which(values)
         out = np.array(values[first].astype(str).tolist() + [""], dtype=object)
-        which = which.ravel()
         which[missing] = first.size
         return out[which].tolist()
     values = column.to_numpy()
-    codes = column_codes(values)
-    _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+    first, which = first_and_which(column_codes(values))
     cells = values[first]
     missing = pd.isna(cells)
     if kind == "float":  # astype(str) of float64 is Python's repr, which is faster
@@ -91,7 +89,7 @@ def _column_text(column: pd.Series, kind: str, fields: "_Fields") -> list[str]:
         texts = fields.texts(cells.tolist())
     out = np.array(texts, dtype=object)
     out[missing] = ""
-    return out[which.ravel()].tolist()
+    return out[which].tolist()
 
 
 class _Fields:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fsdpsim.report.render import _jsonable
-from fsdpsim.util.codes import column_codes
+from fsdpsim.util.codes import column_codes, first_and_which
 
 #: The indent of a row object's members: the list's two spaces and the object's two.
 _MEMBER = " " * 4
@@ -41,12 +41,12 @@ def _member_text(name, column: pd.Series) -> list[str]:
             codes = column_codes(column)
         except TypeError:  # unhashable cells (lists): each encoded on its own
             codes = np.arange(len(column))
-    _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+    first, which = first_and_which(codes)
     cells = column.iloc[first]
     cells = cells.astype(object).where(cells.notna(), None).tolist()  # as records() has them
     key = f"{_MEMBER}{json.dumps(str(name))}: "
     texts = np.array([key + _value_text(cell) for cell in cells], dtype=object)
-    return texts[which.ravel()].tolist()
+    return texts[which].tolist()
 
 
 def _value_text(value) -> str:

@@ -40,5 +40,13 @@ def column_codes(values: pd.Series | np.ndarray) -> np.ndarray:
     return (codes.astype(np.int64) + 1) * (int(types.max()) + 1) + types
 
 
+def first_and_which(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of integer codes (:func:`column_codes`): where each distinct code first occurs, and each
+    entry's index among the distinct codes (``np.unique``'s index and inverse, flat), so a
+    column's distinct cells are read or formatted once and spread to every row."""
+    _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+    return first, which.ravel()
+
+
 #: Each cell's type, elementwise over an object array.
 _TYPE_OF = np.frompyfunc(type, 1, 1)
