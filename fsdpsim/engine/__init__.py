@@ -186,6 +186,11 @@ def _contiguous(rows: np.ndarray) -> bool:
     return bool(rows.size) and int(rows[-1]) - int(rows[0]) + 1 == rows.size
 
 
+def _span(rows: np.ndarray) -> slice:
+    """The rows of a run (:func:`_contiguous`) as a slice."""
+    return slice(int(rows[0]), int(rows[-1]) + 1)
+
+
 def _evaluate_slices(flat: Mapping[str, object], n: int, rows_in: list[np.ndarray],
                      parts: list[np.ndarray], result: dict[str, np.ndarray] | None,
                      memory: bool) -> dict[str, np.ndarray]:
@@ -193,13 +198,12 @@ def _evaluate_slices(flat: Mapping[str, object], n: int, rows_in: list[np.ndarra
     that orders its rows by structure, :mod:`fsdpsim.drivers.sensitivity`): each group reads
     its inputs as views and writes its outputs into place, nothing gathered or put back in
     order; the same numbers and dtypes."""
-    spans = [slice(int(rows[0]), int(rows[-1]) + 1) for rows in rows_in]
-    outs = [_evaluate({k: (groups.one_value(v[span]) if np.ndim(v) else v)
-                       for k, v in flat.items()}, memory) for span in spans]
+    outs = [_evaluate({k: (groups.one_value(v[_span(rows)]) if np.ndim(v) else v)
+                       for k, v in flat.items()}, memory) for rows in rows_in]
     result = {} if result is None else result
     _new_columns(result, n, outs)
     for rows, out in zip(parts, outs):
-        _store(result, n, slice(int(rows[0]), int(rows[-1]) + 1), out)
+        _store(result, n, _span(rows), out)
     return result
 
 
