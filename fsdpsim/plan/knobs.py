@@ -425,12 +425,22 @@ def of_command(command: str) -> tuple[Knob, ...]:
 _COUNT_OPTIONS = {"num_gpus": GPUS}
 
 
+def _option_name(option: str) -> str:
+    """An option's name as a knob is named (``--recompute-layers``: ``recompute_layers``)."""
+    return option.lstrip("-").replace("-", "_")
+
+
+def option_knob(option: str) -> Knob | None:
+    """The knob an option spells (``--recompute-layers``, ``recompute_layers``), or None."""
+    return KNOBS.get(_option_name(option))
+
+
 def count_rule(option: str) -> Rule:
     """What a count option accepts (``--tp``, ``tp``, ``--recompute-layers``): the declared
     rule of the knob it spells (a GPU count for the degrees, tokens with k = 1,024 for the
     sequence, 0 up for a layer count), a GPU count for ``--num-gpus``, else any count with
     decimal suffixes (1k = 1,000)."""
-    name = option.lstrip("-").replace("-", "_")
+    name = _option_name(option)
     knob = KNOBS.get(name)
     if knob is not None and knob.rule is not None and knob.rule.whole:
         return knob.rule
@@ -459,6 +469,6 @@ def fixable() -> dict[str, Knob]:
 
 
 __all__ = ["Knob", "KNOBS", "KERNEL_KNOBS", "SWEEP_KERNEL_KNOBS", "PLAN_SWITCHES", "ONE",
-           "LIST", "GRID", "FIX", "FRAMEWORK", "of_command", "fixable", "count_rule",
+           "LIST", "GRID", "FIX", "FRAMEWORK", "of_command", "fixable", "count_rule", "option_knob",
            "plan_field", "plan_knobs", "option_default", "kernel_default", "kernel_fields",
            "kernel_words", "knob_default", "switch_value", "switch_fields", "dim_switches"]

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError, shown
-from fsdpsim.plan.knobs import KNOBS, count_rule
+from fsdpsim.plan.knobs import count_rule, option_knob
 from fsdpsim.util.numbers import MODEL_SIZE, read_number, reject
 from fsdpsim.drivers.procurement import read_price
 
@@ -169,7 +169,7 @@ def moe_number(value: Any, what: str) -> float | None:
         if len(value) != 1:
             raise ConfigError(f"{what} takes one number, got {value!r}")
         value = value[0]
-    return float(read_number(value, what, KNOBS[what.lstrip("-").replace("-", "_")].rule))
+    return float(read_number(value, what, option_knob(what).rule))
 
 
 def one_count(value: Any, what: str) -> int:
