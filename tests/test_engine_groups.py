@@ -16,14 +16,16 @@ from fsdpsim.model.presets import get_model
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 
 
-def _rows(n: int) -> dict[str, np.ndarray]:
+def _rows(n: int, models=("llama3-8b", "mixtral-8x7b"),
+          layouts=((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2), (1, 4, 1))
+          ) -> dict[str, np.ndarray]:
     """``n`` configurations mixing a dense and an MoE model, pipelined or not, tensor and
     context parallel or not, both shardings, every recompute mode, micro-batches 1-4."""
     system = resolve_system(load_catalog(use_env=False), gpu="h100")
     base = []
-    for name in ("llama3-8b", "mixtral-8x7b"):
+    for name in models:
         spec = get_model(name)
-        for tp, pp, cp in ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2), (1, 4, 1)):
+        for tp, pp, cp in layouts:
             for sharding in ("full", "optimizer"):
                 plan = ParallelPlan(num_gpus=64, gpus_per_node=8, sharding=sharding, tp=tp,
                                     pp=pp, cp=cp)
@@ -198,3 +200,32 @@ def test_outputs_of_one_call_are_arrays_of_their_own():
     for i, a in enumerate(arrays):
         for b in arrays[i + 1:]:
             assert not np.shares_memory(a, b)
+
+
+@pytest.mark.parametrize("block", [None, 96])
+def test_an_output_some_groups_lack_is_nan_on_their_rows(small_groups, monkeypatch, block):
+    """Kimi K2's 61 layers on 4 stages give the middle stages more layers than the first: the
+    pipelined rows have a middle stage's peak, the unpipelined ones none. Their rows hold NaN,
+    as a masked evaluation gives them, not whatever memory the column was made in (here
+    filled with a bit pattern beforehand)."""
+    if block is not None:
+        monkeypatch.setattr(engine, "BLOCK_ROWS", block)
+    x = {**_rows(200, models=("kimi-k2",), layouts=((1, 1, 1), (1, 4, 1))), "ceilings": 0.0}
+
+    class DirtyNumpy:  # numpy, but the engine's new columns hold bits already
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(shape, dtype=float):
+            arr = np.empty(shape, dtype)
+            arr.view(np.uint8).fill(0x3F)
+            return arr
+
+    monkeypatch.setattr(engine, "np", DirtyNumpy())
+    grouped, masked = engine.evaluate(x), engine._evaluate(x)
+    middle = grouped["peak_bytes_mid_stage"]
+    piped = x["pp"] > 1
+    assert piped.any() and not piped.all()
+    assert np.isnan(middle[~piped]).all() and (middle[piped] > 0).all()
+    assert middle.tobytes() == masked["peak_bytes_mid_stage"].tobytes()

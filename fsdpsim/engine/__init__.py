@@ -112,6 +112,7 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
             for k, v in x.items()}
     if n > BLOCK_ROWS:  # block by block, each grouped on its own; outputs straight into place
         result: dict[str, np.ndarray] = {}
+        written = []  # each block's rows and the outputs it has
         for start in range(0, n, BLOCK_ROWS):
             rows = slice(start, min(start + BLOCK_ROWS, n))
             block = {k: (v[rows] if np.ndim(v) else v) for k, v in flat.items()}
@@ -121,21 +122,25 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
                 out = _evaluate(groups.constants(block), memory)
                 _new_columns(result, n, [out])
                 _store(result, n, rows, out)
+                written.append((rows, out.keys()))
             else:  # each group's outputs straight into place
-                _evaluate_groups(block, n, [p + start for p in parts], parts, result, memory)
+                written.append((rows, _evaluate_groups(
+                    block, n, [p + start for p in parts], parts, result, memory)))
+        for rows, keys in written:
+            _fill_missing(result, rows, keys)
         return {k: v.reshape(shape) for k, v in result.items()}
     if (parts := groups.split(flat, n)) is not None:
-        return {k: v.reshape(shape)
-                for k, v in _evaluate_groups(flat, n, parts, memory=memory).items()}
+        result = {}
+        _evaluate_groups(flat, n, parts, None, result, memory)
+        return {k: v.reshape(shape) for k, v in result.items()}
     out = _evaluate(groups.constants(flat), memory)  # one value for all rows: computed once
     return {k: (v.reshape(shape) if np.shape(v) == (n,) else
                 np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
 
 
 def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray],
-                     local: list[np.ndarray] | None = None,
-                     result: dict[str, np.ndarray] | None = None,
-                     memory: bool = True) -> dict[str, np.ndarray]:
+                     local: list[np.ndarray] | None, result: dict[str, np.ndarray],
+                     memory: bool = True) -> set[str]:
     """:func:`_evaluate` on each group of rows ``parts`` of the ``n`` rows of ``flat`` (one
     block), gathered and stored column by column: each input column is read from memory once
     for all groups (it stays in cache between its groups' gathers; group by group, every group
@@ -143,7 +148,9 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
     rows of bench_sweep's hybrid mix), and each output column written once, as its groups'
     values one after the other put back in row order by one gather (:class:`_Unsort`).
     ``local``: the groups' rows in ``flat`` where ``parts`` are their rows in ``result`` (a
-    block of a larger input, consecutive rows, its outputs stored in place)."""
+    block of a larger input, consecutive rows, its outputs stored in place; None: the same).
+    An output some groups lack (the busiest middle stage's memory, of pipelined rows only) is
+    filled in on their rows (:func:`_fill_missing`). Returns the outputs of the groups."""
     rows_in = parts if local is None else local
     if all(_contiguous(rows) for rows in rows_in):  # rows already grouped: slices, no gathers
         return _evaluate_slices(flat, n, rows_in, parts, result, memory)
@@ -163,7 +170,6 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
                 block[k] = v
     outs = [_evaluate(block, memory) for block in blocks]
     keys = dict.fromkeys(k for out in outs for k in out)
-    result = {} if result is None else result
     if local is not None:  # a block of a larger input: the columns it lacks, made at once
         _new_columns(result, n, outs)
     unsort = _Unsort(rows_in, parts)
@@ -178,7 +184,9 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
             for rows, out in zip(parts, outs):
                 if k in out:
                     _store(result, n, rows, {k: out[k]})
-    return result
+    for rows, out in zip(parts, outs):
+        _fill_missing(result, rows, out.keys() & keys)
+    return set(keys)
 
 
 def _contiguous(rows: np.ndarray) -> bool:
@@ -192,19 +200,21 @@ def _span(rows: np.ndarray) -> slice:
 
 
 def _evaluate_slices(flat: Mapping[str, object], n: int, rows_in: list[np.ndarray],
-                     parts: list[np.ndarray], result: dict[str, np.ndarray] | None,
-                     memory: bool) -> dict[str, np.ndarray]:
+                     parts: list[np.ndarray], result: dict[str, np.ndarray],
+                     memory: bool) -> set[str]:
     """:func:`_evaluate_groups` where each group's rows are one run of ``flat``'s (a caller
     that orders its rows by structure, :mod:`fsdpsim.drivers.sensitivity`): each group reads
     its inputs as views and writes its outputs into place, nothing gathered or put back in
     order; the same numbers and dtypes."""
     outs = [_evaluate({k: (groups.one_value(v[_span(rows)]) if np.ndim(v) else v)
                        for k, v in flat.items()}, memory) for rows in rows_in]
-    result = {} if result is None else result
     _new_columns(result, n, outs)
     for rows, out in zip(parts, outs):
         _store(result, n, _span(rows), out)
-    return result
+    keys = set().union(*(out.keys() for out in outs))
+    for rows, out in zip(parts, outs):
+        _fill_missing(result, _span(rows), out.keys())
+    return keys
 
 
 class _Unsort:
@@ -282,6 +292,15 @@ def _new_columns(result: dict[str, np.ndarray], n: int, outs: list[Mapping]) -> 
         by_dtype.setdefault(np.result_type(*types), []).append(k)
     for dtype, keys in by_dtype.items():
         result.update(zip(keys, np.empty((len(keys), n), dtype=dtype)))
+
+
+def _fill_missing(result: dict[str, np.ndarray], rows, keys) -> None:
+    """The outputs of ``result`` that the rows ``rows`` (a slice or indices) lack (``keys``:
+    those they have) filled in there: NaN, False or 0 by dtype; never the memory a column was
+    made in (a grid's unpipelined rows have no middle stage)."""
+    for k, column in result.items():
+        if k not in keys:
+            column[rows] = np.nan if column.dtype.kind in "fc" else 0
 
 
 def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object]) -> None:

@@ -236,7 +236,8 @@ def engine_memory(g: Prepared, ceilings: bool) -> dict[str, np.ndarray]:
     """Memory of the binding stage: the only one without pipelining, else the largest peak of
     the first and last stages (each kept as ``peak_bytes_first_stage`` /
     ``peak_bytes_last_stage``) and, where an uneven split gives a middle stage more layers
-    than the first, of the busiest middle stage (``peak_bytes_mid_stage``)."""
+    than the first, of the busiest middle stage (``peak_bytes_mid_stage``: NaN on the other
+    rows, as on the rows of a grid's groups without such a stage)."""
     if not any_of(g.pp > 1):
         out = stage_memory(g, ceilings)
         out["peak_bytes_first_stage"] = out["peak_bytes_last_stage"] = out["peak_bytes"]
@@ -270,6 +271,5 @@ def engine_memory(g: Prepared, ceilings: bool) -> dict[str, np.ndarray]:
                 out[key] = where(heavier, minimum(out[key], mid[key]), out[key])
             else:
                 out[key] = where(binds, mid[key], out[key])
-        out["peak_bytes_mid_stage"] = where(heavier, mid["peak_bytes"],
-                                            out["peak_bytes_first_stage"])
+        out["peak_bytes_mid_stage"] = where(heavier, mid["peak_bytes"], np.nan)
     return out
