@@ -354,7 +354,7 @@ def test_root_forward_all_reduces_are_costed_each_at_its_own_size():
     model = get_model("llama3-8b")
     g = engine.prepare({**config_inputs(model, system, plan, training), "micro_batch": 1.0,
                         "recompute": engine.RECOMPUTE_CODES["none"], "grad_accum": 1.0})
-    cands = collectives.group_coefficients(g, layers.rates(g)).tp.ar
+    cands = collectives.GroupCandidates(g, layers.rates(g), "tp").ar
 
     def t(nbytes):
         return float(nccl.time_s(nbytes, cands))

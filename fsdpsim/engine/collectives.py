@@ -26,15 +26,14 @@ from fsdpsim.engine.results import (DATA_PARALLEL_FIELDS, ContextParallelComm,
                                     DataParallelComm, NcclGroups, Rates, TensorParallelComm)
 
 
-def group_coefficients(g: Prepared, r: Rates, tp: bool = True) -> NcclGroups:
-    """NCCL's (algorithm, protocol) candidates of each group of the plan
-    (:class:`fsdpsim.engine.results.NcclGroups`; the TP group's only when ``tp``: some row has
-    tp > 1), each a :class:`GroupCandidates` on the bus bandwidth of the tier the group spans
-    (:func:`bus_bandwidth`)."""
+def group_coefficients(g: Prepared, r: Rates) -> NcclGroups:
+    """NCCL's (algorithm, protocol) candidates of each data-parallel group of the plan
+    (:class:`fsdpsim.engine.results.NcclGroups`), each a :class:`GroupCandidates` on the bus
+    bandwidth of the tier the group spans (:func:`bus_bandwidth`); the tensor-parallel
+    group's: :func:`tensor_parallel`."""
     return NcclGroups(shard=GroupCandidates(g, r, "shard"),
                       replicate=GroupCandidates(g, r, "replicate"),
-                      dp_world=GroupCandidates(g, r, "dp_world"),
-                      tp=GroupCandidates(g, r, "tp") if tp else None)
+                      dp_world=GroupCandidates(g, r, "dp_world"))
 
 
 class GroupCandidates:
@@ -390,7 +389,7 @@ def _bytes(table, directions=("forward", "backward")):
                for kind in ("all_reduce", "all_gather", "reduce_scatter"))
 
 
-def tensor_parallel(g, co, w, layer):
+def tensor_parallel(g, r, layer):
     """Tensor-parallel collectives of one layer and of the root, one micro-batch, and what of
     them is exposed [s].
 
@@ -400,9 +399,10 @@ def tensor_parallel(g, co, w, layer):
     of the saved shard, Korthikanti et al. 2022 §4.2.2), checked call for call against torch
     DTensor on gloo. Each runs as a ring on the TP group's tier (all-reduce: two passes).
     Exposed by default; with ``tp_overlap`` (async TP / Megatron's TP comm overlap) it hides
-    behind the GEMMs next to it and only the excess shows.
+    behind the GEMMs next to it and only the excess shows. ``r``: the rates (the TP group's NCCL
+    candidates are built on them).
     """
-    cands = co.tp
+    cands = GroupCandidates(g, r, "tp")
     on = g.tp_size > 1
     sp = g.sequence_parallel > 0
     layer_c = tensor_parallel_costs.tp_layer_collectives(
@@ -426,7 +426,7 @@ def tensor_parallel(g, co, w, layer):
         tp_root_bytes=where(on, _bytes(root_c), 0.0))
 
 
-def context_parallel(g, co, w, layer, r):
+def context_parallel(g, layer, r):
     """Context-parallel communication of one layer and one micro-batch [s].
 
     Ring (Liu et al. 2023, arXiv 2310.01889; Megatron/TE ``AttnFuncWithCPAndKVP2P``): the

@@ -312,7 +312,7 @@ def data_parallel(g, r, co, dpc, n_units, phi):
     dpc_m = collectives.data_parallel(g, co, n_units, r, keys=DP_BLOCK_KEYS,
                                       block_numel=g.moe_block_numel_padded)
     g_e = expert_inputs(g)
-    co_e = collectives.group_coefficients(g_e, r, tp=False)
+    co_e = collectives.group_coefficients(g_e, r)
     # An expert group laid out as its dense group on every row (ep = 1, etp = tp) has the
     # dense group's NCCL candidates: built once.
     co_e = replace(co_e, **{name: getattr(co, name) for name in DATA_PARALLEL_GROUPS

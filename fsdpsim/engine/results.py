@@ -283,6 +283,8 @@ class LayerCosts(Result):
     phi: Value               # a middle stage's share of MoE layers [-]
     lt_d: LayerTimes | None  # the dense kind (layered models only)
     lt_m: LayerTimes | None  # the MoE kind (MoeLayerTimes with MoE layers)
+    tpc: TensorParallelComm  # a layer's tensor-parallel collectives
+    cpc: ContextParallelComm  # its context-parallel communication
 
 
 class NcclGroups(Result):
@@ -293,7 +295,6 @@ class NcclGroups(Result):
     shard: object      # the FSDP shard group
     replicate: object  # the HSDP replica group
     dp_world: object   # the whole data-parallel group
-    tp: object         # the tensor-parallel group (None where no row has tp > 1)
 
 
 #: The data-parallel groups of :class:`NcclGroups` (an expert layer has its own).

@@ -3,8 +3,9 @@
 (:mod:`fsdpsim.engine.results`: :class:`~fsdpsim.engine.results.LayerCosts`,
 :class:`~fsdpsim.engine.results.Communication`, :class:`~fsdpsim.engine.results.StepTimes`,
 :class:`~fsdpsim.engine.results.Totals`, :class:`~fsdpsim.engine.results.TensorBytes`):
-:func:`layer_costs` (stage 2: one layer and the root on one rank), :func:`communication`
-(stage 3: the collectives, a layer as the FSDP schedule sees it), :func:`step_times` (stage 4:
+:func:`layer_costs` (stage 2: one layer and the root on one rank, a layer's tensor- and
+context-parallel collectives), :func:`communication` (stage 3: the data- and pipeline-parallel
+collectives, a layer as the FSDP schedule sees it), :func:`step_times` (stage 4:
 a stage's micro-batch, the pipeline schedule, the step), :func:`totals` and
 :func:`tensor_bytes` (per GPU per step), :func:`outputs` (stage 6: throughput, MFU/HFU and the
 output mapping). Every formula is in :mod:`fsdpsim.costs`; these only compose them.
@@ -26,8 +27,9 @@ from fsdpsim.engine.step import pick
 
 def layer_costs(g: Prepared) -> LayerCosts:
     """Stage 2: compute of one layer and the root, one micro-batch, one rank; the layered
-    model's two kinds of layer (``lt_d``, ``lt_m``; None for other grids) and its expert
-    all-to-alls (``ep``) and MoE share (``phi``)."""
+    model's two kinds of layer (``lt_d``, ``lt_m``; None for other grids), its expert
+    all-to-alls (``ep``) and MoE share (``phi``), and a layer's tensor- and context-parallel
+    collectives (``tpc``, ``cpc``)."""
     lt_d = lt_m = gqa = None
     r = layers.rates(g)
     w = layers.widths(g)
@@ -62,23 +64,26 @@ def layer_costs(g: Prepared) -> LayerCosts:
     if any_of(g.grad_accum_pass_bytes > 0):
         lt, rt = fp32_accumulation(g, r, lt, rt)
 
+    # A layer's tensor- and context-parallel collectives: they depend on its widths and times
+    # and on the TP and CP groups alone (data-parallel ones in stage 3). Grids without tp > 1
+    # (cp > 1) on any row skip them: all zero there (sweep speed).
+    tpc = (collectives.tensor_parallel(g, r, lt) if any_of(g.tp > 1)
+           else collectives.NO_TENSOR_PARALLEL)
+    cpc = (collectives.context_parallel(g, lt, r) if any_of(g.cp > 1)
+           else collectives.NO_CONTEXT_PARALLEL)
     return LayerCosts(piped=bool(any_of(g.pp > 1)), r=r, w=w, lt=lt, rt=rt, layered=layered,
-                      has_moe=has_moe, ep=ep, phi=phi, lt_d=lt_d, lt_m=lt_m)
+                      has_moe=has_moe, ep=ep, phi=phi, lt_d=lt_d, lt_m=lt_m, tpc=tpc, cpc=cpc)
 
 
 def communication(g: Prepared, c: LayerCosts) -> Communication:
-    """Stage 3: data-, tensor-, context- and pipeline-parallel communication per group, the
-    recompute shares, and a layer's forward and backward as the FSDP schedule sees them."""
+    """Stage 3: data- and pipeline-parallel communication per group, the recompute shares, and
+    a layer's forward and backward with its exposed tensor- and context-parallel collectives
+    (stage 2's) as the FSDP schedule sees them."""
     r, w, lt, has_moe, phi, ep = c.r, c.w, c.lt, c.has_moe, c.phi, c.ep
     piped = c.piped
     dpc_e = g_e = None
-    # Data-parallel-only grids (tp = cp = pp = 1 on every row) skip the model-parallel terms,
-    # which are all zero there (sweep speed).
-    co = collectives.group_coefficients(g, r, tp=bool(any_of(g.tp > 1)))
-    tpc = (collectives.tensor_parallel(g, co, w, lt) if any_of(g.tp > 1)
-           else collectives.NO_TENSOR_PARALLEL)
-    cpc = (collectives.context_parallel(g, co, w, lt, r) if any_of(g.cp > 1)
-           else collectives.NO_CONTEXT_PARALLEL)
+    tpc, cpc = c.tpc, c.cpc
+    co = collectives.group_coefficients(g, r)
     p2p_s, p2p_bytes = collectives.pipeline_p2p(g, w, r) if piped else (0.0, 0.0)
     L_stage = where(g.pp > 1, g.layers_mid, g.n_layers)
     dpc = collectives.data_parallel(g, co, L_stage, r)
