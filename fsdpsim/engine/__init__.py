@@ -11,8 +11,10 @@ returns a flat mapping of named outputs. It composes the stages of this package
    ``*_size`` / ``*_per_node``), the inputs as the stages read them (:mod:`.prepare`: a
    read-only :class:`fsdpsim.engine.inputs.Prepared`, one attribute per field declared in
    :mod:`.inputs`, ``g.seq_len``; a misspelt or unset field is an AttributeError naming it);
-2. :mod:`.layers`: one layer's and the root's compute on one rank (TP widths, CP tokens);
-3. :mod:`.collectives`: data-, tensor-, context- and pipeline-parallel communication;
+2. :mod:`.layers`: one layer's and the root's compute on one rank (TP widths, CP tokens) and
+   its tensor- and context-parallel collectives (:mod:`.collectives`), evaluated on a group's
+   distinct layers (:mod:`.distinct`);
+3. :mod:`.collectives`: data- and pipeline-parallel communication;
 4. :mod:`.step`: a stage's micro-batch with FSDP overlap, the pipeline schedule, the step;
 5. :mod:`.memory`: the peak of the binding stage and the ceilings;
 6. :mod:`.metrics`: throughput, MFU/HFU (the bottleneck and the thresholds: the post-pass
@@ -34,7 +36,7 @@ from typing import Mapping
 import numpy as np
 
 from fsdpsim.costs.compute import all_of, filled_ids, may_be_shared, share_sides, where
-from fsdpsim.engine import groups, heap, metrics, stages
+from fsdpsim.engine import distinct, groups, heap, metrics, stages
 from fsdpsim.engine.inputs import declared_names, unknown_names_error
 from fsdpsim.engine.memory import OPTIMIZER_STATE_BYTES_PER_PARAM, engine_memory, memory_config
 from fsdpsim.engine.prepare import OPTIONAL_INPUTS, prepare
@@ -106,7 +108,7 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
     if n >= HEAP_TUNING_ROWS:  # temporaries of 128 KiB and more: keep them on the heap
         heap.keep_freed_memory()
     if n < GROUP_ROWS and n <= BLOCK_ROWS:
-        return _evaluate(x, memory)
+        return _evaluate(x, memory, n if len(shape) == 1 else 1)  # a grid of 2-D inputs: whole
     flat = {k: (v if type(v) is np.ndarray and v.shape == shape else  # a column already
                 np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
@@ -119,7 +121,7 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
             size = rows.stop - start
             parts = groups.split(block, size) if size >= GROUP_ROWS else None
             if parts is None:
-                out = _evaluate(groups.constants(block), memory)
+                out = _evaluate(groups.constants(block), memory, size)
                 _new_columns(result, n, [out])
                 _store(result, n, rows, out)
                 written.append((rows, out.keys()))
@@ -133,7 +135,7 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
         result = {}
         _evaluate_groups(flat, n, parts, None, result, memory)
         return {k: v.reshape(shape) for k, v in result.items()}
-    out = _evaluate(groups.constants(flat), memory)  # one value for all rows: computed once
+    out = _evaluate(groups.constants(flat), memory, n)  # one value for all rows: computed once
     return {k: (v.reshape(shape) if np.shape(v) == (n,) else
                 np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
 
@@ -168,7 +170,7 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
         else:
             for block in blocks:
                 block[k] = v
-    outs = [_evaluate(block, memory) for block in blocks]
+    outs = [_evaluate(block, memory, rows.size) for block, rows in zip(blocks, rows_in)]
     keys = dict.fromkeys(k for out in outs for k in out)
     if local is not None:  # a block of a larger input: the columns it lacks, made at once
         _new_columns(result, n, outs)
@@ -207,7 +209,7 @@ def _evaluate_slices(flat: Mapping[str, object], n: int, rows_in: list[np.ndarra
     its inputs as views and writes its outputs into place, nothing gathered or put back in
     order; the same numbers and dtypes."""
     outs = [_evaluate({k: (groups.one_value(v[_span(rows)]) if np.ndim(v) else v)
-                       for k, v in flat.items()}, memory) for rows in rows_in]
+                       for k, v in flat.items()}, memory, rows.size) for rows in rows_in]
     _new_columns(result, n, outs)
     for rows, out in zip(parts, outs):
         _store(result, n, _span(rows), out)
@@ -316,8 +318,11 @@ def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object
         result[k][rows] = v  # indexed assignment: 2.5-3x quicker than np.put (numpy 2)
 
 
-def _evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarray]:
-    """Predict one step for every configuration in ``x`` (broadcast).
+def _evaluate(x: Mapping[str, object], memory: bool = True,
+              rows: int | None = None) -> dict[str, np.ndarray]:
+    """Predict one step for every configuration in ``x`` (broadcast); ``rows``: how many, where
+    every input that varies is a flat array of that many (1: evaluate every row as it is;
+    None: counted from ``x``).
 
     Required keys (units in names): model ``n_layers, d_model, n_heads, q_dim, kv_dim,
     ffn_size, swiglu, rotary, vocab_size, n_params, matmul_params, active_experts,
@@ -334,7 +339,11 @@ def _evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndar
     shared = share_sides(True)  # the stages change no array in place
     try:
         g = prepare(x)
-        layer = stages.layer_costs(g)  # the stages of engine/stages.py, in order
+        # the stages of engine/stages.py, in order; a layer on a group's distinct layers where
+        # it is the costly kind (measured: a plain data-parallel layer costs less than that)
+        rows = _rows(x) if rows is None else rows
+        layer = (distinct.evaluate(stages.layer_costs, g, rows) if stages.costly_layer(g, rows)
+                 else stages.layer_costs(g))
         comm = stages.communication(g, layer)
         step = stages.step_times(g, layer, comm)
         total = stages.totals(g, layer, comm, step)
@@ -359,6 +368,12 @@ def _evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndar
             else:
                 taken.add(id(out[k]))
     return out
+
+
+def _rows(x: Mapping[str, object]) -> int:
+    """The rows of ``x`` where every input that varies is a flat array of one length; else 1."""
+    shapes = {np.shape(v) for v in x.values() if np.ndim(v)}
+    return next(iter(shapes))[0] if len(shapes) == 1 and len(next(iter(shapes))) == 1 else 1
 
 
 def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str, np.ndarray]:
