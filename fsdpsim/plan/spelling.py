@@ -35,6 +35,7 @@ hypothesis.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 
@@ -138,6 +139,18 @@ def _alternatives(words: list[str]) -> str:
 def format_plan(run: RunPlan) -> str:
     """The plan's one line (module docstring)."""
     p = run.plan
+    settings = [ckpt_text(run.recompute, run.recompute_layers), f"mb {run.micro_batch}"]
+    if p.pp == 1 and run.grad_accum > 1:
+        settings.append(f"accum {run.grad_accum}")
+    # the degrees: one text per plan (and accumulation, a pipeline's m), which a sweep's rows
+    # share across their micro-batches and recompute modes
+    return SETTING_SEP.join([_dims_text(p, run.grad_accum if p.pp > 1 else 1), *settings,
+                             *_switch_settings(p)])
+
+
+@functools.lru_cache(maxsize=4096)
+def _dims_text(p: ParallelPlan, grad_accum: int) -> str:
+    """The degrees part of :func:`format_plan`'s line (``grad_accum``: the pipeline's m)."""
     dims = []
     if p.sharding == "hybrid":
         dims.append(f"hsdp{p.dp_replicate}x{p.dp_shard}")
@@ -150,7 +163,7 @@ def format_plan(run: RunPlan) -> str:
     if p.tp > 1:
         dims.append(_brackets(p, "tp"))
     if p.pp > 1:
-        sched = [p.pp_schedule] + ([f"v={p.vpp}"] if p.vpp > 1 else []) + [f"m={run.grad_accum}"]
+        sched = [p.pp_schedule] + ([f"v={p.vpp}"] if p.vpp > 1 else []) + [f"m={grad_accum}"]
         sched += [f"{name}={value}" for name, value in (("first", p.pp_first_layers),
                                                           ("last", p.pp_last_layers))
                   if value is not None]
@@ -159,9 +172,13 @@ def format_plan(run: RunPlan) -> str:
         dims.append(f"pp{p.pp}({', '.join(sched)})")
     if p.ep > 1 or p.etp != p.tp:
         dims.append(_brackets(p, "ep", (f"etp{p.etp}",) if p.etp != p.tp else ()))
-    settings = [ckpt_text(run.recompute, run.recompute_layers), f"mb {run.micro_batch}"]
-    if p.pp == 1 and run.grad_accum > 1:
-        settings.append(f"accum {run.grad_accum}")
+    return DIM_SEP.join(dims)
+
+
+@functools.lru_cache(maxsize=4096)
+def _switch_settings(p: ParallelPlan) -> tuple[str, ...]:
+    """The plan's switches among :func:`format_plan`'s settings, after the micro-batch's."""
+    settings = []
     if p.grad_sync == "last":
         settings.append("sync last")
     if p.keep_gathered:
@@ -170,7 +187,7 @@ def format_plan(run: RunPlan) -> str:
         settings.append("no reshard")
     if p.mesh_order != DEFAULT_MESH_ORDER:
         settings.append("order " + ",".join(p.mesh_order))
-    return SETTING_SEP.join([DIM_SEP.join(dims)] + settings)
+    return tuple(settings)
 
 
 def ckpt_text(recompute: str, recompute_layers: int | None = None) -> str:
