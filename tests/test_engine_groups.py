@@ -229,3 +229,20 @@ def test_an_output_some_groups_lack_is_nan_on_their_rows(small_groups, monkeypat
     assert piped.any() and not piped.all()
     assert np.isnan(middle[~piped]).all() and (middle[piped] > 0).all()
     assert middle.tobytes() == masked["peak_bytes_mid_stage"].tobytes()
+
+
+def test_blocks_grow_with_the_structures_an_input_mixes(monkeypatch):
+    """Two structures keep blocks of BLOCK_ROWS; four (layered or not, pipelined or not) give
+    blocks of twice that, so each group keeps about half a block; the numbers are the same."""
+    monkeypatch.setattr(engine, "BLOCK_ROWS", 64)
+    monkeypatch.setattr(groups, "MIN_GROUP_ROWS", 8)
+    monkeypatch.setattr(engine, "GROUP_ROWS", 64)
+    two = {**_rows(400, models=("llama3-8b",)), "ceilings": 0.0}
+    four = {**_rows(400), "ceilings": 0.0}
+    assert engine._block_rows(two, 400) == 64
+    assert engine._block_rows(four, 400) == 128
+    blocked = engine.evaluate(four)
+    monkeypatch.setattr(engine, "_block_rows", lambda flat, n: 64)
+    fixed = engine.evaluate(four)
+    for key, value in blocked.items():
+        assert value.tobytes() == fixed[key].tobytes(), key
