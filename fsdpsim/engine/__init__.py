@@ -31,6 +31,7 @@ and 0/1 flags ``swiglu``, ``rotary``, ``reshard``, ``flash``, ``sequence_paralle
 from __future__ import annotations
 
 import math
+import threading
 from typing import Mapping
 
 import numpy as np
@@ -74,6 +75,10 @@ def choice_rank(out: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 #: Rows per internal block: a large grid is evaluated in blocks so that the ~1,500 temporaries
 #: of one evaluation stay in cache (measured 1.3-1.6x faster than one call on 10^6 rows).
 BLOCK_ROWS = 65_536
+#: Held by each :func:`evaluate` and :func:`memory_breakdown`: one evaluation at a time in a
+#: process (threads that evaluate at once crashed on the caches of costs.arrays, "dictionary
+#: changed size during iteration", and could read another evaluation's mask).
+_ONE_AT_A_TIME = threading.RLock()
 #: The most rows per block (:func:`_block_rows`): larger blocks' temporaries fall out of cache
 #: (262,144 rows measured a quarter slower than 131,072).
 MAX_BLOCK_ROWS = 2 * BLOCK_ROWS
@@ -102,9 +107,20 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
     are identical to one call on all rows; the outputs of an input of more than one block that
     share a dtype are rows of one array (:func:`_new_columns`). A name that is not an engine input
     (:data:`INPUT_NAMES`) is a TypeError naming it and the closest known names.
+
+    Evaluations in one process run one at a time (:data:`_ONE_AT_A_TIME`): an evaluation keeps
+    caches in module state (:mod:`fsdpsim.costs.arrays`' shared selects and masks, the fields
+    :mod:`.distinct` has seen a stage read), so threads that evaluate at once (a Dask worker
+    with several threads) take turns.
     """
     if not INPUT_NAMES.issuperset(x):
         raise unknown_names_error(x, INPUT_NAMES)
+    with _ONE_AT_A_TIME:
+        return _evaluate_input(x, memory)
+
+
+def _evaluate_input(x: Mapping[str, object], memory: bool) -> dict[str, np.ndarray]:
+    """:func:`evaluate` of checked names ``x``."""
     shapes = {np.shape(v) for v in x.values() if type(v) not in _ONE_VALUE}
     shape = np.broadcast_shapes(*shapes) if shapes else ()
     n = math.prod(shape)
@@ -401,4 +417,5 @@ def memory_breakdown(x: Mapping[str, object], ceilings: bool = True) -> dict[str
     input name is a TypeError, as for :func:`evaluate`."""
     if not INPUT_NAMES.issuperset(x):
         raise unknown_names_error(x, INPUT_NAMES)
-    return engine_memory(prepare(x), ceilings)
+    with _ONE_AT_A_TIME:
+        return engine_memory(prepare(x), ceilings)
