@@ -246,3 +246,27 @@ def test_blocks_grow_with_the_structures_an_input_mixes(monkeypatch):
     fixed = engine.evaluate(four)
     for key, value in blocked.items():
         assert value.tobytes() == fixed[key].tobytes(), key
+
+
+@pytest.mark.parametrize("ceilings", [0.0, 1.0])
+def test_a_middle_stage_evaluated_on_its_heavier_rows_alone_gives_the_same_numbers(
+        small_groups, monkeypatch, ceilings):
+    """Kimi K2 on 2 stages (31/30 layers: no heavier middle stage) and on 4 (15/16/15/15): the
+    middle stage's memory is evaluated on the 4-stage rows alone, every output bit for bit what
+    evaluating it on all rows gives."""
+    from fsdpsim.engine import memory
+
+    monkeypatch.setattr(memory, "_SUBSET_MIN_ROWS", 8)
+    x = {**_rows(240, models=("kimi-k2",), layouts=((1, 2, 1), (1, 4, 1), (2, 2, 1))),
+         "ceilings": ceilings}
+    calls = []
+    real = memory._on_rows
+    monkeypatch.setattr(memory, "_on_rows", lambda mask, *a: calls.append(
+        np.count_nonzero(mask) / mask.size) or real(mask, *a))
+    subset = engine.evaluate(x)
+    assert calls and 0 < min(calls) <= memory.SUBSET_SHARE
+    monkeypatch.setattr(memory, "SUBSET_SHARE", -1.0)
+    whole = engine.evaluate(x)
+    for key, value in whole.items():
+        assert value.dtype == subset[key].dtype, key
+        assert value.tobytes() == subset[key].tobytes(), key

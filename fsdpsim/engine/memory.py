@@ -264,7 +264,7 @@ def engine_memory(g: Prepared, ceilings: bool) -> dict[str, np.ndarray]:
     # memory may bind too (with an even split it never exceeds the first stage's).
     heavier = piped & (g.layers_mid > g.layers_first)
     if any_of(heavier):
-        mid = stage_memory(g, ceilings, "mid")
+        mid = _on_rows(heavier, lambda rows: stage_memory(rows, ceilings, "mid"), g)
         binds = heavier & (mid["peak_bytes"] > out["peak_bytes"])
         for key in first:
             if key in ("max_micro_batch", "max_seq_len"):
@@ -273,3 +273,36 @@ def engine_memory(g: Prepared, ceilings: bool) -> dict[str, np.ndarray]:
                 out[key] = where(binds, mid[key], out[key])
         out["peak_bytes_mid_stage"] = where(heavier, mid["peak_bytes"], np.nan)
     return out
+
+
+#: Where at most this share of a group's rows has a heavier middle stage, that stage's memory is
+#: evaluated on those rows alone (:func:`_on_rows`).
+SUBSET_SHARE = 0.75
+
+
+def _on_rows(mask, evaluate, g: Prepared) -> dict[str, object]:
+    """``evaluate(g)``, a stage's memory, where it is read only on the rows ``mask`` holds:
+    evaluated on those rows alone where they are at most :data:`SUBSET_SHARE` of a long group
+    (every term is computed row by row, so theirs are the same numbers), each output then on
+    every row, NaN (False, 0) on the others, which the caller does not read."""
+    if type(mask) is not np.ndarray or mask.ndim != 1 or mask.size < _SUBSET_MIN_ROWS:
+        return evaluate(g)
+    held = int(np.count_nonzero(mask))
+    if held > SUBSET_SHARE * mask.size:
+        return evaluate(g)
+    from fsdpsim.engine.distinct import _Rows
+
+    rows = np.flatnonzero(mask)
+    out = {}
+    for key, value in evaluate(_Rows.of(g, rows, mask.size)).items():
+        if type(value) is np.ndarray and value.shape == rows.shape:
+            full = np.full(mask.size, np.nan if value.dtype.kind in "fc" else 0,
+                           dtype=value.dtype)
+            full[rows] = value
+            value = full
+        out[key] = value
+    return out
+
+
+#: Groups of fewer rows evaluate every stage on all of them (:func:`_on_rows`).
+_SUBSET_MIN_ROWS = 4_096
