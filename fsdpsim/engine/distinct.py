@@ -11,15 +11,15 @@ all the others (tests compare bit for bit).
 
 The fields a stage reads are learnt, not listed: the stage runs on a view of the inputs that
 takes a field onto the distinct rows when the stage first reads it and records its name
-(:class:`_Rows`). Rows are told apart by the fields read so far (the first evaluation of a
+(:class:`RowsView`). Rows are told apart by the fields read so far (the first evaluation of a
 process: none, so one row, which reads them); where the stage read a field that varies and was
 not among them, the rows were told apart too coarsely: the field joins them and the stage runs
 again. So a result is always that of rows that agree on every field the stage read, whatever
 branch a grid takes, and no list of fields has to be kept beside the code.
 
 Rows are told apart by a 64-bit hash of their fields' bits, sorted; every row is then compared
-field by field with its group's first row (a hash collision never merges two rows): about
-two passes over the rows a field, a sixth of what a 42,358-row layer costs.
+field by field with its group's first row (a hash collision never merges two rows): a few
+passes over the rows a field, about a third of what a 42,358-row layer costs.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, odd: a multiplicati
 
 class NotSpreadable(Exception):
     """A stage result holds a value :func:`spread` cannot gather row by row, or the stage asked
-    for something the view of the distinct rows does not do (:meth:`_Rows.replace`): the stage
+    for something the view of the distinct rows does not do (:meth:`RowsView.replace`): the stage
     then runs on every row."""
 
 
@@ -67,7 +67,7 @@ def evaluate(stage: Callable[[Prepared], object], g: Prepared, n: int):
         if found is None:
             return stage(g)
         first, inverse = found
-        view = _Rows.of(g, first, n)
+        view = RowsView.of(g, first, n)
         try:
             result = stage(view)
         except NotSpreadable:
@@ -147,14 +147,16 @@ def _hash(bits: list[np.ndarray]) -> np.ndarray:
     return h
 
 
-class _Rows(Prepared):
-    """``g`` on the rows ``first`` only: each field taken onto them when first read (a field of
-    one value stays), its name recorded in ``read``."""
+class RowsView(Prepared):
+    """Prepared inputs on some of their rows only (``first``, of ``n``): each field taken onto
+    them when first read (a field of one value stays), its name recorded in ``read``. The
+    distinct rows of :func:`evaluate`; the rows of a pipeline's heavier middle stage
+    (:func:`fsdpsim.engine.memory.engine_memory`)."""
 
     __slots__ = ("_full", "_first", "_n", "read")
 
     @classmethod
-    def of(cls, full: Prepared, first: np.ndarray, n: int) -> "_Rows":
+    def of(cls, full: Prepared, first: np.ndarray, n: int) -> "RowsView":
         view = object.__new__(cls)
         object.__setattr__(view, "_full", full)
         object.__setattr__(view, "_first", first)
@@ -172,7 +174,7 @@ class _Rows(Prepared):
         self.__dict__[name] = value
         return value
 
-    def replace(self, **changes: object) -> "_Rows":
+    def replace(self, **changes: object) -> "RowsView":
         raise NotSpreadable("a stage that makes changed inputs runs on every row")
 
 

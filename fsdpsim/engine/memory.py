@@ -19,6 +19,7 @@ from fsdpsim.costs import comm, memory
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, broadcast_shape,
                                    minimum, where)
 from fsdpsim.costs.memory_inputs import MemoryInputs
+from fsdpsim.engine.distinct import RowsView
 from fsdpsim.engine.inputs import Prepared
 
 #: Optimizer-state bytes per parameter: two fp32 moments (AdamW) or one momentum (SGD).
@@ -290,11 +291,9 @@ def _on_rows(mask, evaluate, g: Prepared) -> dict[str, object]:
     held = int(np.count_nonzero(mask))
     if held > SUBSET_SHARE * mask.size:
         return evaluate(g)
-    from fsdpsim.engine.distinct import _Rows
-
     rows = np.flatnonzero(mask)
     out = {}
-    for key, value in evaluate(_Rows.of(g, rows, mask.size)).items():
+    for key, value in evaluate(RowsView.of(g, rows, mask.size)).items():
         if type(value) is np.ndarray and value.shape == rows.shape:
             full = np.full(mask.size, np.nan if value.dtype.kind in "fc" else 0,
                            dtype=value.dtype)
