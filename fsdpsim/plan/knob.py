@@ -25,6 +25,14 @@ FRAMEWORK = "the framework's default"
 KINDS = ("flag", "choice", "number", "text")
 #: Every command an option can come from (``sweep``'s options are also ``plot``'s).
 COMMANDS = ("predict", "search", "compare", "sweep")
+#: A flag knob's value as a grid file or ``--fix`` writes it (any case, spaces around).
+FLAG_WORDS = {"true": True, "yes": True, "1": True, "on": True,
+              "false": False, "no": False, "0": False, "off": False}
+
+
+def flag_of(text: str) -> bool | None:
+    """The flag ``text`` spells (:data:`FLAG_WORDS`), or None where it spells none."""
+    return FLAG_WORDS.get(text.strip().lower())
 
 
 @dataclass(frozen=True)

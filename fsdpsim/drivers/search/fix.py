@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsdpsim.plan.knob import flag_of
 from fsdpsim.plan.knobs import fixable
 from fsdpsim.util.errors import ConfigError
 from fsdpsim.util.numbers import read_number
@@ -56,12 +57,10 @@ def _fix_value(name: str, text: str) -> Any:
     is accepted."""
     knob = FIXABLE[name]
     if knob.kind == "flag":
-        low = text.lower()
-        if low in ("1", "true", "on", "yes"):
-            return True
-        if low in ("0", "false", "off", "no"):
-            return False
-        raise ConfigError(f"--fix {name}={text!r} is not accepted; accepted: true or false")
+        flag = flag_of(text)
+        if flag is None:
+            raise ConfigError(f"--fix {name}={text!r} is not accepted; accepted: true or false")
+        return flag
     if knob.kind == "choice":
         choices = tuple(c for c in knob.choices if c != "auto")  # auto: not a fixed value
         if text not in choices:

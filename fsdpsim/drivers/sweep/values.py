@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from fsdpsim.hardware.catalog import Catalog
 from fsdpsim.util.errors import ConfigError, shown
+from fsdpsim.plan.knob import flag_of
 from fsdpsim.plan.knobs import count_rule, option_knob
 from fsdpsim.util.numbers import MODEL_SIZE, read_number, reject
 from fsdpsim.drivers.procurement import read_price
@@ -150,14 +151,13 @@ def knob_counts(value: Any, what: str) -> tuple[int, ...] | None:
 
 
 def read_flag(value: Any, what: str) -> bool:
+    """A flag given as a bool or spelt in words (:data:`fsdpsim.plan.knob.FLAG_WORDS`)."""
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "1", "on"):
-        return True
-    if text in ("false", "no", "0", "off"):
-        return False
-    raise ConfigError(f"{what}: cannot read {value!r} as true or false")
+    flag = flag_of(str(value))
+    if flag is None:
+        raise ConfigError(f"{what}: cannot read {value!r} as true or false")
+    return flag
 
 
 def moe_number(value: Any, what: str) -> float | None:
