@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fsdpsim import predict  # noqa: E402
+from fsdpsim.drivers import predict  # noqa: E402
 from fsdpsim.hardware.catalog import load_catalog  # noqa: E402
 from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig  # noqa: E402
 from fsdpsim.model.presets import get_model  # noqa: E402
