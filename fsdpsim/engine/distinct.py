@@ -1,9 +1,10 @@
 """A stage of a group's rows evaluated on its distinct rows only, then spread back to every row.
 
 A stage reads a few of the prepared inputs (:class:`fsdpsim.engine.inputs.Prepared`): one
-layer's compute (:func:`fsdpsim.engine.stages.layer_costs`) depends on the model, the GPU, the
-tensor- and context-parallel widths, the tokens and the recompute mode, not on the GPU count,
-the pipeline depth or the sharding. A sweep's grid crosses those: a block of DeepSeek-V3's hybrid
+layer's compute and its tensor- and context-parallel collectives
+(:func:`fsdpsim.engine.stages.layer_costs`) depend on the model, the GPU, the TP and CP groups,
+the tokens and the recompute mode (and a MoE model's share of MoE layers on a middle stage), not
+on the GPU count or the sharding. A sweep's grid crosses those: a block of DeepSeek-V3's hybrid
 grid (bench_sweep) has 5,751 distinct layers in 42,358 rows. :func:`evaluate` computes the stage
 once per distinct combination of the fields it reads and gathers each result to its rows. Every
 operation of the engine is element-wise, so a row's numbers are those it gets evaluated with
