@@ -202,15 +202,21 @@ def test_outputs_of_one_call_are_arrays_of_their_own():
             assert not np.shares_memory(a, b)
 
 
-@pytest.mark.parametrize("block", [None, 96])
-def test_an_output_some_groups_lack_is_nan_on_their_rows(small_groups, monkeypatch, block):
+@pytest.mark.parametrize("block, ordered", [(None, False), (96, False), (96, True)])
+def test_an_output_some_groups_lack_is_nan_on_their_rows(small_groups, monkeypatch, block,
+                                                         ordered):
     """Kimi K2's 61 layers on 4 stages give the middle stages more layers than the first: the
     pipelined rows have a middle stage's peak, the unpipelined ones none. Their rows hold NaN,
     as a masked evaluation gives them, not whatever memory the column was made in (here
-    filled with a bit pattern beforehand)."""
+    filled with a bit pattern beforehand): in a group that lacks it and (``ordered``: the
+    unpipelined rows first) in a whole block that lacks it, before a block that has it."""
     if block is not None:
         monkeypatch.setattr(engine, "BLOCK_ROWS", block)
     x = {**_rows(200, models=("kimi-k2",), layouts=((1, 1, 1), (1, 4, 1))), "ceilings": 0.0}
+    if ordered:
+        order = np.argsort(x["pp"], kind="stable")
+        x = {k: (v[order] if np.ndim(v) else v) for k, v in x.items()}
+        assert (x["pp"][:block] == 1).all()
 
     class DirtyNumpy:  # numpy, but the engine's new columns hold bits already
         def __getattr__(self, name):

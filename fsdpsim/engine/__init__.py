@@ -148,8 +148,8 @@ def _evaluate_input(x: Mapping[str, object], memory: bool) -> dict[str, np.ndarr
             else:  # each group's outputs straight into place
                 written.append((rows, _evaluate_groups(
                     block, n, [p + start for p in parts], parts, result, memory)))
-        for rows, keys in written:
-            _fill_missing(result, rows, keys)
+        for rows, keys in written:  # outputs a whole block lacks (its groups': filled in)
+            _fill_missing(result, rows, result.keys() - keys)
         return {k: v.reshape(shape) for k, v in result.items()}
     if (parts := groups.split(flat, n)) is not None:
         result = {}
@@ -222,7 +222,7 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
                 if k in out:
                     _store(result, n, rows, {k: out[k]})
     for rows, out in zip(parts, outs):
-        _fill_missing(result, rows, out.keys() & keys)
+        _fill_missing(result, rows, keys.keys() - out.keys())
     return set(keys)
 
 
@@ -250,7 +250,7 @@ def _evaluate_slices(flat: Mapping[str, object], n: int, rows_in: list[np.ndarra
         _store(result, n, _span(rows), out)
     keys = set().union(*(out.keys() for out in outs))
     for rows, out in zip(parts, outs):
-        _fill_missing(result, _span(rows), out.keys())
+        _fill_missing(result, _span(rows), keys - out.keys())
     return keys
 
 
@@ -331,13 +331,12 @@ def _new_columns(result: dict[str, np.ndarray], n: int, outs: list[Mapping]) -> 
         result.update(zip(keys, np.empty((len(keys), n), dtype=dtype)))
 
 
-def _fill_missing(result: dict[str, np.ndarray], rows, keys) -> None:
-    """The outputs of ``result`` that the rows ``rows`` (a slice or indices) lack (``keys``:
-    those they have) filled in there: NaN, False or 0 by dtype; never the memory a column was
-    made in (a grid's unpipelined rows have no middle stage)."""
-    for k, column in result.items():
-        if k not in keys:
-            column[rows] = np.nan if column.dtype.kind in "fc" else 0
+def _fill_missing(result: dict[str, np.ndarray], rows, missing) -> None:
+    """The outputs ``missing`` of ``result``, which the rows ``rows`` (a slice or indices) do
+    not have, filled in there (:func:`fsdpsim.engine.groups.no_value`); never the memory a
+    column was made in."""
+    for k in missing:
+        result[k][rows] = groups.no_value(result[k].dtype)
 
 
 def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object]) -> None:
@@ -376,9 +375,8 @@ def _evaluate(x: Mapping[str, object], memory: bool = True,
         g = prepare(x)
         # the stages of engine/stages.py, in order; a layer on a group's distinct layers where
         # it is the costly kind (measured: a plain data-parallel layer costs less than that)
-        rows = _rows(x) if rows is None else rows
-        layer = (distinct.evaluate(stages.layer_costs, g, rows) if stages.costly_layer(g, rows)
-                 else stages.layer_costs(g))
+        layer = distinct.evaluate(stages.layer_costs, g, _rows(x) if rows is None else rows,
+                                  worth=stages.costly_layer)
         comm = stages.communication(g, layer)
         step = stages.step_times(g, layer, comm)
         total = stages.totals(g, layer, comm, step)

@@ -56,10 +56,12 @@ class NotSpreadable(Exception):
     then runs on every row."""
 
 
-def evaluate(stage: Callable[[Prepared], object], g: Prepared, n: int):
+def evaluate(stage: Callable[[Prepared], object], g: Prepared, n: int,
+             worth: Callable[[Prepared], bool] | None = None):
     """``stage(g)`` for the ``n`` rows of ``g`` (a group's prepared inputs), computed on their
-    distinct rows where few enough (module docstring); the same values either way."""
-    if n < MIN_ROWS:
+    distinct rows where few enough (module docstring) and, with ``worth``, where ``worth(g)``
+    says the stage costs more than finding them; the same values either way."""
+    if n < MIN_ROWS or (worth is not None and not worth(g)):
         return stage(g)
     name = stage.__qualname__
     reads = _READS.setdefault(name, set())

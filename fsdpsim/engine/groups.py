@@ -73,6 +73,12 @@ def split(x: Mapping[str, object], n: int) -> list[np.ndarray] | None:
     return parts
 
 
+def no_value(dtype: np.dtype):
+    """What a row holds in an output it does not have (a grid's unpipelined rows have no middle
+    stage; a stage evaluated on some rows only): NaN in a float column, else False or 0."""
+    return np.nan if dtype.kind in "fc" else 0
+
+
 def constants(x: Mapping[str, object]) -> dict[str, object]:
     """``x`` with every array input whose entries are all one value (bit for bit: a column of
     NaN too, -0.0 apart from 0.0) replaced by that value."""

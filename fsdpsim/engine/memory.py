@@ -19,6 +19,7 @@ from fsdpsim.costs import comm, memory
 from fsdpsim.costs.compute import (NUMBER_TYPES, all_of, any_of, as_values, broadcast_shape,
                                    minimum, where)
 from fsdpsim.costs.memory_inputs import MemoryInputs
+from fsdpsim.engine import groups
 from fsdpsim.engine.distinct import RowsView
 from fsdpsim.engine.inputs import Prepared
 
@@ -285,7 +286,8 @@ def _on_rows(mask, evaluate, g: Prepared) -> dict[str, object]:
     """``evaluate(g)``, a stage's memory, where it is read only on the rows ``mask`` holds:
     evaluated on those rows alone where they are at most :data:`SUBSET_SHARE` of a long group
     (every term is computed row by row, so theirs are the same numbers), each output then on
-    every row, NaN (False, 0) on the others, which the caller does not read."""
+    every row, :func:`fsdpsim.engine.groups.no_value` on the others, which the caller does
+    not read."""
     if type(mask) is not np.ndarray or mask.ndim != 1 or mask.size < _SUBSET_MIN_ROWS:
         return evaluate(g)
     held = int(np.count_nonzero(mask))
@@ -295,8 +297,7 @@ def _on_rows(mask, evaluate, g: Prepared) -> dict[str, object]:
     out = {}
     for key, value in evaluate(RowsView.of(g, rows, mask.size)).items():
         if type(value) is np.ndarray and value.shape == rows.shape:
-            full = np.full(mask.size, np.nan if value.dtype.kind in "fc" else 0,
-                           dtype=value.dtype)
+            full = np.full(mask.size, groups.no_value(value.dtype), dtype=value.dtype)
             full[rows] = value
             value = full
         out[key] = value

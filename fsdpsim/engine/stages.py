@@ -18,7 +18,7 @@ import numpy as np
 from fsdpsim.costs import compute
 from fsdpsim.costs.compute import (all_of, any_of, as_values, maximum, may_be_shared, minimum,
                                    where)
-from fsdpsim.engine import collectives, distinct, expert_comm, layers, metrics, moe, step
+from fsdpsim.engine import collectives, expert_comm, layers, metrics, moe, step
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import (Communication, LayerCosts, LayerTimes, Rates, RootTimes,
                                     StepTimes, TensorBytes, Totals, replace)
@@ -75,14 +75,13 @@ def layer_costs(g: Prepared) -> LayerCosts:
                       has_moe=has_moe, ep=ep, phi=phi, lt_d=lt_d, lt_m=lt_m, tpc=tpc, cpc=cpc)
 
 
-def costly_layer(g: Prepared, rows: int) -> bool:
-    """Whether :func:`layer_costs` of the ``rows`` rows of ``g`` is the costly kind worth
-    evaluating on their distinct layers only (:mod:`fsdpsim.engine.distinct`): a layered model
-    (MoE, MLA, MTP) or tensor- or context-parallel collectives on some row. A data-parallel
-    dense layer costs less than finding and spreading the distinct ones (bench_sweep's
-    data-parallel mix: 3-4 % slower)."""
-    return rows >= distinct.MIN_ROWS and (moe.layered(g) or bool(any_of(g.tp > 1))
-                                          or bool(any_of(g.cp > 1)))
+def costly_layer(g: Prepared) -> bool:
+    """Whether :func:`layer_costs` of ``g``'s rows is the costly kind worth evaluating on their
+    distinct layers only (:mod:`fsdpsim.engine.distinct`): a layered model (MoE, MLA, MTP) or
+    tensor- or context-parallel collectives on some row. A data-parallel dense layer costs
+    less than finding and spreading the distinct ones (bench_sweep's data-parallel mix: 3-4 %
+    slower)."""
+    return moe.layered(g) or bool(any_of(g.tp > 1)) or bool(any_of(g.cp > 1))
 
 
 def communication(g: Prepared, c: LayerCosts) -> Communication:
