@@ -8,7 +8,7 @@ import pytest
 
 from fsdpsim import engine
 from fsdpsim.costs.compute import any_of
-from fsdpsim.engine import distinct, groups
+from fsdpsim.engine import distinct, groups, memo
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import Rates
 
@@ -72,6 +72,7 @@ def learn_anew(monkeypatch):
     monkeypatch.setattr(distinct, "MIN_ROWS", 8)
     monkeypatch.setattr(distinct, "MAX_DISTINCT_SHARE", 1.0)
     monkeypatch.setattr(distinct, "_READS", {})
+    monkeypatch.setattr(memo, "_TABLES", {})
 
 
 def _prepared(n, rng, tp_values):
@@ -108,8 +109,8 @@ def test_grouped_evaluation_on_distinct_layers_equals_every_row_evaluated(learn_
     monkeypatch.setattr(engine, "GROUP_ROWS", 64)
     x = {**_rows(400), "ceilings": 1.0}
     calls = []
-    real = distinct.distinct_rows
-    monkeypatch.setattr(distinct, "distinct_rows",
+    real = distinct._distinct
+    monkeypatch.setattr(distinct, "_distinct",
                         lambda *a, **k: (found := real(*a, **k)) is not None
                         and calls.append(found[0].size) or found)
     once = engine.evaluate(x)
@@ -140,7 +141,7 @@ def test_a_plain_data_parallel_layer_is_evaluated_on_every_row(learn_anew, monke
     monkeypatch.setattr(groups, "MIN_GROUP_ROWS", 8)
     monkeypatch.setattr(engine, "GROUP_ROWS", 64)
     calls = []
-    monkeypatch.setattr(distinct, "distinct_rows", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(distinct, "_distinct", lambda *a, **k: calls.append(1))
     engine.evaluate({**_rows(400, models=("llama3-8b",), layouts=((1, 1, 1), (1, 2, 1))),
                      "ceilings": 0.0})
     assert not calls

@@ -17,10 +17,11 @@ from fsdpsim.plan.parallel import ParallelPlan, TrainingConfig
 
 
 def _rows(n: int, models=("llama3-8b", "mixtral-8x7b"),
-          layouts=((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2), (1, 4, 1))
+          layouts=((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2), (1, 4, 1)), seed: int = 3
           ) -> dict[str, np.ndarray]:
     """``n`` configurations mixing a dense and an MoE model, pipelined or not, tensor and
-    context parallel or not, both shardings, every recompute mode, micro-batches 1-4."""
+    context parallel or not, both shardings, every recompute mode, micro-batches 1-4 (drawn
+    with ``seed``)."""
     system = resolve_system(load_catalog(use_env=False), gpu="h100")
     base = []
     for name in models:
@@ -33,7 +34,7 @@ def _rows(n: int, models=("llama3-8b", "mixtral-8x7b"),
                      **system_inputs(system, "bf16"), **plan_inputs(plan, spec.n_layers),
                      **training_inputs(TrainingConfig(seq_len=1))}
                 base.append({k: float(v) for k, v in x.items()})
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     pick = rng.integers(0, len(base), n)
     x = {k: np.array([r[k] for r in base])[pick] for k in base[0]}
     x["seq_len"] = rng.choice([1024.0, 4096.0], n)

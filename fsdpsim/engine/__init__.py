@@ -13,7 +13,7 @@ returns a flat mapping of named outputs. It composes the stages of this package
    :mod:`.inputs`, ``g.seq_len``; a misspelt or unset field is an AttributeError naming it);
 2. :mod:`.layers`: one layer's and the root's compute on one rank (TP widths, CP tokens) and
    its tensor- and context-parallel collectives (:mod:`.collectives`), evaluated on a group's
-   distinct layers (:mod:`.distinct`);
+   distinct layers (:mod:`.distinct`), each once in a process (:mod:`.memo`);
 3. :mod:`.collectives`: data- and pipeline-parallel communication;
 4. :mod:`.step`: a stage's micro-batch with FSDP overlap, the pipeline schedule, the step;
 5. :mod:`.memory`: the peak of the binding stage and the ceilings;
@@ -110,8 +110,8 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
 
     Evaluations in one process run one at a time (:data:`_ONE_AT_A_TIME`): an evaluation keeps
     caches in module state (:mod:`fsdpsim.costs.arrays`' shared selects and masks, the fields
-    :mod:`.distinct` has seen a stage read), so threads that evaluate at once (a Dask worker
-    with several threads) take turns.
+    :mod:`.distinct` has seen a stage read, the layers :mod:`.memo` keeps), so threads that
+    evaluate at once (a Dask worker with several threads) take turns.
     """
     if not INPUT_NAMES.issuperset(x):
         raise unknown_names_error(x, INPUT_NAMES)
@@ -376,7 +376,7 @@ def _evaluate(x: Mapping[str, object], memory: bool = True,
         # the stages of engine/stages.py, in order; a layer on a group's distinct layers where
         # it is the costly kind (measured: a plain data-parallel layer costs less than that)
         layer = distinct.evaluate(stages.layer_costs, g, _rows(x) if rows is None else rows,
-                                  worth=stages.costly_layer)
+                                  worth=stages.costly_layer, flags=stages.layer_flags)
         comm = stages.communication(g, layer)
         step = stages.step_times(g, layer, comm)
         total = stages.totals(g, layer, comm, step)

@@ -21,6 +21,10 @@ branch a grid takes, and no list of fields has to be kept beside the code.
 Rows are told apart by a 64-bit hash of their fields' bits, sorted; every row is then compared
 field by field with its group's first row (a hash collision never merges two rows): a few
 passes over the rows a field, about a third of what a 42,358-row layer costs.
+
+With ``flags``, distinct rows an earlier evaluation of the process computed are looked up in
+:mod:`fsdpsim.engine.memo` rather than computed: a sweep's later blocks repeat the layers of
+its first.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 
+from fsdpsim.engine import memo
 from fsdpsim.engine.inputs import Prepared
 from fsdpsim.engine.results import Result
 
@@ -57,32 +62,95 @@ class NotSpreadable(Exception):
 
 
 def evaluate(stage: Callable[[Prepared], object], g: Prepared, n: int,
-             worth: Callable[[Prepared], bool] | None = None):
+             worth: Callable[[Prepared], bool] | None = None,
+             flags: Callable[[Prepared], tuple] | None = None):
     """``stage(g)`` for the ``n`` rows of ``g`` (a group's prepared inputs), computed on their
     distinct rows where few enough (module docstring) and, with ``worth``, where ``worth(g)``
-    says the stage costs more than finding them; the same values either way."""
+    says the stage costs more than finding them; the same values either way. With ``flags``
+    (the branches the stage takes on a group as a whole, as it sets them), the distinct rows
+    an earlier evaluation of the process computed are looked up, not computed again
+    (:mod:`fsdpsim.engine.memo`)."""
     if n < MIN_ROWS or (worth is not None and not worth(g)):
         return stage(g)
     name = stage.__qualname__
     reads = _READS.setdefault(name, set())
+    group_flags = None if flags is None or not memo.MAX_ROWS else flags(g)
     while True:
-        found = distinct_rows(_columns(g, reads, n), n, int(MAX_DISTINCT_SHARE * n))
+        columns, names = _columns(g, reads, n)
+        found = _distinct(columns, n, int(MAX_DISTINCT_SHARE * n))
         if found is None:
             return stage(g)
-        first, inverse = found
-        view = RowsView.of(g, first, n)
+        first, inverse, hashes = found
+        known = set(reads)
+        table_key = (None if group_flags is None else
+                     memo.key(name, g, known, names, group_flags))
         try:
-            result = stage(view)
+            result, read = _on_distinct(stage, g, n, first, hashes, columns, table_key, known)
         except NotSpreadable:
             return stage(g)
-        new = {k for k in view.read if k not in reads and _is_column(getattr(g, k), n)}
-        reads.update(view.read)
+        new = {k for k in read if k not in reads and _is_column(getattr(g, k), n)}
+        reads.update(read)
         if not new:  # every varying field read was a field the rows were told apart by
             break
+    if type(result) is _Held:  # every row held: its arrays straight from the memo's table
+        return result.table.result(result.at.take(inverse))
     try:
         return spread(result, inverse, first.size)
     except NotSpreadable:
         return stage(g)
+
+
+class _Held:
+    """Distinct rows the memo holds every one of: the table and their indices in it."""
+
+    __slots__ = ("table", "at")
+
+    def __init__(self, table: "memo.Table", at: np.ndarray):
+        self.table, self.at = table, at
+
+
+def _on_distinct(stage, g: Prepared, n: int, first: np.ndarray, hashes: np.ndarray,
+                 columns: list[np.ndarray], table_key: tuple | None, known: set[str]):
+    """``stage`` on the distinct rows ``first`` of ``g``'s ``n`` (their hashes ``hashes``, their
+    varying fields ``columns``), looked up in the memo's table of ``table_key`` where it holds
+    them (None: no memo), and the fields the stage read (nothing where every row was held).
+    Rows evaluated are kept in the memo where the stage read no field beyond ``known``, the
+    fields the key was made of; rows that evaluate to another form than the table's (its
+    skeleton, :mod:`fsdpsim.engine.memo`) make every row evaluated."""
+    if table_key is None:
+        view = RowsView.of(g, first, n)
+        return stage(view), view.read
+    bits = [c.view(np.uint64).take(first) for c in columns]
+    table, at = memo.lookup(table_key, hashes, bits)
+    read: set[str] = set()
+    if table is not None:
+        miss = at < 0
+        if not miss.any():
+            return _Held(table, at), read
+        view = RowsView.of(g, first[miss], n)
+        leaves = memo.conform(table.skeleton, stage(view), int(np.count_nonzero(miss)))
+        read |= view.read
+        if leaves is not None:
+            result = memo.merged(table, at, miss, leaves)
+            if view.read <= known:
+                memo.store(table_key, table.skeleton, hashes[miss], [b[miss] for b in bits],
+                           leaves)
+            return result, read
+    view = RowsView.of(g, first, n)
+    result = stage(view)
+    kept = _kept(result, first.size)
+    if kept is not None and view.read <= known:
+        memo.store(table_key, kept[0], hashes, bits, kept[1])
+    return result, read | view.read
+
+
+def _kept(result, d: int):
+    """``result`` of ``d`` rows as the memo keeps it (:func:`fsdpsim.engine.memo.flatten`), or
+    None where it cannot."""
+    try:
+        return memo.flatten(result, d)
+    except memo.NotKept:
+        return None
 
 
 def _is_column(v, n: int) -> bool:
@@ -90,15 +158,17 @@ def _is_column(v, n: int) -> bool:
     return type(v) is np.ndarray and v.shape == (n,)
 
 
-def _columns(g: Prepared, names, n: int) -> list[np.ndarray]:
+def _columns(g: Prepared, names, n: int) -> tuple[list[np.ndarray], list[tuple[str, ...]]]:
     """The fields ``names`` of ``g`` that are arrays of ``n`` rows, each array once (the
-    builders give one column several names), in name order."""
+    builders give one column several names), in name order, and the names of each."""
     seen: dict[int, np.ndarray] = {}
+    named: dict[int, list[str]] = {}
     for k in sorted(names):
         v = getattr(g, k, None)
         if _is_column(v, n):
             seen.setdefault(id(v), v)
-    return list(seen.values())
+            named.setdefault(id(v), []).append(k)
+    return list(seen.values()), [tuple(named[i]) for i in seen]
 
 
 def distinct_rows(columns: list[np.ndarray], n: int, most: int | None = None
@@ -108,8 +178,16 @@ def distinct_rows(columns: list[np.ndarray], n: int, most: int | None = None
     ``(first, inverse)`` with ``column[first][inverse] == column`` for every column; None where
     there are more than ``most`` of them (told before the rows are compared) or a column is not
     of 8-byte entries. ``first`` is in hash order, not row order."""
+    found = _distinct(columns, n, most)
+    return None if found is None else found[:2]
+
+
+def _distinct(columns: list[np.ndarray], n: int, most: int | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`distinct_rows`, and the hash of each distinct row (:func:`_hash`, ascending)."""
     if not columns:
-        return np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
+        return (np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp),
+                np.zeros(1, dtype=np.uint64))
     if any(c.dtype.itemsize != 8 for c in columns):
         return None
     bits = [c.view(np.uint64) for c in columns]
@@ -132,7 +210,7 @@ def distinct_rows(columns: list[np.ndarray], n: int, most: int | None = None
     for b in bits:  # every row equals its group's first row: no collision merged two
         if np.count_nonzero(b.take(rep) != b):
             return None
-    return first, inverse
+    return first, inverse, sorted_h[new]
 
 
 def _hash(bits: list[np.ndarray]) -> np.ndarray:

@@ -34,7 +34,7 @@ def layer_costs(g: Prepared) -> LayerCosts:
     r = layers.rates(g)
     w = layers.widths(g)
     # Layers of two kinds (dense, MoE), MLA, MTP (engine/moe.py); nothing for other grids.
-    layered = moe.layered(g)
+    piped, layered, has_moe = layer_flags(g)
     core = None
     if layered:
         rates = moe.gemm_rates(g, r)
@@ -46,7 +46,6 @@ def layer_costs(g: Prepared) -> LayerCosts:
             gqa = moe.gqa_gemm_times(g, w, rates, g.compute_bytes)
         lt = layers.layer_times(g, r, w, attention_gemm=gqa)
     rt = layers.root_times(g, r, w)
-    has_moe = layered and bool(any_of(g.moe_layers > 0))
     ep, phi = expert_comm.NO_EXPERT_PARALLEL, 0.0
     if layered:
         lt_d, lt_m, ep_c = moe.layer_kinds(g, r, w, lt, rates, gqa, core)
@@ -71,8 +70,18 @@ def layer_costs(g: Prepared) -> LayerCosts:
            else collectives.NO_TENSOR_PARALLEL)
     cpc = (collectives.context_parallel(g, lt, r) if any_of(g.cp > 1)
            else collectives.NO_CONTEXT_PARALLEL)
-    return LayerCosts(piped=bool(any_of(g.pp > 1)), r=r, w=w, lt=lt, rt=rt, layered=layered,
+    return LayerCosts(piped=piped, r=r, w=w, lt=lt, rt=rt, layered=layered,
                       has_moe=has_moe, ep=ep, phi=phi, lt_d=lt_d, lt_m=lt_m, tpc=tpc, cpc=cpc)
+
+
+def layer_flags(g: Prepared) -> tuple[bool, bool, bool]:
+    """The branches :func:`layer_costs` takes on ``g``'s rows as a whole, as it sets them in
+    its result: ``(piped, layered, has_moe)``: some row pipelined; some row of a layered model
+    (MoE, MLA, q/k norms, MTP: the kinds ``lt_d``/``lt_m``, None otherwise); some row with MoE
+    layers (the expert all-to-alls ``ep`` and MoE share ``phi``). The memo of distinct layers
+    serves a group only rows computed with the same (:mod:`fsdpsim.engine.memo`)."""
+    layered = moe.layered(g)
+    return (bool(any_of(g.pp > 1)), layered, layered and bool(any_of(g.moe_layers > 0)))
 
 
 def costly_layer(g: Prepared) -> bool:
