@@ -77,13 +77,16 @@ def evaluate(stage: Callable[[Prepared], object], g: Prepared, n: int,
     group_flags = None if flags is None or not memo.MAX_ROWS else flags(g)
     while True:
         columns, names = _columns(g, reads, n)
-        found = _distinct(columns, n, int(MAX_DISTINCT_SHARE * n))
-        if found is None:
-            return stage(g)
-        first, inverse, hashes = found
         known = set(reads)
         table_key = (None if group_flags is None else
                      memo.key(name, g, known, names, group_flags))
+        most = int(MAX_DISTINCT_SHARE * n)
+        # a memo that holds few enough rows of these fields: no sample to tell it first
+        sample = table_key is None or not 0 < memo.held(table_key) <= most
+        found = _distinct(columns, n, most, sample)
+        if found is None:
+            return stage(g)
+        first, inverse, hashes = found
         try:
             result, read = _on_distinct(stage, g, n, first, hashes, columns, table_key, known)
         except NotSpreadable:
@@ -182,18 +185,19 @@ def distinct_rows(columns: list[np.ndarray], n: int, most: int | None = None
     return None if found is None else found[:2]
 
 
-def _distinct(columns: list[np.ndarray], n: int, most: int | None = None
+def _distinct(columns: list[np.ndarray], n: int, most: int | None = None, sample: bool = True
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """:func:`distinct_rows`, and the hash of each distinct row (:func:`_hash`, ascending)."""
+    """:func:`distinct_rows`, and the hash of each distinct row (:func:`_hash`, ascending);
+    without ``sample``, the count of ``most`` is told on all rows only."""
     if not columns:
         return (np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp),
                 np.zeros(1, dtype=np.uint64))
     if any(c.dtype.itemsize != 8 for c in columns):
         return None
     bits = [c.view(np.uint64) for c in columns]
-    if most is not None and n >= 4 * SAMPLE_STRIDE:  # a quarter of the rows tells most grids
-        sample = np.sort(_hash([b[::SAMPLE_STRIDE] for b in bits]))
-        if np.count_nonzero(sample[1:] != sample[:-1]) >= SAMPLE_SHARE * sample.size:
+    if sample and most is not None and n >= 4 * SAMPLE_STRIDE:  # a quarter tells most grids
+        hashed = np.sort(_hash([b[::SAMPLE_STRIDE] for b in bits]))
+        if np.count_nonzero(hashed[1:] != hashed[:-1]) >= SAMPLE_SHARE * hashed.size:
             return None
     h = _hash(bits)
     order = np.argsort(h)

@@ -138,6 +138,43 @@ def unflatten(skeleton: tuple, leaves: list[np.ndarray]):
     return tag(*[unflatten(s, leaves) for s in skeleton[1]])
 
 
+def _lazy(skeleton: tuple, leaf):
+    """The result of ``skeleton`` whose arrays come from ``leaf(index)`` when first read: a
+    result as a :class:`_Gathered` of its kind, arrays in tuples at once."""
+    tag = skeleton[0]
+    if tag == "array":
+        return leaf(skeleton[1])
+    if tag == "value":
+        return skeleton[1].value
+    if tag == "tuple":
+        return tuple(_lazy(s, leaf) for s in skeleton[1])
+    return _Gathered(tag, skeleton[1], leaf)
+
+
+class _Gathered:
+    """A result (of kind ``kind``) whose fields are made when first read (:func:`_lazy`); only
+    read, as the stages after the layer's read it (no :func:`fsdpsim.engine.results.replace`)."""
+
+    __slots__ = ("_kind", "_shapes", "_leaf", "__dict__")
+
+    def __init__(self, kind, shapes, leaf):
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_shapes", dict(zip(kind._fields, shapes)))
+        object.__setattr__(self, "_leaf", leaf)
+
+    def __getattr__(self, name: str):
+        shapes = object.__getattribute__(self, "_shapes")
+        if name not in shapes:
+            raise AttributeError(f"{object.__getattribute__(self, '_kind').__name__} has no "
+                                 f"field {name!r}")
+        value = _lazy(shapes[name], object.__getattribute__(self, "_leaf"))
+        self.__dict__[name] = value
+        return value
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"a result is read-only: cannot set {name!r}")
+
+
 class Table:
     """Rows of one skeleton: their hashes (sorted), their fields' bits (one uint64 array per
     hashed column) and their result arrays, row for row."""
@@ -185,8 +222,18 @@ class Table:
         return self.hashes.nbytes + sum(a.nbytes for a in (*self.columns, *self.leaves))
 
     def result(self, at: np.ndarray):
-        """The result of the table's rows ``at``."""
-        return unflatten(self.skeleton, [leaf.take(at) for leaf in self.leaves])
+        """The result of the table's rows ``at``, each array gathered when first read (a
+        layer's widths and its kinds' parts are read by no later stage)."""
+        leaves = self.leaves
+        gathered: dict[int, np.ndarray] = {}
+
+        def leaf(i: int) -> np.ndarray:
+            value = gathered.get(i)
+            if value is None:
+                value = gathered[i] = leaves[i].take(at)
+            return value
+
+        return _lazy(self.skeleton, leaf)
 
 
 def lookup(table_key: tuple, hashes: np.ndarray, columns: list[np.ndarray]
@@ -200,6 +247,11 @@ def lookup(table_key: tuple, hashes: np.ndarray, columns: list[np.ndarray]
         if held > best_held:
             best, best_at, best_held = table, at, held
     return best, best_at
+
+
+def held(table_key: tuple) -> int:
+    """The rows the tables of ``table_key`` hold."""
+    return sum(table.hashes.size for table in _TABLES.get(table_key, ()))
 
 
 def store(table_key: tuple, skeleton: tuple, hashes: np.ndarray, columns: list[np.ndarray],
