@@ -27,6 +27,7 @@ def fresh(monkeypatch):
     monkeypatch.setattr(distinct, "MAX_DISTINCT_SHARE", 1.0)
     monkeypatch.setattr(distinct, "_READS", {})
     monkeypatch.setattr(memo, "_TABLES", {})
+    monkeypatch.setattr(memo, "_SEEN", {})
 
 
 def _counted(monkeypatch):
@@ -60,6 +61,9 @@ def test_a_later_block_is_served_from_the_memo_with_the_numbers_of_computing_it(
     and gives every output the engine gives without the memo."""
     first, second = _block(600, seed=1), _block(600, seed=2)
     engine.evaluate(first)
+    assert not memo._TABLES  # a key seen once: its rows not kept (a post-pass variant's)
+    engine.evaluate(first)
+    assert memo._TABLES  # seen again: kept
     rows = _counted(monkeypatch)
     served = engine.evaluate(second)
     assert rows == []  # every distinct layer held: none computed
@@ -75,6 +79,7 @@ def test_new_layers_are_computed_and_the_held_ones_served(fresh, monkeypatch):
     second = _block(600, seed=2)
     second["seq_len"] = np.where(np.arange(600) % 3 == 0, 3072.0, second["seq_len"])
     engine.evaluate(first)
+    engine.evaluate(first)
     rows = _counted(monkeypatch)
     served = engine.evaluate(second)
     new_only = list(rows)
@@ -88,6 +93,7 @@ def test_a_field_of_one_value_that_differs_is_not_served(fresh, monkeypatch):
     """The same rows on a GPU of another peak (a field of one value in the group): its layers
     are computed, not served (the table's key holds the exact bits of such fields)."""
     block = _block(600, seed=1, models=("llama3-8b",))
+    engine.evaluate(block)
     engine.evaluate(block)
     faster = {**block, "peak_flops_per_s": block["peak_flops_per_s"] * 1.25}
     rows = _counted(monkeypatch)
@@ -117,6 +123,7 @@ def test_rows_are_served_only_to_a_group_of_the_same_flags(fresh):
             "pp": 1.0}
     without = Prepared.of({**base, "cp": np.where(np.arange(n) < 2, 1.0, 1.0)})
     distinct.evaluate(stage, without, n, flags=flags)
+    distinct.evaluate(stage, without, n, flags=flags)  # seen twice: kept
     assert calls
     calls.clear()
     distinct.evaluate(stage, without, n, flags=flags)
@@ -168,6 +175,7 @@ def test_conform_fills_numbers_into_arrays_and_refuses_other_forms():
 def test_the_tables_keep_at_most_their_bytes(fresh, monkeypatch):
     """Past MAX_BYTES the other tables are dropped (a long study's memory stays bounded)."""
     monkeypatch.setattr(memo, "MAX_BYTES", 1)
-    engine.evaluate(_block(600, seed=1))
-    engine.evaluate({**_block(600, seed=1), "peak_flops_per_s": 1e15})
+    for _ in range(2):
+        engine.evaluate(_block(600, seed=1))
+        engine.evaluate({**_block(600, seed=1), "peak_flops_per_s": 1e15})
     assert sum(len(tables) for tables in memo._TABLES.values()) <= 1

@@ -141,9 +141,10 @@ def _on_distinct(stage, g: Prepared, n: int, first: np.ndarray, hashes: np.ndarr
             return result, read
     view = RowsView.of(g, first, n)
     result = stage(view)
-    kept = _kept(result, first.size)
-    if kept is not None and view.read <= known:
-        memo.store(table_key, kept[0], hashes, bits, kept[1])
+    if view.read <= known and (table is not None or memo.admit(table_key)):
+        kept = _kept(result, first.size)
+        if kept is not None:
+            memo.store(table_key, kept[0], hashes, bits, kept[1])
     return result, read | view.read
 
 
