@@ -42,6 +42,9 @@ MAX_BYTES = 64 * 2**20
 _TABLES: dict[tuple, list["Table"]] = {}
 
 
+_MISSING = object()
+
+
 class NotKept(Exception):
     """A result the memo cannot keep (an array of another shape, an object it does not know)."""
 
@@ -62,7 +65,8 @@ def key(stage: str, g, reads, columns: list[tuple[str, ...]], flags) -> tuple | 
     for name in sorted(reads):
         if name in varying:
             continue
-        bits = _bits(getattr(g, name))
+        value = getattr(g, name, _MISSING)
+        bits = ("missing",) if value is _MISSING else _bits(value)
         if bits is None:
             return None
         constants.append((name, bits))
