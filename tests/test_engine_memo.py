@@ -179,3 +179,62 @@ def test_the_tables_keep_at_most_their_bytes(fresh, monkeypatch):
         engine.evaluate(_block(600, seed=1))
         engine.evaluate({**_block(600, seed=1), "peak_flops_per_s": 1e15})
     assert sum(len(tables) for tables in memo._TABLES.values()) <= 1
+
+
+def _keyed(n: int, distinct_rows: int, seed: int) -> Prepared:
+    """``n`` rows of ``distinct_rows`` distinct (tp, seq_len) pairs."""
+    rng = np.random.default_rng(seed)
+    pick = rng.permutation(np.arange(n) % distinct_rows)
+    return Prepared.of({"tp": 1.0 + (pick % 7), "seq_len": 1024.0 * (1 + pick // 7),
+                        "cp": np.ones(n), "pp": 1.0})
+
+
+def _layer_like(calls):
+    def stage(g):
+        calls.append(int(np.size(g.tp)))
+        t = g.tp * g.seq_len
+        return Rates(clocked_peak=t, matmul=2.0 * t, hbm=t + 1.0, link=t, nic=np.float64(1.0))
+    return stage
+
+
+def test_a_key_seen_before_looks_for_more_distinct_rows_then_serves_them(monkeypatch):
+    """Rows 30 % distinct (above MAX_DISTINCT_SHARE, below MEMO_SHARE): the first group is
+    computed whole, the second on its distinct rows, kept; the third looks every row up."""
+    monkeypatch.setattr(distinct, "MIN_ROWS", 8)
+    monkeypatch.setattr(distinct, "_READS", {})
+    monkeypatch.setattr(memo, "_TABLES", {})
+    monkeypatch.setattr(memo, "_SEEN", {})
+    calls = []
+    stage = _layer_like(calls)
+    flags = lambda g: ()  # noqa: E731
+    for seed, rows in ((1, 400), (2, 120), (3, None)):
+        g = _keyed(400, 120, seed)
+        calls.clear()
+        got = distinct.evaluate(stage, g, 400, flags=flags)
+        assert calls[-1:] == ([rows] if rows else []), seed
+        want = stage(g)
+        for field in Rates._fields:
+            assert np.asarray(getattr(got, field)).tobytes() == \
+                np.asarray(getattr(want, field)).tobytes()
+
+
+def test_a_key_of_too_many_distinct_rows_is_refused(monkeypatch):
+    """Rows 60 % distinct: looked for once more on the second group, then no more (a sample
+    tells them at once, as for a key never seen)."""
+    monkeypatch.setattr(distinct, "MIN_ROWS", 8)
+    monkeypatch.setattr(distinct, "_READS", {})
+    monkeypatch.setattr(memo, "_TABLES", {})
+    monkeypatch.setattr(memo, "_SEEN", {})
+    samples = []
+    real = distinct._distinct
+    monkeypatch.setattr(distinct, "_distinct",
+                        lambda *a, **k: samples.append(k.get("sample", True)) or real(*a, **k))
+    calls = []
+    stage = _layer_like(calls)
+    for seed in (1, 2, 3):
+        calls.clear()
+        samples.clear()
+        distinct.evaluate(stage, _keyed(400, 240, seed), 400, flags=lambda g: ())
+        assert calls[-1] == 400  # computed whole (after a first call that learns the fields)
+        assert samples[-1] is (seed != 2)
+    assert not memo._TABLES and False in memo._SEEN.values()

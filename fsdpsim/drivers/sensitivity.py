@@ -385,7 +385,8 @@ def _run(x: Mapping[str, Any], requests, code=None) -> list[dict[str, np.ndarray
             stacked[k][slice(bounds[i], bounds[i + 1]) if at is None
                        else at[bounds[i]:bounds[i + 1]]] = v
     stacked["ceilings"] = 0.0
-    y = engine.evaluate(stacked, memory=False)  # times only: no time depends on memory
+    # times only (no time depends on memory); variants whose layers do not come back (no memo)
+    y = engine.evaluate(stacked, memory=False, memo=False)
     kept = {k: (y[k] if np.shape(y[k]) == (total,) else np.broadcast_to(y[k], (total,)))
             for k in _KEEP}
     if at is not None:

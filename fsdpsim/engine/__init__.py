@@ -94,12 +94,16 @@ _ONE_VALUE = frozenset((float, int, bool, np.float64))
 GROUP_ROWS = 2 * groups.MIN_GROUP_ROWS
 
 
-def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarray]:
+def evaluate(x: Mapping[str, object], memory: bool = True,
+             memo: bool = True) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast); see :func:`_evaluate`.
     ``memory=False`` leaves out stage 5 (the memory of the binding stage and its ceilings:
     ``peak_bytes``, ``fits`` and the other :func:`fsdpsim.engine.memory.engine_memory`
     outputs), which no time depends on: the times of the variants that
-    :mod:`fsdpsim.drivers.sensitivity` evaluates, a fifth less work a row.
+    :mod:`fsdpsim.drivers.sensitivity` evaluates, a fifth less work a row. ``memo=False``
+    neither looks up nor keeps distinct layers in :mod:`.memo` (those variants: their layers,
+    each resource 5 % faster or a lattice point of a search, do not come back; keeping them
+    cost a sweep 5 %); the numbers are the same either way.
 
     A large input is evaluated block by block (:data:`BLOCK_ROWS` consecutive rows), a block
     of :data:`GROUP_ROWS` configurations and more by group of rows that take the same branches
@@ -116,10 +120,11 @@ def evaluate(x: Mapping[str, object], memory: bool = True) -> dict[str, np.ndarr
     if not INPUT_NAMES.issuperset(x):
         raise unknown_names_error(x, INPUT_NAMES)
     with _ONE_AT_A_TIME:
-        return _evaluate_input(x, memory)
+        return _evaluate_input(x, memory, memo)
 
 
-def _evaluate_input(x: Mapping[str, object], memory: bool) -> dict[str, np.ndarray]:
+def _evaluate_input(x: Mapping[str, object], memory: bool,
+                    memo: bool = True) -> dict[str, np.ndarray]:
     """:func:`evaluate` of checked names ``x``."""
     shapes = {np.shape(v) for v in x.values() if type(v) not in _ONE_VALUE}
     shape = np.broadcast_shapes(*shapes) if shapes else ()
@@ -127,7 +132,7 @@ def _evaluate_input(x: Mapping[str, object], memory: bool) -> dict[str, np.ndarr
     if n >= HEAP_TUNING_ROWS:  # temporaries of 128 KiB and more: keep them on the heap
         heap.keep_freed_memory()
     if n < GROUP_ROWS and n <= BLOCK_ROWS:
-        return _evaluate(x, memory, n if len(shape) == 1 else 1)  # a grid of 2-D inputs: whole
+        return _evaluate(x, memory, n if len(shape) == 1 else 1, memo)  # 2-D inputs: whole
     flat = {k: (v if type(v) is np.ndarray and v.shape == shape else  # a column already
                 np.broadcast_to(np.asarray(v), shape).reshape(-1) if np.ndim(v) else v)
             for k, v in x.items()}
@@ -141,21 +146,21 @@ def _evaluate_input(x: Mapping[str, object], memory: bool) -> dict[str, np.ndarr
             size = rows.stop - start
             parts = groups.split(block, size) if size >= GROUP_ROWS else None
             if parts is None:
-                out = _evaluate(groups.constants(block), memory, size)
+                out = _evaluate(groups.constants(block), memory, size, memo)
                 _new_columns(result, n, [out])
                 _store(result, n, rows, out)
                 written.append((rows, out.keys()))
             else:  # each group's outputs straight into place
                 written.append((rows, _evaluate_groups(
-                    block, n, [p + start for p in parts], parts, result, memory)))
+                    block, n, [p + start for p in parts], parts, result, memory, memo)))
         for rows, keys in written:  # outputs a whole block lacks (its groups': filled in)
             _fill_missing(result, rows, result.keys() - keys)
         return {k: v.reshape(shape) for k, v in result.items()}
     if (parts := groups.split(flat, n)) is not None:
         result = {}
-        _evaluate_groups(flat, n, parts, None, result, memory)
+        _evaluate_groups(flat, n, parts, None, result, memory, memo)
         return {k: v.reshape(shape) for k, v in result.items()}
-    out = _evaluate(groups.constants(flat), memory, n)  # one value for all rows: computed once
+    out = _evaluate(groups.constants(flat), memory, n, memo)  # one value for all rows: once
     return {k: (v.reshape(shape) if np.shape(v) == (n,) else
                 np.broadcast_to(v, (n,)).reshape(shape).copy()) for k, v in out.items()}
 
@@ -177,7 +182,7 @@ def _block_rows(flat: Mapping[str, object], n: int) -> int:
 
 def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray],
                      local: list[np.ndarray] | None, result: dict[str, np.ndarray],
-                     memory: bool = True) -> set[str]:
+                     memory: bool = True, memo: bool = True) -> set[str]:
     """:func:`_evaluate` on each group of rows ``parts`` of the ``n`` rows of ``flat`` (one
     block), gathered and stored column by column: each input column is read from memory once
     for all groups (it stays in cache between its groups' gathers; group by group, every group
@@ -190,7 +195,7 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
     filled in on their rows (:func:`_fill_missing`). Returns the outputs of the groups."""
     rows_in = parts if local is None else local
     if all(_contiguous(rows) for rows in rows_in):  # rows already grouped: slices, no gathers
-        return _evaluate_slices(flat, n, rows_in, parts, result, memory)
+        return _evaluate_slices(flat, n, rows_in, parts, result, memory, memo)
     blocks: list[dict[str, object]] = [{} for _ in parts]
     twins = groups.Twins()
     for k, v in flat.items():
@@ -205,7 +210,7 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
         else:
             for block in blocks:
                 block[k] = v
-    outs = [_evaluate(block, memory, rows.size) for block, rows in zip(blocks, rows_in)]
+    outs = [_evaluate(block, memory, rows.size, memo) for block, rows in zip(blocks, rows_in)]
     keys = dict.fromkeys(k for out in outs for k in out)
     if local is not None:  # a block of a larger input: the columns it lacks, made at once
         _new_columns(result, n, outs)
@@ -238,13 +243,13 @@ def _span(rows: np.ndarray) -> slice:
 
 def _evaluate_slices(flat: Mapping[str, object], n: int, rows_in: list[np.ndarray],
                      parts: list[np.ndarray], result: dict[str, np.ndarray],
-                     memory: bool) -> set[str]:
+                     memory: bool, memo: bool = True) -> set[str]:
     """:func:`_evaluate_groups` where each group's rows are one run of ``flat``'s (a caller
     that orders its rows by structure, :mod:`fsdpsim.drivers.sensitivity`): each group reads
     its inputs as views and writes its outputs into place, nothing gathered or put back in
     order; the same numbers and dtypes."""
     outs = [_evaluate({k: (groups.one_value(v[_span(rows)]) if np.ndim(v) else v)
-                       for k, v in flat.items()}, memory, rows.size) for rows in rows_in]
+                       for k, v in flat.items()}, memory, rows.size, memo) for rows in rows_in]
     _new_columns(result, n, outs)
     for rows, out in zip(parts, outs):
         _store(result, n, _span(rows), out)
@@ -353,7 +358,7 @@ def _store(result: dict[str, np.ndarray], n: int, rows, out: Mapping[str, object
 
 
 def _evaluate(x: Mapping[str, object], memory: bool = True,
-              rows: int | None = None) -> dict[str, np.ndarray]:
+              rows: int | None = None, memo: bool = True) -> dict[str, np.ndarray]:
     """Predict one step for every configuration in ``x`` (broadcast); ``rows``: how many, where
     every input that varies is a flat array of that many (1: evaluate every row as it is;
     None: counted from ``x``).
@@ -376,7 +381,8 @@ def _evaluate(x: Mapping[str, object], memory: bool = True,
         # the stages of engine/stages.py, in order; a layer on a group's distinct layers where
         # it is the costly kind (measured: a plain data-parallel layer costs less than that)
         layer = distinct.evaluate(stages.layer_costs, g, _rows(x) if rows is None else rows,
-                                  worth=stages.costly_layer, flags=stages.layer_flags)
+                                  worth=stages.costly_layer,
+                                  flags=stages.layer_flags if memo else None)
         comm = stages.communication(g, layer)
         step = stages.step_times(g, layer, comm)
         total = stages.totals(g, layer, comm, step)

@@ -43,6 +43,12 @@ MIN_ROWS = 4_096
 #: DeepSeek-V3 hybrid grid, 0.12-0.14, runs 10-15 % quicker; a mix of models at 0.24 no quicker,
 #: at 0.43 10 % slower).
 MAX_DISTINCT_SHARE = 0.2
+#: Where the memo has seen a group's key (:mod:`fsdpsim.engine.memo`), its distinct rows are
+#: looked for up to this share of its rows: looked up rather than computed, they are worth it
+#: at a higher share (bench_sweep's hybrid mix of four models, 0.24-0.27 distinct: 211.6
+#: against 220.5 ms for two blocks of 131,072 rows, memo warm); a key whose groups have more is
+#: refused.
+MEMO_SHARE = 0.4
 #: :func:`distinct_rows` first counts the distinct rows among every ``SAMPLE_STRIDE``-th: where
 #: more than ``SAMPLE_SHARE`` of those are distinct, the group has more than about 0.22 of its
 #: rows distinct (d rows of n equally often: a sample of m holds d·(1 − exp(−m/d))), and the
@@ -80,11 +86,16 @@ def evaluate(stage: Callable[[Prepared], object], g: Prepared, n: int,
         known = set(reads)
         table_key = (None if group_flags is None else
                      memo.key(name, g, known, names, group_flags))
-        most = int(MAX_DISTINCT_SHARE * n)
-        # a memo that holds few enough rows of these fields: no sample to tell it first
-        sample = table_key is None or not 0 < memo.held(table_key) <= most
-        found = _distinct(columns, n, most, sample)
+        # a key the memo has seen: up to MEMO_SHARE distinct rows, found without a sample
+        # first (the rows to keep, then those to look up)
+        wide = table_key is not None and memo.seen(table_key)
+        most = int((MEMO_SHARE if wide else MAX_DISTINCT_SHARE) * n)
+        found = _distinct(columns, n, most, sample=not wide)
         if found is None:
+            if wide:
+                memo.refuse(table_key)
+            elif table_key is not None:
+                memo.admit(table_key)  # seen once: the next group of this key looks wider
             return stage(g)
         first, inverse, hashes = found
         try:

@@ -254,8 +254,9 @@ def lookup(table_key: tuple, hashes: np.ndarray, columns: list[np.ndarray]
     return best, best_at
 
 
-#: Keys seen once (their rows not kept yet, :func:`admit`), at most :data:`MAX_SEEN`.
-_SEEN: dict[tuple, None] = {}
+#: Keys seen once (their rows not kept yet, :func:`admit`), and keys whose groups had more
+#: distinct rows than the memo looks at (:func:`refuse`: False), at most :data:`MAX_SEEN`.
+_SEEN: dict[tuple, bool] = {}
 MAX_SEEN = 1024
 
 
@@ -264,12 +265,25 @@ def admit(table_key: tuple) -> bool:
     ones (a key seen once is remembered). The variants of a sweep's bottleneck post-pass (each
     resource 5 % faster, the lattice points of its searches) are keys of their own that never
     come back: keeping their rows cost a sweep 3 % (a 41,472-row DeepSeek-V3 sweep)."""
-    if table_key in _TABLES or table_key in _SEEN:
+    if table_key in _TABLES or _SEEN.get(table_key, False):
         return True
-    if len(_SEEN) >= MAX_SEEN:
-        _SEEN.clear()
-    _SEEN[table_key] = None
+    if table_key not in _SEEN:
+        if len(_SEEN) >= MAX_SEEN:
+            _SEEN.clear()
+        _SEEN[table_key] = True
     return False
+
+
+def seen(table_key: tuple) -> bool:
+    """Whether ``table_key`` has tables or was seen before (and not refused)."""
+    return table_key in _TABLES or _SEEN.get(table_key, False)
+
+
+def refuse(table_key: tuple) -> None:
+    """``table_key``'s groups have more distinct rows than are worth finding: not looked at
+    with the memo's wider share again (:data:`fsdpsim.engine.distinct.MEMO_SHARE`)."""
+    _TABLES.pop(table_key, None)
+    _SEEN[table_key] = False
 
 
 def held(table_key: tuple) -> int:
