@@ -205,8 +205,8 @@ def _evaluate_groups(flat: Mapping[str, object], n: int, parts: list[np.ndarray]
                 block[k] = block[twin]
         elif np.ndim(v):
             for block, rows in zip(blocks, rows_in):
-                # mode="wrap": no bounds check (the rows are in range), the same values
-                block[k] = groups.one_value(v.take(rows, mode="wrap"))  # checked in cache
+                # numpy 2.4's checked take of ascending rows: 10 % quicker than mode="wrap"
+                block[k] = groups.one_value(v.take(rows))  # one value: checked in cache
         else:
             for block in blocks:
                 block[k] = v
@@ -299,6 +299,7 @@ class _Unsort:
         if column is None:
             result[key][self._span] = same
         else:
+            # into place: mode="wrap" (a checked take into ``out`` copies through a buffer)
             np.take(column, self._inverse, out=result[key][self._span], mode="wrap")
 
     def copy(self, result: dict[str, np.ndarray], n: int, source: str, key: str) -> bool:
