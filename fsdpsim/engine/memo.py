@@ -2,7 +2,7 @@
 the exact bits of the fields the stage read (:func:`fsdpsim.engine.distinct.evaluate`).
 
 A sweep evaluates its grid block by block (``fsdpsim sweep`` calls the engine on 65,536 rows at a
-time; its bottleneck post-pass on variants of them), and the blocks repeat the same layers: one
+time; a Dask worker on chunk after chunk), and the blocks repeat the same layers: one
 layer's compute and tensor- and context-parallel collectives depend on the model, the GPU, the
 TP and CP groups, the tokens and the recompute mode, a few thousand combinations that every
 block of bench_sweep's DeepSeek-V3 hybrid grid holds again. The engine computes them once and
@@ -19,7 +19,8 @@ array, which arrays are one object. A table keeps rows of one such form (the *sk
 structure, flags, numbers, shared arrays, dtypes), and serves a group only with the flags the
 stage would set on it (``flags``: the branches a group takes as a whole, computed by the same
 function the stage sets them with); a group whose missing rows evaluate to another form is
-evaluated whole, as without the memo.
+evaluated whole, as without the memo. A key's rows are kept from its second group on
+(:func:`admit`); ``engine.evaluate(memo=False)`` neither looks up nor keeps any.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from fsdpsim.engine.results import Result
 #: Rows a table keeps at most (a table about to outgrow it starts again from the new rows);
 #: 0 turns the memo off.
 MAX_ROWS = 65_536
-#: Bytes all tables keep at most (more: every other table is dropped): 16,384 rows of a layer's
-#: ~65 result arrays and ~25 fields are 12 MB.
+#: Bytes all tables keep at most (more: every other table is dropped): bench_sweep's DeepSeek-V3
+#: hybrid grid keeps 2,880 and 5,760 layers of ~90 arrays each, 6 MB.
 MAX_BYTES = 64 * 2**20
 
 #: The tables, by (stage, varying fields, the bits of the fields of one value, flags); each a
