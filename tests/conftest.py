@@ -38,6 +38,16 @@ def _no_user_catalog(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_kept_layers():
+    """Each test starts without the layers earlier tests' evaluations kept
+    (fsdpsim.engine.memo): a test that changes an engine function in place is not served rows
+    computed before."""
+    from fsdpsim.engine import memo
+
+    memo.clear()
+
+
 @pytest.fixture(scope="module")
 def cat():
     """The built-in catalog alone."""

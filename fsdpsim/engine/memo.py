@@ -20,7 +20,9 @@ structure, flags, numbers, shared arrays, dtypes), and serves a group only with 
 stage would set on it (``flags``: the branches a group takes as a whole, computed by the same
 function the stage sets them with); a group whose missing rows evaluate to another form is
 evaluated whole, as without the memo. A key's rows are kept from its second group on
-(:func:`admit`); ``engine.evaluate(memo=False)`` neither looks up nor keeps any.
+(:func:`admit`); ``engine.evaluate(memo=False)`` neither looks up nor keeps any. The key holds
+the stage's inputs, not its code: code that changes an engine function in place (a test's
+monkeypatch) calls :func:`clear` first.
 """
 
 from __future__ import annotations
