@@ -45,9 +45,9 @@ MIN_ROWS = 4_096
 MAX_DISTINCT_SHARE = 0.2
 #: Where the memo has seen a group's key (:mod:`fsdpsim.engine.memo`), its distinct rows are
 #: looked for up to this share of its rows: looked up rather than computed, they are worth it
-#: at a higher share (bench_sweep's hybrid mix of four models, 0.24-0.27 distinct: 211.6
-#: against 220.5 ms for two blocks of 131,072 rows, memo warm); a key whose groups have more is
-#: refused.
+#: at a higher share (bench_sweep's hybrid mix of four models, 0.24-0.27 distinct in blocks of
+#: 131,072: three blocks, memo warm, 344.3 ms against 366.5 at 0.2, best of 7 alternated); a
+#: key whose groups have more is refused.
 MEMO_SHARE = 0.4
 #: :func:`distinct_rows` first counts the distinct rows among every ``SAMPLE_STRIDE``-th: where
 #: more than ``SAMPLE_SHARE`` of those are distinct, the group has more than about 0.22 of its

@@ -136,31 +136,26 @@ def flatten(result, d: int) -> tuple[tuple, list[np.ndarray]]:
 
 def unflatten(skeleton: tuple, leaves: list[np.ndarray]):
     """The result of ``skeleton`` (:func:`flatten`) with ``leaves`` as its arrays."""
-    tag = skeleton[0]
-    if tag == "array":
-        return leaves[skeleton[1]]
-    if tag == "value":
-        return skeleton[1].value
-    if tag == "tuple":
-        return tuple(unflatten(s, leaves) for s in skeleton[1])
-    return tag(*[unflatten(s, leaves) for s in skeleton[1]])
+    return _build(skeleton, leaves.__getitem__, lazy=False)
 
 
-def _lazy(skeleton: tuple, leaf):
-    """The result of ``skeleton`` whose arrays come from ``leaf(index)`` when first read: a
-    result as a :class:`_Gathered` of its kind, arrays in tuples at once."""
+def _build(skeleton: tuple, leaf, lazy: bool):
+    """The result of ``skeleton`` whose arrays are ``leaf(index)``: each result made at once, or
+    (``lazy``) as a :class:`_Gathered` of its kind, whose fields are made when first read."""
     tag = skeleton[0]
     if tag == "array":
         return leaf(skeleton[1])
     if tag == "value":
         return skeleton[1].value
     if tag == "tuple":
-        return tuple(_lazy(s, leaf) for s in skeleton[1])
-    return _Gathered(tag, skeleton[1], leaf)
+        return tuple(_build(s, leaf, lazy) for s in skeleton[1])
+    if lazy:
+        return _Gathered(tag, skeleton[1], leaf)
+    return tag(*[_build(s, leaf, lazy) for s in skeleton[1]])
 
 
 class _Gathered:
-    """A result (of kind ``kind``) whose fields are made when first read (:func:`_lazy`); only
+    """A result (of kind ``kind``) whose fields are made when first read (:func:`_build`); only
     read, as the stages after the layer's read it (no :func:`fsdpsim.engine.results.replace`)."""
 
     __slots__ = ("_kind", "_shapes", "_leaf", "__dict__")
@@ -175,7 +170,7 @@ class _Gathered:
         if name not in shapes:
             raise AttributeError(f"{object.__getattribute__(self, '_kind').__name__} has no "
                                  f"field {name!r}")
-        value = _lazy(shapes[name], object.__getattribute__(self, "_leaf"))
+        value = _build(shapes[name], object.__getattribute__(self, "_leaf"), lazy=True)
         self.__dict__[name] = value
         return value
 
@@ -241,7 +236,7 @@ class Table:
                 value = gathered[i] = leaves[i].take(at)
             return value
 
-        return _lazy(self.skeleton, leaf)
+        return _build(self.skeleton, leaf, lazy=True)
 
 
 def lookup(table_key: tuple, hashes: np.ndarray, columns: list[np.ndarray]
@@ -265,10 +260,9 @@ MAX_SEEN = 1024
 
 def admit(table_key: tuple) -> bool:
     """Whether rows of ``table_key`` are worth keeping: the second group of that key and later
-    ones (a key seen once is remembered). The variants of a sweep's bottleneck post-pass (each
-    resource 5 % faster, the lattice points of its searches) are keys of their own that never
-    come back: keeping their rows cost a sweep 3 % (a 41,472-row DeepSeek-V3 sweep)."""
-    if table_key in _TABLES or _SEEN.get(table_key, False):
+    ones (a key seen once is remembered, :func:`seen`): a key whose rows never come back (a
+    one-off grid's, a search's candidates) keeps nothing."""
+    if seen(table_key):
         return True
     if table_key not in _SEEN:
         if len(_SEEN) >= MAX_SEEN:
@@ -287,11 +281,6 @@ def refuse(table_key: tuple) -> None:
     with the memo's wider share again (:data:`fsdpsim.engine.distinct.MEMO_SHARE`)."""
     _TABLES.pop(table_key, None)
     _SEEN[table_key] = False
-
-
-def held(table_key: tuple) -> int:
-    """The rows the tables of ``table_key`` hold."""
-    return sum(table.hashes.size for table in _TABLES.get(table_key, ()))
 
 
 def store(table_key: tuple, skeleton: tuple, hashes: np.ndarray, columns: list[np.ndarray],
